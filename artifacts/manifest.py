@@ -1,0 +1,131 @@
+"""OUT/manifest.json: what each stage wrote, from what, with which options; the commit record of a run.
+
+A stage counts as complete only when its record is in the manifest; the record is written after the stage's
+outputs are in place, so a run killed at any point never leaves a half-written stage that looks finished.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from importlib import metadata as importlib_metadata
+from typing import Any
+
+from apache_beam.io.filesystems import FileSystems
+
+from artifacts import fs, tables
+
+MANIFEST_NAME = "manifest.json"
+_VERSIONED_PACKAGES = (
+    "kpr-pipeline", "apache-beam", "mwparserfromhell", "spacy", "torch", "transformers", "pyarrow",
+    "numpy", "faiss-cpu", "faiss-gpu", "marisa-trie",
+)
+
+
+@dataclass(frozen=True)
+class OutputFile:
+    path: str  # relative to OUT, forward slashes
+    bytes: int
+    sha256: str
+    rows: int | None = None
+
+
+@dataclass
+class StageRecord:
+    stage: str
+    options: dict[str, Any]
+    inputs: dict[str, str]
+    outputs: list[OutputFile]
+    counters: dict[str, int] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    wall_time_s: float = 0.0
+    finished_at: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> StageRecord:
+        outputs = [OutputFile(**item) for item in value.get("outputs", [])]
+        return cls(**{**value, "outputs": outputs})
+
+    def outputs_digest(self) -> str:
+        """One hash over the stage's output checksums: the fingerprint downstream stages record."""
+        digest = hashlib.sha256()
+        for item in sorted(self.outputs, key=lambda output: output.path):
+            digest.update(f"{item.path}\t{item.sha256}\n".encode())
+        return digest.hexdigest()
+
+
+def manifest_path(output: str) -> str:
+    return fs.join(output, MANIFEST_NAME)
+
+
+def load(output: str) -> dict[str, StageRecord]:
+    """The completed stages recorded under ``output`` (empty if there is no manifest yet)."""
+    path = manifest_path(output)
+    if not fs.exists(path):
+        return {}
+    raw = fs.read_json(path)
+    return {name: StageRecord.from_json(record) for name, record in raw.get("stages", {}).items()}
+
+
+def save(output: str, stages: dict[str, StageRecord]) -> None:
+    document = {"format": 1, "stages": {name: stages[name].to_json() for name in sorted(stages)}}
+    fs.write_json_atomic(manifest_path(output), document)
+
+
+def describe_file(output: str, path: str) -> OutputFile:
+    rows = tables.parquet_row_count(path) if path.endswith(".parquet") else None
+    return OutputFile(path=fs.relative(path, output), bytes=fs.size(path), sha256=fs.sha256(path), rows=rows)
+
+
+def describe_outputs(output: str, directories: list[str]) -> list[OutputFile]:
+    """Checksums and row counts of every file below the given artifact directories of ``output``."""
+    files: list[OutputFile] = []
+    for directory in directories:
+        files.extend(describe_file(output, path) for path in fs.list_tree(fs.join(output, directory)))
+    return files
+
+
+def missing_or_changed(output: str, record: StageRecord, deep: bool = False) -> list[str]:
+    """Problems with a stage's recorded outputs: missing files, other sizes, and with ``deep`` other hashes."""
+    problems: list[str] = []
+    for item in record.outputs:
+        path = fs.join(output, item.path)
+        if not FileSystems.exists(path):
+            problems.append(f"{item.path}: missing")
+        elif fs.size(path) != item.bytes:
+            problems.append(f"{item.path}: {fs.size(path)} bytes, manifest says {item.bytes}")
+        elif deep and fs.sha256(path) != item.sha256:
+            problems.append(f"{item.path}: sha256 differs from the manifest")
+    return problems
+
+
+def file_fingerprint(pattern: str) -> str:
+    """A cheap fingerprint of input files: path, size and modification time of every match."""
+    matches = FileSystems.match([pattern])[0].metadata_list
+    parts = sorted(f"{m.path}:{m.size_in_bytes}:{int(m.last_updated_in_seconds)}" for m in matches)
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest() if parts else "missing"
+
+
+def software_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for package in _VERSIONED_PACKAGES:
+        try:
+            versions[package] = importlib_metadata.version(package)
+        except importlib_metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def canonical_options(options: dict[str, Any]) -> dict[str, Any]:
+    """Options as they compare after a JSON round trip (tuples become lists)."""
+    return json.loads(json.dumps(options, sort_keys=True))

@@ -1,0 +1,64 @@
+"""Arrow schemas of the artifacts under OUT (the column names are a contract, see DESIGN.md)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+LINK = pa.struct([("start", pa.int32()), ("end", pa.int32()), ("target", pa.string())])
+
+ARTICLES = pa.schema(
+    [
+        ("page_id", pa.int64()),
+        ("title", pa.string()),
+        ("text", pa.string()),
+        ("links", pa.list_(LINK)),
+        ("qid", pa.string()),
+    ]
+)
+
+REDIRECTS = pa.schema([("title", pa.string()), ("target", pa.string())])
+
+ENTITIES = pa.schema(
+    [
+        ("entity_id", pa.int32()),
+        ("title", pa.string()),
+        ("page_id", pa.int64()),
+        ("qid", pa.string()),
+        ("link_count", pa.int64()),
+    ]
+)
+
+NAMES = pa.schema(
+    [
+        ("name", pa.string()),
+        ("entity_id", pa.int32()),
+        ("link_count", pa.int64()),
+        ("total_link_count", pa.int64()),
+        ("doc_count", pa.int64()),
+        ("link_prob", pa.float32()),
+        ("commonness", pa.float32()),
+    ]
+)
+
+MENTIONS = pa.schema(
+    [
+        ("entity_id", pa.int32()),
+        ("page_id", pa.int64()),
+        ("text", pa.string()),
+        ("start", pa.int32()),
+        ("end", pa.int32()),
+    ]
+)
+
+
+def entity_embeddings(dim: int, value_type: pa.DataType = pa.float32()) -> pa.Schema:
+    """Schema of ``entity_embeddings/`` for vectors of ``dim`` values."""
+    return pa.schema(
+        [
+            ("entity_id", pa.int32()),
+            ("title", pa.string()),
+            ("qid", pa.string()),
+            ("embedding", pa.list_(value_type, dim)),
+            ("mention_count", pa.int32()),
+        ]
+    )

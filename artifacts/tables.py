@@ -1,0 +1,64 @@
+"""Read Parquet artifacts under OUT without Beam (for runtimes, validation, tests and small global objects)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from artifacts import fs
+
+
+class MissingArtifactError(FileNotFoundError):
+    """An artifact another stage should have written is not there."""
+
+
+def artifact_dir(output: str, name: str) -> str:
+    return fs.join(output, name)
+
+
+def parquet_files(output: str, name: str) -> list[str]:
+    """The Parquet files of artifact ``name`` under ``output``, sorted; an error naming the stage if none."""
+    files = fs.list_files(artifact_dir(output, name), "*.parquet")
+    if not files:
+        raise MissingArtifactError(f"no {name}/*.parquet under {output}")
+    return files
+
+
+def parquet_pattern(output: str, name: str) -> str:
+    """The file pattern Beam's ReadFromParquet takes for artifact ``name``."""
+    return fs.join(artifact_dir(output, name), "*.parquet")
+
+
+def parquet_row_count(path: str) -> int:
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        return pq.ParquetFile(handle).metadata.num_rows
+
+
+def read_file(path: str, columns: list[str] | None = None) -> pa.Table:
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        return pq.read_table(handle, columns=columns)
+
+
+def read_table(output: str, name: str, columns: list[str] | None = None) -> pa.Table:
+    """All rows of artifact ``name`` as one table (only for small artifacts or tests)."""
+    tables = [read_file(path, columns) for path in parquet_files(output, name)]
+    return pa.concat_tables(tables) if tables else pa.table({})
+
+
+def iter_batches(output: str, name: str, columns: list[str] | None = None,
+                 batch_size: int = 65536) -> Iterator[pa.RecordBatch]:
+    """Stream artifact ``name`` batch by batch with bounded memory."""
+    for path in parquet_files(output, name):
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+            yield from pq.ParquetFile(handle).iter_batches(batch_size=batch_size, columns=columns)
+
+
+def file_metadata(path: str) -> dict[str, str]:
+    """The key/value metadata of one Parquet file, decoded."""
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        raw = pq.ParquetFile(handle).schema_arrow.metadata or {}
+    return {key.decode(): value.decode() for key, value in raw.items()}

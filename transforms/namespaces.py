@@ -1,0 +1,37 @@
+"""The namespaces of one wiki, as its dump's <siteinfo> declares them (so other languages work)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+ARTICLE = 0
+FILE = 6
+CATEGORY = 14
+MEDIA = -2
+
+# What English wikis call them; used only when a dump has no <siteinfo> (e.g. bare page fragments).
+_ENGLISH_DEFAULTS = {
+    "media": MEDIA, "special": -1, "talk": 1, "user": 2, "user talk": 3, "wikipedia": 4, "wikipedia talk": 5,
+    "file": FILE, "image": FILE, "file talk": 7, "image talk": 7, "mediawiki": 8, "mediawiki talk": 9,
+    "template": 10, "template talk": 11, "help": 12, "help talk": 13, "category": CATEGORY,
+    "category talk": 15, "portal": 100, "portal talk": 101, "draft": 118, "draft talk": 119,
+    "module": 828, "module talk": 829,
+}
+
+
+@dataclass(frozen=True)
+class Namespaces:
+    """Namespace ids by lower-cased local name (and aliases), e.g. {"file": 6, "immagine": 6, ...}."""
+
+    by_name: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def english_defaults(cls) -> Namespaces:
+        return cls(dict(_ENGLISH_DEFAULTS))
+
+    def lookup(self, prefix: str) -> int | None:
+        """The namespace id of a link prefix such as ``Category`` or `` file `` (None if not a namespace)."""
+        return self.by_name.get(" ".join(prefix.replace("_", " ").split()).lower())
+
+    def with_names(self, names: dict[str, int]) -> Namespaces:
+        return Namespaces({**self.by_name, **{key.lower(): value for key, value in names.items()}})
