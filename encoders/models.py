@@ -1,0 +1,72 @@
+"""Loading BERT-family models and tokenizers from a hub name or a local directory, with clear errors."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from artifacts.errors import InputError
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What to load and where to run it; small and picklable, so it travels to Beam workers."""
+
+    name_or_path: str  # a local directory or a hub name such as bert-base-uncased
+    device: str = "cpu"
+    dtype: str = "float32"
+
+    def torch_dtype(self):  # -> torch.dtype (torch imported lazily: the driver need not load it)
+        import torch
+
+        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[self.dtype]
+
+
+def check_model_spec(spec: ModelSpec) -> None:
+    """Fail before any work starts: unknown dtype, missing local directory, CUDA asked for but absent."""
+    if spec.dtype not in DTYPES:
+        raise InputError(f"--dtype {spec.dtype!r} is not one of {', '.join(DTYPES)}")
+    name = str(spec.name_or_path)
+    # A hub name has at most one "/" ("bert-base-uncased", "org/model"); anything else is a local path.
+    looks_local = name.startswith((".", "/", "~")) or name.count("/") > 1
+    if looks_local and not os.path.isdir(os.path.expanduser(name)):
+        raise InputError(f"model path {name} does not exist")
+    if spec.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise InputError(f"--device {spec.device} was asked for but no CUDA device is available")
+
+
+def load_tokenizer(name_or_path: str):
+    """The fast tokenizer of a model (``from_pretrained``: a directory or a hub name, offline if configured)."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(os.path.expanduser(str(name_or_path)))
+    except (OSError, ValueError) as error:
+        raise InputError(f"cannot load a tokenizer from {name_or_path}: {_first_line(error)}") from error
+
+
+def load_encoder(spec: ModelSpec):
+    """The bare transformer (``AutoModel``) in eval mode on ``spec.device`` with ``spec.dtype`` weights."""
+    from transformers import AutoModel
+
+    try:
+        model = AutoModel.from_pretrained(os.path.expanduser(str(spec.name_or_path)), dtype=spec.torch_dtype())
+    except (OSError, ValueError) as error:
+        raise InputError(f"cannot load a model from {spec.name_or_path}: {_first_line(error)}") from error
+    return model.to(spec.device).eval()
+
+
+def mean_input_embedding_norm(model) -> float:
+    """Mean L2 norm of the rows of the model's input word-embedding matrix (computed in float32)."""
+    weights = model.get_input_embeddings().weight.detach().float()
+    return float(weights.norm(dim=1).mean())
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
