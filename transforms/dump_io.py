@@ -1,0 +1,116 @@
+"""Beam sources for dumps: whole files, multistream byte ranges read in parallel, and SQL table dumps."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import apache_beam as beam
+
+from artifacts.errors import InputError
+from transforms.dead_letters import count, dead_letter
+from transforms.dump_reader import (
+    PageProblem,
+    RawPage,
+    SiteInfo,
+    StreamRange,
+    iter_pages,
+    iter_stream_pages,
+    read_stream_ranges,
+)
+from transforms.sql_dump import iter_sql_rows
+
+
+def pages_or_dead_letters(items: Iterator[RawPage | PageProblem]) -> Iterator[Any]:
+    """RawPages pass; PageProblems become counted dead letters."""
+    for item in items:
+        if isinstance(item, PageProblem):
+            yield dead_letter("malformed_pages", item.reason, source=item.source, page_id=item.page_id,
+                              title=item.title)
+        else:
+            count("pages_read")
+            yield item
+
+
+def read_whole_file(path: str, siteinfo: SiteInfo) -> Iterator[Any]:
+    count("files_read")
+    yield from pages_or_dead_letters(iter_pages(path, siteinfo))
+
+
+def read_stream(stream: StreamRange, siteinfo: SiteInfo, skip_bad_streams: bool) -> Iterator[Any]:
+    """The pages of one bz2 stream; a bad stream stops the run, or with ``skip_bad_streams`` is counted."""
+    try:
+        pages = list(iter_stream_pages(stream, siteinfo))  # one stream is ~100 pages: check it whole first
+    except InputError as error:
+        if not skip_bad_streams:
+            raise
+        yield dead_letter("bad_streams", error.message, source=stream.path, offset=stream.start,
+                          page_ids=list(stream.page_ids))
+        return
+    count("streams_read")
+    yield from pages_or_dead_letters(iter(pages))
+
+
+class ReadDumpPages(beam.PTransform):
+    """Dump files -> {"pages": RawPage, "dead_letters": dict}.
+
+    A multistream dump with an index becomes one element per bz2 stream, spread over workers, so one huge
+    file is read by many workers at once; other files are read whole, one worker per file, and their pages
+    are then redistributed so the wikitext conversion fans out.
+    """
+
+    def __init__(self, dumps: list[str], siteinfo: SiteInfo, index_paths: dict[str, str] | None = None,
+                 skip_bad_streams: bool = False) -> None:
+        super().__init__()
+        self._dumps = dumps
+        self._siteinfo = siteinfo
+        self._index_paths = index_paths or {}
+        self._skip_bad_streams = skip_bad_streams
+
+    def expand(self, pipeline: beam.pvalue.PBegin) -> dict[str, beam.PCollection]:
+        # Only stream offsets and page ids are read on the driver (a few MB for all of English Wikipedia).
+        streams = [stream for dump in self._dumps if dump in self._index_paths
+                   for stream in read_stream_ranges(dump, self._index_paths[dump])]
+        whole_files = [dump for dump in self._dumps if dump not in self._index_paths]
+        from_streams = (
+            pipeline
+            | "StreamRanges" >> beam.Create(streams)
+            | "SpreadStreams" >> beam.Reshuffle()
+            | "ReadStreams" >> beam.FlatMap(read_stream, self._siteinfo, self._skip_bad_streams).with_outputs(
+                "dead_letter", main="pages")
+        )
+        from_files = (
+            pipeline
+            | "WholeFiles" >> beam.Create(whole_files)
+            | "ReadWholeFiles" >> beam.FlatMap(read_whole_file, self._siteinfo).with_outputs(
+                "dead_letter", main="pages")
+        )
+        pages = (
+            (from_streams.pages, from_files.pages | "SpreadPages" >> beam.Reshuffle())
+            | "AllPages" >> beam.Flatten()
+        )
+        dead_letters = (from_streams.dead_letter, from_files.dead_letter) | "AllReadDeadLetters" >> beam.Flatten()
+        return {"pages": pages, "dead_letters": dead_letters}
+
+
+def read_table_rows(path: str) -> Iterator[dict[str, Any]]:
+    for row in iter_sql_rows(path):
+        count("sql_rows_read")
+        yield row
+
+
+class ReadSqlRows(beam.PTransform):
+    """Rows of MediaWiki SQL table dump files as dicts (one worker per file, then redistributed)."""
+
+    def __init__(self, paths: list[str], table: str) -> None:
+        super().__init__()
+        self._paths = list(paths)
+        self._table = table
+
+    def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
+        return (
+            pipeline
+            | f"{self._table}Files" >> beam.Create(self._paths)
+            | f"Read{self._table}Rows" >> beam.FlatMap(read_table_rows)
+            | f"Spread{self._table}Rows" >> beam.Reshuffle()
+        )

@@ -1,0 +1,291 @@
+"""Reading MediaWiki XML export dumps: plain, bz2 (single or multistream) and gzip, schemas 0.3 to 0.11.
+
+Everything streams with bounded memory: a real dump is 20+ GB of bz2. A multistream dump is read by byte
+ranges of whole bz2 streams (about 100 pages each) so that many workers share one huge file.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import re
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from artifacts.errors import InputError
+from transforms.namespaces import ARTICLE, Namespaces
+
+_SCHEMA = re.compile(r"export-(\d+\.\d+)")
+_SITEINFO_END = b"</siteinfo>"
+_HEAD_LIMIT = 1 << 20  # <siteinfo> sits in the first few KB; stop looking after 1 MB of XML
+_READ_SIZE = 1 << 20
+
+
+@dataclass(frozen=True)
+class SiteInfo:
+    dbname: str | None
+    base_url: str | None
+    schema_version: str | None
+    namespaces: Namespaces
+
+
+@dataclass(frozen=True)
+class RawPage:
+    page_id: int
+    namespace: int
+    title: str
+    text: str
+    redirect: str | None  # the <redirect title="..."/> value; None when absent or without a title
+    revision_id: int | None
+    source: str  # "file" or "file@offset", for messages and dead letters
+
+
+@dataclass(frozen=True)
+class PageProblem:
+    source: str
+    page_id: int | None
+    title: str | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class StreamRange:
+    """One bz2 stream of a multistream dump: bytes [start, end) (end None: to the end of the file)."""
+
+    path: str
+    start: int
+    end: int | None
+    page_ids: tuple[int, ...]
+
+
+def open_raw(path: str) -> IO[bytes]:
+    """The file's bytes as stored; a one-line InputError if it cannot be opened."""
+    try:
+        return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    except Exception as error:  # Beam wraps every filesystem's own error type in its own
+        raise InputError(f"cannot open {path}: {_first_line(error)}") from error
+
+
+def open_xml(path: str) -> IO[bytes]:
+    """The uncompressed XML of a dump file (.xml, .bz2 with any number of streams, .gz)."""
+    raw = open_raw(path)
+    if path.endswith(".bz2"):
+        return bz2.BZ2File(raw)
+    if path.endswith(".gz"):
+        return gzip.GzipFile(fileobj=raw)
+    return raw
+
+
+def _local(tag: str) -> str:
+    """A tag without its XML namespace: '{http://www.mediawiki.org/xml/export-0.10/}page' -> 'page'."""
+    return tag.rsplit("}", 1)[-1]
+
+
+def _child(element: ElementTree.Element, name: str) -> ElementTree.Element | None:
+    for child in element:
+        if _local(child.tag) == name:
+            return child
+    return None
+
+
+def _child_text(element: ElementTree.Element, name: str) -> str | None:
+    child = _child(element, name)
+    return None if child is None else (child.text or "")
+
+
+def siteinfo_from_element(element: ElementTree.Element | None, schema_version: str | None) -> SiteInfo:
+    """SiteInfo from a parsed <siteinfo> (English defaults when there is none)."""
+    namespaces = Namespaces.english_defaults()
+    if element is None:
+        return SiteInfo(None, None, schema_version, namespaces)
+    local: dict[str, int] = {}
+    block = _child(element, "namespaces")
+    for namespace in [] if block is None else block:
+        key = namespace.get("key")
+        if key is not None and namespace.text:
+            local[namespace.text] = int(key)
+    return SiteInfo(_child_text(element, "dbname"), _child_text(element, "base"), schema_version,
+                    namespaces.with_names(local))
+
+
+def read_siteinfo(path: str) -> SiteInfo:
+    """The <siteinfo> of a dump, reading only its head (for multistream: stream 0)."""
+    head = b""
+    with open_xml(path) as stream:
+        try:
+            while _SITEINFO_END not in head and len(head) < _HEAD_LIMIT:
+                chunk = stream.read(64 * 1024)
+                if not chunk:
+                    break
+                head += chunk
+        except (OSError, EOFError) as error:
+            raise InputError(f"{path}: cannot decompress the start of the dump: {_first_line(error)}") from error
+    match = _SCHEMA.search(head[:4096].decode("utf-8", "replace"))
+    version = match.group(1) if match else None
+    end = head.find(_SITEINFO_END)
+    if end < 0:
+        return siteinfo_from_element(None, version)
+    start = head.find(b"<siteinfo")
+    try:
+        element = ElementTree.fromstring(head[start:end + len(_SITEINFO_END)])
+    except ElementTree.ParseError as error:
+        raise InputError(f"{path}: unreadable <siteinfo>: {error}") from error
+    return siteinfo_from_element(element, version)
+
+
+def _latest_revision(page: ElementTree.Element) -> ElementTree.Element | None:
+    """The revision with the highest id (the last one when ids are missing)."""
+    revisions = [child for child in page if _local(child.tag) == "revision"]
+    if not revisions:
+        return None
+
+    def revision_id(revision: ElementTree.Element) -> int:
+        value = _child_text(revision, "id") or ""
+        return int(value) if value.strip().isdigit() else -1
+
+    best = revisions[-1]
+    for revision in revisions:
+        if revision_id(revision) > revision_id(best):
+            best = revision
+    return best
+
+
+def page_from_element(page: ElementTree.Element, siteinfo: SiteInfo, source: str) -> RawPage | PageProblem:
+    """A RawPage from a parsed <page>, or a PageProblem saying what is wrong with it."""
+    title = _child_text(page, "title")
+    raw_id = (_child_text(page, "id") or "").strip()
+    page_id = int(raw_id) if raw_id.isdigit() else None
+    if not title:
+        return PageProblem(source, page_id, title, "page without a title")
+    if page_id is None:
+        return PageProblem(source, None, title, f"page id {raw_id!r} is not a number")
+    raw_namespace = _child_text(page, "ns")
+    if raw_namespace is not None and raw_namespace.strip().lstrip("-").isdigit():
+        namespace = int(raw_namespace)
+    else:  # schemas before 0.6 have no <ns>: the title prefix tells
+        prefix, _, rest = title.partition(":")
+        found = siteinfo.namespaces.lookup(prefix) if rest else None
+        namespace = ARTICLE if found is None else found
+    redirect = _child(page, "redirect")
+    redirect_title = None if redirect is None else (redirect.get("title") or None)
+    revision = _latest_revision(page)
+    if revision is None:
+        return PageProblem(source, page_id, title, "page without a revision")
+    raw_revision_id = (_child_text(revision, "id") or "").strip()
+    text = _child_text(revision, "text") or ""
+    return RawPage(page_id, namespace, title, text, redirect_title,
+                   int(raw_revision_id) if raw_revision_id.isdigit() else None, source)
+
+
+def iter_page_elements(stream: IO[bytes]) -> Iterator[ElementTree.Element]:
+    """Each complete <page> element of an XML stream; memory is released as pages go by."""
+    root = None
+    for event, element in ElementTree.iterparse(stream, events=("start", "end")):
+        if event == "start":
+            if root is None:
+                root = element
+            continue
+        if _local(element.tag) == "page":
+            yield element
+            root.clear()  # drop finished pages (iterparse keeps them attached to the root)
+
+
+def iter_pages(path: str, siteinfo: SiteInfo | None = None) -> Iterator[RawPage | PageProblem]:
+    """Every page of a whole dump file, in file order."""
+    info = siteinfo or read_siteinfo(path)
+    with open_xml(path) as stream:
+        try:
+            for element in iter_page_elements(stream):
+                yield page_from_element(element, info, path)
+        except ElementTree.ParseError as error:
+            raise InputError(f"{path}: malformed XML at line {error.position[0]}, column {error.position[1]}") \
+                from error
+        except (OSError, EOFError) as error:
+            raise InputError(f"{path}: truncated or corrupt archive: {_first_line(error)}") from error
+
+
+def find_multistream_index(dump_path: str) -> str | None:
+    """The '...-multistream-index.txt.bz2' beside a '...-multistream.xml.bz2' dump, if it is there."""
+    if not dump_path.endswith("multistream.xml.bz2"):
+        return None
+    candidate = dump_path[: -len("multistream.xml.bz2")] + "multistream-index.txt.bz2"
+    return candidate if FileSystems.exists(candidate) else None
+
+
+def read_stream_ranges(dump_path: str, index_path: str) -> list[StreamRange]:
+    """The page streams of a multistream dump, from its index of 'offset:page_id:title' lines."""
+    ids_by_offset: dict[int, list[int]] = {}
+    with open_xml(index_path) as stream:
+        try:
+            for number, line in enumerate(io.TextIOWrapper(stream, encoding="utf-8"), start=1):
+                if not line.strip():
+                    continue
+                parts = line.rstrip("\n").split(":", 2)
+                if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
+                    raise InputError(f"{index_path}: line {number} is not 'offset:page_id:title'")
+                ids_by_offset.setdefault(int(parts[0]), []).append(int(parts[1]))
+        except (OSError, EOFError) as error:
+            raise InputError(f"{index_path}: truncated or corrupt archive: {_first_line(error)}") from error
+    offsets = sorted(ids_by_offset)
+    if not offsets:
+        raise InputError(f"{index_path}: the multistream index lists no pages")
+    ends: list[int | None] = [*offsets[1:], None]
+    return [StreamRange(dump_path, start, end, tuple(ids_by_offset[start])) for start, end in zip(offsets, ends,
+                                                                                                   strict=True)]
+
+
+def decompress_range(stream: StreamRange) -> bytes:
+    """The XML of one stream range; InputError naming file and offset if it is no whole bz2 stream."""
+    where = f"{stream.path} at byte {stream.start}"
+    with open_raw(stream.path) as handle:
+        handle.seek(stream.start)
+        data = handle.read() if stream.end is None else handle.read(stream.end - stream.start)
+    if not data.startswith(b"BZh"):
+        raise InputError(f"{where}: no bz2 stream starts there (the index does not match the dump)")
+    pieces: list[bytes] = []
+    remaining = data
+    try:
+        while remaining:
+            decompressor = bz2.BZ2Decompressor()
+            pieces.append(decompressor.decompress(remaining))
+            if not decompressor.eof:
+                raise InputError(f"{where}: the bz2 stream is truncated")
+            remaining = decompressor.unused_data
+            if remaining and stream.end is not None:
+                raise InputError(f"{where}: the stream ends before the next index offset {stream.end}")
+    except OSError as error:
+        raise InputError(f"{where}: corrupt bz2 stream: {_first_line(error)}") from error
+    return b"".join(pieces)
+
+
+def iter_stream_pages(stream: StreamRange, siteinfo: SiteInfo) -> Iterator[RawPage | PageProblem]:
+    """The pages of one multistream stream, checked against the page ids the index lists for it."""
+    source = f"{stream.path}@{stream.start}"
+    xml = decompress_range(stream).replace(b"</mediawiki>", b"")
+    try:
+        elements = list(iter_page_elements(io.BytesIO(b"<pages>" + xml + b"</pages>")))
+    except ElementTree.ParseError as error:
+        yield PageProblem(source, None, None, f"malformed XML in the stream: {error}")
+        return
+    pages = [page_from_element(element, siteinfo, source) for element in elements]
+    found = tuple(page.page_id for page in pages if page.page_id is not None)
+    if sorted(found) != sorted(stream.page_ids):
+        raise InputError(f"{stream.path} at byte {stream.start}: the stream holds pages {_ids(found)} "
+                         f"but the index lists {_ids(stream.page_ids)}")
+    yield from pages
+
+
+def _ids(ids: tuple[int, ...]) -> str:
+    shown = ", ".join(map(str, ids[:3]))
+    return f"[{shown}{', ...' if len(ids) > 3 else ''}] ({len(ids)})"
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

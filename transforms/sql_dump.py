@@ -1,0 +1,103 @@
+"""Reading MediaWiki SQL table dumps (mysqldump files: page, redirect, page_props), streaming, row by row."""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from artifacts.errors import InputError
+from transforms.dump_reader import open_xml
+
+_CREATE = re.compile(r"CREATE TABLE `([^`]+)`")
+_COLUMN = re.compile(r"^\s*`([^`]+)`\s")
+_INSERT = re.compile(r"^INSERT INTO `([^`]+)` VALUES ")
+# One value followed by its separator: a quoted string (backslash escapes), NULL, or a number.
+_VALUE = re.compile(r"\s*(?:'((?:[^'\\]|\\.)*)'|(NULL)|([-+0-9.eE]+))\s*([,)])", re.S)
+_ESCAPES = {"0": "\0", "n": "\n", "r": "\r", "t": "\t", "Z": "\x1a", "b": "\b"}
+_ESCAPE = re.compile(r"\\(.)", re.S)
+
+
+class SqlSyntaxError(ValueError):
+    """An INSERT statement this reader cannot parse."""
+
+
+def unescape(value: str) -> str:
+    """A MySQL string literal's content without its backslash escapes."""
+    if "\\" not in value:
+        return value
+    return _ESCAPE.sub(lambda match: _ESCAPES.get(match.group(1), match.group(1)), value)
+
+
+def _number(text: str) -> int | float:
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def parse_values(statement: str, start: int) -> Iterator[list[Any]]:
+    """The rows of ``VALUES (...),(...);`` starting at ``statement[start]``."""
+    position = start
+    length = len(statement)
+    while position < length:
+        if statement[position] != "(":
+            raise SqlSyntaxError(f"expected '(' at character {position}")
+        position += 1
+        row: list[Any] = []
+        while True:
+            match = _VALUE.match(statement, position)
+            if match is None:
+                raise SqlSyntaxError(f"unparsable value at character {position}")
+            quoted, null, number, separator = match.groups()
+            row.append(unescape(quoted) if quoted is not None else None if null else _number(number))
+            position = match.end()
+            if separator == ")":
+                break
+        yield row
+        if position < length and statement[position] == ",":
+            position += 1
+        elif position < length and statement[position] == ";":
+            # Some dumps put several INSERT statements on one line.
+            following = _INSERT.match(statement[position + 1 :].lstrip())
+            if following is None:
+                return
+            rest = statement[position + 1 :].lstrip()
+            statement, position, length = rest, following.end(), len(rest)
+        while position < length and statement[position] in " \n\r":
+            position += 1
+
+
+def iter_sql_rows(path: str) -> Iterator[dict[str, Any]]:
+    """Every row of a table dump (.sql or .sql.gz) as {column: value}, columns named by its CREATE TABLE."""
+    columns: list[str] = []
+    in_create = False
+    with open_xml(path) as raw:
+        lines = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="\n")
+        try:
+            for number, line in enumerate(lines, start=1):
+                if in_create:
+                    column = _COLUMN.match(line)
+                    if column:
+                        columns.append(column.group(1))
+                    elif line.startswith(")"):
+                        in_create = False
+                    continue
+                if _CREATE.match(line):
+                    in_create, columns = True, []
+                    continue
+                insert = _INSERT.match(line)
+                if insert is None:
+                    continue
+                if not columns:
+                    raise InputError(f"{path}: INSERT at line {number} before any CREATE TABLE")
+                try:
+                    for row in parse_values(line.rstrip("\n"), insert.end()):
+                        if len(row) != len(columns):
+                            raise SqlSyntaxError(f"a row of {len(row)} values for {len(columns)} columns")
+                        yield dict(zip(columns, row, strict=True))
+                except SqlSyntaxError as error:
+                    raise InputError(f"{path}: line {number}: {error}") from error
+        except (OSError, EOFError) as error:
+            raise InputError(f"{path}: truncated or corrupt archive: {error}") from error
