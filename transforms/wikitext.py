@@ -1,0 +1,276 @@
+"""Wikitext -> plain text with hyperlinks (mwparserfromhell), as DESIGN.md defines the text.
+
+Templates, <ref>, tables, comments and invisible tags are dropped; link text stays in place; every link
+keeps exact offsets: ``text[link.start:link.end]`` is its anchor text.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass, field
+
+import mwparserfromhell
+from mwparserfromhell.nodes import (
+    Argument,
+    Comment,
+    ExternalLink,
+    Heading,
+    HTMLEntity,
+    Tag,
+    Template,
+    Text,
+    Wikilink,
+)
+from mwparserfromhell.wikicode import Wikicode
+
+from transforms.namespaces import CATEGORY, FILE, MEDIA, Namespaces
+from transforms.titles import normalize_title
+
+# Tags whose content a reader never sees as article prose.
+_INVISIBLE_TAGS = frozenset({
+    "ref", "references", "table", "gallery", "math", "chem", "ce", "timeline", "imagemap", "score", "graph",
+    "mapframe", "maplink", "templatedata", "templatestyles", "includeonly", "noinclude", "syntaxhighlight",
+    "source", "hiero", "inputbox", "categorytree", "section", "indicator", "style", "script", "poem-hidden",
+})
+_LINE_BREAK_TAGS = frozenset({"br", "p", "li", "dd", "dt", "tr"})
+# Interwiki prefixes that are not language codes (language codes are matched by pattern).
+_INTERWIKI = frozenset({
+    "wikt", "wiktionary", "commons", "c", "meta", "m", "s", "wikisource", "q", "wikiquote", "n", "wikinews",
+    "b", "wikibooks", "v", "wikiversity", "voy", "wikivoyage", "species", "d", "wikidata", "mw", "w",
+    "wikipedia", "foundation", "wmf", "phab", "outreach", "incubator", "simple", "mediawikiwiki", "wikimedia",
+})
+_LANGUAGE_CODE = re.compile(r"^[a-z]{2,3}(-[a-z]{2,8})*$")
+_REDIRECT = re.compile(
+    r"^\s*#\s*(?:redirect|rinvia|rimando|weiterleitung|redirection|redirección|redireccion|doorverwijzing|"
+    r"перенаправление|patrz|przekieruj|重定向|転送|リダイレクト)\s*:?\s*\[\[([^\]|]*)",
+    re.IGNORECASE,
+)
+_LINK_TRAIL = re.compile(r"^[a-z]+")
+_MAX_DEPTH = 60
+
+
+class WikitextError(Exception):
+    """A page that cannot be converted (the parser failed or the markup nests absurdly deep)."""
+
+
+@dataclass(frozen=True)
+class Link:
+    start: int
+    end: int
+    target: str  # normalized title, not yet redirect-resolved
+
+
+@dataclass(frozen=True)
+class ParsedText:
+    text: str
+    links: tuple[Link, ...]
+
+
+@dataclass(frozen=True)
+class WikitextOptions:
+    keep_section_links: bool = False
+    first_bold_as_link: bool = False
+    use_prepass: bool = True
+
+
+@dataclass
+class _Builder:
+    """Text pieces and the links among them, before whitespace is tidied."""
+
+    pieces: list[str] = field(default_factory=list)
+    length: int = 0
+    links: list[Link] = field(default_factory=list)
+    bold_linked: bool = False
+    in_lead: bool = True
+
+    def add(self, text: str) -> None:
+        if text:
+            self.pieces.append(text)
+            self.length += len(text)
+
+    def add_link(self, anchor: str, target: str) -> None:
+        anchor = anchor.strip()
+        if not anchor:
+            return
+        start = self.length
+        self.add(anchor)
+        self.links.append(Link(start, self.length, target))
+
+
+def redirect_target_from_text(wikitext: str) -> str | None:
+    """The target of ``#REDIRECT [[Target#section]]`` (also common localized magic words), else None."""
+    match = _REDIRECT.match(wikitext)
+    if match is None:
+        return None
+    return match.group(1).split("#", 1)[0].strip() or None
+
+
+def is_interwiki(prefix: str) -> bool:
+    stripped = prefix.strip()
+    return stripped.lower() in _INTERWIKI or bool(_LANGUAGE_CODE.match(stripped))
+
+
+@dataclass(frozen=True)
+class _LinkRole:
+    """How a [[...]] renders: ``drop`` (nothing shown), else its shown text and entity target (or None)."""
+
+    drop: bool
+    target: str | None
+
+
+def classify_link(raw_title: str, namespaces: Namespaces, options: WikitextOptions) -> _LinkRole:
+    """What a wikilink target is: an entity link, a shown non-entity link, or something not shown at all."""
+    title = raw_title.strip()
+    leading_colon = title.startswith(":")
+    title = title.lstrip(":").strip()
+    prefix, separator, _rest = title.partition(":")
+    if separator:
+        namespace = namespaces.lookup(prefix)
+        if namespace in (FILE, CATEGORY, MEDIA):
+            return _LinkRole(drop=not leading_colon, target=None)
+        if namespace is not None and namespace != 0:
+            return _LinkRole(drop=False, target=None)
+        if namespace is None and is_interwiki(prefix):
+            return _LinkRole(drop=not leading_colon and bool(_LANGUAGE_CODE.match(prefix.strip())), target=None)
+    page, hash_sign, _section = title.partition("#")
+    if hash_sign and (not options.keep_section_links or not page.strip()):
+        return _LinkRole(drop=False, target=None)
+    target = normalize_title(page)
+    return _LinkRole(drop=False, target=target or None)
+
+
+class _Converter:
+    def __init__(self, title: str, namespaces: Namespaces, options: WikitextOptions) -> None:
+        self.title = title
+        self.namespaces = namespaces
+        self.options = options
+        self.out = _Builder()
+
+    def render_plain(self, code: Wikicode | None, depth: int) -> str:
+        """The visible text of a piece of markup with no links recorded (for link labels and headings)."""
+        if code is None:
+            return ""
+        inner = _Converter(self.title, self.namespaces, self.options)
+        inner.out.in_lead = False
+        inner.out.bold_linked = True
+        inner.walk(code, depth + 1)
+        return "".join(inner.out.pieces)
+
+    def walk(self, code: Wikicode, depth: int = 0) -> None:
+        if depth > _MAX_DEPTH:
+            raise WikitextError(f"markup nested deeper than {_MAX_DEPTH} levels")
+        nodes = code.nodes
+        index = 0
+        while index < len(nodes):
+            node = nodes[index]
+            if isinstance(node, Wikilink):
+                trail = ""
+                if index + 1 < len(nodes) and isinstance(nodes[index + 1], Text):
+                    match = _LINK_TRAIL.match(str(nodes[index + 1].value))
+                    if match:
+                        trail = match.group(0)
+                consumed = self.wikilink(node, trail, depth)
+                if consumed and trail:
+                    self.out.add(str(nodes[index + 1].value)[len(trail):])
+                    index += 1
+            else:
+                self.node(node, depth)
+            index += 1
+
+    def wikilink(self, node: Wikilink, trail: str, depth: int) -> bool:
+        """Render a wikilink; True if it took the link trail (letters glued to ``]]``) into its anchor."""
+        role = classify_link(str(node.title), self.namespaces, self.options)
+        if role.drop:
+            return False
+        shown = self.render_plain(node.text, depth) if node.text is not None else str(node.title).lstrip(":")
+        if node.text is None:
+            shown = self.render_plain(mwparserfromhell.parse(shown), depth)
+        shown = shown.strip()
+        if role.target is None:
+            self.out.add(shown)
+            return False
+        self.out.add_link(shown + trail, role.target)
+        return True
+
+    def node(self, node: object, depth: int) -> None:
+        out = self.out
+        if isinstance(node, Text):
+            out.add(str(node.value))
+        elif isinstance(node, (Template, Argument, Comment)):
+            return
+        elif isinstance(node, HTMLEntity):
+            out.add(node.normalize().replace("\xa0", " "))
+        elif isinstance(node, Heading):
+            out.in_lead = False
+            out.add("\n" + self.render_plain(node.title, depth).strip() + "\n")
+        elif isinstance(node, ExternalLink):
+            if node.title is not None:
+                out.add(self.render_plain(node.title, depth).strip())
+        elif isinstance(node, Tag):
+            self.tag(node, depth)
+        else:
+            out.add(str(node))
+
+    def tag(self, node: Tag, depth: int) -> None:
+        out = self.out
+        name = str(node.tag).strip().lower()
+        if name in _INVISIBLE_TAGS:
+            return
+        if name in _LINE_BREAK_TAGS and (node.self_closing or node.wiki_markup):
+            out.add("\n")
+        if node.self_closing or node.contents is None:
+            return
+        if name == "nowiki":
+            out.add(str(node.contents))
+            return
+        if name == "b" and self.options.first_bold_as_link and out.in_lead and not out.bold_linked:
+            out.bold_linked = True
+            out.add_link(self.render_plain(node.contents, depth), self.title)
+            return
+        self.walk(node.contents, depth + 1)
+
+
+def tidy(raw: str, links: list[Link]) -> ParsedText:
+    """Strip every line and drop empty ones; links move with their text (an anchor never spans lines)."""
+    spans: list[tuple[int, int, int]] = []  # per kept line: old content start, old content end, new start
+    kept: list[str] = []
+    position = new_length = 0
+    for line in raw.split("\n"):
+        stripped = line.strip()
+        if stripped:
+            start = position + len(line) - len(line.lstrip())
+            new_length += 1 if kept else 0
+            spans.append((start, start + len(stripped), new_length))
+            kept.append(stripped)
+            new_length += len(stripped)
+        position += len(line) + 1
+    content_starts = [span[0] for span in spans]
+    moved: list[Link] = []
+    for link in links:
+        slot = bisect.bisect_right(content_starts, link.start) - 1
+        if slot < 0 or link.start >= spans[slot][1]:
+            slot += 1  # the anchor starts in the blank margin before a line
+        if slot >= len(spans):
+            continue
+        old_start, old_end, new_start = spans[slot]
+        start, end = max(link.start, old_start), min(link.end, old_end)
+        if end > start:
+            moved.append(Link(new_start + start - old_start, new_start + end - old_start, link.target))
+    return ParsedText("\n".join(kept), tuple(moved))
+
+
+def wikitext_to_text(wikitext: str, title: str, namespaces: Namespaces,
+                     options: WikitextOptions = WikitextOptions()) -> ParsedText:
+    """Plain text and links of an article's wikitext."""
+    try:
+        code = mwparserfromhell.parse(wikitext)
+        converter = _Converter(title, namespaces, options)
+        converter.walk(code)
+    except RecursionError as error:
+        raise WikitextError("markup nested too deeply for the parser") from error
+    except WikitextError:
+        raise
+    except Exception as error:  # mwparserfromhell raises assorted internal errors on broken markup
+        raise WikitextError(f"parser failed: {type(error).__name__}: {error}") from error
+    return tidy("".join(converter.out.pieces), converter.out.links)
