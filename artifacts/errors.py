@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 
 _MARKER = "KPR-INPUT-ERROR: "
-_PATTERN = re.compile(re.escape(_MARKER) + r"([^\n]*)")
+_PATTERN = re.compile(r"(?:" + re.escape(_MARKER) + r")+([^\n]*)")
+_BEAM_CONTEXT = re.compile(r"\s*\[while running '[^\n]*'\]\s*$")
 
 
 class InputError(Exception):
@@ -16,8 +17,9 @@ class InputError(Exception):
     """
 
     def __init__(self, message: str) -> None:
+        message = message.removeprefix(_MARKER)  # Beam re-raises a worker's error with its text as message
         super().__init__(_MARKER + message)
-        self.message = message
+        self.message = _BEAM_CONTEXT.sub("", message)
 
 
 def input_error_message(error: BaseException) -> str | None:
@@ -30,4 +32,9 @@ def input_error_message(error: BaseException) -> str | None:
             return current.message
         current = current.__cause__ or current.__context__
     match = _PATTERN.search(str(error))
-    return match.group(1).strip() if match else None
+    return _BEAM_CONTEXT.sub("", match.group(1)).strip() if match else None
+
+
+def mentions_input_error(text: str) -> bool:
+    """Whether a log message carries an InputError (the command line shows it once, as one line)."""
+    return _MARKER in text

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from artifacts.errors import input_error_message
+from artifacts.errors import input_error_message, mentions_input_error
 from pipelines import stage as stage_runner
 
 # command name -> "module:attribute"; a stage object has name/outputs/upstream/run, a command has main().
@@ -69,6 +69,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, beam_args = parser.parse_known_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.verbose:
+        # Beam logs a failed worker's traceback before re-raising; an InputError is shown once, as one line.
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(lambda record: not mentions_input_error(record.getMessage()))
     unexpected = [arg for index, arg in enumerate(beam_args)
                   if not arg.startswith("-") and not _is_flag_value(beam_args, index)]
     if unexpected:

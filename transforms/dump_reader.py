@@ -19,10 +19,11 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from artifacts.errors import InputError
-from transforms.namespaces import ARTICLE, Namespaces
+from transforms.namespaces import ARTICLE, Namespaces, legacy_file_aliases
 
 _SCHEMA = re.compile(r"export-(\d+\.\d+)")
 _SITEINFO_END = b"</siteinfo>"
+_HOST_LANGUAGE = re.compile(r"^[a-z]+://([a-z-]+)\.wikipedia\.org")
 _HEAD_LIMIT = 1 << 20  # <siteinfo> sits in the first few KB; stop looking after 1 MB of XML
 _READ_SIZE = 1 << 20
 
@@ -110,8 +111,17 @@ def siteinfo_from_element(element: ElementTree.Element | None, schema_version: s
         key = namespace.get("key")
         if key is not None and namespace.text:
             local[namespace.text] = int(key)
-    return SiteInfo(_child_text(element, "dbname"), _child_text(element, "base"), schema_version,
-                    namespaces.with_names(local))
+    dbname, base_url = _child_text(element, "dbname"), _child_text(element, "base")
+    local.update(legacy_file_aliases(wiki_language(dbname, base_url)))
+    return SiteInfo(dbname, base_url, schema_version, namespaces.with_names(local))
+
+
+def wiki_language(dbname: str | None, base_url: str | None) -> str | None:
+    """The language code of a Wikipedia: from ``itwiki``, or from ``http://it.wikipedia.org/...``."""
+    if dbname and dbname.endswith("wiki"):
+        return dbname.removesuffix("wiki")
+    match = _HOST_LANGUAGE.match(base_url or "")
+    return match.group(1) if match else None
 
 
 def read_siteinfo(path: str) -> SiteInfo:

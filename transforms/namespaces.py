@@ -18,6 +18,18 @@ _ENGLISH_DEFAULTS = {
     "module": 828, "module talk": 829,
 }
 
+# Old local names of the File namespace that wikis still accept but <siteinfo> does not list (it lists no
+# aliases). Keyed by language code.
+_LEGACY_FILE_ALIASES = {
+    "it": ("Immagine",), "de": ("Bild",), "fr": ("Image",), "es": ("Imagen",), "pt": ("Imagem", "Arquivo"),
+    "nl": ("Afbeelding",), "pl": ("Grafika",), "ru": ("Изображение",), "sv": ("Bild",), "ja": ("画像",),
+}
+
+
+def legacy_file_aliases(language: str | None) -> dict[str, int]:
+    """The unlisted File aliases of a wiki by its language code (e.g. ``it`` -> {"Immagine": 6})."""
+    return {alias: FILE for alias in _LEGACY_FILE_ALIASES.get(language, ())}
+
 
 @dataclass(frozen=True)
 class Namespaces:
