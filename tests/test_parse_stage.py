@@ -161,7 +161,8 @@ def test_corrupt_stream_stops_or_is_skipped_on_request(tmp_path):
     dump, index = tmp_path / "dump-multistream.xml.bz2", tmp_path / "dump-multistream-index.txt.bz2"
     shutil.copy(BUNDLED_INDEX, index)
     data = bytearray(BUNDLED_SAMPLE.read_bytes())
-    offsets = sorted({int(line.split(":", 1)[0]) for line in bz2.decompress(index.read_bytes()).decode().splitlines() if line})
+    lines = bz2.decompress(index.read_bytes()).decode().splitlines()
+    offsets = sorted({int(line.split(":", 1)[0]) for line in lines if line})
     middle = offsets[1] + 500
     data[middle:middle + 64] = bytes(64)
     dump.write_bytes(bytes(data))

@@ -231,9 +231,30 @@ class _Converter:
         self.walk(node.contents, depth + 1)
 
 
+_SPACE_RUN = re.compile(r"[ \t]{2,}|\t")
+
+
+def _squeeze(line: str) -> tuple[str, list[int], list[int]]:
+    """``line`` with runs of spaces made one space, and how offsets move: (text, run ends, chars removed by then)."""
+    ends: list[int] = []
+    removed: list[int] = []
+    total = 0
+    for match in _SPACE_RUN.finditer(line):
+        total += len(match.group(0)) - 1
+        ends.append(match.end())
+        removed.append(total)
+    return (_SPACE_RUN.sub(" ", line), ends, removed) if ends else (line, ends, removed)
+
+
+def _moved(offset: int, ends: list[int], removed: list[int]) -> int:
+    """Where ``offset`` of a line lands after ``_squeeze`` (inside a run it lands on the run's one space)."""
+    slot = bisect.bisect_right(ends, offset) - 1
+    return offset - (removed[slot] if slot >= 0 else 0)
+
+
 def tidy(raw: str, links: list[Link]) -> ParsedText:
-    """Strip every line and drop empty ones; links move with their text (an anchor never spans lines)."""
-    spans: list[tuple[int, int, int]] = []  # per kept line: old content start, old content end, new start
+    """Strip every line, drop empty ones, make runs of spaces one space; links move with their text."""
+    spans: list[tuple[int, int, int, list[int], list[int]]] = []  # old start, old end, new start, squeeze map
     kept: list[str] = []
     position = new_length = 0
     for line in raw.split("\n"):
@@ -241,9 +262,10 @@ def tidy(raw: str, links: list[Link]) -> ParsedText:
         if stripped:
             start = position + len(line) - len(line.lstrip())
             new_length += 1 if kept else 0
-            spans.append((start, start + len(stripped), new_length))
-            kept.append(stripped)
-            new_length += len(stripped)
+            squeezed, ends, removed = _squeeze(stripped)
+            spans.append((start, start + len(stripped), new_length, ends, removed))
+            kept.append(squeezed)
+            new_length += len(squeezed)
         position += len(line) + 1
     content_starts = [span[0] for span in spans]
     moved: list[Link] = []
@@ -253,10 +275,11 @@ def tidy(raw: str, links: list[Link]) -> ParsedText:
             slot += 1  # the anchor starts in the blank margin before a line
         if slot >= len(spans):
             continue
-        old_start, old_end, new_start = spans[slot]
-        start, end = max(link.start, old_start), min(link.end, old_end)
+        old_start, old_end, new_start, ends, removed = spans[slot]
+        start, end = max(link.start, old_start) - old_start, min(link.end, old_end) - old_start
         if end > start:
-            moved.append(Link(new_start + start - old_start, new_start + end - old_start, link.target))
+            moved.append(Link(new_start + _moved(start, ends, removed), new_start + _moved(end, ends, removed),
+                              link.target))
     return ParsedText("\n".join(kept), tuple(moved))
 
 

@@ -1,0 +1,115 @@
+"""Wikitext -> text and links: exact expectations on inline markup and invariants on every real sample page."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import WIKIPEDIA
+from transforms.dump_reader import RawPage, iter_pages, read_siteinfo
+from transforms.namespaces import Namespaces
+from transforms.titles import normalize_title, split_namespace
+from transforms.wikitext import WikitextError, WikitextOptions, redirect_target_from_text, wikitext_to_text
+
+ENGLISH = Namespaces.english_defaults()
+ITALIAN = ENGLISH.with_names({"Categoria": 14, "File": 6, "Immagine": 6, "Discussione": 1})
+
+
+def convert(wikitext: str, namespaces: Namespaces = ENGLISH, **options) -> tuple[str, list[tuple[str, str]]]:
+    parsed = wikitext_to_text(wikitext, "Page", namespaces, WikitextOptions(**options))
+    return parsed.text, [(parsed.text[link.start:link.end], link.target) for link in parsed.links]
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    ("anarchism", "Anarchism"), ("  the_Foo  bar ", "The Foo bar"), ("AT&amp;T", "AT&T"), ("éclair", "Éclair"),
+    ("", ""),
+])
+def test_normalize_title(raw, expected):
+    assert normalize_title(raw) == expected
+
+
+def test_split_namespace():
+    assert split_namespace("Category:Foo", ENGLISH) == (14, "Foo")
+    assert split_namespace("categoria:Foo", ITALIAN) == (14, "Foo")
+    assert split_namespace("Star Trek: Voyager", ENGLISH) == (0, "Star Trek: Voyager")
+
+
+def test_templates_refs_and_bold_are_dropped_link_text_kept():
+    assert convert("'''Anarchism''' is a [[political philosophy]] that advocates [[Self-governance|self-governed]] "
+                   "societies.{{cite|x}}<ref>A [[ref link]]</ref>") == (
+        "Anarchism is a political philosophy that advocates self-governed societies.",
+        [("political philosophy", "Political philosophy"), ("self-governed", "Self-governance")])
+
+
+def test_link_trails_files_categories_and_interwiki():
+    assert convert("[[apple]]s and [[Banana|yellow]]y fruit, [[File:X.jpg|thumb|A [[caption]]]] [[Category:Fruit]] "
+                   "[[:Category:Fruit|cat]] [[fr:Pomme]] [[wikt:apple|apple]]  [[last]]") == (
+        "apples and yellowy fruit, cat apple last",
+        [("apples", "Apple"), ("yellowy", "Banana"), ("last", "Last")])
+
+
+def test_headings_lists_tables_sections_and_entities():
+    assert convert("== History ==\nText [[History#Early|early]] and [[#Local|here]].\n\n\n* item [[one]]\n"
+                   "{| class=x\n| [[cell]]\n|}\nend &amp; &nbsp;done") == (
+        "History\nText early and here.\nitem one\nend & done", [("one", "One")])
+
+
+def test_section_links_on_request():
+    assert convert("[[History#Early|early]] [[#Local|here]]", keep_section_links=True) == (
+        "early here", [("early", "History")])
+
+
+def test_first_bold_text_as_link_to_the_page_itself():
+    wikitext = "'''Albedo''' or '''x''' is [[a_b  c|d]]. <!-- hidden [[x]] --> [http://example.com Example] http://x.org"
+    assert convert(wikitext, first_bold_as_link=True) == (
+        "Albedo or x is d. Example", [("Albedo", "Page"), ("d", "A b c")])
+    assert convert(wikitext) == ("Albedo or x is d. Example", [("d", "A b c")])
+
+
+def test_invisible_tags_and_nowiki():
+    assert convert("Text<br/>more<math>x^2</math> <nowiki>[[not]]</nowiki> <span>[[in span]]</span>") == (
+        "Text\nmore [[not]] in span", [("in span", "In span")])
+
+
+def test_italian_namespace_names():
+    assert convert("[[Immagine:X.jpg|thumb|didascalia]] [[Categoria:Economia]] [[Adam Smith|Smith]]", ITALIAN) == (
+        "Smith", [("Smith", "Adam Smith")])
+
+
+def test_redirect_target_from_text():
+    assert redirect_target_from_text("#REDIRECT [[Computer accessibility#History]]") == "Computer accessibility"
+    assert redirect_target_from_text("#redirect:[[Foo|bar]]") == "Foo"
+    assert redirect_target_from_text("#RINVIA [[Pagina]]") == "Pagina"
+    assert redirect_target_from_text("Some text #REDIRECT [[X]]") is None
+
+
+def test_absurd_nesting_is_a_wikitext_error():
+    with pytest.raises(WikitextError):
+        wikitext_to_text("<span>" * 500 + "x" + "</span>" * 500, "Page", ENGLISH)
+
+
+def real_pages():
+    for name in ("enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2",
+                 "enwiki-table-markup.xml.bz2", "itwiki-sample.xml.gz", "edge-cases/article-pear-0.10.xml",
+                 "edge-cases/aawiki-20260101-pages-meta-current.xml.bz2"):
+        path = str(WIKIPEDIA / name)
+        siteinfo = read_siteinfo(path)
+        for page in iter_pages(path, siteinfo):
+            if isinstance(page, RawPage) and page.namespace == 0 and page.redirect is None:
+                yield siteinfo, page
+
+
+@pytest.mark.usefixtures("shared_data")
+def test_every_real_page_converts_with_exact_offsets():
+    converted = 0
+    for siteinfo, page in real_pages():
+        parsed = wikitext_to_text(page.text, normalize_title(page.title), siteinfo.namespaces)
+        assert "\n\n" not in parsed.text and "  " not in parsed.text
+        previous_end = 0
+        for link in parsed.links:
+            anchor = parsed.text[link.start:link.end]
+            assert anchor and anchor == anchor.strip() and "\n" not in anchor, (page.title, link)
+            assert link.start >= previous_end, "links are in text order and never overlap"
+            assert link.target == normalize_title(link.target) and "#" not in link.target
+            previous_end = link.end
+        converted += 1
+    assert converted > 700
