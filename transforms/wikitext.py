@@ -26,6 +26,7 @@ from mwparserfromhell.wikicode import Wikicode
 
 from transforms.namespaces import CATEGORY, FILE, MEDIA, Namespaces
 from transforms.titles import normalize_title
+from transforms.wikitext_prepass import strip_dropped_markup
 
 # Tags whose content a reader never sees as article prose.
 _INVISIBLE_TAGS = frozenset({
@@ -231,6 +232,8 @@ class _Converter:
         self.walk(node.contents, depth + 1)
 
 
+# A line of nothing but list/indent markup (what is left of ":{{template}}"): no text.
+_BARE_LIST_MARKUP = re.compile(r"^[:*#;]+$")
 _SPACE_RUN = re.compile(r"[ \t]{2,}|\t")
 
 
@@ -259,7 +262,7 @@ def tidy(raw: str, links: list[Link]) -> ParsedText:
     position = new_length = 0
     for line in raw.split("\n"):
         stripped = line.strip()
-        if stripped:
+        if stripped and not _BARE_LIST_MARKUP.match(stripped):
             start = position + len(line) - len(line.lstrip())
             new_length += 1 if kept else 0
             squeezed, ends, removed = _squeeze(stripped)
@@ -285,7 +288,13 @@ def tidy(raw: str, links: list[Link]) -> ParsedText:
 
 def wikitext_to_text(wikitext: str, title: str, namespaces: Namespaces,
                      options: WikitextOptions = WikitextOptions()) -> ParsedText:
-    """Plain text and links of an article's wikitext."""
+    """Plain text and links of an article's wikitext.
+
+    With ``options.use_prepass`` the markup the text drops is cut by a fast scanner first (see
+    transforms/wikitext_prepass.py); the page falls back to the full parse wherever the scanner is unsure.
+    """
+    if options.use_prepass:
+        wikitext = strip_dropped_markup(wikitext) or wikitext
     try:
         code = mwparserfromhell.parse(wikitext)
         converter = _Converter(title, namespaces, options)
