@@ -184,10 +184,9 @@ class _Converter:
         role = classify_link(str(node.title), self.namespaces, self.options)
         if role.drop:
             return False
-        shown = self.render_plain(node.text, depth) if node.text is not None else str(node.title).lstrip(":")
+        shown = self.render_plain(node.text if node.text is not None else node.title, depth).strip()
         if node.text is None:
-            shown = self.render_plain(mwparserfromhell.parse(shown), depth)
-        shown = shown.strip()
+            shown = shown.lstrip(":").strip()
         if role.target is None:
             self.out.add(shown)
             return False
