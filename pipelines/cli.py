@@ -15,6 +15,7 @@ from pipelines import stage as stage_runner
 # command name -> "module:attribute"; a stage object has name/outputs/upstream/run, a command has main().
 COMMANDS: dict[str, str] = {
     "parse": "pipelines.parse:STAGE",
+    "dictionary": "pipelines.dictionary:STAGE",
 }
 
 

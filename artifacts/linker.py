@@ -1,0 +1,191 @@
+"""The dictionary-based entity linker: its files (the KPR reference layout) and its runtime (no Beam needed).
+
+Layout of ``dictionary/linker/``: ``name.trie`` (marisa Trie of names), ``kb_id.trie`` (marisa Trie of entity
+keys: QIDs where known, else titles; entity_id = key id + 1), ``data.npy`` (uint32 rows kb_index, link_count,
+total_link_count, doc_count, grouped by name id), ``offsets.npy`` (uint32 row ranges per name id, names + 1),
+``config.json``, plus ``titles.bin``/``title_offsets.npy`` (entity titles in kb order, for readable output).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import marisa_trie
+import numpy as np
+
+from artifacts import fs
+from artifacts.errors import InputError
+from transforms.names import NameRules, find_names, fold_case, token_spans
+
+LINKER_FILES = ("name.trie", "kb_id.trie", "data.npy", "offsets.npy", "config.json", "titles.bin",
+                "title_offsets.npy")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    entity_id: int
+    key: str
+    title: str
+    link_prob: float
+    commonness: float
+    link_count: int
+
+
+@dataclass(frozen=True)
+class Mention:
+    start: int
+    end: int
+    name: str
+    candidates: tuple[Candidate, ...]
+
+
+@dataclass(frozen=True)
+class NameRow:
+    """One kept (name, entity) pair of the dictionary."""
+
+    name: str
+    entity_id: int
+    link_count: int
+    total_link_count: int
+    doc_count: int
+
+
+def build_kb_trie(keys: Iterable[str]) -> marisa_trie.Trie:
+    """The entity key trie; ``entity_id = trie[key] + 1`` (marisa ids depend only on the key set)."""
+    return marisa_trie.Trie(keys)
+
+
+def write_linker(directory: str, rows: Sequence[NameRow], kb_keys: marisa_trie.Trie, titles: Sequence[str],
+                 config: dict) -> None:
+    """Write the linker files for ``rows``; ``titles[i]`` is the title of kb index i."""
+    names = marisa_trie.Trie({row.name for row in rows})
+    name_ids = np.fromiter((names[row.name] for row in rows), dtype=np.int64, count=len(rows))
+    data = np.array([(row.entity_id - 1, row.link_count, row.total_link_count, row.doc_count) for row in rows],
+                    dtype=np.uint32).reshape(len(rows), 4)
+    order = np.lexsort((-data[:, 1].astype(np.int64), name_ids))  # by name id, then most linked first
+    data = data[order]
+    offsets = np.zeros(len(names) + 1, dtype=np.uint32)
+    np.cumsum(np.bincount(name_ids, minlength=len(names)), out=offsets[1:])
+    encoded = [title.encode("utf-8") for title in titles]
+    title_offsets = np.zeros(len(encoded) + 1, dtype=np.uint64)
+    np.cumsum([len(title) for title in encoded], out=title_offsets[1:])
+    with tempfile.TemporaryDirectory() as local:
+        names.save(os.path.join(local, "name.trie"))
+        kb_keys.save(os.path.join(local, "kb_id.trie"))
+        np.save(os.path.join(local, "data.npy"), data)
+        np.save(os.path.join(local, "offsets.npy"), offsets)
+        np.save(os.path.join(local, "title_offsets.npy"), title_offsets)
+        with open(os.path.join(local, "titles.bin"), "wb") as handle:
+            handle.write(b"".join(encoded))
+        with open(os.path.join(local, "config.json"), "w") as handle:
+            json.dump(config, handle, indent=2, sort_keys=True)
+        for name in LINKER_FILES:
+            with open(os.path.join(local, name), "rb") as handle:
+                fs.write_bytes(fs.join(directory, name), handle.read())
+
+
+def _local_copy(path: str) -> str:
+    """A local directory with the linker files (memory-mapped there); remote ones are copied once."""
+    if "://" not in path:
+        return path
+    local = tempfile.mkdtemp(prefix="kpr-linker-")
+    for name in LINKER_FILES:
+        with open(os.path.join(local, name), "wb") as handle:
+            handle.write(fs.read_bytes(fs.join(path, name)))
+    return local
+
+
+class EntityLinker:
+    """Finds dictionary names in text: the longest name at each token start, no overlaps, all candidates."""
+
+    def __init__(self, directory: str, min_link_prob: float | None = None, min_commonness: float | None = None,
+                 min_link_count: int | None = None) -> None:
+        missing = [name for name in LINKER_FILES if not os.path.exists(os.path.join(directory, name))]
+        if missing:
+            raise InputError(f"{directory} is not a complete linker (missing {', '.join(missing)}): "
+                             "run the dictionary stage first")
+        with open(os.path.join(directory, "config.json")) as handle:
+            self.config = json.load(handle)
+        self.min_link_prob = self.config["min_link_prob"] if min_link_prob is None else min_link_prob
+        self.min_commonness = self.config["min_prior_prob"] if min_commonness is None else min_commonness
+        self.min_link_count = self.config["min_link_count"] if min_link_count is None else min_link_count
+        self.rules = NameRules(case_sensitive=self.config["case_sensitive"],
+                               max_length=self.config["max_mention_length"])
+        self.names = marisa_trie.Trie().mmap(os.path.join(directory, "name.trie"))
+        self.kb_keys = marisa_trie.Trie().mmap(os.path.join(directory, "kb_id.trie"))
+        self.data = np.load(os.path.join(directory, "data.npy"), mmap_mode="r")
+        self.offsets = np.load(os.path.join(directory, "offsets.npy"), mmap_mode="r")
+        self.title_offsets = np.load(os.path.join(directory, "title_offsets.npy"), mmap_mode="r")
+        self.titles = np.memmap(os.path.join(directory, "titles.bin"), dtype=np.uint8, mode="r") \
+            if os.path.getsize(os.path.join(directory, "titles.bin")) else np.zeros(0, dtype=np.uint8)
+        self._candidates_cache: dict[str, tuple[Candidate, ...]] = {}
+
+    @classmethod
+    def load(cls, path: str, min_link_prob: float | None = None, min_commonness: float | None = None,
+             min_link_count: int | None = None) -> EntityLinker:
+        """Load ``OUT/dictionary/linker`` (local or any Beam filesystem URL); thresholds default to the build's."""
+        return cls(_local_copy(path), min_link_prob, min_commonness, min_link_count)
+
+    @cached_property
+    def _tokenizer(self):
+        import spacy
+
+        return spacy.blank("en").tokenizer
+
+    def title(self, kb_index: int) -> str:
+        start, end = int(self.title_offsets[kb_index]), int(self.title_offsets[kb_index + 1])
+        return bytes(self.titles[start:end]).decode("utf-8")
+
+    def candidates(self, name: str) -> tuple[Candidate, ...]:
+        """The candidates of a dictionary name that pass the thresholds, most common first (empty if none)."""
+        cached = self._candidates_cache.get(name)
+        if cached is not None:
+            return cached
+        name_id = self.names.get(name)
+        found: list[Candidate] = []
+        if name_id is not None:
+            for kb_index, link_count, total, doc_count in self.data[self.offsets[name_id]:self.offsets[name_id + 1]]:
+                link_prob = min(1.0, float(total) / float(doc_count)) if doc_count else 1.0
+                commonness = float(link_count) / float(total) if total else 0.0
+                if link_prob < self.min_link_prob or commonness < self.min_commonness:
+                    continue
+                if link_count < self.min_link_count:
+                    continue
+                found.append(Candidate(int(kb_index) + 1, self.kb_keys.restore_key(int(kb_index)),
+                                       self.title(int(kb_index)), link_prob, commonness, int(link_count)))
+        result = tuple(sorted(found, key=lambda candidate: (-candidate.commonness, candidate.entity_id)))
+        self._candidates_cache[name] = result
+        return result
+
+    @cached_property
+    def _linkable(self) -> bytes:
+        """Per name id: whether any candidate passes the thresholds (vectorized once, at first use)."""
+        kb_index, link_count, total, doc_count = (self.data[:, column].astype(np.float64) for column in range(4))
+        link_prob = np.minimum(1.0, np.divide(total, doc_count, out=np.ones_like(total), where=doc_count > 0))
+        commonness = np.divide(link_count, total, out=np.zeros_like(total), where=total > 0)
+        passing = ((link_prob >= self.min_link_prob) & (commonness >= self.min_commonness)
+                   & (link_count >= self.min_link_count))
+        name_of_row = np.repeat(np.arange(len(self.offsets) - 1), np.diff(self.offsets.astype(np.int64)))
+        linkable = np.zeros(len(self.offsets) - 1, dtype=bool)
+        linkable[name_of_row[passing]] = True
+        return linkable.tobytes()  # indexing bytes is far cheaper than indexing a numpy array
+
+    def _linkable_prefixes(self, text: str) -> list[str]:
+        linkable = self._linkable
+        return [name for name, name_id in self.names.iter_prefixes_with_ids(text) if linkable[name_id]]
+
+    def detect(self, text: str) -> list[Mention]:
+        """Mentions of dictionary names in ``text`` with every candidate entity."""
+        tokens = token_spans(self._tokenizer(text))
+        folded = text if self.rules.case_sensitive else fold_case(text)
+        return [Mention(match.start, match.end, text[match.start:match.end], self.candidates(match.name))
+                for match in find_names(folded, tokens, self._linkable_prefixes, self.rules.max_length,
+                                        longest_only=True)]
+
+    def detect_batch(self, texts: Sequence[str]) -> list[list[Mention]]:
+        return [self.detect(text) for text in texts]

@@ -1,0 +1,103 @@
+"""Entity names: normalizing anchor texts, and finding dictionary names in text on spaCy token boundaries."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+_PARENTHETICAL = re.compile(r"\s+\([^()]*\)$")
+_SPACES = re.compile(r"\s+")
+
+
+@dataclass(frozen=True)
+class NameRules:
+    """How anchor texts become dictionary names (picklable: it travels to workers)."""
+
+    case_sensitive: bool = False
+    max_length: int = 100
+
+
+def title_name(title: str) -> str:
+    """The name an article title contributes: minus a trailing `` (...)`` (``Mercury (planet)`` -> ``Mercury``)."""
+    return _PARENTHETICAL.sub("", title)
+
+
+def has_control_characters(text: str) -> bool:
+    return any(unicodedata.category(char) in ("Cc", "Cf") for char in text)
+
+
+def fold_case(text: str) -> str:
+    """Lower-case ``text`` without changing its length, so offsets into it stay offsets into the original."""
+    lowered = text.lower()
+    if len(lowered) == len(text):
+        return lowered
+    return "".join(char if len(char.lower()) != 1 else char.lower() for char in text)
+
+
+def name_problem(name: str, rules: NameRules) -> str | None:
+    """Why ``name`` (already normalized) cannot be a dictionary name, or None."""
+    if not name:
+        return "empty_names"
+    if has_control_characters(name):
+        return "names_with_control_characters"
+    if len(name) > rules.max_length:
+        return "names_too_long"
+    return None
+
+
+def normalize_name(text: str, rules: NameRules) -> str:
+    """Anchor text -> dictionary name: whitespace runs made one space, stripped, case-folded unless case-sensitive."""
+    name = _SPACES.sub(" ", text).strip()
+    return name if rules.case_sensitive else fold_case(name)
+
+
+def paragraphs(text: str, per_page: bool) -> list[str]:
+    """The units a name is counted once in: newline-separated paragraphs, or the whole page."""
+    if per_page:
+        return [text]
+    return [paragraph for paragraph in text.split("\n") if paragraph.strip()]
+
+
+@dataclass(frozen=True)
+class Match:
+    start: int
+    end: int
+    name: str
+
+
+def token_spans(doc) -> list[tuple[int, int]]:
+    """(start, end) character offsets of the tokens of a spaCy Doc."""
+    from spacy.attrs import IDX, LENGTH
+
+    return [(int(start), int(start + length)) for start, length in doc.to_array([IDX, LENGTH]).tolist()]
+
+
+def token_bounds(tokens: Sequence[tuple[int, int]]) -> tuple[list[int], set[int]]:
+    return [start for start, _ in tokens], {end for _, end in tokens}
+
+
+def find_names(folded: str, tokens: Sequence[tuple[int, int]], prefixes, max_length: int,
+               longest_only: bool) -> Iterator[Match]:
+    """Dictionary names in ``folded`` text that start at a token start and end at a token end.
+
+    ``prefixes(text)`` returns the dictionary names that are prefixes of ``text`` (a marisa-trie method).
+    With ``longest_only`` the longest name at each token start is taken and matches never overlap (the
+    linker); otherwise every name at every token start is reported (document counting).
+    """
+    starts, ends = token_bounds(tokens)
+    covered_until = -1
+    for start in starts:
+        if longest_only and start < covered_until:
+            continue
+        found = [name for name in prefixes(folded[start:start + max_length]) if start + len(name) in ends]
+        if not found:
+            continue
+        if longest_only:
+            name = max(found, key=len)
+            covered_until = start + len(name)
+            yield Match(start, start + len(name), name)
+        else:
+            for name in found:
+                yield Match(start, start + len(name), name)
