@@ -165,7 +165,7 @@ class EntityLinker:
     @cached_property
     def _linkable(self) -> bytes:
         """Per name id: whether any candidate passes the thresholds (vectorized once, at first use)."""
-        kb_index, link_count, total, doc_count = (self.data[:, column].astype(np.float64) for column in range(4))
+        link_count, total, doc_count = (self.data[:, column].astype(np.float64) for column in (1, 2, 3))
         link_prob = np.minimum(1.0, np.divide(total, doc_count, out=np.ones_like(total), where=doc_count > 0))
         commonness = np.divide(link_count, total, out=np.zeros_like(total), where=total > 0)
         passing = ((link_prob >= self.min_link_prob) & (commonness >= self.min_commonness)

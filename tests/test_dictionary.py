@@ -1,0 +1,209 @@
+"""The dictionary stage and the entity linker: hand-made articles, the kwnlp golden counts, the gensim sample."""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+import marisa_trie
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from artifacts import manifest, schemas, tables
+from artifacts.linker import EntityLinker
+from pipelines.cli import main
+from pipelines.dictionary import anchor_pairs, name_rows
+from tests.conftest import DIRECT, GENSIM_SAMPLE, MINI, MULTI_PROCESS, PASSAGES
+from transforms.names import NameRules, find_names, fold_case, title_name
+
+RULES = NameRules()
+
+
+def article(page_id: int, title: str, text: str, links: list[tuple[str, str]], qid: str | None = None) -> dict:
+    """An article row whose links are given as (anchor, target); anchors are found in order in the text."""
+    rows, position = [], 0
+    for anchor, target in links:
+        start = text.index(anchor, position)
+        rows.append({"start": start, "end": start + len(anchor), "target": target})
+        position = start + len(anchor)
+    return {"page_id": page_id, "title": title, "text": text, "links": rows, "qid": qid}
+
+
+def write_parsed(output: Path, articles: list[dict]) -> None:
+    """An OUT as the parse stage leaves it: articles/ and its manifest record."""
+    (output / "articles").mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(articles, schema=schemas.ARTICLES), output / "articles" / "part-0.parquet")
+    record = manifest.StageRecord(stage="parse", options={}, inputs={},
+                                  outputs=manifest.describe_outputs(str(output), ["articles"]))
+    manifest.save(str(output), {"parse": record})
+
+
+PLANETS = [
+    article(1, "Mercury (planet)", "Mercury is a planet.\nMercury orbits the Sun.", [("Sun", "Sun")], "Q308"),
+    article(2, "Mercury (element)", "Mercury is an element. See Mercury the planet.",
+            [("Mercury", "Mercury (planet)")]),
+    article(3, "Sun", "The Sun is a star.\nMercury is close to it. Mercury too.",
+            [("Mercury", "Mercury (planet)"), ("Mercury", "Mercury (element)")], "Q525"),
+]
+
+
+def test_title_names_and_case_folding():
+    assert title_name("Mercury (planet)") == "Mercury"
+    assert title_name("Mercury") == "Mercury"
+    assert fold_case("İstanbul Straße") == "İstanbul straße"  # length kept: offsets stay valid
+
+
+def test_anchor_pairs_count_titles_and_skip_bad_names():
+    row = article(7, "Foo (bar)", "Go to Baz now", [("Baz", "Baz")])
+    row["links"].append({"start": 0, "end": 0, "target": "Empty"})
+    pairs = list(anchor_pairs(row, RULES))
+    assert [pair for pair in pairs if isinstance(pair, tuple)] == [(("baz", "Baz"), 1), (("foo", "Foo (bar)"), 1)]
+    dead = [pair for pair in pairs if not isinstance(pair, tuple)]
+    assert len(dead) == 1 and dead[0].value["kind"] == "empty_names"
+
+
+def test_name_rows_scores_and_filters():
+    rows = list(name_rows("mercury", {"candidates": [(1, 3), (2, 1)], "docs": [4]},
+                          {"min_link_prob": 0.05, "min_commonness": 0.3, "min_link_count": 1}))
+    assert rows == [{"name": "mercury", "entity_id": 1, "link_count": 3, "total_link_count": 4, "doc_count": 4,
+                     "link_prob": 1.0, "commonness": 0.75}]
+    assert list(name_rows("rare", {"candidates": [(5, 1)], "docs": [100]},
+                          {"min_link_prob": 0.05, "min_commonness": 0.3, "min_link_count": 1})) == []
+
+
+def test_find_names_on_token_boundaries():
+    trie = marisa_trie.Trie(["new york", "new york city", "york", "ne"])
+    text = "in new york city, newer york"
+    tokens = [(match.start(), match.end()) for match in re.finditer(r"\w+|[^\w\s]", text)]
+    longest = [(m.start, m.end, m.name) for m in find_names(text, tokens, trie.prefixes, 100, longest_only=True)]
+    assert longest == [(3, 16, "new york city"), (24, 28, "york")]
+    every = sorted(m.name for m in find_names(text, tokens, trie.prefixes, 100, longest_only=False))
+    assert every == ["new york", "new york city", "york", "york"]
+
+
+def run_dictionary(output: Path, *extra: str, beam: list[str] = DIRECT) -> manifest.StageRecord:
+    assert main(["dictionary", "--output", str(output), *extra, *beam]) == 0
+    return manifest.load(str(output))["dictionary"]
+
+
+def test_stage_on_hand_made_articles(tmp_path):
+    write_parsed(tmp_path, PLANETS)
+    record = run_dictionary(tmp_path)
+    entities = {row["title"]: row for row in tables.read_table(str(tmp_path), "entities").to_pylist()}
+    assert {title: (row["qid"], row["page_id"], row["link_count"]) for title, row in entities.items()} == {
+        "Mercury (planet)": ("Q308", 1, 2), "Mercury (element)": (None, 2, 1), "Sun": ("Q525", 3, 1)}
+    keys = marisa_trie.Trie(["Q308", "Q525", "Mercury (element)"])
+    assert {row["entity_id"] for row in entities.values()} == {1, 2, 3}
+    assert entities["Sun"]["entity_id"] == keys["Q525"] + 1
+    names = {(row["name"], row["entity_id"]): row
+             for row in tables.read_table(str(tmp_path), "dictionary/names").to_pylist()}
+    planet, element, sun = (entities[title]["entity_id"] for title in ("Mercury (planet)", "Mercury (element)", "Sun"))
+    # "mercury": 2 anchors + the planet's title -> planet (3); 1 anchor + the element's title -> element (2).
+    # Paragraphs with the token "mercury": 2 in article 1, 1 in article 2, 1 in article 3 -> 4.
+    assert names[("mercury", planet)] | {} == {"name": "mercury", "entity_id": planet, "link_count": 3,
+                                              "total_link_count": 5, "doc_count": 4, "link_prob": 1.0,
+                                              "commonness": pytest.approx(0.6)}
+    assert names[("mercury", element)]["commonness"] == pytest.approx(0.4)
+    # "sun": 1 anchor + the title; paragraphs with "sun": article 1's second, article 3's first.
+    assert (names[("sun", sun)]["link_count"], names[("sun", sun)]["doc_count"]) == (2, 2)
+    assert record.counters.get("names_below_min_link_prob", 0) == 0
+
+    linker = EntityLinker.load(str(tmp_path / "dictionary" / "linker"))
+    mentions = linker.detect("Mercury and the Sun.")
+    assert [(m.start, m.end, m.name) for m in mentions] == [(0, 7, "Mercury"), (16, 19, "Sun")]
+    assert [(c.title, c.key, c.commonness) for c in mentions[0].candidates] == [
+        ("Mercury (planet)", "Q308", pytest.approx(0.6)),
+        ("Mercury (element)", "Mercury (element)", pytest.approx(0.4))]
+    strict = EntityLinker.load(str(tmp_path / "dictionary" / "linker"), min_commonness=0.5)
+    assert [c.title for c in strict.detect("Mercury")[0].candidates] == ["Mercury (planet)"]
+
+
+def test_missing_articles_say_which_stage_to_run(tmp_path, capsys):
+    assert main(["dictionary", "--output", str(tmp_path), *DIRECT]) == 2
+    assert "run `python run_pipeline.py parse" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("shared_data")
+def test_kwnlp_golden_anchor_target_counts(tmp_path):
+    """Our link counts equal kwnlp's anchor-target-counts.csv for the enwiki-20210701 mini set.
+
+    Rules aligned: case-sensitive names and no filters (kwnlp counts raw anchors); kwnlp counts only links,
+    while our link_count also counts each article's title (minus " (...)") once, which we subtract here.
+    """
+    raw = MINI / "inputs" / "wikipedia-raw-20210701"
+    argv = ["parse", "--output", str(tmp_path), "--dump", *map(str, sorted((raw / "articlesdump").glob("*.bz2"))),
+            "--page-props-sql", str(next((raw / "pagepropstable").glob("*.sql.gz"))), *DIRECT]
+    assert main(argv) == 0
+    run_dictionary(tmp_path, "--case-sensitive", "--min-link-prob", "0", "--min-commonness", "0")
+    entities = {row["entity_id"]: row for row in tables.read_table(str(tmp_path), "entities").to_pylist()}
+    ours = {}
+    for row in tables.read_table(str(tmp_path), "dictionary/names").to_pylist():
+        entity = entities[row["entity_id"]]
+        links_only = row["link_count"] - (row["name"] == title_name(entity["title"]))
+        if links_only:
+            ours[(row["name"], entity["page_id"])] = links_only
+    golden_file = next((MINI / "outputs" / "wikipedia-derived-20210701" / "anchor-target-counts").glob("*.csv"))
+    with golden_file.open() as handle:
+        golden = {(row["anchor_text"], int(row["target_page_id"])): int(row["count"]) for row in csv.DictReader(handle)}
+    assert len(golden) == 13
+    assert ours == golden
+
+
+@pytest.fixture(scope="module")
+def gensim_dictionary(tmp_path_factory) -> Path:
+    output = tmp_path_factory.mktemp("gensim-dictionary")
+    assert main(["parse", "--output", str(output), "--dump", str(GENSIM_SAMPLE), *DIRECT]) == 0
+    run_dictionary(output, "--include-red-links")
+    return output
+
+
+@pytest.mark.usefixtures("shared_data")
+def test_gensim_hand_checked_names(gensim_dictionary):
+    """link_count and doc_count of a few names, recounted here by plain regexes over the articles.
+
+    (spaCy splits 'Pseudo-Aristotle' but not a word glued to a leading dash, '-Aristotle' or '—Aristotle'.)
+    """
+    articles = tables.read_table(str(gensim_dictionary), "articles").to_pylist()
+    entities = {row["entity_id"]: row["title"]
+                for row in tables.read_table(str(gensim_dictionary), "entities").to_pylist()}
+    names = {(row["name"], entities[row["entity_id"]]): row
+             for row in tables.read_table(str(gensim_dictionary), "dictionary/names").to_pylist()}
+    for name, title in (("aristotle", "Aristotle"), ("plato", "Plato"), ("abraham lincoln", "Abraham Lincoln")):
+        anchors = sum(1 for a in articles for link in a["links"]
+                      if a["text"][link["start"]:link["end"]].lower() == name and link["target"] == title)
+        titles = sum(1 for a in articles if title_name(a["title"]).lower() == name)
+        docs = sum(1 for a in articles for paragraph in a["text"].split("\n")
+                   if re.search(rf"(?<![\w—])(?<!(?<!\w)-){name}(?!\w)", paragraph.lower()))
+        row = names[(name, title)]
+        assert (row["link_count"], row["doc_count"]) == (anchors + titles, docs), name
+        assert row["link_prob"] == pytest.approx(min(1.0, row["total_link_count"] / docs))
+
+
+@pytest.mark.usefixtures("shared_data")
+def test_same_rows_with_two_worker_processes(gensim_dictionary, tmp_path):
+    for name in ("articles",):
+        (tmp_path / name).symlink_to(gensim_dictionary / name, target_is_directory=True)
+    manifest.save(str(tmp_path), {"parse": manifest.load(str(gensim_dictionary))["parse"]})
+    run_dictionary(tmp_path, "--include-red-links", beam=MULTI_PROCESS)
+    for name, key in (("entities", "entity_id"), ("dictionary/names", "name")):
+        ours = sorted(tables.read_table(str(tmp_path), name).to_pylist(), key=lambda row: (row[key], str(row)))
+        theirs = sorted(tables.read_table(str(gensim_dictionary), name).to_pylist(),
+                        key=lambda row: (row[key], str(row)))
+        assert ours == theirs
+
+
+@pytest.mark.usefixtures("shared_data")
+def test_linker_on_real_passages(gensim_dictionary):
+    linker = EntityLinker.load(str(gensim_dictionary / "dictionary" / "linker"))
+    with (PASSAGES / "psgs_w100_subset_from_haystack_nqdev.tsv").open() as handle:
+        texts = [row[1] for row in csv.reader(handle, delimiter="\t")][1:50]
+    mentions = linker.detect_batch(texts)
+    assert sum(map(len, mentions)) > 100
+    for text, found in zip(texts, mentions, strict=True):
+        previous = 0
+        for mention in found:
+            assert mention.start >= previous and text[mention.start:mention.end] == mention.name
+            assert mention.candidates and all(c.commonness >= 0.3 and c.link_prob >= 0.05 for c in mention.candidates)
+            previous = mention.end
