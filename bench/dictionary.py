@@ -1,0 +1,76 @@
+"""Benchmark the dictionary stage and the entity linker.
+
+Prints: the stage's build time on the gensim sample (parse done first, not timed), linker load time, resident
+memory, linker throughput on the 751 real DPR passages (first pass, with spaCy's vocabulary cold, and warm),
+and the sizes (names, pairs, entities, trie and array bytes) to project full Wikipedia.
+
+    python bench/dictionary.py
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+SHARED = REPO.parent / "shared" / "data"
+GENSIM = SHARED / "wikipedia" / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+PASSAGES = SHARED / "passages" / "psgs_w100_subset_from_haystack_nqdev.tsv"
+
+
+def stage(*argv: str) -> float:
+    started = time.perf_counter()
+    subprocess.run([sys.executable, str(REPO / "run_pipeline.py"), *argv, "--runner=DirectRunner"], check=True,
+                   cwd=REPO, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
+def rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main() -> None:
+    from artifacts import tables
+    from artifacts.linker import EntityLinker
+
+    with tempfile.TemporaryDirectory() as output:
+        stage("parse", "--dump", str(GENSIM), "--output", output)
+        for extra in ([], ["--include-red-links"]):
+            seconds = stage("dictionary", "--output", output, "--force", *extra)
+            print(f"dictionary stage on the gensim sample {' '.join(extra) or '(articles only)':<22} {seconds:6.1f} s "
+                  "(whole command: process start, graph, 1 DirectRunner worker)")
+        linker_dir = os.path.join(output, "dictionary", "linker")
+        names = tables.read_table(output, "dictionary/names", ["name"]).column("name").to_pylist()
+        entities = tables.read_table(output, "entities", ["entity_id"]).num_rows
+        sizes = {name: os.path.getsize(os.path.join(linker_dir, name)) for name in sorted(os.listdir(linker_dir))}
+        print(f"sizes: {len(set(names)):,} names, {len(names):,} (name, entity) pairs, {entities:,} entities; "
+              + ", ".join(f"{name} {size / 1024:.0f} KiB" for name, size in sizes.items()))
+        print(f"  per pair: {sum(sizes.values()) / max(len(names), 1):.0f} bytes of linker files "
+              f"(name.trie {sizes['name.trie'] / max(len(set(names)), 1):.1f} B/name, "
+              f"kb_id.trie {sizes['kb_id.trie'] / max(entities, 1):.1f} B/entity, data.npy 16 B/pair)")
+
+        before = rss_mb()
+        started = time.perf_counter()
+        linker = EntityLinker.load(linker_dir)
+        linker.detect("warm up the tokenizer")
+        print(f"linker load: {time.perf_counter() - started:.3f} s (incl. spaCy tokenizer), "
+              f"resident memory +{rss_mb() - before:.0f} MB")
+        with PASSAGES.open() as handle:
+            texts = [row[1] for row in csv.reader(handle, delimiter="\t")][1:]
+        for label in ("cold (new words enter spaCy's vocabulary)", "warm"):
+            started = time.perf_counter()
+            found = linker.detect_batch(texts)
+            seconds = time.perf_counter() - started
+            print(f"linker on {len(texts)} DPR passages, {label}: {len(texts) / seconds:,.0f} passages/s, "
+                  f"{sum(map(len, found)) / len(texts):.1f} mentions/passage")
+
+
+if __name__ == "__main__":
+    main()
