@@ -11,6 +11,8 @@ import gzip
 import io
 import re
 import xml.etree.ElementTree as ElementTree
+import zlib
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO
@@ -25,7 +27,11 @@ _SCHEMA = re.compile(r"export-(\d+\.\d+)")
 _SITEINFO_END = b"</siteinfo>"
 _HOST_LANGUAGE = re.compile(r"^[a-z]+://([a-z-]+)\.wikipedia\.org")
 _HEAD_LIMIT = 1 << 20  # <siteinfo> sits in the first few KB; stop looking after 1 MB of XML
-_READ_SIZE = 1 << 20
+# What a truncated or corrupt archive raises while it is being read (bz2: OSError/EOFError; gzip: also zlib.error).
+_ARCHIVE_ERRORS = (OSError, EOFError, zlib.error)
+_PAGE_END = b"</page>"  # safe to split on: a literal "<" inside page text is always escaped as &lt;
+_FRAGMENT_ID = re.compile(rb"<id>\s*(\d+)\s*</id>")
+_FRAGMENT_TITLE = re.compile(rb"<title>([^<]*)</title>")
 
 
 @dataclass(frozen=True)
@@ -134,7 +140,7 @@ def read_siteinfo(path: str) -> SiteInfo:
                 if not chunk:
                     break
                 head += chunk
-        except (OSError, EOFError) as error:
+        except _ARCHIVE_ERRORS as error:
             raise InputError(f"{path}: cannot decompress the start of the dump: {_first_line(error)}") from error
     match = _SCHEMA.search(head[:4096].decode("utf-8", "replace"))
     version = match.group(1) if match else None
@@ -216,7 +222,7 @@ def iter_pages(path: str, siteinfo: SiteInfo | None = None) -> Iterator[RawPage 
         except ElementTree.ParseError as error:
             raise InputError(f"{path}: malformed XML at line {error.position[0]}, column {error.position[1]}") \
                 from error
-        except (OSError, EOFError) as error:
+        except _ARCHIVE_ERRORS as error:
             raise InputError(f"{path}: truncated or corrupt archive: {_first_line(error)}") from error
 
 
@@ -240,7 +246,7 @@ def read_stream_ranges(dump_path: str, index_path: str) -> list[StreamRange]:
                 if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
                     raise InputError(f"{index_path}: line {number} is not 'offset:page_id:title'")
                 ids_by_offset.setdefault(int(parts[0]), []).append(int(parts[1]))
-        except (OSError, EOFError) as error:
+        except _ARCHIVE_ERRORS as error:
             raise InputError(f"{index_path}: truncated or corrupt archive: {_first_line(error)}") from error
     offsets = sorted(ids_by_offset)
     if not offsets:
@@ -274,18 +280,30 @@ def decompress_range(stream: StreamRange) -> bytes:
     return b"".join(pieces)
 
 
+def page_fragments(xml: bytes) -> list[bytes]:
+    """The ``<page>...</page>`` pieces of a multistream stream's XML (one stream holds whole pages only)."""
+    pieces = xml.split(_PAGE_END)
+    return [piece[piece.index(b"<page"):] + _PAGE_END for piece in pieces[:-1] if b"<page" in piece]
+
+
+def page_from_fragment(fragment: bytes, siteinfo: SiteInfo, source: str) -> RawPage | PageProblem:
+    """One page parsed on its own, so broken XML costs only that page (a PageProblem with what can be read)."""
+    try:
+        return page_from_element(ElementTree.fromstring(fragment), siteinfo, source)
+    except ElementTree.ParseError as error:
+        found_id, found_title = _FRAGMENT_ID.search(fragment), _FRAGMENT_TITLE.search(fragment)
+        return PageProblem(source, int(found_id.group(1)) if found_id else None,
+                           found_title.group(1).decode("utf-8", "replace") if found_title else None,
+                           f"malformed page XML: {error}")
+
+
 def iter_stream_pages(stream: StreamRange, siteinfo: SiteInfo) -> Iterator[RawPage | PageProblem]:
     """The pages of one multistream stream, checked against the page ids the index lists for it."""
     source = f"{stream.path}@{stream.start}"
-    xml = decompress_range(stream).replace(b"</mediawiki>", b"")
-    try:
-        elements = list(iter_page_elements(io.BytesIO(b"<pages>" + xml + b"</pages>")))
-    except ElementTree.ParseError as error:
-        yield PageProblem(source, None, None, f"malformed XML in the stream: {error}")
-        return
-    pages = [page_from_element(element, siteinfo, source) for element in elements]
+    pages = [page_from_fragment(fragment, siteinfo, source) for fragment in page_fragments(decompress_range(stream))]
     found = tuple(page.page_id for page in pages if page.page_id is not None)
-    if sorted(found) != sorted(stream.page_ids):
+    # A page whose id cannot be read still counts as one page; every id that can be read must be the index's.
+    if len(pages) != len(stream.page_ids) or Counter(found) - Counter(stream.page_ids):
         raise InputError(f"{stream.path} at byte {stream.start}: the stream holds pages {_ids(found)} "
                          f"but the index lists {_ids(stream.page_ids)}")
     yield from pages
