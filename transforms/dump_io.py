@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 
 from artifacts.errors import InputError
 from transforms.dead_letters import count, dead_letter
@@ -94,23 +95,40 @@ class ReadDumpPages(beam.PTransform):
 
 
 def read_table_rows(path: str) -> Iterator[dict[str, Any]]:
-    for row in iter_sql_rows(path):
+    """The rows of one SQL dump file, counted; an unparsable INSERT statement is counted and skipped."""
+    for row in iter_sql_rows(path, on_bad_statement=lambda _line, _reason: count("sql_unparsable_statements")):
         count("sql_rows_read")
         yield row
 
 
-class ReadSqlRows(beam.PTransform):
-    """Rows of MediaWiki SQL table dump files as dicts (one worker per file, then redistributed)."""
+def matching_files(pattern: str) -> list[str]:
+    """The files a path or glob names (on any Beam filesystem); a one-line InputError when there is none."""
+    try:
+        found = sorted(metadata.path for metadata in FileSystems.match([pattern])[0].metadata_list)
+    except Exception as error:  # Beam wraps every filesystem's own error type in its own
+        raise InputError(f"cannot list {pattern}: {str(error).strip().splitlines()[0]}") from error
+    if not found:
+        raise InputError(f"no file matches {pattern}")
+    return found
 
-    def __init__(self, paths: list[str], table: str) -> None:
+
+class ReadSqlRows(beam.PTransform):
+    """Rows of MediaWiki SQL table dump files (a path, a glob or a list of them) as dicts.
+
+    One worker reads each file, then the rows are redistributed.
+    """
+
+    def __init__(self, pattern_or_paths: str | list[str], table_name: str) -> None:
         super().__init__()
-        self._paths = list(paths)
-        self._table = table
+        self._patterns = [pattern_or_paths] if isinstance(pattern_or_paths, str) else list(pattern_or_paths)
+        self._table = table_name
 
     def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
         return (
             pipeline
-            | f"{self._table}Files" >> beam.Create(self._paths)
+            | f"{self._table}Patterns" >> beam.Create(self._patterns)
+            | f"Match{self._table}Files" >> beam.FlatMap(matching_files)
+            | f"Spread{self._table}Files" >> beam.Reshuffle()
             | f"Read{self._table}Rows" >> beam.FlatMap(read_table_rows)
             | f"Spread{self._table}Rows" >> beam.Reshuffle()
         )

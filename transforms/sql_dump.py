@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from artifacts.errors import InputError
-from transforms.dump_reader import open_xml
+from transforms.dump_reader import ARCHIVE_ERRORS, open_xml
 
 _CREATE = re.compile(r"CREATE TABLE `([^`]+)`")
 _COLUMN = re.compile(r"^\s*`([^`]+)`\s")
@@ -69,8 +69,13 @@ def parse_values(statement: str, start: int) -> Iterator[list[Any]]:
             position += 1
 
 
-def iter_sql_rows(path: str) -> Iterator[dict[str, Any]]:
-    """Every row of a table dump (.sql or .sql.gz) as {column: value}, columns named by its CREATE TABLE."""
+def iter_sql_rows(path: str, on_bad_statement: Callable[[int, str], None] | None = None) -> Iterator[dict[str, Any]]:
+    """Every row of a table dump (.sql or .sql.gz) as {column: value}, columns named by its CREATE TABLE.
+
+    An INSERT statement that cannot be parsed raises an InputError naming the file and line, or, given
+    ``on_bad_statement(line_number, reason)``, is reported there and skipped whole (none of its rows is kept).
+    Memory holds one line (one INSERT statement, ~1 MB in Wikimedia dumps) at a time.
+    """
     columns: list[str] = []
     in_create = False
     with open_xml(path) as raw:
@@ -93,11 +98,22 @@ def iter_sql_rows(path: str) -> Iterator[dict[str, Any]]:
                 if not columns:
                     raise InputError(f"{path}: INSERT at line {number} before any CREATE TABLE")
                 try:
-                    for row in parse_values(line.rstrip("\n"), insert.end()):
-                        if len(row) != len(columns):
-                            raise SqlSyntaxError(f"a row of {len(row)} values for {len(columns)} columns")
-                        yield dict(zip(columns, row, strict=True))
+                    rows = statement_rows(line.rstrip("\n"), insert.end(), columns)
                 except SqlSyntaxError as error:
-                    raise InputError(f"{path}: line {number}: {error}") from error
-        except (OSError, EOFError) as error:
+                    if on_bad_statement is None:
+                        raise InputError(f"{path}: line {number}: {error}") from error
+                    on_bad_statement(number, str(error))
+                    continue
+                yield from rows
+        except ARCHIVE_ERRORS as error:
             raise InputError(f"{path}: truncated or corrupt archive: {error}") from error
+
+
+def statement_rows(statement: str, start: int, columns: list[str]) -> list[dict[str, Any]]:
+    """All rows of one INSERT statement, parsed whole first so that a bad statement yields none of them."""
+    rows = []
+    for row in parse_values(statement, start):
+        if len(row) != len(columns):
+            raise SqlSyntaxError(f"a row of {len(row)} values for {len(columns)} columns")
+        rows.append(dict(zip(columns, row, strict=True)))
+    return rows
