@@ -1,129 +1,287 @@
-"""Reading dumps and SQL tables: exact expectations on the real files in ../shared/data."""
+"""Reading MediaWiki XML dumps: exact expectations on the real files in ../shared/data, and real files broken
+in tmp_path (truncated, corrupt, an index that does not match its dump)."""
 
 from __future__ import annotations
 
 import bz2
 import gzip
+import re
+from pathlib import Path
 
-import apache_beam as beam
 import pytest
-from apache_beam.testing.test_pipeline import TestPipeline
-from apache_beam.testing.util import assert_that, equal_to
 
 from artifacts.errors import InputError
-from tests.conftest import BUNDLED_INDEX, BUNDLED_SAMPLE, DIRECT, GENSIM_SAMPLE, MINI, WIKIPEDIA
-from transforms.dump_io import ReadDumpPages, ReadSqlRows
+from tests.conftest import BUNDLED_INDEX, BUNDLED_SAMPLE, GENSIM_SAMPLE, MINI, WIKIPEDIA
 from transforms.dump_reader import (
     PageProblem,
     RawPage,
+    StreamRange,
     find_multistream_index,
     iter_pages,
     iter_stream_pages,
     read_siteinfo,
     read_stream_ranges,
 )
-from transforms.sql_dump import iter_sql_rows, parse_values
 
 pytestmark = pytest.mark.usefixtures("shared_data")
-RAW = MINI / "inputs" / "wikipedia-raw-20210701"
+EDGE = WIKIPEDIA / "edge-cases"
+PARTS = MINI / "inputs" / "wikipedia-raw-20210701" / "articlesdump"
 
 
-def pages_of(path) -> list[RawPage]:
-    return [page for page in iter_pages(str(path)) if isinstance(page, RawPage)]
+def pages_of(path: Path) -> list[RawPage]:
+    items = list(iter_pages(str(path)))
+    assert all(isinstance(item, RawPage) for item in items)
+    return items
+
+
+def content(pages: list[RawPage]) -> list[tuple]:
+    return [(p.page_id, p.namespace, p.title, p.text, p.redirect, p.revision_id) for p in pages]
 
 
 def test_gensim_sample_pages():
     pages = pages_of(GENSIM_SAMPLE)
     assert len(pages) == 206
     assert sum(page.namespace == 0 for page in pages) == 205
+    assert [(page.page_id, page.title) for page in pages if page.namespace == 4] == [
+        (724, "Wikipedia:Adding Wikipedia articles to Nupedia")]
     assert sum(page.redirect is not None for page in pages) == 100
     first = pages[0]
     assert (first.page_id, first.title, first.redirect) == (10, "AccessibleComputing", "Computer accessibility")
     albedo = next(page for page in pages if page.title == "Albedo")
-    assert (albedo.page_id, albedo.revision_id) == (39, 715952044)
+    assert (albedo.page_id, albedo.revision_id, albedo.source) == (39, 715952044, str(GENSIM_SAMPLE))
+    assert albedo.text.startswith("{{Other uses}}")
 
 
 def test_multistream_ranges_equal_the_single_stream_read():
     index = find_multistream_index(str(BUNDLED_SAMPLE))
     assert index == str(BUNDLED_INDEX)
+    assert find_multistream_index(str(GENSIM_SAMPLE)) is None
     ranges = read_stream_ranges(str(BUNDLED_SAMPLE), index)
     assert [len(stream.page_ids) for stream in ranges] == [100, 100, 6]
+    assert [stream.end for stream in ranges[:-1]] == [stream.start for stream in ranges[1:]]
+    assert ranges[-1].end is None and BUNDLED_SAMPLE.read_bytes()[ranges[0].start:].startswith(b"BZh")
     siteinfo = read_siteinfo(str(BUNDLED_SAMPLE))
+    assert siteinfo == read_siteinfo(str(GENSIM_SAMPLE))
+    assert (siteinfo.dbname, siteinfo.schema_version) == ("enwiki", "0.10")
     from_streams = [page for stream in ranges for page in iter_stream_pages(stream, siteinfo)]
-    single = pages_of(GENSIM_SAMPLE)
-    assert [(p.page_id, p.title, p.text, p.redirect, p.namespace) for p in from_streams] == [
-        (p.page_id, p.title, p.text, p.redirect, p.namespace) for p in single]
+    assert all(isinstance(page, RawPage) for page in from_streams)
+    assert {page.source for page in from_streams} == {f"{BUNDLED_SAMPLE}@{stream.start}" for stream in ranges}
+    assert content(from_streams) == content(pages_of(GENSIM_SAMPLE))
+    # The whole multistream file read as one bz2 file gives the same pages too.
+    assert content(pages_of(BUNDLED_SAMPLE)) == content(from_streams)
 
 
-def test_schema_versions_namespaces_and_revisions():
-    assert read_siteinfo(str(WIKIPEDIA / "itwiki-sample.xml.gz")).schema_version == "0.8"
-    italian = read_siteinfo(str(WIKIPEDIA / "itwiki-sample.xml.gz")).namespaces
-    assert (italian.lookup("Categoria"), italian.lookup("file"), italian.lookup("Immagine")) == (14, 6, 6)
-    pair = pages_of(WIKIPEDIA / "edge-cases" / "pair-0.10.xml")
-    assert [(page.title, page.namespace) for page in pair] == [("Çullu, Agdam", 0), ("Talk:Çullu, Agdam", 1)]
-    assert pair[0].revision_id == 237383099  # the latest of its revisions
-    pyrus = pages_of(WIKIPEDIA / "edge-cases" / "article-pyrus.xml.bz2")
-    assert read_siteinfo(str(WIKIPEDIA / "edge-cases" / "article-pyrus.xml.bz2")).schema_version == "0.3"
-    assert (pyrus[0].title, pyrus[0].namespace, pyrus[0].redirect) == ("Pyrus", 0, None)
-    assert pyrus[0].text.lstrip().upper().startswith("#REDIRECT")
-    aawiki = pages_of(WIKIPEDIA / "edge-cases" / "aawiki-20260101-pages-meta-current.xml.bz2")
-    assert len(aawiki) == 507 and read_siteinfo(
-        str(WIKIPEDIA / "edge-cases" / "aawiki-20260101-pages-meta-current.xml.bz2")).schema_version == "0.11"
+def test_smallest_sample_redirect():
+    pages = pages_of(WIKIPEDIA / "enwiki-pages-articles-sample.xml.bz2")
+    assert read_siteinfo(str(WIKIPEDIA / "enwiki-pages-articles-sample.xml.bz2")).schema_version == "0.9"
+    assert [(p.page_id, p.title, p.redirect) for p in pages] == [
+        (10, "AccessibleComputing", "Computer accessibility"), (411964, "Computer accessibility", None),
+        (302109, "Accessibility", None)]
 
 
-def test_malformed_page_is_a_problem_not_a_crash(tmp_path):
-    xml = (b"<mediawiki><page><title>Good</title><ns>0</ns><id>1</id><revision><id>5</id><text>x</text>"
-           b"</revision></page><page><title>Bad</title><ns>0</ns><id>abc</id><revision><text>y</text></revision>"
-           b"</page></mediawiki>")
+def test_latest_revision_wins_and_talk_namespace():
+    path = EDGE / "pair-0.10.xml"
+    pages = pages_of(path)
+    assert [(page.title, page.namespace) for page in pages] == [("Çullu, Agdam", 0), ("Talk:Çullu, Agdam", 1)]
+    # Each page's revision ids, read from the file itself: the reader keeps the highest (here also the last).
+    xml = path.read_text(encoding="utf-8")
+    for page, block in zip(pages, xml.split("</page>")[:2], strict=True):
+        revision_ids = [int(found) for found in re.findall(r"<revision>\s*<id>(\d+)</id>", block)]
+        assert len(revision_ids) >= 2 and page.revision_id == max(revision_ids) == revision_ids[-1]
+        last_text = block.rsplit("<text", 1)[1].split(">", 1)[1].split("</text>")[0]
+        assert page.text == last_text.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", '"').replace(
+            "&amp;", "&")
+    assert (pages[0].revision_id, pages[1].revision_id) == (237383099, 237383127)
+
+
+def test_latest_revision_is_the_highest_id_not_the_last_in_the_file(tmp_path):
     path = tmp_path / "dump.xml"
-    path.write_bytes(xml)
+    path.write_text("<mediawiki><page><title>A</title><ns>0</ns><id>1</id>"
+                    "<revision><id>9</id><text>new</text></revision>"
+                    "<revision><id>3</id><text>old</text></revision></page></mediawiki>")
+    assert [(page.revision_id, page.text) for page in pages_of(path)] == [(9, "new")]
+
+
+def test_schema_03_redirect_without_title():
+    path = EDGE / "article-pyrus.xml.bz2"
+    assert read_siteinfo(str(path)).schema_version == "0.3"
+    pages = pages_of(path)
+    revision_ids = [int(found) for found in re.findall(r"<revision>\s*<id>(\d+)</id>",
+                                                       bz2.decompress(path.read_bytes()).decode("utf-8"))]
+    assert len(revision_ids) > 1
+    assert [(p.page_id, p.title, p.namespace, p.redirect, p.revision_id) for p in pages] == [
+        (9261472, "Pyrus", 0, None, max(revision_ids))]
+    assert pages[0].text.startswith("#REDIRECT [[Pear]]")
+
+
+def test_old_schema_namespace_from_the_title_prefix(tmp_path):
+    path = tmp_path / "old.xml"
+    path.write_text(
+        '<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.4/"><siteinfo><sitename>W</sitename>'
+        '<namespaces><namespace key="1">Diskussion</namespace><namespace key="14">Kategorie</namespace>'
+        "</namespaces></siteinfo>"
+        + "".join(f"<page><title>{title}</title><id>{number}</id><revision><id>{number}</id><text>t</text>"
+                  "</revision></page>" for number, title in enumerate(
+                      ["Diskussion:Haus", "Kategorie:Tiere", "Star Wars: Episode I", "Haus"], start=1))
+        + "</mediawiki>")
+    assert read_siteinfo(str(path)).schema_version == "0.4"
+    assert [(page.title, page.namespace) for page in pages_of(path)] == [
+        ("Diskussion:Haus", 1), ("Kategorie:Tiere", 14), ("Star Wars: Episode I", 0), ("Haus", 0)]
+
+
+def test_aawiki_schema_011_namespaces_from_siteinfo():
+    path = EDGE / "aawiki-20260101-pages-meta-current.xml.bz2"
+    siteinfo = read_siteinfo(str(path))
+    assert (siteinfo.dbname, siteinfo.schema_version) == ("aawiki", "0.11")
+    pages = pages_of(path)
+    assert len(pages) == 507
+    assert [page.title for page in pages if page.namespace == 0] == ["Main Page", "Main page"]
+    assert sum(page.namespace == 2 for page in pages) == 174 and sum(page.namespace == 14 for page in pages) == 29
+
+
+def test_italian_gzip_namespaces():
+    path = WIKIPEDIA / "itwiki-sample.xml.gz"
+    siteinfo = read_siteinfo(str(path))
+    assert siteinfo.schema_version == "0.8"
+    with gzip.open(path) as handle:
+        head = handle.read(20000).decode("utf-8")
+    declared = dict((name, int(key)) for key, name in re.findall(r'<namespace key="(-?\d+)"[^>]*>([^<]+)<', head))
+    assert (declared["Categoria"], declared["File"]) == (14, 6)  # the siteinfo's own words
+    assert {name: siteinfo.namespaces.lookup(name) for name in ("Categoria", "File", "Immagine", "Discussione")} == {
+        "Categoria": 14, "File": 6, "Immagine": 6, "Discussione": 1}
+    pages = pages_of(path)
+    assert len(pages) == 747 and sum(page.redirect is not None for page in pages) == 65
+    assert sum(page.namespace == 0 for page in pages) == 672
+
+
+def test_part_files_of_a_multi_file_dump():
+    parts = sorted(PARTS.glob("*.bz2"))
+    assert len(parts) == 4
+    titles = [page.title for part in parts for page in pages_of(part)]
+    assert sorted(titles) == sorted(["Gandalf", "Boromir", "Samwise Gamgee", "Character (arts)", "Literary element",
+                                     "Gimli (Middle-earth)", "Merry Brandybuck", "Pippin Took", "Frodo Baggins",
+                                     "Legolas"])
+
+
+def test_malformed_pages_are_problems_not_crashes(tmp_path):
+    path = tmp_path / "dump.xml"
+    path.write_bytes(b"<mediawiki><page><title>Good</title><ns>0</ns><id>1</id><revision><id>5</id><text>x</text>"
+                     b"</revision></page><page><title>Bad</title><ns>0</ns><id>abc</id><revision><text>y</text>"
+                     b"</revision></page><page><ns>0</ns><id>3</id><revision><text>z</text></revision></page>"
+                     b"<page><title>Empty</title><ns>0</ns><id>4</id></page></mediawiki>")
     items = list(iter_pages(str(path)))
     assert isinstance(items[0], RawPage) and items[0].title == "Good"
-    assert isinstance(items[1], PageProblem) and items[1].title == "Bad" and "not a number" in items[1].reason
+    assert items[1:] == [
+        PageProblem(str(path), None, "Bad", "page id 'abc' is not a number"),
+        PageProblem(str(path), 3, None, "page without a title"),
+        PageProblem(str(path), 4, "Empty", "page without a revision")]
 
 
-def test_truncated_gzip_and_missing_file(tmp_path):
-    data = gzip.compress((WIKIPEDIA / "edge-cases" / "article-pear-0.10.xml").read_bytes())
-    truncated = tmp_path / "cut.xml.gz"
-    truncated.write_bytes(data[: len(data) // 2])
-    with pytest.raises(InputError, match=r"cut\.xml\.gz"):
-        list(iter_pages(str(truncated)))
+def test_truncated_and_corrupt_archives_and_a_missing_file(tmp_path):
+    pear = (EDGE / "article-pear-0.10.xml").read_bytes()
+    siteinfo = read_siteinfo(str(EDGE / "article-pear-0.10.xml"))  # given, so the page reading itself fails
+    compressed_gzip = gzip.compress(pear)
+    cut = tmp_path / "cut.xml.gz"
+    cut.write_bytes(compressed_gzip[: len(compressed_gzip) // 2])
+    with pytest.raises(InputError, match=r"cut\.xml\.gz: truncated or corrupt archive"):
+        list(iter_pages(str(cut), siteinfo))
+    corrupt = bytearray(compressed_gzip)
+    corrupt[200:260] = bytes(byte ^ 0xFF for byte in corrupt[200:260])
+    bad = tmp_path / "bad.xml.gz"
+    bad.write_bytes(bytes(corrupt))
+    with pytest.raises(InputError, match=r"bad\.xml\.gz: truncated or corrupt archive"):
+        list(iter_pages(str(bad), siteinfo))
+    real_bz2 = (WIKIPEDIA / "enwiki-pages-articles-sample.xml.bz2").read_bytes()
+    cut_bz2 = tmp_path / "cut.xml.bz2"
+    cut_bz2.write_bytes(real_bz2[: len(real_bz2) * 2 // 3])
+    with pytest.raises(InputError, match=r"cut\.xml\.bz2: truncated or corrupt archive"):
+        list(iter_pages(str(cut_bz2), siteinfo))
+    with pytest.raises(InputError, match=r"cut\.xml\.gz: cannot decompress the start of the dump"):
+        read_siteinfo(str(cut))
     with pytest.raises(InputError, match=r"missing\.xml"):
         list(iter_pages(str(tmp_path / "missing.xml")))
+    with pytest.raises(InputError, match=r"missing\.xml\.bz2"):
+        read_siteinfo(str(tmp_path / "missing.xml.bz2"))
 
 
-def test_index_that_does_not_match_its_dump(tmp_path):
-    index = tmp_path / "x-multistream-index.txt.bz2"
+def copy_sample(tmp_path: Path) -> tuple[Path, list[StreamRange]]:
+    dump = tmp_path / "copy-multistream.xml.bz2"
+    dump.write_bytes(BUNDLED_SAMPLE.read_bytes())
+    return dump, read_stream_ranges(str(dump), str(BUNDLED_INDEX))
+
+
+def test_index_offset_that_does_not_match_its_dump(tmp_path):
+    dump, _ = copy_sample(tmp_path)
+    index = tmp_path / "copy-multistream-index.txt.bz2"
     lines = bz2.decompress(BUNDLED_INDEX.read_bytes()).decode().splitlines()
-    shifted = [f"{int(line.split(':', 1)[0]) + 7}:{line.split(':', 1)[1]}" for line in lines]
-    index.write_bytes(bz2.compress("\n".join(shifted).encode()))
-    stream = read_stream_ranges(str(BUNDLED_SAMPLE), str(index))[0]
-    with pytest.raises(InputError, match=f"at byte {stream.start}"):
-        list(iter_stream_pages(stream, read_siteinfo(str(BUNDLED_SAMPLE))))
+    first_offset = lines[0].split(":", 1)[0]
+    edited = [line.replace(first_offset, str(int(first_offset) + 7), 1) if line.startswith(first_offset + ":")
+              else line for line in lines]
+    index.write_bytes(bz2.compress("\n".join(edited).encode()))
+    assert find_multistream_index(str(dump)) == str(index)
+    stream = read_stream_ranges(str(dump), str(index))[0]
+    assert stream.start == int(first_offset) + 7
+    with pytest.raises(InputError, match=rf"copy-multistream\.xml\.bz2 at byte {stream.start}: no bz2 stream"):
+        list(iter_stream_pages(stream, read_siteinfo(str(dump))))
 
 
-def test_sql_tables_of_the_mini_set():
-    redirects = list(iter_sql_rows(str(next((RAW / "redirecttable").glob("*.sql.gz")))))
-    assert len(redirects) == 138
-    assert redirects[0] == {"rd_from": 10583, "rd_namespace": 0, "rd_title": "Frodo_Baggins", "rd_interwiki": "",
-                            "rd_fragment": ""}
-    assert sum(1 for row in redirects if row["rd_fragment"]) == 34
-    props = list(iter_sql_rows(str(next((RAW / "pagepropstable").glob("*.sql.gz")))))
-    assert {row["pp_page"]: row["pp_value"] for row in props if row["pp_propname"] == "wikibase_item"} == {
-        53221: "Q177499", 61599: "Q219504", 62320: "Q219473", 76749: "Q95074", 450998: "Q6647660"}
+def test_stream_that_runs_past_the_next_offset_or_holds_other_pages(tmp_path):
+    dump, ranges = copy_sample(tmp_path)
+    siteinfo = read_siteinfo(str(dump))
+    merged = StreamRange(str(dump), ranges[0].start, ranges[2].start, ranges[0].page_ids)
+    with pytest.raises(InputError, match=rf"at byte {ranges[0].start}: the stream ends before the next index"):
+        list(iter_stream_pages(merged, siteinfo))
+    wrong_ids = StreamRange(str(dump), ranges[1].start, ranges[1].end, ranges[0].page_ids)
+    with pytest.raises(InputError, match=rf"at byte {ranges[1].start}: the stream holds pages \[.*\] \(100\) but"):
+        list(iter_stream_pages(wrong_ids, siteinfo))
+    short = StreamRange(str(dump), ranges[1].start, ranges[1].end - 10, ranges[1].page_ids)
+    with pytest.raises(InputError, match=rf"at byte {ranges[1].start}: the bz2 stream is truncated"):
+        list(iter_stream_pages(short, siteinfo))
 
 
-def test_sql_value_syntax():
-    statement = r"""(1,'it\'s','a\\b',NULL,-2.5),(2,'x,y)');"""
-    assert list(parse_values(statement, 0)) == [[1, "it's", "a\\b", None, -2.5], [2, "x,y)"]]
+def test_corrupt_bytes_inside_one_stream(tmp_path):
+    dump, ranges = copy_sample(tmp_path)
+    data = bytearray(dump.read_bytes())
+    middle = (ranges[1].start + ranges[1].end) // 2
+    data[middle:middle + 16] = bytes(byte ^ 0xFF for byte in data[middle:middle + 16])
+    dump.write_bytes(bytes(data))
+    siteinfo = read_siteinfo(str(dump))
+    with pytest.raises(InputError, match=rf"copy-multistream\.xml\.bz2 at byte {ranges[1].start}: corrupt bz2"):
+        list(iter_stream_pages(ranges[1], siteinfo))
+    # The other streams are untouched and still read.
+    assert len(list(iter_stream_pages(ranges[0], siteinfo))) + len(list(iter_stream_pages(ranges[2], siteinfo))) == 106
 
 
-def test_beam_sources_read_the_multistream_dump_and_sql():
-    siteinfo = read_siteinfo(str(BUNDLED_SAMPLE))
-    expected = sorted(page.page_id for page in pages_of(GENSIM_SAMPLE))
-    with TestPipeline(argv=DIRECT) as pipeline:
-        read = pipeline | ReadDumpPages([str(BUNDLED_SAMPLE)], siteinfo, {str(BUNDLED_SAMPLE): str(BUNDLED_INDEX)})
-        assert_that(read["pages"] | beam.Map(lambda page: page.page_id), equal_to(expected), label="Pages")
-        assert_that(read["dead_letters"], equal_to([]), label="NoDeadLetters")
-        rows = pipeline | ReadSqlRows([str(next((RAW / "pagetable").glob("*.sql.gz")))], "page")
-        assert_that(rows | beam.combiners.Count.Globally(), equal_to([10]), label="PageRows")
+def write_multistream(dump: Path, index: Path, head: bytes, streams: list[bytes], page_ids: list[tuple[int, ...]],
+                      tail: bytes) -> list[int]:
+    """A multistream dump of the given XML pieces (one bz2 stream each) and its index; the page streams' offsets."""
+    out, starts = bytearray(bz2.compress(head)), []
+    for xml in streams:
+        starts.append(len(out))
+        out += bz2.compress(xml)
+    out += bz2.compress(tail)
+    dump.write_bytes(bytes(out))
+    lines = [f"{start}:{page_id}:t" for start, ids in zip(starts, page_ids, strict=True) for page_id in ids]
+    index.write_bytes(bz2.compress("\n".join(lines).encode()))
+    return starts
+
+
+def test_broken_page_xml_inside_a_stream_is_a_problem(tmp_path):
+    raw = BUNDLED_SAMPLE.read_bytes()
+    ranges = read_stream_ranges(str(BUNDLED_SAMPLE), str(BUNDLED_INDEX))
+    tail = b"</mediawiki>"
+    streams = [bz2.decompress(raw[r.start:r.end] if r.end else raw[r.start:]).replace(tail, b"") for r in ranges]
+    albedo = streams[0].index(b"<title>Albedo</title>")
+    streams[0] = streams[0][:albedo] + streams[0][albedo:].replace(b"</ns>", b"</nss>", 1)
+    dump, index = tmp_path / "x-multistream.xml.bz2", tmp_path / "x-multistream-index.txt.bz2"
+    starts = write_multistream(dump, index, bz2.decompress(raw[:ranges[0].start]), streams,
+                               [r.page_ids for r in ranges], tail)
+    siteinfo = read_siteinfo(str(dump))
+    items = [item for stream in read_stream_ranges(str(dump), str(index))
+             for item in iter_stream_pages(stream, siteinfo)]
+    problems = [item for item in items if isinstance(item, PageProblem)]
+    assert [(p.page_id, p.title, p.source) for p in problems] == [(39, "Albedo", f"{dump}@{starts[0]}")]
+    assert problems[0].reason.startswith("malformed page XML: mismatched tag")
+    expected = [page for page in pages_of(GENSIM_SAMPLE) if page.title != "Albedo"]
+    assert [(p.page_id, p.namespace, p.title, p.text, p.redirect) for p in items if isinstance(p, RawPage)] == [
+        (p.page_id, p.namespace, p.title, p.text, p.redirect) for p in expected]
