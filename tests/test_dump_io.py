@@ -1,0 +1,117 @@
+"""Beam sources for dumps and SQL tables, on the real samples (explicit DirectRunner)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import apache_beam as beam
+import pytest
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from artifacts.errors import input_error_message
+from tests.conftest import BUNDLED_INDEX, BUNDLED_SAMPLE, DIRECT, GENSIM_SAMPLE, MINI
+from transforms.dump_io import ReadDumpPages, ReadSqlRows
+from transforms.dump_reader import RawPage, iter_pages, read_siteinfo, read_stream_ranges
+from transforms.sql_dump import iter_sql_rows
+
+pytestmark = pytest.mark.usefixtures("shared_data")
+RAW = MINI / "inputs" / "wikipedia-raw-20210701"
+
+
+def content(page: RawPage) -> tuple:
+    return page.page_id, page.namespace, page.title, page.text, page.redirect, page.revision_id
+
+
+def kpr_counters(result) -> dict[str, int]:
+    query = result.metrics().query(MetricsFilter().with_namespace("kpr"))
+    totals: dict[str, int] = {}
+    for counter in query["counters"]:  # one result per step that counted
+        totals[counter.key.metric.name] = totals.get(counter.key.metric.name, 0) + counter.committed
+    return totals
+
+
+def run_read(dumps: list[str], index_paths: dict[str, str] | None, skip_bad_streams: bool = False,
+             expected_pages: list[tuple] | None = None, expected_dead: list[dict] | None = None) -> dict[str, int]:
+    pipeline = TestPipeline(argv=DIRECT)
+    read = pipeline | ReadDumpPages(dumps, read_siteinfo(str(GENSIM_SAMPLE)), index_paths, skip_bad_streams)
+    assert_that(read["pages"] | beam.Map(content), equal_to(expected_pages or []), label="Pages")
+    assert_that(read["dead_letters"], equal_to(expected_dead or []), label="DeadLetters")
+    result = pipeline.run()
+    result.wait_until_finish()
+    return kpr_counters(result)
+
+
+def test_multistream_by_ranges_equals_the_single_stream_read():
+    expected = [content(page) for page in iter_pages(str(GENSIM_SAMPLE))]
+    counters = run_read([str(BUNDLED_SAMPLE)], {str(BUNDLED_SAMPLE): str(BUNDLED_INDEX)}, expected_pages=expected)
+    assert (counters["streams_read"], counters["pages_read"]) == (3, 206)
+    assert "files_read" not in counters
+
+
+def corrupt_copy(tmp_path: Path) -> tuple[Path, int]:
+    """A copy of the multistream sample with bytes flipped inside its second page stream; that stream's offset."""
+    dump = tmp_path / "copy-multistream.xml.bz2"
+    ranges = read_stream_ranges(str(BUNDLED_SAMPLE), str(BUNDLED_INDEX))
+    data = bytearray(BUNDLED_SAMPLE.read_bytes())
+    middle = (ranges[1].start + ranges[1].end) // 2
+    data[middle:middle + 16] = bytes(byte ^ 0xFF for byte in data[middle:middle + 16])
+    dump.write_bytes(bytes(data))
+    return dump, ranges[1].start
+
+
+def test_bad_stream_is_skipped_counted_and_dead_lettered(tmp_path):
+    dump, offset = corrupt_copy(tmp_path)
+    ranges = read_stream_ranges(str(BUNDLED_SAMPLE), str(BUNDLED_INDEX))
+    kept = set(ranges[0].page_ids) | set(ranges[2].page_ids)
+    expected = [content(page) for page in iter_pages(str(GENSIM_SAMPLE)) if page.page_id in kept]
+    assert len(expected) == 106
+    dead = {"kind": "bad_streams", "source": str(dump), "offset": offset, "page_ids": list(ranges[1].page_ids),
+            "reason": f"{dump} at byte {offset}: corrupt bz2 stream: Invalid data stream"}
+    counters = run_read([str(dump)], {str(dump): str(BUNDLED_INDEX)}, skip_bad_streams=True,
+                        expected_pages=expected, expected_dead=[dead])
+    assert (counters["streams_read"], counters["bad_streams"], counters["pages_read"]) == (2, 1, 106)
+
+
+def test_bad_stream_stops_the_run_with_a_one_line_error(tmp_path):
+    dump, offset = corrupt_copy(tmp_path)
+    with pytest.raises(Exception) as raised:
+        run_read([str(dump)], {str(dump): str(BUNDLED_INDEX)})
+    assert input_error_message(raised.value) == f"{dump} at byte {offset}: corrupt bz2 stream: Invalid data stream"
+
+
+def test_part_files_and_malformed_pages(tmp_path):
+    parts = sorted(str(path) for path in (RAW / "articlesdump").glob("*.bz2"))
+    broken = tmp_path / "broken.xml"
+    broken.write_text("<mediawiki><page><title>Fine</title><ns>0</ns><id>7</id><revision><id>8</id><text>ok</text>"
+                      "</revision></page><page><title>No id</title><ns>0</ns><id>x1</id><revision><id>9</id>"
+                      "<text>t</text></revision></page></mediawiki>")
+    expected = [content(page) for path in parts for page in iter_pages(path)] + [(7, 0, "Fine", "ok", None, 8)]
+    dead = {"kind": "malformed_pages", "reason": "page id 'x1' is not a number", "source": str(broken),
+            "page_id": None, "title": "No id"}
+    counters = run_read([*parts, str(broken)], None, expected_pages=expected, expected_dead=[dead])
+    assert (counters["files_read"], counters["pages_read"], counters["malformed_pages"]) == (5, 11, 1)
+
+
+def test_read_sql_rows_from_a_glob_and_a_list():
+    pattern = str(RAW / "redirecttable" / "*.sql.gz")
+    page_table = str(RAW / "pagetable" / "enwiki-20210701-page.sql.gz")
+    expected = list(iter_sql_rows(str(RAW / "redirecttable" / "enwiki-20210701-redirect.sql.gz")))
+    pipeline = TestPipeline(argv=DIRECT)
+    redirects = pipeline | "Redirects" >> ReadSqlRows(pattern, "redirect")
+    assert_that(redirects, equal_to(expected), label="RedirectRows")
+    pages = pipeline | "Pages" >> ReadSqlRows([page_table], "page")
+    assert_that(pages | beam.Map(lambda row: row["page_id"]), equal_to(
+        [row["page_id"] for row in iter_sql_rows(page_table)]), label="PageIds")
+    result = pipeline.run()
+    result.wait_until_finish()
+    assert kpr_counters(result)["sql_rows_read"] == 138 + 10
+
+
+def test_read_sql_rows_with_nothing_matching(tmp_path):
+    pipeline = TestPipeline(argv=DIRECT)
+    _ = pipeline | ReadSqlRows(str(tmp_path / "*.sql.gz"), "redirect")
+    with pytest.raises(Exception) as raised:
+        pipeline.run().wait_until_finish()
+    assert input_error_message(raised.value) == f"no file matches {tmp_path / '*.sql.gz'}"
