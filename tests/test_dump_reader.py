@@ -285,3 +285,14 @@ def test_broken_page_xml_inside_a_stream_is_a_problem(tmp_path):
     expected = [page for page in pages_of(GENSIM_SAMPLE) if page.title != "Albedo"]
     assert [(p.page_id, p.namespace, p.title, p.text, p.redirect) for p in items if isinstance(p, RawPage)] == [
         (p.page_id, p.namespace, p.title, p.text, p.redirect) for p in expected]
+
+
+def test_index_that_leaves_out_the_last_stream(tmp_path):
+    lines = bz2.decompress(BUNDLED_INDEX.read_bytes()).decode().splitlines()
+    index = tmp_path / "partial-index.txt.bz2"
+    index.write_bytes(bz2.compress("\n".join(lines[:200]).encode()))
+    ranges = read_stream_ranges(str(BUNDLED_SAMPLE), str(index))
+    assert [(len(r.page_ids), r.end) for r in ranges] == [(100, ranges[1].start), (100, None)]
+    with pytest.raises(InputError, match=rf"at byte {ranges[1].start}: the stream holds pages .* \(106\) but the "
+                                         r"index lists .* \(100\)"):
+        list(iter_stream_pages(ranges[1], read_siteinfo(str(BUNDLED_SAMPLE))))

@@ -28,7 +28,9 @@ _SITEINFO_END = b"</siteinfo>"
 _HOST_LANGUAGE = re.compile(r"^[a-z]+://([a-z-]+)\.wikipedia\.org")
 _HEAD_LIMIT = 1 << 20  # <siteinfo> sits in the first few KB; stop looking after 1 MB of XML
 # What a truncated or corrupt archive raises while it is being read (bz2: OSError/EOFError; gzip: also zlib.error).
-_ARCHIVE_ERRORS = (OSError, EOFError, zlib.error)
+ARCHIVE_ERRORS = (OSError, EOFError, zlib.error)
+# The last stream (~100 pages, then the closing </mediawiki> stream) is a few MB; more means a partial index.
+_LAST_RANGE_LIMIT = 64 << 20
 _PAGE_END = b"</page>"  # safe to split on: a literal "<" inside page text is always escaped as &lt;
 _FRAGMENT_ID = re.compile(rb"<id>\s*(\d+)\s*</id>")
 _FRAGMENT_TITLE = re.compile(rb"<title>([^<]*)</title>")
@@ -140,7 +142,7 @@ def read_siteinfo(path: str) -> SiteInfo:
                 if not chunk:
                     break
                 head += chunk
-        except _ARCHIVE_ERRORS as error:
+        except ARCHIVE_ERRORS as error:
             raise InputError(f"{path}: cannot decompress the start of the dump: {_first_line(error)}") from error
     match = _SCHEMA.search(head[:4096].decode("utf-8", "replace"))
     version = match.group(1) if match else None
@@ -222,7 +224,7 @@ def iter_pages(path: str, siteinfo: SiteInfo | None = None) -> Iterator[RawPage 
         except ElementTree.ParseError as error:
             raise InputError(f"{path}: malformed XML at line {error.position[0]}, column {error.position[1]}") \
                 from error
-        except _ARCHIVE_ERRORS as error:
+        except ARCHIVE_ERRORS as error:
             raise InputError(f"{path}: truncated or corrupt archive: {_first_line(error)}") from error
 
 
@@ -246,7 +248,7 @@ def read_stream_ranges(dump_path: str, index_path: str) -> list[StreamRange]:
                 if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
                     raise InputError(f"{index_path}: line {number} is not 'offset:page_id:title'")
                 ids_by_offset.setdefault(int(parts[0]), []).append(int(parts[1]))
-        except _ARCHIVE_ERRORS as error:
+        except ARCHIVE_ERRORS as error:
             raise InputError(f"{index_path}: truncated or corrupt archive: {_first_line(error)}") from error
     offsets = sorted(ids_by_offset)
     if not offsets:
@@ -261,7 +263,10 @@ def decompress_range(stream: StreamRange) -> bytes:
     where = f"{stream.path} at byte {stream.start}"
     with open_raw(stream.path) as handle:
         handle.seek(stream.start)
-        data = handle.read() if stream.end is None else handle.read(stream.end - stream.start)
+        data = handle.read(_LAST_RANGE_LIMIT + 1) if stream.end is None else handle.read(stream.end - stream.start)
+    if stream.end is None and len(data) > _LAST_RANGE_LIMIT:
+        raise InputError(f"{where}: more than {_LAST_RANGE_LIMIT >> 20} MB follow the last index offset "
+                         "(the index does not cover the whole dump)")
     if not data.startswith(b"BZh"):
         raise InputError(f"{where}: no bz2 stream starts there (the index does not match the dump)")
     pieces: list[bytes] = []
