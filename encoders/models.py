@@ -70,3 +70,27 @@ def mean_input_embedding_norm(model) -> float:
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+def input_embedding_norm(spec: ModelSpec) -> float:
+    """The mean input word-embedding row norm, reading only that matrix where the weights allow it."""
+    import glob
+
+    directory = os.path.expanduser(str(spec.name_or_path))
+    for path in sorted(glob.glob(os.path.join(directory, "*.safetensors"))):
+        from safetensors import safe_open
+
+        with safe_open(path, framework="pt") as weights:
+            names = [name for name in weights.keys() if name.endswith("word_embeddings.weight")]  # noqa: SIM118
+            if names:
+                return float(weights.get_tensor(names[0]).float().norm(dim=1).mean())
+    return mean_input_embedding_norm(load_encoder(ModelSpec(spec.name_or_path)))
+
+
+def hidden_size(spec: ModelSpec) -> int:
+    from transformers import AutoConfig
+
+    try:
+        return int(AutoConfig.from_pretrained(os.path.expanduser(str(spec.name_or_path))).hidden_size)
+    except (OSError, ValueError) as error:
+        raise InputError(f"cannot read the model config of {spec.name_or_path}: {_first_line(error)}") from error

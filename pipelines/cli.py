@@ -16,6 +16,8 @@ from pipelines import stage as stage_runner
 COMMANDS: dict[str, str] = {
     "parse": "pipelines.parse:STAGE",
     "dictionary": "pipelines.dictionary:STAGE",
+    "mentions": "pipelines.mentions:STAGE",
+    "embed-entities": "pipelines.embed_entities:STAGE",
 }
 
 

@@ -1,0 +1,136 @@
+"""The [MASK] entity encoder: a mention replaced by one [MASK], the chosen layer's output at that position.
+
+Pure input building (testable without a model), the batched forward pass, and the Beam RunInference handler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from apache_beam.ml.inference.base import ModelHandler, PredictionResult
+
+from artifacts.errors import InputError
+from encoders.batching import token_budget_batches
+from encoders.models import ModelSpec, check_model_spec, load_encoder, load_tokenizer
+
+
+@dataclass(frozen=True)
+class MaskInput:
+    """One mention ready for the model: token ids with one [MASK] at ``mask_position``."""
+
+    entity_id: int
+    input_ids: tuple[int, ...]
+    mask_position: int
+
+
+@dataclass(frozen=True)
+class TokenIds:
+    cls: int
+    sep: int
+    mask: int
+    pad: int
+
+
+def special_ids(tokenizer) -> TokenIds:
+    """The special token ids a [MASK] input needs; a clear error for models without [MASK]."""
+    if tokenizer.mask_token_id is None:
+        raise InputError(f"the tokenizer of {tokenizer.name_or_path} has no [MASK] token: "
+                         "entity embeddings need a masked-language-model vocabulary (a BERT-family model)")
+    cls = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
+    sep = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
+    return TokenIds(cls=cls, sep=sep, mask=tokenizer.mask_token_id, pad=tokenizer.pad_token_id or 0)
+
+
+def masked_ids(left: Sequence[int], right: Sequence[int], ids: TokenIds, max_seq_length: int) -> tuple[list[int], int]:
+    """[CLS] left [MASK] right [SEP] within ``max_seq_length``: half the context budget before the mention
+    and half after, a short side's unused half going to the other side. Returns (ids, mask position)."""
+    budget = max_seq_length - 3
+    half = budget // 2
+    keep_left = min(len(left), max(half, budget - len(right)))
+    keep_right = min(len(right), budget - keep_left)
+    kept_left = list(left[len(left) - keep_left:]) if keep_left else []
+    return [ids.cls, *kept_left, ids.mask, *right[:keep_right], ids.sep], 1 + keep_left
+
+
+def mask_inputs(rows: Sequence[dict[str, Any]], tokenizer, max_seq_length: int) -> list[MaskInput]:
+    """MaskInputs for mention rows (entity_id, text, start, end), tokenized in one batch call."""
+    ids = special_ids(tokenizer)
+    lefts = [row["text"][:row["start"]] for row in rows]
+    rights = [row["text"][row["end"]:] for row in rows]
+    encoded = tokenizer(lefts + rights, add_special_tokens=False)["input_ids"]
+    result = []
+    for index, row in enumerate(rows):
+        token_ids, position = masked_ids(encoded[index], encoded[len(rows) + index], ids, max_seq_length)
+        result.append(MaskInput(row["entity_id"], tuple(token_ids), position))
+    return result
+
+
+class MaskEncoder:
+    """A loaded model that returns the chosen layer's vectors at the [MASK] positions (what load_model returns)."""
+
+    def __init__(self, spec: ModelSpec, layer: int, max_tokens: int) -> None:
+        import torch
+
+        self.spec = spec
+        self.layer = layer
+        self.max_tokens = max_tokens
+        self.model = load_encoder(spec)
+        self.pad_id = load_tokenizer(spec.name_or_path).pad_token_id or 0
+        self._torch = torch
+
+    def encode(self, inputs: Sequence[MaskInput]) -> np.ndarray:
+        """float32 vectors, one per input, in input order; batches by token budget, sorted by length."""
+        vectors = np.zeros((len(inputs), self.model.config.hidden_size), dtype=np.float32)
+        for batch in token_budget_batches([len(item.input_ids) for item in inputs], self.max_tokens):
+            vectors[batch] = self._forward([inputs[index] for index in batch])
+        return vectors
+
+    def _forward(self, batch: Sequence[MaskInput]) -> np.ndarray:
+        torch = self._torch
+        longest = max(len(item.input_ids) for item in batch)
+        ids = torch.full((len(batch), longest), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(batch), longest), dtype=torch.long)
+        for row, item in enumerate(batch):
+            ids[row, :len(item.input_ids)] = torch.tensor(item.input_ids)
+            attention[row, :len(item.input_ids)] = 1
+        positions = torch.tensor([item.mask_position for item in batch])
+        with torch.inference_mode():
+            output = self.model(input_ids=ids.to(self.spec.device), attention_mask=attention.to(self.spec.device),
+                                output_hidden_states=self.layer != -1)
+            states = output.last_hidden_state if self.layer == -1 else output.hidden_states[self.layer]
+            picked = states[torch.arange(len(batch), device=states.device), positions.to(states.device)]
+        return picked.float().cpu().numpy()
+
+
+class MaskEncoderHandler(ModelHandler[MaskInput, PredictionResult, MaskEncoder]):
+    """RunInference handler: one model per worker process; elements batched by count, then by token budget."""
+
+    def __init__(self, spec: ModelSpec, layer: int = -1, max_tokens: int = 16384, max_batch_size: int = 256) -> None:
+        super().__init__()
+        self._spec = spec
+        self._layer = layer
+        self._max_tokens = max_tokens
+        self._max_batch_size = max_batch_size
+
+    def load_model(self) -> MaskEncoder:
+        return MaskEncoder(self._spec, self._layer, self._max_tokens)
+
+    def run_inference(self, batch: Sequence[MaskInput], model: MaskEncoder,
+                      inference_args: dict[str, Any] | None = None) -> Iterable[PredictionResult]:
+        vectors = model.encode(batch)
+        return [PredictionResult(item, vector) for item, vector in zip(batch, vectors, strict=True)]
+
+    def batch_elements_kwargs(self) -> dict[str, int]:
+        return {"min_batch_size": 1, "max_batch_size": self._max_batch_size}
+
+    def share_model_across_processes(self) -> bool:
+        return False
+
+
+def check_mask_model(spec: ModelSpec) -> None:
+    """Fail before any work starts: a missing model path, a bad dtype or device, a vocabulary with no [MASK]."""
+    check_model_spec(spec)
+    special_ids(load_tokenizer(spec.name_or_path))

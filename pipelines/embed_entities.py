@@ -1,0 +1,179 @@
+"""embed-entities: [MASK] vectors of each entity's sampled mentions, averaged and norm-matched, as Parquet."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+from apache_beam.ml.inference.base import PredictionResult, RunInference
+
+from artifacts import schemas, tables
+from encoders.mask_encoder import MaskEncoderHandler, check_mask_model, mask_inputs
+from encoders.models import DTYPES, ModelSpec, hidden_size, input_embedding_norm
+from pipelines.stage import StageContext, run_beam
+from transforms.dead_letters import WriteDeadLetters, count, dead_letter
+
+EMBEDDING_DTYPES = {"float32": pa.float32(), "float16": pa.float16()}
+
+
+def mention_problem(row: dict[str, Any]) -> str | None:
+    """Why a mention row cannot be embedded, or None."""
+    text, start, end = row["text"], row["start"], row["end"]
+    if not 0 <= start < end <= len(text):
+        return "bad_mention_spans"
+    if not (text[:start].strip() or text[end:].strip()):
+        return "empty_contexts"
+    return None
+
+
+class TokenizeMentions(beam.DoFn):
+    """Batches of mention rows -> MaskInputs (the tokenizer loads once per worker)."""
+
+    def __init__(self, model: str, max_seq_length: int) -> None:
+        self._model = model
+        self._max_seq_length = max_seq_length
+
+    def setup(self) -> None:
+        from encoders.models import load_tokenizer
+
+        self._tokenizer = load_tokenizer(self._model)
+
+    def process(self, rows: list[dict[str, Any]]) -> Iterator[Any]:
+        good = []
+        for row in rows:
+            problem = mention_problem(row)
+            if problem is None:
+                good.append(row)
+            else:
+                yield dead_letter(problem, "mention cannot be embedded", entity_id=row["entity_id"],
+                                  page_id=row["page_id"], start=row["start"], end=row["end"])
+        if good:
+            count("mentions_embedded", len(good))
+            yield from mask_inputs(good, self._tokenizer, self._max_seq_length)
+
+
+def finite_vector(result: PredictionResult) -> Iterator[Any]:
+    vector = np.asarray(result.inference, dtype=np.float32)
+    if np.all(np.isfinite(vector)):
+        yield result.example.entity_id, vector
+    else:
+        yield dead_letter("non_finite_vectors", "the model returned NaN or inf", entity_id=result.example.entity_id)
+
+
+class MeanVector(beam.CombineFn):
+    """(sum in float64, count) of an entity's mention vectors: distributed, order-independent to rounding."""
+
+    def create_accumulator(self) -> tuple[np.ndarray | None, int]:
+        return None, 0
+
+    def add_input(self, accumulator, vector):
+        total, seen = accumulator
+        vector = vector.astype(np.float64)
+        return (vector if total is None else total + vector), seen + 1
+
+    def merge_accumulators(self, accumulators):
+        total, seen = None, 0
+        for part, part_seen in accumulators:
+            if part is not None:
+                total = part.copy() if total is None else total + part
+            seen += part_seen
+        return total, seen
+
+    def extract_output(self, accumulator):
+        return accumulator
+
+
+def norm_matched(total: np.ndarray, seen: int, target_norm: float) -> np.ndarray | None:
+    """The mean direction scaled to ``target_norm`` (None if the mean is zero or not finite)."""
+    mean = total / seen
+    norm = float(np.linalg.norm(mean))
+    if not math.isfinite(norm) or norm == 0.0:
+        return None
+    return (mean / norm * target_norm).astype(np.float32)
+
+
+def embedding_row(entity_id: int, joined: dict[str, list[Any]], target_norm: float = 1.0) -> Iterator[Any]:
+    entities, means = joined["entity"], joined["mean"]
+    if not entities:
+        return
+    if not means:
+        count("entities_without_mentions")
+        return
+    total, seen = means[0]
+    vector = norm_matched(total, seen, target_norm)
+    if vector is None:
+        yield dead_letter("non_finite_vectors", "mean vector is zero or not finite", entity_id=entity_id)
+        return
+    count("entities_embedded")
+    title, qid = entities[0]
+    yield {"entity_id": entity_id, "title": title, "qid": qid, "embedding": vector.tolist(), "mention_count": seen}
+
+
+class EmbedEntitiesStage:
+    """Embed every entity from its sampled mentions with a BERT-family model ([MASK] in place of the mention)."""
+
+    name = "embed_entities"
+    outputs = ("entity_embeddings",)
+    upstream = ("dictionary", "mentions")
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        group = parser.add_argument_group("embed-entities")
+        group.add_argument("--model", help="local directory or hub name of a BERT-family model with [MASK]")
+        group.add_argument("--layer", type=int, default=-1, help="hidden layer whose [MASK] output is used")
+        group.add_argument("--max-seq-length", type=int, default=512, help="tokens per mention input")
+        group.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+        group.add_argument("--dtype", choices=DTYPES, default="float32", help="model weights and compute")
+        group.add_argument("--batch-tokens", type=int, default=16384, help="padded tokens per forward pass")
+        group.add_argument("--embedding-dtype", choices=sorted(EMBEDDING_DTYPES), default="float32",
+                           help="value type of the stored vectors")
+
+    def options(self, args: argparse.Namespace) -> dict[str, Any]:
+        return {"model": str(args.model), "layer": args.layer, "max_seq_length": args.max_seq_length,
+                "dtype": args.dtype, "embedding_dtype": args.embedding_dtype}
+
+    def external_inputs(self, args: argparse.Namespace) -> dict[str, str]:
+        return {}
+
+    def run(self, ctx: StageContext, args: argparse.Namespace) -> dict[str, int]:
+        from artifacts.errors import InputError
+
+        if not args.model:
+            raise InputError("embed-entities needs --model NAME_OR_PATH (a BERT-family model with [MASK])")
+        spec = ModelSpec(str(args.model), args.device, args.dtype)
+        check_mask_model(spec)
+        target_norm = input_embedding_norm(spec)
+        schema = schemas.entity_embeddings(hidden_size(spec), EMBEDDING_DTYPES[args.embedding_dtype]).with_metadata({
+            "model": str(args.model), "layer": str(args.layer), "target_norm": repr(target_norm),
+            "dtype": args.dtype, "embedding_dtype": args.embedding_dtype,
+            "max_seq_length": str(args.max_seq_length)})
+        handler = MaskEncoderHandler(spec, args.layer, args.batch_tokens)
+
+        def build(pipeline: beam.Pipeline) -> None:
+            mentions = pipeline | "ReadMentions" >> beam.io.ReadFromParquet(
+                tables.parquet_pattern(args.output, "mentions"))
+            inputs = (mentions | "BatchMentions" >> beam.BatchElements(min_batch_size=64, max_batch_size=512)
+                      | "Tokenize" >> beam.ParDo(TokenizeMentions(str(args.model), args.max_seq_length)).with_outputs(
+                          "dead_letter", main="inputs"))
+            vectors = (inputs.inputs | "EncodeMasks" >> RunInference(handler)
+                       | "KeepFinite" >> beam.FlatMap(finite_vector).with_outputs("dead_letter", main="vectors"))
+            means = vectors.vectors | "MeanPerEntity" >> beam.CombinePerKey(MeanVector())
+            entities = (pipeline | "ReadEntities" >> beam.io.ReadFromParquet(
+                tables.parquet_pattern(args.output, "entities"), columns=["entity_id", "title", "qid"])
+                | "EntityInfo" >> beam.Map(lambda e: (e["entity_id"], (e["title"], e["qid"]))))
+            rows = ({"entity": entities, "mean": means} | "JoinEntities" >> beam.CoGroupByKey()
+                    | "NormMatch" >> beam.FlatMapTuple(embedding_row, target_norm).with_outputs(
+                        "dead_letter", main="rows"))
+            _ = rows.rows | "WriteEmbeddings" >> beam.io.WriteToParquet(
+                ctx.staged_prefix("entity_embeddings"), schema, file_name_suffix=".parquet")
+            dead = (inputs.dead_letter, vectors.dead_letter, rows.dead_letter) | "AllDeadLetters" >> beam.Flatten()
+            _ = dead | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("mentions"))
+
+        return run_beam(ctx, build)
+
+
+STAGE = EmbedEntitiesStage()

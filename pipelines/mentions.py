@@ -1,0 +1,119 @@
+"""mentions: for every entity, a deterministic sample of up to --max-mentions links to it, with context."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from typing import Any
+
+import apache_beam as beam
+
+from artifacts import schemas, tables
+from pipelines.stage import StageContext, run_beam
+from transforms.dead_letters import count
+from transforms.mention_sampling import CHARS_PER_TOKEN, LinkRef, context_window, link_refs
+
+
+def refs_of_entity(title: str, joined: dict[str, list[Any]]) -> Iterator[tuple[int, LinkRef]]:
+    """(entity_id, LinkRef) for the links to an entity; links to non-entities and link-less entities counted."""
+    entity_ids = joined["entity_id"]
+    refs = joined["refs"]
+    if not entity_ids:
+        count("links_to_non_entities", len(refs))
+        return
+    if not refs:
+        count("entities_without_links")
+        return
+    for ref in refs:
+        yield entity_ids[0], ref
+
+
+def sampled_by_page(entity_id: int, refs: list[LinkRef]) -> Iterator[tuple[int, tuple[int, int]]]:
+    count("entities_with_mentions")
+    count("mentions_sampled", len(refs))
+    for ref in refs:
+        yield ref.page_id, (entity_id, ref.link_index)
+
+
+def mention_rows(page_id: int, joined: dict[str, list[Any]], chars: int = 0) -> Iterator[dict[str, Any]]:
+    """The sampled mentions of one page, each with its context window."""
+    articles = joined["article"]
+    if not articles:
+        count("sampled_pages_missing", len(joined["sampled"]))
+        return
+    article = articles[0]
+    for entity_id, link_index in sorted(joined["sampled"]):
+        link = article["links"][link_index]
+        text, start, end = context_window(article["text"], link["start"], link["end"], chars)
+        yield {"entity_id": entity_id, "page_id": page_id, "text": text, "start": start, "end": end}
+
+
+class SampleMentions(beam.PTransform):
+    """Articles + entities -> mention rows: a bottom-k sample by seeded hash, combined per entity."""
+
+    def __init__(self, max_mentions: int, seed: int, context_chars: int) -> None:
+        super().__init__()
+        self._max_mentions = max_mentions
+        self._seed = seed
+        self._context_chars = context_chars
+
+    def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection:
+        articles, entities = inputs["articles"], inputs["entities"]
+        by_entity = (
+            {
+                "refs": articles | "LinkRefs" >> beam.FlatMap(link_refs, self._seed),
+                "entity_id": entities | "EntityIdByTitle" >> beam.Map(lambda e: (e["title"], e["entity_id"])),
+            }
+            | "JoinLinksWithEntities" >> beam.CoGroupByKey()
+            | "RefsOfEntities" >> beam.FlatMapTuple(refs_of_entity)
+        )
+        sampled = (
+            by_entity
+            | "BottomKPerEntity" >> beam.combiners.Top.PerKey(
+                self._max_mentions, key=lambda ref: (ref.sample_key, ref.page_id, ref.link_index), reverse=True)
+            | "SampledByPage" >> beam.FlatMapTuple(sampled_by_page)
+        )
+        return (
+            {"sampled": sampled, "article": articles | "ArticlesById" >> beam.Map(lambda a: (a["page_id"], a))}
+            | "JoinSampledWithArticles" >> beam.CoGroupByKey()
+            | "CutContexts" >> beam.FlatMapTuple(mention_rows, self._context_chars)
+        )
+
+
+class MentionsStage:
+    """Sample up to --max-mentions linked passages per entity, deterministically."""
+
+    name = "mentions"
+    outputs = ("mentions",)
+    upstream = ("parse", "dictionary")
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        group = parser.add_argument_group("mentions")
+        group.add_argument("--max-mentions", type=int, default=128, help="mentions sampled per entity")
+        group.add_argument("--seed", type=int, default=0, help="seed of the sampling hash")
+        group.add_argument("--max-seq-length", type=int, default=512,
+                           help="model tokens the contexts must cover on each side of a mention")
+
+    def options(self, args: argparse.Namespace) -> dict[str, Any]:
+        return {"max_mentions": args.max_mentions, "seed": args.seed, "max_seq_length": args.max_seq_length}
+
+    def external_inputs(self, args: argparse.Namespace) -> dict[str, str]:
+        return {}
+
+    def run(self, ctx: StageContext, args: argparse.Namespace) -> dict[str, int]:
+        tables.parquet_files(args.output, "entities")
+
+        def build(pipeline: beam.Pipeline) -> None:
+            articles = pipeline | "ReadArticles" >> beam.io.ReadFromParquet(
+                tables.parquet_pattern(args.output, "articles"), columns=["page_id", "text", "links"])
+            entities = pipeline | "ReadEntities" >> beam.io.ReadFromParquet(
+                tables.parquet_pattern(args.output, "entities"), columns=["entity_id", "title"])
+            rows = {"articles": articles, "entities": entities} | "SampleMentions" >> SampleMentions(
+                args.max_mentions, args.seed, args.max_seq_length * CHARS_PER_TOKEN)
+            _ = rows | "WriteMentions" >> beam.io.WriteToParquet(
+                ctx.staged_prefix("mentions"), schemas.MENTIONS, file_name_suffix=".parquet")
+
+        return run_beam(ctx, build)
+
+
+STAGE = MentionsStage()

@@ -1,0 +1,192 @@
+"""Mention sampling and [MASK] entity embeddings: determinism, batching invariance, normalization, a hand check."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from apache_beam.ml.inference.base import PredictionResult
+from transformers import AutoModel, AutoTokenizer
+
+from artifacts import manifest, tables
+from artifacts.errors import InputError
+from encoders.mask_encoder import MaskEncoder, MaskInput, TokenIds, check_mask_model, mask_inputs, masked_ids
+from encoders.models import ModelSpec, input_embedding_norm
+from pipelines.cli import main
+from pipelines.embed_entities import finite_vector, norm_matched
+from tests.conftest import BUNDLED_SAMPLE, DIRECT, MULTI_PROCESS
+from tests.test_dictionary import article, write_parsed
+from transforms.mention_sampling import context_window, link_refs, sample_key
+
+IDS = TokenIds(cls=101, sep=102, mask=103, pad=0)
+LINKS = [("Paris", "Paris")] * 5
+
+
+def test_sample_key_is_seeded_and_stable():
+    assert sample_key(0, "Paris", 12, 0) == sample_key(0, "Paris", 12, 0)
+    assert len({sample_key(0, "Paris", 12, 0), sample_key(1, "Paris", 12, 0), sample_key(0, "Paris", 12, 1),
+                sample_key(0, "Paris", 13, 0), sample_key(0, "Lyon", 12, 0)}) == 5
+
+
+def test_link_refs_number_each_entitys_links_per_page():
+    row = article(9, "T", "Paris and Lyon and Paris", [("Paris", "Paris"), ("Lyon", "Lyon"), ("Paris", "Paris")])
+    refs = list(link_refs(row, seed=3))
+    assert [(target, ref.link_index) for target, ref in refs] == [("Paris", 0), ("Lyon", 1), ("Paris", 2)]
+    assert refs[2][1].sample_key == sample_key(3, "Paris", 9, 1)
+
+
+def test_context_window_cuts_at_spaces_and_keeps_the_span():
+    text = "one two three FOUR five six seven"
+    window, start, end = context_window(text, 14, 18, chars=6)
+    assert (window, window[start:end]) == ("three FOUR five", "FOUR")
+    assert context_window(text, 14, 18, chars=100) == (text, 14, 18)
+
+
+def test_masked_ids_split_the_budget_half_and_half():
+    assert masked_ids(list(range(1, 11)), list(range(21, 31)), IDS, 9) == ([101, 8, 9, 10, 103, 21, 22, 23, 102], 4)
+    assert masked_ids([1], list(range(21, 31)), IDS, 9) == ([101, 1, 103, 21, 22, 23, 24, 25, 102], 2)
+    assert masked_ids(list(range(1, 11)), [21], IDS, 9) == ([101, 6, 7, 8, 9, 10, 103, 21, 102], 6)
+    assert masked_ids([], [], IDS, 9) == ([101, 103, 102], 1)
+
+
+def test_mask_inputs_replace_the_mention_with_one_mask(tiny_bert):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
+    [item] = mask_inputs([{"entity_id": 4, "text": "the city of Paris is big", "start": 12, "end": 17}], tokenizer, 32)
+    assert tokenizer.convert_ids_to_tokens(list(item.input_ids)) == [
+        "[CLS]", "the", "city", "of", "[MASK]", "is", "big", "[SEP]"]
+    assert item.mask_position == 4 and item.entity_id == 4
+
+
+def test_a_model_without_mask_fails_before_any_work(tiny_bert, tmp_path):
+    config = json.loads((tiny_bert / "tokenizer_config.json").read_text())
+    config["mask_token"] = None
+    broken = tmp_path / "no-mask"
+    broken.mkdir()
+    for path in tiny_bert.iterdir():
+        (broken / path.name).write_bytes(path.read_bytes())
+    (broken / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.raises(InputError, match=r"no \[MASK\] token"):
+        check_mask_model(ModelSpec(str(broken)))
+    with pytest.raises(InputError, match="does not exist"):
+        check_mask_model(ModelSpec(str(tmp_path / "nowhere" / "model")))
+
+
+def test_vectors_do_not_depend_on_batching(tiny_bert):
+    rng = np.random.default_rng(0)
+    inputs = [MaskInput(1, tuple([101, *rng.integers(1000, 2000, size=n).tolist(), 103, 102]), n + 1)
+              for n in rng.integers(1, 60, size=40)]
+    batched = MaskEncoder(ModelSpec(str(tiny_bert)), layer=-1, max_tokens=256).encode(inputs)
+    one_by_one = MaskEncoder(ModelSpec(str(tiny_bert)), layer=-1, max_tokens=1).encode(inputs)
+    np.testing.assert_allclose(batched, one_by_one, rtol=1e-5, atol=1e-5)
+    middle = MaskEncoder(ModelSpec(str(tiny_bert)), layer=1, max_tokens=256).encode(inputs)
+    assert not np.allclose(middle, batched)
+
+
+def test_non_finite_vectors_are_dead_lettered():
+    nan = PredictionResult(MaskInput(5, (101, 103, 102), 1), np.array([np.nan, 1.0]))
+    [record] = list(finite_vector(nan))
+    assert record.value["kind"] == "non_finite_vectors" and record.value["entity_id"] == 5
+    assert norm_matched(np.zeros(3), 2, 1.0) is None
+    np.testing.assert_allclose(norm_matched(np.array([3.0, 4.0]), 2, 2.0), [1.2, 1.6])
+
+
+CAPITALS = [
+    article(1, "Paris", "Paris is the capital of France. It lies on the Seine.",
+            [("France", "France"), ("Seine", "Seine")]),
+    article(2, "France", "France is a country. Its capital is Paris, on the river Seine.",
+            [("Paris", "Paris"), ("Seine", "Seine")]),
+    article(3, "Seine", "The Seine flows through Paris in France. Paris grew on the Seine.",
+            [("Paris", "Paris"), ("France", "France"), ("Paris", "Paris")]),
+]
+
+
+def build_embeddings(output: Path, model: Path, *extra: str) -> None:
+    write_parsed(output, CAPITALS)
+    assert main(["dictionary", "--output", str(output), *DIRECT]) == 0
+    assert main(["mentions", "--output", str(output), "--max-mentions", "2", *DIRECT]) == 0
+    assert main(["embed-entities", "--output", str(output), "--model", str(model), "--max-seq-length", "64",
+                 *extra, *DIRECT]) == 0
+
+
+def test_embed_entities_hand_checked(minilm_path, tmp_path):
+    build_embeddings(tmp_path, minilm_path)
+    mentions = tables.read_table(str(tmp_path), "mentions").to_pylist()
+    per_entity = {}
+    for row in mentions:
+        per_entity.setdefault(row["entity_id"], []).append(row)
+    assert {len(rows) for rows in per_entity.values()} <= {1, 2}
+    embeddings = {row["entity_id"]: row for row in tables.read_table(str(tmp_path), "entity_embeddings").to_pylist()}
+    metadata = tables.file_metadata(tables.parquet_files(str(tmp_path), "entity_embeddings")[0])
+    model = AutoModel.from_pretrained(minilm_path).eval()
+    expected_norm = float(model.get_input_embeddings().weight.detach().norm(dim=1).mean())
+    assert float(metadata["target_norm"]) == pytest.approx(expected_norm, rel=1e-6)
+    assert metadata["layer"] == "-1" and metadata["model"] == str(minilm_path)
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    for entity_id, rows in per_entity.items():
+        vectors = []
+        for row in rows:  # by hand: the mention replaced by [MASK], the last layer at that position
+            text = row["text"][:row["start"]] + tokenizer.mask_token + row["text"][row["end"]:]
+            encoded = tokenizer(text, return_tensors="pt")
+            with torch.inference_mode():
+                states = model(**encoded).last_hidden_state[0]
+            position = encoded["input_ids"][0].tolist().index(tokenizer.mask_token_id)
+            vectors.append(states[position].numpy())
+        mean = np.mean(vectors, axis=0)
+        expected = mean / np.linalg.norm(mean) * expected_norm
+        stored = np.array(embeddings[entity_id]["embedding"])
+        np.testing.assert_allclose(stored, expected, rtol=1e-4, atol=1e-5)
+        assert embeddings[entity_id]["mention_count"] == len(rows)
+        assert math.isclose(float(np.linalg.norm(stored)), expected_norm, rel_tol=1e-5)
+
+
+def test_float16_output_and_bfloat16_compute(tiny_bert, tmp_path):
+    build_embeddings(tmp_path, tiny_bert, "--dtype", "bfloat16", "--embedding-dtype", "float16")
+    path = tables.parquet_files(str(tmp_path), "entity_embeddings")[0]
+    table = pq.read_table(path)
+    assert table.schema.field("embedding").type == pa.list_(pa.float16(), 32)
+    norms = np.linalg.norm(np.array(table.column("embedding").to_pylist(), dtype=np.float32), axis=1)
+    np.testing.assert_allclose(norms, input_embedding_norm(ModelSpec(str(tiny_bert))), rtol=2e-3)
+
+
+@pytest.mark.usefixtures("shared_data")
+def test_mentions_are_the_same_for_one_and_two_workers(tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert main(["parse", "--output", str(one), "--dump", str(BUNDLED_SAMPLE), *DIRECT]) == 0
+    assert main(["dictionary", "--output", str(one), "--include-red-links", *DIRECT]) == 0
+    for name in ("articles", "entities"):
+        (two / name).parent.mkdir(parents=True, exist_ok=True)
+        (two / name).symlink_to(one / name, target_is_directory=True)
+    records = manifest.load(str(one))
+    manifest.save(str(two), {name: records[name] for name in ("parse", "dictionary")})
+    assert main(["mentions", "--output", str(one), "--max-mentions", "3", *DIRECT]) == 0
+    assert main(["mentions", "--output", str(two), "--max-mentions", "3", *MULTI_PROCESS]) == 0
+
+    def rows(output: Path) -> list[tuple]:
+        return sorted(tuple(row.values()) for row in tables.read_table(str(output), "mentions").to_pylist())
+
+    assert rows(one) == rows(two)
+    mentions = tables.read_table(str(one), "mentions").to_pylist()
+    assert all(row["text"][row["start"]:row["end"]].strip() for row in mentions)
+    per_entity: dict[int, int] = {}
+    for row in mentions:
+        per_entity[row["entity_id"]] = per_entity.get(row["entity_id"], 0) + 1
+    assert max(per_entity.values()) == 3
+    assert set(per_entity) == set(tables.read_table(str(one), "entities").column("entity_id").to_pylist())
+
+
+def test_bottom_k_keeps_the_smallest_keys(tmp_path):
+    pages = [article(page, f"P{page}", "Paris " * 3, [("Paris", "Paris")] * 3) for page in range(1, 5)]
+    pages.append(article(9, "Paris", "Paris.", []))
+    write_parsed(tmp_path, pages)
+    assert main(["dictionary", "--output", str(tmp_path), *DIRECT]) == 0
+    assert main(["mentions", "--output", str(tmp_path), "--max-mentions", "4", "--seed", "7", *DIRECT]) == 0
+    keys = sorted((sample_key(7, "Paris", page, ordinal), page) for page in range(1, 5) for ordinal in range(3))
+    chosen = sorted(row["page_id"] for row in tables.read_table(str(tmp_path), "mentions").to_pylist())
+    assert chosen == sorted(page for _, page in keys[:4])

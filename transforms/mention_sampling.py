@@ -1,0 +1,53 @@
+"""Mention sampling: a deterministic bottom-k sample of the links to each entity, and their context windows."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+# Characters of context kept on each side of a mention per token of --max-seq-length: English WordPiece
+# tokens average well under 6 characters, so this leaves room for max_seq_length tokens on either side.
+CHARS_PER_TOKEN = 6
+
+
+@dataclass(frozen=True)
+class LinkRef:
+    """One link to an entity, identified so that its sampling key survives dump refreshes."""
+
+    sample_key: int
+    page_id: int
+    link_index: int
+
+
+def sample_key(seed: int, entity_title: str, page_id: int, ordinal: int) -> int:
+    """Seeded hash of (entity, source page, ordinal of this link among the page's links to the entity).
+
+    Keyed on the title, not the entity id, so an entity whose links did not change keeps its sample.
+    """
+    digest = hashlib.blake2b(f"{seed}\x1f{entity_title}\x1f{page_id}\x1f{ordinal}".encode(), digest_size=8)
+    return int.from_bytes(digest.digest(), "big")
+
+
+def link_refs(article: dict[str, Any], seed: int) -> Iterator[tuple[str, LinkRef]]:
+    """(target title, LinkRef) for every link of an article."""
+    ordinals: dict[str, int] = {}
+    for index, link in enumerate(article["links"]):
+        target = link["target"]
+        ordinal = ordinals.get(target, 0)
+        ordinals[target] = ordinal + 1
+        yield target, LinkRef(sample_key(seed, target, article["page_id"], ordinal), article["page_id"], index)
+
+
+def context_window(text: str, start: int, end: int, chars: int) -> tuple[str, int, int]:
+    """The text around [start, end) cut to about ``chars`` characters per side at whitespace; the new span."""
+    left = max(0, start - chars)
+    if left > 0 and not text[left - 1].isspace():  # do not start inside a word
+        space = text.find(" ", left, start)
+        left = space + 1 if space >= 0 else left
+    right = min(len(text), end + chars)
+    if right < len(text) and not text[right].isspace():  # nor end inside one
+        space = text.rfind(" ", end, right)
+        right = space if space >= 0 else right
+    return text[left:right], start - left, end - left
