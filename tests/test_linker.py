@@ -1,0 +1,91 @@
+"""The entity linker runtime on a hand-built linker: trie-id stability, matching rules, thresholds, load errors."""
+
+from __future__ import annotations
+
+import random
+
+import marisa_trie
+import numpy as np
+import pytest
+
+from artifacts.errors import InputError
+from artifacts.linker import EntityLinker, NameRow, build_kb_trie, write_linker
+
+KEYS = ["Q90", "Q60", "New York (state)", "Q1384", "York", "Q42"]
+CONFIG = {"max_mention_length": 100, "case_sensitive": False, "min_link_prob": 0.05, "min_prior_prob": 0.3,
+          "min_link_count": 1}
+
+
+def test_kb_trie_ids_depend_only_on_the_key_set():
+    """entity_id = kb_id.trie key id + 1 everywhere, so the ids must not depend on insertion order or process."""
+    expected = {key: build_kb_trie(KEYS)[key] for key in KEYS}
+    assert sorted(expected.values()) == list(range(len(KEYS)))
+    for seed in range(20):
+        shuffled = KEYS[:]
+        random.Random(seed).shuffle(shuffled)
+        trie = build_kb_trie(shuffled)
+        assert {key: trie[key] for key in KEYS} == expected
+        assert {key: marisa_trie.Trie().frombytes(trie.tobytes())[key] for key in KEYS} == expected
+
+
+@pytest.fixture()
+def linker_dir(tmp_path):
+    kb = build_kb_trie(KEYS)
+    titles = [""] * len(KEYS)
+    for key, title in zip(KEYS, ["Paris", "New York City", "New York (state)", "Lower Manhattan", "York",
+                                 "Douglas Adams"], strict=True):
+        titles[kb[key]] = title
+
+    def eid(key: str) -> int:
+        return kb[key] + 1
+
+    rows = [
+        NameRow("new york", eid("Q60"), 6, 10, 20),               # link_prob 0.5; commonness 0.6
+        NameRow("new york", eid("New York (state)"), 4, 10, 20),  # commonness 0.4
+        NameRow("new york city", eid("Q60"), 5, 5, 5),
+        NameRow("york", eid("York"), 3, 3, 100),                  # link_prob 0.03: below the 0.05 default
+        NameRow("paris", eid("Q90"), 9, 9, 9),
+        NameRow("adams", eid("Q42"), 1, 1, 4),
+    ]
+    write_linker(str(tmp_path), rows, kb, titles, CONFIG)
+    return tmp_path
+
+
+def test_files_are_in_the_kpr_layout(linker_dir):
+    data = np.load(linker_dir / "data.npy")
+    offsets = np.load(linker_dir / "offsets.npy")
+    names = marisa_trie.Trie().load(str(linker_dir / "name.trie"))
+    assert data.dtype == np.uint32 and offsets.dtype == np.uint32 and data.shape == (6, 4)
+    assert len(offsets) == len(names) + 1 == 6 and offsets[-1] == 6
+    rows = data[offsets[names["new york"]]:offsets[names["new york"] + 1]]
+    kb = marisa_trie.Trie().load(str(linker_dir / "kb_id.trie"))
+    assert rows.tolist() == [[kb["Q60"], 6, 10, 20], [kb["New York (state)"], 4, 10, 20]]
+
+
+def test_longest_name_at_token_starts_without_overlaps(linker_dir):
+    linker = EntityLinker.load(str(linker_dir))
+    text = "From New York City to PARIS, not Parisian; Adams."
+    found = linker.detect(text)
+    assert [(m.start, m.end, m.name) for m in found] == [(5, 18, "New York City"), (22, 27, "PARIS"),
+                                                         (43, 48, "Adams")]
+    assert [c.title for c in found[0].candidates] == ["New York City"]
+    two = linker.detect("new york")[0].candidates
+    assert [(c.title, c.key, c.link_count) for c in two] == [("New York City", "Q60", 6),
+                                                               ("New York (state)", "New York (state)", 4)]
+    assert (two[0].link_prob, two[0].commonness, two[1].commonness) == (0.5, 0.6, 0.4)
+    assert linker.detect("York and york") == []  # its link_prob 0.03 is below the build's 0.05
+    assert linker.detect("") == []
+    assert linker.detect_batch(["Paris", "nothing here"]) == [linker.detect("Paris"), []]
+
+
+def test_thresholds_at_load_time(linker_dir):
+    assert [m.name for m in EntityLinker.load(str(linker_dir), min_link_prob=0.0).detect("York")] == ["York"]
+    strict = EntityLinker.load(str(linker_dir), min_commonness=0.5, min_link_count=2)
+    assert [c.title for c in strict.detect("new york")[0].candidates] == ["New York City"]
+    assert strict.detect("Adams") == []  # one link only
+
+
+def test_incomplete_linker_is_an_input_error(linker_dir):
+    (linker_dir / "data.npy").unlink()
+    with pytest.raises(InputError, match=r"missing data\.npy"):
+        EntityLinker.load(str(linker_dir))
