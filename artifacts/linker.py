@@ -179,12 +179,17 @@ class EntityLinker:
         linkable = self._linkable
         return [name for name, name_id in self.names.iter_prefixes_with_ids(text) if linkable[name_id]]
 
+    @cached_property
+    def _prefix_finder(self):
+        """The trie's own prefix search when every name passes the thresholds (the build's defaults)."""
+        return self.names.prefixes if all(self._linkable) else self._linkable_prefixes
+
     def detect(self, text: str) -> list[Mention]:
         """Mentions of dictionary names in ``text`` with every candidate entity."""
         tokens = token_spans(self._tokenizer(text))
         folded = text if self.rules.case_sensitive else fold_case(text)
         return [Mention(match.start, match.end, text[match.start:match.end], self.candidates(match.name))
-                for match in find_names(folded, tokens, self._linkable_prefixes, self.rules.max_length,
+                for match in find_names(folded, tokens, self._prefix_finder, self.rules.max_length,
                                         longest_only=True)]
 
     def detect_batch(self, texts: Sequence[str]) -> list[list[Mention]]:
