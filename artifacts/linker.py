@@ -63,19 +63,28 @@ def build_kb_trie(keys: Iterable[str]) -> marisa_trie.Trie:
 def write_linker(directory: str, rows: Sequence[NameRow], kb_keys: marisa_trie.Trie, titles: Sequence[str],
                  config: dict) -> None:
     """Write the linker files for ``rows``; ``titles[i]`` is the title of kb index i."""
-    names = marisa_trie.Trie({row.name for row in rows})
-    name_ids = np.fromiter((names[row.name] for row in rows), dtype=np.int64, count=len(rows))
-    data = np.array([(row.entity_id - 1, row.link_count, row.total_link_count, row.doc_count) for row in rows],
-                    dtype=np.uint32).reshape(len(rows), 4)
+    counts = np.array([(row.entity_id, row.link_count, row.total_link_count, row.doc_count) for row in rows],
+                      dtype=np.int64).reshape(len(rows), 4)
+    write_linker_columns(directory, [row.name for row in rows], counts, kb_keys, titles, config)
+
+
+def write_linker_columns(directory: str, names: Sequence[str], counts: np.ndarray, kb_keys: marisa_trie.Trie,
+                         titles: Sequence[str], config: dict) -> None:
+    """Write the linker files from columns: ``names[i]`` and ``counts[i]`` = (entity_id, link_count,
+    total_link_count, doc_count) of pair i. Arrays, not per-row objects, so millions of pairs stay small."""
+    trie = marisa_trie.Trie(names)
+    name_ids = np.fromiter((trie[name] for name in names), dtype=np.int64, count=len(names))
+    data = counts.astype(np.uint32).reshape(len(names), 4)
+    data[:, 0] -= 1  # entity_id -> kb_index
     order = np.lexsort((-data[:, 1].astype(np.int64), name_ids))  # by name id, then most linked first
     data = data[order]
-    offsets = np.zeros(len(names) + 1, dtype=np.uint32)
-    np.cumsum(np.bincount(name_ids, minlength=len(names)), out=offsets[1:])
+    offsets = np.zeros(len(trie) + 1, dtype=np.uint32)
+    np.cumsum(np.bincount(name_ids, minlength=len(trie)), out=offsets[1:])
     encoded = [title.encode("utf-8") for title in titles]
     title_offsets = np.zeros(len(encoded) + 1, dtype=np.uint64)
     np.cumsum([len(title) for title in encoded], out=title_offsets[1:])
     with tempfile.TemporaryDirectory() as local:
-        names.save(os.path.join(local, "name.trie"))
+        trie.save(os.path.join(local, "name.trie"))
         kb_keys.save(os.path.join(local, "kb_id.trie"))
         np.save(os.path.join(local, "data.npy"), data)
         np.save(os.path.join(local, "offsets.npy"), offsets)

@@ -8,10 +8,11 @@ from typing import Any
 
 import apache_beam as beam
 import marisa_trie
+import numpy as np
 
 from artifacts import schemas, tables
 from artifacts.errors import InputError
-from artifacts.linker import NameRow, build_kb_trie, write_linker
+from artifacts.linker import build_kb_trie, write_linker_columns
 from pipelines.stage import StageContext, run_beam
 from transforms.dead_letters import WriteDeadLetters, count, dead_letter
 from transforms.names import (
@@ -285,12 +286,15 @@ class DictionaryStage:
         titles = [""] * len(entities)
         for entity in entities:
             titles[entity["entity_id"] - 1] = entity["title"]
-        rows = [NameRow(row["name"], row["entity_id"], row["link_count"], row["total_link_count"], row["doc_count"])
-                for batch in tables.iter_batches(ctx.staging_root, "dictionary/names") for row in batch.to_pylist()]
+        columns = ["name", "entity_id", "link_count", "total_link_count", "doc_count"]
+        names = tables.read_table(ctx.staging_root, "dictionary/names", columns)
+        counts = np.stack([names.column(column).to_numpy() for column in columns[1:]], axis=1) \
+            if names.num_rows else np.zeros((0, 4), dtype=np.int64)
         config = {"max_mention_length": args.max_mention_length, "case_sensitive": args.case_sensitive,
                   "min_link_prob": args.min_link_prob, "min_prior_prob": args.min_commonness,
                   "min_link_count": args.min_link_count}
-        write_linker(ctx.staged("dictionary/linker"), rows, kb_keys, titles, config)
+        write_linker_columns(ctx.staged("dictionary/linker"), names.column("name").to_pylist(), counts, kb_keys,
+                             titles, config)
 
 
 STAGE = DictionaryStage()
