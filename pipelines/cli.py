@@ -18,6 +18,9 @@ COMMANDS: dict[str, str] = {
     "dictionary": "pipelines.dictionary:STAGE",
     "mentions": "pipelines.mentions:STAGE",
     "embed-entities": "pipelines.embed_entities:STAGE",
+    "index": "pipelines.index:STAGE",
+    "search": "pipelines.search:COMMAND",
+    "evaluate": "pipelines.evaluate:COMMAND",
 }
 
 

@@ -1,0 +1,286 @@
+"""Dense retriever encoders for queries and passages, and their Beam RunInference handler.
+
+The kind of encoder is an explicit option, never guessed from the model name:
+
+- ``dpr``: ``[CLS] title [SEP] text [SEP]``, the [CLS] vector (a Hugging Face DPR checkpoint's pooler output),
+  dot product; queries as they are.
+- ``bge``: "title text", the [CLS] vector L2-normalized (cosine); queries get an instruction prefix.
+- ``mean``: "title text", the mean of the last layer over the real tokens (sentence-transformers' mean
+  pooling), L2-normalized (cosine) unless ``--similarity dot``.
+- ``kpr``: the entity-aware KPR encoder (``encoders/kpr.py``): [CLS] plus a context-entity fusion layer.
+
+Inputs are tokenized without padding and grouped by token budget (similar lengths together), so a batch pays
+for its own longest item, not the corpus's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import numpy as np
+from apache_beam.ml.inference.base import ModelHandler, PredictionResult
+
+from artifacts.errors import InputError
+from encoders.batching import token_budget_batches
+from encoders.models import DTYPES, ModelSpec, check_model_spec, load_encoder, load_tokenizer
+from transforms.passages import Passage
+
+KINDS = ("dpr", "bge", "mean", "kpr")
+SIMILARITIES = ("dot", "cosine")
+TITLE_MODES = ("pair", "join", "none")
+BGE_QUERY_PREFIX = "Represent this sentence for searching relevant passages: "
+_DEFAULTS = {  # kind -> (similarity, title mode, query prefix)
+    "dpr": ("dot", "pair", ""),
+    "bge": ("cosine", "join", BGE_QUERY_PREFIX),
+    "mean": ("cosine", "join", ""),
+    "kpr": ("", "pair", ""),  # similarity from the checkpoint's config
+}
+
+
+@dataclass(frozen=True)
+class EncoderOptions:
+    """Everything that decides the vectors (stored in index.json, so search encodes queries the same way).
+
+    Empty strings / None mean "the kind's default"; ``resolved()`` fills them in.
+    """
+
+    kind: str
+    model: str
+    query_model: str | None = None  # a separate question encoder (DPR has two); default: ``model``
+    similarity: str = ""
+    title: str = ""
+    query_prefix: str | None = None
+    passage_prefix: str = ""
+    max_length: int = 256
+    device: str = "cpu"
+    dtype: str = "float32"
+    batch_tokens: int = 16384
+    linker: str = ""  # kpr: OUT/dictionary/linker
+    entity_embeddings: str = ""  # kpr: OUT/entity_embeddings
+    max_entities: int = 128  # kpr: entity inputs per text (all candidates of every mention, in text order)
+
+    def resolved(self) -> EncoderOptions:
+        similarity, title, prefix = _DEFAULTS[self.kind]
+        if self.kind == "kpr" and not self.similarity:
+            from encoders.kpr import read_kpr_settings
+
+            similarity = read_kpr_settings(self.model).similarity_function
+        return replace(self, similarity=self.similarity or similarity, title=self.title or title,
+                       query_prefix=prefix if self.query_prefix is None else self.query_prefix)
+
+    def spec(self, role: str) -> ModelSpec:
+        path = self.query_model if role == "query" and self.query_model else self.model
+        return ModelSpec(str(path), self.device, self.dtype)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> EncoderOptions:
+        known = set(cls.__dataclass_fields__)
+        return cls(**{key: item for key, item in value.items() if key in known})
+
+    def with_runtime(self, device: str | None = None, dtype: str | None = None,
+                     query_model: str | None = None) -> EncoderOptions:
+        """The same encoder on another device / dtype, or with another question encoder."""
+        return replace(self, device=device or self.device, dtype=dtype or self.dtype,
+                       query_model=query_model or self.query_model)
+
+
+def check_encoder_options(options: EncoderOptions) -> None:
+    """Fail before any work starts, with one line naming the bad option."""
+    if options.kind not in KINDS:
+        raise InputError(f"--encoder-type {options.kind!r} is not one of {', '.join(KINDS)}")
+    if options.similarity and options.similarity not in SIMILARITIES:
+        raise InputError(f"--similarity {options.similarity!r} is not one of {', '.join(SIMILARITIES)}")
+    if options.title and options.title not in TITLE_MODES:
+        raise InputError(f"--title-mode {options.title!r} is not one of {', '.join(TITLE_MODES)}")
+    if options.dtype not in DTYPES:
+        raise InputError(f"--dtype {options.dtype!r} is not one of {', '.join(DTYPES)}")
+    if options.max_length < 8:
+        raise InputError(f"--max-length {options.max_length} is too small (at least 8 tokens)")
+    for role in ("passage", "query"):
+        check_model_spec(options.spec(role))
+    if options.kind == "kpr":
+        from encoders.kpr import check_kpr_options
+
+        check_kpr_options(options)
+
+
+def passage_segments(passages: Sequence[Passage], title_mode: str,
+                     prefix: str = "") -> tuple[list[str], list[str] | None]:
+    """Tokenizer inputs for passages: (first segments, second segments or None).
+
+    ``pair``: title and text as a sentence pair (``[CLS] title [SEP] text [SEP]``, DPR); ``join``: "title text"
+    as one sequence (BEIR's convention for single-sequence encoders); ``none``: the text alone.
+    """
+    if title_mode == "pair":
+        return [prefix + passage.title for passage in passages], [passage.text for passage in passages]
+    if title_mode == "join":
+        return [prefix + " ".join(part for part in (passage.title, passage.text) if part) for passage in passages], None
+    return [prefix + passage.text for passage in passages], None
+
+
+def dense_dim(options: EncoderOptions) -> int:
+    """The vector size of an encoder, from its config (no weights loaded)."""
+    from transformers import AutoConfig
+
+    path = os.path.expanduser(str(options.model))
+    try:
+        config = AutoConfig.from_pretrained(path) if options.kind != "kpr" else None
+    except (OSError, ValueError) as error:
+        raise InputError(f"cannot read the model config of {options.model}: {str(error).splitlines()[0]}") from error
+    if config is None:
+        with open(os.path.join(path, "config.json")) as handle:
+            return int(json.load(handle)["hidden_size"])
+    projection = getattr(config, "projection_dim", 0) or 0
+    return int(projection or config.hidden_size)
+
+
+def pool(hidden, attention_mask, pooling: str):
+    """[CLS] vector or the mean over real tokens (in float32)."""
+    hidden = hidden.float()
+    if pooling == "cls":
+        return hidden[:, 0]
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+
+
+def load_dense_model(spec: ModelSpec):
+    """The bare transformer, or a Hugging Face DPR encoder whose pooler output is the vector.
+
+    ``AutoModel`` maps every DPR checkpoint to the question encoder class, which would silently drop a
+    context encoder's weights; the class named in the checkpoint's config is used instead.
+    """
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(os.path.expanduser(spec.name_or_path))
+    if getattr(config, "model_type", "") != "dpr":
+        return load_encoder(spec)
+    import transformers
+
+    architecture = (config.architectures or ["DPRQuestionEncoder"])[0]
+    if architecture not in ("DPRContextEncoder", "DPRQuestionEncoder"):
+        raise InputError(f"{spec.name_or_path}: a DPR checkpoint of class {architecture} is not an encoder")
+    model = getattr(transformers, architecture).from_pretrained(os.path.expanduser(spec.name_or_path),
+                                                               dtype=spec.torch_dtype())
+    return model.to(spec.device).eval()
+
+
+class DenseEncoder:
+    """A loaded retriever (one model: the passage or the question side); what the RunInference handler's
+    ``load_model`` returns. ``encode_passages`` / ``encode_queries`` give float32 rows in input order."""
+
+    def __init__(self, options: EncoderOptions, role: str = "passage") -> None:
+        import torch
+
+        self.options = options.resolved()
+        self.role = role
+        spec = self.options.spec(role)
+        self.tokenizer = load_tokenizer(spec.name_or_path)
+        self.model = self._load_model(spec)
+        self.dim = self._dim()
+        self._torch = torch
+
+    def _load_model(self, spec: ModelSpec):
+        return load_dense_model(spec)
+
+    def _dim(self) -> int:
+        config = self.model.config
+        return int(getattr(config, "projection_dim", 0) or config.hidden_size)
+
+    def encode_passages(self, passages: Sequence[Passage]) -> np.ndarray:
+        firsts, seconds = passage_segments(passages, self.options.title, self.options.passage_prefix)
+        return self._encode(firsts, seconds)
+
+    def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
+        return self._encode([self.options.query_prefix + query for query in queries], None)
+
+    def token_count(self, passages: Sequence[Passage]) -> int:
+        """Tokens the model reads for these passages (after truncation), for throughput figures."""
+        firsts, seconds = passage_segments(passages, self.options.title, self.options.passage_prefix)
+        return sum(len(ids) for ids in self._tokenize(firsts, seconds)["input_ids"])
+
+    def _tokenize(self, firsts: list[str], seconds: list[str] | None, offsets: bool = False):
+        return self.tokenizer(firsts, seconds, truncation=True, max_length=self.options.max_length,
+                              return_offsets_mapping=offsets)
+
+    def _features(self, firsts: list[str], seconds: list[str] | None) -> list[dict[str, list]]:
+        encoded = self._tokenize(firsts, seconds)
+        names = [name for name in ("input_ids", "token_type_ids") if name in encoded]
+        return [{name: encoded[name][index] for name in names} for index in range(len(firsts))]
+
+    def _encode(self, firsts: list[str], seconds: list[str] | None) -> np.ndarray:
+        features = self._features(firsts, seconds)
+        vectors = np.zeros((len(features), self.dim), dtype=np.float32)
+        lengths = [len(item["input_ids"]) for item in features]
+        for batch in token_budget_batches(lengths, self.options.batch_tokens):
+            vectors[batch] = self._forward([features[index] for index in batch])
+        return vectors
+
+    def _collate(self, batch: list[dict[str, list]]) -> dict[str, Any]:
+        torch = self._torch
+        longest = max(len(item["input_ids"]) for item in batch)
+        pad = self.tokenizer.pad_token_id or 0
+        tensors = {"input_ids": torch.full((len(batch), longest), pad, dtype=torch.long),
+                   "attention_mask": torch.zeros((len(batch), longest), dtype=torch.long)}
+        if "token_type_ids" in batch[0]:
+            tensors["token_type_ids"] = torch.zeros((len(batch), longest), dtype=torch.long)
+        for row, item in enumerate(batch):
+            size = len(item["input_ids"])
+            tensors["input_ids"][row, :size] = torch.tensor(item["input_ids"])
+            tensors["attention_mask"][row, :size] = 1
+            if "token_type_ids" in tensors:
+                tensors["token_type_ids"][row, :size] = torch.tensor(item["token_type_ids"])
+        return {name: tensor.to(self.options.device) for name, tensor in tensors.items()}
+
+    def _forward(self, batch: list[dict[str, list]]) -> np.ndarray:
+        torch = self._torch
+        inputs = self._collate(batch)
+        with torch.inference_mode():
+            output = self.model(**inputs)
+            if getattr(self.model.config, "model_type", "") == "dpr":
+                vectors = output.pooler_output.float()
+            else:
+                pooling = "mean" if self.options.kind == "mean" else "cls"
+                vectors = pool(output.last_hidden_state, inputs["attention_mask"], pooling)
+            if self.options.similarity == "cosine":
+                vectors = torch.nn.functional.normalize(vectors, p=2, dim=-1)
+        return vectors.cpu().numpy()
+
+
+def load_retriever(options: EncoderOptions, role: str = "passage") -> DenseEncoder:
+    """The encoder of ``options`` for ``role`` ("passage" or "query"), loaded and in eval mode."""
+    if options.kind == "kpr":
+        from encoders.kpr import KPREncoder
+
+        return KPREncoder(options, role)
+    return DenseEncoder(options, role)
+
+
+class PassageEncoderHandler(ModelHandler[Passage, PredictionResult, DenseEncoder]):
+    """RunInference handler: one encoder per worker process; elements batched by count here, then by token
+    budget inside ``encode_passages``. Larger count batches give better length bucketing."""
+
+    def __init__(self, options: EncoderOptions, max_batch_size: int = 512) -> None:
+        super().__init__()
+        self._options = options
+        self._max_batch_size = max_batch_size
+
+    def load_model(self) -> DenseEncoder:
+        return load_retriever(self._options, "passage")
+
+    def run_inference(self, batch: Sequence[Passage], model: DenseEncoder,
+                      inference_args: dict[str, Any] | None = None) -> Iterable[PredictionResult]:
+        vectors = model.encode_passages(batch)
+        return [PredictionResult(passage, vector) for passage, vector in zip(batch, vectors, strict=True)]
+
+    def batch_elements_kwargs(self) -> dict[str, int]:
+        return {"min_batch_size": 1, "max_batch_size": self._max_batch_size}
+
+    def share_model_across_processes(self) -> bool:
+        return False

@@ -1,0 +1,177 @@
+"""evaluate: top-k retrieval accuracy of the index under OUT with DPR's answer-matching rule, per question file.
+
+A question counts as answered within k when one of its first k passages contains an answer: the passage text
+and the answer are NFD-normalized, split into tokens (runs of letters, digits and marks, or single other
+non-space characters), lower-cased, and the answer's tokens must appear as a contiguous run in the passage's
+(DPR's ``has_answer`` with its SimpleTokenizer, "string" match; the title is not searched, as in DPR).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import csv
+import json
+import os
+import sys
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import regex
+
+from artifacts import fs
+from artifacts.errors import InputError
+from pipelines.search import Retriever, add_search_arguments
+
+_TOKEN = regex.compile(r"[\p{L}\p{N}\p{M}]+|[^\p{Z}\p{C}]", flags=regex.IGNORECASE | regex.UNICODE | regex.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Question:
+    question: str
+    answers: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class QuestionFile:
+    path: str
+    questions: list[Question]
+    bad_lines: int
+
+
+def answer_tokens(text: str) -> list[str]:
+    """DPR SimpleTokenizer words, uncased, of NFD-normalized text."""
+    return [token.lower() for token in _TOKEN.findall(unicodedata.normalize("NFD", text))]
+
+
+def has_answer(answers: Sequence[str], text: str) -> bool:
+    """Whether ``text`` contains one of ``answers`` as a contiguous run of tokens. Empty answers match nothing
+    (DPR's own loop would let an empty answer match every passage)."""
+    lowered = unicodedata.normalize("NFD", text).lower()
+    text_tokens: list[str] | None = None
+    for answer in answers:
+        wanted = answer_tokens(answer)
+        if not wanted or wanted[0] not in lowered:  # cheap filter: every token is a substring of the text
+            continue
+        if text_tokens is None:
+            text_tokens = answer_tokens(text)
+        size = len(wanted)
+        if any(text_tokens[start:start + size] == wanted for start in range(len(text_tokens) - size + 1)):
+            return True
+    return False
+
+
+def parse_qas_row(fields: list[str]) -> Question | None:
+    """One row of a DPR qas file: question<TAB>['answer', ...] (a Python list literal)."""
+    if len(fields) != 2 or not fields[0].strip():
+        return None
+    try:
+        answers = ast.literal_eval(fields[1])
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if not isinstance(answers, list) or not answers or not all(isinstance(answer, str) for answer in answers):
+        return None
+    return Question(fields[0], tuple(answers))
+
+
+def parse_entity_question(item: object) -> Question | None:
+    """One EntityQuestions item: {"question": str, "answers": [str, ...]}."""
+    if not isinstance(item, dict):
+        return None
+    question, answers = item.get("question"), item.get("answers")
+    if not isinstance(question, str) or not question.strip() or not isinstance(answers, list) or not answers:
+        return None
+    if not all(isinstance(answer, str) for answer in answers):
+        return None
+    return Question(question, tuple(answers))
+
+
+def read_questions(path: str) -> QuestionFile:
+    """A DPR qas file (TSV) or an EntityQuestions JSON file (a list, by the .json extension)."""
+    if not fs.exists(path):
+        raise InputError(f"question file {path} not found")
+    raw = fs.read_bytes(path).decode("utf-8", errors="replace")
+    if path.endswith(".json"):
+        try:
+            items = json.loads(raw)
+        except ValueError as error:
+            raise InputError(f"{path} is not JSON: {error}") from error
+        if not isinstance(items, list):
+            raise InputError(f"{path}: expected a JSON list of {{question, answers}} objects")
+        parsed = [parse_entity_question(item) for item in items]
+    else:
+        parsed = [parse_qas_row(fields) for fields in csv.reader(raw.splitlines(), delimiter="\t")]
+    questions = [question for question in parsed if question is not None]
+    return QuestionFile(path, questions, len(parsed) - len(questions))
+
+
+def first_hit_ranks(answer_lists: Sequence[Sequence[str]], retrieved: Sequence[Sequence[str]]) -> list[int | None]:
+    """Per question, the 1-based rank of the first retrieved text containing an answer (None: no hit)."""
+    ranks: list[int | None] = []
+    for answers, texts in zip(answer_lists, retrieved, strict=True):
+        ranks.append(next((rank for rank, text in enumerate(texts, 1) if has_answer(answers, text)), None))
+    return ranks
+
+
+def top_k_accuracy(ranks: Sequence[int | None], ks: Sequence[int]) -> dict[int, float]:
+    """Percent of questions with a hit within the first k, for each k."""
+    total = len(ranks)
+    return {k: (100.0 * sum(1 for rank in ranks if rank is not None and rank <= k) / total if total else 0.0)
+            for k in ks}
+
+
+def format_table(rows: list[dict], ks: Sequence[int]) -> str:
+    name_width = max([len("file")] + [len(row["file"]) for row in rows])
+    header = f"{'file':<{name_width}}  {'questions':>9}  " + "  ".join(f"{'top-' + str(k):>7}" for k in ks)
+    lines = [header]
+    for row in rows:
+        scores = "  ".join(f"{row['accuracy'][k]:7.2f}" for k in ks)
+        lines.append(f"{row['file']:<{name_width}}  {row['questions']:>9}  {scores}")
+    return "\n".join(lines)
+
+
+def evaluate_file(retriever: Retriever, questions: QuestionFile, ks: Sequence[int], batch_size: int,
+                  chunk: int = 2048) -> dict:
+    """Search in chunks of questions (bounded memory for the retrieved texts) and score them."""
+    ranks: list[int | None] = []
+    depth = max(ks)
+    for start in range(0, len(questions.questions), chunk):
+        part = questions.questions[start:start + chunk]
+        _, ids = retriever.search_ids([question.question for question in part], depth, batch_size)
+        texts = retriever.passages.get(ids.ravel())
+        retrieved = [[texts.get(int(passage_id), ("", ""))[1] for passage_id in row if passage_id >= 0]
+                     for row in ids]
+        ranks.extend(first_hit_ranks([question.answers for question in part], retrieved))
+    return {"file": os.path.basename(questions.path), "path": questions.path, "questions": len(ranks),
+            "bad_lines": questions.bad_lines, "accuracy": top_k_accuracy(ranks, ks)}
+
+
+class EvaluateCommand:
+    """evaluate: top-k retrieval accuracy (DPR's has-answer rule) for DPR qas and EntityQuestions files."""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        add_search_arguments(parser)
+        parser.add_argument("--questions", nargs="+", required=True,
+                            help="DPR qas files (question<TAB>['answer', ...]) or EntityQuestions *.json files")
+        parser.add_argument("-k", dest="ks", type=int, nargs="+", default=[1, 5, 20, 100],
+                            help="accuracy within the first k passages, for each k")
+        parser.add_argument("--report", help="also write the results as JSON to this path")
+
+    def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
+        ks = sorted(set(args.ks))
+        if min(ks) < 1:
+            raise InputError(f"-k values must be at least 1, got {ks}")
+        files = [read_questions(path) for path in args.questions]
+        retriever = Retriever(args.output, args.device, args.dtype, args.query_encoder, args.nprobe, args.ef_search)
+        rows = [evaluate_file(retriever, questions, ks, args.batch_size) for questions in files]
+        print(format_table(rows, ks))
+        for row in rows:
+            if row["bad_lines"]:
+                print(f"{row['file']}: {row['bad_lines']} malformed question(s) skipped", file=sys.stderr)
+        if args.report:
+            fs.write_json_atomic(args.report, {"k": ks, "files": rows})
+        return 0
+
+
+COMMAND = EvaluateCommand()

@@ -1,0 +1,345 @@
+"""index: a passage corpus encoded by a dense retriever into sharded FAISS indexes under OUT/index/.
+
+Two Beam pipelines. The first reads the corpus (DPR's psgs_w100.tsv, or ~100-word passages cut from
+OUT/articles), drops malformed rows and duplicate ids (counted, dead-lettered), encodes every passage through
+RunInference and writes the vectors by shard (a hash of the passage id) with the passage ids, plus the
+training sample (the passages with the smallest hash keys). Between the two, the index type and its memory are
+decided from the exact count. The second trains the index once on the sample, then adds every shard in
+parallel (FAISS ids = passage ids) and writes the shard files, their id maps and index.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.ml.inference.base import PredictionResult, RunInference
+
+from artifacts import faiss_shards, fs, tables
+from artifacts.errors import InputError
+from encoders.models import DTYPES
+from encoders.retrievers import (
+    KINDS,
+    SIMILARITIES,
+    TITLE_MODES,
+    EncoderOptions,
+    PassageEncoderHandler,
+    check_encoder_options,
+    dense_dim,
+)
+from pipelines.stage import StageContext, run_beam
+from transforms.dead_letters import WriteDeadLetters, count, dead_letter
+from transforms.passages import (
+    BadRow,
+    Passage,
+    article_passages,
+    header_columns,
+    parse_dpr_row,
+    pick_duplicate,
+    sample_key,
+    shard_of,
+    too_many_chunks,
+)
+
+PASSAGES_SCHEMA_FIELDS = ("passage_id", "title", "text")
+
+
+def add_encoder_arguments(parser: argparse.ArgumentParser) -> None:
+    """The encoder options (shared with search and evaluate, which may override the runtime ones)."""
+    group = parser.add_argument_group("encoder")
+    group.add_argument("--encoder", help="local directory or hub name of the passage encoder")
+    group.add_argument("--encoder-type", choices=KINDS, default="dpr",
+                       help="dpr: [CLS] title [SEP] text [SEP], CLS, dot; bge: CLS, cosine, query instruction; "
+                       "mean: mean pooling, cosine; kpr: KPR checkpoint with entity fusion")
+    group.add_argument("--query-encoder", help="a separate question encoder (default: --encoder)")
+    group.add_argument("--similarity", choices=SIMILARITIES, help="override the encoder type's similarity")
+    group.add_argument("--title-mode", choices=TITLE_MODES,
+                       help="pair: title and text as a sentence pair; join: 'title text'; none: text only")
+    group.add_argument("--query-prefix", help="text put before every query (bge: its instruction)")
+    group.add_argument("--passage-prefix", default="", help="text put before every passage")
+    group.add_argument("--max-length", type=int, default=256, help="tokens per passage or query")
+    group.add_argument("--max-entities", type=int, default=128, help="kpr: entity inputs per text")
+    group.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    group.add_argument("--dtype", choices=DTYPES, default="float32", help="bfloat16/float16 on GPUs")
+    group.add_argument("--batch-tokens", type=int, default=16384, help="padded tokens per forward pass")
+
+
+def encoder_options(args: argparse.Namespace) -> EncoderOptions:
+    if not args.encoder:
+        raise InputError("index needs --encoder NAME_OR_PATH (a dense retriever or a KPR checkpoint)")
+    linker = entity_embeddings = ""
+    if args.encoder_type == "kpr":
+        linker = fs.join(args.output, "dictionary", "linker")
+        entity_embeddings = fs.join(args.output, "entity_embeddings")
+    return EncoderOptions(
+        kind=args.encoder_type, model=str(args.encoder), query_model=args.query_encoder,
+        similarity=args.similarity or "", title=args.title_mode or "", query_prefix=args.query_prefix,
+        passage_prefix=args.passage_prefix, max_length=args.max_length, device=args.device, dtype=args.dtype,
+        batch_tokens=args.batch_tokens, linker=linker, entity_embeddings=entity_embeddings,
+        max_entities=args.max_entities)
+
+
+# --- element functions ---------------------------------------------------------------------------------------
+
+
+def parsed_row(line: str, columns: tuple[int, int, int], source: str) -> Iterator[Any]:
+    row = parse_dpr_row(line, columns)
+    if isinstance(row, BadRow):
+        yield dead_letter(row.reason, row.detail, source=source, line=row.line)
+        return
+    count("passages_read")
+    yield row
+
+
+def cut_article(article: dict[str, Any], words_per_passage: int) -> Iterator[Any]:
+    text = article["text"] or ""
+    if not text.strip():
+        count("articles_without_text")
+        return
+    if too_many_chunks(text, words_per_passage):
+        yield dead_letter("too_long_articles", "more words than passage ids per page allow",
+                          page_id=article["page_id"], title=article["title"])
+    passages = article_passages(article["page_id"], article["title"], text, words_per_passage)
+    count("passages_read", len(passages))
+    yield from passages
+
+
+def unique_passage(passage_id: int, passages: list[Passage]) -> Iterator[Any]:
+    kept, others = pick_duplicate(list(passages))
+    for other in others:
+        yield dead_letter("duplicate_ids", "another row has this id (the one with the smallest text is kept)",
+                          passage_id=passage_id, title=other.title, text=other.text[:300])
+    yield kept
+
+
+def encoded_row(result: PredictionResult, shards: int) -> Iterator[Any]:
+    passage, vector = result.example, np.asarray(result.inference, dtype=np.float32)
+    if not np.all(np.isfinite(vector)):
+        yield dead_letter("non_finite_vectors", "the encoder returned NaN or inf", passage_id=passage.passage_id)
+        return
+    count("passages_encoded")
+    yield shard_of(passage.passage_id, shards), (passage.passage_id, passage.title, passage.text, vector)
+
+
+def under_threshold(keyed: tuple[int, Any], threshold: int | None) -> bool:
+    return threshold is not None and sample_key(keyed[1][0]) <= threshold
+
+
+def sample_row(keyed: tuple[int, tuple]) -> tuple[int, int, np.ndarray]:
+    passage_id, vector = keyed[1][0], keyed[1][3]
+    return sample_key(passage_id), passage_id, vector
+
+
+def largest_or_none(keys: list[int]) -> int | None:
+    return max(keys) if keys else None
+
+
+class WriteVectorTables(beam.PTransform):
+    """Rows -> Arrow tables of a few thousand rows -> Parquet files under ``prefix``."""
+
+    def __init__(self, prefix: str, to_table, schema) -> None:
+        super().__init__()
+        self._prefix, self._to_table, self._schema = prefix, to_table, schema
+
+    def expand(self, rows: beam.PCollection) -> beam.pvalue.PDone:
+        return (rows
+                | "Batch" >> beam.BatchElements(min_batch_size=64, max_batch_size=4096)
+                | "ToTable" >> beam.Map(self._to_table)
+                | "WriteParquet" >> beam.io.parquetio.WriteToParquetBatched(
+                    self._prefix, self._schema, file_name_suffix=".parquet"))
+
+
+class BuildShard(beam.DoFn):
+    """One shard: the trained index, the shard's vectors added in chunks, the shard file and its id map."""
+
+    def __init__(self, index_dir: str, use_gpu: bool) -> None:
+        self._index_dir = index_dir
+        self._use_gpu = use_gpu
+
+    def process(self, shard: str, trained_path: str) -> Iterator[dict[str, Any]]:
+        summary = faiss_shards.build_shard(self._index_dir, shard, trained_path, self._use_gpu)
+        count("shards_built")
+        yield summary
+
+
+def train_once(_: Any, index_dir: str, factory: str, dim: int, sample_size: int, use_gpu: bool) -> str:
+    """Train the index on the sample (in a worker) and write trained.faiss; returns its path."""
+    sample = faiss_shards.read_train_sample(fs.join(index_dir, faiss_shards.TRAIN_SAMPLE_DIR), sample_size)
+    index = faiss_shards.train_index(factory, dim, sample.reshape(-1, dim), use_gpu)
+    path = fs.join(index_dir, faiss_shards.TRAINED_NAME)
+    faiss_shards.write_index(index, path)
+    return path
+
+
+def write_index_json(summaries: list[dict[str, Any]], index_dir: str, info: dict[str, Any]) -> None:
+    shard_files = sorted(summaries, key=lambda item: item["name"])
+    info = {**info, "shard_files": shard_files, "count": sum(item["count"] for item in shard_files)}
+    fs.write_json_atomic(fs.join(index_dir, faiss_shards.INDEX_JSON), faiss_shards.IndexInfo(**info).to_json())
+
+
+# --- the stage -----------------------------------------------------------------------------------------------
+
+
+def check_corpus(pattern: str) -> tuple[int, int, int]:
+    """Every file of the corpus exists and starts with the DPR header; returns the column positions."""
+    matches = FileSystems.match([pattern])[0].metadata_list
+    if not matches:
+        raise InputError(f"corpus {pattern} not found")
+    columns = None
+    for match in sorted(matches, key=lambda item: item.path):
+        with FileSystems.open(match.path, compression_type=CompressionTypes.AUTO) as handle:
+            header = handle.readline().decode("utf-8", errors="replace")
+        try:
+            found = header_columns(header)
+        except ValueError as error:
+            raise InputError(f"{match.path}: {error}") from error
+        if columns is not None and found != columns:
+            raise InputError(f"{match.path}: its header orders the columns differently from the other files")
+        columns = found
+    return columns
+
+
+class IndexStage:
+    """Encode a passage corpus with a dense retriever and build sharded FAISS indexes."""
+
+    name = "index"
+    outputs = ("index", "passages")
+    upstream = ()
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        add_encoder_arguments(parser)
+        group = parser.add_argument_group("index")
+        group.add_argument("--corpus", help="DPR passage file(s) (psgs_w100.tsv; a path or glob, .gz allowed); "
+                           "default: passages cut from OUT/articles")
+        group.add_argument("--words-per-passage", type=int, default=100, help="without --corpus: words per passage")
+        group.add_argument("--shards", type=int, default=1, help="FAISS shards (passages hashed by id)")
+        group.add_argument("--index-factory", help="FAISS factory string (default: chosen by corpus size)")
+        group.add_argument("--no-faiss-gpu", action="store_true", help="train and add on the CPU even with a GPU")
+
+    def options(self, args: argparse.Namespace) -> dict[str, Any]:
+        encoder = encoder_options(args).to_json()
+        for runtime in ("device", "batch_tokens", "linker", "entity_embeddings"):
+            encoder.pop(runtime)
+        return {"encoder": encoder, "corpus": args.corpus, "words_per_passage": args.words_per_passage,
+                "shards": args.shards, "index_factory": args.index_factory}
+
+    def external_inputs(self, args: argparse.Namespace) -> dict[str, str]:
+        inputs = {"corpus": args.corpus} if args.corpus else {
+            "articles": tables.parquet_pattern(args.output, "articles")}
+        if args.encoder_type == "kpr":
+            inputs["linker"] = fs.join(args.output, "dictionary", "linker", "*")
+            inputs["entity_embeddings"] = tables.parquet_pattern(args.output, "entity_embeddings")
+        return inputs
+
+    def run(self, ctx: StageContext, args: argparse.Namespace) -> dict[str, int]:
+        if args.shards < 1:
+            raise InputError(f"--shards must be at least 1, got {args.shards}")
+        if args.words_per_passage < 1:
+            raise InputError(f"--words-per-passage must be at least 1, got {args.words_per_passage}")
+        options = encoder_options(args)
+        check_encoder_options(options)
+        options = options.resolved()
+        dim = dense_dim(options)
+        columns = check_corpus(args.corpus) if args.corpus else None
+        if columns is None and not fs.list_files(tables.artifact_dir(args.output, "articles"), "*.parquet"):
+            raise InputError(f"no --corpus and no articles under {args.output}: "
+                             "run `python run_pipeline.py parse` first or pass --corpus psgs_w100.tsv")
+        index_dir = ctx.staged("index")
+        counters = run_beam(ctx, lambda pipeline: self._encode(pipeline, ctx, args, options, dim, columns))
+        return {**counters, **self._build(ctx, args, options, dim, index_dir)}
+
+    def _encode(self, pipeline: beam.Pipeline, ctx: StageContext, args: argparse.Namespace,
+                options: EncoderOptions, dim: int, columns: tuple[int, int, int] | None) -> None:
+        index_dir = ctx.staged("index")
+        dead = []
+        if columns is not None:
+            rows = (pipeline
+                    | "ReadCorpus" >> beam.io.ReadFromText(args.corpus, skip_header_lines=1)
+                    | "ParseRows" >> beam.FlatMap(parsed_row, columns, args.corpus).with_outputs(
+                        "dead_letter", main="passages"))
+        else:
+            articles = pipeline | "ReadArticles" >> beam.io.ReadFromParquet(
+                tables.parquet_pattern(args.output, "articles"), columns=["page_id", "title", "text"])
+            rows = articles | "CutPassages" >> beam.FlatMap(cut_article, args.words_per_passage).with_outputs(
+                "dead_letter", main="passages")
+        dead.append(rows.dead_letter)
+        unique = (rows.passages
+                  | "ById" >> beam.Map(lambda passage: (passage.passage_id, passage))
+                  | "GroupById" >> beam.GroupByKey()
+                  | "DropDuplicateIds" >> beam.FlatMapTuple(unique_passage).with_outputs(
+                      "dead_letter", main="passages"))
+        dead.append(unique.dead_letter)
+        if columns is None:
+            _ = (unique.passages | "PassageRows" >> beam.Map(Passage.to_row)
+                 | "WritePassages" >> beam.io.WriteToParquet(
+                     ctx.staged_prefix("passages"), _passages_schema(), file_name_suffix=".parquet"))
+        encoded = (unique.passages
+                   | "Encode" >> RunInference(PassageEncoderHandler(options))
+                   | "KeepFinite" >> beam.FlatMap(encoded_row, args.shards).with_outputs("dead_letter", main="rows"))
+        dead.append(encoded.dead_letter)
+        by_shard = encoded.rows | "SplitShards" >> beam.Partition(lambda keyed, shards: keyed[0], args.shards)
+        for shard, rows_of_shard in enumerate(by_shard):
+            name = faiss_shards.shard_name(shard)
+            _ = (rows_of_shard | f"{name}Rows" >> beam.Map(lambda keyed: keyed[1])
+                 | f"Write{name}" >> WriteVectorTables(
+                     fs.join(index_dir, faiss_shards.EMBEDDINGS_DIR, name, "part"),
+                     lambda rows: faiss_shards.embedding_table(rows, dim), faiss_shards.embedding_schema(dim)))
+        threshold = (encoded.rows | "SampleKeys" >> beam.Map(lambda keyed: sample_key(keyed[1][0]))
+                     | "SmallestKeys" >> beam.combiners.Top.Smallest(faiss_shards.MAX_TRAIN_SAMPLE)
+                     | "Threshold" >> beam.Map(largest_or_none))
+        _ = (encoded.rows
+             | "InSample" >> beam.Filter(under_threshold, beam.pvalue.AsSingleton(threshold))
+             | "SampleRows" >> beam.Map(sample_row)
+             | "WriteSample" >> WriteVectorTables(
+                 fs.join(index_dir, faiss_shards.TRAIN_SAMPLE_DIR, "part"),
+                 lambda rows: faiss_shards.train_sample_table(rows, dim), faiss_shards.train_sample_schema(dim)))
+        _ = (dead | "AllDeadLetters" >> beam.Flatten()
+             | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("passages")))
+
+    def _build(self, ctx: StageContext, args: argparse.Namespace, options: EncoderOptions, dim: int,
+               index_dir: str) -> dict[str, int]:
+        shards = [faiss_shards.shard_name(shard) for shard in range(args.shards)
+                  if faiss_shards.shard_embedding_files(index_dir, faiss_shards.shard_name(shard))]
+        total = sum(tables.parquet_row_count(path) for shard in shards
+                    for path in faiss_shards.shard_embedding_files(index_dir, shard))
+        if total == 0:
+            raise InputError(f"no passage of {args.corpus or 'OUT/articles'} could be encoded: "
+                             f"see {fs.join(args.output, 'errors', self.name)}")
+        factory = args.index_factory or faiss_shards.default_factory(total, dim)
+        faiss_shards.check_factory(factory, total, dim)
+        sample_size = faiss_shards.training_sample_size(factory, total, dim)
+        estimate = faiss_shards.memory_estimate(factory, total, dim)
+        print(f"[{self.name}] {total:,} passages x {dim} dims, {len(shards)} shard(s): {factory}, "
+              f"{estimate.describe(len(shards))}", file=sys.stderr)
+        info = {"factory": factory, "metric": options.similarity, "dim": dim, "count": total, "shards": args.shards,
+                "encoder": options.to_json(), "train_sample": sample_size}
+        use_gpu = not args.no_faiss_gpu
+
+        def build(pipeline: beam.Pipeline) -> None:
+            trained = (pipeline | "Once" >> beam.Create([None])
+                       | "Train" >> beam.Map(train_once, index_dir, factory, dim, sample_size, use_gpu))
+            summaries = (pipeline | "Shards" >> beam.Create(shards)
+                         | "Spread" >> beam.Reshuffle()
+                         | "BuildShards" >> beam.ParDo(BuildShard(index_dir, use_gpu),
+                                                       beam.pvalue.AsSingleton(trained)))
+            _ = (summaries | "AllShards" >> beam.combiners.ToList()
+                 | "WriteIndexJson" >> beam.Map(write_index_json, index_dir, info))
+
+        counters = run_beam(ctx, build)
+        fs.delete_tree(fs.join(index_dir, faiss_shards.TRAIN_SAMPLE_DIR))
+        return {**counters, "passages_indexed": total, "train_sample": sample_size}
+
+
+def _passages_schema():
+    import pyarrow as pa
+
+    return pa.schema([("passage_id", pa.int64()), ("title", pa.string()), ("text", pa.string())])
+
+
+STAGE = IndexStage()

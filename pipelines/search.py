@@ -1,0 +1,102 @@
+"""search: encode queries with the index's own encoder, search every shard, merge the top-k exactly."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from artifacts import faiss_shards, fs
+from artifacts.errors import InputError
+from encoders.models import DTYPES
+from encoders.retrievers import DenseEncoder, EncoderOptions, check_encoder_options, load_retriever
+
+
+@dataclass(frozen=True)
+class Hit:
+    passage_id: int
+    score: float
+    title: str
+    text: str
+
+
+def add_search_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options shared by search and evaluate: where the index is and how to run the query encoder."""
+    parser.add_argument("--output", required=True, help="OUT: the directory the index stage wrote")
+    parser.add_argument("--nprobe", type=int, help="IVF lists visited per query (default: FAISS's, 1)")
+    parser.add_argument("--ef-search", type=int, help="HNSW search breadth")
+    parser.add_argument("--device", help="run the query encoder on cpu, cuda or cuda:N (default: as indexed)")
+    parser.add_argument("--dtype", choices=DTYPES, help="query encoder weights (default: as indexed)")
+    parser.add_argument("--query-encoder", help="a separate question encoder (default: the index's)")
+    parser.add_argument("--batch-size", type=int, default=256, help="queries encoded per call")
+
+
+class Retriever:
+    """The index under OUT and its query encoder, loaded once."""
+
+    def __init__(self, output: str, device: str | None = None, dtype: str | None = None,
+                 query_model: str | None = None, nprobe: int | None = None, ef_search: int | None = None) -> None:
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()  # the weight-loading bar would garble the printed results
+        index_dir = fs.join(output, "index")
+        self.index = faiss_shards.ShardedIndex(index_dir, nprobe, ef_search)
+        options = EncoderOptions.from_json(self.index.info.encoder).with_runtime(device, dtype, query_model)
+        check_encoder_options(options)
+        self.encoder: DenseEncoder = load_retriever(options, "query")
+        if self.encoder.dim != self.index.info.dim:
+            raise InputError(f"the query encoder {options.spec('query').name_or_path} gives {self.encoder.dim}-dim "
+                             f"vectors but the index at {index_dir} has {self.index.info.dim} dims")
+        self.passages = faiss_shards.PassageLookup(index_dir, self.index.info)
+
+    def encode(self, queries: list[str], batch_size: int = 256) -> np.ndarray:
+        parts = [self.encoder.encode_queries(queries[start:start + batch_size])
+                 for start in range(0, len(queries), batch_size)]
+        return np.concatenate(parts) if parts else np.zeros((0, self.encoder.dim), np.float32)
+
+    def search_ids(self, queries: list[str], k: int, batch_size: int = 256) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, passage ids) of shape (queries, k); missing places are (-inf, -1)."""
+        if k < 1:
+            raise InputError(f"-k must be at least 1, got {k}")
+        return self.index.search(self.encode(queries, batch_size), k)
+
+    def search(self, queries: list[str], k: int, batch_size: int = 256) -> list[list[Hit]]:
+        scores, ids = self.search_ids(queries, k, batch_size)
+        texts = self.passages.get(ids.ravel())
+        return [[Hit(int(passage_id), float(score), *texts.get(int(passage_id), ("", "")))
+                 for score, passage_id in zip(row_scores, row_ids, strict=True) if passage_id >= 0]
+                for row_scores, row_ids in zip(scores, ids, strict=True)]
+
+
+def format_hits(query: str, hits: list[Hit], width: int = 100) -> str:
+    lines = [f"query: {query}"]
+    for rank, hit in enumerate(hits, 1):
+        text = hit.text if len(hit.text) <= width else hit.text[:width - 3] + "..."
+        lines.append(f"{rank:3d}  {hit.score:8.4f}  {hit.passage_id:>10}  {hit.title} | {text}")
+    return "\n".join(lines)
+
+
+class SearchCommand:
+    """search: the top-k passages of the index under OUT for each --query."""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        add_search_arguments(parser)
+        parser.add_argument("-k", type=int, default=20, help="passages per query")
+        parser.add_argument("--query", action="append", required=True, help="a query (repeat for several)")
+        parser.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+
+    def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
+        retriever = Retriever(args.output, args.device, args.dtype, args.query_encoder, args.nprobe, args.ef_search)
+        for query, hits in zip(args.query, retriever.search(args.query, args.k, args.batch_size), strict=True):
+            if args.json:
+                print(json.dumps({"query": query, "hits": [asdict(hit) for hit in hits]}, ensure_ascii=False))
+            else:
+                print(format_hits(query, hits))
+        sys.stdout.flush()
+        return 0
+
+
+COMMAND = SearchCommand()

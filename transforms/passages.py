@@ -1,0 +1,132 @@
+"""Passage corpora: rows of DPR's ``psgs_w100.tsv`` and ~100-word passages cut from parsed articles.
+
+Pure functions only. A passage id is an int64 everywhere (DPR's ids are integers; FAISS ids are int64), so the
+id of a passage is also its FAISS id and needs no global renumbering.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+DPR_HEADER = ("id", "text", "title")
+# Passages cut from an article get the id page_id * PASSAGES_PER_PAGE + chunk: stable across dump refreshes
+# as long as the article's text does not change, readable (page 12, chunk 3 -> 1200003) and int64-safe.
+PASSAGES_PER_PAGE = 100_000
+MAX_REPORTED_CHARS = 300  # of a bad row kept in its dead letter
+
+
+@dataclass(frozen=True)
+class Passage:
+    passage_id: int
+    title: str
+    text: str
+
+    def to_row(self) -> dict[str, object]:
+        return {"passage_id": self.passage_id, "title": self.title, "text": self.text}
+
+
+@dataclass(frozen=True)
+class BadRow:
+    """A TSV line that is not a passage: ``reason`` is the counter name, ``detail`` says what is wrong."""
+
+    reason: str
+    detail: str
+    line: str
+
+
+def header_columns(header: str) -> tuple[int, int, int]:
+    """Positions of id, text and title in a DPR header line; ValueError if the header is not a DPR one."""
+    names = [name.strip().lower() for name in header.rstrip("\r\n").split("\t")]
+    if sorted(names) != sorted(DPR_HEADER):
+        raise ValueError(f"header {header.strip()[:100]!r} is not the DPR header 'id<TAB>text<TAB>title'")
+    return names.index("id"), names.index("text"), names.index("title")
+
+
+def parse_dpr_row(line: str, columns: tuple[int, int, int] = (0, 1, 2)) -> Passage | BadRow:
+    """One line of a DPR passage file: tab-separated; a field with a quote is wrapped in quotes, inner quotes
+    doubled (csv's ``excel-tab`` rules). Wrong column counts, broken quoting, bad ids and empty text are BadRows."""
+    line = line.rstrip("\r\n")
+    shown = line[:MAX_REPORTED_CHARS]
+    try:
+        fields = next(csv.reader([line], delimiter="\t", quotechar='"', doublequote=True, strict=True))
+    except csv.Error as error:
+        return BadRow("bad_quoting", str(error), shown)
+    except StopIteration:
+        fields = []
+    if len(fields) != 3:
+        return BadRow("wrong_column_count", f"{len(fields)} columns, expected 3", shown)
+    raw_id, text, title = (fields[column] for column in columns)
+    passage_id = parse_passage_id(raw_id)
+    if passage_id is None:
+        return BadRow("bad_ids", f"id {raw_id[:40]!r} is not a non-negative integer", shown)
+    if not text.strip():
+        return BadRow("empty_texts", "the passage text is empty", shown)
+    return Passage(passage_id, title, text)
+
+
+def parse_passage_id(raw: str) -> int | None:
+    raw = raw.strip()
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 18:  # int64-safe
+        return None
+    return int(raw)
+
+
+def format_dpr_row(passage: Passage) -> str:
+    """The DPR file line of a passage (the inverse of ``parse_dpr_row``)."""
+    return "\t".join(_quoted(field) for field in (str(passage.passage_id), passage.text, passage.title))
+
+
+def _quoted(field: str) -> str:
+    if any(character in field for character in '"\t\n\r'):
+        return '"' + field.replace('"', '""') + '"'
+    return field
+
+
+def word_chunks(text: str, words_per_passage: int) -> Iterator[str]:
+    """Non-overlapping chunks of ``words_per_passage`` whitespace-separated words (the last may be shorter),
+    words joined by one space, as DPR cut Wikipedia into ``psgs_w100``."""
+    if words_per_passage < 1:
+        raise ValueError(f"words_per_passage must be positive, got {words_per_passage}")
+    words = text.split()
+    for start in range(0, len(words), words_per_passage):
+        yield " ".join(words[start:start + words_per_passage])
+
+
+def passage_id_of(page_id: int, chunk_index: int) -> int:
+    if not 0 <= chunk_index < PASSAGES_PER_PAGE:
+        raise ValueError(f"chunk {chunk_index} of page {page_id} is beyond {PASSAGES_PER_PAGE} passages per page")
+    return page_id * PASSAGES_PER_PAGE + chunk_index
+
+
+def article_passages(page_id: int, title: str, text: str, words_per_passage: int = 100) -> list[Passage]:
+    """An article's passages with stable ids (at most PASSAGES_PER_PAGE; callers check ``too_many``)."""
+    chunks = list(word_chunks(text, words_per_passage))
+    return [Passage(passage_id_of(page_id, index), title, chunk)
+            for index, chunk in enumerate(chunks[:PASSAGES_PER_PAGE])]
+
+
+def too_many_chunks(text: str, words_per_passage: int) -> bool:
+    return len(text.split()) > PASSAGES_PER_PAGE * words_per_passage
+
+
+def pick_duplicate(passages: Sequence[Passage]) -> tuple[Passage, list[Passage]]:
+    """Of rows sharing one id: the one kept (smallest (text, title): the same whatever the read order) and
+    the others."""
+    ordered = sorted(passages, key=lambda passage: (passage.text, passage.title))
+    return ordered[0], ordered[1:]
+
+
+def shard_of(passage_id: int, shards: int) -> int:
+    """The shard of a passage: a stable hash of its id, so shards stay balanced whatever the id ranges."""
+    digest = hashlib.blake2b(passage_id.to_bytes(8, "little", signed=True), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % shards
+
+
+def sample_key(passage_id: int) -> int:
+    """The FAISS training sample is the passages with the smallest keys (int63, seed-free, order-free)."""
+    digest = hashlib.blake2b(passage_id.to_bytes(8, "little", signed=True), digest_size=8,
+                             person=b"kpr-train").digest()
+    return int.from_bytes(digest, "little") >> 1
