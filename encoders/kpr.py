@@ -228,6 +228,17 @@ class KPRModel(nn.Module):
         return model.to(device=spec.device, dtype=spec.torch_dtype()).eval()
 
 
+def init_kpr_checkpoint(bert_path: str, directory: str, settings: KPRSettings, seed: int = 0) -> KPRModel:
+    """Write a KPR checkpoint (weights, config, the BERT's tokenizer) whose fusion layers are random: what the
+    pipeline can run without a trained KPR model (tests, benchmarks)."""
+    from encoders.models import load_tokenizer
+
+    model = KPRModel.from_bert(bert_path, settings, seed)
+    model.save_pretrained(directory)
+    load_tokenizer(bert_path).save_pretrained(directory)
+    return model
+
+
 def _init_fusion(layer: EntityFusionLayer, std: float) -> None:
     for module in layer.modules():
         if isinstance(module, nn.Linear):
@@ -369,6 +380,18 @@ def check_kpr_options(options: EncoderOptions) -> None:
 
 class KPREncoder(DenseEncoder):
     """A loaded KPR encoder: tokenization with offsets, the linker on the text, entity vectors, the model."""
+
+    def _load_tokenizer(self, spec: ModelSpec):
+        from transformers.utils import logging as transformers_logging
+
+        from encoders.models import load_tokenizer
+
+        level = transformers_logging.get_verbosity()
+        transformers_logging.set_verbosity_error()  # it warns that "kpr-bert" is no model type it knows
+        try:
+            return load_tokenizer(spec.name_or_path)
+        finally:
+            transformers_logging.set_verbosity(level)
 
     def _load_model(self, spec: ModelSpec):
         from artifacts.linker import EntityLinker

@@ -181,10 +181,13 @@ class DenseEncoder:
         self.options = options.resolved()
         self.role = role
         spec = self.options.spec(role)
-        self.tokenizer = load_tokenizer(spec.name_or_path)
+        self.tokenizer = self._load_tokenizer(spec)
         self.model = self._load_model(spec)
         self.dim = self._dim()
         self._torch = torch
+
+    def _load_tokenizer(self, spec: ModelSpec):
+        return load_tokenizer(spec.name_or_path)
 
     def _load_model(self, spec: ModelSpec):
         return load_dense_model(spec)

@@ -1,0 +1,264 @@
+"""The KPR encoder: entity inputs from linker mentions, the fusion layer against the paper's formula computed by
+hand, published parameter and config names, save/reload, and the whole chain on this project's own artifacts."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from transformers import AutoModel, AutoTokenizer
+
+from artifacts import schemas, tables
+from artifacts.errors import InputError
+from artifacts.linker import Candidate, EntityLinker, Mention, NameRow, build_kb_trie, write_linker
+from encoders.kpr import (
+    KPRModel,
+    KPRSettings,
+    entity_inputs,
+    init_kpr_checkpoint,
+    mention_token_positions,
+    read_kpr_settings,
+)
+from encoders.retrievers import EncoderOptions, check_encoder_options, load_retriever
+from pipelines.cli import main
+from tests.conftest import BUNDLED_SAMPLE, DIRECT
+from transforms.passages import Passage
+
+ENTITY_DIM = 8
+PUBLISHED_FUSION_NAMES = {
+    "entity_fusion_layer.entity_embeddings.position_embeddings.weight",
+    "entity_fusion_layer.entity_embeddings.dense.weight",
+    "entity_fusion_layer.entity_embeddings.LayerNorm.weight", "entity_fusion_layer.entity_embeddings.LayerNorm.bias",
+    *(f"entity_fusion_layer.entity_fusion_layer.{part}.{kind}" for part in ("query", "key", "value")
+      for kind in ("weight", "bias")),
+    "entity_fusion_layer.LayerNorm.weight", "entity_fusion_layer.LayerNorm.bias", "entity_fusion_layer.noop_embeddings",
+}
+KEYS = ["Q90", "Q60", "New York (state)", "Q142"]
+CONFIG = {"max_mention_length": 100, "case_sensitive": False, "min_link_prob": 0.05, "min_prior_prob": 0.3,
+          "min_link_count": 1}
+
+
+def candidate(entity_id: int) -> Candidate:
+    return Candidate(entity_id, f"Q{entity_id}", f"E{entity_id}", 1.0, 1.0, 1)
+
+
+def test_mention_tokens_are_the_overlapping_tokens_of_its_segment():
+    offsets = [(0, 0), (0, 3), (4, 8), (8, 10), (0, 0), (0, 3), (0, 0)]
+    sequence_ids = [None, 0, 0, 0, None, 1, None]
+    assert mention_token_positions(4, 10, offsets, sequence_ids, 0) == (2, 3)
+    assert mention_token_positions(5, 6, offsets, sequence_ids, 0) == (2,)
+    assert mention_token_positions(0, 3, offsets, sequence_ids, 1) == (5,)
+    assert mention_token_positions(11, 20, offsets, sequence_ids, 0) == ()
+
+
+def test_entity_inputs_take_every_candidate_in_text_order():
+    offsets = [(0, 0), (0, 5), (6, 10), (11, 16), (0, 0), (0, 4), (0, 0)]
+    sequence_ids = [None, 0, 0, 0, None, 1, None]
+    title = [Mention(0, 5, "Paris", (candidate(7), candidate(9)))]
+    text = [Mention(0, 4, "York", (candidate(3), candidate(5))), Mention(20, 25, "Cut", (candidate(4),))]
+    found, dropped = entity_inputs([title, text], offsets, sequence_ids, lambda entity_id: entity_id != 9, 10)
+    assert (found.entity_ids, found.positions, dropped) == ((7, 3, 5), ((1,), (5,), (5,)), 0)
+    found, dropped = entity_inputs([title, text], offsets, sequence_ids, lambda entity_id: True, 2)
+    assert (found.entity_ids, dropped) == ((7, 9), 2)
+
+
+def fusion_by_hand(model: KPRModel, cls: torch.Tensor, embeds: torch.Tensor, positions: list[list[int]]):
+    """The paper's definition, written out for one text with the module's weights (not its forward)."""
+    layer, settings = model.entity_fusion_layer, model.settings
+    entities = layer.entity_embeddings
+    inputs = [entities.dense.weight @ embed + entities.position_embeddings.weight[tokens].mean(dim=0)
+              for embed, tokens in zip(embeds, positions, strict=True)]
+    keys = torch.stack([layer.noop_embeddings[0, 0]] + [entities.LayerNorm(item) for item in inputs])
+    attention = layer.entity_fusion_layer
+    heads, size = attention.heads, attention.head_size
+    query = (attention.query.weight @ cls + attention.query.bias).view(heads, size)
+    key = (keys @ attention.key.weight.T + attention.key.bias).view(len(keys), heads, size)
+    value = (keys @ attention.value.weight.T + attention.value.bias).view(len(keys), heads, size)
+    output = []
+    for head in range(heads):
+        scores = key[:, head] @ query[head] / math.sqrt(size)
+        if settings.entity_fusion_activation == "sigmoid":
+            weights = torch.sigmoid(scores - math.log(len(keys)))
+        else:
+            weights = torch.softmax(scores, dim=0)
+        output.append(weights @ value[:, head])
+    fused = layer.LayerNorm(torch.cat(output) + cls)
+    return fused / fused.norm() if settings.similarity_function == "cosine" else fused
+
+
+@pytest.mark.parametrize("activation", ["sigmoid", "softmax"])
+def test_fusion_layer_is_the_papers_formula(tiny_bert, activation):
+    settings = KPRSettings(entity_embedding_size=ENTITY_DIM, entity_fusion_activation=activation,
+                           num_entity_fusion_attention_heads=2)
+    model = KPRModel.from_bert(str(tiny_bert), settings, seed=3)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
+    encoded = tokenizer(["the city of paris in france", "no entity here"], padding=True, return_tensors="pt")
+    torch.manual_seed(5)
+    embeds = torch.randn(2, 3, ENTITY_DIM)
+    entity_ids = torch.tensor([[4, 6, 7], [0, 0, 0]])
+    positions = torch.tensor([[[4, 0], [6, 0], [4, 6]], [[0, 0], [0, 0], [0, 0]]])
+    with torch.inference_mode():
+        vectors = model(encoded["input_ids"], encoded["attention_mask"], entity_ids, embeds, positions,
+                        encoded["token_type_ids"])
+        cls = model.bert(**encoded).last_hidden_state[:, 0]
+        first = fusion_by_hand(model, cls[0], embeds[0], [[4], [6], [4, 6]])
+        second = fusion_by_hand(model, cls[1], embeds[1, :0], [])  # only the no-op key
+    torch.testing.assert_close(vectors[0], first, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(vectors[1], second, atol=1e-5, rtol=1e-4)
+    assert abs(float(vectors[0].norm()) - 1.0) < 1e-5
+
+
+def test_checkpoints_use_the_published_names_and_reload_identically(minilm_path, tmp_path):
+    settings = KPRSettings(entity_embedding_size=ENTITY_DIM, num_entity_fusion_attention_heads=4,
+                           similarity_function="dot", similarity_temperature=0.05)
+    model = init_kpr_checkpoint(str(minilm_path), str(tmp_path / "kpr"), settings, seed=1)
+    names = set(model.state_dict())
+    assert {name for name in names if not name.startswith("bert.")} == PUBLISHED_FUSION_NAMES
+    assert model.state_dict()["entity_fusion_layer.noop_embeddings"].shape == (1, 1, 384)
+    assert "bias" not in str([name for name in names if ".dense." in name and "entity" in name])
+    config = json.loads((tmp_path / "kpr" / "config.json").read_text())
+    assert {key: config[key] for key in ("entity_embedding_size", "entity_fusion_activation",
+                                         "num_entity_fusion_attention_heads", "use_entity_position_embeddings",
+                                         "similarity_function", "similarity_temperature")} == {
+        "entity_embedding_size": 8, "entity_fusion_activation": "sigmoid", "num_entity_fusion_attention_heads": 4,
+        "use_entity_position_embeddings": True, "similarity_function": "dot", "similarity_temperature": 0.05}
+    reloaded = KPRModel.from_pretrained(str(tmp_path / "kpr"))
+    bert = AutoModel.from_pretrained(minilm_path)
+    torch.testing.assert_close(reloaded.bert.embeddings.word_embeddings.weight, bert.embeddings.word_embeddings.weight)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "kpr")
+    encoded = tokenizer(["paris in france"], return_tensors="pt")
+    args = (torch.tensor([[3, 1]]), torch.randn(1, 2, ENTITY_DIM), torch.tensor([[[1], [3]]]))
+    with torch.inference_mode():
+        torch.testing.assert_close(model(encoded["input_ids"], encoded["attention_mask"], *args),
+                                   reloaded(encoded["input_ids"], encoded["attention_mask"], *args), atol=0, rtol=0)
+
+
+def test_foreign_weights_are_refused_and_the_training_table_ignored(tiny_bert, tmp_path):
+    settings = KPRSettings(entity_embedding_size=ENTITY_DIM, num_entity_fusion_attention_heads=2)
+    init_kpr_checkpoint(str(tiny_bert), str(tmp_path / "kpr"), settings)
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(tmp_path / "kpr" / "model.safetensors")
+    save_file({**weights, "entity_fusion_layer.entity_embeddings.embeddings.weight": torch.zeros(5, ENTITY_DIM)},
+              tmp_path / "kpr" / "model.safetensors")
+    KPRModel.from_pretrained(str(tmp_path / "kpr"))
+    renamed = {name.replace("entity_fusion_layer.noop_embeddings", "fusion.noop"): value
+               for name, value in weights.items()}
+    save_file(renamed, tmp_path / "kpr" / "model.safetensors")
+    with pytest.raises(InputError, match=r"does not hold KPR weights: missing \['entity_fusion_layer.noop_embed"):
+        KPRModel.from_pretrained(str(tmp_path / "kpr"))
+    with pytest.raises(InputError, match="no entity_embedding_size"):
+        read_kpr_settings(str(tiny_bert))
+
+
+def write_entity_artifacts(output: Path, dim: int = ENTITY_DIM) -> dict[int, np.ndarray]:
+    """OUT/dictionary/linker and OUT/entity_embeddings by hand: paris, new york (two candidates), france."""
+    kb = build_kb_trie(KEYS)
+    titles = [""] * len(KEYS)
+    for key, title in zip(KEYS, ["Paris", "New York City", "New York (state)", "France"], strict=True):
+        titles[kb[key]] = title
+    eid = {key: kb[key] + 1 for key in KEYS}
+    rows = [NameRow("paris", eid["Q90"], 9, 9, 9), NameRow("new york", eid["Q60"], 6, 10, 20),
+            NameRow("new york", eid["New York (state)"], 4, 10, 20), NameRow("france", eid["Q142"], 5, 5, 5)]
+    write_linker(str(output / "dictionary" / "linker"), rows, kb, titles, CONFIG)
+    rng = np.random.default_rng(0)
+    vectors = {entity_id: rng.normal(size=dim).astype(np.float32) for entity_id in eid.values()
+               if entity_id != eid["New York (state)"]}  # an entity without embedding (no mentions)
+    (output / "entity_embeddings").mkdir(parents=True)
+    table = pa.Table.from_pylist([{"entity_id": entity_id, "title": "", "qid": None, "embedding": vector.tolist(),
+                                   "mention_count": 1} for entity_id, vector in vectors.items()],
+                                 schema=schemas.entity_embeddings(dim))
+    pq.write_table(table, output / "entity_embeddings" / "part-0.parquet")
+    return vectors
+
+
+def kpr_options(model: Path, output: Path, **extra) -> EncoderOptions:
+    return EncoderOptions("kpr", str(model), linker=str(output / "dictionary" / "linker"),
+                          entity_embeddings=str(output / "entity_embeddings"), **extra)
+
+
+def test_kpr_encoder_links_the_text_and_fuses_its_entities(tiny_bert, tmp_path):
+    vectors = write_entity_artifacts(tmp_path)
+    settings = KPRSettings(entity_embedding_size=ENTITY_DIM, num_entity_fusion_attention_heads=2)
+    model = init_kpr_checkpoint(str(tiny_bert), str(tmp_path / "kpr"), settings)
+    options = kpr_options(tmp_path / "kpr", tmp_path)
+    check_encoder_options(options)
+    encoder = load_retriever(options, "passage")
+    passage = Passage(1, "Paris", "From new york to Paris and France.")
+    [features] = encoder._features(["Paris"], [passage.text])
+    linker = EntityLinker.load(str(tmp_path / "dictionary" / "linker"))
+    ids = {candidate.title: candidate.entity_id for mention in linker.detect(passage.text + " new york")
+           for candidate in mention.candidates}
+    tokens = AutoTokenizer.from_pretrained(tmp_path / "kpr").convert_ids_to_tokens(features["input_ids"])
+    assert tokens == ["[CLS]", "paris", "[SEP]", "from", "new", "york", "to", "paris", "and", "france", ".", "[SEP]"]
+    # New York (state) has no embedding: skipped; the title's Paris comes first
+    assert features["entity_ids"] == (ids["Paris"], ids["New York City"], ids["Paris"], ids["France"])
+    assert features["entity_positions"] == ((1,), (4, 5), (7,), (9,))
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "kpr")
+    encoded = tokenizer("Paris", passage.text, return_tensors="pt")
+    with torch.inference_mode():
+        cls = model.bert(**encoded).last_hidden_state[0, 0]
+        embeds = torch.tensor(np.array([vectors[entity_id] for entity_id in features["entity_ids"]]))
+        expected = fusion_by_hand(model, cls, embeds, [list(tokens) for tokens in features["entity_positions"]])
+    np.testing.assert_allclose(encoder.encode_passages([passage])[0], expected.numpy(), atol=1e-5)
+    query = load_retriever(options, "query").encode_queries(["new york"])[0]
+    assert abs(float(np.linalg.norm(query)) - 1.0) < 1e-5
+
+
+def test_kpr_needs_its_linker_and_matching_entity_sizes(tiny_bert, tmp_path):
+    write_entity_artifacts(tmp_path, dim=6)
+    init_kpr_checkpoint(str(tiny_bert), str(tmp_path / "kpr"), KPRSettings(entity_embedding_size=ENTITY_DIM))
+    with pytest.raises(InputError, match=r"have 6 dimensions but .* expects entity_embedding_size 8"):
+        check_encoder_options(kpr_options(tmp_path / "kpr", tmp_path))
+    shutil.rmtree(tmp_path / "dictionary")
+    with pytest.raises(InputError, match="needs the dictionary stage's linker"):
+        check_encoder_options(kpr_options(tmp_path / "kpr", tmp_path))
+
+
+@pytest.mark.usefixtures("shared_data")
+def test_kpr_runs_end_to_end_on_this_projects_own_linker_and_entity_embeddings(tiny_bert, tmp_path):
+    """parse -> dictionary -> mentions -> embed-entities -> index with KPR on the bundled sample, then search."""
+    output = tmp_path / "out"
+    assert main(["parse", "--dump", str(BUNDLED_SAMPLE), "--output", str(output), *DIRECT]) == 0
+    assert main(["dictionary", "--output", str(output), *DIRECT]) == 0
+    assert main(["mentions", "--output", str(output), "--max-mentions", "2", *DIRECT]) == 0
+    assert main(["embed-entities", "--output", str(output), "--model", str(tiny_bert), "--max-seq-length", "64",
+                 *DIRECT]) == 0
+    settings = KPRSettings(entity_embedding_size=32, num_entity_fusion_attention_heads=2)
+    model = init_kpr_checkpoint(str(tiny_bert), str(tmp_path / "kpr"), settings)
+    assert main(["index", "--output", str(output), "--encoder", str(tmp_path / "kpr"), "--encoder-type", "kpr",
+                 "--words-per-passage", "400", "--max-length", "128", "--shards", "2", *DIRECT]) == 0
+    passages = tables.read_table(str(output), "passages").to_pylist()
+    info = json.loads((output / "index" / "index.json").read_text())
+    assert info["count"] == len(passages) and info["dim"] == 32 and info["metric"] == "cosine"
+    stored = {row["passage_id"]: row for path in sorted((output / "index" / "embeddings").rglob("*.parquet"))
+              for row in pq.read_table(path).to_pylist()}
+    assert set(stored) == {row["passage_id"] for row in passages}
+
+    encoder = load_retriever(kpr_options(tmp_path / "kpr", output, max_length=128))
+    entity_ids = set(tables.read_table(str(output), "entity_embeddings", ["entity_id"]).column(0).to_pylist())
+    features = encoder._features([row["title"] for row in passages], [row["text"] for row in passages])
+    linked = [row for row, item in zip(passages, features, strict=True) if len(set(item["entity_ids"])) >= 2]
+    assert len(linked) >= 10, "the sample's own linker finds entities with embeddings in its passages"
+    row = min(linked, key=lambda item: item["passage_id"])
+    [features] = encoder._features([row["title"]], [row["text"]])
+    assert set(features["entity_ids"]) <= entity_ids
+    table = {item["entity_id"]: item["embedding"] for item in
+             tables.read_table(str(output), "entity_embeddings").to_pylist()}
+    encoded = AutoTokenizer.from_pretrained(tmp_path / "kpr")(row["title"], row["text"], truncation=True,
+                                                                max_length=128, return_tensors="pt")
+    with torch.inference_mode():
+        cls = model.bert(**encoded).last_hidden_state[0, 0]
+        embeds = torch.tensor([table[entity_id] for entity_id in features["entity_ids"]])
+        expected = fusion_by_hand(model, cls, embeds, [list(tokens) for tokens in features["entity_positions"]])
+        without = fusion_by_hand(model, cls, embeds[:0], [])
+    np.testing.assert_allclose(stored[row["passage_id"]]["embedding"], expected.numpy(), atol=1e-5)
+    assert not np.allclose(expected.numpy(), without.numpy(), atol=1e-3)
+    assert main(["search", "--output", str(output), "--query", row["title"], "-k", "3"]) == 0

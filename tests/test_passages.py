@@ -1,0 +1,115 @@
+"""Passage corpora: DPR psgs_w100 rows with their quoting, ~100-word passages cut from articles, shard hashing."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from tests.conftest import PASSAGES
+from transforms.passages import (
+    PASSAGES_PER_PAGE,
+    BadRow,
+    Passage,
+    article_passages,
+    format_dpr_row,
+    header_columns,
+    parse_dpr_row,
+    passage_id_of,
+    pick_duplicate,
+    sample_key,
+    shard_of,
+    too_many_chunks,
+    word_chunks,
+)
+
+HEAD2 = PASSAGES / "psgs_w100_head2_as_quoted_in_readme.tsv"
+SUBSET = PASSAGES / "psgs_w100_subset_from_haystack_nqdev.tsv"
+
+
+def real_lines(path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+@pytest.mark.usefixtures("shared_data")
+def test_the_real_quoted_rows_unquote_and_format_back_identically():
+    header, *lines = real_lines(HEAD2)
+    assert header_columns(header) == (0, 1, 2)
+    first, second = (parse_dpr_row(line) for line in lines)
+    assert (first.passage_id, first.title, second.passage_id, second.title) == (1, "Aaron", 2, "Aaron")
+    assert first.text.startswith('Aaron Aaron ( or ; "Ahärôn") is a prophet, high priest')
+    assert first.text.endswith("Part of the Law (Torah) that Moses received from")
+    assert 'as Moses\' "prophet" (Exodus 4:10-17; 7:1)' in second.text
+    assert [format_dpr_row(row) for row in (first, second)] == lines
+
+
+@pytest.mark.usefixtures("shared_data")
+def test_all_751_real_rows_are_100_word_passages_that_round_trip():
+    header, *lines = real_lines(SUBSET)
+    columns = header_columns(header)
+    rows = [parse_dpr_row(line, columns) for line in lines]
+    assert len(rows) == 751 and all(isinstance(row, Passage) for row in rows)
+    assert {len(row.text.split()) for row in rows} == {100}
+    assert len({row.passage_id for row in rows}) == 751
+    assert [format_dpr_row(row) for row in rows] == lines
+    assert rows[0] == Passage(128529, "Erie Canal", rows[0].text) and rows[0].text.startswith("elevation of . Lake")
+
+
+@pytest.mark.parametrize(("line", "reason"), [
+    ('3\t"unclosed\tT', "bad_quoting"),
+    ('4\t"a"b\tT', "bad_quoting"),
+    ("5\tonly two", "wrong_column_count"),
+    ("6\tx\ty\tz", "wrong_column_count"),
+    ("", "wrong_column_count"),
+    ("x7\ttext\tT", "bad_ids"),
+    ("-7\ttext\tT", "bad_ids"),
+    ("12345678901234567890\ttext\tT", "bad_ids"),
+    ("8\t   \tT", "empty_texts"),
+    ('9\t""\tT', "empty_texts"),
+])
+def test_malformed_rows_say_why(line, reason):
+    row = parse_dpr_row(line)
+    assert isinstance(row, BadRow) and row.reason == reason and row.line == line
+
+
+def test_rows_with_inner_quotes_and_reordered_headers():
+    assert parse_dpr_row('1\t"say ""hi"" now"\t"The ""Q"""') == Passage(1, 'The "Q"', 'say "hi" now')
+    assert parse_dpr_row("2\tHe said \"hi\" there\tT") == Passage(2, "T", 'He said "hi" there')
+    columns = header_columns("title\tid\ttext\n")
+    assert columns == (1, 2, 0)
+    assert parse_dpr_row("Paris\t17\tParis is a city.", columns) == Passage(17, "Paris", "Paris is a city.")
+    with pytest.raises(ValueError, match="not the DPR header"):
+        header_columns("id\ttext\n")
+
+
+def test_articles_are_cut_into_word_chunks_with_stable_ids():
+    text = " ".join(f"w{index}" for index in range(7)) + "\n\n  "
+    assert list(word_chunks(text, 3)) == ["w0 w1 w2", "w3 w4 w5", "w6"]
+    assert article_passages(12, "Twelve", text, 3) == [
+        Passage(1200000, "Twelve", "w0 w1 w2"), Passage(1200001, "Twelve", "w3 w4 w5"),
+        Passage(1200002, "Twelve", "w6")]
+    assert article_passages(12, "Twelve", "  \n ", 3) == []
+    assert article_passages(3, "T", "a\tb\nc  d", 100) == [Passage(300000, "T", "a b c d")]
+    with pytest.raises(ValueError):
+        passage_id_of(1, PASSAGES_PER_PAGE)
+    assert not too_many_chunks("a b", 1) and too_many_chunks("a " * (PASSAGES_PER_PAGE + 1), 1)
+
+
+def test_duplicates_keep_the_same_row_whatever_the_order():
+    rows = [Passage(5, "B", "second"), Passage(5, "A", "first"), Passage(5, "C", "first")]
+    for order in (rows, rows[::-1], rows[1:] + rows[:1]):
+        kept, others = pick_duplicate(order)
+        assert kept == Passage(5, "A", "first")
+        assert sorted(others, key=repr) == sorted([rows[0], rows[2]], key=repr)
+
+
+@pytest.mark.usefixtures("shared_data")
+def test_shards_are_stable_and_balanced_on_real_ids():
+    _, *lines = real_lines(SUBSET)
+    ids = [parse_dpr_row(line).passage_id for line in lines]
+    counts = Counter(shard_of(passage_id, 4) for passage_id in ids)
+    assert set(counts) == {0, 1, 2, 3} and max(counts.values()) - min(counts.values()) < 60
+    assert [shard_of(passage_id, 4) for passage_id in ids] == [shard_of(passage_id, 4) for passage_id in ids]
+    assert all(shard_of(passage_id, 1) == 0 for passage_id in ids)
+    keys = [sample_key(passage_id) for passage_id in ids]
+    assert len(set(keys)) == 751 and all(0 <= key < 2**63 for key in keys)

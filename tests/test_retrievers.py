@@ -1,0 +1,142 @@
+"""Dense retriever encoders: each kind against a hand computation with transformers, batching invariance,
+DPR checkpoints, the RunInference handler, early errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from apache_beam.ml.inference.base import PredictionResult
+from transformers import AutoModel, AutoTokenizer
+
+from artifacts.errors import InputError
+from encoders.retrievers import (
+    BGE_QUERY_PREFIX,
+    DenseEncoder,
+    EncoderOptions,
+    PassageEncoderHandler,
+    check_encoder_options,
+    dense_dim,
+    load_retriever,
+    passage_segments,
+)
+from tests.conftest import PASSAGES
+from transforms.passages import Passage, parse_dpr_row
+
+QUERIES = ["who sings does he love me with reba", "where do the great lakes meet the ocean"]
+
+
+def real_passages(count: int) -> list[Passage]:
+    lines = (PASSAGES / "psgs_w100_subset_from_haystack_nqdev.tsv").read_text(encoding="utf-8").splitlines()
+    return [parse_dpr_row(line) for line in lines[1:count + 1]]
+
+
+def by_hand(model_path, firsts, seconds=None, pooling="cls", normalize=False, max_length=256) -> np.ndarray:
+    """One text at a time, no batching: the vectors the encoders must reproduce."""
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModel.from_pretrained(model_path).eval()
+    vectors = []
+    for index, first in enumerate(firsts):
+        encoded = tokenizer(first, None if seconds is None else seconds[index], truncation=True,
+                            max_length=max_length, return_tensors="pt")
+        with torch.inference_mode():
+            states = model(**encoded).last_hidden_state[0]
+        vector = states[0] if pooling == "cls" else states.mean(dim=0)
+        if normalize:
+            vector = vector / vector.norm()
+        vectors.append(vector.numpy())
+    return np.array(vectors)
+
+
+def test_passage_segments_per_title_mode():
+    passages = [Passage(1, "Paris", "Paris is big."), Passage(2, "", "No title.")]
+    assert passage_segments(passages, "pair") == (["Paris", ""], ["Paris is big.", "No title."])
+    assert passage_segments(passages, "join") == (["Paris Paris is big.", "No title."], None)
+    assert passage_segments(passages, "none", "passage: ") == (["passage: Paris is big.", "passage: No title."], None)
+
+
+def test_kinds_resolve_to_their_documented_defaults():
+    assert EncoderOptions("dpr", "m").resolved().similarity == "dot"
+    bge = EncoderOptions("bge", "m").resolved()
+    assert (bge.similarity, bge.title, bge.query_prefix) == ("cosine", "join", BGE_QUERY_PREFIX)
+    mean = EncoderOptions("mean", "m", similarity="dot", query_prefix="q: ").resolved()
+    assert (mean.similarity, mean.title, mean.query_prefix) == ("dot", "join", "q: ")
+    assert EncoderOptions.from_json(bge.to_json()) == bge
+
+
+@pytest.mark.usefixtures("shared_data")
+def test_mean_pooling_matches_sentence_transformers_on_real_passages(minilm_path):
+    passages = real_passages(6)
+    encoder = load_retriever(EncoderOptions("mean", str(minilm_path)))
+    expected = by_hand(minilm_path, [f"{p.title} {p.text}" for p in passages], pooling="mean", normalize=True)
+    np.testing.assert_allclose(encoder.encode_passages(passages), expected, atol=2e-5)
+    np.testing.assert_allclose(encoder.encode_queries(QUERIES),
+                               by_hand(minilm_path, QUERIES, pooling="mean", normalize=True), atol=2e-5)
+    assert encoder.dim == dense_dim(encoder.options) == 384
+
+
+@pytest.mark.usefixtures("shared_data")
+def test_dpr_kind_is_the_cls_of_title_text_pairs_with_dot_product(tiny_bert):
+    passages = real_passages(5)
+    encoder = load_retriever(EncoderOptions("dpr", str(tiny_bert)))
+    expected = by_hand(tiny_bert, [p.title for p in passages], [p.text for p in passages])
+    vectors = encoder.encode_passages(passages)
+    np.testing.assert_allclose(vectors, expected, atol=1e-5)
+    assert not np.allclose(np.linalg.norm(vectors, axis=1), 1.0)
+    small = load_retriever(EncoderOptions("dpr", str(tiny_bert), batch_tokens=200))
+    np.testing.assert_allclose(small.encode_passages(passages), vectors, atol=1e-5)
+
+
+def test_bge_kind_normalizes_cls_and_prefixes_queries(tiny_bert):
+    encoder = load_retriever(EncoderOptions("bge", str(tiny_bert), max_length=32))
+    expected = by_hand(tiny_bert, [BGE_QUERY_PREFIX + query for query in QUERIES], normalize=True, max_length=32)
+    np.testing.assert_allclose(encoder.encode_queries(QUERIES), expected, atol=1e-5)
+
+
+def test_bfloat16_weights_stay_close_to_float32(tiny_bert):
+    passages = [Passage(1, "Lake Erie", "Lake Erie is the fourth-largest lake of the Great Lakes.")]
+    full = load_retriever(EncoderOptions("mean", str(tiny_bert))).encode_passages(passages)
+    half = load_retriever(EncoderOptions("mean", str(tiny_bert), dtype="bfloat16")).encode_passages(passages)
+    assert half.dtype == np.float32
+    assert float(full[0] @ half[0]) > 0.99
+
+
+def test_hugging_face_dpr_context_encoders_load_as_context_encoders(tiny_bert, tmp_path):
+    from transformers import DPRConfig, DPRContextEncoder
+
+    config = DPRConfig(vocab_size=AutoTokenizer.from_pretrained(tiny_bert).vocab_size, hidden_size=32,
+                       num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+    torch.manual_seed(1)
+    model = DPRContextEncoder(config).eval()
+    model.save_pretrained(tmp_path)
+    AutoTokenizer.from_pretrained(tiny_bert).save_pretrained(tmp_path)
+    encoder = load_retriever(EncoderOptions("dpr", str(tmp_path)))
+    assert type(encoder.model).__name__ == "DPRContextEncoder"
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path)
+    passage = Passage(3, "Reba", "Reba McEntire sang it with Linda Davis.")
+    with torch.inference_mode():
+        expected = model(**tokenizer(passage.title, passage.text, return_tensors="pt")).pooler_output[0].numpy()
+    np.testing.assert_allclose(encoder.encode_passages([passage])[0], expected, atol=1e-5)
+
+
+def test_handler_loads_the_encoder_itself_and_keeps_examples(tiny_bert):
+    handler = PassageEncoderHandler(EncoderOptions("mean", str(tiny_bert)), max_batch_size=7)
+    model = handler.load_model()
+    assert isinstance(model, DenseEncoder)
+    passages = [Passage(1, "A", "alpha beta"), Passage(2, "B", "gamma")]
+    results = list(handler.run_inference(passages, model))
+    assert all(isinstance(result, PredictionResult) for result in results)
+    assert [result.example for result in results] == passages
+    np.testing.assert_allclose(np.array([result.inference for result in results]), model.encode_passages(passages))
+    assert handler.batch_elements_kwargs() == {"min_batch_size": 1, "max_batch_size": 7}
+
+
+def test_bad_encoder_options_fail_before_any_work(tiny_bert, tmp_path):
+    with pytest.raises(InputError, match="does not exist"):
+        check_encoder_options(EncoderOptions("dpr", str(tmp_path / "no" / "model")))
+    with pytest.raises(InputError, match="--encoder-type 'colbert'"):
+        check_encoder_options(EncoderOptions("colbert", str(tiny_bert)))
+    with pytest.raises(InputError, match="--max-length 2 is too small"):
+        check_encoder_options(EncoderOptions("dpr", str(tiny_bert), max_length=2))
+    with pytest.raises(InputError, match="does not exist"):
+        check_encoder_options(EncoderOptions("dpr", str(tiny_bert), query_model=str(tmp_path / "q" / "x")))
