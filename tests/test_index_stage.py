@@ -1,0 +1,218 @@
+"""The index stage end to end: the 751 real DPR passages with the packaged MiniLM, bad rows and duplicates,
+passages cut from articles, a trained IVF index, 1 vs 2 workers, one-line errors."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import faiss
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from artifacts import faiss_shards, manifest, tables
+from encoders.retrievers import EncoderOptions, load_retriever
+from pipelines.cli import main
+from tests.conftest import DIRECT, MULTI_PROCESS, PASSAGES
+from tests.test_dictionary import article, write_parsed
+from transforms.passages import Passage, parse_dpr_row, shard_of
+
+SUBSET = PASSAGES / "psgs_w100_subset_from_haystack_nqdev.tsv"
+
+
+def stored_rows(output: Path) -> dict[int, dict]:
+    """Every row of index/embeddings/*, by passage id, with the shard directory it is in."""
+    rows = {}
+    for path in sorted((output / "index" / "embeddings").rglob("*.parquet")):
+        for row in pq.read_table(path).to_pylist():
+            rows[row["passage_id"]] = {**row, "shard": path.parent.name}
+    return rows
+
+
+def real_rows() -> list[Passage]:
+    return [parse_dpr_row(line) for line in SUBSET.read_text(encoding="utf-8").splitlines()[1:]]
+
+
+@pytest.fixture(scope="session")
+def minilm_index(tmp_path_factory, minilm_path) -> Path:
+    """OUT with the 751 real passages indexed by MiniLM (mean pooling, cosine) in 3 shards."""
+    if not SUBSET.exists():
+        pytest.skip("../shared/data is not present")
+    output = tmp_path_factory.mktemp("minilm-index")
+    assert main(["index", "--output", str(output), "--encoder", str(minilm_path), "--encoder-type", "mean",
+                 "--corpus", str(SUBSET), "--shards", "3", *DIRECT]) == 0
+    return output
+
+
+def test_real_passages_are_stored_by_shard_with_their_vectors(minilm_index, minilm_path):
+    rows = stored_rows(minilm_index)
+    passages = {passage.passage_id: passage for passage in real_rows()}
+    assert set(rows) == set(passages)
+    assert all(row["shard"] == faiss_shards.shard_name(shard_of(passage_id, 3)) for passage_id, row in rows.items())
+    assert all((row["title"], row["text"]) == (passages[pid].title, passages[pid].text) for pid, row in rows.items())
+    some = sorted(passages)[:4]
+    encoder = load_retriever(EncoderOptions("mean", str(minilm_path)))
+    expected = encoder.encode_passages([passages[passage_id] for passage_id in some])
+    np.testing.assert_allclose(np.array([rows[passage_id]["embedding"] for passage_id in some]), expected, atol=1e-5)
+    info = json.loads((minilm_index / "index" / "index.json").read_text())
+    assert (info["factory"], info["metric"], info["dim"], info["count"], info["shards"]) == ("Flat", "cosine", 384,
+                                                                                             751, 3)
+    assert [item["count"] for item in info["shard_files"]] == [
+        sum(1 for row in rows.values() if row["shard"] == name) for name in ("shard-00000", "shard-00001",
+                                                                           "shard-00002")]
+    assert info["encoder"]["kind"] == "mean" and info["encoder"]["title"] == "join"
+    record = manifest.load(str(minilm_index))["index"]
+    assert record.counters["passages_read"] == record.counters["passages_encoded"] == 751
+
+
+def test_sharded_search_equals_one_index_on_the_real_vectors(minilm_index):
+    rows = stored_rows(minilm_index)
+    ids = np.array(sorted(rows), dtype=np.int64)
+    vectors = np.array([rows[passage_id]["embedding"] for passage_id in ids], dtype=np.float32)
+    single = faiss.IndexIDMap(faiss.IndexFlatIP(384))
+    single.add_with_ids(vectors, ids)
+    queries = np.concatenate([vectors, vectors[:50] + vectors[50:100]])
+    sharded = faiss_shards.ShardedIndex(str(minilm_index / "index"))
+    # BLAS rounds a dot product differently with other matrix shapes; FAISS's per-pair kernel does not, so with
+    # it the two must agree exactly (the corpus has identical passages: equal scores go to the smaller id)
+    threshold = faiss.cvar.distance_compute_blas_threshold
+    faiss.cvar.distance_compute_blas_threshold = 10**9
+    try:
+        one_scores, one_ids = faiss_shards.merge_top_k(*([part] for part in single.search(queries, 40)), 20)
+        sharded_scores, sharded_ids = sharded.search(queries, 20)
+    finally:
+        faiss.cvar.distance_compute_blas_threshold = threshold
+    assert sharded_ids.tolist() == one_ids.tolist()
+    np.testing.assert_array_equal(sharded_scores, one_scores)
+    firsts = [rows[int(passage_id)]["text"] for passage_id in sharded_ids[:751, 0]]
+    assert firsts == [rows[int(passage_id)]["text"] for passage_id in ids]  # itself (or an identical passage)
+    blas_scores, blas_ids = sharded.search(queries, 20)
+    np.testing.assert_allclose(blas_scores, one_scores, atol=1e-5)
+    assert np.mean(blas_ids == one_ids) > 0.99
+
+
+def test_a_second_run_with_the_same_inputs_is_skipped(minilm_index, minilm_path, capsys):
+    assert main(["index", "--output", str(minilm_index), "--encoder", str(minilm_path), "--encoder-type", "mean",
+                 "--corpus", str(SUBSET), "--shards", "3", *DIRECT]) == 0
+    assert "[index] skipped" in capsys.readouterr().err
+
+
+def write_bad_corpus(path: Path) -> list[Passage]:
+    """20 real rows, then broken rows, a duplicate id with another text and an exact duplicate."""
+    lines = SUBSET.read_text(encoding="utf-8").splitlines()
+    good = lines[1:21]
+    broken = ['99\t"unclosed quote\tT', "98\tonly two", "x97\ttext\tT", "96\t \tT", "95\ta\tb\tc"]
+    first = real_rows()[0]
+    duplicates = [f"{first.passage_id}\tAnother text for the same id\tOther", lines[2]]
+    path.write_text("\n".join([lines[0], *good[:10], *broken, *duplicates, *good[10:]]) + "\n", encoding="utf-8")
+    return real_rows()[:20]
+
+
+@pytest.fixture(scope="module")
+def bad_corpus_runs(tiny_bert, tmp_path_factory) -> dict[str, Path]:
+    """The same corpus with bad rows indexed by one worker and by two worker processes."""
+    if not SUBSET.exists():
+        pytest.skip("../shared/data is not present")
+    directory = tmp_path_factory.mktemp("bad-corpus")
+    write_bad_corpus(directory / "bad.tsv")
+    outputs = {}
+    for name, runner in (("one", DIRECT), ("two", MULTI_PROCESS)):
+        outputs[name] = directory / name
+        assert main(["index", "--output", str(outputs[name]), "--encoder", str(tiny_bert), "--corpus",
+                     str(directory / "bad.tsv"), "--shards", "3", *runner]) == 0
+    return outputs
+
+
+def test_bad_rows_and_duplicates_are_counted_and_dead_lettered(bad_corpus_runs):
+    output = bad_corpus_runs["two"]
+    good = real_rows()[:20]
+    counters = manifest.load(str(output))["index"].counters
+    assert {name: counters.get(name) for name in ("passages_read", "bad_quoting", "wrong_column_count", "bad_ids",
+                                                   "empty_texts", "duplicate_ids", "passages_encoded")} == {
+        "passages_read": 22, "bad_quoting": 1, "wrong_column_count": 2, "bad_ids": 1, "empty_texts": 1,
+        "duplicate_ids": 2, "passages_encoded": 20}
+    letters = [json.loads(line) for path in (output / "errors" / "index").glob("*.jsonl")
+               for line in path.read_text().splitlines()]
+    assert Counter(letter["kind"] for letter in letters) == {"bad_quoting": 1, "wrong_column_count": 2,
+                                                             "bad_ids": 1, "empty_texts": 1, "duplicate_ids": 2}
+    assert {letter["line"] for letter in letters if letter["kind"] == "wrong_column_count"} == {
+        "98\tonly two", "95\ta\tb\tc"}
+    rows = stored_rows(output)
+    expected = {passage.passage_id: (passage.title, passage.text) for passage in good}
+    expected[good[0].passage_id] = ("Other", "Another text for the same id")  # the smaller text is kept
+    assert {pid: (row["title"], row["text"]) for pid, row in rows.items()} == expected
+
+
+def test_one_and_two_workers_store_the_same_rows(bad_corpus_runs):
+    results = [{pid: (row["shard"], row["title"], row["text"], row["embedding"])
+                for pid, row in stored_rows(bad_corpus_runs[name]).items()} for name in ("one", "two")]
+    assert results[0].keys() == results[1].keys() and len(results[0]) == 20
+    for passage_id, (shard, title, text, vector) in results[0].items():
+        other = results[1][passage_id]
+        assert (shard, title, text) == other[:3]
+        np.testing.assert_allclose(vector, other[3], atol=1e-6)
+
+
+def test_passages_cut_from_articles(tiny_bert, tmp_path):
+    articles = [article(7, "Seven", "one two three four five six seven", []),
+                article(9, "Nine", "alpha beta", []), article(11, "Empty", "   ", [])]
+    write_parsed(tmp_path, articles)
+    assert main(["index", "--output", str(tmp_path), "--encoder", str(tiny_bert), "--encoder-type", "bge",
+                 "--words-per-passage", "3", *DIRECT]) == 0
+    passages = sorted(tables.read_table(str(tmp_path), "passages").to_pylist(), key=lambda row: row["passage_id"])
+    assert passages == [{"passage_id": 700000, "title": "Seven", "text": "one two three"},
+                        {"passage_id": 700001, "title": "Seven", "text": "four five six"},
+                        {"passage_id": 700002, "title": "Seven", "text": "seven"},
+                        {"passage_id": 900000, "title": "Nine", "text": "alpha beta"}]
+    assert set(stored_rows(tmp_path)) == {700000, 700001, 700002, 900000}
+    counters = manifest.load(str(tmp_path))["index"].counters
+    assert counters["articles_without_text"] == 1 and counters["passages_indexed"] == 4
+
+
+@pytest.mark.usefixtures("shared_data")
+def test_a_trained_ivf_index_probing_every_list_is_exact(tiny_bert, tmp_path):
+    assert main(["index", "--output", str(tmp_path), "--encoder", str(tiny_bert), "--encoder-type", "mean",
+                 "--corpus", str(SUBSET), "--shards", "2", "--index-factory", "IVF8,Flat", "--max-length", "64",
+                 *DIRECT]) == 0
+    info = faiss_shards.load_index_info(str(tmp_path / "index"))
+    assert (info.factory, info.train_sample, info.count, info.metric) == ("IVF8,Flat", 751, 751, "cosine")
+    assert not (tmp_path / "index" / faiss_shards.TRAIN_SAMPLE_DIR).exists()
+    rows = stored_rows(tmp_path)
+    ids = np.array(sorted(rows), dtype=np.int64)
+    vectors = np.array([rows[passage_id]["embedding"] for passage_id in ids], dtype=np.float32)
+    scores = vectors[:30].astype(np.float64) @ vectors.T.astype(np.float64)
+    exact = ids[np.lexsort((np.broadcast_to(ids, scores.shape), -scores), axis=1)[:, :10]]
+    found_scores, found = faiss_shards.ShardedIndex(str(tmp_path / "index"), nprobe=8).search(vectors[:30], 10)
+    assert found.tolist() == exact.tolist()
+    np.testing.assert_allclose(found_scores, -np.sort(-scores, axis=1)[:, :10], rtol=1e-6)
+    one_list = faiss_shards.ShardedIndex(str(tmp_path / "index"), nprobe=1).search(vectors[:30], 10)[1]
+    assert 0.2 < np.mean([len(set(a) & set(b)) / 10 for a, b in zip(one_list, exact, strict=True)]) < 1.0
+
+
+def error_of(argv: list[str], capsys) -> str:
+    assert main(argv) == 2
+    return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_unreadable_inputs_are_one_line_errors(tiny_bert, tmp_path, capsys):
+    out = str(tmp_path / "out")
+    base = ["index", "--output", out, "--encoder", str(tiny_bert)]
+    assert error_of([*base, "--corpus", str(tmp_path / "none.tsv"), *DIRECT], capsys) == (
+        f"error: corpus {tmp_path / 'none.tsv'} not found")
+    (tmp_path / "headless.tsv").write_text("1\ttext\ttitle\n")
+    assert "is not the DPR header" in error_of([*base, "--corpus", str(tmp_path / "headless.tsv"), *DIRECT], capsys)
+    assert "run `python run_pipeline.py parse` first" in error_of([*base, *DIRECT], capsys)
+    assert error_of(["index", "--output", out, *DIRECT], capsys).startswith("error: index needs --encoder")
+    (tmp_path / "tiny.tsv").write_text("id\ttext\ttitle\n1\tsome text\tT\n2\tmore text\tU\n")
+    assert "IVF lists need at least 64 training vectors" in error_of(
+        [*base, "--corpus", str(tmp_path / "tiny.tsv"), "--index-factory", "IVF64,Flat", *DIRECT], capsys)
+    assert "no completed" not in error_of(["search", "--output", out, "--query", "x"], capsys)
+
+
+def test_search_with_an_encoder_of_another_size_is_refused(minilm_index, tiny_bert, capsys):
+    message = error_of(["search", "--output", str(minilm_index), "--query", "lakes",
+                        "--query-encoder", str(tiny_bert)], capsys)
+    assert message.startswith(f"error: the query encoder {tiny_bert} gives 32-dim vectors but the index at")
+    assert message.endswith("has 384 dims")
