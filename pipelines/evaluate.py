@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import ast
 import csv
+import io
 import json
 import os
 import sys
@@ -101,7 +102,8 @@ def read_questions(path: str) -> QuestionFile:
             raise InputError(f"{path}: expected a JSON list of {{question, answers}} objects")
         parsed = [parse_entity_question(item) for item in items]
     else:
-        parsed = [parse_qas_row(fields) for fields in csv.reader(raw.splitlines(), delimiter="\t")]
+        # only "\n" ends a line (str.splitlines would also split inside questions at \x85 or \u2028)
+        parsed = [parse_qas_row(fields) for fields in csv.reader(io.StringIO(raw, newline=""), delimiter="\t")]
     questions = [question for question in parsed if question is not None]
     return QuestionFile(path, questions, len(parsed) - len(questions))
 

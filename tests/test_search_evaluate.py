@@ -1,0 +1,135 @@
+"""search and evaluate: DPR's has-answer rule, question files, accuracy tables, and the done-when check on the
+751 real DPR passages with the packaged MiniLM."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from pipelines.cli import main
+from pipelines.evaluate import (
+    answer_tokens,
+    first_hit_ranks,
+    format_table,
+    has_answer,
+    parse_entity_question,
+    parse_qas_row,
+    read_questions,
+    top_k_accuracy,
+)
+from pipelines.search import Retriever
+from tests import test_index_stage
+from tests.conftest import PASSAGES, QUESTIONS
+from tests.test_index_stage import stored_rows
+
+minilm_index = test_index_stage.minilm_index  # the session fixture: the 751 passages indexed once
+
+NQ_5 = PASSAGES / "nq_dev_5q_from_haystack.qa.tsv"
+
+
+def test_tokens_are_letter_digit_mark_runs_or_single_symbols():
+    assert answer_tokens("July 5, 2018") == ["july", "5", ",", "2018"]
+    assert answer_tokens("Ahärôn's (“prophet”)") == ["aha\u0308ro\u0302n", "'", "s", "(", "“", "prophet", "”", ")"]
+    assert answer_tokens("  \t\n") == []
+
+
+def test_has_answer_follows_dprs_token_rule():
+    text = "It opened on July 5, 2018 in Japan; the Saint Lawrence River flows; Linda Davison sang."
+    assert has_answer(["July 5 , 2018"], text)
+    assert has_answer(["the Saint Lawrence River"], text)
+    assert not has_answer(["the Saint Lawrence River"], 'the "Saint Lawrence River"')  # the quote is a token
+    assert has_answer(["JAPAN"], text)
+    assert not has_answer(["Linda Davis"], text)  # a token prefix is no match
+    assert not has_answer(["July 6 , 2018", "Osaka"], text)
+    assert has_answer(["Ahärôn"], "prophet (Aha\u0308ro\u0302n) spoke")  # composed vs decomposed accents
+    assert not has_answer(["", "  "], text)  # empty answers match nothing
+
+
+def test_question_rows_of_both_formats():
+    assert parse_qas_row(["who?", "['a', \"b'c\"]"]).answers == ("a", "b'c")
+    assert parse_qas_row(["who?", "not a list"]) is None
+    assert parse_qas_row(["who?", "[1, 2]"]) is None
+    assert parse_qas_row(["who?"]) is None
+    assert parse_qas_row(["who?", "[]"]) is None
+    assert parse_entity_question({"question": "Where?", "answers": ["Here"]}).question == "Where?"
+    assert parse_entity_question({"question": "Where?"}) is None
+    assert parse_entity_question(["Where?", ["Here"]]) is None
+
+
+@pytest.mark.usefixtures("shared_data")
+def test_real_question_files_read_completely():
+    nq = read_questions(str(NQ_5))
+    assert [question.question for question in nq.questions][:2] == [
+        "who sings does he love me with reba", "where do the great lakes meet the ocean"]
+    assert [question.answers for question in nq.questions] == [
+        ("Linda Davis",), ("the Saint Lawrence River",), ("July 5 , 2018",), ("Roy Raymond",), ("2002",)]
+    entity = read_questions(str(QUESTIONS / "entityquestions-dev" / "P17.dev.json"))
+    assert (len(entity.questions), entity.bad_lines) == (1000, 0)
+    trivia = read_questions(str(QUESTIONS / "topics.dpr.trivia.dev.txt"))  # questions with \x85 inside
+    assert (len(trivia.questions), trivia.bad_lines) == (8837, 0)
+
+
+def test_ranks_accuracy_and_table():
+    ranks = first_hit_ranks([["Paris"], ["Lyon"], ["Nice"]],
+                            [["in Lyon", "Paris!"], ["Lyon is"], ["nothing", "here"]])
+    assert ranks == [2, 1, None]
+    assert top_k_accuracy(ranks, [1, 2, 5]) == {1: pytest.approx(100 / 3), 2: pytest.approx(200 / 3),
+                                                5: pytest.approx(200 / 3)}
+    assert top_k_accuracy([], [1]) == {1: 0.0}
+    table = format_table([{"file": "a.tsv", "questions": 3, "accuracy": {1: 100 / 3, 20: 200 / 3}}], [1, 20])
+    assert table.splitlines() == ["file   questions    top-1   top-20", "a.tsv          3    33.33    66.67"]
+
+
+def test_evaluate_answers_the_5_nq_dev_questions_on_the_751_real_passages(minilm_index, tmp_path, capsys):
+    """The done-when check: MiniLM (mean pooling, cosine), Flat index in 3 shards, DPR's has-answer rule."""
+    report = tmp_path / "report.json"
+    assert main(["evaluate", "--output", str(minilm_index), "--questions", str(NQ_5), "-k", "1", "5", "20",
+                 "--report", str(report)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "file                            questions    top-1    top-5   top-20",
+        "nq_dev_5q_from_haystack.qa.tsv          5    60.00   100.00   100.00"]
+    assert json.loads(report.read_text())["files"][0]["accuracy"] == {"1": 60.0, "5": 100.0, "20": 100.0}
+
+
+def test_evaluate_ranks_match_brute_force_over_the_stored_vectors(minilm_index):
+    retriever = Retriever(str(minilm_index))
+    questions = read_questions(str(NQ_5)).questions
+    rows = stored_rows(minilm_index)
+    ids = np.array(sorted(rows))
+    vectors = np.array([rows[passage_id]["embedding"] for passage_id in ids], dtype=np.float64)
+    queries = retriever.encode([question.question for question in questions]).astype(np.float64)
+    top = ids[np.argsort(-(queries @ vectors.T), axis=1, kind="stable")[:, :20]]
+    texts = [[rows[int(passage_id)]["text"] for passage_id in row] for row in top]
+    assert first_hit_ranks([question.answers for question in questions], texts) == [1, 1, 2, 1, 3]
+    assert retriever.search_ids([question.question for question in questions], 20)[1].tolist() == top.tolist()
+
+
+def test_search_prints_the_best_passages(minilm_index, capsys):
+    assert main(["search", "--output", str(minilm_index), "--query", "who sings does he love me with reba",
+                 "--query", "who was the creator of victoria 's secret", "-k", "2", "--json"]) == 0
+    results = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [result["query"] for result in results] == ["who sings does he love me with reba",
+                                                       "who was the creator of victoria 's secret"]
+    first = results[0]["hits"][0]
+    assert (first["passage_id"], first["title"]) == (11828866, "Does He Love You")
+    assert has_answer(["Linda Davis"], first["text"])
+    assert all(len(result["hits"]) == 2 and result["hits"][0]["score"] >= result["hits"][1]["score"]
+               for result in results)
+    assert main(["search", "--output", str(minilm_index), "--query", "great lakes ocean", "-k", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "query: great lakes ocean" and lines[1].startswith("  1  ")
+
+
+def test_entity_questions_and_malformed_lines(minilm_index, tmp_path, capsys):
+    items = json.loads((QUESTIONS / "entityquestions-dev" / "P17.dev.json").read_text())[:10]
+    (tmp_path / "P17.dev.json").write_text(json.dumps(items))
+    (tmp_path / "bad.qa.tsv").write_text("who sings does he love me with reba\t['Linda Davis']\nno answers here\n")
+    assert main(["evaluate", "--output", str(minilm_index), "--questions", str(tmp_path / "P17.dev.json"),
+                 str(tmp_path / "bad.qa.tsv"), "-k", "1", "20"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == ["file          questions    top-1   top-20",
+                                         "P17.dev.json         10     0.00    20.00",
+                                         "bad.qa.tsv            1   100.00   100.00"]
+    assert "bad.qa.tsv: 1 malformed question(s) skipped" in captured.err
