@@ -119,8 +119,9 @@ def test_training_sample_is_the_smallest_keys_whatever_the_files(tmp_path):
 def test_default_factory_and_memory_by_corpus_size():
     assert shards.default_factory(751, 384) == "Flat"
     assert shards.default_factory(1_000_000, 768) == "IVF4096,Flat"
-    assert shards.default_factory(21_015_324, 768) == "IVF16384,PQ96"
-    assert shards.default_factory(21_015_324, 100) == "IVF16384,SQ8"
+    assert shards.default_factory(21_015_324, 768) == "IVF16384,SQ8"
+    assert shards.default_factory(100_000_000, 768) == "IVF32768,PQ96"
+    assert shards.default_factory(100_000_000, 100) == "IVF32768,SQ8"
     flat = shards.memory_estimate("Flat", 751, 384)
     assert (flat.index_bytes, flat.train_bytes) == (751 * (384 * 4 + 8), 0)
     dpr = shards.memory_estimate("IVF16384,PQ96", 21_015_324, 768)
