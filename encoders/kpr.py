@@ -28,6 +28,7 @@ from artifacts import fs, tables
 from artifacts.errors import InputError
 from encoders.models import ModelSpec
 from encoders.retrievers import DenseEncoder, EncoderOptions
+from transforms.dead_letters import count
 
 LOG = logging.getLogger("kpr")
 CONFIG_NAME = "config.json"
@@ -402,7 +403,6 @@ class KPREncoder(DenseEncoder):
         if self.entities.dim != model.settings.entity_embedding_size:
             raise InputError(f"entity embeddings have {self.entities.dim} dimensions, the KPR model "
                              f"expects {model.settings.entity_embedding_size}")
-        self.entities_dropped = 0
         return model
 
     def _features(self, firsts: list[str], seconds: list[str] | None) -> list[dict[str, list]]:
@@ -414,7 +414,9 @@ class KPREncoder(DenseEncoder):
             found, dropped = entity_inputs([per_segment[index] for per_segment in mentions],
                                            encoded["offset_mapping"][index], encoded.sequence_ids(index),
                                            self.entities.has, self.options.max_entities)
-            self.entities_dropped += dropped
+            count("kpr_entities", len(found.entity_ids))
+            if dropped:
+                count("kpr_entities_over_max", dropped)
             item = {"input_ids": encoded["input_ids"][index], "entity_ids": found.entity_ids,
                     "entity_positions": found.positions}
             if "token_type_ids" in encoded:

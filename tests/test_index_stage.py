@@ -37,10 +37,11 @@ def real_rows() -> list[Passage]:
 
 @pytest.fixture(scope="session")
 def minilm_index(tmp_path_factory, minilm_path) -> Path:
-    """OUT with the 751 real passages indexed by MiniLM (mean pooling, cosine) in 3 shards."""
+    """OUT with the 751 real passages indexed by MiniLM (mean pooling, cosine) in 3 shards. A fixed directory:
+    other modules that use this fixture find it there and the stage's resume check skips the rebuild."""
     if not SUBSET.exists():
         pytest.skip("../shared/data is not present")
-    output = tmp_path_factory.mktemp("minilm-index")
+    output = tmp_path_factory.getbasetemp() / "minilm-index"
     assert main(["index", "--output", str(output), "--encoder", str(minilm_path), "--encoder-type", "mean",
                  "--corpus", str(SUBSET), "--shards", "3", *DIRECT]) == 0
     return output
