@@ -26,8 +26,9 @@ class Hit:
 def add_search_arguments(parser: argparse.ArgumentParser) -> None:
     """Options shared by search and evaluate: where the index is and how to run the query encoder."""
     parser.add_argument("--output", required=True, help="OUT: the directory the index stage wrote")
-    parser.add_argument("--nprobe", type=int, help="IVF lists visited per query (default: FAISS's, 1)")
-    parser.add_argument("--ef-search", type=int, help="HNSW search breadth")
+    parser.add_argument("--nprobe", type=int,
+                        help=f"IVF lists visited per query (default {faiss_shards.DEFAULT_NPROBE})")
+    parser.add_argument("--ef-search", type=int, help=f"HNSW search breadth (default {faiss_shards.DEFAULT_EF_SEARCH})")
     parser.add_argument("--device", help="run the query encoder on cpu, cuda or cuda:N (default: as indexed)")
     parser.add_argument("--dtype", choices=DTYPES, help="query encoder weights (default: as indexed)")
     parser.add_argument("--query-encoder", help="a separate question encoder (default: the index's)")
