@@ -88,7 +88,7 @@ def encoder_options(args: argparse.Namespace) -> EncoderOptions:
 # --- element functions ---------------------------------------------------------------------------------------
 
 
-def parsed_row(line: str, columns: tuple[int, int, int], source: str) -> Iterator[Any]:
+def parsed_row(source: str, line: str, columns: tuple[int, int, int] = (0, 1, 2)) -> Iterator[Any]:
     row = parse_dpr_row(line, columns)
     if isinstance(row, BadRow):
         yield dead_letter(row.reason, row.detail, source=source, line=row.line)
@@ -153,6 +153,76 @@ class WriteVectorTables(beam.PTransform):
                 | "ToTable" >> beam.Map(self._to_table)
                 | "WriteParquet" >> beam.io.parquetio.WriteToParquetBatched(
                     self._prefix, self._schema, file_name_suffix=".parquet"))
+
+
+class ReadPassages(beam.PTransform):
+    """The corpus (DPR TSV files, or articles cut into passages) as unique passages; tagged ``dead_letter``:
+    malformed rows and duplicate ids."""
+
+    def __init__(self, corpus: str | None, columns: tuple[int, int, int] | None, output: str,
+                 words_per_passage: int) -> None:
+        super().__init__()
+        self._corpus, self._columns = corpus, columns
+        self._output, self._words = output, words_per_passage
+
+    def expand(self, pipeline: beam.Pipeline) -> tuple[beam.PCollection, beam.PCollection]:
+        if self._columns is not None:
+            rows = (pipeline
+                    | "ReadCorpus" >> beam.io.ReadFromTextWithFilename(self._corpus, skip_header_lines=1)
+                    | "ParseRows" >> beam.FlatMapTuple(parsed_row, self._columns).with_outputs(
+                        "dead_letter", main="passages"))
+        else:
+            rows = (pipeline
+                    | "ReadArticles" >> beam.io.ReadFromParquet(tables.parquet_pattern(self._output, "articles"),
+                                                                columns=["page_id", "title", "text"])
+                    | "CutPassages" >> beam.FlatMap(cut_article, self._words).with_outputs(
+                        "dead_letter", main="passages"))
+        unique = (rows.passages
+                  | "ById" >> beam.Map(lambda passage: (passage.passage_id, passage))
+                  | "GroupById" >> beam.GroupByKey()
+                  | "DropDuplicateIds" >> beam.FlatMapTuple(unique_passage).with_outputs(
+                      "dead_letter", main="passages"))
+        dead = (rows.dead_letter, unique.dead_letter) | "DeadLetters" >> beam.Flatten()
+        return unique.passages, dead
+
+
+class WriteShards(beam.PTransform):
+    """(shard, row) -> ``embeddings/shard-NNNNN/*.parquet`` per shard."""
+
+    def __init__(self, index_dir: str, shards: int, dim: int) -> None:
+        super().__init__()
+        self._index_dir, self._shards, self._dim = index_dir, shards, dim
+
+    def expand(self, rows: beam.PCollection) -> None:
+        dim = self._dim
+        by_shard = rows | "SplitShards" >> beam.Partition(lambda keyed, shards: keyed[0], self._shards)
+        for shard, rows_of_shard in enumerate(by_shard):
+            name = faiss_shards.shard_name(shard)
+            _ = (rows_of_shard | f"{name}Rows" >> beam.Map(lambda keyed: keyed[1])
+                 | f"Write{name}" >> WriteVectorTables(
+                     fs.join(self._index_dir, faiss_shards.EMBEDDINGS_DIR, name, "part"),
+                     lambda batch: faiss_shards.embedding_table(batch, dim), faiss_shards.embedding_schema(dim)))
+
+
+class WriteTrainingSample(beam.PTransform):
+    """The rows with the MAX_TRAIN_SAMPLE smallest sample keys -> ``train_sample/*.parquet`` (two passes: the
+    keys alone find the threshold, then the rows under it are written)."""
+
+    def __init__(self, index_dir: str, dim: int) -> None:
+        super().__init__()
+        self._index_dir, self._dim = index_dir, dim
+
+    def expand(self, rows: beam.PCollection) -> None:
+        dim = self._dim
+        threshold = (rows | "SampleKeys" >> beam.Map(lambda keyed: sample_key(keyed[1][0]))
+                     | "SmallestKeys" >> beam.combiners.Top.Smallest(faiss_shards.MAX_TRAIN_SAMPLE)
+                     | "Threshold" >> beam.Map(largest_or_none))
+        _ = (rows
+             | "InSample" >> beam.Filter(under_threshold, beam.pvalue.AsSingleton(threshold))
+             | "SampleRows" >> beam.Map(sample_row)
+             | "WriteSample" >> WriteVectorTables(
+                 fs.join(self._index_dir, faiss_shards.TRAIN_SAMPLE_DIR, "part"),
+                 lambda batch: faiss_shards.train_sample_table(batch, dim), faiss_shards.train_sample_schema(dim)))
 
 
 class BuildShard(beam.DoFn):
@@ -257,50 +327,20 @@ class IndexStage:
     def _encode(self, pipeline: beam.Pipeline, ctx: StageContext, args: argparse.Namespace,
                 options: EncoderOptions, dim: int, columns: tuple[int, int, int] | None) -> None:
         index_dir = ctx.staged("index")
-        dead = []
-        if columns is not None:
-            rows = (pipeline
-                    | "ReadCorpus" >> beam.io.ReadFromText(args.corpus, skip_header_lines=1)
-                    | "ParseRows" >> beam.FlatMap(parsed_row, columns, args.corpus).with_outputs(
-                        "dead_letter", main="passages"))
-        else:
-            articles = pipeline | "ReadArticles" >> beam.io.ReadFromParquet(
-                tables.parquet_pattern(args.output, "articles"), columns=["page_id", "title", "text"])
-            rows = articles | "CutPassages" >> beam.FlatMap(cut_article, args.words_per_passage).with_outputs(
-                "dead_letter", main="passages")
-        dead.append(rows.dead_letter)
-        unique = (rows.passages
-                  | "ById" >> beam.Map(lambda passage: (passage.passage_id, passage))
-                  | "GroupById" >> beam.GroupByKey()
-                  | "DropDuplicateIds" >> beam.FlatMapTuple(unique_passage).with_outputs(
-                      "dead_letter", main="passages"))
-        dead.append(unique.dead_letter)
+        passages, dead = pipeline | "ReadPassages" >> ReadPassages(args.corpus, columns, args.output,
+                                                                   args.words_per_passage)
         if columns is None:
-            _ = (unique.passages | "PassageRows" >> beam.Map(Passage.to_row)
+            _ = (passages | "PassageRows" >> beam.Map(Passage.to_row)
                  | "WritePassages" >> beam.io.WriteToParquet(
                      ctx.staged_prefix("passages"), _passages_schema(), file_name_suffix=".parquet"))
-        encoded = (unique.passages
+        encoded = (passages
                    | "Encode" >> RunInference(PassageEncoderHandler(options))
                    | "KeepFinite" >> beam.FlatMap(encoded_row, args.shards).with_outputs("dead_letter", main="rows"))
-        dead.append(encoded.dead_letter)
-        by_shard = encoded.rows | "SplitShards" >> beam.Partition(lambda keyed, shards: keyed[0], args.shards)
-        for shard, rows_of_shard in enumerate(by_shard):
-            name = faiss_shards.shard_name(shard)
-            _ = (rows_of_shard | f"{name}Rows" >> beam.Map(lambda keyed: keyed[1])
-                 | f"Write{name}" >> WriteVectorTables(
-                     fs.join(index_dir, faiss_shards.EMBEDDINGS_DIR, name, "part"),
-                     lambda rows: faiss_shards.embedding_table(rows, dim), faiss_shards.embedding_schema(dim)))
-        threshold = (encoded.rows | "SampleKeys" >> beam.Map(lambda keyed: sample_key(keyed[1][0]))
-                     | "SmallestKeys" >> beam.combiners.Top.Smallest(faiss_shards.MAX_TRAIN_SAMPLE)
-                     | "Threshold" >> beam.Map(largest_or_none))
-        _ = (encoded.rows
-             | "InSample" >> beam.Filter(under_threshold, beam.pvalue.AsSingleton(threshold))
-             | "SampleRows" >> beam.Map(sample_row)
-             | "WriteSample" >> WriteVectorTables(
-                 fs.join(index_dir, faiss_shards.TRAIN_SAMPLE_DIR, "part"),
-                 lambda rows: faiss_shards.train_sample_table(rows, dim), faiss_shards.train_sample_schema(dim)))
-        _ = (dead | "AllDeadLetters" >> beam.Flatten()
+        _ = encoded.rows | "WriteShards" >> WriteShards(index_dir, args.shards, dim)
+        _ = ((dead, encoded.dead_letter) | "AllDeadLetters" >> beam.Flatten()
              | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("passages")))
+        if not args.index_factory or faiss_shards.needs_training(args.index_factory, dim):
+            _ = encoded.rows | "TrainingSample" >> WriteTrainingSample(index_dir, dim)
 
     def _build(self, ctx: StageContext, args: argparse.Namespace, options: EncoderOptions, dim: int,
                index_dir: str) -> dict[str, int]:
