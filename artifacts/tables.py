@@ -38,6 +38,11 @@ def parquet_row_count(path: str) -> int:
         return pq.ParquetFile(handle).metadata.num_rows
 
 
+def total_rows(output: str, name: str) -> int:
+    """Rows of artifact ``name`` from the Parquet footers alone (no data is read)."""
+    return sum(parquet_row_count(path) for path in parquet_files(output, name))
+
+
 def read_file(path: str, columns: list[str] | None = None) -> pa.Table:
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
         return pq.read_table(handle, columns=columns)

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from artifacts.errors import input_error_message, mentions_input_error
 from pipelines import stage as stage_runner
+from transforms.progress import LOGGER_NAME as PROGRESS_LOGGER
 
 # command name -> "module:attribute"; a stage object has name/outputs/upstream/run, a command has main().
 COMMANDS: dict[str, str] = {
@@ -21,6 +22,11 @@ COMMANDS: dict[str, str] = {
     "index": "pipelines.index:STAGE",
     "search": "pipelines.search:COMMAND",
     "evaluate": "pipelines.evaluate:COMMAND",
+    "all": "pipelines.run_all:COMMAND",
+    "validate": "pipelines.validate:COMMAND",
+    "export-kpr": "pipelines.export_kpr:COMMAND",
+    "publish": "pipelines.publish:COMMAND",
+    "report": "pipelines.report:COMMAND",
 }
 
 
@@ -75,6 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, beam_args = parser.parse_known_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Progress lines of long stages are shown without --verbose (Beam's own INFO chatter is not).
+    logging.getLogger(PROGRESS_LOGGER).setLevel(logging.INFO)
     if not args.verbose:
         # Beam logs a failed worker's traceback before re-raising; an InputError is shown once, as one line.
         for handler in logging.getLogger().handlers:

@@ -257,8 +257,8 @@ class DictionaryStage:
         return {}
 
     def run(self, ctx: StageContext, args: argparse.Namespace) -> dict[str, int]:
-        article_files = tables.parquet_files(args.output, "articles")
-        if sum(tables.parquet_row_count(path) for path in article_files) == 0:
+        article_count = tables.total_rows(args.output, "articles")
+        if article_count == 0:
             raise InputError(f"{args.output}/articles has no rows: run the parse stage on a dump with articles")
         rules = NameRules(case_sensitive=args.case_sensitive, max_length=args.max_mention_length)
         thresholds = {"min_link_prob": args.min_link_prob, "min_commonness": args.min_commonness,
@@ -266,7 +266,8 @@ class DictionaryStage:
 
         def build(pipeline: beam.Pipeline) -> None:
             articles = pipeline | "ReadArticles" >> beam.io.ReadFromParquet(
-                tables.parquet_pattern(args.output, "articles"), columns=["page_id", "title", "text", "links", "qid"])
+                tables.parquet_pattern(args.output, "articles"), columns=["page_id", "title", "text", "links", "qid"],
+            ) | "Progress" >> ctx.progress("articles", article_count)
             built = articles | "BuildDictionary" >> BuildDictionary(rules, args.doc_unit == "page",
                                                                     args.include_red_links, thresholds)
             _ = built["entities"] | "EntityRows" >> beam.Map(entity_row) | "WriteEntities" >> beam.io.WriteToParquet(

@@ -160,6 +160,7 @@ class EmbedEntitiesStage:
                       | "Tokenize" >> beam.ParDo(TokenizeMentions(str(args.model), args.max_seq_length)).with_outputs(
                           "dead_letter", main="inputs"))
             vectors = (inputs.inputs | "EncodeMasks" >> RunInference(handler)
+                       | "Progress" >> ctx.progress("mentions", tables.total_rows(args.output, "mentions"))
                        | "KeepFinite" >> beam.FlatMap(finite_vector).with_outputs("dead_letter", main="vectors"))
             means = vectors.vectors | "MeanPerEntity" >> beam.CombinePerKey(MeanVector())
             entities = (pipeline | "ReadEntities" >> beam.io.ReadFromParquet(

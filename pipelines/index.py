@@ -335,6 +335,7 @@ class IndexStage:
                      ctx.staged_prefix("passages"), _passages_schema(), file_name_suffix=".parquet"))
         encoded = (passages
                    | "Encode" >> RunInference(PassageEncoderHandler(options))
+                   | "Progress" >> ctx.progress("passages")
                    | "KeepFinite" >> beam.FlatMap(encoded_row, args.shards).with_outputs("dead_letter", main="rows"))
         _ = encoded.rows | "WriteShards" >> WriteShards(index_dir, args.shards, dim)
         _ = ((dead, encoded.dead_letter) | "AllDeadLetters" >> beam.Flatten()

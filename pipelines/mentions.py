@@ -105,7 +105,8 @@ class MentionsStage:
 
         def build(pipeline: beam.Pipeline) -> None:
             articles = pipeline | "ReadArticles" >> beam.io.ReadFromParquet(
-                tables.parquet_pattern(args.output, "articles"), columns=["page_id", "text", "links"])
+                tables.parquet_pattern(args.output, "articles"), columns=["page_id", "text", "links"],
+            ) | "Progress" >> ctx.progress("articles", tables.total_rows(args.output, "articles"))
             entities = pipeline | "ReadEntities" >> beam.io.ReadFromParquet(
                 tables.parquet_pattern(args.output, "entities"), columns=["entity_id", "title"])
             rows = {"articles": articles, "entities": entities} | "SampleMentions" >> SampleMentions(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import apache_beam as beam
@@ -105,16 +105,18 @@ def name_redirect_sources(page_id: int, joined: dict[str, list[Any]]) -> Iterato
 class ParseDump(beam.PTransform):
     """Dump pages (+ optional SQL tables) -> articles, redirects and dead letters."""
 
-    def __init__(self, args: argparse.Namespace, siteinfo: SiteInfo, index_paths: dict[str, str]) -> None:
+    def __init__(self, args: argparse.Namespace, siteinfo: SiteInfo, index_paths: dict[str, str],
+                 progress: Callable[[int | None], beam.PTransform] | None = None) -> None:
         super().__init__()
         self._args = args
         self._siteinfo = siteinfo
         self._index_paths = index_paths
+        self._progress = progress
 
     def expand(self, pipeline: beam.Pipeline) -> dict[str, beam.PCollection]:
         args = self._args
         read = pipeline | "ReadDumpPages" >> ReadDumpPages(
-            list(args.dump), self._siteinfo, self._index_paths, skip_bad_streams=args.skip_bad_streams)
+            list(args.dump), self._siteinfo, self._index_paths, args.skip_bad_streams, self._progress)
         options = wikitext_options(args)
         classified = read["pages"] | "ClassifyAndConvertPages" >> beam.FlatMap(
             classify_page, self._siteinfo, options).with_outputs(REDIRECT_TAG, "dead_letter", main="articles")
@@ -216,7 +218,8 @@ class ParseStage:
         index_paths = index_paths_for(args)
 
         def build(pipeline: beam.Pipeline) -> None:
-            parsed = pipeline | "ParseDump" >> ParseDump(args, siteinfo, index_paths)
+            parsed = pipeline | "ParseDump" >> ParseDump(
+                args, siteinfo, index_paths, lambda total: ctx.progress("pages", total))
             _ = parsed["articles"] | "WriteArticles" >> beam.io.WriteToParquet(
                 ctx.staged_prefix("articles"), schemas.ARTICLES, file_name_suffix=".parquet")
             _ = parsed["redirects"] | "WriteRedirects" >> beam.io.WriteToParquet(

@@ -18,6 +18,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from artifacts import fs, manifest
 from artifacts.errors import InputError
 from transforms.dead_letters import COUNTER_NAMESPACE
+from transforms.progress import LogProgress, worker_count
 
 LOG = logging.getLogger("kpr")
 STAGING_DIR = ".staging"
@@ -53,6 +54,10 @@ class StageContext:
 
     def pipeline_options(self) -> PipelineOptions:
         return beam_pipeline_options(self.beam_args)
+
+    def progress(self, unit: str, total: int | None = None) -> LogProgress:
+        """A pass-through step that logs how many ``unit`` this worker has done, its rate and the ETA."""
+        return LogProgress(self.stage, unit, total, worker_count(self.beam_args))
 
 
 class Stage(Protocol):
@@ -152,8 +157,9 @@ def commit(ctx: StageContext, stage: Stage, record: manifest.StageRecord) -> man
 
 
 def execute(stage: Stage, args: argparse.Namespace, beam_args: Sequence[str],
-            force: bool = False) -> manifest.StageRecord:
-    """Run ``stage`` unless its recorded outputs are still valid; commit and return its record."""
+            force: bool = False) -> tuple[manifest.StageRecord, bool]:
+    """Run ``stage`` unless its recorded outputs are still valid; commit it. Returns its record and whether
+    it ran (False: skipped as up to date)."""
     output = args.output
     fs.mkdirs(output)
     completed = manifest.load(output)
@@ -162,7 +168,7 @@ def execute(stage: Stage, args: argparse.Namespace, beam_args: Sequence[str],
     reason = None if force else skip_reason(stage, completed.get(stage.name), options, inputs, output)
     if reason is not None:
         print(f"[{stage.name}] skipped: {reason}", file=sys.stderr)
-        return completed[stage.name]
+        return completed[stage.name], False
     ctx = StageContext(output=output, stage=stage.name, beam_args=tuple(beam_args))
     fs.delete_tree(ctx.staging_root)
     started = time.time()
@@ -175,7 +181,7 @@ def execute(stage: Stage, args: argparse.Namespace, beam_args: Sequence[str],
     )
     record = commit(ctx, stage, record)
     print_summary(record)
-    return record
+    return record, True
 
 
 def print_summary(record: manifest.StageRecord) -> None:

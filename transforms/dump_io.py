@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import apache_beam as beam
@@ -61,12 +61,14 @@ class ReadDumpPages(beam.PTransform):
     """
 
     def __init__(self, dumps: list[str], siteinfo: SiteInfo, index_paths: dict[str, str] | None = None,
-                 skip_bad_streams: bool = False) -> None:
+                 skip_bad_streams: bool = False,
+                 progress: Callable[[int | None], beam.PTransform] | None = None) -> None:
         super().__init__()
         self._dumps = dumps
         self._siteinfo = siteinfo
         self._index_paths = index_paths or {}
         self._skip_bad_streams = skip_bad_streams
+        self._progress = progress  # a pass-through step given the page total (known only for multistream)
 
     def expand(self, pipeline: beam.pvalue.PBegin) -> dict[str, beam.PCollection]:
         # Only stream offsets and page ids are read on the driver (a few MB for all of English Wikipedia).
@@ -90,6 +92,9 @@ class ReadDumpPages(beam.PTransform):
             (from_streams.pages, from_files.pages | "SpreadPages" >> beam.Reshuffle())
             | "AllPages" >> beam.Flatten()
         )
+        if self._progress is not None:
+            total = None if whole_files else sum(len(stream.page_ids) for stream in streams)
+            pages = pages | "Progress" >> self._progress(total)
         dead_letters = (from_streams.dead_letter, from_files.dead_letter) | "AllReadDeadLetters" >> beam.Flatten()
         return {"pages": pages, "dead_letters": dead_letters}
 

@@ -1,0 +1,119 @@
+"""all: parse -> dictionary -> mentions -> embed-entities -> index, then validate and report.
+
+Each stage is the same one its own command runs, with the same resume rule: a stage whose recorded outputs
+are complete and whose inputs and options are unchanged is skipped, so a rerun after a crash starts at the
+stage that did not finish. A stage whose upstream outputs changed sees other input fingerprints and reruns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+
+from artifacts.errors import InputError
+from pipelines import dictionary, embed_entities, index, mentions, parse
+from pipelines import stage as stage_runner
+
+# (command name, stage) in pipeline order.
+PIPELINE: tuple[tuple[str, stage_runner.Stage], ...] = (
+    ("parse", parse.STAGE),
+    ("dictionary", dictionary.STAGE),
+    ("mentions", mentions.STAGE),
+    ("embed-entities", embed_entities.STAGE),
+    ("index", index.STAGE),
+)
+STAGE_COMMANDS = tuple(name for name, _ in PIPELINE)
+
+
+@dataclass(frozen=True)
+class StageTiming:
+    command: str
+    ran: bool
+    seconds: float
+
+
+def add_stage_arguments(parser: argparse.ArgumentParser) -> None:
+    """Every stage's options on one parser. Stages that share an option (--device, --dtype, --batch-tokens,
+    --max-seq-length) mean the same by it, so one value serves all of them."""
+    parser.conflict_handler = "resolve"
+    for _, stage in PIPELINE:
+        stage.add_arguments(parser)
+
+
+def forced_stages(force: list[str] | None) -> set[str]:
+    """Stage names to rerun: none without --force, every stage for a bare --force, else the named ones."""
+    if force is None:
+        return set()
+    commands = dict(PIPELINE)
+    return {commands[name].name for name in (force or STAGE_COMMANDS)}
+
+
+def preflight(args: argparse.Namespace) -> None:
+    """Fail before hour one, not at hour nine: every required option and model is there."""
+    from encoders.mask_encoder import check_mask_model
+    from encoders.models import ModelSpec
+    from encoders.retrievers import check_encoder_options
+
+    parse.require_dumps(args)
+    if not args.model:
+        raise InputError("all needs --model NAME_OR_PATH for embed-entities (a BERT-family model with [MASK])")
+    check_mask_model(ModelSpec(str(args.model), args.device, args.dtype))
+    options = index.encoder_options(args)  # raises without --encoder
+    if options.kind != "kpr":  # a KPR encoder also needs this run's linker and entity embeddings, made below
+        check_encoder_options(options)
+
+
+def run_stages(args: argparse.Namespace, beam_args: list[str]) -> list[StageTiming]:
+    forced = forced_stages(args.force)
+    timings = []
+    for command, stage in PIPELINE:
+        started = time.monotonic()
+        _, ran = stage_runner.execute(stage, args, beam_args, force=stage.name in forced)
+        timings.append(StageTiming(command, ran, time.monotonic() - started))
+    return timings
+
+
+def format_timings(timings: list[StageTiming]) -> str:
+    lines = ["stage            state     wall time"]
+    lines += [f"{timing.command:<16} {'ran' if timing.ran else 'skipped':<9} {timing.seconds:9.1f}s"
+              for timing in timings]
+    lines.append(f"{'total':<26} {sum(timing.seconds for timing in timings):9.1f}s")
+    return "\n".join(lines)
+
+
+class RunAllCommand:
+    """Run every stage (parse -> dictionary -> mentions -> embed-entities -> index), then validate and report."""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--output", required=True, help="OUT: local path or Beam filesystem URL")
+        parser.add_argument("--force", nargs="*", choices=STAGE_COMMANDS, metavar="STAGE",
+                            help="rerun these stages even if up to date (no name: every stage); stages "
+                            "downstream rerun when what they read changed")
+        parser.add_argument("--no-report", action="store_true", help="skip the HTML report at the end")
+        add_stage_arguments(parser)
+
+    def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
+        preflight(args)
+        timings = run_stages(args, beam_args)
+        print(format_timings(timings), file=sys.stderr)
+        return validate_and_report(args)
+
+
+def validate_and_report(args: argparse.Namespace) -> int:
+    from artifacts.validation import validate_run
+
+    problems = validate_run(args.output)
+    if problems:
+        print(f"{args.output} does not validate:", *problems, sep="\n  ", file=sys.stderr)
+        return 1
+    print(f"[validate] {args.output}: every artifact matches the manifest and its schema", file=sys.stderr)
+    if not args.no_report:
+        from artifacts.report import write_report
+
+        print(f"[report] {write_report(args.output)}", file=sys.stderr)
+    return 0
+
+
+COMMAND = RunAllCommand()

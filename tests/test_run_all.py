@@ -1,0 +1,266 @@
+"""`all`: every stage in order, resume after a kill, reruns driven by options and inputs, progress lines."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import apache_beam as beam
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from artifacts import manifest
+from pipelines import run_all, stage
+from pipelines.cli import build_parser, main
+from tests.conftest import BUNDLED_SAMPLE, DIRECT, REPO
+from transforms.progress import LOGGER_NAME, LogProgress, ProgressMeter, format_duration
+
+# The same stage options the shared `full_run` fixture uses, as one `all` command line.
+ALL_OPTIONS = ["--include-red-links", "--max-mentions", "4", "--max-seq-length", "64", "--encoder-type", "mean",
+               "--max-length", "64", "--shards", "2"]
+# Artifacts compared row by row; the key columns give the order rows are compared in.
+ARTIFACT_KEYS = {
+    "articles": ["page_id"],
+    "redirects": ["title"],
+    "entities": ["entity_id"],
+    "dictionary/names": ["name", "entity_id"],
+    "mentions": ["entity_id", "page_id", "start"],
+    "entity_embeddings": ["entity_id"],
+    "passages": ["passage_id"],
+}
+
+
+def all_command(output: Path, model: Path, *extra: str) -> list[str]:
+    return ["all", "--dump", str(BUNDLED_SAMPLE), "--output", str(output), "--model", str(model),
+            "--encoder", str(model), *ALL_OPTIONS, *extra, *DIRECT]
+
+
+def sorted_rows(output: Path, artifact: str) -> list[dict]:
+    files = sorted((output / artifact).glob("*.parquet"))
+    rows = [row for path in files for row in pq.read_table(path).to_pylist()]
+    return sorted(rows, key=lambda row: [row[key] for key in ARTIFACT_KEYS[artifact]])
+
+
+def index_ids(output: Path) -> dict[str, list[int]]:
+    info = json.loads((output / "index" / "index.json").read_text())
+    return {"count": info["count"], "ids": sorted(
+        row["passage_id"] for path in (output / "index" / "embeddings").rglob("*.parquet")
+        for row in pq.read_table(path, columns=["passage_id"]).to_pylist())}
+
+
+def assert_same_artifacts(actual: Path, expected: Path) -> None:
+    """The same rows in key order; vectors equal to float tolerance (batches may differ between runs)."""
+    for artifact in ARTIFACT_KEYS:
+        got, want = sorted_rows(actual, artifact), sorted_rows(expected, artifact)
+        assert len(got) == len(want) > 0, artifact
+        if artifact == "entity_embeddings":
+            np.testing.assert_allclose([row.pop("embedding") for row in got],
+                                       [row.pop("embedding") for row in want], rtol=1e-4, atol=1e-5)
+        assert got == want, artifact
+    assert index_ids(actual) == index_ids(expected)
+
+
+def finished_at(output: Path) -> dict[str, str]:
+    return {name: record.finished_at for name, record in manifest.load(str(output)).items()}
+
+
+@pytest.fixture(scope="module")
+def all_run(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> Path:
+    output = tmp_path_factory.mktemp("all") / "out"
+    assert main(all_command(output, tiny_bert)) == 0
+    return output
+
+
+# --- the whole pipeline ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("shared_data")
+def test_all_equals_the_stages_run_one_by_one_and_validates_and_reports(all_run, full_run):
+    assert set(manifest.load(str(all_run))) == {"parse", "dictionary", "mentions", "embed_entities", "index"}
+    assert_same_artifacts(all_run, full_run)
+    assert (all_run / "report" / "index.html").stat().st_size > 0
+    assert main(["validate", "--output", str(all_run)]) == 0
+
+
+@pytest.mark.usefixtures("shared_data")
+def test_a_second_run_skips_every_stage(all_run, tiny_bert, capsys):
+    before = finished_at(all_run)
+    assert main(all_command(all_run, tiny_bert, "--no-report")) == 0
+    err = capsys.readouterr().err
+    for name in ("parse", "dictionary", "mentions", "embed_entities", "index"):
+        assert f"[{name}] skipped: outputs complete, inputs and options unchanged" in err
+        assert f"[{name}] running" not in err
+    assert finished_at(all_run) == before
+
+
+@pytest.mark.usefixtures("shared_data")
+def test_a_changed_option_reruns_that_stage_and_what_reads_it(all_run, tiny_bert, tmp_path, capsys):
+    output = tmp_path / "out"
+    shutil.copytree(all_run, output)
+    before = finished_at(output)
+    assert main(all_command(output, tiny_bert, "--no-report", "--seed", "7")) == 0
+    err = capsys.readouterr().err
+    after = finished_at(output)
+    assert [name for name in before if before[name] != after[name]] == ["embed_entities", "mentions"]
+    assert "[index] skipped" in err  # passages are cut from the articles, which did not change
+    assert main(["validate", "--output", str(output)]) == 0
+
+
+@pytest.mark.usefixtures("shared_data")
+def test_force_reruns_the_named_stage(all_run, tiny_bert, tmp_path, capsys):
+    output = tmp_path / "out"
+    shutil.copytree(all_run, output)
+    before = finished_at(output)
+    assert main(all_command(output, tiny_bert, "--no-report", "--force", "dictionary")) == 0
+    after = finished_at(output)
+    assert before["dictionary"] != after["dictionary"]
+    assert before["parse"] == after["parse"]
+    assert_same_artifacts(output, all_run)
+
+
+@pytest.mark.usefixtures("shared_data")
+def test_a_run_killed_inside_a_stage_resumes_to_the_same_artifacts(all_run, tiny_bert, tmp_path):
+    """SIGKILL the whole process group once embed-entities is writing into its staging area, then rerun."""
+    output = tmp_path / "out"
+    command = [sys.executable, str(REPO / "run_pipeline.py"), *all_command(output, tiny_bert, "--no-report")]
+    environment = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen(command, cwd=REPO, env=environment, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    staging = output / stage.STAGING_DIR / "embed_entities"
+    deadline = time.monotonic() + 300
+    while not staging.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL, "the run was killed before it could finish"
+    killed = manifest.load(str(output))
+    assert set(killed) == {"parse", "dictionary", "mentions"}, "a killed stage never looks finished"
+
+    result = subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    for name in ("parse", "dictionary", "mentions"):
+        assert f"[{name}] skipped" in result.stderr
+    for name in ("embed_entities", "index"):
+        assert f"[{name}] running" in result.stderr
+    assert not (output / stage.STAGING_DIR / "embed_entities").exists()
+    assert_same_artifacts(output, all_run)
+
+
+@pytest.mark.usefixtures("shared_data")
+def test_a_crash_while_committing_leaves_the_stage_unfinished_and_a_rerun_repairs_it(
+        all_run, tiny_bert, tmp_path, monkeypatch):
+    output = tmp_path / "out"
+    shutil.copytree(all_run, output)
+    moves = []
+    real_rename = stage.FileSystems.rename
+
+    def rename_then_die(sources, destinations):
+        moves.append(sources)
+        if len(moves) == 3:  # after the old record is dropped and the first file moved, before the new record
+            raise OSError("simulated crash while committing")
+        return real_rename(sources, destinations)
+
+    monkeypatch.setattr(stage.FileSystems, "rename", rename_then_die)
+    with pytest.raises(OSError, match="simulated crash"):
+        main(["mentions", "--output", str(output), "--max-mentions", "4", "--max-seq-length", "64", "--force",
+              *DIRECT])
+    monkeypatch.undo()
+    assert "mentions" not in manifest.load(str(output))
+    assert main(all_command(output, tiny_bert, "--no-report")) == 0
+    assert main(["validate", "--output", str(output)]) == 0
+    assert_same_artifacts(output, all_run)
+
+
+# --- options and preflight -------------------------------------------------------------------------------------
+
+
+def test_shared_stage_options_mean_the_same_in_every_stage():
+    """`all` gives one value to an option several stages define, so their defaults must agree."""
+    defaults: dict[str, set[str]] = {}
+    for _, each in run_all.PIPELINE:
+        parser = argparse.ArgumentParser()
+        each.add_arguments(parser)
+        for action in parser._actions:
+            for option in action.option_strings:
+                defaults.setdefault(option, set()).add(repr(action.default))
+    assert {option for option, values in defaults.items() if len(values) > 1} == set()
+    args, _ = build_parser().parse_known_args(["all", "--output", "o", "--device", "cuda", "--max-seq-length", "96"])
+    assert (args.device, args.max_seq_length, args.batch_tokens) == ("cuda", 96, 16384)
+
+
+def test_force_names_stages():
+    assert run_all.forced_stages(None) == set()
+    assert run_all.forced_stages([]) == {"parse", "dictionary", "mentions", "embed_entities", "index"}
+    assert run_all.forced_stages(["embed-entities", "parse"]) == {"embed_entities", "parse"}
+
+
+def test_missing_encoder_stops_before_any_stage_runs(tiny_bert, tmp_path, capsys):
+    output = tmp_path / "out"
+    argv = ["all", "--dump", str(BUNDLED_SAMPLE), "--output", str(output), "--model", str(tiny_bert), *DIRECT]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == "error: index needs --encoder NAME_OR_PATH (a dense retriever or a " \
+                                              "KPR checkpoint)"
+    assert not (output / "manifest.json").exists()
+
+
+def test_missing_model_stops_before_any_stage_runs(tmp_path, capsys):
+    argv = ["all", "--dump", str(BUNDLED_SAMPLE), "--output", str(tmp_path), "--model", str(tmp_path / "nope"),
+            "--encoder", "x", *DIRECT]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and str(tmp_path / "nope") in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "manifest.json").exists()
+
+
+# --- progress --------------------------------------------------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_progress_lines_give_count_rate_and_eta_at_most_every_interval():
+    clock = FakeClock()
+    meter = ProgressMeter("embed_entities", "mentions", total=1000, workers=2, interval=30, clock=clock)
+    assert meter.add(10) is None  # the first item starts the clock
+    clock.now += 29
+    assert meter.add(40) is None
+    clock.now += 1
+    assert meter.add(10) == ("[embed_entities] 60 mentions in 30s (2.0/s), 1,000 in the stage over 2 worker(s): "
+                             "ETA 3m40s")
+    clock.now += 10
+    assert meter.add(5) is None
+    unknown = ProgressMeter("index", "passages", clock=clock, interval=0)
+    unknown.add(3)
+    clock.now += 2
+    assert unknown.add(1) == "[index] 4 passages in 2s (2.0/s)"
+
+
+def test_durations_read_naturally():
+    assert [format_duration(s) for s in (0.4, 42, 185, 3720, 90000)] == ["0s", "42s", "3m05s", "1h02m", "25h00m"]
+
+
+def test_log_progress_passes_elements_through_and_logs(caplog):
+    caplog.set_level(logging.INFO, logger=LOGGER_NAME)
+    with TestPipeline(runner="DirectRunner") as pipeline:
+        output = (pipeline | beam.Create(list(range(5)))
+                  | LogProgress("parse", "pages", total=5, interval=0.0))
+        assert_that(output, equal_to(list(range(5))))
+    lines = [record.getMessage() for record in caplog.records if record.name == LOGGER_NAME]
+    assert lines and all(line.startswith("[parse] ") and " pages in " in line for line in lines)
+    assert lines[-1].startswith("[parse] 5 pages in ")
