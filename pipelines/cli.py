@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from artifacts.errors import input_error_message, mentions_input_error
 from pipelines import stage as stage_runner
+from transforms.progress import DEFAULT_INTERVAL_S
 from transforms.progress import LOGGER_NAME as PROGRESS_LOGGER
 
 # command name -> "module:attribute"; a stage object has name/outputs/upstream/run, a command has main().
@@ -43,6 +44,11 @@ def load_command(name: str) -> Any:
     return getattr(importlib.import_module(module_name), attribute)
 
 
+def add_progress_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--progress-interval", type=float, default=DEFAULT_INTERVAL_S, metavar="SECONDS",
+                        help="seconds between progress lines of a worker (default %(default)s)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="run_pipeline.py",
@@ -59,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
         if hasattr(command, "run"):
             sub.add_argument("--output", required=True, help="OUT: local path or Beam filesystem URL")
             sub.add_argument("--force", action="store_true", help="rerun even if the outputs are up to date")
+            add_progress_argument(sub)
         command.add_arguments(sub)
     return parser
 

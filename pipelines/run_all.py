@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from artifacts.errors import InputError
 from pipelines import dictionary, embed_entities, index, mentions, parse
 from pipelines import stage as stage_runner
+from pipelines.cli import add_progress_argument
 
 # (command name, stage) in pipeline order.
 PIPELINE: tuple[tuple[str, stage_runner.Stage], ...] = (
@@ -92,6 +93,7 @@ class RunAllCommand:
                             help="rerun these stages even if up to date (no name: every stage); stages "
                             "downstream rerun when what they read changed")
         parser.add_argument("--no-report", action="store_true", help="skip the HTML report at the end")
+        add_progress_argument(parser)
         add_stage_arguments(parser)
 
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:

@@ -18,7 +18,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from artifacts import fs, manifest
 from artifacts.errors import InputError
 from transforms.dead_letters import COUNTER_NAMESPACE
-from transforms.progress import LogProgress, worker_count
+from transforms.progress import DEFAULT_INTERVAL_S, LogProgress, worker_count
 
 LOG = logging.getLogger("kpr")
 STAGING_DIR = ".staging"
@@ -32,6 +32,7 @@ class StageContext:
     output: str
     stage: str
     beam_args: tuple[str, ...]
+    progress_interval: float = DEFAULT_INTERVAL_S
 
     @property
     def staging_root(self) -> str:
@@ -57,7 +58,7 @@ class StageContext:
 
     def progress(self, unit: str, total: int | None = None) -> LogProgress:
         """A pass-through step that logs how many ``unit`` this worker has done, its rate and the ETA."""
-        return LogProgress(self.stage, unit, total, worker_count(self.beam_args))
+        return LogProgress(self.stage, unit, total, worker_count(self.beam_args), self.progress_interval)
 
 
 class Stage(Protocol):
@@ -169,7 +170,8 @@ def execute(stage: Stage, args: argparse.Namespace, beam_args: Sequence[str],
     if reason is not None:
         print(f"[{stage.name}] skipped: {reason}", file=sys.stderr)
         return completed[stage.name], False
-    ctx = StageContext(output=output, stage=stage.name, beam_args=tuple(beam_args))
+    ctx = StageContext(output=output, stage=stage.name, beam_args=tuple(beam_args),
+                       progress_interval=getattr(args, "progress_interval", DEFAULT_INTERVAL_S))
     fs.delete_tree(ctx.staging_root)
     started = time.time()
     print(f"[{stage.name}] running", file=sys.stderr)
