@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import re
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from transforms.dump_reader import (
     RawPage,
     StreamRange,
     find_multistream_index,
+    iter_page_fragment_bytes,
     iter_pages,
     iter_stream_pages,
     read_siteinfo,
@@ -296,3 +298,28 @@ def test_index_that_leaves_out_the_last_stream(tmp_path):
     with pytest.raises(InputError, match=rf"at byte {ranges[1].start}: the stream holds pages .* \(106\) but the "
                                          r"index lists .* \(100\)"):
         list(iter_stream_pages(ranges[1], read_siteinfo(str(BUNDLED_SAMPLE))))
+
+
+def test_broken_page_xml_in_a_whole_file_costs_only_that_page(tmp_path):
+    good = b"<page><title>Good</title><ns>0</ns><id>1</id><revision><id>5</id><text>x</text></revision></page>"
+    broken = b"<page><title>Broken</title><ns>0</ns><id>2</id><revision><text>y</revision></page>"
+    after = b"<page><title>After</title><ns>0</ns><id>3</id><revision><id>6</id><text>z</text></revision></page>"
+    path = tmp_path / "dump.xml.bz2"
+    path.write_bytes(bz2.compress(b"<mediawiki>" + good + broken + after + b"</mediawiki>"))
+    items = list(iter_pages(str(path)))
+    assert [item.title for item in items] == ["Good", "Broken", "After"]
+    assert isinstance(items[0], RawPage) and isinstance(items[2], RawPage) and items[2].text == "z"
+    assert isinstance(items[1], PageProblem) and items[1].page_id == 2
+    assert items[1].reason.startswith("malformed page XML: mismatched tag")
+
+
+def test_pages_split_across_read_chunks_and_a_cut_short_file(tmp_path):
+    pages = [f"<page><title>P{n}</title><ns>0</ns><id>{n}</id><revision><text>{'w ' * n}</text></revision></page>"
+             for n in range(1, 40)]
+    xml = ("<mediawiki>" + "".join(pages) + "</mediawiki>").encode()
+    fragments = list(iter_page_fragment_bytes(io.BytesIO(xml), chunk_size=7))
+    assert [fragment.decode() for fragment in fragments] == pages
+    cut = tmp_path / "cut.xml"
+    cut.write_bytes(xml[: len(xml) // 2])
+    with pytest.raises(InputError, match=r"cut\.xml: truncated dump: the file ends inside a <page>"):
+        list(iter_pages(str(cut), read_siteinfo(str(EDGE / "article-pear-0.10.xml"))))

@@ -31,6 +31,7 @@ _HEAD_LIMIT = 1 << 20  # <siteinfo> sits in the first few KB; stop looking after
 ARCHIVE_ERRORS = (OSError, EOFError, zlib.error)
 # The last stream (~100 pages, then the closing </mediawiki> stream) is a few MB; more means a partial index.
 _LAST_RANGE_LIMIT = 64 << 20
+_READ_CHUNK = 1 << 20
 _PAGE_END = b"</page>"  # safe to split on: a literal "<" inside page text is always escaped as &lt;
 _FRAGMENT_ID = re.compile(rb"<id>\s*(\d+)\s*</id>")
 _FRAGMENT_TITLE = re.compile(rb"<title>([^<]*)</title>")
@@ -201,31 +202,34 @@ def page_from_element(page: ElementTree.Element, siteinfo: SiteInfo, source: str
                    int(raw_revision_id) if raw_revision_id.isdigit() else None, source)
 
 
-def iter_page_elements(stream: IO[bytes]) -> Iterator[ElementTree.Element]:
-    """Each complete <page> element of an XML stream; memory is released as pages go by."""
-    root = None
-    for event, element in ElementTree.iterparse(stream, events=("start", "end")):
-        if event == "start":
-            if root is None:
-                root = element
-            continue
-        if _local(element.tag) == "page":
-            yield element
-            root.clear()  # drop finished pages (iterparse keeps them attached to the root)
+def iter_page_fragment_bytes(stream: IO[bytes], chunk_size: int = _READ_CHUNK) -> Iterator[bytes]:
+    """Each ``<page>...</page>`` of an XML stream as bytes; memory holds one chunk plus the page being read.
+
+    The end of the stream inside a page is a ``ValueError`` (the file was cut short).
+    """
+    pending = b""
+    while chunk := stream.read(chunk_size):
+        pending += chunk
+        end = pending.rfind(_PAGE_END)
+        if end >= 0:
+            complete, pending = pending[:end + len(_PAGE_END)], pending[end + len(_PAGE_END):]
+            yield from page_fragments(complete)
+    if b"<page" in pending:
+        raise ValueError("the file ends inside a <page>")
 
 
 def iter_pages(path: str, siteinfo: SiteInfo | None = None) -> Iterator[RawPage | PageProblem]:
-    """Every page of a whole dump file, in file order."""
+    """Every page of a whole dump file, in file order. Each page is parsed on its own, so broken page XML
+    costs only that page (a PageProblem); an unreadable or cut-short file is an InputError."""
     info = siteinfo or read_siteinfo(path)
     with open_xml(path) as stream:
         try:
-            for element in iter_page_elements(stream):
-                yield page_from_element(element, info, path)
-        except ElementTree.ParseError as error:
-            raise InputError(f"{path}: malformed XML at line {error.position[0]}, column {error.position[1]}") \
-                from error
+            for fragment in iter_page_fragment_bytes(stream):
+                yield page_from_fragment(fragment, info, path)
         except ARCHIVE_ERRORS as error:
             raise InputError(f"{path}: truncated or corrupt archive: {_first_line(error)}") from error
+        except ValueError as error:
+            raise InputError(f"{path}: truncated dump: {error}") from error
 
 
 def find_multistream_index(dump_path: str) -> str | None:
