@@ -24,6 +24,9 @@ from transforms.names import NameRules, find_names, fold_case, token_spans
 
 LINKER_FILES = ("name.trie", "kb_id.trie", "data.npy", "offsets.npy", "config.json", "titles.bin",
                 "title_offsets.npy")
+# Candidate tuples kept per linker: a worker linking millions of passages meets millions of distinct names, so
+# the cache is emptied when full (memory per worker stays bounded; frequent names come back at once).
+CANDIDATE_CACHE_SIZE = 1 << 17
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,8 @@ class EntityLinker:
                 found.append(Candidate(int(kb_index) + 1, self.kb_keys.restore_key(int(kb_index)),
                                        self.title(int(kb_index)), link_prob, commonness, int(link_count)))
         result = tuple(sorted(found, key=lambda candidate: (-candidate.commonness, candidate.entity_id)))
+        if len(self._candidates_cache) >= CANDIDATE_CACHE_SIZE:
+            self._candidates_cache.clear()
         self._candidates_cache[name] = result
         return result
 

@@ -10,10 +10,11 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs
+from artifacts.errors import InputError
 
 
-class MissingArtifactError(FileNotFoundError):
-    """An artifact another stage should have written is not there."""
+class MissingArtifactError(InputError):
+    """An artifact another stage should have written is not there (a one-line error for the user)."""
 
 
 def artifact_dir(output: str, name: str) -> str:

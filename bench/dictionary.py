@@ -9,6 +9,7 @@ and the sizes (names, pairs, entities, trie and array bytes) to project full Wik
 
 from __future__ import annotations
 
+import argparse
 import csv
 import os
 import resource
@@ -37,6 +38,7 @@ def rss_mb() -> float:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     from artifacts import tables
     from artifacts.linker import EntityLinker
 

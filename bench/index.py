@@ -190,7 +190,7 @@ def project(gpu_rate: float | None, add_rates: dict[str, float]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--vectors", type=int, default=100_000, help="clustered vectors for the FAISS part")
     parser.add_argument("--bert-passages", type=int, default=128, help="passages for BERT-base on the CPU")
     parser.add_argument("--gpu-repeats", type=int, default=20, help="passes over the 751 passages on a GPU")

@@ -14,7 +14,7 @@ from apache_beam.ml.inference.base import ModelHandler, PredictionResult
 
 from artifacts.errors import InputError
 from encoders.batching import token_budget_batches
-from encoders.models import ModelSpec, check_model_spec, load_encoder, load_tokenizer
+from encoders.models import ModelSpec, check_model_spec, load_encoder, load_tokenizer, model_config
 
 
 @dataclass(frozen=True)
@@ -110,6 +110,8 @@ class MaskEncoderHandler(ModelHandler[MaskInput, PredictionResult, MaskEncoder])
 
     def __init__(self, spec: ModelSpec, layer: int = -1, max_tokens: int = 16384, max_batch_size: int = 256) -> None:
         super().__init__()
+        if max_tokens < 1:  # checked here, on the driver: a worker would fail on every batch
+            raise InputError(f"--batch-tokens must be at least 1, got {max_tokens}")
         self._spec = spec
         self._layer = layer
         self._max_tokens = max_tokens
@@ -130,7 +132,20 @@ class MaskEncoderHandler(ModelHandler[MaskInput, PredictionResult, MaskEncoder])
         return False
 
 
-def check_mask_model(spec: ModelSpec) -> None:
-    """Fail before any work starts: a missing model path, a bad dtype or device, a vocabulary with no [MASK]."""
+def check_mask_model(spec: ModelSpec, layer: int = -1, max_seq_length: int | None = None) -> None:
+    """Fail before any work starts: a missing model path, a bad dtype or device, a vocabulary with no [MASK],
+    a --layer the model does not have, a --max-seq-length beyond its position embeddings (or below 3)."""
     check_model_spec(spec)
     special_ids(load_tokenizer(spec.name_or_path))
+    config = model_config(spec)
+    layers = config.num_hidden_layers  # hidden_states: the embedding output, then one entry per layer
+    if not -(layers + 1) <= layer <= layers:
+        raise InputError(f"--layer {layer}: {spec.name_or_path} has {layers} layers "
+                         f"(hidden states {-(layers + 1)}..{layers}; -1 is the last layer)")
+    if max_seq_length is not None:
+        # RoBERTa-style models start their positions after the padding index: two fewer usable positions
+        offset = 2 if "roberta" in config.model_type or config.model_type == "camembert" else 0
+        limit = config.max_position_embeddings - offset
+        if not 3 <= max_seq_length <= limit:
+            raise InputError(f"--max-seq-length {max_seq_length}: {spec.name_or_path} takes 3 to {limit} tokens "
+                             "([CLS], [MASK], [SEP] and the context)")

@@ -24,6 +24,13 @@ class ModelSpec:
         return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[self.dtype]
 
 
+def model_files(models: dict[str, str | None]) -> dict[str, str]:
+    """File patterns of the models that are local directories, by role, so that a stage whose model files
+    were replaced in place (same path, new weights) reruns; hub names are fingerprinted by name alone."""
+    return {role: os.path.join(os.path.expanduser(str(name)), "*") for role, name in models.items()
+            if name and os.path.isdir(os.path.expanduser(str(name)))}
+
+
 def check_model_spec(spec: ModelSpec) -> None:
     """Fail before any work starts: unknown dtype, missing local directory, CUDA asked for but absent."""
     if spec.dtype not in DTYPES:
@@ -87,10 +94,15 @@ def input_embedding_norm(spec: ModelSpec) -> float:
     return mean_input_embedding_norm(load_encoder(ModelSpec(spec.name_or_path)))
 
 
-def hidden_size(spec: ModelSpec) -> int:
+def model_config(spec: ModelSpec):
+    """The model's transformers config (config.json only, no weights); a one-line error if it cannot be read."""
     from transformers import AutoConfig
 
     try:
-        return int(AutoConfig.from_pretrained(os.path.expanduser(str(spec.name_or_path))).hidden_size)
+        return AutoConfig.from_pretrained(os.path.expanduser(str(spec.name_or_path)))
     except (OSError, ValueError) as error:
         raise InputError(f"cannot read the model config of {spec.name_or_path}: {_first_line(error)}") from error
+
+
+def hidden_size(spec: ModelSpec) -> int:
+    return int(model_config(spec).hidden_size)

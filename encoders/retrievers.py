@@ -103,6 +103,8 @@ def check_encoder_options(options: EncoderOptions) -> None:
         raise InputError(f"--dtype {options.dtype!r} is not one of {', '.join(DTYPES)}")
     if options.max_length < 8:
         raise InputError(f"--max-length {options.max_length} is too small (at least 8 tokens)")
+    if options.batch_tokens < 1:
+        raise InputError(f"--batch-tokens must be at least 1, got {options.batch_tokens}")
     for role in ("passage", "query"):
         check_model_spec(options.spec(role))
     if options.kind == "kpr":
