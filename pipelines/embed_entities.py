@@ -14,7 +14,7 @@ from apache_beam.ml.inference.base import PredictionResult, RunInference
 
 from artifacts import schemas, tables
 from encoders.mask_encoder import MaskEncoderHandler, check_mask_model, mask_inputs
-from encoders.models import DTYPES, ModelSpec, hidden_size, input_embedding_norm
+from encoders.models import DTYPES, ModelSpec, hidden_size, input_embedding_norm, model_files
 from pipelines.stage import StageContext, run_beam
 from transforms.dead_letters import WriteDeadLetters, count, dead_letter
 
@@ -100,6 +100,9 @@ def norm_matched(total: np.ndarray, seen: int, target_norm: float) -> np.ndarray
 def embedding_row(entity_id: int, joined: dict[str, list[Any]], target_norm: float = 1.0) -> Iterator[Any]:
     entities, means = joined["entity"], joined["mean"]
     if not entities:
+        if means:
+            yield dead_letter("mentions_of_unknown_entities", "mentions of an entity_id not in entities/",
+                              entity_id=entity_id, mention_count=means[0][1])
         return
     if not means:
         count("entities_without_mentions")
@@ -137,7 +140,7 @@ class EmbedEntitiesStage:
                 "dtype": args.dtype, "embedding_dtype": args.embedding_dtype}
 
     def external_inputs(self, args: argparse.Namespace) -> dict[str, str]:
-        return {}
+        return model_files({"model": args.model})
 
     def run(self, ctx: StageContext, args: argparse.Namespace) -> dict[str, int]:
         from artifacts.errors import InputError
@@ -145,7 +148,7 @@ class EmbedEntitiesStage:
         if not args.model:
             raise InputError("embed-entities needs --model NAME_OR_PATH (a BERT-family model with [MASK])")
         spec = ModelSpec(str(args.model), args.device, args.dtype)
-        check_mask_model(spec)
+        check_mask_model(spec, args.layer, args.max_seq_length)
         target_norm = input_embedding_norm(spec)
         schema = schemas.entity_embeddings(hidden_size(spec), EMBEDDING_DTYPES[args.embedding_dtype]).with_metadata({
             "model": str(args.model), "layer": str(args.layer), "target_norm": repr(target_norm),

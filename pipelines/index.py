@@ -23,7 +23,7 @@ from apache_beam.ml.inference.base import PredictionResult, RunInference
 
 from artifacts import faiss_shards, fs, tables
 from artifacts.errors import InputError
-from encoders.models import DTYPES
+from encoders.models import DTYPES, model_files
 from encoders.retrievers import (
     KINDS,
     SIMILARITIES,
@@ -302,6 +302,7 @@ class IndexStage:
     def external_inputs(self, args: argparse.Namespace) -> dict[str, str]:
         inputs = {"corpus": args.corpus} if args.corpus else {
             "articles": tables.parquet_pattern(args.output, "articles")}
+        inputs.update(model_files({"encoder": args.encoder, "query_encoder": args.query_encoder}))
         if args.encoder_type == "kpr":
             inputs["linker"] = fs.join(args.output, "dictionary", "linker", "*")
             inputs["entity_embeddings"] = tables.parquet_pattern(args.output, "entity_embeddings")

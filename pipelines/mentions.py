@@ -9,23 +9,35 @@ from typing import Any
 import apache_beam as beam
 
 from artifacts import schemas, tables
+from artifacts.errors import InputError
 from pipelines.stage import StageContext, run_beam
 from transforms.dead_letters import count
 from transforms.mention_sampling import CHARS_PER_TOKEN, LinkRef, context_window, link_refs
 
 
-def refs_of_entity(title: str, joined: dict[str, list[Any]]) -> Iterator[tuple[int, LinkRef]]:
-    """(entity_id, LinkRef) for the links to an entity; links to non-entities and link-less entities counted."""
-    entity_ids = joined["entity_id"]
-    refs = joined["refs"]
+def ref_order(ref: LinkRef) -> tuple[int, int, int]:
+    """The sampling order: the seeded hash first; page and link break (astronomically rare) ties."""
+    return ref.sample_key, ref.page_id, ref.link_index
+
+
+def count_and_bottom_k(max_mentions: int) -> beam.CombineFn:
+    """Per link target: (number of links, the ``max_mentions`` links of smallest order). Both combine before
+    the shuffle, so a target with millions of links sends only k refs and a count over the network."""
+    return beam.combiners.SingleInputTupleCombineFn(
+        beam.combiners.CountCombineFn(), beam.combiners.TopCombineFn(max_mentions, key=ref_order, reverse=True))
+
+
+def sample_of_entity(title: str, joined: dict[str, list[Any]]) -> Iterator[tuple[int, list[LinkRef]]]:
+    """(entity_id, its sampled refs); links to non-entities and entities nobody links to are counted."""
+    entity_ids, samples = joined["entity_id"], joined["sample"]
     if not entity_ids:
-        count("links_to_non_entities", len(refs))
+        count("links_to_non_entities", sum(links for links, _ in samples))
         return
-    if not refs:
+    if not samples:
         count("entities_without_links")
         return
-    for ref in refs:
-        yield entity_ids[0], ref
+    _, refs = samples[0]
+    yield entity_ids[0], refs
 
 
 def sampled_by_page(entity_id: int, refs: list[LinkRef]) -> Iterator[tuple[int, tuple[int, int]]]:
@@ -59,18 +71,14 @@ class SampleMentions(beam.PTransform):
 
     def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection:
         articles, entities = inputs["articles"], inputs["entities"]
-        by_entity = (
+        sampled = (
             {
-                "refs": articles | "LinkRefs" >> beam.FlatMap(link_refs, self._seed),
+                "sample": articles | "LinkRefs" >> beam.FlatMap(link_refs, self._seed)
+                | "BottomKPerTarget" >> beam.CombinePerKey(count_and_bottom_k(self._max_mentions)),
                 "entity_id": entities | "EntityIdByTitle" >> beam.Map(lambda e: (e["title"], e["entity_id"])),
             }
-            | "JoinLinksWithEntities" >> beam.CoGroupByKey()
-            | "RefsOfEntities" >> beam.FlatMapTuple(refs_of_entity)
-        )
-        sampled = (
-            by_entity
-            | "BottomKPerEntity" >> beam.combiners.Top.PerKey(
-                self._max_mentions, key=lambda ref: (ref.sample_key, ref.page_id, ref.link_index), reverse=True)
+            | "JoinSamplesWithEntities" >> beam.CoGroupByKey()
+            | "SamplesOfEntities" >> beam.FlatMapTuple(sample_of_entity)
             | "SampledByPage" >> beam.FlatMapTuple(sampled_by_page)
         )
         return (
@@ -101,6 +109,10 @@ class MentionsStage:
         return {}
 
     def run(self, ctx: StageContext, args: argparse.Namespace) -> dict[str, int]:
+        if args.max_mentions < 1:
+            raise InputError(f"--max-mentions must be at least 1, got {args.max_mentions}")
+        if args.max_seq_length < 3:
+            raise InputError(f"--max-seq-length must be at least 3 ([CLS], [MASK], [SEP]), got {args.max_seq_length}")
         tables.parquet_files(args.output, "entities")
 
         def build(pipeline: beam.Pipeline) -> None:

@@ -60,7 +60,7 @@ def preflight(args: argparse.Namespace) -> None:
     parse.require_dumps(args)
     if not args.model:
         raise InputError("all needs --model NAME_OR_PATH for embed-entities (a BERT-family model with [MASK])")
-    check_mask_model(ModelSpec(str(args.model), args.device, args.dtype))
+    check_mask_model(ModelSpec(str(args.model), args.device, args.dtype), args.layer, args.max_seq_length)
     options = index.encoder_options(args)  # raises without --encoder
     if options.kind != "kpr":  # a KPR encoder also needs this run's linker and entity embeddings, made below
         check_encoder_options(options)

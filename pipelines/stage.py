@@ -123,6 +123,12 @@ def input_fingerprints(stage: Stage, args: argparse.Namespace,
                 f"{args.output} has no completed '{upstream}' stage, which '{stage.name}' reads: "
                 f"run `python run_pipeline.py {upstream} --output {args.output} ...` first"
             )
+        problems = manifest.missing_or_changed(args.output, record)
+        if problems:
+            raise InputError(
+                f"the outputs of '{upstream}' under {args.output} changed after it ran ({problems[0]}): rerun "
+                f"`python run_pipeline.py {upstream} --output {args.output} --force ...` first"
+            )
         inputs[f"stage:{upstream}"] = record.outputs_digest()
     return inputs
 

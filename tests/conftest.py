@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,16 @@ def full_run(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> Path:
     for command in commands:
         assert main([command[0], "--output", str(output), *command[1:], *DIRECT]) == 0, command
     return output
+
+
+def copy_stages(source: Path, destination: Path, stages: tuple[str, ...]) -> None:
+    """Copy the recorded outputs and manifest records of ``stages`` from one OUT to another (a fresh OUT that
+    starts where ``source`` had got to, e.g. to run the next stage there with other Beam options)."""
+    from artifacts import manifest
+
+    records = manifest.load(str(source))
+    for name in stages:
+        for output in records[name].outputs:
+            (destination / output.path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source / output.path, destination / output.path)
+    manifest.save(str(destination), {name: records[name] for name in stages})

@@ -15,7 +15,7 @@ from artifacts import manifest, schemas, tables
 from artifacts.linker import EntityLinker
 from pipelines.cli import main
 from pipelines.dictionary import anchor_pairs, name_rows
-from tests.conftest import DIRECT, GENSIM_SAMPLE, MINI, MULTI_PROCESS, PASSAGES
+from tests.conftest import DIRECT, GENSIM_SAMPLE, MINI, MULTI_PROCESS, PASSAGES, copy_stages
 from transforms.names import NameRules, find_names, fold_case, title_name
 
 RULES = NameRules()
@@ -191,9 +191,7 @@ def test_gensim_hand_checked_names(gensim_dictionary):
 
 @pytest.mark.usefixtures("shared_data")
 def test_same_rows_with_two_worker_processes(gensim_dictionary, tmp_path):
-    for name in ("articles",):
-        (tmp_path / name).symlink_to(gensim_dictionary / name, target_is_directory=True)
-    manifest.save(str(tmp_path), {"parse": manifest.load(str(gensim_dictionary))["parse"]})
+    copy_stages(gensim_dictionary, tmp_path, ("parse",))
     run_dictionary(tmp_path, "--include-red-links", beam=MULTI_PROCESS)
     for name, key in (("entities", "entity_id"), ("dictionary/names", "name")):
         ours = sorted(tables.read_table(str(tmp_path), name).to_pylist(), key=lambda row: (row[key], str(row)))

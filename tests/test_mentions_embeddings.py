@@ -6,23 +6,27 @@ import json
 import math
 from pathlib import Path
 
+import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
 from apache_beam.ml.inference.base import PredictionResult
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
 from transformers import AutoModel, AutoTokenizer
 
-from artifacts import manifest, tables
+from artifacts import tables
 from artifacts.errors import InputError
 from encoders.mask_encoder import MaskEncoder, MaskInput, TokenIds, check_mask_model, mask_inputs, masked_ids
 from encoders.models import ModelSpec, input_embedding_norm
 from pipelines.cli import main
 from pipelines.embed_entities import finite_vector, norm_matched
-from tests.conftest import BUNDLED_SAMPLE, DIRECT, MULTI_PROCESS
+from pipelines.mentions import count_and_bottom_k, ref_order, sample_of_entity
+from tests.conftest import BUNDLED_SAMPLE, DIRECT, MULTI_PROCESS, copy_stages
 from tests.test_dictionary import article, write_parsed
-from transforms.mention_sampling import context_window, link_refs, sample_key
+from transforms.mention_sampling import LinkRef, context_window, link_refs, sample_key
 
 IDS = TokenIds(cls=101, sep=102, mask=103, pad=0)
 LINKS = [("Paris", "Paris")] * 5
@@ -160,11 +164,7 @@ def test_mentions_are_the_same_for_one_and_two_workers(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     assert main(["parse", "--output", str(one), "--dump", str(BUNDLED_SAMPLE), *DIRECT]) == 0
     assert main(["dictionary", "--output", str(one), "--include-red-links", *DIRECT]) == 0
-    for name in ("articles", "entities"):
-        (two / name).parent.mkdir(parents=True, exist_ok=True)
-        (two / name).symlink_to(one / name, target_is_directory=True)
-    records = manifest.load(str(one))
-    manifest.save(str(two), {name: records[name] for name in ("parse", "dictionary")})
+    copy_stages(one, two, ("parse", "dictionary"))
     assert main(["mentions", "--output", str(one), "--max-mentions", "3", *DIRECT]) == 0
     assert main(["mentions", "--output", str(two), "--max-mentions", "3", *MULTI_PROCESS]) == 0
 
@@ -190,3 +190,15 @@ def test_bottom_k_keeps_the_smallest_keys(tmp_path):
     keys = sorted((sample_key(7, "Paris", page, ordinal), page) for page in range(1, 5) for ordinal in range(3))
     chosen = sorted(row["page_id"] for row in tables.read_table(str(tmp_path), "mentions").to_pylist())
     assert chosen == sorted(page for _, page in keys[:4])
+
+
+def test_bottom_k_combines_before_the_join_and_counts_every_link():
+    refs = [LinkRef(sample_key=(index * 7919) % 1000, page_id=index, link_index=0) for index in range(1000)]
+    with TestPipeline(runner="DirectRunner") as pipeline:
+        combined = (pipeline | beam.Create([("Paris", ref) for ref in refs] + [("Nowhere", refs[0])])
+                    | beam.CombinePerKey(count_and_bottom_k(5)))
+        expected = sorted(refs, key=ref_order)[:5]
+        assert_that(combined, equal_to([("Paris", (1000, expected)), ("Nowhere", (1, [refs[0]]))]))
+    joined = {"entity_id": [], "sample": [(1000, expected)]}
+    assert list(sample_of_entity("Red link", joined)) == []
+    assert list(sample_of_entity("Paris", {"entity_id": [7], "sample": [(1000, expected)]})) == [(7, expected)]
