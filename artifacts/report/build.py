@@ -1,0 +1,116 @@
+"""``write_report``: gather the data of every recorded stage, draw the plots, write OUT/report/index.html."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import pyarrow as pa
+
+from artifacts import faiss_shards, fs, manifest, tables
+from artifacts.errors import InputError
+from artifacts.report import gather, page, plots
+from artifacts.report.recall import MAX_EXACT, QUERIES, RecallResult, index_recall
+
+LOG = logging.getLogger("kpr.report")
+REPORT_DIR = "report"
+HTML_NAME = "index.html"
+T = TypeVar("T")
+
+# what a section can hit when an artifact the manifest lists has been moved or damaged since
+_READ_ERRORS = (tables.MissingArtifactError, InputError, OSError, ValueError, KeyError, pa.ArrowException)
+
+
+@dataclass
+class ReportData:
+    """Everything the page shows; a section whose artifact could not be read has a line in ``problems``."""
+
+    output: str
+    generated_at: str
+    views: list[gather.StageView]
+    entities: gather.EntityStats | None = None
+    dictionary: gather.DictionaryStats | None = None
+    embeddings: gather.EmbeddingStats | None = None
+    index_info: faiss_shards.IndexInfo | None = None
+    index_files: gather.IndexFiles | None = None
+    recall: RecallResult | None = None
+    problems: dict[str, str] = field(default_factory=dict)
+    plots: dict[str, str] = field(default_factory=dict)  # plot -> PNG file name beside index.html
+
+    def view(self, stage: str) -> gather.StageView | None:
+        return next((view for view in self.views if view.name == stage and view.record is not None), None)
+
+
+def _attempt(data: ReportData, section: str, compute: Callable[[], T]) -> T | None:
+    try:
+        return compute()
+    except _READ_ERRORS as error:
+        message = getattr(error, "message", None) or str(error) or type(error).__name__
+        data.problems[section] = message.splitlines()[0]
+        LOG.warning("report: %s: %s", section, data.problems[section])
+        return None
+
+
+def load_records(output: str) -> dict[str, manifest.StageRecord]:
+    """The manifest's stage records; a one-line error when OUT has no (readable) manifest."""
+    path = manifest.manifest_path(output)
+    if not fs.exists(path):
+        raise InputError(f"{output} has no {manifest.MANIFEST_NAME}: run a stage first "
+                         f"(e.g. `python run_pipeline.py parse --dump FILE --output {output}`)")
+    try:
+        return manifest.load(output)
+    except (ValueError, TypeError, KeyError) as error:
+        raise InputError(f"{path} is not a readable manifest: {error}") from error
+
+
+def collect(output: str, recall_queries: int = QUERIES, max_exact: int = MAX_EXACT) -> ReportData:
+    records = load_records(output)
+    data = ReportData(output, manifest.now_iso(), gather.stage_views(records))
+    if "dictionary" in records:
+        data.entities = _attempt(data, "entities", lambda: gather.entity_stats(output))
+        data.dictionary = _attempt(data, "dictionary", lambda: gather.dictionary_stats(output))
+    if "embed_entities" in records:
+        data.embeddings = _attempt(data, "embeddings", lambda: gather.embedding_stats(output))
+    if "index" in records:
+        index_dir = fs.join(output, "index")
+        data.index_info = _attempt(data, "index", lambda: faiss_shards.load_index_info(index_dir))
+        data.index_files = gather.index_files(records["index"])
+        if data.index_info is not None:
+            data.recall = _attempt(data, "recall", lambda: index_recall(index_dir, recall_queries,
+                                                                        max_exact=max_exact))
+    return data
+
+
+def _draw(data: ReportData) -> dict[str, bytes]:
+    drawings: dict[str, Callable[[], bytes]] = {}
+    if any(view.record is not None for view in data.views):
+        drawings["timings.png"] = lambda: plots.timings(data.views)
+    if data.entities is not None:
+        drawings["entity-links.png"] = lambda: plots.entity_links(data.entities)
+    if data.dictionary is not None:
+        drawings["dictionary.png"] = lambda: plots.dictionary(data.dictionary)
+    if data.embeddings is not None:
+        drawings["entity-embeddings.png"] = lambda: plots.embeddings(data.embeddings)
+    return {name: draw() for name, draw in drawings.items()}
+
+
+def write_report(output: str, *, recall_queries: int = QUERIES, max_exact: int = MAX_EXACT) -> str:
+    """Write OUT/report/index.html and its PNG plots for whatever stages OUT/manifest.json records.
+
+    Returns the path of the HTML file. Stages that have not run are shown as "not run". ``recall_queries``
+    stored passage vectors query the index; exact search covers at most ``max_exact`` stored vectors.
+    """
+    started = time.time()
+    data = collect(output, recall_queries, max_exact)
+    report_dir = fs.join(output, REPORT_DIR)
+    fs.delete_tree(report_dir)  # no stale plots from an earlier report
+    fs.mkdirs(report_dir)
+    for name, png in _draw(data).items():
+        fs.write_bytes(fs.join(report_dir, name), png)
+        data.plots[name.removesuffix(".png")] = name
+    path = fs.join(report_dir, HTML_NAME)
+    fs.write_bytes_atomic(path, page.render(data, time.time() - started).encode("utf-8"))
+    return path

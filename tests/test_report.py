@@ -1,0 +1,242 @@
+"""The report: an HTML page with exact manifest figures, valid PNG plots, the most ambiguous names as pyarrow
+computes them, the index's recall against brute force, "not run" sections, and one-line errors."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import shutil
+import struct
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from artifacts import faiss_shards, manifest, tables
+from artifacts.report import gather, write_report
+from artifacts.report.recall import index_recall
+from artifacts.report.stats import TopK, ValueCounts, integer_log_edges
+from pipelines.cli import main
+from tests.test_faiss_shards import brute_force, clustered, write_index_dir
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture()
+def run_copy(full_run: Path, tmp_path: Path) -> Path:
+    output = tmp_path / "out"
+    shutil.copytree(full_run, output)
+    return output
+
+
+def sections(page: str) -> dict[str, str]:
+    """The HTML of each stage section, by stage name."""
+    return dict(re.findall(r'<section id="stage-(\w+)">(.*?)</section>', page, flags=re.DOTALL))
+
+
+def expected_ambiguous(output: Path, top: int = 20) -> list[tuple[str, int]]:
+    """The most ambiguous names computed independently: group dictionary/names by name with pyarrow."""
+    names = tables.read_table(str(output), "dictionary/names")
+    grouped = names.group_by("name").aggregate([("entity_id", "count"), ("total_link_count", "max")]).to_pylist()
+    ambiguous = [row for row in grouped if row["entity_id_count"] >= 2]
+    ambiguous.sort(key=lambda row: (-row["entity_id_count"], -row["total_link_count_max"], row["name"]))
+    return [(row["name"], row["entity_id_count"]) for row in ambiguous[:top]]
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE and data[12:16] == b"IHDR", path
+    return struct.unpack(">II", data[16:24])
+
+
+def test_report_shows_each_stage_with_its_exact_wall_time_outputs_and_counters(run_copy):
+    path = Path(write_report(str(run_copy)))
+    assert path == run_copy / "report" / "index.html"
+    page = path.read_text(encoding="utf-8")
+    records = manifest.load(str(run_copy))
+    assert set(records) == {"parse", "dictionary", "mentions", "embed_entities", "index"}
+    by_stage = sections(page)
+    for name, record in records.items():
+        section = by_stage[name]
+        assert f"<h2>{name.replace('_', '-')} " in section and "not run" not in section
+        assert f"wall time <b>{record.wall_time_s:,.3f} s" in section
+        assert record.counters, name
+        for counter, value in record.counters.items():
+            row = re.search(rf"<code>{counter}</code></td><td>.*?</td><td class=\"num\">([\d,]+)</td>", section)
+            assert row is not None and row.group(1) == f"{value:,}", (name, counter)
+        rows = {}
+        for item in record.outputs:
+            if item.rows is not None:
+                artifact = gather.artifact_of(item.path)
+                rows[artifact] = rows.get(artifact, 0) + item.rows
+        for artifact, count in rows.items():
+            assert re.search(rf"<code>{artifact}/</code></td><td class=\"num\">[\d,]+</td>"
+                             rf"<td class=\"num\">{count:,}</td>", section), (name, artifact)
+    # dropped counters are highlighted, dead-letter folders linked relative to the page
+    assert re.search(r'<tr class="dropped"><td>[^<]*</td><td><code>names_below_min_link_prob</code>',
+                     by_stage["dictionary"])
+    assert 'href="../errors/parse/"' in by_stage["parse"]
+    assert "<script" not in page and "http://" not in page and "https://" not in page
+
+
+def test_every_plot_the_page_shows_is_a_valid_png_beside_it(run_copy):
+    path = Path(write_report(str(run_copy)))
+    sources = re.findall(r'<img class="plot" src="([^"]+)"', path.read_text(encoding="utf-8"))
+    assert sorted(sources) == ["dictionary.png", "entity-embeddings.png", "entity-links.png", "timings.png"]
+    for source in sources:
+        assert "/" not in source  # relative, beside index.html
+        plot = path.parent / source
+        assert plot.stat().st_size > 1000
+        width, height = png_size(plot)
+        assert 300 <= width <= 1200 and 100 <= height <= 800, (source, width, height)
+
+
+def test_most_ambiguous_names_are_the_names_with_the_most_candidates(run_copy):
+    page = Path(write_report(str(run_copy))).read_text(encoding="utf-8")
+    table = re.search(r'<table id="ambiguous-names">(.*?)</table>', page, flags=re.DOTALL).group(1)
+    shown = [(html.unescape(name), int(count.replace(",", ""))) for name, count in
+             re.findall(r'<td class="amb-name">(.*?)</td><td class="num">([\d,]+)</td>', table)]
+    expected = expected_ambiguous(run_copy)
+    assert len(expected) == 20 and shown == expected
+    # the first name's candidates, each with its commonness
+    names = tables.read_table(str(run_copy), "dictionary/names").to_pylist()
+    entities = {row["entity_id"]: row["title"] for row in tables.read_table(str(run_copy), "entities").to_pylist()}
+    first_row = table.split("</tr>")[1]
+    for row in (row for row in names if row["name"] == expected[0][0]):
+        assert f"{html.escape(entities[row['entity_id']])} <span class=\"bar\">" in first_row
+        assert f"{100 * row['commonness']:.1f}%" in first_row
+
+
+def test_ambiguous_names_are_found_when_a_names_rows_are_spread_over_files_and_batches(run_copy, tmp_path):
+    names = tables.read_table(str(run_copy), "dictionary/names")
+    shuffled = names.take(pa.array(np.random.default_rng(0).permutation(names.num_rows)))
+    output = tmp_path / "spread"
+    folder = output / "dictionary" / "names"
+    folder.mkdir(parents=True)
+    for part, rows in enumerate(np.array_split(np.arange(names.num_rows), 3)):
+        pq.write_table(shuffled.slice(int(rows[0]), len(rows)), folder / f"part-{part}.parquet")
+    shutil.copytree(run_copy / "entities", output / "entities")
+    stats = gather.dictionary_stats(str(output), top=20, batch_size=97)
+    assert [(item.name, len(item.candidates)) for item in stats.ambiguous] == expected_ambiguous(run_copy)
+    distinct = len(set(names.column("name").to_pylist()))
+    assert stats.pairs == names.num_rows and stats.names == distinct
+    assert stats.commonness.counts.sum() == names.num_rows
+    assert stats.link_prob.counts.sum() == pytest.approx(distinct)  # once per name
+    assert int((np.arange(len(stats.candidates_per_name)) * stats.candidates_per_name).sum()) == names.num_rows
+
+
+def test_entity_statistics_match_the_entities_table(run_copy):
+    entities = tables.read_table(str(run_copy), "entities").to_pylist()
+    stats = gather.entity_stats(str(run_copy), top=5, batch_size=1000)
+    assert stats.count == len(entities)
+    assert stats.total_links == sum(row["link_count"] for row in entities)
+    best = sorted(entities, key=lambda row: (-row["link_count"], row["entity_id"]))[:5]
+    assert [(item.entity_id, item.title, item.link_count) for item in stats.top] == [
+        (row["entity_id"], row["title"], row["link_count"]) for row in best]
+
+
+def test_embedding_norms_match_the_target_norm(run_copy):
+    stats = gather.embedding_stats(str(run_copy))
+    vectors = faiss_shards.table_vectors(tables.read_table(str(run_copy), "entity_embeddings"))
+    assert stats.count == len(vectors) and stats.dim == vectors.shape[1]
+    np.testing.assert_allclose(np.sort(stats.norms), np.sort(np.linalg.norm(vectors, axis=1)), rtol=1e-6)
+    np.testing.assert_allclose(stats.norms, stats.target_norm, rtol=1e-5)
+    assert stats.mentions_per_entity.sum() == stats.count
+
+
+def test_flat_index_recall_is_one_on_all_vectors_and_on_a_subset(run_copy):
+    page = Path(write_report(str(run_copy))).read_text(encoding="utf-8")
+    assert '<span class="big">1.000</span> recall@10' in page
+    index_dir = str(run_copy / "index")
+    full = index_recall(index_dir)
+    assert full.recall == 1.0 and not full.subset and full.queries == 200 and full.k == 10
+    assert full.exact_vectors == full.total_vectors == faiss_shards.load_index_info(index_dir).count
+    subset = index_recall(index_dir, queries=50, max_exact=1000)
+    assert subset.subset and subset.exact_vectors == 1000 and subset.recall == 1.0
+
+
+def test_ivf_recall_equals_the_overlap_with_brute_force(tmp_path):
+    vectors = np.random.default_rng(0).normal(size=(600, 16))  # no clusters: IVF probing misses neighbours
+    vectors = (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
+    ids = np.arange(600, dtype=np.int64) * 5 + 3
+    index_dir = write_index_dir(tmp_path / "ivf", vectors, ids, 3, factory="IVF128,Flat")
+    found = faiss_shards.ShardedIndex(index_dir).search(vectors, 10)[1]
+    exact = brute_force(vectors, ids, vectors, 10)[1]
+    overlap = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(found.tolist(), exact.tolist(), strict=True)])
+    assert overlap < 1.0  # nprobe 32 of 128 lists misses some neighbours
+    result = index_recall(index_dir, queries=600, k=10)
+    assert result.queries == 600 and result.search_settings == "nprobe 32"
+    assert result.recall == pytest.approx(overlap)
+
+
+def test_subset_recall_restricts_faiss_to_the_exactly_searched_vectors(tmp_path):
+    vectors, ids = clustered(600), np.arange(600, dtype=np.int64)
+    index_dir = write_index_dir(tmp_path / "ivf", vectors, ids, 3, factory="IVF4,Flat")  # nprobe 32: every list
+    result = index_recall(index_dir, queries=60, k=10, max_exact=250)
+    assert result.subset and result.exact_vectors == 250 and result.total_vectors == 600
+    assert result.recall == 1.0
+
+
+def test_a_run_with_only_parse_says_not_run_for_the_other_stages(run_copy):
+    records = manifest.load(str(run_copy))
+    manifest.save(str(run_copy), {"parse": records["parse"]})
+    for artifact in ("entities", "dictionary", "mentions", "entity_embeddings", "index", "passages"):
+        shutil.rmtree(run_copy / artifact)
+    page = Path(write_report(str(run_copy))).read_text(encoding="utf-8")
+    by_stage = sections(page)
+    assert f"wall time <b>{records['parse'].wall_time_s:,.3f} s" in by_stage["parse"]
+    for stage in ("dictionary", "mentions", "embed_entities", "index"):
+        assert "not run" in by_stage[stage] and "<table" not in by_stage[stage]
+    assert re.findall(r'<img class="plot" src="([^"]+)"', page) == ["timings.png"]
+    assert sorted(path.name for path in (run_copy / "report").iterdir()) == ["index.html", "timings.png"]
+
+
+def test_dead_letters_and_bad_input_counters_are_linked_and_text_is_escaped(run_copy):
+    record = manifest.load(str(run_copy))
+    dead = run_copy / "errors" / "parse" / "pages-00000-of-00001.jsonl"
+    dead.write_text(json.dumps({"kind": "parser_errors", "reason": "boom"}) + "\n")
+    parse = record["parse"]
+    parse.counters = {**parse.counters, "parser_errors": 1234, "weird<script>alert(1)</script>": 2}
+    parse.options = {**parse.options, "note": "<img src=x onerror=alert(1)>"}
+    parse.outputs = [manifest.describe_file(str(run_copy), str(dead)) if item.path.startswith("errors/parse/")
+                     else item for item in parse.outputs]
+    manifest.save(str(run_copy), record)
+    page = Path(write_report(str(run_copy))).read_text(encoding="utf-8")
+    section = sections(page)["parse"]
+    assert '<a href="../errors/parse/pages-00000-of-00001.jsonl">' in section
+    assert re.search(r'<tr class="error"><td>[^<]*</td><td><code>parser_errors</code>.*?>1,234</td>', section)
+    assert '<p class="alert">' in section
+    assert "<script>" not in page and "<img src=x" not in page
+    assert "weird&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_report_command_prints_the_page_and_a_missing_manifest_is_one_line(run_copy, tmp_path, capsys):
+    assert main(["report", "--output", str(run_copy)]) == 0
+    assert capsys.readouterr().out.strip() == str(run_copy / "report" / "index.html")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["report", "--output", str(empty)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("error: ") and "manifest.json" in error and "\n" not in error
+    assert not (empty / "report").exists()
+
+
+def test_value_counts_top_k_and_integer_bins():
+    counts = ValueCounts()
+    rng = np.random.default_rng(1)
+    parts = [rng.integers(0, 50, size) for size in (10, 1000, 7, 300)]
+    for part in parts:
+        counts.add(part)
+    values, found = counts.result()
+    expected_values, expected_counts = np.unique(np.concatenate(parts), return_counts=True)
+    assert values.tolist() == expected_values.tolist() and found.tolist() == expected_counts.tolist()
+    best: TopK[tuple[int, str]] = TopK(3)
+    for key in [(5, "e"), (1, "a"), (4, "d"), (2, "b"), (3, "c"), (1, "0")]:
+        best.offer(key, key[1])
+    assert best.items() == ["0", "a", "b"] and best.worst() == (2, "b")
+    edges = integer_log_edges(1000)
+    assert edges[0] == 1 and edges[-1] > 1000 and np.all(np.diff(edges) >= 1)
+    assert edges[:5].tolist() == [1, 2, 3, 4, 5]
