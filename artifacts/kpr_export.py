@@ -1,0 +1,171 @@
+"""export-kpr: a validated run's entity resources in the layout KPR's training code loads.
+
+``DIR/entity_vocab.tsv``: ``[PAD]\\t0``, then ``key\\tindex`` per entity in entity_id order (key = QID where
+known, else title; index = entity_id). ``DIR/entity_embeddings.npy``: float16 (N + 1, D), row 0 and the rows of
+entities without an embedding zero, row i = entity i. ``DIR/entity_linker/``: the run's linker files. All three
+use one index order (``kb_id.trie[key] + 1 == index``), checked while writing.
+
+Everything is written under ``DIR/.export-staging/`` first, then moved into place with the vocabulary moved
+out first and in last: an export directory with ``entity_vocab.tsv`` is complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import marisa_trie
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from artifacts import faiss_shards, fs, manifest, tables
+from artifacts.errors import InputError
+from artifacts.linker import EntityLinker
+from artifacts.publish import copy_file, ensure_parent, is_local
+from artifacts.validation import describe_problems, parquet_footer, validate_run
+
+VOCAB_FILE = "entity_vocab.tsv"
+EMBEDDINGS_FILE = "entity_embeddings.npy"
+LINKER_DIR = "entity_linker"
+STAGING_DIR = ".export-staging"
+PAD = "[PAD]"
+REQUIRED_STAGES = ("dictionary", "embed_entities")
+_VOCAB_CHUNK = 65_536
+
+
+@dataclass(frozen=True)
+class ExportSummary:
+    directory: str
+    entities: int
+    dim: int
+    without_embeddings: int  # entities whose row is zero
+
+
+def check_exportable(output: str) -> None:
+    """Refuse a run without the dictionary or the entity embeddings, or one that does not validate."""
+    missing = [name for name in REQUIRED_STAGES if name not in manifest.load(output)]
+    if missing:
+        raise InputError(f"{output} has no completed {' or '.join(missing)} stage: export-kpr needs the entity "
+                         "linker and the entity embeddings (run `python run_pipeline.py dictionary` and "
+                         "`embed-entities` first)")
+    problems = validate_run(output)
+    if problems:
+        raise InputError(describe_problems(output, problems))
+
+
+def export_kpr(output: str, directory: str) -> ExportSummary:
+    """Write the KPR files of the run under ``output`` into ``directory`` (replacing an earlier export there)."""
+    check_exportable(output)
+    staging = fs.join(directory, STAGING_DIR)
+    fs.delete_tree(staging)  # a killed export's leftovers
+    fs.mkdirs(staging)
+    try:
+        linker = fs.join(output, "dictionary", "linker")
+        keys = entity_keys(output)
+        write_vocab(fs.join(staging, VOCAB_FILE), keys, EntityLinker.load(linker).kb_keys)
+        dim, without = write_embeddings(output, fs.join(staging, EMBEDDINGS_FILE), keys)
+        for path in fs.list_tree(linker):
+            copy_file(path, fs.join(staging, LINKER_DIR, fs.relative(path, linker)))
+        move_into_place(staging, directory)
+    finally:
+        fs.delete_tree(staging)
+    return ExportSummary(directory, len(keys), dim, without)
+
+
+def entity_key_column(batch: pa.RecordBatch) -> pa.Array:
+    """The KPR entity key of each row: the QID where known, else the title."""
+    return pc.coalesce(batch.column("qid"), batch.column("title"))
+
+
+def entity_keys(output: str) -> pa.StringArray:
+    """Entity keys in entity_id order (``keys[i]`` is entity i + 1's); ids must be exactly 1..N.
+    Arrow strings, not Python objects: 7M keys take about 100 MB."""
+    ids, keys = [], []
+    for batch in tables.iter_batches(output, "entities", ["entity_id", "title", "qid"]):
+        ids.append(batch.column("entity_id").to_numpy(zero_copy_only=False).astype(np.int64))
+        keys.append(entity_key_column(batch))
+    all_ids = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+    order = np.argsort(all_ids, kind="stable")
+    if not np.array_equal(all_ids[order], np.arange(1, len(all_ids) + 1)):
+        raise InputError(f"{output}/entities: entity ids are not exactly 1..{len(all_ids)}")
+    return pa.chunked_array(keys, pa.string()).combine_chunks().take(pa.array(order))
+
+
+def vocab_lines(keys: list[str], first_index: int, kb_keys: marisa_trie.Trie) -> Iterator[str]:
+    for index, key in enumerate(keys, first_index):
+        if kb_keys.get(key, -1) + 1 != index:
+            raise InputError(f"entity {index} ({key!r}) is id {kb_keys.get(key)} in kb_id.trie, not {index - 1}: "
+                             "the linker and entities/ disagree")
+        if "\t" in key or "\n" in key:
+            raise InputError(f"entity {index}: key {key!r} has a tab or newline, which entity_vocab.tsv cannot hold")
+        yield f"{key}\t{index}\n"
+
+
+def write_vocab(path: str, keys: pa.StringArray, kb_keys: marisa_trie.Trie) -> None:
+    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        handle.write(f"{PAD}\t0\n".encode())
+        for start in range(0, len(keys), _VOCAB_CHUNK):
+            chunk = keys.slice(start, _VOCAB_CHUNK).to_pylist()
+            handle.write("".join(vocab_lines(chunk, start + 1, kb_keys)).encode("utf-8"))
+
+
+@contextlib.contextmanager
+def local_file(path: str) -> Iterator[str]:
+    """A local path to write ``path`` through: ``path`` itself on a local disk, else a temporary file that is
+    uploaded when the block ends (the array is memory-mapped: 7M x 768 float16 is 11 GB)."""
+    if is_local(path):
+        ensure_parent(path)
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="kpr-export-") as local:
+        local_path = os.path.join(local, os.path.basename(path))
+        yield local_path
+        faiss_shards.upload(local_path, path)
+
+
+def embeddings_dim(output: str) -> int:
+    _, schema = parquet_footer(tables.parquet_files(output, "entity_embeddings")[0])
+    return schema.field("embedding").type.list_size
+
+
+def write_embeddings(output: str, path: str, keys: pa.StringArray) -> tuple[int, int]:
+    """Write the (N + 1, D) float16 array; returns D and the number of entities without an embedding."""
+    dim = embeddings_dim(output)
+    filled = np.zeros(len(keys) + 1, dtype=bool)
+    with local_file(path) as local:
+        # a new memory-mapped .npy reads as zeros: row 0 and entities without an embedding stay zero
+        vectors = np.lib.format.open_memmap(local, mode="w+", dtype=np.float16, shape=(len(keys) + 1, dim))
+        for batch in tables.iter_batches(output, "entity_embeddings", ["entity_id", "title", "qid", "embedding"]):
+            ids = batch.column("entity_id").to_numpy(zero_copy_only=False).astype(np.int64)
+            check_embedding_keys(batch, ids, keys)
+            vectors[ids] = faiss_shards.table_vectors(batch).astype(np.float16)
+            filled[ids] = True
+        vectors.flush()
+        del vectors
+    return dim, int(len(keys) - np.count_nonzero(filled[1:]))
+
+
+def check_embedding_keys(batch: pa.RecordBatch, ids: np.ndarray, keys: pa.StringArray) -> None:
+    """Each embedding row's key (QID, else title) is its entity's key: the rows land where the vocab says."""
+    same = pc.equal(keys.take(pa.array(ids - 1)), entity_key_column(batch))
+    if not pc.all(same).as_py():
+        row = int(np.flatnonzero(~same.to_numpy(zero_copy_only=False))[0])
+        raise InputError(f"entity_embeddings: entity {ids[row]} has key {entity_key_column(batch)[row]}, "
+                         f"entities/ says {keys[int(ids[row]) - 1]}")
+
+
+def move_into_place(staging: str, directory: str) -> None:
+    """Replace the export in ``directory`` by the staged one: the vocabulary goes first out and last in."""
+    for name in (VOCAB_FILE, EMBEDDINGS_FILE, LINKER_DIR):
+        fs.delete_tree(fs.join(directory, name))
+    staged = sorted(fs.list_tree(staging), key=lambda path: fs.relative(path, staging) == VOCAB_FILE)
+    for source in staged:
+        target = fs.join(directory, fs.relative(source, staging))
+        ensure_parent(target)
+        FileSystems.rename([source], [target])

@@ -1,0 +1,129 @@
+"""Publishing a validated run: every file its manifest lists (plus ``report/``) copied to DEST on any Beam
+filesystem, each copy checked, and ``DEST/manifest.json`` deleted first and written last, so a reader never
+takes a partial copy for a complete one."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from artifacts import fs, manifest
+from artifacts.errors import InputError
+from artifacts.validation import describe_problems, validate_run
+
+REPORT_DIR = "report"  # the report command's HTML: published whether or not the manifest lists it
+_COPY_CHUNK = 1 << 22
+
+
+@dataclass(frozen=True)
+class PublishedFile:
+    path: str  # relative to OUT and to DEST
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class PublishSummary:
+    destination: str
+    files: tuple[PublishedFile, ...]
+    removed: tuple[str, ...]  # directories of an earlier publish, replaced
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(item.bytes for item in self.files)
+
+
+def is_local(path: str) -> bool:
+    return FileSystems.get_scheme(path) is None
+
+
+def ensure_parent(path: str) -> None:
+    """Create the directory of ``path`` where the filesystem has directories."""
+    fs.mkdirs(path.rsplit("/", 1)[0])
+
+
+def copy_file(source: str, destination: str) -> None:
+    """Copy one file between any two Beam filesystems (``FileSystems.copy`` only works within one)."""
+    ensure_parent(destination)
+    if FileSystems.get_scheme(source) == FileSystems.get_scheme(destination):
+        FileSystems.copy([source], [destination])
+        return
+    with FileSystems.open(source, compression_type=CompressionTypes.UNCOMPRESSED) as reader, \
+            FileSystems.create(destination, compression_type=CompressionTypes.UNCOMPRESSED) as writer:
+        shutil.copyfileobj(reader, writer, _COPY_CHUNK)
+
+
+def _normalized(path: str) -> str:
+    return os.path.abspath(path) if is_local(path) else path.rstrip("/")
+
+
+def overlaps(first: str, second: str) -> bool:
+    """Whether one path is the other or lies inside it."""
+    first, second = _normalized(first), _normalized(second)
+    return first == second or first.startswith(second + "/") or second.startswith(first + "/")
+
+
+def planned_files(output: str, stages: dict[str, manifest.StageRecord]) -> list[PublishedFile]:
+    """Every file the manifest lists, plus the report's files, sorted by path."""
+    files = {item.path: PublishedFile(item.path, item.bytes, item.sha256)
+             for record in stages.values() for item in record.outputs}
+    for path in fs.list_tree(fs.join(output, REPORT_DIR)):
+        relative = fs.relative(path, output)
+        files.setdefault(relative, PublishedFile(relative, fs.size(path), fs.sha256(path)))
+    return [files[path] for path in sorted(files)]
+
+
+def remove_previous(destination: str, files: list[PublishedFile]) -> tuple[str, ...]:
+    """Delete the artifact directories about to be published from DEST: files of an earlier publish that this
+    run does not have would otherwise stay and be read as part of it."""
+    removed = []
+    for directory in sorted({item.path.split("/")[0] for item in files if "/" in item.path}):
+        # matched, not tested with exists(): on object stores a "directory" is only a prefix
+        found = FileSystems.match([fs.join(destination, directory, "**")])[0].metadata_list
+        if found:
+            FileSystems.delete([item.path for item in found])
+            removed.append(directory)
+    return tuple(removed)
+
+
+def copy_problem(path: str, item: PublishedFile) -> str | None:
+    """How a copy differs from its source: size anywhere, sha256 too on a local disk (cheap to read back)."""
+    size = fs.size(path)
+    if size != item.bytes:
+        return f"{size} bytes, the source has {item.bytes}"
+    if is_local(path) and fs.sha256(path) != item.sha256:
+        return "sha256 differs from the source"
+    return None
+
+
+def copy_checked(output: str, destination: str, item: PublishedFile) -> None:
+    source, target = fs.join(output, item.path), fs.join(destination, item.path)
+    try:
+        copy_file(source, target)
+    except OSError as error:  # BeamIOError is an OSError
+        raise InputError(f"copying {source} to {target} failed ({error}): {destination} has no manifest.json, "
+                         "publish again") from error
+    problem = copy_problem(target, item)
+    if problem is not None:
+        raise InputError(f"{target}: {problem}: {destination} has no manifest.json, publish again")
+
+
+def publish_run(output: str, destination: str) -> PublishSummary:
+    """Copy the validated run under ``output`` to ``destination``; its manifest.json is written last."""
+    if overlaps(output, destination):
+        raise InputError(f"--to {destination} overlaps --output {output}: publish to a place outside the run")
+    problems = validate_run(output)
+    if problems:
+        raise InputError(describe_problems(output, problems))
+    stages = manifest.load(output)
+    files = planned_files(output, stages)
+    fs.delete_tree(manifest.manifest_path(destination))  # first: from here on DEST does not look complete
+    removed = remove_previous(destination, files)
+    for item in files:
+        copy_checked(output, destination, item)
+    manifest.save(destination, stages)
+    return PublishSummary(destination, tuple(files), removed)

@@ -1,0 +1,30 @@
+"""publish: copy a validated run to DEST, manifest.json last (logic: artifacts.publish)."""
+
+from __future__ import annotations
+
+import argparse
+
+from artifacts.manifest import MANIFEST_NAME
+from artifacts.publish import publish_run
+
+
+class PublishCommand:
+    """publish: copy a validated run (every manifest file and report/) to DEST, manifest.json written last."""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--output", required=True, help="OUT: the run to publish (local path or Beam URL)")
+        parser.add_argument("--to", required=True, metavar="DEST", help="destination (local path or Beam URL)")
+
+    def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
+        summary = publish_run(args.output, args.to)
+        if summary.removed:
+            print(f"replaced earlier files in {summary.destination}: {', '.join(summary.removed)}")
+        for item in summary.files:
+            print(f"  {item.path} ({item.bytes:,} bytes)")
+        print(f"  {MANIFEST_NAME} (written last)")
+        print(f"published {args.output} to {summary.destination}: {len(summary.files) + 1} files, "
+              f"{summary.total_bytes:,} bytes")
+        return 0
+
+
+COMMAND = PublishCommand()

@@ -1,0 +1,29 @@
+"""validate: check a run under OUT against its manifest and the artifact contracts (logic: artifacts.validation)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from artifacts.validation import check_run
+
+
+class ValidateCommand:
+    """validate: check every artifact under OUT against the manifest, its schema and the other artifacts."""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--output", required=True, help="OUT: local path or Beam filesystem URL")
+
+    def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
+        result = check_run(args.output)
+        stages = ", ".join(result.stages) or "none"
+        if result.valid:
+            print(f"valid: {args.output} (stages: {stages})")
+            return 0
+        for problem in result.problems:
+            print(problem, file=sys.stderr)
+        print(f"invalid: {args.output} (stages: {stages}): {len(result.problems)} problem(s)", file=sys.stderr)
+        return 1
+
+
+COMMAND = ValidateCommand()

@@ -1,0 +1,371 @@
+"""validate, export-kpr and publish on a full run of the bundled sample (the shared ``full_run`` fixture):
+a valid run passes; each kind of corruption is caught by validate, naming its file, and refused by publish;
+publish copies everything with the manifest last; export-kpr loads with plain numpy and marisa_trie."""
+
+from __future__ import annotations
+
+import filecmp
+import shutil
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import marisa_trie
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from artifacts import faiss_shards, fs, manifest
+from artifacts import publish as publish_module
+from artifacts.validation import validate_run
+from pipelines.cli import main
+
+EMBEDDINGS = "entity_embeddings/part-00000-of-00001.parquet"
+ENTITIES = "entities/part-00000-of-00001.parquet"
+ARTICLES = "articles/part-00000-of-00001.parquet"
+REDIRECTS = "redirects/part-00000-of-00001.parquet"
+SHARD = "index/shard-00001.faiss"
+SHARD_IDS = "index/shard-00001.ids.npy"
+STAGES = "dictionary, embed_entities, index, mentions, parse"
+
+
+@pytest.fixture
+def run(full_run: Path, tmp_path: Path) -> Path:
+    """A private copy of the full run, free to corrupt."""
+    return Path(shutil.copytree(full_run, tmp_path / "out"))
+
+
+def record(out: Path, relative: str) -> None:
+    """Record the current size, sha256 and rows of one output file in the manifest (as if a stage wrote it)."""
+    stages = manifest.load(str(out))
+    for stage in stages.values():
+        stage.outputs = [manifest.describe_file(str(out), str(out / relative)) if item.path == relative else item
+                         for item in stage.outputs]
+    manifest.save(str(out), stages)
+
+
+def rewrite_parquet(out: Path, relative: str, change: Callable[[pa.Table], pa.Table]) -> None:
+    """Rewrite a Parquet file with pyarrow (schema metadata kept) and record it, so only semantic checks
+    can tell."""
+    path = out / relative
+    pq.write_table(change(pq.read_table(path)), path)
+    record(out, relative)
+
+
+def set_vector(table: pa.Table, row: int, vector: np.ndarray) -> pa.Table:
+    vectors = faiss_shards.table_vectors(table).copy()
+    vectors[row] = vector
+    column = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), pa.float32()), vectors.shape[1])
+    return table.set_column(table.schema.get_field_index("embedding"), table.schema.field("embedding"), column)
+
+
+def embedding_row(out: Path, row: int) -> tuple[int, np.ndarray, float]:
+    """Entity id and vector of a row of the embeddings file, and the file's target norm."""
+    table = pq.read_table(out / EMBEDDINGS)
+    target = float(table.schema.metadata[b"target_norm"])
+    return table.column("entity_id")[row].as_py(), faiss_shards.table_vectors(table)[row].copy(), target
+
+
+def entity_count(out: Path) -> int:
+    return pq.read_metadata(out / ENTITIES).num_rows
+
+
+# --- validate ------------------------------------------------------------------------------------------------
+
+
+def test_valid_run_validates(full_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert validate_run(str(full_run)) == []
+    assert main(["validate", "--output", str(full_run)]) == 0
+    assert capsys.readouterr().out == f"valid: {full_run} (stages: {STAGES})\n"
+
+
+def test_only_recorded_stages_are_checked(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stages = manifest.load(str(run))
+    manifest.save(str(run), {name: stages[name] for name in ("parse", "dictionary")})
+    shutil.rmtree(run / "index")  # the index stage is not recorded, so its files are no concern
+    assert main(["validate", "--output", str(run)]) == 0
+    assert capsys.readouterr().out == f"valid: {run} (stages: dictionary, parse)\n"
+
+
+def test_missing_manifest_is_a_problem(tmp_path: Path) -> None:
+    assert validate_run(str(tmp_path)) == [
+        f"manifest.json: missing or empty, no stage has completed under {tmp_path}"]
+
+
+def truncate_articles(out: Path) -> list[str]:
+    size = (out / ARTICLES).stat().st_size
+    with open(out / ARTICLES, "r+b") as handle:
+        handle.truncate(size // 2)
+    return [f"{ARTICLES}: {size // 2} bytes, manifest says {size}"]
+
+
+def flip_shard_bytes(out: Path) -> list[str]:
+    data = bytearray((out / SHARD).read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 8] = bytes(255 - value for value in data[middle:middle + 8])
+    (out / SHARD).write_bytes(bytes(data))
+    return [f"{SHARD}: sha256 differs from the manifest"]
+
+
+def non_finite_embedding(out: Path) -> list[str]:
+    entity_id, vector, _ = embedding_row(out, 3)
+    vector[5] = np.nan
+    rewrite_parquet(out, EMBEDDINGS, lambda table: set_vector(table, 3, vector))
+    return [f"{EMBEDDINGS}: vectors with non-finite values: 1 ({entity_id})"]
+
+
+def wrong_norm_embedding(out: Path) -> list[str]:
+    entity_id, vector, target = embedding_row(out, 7)
+    rewrite_parquet(out, EMBEDDINGS, lambda table: set_vector(table, 7, vector * 1.01))
+    norm = float(np.linalg.norm((vector * 1.01).astype(np.float64)))
+    return [f"{EMBEDDINGS}: L2 norm differs from target_norm {target:.6g}: 1 ({entity_id} (norm {norm:.6g}))"]
+
+
+def change_embedding_ids(out: Path, change: Callable[[np.ndarray], None]) -> None:
+    def rewrite(table: pa.Table) -> pa.Table:
+        ids = table.column("entity_id").to_numpy().copy()
+        change(ids)
+        return table.set_column(0, table.schema.field(0), pa.array(ids, pa.int32()))
+
+    rewrite_parquet(out, EMBEDDINGS, rewrite)
+
+
+def unknown_entity_embedding(out: Path) -> list[str]:
+    unknown = entity_count(out) + 1
+    change_embedding_ids(out, lambda ids: ids.__setitem__(0, unknown))
+    return [f"{EMBEDDINGS}: entity ids not in entities/: 1 ({unknown})"]
+
+
+def repeated_entity_embedding(out: Path) -> list[str]:
+    repeated = pq.read_table(out / EMBEDDINGS).column("entity_id")[0].as_py()
+    change_embedding_ids(out, lambda ids: ids.__setitem__(9, repeated))
+    return [f"{EMBEDDINGS}: repeated entity ids: 1 ({repeated})"]
+
+
+def stray_parquet(out: Path) -> list[str]:
+    stray = "entities/part-00001-of-00002.parquet"
+    shutil.copy(out / ENTITIES, out / stray)
+    return [f"{stray}: not in the manifest (a stale or partial write)"]
+
+
+def unreadable_recorded_parquet(out: Path) -> list[str]:
+    path = out / EMBEDDINGS  # no stage reads entity embeddings, so none becomes stale
+    path.write_bytes(path.read_bytes()[:1000])
+    stages = manifest.load(str(out))
+    stages["embed_entities"].outputs = [
+        replace(item, bytes=1000, sha256=fs.sha256(str(path))) if item.path == EMBEDDINGS else item
+        for item in stages["embed_entities"].outputs]
+    manifest.save(str(out), stages)
+    return [f"{EMBEDDINGS}: not a readable Parquet file"]  # a prefix: pyarrow's own words follow
+
+
+def repeated_passage_id(out: Path) -> list[str]:
+    ids = np.load(out / SHARD_IDS)
+    ids[1] = ids[0]
+    faiss_shards.write_npy(str(out / SHARD_IDS), ids)
+    record(out, SHARD_IDS)
+    return [f"{SHARD_IDS}: 1 repeated passage ids"]
+
+
+def title_differs(out: Path) -> list[str]:
+    entity_id = pq.read_table(out / EMBEDDINGS).column("entity_id")[2].as_py()
+
+    def change(table: pa.Table) -> pa.Table:
+        titles = table.column("title").to_pylist()
+        titles[2] += " (renamed)"
+        return table.set_column(1, table.schema.field(1), pa.array(titles, pa.string()))
+
+    rewrite_parquet(out, EMBEDDINGS, change)
+    return [f"{EMBEDDINGS}: title or qid differs from entities/: 1 ({entity_id})"]
+
+
+def redirects_break_contract(out: Path) -> list[str]:
+    def change(table: pa.Table) -> pa.Table:
+        return table.set_column(1, pa.field("target", pa.large_string()), table.column(1).cast(pa.large_string()))
+
+    rewrite_parquet(out, REDIRECTS, change)
+    # parse's outputs changed after dictionary and mentions read them: both are stale now
+    return ["manifest.json: stage dictionary was built from other parse outputs than the recorded ones: "
+            "rerun dictionary",
+            "manifest.json: stage mentions was built from other parse outputs than the recorded ones: rerun mentions",
+            f"{REDIRECTS}: column target is large_string, the contract says string"]
+
+
+CORRUPTIONS = [truncate_articles, flip_shard_bytes, non_finite_embedding, wrong_norm_embedding,
+               unknown_entity_embedding, repeated_entity_embedding, stray_parquet, unreadable_recorded_parquet,
+               repeated_passage_id, title_differs, redirects_break_contract]
+
+
+@pytest.mark.parametrize("corrupt", CORRUPTIONS, ids=lambda corrupt: corrupt.__name__)
+def test_corruption_is_caught_and_refused(corrupt: Callable[[Path], list[str]], run: Path, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    expected = corrupt(run)
+    problems = validate_run(str(run))
+    if corrupt is unreadable_recorded_parquet:
+        assert len(problems) == 1 and problems[0].startswith(expected[0] + " (")
+        expected = problems
+    assert problems == expected
+
+    assert main(["validate", "--output", str(run)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == [*expected, f"invalid: {run} (stages: {STAGES}): {len(expected)} problem(s)"]
+
+    destination = tmp_path / "published"
+    assert main(["publish", "--output", str(run), "--to", str(destination)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {run} does not validate ({len(expected)} problem(s)):")
+    assert all(problem in err for problem in expected)
+    assert not destination.exists()
+
+
+def test_entity_ids_outside_1_to_n(run: Path) -> None:
+    """Dictionary names pointing past the last entity."""
+    names = "dictionary/names/part-00000-of-00001.parquet"
+    count = entity_count(run)
+
+    def change(table: pa.Table) -> pa.Table:
+        ids = table.column("entity_id").to_numpy().copy()
+        ids[:3] = [0, count + 1, count + 2]
+        return table.set_column(1, table.schema.field(1), pa.array(ids, pa.int32()))
+
+    rewrite_parquet(run, names, change)
+    problems = validate_run(str(run))
+    assert f"{names}: entity ids outside 1..{count}: 3 (0, {count + 1}, {count + 2})" in problems
+    assert all(problem.startswith(("manifest.json: stage", names)) for problem in problems)
+
+
+# --- publish -------------------------------------------------------------------------------------------------
+
+
+def test_publish_copies_everything(run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (run / "report").mkdir()
+    (run / "report" / "index.html").write_text("<html>report</html>")
+    destination = tmp_path / "published"
+    assert main(["publish", "--output", str(run), "--to", str(destination)]) == 0
+    out = capsys.readouterr().out
+
+    listed = sorted(item.path for stage in manifest.load(str(run)).values() for item in stage.outputs)
+    copied = sorted(str(path.relative_to(destination)) for path in destination.rglob("*") if path.is_file())
+    assert copied == sorted([*listed, "report/index.html", "manifest.json"])
+    for relative in copied:
+        assert filecmp.cmp(run / relative, destination / relative, shallow=False), relative
+        assert f"  {relative} (" in out or relative == "manifest.json"
+    data_bytes = sum((run / relative).stat().st_size for relative in copied if relative != "manifest.json")
+    assert out.splitlines()[-2:] == ["  manifest.json (written last)",
+                                     f"published {run} to {destination}: {len(copied)} files, {data_bytes:,} bytes"]
+    assert validate_run(str(destination)) == []
+
+
+def test_publish_writes_the_manifest_last(run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    destination = tmp_path / "published"
+    assert main(["publish", "--output", str(run), "--to", str(destination)]) == 0
+    stale = destination / "entities" / "part-00009-of-00010.parquet"  # left by an earlier publish
+    shutil.copy(destination / ENTITIES, stale)
+    real_copy = publish_module.copy_file
+    copies: list[str] = []
+
+    def watched_copy(source: str, target: str) -> None:
+        assert not (destination / "manifest.json").exists()  # deleted before the first copy
+        copies.append(target)
+        real_copy(source, target)
+
+    monkeypatch.setattr(publish_module, "copy_file", watched_copy)
+    assert main(["publish", "--output", str(run), "--to", str(destination)]) == 0
+    assert len(copies) == sum(len(stage.outputs) for stage in manifest.load(str(run)).values())
+    assert not stale.exists()
+    assert manifest.load(str(destination)) == manifest.load(str(run))
+    assert validate_run(str(destination)) == []
+
+    def failing_copy(source: str, target: str) -> None:
+        if len(copies) == 4:
+            raise OSError("connection reset")
+        watched_copy(source, target)
+
+    copies.clear()
+    monkeypatch.setattr(publish_module, "copy_file", failing_copy)
+    assert main(["publish", "--output", str(run), "--to", str(destination)]) == 2
+    assert "connection reset" in capsys.readouterr().err
+    assert (destination / ARTICLES).exists()  # copying had started (files go in path order) ...
+    assert not (destination / "manifest.json").exists()  # ... but the copy never looks complete
+    assert validate_run(str(destination))[0].startswith("manifest.json: missing")
+
+
+def test_publish_refuses_a_destination_inside_the_run(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["publish", "--output", str(run), "--to", str(run / "published")]) == 2
+    assert capsys.readouterr().err == (f"error: --to {run / 'published'} overlaps --output {run}: "
+                                       "publish to a place outside the run\n")
+
+
+# --- export-kpr ----------------------------------------------------------------------------------------------
+
+
+def test_export_kpr_loads_with_numpy_and_marisa(full_run: Path, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    export = tmp_path / "kpr"
+    for _ in range(2):  # a second export replaces the first
+        assert main(["export-kpr", "--output", str(full_run), "--to", str(export)]) == 0
+    assert sorted(path.name for path in export.iterdir()) == ["entity_embeddings.npy", "entity_linker",
+                                                               "entity_vocab.tsv"]
+    entities = pq.read_table(full_run / ENTITIES).sort_by("entity_id")
+    keys = pc.coalesce(entities.column("qid"), entities.column("title")).to_pylist()
+    count = len(keys)
+
+    vocab = (export / "entity_vocab.tsv").read_text(encoding="utf-8").splitlines()
+    assert vocab == ["[PAD]\t0", *(f"{key}\t{index}" for index, key in enumerate(keys, 1))]
+
+    embeddings = pq.read_table(full_run / EMBEDDINGS)
+    vectors = np.load(export / "entity_embeddings.npy")
+    dim = embeddings.schema.field("embedding").type.list_size
+    assert vectors.dtype == np.float16 and vectors.shape == (count + 1, dim)
+    assert not vectors[0].any()
+    ids = embeddings.column("entity_id").to_numpy()
+    assert np.array_equal(vectors[ids], faiss_shards.table_vectors(embeddings).astype(np.float16))
+
+    trie = marisa_trie.Trie()
+    trie.load(str(export / "entity_linker" / "kb_id.trie"))
+    assert len(trie) == count
+    for line in vocab[1:]:
+        key, index = line.split("\t")
+        assert trie[key] + 1 == int(index)
+
+    linker = full_run / "dictionary" / "linker"
+    assert sorted(path.name for path in (export / "entity_linker").iterdir()) == sorted(
+        path.name for path in linker.iterdir())
+    for path in linker.iterdir():
+        assert (export / "entity_linker" / path.name).read_bytes() == path.read_bytes()
+    assert capsys.readouterr().out.splitlines()[-3:] == [
+        f"  entities: {count:,}", f"  dim: {dim}", "  entities without embeddings (zero rows): 0"]
+
+
+def test_export_zero_rows_for_entities_without_embeddings(run: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    dropped = pq.read_table(run / EMBEDDINGS).column("entity_id").to_pylist()[4:6]
+    rewrite_parquet(run, EMBEDDINGS, lambda table: table.filter(
+        pc.invert(pc.is_in(table.column("entity_id"), pa.array(dropped, pa.int32())))))
+    assert validate_run(str(run)) == []  # an entity without mentions has no embedding: not a problem
+    assert main(["export-kpr", "--output", str(run), "--to", str(tmp_path / "kpr")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "  entities without embeddings (zero rows): 2"
+    vectors = np.load(tmp_path / "kpr" / "entity_embeddings.npy")
+    assert [int(row) for row in np.flatnonzero(~vectors.any(axis=1))] == [0, *sorted(dropped)]
+
+
+def test_export_refuses_a_run_without_entity_embeddings(run: Path, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    stages = manifest.load(str(run))
+    del stages["embed_entities"]
+    manifest.save(str(run), stages)
+    export = tmp_path / "kpr"
+    assert main(["export-kpr", "--output", str(run), "--to", str(export)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {run} has no completed embed_entities stage")
+    assert not export.exists()
+
+
+def test_export_refuses_an_invalid_run(run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    expected = stray_parquet(run)
+    export = tmp_path / "kpr"
+    assert main(["export-kpr", "--output", str(run), "--to", str(export)]) == 2
+    assert capsys.readouterr().err == f"error: {run} does not validate (1 problem(s)):\n  {expected[0]}\n"
+    assert not export.exists()
