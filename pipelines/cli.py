@@ -9,12 +9,14 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from apache_beam.io.filesystems import FileSystems
+
 from artifacts.errors import input_error_message, mentions_input_error
 from pipelines import stage as stage_runner
 from transforms.progress import DEFAULT_INTERVAL_S
 from transforms.progress import LOGGER_NAME as PROGRESS_LOGGER
 
-# command name -> "module:attribute"; a stage object has name/outputs/upstream/run, a command has main().
+# command name -> "module:attribute"; a stage object has name/outputs/upstream()/run, a command has main().
 COMMANDS: dict[str, str] = {
     "parse": "pipelines.parse:STAGE",
     "dictionary": "pipelines.dictionary:STAGE",
@@ -72,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def dispatch(args: argparse.Namespace, beam_args: list[str]) -> int:
     command = load_command(args.command)
+    # Filesystem flags (e.g. --s3_access_key_id) also reach what the driver itself reads and writes under OUT.
+    FileSystems.set_options(stage_runner.beam_pipeline_options(beam_args))
     if hasattr(command, "run"):
         stage_runner.execute(command, args, beam_args, force=args.force)
         return 0

@@ -234,7 +234,9 @@ class DictionaryStage:
 
     name = "dictionary"
     outputs = ("entities", "dictionary")
-    upstream = ("parse",)
+
+    def upstream(self, args: argparse.Namespace) -> tuple[str, ...]:
+        return ("parse",)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         group = parser.add_argument_group("dictionary")

@@ -122,7 +122,9 @@ class EmbedEntitiesStage:
 
     name = "embed_entities"
     outputs = ("entity_embeddings",)
-    upstream = ("dictionary", "mentions")
+
+    def upstream(self, args: argparse.Namespace) -> tuple[str, ...]:
+        return ("dictionary", "mentions")
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         group = parser.add_argument_group("embed-entities")

@@ -280,7 +280,11 @@ class IndexStage:
 
     name = "index"
     outputs = ("index", "passages")
-    upstream = ()
+
+    def upstream(self, args: argparse.Namespace) -> tuple[str, ...]:
+        """Passages cut from the dump read parse's articles; a KPR encoder reads the linker and embeddings."""
+        stages = () if args.corpus else ("parse",)
+        return stages + (("dictionary", "embed_entities") if args.encoder_type == "kpr" else ())
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         add_encoder_arguments(parser)
@@ -300,13 +304,8 @@ class IndexStage:
                 "shards": args.shards, "index_factory": args.index_factory}
 
     def external_inputs(self, args: argparse.Namespace) -> dict[str, str]:
-        inputs = {"corpus": args.corpus} if args.corpus else {
-            "articles": tables.parquet_pattern(args.output, "articles")}
-        inputs.update(model_files({"encoder": args.encoder, "query_encoder": args.query_encoder}))
-        if args.encoder_type == "kpr":
-            inputs["linker"] = fs.join(args.output, "dictionary", "linker", "*")
-            inputs["entity_embeddings"] = tables.parquet_pattern(args.output, "entity_embeddings")
-        return inputs
+        inputs = {"corpus": args.corpus} if args.corpus else {}
+        return {**inputs, **model_files({"encoder": args.encoder, "query_encoder": args.query_encoder})}
 
     def run(self, ctx: StageContext, args: argparse.Namespace) -> dict[str, int]:
         if args.shards < 1:

@@ -93,7 +93,9 @@ class MentionsStage:
 
     name = "mentions"
     outputs = ("mentions",)
-    upstream = ("parse", "dictionary")
+
+    def upstream(self, args: argparse.Namespace) -> tuple[str, ...]:
+        return ("parse", "dictionary")
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         group = parser.add_argument_group("mentions")

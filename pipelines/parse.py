@@ -179,7 +179,9 @@ class ParseStage:
 
     name = "parse"
     outputs = ("articles", "redirects")
-    upstream: tuple[str, ...] = ()
+
+    def upstream(self, args: argparse.Namespace) -> tuple[str, ...]:
+        return ()
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         group = parser.add_argument_group("parse")

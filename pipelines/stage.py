@@ -62,11 +62,14 @@ class StageContext:
 
 
 class Stage(Protocol):
-    """A pipeline stage: reads what ``upstream`` stages wrote under OUT, writes ``outputs``."""
+    """A pipeline stage: reads what its ``upstream`` stages wrote under OUT, writes ``outputs``."""
 
     name: str
     outputs: tuple[str, ...]
-    upstream: tuple[str, ...]
+
+    def upstream(self, args: argparse.Namespace) -> tuple[str, ...]:
+        """The stages whose outputs under OUT this run of the stage reads (fingerprinted by their content)."""
+        ...
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
 
@@ -116,7 +119,7 @@ def input_fingerprints(stage: Stage, args: argparse.Namespace,
     """Fingerprints of everything the stage reads: external files and upstream stages' outputs."""
     inputs = {f"file:{role}": manifest.file_fingerprint(pattern)
               for role, pattern in sorted(stage.external_inputs(args).items()) if pattern}
-    for upstream in stage.upstream:
+    for upstream in stage.upstream(args):
         record = completed.get(upstream)
         if record is None:
             raise InputError(

@@ -204,7 +204,8 @@ def test_unreadable_inputs_are_one_line_errors(tiny_bert, tmp_path, capsys):
         f"error: corpus {tmp_path / 'none.tsv'} not found")
     (tmp_path / "headless.tsv").write_text("1\ttext\ttitle\n")
     assert "is not the DPR header" in error_of([*base, "--corpus", str(tmp_path / "headless.tsv"), *DIRECT], capsys)
-    assert "run `python run_pipeline.py parse` first" in error_of([*base, *DIRECT], capsys)
+    assert "has no completed 'parse' stage, which 'index' reads: run `python run_pipeline.py parse" in error_of(
+        [*base, *DIRECT], capsys)
     assert error_of(["index", "--output", out, *DIRECT], capsys).startswith("error: index needs --encoder")
     (tmp_path / "tiny.tsv").write_text("id\ttext\ttitle\n1\tsome text\tT\n2\tmore text\tU\n")
     assert "IVF lists need at least 64 training vectors" in error_of(
