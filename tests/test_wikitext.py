@@ -129,6 +129,8 @@ def test_prepass_path_equals_full_parse_or_repairs_it():
     On a few real pages the full parse gives up on a construct (a huge table, a <ref> with unbalanced ''),
     leaving raw markup in the text or swallowing the prose after it. There the pre-pass text must carry less raw
     markup, or keep the prose the full parse swallowed (one itwiki sample page is cut mid-<ref> at its source).
+    Since the pre-pass leaves verbatim elements (<math>, <nowiki>...) whole instead of giving up on their pages,
+    more of those broken-down pages take it (27 of 721, each a repair by the rule above).
     """
     pages = identical = 0
     for siteinfo, page in real_pages():
@@ -141,7 +143,7 @@ def test_prepass_path_equals_full_parse_or_repairs_it():
         repaired_markup = remnant_count(fast.text) < remnant_count(full.text)
         kept_swallowed_prose = remnant_count(fast.text) <= 2 and len(fast.text) > len(full.text)
         assert repaired_markup or kept_swallowed_prose, page.title
-    assert identical / pages > 0.97, (identical, pages)
+    assert identical / pages > 0.95, (identical, pages)
 
 
 def test_prepass_cuts_only_what_the_text_drops():
@@ -150,5 +152,12 @@ def test_prepass_cuts_only_what_the_text_drops():
     assert strip_dropped_markup("a{{b|{{c}}}}d<ref name=x/>e<ref>f</ref>g<!-- h -->i\n{|\n|j\n|}\nk") == "adegi\n\nk"
     assert strip_dropped_markup("{{{param}}}") is None
     assert strip_dropped_markup("{{unclosed") is None
-    assert strip_dropped_markup("<nowiki>{{x}}</nowiki>") is None
-    assert strip_dropped_markup("'{{x}}'") is None
+    # verbatim elements stay whole for the full parse; a cut reaching into one, or transclusion tags: unsure
+    assert strip_dropped_markup("<nowiki>{{x}}</nowiki>") == "<nowiki>{{x}}</nowiki>"
+    assert strip_dropped_markup("a{{b}}<math>{{c}}</math>d{{e}}<nowiki/>f") == "a<math>{{c}}</math>d<nowiki/>f"
+    assert strip_dropped_markup("{{a|<math>x</math>}}") is None
+    assert strip_dropped_markup("<math>x") is None
+    assert strip_dropped_markup("<noinclude>x</noinclude>") is None
+    # a cut that would glue markup together stays for the full parse; the others still go
+    assert strip_dropped_markup("'{{x}}'") == "'{{x}}'"
+    assert strip_dropped_markup("a{{b}}c'{{x}}{{y}}'d<!--e-->f") == "ac'{{x}}{{y}}'df"

@@ -8,12 +8,14 @@ page takes the full-parse path unchanged. A test compares both paths on every re
 
 from __future__ import annotations
 
-import itertools
+import bisect
 import re
 
-# Tags whose content is literal or opaque: braces inside them mean nothing, so the scanner would be unsure.
-_VERBATIM = re.compile(r"<\s*(?:nowiki|pre|math|chem|ce|source|syntaxhighlight|code|score|timeline|hiero|graph|"
+# Tags whose content is literal or opaque: braces inside them mean nothing, so the scanner leaves them whole.
+_VERBATIM = re.compile(r"<\s*(nowiki|pre|math|chem|ce|source|syntaxhighlight|code|score|timeline|hiero|graph|"
                        r"includeonly|noinclude|onlyinclude|templatedata|imagemap|poem)\b", re.IGNORECASE)
+# Transclusion control changes what the page's text is at all: such pages take the full parse.
+_TRANSCLUSION = frozenset({"includeonly", "noinclude", "onlyinclude"})
 _START = re.compile(r"\{\{|<ref\b|<!--|(?:(?<=\n)|^)[ \t]*\{\|", re.IGNORECASE)
 _BRACES = re.compile(r"\{\{|\}\}")
 _REF_OPEN_END = re.compile(r"[^<>]*?(/?)>")
@@ -97,25 +99,75 @@ def _end_of(text: str, match: re.Match[str]) -> int:
     return _ref_end(text, match.start())
 
 
-def _glues_markup(kept: list[str]) -> bool:
-    """Whether cutting glued markup characters together, e.g. ``''`` out of ``'{{x}}'``."""
-    return any(before[-1:] in _MARKUP_CHARS and after[:1] in _MARKUP_CHARS and before and after
-               for before, after in itertools.pairwise(kept))
+def _glues_markup(before: str, after: str) -> bool:
+    """Whether cutting what lies between would glue markup characters together, e.g. ``''`` out of ``'{{x}}'``."""
+    return bool(before) and bool(after) and before[-1] in _MARKUP_CHARS and after[0] in _MARKUP_CHARS
+
+
+def _verbatim_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of every top-level verbatim element (``<math>...</math>``, ``<nowiki/>``...), in order."""
+    spans: list[tuple[int, int]] = []
+    position = 0
+    while (match := _VERBATIM.search(text, position)) is not None:
+        name = match.group(1).lower()
+        if name in _TRANSCLUSION:
+            raise Unsure(f"<{name}>")
+        opening_end = text.find(">", match.end())
+        if opening_end < 0:
+            raise Unsure(f"unclosed <{name}")
+        if text[opening_end - 1] == "/":
+            end = opening_end + 1
+        else:
+            closing = re.compile(rf"</\s*{name}\s*>", re.IGNORECASE).search(text, opening_end + 1)
+            if closing is None:
+                raise Unsure(f"<{name}> without </{name}>")
+            end = closing.end()
+        spans.append((match.start(), end))
+        position = end
+    return spans
+
+
+def _span_around(spans: list[tuple[int, int]], starts: list[int], position: int) -> tuple[int, int] | None:
+    """The verbatim span that contains ``position``, if any."""
+    index = bisect.bisect_right(starts, position) - 1
+    return spans[index] if index >= 0 and position < spans[index][1] else None
+
+
+def _join_cuts(kept: list[str], cuts: list[str]) -> str:
+    """``kept[0] cuts[0]? kept[1] ...``: each cut dropped unless dropping it would glue markup together; such a
+    cut stays in place for the full parse to read (only that spot, not the whole page, takes the slow path)."""
+    pieces = [kept[0]]
+    for cut, after in zip(cuts, kept[1:], strict=True):
+        pieces.append(cut if _glues_markup(pieces[-1], after) else "")
+        pieces.append(after)
+    return "".join(pieces)
 
 
 def strip_dropped_markup(wikitext: str) -> str | None:
-    """``wikitext`` without its top-level templates, refs, comments and tables; None when unsure."""
-    if _VERBATIM.search(wikitext):
-        return None
+    """``wikitext`` without its top-level templates, refs, comments and tables; None when unsure. Verbatim
+    elements are left whole (the full parse reads them); a cut that would reach into one makes it unsure."""
     kept: list[str] = []
-    position = 0
+    cuts: list[str] = []  # cuts[i] lies between kept[i] and kept[i + 1]; adjacent cuts are one
+    position = search_from = 0  # end of the last cut; where the next cut may start
     try:
-        while (match := _START.search(wikitext, position)) is not None:
+        spans = _verbatim_spans(wikitext)
+        starts = [start for start, _ in spans]
+        while (match := _START.search(wikitext, search_from)) is not None:
+            span = _span_around(spans, starts, match.start())
+            if span is not None:
+                search_from = span[1]
+                continue
             start = match.start() + len(match.group(0)) - len(match.group(0).lstrip(" \t"))
+            end = _end_of(wikitext, match)
+            if bisect.bisect_left(starts, start) != bisect.bisect_left(starts, end):
+                raise Unsure("a cut would reach into a verbatim element")
             if start > position or not kept:
                 kept.append(wikitext[position:start])
-            position = _end_of(wikitext, match)
+                cuts.append(wikitext[start:end])
+            else:
+                cuts[-1] += wikitext[start:end]
+            position = search_from = end
     except Unsure:
         return None
     kept.append(wikitext[position:])
-    return None if _glues_markup(kept) else "".join(kept)
+    return _join_cuts(kept, cuts)
