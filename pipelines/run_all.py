@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass
 
 from artifacts.errors import InputError
+from artifacts.report import write_report
+from artifacts.validation import validate_run
 from pipelines import dictionary, embed_entities, index, mentions, parse
 from pipelines import stage as stage_runner
 from pipelines.cli import add_progress_argument
@@ -84,6 +86,18 @@ def format_timings(timings: list[StageTiming]) -> str:
     return "\n".join(lines)
 
 
+def validate_and_report(args: argparse.Namespace) -> int:
+    """Validate the finished run (exit 1 with the problems), then write its report unless --no-report."""
+    problems = validate_run(args.output)
+    if problems:
+        print(f"{args.output} does not validate:", *problems, sep="\n  ", file=sys.stderr)
+        return 1
+    print(f"[validate] {args.output}: every artifact matches the manifest and its schema", file=sys.stderr)
+    if not args.no_report:
+        print(f"[report] {write_report(args.output)}", file=sys.stderr)
+    return 0
+
+
 class RunAllCommand:
     """Run every stage (parse -> dictionary -> mentions -> embed-entities -> index), then validate and report."""
 
@@ -101,21 +115,6 @@ class RunAllCommand:
         timings = run_stages(args, beam_args)
         print(format_timings(timings), file=sys.stderr)
         return validate_and_report(args)
-
-
-def validate_and_report(args: argparse.Namespace) -> int:
-    from artifacts.validation import validate_run
-
-    problems = validate_run(args.output)
-    if problems:
-        print(f"{args.output} does not validate:", *problems, sep="\n  ", file=sys.stderr)
-        return 1
-    print(f"[validate] {args.output}: every artifact matches the manifest and its schema", file=sys.stderr)
-    if not args.no_report:
-        from artifacts.report import write_report
-
-        print(f"[report] {write_report(args.output)}", file=sys.stderr)
-    return 0
 
 
 COMMAND = RunAllCommand()

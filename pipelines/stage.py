@@ -121,16 +121,17 @@ def input_fingerprints(stage: Stage, args: argparse.Namespace,
               for role, pattern in sorted(stage.external_inputs(args).items()) if pattern}
     for upstream in stage.upstream(args):
         record = completed.get(upstream)
+        command = upstream.replace("_", "-")  # the stage's command-line name
         if record is None:
             raise InputError(
                 f"{args.output} has no completed '{upstream}' stage, which '{stage.name}' reads: "
-                f"run `python run_pipeline.py {upstream} --output {args.output} ...` first"
+                f"run `python run_pipeline.py {command} --output {args.output} ...` first"
             )
         problems = manifest.missing_or_changed(args.output, record)
         if problems:
             raise InputError(
                 f"the outputs of '{upstream}' under {args.output} changed after it ran ({problems[0]}): rerun "
-                f"`python run_pipeline.py {upstream} --output {args.output} --force ...` first"
+                f"`python run_pipeline.py {command} --output {args.output} --force ...` first"
             )
         inputs[f"stage:{upstream}"] = record.outputs_digest()
     return inputs

@@ -264,3 +264,15 @@ def test_log_progress_passes_elements_through_and_logs(caplog):
     lines = [record.getMessage() for record in caplog.records if record.name == LOGGER_NAME]
     assert lines and all(line.startswith("[parse] ") and " pages in " in line for line in lines)
     assert lines[-1].startswith("[parse] 5 pages in ")
+
+
+@pytest.mark.usefixtures("shared_data")
+def test_a_stage_whose_inputs_vanished_names_the_stage_to_rerun(full_run, tiny_bert, tmp_path, capsys):
+    output = tmp_path / "out"
+    shutil.copytree(full_run, output)
+    shutil.rmtree(output / "entity_embeddings")
+    argv = ["index", "--output", str(output), "--encoder", str(tiny_bert), "--encoder-type", "kpr", *DIRECT]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the outputs of 'embed_entities' under ") and "missing" in err
+    assert f"rerun `python run_pipeline.py embed-entities --output {output} --force ...` first" in err
