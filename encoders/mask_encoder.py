@@ -14,7 +14,14 @@ from apache_beam.ml.inference.base import ModelHandler, PredictionResult
 
 from artifacts.errors import InputError
 from encoders.batching import token_budget_batches
-from encoders.models import ModelSpec, check_model_spec, load_encoder, load_tokenizer, model_config
+from encoders.models import (
+    ModelSpec,
+    check_model_spec,
+    load_encoder,
+    load_tokenizer,
+    model_config,
+    usable_positions,
+)
 
 
 @dataclass(frozen=True)
@@ -143,9 +150,7 @@ def check_mask_model(spec: ModelSpec, layer: int = -1, max_seq_length: int | Non
         raise InputError(f"--layer {layer}: {spec.name_or_path} has {layers} layers "
                          f"(hidden states {-(layers + 1)}..{layers}; -1 is the last layer)")
     if max_seq_length is not None:
-        # RoBERTa-style models start their positions after the padding index: two fewer usable positions
-        offset = 2 if "roberta" in config.model_type or config.model_type == "camembert" else 0
-        limit = config.max_position_embeddings - offset
+        limit = usable_positions(spec)
         if not 3 <= max_seq_length <= limit:
             raise InputError(f"--max-seq-length {max_seq_length}: {spec.name_or_path} takes 3 to {limit} tokens "
                              "([CLS], [MASK], [SEP] and the context)")

@@ -104,6 +104,20 @@ def model_config(spec: ModelSpec):
         raise InputError(f"cannot read the model config of {spec.name_or_path}: {_first_line(error)}") from error
 
 
+def usable_positions(spec: ModelSpec) -> int:
+    """Tokens one input may have: the position embeddings, less the two that RoBERTa-style models skip (their
+    positions start after the padding index). Read from config.json alone, so custom model types (KPR) work."""
+    from transformers import PretrainedConfig
+
+    try:
+        config, _ = PretrainedConfig.get_config_dict(os.path.expanduser(str(spec.name_or_path)))
+    except (OSError, ValueError) as error:
+        raise InputError(f"cannot read the model config of {spec.name_or_path}: {_first_line(error)}") from error
+    model_type = str(config.get("model_type", ""))
+    offset = 2 if "roberta" in model_type or model_type == "camembert" else 0
+    return int(config.get("max_position_embeddings", 512)) - offset
+
+
 def hidden_size(spec: ModelSpec) -> int:
     return int(model_config(spec).hidden_size)
 

@@ -26,7 +26,14 @@ from apache_beam.ml.inference.base import ModelHandler, PredictionResult
 
 from artifacts.errors import InputError
 from encoders.batching import token_budget_batches
-from encoders.models import DTYPES, ModelSpec, check_model_spec, load_encoder, load_tokenizer
+from encoders.models import (
+    DTYPES,
+    ModelSpec,
+    check_model_spec,
+    load_encoder,
+    load_tokenizer,
+    usable_positions,
+)
 from transforms.passages import Passage
 
 KINDS = ("dpr", "bge", "mean", "kpr")
@@ -107,6 +114,10 @@ def check_encoder_options(options: EncoderOptions) -> None:
         raise InputError(f"--batch-tokens must be at least 1, got {options.batch_tokens}")
     for role in ("passage", "query"):
         check_model_spec(options.spec(role))
+        limit = usable_positions(options.spec(role))
+        if options.max_length > limit:
+            raise InputError(f"--max-length {options.max_length}: {options.spec(role).name_or_path} takes at most "
+                             f"{limit} tokens")
     if options.kind == "kpr":
         from encoders.kpr import check_kpr_options
 

@@ -64,3 +64,13 @@ def test_a_batch_token_budget_below_one_is_refused_on_the_driver(tiny_bert):
         MaskEncoderHandler(ModelSpec(str(tiny_bert)), max_tokens=0)
     with pytest.raises(InputError, match="--batch-tokens must be at least 1, got 0"):
         check_encoder_options(EncoderOptions("mean", str(tiny_bert), batch_tokens=0))
+
+
+def test_a_passage_length_beyond_the_position_embeddings_is_refused_on_the_driver(tiny_bert, tmp_path, capsys):
+    check_encoder_options(EncoderOptions("mean", str(tiny_bert), max_length=512))
+    with pytest.raises(InputError, match=r"--max-length 513: .* takes at most 512 tokens"):
+        check_encoder_options(EncoderOptions("mean", str(tiny_bert), max_length=513))
+    argv = ["index", "--output", str(tmp_path), "--encoder", str(tiny_bert), "--max-length", "1024",
+            "--corpus", str(tmp_path / "any.tsv"), "--runner=DirectRunner"]
+    assert main(argv) == 2
+    assert "--max-length 1024" in capsys.readouterr().err
