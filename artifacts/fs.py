@@ -92,6 +92,11 @@ def mkdirs(directory: str) -> None:
         FileSystems.mkdirs(directory)
 
 
+def ensure_parent(path: str) -> None:
+    """Create the directory of ``path`` where the filesystem has directories."""
+    mkdirs(path.rsplit("/", 1)[0])
+
+
 def relative(path: str, base: str) -> str:
     """``path`` relative to ``base`` with forward slashes."""
     prefix = base.rstrip("/") + "/"

@@ -27,7 +27,7 @@ from apache_beam.io.filesystems import FileSystems
 from artifacts import faiss_shards, fs, manifest, tables
 from artifacts.errors import InputError
 from artifacts.linker import EntityLinker
-from artifacts.publish import copy_file, ensure_parent, is_local
+from artifacts.publish import copy_file, is_local
 from artifacts.validation import describe_problems, parquet_footer, validate_run
 
 VOCAB_FILE = "entity_vocab.tsv"
@@ -120,7 +120,7 @@ def local_file(path: str) -> Iterator[str]:
     """A local path to write ``path`` through: ``path`` itself on a local disk, else a temporary file that is
     uploaded when the block ends (the array is memory-mapped: 7M x 768 float16 is 11 GB)."""
     if is_local(path):
-        ensure_parent(path)
+        fs.ensure_parent(path)
         yield path
         return
     with tempfile.TemporaryDirectory(prefix="kpr-export-") as local:
@@ -167,5 +167,5 @@ def move_into_place(staging: str, directory: str) -> None:
     staged = sorted(fs.list_tree(staging), key=lambda path: fs.relative(path, staging) == VOCAB_FILE)
     for source in staged:
         target = fs.join(directory, fs.relative(source, staging))
-        ensure_parent(target)
+        fs.ensure_parent(target)
         FileSystems.rename([source], [target])

@@ -41,14 +41,9 @@ def is_local(path: str) -> bool:
     return FileSystems.get_scheme(path) is None
 
 
-def ensure_parent(path: str) -> None:
-    """Create the directory of ``path`` where the filesystem has directories."""
-    fs.mkdirs(path.rsplit("/", 1)[0])
-
-
 def copy_file(source: str, destination: str) -> None:
     """Copy one file between any two Beam filesystems (``FileSystems.copy`` only works within one)."""
-    ensure_parent(destination)
+    fs.ensure_parent(destination)
     if FileSystems.get_scheme(source) == FileSystems.get_scheme(destination):
         FileSystems.copy([source], [destination])
         return

@@ -157,7 +157,7 @@ def commit(ctx: StageContext, stage: Stage, record: manifest.StageRecord) -> man
         fs.delete_tree(ctx.final(artifact))
         for source in fs.list_tree(ctx.staged(artifact)):
             destination = fs.join(ctx.final(artifact), fs.relative(source, ctx.staged(artifact)))
-            fs.mkdirs(destination.rsplit("/", 1)[0])
+            fs.ensure_parent(destination)
             FileSystems.rename([source], [destination])
     record.outputs = manifest.describe_outputs(ctx.output, artifacts)
     completed = manifest.load(ctx.output)
