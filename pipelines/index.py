@@ -35,10 +35,14 @@ from encoders.retrievers import (
 )
 from pipelines.stage import StageContext, run_beam
 from transforms.dead_letters import WriteDeadLetters, count, dead_letter
+from transforms.dump_io import matching_files
 from transforms.passages import (
+    DUPLICATE_KEEPS,
+    MAX_REPORTED_CHARS,
     BadRow,
     Passage,
     article_passages,
+    decode_corpus_line,
     header_columns,
     parse_dpr_row,
     pick_duplicate,
@@ -88,13 +92,34 @@ def encoder_options(args: argparse.Namespace) -> EncoderOptions:
 # --- element functions ---------------------------------------------------------------------------------------
 
 
-def parsed_row(source: str, line: str, columns: tuple[int, int, int] = (0, 1, 2)) -> Iterator[Any]:
+def corpus_lines(path: str) -> Iterator[tuple[str, int, bytes]]:
+    """The lines after the header of one corpus file as bytes, with their line numbers. One worker reads a file
+    from its start, so that dead letters and the duplicate rule know each row's file and line."""
+    with FileSystems.open(path, compression_type=CompressionTypes.AUTO) as handle:
+        handle.readline()
+        number = 1
+        while raw := handle.readline():
+            number += 1
+            yield path, number, raw
+
+
+def parsed_row(source: str, number: int, raw: bytes, columns: tuple[int, int, int] = (0, 1, 2)) -> Iterator[Any]:
+    """One corpus line -> ((file, line), Passage), or a dead letter naming the file and line."""
+    where = {"source": source, "line_number": number}
+    try:
+        line, had_nul = decode_corpus_line(raw)
+    except UnicodeDecodeError as error:
+        yield dead_letter("invalid_utf8", f"not UTF-8 at byte {error.start}: {error.reason}", **where,
+                          line=raw.rstrip(b"\r\n")[:MAX_REPORTED_CHARS].decode("utf-8", errors="replace"))
+        return
+    if had_nul:
+        count("passages_with_nul_bytes")  # cleaned, not dropped: the NULs are removed from the row
     row = parse_dpr_row(line, columns)
     if isinstance(row, BadRow):
-        yield dead_letter(row.reason, row.detail, source=source, line=row.line)
+        yield dead_letter(row.reason, row.detail, **where, line=row.line)
         return
     count("passages_read")
-    yield row
+    yield (source, number), row
 
 
 def cut_article(article: dict[str, Any], words_per_passage: int) -> Iterator[Any]:
@@ -107,14 +132,17 @@ def cut_article(article: dict[str, Any], words_per_passage: int) -> Iterator[Any
                           page_id=article["page_id"], title=article["title"])
     passages = article_passages(article["page_id"], article["title"], text, words_per_passage)
     count("passages_read", len(passages))
-    yield from passages
+    for passage in passages:  # ids are unique by construction: the position only matches the corpus rows'
+        yield ("", 0), passage
 
 
-def unique_passage(passage_id: int, passages: list[Passage]) -> Iterator[Any]:
-    kept, others = pick_duplicate(list(passages))
-    for other in others:
-        yield dead_letter("duplicate_ids", "another row has this id (the one with the smallest text is kept)",
-                          passage_id=passage_id, title=other.title, text=other.text[:300])
+def unique_passage(passage_id: int, rows: list[tuple[tuple[str, int], Passage]], keep: str = "first"
+                   ) -> Iterator[Any]:
+    ((kept_source, kept_line), kept), others = pick_duplicate(list(rows), keep)
+    for (source, number), other in others:
+        yield dead_letter("duplicate_ids", f"line {kept_line} of {kept_source} has this id (the {keep} row is kept)",
+                          passage_id=passage_id, source=source, line_number=number, title=other.title,
+                          text=other.text[:MAX_REPORTED_CHARS])
     yield kept
 
 
@@ -157,18 +185,23 @@ class WriteVectorTables(beam.PTransform):
 
 class ReadPassages(beam.PTransform):
     """The corpus (DPR TSV files, or articles cut into passages) as unique passages; tagged ``dead_letter``:
-    malformed rows and duplicate ids."""
+    malformed rows (invalid UTF-8 included) and duplicate ids, each with its file and line. Of rows sharing an
+    id, the first in file and line order is kept (``keep="last"``: the last)."""
 
     def __init__(self, corpus: str | None, columns: tuple[int, int, int] | None, output: str,
-                 words_per_passage: int) -> None:
+                 words_per_passage: int, keep: str = "first") -> None:
         super().__init__()
         self._corpus, self._columns = corpus, columns
-        self._output, self._words = output, words_per_passage
+        self._output, self._words, self._keep = output, words_per_passage, keep
 
     def expand(self, pipeline: beam.Pipeline) -> tuple[beam.PCollection, beam.PCollection]:
         if self._columns is not None:
             rows = (pipeline
-                    | "ReadCorpus" >> beam.io.ReadFromTextWithFilename(self._corpus, skip_header_lines=1)
+                    | "CorpusPattern" >> beam.Create([self._corpus])
+                    | "CorpusFiles" >> beam.FlatMap(matching_files)
+                    | "SpreadFiles" >> beam.Reshuffle()
+                    | "ReadCorpus" >> beam.FlatMap(corpus_lines)
+                    | "SpreadLines" >> beam.Reshuffle()
                     | "ParseRows" >> beam.FlatMapTuple(parsed_row, self._columns).with_outputs(
                         "dead_letter", main="passages"))
         else:
@@ -178,9 +211,9 @@ class ReadPassages(beam.PTransform):
                     | "CutPassages" >> beam.FlatMap(cut_article, self._words).with_outputs(
                         "dead_letter", main="passages"))
         unique = (rows.passages
-                  | "ById" >> beam.Map(lambda passage: (passage.passage_id, passage))
+                  | "ById" >> beam.MapTuple(lambda position, passage: (passage.passage_id, (position, passage)))
                   | "GroupById" >> beam.GroupByKey()
-                  | "DropDuplicateIds" >> beam.FlatMapTuple(unique_passage).with_outputs(
+                  | "DropDuplicateIds" >> beam.FlatMapTuple(unique_passage, self._keep).with_outputs(
                       "dead_letter", main="passages"))
         dead = (rows.dead_letter, unique.dead_letter) | "DeadLetters" >> beam.Flatten()
         return unique.passages, dead
@@ -292,6 +325,9 @@ class IndexStage:
         group.add_argument("--corpus", help="DPR passage file(s) (psgs_w100.tsv; a path or glob, .gz allowed); "
                            "default: passages cut from OUT/articles")
         group.add_argument("--words-per-passage", type=int, default=100, help="without --corpus: words per passage")
+        group.add_argument("--on-duplicate-id", choices=DUPLICATE_KEEPS, default="first",
+                           help="of corpus rows sharing an id, keep the first or the last (file and line order); "
+                           "the others are dead-lettered")
         group.add_argument("--shards", type=int, default=1, help="FAISS shards (passages hashed by id)")
         group.add_argument("--index-factory", help="FAISS factory string (default: chosen by corpus size)")
         group.add_argument("--no-faiss-gpu", action="store_true", help="train and add on the CPU even with a GPU")
@@ -301,7 +337,7 @@ class IndexStage:
         for runtime in ("device", "batch_tokens", "linker", "entity_embeddings"):
             encoder.pop(runtime)
         return {"encoder": encoder, "corpus": args.corpus, "words_per_passage": args.words_per_passage,
-                "shards": args.shards, "index_factory": args.index_factory}
+                "on_duplicate_id": args.on_duplicate_id, "shards": args.shards, "index_factory": args.index_factory}
 
     def external_inputs(self, args: argparse.Namespace) -> dict[str, str]:
         inputs = {"corpus": args.corpus} if args.corpus else {}
@@ -328,7 +364,7 @@ class IndexStage:
                 options: EncoderOptions, dim: int, columns: tuple[int, int, int] | None) -> None:
         index_dir = ctx.staged("index")
         passages, dead = pipeline | "ReadPassages" >> ReadPassages(args.corpus, columns, args.output,
-                                                                   args.words_per_passage)
+                                                                   args.words_per_passage, args.on_duplicate_id)
         if columns is None:
             _ = (passages | "PassageRows" >> beam.Map(Passage.to_row)
                  | "WritePassages" >> beam.io.WriteToParquet(

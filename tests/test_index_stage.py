@@ -101,13 +101,17 @@ def test_a_second_run_with_the_same_inputs_is_skipped(minilm_index, minilm_path,
 
 
 def write_bad_corpus(path: Path) -> list[Passage]:
-    """20 real rows, then broken rows, a duplicate id with another text and an exact duplicate."""
+    """20 real rows, then broken rows, a later row with the id of row 1 and another text, an exact duplicate of
+    row 2, a row of invalid UTF-8 (line 19) and NUL bytes in a good row (line 20)."""
     lines = SUBSET.read_text(encoding="utf-8").splitlines()
     good = lines[1:21]
     broken = ['99\t"unclosed quote\tT', "98\tonly two", "x97\ttext\tT", "96\t \tT", "95\ta\tb\tc"]
     first = real_rows()[0]
     duplicates = [f"{first.passage_id}\tAnother text for the same id\tOther", lines[2]]
-    path.write_text("\n".join([lines[0], *good[:10], *broken, *duplicates, *good[10:]]) + "\n", encoding="utf-8")
+    with_nul = good[10].replace("\t", "\t\x00", 1).replace(" ", "\x00 ", 1)
+    encoded = [line.encode() for line in [lines[0], *good[:10], *broken, *duplicates]]
+    rest = [line.encode() for line in [with_nul, *good[11:]]]
+    path.write_bytes(b"\n".join([*encoded, b"94\tcaf\xe9 au lait\tCaf\xe9", *rest]) + b"\n")
     return real_rows()[:20]
 
 
@@ -130,20 +134,41 @@ def test_bad_rows_and_duplicates_are_counted_and_dead_lettered(bad_corpus_runs):
     output = bad_corpus_runs["two"]
     good = real_rows()[:20]
     counters = manifest.load(str(output))["index"].counters
-    assert {name: counters.get(name) for name in ("passages_read", "bad_quoting", "wrong_column_count", "bad_ids",
-                                                   "empty_texts", "duplicate_ids", "passages_encoded")} == {
+    assert {name: counters.get(name) for name in (
+        "passages_read", "bad_quoting", "wrong_column_count", "bad_ids", "empty_texts", "duplicate_ids",
+        "invalid_utf8", "passages_with_nul_bytes", "passages_encoded")} == {
         "passages_read": 22, "bad_quoting": 1, "wrong_column_count": 2, "bad_ids": 1, "empty_texts": 1,
-        "duplicate_ids": 2, "passages_encoded": 20}
+        "duplicate_ids": 2, "invalid_utf8": 1, "passages_with_nul_bytes": 1, "passages_encoded": 20}
     letters = [json.loads(line) for path in (output / "errors" / "index").glob("*.jsonl")
                for line in path.read_text().splitlines()]
     assert Counter(letter["kind"] for letter in letters) == {"bad_quoting": 1, "wrong_column_count": 2,
-                                                             "bad_ids": 1, "empty_texts": 1, "duplicate_ids": 2}
+                                                             "bad_ids": 1, "empty_texts": 1, "duplicate_ids": 2,
+                                                             "invalid_utf8": 1}
+    corpus = str(output.parent / "bad.tsv")
+    assert {(letter["kind"], letter["source"], letter["line_number"]) for letter in letters} == {
+        ("bad_quoting", corpus, 12), ("wrong_column_count", corpus, 13), ("bad_ids", corpus, 14),
+        ("empty_texts", corpus, 15), ("wrong_column_count", corpus, 16), ("duplicate_ids", corpus, 17),
+        ("duplicate_ids", corpus, 18), ("invalid_utf8", corpus, 19)}
     assert {letter["line"] for letter in letters if letter["kind"] == "wrong_column_count"} == {
         "98\tonly two", "95\ta\tb\tc"}
+    assert [letter["line"] for letter in letters if letter["kind"] == "invalid_utf8"] == [
+        "94\tcaf\ufffd au lait\tCaf\ufffd"]
+    assert {letter["reason"] for letter in letters if letter["kind"] == "duplicate_ids"} == {
+        f"line 2 of {corpus} has this id (the first row is kept)",
+        f"line 3 of {corpus} has this id (the first row is kept)"}
     rows = stored_rows(output)
-    expected = {passage.passage_id: (passage.title, passage.text) for passage in good}
-    expected[good[0].passage_id] = ("Other", "Another text for the same id")  # the smaller text is kept
+    expected = {passage.passage_id: (passage.title, passage.text) for passage in good}  # NULs cleaned, firsts kept
     assert {pid: (row["title"], row["text"]) for pid, row in rows.items()} == expected
+
+
+def test_on_duplicate_id_last_keeps_the_later_row(tiny_bert, tmp_path):
+    write_bad_corpus(tmp_path / "bad.tsv")
+    output = tmp_path / "out"
+    assert main(["index", "--output", str(output), "--encoder", str(tiny_bert), "--corpus", str(tmp_path / "bad.tsv"),
+                 "--on-duplicate-id", "last", *DIRECT]) == 0
+    first = real_rows()[0]
+    assert (stored_rows(output)[first.passage_id]["text"], stored_rows(output)[first.passage_id]["title"]) == (
+        "Another text for the same id", "Other")
 
 
 def test_one_and_two_workers_store_the_same_rows(bad_corpus_runs):

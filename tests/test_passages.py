@@ -12,6 +12,7 @@ from transforms.passages import (
     BadRow,
     Passage,
     article_passages,
+    decode_corpus_line,
     format_dpr_row,
     header_columns,
     parse_dpr_row,
@@ -95,12 +96,28 @@ def test_articles_are_cut_into_word_chunks_with_stable_ids():
     assert not too_many_chunks("a b", 1) and too_many_chunks("a " * (PASSAGES_PER_PAGE + 1), 1)
 
 
-def test_duplicates_keep_the_same_row_whatever_the_order():
-    rows = [Passage(5, "B", "second"), Passage(5, "A", "first"), Passage(5, "C", "first")]
+def test_duplicates_keep_the_first_row_in_file_and_line_order_whatever_the_read_order():
+    rows = [(("b.tsv", 2), Passage(5, "B", "a")), (("a.tsv", 9), Passage(5, "A", "z")),
+            (("a.tsv", 10), Passage(5, "C", "b"))]
     for order in (rows, rows[::-1], rows[1:] + rows[:1]):
-        kept, others = pick_duplicate(order)
-        assert kept == Passage(5, "A", "first")
-        assert sorted(others, key=repr) == sorted([rows[0], rows[2]], key=repr)
+        assert pick_duplicate(order) == (rows[1], [rows[2], rows[0]])
+        assert pick_duplicate(order, "last") == (rows[0], [rows[2], rows[1]])
+    with pytest.raises(ValueError, match="keep must be one of"):
+        pick_duplicate(rows, "smallest")
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    (b"1\ttext\tT\n", ("1\ttext\tT\n", False)),
+    (b"1\tte\x00xt\x00\tT\n", ("1\ttext\tT\n", True)),
+    ("1\tcaf\u00e9\tT".encode(), ("1\tcaf\u00e9\tT", False)),
+])
+def test_corpus_lines_are_decoded_without_nul_bytes(raw, expected):
+    assert decode_corpus_line(raw) == expected
+
+
+def test_a_corpus_line_that_is_not_utf8_raises():
+    with pytest.raises(UnicodeDecodeError):
+        decode_corpus_line(b"1\tcaf\xe9\tT\n")
 
 
 @pytest.mark.usefixtures("shared_data")

@@ -112,11 +112,26 @@ def too_many_chunks(text: str, words_per_passage: int) -> bool:
     return len(text.split()) > PASSAGES_PER_PAGE * words_per_passage
 
 
-def pick_duplicate(passages: Sequence[Passage]) -> tuple[Passage, list[Passage]]:
-    """Of rows sharing one id: the one kept (smallest (text, title): the same whatever the read order) and
-    the others."""
-    ordered = sorted(passages, key=lambda passage: (passage.text, passage.title))
+DUPLICATE_KEEPS = ("first", "last")
+
+
+def pick_duplicate(rows: Sequence[tuple[tuple[str, int], Passage]], keep: str = "first"
+                   ) -> tuple[tuple[tuple[str, int], Passage], list[tuple[tuple[str, int], Passage]]]:
+    """Of rows sharing one id, each with its (file, line) position: the one kept (the first or last in file and
+    line order, the same whatever the read order) and the others, in that order."""
+    if keep not in DUPLICATE_KEEPS:
+        raise ValueError(f"keep must be one of {DUPLICATE_KEEPS}, got {keep!r}")
+    ordered = sorted(rows, key=lambda row: (row[0], row[1].text, row[1].title))
+    if keep == "last":
+        ordered.reverse()
     return ordered[0], ordered[1:]
+
+
+def decode_corpus_line(raw: bytes) -> tuple[str, bool]:
+    """A corpus line as text without NUL bytes (which no tokenizer or reader downstream expects), and whether
+    it had any; UnicodeDecodeError if it is not UTF-8."""
+    line = raw.decode("utf-8")
+    return (line.replace("\x00", ""), True) if "\x00" in line else (line, False)
 
 
 def shard_of(passage_id: int, shards: int) -> int:

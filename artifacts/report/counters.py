@@ -25,6 +25,7 @@ _ERRORS: dict[str, str] = {
     "wrong_column_count": "passage lines without 3 columns",
     "bad_ids": "passage lines whose id is not a non-negative integer",
     "empty_texts": "passages with empty text",
+    "invalid_utf8": "passage lines that are not UTF-8",
     "too_long_articles": "articles with more words than passage ids per page allow",
 }
 
@@ -48,7 +49,8 @@ _DROPPED: dict[str, str] = {
     "sampled_pages_missing": "sampled mentions whose source page was not found",
     "entities_without_mentions": "entities without any mention to embed",
     "articles_without_text": "articles without text to cut into passages",
-    "duplicate_ids": "passages whose id was seen before (the smallest text is kept)",
+    "duplicate_ids": "passages whose id an earlier row has (the first row is kept, or the last with "
+                     "--on-duplicate-id last)",
 }
 
 _PROCESSED: dict[str, str] = {
@@ -69,6 +71,7 @@ _PROCESSED: dict[str, str] = {
     "mentions_embedded": "mentions embedded",
     "entities_embedded": "entities embedded",
     "passages_read": "passages read",
+    "passages_with_nul_bytes": "passages whose NUL bytes were removed",
     "passages_encoded": "passages encoded",
     "passages_indexed": "passages in the index",
     "shards_built": "index shards built",
