@@ -39,6 +39,8 @@ from transforms.passages import Passage
 KINDS = ("dpr", "bge", "mean", "kpr")
 SIMILARITIES = ("dot", "cosine")
 TITLE_MODES = ("pair", "join", "none")
+_CLS_KINDS = ("dpr", "bge")  # the passage vector is the [CLS] output
+_PLAIN_TEXT = "Aaron is a prophet, high priest, and the elder brother of Moses."
 BGE_QUERY_PREFIX = "Represent this sentence for searching relevant passages: "
 _DEFAULTS = {  # kind -> (similarity, title mode, query prefix)
     "dpr": ("dot", "pair", ""),
@@ -122,6 +124,35 @@ def check_encoder_options(options: EncoderOptions) -> None:
         from encoders.kpr import check_kpr_options
 
         check_kpr_options(options)
+        return
+    for path in dict.fromkeys((options.spec("passage").name_or_path, options.spec("query").name_or_path)):
+        check_tokenizer(path, options.kind)
+
+
+def check_tokenizer(name_or_path: str, kind: str) -> None:
+    """Fail before any work starts: a tokenizer that yields no token for plain English text (every input would
+    be empty), or, for kinds whose vector is the [CLS] output, one without [CLS] and [SEP] (a GPT-style model)."""
+    tokenizer = load_tokenizer(name_or_path)
+    if not tokenizer(_PLAIN_TEXT, add_special_tokens=False)["input_ids"]:
+        raise InputError(f"the tokenizer of {name_or_path} yields no tokens for plain text ({_PLAIN_TEXT!r}): "
+                         "it cannot encode passages")
+    missing = [name for name, token in (("[CLS]", tokenizer.cls_token_id), ("[SEP]", tokenizer.sep_token_id))
+               if token is None]
+    if kind in _CLS_KINDS and missing:
+        raise InputError(f"--encoder-type {kind} needs a BERT-style model ([CLS] title [SEP] text [SEP], the [CLS] "
+                         f"vector): the tokenizer of {name_or_path} ({_model_type(name_or_path)}) has no "
+                         f"{' or '.join(missing)}; try --encoder-type mean")
+
+
+def _model_type(name_or_path: str) -> str:
+    """The model_type of config.json, for messages (``unknown`` when it cannot be read)."""
+    from transformers import PretrainedConfig
+
+    try:
+        config, _ = PretrainedConfig.get_config_dict(os.path.expanduser(str(name_or_path)))
+    except (OSError, ValueError):
+        return "model type unknown"
+    return f"model type {config.get('model_type', 'unknown')}"
 
 
 def passage_segments(passages: Sequence[Passage], title_mode: str,

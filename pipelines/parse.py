@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -13,7 +14,7 @@ from artifacts.errors import InputError
 from pipelines.stage import StageContext, run_beam
 from transforms.dead_letters import WriteDeadLetters, count, dead_letter
 from transforms.dump_io import ReadDumpPages, ReadSqlRows
-from transforms.dump_reader import RawPage, SiteInfo, find_multistream_index, read_siteinfo
+from transforms.dump_reader import RawPage, SiteInfo, find_multistream_index, looks_multistream, read_siteinfo
 from transforms.link_resolution import ResolveLinks, apply_resolution
 from transforms.namespaces import ARTICLE
 from transforms.redirects import ResolveRedirects
@@ -171,6 +172,9 @@ def index_paths_for(args: argparse.Namespace) -> dict[str, str]:
             raise InputError(f"--dump-index names {len(args.dump_index)} files for {len(args.dump)} dumps")
         return dict(zip(args.dump, args.dump_index, strict=True))
     found = {dump: find_multistream_index(dump) for dump in args.dump}
+    for dump in [dump for dump, index in found.items() if not index and looks_multistream(dump)]:
+        print(f"warning: {dump}: multistream dump without its index beside it: read as one stream by one worker "
+              "(no parallel read); name the index with --dump-index FILE", file=sys.stderr)
     return {dump: index for dump, index in found.items() if index}
 
 
@@ -216,7 +220,8 @@ class ParseStage:
 
     def run(self, ctx: StageContext, args: argparse.Namespace) -> dict[str, int]:
         require_dumps(args)
-        siteinfo = read_siteinfo(args.dump[0])
+        siteinfos = [read_siteinfo(dump) for dump in args.dump]  # each file must be a MediaWiki export
+        siteinfo = siteinfos[0]
         index_paths = index_paths_for(args)
 
         def build(pipeline: beam.Pipeline) -> None:

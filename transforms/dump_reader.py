@@ -7,6 +7,7 @@ ranges of whole bz2 streams (about 100 pages each) so that many workers share on
 from __future__ import annotations
 
 import bz2
+import contextlib
 import gzip
 import io
 import re
@@ -145,6 +146,7 @@ def read_siteinfo(path: str) -> SiteInfo:
                 head += chunk
         except ARCHIVE_ERRORS as error:
             raise InputError(f"{path}: cannot decompress the start of the dump: {_first_line(error)}") from error
+    require_export(path, head)
     match = _SCHEMA.search(head[:4096].decode("utf-8", "replace"))
     version = match.group(1) if match else None
     end = head.find(_SITEINFO_END)
@@ -156,6 +158,25 @@ def read_siteinfo(path: str) -> SiteInfo:
     except ElementTree.ParseError as error:
         raise InputError(f"{path}: unreadable <siteinfo>: {error}") from error
     return siteinfo_from_element(element, version)
+
+
+def root_element(head: bytes) -> str | None:
+    """The local name of the first element in the start of an XML document; None if it is not XML."""
+    parser = ElementTree.XMLPullParser(events=("start",))
+    with contextlib.suppress(ElementTree.ParseError):  # an element read before the error still names the root
+        parser.feed(head)
+    for _event, element in parser.read_events():
+        return _local(element.tag)
+    return None
+
+
+def require_export(path: str, head: bytes) -> None:
+    """An InputError unless ``head``, the start of ``path``, is a MediaWiki XML export (root <mediawiki>):
+    any other XML would parse to zero pages without a word."""
+    root = root_element(head)
+    if root != "mediawiki":
+        found = f"its root element is <{root}>, not <mediawiki>" if root else "it does not start with XML"
+        raise InputError(f"{path} is not a MediaWiki XML export dump: {found}")
 
 
 def _latest_revision(page: ElementTree.Element) -> ElementTree.Element | None:
@@ -238,6 +259,25 @@ def find_multistream_index(dump_path: str) -> str | None:
         return None
     candidate = dump_path[: -len("multistream.xml.bz2")] + "multistream-index.txt.bz2"
     return candidate if FileSystems.exists(candidate) else None
+
+
+def has_several_bz2_streams(path: str, limit: int = 1 << 20) -> bool:
+    """Whether a bz2 file's first stream ends within its first ``limit`` bytes and another one follows (a
+    multistream dump: its stream 0 is the few-KB <siteinfo>). Reads at most ``limit`` bytes."""
+    decompressor, read = bz2.BZ2Decompressor(), 0
+    with open_raw(path) as raw:
+        try:
+            while not decompressor.eof and read < limit and (chunk := raw.read(64 * 1024)):
+                read += len(chunk)
+                decompressor.decompress(chunk)
+        except ARCHIVE_ERRORS:
+            return False  # reading it will say what is wrong
+    return decompressor.eof and decompressor.unused_data.startswith(b"BZh")
+
+
+def looks_multistream(path: str) -> bool:
+    """A bz2 dump named or made as a multistream one (read in parallel only with its index)."""
+    return path.endswith(".bz2") and ("multistream" in path.rsplit("/", 1)[-1] or has_several_bz2_streams(path))
 
 
 def read_stream_ranges(dump_path: str, index_path: str) -> list[StreamRange]:
