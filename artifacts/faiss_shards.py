@@ -267,7 +267,27 @@ def read_index(path: str, mmap: bool = True):
     try:
         return faiss.read_index(path, flags)
     except RuntimeError:
+        pass  # some index types cannot be memory-mapped: read them whole
+    try:
         return faiss.read_index(path)
+    except RuntimeError as error:
+        raise DamagedIndexError(path, _faiss_reason(error)) from error
+
+
+class DamagedIndexError(InputError):
+    """A FAISS file that exists but cannot be read (cut short, overwritten)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path} is damaged: {reason}")
+        self.path, self.reason = path, reason
+
+
+def _faiss_reason(error: RuntimeError) -> str:
+    """The readable end of FAISS's 'Error in <C++ signature> at <file>:<line>: <reason>' message."""
+    text = str(error).strip().splitlines()[0]
+    if "read error" in text:
+        return "the file ends before the index does (cut short?)"
+    return text.rsplit(": ", 1)[-1]
 
 
 def upload(local_path: str, path: str) -> None:
@@ -413,11 +433,20 @@ class ShardedIndex:
                              f"{self.directory} has {self.info.dim}: search with the encoder that built it")
         best = (np.full((len(queries), k), -np.inf, np.float32), np.full((len(queries), k), -1, np.int64))
         for shard in self.info.shard_files:
-            index = read_index(fs.join(self.directory, shard["index"]))
+            index = self._read_shard(shard)
             set_search_parameters(index, self.nprobe, self.ef_search)
             scores, ids = index.search(queries, k)
             best = merge_top_k([best[0], scores], [best[1], ids], k)
         return best
+
+
+    def _read_shard(self, shard: dict[str, Any]):
+        try:
+            return read_index(fs.join(self.directory, shard["index"]))
+        except DamagedIndexError as error:
+            output = self.directory.rstrip("/").rsplit("/", 1)[0]
+            raise InputError(f"index shard {shard['name']} ({error.path}) is damaged: {error.reason}; check the run "
+                             f"with `python run_pipeline.py validate --output {output}`") from error
 
 
 class PassageLookup:

@@ -90,6 +90,8 @@ class SearchCommand:
         parser.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
 
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
+        if any(not query.strip() for query in args.query):
+            raise InputError("--query is empty: give the text to search for")
         retriever = Retriever(args.output, args.device, args.dtype, args.query_encoder, args.nprobe, args.ef_search)
         for query, hits in zip(args.query, retriever.search(args.query, args.k, args.batch_size), strict=True):
             if args.json:
