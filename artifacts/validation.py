@@ -210,14 +210,15 @@ def artifact_directory(relative: str) -> str:
 
 
 def stray_files(run: RecordedRun) -> list[str]:
-    """Parquet files in a recorded artifact directory that the manifest does not list: readers glob
-    ``*.parquet``, so a stale or partial write would be read as part of the artifact."""
+    """Files in a recorded artifact directory that the manifest does not list: readers glob ``*.parquet`` (a
+    stale or partial write would be read as part of the artifact), and a published copy would carry the rest."""
     problems = []
     for directory in sorted({artifact_directory(path) for path in run.files if "/" in path}):
         for path in fs.list_tree(run.path(directory)):
             relative = fs.relative(path, run.output)
-            if relative.endswith(".parquet") and relative not in run.files:
-                problems.append(f"{relative}: not in the manifest (a stale or partial write)")
+            if relative not in run.files:
+                why = "a stale or partial write" if relative.endswith(".parquet") else "no stage recorded it"
+                problems.append(f"{relative}: not in the manifest ({why})")
     return problems
 
 

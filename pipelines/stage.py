@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import shutil
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -99,11 +102,26 @@ def beam_pipeline_options(beam_args: Sequence[str]) -> PipelineOptions:
 
 def run_beam(ctx: StageContext, build: Callable[[beam.Pipeline], None]) -> dict[str, int]:
     """Build a pipeline with ``build``, run it to the end and return its ``kpr`` counters."""
-    pipeline = beam.Pipeline(options=ctx.pipeline_options())
-    build(pipeline)
-    result = pipeline.run()
-    result.wait_until_finish()
+    with private_tempdir():
+        pipeline = beam.Pipeline(options=ctx.pipeline_options())
+        build(pipeline)
+        result = pipeline.run()
+        result.wait_until_finish()
     return collect_counters(result)
+
+
+@contextlib.contextmanager
+def private_tempdir() -> Iterator[str]:
+    """Run with a private temporary root, removed afterwards: the runner leaves an empty ``beam-temp*`` (its
+    job server's, when that server does not start) and SDK-dependency ``tmp*`` directories in the system temp
+    directory on every run."""
+    root = tempfile.mkdtemp(prefix="kpr-run-")
+    previous, tempfile.tempdir = tempfile.tempdir, root
+    try:
+        yield root
+    finally:
+        tempfile.tempdir = previous
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def collect_counters(result: Any) -> dict[str, int]:

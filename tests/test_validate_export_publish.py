@@ -150,6 +150,13 @@ def stray_parquet(out: Path) -> list[str]:
     return [f"{stray}: not in the manifest (a stale or partial write)"]
 
 
+def stray_other_files(out: Path) -> list[str]:
+    (out / "entities" / "stray.txt").write_text("left here by hand\n")
+    shutil.copy(next((out / "index").glob("*.faiss")), out / "index" / "extra.faiss")
+    return ["entities/stray.txt: not in the manifest (no stage recorded it)",
+            "index/extra.faiss: not in the manifest (no stage recorded it)"]
+
+
 def unreadable_recorded_parquet(out: Path) -> list[str]:
     path = out / EMBEDDINGS  # no stage reads entity embeddings, so none becomes stale
     path.write_bytes(path.read_bytes()[:1000])
@@ -195,7 +202,8 @@ def redirects_break_contract(out: Path) -> list[str]:
 
 
 CORRUPTIONS = [truncate_articles, flip_shard_bytes, non_finite_embedding, wrong_norm_embedding,
-               unknown_entity_embedding, repeated_entity_embedding, stray_parquet, unreadable_recorded_parquet,
+               unknown_entity_embedding, repeated_entity_embedding, stray_parquet, stray_other_files,
+               unreadable_recorded_parquet,
                repeated_passage_id, title_differs, redirects_break_contract]
 
 
