@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from artifacts import faiss_shards, manifest, tables
-from artifacts.report import gather, write_report
+from artifacts.report import counters as counter_info
+from artifacts.report import gather, plots, write_report
 from artifacts.report.recall import index_recall
 from artifacts.report.stats import TopK, ValueCounts, integer_log_edges
 from pipelines.cli import main
@@ -240,3 +241,34 @@ def test_value_counts_top_k_and_integer_bins():
     edges = integer_log_edges(1000)
     assert edges[0] == 1 and edges[-1] > 1000 and np.all(np.diff(edges) >= 1)
     assert edges[:5].tolist() == [1, 2, 3, 4, 5]
+
+
+def test_skipped_streams_show_their_pages_on_the_bad_input_card(run_copy):
+    record = manifest.load(str(run_copy))
+    record["parse"].counters = {**record["parse"].counters, "bad_streams": 2, "pages_in_bad_streams": 106}
+    manifest.save(str(run_copy), record)
+    page = Path(write_report(str(run_copy))).read_text(encoding="utf-8")
+    assert ('<div class="card"><div class="v">2 streams (106 pages)</div><div class="l">bad input records</div>'
+            in page)
+    assert "bad input (counted and dead-lettered): <b>2 streams (106 pages)</b>" in sections(page)["parse"]
+
+
+@pytest.mark.parametrize(("counters", "expected"), [
+    ({}, "0"),
+    ({"pages_read": 9, "bad_ids": 1, "empty_texts": 2}, "3"),
+    ({"bad_streams": 1, "pages_in_bad_streams": 100}, "1 stream (100 pages)"),
+    ({"bad_streams": 2, "pages_in_bad_streams": 106, "malformed_pages": 1234}, "1,234 + 2 streams (106 pages)"),
+])
+def test_bad_input_summary_counts_streams_with_their_pages(counters, expected):
+    assert counter_info.bad_input_summary(counters) == expected
+
+
+@pytest.mark.parametrize(("values", "expected"), [([1], ["1"]), ([1, 2], ["1", "2"]),
+                                                  ([3, 40, 120], ["0", "25", "50", "75", "100", "125"])])
+def test_integer_axes_label_each_integer_once(values, expected):
+    figure, (axis,) = plots._figure(1)
+    axis.bar(values, [5] * len(values))
+    plots._thousands(axis.xaxis)
+    figure.canvas.draw()
+    low, high = axis.get_xlim()
+    assert [tick.get_text() for tick in axis.get_xticklabels() if low <= tick.get_position()[0] <= high] == expected

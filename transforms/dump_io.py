@@ -47,6 +47,7 @@ def read_stream(stream: StreamRange, siteinfo: SiteInfo, skip_bad_streams: bool)
             raise
         yield dead_letter("bad_streams", error.message, source=stream.path, offset=stream.start,
                           page_ids=list(stream.page_ids))
+        count("pages_in_bad_streams", len(stream.page_ids))
         return
     count("streams_read")
     yield from pages_or_dead_letters(iter(pages))

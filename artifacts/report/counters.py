@@ -29,6 +29,11 @@ _ERRORS: dict[str, str] = {
     "too_long_articles": "articles with more words than passage ids per page allow",
 }
 
+# Bad input that another counter already counts (shown in the table, never added to the bad-input totals).
+_DETAILS: dict[str, str] = {
+    "pages_in_bad_streams": "pages inside the skipped bz2 streams",
+}
+
 _DROPPED: dict[str, str] = {
     "non_article_pages": "pages outside the article namespace",
     "empty_articles": "articles with no text left after markup removal",
@@ -88,10 +93,13 @@ class CounterInfo:
     name: str
     label: str
     kind: str  # PROCESSED, DROPPED or ERROR
+    detail: bool = False  # counted by another counter too: not added to totals
 
 
 def describe_counter(name: str) -> CounterInfo:
     """The meaning of counter ``name``; unknown counters are classified by the words in their name."""
+    if name in _DETAILS:
+        return CounterInfo(name, _DETAILS[name], ERROR, detail=True)
     for kind, known in ((ERROR, _ERRORS), (DROPPED, _DROPPED), (PROCESSED, _PROCESSED)):
         if name in known:
             return CounterInfo(name, known[name], kind)
@@ -106,3 +114,21 @@ def describe_counter(name: str) -> CounterInfo:
 def is_dead_lettered(name: str) -> bool:
     """Whether records counted by ``name`` are also written to OUT/errors/STAGE/."""
     return name in _ERRORS or name in {"empty_articles", "duplicate_ids"}
+
+
+def is_bad_input(name: str) -> bool:
+    """Whether counter ``name`` is added to the bad-input totals."""
+    info = describe_counter(name)
+    return info.kind == ERROR and not info.detail
+
+
+def bad_input_summary(counters: dict[str, int]) -> str:
+    """Bad input in words: records, and skipped streams with the pages they held ("2 streams (106 pages)"), so
+    that a stream of ~100 pages does not read as one record."""
+    records = sum(value for name, value in counters.items() if name != "bad_streams" and is_bad_input(name))
+    streams = counters.get("bad_streams", 0)
+    parts = [f"{records:,}"] if records or not streams else []
+    if streams:
+        pages = counters.get("pages_in_bad_streams", 0)
+        parts.append(f"{streams:,} stream{'s' if streams != 1 else ''} ({pages:,} page{'s' if pages != 1 else ''})")
+    return " + ".join(parts)

@@ -182,9 +182,11 @@ def _header(data: ReportData) -> str:
             cards.append((label, number(rows)))
     if data.recall is not None:
         cards.append((f"index recall@{data.recall.k}", f"{data.recall.recall:.3f}"))
-    errors = sum(value for view in done for name, value in view.record.counters.items()
-                 if counter_info.describe_counter(name).kind == counter_info.ERROR)
-    cards.append(("bad input records", number(errors)))
+    totals: dict[str, int] = {}
+    for view in done:
+        for name, value in view.record.counters.items():
+            totals[name] = totals.get(name, 0) + value
+    cards.append(("bad input records", counter_info.bad_input_summary(totals)))
     card_html = "".join(f'<div class="card"><div class="v">{esc(value)}</div><div class="l">{esc(label)}</div></div>'
                         for label, value in cards)
     links = "".join(f'<a href="#stage-{esc(view.name)}">{esc(view.command)}'
@@ -270,9 +272,9 @@ def _counters(values: dict[str, int]) -> str:
         rows.append(f'<tr class="{css}"><td>{esc(info.label)}</td><td><code>{esc(info.name)}</code></td>'
                     f'<td>{badge}</td><td class="num">{number(value)}</td></tr>')
     dropped = sum(values[i.name] for i in infos if i.kind == counter_info.DROPPED)
-    errors = sum(values[i.name] for i in infos if i.kind == counter_info.ERROR)
+    errors = sum(values[i.name] for i in infos if counter_info.is_bad_input(i.name))
     summary = (f'<p class="{"alert" if errors else "note"}">Dropped by design: <b>{number(dropped)}</b> · '
-               f"bad input (counted and dead-lettered): <b>{number(errors)}</b></p>")
+               f"bad input (counted and dead-lettered): <b>{esc(counter_info.bad_input_summary(values))}</b></p>")
     return "<h3>Counters</h3>" + summary + _table(["what", "counter", "kind", "count"], rows,
                                                   [False, False, False, True])
 

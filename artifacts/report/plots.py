@@ -42,7 +42,8 @@ def _png(figure) -> bytes:
 def _thousands(axis_object) -> None:
     from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-    axis_object.set_major_locator(MaxNLocator(integer=True, nbins=6))
+    # min_n_ticks=1: on a narrow axis (every entity has one mention) one integer tick, not 0.8 1.0 1.2 all as "1"
+    axis_object.set_major_locator(MaxNLocator(integer=True, nbins=6, min_n_ticks=1))
     axis_object.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))
 
 
