@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bz2
 import os
 import shutil
 from pathlib import Path
@@ -12,7 +13,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED_DATA = REPO.parent / "shared" / "data"
+# KPR_SHARED_DATA: another place for the shared data (a missing directory shows what runs without it).
+SHARED_DATA = Path(os.environ.get("KPR_SHARED_DATA") or REPO.parent / "shared" / "data")
 WIKIPEDIA = SHARED_DATA / "wikipedia"
 PASSAGES = SHARED_DATA / "passages"
 QUESTIONS = SHARED_DATA / "questions"
@@ -37,6 +39,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def single_stream_sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The gensim enwiki sample (206 pages in one bz2 stream) from ../shared/data or, without it, the same pages
+    re-packed into one stream from the bundled multistream sample (which was made from it)."""
+    if GENSIM_SAMPLE.exists():
+        return GENSIM_SAMPLE
+    path = tmp_path_factory.mktemp("single-stream") / "enwiki-sample-pages-articles.xml.bz2"
+    path.write_bytes(bz2.compress(bz2.decompress(BUNDLED_SAMPLE.read_bytes())))
+    return path
 
 
 def write_tiny_bert(directory: Path, hidden_size: int = 32, layers: int = 2, heads: int = 2,

@@ -15,7 +15,7 @@ from artifacts import manifest, schemas, tables
 from artifacts.linker import EntityLinker
 from pipelines.cli import main
 from pipelines.dictionary import anchor_pairs, name_rows
-from tests.conftest import DIRECT, GENSIM_SAMPLE, MINI, MULTI_PROCESS, PASSAGES, copy_stages
+from tests.conftest import DIRECT, MINI, MULTI_PROCESS, PASSAGES, copy_stages
 from transforms.names import NameRules, find_names, fold_case, title_name
 
 RULES = NameRules()
@@ -160,14 +160,13 @@ def test_kwnlp_golden_anchor_target_counts(tmp_path, redirect_tables):
 
 
 @pytest.fixture(scope="module")
-def gensim_dictionary(tmp_path_factory) -> Path:
+def gensim_dictionary(tmp_path_factory, single_stream_sample) -> Path:
     output = tmp_path_factory.mktemp("gensim-dictionary")
-    assert main(["parse", "--output", str(output), "--dump", str(GENSIM_SAMPLE), *DIRECT]) == 0
+    assert main(["parse", "--output", str(output), "--dump", str(single_stream_sample), *DIRECT]) == 0
     run_dictionary(output, "--include-red-links")
     return output
 
 
-@pytest.mark.usefixtures("shared_data")
 def test_gensim_hand_checked_names(gensim_dictionary):
     """link_count and doc_count of a few names, recounted here by plain regexes over the articles.
 
@@ -189,7 +188,6 @@ def test_gensim_hand_checked_names(gensim_dictionary):
         assert row["link_prob"] == pytest.approx(min(1.0, row["total_link_count"] / docs))
 
 
-@pytest.mark.usefixtures("shared_data")
 def test_same_rows_with_two_worker_processes(gensim_dictionary, tmp_path):
     copy_stages(gensim_dictionary, tmp_path, ("parse",))
     run_dictionary(tmp_path, "--include-red-links", beam=MULTI_PROCESS)

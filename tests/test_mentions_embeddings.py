@@ -159,7 +159,6 @@ def test_float16_output_and_bfloat16_compute(tiny_bert, tmp_path):
     np.testing.assert_allclose(norms, input_embedding_norm(ModelSpec(str(tiny_bert))), rtol=2e-3)
 
 
-@pytest.mark.usefixtures("shared_data")
 def test_mentions_are_the_same_for_one_and_two_workers(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     assert main(["parse", "--output", str(one), "--dump", str(BUNDLED_SAMPLE), *DIRECT]) == 0

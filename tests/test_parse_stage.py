@@ -12,9 +12,7 @@ import pytest
 
 from artifacts import manifest, tables
 from pipelines.cli import main
-from tests.conftest import BUNDLED_INDEX, BUNDLED_SAMPLE, DIRECT, GENSIM_SAMPLE, MINI, MULTI_PROCESS, REPO, WIKIPEDIA
-
-pytestmark = pytest.mark.usefixtures("shared_data")
+from tests.conftest import BUNDLED_INDEX, BUNDLED_SAMPLE, DIRECT, MINI, MULTI_PROCESS, REPO, WIKIPEDIA
 
 
 def parse(output: Path, dumps: list[Path], *extra: str, beam: list[str] = DIRECT) -> manifest.StageRecord:
@@ -36,9 +34,9 @@ def anchors(article: dict) -> list[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def gensim_run(tmp_path_factory) -> tuple[Path, manifest.StageRecord]:
+def gensim_run(tmp_path_factory, single_stream_sample) -> tuple[Path, manifest.StageRecord]:
     output = tmp_path_factory.mktemp("gensim")
-    return output, parse(output, [GENSIM_SAMPLE])
+    return output, parse(output, [single_stream_sample])
 
 
 def test_gensim_sample_counts(gensim_run):
@@ -97,6 +95,7 @@ def test_two_worker_processes_give_the_same_rows(gensim_run, tmp_path):
     assert sorted_rows(parallel, "articles", "page_id") == sorted_rows(output, "articles", "page_id")
 
 
+@pytest.mark.usefixtures("shared_data")
 def test_small_sample_redirect(tmp_path):
     parse(tmp_path, [WIKIPEDIA / "enwiki-pages-articles-sample.xml.bz2"])
     assert sorted_rows(tmp_path, "redirects", "title") == [
@@ -104,6 +103,7 @@ def test_small_sample_redirect(tmp_path):
     assert sorted(articles_by_title(tmp_path)) == ["Accessibility", "Computer accessibility"]
 
 
+@pytest.mark.usefixtures("shared_data")
 def test_mini_set_parts_sql_redirects_and_qids(tmp_path):
     raw = MINI / "inputs" / "wikipedia-raw-20210701"
     record = parse(tmp_path, sorted((raw / "articlesdump").glob("*.bz2")),
@@ -120,6 +120,7 @@ def test_mini_set_parts_sql_redirects_and_qids(tmp_path):
     assert record.counters["sql_redirects_unknown_source"] + record.counters["sql_redirects_skipped"] == 138
 
 
+@pytest.mark.usefixtures("shared_data")
 def test_italian_namespaces_from_siteinfo(tmp_path):
     parse(tmp_path, [WIKIPEDIA / "itwiki-sample.xml.gz"])
     for article in articles_by_title(tmp_path).values():
@@ -127,6 +128,7 @@ def test_italian_namespaces_from_siteinfo(tmp_path):
             assert not link["target"].startswith(("Categoria:", "File:", "Immagine:")), link
 
 
+@pytest.mark.usefixtures("shared_data")
 def test_second_run_is_skipped(tmp_path, capsys):
     dump = [WIKIPEDIA / "enwiki-pages-articles-sample.xml.bz2"]
     first = parse(tmp_path, dump)
@@ -148,9 +150,9 @@ def test_missing_dump_is_a_one_line_error(tmp_path):
     assert "nope.xml.bz2" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_truncated_bz2_is_a_one_line_error(tmp_path):
+def test_truncated_bz2_is_a_one_line_error(tmp_path, single_stream_sample):
     truncated = tmp_path / "truncated.xml.bz2"
-    data = GENSIM_SAMPLE.read_bytes()
+    data = single_stream_sample.read_bytes()
     truncated.write_bytes(data[: len(data) // 2])
     result = run_cli("parse", "--dump", str(truncated), "--output", str(tmp_path / "out"))
     assert result.returncode == 2, result.stderr

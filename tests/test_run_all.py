@@ -85,7 +85,6 @@ def all_run(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> Path:
 # --- the whole pipeline ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.usefixtures("shared_data")
 def test_all_equals_the_stages_run_one_by_one_and_validates_and_reports(all_run, full_run):
     assert set(manifest.load(str(all_run))) == {"parse", "dictionary", "mentions", "embed_entities", "index"}
     assert_same_artifacts(all_run, full_run)
@@ -93,7 +92,6 @@ def test_all_equals_the_stages_run_one_by_one_and_validates_and_reports(all_run,
     assert main(["validate", "--output", str(all_run)]) == 0
 
 
-@pytest.mark.usefixtures("shared_data")
 def test_a_second_run_skips_every_stage(all_run, tiny_bert, capsys):
     before = finished_at(all_run)
     assert main(all_command(all_run, tiny_bert, "--no-report")) == 0
@@ -104,7 +102,6 @@ def test_a_second_run_skips_every_stage(all_run, tiny_bert, capsys):
     assert finished_at(all_run) == before
 
 
-@pytest.mark.usefixtures("shared_data")
 def test_a_changed_option_reruns_that_stage_and_what_reads_it(all_run, tiny_bert, tmp_path, capsys):
     output = tmp_path / "out"
     shutil.copytree(all_run, output)
@@ -117,7 +114,6 @@ def test_a_changed_option_reruns_that_stage_and_what_reads_it(all_run, tiny_bert
     assert main(["validate", "--output", str(output)]) == 0
 
 
-@pytest.mark.usefixtures("shared_data")
 def test_force_reruns_the_named_stage(all_run, tiny_bert, tmp_path, capsys):
     output = tmp_path / "out"
     shutil.copytree(all_run, output)
@@ -129,7 +125,6 @@ def test_force_reruns_the_named_stage(all_run, tiny_bert, tmp_path, capsys):
     assert_same_artifacts(output, all_run)
 
 
-@pytest.mark.usefixtures("shared_data")
 def test_a_run_killed_inside_a_stage_resumes_to_the_same_artifacts(all_run, tiny_bert, tmp_path):
     """SIGKILL the whole process group once embed-entities is writing into its staging area, then rerun."""
     output = tmp_path / "out"
@@ -157,7 +152,6 @@ def test_a_run_killed_inside_a_stage_resumes_to_the_same_artifacts(all_run, tiny
     assert_same_artifacts(output, all_run)
 
 
-@pytest.mark.usefixtures("shared_data")
 def test_a_crash_while_committing_leaves_the_stage_unfinished_and_a_rerun_repairs_it(
         all_run, tiny_bert, tmp_path, monkeypatch):
     output = tmp_path / "out"
@@ -266,7 +260,6 @@ def test_log_progress_passes_elements_through_and_logs(caplog):
     assert lines[-1].startswith("[parse] 5 pages in ")
 
 
-@pytest.mark.usefixtures("shared_data")
 def test_a_stage_whose_inputs_vanished_names_the_stage_to_rerun(full_run, tiny_bert, tmp_path, capsys):
     output = tmp_path / "out"
     shutil.copytree(full_run, output)

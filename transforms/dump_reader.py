@@ -7,7 +7,6 @@ ranges of whole bz2 streams (about 100 pages each) so that many workers share on
 from __future__ import annotations
 
 import bz2
-import contextlib
 import gzip
 import io
 import re
@@ -163,10 +162,12 @@ def read_siteinfo(path: str) -> SiteInfo:
 def root_element(head: bytes) -> str | None:
     """The local name of the first element in the start of an XML document; None if it is not XML."""
     parser = ElementTree.XMLPullParser(events=("start",))
-    with contextlib.suppress(ElementTree.ParseError):  # an element read before the error still names the root
-        parser.feed(head)
-    for _event, element in parser.read_events():
-        return _local(element.tag)
+    parser.feed(head)  # a syntax error is queued behind the events read before it
+    try:
+        for _event, element in parser.read_events():
+            return _local(element.tag)
+    except ElementTree.ParseError:
+        return None
     return None
 
 

@@ -1,0 +1,212 @@
+"""Bad input on the command line, run in-process: each case gives its exact one-line message and exit code
+(issue 14, part B: not a dump, a multistream dump without its index, bad encoders, empty queries, damaged
+shards), and a stage run leaves nothing in the system temp directory."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from artifacts import manifest
+from pipelines.cli import main
+from tests.conftest import BUNDLED_SAMPLE, DIRECT
+from transforms.dump_reader import has_several_bz2_streams, looks_multistream
+
+CORPUS = "id\ttext\ttitle\n1\tAaron is a prophet and high priest\tAaron\n2\tMoses led the people\tMoses\n"
+SITEINFO = ('<siteinfo><sitename>Wikipedia</sitename><dbname>enwiki</dbname><namespaces>'
+            '<namespace key="0" case="first-letter" /><namespace key="1" case="first-letter">Talk</namespace>'
+            '</namespaces></siteinfo>')
+TALK_ONLY_DUMP = ('<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/" version="0.10">' + SITEINFO +
+                  '<page><title>Talk:Pear</title><ns>1</ns><id>7</id><revision><id>70</id>'
+                  '<text xml:space="preserve">Is a pear a fruit?</text></revision></page></mediawiki>')
+
+
+def write_gpt2_like(directory: Path) -> Path:
+    """A tiny GPT-2 with a byte-level BPE tokenizer: no [CLS], no [SEP]."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import GPT2Config, GPT2Model, PreTrainedTokenizerFast
+
+    vocab = {"<|endoftext|>": 0, **{chr(code): index + 1 for index, code in enumerate(range(32, 127))}}
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>",
+                            bos_token="<|endoftext|>").save_pretrained(directory)
+    GPT2Model(GPT2Config(vocab_size=len(vocab), n_embd=32, n_layer=1, n_head=2, n_positions=128, bos_token_id=0,
+                         eos_token_id=0)).save_pretrained(directory)
+    return directory
+
+
+def write_tokenless_bert(directory: Path) -> Path:
+    """A tiny BERT with [CLS] and [SEP] whose tokenizer normalizes every character away: no token for any text."""
+    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
+
+    vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4}
+    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.Replace(Regex(r"[\s\S]"), "")
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                            sep_token="[SEP]", mask_token="[MASK]").save_pretrained(directory)
+    BertModel(BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=64, max_position_embeddings=128)).save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def bad_encoders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("bad-encoders")
+    return {"gpt2": write_gpt2_like(root / "gpt2"), "tokenless": write_tokenless_bert(root / "tokenless")}
+
+
+@pytest.fixture(scope="module")
+def damaged_index(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> Path:
+    """OUT with a two-passage index whose only shard file is cut in half."""
+    root = tmp_path_factory.mktemp("damaged")
+    (root / "corpus.tsv").write_text(CORPUS, encoding="utf-8")
+    output = root / "out"
+    assert main(["index", "--output", str(output), "--encoder", str(tiny_bert), "--encoder-type", "mean",
+                 "--corpus", str(root / "corpus.tsv"), "--max-length", "32", *DIRECT]) == 0
+    shard = output / "index" / "shard-00000.faiss"
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    return output
+
+
+@dataclass(frozen=True)
+class Case:
+    """``argv(tmp, models)`` -> (command line, the exact last stderr line)."""
+
+    name: str
+    argv: Callable[[Path, dict[str, Path]], tuple[list[str], str]]
+
+
+def _not_a_dump(tmp: Path, _models: dict[str, Path]) -> tuple[list[str], str]:
+    path = tmp / "books.xml"
+    path.write_text('<?xml version="1.0"?>\n<!-- a catalog -->\n<catalog><book id="1"><title>T</title></book>'
+                    "</catalog>\n")
+    return (["parse", "--dump", str(path), "--output", str(tmp / "out")],
+            f"error: {path} is not a MediaWiki XML export dump: its root element is <catalog>, not <mediawiki>")
+
+
+def _not_xml(tmp: Path, _models: dict[str, Path]) -> tuple[list[str], str]:
+    path = tmp / "notes.xml"
+    path.write_text("just some notes, no markup\n")
+    return (["parse", "--dump", str(path), "--output", str(tmp / "out")],
+            f"error: {path} is not a MediaWiki XML export dump: it does not start with XML")
+
+
+def _second_part_not_a_dump(tmp: Path, _models: dict[str, Path]) -> tuple[list[str], str]:
+    path = tmp / "part2.xml"
+    path.write_text("<html><body>a saved web page</body></html>")
+    return (["parse", "--dump", str(BUNDLED_SAMPLE), str(path), "--output", str(tmp / "out")],
+            f"error: {path} is not a MediaWiki XML export dump: its root element is <html>, not <mediawiki>")
+
+
+def _index_command(tmp: Path, encoder: Path, kind: str) -> list[str]:
+    (tmp / "corpus.tsv").write_text(CORPUS, encoding="utf-8")
+    return ["index", "--output", str(tmp / "out"), "--encoder", str(encoder), "--encoder-type", kind,
+            "--corpus", str(tmp / "corpus.tsv"), "--max-length", "32"]
+
+
+def _no_cls_message(path: Path, kind: str) -> str:
+    return (f"error: --encoder-type {kind} needs a BERT-style model ([CLS] title [SEP] text [SEP], the [CLS] vector): "
+            f"the tokenizer of {path} (model type gpt2) has no [CLS] or [SEP]; try --encoder-type mean")
+
+
+def _gpt2_as_dpr(tmp: Path, models: dict[str, Path]) -> tuple[list[str], str]:
+    return _index_command(tmp, models["gpt2"], "dpr"), _no_cls_message(models["gpt2"], "dpr")
+
+
+def _gpt2_as_bge(tmp: Path, models: dict[str, Path]) -> tuple[list[str], str]:
+    return _index_command(tmp, models["gpt2"], "bge"), _no_cls_message(models["gpt2"], "bge")
+
+
+def _tokenless(tmp: Path, models: dict[str, Path]) -> tuple[list[str], str]:
+    return (_index_command(tmp, models["tokenless"], "mean"),
+            f"error: the tokenizer of {models['tokenless']} yields no tokens for plain text ('Aaron is a prophet, "
+            "high priest, and the elder brother of Moses.'): it cannot encode passages")
+
+
+def _all_with_gpt2(tmp: Path, models: dict[str, Path]) -> tuple[list[str], str]:
+    return (["all", "--dump", str(BUNDLED_SAMPLE), "--output", str(tmp / "out"), "--model", str(models["tiny"]),
+             "--encoder", str(models["gpt2"])], _no_cls_message(models["gpt2"], "dpr"))
+
+
+def _empty_query(tmp: Path, _models: dict[str, Path]) -> tuple[list[str], str]:
+    return (["search", "--output", str(tmp / "out"), "--query", "pears", "--query", ""],
+            "error: --query is empty: give the text to search for")
+
+
+def _blank_query(tmp: Path, _models: dict[str, Path]) -> tuple[list[str], str]:
+    return (["search", "--output", str(tmp / "out"), "--query", " \t "],
+            "error: --query is empty: give the text to search for")
+
+
+CASES = [Case("xml-that-is-not-a-dump", _not_a_dump), Case("text-that-is-not-xml", _not_xml),
+         Case("second-dump-not-a-dump", _second_part_not_a_dump), Case("gpt2-as-dpr", _gpt2_as_dpr),
+         Case("gpt2-as-bge", _gpt2_as_bge), Case("tokenizer-without-tokens", _tokenless),
+         Case("all-preflight-gpt2-as-dpr", _all_with_gpt2), Case("empty-query", _empty_query),
+         Case("blank-query", _blank_query)]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+def test_bad_input_is_one_line_and_exit_2_before_any_work(case: Case, tmp_path: Path, bad_encoders, tiny_bert,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    argv, expected = case.argv(tmp_path, {**bad_encoders, "tiny": tiny_bert})
+    assert main([*argv, *DIRECT]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == expected
+    assert "Traceback" not in "\n".join(err)
+    assert not (tmp_path / "out" / "manifest.json").exists()  # refused before any stage ran
+
+
+def test_search_on_a_damaged_shard_names_it_and_suggests_validate(damaged_index: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["search", "--output", str(damaged_index), "--query", "pears"]) == 2
+    shard = damaged_index / "index" / "shard-00000.faiss"
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: index shard shard-00000 ({shard}) is damaged: the file ends before the index does (cut short?); "
+        f"check the run with `python run_pipeline.py validate --output {damaged_index}`"]
+
+
+def test_multistream_without_its_index_is_read_with_one_warning(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    dump = tmp_path / "enwiki-copy-pages-articles-multistream.xml.bz2"
+    shutil.copy(BUNDLED_SAMPLE, dump)
+    assert main(["parse", "--dump", str(dump), "--output", str(tmp_path / "out"), *DIRECT]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert warnings == [f"warning: {dump}: multistream dump without its index beside it: read as one stream by "
+                        "one worker (no parallel read); name the index with --dump-index FILE"]
+    record = manifest.load(str(tmp_path / "out"))["parse"]
+    assert (record.counters["files_read"], record.counters["pages_read"]) == (1, 206)
+
+
+def test_multistream_is_told_by_its_name_or_by_its_streams(tmp_path: Path, single_stream_sample: Path) -> None:
+    renamed = tmp_path / "dump.xml.bz2"
+    shutil.copy(BUNDLED_SAMPLE, renamed)
+    assert has_several_bz2_streams(str(renamed)) and looks_multistream(str(renamed))
+    assert not has_several_bz2_streams(str(single_stream_sample))
+    assert not looks_multistream(str(single_stream_sample))
+    named = tmp_path / "x-multistream.xml.bz2"
+    shutil.copy(single_stream_sample, named)
+    assert looks_multistream(str(named)) and not looks_multistream(str(tmp_path / "x.xml"))
+
+
+def test_an_export_without_articles_is_still_a_dump_and_leaves_no_temp_dirs(tmp_path: Path, monkeypatch) -> None:
+    """A MediaWiki export whose pages are all outside ns 0 (like the aawiki edge case) parses to 0 articles,
+    exit 0; and the Beam run leaves nothing (no beam-temp*) in the system temp directory."""
+    dump = tmp_path / "talk-only.xml"
+    dump.write_text(TALK_ONLY_DUMP, encoding="utf-8")
+    system_temp = tmp_path / "system-temp"
+    system_temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(system_temp))
+    assert main(["parse", "--dump", str(dump), "--output", str(tmp_path / "out"), *DIRECT]) == 0
+    counters = manifest.load(str(tmp_path / "out"))["parse"].counters
+    assert (counters["pages_read"], counters["non_article_pages"], counters.get("articles", 0)) == (1, 1, 0)
+    assert sorted(path.name for path in system_temp.iterdir()) == []
