@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -15,7 +16,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from artifacts import fs, manifest
+from artifacts import fs, lock, manifest
 from artifacts.errors import InputError
 from transforms.dead_letters import COUNTER_NAMESPACE
 from transforms.progress import DEFAULT_INTERVAL_S, LogProgress, worker_count
@@ -167,12 +168,35 @@ def commit(ctx: StageContext, stage: Stage, record: manifest.StageRecord) -> man
     return record
 
 
+class StageInterrupted(KeyboardInterrupt):
+    """Ctrl-C while a stage ran; ``command`` is its command-line name."""
+
+    def __init__(self, command: str) -> None:
+        super().__init__(command)
+        self.command = command
+
+
+def command_line() -> str:
+    """This process's command line, as recorded in the lock on OUT."""
+    return shlex.join(["python", *sys.argv])[:300]
+
+
 def execute(stage: Stage, args: argparse.Namespace, beam_args: Sequence[str],
             force: bool = False) -> tuple[manifest.StageRecord, bool]:
-    """Run ``stage`` unless its recorded outputs are still valid; commit it. Returns its record and whether
-    it ran (False: skipped as up to date)."""
+    """Run ``stage`` unless its recorded outputs are still valid; commit it, holding the lock on OUT.
+    Returns its record and whether it ran (False: skipped as up to date)."""
+    try:
+        with lock.hold(args.output, command_line()):
+            return _execute(stage, args, beam_args, force)
+    except StageInterrupted:
+        raise
+    except KeyboardInterrupt:
+        raise StageInterrupted(stage.name.replace("_", "-")) from None
+
+
+def _execute(stage: Stage, args: argparse.Namespace, beam_args: Sequence[str],
+             force: bool) -> tuple[manifest.StageRecord, bool]:
     output = args.output
-    fs.mkdirs(output)
     completed = manifest.load(output)
     options = manifest.canonical_options(stage.options(args))
     inputs = input_fingerprints(stage, args, completed)
