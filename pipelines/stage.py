@@ -185,20 +185,22 @@ def execute(stage: Stage, args: argparse.Namespace, beam_args: Sequence[str],
             force: bool = False) -> tuple[manifest.StageRecord, bool]:
     """Run ``stage`` unless its recorded outputs are still valid; commit it, holding the lock on OUT.
     Returns its record and whether it ran (False: skipped as up to date)."""
+    # A missing option or input fails here, before OUT is created or locked.
+    options = manifest.canonical_options(stage.options(args))
+    stage.external_inputs(args)
     try:
         with lock.hold(args.output, command_line()):
-            return _execute(stage, args, beam_args, force)
+            return _execute(stage, args, beam_args, options, force)
     except StageInterrupted:
         raise
     except KeyboardInterrupt:
         raise StageInterrupted(stage.name.replace("_", "-")) from None
 
 
-def _execute(stage: Stage, args: argparse.Namespace, beam_args: Sequence[str],
+def _execute(stage: Stage, args: argparse.Namespace, beam_args: Sequence[str], options: dict[str, Any],
              force: bool) -> tuple[manifest.StageRecord, bool]:
     output = args.output
     completed = manifest.load(output)
-    options = manifest.canonical_options(stage.options(args))
     inputs = input_fingerprints(stage, args, completed)
     reason = None if force else skip_reason(stage, completed.get(stage.name), options, inputs, output)
     if reason is not None:
