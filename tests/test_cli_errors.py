@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -200,3 +202,33 @@ def test_the_runtime_linker_imports_without_beam():
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
+
+
+# --- Ctrl-C ----------------------------------------------------------------------------------------------------
+
+
+def test_ctrl_c_prints_one_line_exits_130_and_the_rerun_resumes(tiny_bert, tmp_path):
+    """SIGINT to the process group (as Ctrl-C does) once embed-entities is writing into its staging area."""
+    from tests.test_run_all import all_command
+
+    output = tmp_path / "out"
+    command = [sys.executable, str(REPO / "run_pipeline.py"), *all_command(output, tiny_bert, "--no-report")]
+    environment = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen(command, cwd=REPO, env=environment, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    staging = output / ".staging" / "embed_entities"
+    deadline = time.monotonic() + 300
+    while not staging.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert stderr.splitlines()[-1] == "interrupted during embed-entities; rerun the same command to resume"
+    assert "Traceback" not in stderr
+    assert set(manifest.load(str(output))) == {"parse", "dictionary", "mentions"}
+    assert not (output / lock.LOCK_NAME).exists(), "the lock is released on Ctrl-C"
+
+    result = subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert "[mentions] skipped" in result.stderr and "[embed_entities] running" in result.stderr
+    assert set(manifest.load(str(output))) == {"parse", "dictionary", "mentions", "embed_entities", "index"}
