@@ -232,3 +232,37 @@ def test_ctrl_c_prints_one_line_exits_130_and_the_rerun_resumes(tiny_bert, tmp_p
     assert result.returncode == 0, result.stderr
     assert "[mentions] skipped" in result.stderr and "[embed_entities] running" in result.stderr
     assert set(manifest.load(str(output))) == {"parse", "dictionary", "mentions", "embed_entities", "index"}
+
+
+# --- models: offline hub, tokenizer noise -----------------------------------------------------------------------
+
+
+def test_a_hub_model_name_offline_fails_fast_in_one_line(tmp_path, capsys, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    argv = ["all", "--dump", SAMPLE, "--output", str(tmp_path / "out"), "--model", "kpr-tests/no-such-model",
+            "--encoder", "x", *DIRECT]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: model 'kpr-tests/no-such-model' is not a local path and the hub is offline (HF_HUB_OFFLINE=1): "
+        "download it first or pass a local directory"]
+    assert files_under(tmp_path) == []
+
+
+def test_whole_windows_are_tokenized_without_the_length_warning(tiny_bert, caplog):
+    from transformers import AutoTokenizer
+
+    from encoders.models import load_tokenizer
+
+    text = "aristotle taught alexander " * 300
+    tokenizer = load_tokenizer(str(tiny_bert))
+    with caplog.at_level("WARNING"):
+        ids = tokenizer(text)["input_ids"]
+    assert len(ids) == 902 and "Token indices sequence length" not in caplog.text
+    plain = AutoTokenizer.from_pretrained(str(tiny_bert))
+    with caplog.at_level("WARNING"):
+        assert plain(text)["input_ids"] == ids, "the same ids as without the silencing"
+    assert "Token indices sequence length" in caplog.text, "the warning this test guards against"
+    assert tokenizer.model_max_length == plain.model_max_length
