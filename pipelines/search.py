@@ -41,7 +41,8 @@ def recorded_index_files(output: str) -> frozenset[str]:
     record = manifest.load(output).get("index")
     command = f"python run_pipeline.py index --output {output} ..."
     if record is None:
-        raise InputError(f"{output} has no completed index stage in its manifest: run `{command}` first")
+        raise InputError(f"{output} has no index recorded in its manifest (the index stage has not finished): run "
+                         f"`{command}` first")
     problems = manifest.missing_or_changed(output, record)
     if problems:
         raise InputError(f"the index under {output} changed after it was recorded ({problems[0]}): rerun "

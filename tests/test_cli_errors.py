@@ -189,8 +189,8 @@ def test_search_ignores_unrecorded_index_files(minilm_index, tmp_path, capsys):
     manifest.save(str(output), completed)
     assert main(["search", "--output", str(output), "--query", "q"]) == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
-        f"error: {output} has no completed index stage in its manifest: run `python run_pipeline.py index "
-        f"--output {output} ...` first")
+        f"error: {output} has no index recorded in its manifest (the index stage has not finished): run "
+        f"`python run_pipeline.py index --output {output} ...` first")
 
 
 # --- the runtime linker ----------------------------------------------------------------------------------------
