@@ -1,6 +1,7 @@
 """Entry point: `python run_pipeline.py STAGE [options] [Beam pipeline options]` (see README.md)."""
 
 import logging
+import os
 import sys
 
 
@@ -13,4 +14,9 @@ if __name__ == "__main__":
     logging.getLogger().addFilter(_not_optional_gcp_noise)
     from pipelines.cli import main
 
-    sys.exit(main())
+    code = main()
+    if code == 130:  # interrupted: Beam's worker threads would print tracebacks or hold up the exit
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

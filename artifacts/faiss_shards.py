@@ -452,16 +452,18 @@ class ShardedIndex:
 class PassageLookup:
     """Title and text of passages by id, from the shards' embedding files (only the row groups needed)."""
 
-    def __init__(self, index_dir: str, info: IndexInfo) -> None:
+    def __init__(self, index_dir: str, info: IndexInfo, files: frozenset[str] | None = None) -> None:
         self.directory = index_dir
         self.info = info
+        self.files = files  # when given, only these embedding files are read (those the manifest records)
         self._ids: dict[str, list[tuple[str, np.ndarray]]] = {}  # shard -> [(file, passage ids)]
 
     def _shard_ids(self, shard: str) -> list[tuple[str, np.ndarray]]:
         if shard not in self._ids:
             self._ids[shard] = [(path, np.concatenate(
                 [batch.column(0).to_numpy() for batch in iter_parquet_batches([path], ["passage_id"])]
-                or [np.zeros(0, np.int64)])) for path in shard_embedding_files(self.directory, shard)]
+                or [np.zeros(0, np.int64)])) for path in shard_embedding_files(self.directory, shard)
+                if self.files is None or path in self.files]
         return self._ids[shard]
 
     def get(self, passage_ids: Iterable[int]) -> dict[int, tuple[str, str]]:

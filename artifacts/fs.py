@@ -1,47 +1,69 @@
-"""Small file helpers over Beam's FileSystems, so OUT can be a local path or any Beam filesystem URL."""
+"""Small file helpers over Beam's FileSystems, so OUT can be a local path or any Beam filesystem URL.
+
+Beam is imported on first use, not with this module: the runtime linker reads its files through here and must
+load without Beam.
+"""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
 from collections.abc import Iterator
 from typing import Any
 
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
+from artifacts.errors import InputError
 
 _CHUNK = 1 << 20
 
 
+def _filesystems() -> Any:
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems
+
+
+def _uncompressed() -> Any:
+    from apache_beam.io.filesystem import CompressionTypes
+
+    return CompressionTypes.UNCOMPRESSED
+
+
 def join(base: str, *parts: str) -> str:
     """Join path parts the way the filesystem of ``base`` does."""
-    return FileSystems.join(base, *parts) if parts else base
+    if not parts:
+        return base
+    return os.path.join(base, *parts) if "://" not in base else _filesystems().join(base, *parts)
 
 
 def exists(path: str) -> bool:
-    return FileSystems.exists(path)
+    return _filesystems().exists(path)
 
 
 def list_files(directory: str, pattern: str = "*") -> list[str]:
     """Files directly under ``directory`` matching ``pattern``, sorted by path."""
-    result = FileSystems.match([join(directory, pattern)])[0]
+    result = _filesystems().match([join(directory, pattern)])[0]
     return sorted(m.path for m in result.metadata_list)
 
 
 def list_tree(directory: str) -> list[str]:
     """All files below ``directory`` (any depth), sorted by path."""
-    if not FileSystems.exists(directory):
+    if not _filesystems().exists(directory):
         return []
-    result = FileSystems.match([join(directory, "**")])[0]
+    result = _filesystems().match([join(directory, "**")])[0]
     return sorted(m.path for m in result.metadata_list)
 
 
 def size(path: str) -> int:
-    return FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+    return _filesystems().match([path])[0].metadata_list[0].size_in_bytes
 
 
 def read_bytes(path: str) -> bytes:
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+    if "://" not in path:  # plain local paths need no Beam (the runtime linker reads its files here)
+        with open(path, "rb") as handle:
+            return handle.read()
+    with _filesystems().open(path, compression_type=_uncompressed()) as handle:
         return handle.read()
 
 
@@ -50,7 +72,7 @@ def read_json(path: str) -> Any:
 
 
 def write_bytes(path: str, data: bytes) -> None:
-    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+    with _filesystems().create(path, compression_type=_uncompressed()) as handle:
         handle.write(data)
 
 
@@ -58,9 +80,9 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
     """Write to a temporary sibling, then rename, so readers never see a half-written file."""
     temporary = path + ".tmp"
     write_bytes(temporary, data)
-    if FileSystems.exists(path):
-        FileSystems.delete([path])
-    FileSystems.rename([temporary], [path])
+    if _filesystems().exists(path):
+        _filesystems().delete([path])
+    _filesystems().rename([temporary], [path])
 
 
 def write_json_atomic(path: str, value: Any) -> None:
@@ -68,7 +90,7 @@ def write_json_atomic(path: str, value: Any) -> None:
 
 
 def iter_chunks(path: str, chunk_size: int = _CHUNK) -> Iterator[bytes]:
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+    with _filesystems().open(path, compression_type=_uncompressed()) as handle:
         while chunk := handle.read(chunk_size):
             yield chunk
 
@@ -82,14 +104,14 @@ def sha256(path: str) -> str:
 
 def delete_tree(directory: str) -> None:
     """Delete every file below ``directory`` (and the directory itself on local disks)."""
-    if FileSystems.exists(directory):
-        FileSystems.delete([directory])
+    if _filesystems().exists(directory):
+        _filesystems().delete([directory])
 
 
 def mkdirs(directory: str) -> None:
     """Create ``directory`` where the filesystem has directories (object stores need nothing)."""
-    if not FileSystems.exists(directory):
-        FileSystems.mkdirs(directory)
+    if not _filesystems().exists(directory):
+        _filesystems().mkdirs(directory)
 
 
 def ensure_parent(path: str) -> None:
@@ -103,3 +125,33 @@ def relative(path: str, base: str) -> str:
     if not path.startswith(prefix):
         raise ValueError(f"{path} is not below {base}")
     return path[len(prefix) :]
+
+
+def is_local(path: str) -> bool:
+    """Whether ``path`` is a plain local path rather than a Beam filesystem URL (``gs://``, ``s3://``, ...)."""
+    return "://" not in path or path.startswith("file://")
+
+
+def require_writable_directory(path: str, flag: str) -> None:
+    """Raise an InputError unless local ``path`` is, or can be created as, a writable directory.
+
+    Nothing is created here. Remote URLs are not checked: their permissions show only when writing.
+    """
+    if not is_local(path):
+        return
+    current = os.path.abspath(path.removeprefix("file://"))
+    while not os.path.exists(current):
+        current = os.path.dirname(current)
+    if not os.path.isdir(current):
+        where = "" if current == os.path.abspath(path) else f" ({current} is a file)"
+        raise InputError(f"{flag} {path} is not a directory{where}")
+    if not os.access(current, os.W_OK):
+        reason = "a read-only filesystem" if _read_only(current) else "no write permission"
+        raise InputError(f"{flag} {path} is not writable ({current}: {reason})")
+
+
+def _read_only(directory: str) -> bool:
+    try:
+        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except OSError as error:
+        return error.errno == errno.EROFS

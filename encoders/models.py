@@ -40,6 +40,8 @@ def check_model_spec(spec: ModelSpec) -> None:
     looks_local = name.startswith((".", "/", "~")) or name.count("/") > 1
     if looks_local and not os.path.isdir(os.path.expanduser(name)):
         raise InputError(f"model path {name} does not exist")
+    if not os.path.isdir(os.path.expanduser(name)):
+        check_hub_reachable(name)
     if spec.device.startswith("cuda"):
         import torch
 
@@ -47,14 +49,42 @@ def check_model_spec(spec: ModelSpec) -> None:
             raise InputError(f"--device {spec.device} was asked for but no CUDA device is available")
 
 
+def check_hub_reachable(name: str, timeout_s: float = 3.0) -> None:
+    """A hub model that is not in the local cache needs the hub: one line now instead of a minute of retries."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(name, "config.json"), str):
+        return  # cached: loads offline too
+    advice = "download it first or pass a local directory"
+    if constants.HF_HUB_OFFLINE:
+        raise InputError(f"model {name!r} is not a local path and the hub is offline "
+                         f"(HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', '1')}): {advice}")
+    if any(os.environ.get(variable) for variable in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY")):
+        return  # reachable only through the proxy: let the hub client try
+    import socket
+    from urllib.parse import urlparse
+
+    host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=timeout_s).close()
+    except OSError as error:
+        raise InputError(f"model {name!r} is not a local path and the hub ({host}) is unreachable "
+                         f"({_first_line(error)}): {advice}") from error
+
+
 def load_tokenizer(name_or_path: str):
     """The fast tokenizer of a model (``from_pretrained``: a directory or a hub name, offline if configured)."""
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(os.path.expanduser(str(name_or_path)))
+        tokenizer = AutoTokenizer.from_pretrained(os.path.expanduser(str(name_or_path)))
     except (OSError, ValueError) as error:
         raise InputError(f"cannot load a tokenizer from {name_or_path}: {_first_line(error)}") from error
+    # Our callers tokenize whole windows and cut them to length themselves: transformers' "Token indices sequence
+    # length is longer than the specified maximum" warning is expected here, so it is marked as already shown
+    # (model_max_length, which truncation reads, stays as it is).
+    tokenizer.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True
+    return tokenizer
 
 
 def load_encoder(spec: ModelSpec):

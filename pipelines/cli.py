@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import logging
 import sys
@@ -11,7 +12,8 @@ from typing import Any, Protocol
 
 from apache_beam.io.filesystems import FileSystems
 
-from artifacts.errors import input_error_message, mentions_input_error
+from artifacts import fs
+from artifacts.errors import InputError, input_error_message, mentions_input_error
 from pipelines import stage as stage_runner
 from transforms.progress import DEFAULT_INTERVAL_S
 from transforms.progress import LOGGER_NAME as PROGRESS_LOGGER
@@ -33,6 +35,51 @@ COMMANDS: dict[str, str] = {
 }
 
 
+# One example per command, shown at the end of its --help.
+EXAMPLES: dict[str, str] = {
+    "parse": "run_pipeline.py parse --dump samples/enwiki-sample-pages-articles-multistream.xml.bz2 --output out/s",
+    "dictionary": "run_pipeline.py dictionary --output out/s",
+    "mentions": "run_pipeline.py mentions --output out/s --max-mentions 32",
+    "embed-entities": "run_pipeline.py embed-entities --output out/s --model bert-base-uncased",
+    "index": "run_pipeline.py index --output out/s --encoder facebook/dpr-ctx_encoder-single-nq-base",
+    "search": "run_pipeline.py search --output out/s --query 'who taught Alexander the Great' -k 5",
+    "evaluate": "run_pipeline.py evaluate --output out/s --questions nq-test.qa.csv",
+    "all": "run_pipeline.py all --dump samples/enwiki-sample-pages-articles-multistream.xml.bz2 --output out/s "
+           "--model bert-base-uncased --encoder sentence-transformers/all-MiniLM-L6-v2 --encoder-type mean",
+    "validate": "run_pipeline.py validate --output out/s",
+    "export-kpr": "run_pipeline.py export-kpr --output out/s --to kpr-resources/",
+    "publish": "run_pipeline.py publish --output out/s --to gs://bucket/runs/s",
+    "report": "run_pipeline.py report --output out/s",
+}
+# Options a command cannot run without; checked by the commands themselves (one-line errors), marked in --help.
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "parse": ("--dump",),
+    "embed-entities": ("--model",),
+    "index": ("--encoder",),
+    "all": ("--dump", "--model", "--encoder"),
+}
+# Commands that write OUT: it must be a writable directory before they start.
+WRITERS = ("parse", "dictionary", "mentions", "embed-entities", "index", "all")
+INTERRUPTED_EXIT = 130
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line and exit 2."""
+
+    def error(self, message: str) -> Any:
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Help with every default that says something (not None or False); examples kept as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "%(default)" in text or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 class Command(Protocol):
     """A command that is not a Beam stage (search, evaluate, validate, ...)."""
 
@@ -51,8 +98,20 @@ def add_progress_argument(parser: argparse.ArgumentParser) -> None:
                         help="seconds between progress lines of a worker (default %(default)s)")
 
 
+def summary(command: Any, name: str) -> str:
+    """The first paragraph of the command's docstring as one sentence, without a leading ``name:``."""
+    paragraph = " ".join((command.__doc__ or name).strip().split("\n\n")[0].split())
+    return paragraph.removeprefix(f"{name}: ")
+
+
+def mark_required(parser: argparse.ArgumentParser, flags: tuple[str, ...]) -> None:
+    for action in parser._actions:
+        if set(action.option_strings) & set(flags):
+            action.help = f"{action.help} (required)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="run_pipeline.py",
         description="Wikipedia dump -> entity resources and indexes for KPR. "
         "Unknown --flags are Beam pipeline options (--runner, --direct_num_workers, ...).",
@@ -62,14 +121,61 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         command = load_command(name)
-        doc = (command.__doc__ or "").strip().splitlines()
-        sub = commands.add_parser(name, help=doc[0] if doc else name, allow_abbrev=False)
+        text = summary(command, name)
+        sub = commands.add_parser(name, help=text, description=text, allow_abbrev=False,
+                                  formatter_class=HelpFormatter, epilog=f"example:\n  python {EXAMPLES[name]}")
         if hasattr(command, "run"):
             sub.add_argument("--output", required=True, help="OUT: local path or Beam filesystem URL")
             sub.add_argument("--force", action="store_true", help="rerun even if the outputs are up to date")
             add_progress_argument(sub)
         command.add_arguments(sub)
+        mark_required(sub, REQUIRED.get(name, ()))
     return parser
+
+
+def beam_flags() -> set[str]:
+    """Every flag of every registered Beam PipelineOptions class (the gcp/aws/azure ones included)."""
+    import apache_beam  # noqa: F401  (registers the option classes of the runners and filesystems)
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    flags: set[str] = set()
+    pending = list(PipelineOptions.__subclasses__())
+    while pending:
+        options_class = pending.pop()
+        pending += options_class.__subclasses__()
+        parser = argparse.ArgumentParser(add_help=False, conflict_handler="resolve")
+        options_class._add_argparse_args(parser)
+        flags.update(flag for action in parser._actions for flag in action.option_strings)
+    return flags
+
+
+def check_unknown_flags(parser: argparse.ArgumentParser, command: str, unknown: list[str]) -> None:
+    """Raise an InputError for the first unknown argument that is not a Beam pipeline option."""
+    beam = beam_flags()
+    ours = [flag for action in command_parser(parser, command)._actions for flag in action.option_strings]
+    for index, arg in enumerate(unknown):
+        if not arg.startswith("-"):
+            if not _is_flag_value(unknown, index):
+                raise InputError(f"unexpected argument {arg} for {command}")
+            continue
+        flag = arg.split("=", 1)[0]
+        if flag not in beam:
+            close = difflib.get_close_matches(flag, [*ours, *sorted(beam)], n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise InputError(f"unknown option {flag}{hint}")
+
+
+def command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    subparsers = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    return subparsers.choices[command]
+
+
+def check_destinations(args: argparse.Namespace) -> None:
+    """Local OUT (for the commands that write it) and --to must be writable directories before anything runs."""
+    if args.command in WRITERS:
+        fs.require_writable_directory(args.output, "--output")
+    if getattr(args, "to", None):
+        fs.require_writable_directory(args.to, "--to")
 
 
 def dispatch(args: argparse.Namespace, beam_args: list[str]) -> int:
@@ -87,26 +193,40 @@ def _is_flag_value(args: list[str], index: int) -> bool:
     return index > 0 and args[index - 1].startswith("--") and "=" not in args[index - 1]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args, beam_args = parser.parse_known_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+def configure_logging(verbose: bool, beam_args: list[str]) -> None:
+    """Our own lines only, unless --verbose: Beam's INFO chatter and its worker processes' logs are hidden."""
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Progress lines of long stages are shown without --verbose (Beam's own INFO chatter is not).
     logging.getLogger(PROGRESS_LOGGER).setLevel(logging.INFO)
-    if not args.verbose:
-        # Beam logs a failed worker's traceback before re-raising; an InputError is shown once, as one line.
-        for handler in logging.getLogger().handlers:
-            handler.addFilter(lambda record: not mentions_input_error(record.getMessage()))
-    unexpected = [arg for index, arg in enumerate(beam_args)
-                  if not arg.startswith("-") and not _is_flag_value(beam_args, index)]
-    if unexpected:
-        parser.error(f"unexpected arguments: {' '.join(unexpected)}")
+    if verbose:
+        return
+    # Beam logs a failed worker's traceback before re-raising; an InputError is shown once, as one line.
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(lambda record: not mentions_input_error(record.getMessage()))
+    if not any(arg.startswith("--default_sdk_harness_log_level") for arg in beam_args):
+        beam_args.append("--default_sdk_harness_log_level=ERROR")
+
+
+def interrupted(error: KeyboardInterrupt) -> int:
+    """One line for Ctrl-C, naming the stage that ran; later log records (Beam's threads) are dropped."""
+    logging.disable(logging.CRITICAL)
+    command = getattr(error, "command", None)
+    during = f" during {command}" if command else ""
+    print(f"interrupted{during}; rerun the same command to resume", file=sys.stderr)
+    return INTERRUPTED_EXIT
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args, beam_args = parser.parse_known_args(argv)
     try:
+        check_unknown_flags(parser, args.command, beam_args)
+        configure_logging(args.verbose, beam_args)
+        check_destinations(args)
         return dispatch(args, beam_args)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as error:
+        return interrupted(error)
     except Exception as error:  # the one place errors become the user interface
         message = input_error_message(error)
         if message is None:

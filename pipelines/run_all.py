@@ -12,6 +12,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from artifacts import lock
 from artifacts.errors import InputError
 from artifacts.report import write_report
 from artifacts.validation import validate_run
@@ -112,9 +113,10 @@ class RunAllCommand:
 
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
         preflight(args)
-        timings = run_stages(args, beam_args)
-        print(format_timings(timings), file=sys.stderr)
-        return validate_and_report(args)
+        with lock.hold(args.output, stage_runner.command_line()):  # held across stages, validate and report
+            timings = run_stages(args, beam_args)
+            print(format_timings(timings), file=sys.stderr)
+            return validate_and_report(args)
 
 
 COMMAND = RunAllCommand()

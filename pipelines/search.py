@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from artifacts import faiss_shards, fs
+from artifacts import faiss_shards, fs, manifest
 from artifacts.errors import InputError
 from encoders.models import DTYPES
 from encoders.retrievers import DenseEncoder, EncoderOptions, check_encoder_options, load_retriever
@@ -35,6 +35,21 @@ def add_search_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=256, help="queries encoded per call")
 
 
+def recorded_index_files(output: str) -> frozenset[str]:
+    """The index files the manifest of ``output`` records, unchanged since: a reader never sees files of an
+    index stage that is running or was cut off (they are not recorded until it commits)."""
+    record = manifest.load(output).get("index")
+    command = f"python run_pipeline.py index --output {output} ..."
+    if record is None:
+        raise InputError(f"{output} has no index recorded in its manifest (the index stage has not finished): run "
+                         f"`{command}` first")
+    problems = manifest.missing_or_changed(output, record)
+    if problems:
+        raise InputError(f"the index under {output} changed after it was recorded ({problems[0]}): rerun "
+                         f"`{command} --force`")
+    return frozenset(fs.join(output, item.path) for item in record.outputs)
+
+
 class Retriever:
     """The index under OUT and its query encoder, loaded once."""
 
@@ -44,14 +59,20 @@ class Retriever:
 
         transformers_logging.disable_progress_bar()  # the weight-loading bar would garble the printed results
         index_dir = fs.join(output, "index")
+        recorded = recorded_index_files(output)
         self.index = faiss_shards.ShardedIndex(index_dir, nprobe, ef_search)
+        unrecorded = [shard["index"] for shard in self.index.info.shard_files
+                      if fs.join(index_dir, shard["index"]) not in recorded]
+        if unrecorded:
+            raise InputError(f"{fs.join(index_dir, unrecorded[0])} is not recorded in the manifest of {output}: "
+                             f"run `python run_pipeline.py validate --output {output}`")
         options = EncoderOptions.from_json(self.index.info.encoder).with_runtime(device, dtype, query_model)
         check_encoder_options(options)
         self.encoder: DenseEncoder = load_retriever(options, "query")
         if self.encoder.dim != self.index.info.dim:
             raise InputError(f"the query encoder {options.spec('query').name_or_path} gives {self.encoder.dim}-dim "
                              f"vectors but the index at {index_dir} has {self.index.info.dim} dims")
-        self.passages = faiss_shards.PassageLookup(index_dir, self.index.info)
+        self.passages = faiss_shards.PassageLookup(index_dir, self.index.info, recorded)
 
     def encode(self, queries: list[str], batch_size: int = 256) -> np.ndarray:
         parts = [self.encoder.encode_queries(queries[start:start + batch_size])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import shlex
 import shutil
 import sys
 import tempfile
@@ -18,7 +19,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from artifacts import fs, manifest
+from artifacts import fs, lock, manifest
 from artifacts.errors import InputError
 from transforms.dead_letters import COUNTER_NAMESPACE
 from transforms.progress import DEFAULT_INTERVAL_S, LogProgress, worker_count
@@ -185,14 +186,39 @@ def commit(ctx: StageContext, stage: Stage, record: manifest.StageRecord) -> man
     return record
 
 
+class StageInterrupted(KeyboardInterrupt):
+    """Ctrl-C while a stage ran; ``command`` is its command-line name."""
+
+    def __init__(self, command: str) -> None:
+        super().__init__(command)
+        self.command = command
+
+
+def command_line() -> str:
+    """This process's command line, as recorded in the lock on OUT."""
+    return shlex.join(["python", *sys.argv])[:300]
+
+
 def execute(stage: Stage, args: argparse.Namespace, beam_args: Sequence[str],
             force: bool = False) -> tuple[manifest.StageRecord, bool]:
-    """Run ``stage`` unless its recorded outputs are still valid; commit it. Returns its record and whether
-    it ran (False: skipped as up to date)."""
-    output = args.output
-    fs.mkdirs(output)
-    completed = manifest.load(output)
+    """Run ``stage`` unless its recorded outputs are still valid; commit it, holding the lock on OUT.
+    Returns its record and whether it ran (False: skipped as up to date)."""
+    # A missing option or input fails here, before OUT is created or locked.
     options = manifest.canonical_options(stage.options(args))
+    stage.external_inputs(args)
+    try:
+        with lock.hold(args.output, command_line()):
+            return _execute(stage, args, beam_args, options, force)
+    except StageInterrupted:
+        raise
+    except KeyboardInterrupt:
+        raise StageInterrupted(stage.name.replace("_", "-")) from None
+
+
+def _execute(stage: Stage, args: argparse.Namespace, beam_args: Sequence[str], options: dict[str, Any],
+             force: bool) -> tuple[manifest.StageRecord, bool]:
+    output = args.output
+    completed = manifest.load(output)
     inputs = input_fingerprints(stage, args, completed)
     reason = None if force else skip_reason(stage, completed.get(stage.name), options, inputs, output)
     if reason is not None:

@@ -1,0 +1,125 @@
+"""An exclusive lock on OUT for the commands that write it (`all` and every stage).
+
+The lock is the file OUT/.lock holding the host, pid, command and start time of its holder. On a local OUT it is
+created atomically (O_CREAT | O_EXCL); a lock left by a dead process on this host is taken over. On a Beam
+filesystem URL (gs://, s3://, ...) the lock is best effort: created only if absent, which two runs starting in
+the same instant can both pass, and a stale lock there is never taken over (its host may be another machine):
+remove OUT/.lock by hand once no run writes OUT.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+
+from artifacts import fs
+from artifacts.errors import InputError
+
+LOCK_NAME = ".lock"
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    host: str
+    pid: int
+    command: str
+    started: str
+
+    def mine(self) -> bool:
+        return self.host == socket.gethostname() and self.pid == os.getpid()
+
+    def stale(self) -> bool:
+        """Held by a process of this host that no longer runs."""
+        return self.host == socket.gethostname() and not _pid_alive(self.pid)
+
+
+class OutputLocked(InputError):
+    """OUT is locked by another run."""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def current(command: str) -> LockInfo:
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return LockInfo(socket.gethostname(), os.getpid(), command, started)
+
+
+def read(output: str) -> LockInfo | None:
+    """The lock on ``output``, or None when there is none (or it is unreadable, e.g. being written)."""
+    path = fs.join(output, LOCK_NAME)
+    try:
+        return LockInfo(**json.loads(fs.read_bytes(path).decode("utf-8")))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _create(path: str, info: LockInfo) -> bool:
+    """Create the lock file; False when it already exists."""
+    data = json.dumps(asdict(info)).encode("utf-8")
+    if not fs.is_local(path):
+        if fs.exists(path):
+            return False
+        fs.write_bytes(path, data)
+        return True
+    try:
+        descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(data)
+    return True
+
+
+def acquire(output: str, command: str) -> bool:
+    """Lock ``output`` for this process. Returns False when this process already holds it (nested use)."""
+    path = fs.join(output, LOCK_NAME)
+    info = current(command)
+    for _ in range(2):  # a second try after taking over a stale lock
+        if _create(path, info):
+            return True
+        holder = read(output)
+        if holder is not None and holder.mine():
+            return False
+        if holder is not None and holder.stale() and fs.is_local(path):
+            print(f"taking over the stale lock of pid {holder.pid} (no longer running) on {output}",
+                  file=sys.stderr)
+            os.remove(path)
+            continue
+        if holder is None:
+            raise OutputLocked(f"{output} is in use: {path} exists but cannot be read; remove it if no run "
+                               "writes OUT")
+        raise OutputLocked(f"{output} is in use by pid {holder.pid} on {holder.host} since {holder.started} "
+                           f"(command {holder.command})")
+    raise OutputLocked(f"{output} is in use: could not take the lock {path}")
+
+
+def release(output: str) -> None:
+    holder = read(output)
+    if holder is not None and holder.mine():
+        fs.delete_tree(fs.join(output, LOCK_NAME))
+
+
+@contextmanager
+def hold(output: str, command: str) -> Iterator[None]:
+    """Hold the lock on ``output`` for the block (re-entrant within one process: the outer holder releases)."""
+    fs.mkdirs(output)
+    taken = acquire(output, command)
+    try:
+        yield
+    finally:
+        if taken:
+            release(output)

@@ -1,0 +1,268 @@
+"""Mistakes a new user makes on the command line: one line each, exit 2, nothing under OUT touched."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from artifacts import lock, manifest
+from pipelines.cli import build_parser, check_unknown_flags, main
+from tests import test_index_stage
+from tests.conftest import BUNDLED_SAMPLE, DIRECT, REPO
+
+minilm_index = test_index_stage.minilm_index  # the session fixture: the 751 real passages indexed once
+
+SAMPLE = str(BUNDLED_SAMPLE)
+
+
+def files_under(directory: Path) -> list[str]:
+    return sorted(str(path.relative_to(directory)) for path in directory.rglob("*")) if directory.exists() else []
+
+
+# (argv with {tmp} and {file} placeholders, the exact line on stderr)
+BAD_INPUTS = [
+    (["all", "--dump", SAMPLE, "--output", "{tmp}/out", "--model", "m", "--encoder", "m", "--max-mention", "1"],
+     "error: unknown option --max-mention (did you mean --max-mentions?)"),
+    (["index", "--output", "{tmp}/out", "--encoder", "m", "--shard=2"],
+     "error: unknown option --shard (did you mean --shards?)"),
+    (["search", "--output", "{tmp}/out", "--query", "q", "--nprob", "3"],
+     "error: unknown option --nprob (did you mean --nprobe?)"),
+    (["mentions", "--output", "{tmp}/out", "--direct_num_worker=2"],
+     "error: unknown option --direct_num_worker (did you mean --direct_num_workers?)"),
+    (["parse", "--dump", SAMPLE, "--output", "{tmp}/out", "--qqqqqqqq"], "error: unknown option --qqqqqqqq"),
+    (["validate", "--output", "{tmp}/out", "stray"], "error: unexpected argument stray for validate"),
+    (["parse", "--dump", SAMPLE, "--output", "{file}/out"], "error: --output {file}/out is not a directory ({file} "
+                                                            "is a file)"),
+    (["dictionary", "--output", "{file}"], "error: --output {file} is not a directory"),
+    (["all", "--dump", SAMPLE, "--output", "{file}", "--model", "m", "--encoder", "m"],
+     "error: --output {file} is not a directory"),
+    (["export-kpr", "--output", "{tmp}/out", "--to", "{file}/kpr"], "error: --to {file}/kpr is not a directory "
+                                                                   "({file} is a file)"),
+    (["publish", "--output", "{tmp}/out", "--to", "{file}"], "error: --to {file} is not a directory"),
+    (["parse", "--output", "{tmp}/out"], "error: parse needs --dump FILE [FILE ...]"),
+]
+
+
+@pytest.mark.parametrize(("argv", "expected"), BAD_INPUTS,
+                         ids=[" ".join(argv[:1] + argv[-2:]) for argv, _ in BAD_INPUTS])
+def test_bad_input_is_one_line_and_exit_2(argv, expected, tmp_path, capsys):
+    regular_file = tmp_path / "file"
+    regular_file.write_text("not a directory")
+
+    def fill(text: str) -> str:
+        return text.replace("{tmp}", str(tmp_path)).replace("{file}", str(regular_file))
+
+    assert main([fill(arg) for arg in argv] + DIRECT) == 2
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [fill(expected)]
+    assert captured.out == ""
+    assert files_under(tmp_path) == ["file"], "nothing is created before the command refuses"
+
+
+def test_a_read_only_output_is_refused_before_anything_is_created(tmp_path, capsys, monkeypatch):
+    # The test machine runs as root on writable mounts, so the read-only filesystem is simulated.
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    monkeypatch.setattr(os, "statvfs", lambda path: SimpleNamespace(f_flag=os.ST_RDONLY))
+    assert main(["dictionary", "--output", str(tmp_path / "a" / "out"), *DIRECT]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: --output {tmp_path}/a/out is not writable ({tmp_path}: a read-only filesystem)"]
+    assert files_under(tmp_path) == []
+
+
+def test_argparse_errors_are_one_line_with_exit_2(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["dictionary"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: the following arguments are required: --output (see run_pipeline.py dictionary --help)"]
+
+
+@pytest.mark.parametrize("flags", [
+    ["--runner=DirectRunner", "--direct_num_workers=2", "--direct_running_mode=multi_processing"],
+    ["--runner", "DirectRunner", "--temp_location", "/tmp/x", "--project", "p", "--region=europe-west4"],
+    ["--s3_access_key_id=k", "--s3_secret_access_key", "s", "--experiments=a", "--experiments", "b"],
+])
+def test_beam_pipeline_options_pass(flags):
+    check_unknown_flags(build_parser(), "all", flags)  # raises on any flag Beam does not know
+
+
+def test_help_shows_defaults_required_flags_and_an_example():
+    parser = build_parser()
+    subparsers = next(action for action in parser._actions if action.dest == "command")
+    help_all = " ".join(subparsers.choices["all"].format_help().split())
+    for flag in ("--dump DUMP [DUMP ...]", "--model MODEL", "--encoder ENCODER"):
+        start = help_all.index(flag + " ")
+        assert "(required)" in help_all[start:help_all.index("--", start + len(flag))], flag
+    assert "tokens per mention input (default: 512)" in help_all
+    assert "example: python run_pipeline.py all --dump samples/" in help_all
+    assert "(default: None)" not in help_all and "(default: False)" not in help_all
+    for name, sub in subparsers.choices.items():
+        assert "example: python run_pipeline.py " + name in " ".join(sub.format_help().split()), name
+    top = " ".join(parser.format_help().split())
+    assert ("report write OUT/report/index.html: per stage wall time, rows read and written, drops and errors, "
+            "entity, dictionary and embedding distributions, and the index's recall against exact search.") in top
+
+
+# --- the lock on OUT -------------------------------------------------------------------------------------------
+
+
+def write_lock(output: Path, pid: int) -> None:
+    output.mkdir(parents=True, exist_ok=True)
+    (output / lock.LOCK_NAME).write_text(json.dumps(
+        {"host": socket.gethostname(), "pid": pid, "command": "python run_pipeline.py all ...",
+         "started": "2026-01-02T03:04:05Z"}))
+
+
+def dead_pid() -> int:
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
+
+
+def test_a_second_run_on_a_locked_output_is_refused_and_nothing_touched(tmp_path, capsys):
+    output = tmp_path / "out"
+    write_lock(output, os.getppid())  # a live process that is not this one
+    before = {path: path.read_bytes() for path in output.rglob("*")}
+    assert main(["parse", "--dump", SAMPLE, "--output", str(output), *DIRECT]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: {output} is in use by pid {os.getppid()} on {socket.gethostname()} since 2026-01-02T03:04:05Z "
+        "(command python run_pipeline.py all ...)"]
+    assert {path: path.read_bytes() for path in output.rglob("*")} == before
+
+
+def test_a_stale_lock_is_taken_over_with_a_notice_and_released(tmp_path, capsys):
+    output = tmp_path / "out"
+    pid = dead_pid()
+    write_lock(output, pid)
+    with lock.hold(str(output), "python run_pipeline.py parse"):
+        holder = lock.read(str(output))
+        assert (holder.pid, holder.command) == (os.getpid(), "python run_pipeline.py parse")
+        with lock.hold(str(output), "nested"):  # `all` holds it across its stages, which take it again
+            assert lock.read(str(output)) == holder
+        assert lock.read(str(output)) == holder, "the nested holder does not release the outer one's lock"
+    assert not (output / lock.LOCK_NAME).exists()
+    assert capsys.readouterr().err.splitlines() == [
+        f"taking over the stale lock of pid {pid} (no longer running) on {output}"]
+
+
+# --- readers read only what the manifest records ---------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("shared_data")
+def test_search_ignores_unrecorded_index_files(minilm_index, tmp_path, capsys):
+    from pipelines.search import Retriever
+
+    output = tmp_path / "out"
+    shutil.copytree(minilm_index, output)
+    recorded = next((output / "index" / "embeddings").rglob("*.parquet"))
+    table = pq.read_table(recorded)
+    stray = table.set_column(table.schema.get_field_index("title"), "title",
+                             pa.array(["STRAY"] * table.num_rows))
+    pq.write_table(stray, recorded.parent / "zz-half-written.parquet")
+    (output / "index" / "shard-99.faiss").write_bytes(b"half written")
+    retriever = Retriever(str(output))
+    found = retriever.passages.get(table.column("passage_id").to_pylist())
+    assert len(found) == table.num_rows
+    assert "STRAY" not in {title for title, _ in found.values()}
+
+    info = json.loads((output / "index" / "index.json").read_text())
+    info["shard_files"].append({**info["shard_files"][0], "index": "shard-99.faiss"})
+    (output / "index" / "index.json").write_text(json.dumps(info))
+    assert main(["search", "--output", str(output), "--query", "q"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1].startswith(
+        f"error: the index under {output} changed after it was recorded (index/index.json: ")
+
+    completed = manifest.load(str(output))
+    del completed["index"]
+    manifest.save(str(output), completed)
+    assert main(["search", "--output", str(output), "--query", "q"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: {output} has no index recorded in its manifest (the index stage has not finished): run "
+        f"`python run_pipeline.py index --output {output} ...` first")
+
+
+# --- the runtime linker ----------------------------------------------------------------------------------------
+
+
+def test_the_runtime_linker_imports_without_beam():
+    code = "import artifacts.linker, sys; assert 'apache_beam' not in sys.modules, 'Beam was imported'"
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+
+
+# --- Ctrl-C ----------------------------------------------------------------------------------------------------
+
+
+def test_ctrl_c_prints_one_line_exits_130_and_the_rerun_resumes(tiny_bert, tmp_path):
+    """SIGINT to the process group (as Ctrl-C does) once embed-entities is writing into its staging area."""
+    from tests.test_run_all import all_command
+
+    output = tmp_path / "out"
+    command = [sys.executable, str(REPO / "run_pipeline.py"), *all_command(output, tiny_bert, "--no-report")]
+    environment = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen(command, cwd=REPO, env=environment, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    staging = output / ".staging" / "embed_entities"
+    deadline = time.monotonic() + 300
+    while not staging.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert stderr.splitlines()[-1] == "interrupted during embed-entities; rerun the same command to resume"
+    assert "Traceback" not in stderr
+    assert set(manifest.load(str(output))) == {"parse", "dictionary", "mentions"}
+    assert not (output / lock.LOCK_NAME).exists(), "the lock is released on Ctrl-C"
+
+    result = subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert "[mentions] skipped" in result.stderr and "[embed_entities] running" in result.stderr
+    assert set(manifest.load(str(output))) == {"parse", "dictionary", "mentions", "embed_entities", "index"}
+
+
+# --- models: offline hub, tokenizer noise -----------------------------------------------------------------------
+
+
+def test_a_hub_model_name_offline_fails_fast_in_one_line(tmp_path, capsys, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    argv = ["all", "--dump", SAMPLE, "--output", str(tmp_path / "out"), "--model", "kpr-tests/no-such-model",
+            "--encoder", "x", *DIRECT]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: model 'kpr-tests/no-such-model' is not a local path and the hub is offline (HF_HUB_OFFLINE=1): "
+        "download it first or pass a local directory"]
+    assert files_under(tmp_path) == []
+
+
+def test_whole_windows_are_tokenized_without_the_length_warning(tiny_bert, caplog):
+    from transformers import AutoTokenizer
+
+    from encoders.models import load_tokenizer
+
+    text = "aristotle taught alexander " * 300
+    tokenizer = load_tokenizer(str(tiny_bert))
+    with caplog.at_level("WARNING"):
+        ids = tokenizer(text)["input_ids"]
+    assert len(ids) == 902 and "Token indices sequence length" not in caplog.text
+    plain = AutoTokenizer.from_pretrained(str(tiny_bert))
+    with caplog.at_level("WARNING"):
+        assert plain(text)["input_ids"] == ids, "the same ids as without the silencing"
+    assert "Token indices sequence length" in caplog.text, "the warning this test guards against"
+    assert tokenizer.model_max_length == plain.model_max_length
