@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -110,11 +111,9 @@ class MaskEncoder:
     def encode_rows(self, rows: Sequence[dict[str, Any]], max_seq_length: int) -> np.ndarray:
         """float32 vectors of mention rows (entity_id, text, start, end), in row order. The rows are tokenized
         chunk by chunk in the prefetch thread, overlapping the forward passes of the previous chunk."""
-        chunk = max(16, 4 * (self.max_tokens // max_seq_length))
-
         def prepared() -> Iterator[tuple[list[int], tuple]]:
-            for first in range(0, len(rows), chunk):
-                inputs = mask_inputs(rows[first:first + chunk], self.tokenizer, max_seq_length)
+            for first, last in tokenizing_chunks(len(rows), self.max_tokens // max_seq_length):
+                inputs = mask_inputs(rows[first:last], self.tokenizer, max_seq_length)
                 for batch in token_budget_batches([len(item.input_ids) for item in inputs], self.max_tokens):
                     yield [first + index for index in batch], self._prepare([inputs[index] for index in batch])
 
@@ -150,6 +149,16 @@ class MaskEncoder:
     def _forward(self, batch: Sequence[MaskInput]) -> np.ndarray:
         """float32 vectors of one batch (no prefetch): the building block for benchmarks."""
         return to_host([self._forward_host(self._prepare(batch))])
+
+
+def tokenizing_chunks(size: int, per_forward: int) -> list[tuple[int, int]]:
+    """(first, last) row ranges tokenized one after the other: the first about one forward pass's worth, so the
+    device starts early (nothing overlaps it), the others 4 passes' worth (better length bucketing)."""
+    first_size, size_after = max(4, per_forward), max(16, 4 * per_forward)
+    bounds = [0, min(size, first_size)]
+    while bounds[-1] < size:
+        bounds.append(min(size, bounds[-1] + size_after))
+    return [(first, last) for first, last in pairwise(bounds) if last > first]
 
 
 def mask_element_tokens(max_seq_length: int, element: MaskInput | dict[str, Any]) -> int:

@@ -17,7 +17,14 @@ from apache_beam.testing.util import assert_that
 
 from artifacts import schemas, tables
 from encoders.batching import estimated_tokens, padded, prefetched, token_budget_batches
-from encoders.mask_encoder import MaskEncoder, MaskEncoderHandler, MaskInput, mask_element_tokens, mask_inputs
+from encoders.mask_encoder import (
+    MaskEncoder,
+    MaskEncoderHandler,
+    MaskInput,
+    mask_element_tokens,
+    mask_inputs,
+    tokenizing_chunks,
+)
 from encoders.models import ModelSpec
 from encoders.retrievers import DenseEncoder, EncoderOptions, PassageEncoderHandler, passage_segments
 from pipelines.cli import main
@@ -81,17 +88,19 @@ def test_mask_vectors_are_mains_exactly_and_a_plain_forward_pass(minilm_mask_enc
 
 
 def test_rows_tokenized_in_the_handler_give_the_vectors_of_pretokenized_inputs(minilm_mask_encoder):
-    rows = mention_rows(150)  # more than one tokenizing chunk (4 x 2048 // 128 = 64 rows)
+    rows = mention_rows(150)  # tokenized in chunks of rows 0-16, 16-80, 80-144, 144-150 (2048 // 128 = 16)
+    assert tokenizing_chunks(150, 2048 // 128) == [(0, 16), (16, 80), (80, 144), (144, 150)]
     inputs = mask_inputs(rows, minilm_mask_encoder.tokenizer, 128)
     from_rows = minilm_mask_encoder.encode_rows(rows, 128)
-    one_chunk = minilm_mask_encoder.encode(inputs[:64])  # the first chunk: the same batches
-    assert np.array_equal(from_rows[:64], one_chunk)
-    assert np.array_equal(minilm_mask_encoder.encode_rows(rows[:64], 128), one_chunk)
+    assert np.array_equal(from_rows[16:80], minilm_mask_encoder.encode(inputs[16:80]))  # a chunk: same batches
+    one_chunk = minilm_mask_encoder.encode(inputs[:16])
+    assert np.array_equal(from_rows[:16], one_chunk)
+    assert np.array_equal(minilm_mask_encoder.encode_rows(rows[:16], 128), one_chunk)
     np.testing.assert_allclose(from_rows, minilm_mask_encoder.encode(inputs), rtol=0, atol=1e-5)
     handler = MaskEncoderHandler(ModelSpec(minilm_mask_encoder.spec.name_or_path), max_tokens=2048,
                                  max_seq_length=128)
-    results = list(handler.run_inference(rows[:64], minilm_mask_encoder))
-    assert [result.example for result in results] == rows[:64]
+    results = list(handler.run_inference(rows[:16], minilm_mask_encoder))
+    assert [result.example for result in results] == rows[:16]
     assert np.array_equal(np.stack([result.inference for result in results]), one_chunk)
 
 
