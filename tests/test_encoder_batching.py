@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
+from apache_beam.ml.inference.base import RunInference
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that
 
@@ -231,3 +232,20 @@ def test_every_parquet_output_is_zstd_and_reads_back(tiny_bert, tmp_path: Path):
         "France", "Paris", "Seine"]
     assert tables.read_table(str(tmp_path), "mentions").num_rows == tables.total_rows(str(tmp_path), "mentions") == 6
     assert main(["validate", "--output", str(tmp_path)]) == 0
+
+
+def test_a_model_shared_across_processes_gives_the_same_vectors(tiny_bert):
+    """share_model: Beam serves one model from its own process and the workers call it through a proxy."""
+    inputs = [MaskInput(index, (101, 1000 + index, 103, 1200 + index, 102), 2) for index in range(8)]
+    expected = MaskEncoder(ModelSpec(str(tiny_bert)), -1, 16384).encode(inputs)
+
+    def check(results):
+        got = dict(results)
+        assert sorted(got) == list(range(8))
+        assert all(np.array_equal(got[index], expected[index]) for index in range(8))
+
+    with TestPipeline(argv=DIRECT) as pipeline:
+        results = (pipeline | beam.Create(inputs)
+                   | RunInference(MaskEncoderHandler(ModelSpec(str(tiny_bert)), share_model=True))
+                   | beam.Map(lambda result: (result.example.entity_id, np.asarray(result.inference))))
+        assert_that(results, check)
