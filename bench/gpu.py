@@ -48,7 +48,7 @@ MENTION_CAP = 128
 DPR_PASSAGES = 21_015_324
 WIKIPEDIA_ROWS = {  # English Wikipedia, for the storage projection (DESIGN.md and the issue)
     "articles": 6_700_000, "entities": 7_000_000, "mentions": 150_000_000, "entity_embeddings": 7_000_000,
-    "passages": DPR_PASSAGES, "vectors": DPR_PASSAGES,
+    "passages": DPR_PASSAGES, "index": DPR_PASSAGES,
 }
 RANDOM_BERT_BASE = "random-bert-base"
 

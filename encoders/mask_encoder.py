@@ -201,8 +201,10 @@ class MaskEncoderHandler(ModelHandler[Any, PredictionResult, MaskEncoder]):
 
     def batch_elements_kwargs(self) -> dict[str, Any]:
         cap = self._max_seq_length or self._max_tokens  # MaskInputs are counted exactly, the cap is unused
-        # With element_size_fn, Beam's batch sizes count tokens: at least one forward pass's worth per call.
-        return {"min_batch_size": min(self._max_tokens, self.batch_weight), "max_batch_size": self.batch_weight,
+        # With element_size_fn, Beam's batch sizes count tokens. Large calls: better length bucketing, and the
+        # prefetch thread's first batch (not overlapped with a forward pass) is a small share of each call.
+        return {"min_batch_size": min(max(self._max_tokens, self.batch_weight // 4), self.batch_weight),
+                "max_batch_size": self.batch_weight,
                 "element_size_fn": partial(mask_element_tokens, cap)}
 
     def share_model_across_processes(self) -> bool:

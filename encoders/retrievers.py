@@ -322,8 +322,9 @@ class PassageEncoderHandler(ModelHandler[Passage, PredictionResult, DenseEncoder
         return [PredictionResult(passage, vector) for passage, vector in zip(batch, vectors, strict=True)]
 
     def batch_elements_kwargs(self) -> dict[str, Any]:
-        # With element_size_fn, Beam's batch sizes count tokens: at least one forward pass's worth per call.
-        return {"min_batch_size": min(self._options.batch_tokens, self.batch_weight),
+        # With element_size_fn, Beam's batch sizes count tokens. Large calls: better length bucketing, and the
+        # prefetch thread's first batch (not overlapped with a forward pass) is a small share of each call.
+        return {"min_batch_size": min(max(self._options.batch_tokens, self.batch_weight // 4), self.batch_weight),
                 "max_batch_size": self.batch_weight,
                 "element_size_fn": partial(passage_tokens, self._options.max_length)}
 

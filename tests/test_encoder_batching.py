@@ -190,6 +190,7 @@ def test_element_batches_are_bounded_by_tokens():
     handler = MaskEncoderHandler(ModelSpec("unused"), max_tokens=32, max_seq_length=64, batch_weight=200)
     kwargs = handler.batch_elements_kwargs()
     weight = kwargs["element_size_fn"]
+    assert (kwargs["min_batch_size"], kwargs["max_batch_size"]) == (50, 200)  # tokens: a quarter of the weight
     assert [weight(row) for row in rows[:7]] == [12, 22, 32, 42, 52, 62, 64]  # chars / 4 + 2, capped at 64
     assert mask_element_tokens(64, MaskInput(1, (101, 103, 102), 1)) == 3 and estimated_tokens(1, 0) == 1
 
