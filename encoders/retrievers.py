@@ -19,13 +19,22 @@ import json
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult
 
 from artifacts.errors import InputError
-from encoders.batching import token_budget_batches
+from encoders.batching import (
+    estimated_tokens,
+    host_tensor,
+    padded,
+    prefetched,
+    to_device,
+    to_host,
+    token_budget_batches,
+)
 from encoders.models import (
     DTYPES,
     ModelSpec,
@@ -265,29 +274,35 @@ class DenseEncoder:
         features = self._features(firsts, seconds)
         vectors = np.zeros((len(features), self.dim), dtype=np.float32)
         lengths = [len(item["input_ids"]) for item in features]
-        for batch in token_budget_batches(lengths, self.options.batch_tokens):
-            vectors[batch] = self._forward([features[index] for index in batch])
+        batches = token_budget_batches(lengths, self.options.batch_tokens)
+        if type(self)._forward is not DenseEncoder._forward:  # a subclass's own forward (KPR): batch by batch
+            for batch in batches:
+                vectors[batch] = self._forward([features[index] for index in batch])
+            return vectors
+        # Padding and pinning in the prefetch thread; results stay on the device and come back in one copy.
+        host = prefetched(self._host_inputs([features[index] for index in batch]) for batch in batches)
+        results = [self._forward_inputs(self._device_inputs(inputs)) for inputs in host]
+        if results:
+            vectors[[index for batch in batches for index in batch]] = to_host(results)
         return vectors
 
-    def _collate(self, batch: list[dict[str, list]]) -> dict[str, Any]:
-        torch = self._torch
-        longest = max(len(item["input_ids"]) for item in batch)
-        pad = self.tokenizer.pad_token_id or 0
-        tensors = {"input_ids": torch.full((len(batch), longest), pad, dtype=torch.long),
-                   "attention_mask": torch.zeros((len(batch), longest), dtype=torch.long)}
+    def _host_inputs(self, batch: list[dict[str, list]]) -> dict[str, Any]:
+        """Padded CPU tensors of one batch, built with numpy (pinned when bound for CUDA)."""
+        ids, attention = padded([item["input_ids"] for item in batch], self.tokenizer.pad_token_id or 0)
+        arrays = {"input_ids": ids, "attention_mask": attention}
         if "token_type_ids" in batch[0]:
-            tensors["token_type_ids"] = torch.zeros((len(batch), longest), dtype=torch.long)
-        for row, item in enumerate(batch):
-            size = len(item["input_ids"])
-            tensors["input_ids"][row, :size] = torch.tensor(item["input_ids"])
-            tensors["attention_mask"][row, :size] = 1
-            if "token_type_ids" in tensors:
-                tensors["token_type_ids"][row, :size] = torch.tensor(item["token_type_ids"])
-        return {name: tensor.to(self.options.device) for name, tensor in tensors.items()}
+            arrays["token_type_ids"] = padded([item["token_type_ids"] for item in batch], 0)[0]
+        return {name: host_tensor(array, self.options.device) for name, array in arrays.items()}
 
-    def _forward(self, batch: list[dict[str, list]]) -> np.ndarray:
+    def _device_inputs(self, host: dict[str, Any]) -> dict[str, Any]:
+        return {name: to_device(tensor, self.options.device) for name, tensor in host.items()}
+
+    def _collate(self, batch: list[dict[str, list]]) -> dict[str, Any]:
+        return self._device_inputs(self._host_inputs(batch))
+
+    def _forward_inputs(self, inputs: dict[str, Any]):
+        """The vectors of one batch of device inputs, left on the device (float32 after pooling)."""
         torch = self._torch
-        inputs = self._collate(batch)
         with torch.inference_mode():
             output = self.model(**inputs)
             if getattr(self.model.config, "model_type", "") == "dpr":
@@ -297,7 +312,10 @@ class DenseEncoder:
                 vectors = pool(output.last_hidden_state, inputs["attention_mask"], pooling)
             if self.options.similarity == "cosine":
                 vectors = torch.nn.functional.normalize(vectors, p=2, dim=-1)
-        return vectors.cpu().numpy()
+        return vectors
+
+    def _forward(self, batch: list[dict[str, list]]) -> np.ndarray:
+        return to_host([self._forward_inputs(self._collate(batch))])
 
 
 def load_retriever(options: EncoderOptions, role: str = "passage") -> DenseEncoder:
@@ -309,14 +327,22 @@ def load_retriever(options: EncoderOptions, role: str = "passage") -> DenseEncod
     return DenseEncoder(options, role)
 
 
-class PassageEncoderHandler(ModelHandler[Passage, PredictionResult, DenseEncoder]):
-    """RunInference handler: one encoder per worker process; elements batched by count here, then by token
-    budget inside ``encode_passages``. Larger count batches give better length bucketing."""
+def passage_tokens(max_length: int, passage: Passage) -> int:
+    """Estimated tokens of one passage (title and text), for batching RunInference elements by tokens."""
+    return estimated_tokens(max_length, len(passage.title) + len(passage.text))
 
-    def __init__(self, options: EncoderOptions, max_batch_size: int = 512) -> None:
+
+class PassageEncoderHandler(ModelHandler[Passage, PredictionResult, DenseEncoder]):
+    """RunInference handler: elements batched by estimated tokens here (``batch_weight``, larger batches give
+    better length bucketing), then by token budget inside ``encode_passages``. ``share_model``: one encoder per
+    machine shared by the worker processes; by default only on CUDA (one copy per GPU)."""
+
+    def __init__(self, options: EncoderOptions, batch_weight: int | None = None,
+                 share_model: bool | None = None) -> None:
         super().__init__()
         self._options = options
-        self._max_batch_size = max_batch_size
+        self.batch_weight = batch_weight or 16 * options.batch_tokens  # estimated tokens per run_inference call
+        self._share = options.device.startswith("cuda") if share_model is None else share_model
 
     def load_model(self) -> DenseEncoder:
         return load_retriever(self._options, "passage")
@@ -326,8 +352,12 @@ class PassageEncoderHandler(ModelHandler[Passage, PredictionResult, DenseEncoder
         vectors = model.encode_passages(batch)
         return [PredictionResult(passage, vector) for passage, vector in zip(batch, vectors, strict=True)]
 
-    def batch_elements_kwargs(self) -> dict[str, int]:
-        return {"min_batch_size": 1, "max_batch_size": self._max_batch_size}
+    def batch_elements_kwargs(self) -> dict[str, Any]:
+        # With element_size_fn, Beam's batch sizes count tokens. Large calls: better length bucketing, and the
+        # prefetch thread's first batch (not overlapped with a forward pass) is a small share of each call.
+        return {"min_batch_size": min(max(self._options.batch_tokens, self.batch_weight // 4), self.batch_weight),
+                "max_batch_size": self.batch_weight,
+                "element_size_fn": partial(passage_tokens, self._options.max_length)}
 
     def share_model_across_processes(self) -> bool:
-        return False
+        return self._share

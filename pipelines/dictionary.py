@@ -274,9 +274,11 @@ class DictionaryStage:
             built = articles | "BuildDictionary" >> BuildDictionary(rules, args.doc_unit == "page",
                                                                     args.include_red_links, thresholds)
             _ = built["entities"] | "EntityRows" >> beam.Map(entity_row) | "WriteEntities" >> beam.io.WriteToParquet(
-                ctx.staged_prefix("entities"), schemas.ENTITIES, file_name_suffix=".parquet")
+                ctx.staged_prefix("entities"), schemas.ENTITIES, file_name_suffix=".parquet",
+                codec=schemas.PARQUET_CODEC)
             _ = built["names"] | "WriteNames" >> beam.io.WriteToParquet(
-                ctx.staged_prefix("dictionary/names"), schemas.NAMES, file_name_suffix=".parquet")
+                ctx.staged_prefix("dictionary/names"), schemas.NAMES, file_name_suffix=".parquet",
+                codec=schemas.PARQUET_CODEC)
             _ = built["dead_letters"] | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("names"))
 
         counters = run_beam(ctx, build)

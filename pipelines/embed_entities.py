@@ -13,7 +13,7 @@ import pyarrow as pa
 from apache_beam.ml.inference.base import PredictionResult, RunInference
 
 from artifacts import schemas, tables
-from encoders.mask_encoder import MaskEncoderHandler, check_mask_model, mask_inputs
+from encoders.mask_encoder import MaskEncoderHandler, check_mask_model
 from encoders.models import DTYPES, ModelSpec, hidden_size, input_embedding_norm, model_files
 from pipelines.stage import StageContext, run_beam
 from transforms.dead_letters import WriteDeadLetters, count, dead_letter
@@ -31,38 +31,30 @@ def mention_problem(row: dict[str, Any]) -> str | None:
     return None
 
 
-class TokenizeMentions(beam.DoFn):
-    """Batches of mention rows -> MaskInputs (the tokenizer loads once per worker)."""
-
-    def __init__(self, model: str, max_seq_length: int) -> None:
-        self._model = model
-        self._max_seq_length = max_seq_length
-
-    def setup(self) -> None:
-        from encoders.models import load_tokenizer
-
-        self._tokenizer = load_tokenizer(self._model)
-
-    def process(self, rows: list[dict[str, Any]]) -> Iterator[Any]:
-        good = []
-        for row in rows:
-            problem = mention_problem(row)
-            if problem is None:
-                good.append(row)
-            else:
-                yield dead_letter(problem, "mention cannot be embedded", entity_id=row["entity_id"],
-                                  page_id=row["page_id"], start=row["start"], end=row["end"])
-        if good:
-            count("mentions_embedded", len(good))
-            yield from mask_inputs(good, self._tokenizer, self._max_seq_length)
+def embeddable(rows: list[dict[str, Any]]) -> Iterator[Any]:
+    """Mention rows the model can embed (tokenized later, inside the RunInference handler, where tokenizing
+    overlaps the forward passes); the others dead-lettered."""
+    good = 0
+    for row in rows:
+        problem = mention_problem(row)
+        if problem is None:
+            good += 1
+            yield row
+        else:
+            yield dead_letter(problem, "mention cannot be embedded", entity_id=row["entity_id"],
+                              page_id=row["page_id"], start=row["start"], end=row["end"])
+    if good:
+        count("mentions_embedded", good)
 
 
 def finite_vector(result: PredictionResult) -> Iterator[Any]:
     vector = np.asarray(result.inference, dtype=np.float32)
+    example = result.example  # a mention row, or a MaskInput
+    entity_id = example["entity_id"] if isinstance(example, dict) else example.entity_id
     if np.all(np.isfinite(vector)):
-        yield result.example.entity_id, vector
+        yield entity_id, vector
     else:
-        yield dead_letter("non_finite_vectors", "the model returned NaN or inf", entity_id=result.example.entity_id)
+        yield dead_letter("non_finite_vectors", "the model returned NaN or inf", entity_id=entity_id)
 
 
 class MeanVector(beam.CombineFn):
@@ -156,14 +148,13 @@ class EmbedEntitiesStage:
             "model": str(args.model), "layer": str(args.layer), "target_norm": repr(target_norm),
             "dtype": args.dtype, "embedding_dtype": args.embedding_dtype,
             "max_seq_length": str(args.max_seq_length)})
-        handler = MaskEncoderHandler(spec, args.layer, args.batch_tokens)
+        handler = MaskEncoderHandler(spec, args.layer, args.batch_tokens, max_seq_length=args.max_seq_length)
 
         def build(pipeline: beam.Pipeline) -> None:
             mentions = pipeline | "ReadMentions" >> beam.io.ReadFromParquet(
                 tables.parquet_pattern(args.output, "mentions"))
             inputs = (mentions | "BatchMentions" >> beam.BatchElements(min_batch_size=64, max_batch_size=512)
-                      | "Tokenize" >> beam.ParDo(TokenizeMentions(str(args.model), args.max_seq_length)).with_outputs(
-                          "dead_letter", main="inputs"))
+                      | "Embeddable" >> beam.FlatMap(embeddable).with_outputs("dead_letter", main="inputs"))
             vectors = (inputs.inputs | "EncodeMasks" >> RunInference(handler)
                        | "Progress" >> ctx.progress("mentions", tables.total_rows(args.output, "mentions"))
                        | "KeepFinite" >> beam.FlatMap(finite_vector).with_outputs("dead_letter", main="vectors"))
@@ -175,7 +166,8 @@ class EmbedEntitiesStage:
                     | "NormMatch" >> beam.FlatMapTuple(embedding_row, target_norm).with_outputs(
                         "dead_letter", main="rows"))
             _ = rows.rows | "WriteEmbeddings" >> beam.io.WriteToParquet(
-                ctx.staged_prefix("entity_embeddings"), schema, file_name_suffix=".parquet")
+                ctx.staged_prefix("entity_embeddings"), schema, file_name_suffix=".parquet",
+                codec=schemas.PARQUET_CODEC)
             dead = (inputs.dead_letter, vectors.dead_letter, rows.dead_letter) | "AllDeadLetters" >> beam.Flatten()
             _ = dead | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("mentions"))
 

@@ -21,7 +21,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.ml.inference.base import PredictionResult, RunInference
 
-from artifacts import faiss_shards, fs, tables
+from artifacts import faiss_shards, fs, schemas, tables
 from artifacts.errors import InputError
 from encoders.models import DTYPES, model_files
 from encoders.retrievers import (
@@ -180,7 +180,7 @@ class WriteVectorTables(beam.PTransform):
                 | "Batch" >> beam.BatchElements(min_batch_size=64, max_batch_size=4096)
                 | "ToTable" >> beam.Map(self._to_table)
                 | "WriteParquet" >> beam.io.parquetio.WriteToParquetBatched(
-                    self._prefix, self._schema, file_name_suffix=".parquet"))
+                    self._prefix, self._schema, file_name_suffix=".parquet", codec=schemas.PARQUET_CODEC))
 
 
 class ReadPassages(beam.PTransform):
@@ -368,7 +368,8 @@ class IndexStage:
         if columns is None:
             _ = (passages | "PassageRows" >> beam.Map(Passage.to_row)
                  | "WritePassages" >> beam.io.WriteToParquet(
-                     ctx.staged_prefix("passages"), _passages_schema(), file_name_suffix=".parquet"))
+                     ctx.staged_prefix("passages"), _passages_schema(), file_name_suffix=".parquet",
+                     codec=schemas.PARQUET_CODEC))
         encoded = (passages
                    | "Encode" >> RunInference(PassageEncoderHandler(options))
                    | "Progress" >> ctx.progress("passages")

@@ -126,7 +126,8 @@ class MentionsStage:
             rows = {"articles": articles, "entities": entities} | "SampleMentions" >> SampleMentions(
                 args.max_mentions, args.seed, args.max_seq_length * CHARS_PER_TOKEN)
             _ = rows | "WriteMentions" >> beam.io.WriteToParquet(
-                ctx.staged_prefix("mentions"), schemas.MENTIONS, file_name_suffix=".parquet")
+                ctx.staged_prefix("mentions"), schemas.MENTIONS, file_name_suffix=".parquet",
+                codec=schemas.PARQUET_CODEC)
 
         return run_beam(ctx, build)
 

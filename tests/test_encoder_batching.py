@@ -1,0 +1,252 @@
+"""The encoders' fast path (numpy batches, prefetch thread, one copy back, tokenizing in the handler) gives the
+vectors of a plain forward pass; token-weighted element batches; zstd Parquet outputs that read back unchanged."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import apache_beam as beam
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+from apache_beam.ml.inference.base import RunInference
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that
+
+from artifacts import schemas, tables
+from encoders.batching import estimated_tokens, padded, prefetched, token_budget_batches
+from encoders.mask_encoder import (
+    MaskEncoder,
+    MaskEncoderHandler,
+    MaskInput,
+    mask_element_tokens,
+    mask_inputs,
+    tokenizing_chunks,
+)
+from encoders.models import ModelSpec
+from encoders.retrievers import DenseEncoder, EncoderOptions, PassageEncoderHandler, passage_segments
+from pipelines.cli import main
+from tests.conftest import DIRECT, PASSAGES
+from tests.test_dictionary import write_parsed
+from tests.test_mentions_embeddings import CAPITALS
+from transforms.passages import parse_dpr_row
+
+
+def real_passages(count: int) -> list:
+    lines = (PASSAGES / "psgs_w100_subset_from_haystack_nqdev.tsv").read_text(encoding="utf-8").splitlines()
+    return [parse_dpr_row(line) for line in lines[1:count + 1]]
+
+
+def mention_rows(count: int) -> list[dict]:
+    """Real passage texts with the 6th word as the mention (both sides have context)."""
+    rows = []
+    for passage in real_passages(count):
+        words = passage.text.split(" ")
+        start = len(" ".join(words[:5])) + 1
+        rows.append({"entity_id": passage.passage_id, "page_id": 1, "text": passage.text, "start": start,
+                     "end": start + len(words[5])})
+    return rows
+
+
+def main_batched_mask_vectors(encoder: MaskEncoder, inputs: list[MaskInput]) -> np.ndarray:
+    """main's [MASK] forward (69ab6fb): the same token-budget batches, collated row by row with torch."""
+    vectors = np.zeros((len(inputs), encoder.model.config.hidden_size), dtype=np.float32)
+    for batch in token_budget_batches([len(item.input_ids) for item in inputs], encoder.max_tokens):
+        items = [inputs[index] for index in batch]
+        longest = max(len(item.input_ids) for item in items)
+        ids = torch.full((len(items), longest), encoder.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(items), longest), dtype=torch.long)
+        for row, item in enumerate(items):
+            ids[row, :len(item.input_ids)] = torch.tensor(item.input_ids)
+            attention[row, :len(item.input_ids)] = 1
+        with torch.inference_mode():
+            states = encoder.model(input_ids=ids, attention_mask=attention).last_hidden_state
+        vectors[batch] = states[torch.arange(len(items)), [item.mask_position for item in items]].float().numpy()
+    return vectors
+
+
+def one_by_one_mask_vectors(encoder: MaskEncoder, inputs: list[MaskInput]) -> np.ndarray:
+    with torch.inference_mode():
+        return np.stack([encoder.model(input_ids=torch.tensor([item.input_ids])).last_hidden_state[
+            0, item.mask_position].numpy() for item in inputs])
+
+
+@pytest.fixture(scope="module")
+def minilm_mask_encoder(minilm_path) -> MaskEncoder:
+    return MaskEncoder(ModelSpec(str(minilm_path)), layer=-1, max_tokens=2048)
+
+
+def test_mask_vectors_are_mains_exactly_and_a_plain_forward_pass(minilm_mask_encoder):
+    inputs = mask_inputs(mention_rows(40), minilm_mask_encoder.tokenizer, 128)
+    assert len({len(item.input_ids) for item in inputs}) > 10  # several lengths: padding inside the batches
+    vectors = minilm_mask_encoder.encode(inputs)
+    assert vectors.dtype == np.float32 and vectors.shape == (40, 384)
+    assert np.array_equal(vectors, main_batched_mask_vectors(minilm_mask_encoder, inputs))
+    np.testing.assert_allclose(vectors, one_by_one_mask_vectors(minilm_mask_encoder, inputs), rtol=0, atol=1e-5)
+
+
+def test_rows_tokenized_in_the_handler_give_the_vectors_of_pretokenized_inputs(minilm_mask_encoder):
+    rows = mention_rows(150)  # tokenized in chunks of rows 0-16, 16-80, 80-144, 144-150 (2048 // 128 = 16)
+    assert tokenizing_chunks(150, 2048 // 128) == [(0, 16), (16, 80), (80, 144), (144, 150)]
+    inputs = mask_inputs(rows, minilm_mask_encoder.tokenizer, 128)
+    from_rows = minilm_mask_encoder.encode_rows(rows, 128)
+    assert np.array_equal(from_rows[16:80], minilm_mask_encoder.encode(inputs[16:80]))  # a chunk: same batches
+    one_chunk = minilm_mask_encoder.encode(inputs[:16])
+    assert np.array_equal(from_rows[:16], one_chunk)
+    assert np.array_equal(minilm_mask_encoder.encode_rows(rows[:16], 128), one_chunk)
+    np.testing.assert_allclose(from_rows, minilm_mask_encoder.encode(inputs), rtol=0, atol=1e-5)
+    handler = MaskEncoderHandler(ModelSpec(minilm_mask_encoder.spec.name_or_path), max_tokens=2048,
+                                 max_seq_length=128)
+    results = list(handler.run_inference(rows[:16], minilm_mask_encoder))
+    assert [result.example for result in results] == rows[:16]
+    assert np.array_equal(np.stack([result.inference for result in results]), one_chunk)
+
+
+def main_batched_passage_vectors(encoder: DenseEncoder, passages: list) -> np.ndarray:
+    """main's passage forward (69ab6fb): the same batches, collated row by row with torch, [CLS] vector."""
+    firsts, seconds = passage_segments(passages, encoder.options.title)
+    encoded = encoder.tokenizer(firsts, seconds, truncation=True, max_length=encoder.options.max_length)
+    vectors = np.zeros((len(passages), encoder.dim), dtype=np.float32)
+    for batch in token_budget_batches([len(ids) for ids in encoded["input_ids"]], encoder.options.batch_tokens):
+        longest = max(len(encoded["input_ids"][index]) for index in batch)
+        tensors = {name: torch.zeros((len(batch), longest), dtype=torch.long)
+                   for name in ("input_ids", "attention_mask", "token_type_ids")}
+        for row, index in enumerate(batch):
+            size = len(encoded["input_ids"][index])
+            tensors["input_ids"][row, :size] = torch.tensor(encoded["input_ids"][index])
+            tensors["token_type_ids"][row, :size] = torch.tensor(encoded["token_type_ids"][index])
+            tensors["attention_mask"][row, :size] = 1
+        with torch.inference_mode():
+            vectors[batch] = encoder.model(**tensors).last_hidden_state[:, 0].float().numpy()
+    return vectors
+
+
+def test_passage_vectors_are_mains_exactly_and_a_plain_forward_pass(minilm_path):
+    encoder = DenseEncoder(EncoderOptions("dpr", str(minilm_path), max_length=96, batch_tokens=1024))
+    passages = real_passages(60)
+    vectors = encoder.encode_passages(passages)
+    assert np.array_equal(vectors, main_batched_passage_vectors(encoder, passages))
+    with torch.inference_mode():
+        one_by_one = np.stack([encoder.model(**encoder.tokenizer(
+            passage.title, passage.text, truncation=True, max_length=96, return_tensors="pt")).last_hidden_state[
+                0, 0].numpy() for passage in passages])
+    np.testing.assert_allclose(vectors, one_by_one, rtol=0, atol=1e-5)
+
+
+def test_padded_builds_ids_and_mask_with_numpy():
+    ids, attention = padded([(5, 6, 7), (8,), ()], pad=1)
+    assert ids.tolist() == [[5, 6, 7], [8, 1, 1], [1, 1, 1]] and ids.dtype == np.int64
+    assert attention.tolist() == [[1, 1, 1], [1, 0, 0], [0, 0, 0]]
+
+
+def test_prefetch_keeps_order_and_runs_ahead_in_another_thread():
+    threads = []
+
+    def items():
+        for value in range(10):
+            threads.append(threading.current_thread())
+            yield value
+
+    assert list(prefetched(items(), depth=3)) == list(range(10))
+    assert all(thread is not threading.main_thread() for thread in threads)
+
+
+def test_an_error_in_the_prefetch_thread_reaches_the_consumer_without_hanging():
+    def failing():
+        yield 1
+        yield 2
+        raise ValueError("bad batch 3")
+
+    seen = []
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="bad batch 3"):
+        for value in prefetched(failing(), depth=1):
+            seen.append(value)
+    assert seen == [1, 2] and time.monotonic() - started < 5
+
+
+def test_a_consumer_that_stops_early_stops_the_producer():
+    produced = []
+
+    def endless():
+        value = 0
+        while True:
+            produced.append(value)
+            yield value
+            value += 1
+
+    before = threading.active_count()
+    iterator = prefetched(endless(), depth=2)
+    assert [next(iterator) for _ in range(3)] == [0, 1, 2]
+    iterator.close()  # joins the producer thread
+    assert threading.active_count() == before and len(produced) <= 3 + 2 + 1
+
+
+def test_element_batches_are_bounded_by_tokens():
+    rows = [{"entity_id": index, "text": "w" * (40 * (index % 7 + 1)), "start": 0, "end": 1} for index in range(60)]
+    handler = MaskEncoderHandler(ModelSpec("unused"), max_tokens=32, max_seq_length=64, batch_weight=200)
+    kwargs = handler.batch_elements_kwargs()
+    weight = kwargs["element_size_fn"]
+    assert (kwargs["min_batch_size"], kwargs["max_batch_size"]) == (50, 200)  # tokens: a quarter of the weight
+    assert [weight(row) for row in rows[:7]] == [12, 22, 32, 42, 52, 62, 64]  # chars / 4 + 2, capped at 64
+    assert mask_element_tokens(64, MaskInput(1, (101, 103, 102), 1)) == 3 and estimated_tokens(1, 0) == 1
+
+    def check(batches):
+        assert sorted(row["entity_id"] for batch in batches for row in batch) == list(range(60))
+        assert all(sum(weight(row) for row in batch) <= 200 + 64 for batch in batches)  # one element over at most
+        assert max(len(batch) for batch in batches) > 1
+
+    with TestPipeline(argv=DIRECT) as pipeline:
+        batches = pipeline | beam.Create(rows) | beam.BatchElements(**kwargs)
+        assert_that(batches, check)
+
+
+def test_one_model_per_gpu_is_shared_by_the_processes_and_not_on_the_cpu():
+    assert MaskEncoderHandler(ModelSpec("m", device="cuda")).share_model_across_processes()
+    assert not MaskEncoderHandler(ModelSpec("m")).share_model_across_processes()
+    assert not MaskEncoderHandler(ModelSpec("m", device="cuda"), share_model=False).share_model_across_processes()
+    assert PassageEncoderHandler(EncoderOptions("dpr", "m", device="cuda:1")).share_model_across_processes()
+    assert not PassageEncoderHandler(EncoderOptions("dpr", "m")).share_model_across_processes()
+
+
+def codecs(path: str) -> set[str]:
+    metadata = pq.ParquetFile(path).metadata
+    return {metadata.row_group(group).column(column).compression
+            for group in range(metadata.num_row_groups) for column in range(metadata.num_columns)}
+
+
+def test_every_parquet_output_is_zstd_and_reads_back(tiny_bert, tmp_path: Path):
+    write_parsed(tmp_path, CAPITALS)
+    assert main(["dictionary", "--output", str(tmp_path), *DIRECT]) == 0
+    assert main(["mentions", "--output", str(tmp_path), "--max-mentions", "2", *DIRECT]) == 0
+    assert main(["embed-entities", "--output", str(tmp_path), "--model", str(tiny_bert), "--max-seq-length", "32",
+                 *DIRECT]) == 0
+    assert schemas.PARQUET_CODEC == "zstd"
+    for name in ("entities", "dictionary/names", "mentions", "entity_embeddings"):
+        files = tables.parquet_files(str(tmp_path), name)
+        assert {codec for path in files for codec in codecs(path)} == {"ZSTD"}, name
+    assert tables.total_rows(str(tmp_path), "entities") == 3
+    assert sorted(tables.read_table(str(tmp_path), "entities", ["title"]).column("title").to_pylist()) == [
+        "France", "Paris", "Seine"]
+    assert tables.read_table(str(tmp_path), "mentions").num_rows == tables.total_rows(str(tmp_path), "mentions") == 6
+    assert main(["validate", "--output", str(tmp_path)]) == 0
+
+
+def test_a_model_shared_across_processes_gives_the_same_vectors(tiny_bert):
+    """share_model: Beam serves one model from its own process and the workers call it through a proxy."""
+    inputs = [MaskInput(index, (101, 1000 + index, 103, 1200 + index, 102), 2) for index in range(8)]
+    expected = MaskEncoder(ModelSpec(str(tiny_bert)), -1, 16384).encode(inputs)
+
+    def check(results):
+        got = dict(results)
+        assert sorted(got) == list(range(8))
+        assert all(np.array_equal(got[index], expected[index]) for index in range(8))
+
+    with TestPipeline(argv=DIRECT) as pipeline:
+        results = (pipeline | beam.Create(inputs)
+                   | RunInference(MaskEncoderHandler(ModelSpec(str(tiny_bert)), share_model=True))
+                   | beam.Map(lambda result: (result.example.entity_id, np.asarray(result.inference))))
+        assert_that(results, check)
