@@ -36,6 +36,7 @@ from encoders.retrievers import (
 from pipelines.stage import StageContext, run_beam
 from transforms.dead_letters import WriteDeadLetters, count, dead_letter
 from transforms.dump_io import matching_files
+from transforms.dump_reader import ARCHIVE_ERRORS, open_xml
 from transforms.passages import (
     DUPLICATE_KEEPS,
     MAX_REPORTED_CHARS,
@@ -95,12 +96,16 @@ def encoder_options(args: argparse.Namespace) -> EncoderOptions:
 def corpus_lines(path: str) -> Iterator[tuple[str, int, bytes]]:
     """The lines after the header of one corpus file as bytes, with their line numbers. One worker reads a file
     from its start, so that dead letters and the duplicate rule know each row's file and line."""
-    with FileSystems.open(path, compression_type=CompressionTypes.AUTO) as handle:
-        handle.readline()
+    with open_xml(path) as handle:  # Python's own gzip/bz2 readers: a cut-short archive raises, Beam's ends quietly
         number = 1
-        while raw := handle.readline():
-            number += 1
-            yield path, number, raw
+        try:
+            handle.readline()
+            while raw := handle.readline():
+                number += 1
+                yield path, number, raw
+        except ARCHIVE_ERRORS as error:
+            raise InputError(f"{path}: truncated or corrupt archive after line {number}: "
+                             f"{str(error).strip().splitlines()[0]}") from error
 
 
 def parsed_row(source: str, number: int, raw: bytes, columns: tuple[int, int, int] = (0, 1, 2)) -> Iterator[Any]:

@@ -4,8 +4,10 @@ shards), and a stage run leaves nothing in the system temp directory."""
 
 from __future__ import annotations
 
+import gzip
 import shutil
 import tempfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,6 +140,18 @@ def _all_with_gpt2(tmp: Path, models: dict[str, Path]) -> tuple[list[str], str]:
              "--encoder", str(models["gpt2"])], _no_cls_message(models["gpt2"], "dpr"))
 
 
+def _truncated_gzip_corpus(tmp: Path, _models: dict[str, Path]) -> tuple[list[str], str]:
+    rows = "".join(f"{number}\tword {number} of the passage\tT{number}\n" for number in range(1, 3001))
+    data = gzip.compress(("id\ttext\ttitle\n" + rows).encode())
+    path = tmp / "corpus.tsv.gz"
+    path.write_bytes(data[: len(data) // 2])
+    complete_lines = zlib.decompressobj(wbits=31).decompress(data[: len(data) // 2]).count(b"\n")
+    return (["index", "--output", str(tmp / "out"), "--encoder", str(_models["tiny"]), "--encoder-type", "mean",
+             "--corpus", str(path), "--max-length", "32"],
+            f"error: {path}: truncated or corrupt archive after line {complete_lines}: "
+            "Compressed file ended before the end-of-stream marker was reached")
+
+
 def _empty_query(tmp: Path, _models: dict[str, Path]) -> tuple[list[str], str]:
     return (["search", "--output", str(tmp / "out"), "--query", "pears", "--query", ""],
             "error: --query is empty: give the text to search for")
@@ -151,7 +165,8 @@ def _blank_query(tmp: Path, _models: dict[str, Path]) -> tuple[list[str], str]:
 CASES = [Case("xml-that-is-not-a-dump", _not_a_dump), Case("text-that-is-not-xml", _not_xml),
          Case("second-dump-not-a-dump", _second_part_not_a_dump), Case("gpt2-as-dpr", _gpt2_as_dpr),
          Case("gpt2-as-bge", _gpt2_as_bge), Case("tokenizer-without-tokens", _tokenless),
-         Case("all-preflight-gpt2-as-dpr", _all_with_gpt2), Case("empty-query", _empty_query),
+         Case("all-preflight-gpt2-as-dpr", _all_with_gpt2), Case("truncated-gzip-corpus", _truncated_gzip_corpus),
+         Case("empty-query", _empty_query),
          Case("blank-query", _blank_query)]
 
 
