@@ -6,6 +6,7 @@ import argparse
 import difflib
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -206,6 +207,9 @@ def configure_logging(verbose: bool, beam_args: list[str]) -> None:
         handler.addFilter(lambda record: not mentions_input_error(record.getMessage()))
     if not any(arg.startswith("--default_sdk_harness_log_level") for arg in beam_args):
         beam_args.append("--default_sdk_harness_log_level=ERROR")
+    # No weight-loading progress bars: read by huggingface_hub/transformers on import, here and in Beam's
+    # worker processes (which inherit the environment).
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 def interrupted(error: KeyboardInterrupt) -> int:
