@@ -137,14 +137,15 @@ def build_parser() -> argparse.ArgumentParser:
 def beam_flags() -> set[str]:
     """Every flag of every registered Beam PipelineOptions class (the gcp/aws/azure ones included)."""
     import apache_beam  # noqa: F401  (registers the option classes of the runners and filesystems)
-    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
 
     flags: set[str] = set()
     pending = list(PipelineOptions.__subclasses__())
     while pending:
         options_class = pending.pop()
         pending += options_class.__subclasses__()
-        parser = argparse.ArgumentParser(add_help=False, conflict_handler="resolve")
+        # Beam's own parser class: some option classes add value-provider arguments through it.
+        parser = _BeamArgumentParser(add_help=False, conflict_handler="resolve")
         options_class._add_argparse_args(parser)
         flags.update(flag for action in parser._actions for flag in action.option_strings)
     return flags
