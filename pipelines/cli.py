@@ -6,6 +6,7 @@ import argparse
 import difflib
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -136,14 +137,15 @@ def build_parser() -> argparse.ArgumentParser:
 def beam_flags() -> set[str]:
     """Every flag of every registered Beam PipelineOptions class (the gcp/aws/azure ones included)."""
     import apache_beam  # noqa: F401  (registers the option classes of the runners and filesystems)
-    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
 
     flags: set[str] = set()
     pending = list(PipelineOptions.__subclasses__())
     while pending:
         options_class = pending.pop()
         pending += options_class.__subclasses__()
-        parser = argparse.ArgumentParser(add_help=False, conflict_handler="resolve")
+        # Beam's own parser class: some option classes add value-provider arguments through it.
+        parser = _BeamArgumentParser(add_help=False, conflict_handler="resolve")
         options_class._add_argparse_args(parser)
         flags.update(flag for action in parser._actions for flag in action.option_strings)
     return flags
@@ -206,6 +208,9 @@ def configure_logging(verbose: bool, beam_args: list[str]) -> None:
         handler.addFilter(lambda record: not mentions_input_error(record.getMessage()))
     if not any(arg.startswith("--default_sdk_harness_log_level") for arg in beam_args):
         beam_args.append("--default_sdk_harness_log_level=ERROR")
+    # No weight-loading progress bars: read by huggingface_hub/transformers on import, here and in Beam's
+    # worker processes (which inherit the environment).
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 def interrupted(error: KeyboardInterrupt) -> int:

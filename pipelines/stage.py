@@ -247,5 +247,6 @@ def print_summary(record: manifest.StageRecord) -> None:
             rows[item.path.split("/")[0]] += item.rows
     lines = [f"[{record.stage}] done in {record.wall_time_s:.1f}s"]
     lines += [f"  {artifact}: {count:,} rows" for artifact, count in sorted(rows.items())]
-    lines += [f"  {name}: {value:,}" for name, value in record.counters.items()]
+    # A counter named like an artifact with the same count repeats its row count: printed once, as rows.
+    lines += [f"  {name}: {value:,}" for name, value in record.counters.items() if rows.get(name) != value]
     print("\n".join(lines), file=sys.stderr)

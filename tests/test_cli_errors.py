@@ -266,3 +266,17 @@ def test_whole_windows_are_tokenized_without_the_length_warning(tiny_bert, caplo
         assert plain(text)["input_ids"] == ids, "the same ids as without the silencing"
     assert "Token indices sequence length" in caplog.text, "the warning this test guards against"
     assert tokenizer.model_max_length == plain.model_max_length
+
+
+def test_a_stage_summary_prints_each_row_count_once(capsys):
+    from pipelines.stage import print_summary
+
+    record = manifest.StageRecord(
+        stage="parse", options={}, inputs={}, counters={"articles": 106, "links": 22408, "redirects": 98},
+        outputs=[manifest.OutputFile("articles/part-0.parquet", 1, "0", 100),
+                 manifest.OutputFile("articles/part-1.parquet", 1, "0", 6),
+                 manifest.OutputFile("redirects/part-0.parquet", 1, "0", 99)], wall_time_s=1.25)
+    print_summary(record)
+    assert capsys.readouterr().err.splitlines() == [
+        "[parse] done in 1.2s", "  articles: 106 rows", "  redirects: 99 rows", "  links: 22,408",
+        "  redirects: 98"]
