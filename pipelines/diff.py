@@ -6,12 +6,7 @@ import argparse
 import json
 
 from artifacts.diff.keyed import Change
-from artifacts.diff.runs import RunDiff, VectorReuse, diff_runs
-
-NOT_RECORDED = "n/a (no --previous)"
-_ROWS = (("articles", "articles", "changed"), ("redirects", "redirects", "retargeted"),
-         ("entities", "entities", ""), ("dictionary names", "names", "top candidate changed"),
-         ("passages", "passages", "changed"))
+from artifacts.diff.runs import NOT_RECORDED, PARTS, RunDiff, VectorReuse, diff_runs
 
 
 def _count(value: int | None) -> str:
@@ -35,7 +30,7 @@ def render_text(diff: RunDiff) -> str:
     """A compact table of ``diff`` for people."""
     lines = [f"old {diff.old}", f"new {diff.new}", "",
              f"{'':<18} {'old':>10} {'new':>10} {'added':>10} {'removed':>10} {'changed':>10}"]
-    lines += [_change_line(label, getattr(diff, attribute), changed) for label, attribute, changed in _ROWS]
+    lines += [_change_line(label, getattr(diff, attribute), changed) for label, attribute, changed in PARTS]
     lines.append("")
     lines += _reuse_line("entity vectors", diff.entity_reuse, "recomputed")
     if diff.entity_vectors is not None:

@@ -16,6 +16,12 @@ from artifacts.diff.keyed import Change, compare
 from artifacts.diff.vectors import CosineHistogram, vector_movement
 from artifacts.errors import InputError
 
+NOT_RECORDED = "n/a (no --previous)"  # how a reuse counter that NEW does not record is shown
+# (label, RunDiff attribute, what "changed" means for it): the rows of the diff table, in order
+PARTS = (("articles", "articles", "changed"), ("redirects", "redirects", "retargeted"),
+         ("entities", "entities", ""), ("dictionary names", "names", "top candidate changed"),
+         ("passages", "passages", "changed"))
+
 
 class NotARunError(InputError):
     """OLD or NEW is not a complete run (no manifest, or files the manifest lists are missing or resized)."""
