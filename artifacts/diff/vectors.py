@@ -37,7 +37,7 @@ class CosineHistogram:
 def cosine_bins(cosines: np.ndarray) -> np.ndarray:
     """Counts per bin of ``COSINE_BINS``."""
     # float32 rounding can put an unchanged vector a hair below 1 or above it: both are "[0.9999, 1]"
-    below = np.searchsorted(-np.asarray(COSINE_EDGES), -cosines, side="right")
+    below = np.searchsorted(-np.asarray(COSINE_EDGES), -cosines, side="left")
     return np.bincount(below, minlength=len(COSINE_BINS))
 
 
