@@ -16,14 +16,15 @@ from artifacts import tables
 from artifacts.diff.keyed import DIGEST_DTYPE, Keyed, concatenate, key_hash, row_digest
 
 BATCH = 65_536
+ARTICLE_BATCH = 4_096  # articles become Python strings and link dicts one batch at a time: ~100 MB
 NO_KEY = np.iinfo(np.int64).min  # entity ids that no entity row has
 
 
 def _keyed(output: str, artifact: str, columns: list[str],
            key_of: Callable[[pa.RecordBatch], np.ndarray],
-           fields_of: Callable[[dict[str, list]], Iterator[list[str]]]) -> Keyed:
+           fields_of: Callable[[dict[str, list]], Iterator[list[str]]], batch_size: int = BATCH) -> Keyed:
     parts = []
-    for batch in tables.iter_batches(output, artifact, columns, BATCH):
+    for batch in tables.iter_batches(output, artifact, columns, batch_size):
         values = {name: batch.column(name).to_pylist() for name in columns}
         digests = np.fromiter((row_digest(fields) for fields in fields_of(values)), DIGEST_DTYPE, batch.num_rows)
         parts.append((key_of(batch), digests))
@@ -51,7 +52,7 @@ def _article_fields(values: dict[str, list]) -> Iterator[list[str]]:
 def articles(output: str) -> Keyed:
     """Articles by page id; the digest covers title, text and links."""
     return _keyed(output, "articles", ["page_id", "title", "text", "links"], _int_keys("page_id"),
-                  _article_fields)
+                  _article_fields, ARTICLE_BATCH)
 
 
 def redirects(output: str) -> Keyed:
