@@ -13,7 +13,7 @@ from typing import Any
 from artifacts import fs, manifest
 from artifacts.diff import rows
 from artifacts.diff.keyed import Change, compare
-from artifacts.diff.vectors import CosineHistogram, vector_movement
+from artifacts.diff.vectors import VECTOR_BUDGET, CosineHistogram, vector_movement
 from artifacts.errors import InputError
 
 NOT_RECORDED = "n/a (no --previous)"  # how a reuse counter that NEW does not record is shown
@@ -103,8 +103,9 @@ def _reuse(record: manifest.StageRecord, reused: str, computed: str) -> VectorRe
     return VectorReuse(record.counters.get(reused), record.counters.get(computed))
 
 
-def diff_runs(old: str, new: str, vector_budget: int | None = None) -> RunDiff:
-    """Compare the parts of ``old`` and ``new`` that both runs have."""
+def diff_runs(old: str, new: str, vector_budget: int = VECTOR_BUDGET) -> RunDiff:
+    """Compare the parts of ``old`` and ``new`` that both runs have (``vector_budget``: bytes of old vectors
+    held at once)."""
     old_records, new_records = complete_records(old), complete_records(new)
     both = set(old_records) & set(new_records)
     if not both:
@@ -119,8 +120,7 @@ def diff_runs(old: str, new: str, vector_budget: int | None = None) -> RunDiff:
             parts["entities"] = compare(old_entities.keyed, new_entities.keyed)
             parts["names"] = compare(rows.names(old, old_entities), rows.names(new, new_entities))
         if "embed_entities" in both:
-            budget = {"budget": vector_budget} if vector_budget else {}
-            parts["entity_vectors"] = vector_movement(old, old_entities, new, new_entities, **budget)
+            parts["entity_vectors"] = vector_movement(old, old_entities, new, new_entities, vector_budget)
             parts["entity_reuse"] = _reuse(new_records["embed_entities"], "entities_reused", "entities_recomputed")
     if "index" in both:
         parts["passages"] = compare(rows.passages(old), rows.passages(new))
