@@ -19,7 +19,8 @@ import pytest
 
 from artifacts import manifest
 from pipelines.cli import main
-from tests.conftest import DIRECT, GENSIM_SAMPLE, MINI
+from tests.conftest import DIRECT
+from tests.dump_versions import DumpVersions, write_dump_versions
 
 
 def run_stages(dumps: list[Path], output: Path, model: Path) -> Path:
@@ -36,18 +37,16 @@ def run_stages(dumps: list[Path], output: Path, model: Path) -> Path:
     return output
 
 
-Runs = tuple[list[Path], list[Path], Path, Path]
+Runs = tuple[DumpVersions, Path, Path]
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> tuple[list[Path], list[Path], Path, Path]:
-    """(old dump files, new dump files, old run, new run): both hold the gensim sample; the old one also two
-    part files of the enwiki-20210701 mini dump, the new one the other two (pages removed and added)."""
-    root = tmp_path_factory.mktemp("dump-versions")
-    parts = sorted((MINI / "inputs" / "wikipedia-raw-20210701" / "articlesdump").glob("*.bz2"))
-    old_dump, new_dump = [GENSIM_SAMPLE, *parts[:2]], [GENSIM_SAMPLE, *parts[2:]]
-    return (old_dump, new_dump, run_stages(old_dump, root / "old", tiny_bert),
-            run_stages(new_dump, root / "new", tiny_bert))
+def runs(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> Runs:
+    """(the two dumps, a full run of the old one, a full run of the new one)."""
+    root = tmp_path_factory.mktemp("diff-runs")
+    versions = write_dump_versions(root / "dumps")
+    return versions, run_stages([versions.old], root / "old", tiny_bert), run_stages([versions.new], root / "new",
+                                                                                    tiny_bert)
 
 
 # --- expectations, computed without artifacts/diff -----------------------------------------------------------
@@ -143,30 +142,32 @@ def expected_diff(old: Path, new: Path) -> dict:
 
 
 def test_articles_follow_the_dumps(runs: Runs) -> None:
-    old_dump, new_dump, old, new = runs
-    for dump, out in ((old_dump, old), (new_dump, new)):
+    versions, old, new = runs
+    for dump, out in ((versions.old, old), (versions.new, new)):
         assert {row["page_id"]: row["title"] for row in rows(out, "articles", ["page_id", "title"])} == \
-            dump_articles(dump)
+            dump_articles([dump])
 
 
 def test_diff_json_has_every_number(runs: Runs, capsys: pytest.CaptureFixture[str]) -> None:
-    old_dump, new_dump, old, new = runs
+    versions, old, new = runs
     assert main(["diff", "--old", str(old), "--new", str(new), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    expected = expected_diff(old, new)
-    assert result == expected
-    old_pages, new_pages = dump_articles(old_dump), dump_articles(new_dump)
+    assert result == expected_diff(old, new)
+    old_pages, new_pages = dump_articles([versions.old]), dump_articles([versions.new])
     assert result["articles"]["added"] == len(new_pages.keys() - old_pages.keys()) > 0
     assert result["articles"]["removed"] == len(old_pages.keys() - new_pages.keys()) > 0
-    assert result["entities"]["added"] > 0 and result["entities"]["removed"] > 0
-    assert result["names"]["top_candidate_changed"] > 0 and result["passages"]["added"] > 0
+    assert result["redirects"]["added"] > 0 and result["redirects"]["removed"] > 0  # Pyrus; Çullu, Agdam
+    for part, key in (("articles", "changed"), ("entities", "added"), ("entities", "removed"),
+                      ("names", "top_candidate_changed"), ("passages", "added"), ("passages", "removed"),
+                      ("passages", "changed")):
+        assert result[part][key] > 0, (part, key)
     assert result["entity_vectors"]["cosine_histogram"]["< 0.9"] + \
         result["entity_vectors"]["cosine_histogram"]["[0.9, 0.99)"] < result["entity_vectors"]["matched"]
 
 
 def test_diff_of_a_run_with_itself(runs: Runs,
                                    capsys: pytest.CaptureFixture[str]) -> None:
-    new = runs[3]
+    new = runs[2]
     assert main(["diff", "--old", str(new), "--new", str(new), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     for part in ("articles", "redirects", "entities", "names", "passages"):
@@ -179,7 +180,7 @@ def test_diff_of_a_run_with_itself(runs: Runs,
 
 
 def test_diff_text_table(runs: Runs, capsys: pytest.CaptureFixture[str]) -> None:
-    old, new = runs[2], runs[3]
+    old, new = runs[1], runs[2]
     expected = expected_diff(old, new)
     assert main(["diff", "--old", str(old), "--new", str(new)]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -199,7 +200,7 @@ def test_vector_passes_add_up(runs: Runs) -> None:
     from artifacts.diff import rows as diff_rows
     from artifacts.diff.vectors import vector_movement
 
-    old, new = runs[2], runs[3]
+    old, new = runs[1], runs[2]
     old_entities, new_entities = diff_rows.entities(str(old)), diff_rows.entities(str(new))
     vector_bytes = sum(len(v) * 4 for v in entity_vectors(old).values())
     one_pass = vector_movement(str(old), old_entities, str(new), new_entities)
@@ -210,7 +211,7 @@ def test_vector_passes_add_up(runs: Runs) -> None:
 
 def test_bad_runs_are_one_line_errors(runs: Runs, tmp_path: Path,
                                       capsys: pytest.CaptureFixture[str]) -> None:
-    new = runs[3]
+    new = runs[2]
     assert main(["diff", "--old", str(tmp_path / "missing"), "--new", str(new)]) == 2
     assert capsys.readouterr().err == f"error: {tmp_path / 'missing'} is not a run: it has no manifest.json\n"
 
@@ -235,7 +236,7 @@ def test_only_parts_both_runs_have(runs: Runs, tmp_path: Path,
                                    capsys: pytest.CaptureFixture[str]) -> None:
     from tests.conftest import copy_stages
 
-    old, new = runs[2], runs[3]
+    old, new = runs[1], runs[2]
     parsed = tmp_path / "parsed"
     parsed.mkdir()
     copy_stages(old, parsed, ("parse",))
@@ -268,7 +269,7 @@ def cosine_rows(out: Path) -> dict[str, str]:
 
 def test_report_section_with_previous(runs: Runs, tmp_path: Path,
                                       capsys: pytest.CaptureFixture[str]) -> None:
-    old, new = runs[2], Path(shutil.copytree(runs[3], tmp_path / "new"))
+    old, new = runs[1], Path(shutil.copytree(runs[2], tmp_path / "new"))
     expected = expected_diff(old, new)
     assert main(["report", "--output", str(new), "--previous", str(old), "--recall-queries", "5"]) == 0
     table = changes_rows(new)
@@ -289,14 +290,15 @@ def test_report_section_with_previous(runs: Runs, tmp_path: Path,
 
 
 def test_report_section_from_the_manifest(runs: Runs, tmp_path: Path) -> None:
-    from artifacts.report.changes import PREVIOUS_OPTION
+    from artifacts.report.changes import PREVIOUS_INPUT, PREVIOUS_OPTION
 
-    old, new = runs[2], Path(shutil.copytree(runs[3], tmp_path / "new"))
+    old, new = runs[1], Path(shutil.copytree(runs[2], tmp_path / "new"))
     assert main(["report", "--output", str(new), "--recall-queries", "5"]) == 0
     assert 'id="changes"' not in (new / "report" / "index.html").read_text()  # built from scratch
 
     records = manifest.load(str(new))
-    records["embed_entities"].options[PREVIOUS_OPTION] = str(old)  # as a refresh with --previous records it
+    # as a refresh with --previous records it: the old run's manifest as an input of embed-entities and index
+    records["embed_entities"].inputs[f"{PREVIOUS_INPUT}{old}"] = "fingerprint"
     manifest.save(str(new), records)
     assert main(["report", "--output", str(new), "--recall-queries", "5"]) == 0
     page = (new / "report" / "index.html").read_text()
@@ -304,7 +306,8 @@ def test_report_section_from_the_manifest(runs: Runs, tmp_path: Path) -> None:
     assert changes_rows(new)["redirects"][:2] == [f"{expected_diff(old, new)['redirects'][key]:,}"
                                                   for key in ("old", "new")]
 
-    records["embed_entities"].options[PREVIOUS_OPTION] = str(tmp_path / "gone")  # since deleted
+    del records["embed_entities"].inputs[f"{PREVIOUS_INPUT}{old}"]
+    records["index"].options[PREVIOUS_OPTION] = str(tmp_path / "gone")  # or as an option; since deleted
     manifest.save(str(new), records)
     assert main(["report", "--output", str(new), "--recall-queries", "5"]) == 0
     page = (new / "report" / "index.html").read_text()

@@ -8,12 +8,18 @@ from artifacts.diff.runs import NOT_RECORDED, PARTS, RunDiff, VectorReuse
 from artifacts.manifest import StageRecord
 from artifacts.report.page import _kv, _table, esc, number
 
-PREVIOUS_OPTION = "previous"  # the stage option a refresh records the reused run under
+# how a refresh with --previous records the reused run: an input "file:previous=OLD_OUT" (its manifest's
+# fingerprint), or an option "previous"
+PREVIOUS_INPUT = "file:previous="
+PREVIOUS_OPTION = "previous"
 
 
 def recorded_previous(records: dict[str, StageRecord]) -> str | None:
     """The previous run a refresh of this run reused, as its stages record it (None: built from scratch)."""
     for record in records.values():
+        for name in record.inputs:
+            if name.startswith(PREVIOUS_INPUT) and len(name) > len(PREVIOUS_INPUT):
+                return name[len(PREVIOUS_INPUT):]
         previous = record.options.get(PREVIOUS_OPTION)
         if isinstance(previous, str) and previous:
             return previous
