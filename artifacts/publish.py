@@ -1,9 +1,11 @@
 """Publishing a validated run: every file its manifest lists (plus ``report/``) copied to DEST on any Beam
 filesystem, each copy checked, and ``DEST/manifest.json`` deleted first and written last, so a reader never
-takes a partial copy for a complete one."""
+takes a partial copy for a complete one. With ``latest``, ``DEST/../LATEST`` then names DEST (scheduled
+refreshes publish each run to ``ROOT/NAME`` and readers follow ``ROOT/LATEST``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -15,6 +17,7 @@ from artifacts import fs, manifest
 from artifacts.errors import InputError
 from artifacts.validation import describe_problems, validate_run
 
+LATEST_NAME = "LATEST"  # beside the published runs: {"name": NAME, "manifest_sha256": ...}
 REPORT_DIR = "report"  # the report command's HTML: published whether or not the manifest lists it
 _COPY_CHUNK = 1 << 22
 
@@ -31,6 +34,7 @@ class PublishSummary:
     destination: str
     files: tuple[PublishedFile, ...]
     removed: tuple[str, ...]  # directories of an earlier publish, replaced
+    latest: str | None = None  # the LATEST pointer written after the manifest, if asked for
 
     @property
     def total_bytes(self) -> int:
@@ -107,8 +111,47 @@ def copy_checked(output: str, destination: str, item: PublishedFile) -> None:
         raise InputError(f"{target}: {problem}: {destination} has no manifest.json, publish again")
 
 
-def publish_run(output: str, destination: str) -> PublishSummary:
-    """Copy the validated run under ``output`` to ``destination``; its manifest.json is written last."""
+def latest_location(destination: str) -> tuple[str, str]:
+    """(the directory holding LATEST, the run's NAME) of a destination ``ROOT/NAME``."""
+    parent, _, name = _normalized(destination).rpartition("/")
+    if not name or not parent or parent.endswith(":/"):
+        raise InputError(f"--to {destination}: with --latest publish to ROOT/NAME (LATEST goes in ROOT)")
+    return parent, name
+
+
+def replace_file(path: str, data: bytes) -> None:
+    """Replace ``path`` so that a reader sees the old or the new content, never none: rename over it on a
+    local disk; elsewhere one write (an object store replaces an object whole)."""
+    if not is_local(path):
+        fs.write_bytes(path, data)
+        return
+    temporary = f"{path}.tmp"
+    fs.write_bytes(temporary, data)
+    os.replace(temporary, path)
+
+
+def write_latest(destination: str) -> str:
+    """Point ``ROOT/LATEST`` at the published run ``destination`` = ROOT/NAME (after its manifest is written)."""
+    root, name = latest_location(destination)
+    pointer = {"name": name, "manifest_sha256": fs.sha256(manifest.manifest_path(destination))}
+    path = fs.join(root, LATEST_NAME)
+    replace_file(path, (json.dumps(pointer, sort_keys=True) + "\n").encode("utf-8"))
+    return path
+
+
+def latest_run(root: str) -> str:
+    """The published run ``ROOT/LATEST`` names (for readers of scheduled publishes)."""
+    path = fs.join(root, LATEST_NAME)
+    if not fs.exists(path):
+        raise InputError(f"{root} has no {LATEST_NAME}: nothing was published there with --latest")
+    return fs.join(root, fs.read_json(path)["name"])
+
+
+def publish_run(output: str, destination: str, latest: bool = False) -> PublishSummary:
+    """Copy the validated run under ``output`` to ``destination``; its manifest.json is written last, then
+    with ``latest`` the LATEST pointer beside ``destination``."""
+    if latest:
+        latest_location(destination)  # refuse before copying anything
     if overlaps(output, destination):
         raise InputError(f"--to {destination} overlaps --output {output}: publish to a place outside the run")
     problems = validate_run(output)
@@ -121,4 +164,4 @@ def publish_run(output: str, destination: str) -> PublishSummary:
     for item in files:
         copy_checked(output, destination, item)
     manifest.save(destination, stages)
-    return PublishSummary(destination, tuple(files), removed)
+    return PublishSummary(destination, tuple(files), removed, write_latest(destination) if latest else None)

@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "export-kpr": "pipelines.export_kpr:COMMAND",
     "publish": "pipelines.publish:COMMAND",
     "report": "pipelines.report:COMMAND",
+    "diff": "pipelines.diff:COMMAND",
 }
 
 

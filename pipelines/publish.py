@@ -14,9 +14,12 @@ class PublishCommand:
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--output", required=True, help="OUT: the run to publish (local path or Beam URL)")
         parser.add_argument("--to", required=True, metavar="DEST", help="destination (local path or Beam URL)")
+        parser.add_argument("--latest", action="store_true",
+                            help="for DEST = ROOT/NAME: after the manifest, point ROOT/LATEST at NAME (a JSON "
+                                 "file with the name and the manifest's sha256, replaced atomically)")
 
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
-        summary = publish_run(args.output, args.to)
+        summary = publish_run(args.output, args.to, latest=args.latest)
         if summary.removed:
             print(f"replaced earlier files in {summary.destination}: {', '.join(summary.removed)}")
         for item in summary.files:
@@ -24,6 +27,8 @@ class PublishCommand:
         print(f"  {MANIFEST_NAME} (written last)")
         print(f"published {args.output} to {summary.destination}: {len(summary.files) + 1} files, "
               f"{summary.total_bytes:,} bytes")
+        if summary.latest is not None:
+            print(f"{summary.latest} now names {summary.destination}")
         return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from artifacts.diff.runs import complete_records
 from artifacts.errors import InputError
 from artifacts.report import write_report
 from artifacts.report.recall import MAX_EXACT, QUERIES
@@ -20,11 +21,17 @@ class ReportCommand:
                             help="stored passage vectors used as queries to measure the index's recall")
         parser.add_argument("--max-exact", type=int, default=MAX_EXACT,
                             help="at most this many stored vectors are searched exactly for the recall")
+        parser.add_argument("--previous", metavar="OLD_OUT",
+                            help="compare with this earlier run (default: the previous run OUT's manifest "
+                                 "records, if it was built with --previous)")
 
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
         if args.recall_queries < 1 or args.max_exact < 1:
             raise InputError("--recall-queries and --max-exact must be at least 1")
-        path = write_report(args.output, recall_queries=args.recall_queries, max_exact=args.max_exact)
+        if args.previous:
+            complete_records(args.previous)  # a wrong --previous is the user's error, not a report problem
+        path = write_report(args.output, recall_queries=args.recall_queries, max_exact=args.max_exact,
+                            previous=args.previous)
         print(path)
         sys.stdout.flush()
         return 0

@@ -11,8 +11,9 @@ from typing import TypeVar
 import pyarrow as pa
 
 from artifacts import faiss_shards, fs, manifest, tables
+from artifacts.diff.runs import RunDiff, diff_runs
 from artifacts.errors import InputError
-from artifacts.report import gather, page, plots
+from artifacts.report import changes, gather, page, plots
 from artifacts.report.recall import MAX_EXACT, QUERIES, RecallResult, index_recall
 
 LOG = logging.getLogger("kpr.report")
@@ -37,6 +38,8 @@ class ReportData:
     index_info: faiss_shards.IndexInfo | None = None
     index_files: gather.IndexFiles | None = None
     recall: RecallResult | None = None
+    previous: str | None = None  # the previous run this one is compared with
+    changes: RunDiff | None = None
     problems: dict[str, str] = field(default_factory=dict)
     plots: dict[str, str] = field(default_factory=dict)  # plot -> PNG file name beside index.html
 
@@ -66,9 +69,13 @@ def load_records(output: str) -> dict[str, manifest.StageRecord]:
         raise InputError(f"{path} is not a readable manifest: {error}") from error
 
 
-def collect(output: str, recall_queries: int = QUERIES, max_exact: int = MAX_EXACT) -> ReportData:
+def collect(output: str, recall_queries: int = QUERIES, max_exact: int = MAX_EXACT,
+            previous: str | None = None) -> ReportData:
     records = load_records(output)
     data = ReportData(output, manifest.now_iso(), gather.stage_views(records))
+    data.previous = previous or changes.recorded_previous(records)
+    if data.previous:
+        data.changes = _attempt(data, "changes", lambda: diff_runs(data.previous, output))
     if "dictionary" in records:
         data.entities = _attempt(data, "entities", lambda: gather.entity_stats(output))
         data.dictionary = _attempt(data, "dictionary", lambda: gather.dictionary_stats(output))
@@ -97,14 +104,23 @@ def _draw(data: ReportData) -> dict[str, bytes]:
     return {name: draw() for name, draw in drawings.items()}
 
 
-def write_report(output: str, *, recall_queries: int = QUERIES, max_exact: int = MAX_EXACT) -> str:
+def _sections_before(data: ReportData) -> list[str]:
+    """Sections shown right after the header."""
+    if not data.previous:
+        return []
+    return [changes.changes_section(data.previous, data.changes, data.problems.get("changes"))]
+
+
+def write_report(output: str, *, recall_queries: int = QUERIES, max_exact: int = MAX_EXACT,
+                 previous: str | None = None) -> str:
     """Write OUT/report/index.html and its PNG plots for whatever stages OUT/manifest.json records.
 
     Returns the path of the HTML file. Stages that have not run are shown as "not run". ``recall_queries``
-    stored passage vectors query the index; exact search covers at most ``max_exact`` stored vectors.
+    stored passage vectors query the index; exact search covers at most ``max_exact`` stored vectors. The run
+    is compared with ``previous``, else with the previous run its manifest records, if any.
     """
     started = time.time()
-    data = collect(output, recall_queries, max_exact)
+    data = collect(output, recall_queries, max_exact, previous)
     report_dir = fs.join(output, REPORT_DIR)
     fs.delete_tree(report_dir)  # no stale plots from an earlier report
     fs.mkdirs(report_dir)
@@ -112,5 +128,5 @@ def write_report(output: str, *, recall_queries: int = QUERIES, max_exact: int =
         fs.write_bytes(fs.join(report_dir, name), png)
         data.plots[name.removesuffix(".png")] = name
     path = fs.join(report_dir, HTML_NAME)
-    fs.write_bytes_atomic(path, page.render(data, time.time() - started).encode("utf-8"))
+    fs.write_bytes_atomic(path, page.render(data, time.time() - started, _sections_before(data)).encode("utf-8"))
     return path

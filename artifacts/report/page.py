@@ -149,8 +149,9 @@ def _option_value(value: Any) -> str:
 # --- the page ------------------------------------------------------------------------------------------------
 
 
-def render(data: ReportData, seconds: float) -> str:
-    body = [_header(data), _timings(data)]
+def render(data: ReportData, seconds: float, first: Sequence[str] = ()) -> str:
+    """The page; ``first``: sections (HTML) shown right after the header."""
+    body = [_header(data), *first, _timings(data)]
     body += [_stage(view, data) for view in data.views]
     body += [_versions(data),
              f"<footer>Written by <code>python run_pipeline.py report</code> in {seconds:,.1f} s at "

@@ -1,0 +1,132 @@
+"""Each artifact of a run streamed batch by batch into keyed digests (``keyed.Keyed``), bounded memory.
+
+What a row's digest covers decides what counts as "changed": an article's title, text and links; a redirect's
+target; a passage's title and text; a dictionary name's top candidates (see ``names``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from artifacts import tables
+from artifacts.diff.keyed import DIGEST_DTYPE, Keyed, concatenate, key_hash, row_digest
+
+BATCH = 65_536
+ARTICLE_BATCH = 4_096  # articles become Python strings and link dicts one batch at a time: ~100 MB
+NO_KEY = np.iinfo(np.int64).min  # entity ids that no entity row has
+
+
+def _keyed(output: str, artifact: str, columns: list[str],
+           key_of: Callable[[pa.RecordBatch], np.ndarray],
+           fields_of: Callable[[dict[str, list]], Iterator[list[str]]], batch_size: int = BATCH) -> Keyed:
+    parts = []
+    for batch in tables.iter_batches(output, artifact, columns, batch_size):
+        values = {name: batch.column(name).to_pylist() for name in columns}
+        digests = np.fromiter((row_digest(fields) for fields in fields_of(values)), DIGEST_DTYPE, batch.num_rows)
+        parts.append((key_of(batch), digests))
+    return concatenate(parts)
+
+
+def _int_keys(column: str) -> Callable[[pa.RecordBatch], np.ndarray]:
+    return lambda batch: batch.column(column).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _hashed_keys(column: str) -> Callable[[pa.RecordBatch], np.ndarray]:
+    return lambda batch: np.fromiter((key_hash(value) for value in batch.column(column).to_pylist()), np.int64,
+                                     batch.num_rows)
+
+
+def _link_field(link: dict) -> str:
+    return f"{link['start']}:{link['end']}:{link['target']}"
+
+
+def _article_fields(values: dict[str, list]) -> Iterator[list[str]]:
+    for title, text, links in zip(values["title"], values["text"], values["links"], strict=True):
+        yield [title, text, *(_link_field(link) for link in links or ())]
+
+
+def articles(output: str) -> Keyed:
+    """Articles by page id; the digest covers title, text and links."""
+    return _keyed(output, "articles", ["page_id", "title", "text", "links"], _int_keys("page_id"),
+                  _article_fields, ARTICLE_BATCH)
+
+
+def redirects(output: str) -> Keyed:
+    """Redirects by title; the digest is the (final) target."""
+    return _keyed(output, "redirects", ["title", "target"], _hashed_keys("title"),
+                  lambda values: ([target] for target in values["target"]))
+
+
+def passages(output: str) -> Keyed:
+    """Passages by id; the digest covers title and text."""
+    return _keyed(output, "passages", ["passage_id", "title", "text"], _int_keys("passage_id"),
+                  lambda values: ([title, text] for title, text in zip(values["title"], values["text"], strict=True)))
+
+
+def entity_key(qid: str | None, title: str) -> str:
+    """What identifies an entity across dumps: its Wikidata QID, else its title."""
+    return f"qid:{qid}" if qid else f"title:{title}"
+
+
+@dataclass(frozen=True)
+class Entities:
+    """A run's entities by key hash, and ``key_of_id[entity_id]``: the key hash of each id (``NO_KEY``: none)."""
+
+    keyed: Keyed
+    key_of_id: np.ndarray
+
+
+def entities(output: str) -> Entities:
+    ids, keys = [], []
+    for batch in tables.iter_batches(output, "entities", ["entity_id", "title", "qid"], BATCH):
+        ids.append(batch.column("entity_id").to_numpy(zero_copy_only=False).astype(np.int64))
+        pairs = zip(batch.column("qid").to_pylist(), batch.column("title").to_pylist(), strict=True)
+        keys.append(np.fromiter((key_hash(entity_key(qid, title)) for qid, title in pairs), np.int64,
+                                batch.num_rows))
+    all_ids = np.concatenate(ids) if ids else np.empty(0, np.int64)
+    all_keys = np.concatenate(keys) if keys else np.empty(0, np.int64)
+    key_of_id = np.full(int(all_ids.max(initial=0)) + 1, NO_KEY, np.int64)
+    key_of_id[all_ids] = all_keys
+    return Entities(Keyed.of(all_keys, np.zeros(len(all_keys), DIGEST_DTYPE)), key_of_id)
+
+
+def keys_of_ids(entity_ids: np.ndarray, key_of_id: np.ndarray) -> np.ndarray:
+    """The key hashes of entity ids (``NO_KEY`` for ids the entity table lacks)."""
+    known = (entity_ids >= 0) & (entity_ids < len(key_of_id))
+    keys = np.full(len(entity_ids), NO_KEY, np.int64)
+    keys[known] = key_of_id[entity_ids[known]]
+    return keys
+
+
+def names(output: str, known: Entities) -> Keyed:
+    """Dictionary names by name; the digest identifies the name's top candidates: the entity keys with the
+    highest commonness (all of them when tied, so ties compare as a set and no order has to be picked).
+
+    Holds three numbers per name-entity pair (20 bytes: 400 MB for 20M pairs)."""
+    name_keys, commonness, candidates = [], [], []
+    for batch in tables.iter_batches(output, "dictionary/names", ["name", "entity_id", "commonness"], BATCH):
+        name_keys.append(_hashed_keys("name")(batch))
+        commonness.append(batch.column("commonness").to_numpy(zero_copy_only=False).astype(np.float32))
+        entity_ids = batch.column("entity_id").to_numpy(zero_copy_only=False).astype(np.int64)
+        candidates.append(keys_of_ids(entity_ids, known.key_of_id))
+    if not name_keys:
+        return concatenate([])
+    return top_candidates(np.concatenate(name_keys), np.concatenate(commonness), np.concatenate(candidates))
+
+
+def top_candidates(name_keys: np.ndarray, commonness: np.ndarray, candidates: np.ndarray) -> Keyed:
+    """Per name key, a digest of the set of candidate keys with the name's highest commonness."""
+    order = np.lexsort((-commonness, name_keys))
+    name_keys, commonness, candidates = name_keys[order], commonness[order], candidates[order]
+    starts = np.flatnonzero(np.r_[True, name_keys[1:] != name_keys[:-1]])
+    best = np.repeat(commonness[starts], np.diff(np.r_[starts, len(name_keys)]))
+    # a sum of key hashes (mod 2^64) does not depend on the order of tied candidates
+    tops = np.where(commonness == best, candidates.view(np.uint64), np.uint64(0))
+    sums = np.add.reduceat(tops, starts) if len(starts) else np.empty(0, np.uint64)
+    padded = np.zeros((len(starts), 2), np.uint64)
+    padded[:, 0] = sums
+    return Keyed(name_keys[starts], padded.view(DIGEST_DTYPE).ravel())

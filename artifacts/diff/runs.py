@@ -1,0 +1,128 @@
+"""``diff_runs``: what changed between an older run (OLD) and a newer one (NEW), as numbers with stable names.
+
+A part is compared when the stage that writes it is recorded in both manifests (else it is None). Reuse
+counters (``entities_reused``, ``passages_encoded``, ...) are read from NEW's manifest, where a refresh with
+``--previous`` records them; they are None for a run built from scratch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from artifacts import fs, manifest
+from artifacts.diff import rows
+from artifacts.diff.keyed import Change, compare
+from artifacts.diff.vectors import VECTOR_BUDGET, CosineHistogram, vector_movement
+from artifacts.errors import InputError
+
+NOT_RECORDED = "n/a (no --previous)"  # how a reuse counter that NEW does not record is shown
+# (label, RunDiff attribute, what "changed" means for it): the rows of the diff table, in order
+PARTS = (("articles", "articles", "changed"), ("redirects", "redirects", "retargeted"),
+         ("entities", "entities", ""), ("dictionary names", "names", "top candidate changed"),
+         ("passages", "passages", "changed"))
+
+
+class NotARunError(InputError):
+    """OLD or NEW is not a complete run (no manifest, or files the manifest lists are missing or resized)."""
+
+
+@dataclass(frozen=True)
+class VectorReuse:
+    """Entity vectors or passages taken from the previous run vs computed anew (None: not recorded)."""
+
+    reused: int | None
+    computed: int | None
+
+
+@dataclass(frozen=True)
+class RunDiff:
+    old: str
+    new: str
+    articles: Change | None = None
+    redirects: Change | None = None  # changed = retargeted
+    entities: Change | None = None
+    names: Change | None = None  # changed = the top candidate changed
+    entity_vectors: CosineHistogram | None = None
+    entity_reuse: VectorReuse | None = None
+    passages: Change | None = None
+    passage_reuse: VectorReuse | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """One JSON object with fixed keys (a part not compared is null)."""
+        return {
+            "old": self.old, "new": self.new,
+            "articles": _counts(self.articles, "changed"),
+            "redirects": _counts(self.redirects, "retargeted"),
+            "entities": _counts(self.entities, None),
+            "names": _counts(self.names, "top_candidate_changed"),
+            "entity_vectors": _vectors_json(self.entity_vectors, self.entity_reuse),
+            "passages": _passages_json(self.passages, self.passage_reuse),
+        }
+
+
+def _counts(change: Change | None, changed_key: str | None) -> dict[str, int] | None:
+    if change is None:
+        return None
+    counts = {"old": change.old, "new": change.new, "added": change.added, "removed": change.removed}
+    return counts | ({changed_key: change.changed} if changed_key else {})
+
+
+def _vectors_json(histogram: CosineHistogram | None, reuse: VectorReuse | None) -> dict[str, Any] | None:
+    if histogram is None:
+        return None
+    return {"reused": reuse.reused, "recomputed": reuse.computed, "matched": histogram.matched,
+            "cosine_histogram": histogram.as_dict()}
+
+
+def _passages_json(change: Change | None, reuse: VectorReuse | None) -> dict[str, Any] | None:
+    counts = _counts(change, "changed")
+    if counts is None:
+        return None
+    return counts | {"reused": reuse.reused, "encoded": reuse.computed}
+
+
+def complete_records(output: str) -> dict[str, manifest.StageRecord]:
+    """The manifest's stages of a run whose recorded files are all there; else a one-line error."""
+    if not fs.exists(manifest.manifest_path(output)):
+        raise NotARunError(f"{output} is not a run: it has no {manifest.MANIFEST_NAME}")
+    try:
+        records = manifest.load(output)
+    except (ValueError, TypeError, KeyError) as error:
+        raise NotARunError(f"{manifest.manifest_path(output)} is not a readable manifest ({error})") from error
+    if not records:
+        raise NotARunError(f"{output} is not a run: its {manifest.MANIFEST_NAME} records no stage")
+    problems = [problem for record in records.values() for problem in manifest.missing_or_changed(output, record)]
+    if problems:
+        raise NotARunError(f"{output} is incomplete: {problems[0]}"
+                           + (f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""))
+    return records
+
+
+def _reuse(record: manifest.StageRecord, reused: str, computed: str) -> VectorReuse:
+    return VectorReuse(record.counters.get(reused), record.counters.get(computed))
+
+
+def diff_runs(old: str, new: str, vector_budget: int = VECTOR_BUDGET) -> RunDiff:
+    """Compare the parts of ``old`` and ``new`` that both runs have (``vector_budget``: bytes of old vectors
+    held at once)."""
+    old_records, new_records = complete_records(old), complete_records(new)
+    both = set(old_records) & set(new_records)
+    if not both:
+        raise NotARunError(f"{old} and {new} have no stage in common: nothing to compare")
+    parts: dict[str, Any] = {}
+    if "parse" in both:
+        parts["articles"] = compare(rows.articles(old), rows.articles(new))
+        parts["redirects"] = compare(rows.redirects(old), rows.redirects(new))
+    if both & {"dictionary", "embed_entities"}:
+        old_entities, new_entities = rows.entities(old), rows.entities(new)
+        if "dictionary" in both:
+            parts["entities"] = compare(old_entities.keyed, new_entities.keyed)
+            parts["names"] = compare(rows.names(old, old_entities), rows.names(new, new_entities))
+        if "embed_entities" in both:
+            parts["entity_vectors"] = vector_movement(old, old_entities, new, new_entities, vector_budget)
+            parts["entity_reuse"] = _reuse(new_records["embed_entities"], "entities_reused", "entities_recomputed")
+    if "index" in both:
+        parts["passages"] = compare(rows.passages(old), rows.passages(new))
+        parts["passage_reuse"] = _reuse(new_records["index"], "passages_reused", "passages_encoded")
+    return RunDiff(old, new, **parts)

@@ -1,0 +1,68 @@
+"""The report's "Changes since the previous run" section: the numbers of ``diff`` between the previous run
+(recorded in the manifest by a refresh with ``--previous``, or named by ``report --previous``) and this one."""
+
+from __future__ import annotations
+
+from artifacts.diff.keyed import Change
+from artifacts.diff.runs import NOT_RECORDED, PARTS, RunDiff, VectorReuse
+from artifacts.manifest import StageRecord
+from artifacts.report.page import _kv, _table, esc, number
+
+# how a refresh with --previous records the reused run: an input "file:previous=OLD_OUT" (its manifest's
+# fingerprint), or an option "previous"
+PREVIOUS_INPUT = "file:previous="
+PREVIOUS_OPTION = "previous"
+
+
+def recorded_previous(records: dict[str, StageRecord]) -> str | None:
+    """The previous run a refresh of this run reused, as its stages record it (None: built from scratch)."""
+    for record in records.values():
+        for name in record.inputs:
+            if name.startswith(PREVIOUS_INPUT) and len(name) > len(PREVIOUS_INPUT):
+                return name[len(PREVIOUS_INPUT):]
+        previous = record.options.get(PREVIOUS_OPTION)
+        if isinstance(previous, str) and previous:
+            return previous
+    return None
+
+
+def _change_row(label: str, change: Change | None, changed: str) -> str:
+    if change is None:
+        return (f'<tr><td>{esc(label)}</td><td colspan="5" class="muted">not compared: its stage has not run in '
+                "both</td></tr>")
+    cells = "".join(f'<td class="num">{number(value)}</td>' for value in
+                    (change.old, change.new, change.added, change.removed))
+    what = f'{number(change.changed)} <span class="muted">{esc(changed)}</span>' if changed else "—"
+    return f'<tr><td>{esc(label)}</td>{cells}<td class="num">{what}</td></tr>'
+
+
+def _reuse(reuse: VectorReuse | None, computed: str) -> str:
+    if reuse is None:
+        return '<span class="muted">not compared</span>'
+    shown = [NOT_RECORDED if value is None else number(value) for value in (reuse.computed, reuse.reused)]
+    return f"{computed} {esc(shown[0])} · reused {esc(shown[1])}"
+
+
+def _cosines(diff: RunDiff) -> str:
+    histogram = diff.entity_vectors
+    if histogram is None:
+        return ""
+    rows = [f'<tr><td>{esc(label)}</td><td class="num">{number(count)}</td></tr>'
+            for label, count in histogram.as_dict().items()]
+    return (f"<h3>How far the entity vectors moved</h3><p class=\"muted\">Cosine similarity of the old and new "
+            f"vector of the {number(histogram.matched)} entities embedded in both runs (matched by QID, else "
+            "title).</p>" + _table(["cosine", "entities"], rows, [False, True], ' id="vector-cosines"'))
+
+
+def changes_section(previous: str, diff: RunDiff | None, problem: str | None) -> str:
+    """The section's HTML; ``problem`` when the previous run could not be compared."""
+    head = (f'<section id="changes"><h2>Changes since the previous run</h2><p class="sub">previous run '
+            f"<code>{esc(previous)}</code></p>")
+    if diff is None:
+        return head + f'<p class="warn">Could not compare: {esc(problem or "unknown reason")}</p></section>'
+    rows = [_change_row(label, getattr(diff, attribute), changed) for label, attribute, changed in PARTS]
+    table = _table(["", "old", "new", "added", "removed", "changed"], rows, [False, True, True, True, True, True],
+                   ' id="changes-table"')
+    reuse = _kv([("entity vectors", _reuse(diff.entity_reuse, "recomputed")),
+                 ("passage vectors", _reuse(diff.passage_reuse, "encoded"))])
+    return head + table + "<h3>Reused from the previous run</h3>" + reuse + _cosines(diff) + "</section>"

@@ -1,0 +1,59 @@
+"""diff: what changed between two runs (logic: artifacts.diff)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from artifacts.diff.keyed import Change
+from artifacts.diff.runs import NOT_RECORDED, PARTS, RunDiff, VectorReuse, diff_runs
+
+
+def _count(value: int | None) -> str:
+    return NOT_RECORDED if value is None else f"{value:,}"
+
+
+def _change_line(label: str, change: Change | None, changed: str) -> str:
+    if change is None:
+        return f"{label:<18} not compared: its stage has not run in both"
+    line = (f"{label:<18} {change.old:>10,} {change.new:>10,} {change.added:>10,} {change.removed:>10,}")
+    return line + (f" {change.changed:>10,}  ({changed})" if changed else "")
+
+
+def _reuse_line(label: str, reuse: VectorReuse | None, computed: str) -> list[str]:
+    if reuse is None:
+        return []
+    return [f"{label}: {computed} {_count(reuse.computed)}, reused {_count(reuse.reused)}"]
+
+
+def render_text(diff: RunDiff) -> str:
+    """A compact table of ``diff`` for people."""
+    lines = [f"old {diff.old}", f"new {diff.new}", "",
+             f"{'':<18} {'old':>10} {'new':>10} {'added':>10} {'removed':>10} {'changed':>10}"]
+    lines += [_change_line(label, getattr(diff, attribute), changed) for label, attribute, changed in PARTS]
+    lines.append("")
+    lines += _reuse_line("entity vectors", diff.entity_reuse, "recomputed")
+    if diff.entity_vectors is not None:
+        lines.append(f"entity vectors in both runs (matched by QID, else title): {diff.entity_vectors.matched:,}; "
+                     "cosine old vs new:")
+        lines += [f"  {label:<16} {count:>10,}" for label, count in diff.entity_vectors.as_dict().items()]
+    lines += _reuse_line("passages", diff.passage_reuse, "encoded")
+    return "\n".join(lines)
+
+
+class DiffCommand:
+    """diff: articles, redirects, entities, names and passages added/removed/changed between two runs, entity
+    vectors and passages reused vs recomputed, and how far the entity vectors moved (cosine histogram)."""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--old", required=True, metavar="OLD_OUT", help="the earlier run")
+        parser.add_argument("--new", required=True, metavar="NEW_OUT", help="the later run")
+        parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+
+    def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
+        diff = diff_runs(args.old, args.new)
+        print(json.dumps(diff.to_json(), indent=2) if args.json else render_text(diff))
+        return 0
+
+
+COMMAND = DiffCommand()

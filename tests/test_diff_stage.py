@@ -1,0 +1,315 @@
+"""diff and the report's changes section on full runs of two dumps of one wiki (tests/dump_versions.py).
+
+Every expected number is computed here, independently of artifacts/diff: page sets from the dumps' XML, and
+plain Python dicts and sets of the rows each run wrote."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+import re
+import shutil
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from artifacts import manifest
+from pipelines.cli import main
+from tests.conftest import DIRECT
+from tests.dump_versions import DumpVersions, write_dump_versions
+
+
+def run_stages(dumps: list[Path], output: Path, model: Path) -> Path:
+    """Every stage with the small settings of conftest's ``full_run``."""
+    commands = [
+        ["parse", "--dump", *map(str, dumps)],
+        ["dictionary", "--include-red-links"],
+        ["mentions", "--max-mentions", "4", "--max-seq-length", "64"],
+        ["embed-entities", "--model", str(model), "--max-seq-length", "64"],
+        ["index", "--encoder", str(model), "--encoder-type", "mean", "--max-length", "64", "--shards", "2"],
+    ]
+    for command in commands:
+        assert main([command[0], "--output", str(output), *command[1:], *DIRECT]) == 0, command
+    return output
+
+
+Runs = tuple[DumpVersions, Path, Path]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> Runs:
+    """(the two dumps, a full run of the old one, a full run of the new one)."""
+    root = tmp_path_factory.mktemp("diff-runs")
+    versions = write_dump_versions(root / "dumps")
+    return versions, run_stages([versions.old], root / "old", tiny_bert), run_stages([versions.new], root / "new",
+                                                                                    tiny_bert)
+
+
+# --- expectations, computed without artifacts/diff -----------------------------------------------------------
+
+
+def open_dump(path: Path):
+    opener = {".bz2": bz2.open, ".gz": gzip.open}.get(path.suffix, open)
+    return opener(path, "rb")
+
+
+def dump_articles(paths: list[Path]) -> dict[int, str]:
+    """page id -> title of the dump files' main-namespace pages that are not redirects."""
+    articles: dict[int, str] = {}
+    for path in paths:
+        with open_dump(path) as handle:
+            for _, element in ElementTree.iterparse(handle):
+                if re.sub(r"\{.*\}", "", element.tag) != "page":
+                    continue
+                fields = {re.sub(r"\{.*\}", "", child.tag): child for child in element}
+                if fields["ns"].text == "0" and "redirect" not in fields:
+                    articles[int(fields["id"].text)] = fields["title"].text
+                element.clear()
+    return articles
+
+
+def rows(out: Path, artifact: str, columns: list[str]) -> list[dict]:
+    return [row for path in sorted((out / artifact).glob("*.parquet"))
+            for row in pq.read_table(path, columns=columns).to_pylist()]
+
+
+def counts(old: dict, new: dict, changed_key: str | None) -> dict[str, int]:
+    both = old.keys() & new.keys()
+    result = {"old": len(old), "new": len(new), "added": len(new.keys() - old.keys()),
+              "removed": len(old.keys() - new.keys())}
+    if changed_key:
+        result[changed_key] = sum(old[key] != new[key] for key in both)
+    return result
+
+
+def entity_keys(out: Path) -> dict[int, str]:
+    return {row["entity_id"]: (f"qid:{row['qid']}" if row["qid"] else f"title:{row['title']}")
+            for row in rows(out, "entities", ["entity_id", "title", "qid"])}
+
+
+def name_tops(out: Path) -> dict[str, frozenset[str]]:
+    keys = entity_keys(out)
+    candidates: dict[str, list[tuple[float, str]]] = {}
+    for row in rows(out, "dictionary/names", ["name", "entity_id", "commonness"]):
+        candidates.setdefault(row["name"], []).append((row["commonness"], keys[row["entity_id"]]))
+    return {name: frozenset(key for value, key in pairs if value == max(v for v, _ in pairs))
+            for name, pairs in candidates.items()}
+
+
+def entity_vectors(out: Path) -> dict[str, np.ndarray]:
+    keys = entity_keys(out)
+    return {keys[row["entity_id"]]: np.asarray(row["embedding"], np.float64)
+            for row in rows(out, "entity_embeddings", ["entity_id", "embedding"])}
+
+
+def cosine_histogram(old: dict[str, np.ndarray], new: dict[str, np.ndarray]) -> dict[str, int]:
+    histogram = {"[0.9999, 1]": 0, "[0.999, 0.9999)": 0, "[0.99, 0.999)": 0, "[0.9, 0.99)": 0, "< 0.9": 0}
+    for key in old.keys() & new.keys():
+        cosine = old[key] @ new[key] / (np.linalg.norm(old[key]) * np.linalg.norm(new[key]))
+        label = ("[0.9999, 1]" if cosine >= 0.9999 else "[0.999, 0.9999)" if cosine >= 0.999
+                 else "[0.99, 0.999)" if cosine >= 0.99 else "[0.9, 0.99)" if cosine >= 0.9 else "< 0.9")
+        histogram[label] += 1
+    return histogram
+
+
+def expected_diff(old: Path, new: Path) -> dict:
+    articles = [{row["page_id"]: (row["title"], row["text"], row["links"])
+                 for row in rows(out, "articles", ["page_id", "title", "text", "links"])} for out in (old, new)]
+    redirects = [{row["title"]: row["target"] for row in rows(out, "redirects", ["title", "target"])}
+                 for out in (old, new)]
+    entities = [dict.fromkeys(entity_keys(out).values()) for out in (old, new)]
+    passages = [{row["passage_id"]: (row["title"], row["text"])
+                 for row in rows(out, "passages", ["passage_id", "title", "text"])} for out in (old, new)]
+    vectors = [entity_vectors(out) for out in (old, new)]
+    encoded = manifest.load(str(new))["index"].counters["passages_encoded"]
+    return {
+        "old": str(old), "new": str(new),
+        "articles": counts(*articles, "changed"),
+        "redirects": counts(*redirects, "retargeted"),
+        "entities": counts(*entities, None),
+        "names": counts(name_tops(old), name_tops(new), "top_candidate_changed"),
+        "entity_vectors": {"reused": None, "recomputed": None, "matched": len(vectors[0].keys() & vectors[1].keys()),
+                           "cosine_histogram": cosine_histogram(*vectors)},
+        "passages": counts(*passages, "changed") | {"reused": None, "encoded": encoded},
+    }
+
+
+# --- tests ---------------------------------------------------------------------------------------------------
+
+
+def test_articles_follow_the_dumps(runs: Runs) -> None:
+    versions, old, new = runs
+    for dump, out in ((versions.old, old), (versions.new, new)):
+        assert {row["page_id"]: row["title"] for row in rows(out, "articles", ["page_id", "title"])} == \
+            dump_articles([dump])
+
+
+def test_diff_json_has_every_number(runs: Runs, capsys: pytest.CaptureFixture[str]) -> None:
+    versions, old, new = runs
+    assert main(["diff", "--old", str(old), "--new", str(new), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result == expected_diff(old, new)
+    old_pages, new_pages = dump_articles([versions.old]), dump_articles([versions.new])
+    assert result["articles"]["added"] == len(new_pages.keys() - old_pages.keys()) > 0
+    assert result["articles"]["removed"] == len(old_pages.keys() - new_pages.keys()) > 0
+    assert result["redirects"]["added"] > 0 and result["redirects"]["removed"] > 0  # Pyrus; Çullu, Agdam
+    for part, key in (("articles", "changed"), ("entities", "added"), ("entities", "removed"),
+                      ("names", "top_candidate_changed"), ("passages", "added"), ("passages", "removed"),
+                      ("passages", "changed")):
+        assert result[part][key] > 0, (part, key)
+    assert result["entity_vectors"]["cosine_histogram"]["< 0.9"] + \
+        result["entity_vectors"]["cosine_histogram"]["[0.9, 0.99)"] < result["entity_vectors"]["matched"]
+
+
+def test_diff_of_a_run_with_itself(runs: Runs,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    new = runs[2]
+    assert main(["diff", "--old", str(new), "--new", str(new), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    for part in ("articles", "redirects", "entities", "names", "passages"):
+        assert result[part]["old"] == result[part]["new"] > 0
+        assert all(result[part][key] == 0 for key in result[part] if key not in ("old", "new", "encoded", "reused"))
+    embedded = len(entity_vectors(new))
+    assert result["entity_vectors"]["matched"] == embedded
+    assert result["entity_vectors"]["cosine_histogram"] == {"[0.9999, 1]": embedded, "[0.999, 0.9999)": 0,
+                                                            "[0.99, 0.999)": 0, "[0.9, 0.99)": 0, "< 0.9": 0}
+
+
+def test_diff_text_table(runs: Runs, capsys: pytest.CaptureFixture[str]) -> None:
+    old, new = runs[1], runs[2]
+    expected = expected_diff(old, new)
+    assert main(["diff", "--old", str(old), "--new", str(new)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    articles = expected["articles"]
+    assert [line.split() for line in lines if line.startswith("articles ")] == [
+        ["articles", *(f"{articles[key]:,}" for key in ("old", "new", "added", "removed", "changed")), "(changed)"]]
+    names = expected["names"]
+    assert f"{names['top_candidate_changed']:>10,}  (top candidate changed)" in lines[7]
+    assert "entity vectors: recomputed n/a (no --previous), reused n/a (no --previous)" in lines
+    assert f"passages: encoded {expected['passages']['encoded']:,}, reused n/a (no --previous)" in lines
+    matched = expected["entity_vectors"]["matched"]
+    assert f"entity vectors in both runs (matched by QID, else title): {matched:,}; cosine old vs new:" in lines
+
+
+def test_vector_passes_add_up(runs: Runs) -> None:
+    """Holding the old vectors a bucket at a time (several passes) gives the one-pass histogram."""
+    from artifacts.diff import rows as diff_rows
+    from artifacts.diff.vectors import vector_movement
+
+    old, new = runs[1], runs[2]
+    old_entities, new_entities = diff_rows.entities(str(old)), diff_rows.entities(str(new))
+    vector_bytes = sum(len(v) * 4 for v in entity_vectors(old).values())
+    one_pass = vector_movement(str(old), old_entities, str(new), new_entities)
+    three_passes = vector_movement(str(old), old_entities, str(new), new_entities, budget=vector_bytes // 3 + 1)
+    assert three_passes == one_pass
+    assert one_pass.matched == expected_diff(old, new)["entity_vectors"]["matched"]
+
+
+def test_bad_runs_are_one_line_errors(runs: Runs, tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    new = runs[2]
+    assert main(["diff", "--old", str(tmp_path / "missing"), "--new", str(new)]) == 2
+    assert capsys.readouterr().err == f"error: {tmp_path / 'missing'} is not a run: it has no manifest.json\n"
+
+    broken = Path(shutil.copytree(new, tmp_path / "broken"))
+    (broken / "manifest.json").write_text("{not json")
+    assert main(["diff", "--old", str(new), "--new", str(broken)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {broken / 'manifest.json'} is not a readable manifest (")
+
+    incomplete = Path(shutil.copytree(new, tmp_path / "incomplete"))
+    victims = sorted((incomplete / "redirects").glob("*.parquet"))
+    victims[0].unlink()
+    assert main(["diff", "--old", str(new), "--new", str(incomplete), "--json"]) == 2
+    assert capsys.readouterr() == ("", f"error: {incomplete} is incomplete: redirects/{victims[0].name}: missing\n")
+
+    (tmp_path / "empty").mkdir()
+    manifest.save(str(tmp_path / "empty"), {})
+    assert main(["diff", "--old", str(tmp_path / "empty"), "--new", str(new)]) == 2
+    assert capsys.readouterr().err == f"error: {tmp_path / 'empty'} is not a run: its manifest.json records no stage\n"
+
+
+def test_only_parts_both_runs_have(runs: Runs, tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.conftest import copy_stages
+
+    old, new = runs[1], runs[2]
+    parsed = tmp_path / "parsed"
+    parsed.mkdir()
+    copy_stages(old, parsed, ("parse",))
+    assert main(["diff", "--old", str(parsed), "--new", str(new), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["articles"] == expected_diff(old, new)["articles"]
+    assert [part for part, value in result.items() if value is None] == [
+        "entities", "names", "entity_vectors", "passages"]
+    assert main(["diff", "--old", str(parsed), "--new", str(new)]) == 0
+    assert "entities           not compared: its stage has not run in both" in capsys.readouterr().out
+
+
+# --- the report's section ------------------------------------------------------------------------------------
+
+
+def changes_rows(out: Path) -> dict[str, list[str]]:
+    """The report's changes table: label -> the cells' text."""
+    page = (out / "report" / "index.html").read_text()
+    table = re.search(r'<table id="changes-table">.*?<tbody>(.*?)</tbody>', page).group(1)
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", table)]
+    return {row[0]: [re.sub(r"<[^>]+>", "", cell).strip() for cell in row[1:]] for row in cells}
+
+
+def cosine_rows(out: Path) -> dict[str, str]:
+    page = (out / "report" / "index.html").read_text()
+    table = re.search(r'<table id="vector-cosines">.*?<tbody>(.*?)</tbody>', page).group(1)
+    return {html_label.replace("&lt;", "<"): value
+            for html_label, value in re.findall(r'<tr><td>(.*?)</td><td class="num">(.*?)</td></tr>', table)}
+
+
+def test_report_section_with_previous(runs: Runs, tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    old, new = runs[1], Path(shutil.copytree(runs[2], tmp_path / "new"))
+    expected = expected_diff(old, new)
+    assert main(["report", "--output", str(new), "--previous", str(old), "--recall-queries", "5"]) == 0
+    table = changes_rows(new)
+    a, n = expected["articles"], expected["names"]
+    assert table["articles"] == [f"{a[key]:,}" for key in ("old", "new", "added", "removed")] + [
+        f"{a['changed']:,} changed"]
+    assert table["dictionary names"][-1] == f"{n['top_candidate_changed']:,} top candidate changed"
+    assert table["entities"] == [f"{expected['entities'][key]:,}" for key in ("old", "new", "added", "removed")] + [
+        "—"]
+    assert cosine_rows(new) == {label: f"{count:,}" for label, count in
+                                expected["entity_vectors"]["cosine_histogram"].items()}
+    page = (new / "report" / "index.html").read_text()
+    assert f"encoded {expected['passages']['encoded']:,} · reused n/a (no --previous)" in page
+    assert page.index('id="changes"') < page.index('id="timings"')
+
+    assert main(["report", "--output", str(new), "--previous", str(tmp_path / "nothing")]) == 2
+    assert capsys.readouterr().err == f"error: {tmp_path / 'nothing'} is not a run: it has no manifest.json\n"
+
+
+def test_report_section_from_the_manifest(runs: Runs, tmp_path: Path) -> None:
+    from artifacts.report.changes import PREVIOUS_INPUT, PREVIOUS_OPTION
+
+    old, new = runs[1], Path(shutil.copytree(runs[2], tmp_path / "new"))
+    assert main(["report", "--output", str(new), "--recall-queries", "5"]) == 0
+    assert 'id="changes"' not in (new / "report" / "index.html").read_text()  # built from scratch
+
+    records = manifest.load(str(new))
+    # as a refresh with --previous records it: the old run's manifest as an input of embed-entities and index
+    records["embed_entities"].inputs[f"{PREVIOUS_INPUT}{old}"] = "fingerprint"
+    manifest.save(str(new), records)
+    assert main(["report", "--output", str(new), "--recall-queries", "5"]) == 0
+    page = (new / "report" / "index.html").read_text()
+    assert f"previous run <code>{old}</code>" in page
+    assert changes_rows(new)["redirects"][:2] == [f"{expected_diff(old, new)['redirects'][key]:,}"
+                                                  for key in ("old", "new")]
+
+    del records["embed_entities"].inputs[f"{PREVIOUS_INPUT}{old}"]
+    records["index"].options[PREVIOUS_OPTION] = str(tmp_path / "gone")  # or as an option; since deleted
+    manifest.save(str(new), records)
+    assert main(["report", "--output", str(new), "--recall-queries", "5"]) == 0
+    page = (new / "report" / "index.html").read_text()
+    assert (f'<p class="warn">Could not compare: {tmp_path / "gone"} is not a run: it has no manifest.json</p>'
+            in page)

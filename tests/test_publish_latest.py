@@ -1,0 +1,85 @@
+"""publish --latest: ROOT/LATEST names the newest complete publish, moved only after its manifest is written."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from artifacts import publish as publish_module
+from artifacts.validation import validate_run
+from pipelines.cli import main
+
+
+@pytest.fixture
+def run(full_run: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(full_run, tmp_path / "out"))
+
+
+def pointer(root: Path) -> dict:
+    return json.loads((root / "LATEST").read_text())
+
+
+def manifest_sha256(published: Path) -> str:
+    return hashlib.sha256((published / "manifest.json").read_bytes()).hexdigest()
+
+
+def test_latest_names_the_published_run(run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "published"
+    assert main(["publish", "--output", str(run), "--to", str(root / "2026-01")]) == 0
+    assert not (root / "LATEST").exists()  # only with --latest
+
+    assert main(["publish", "--output", str(run), "--to", str(root / "2026-01"), "--latest"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"{root / 'LATEST'} now names {root / '2026-01'}"
+    assert pointer(root) == {"name": "2026-01", "manifest_sha256": manifest_sha256(root / "2026-01")}
+    assert publish_module.latest_run(str(root)) == str(root / "2026-01")
+    assert sorted(path.name for path in root.iterdir()) == ["2026-01", "LATEST"]  # no temporary left
+
+
+def test_latest_moves_only_after_a_complete_publish(run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "published"
+    assert main(["publish", "--output", str(run), "--to", str(root / "2026-01"), "--latest"]) == 0
+    before = (root / "LATEST").read_bytes()
+    real_copy = publish_module.copy_file
+    copies: list[str] = []
+
+    def failing_copy(source: str, target: str) -> None:
+        if len(copies) == 4:
+            raise OSError("connection reset")
+        copies.append(target)
+        real_copy(source, target)
+
+    monkeypatch.setattr(publish_module, "copy_file", failing_copy)
+    assert main(["publish", "--output", str(run), "--to", str(root / "2026-02"), "--latest"]) == 2
+    assert "connection reset" in capsys.readouterr().err
+    assert len(copies) == 4 and not (root / "2026-02" / "manifest.json").exists()
+    assert (root / "LATEST").read_bytes() == before  # readers still find the complete 2026-01
+    assert validate_run(publish_module.latest_run(str(root))) == []
+
+    monkeypatch.setattr(publish_module, "copy_file", real_copy)
+    real_replace = publish_module.replace_file
+    manifest_there: list[bool] = []
+
+    def watched_replace(path: str, data: bytes) -> None:
+        manifest_there.append((root / "2026-02" / "manifest.json").exists())
+        real_replace(path, data)
+
+    monkeypatch.setattr(publish_module, "replace_file", watched_replace)
+    assert main(["publish", "--output", str(run), "--to", str(root / "2026-02"), "--latest"]) == 0
+    assert manifest_there == [True]
+    assert pointer(root) == {"name": "2026-02", "manifest_sha256": manifest_sha256(root / "2026-02")}
+
+
+def test_latest_needs_a_root_and_a_name(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["publish", "--output", str(run), "--to", "gs://bucket", "--latest"]) == 2
+    assert capsys.readouterr().err == ("error: --to gs://bucket: with --latest publish to ROOT/NAME "
+                                       "(LATEST goes in ROOT)\n")
+
+
+def test_latest_run_without_a_pointer(tmp_path: Path) -> None:
+    with pytest.raises(publish_module.InputError, match="has no LATEST: nothing was published there"):
+        publish_module.latest_run(str(tmp_path))
