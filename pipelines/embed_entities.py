@@ -185,7 +185,7 @@ class EmbedEntitiesStage:
             _ = dead | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("mentions"))
 
         counters = run_beam(ctx, build)
-        return {"entities_reused": 0, "entities_recomputed": 0, **counters} if args.previous else counters
+        return reuse_counters(counters) if args.previous else counters
 
 
 # --- refresh (--previous): vectors of entities whose sample did not change come from the previous run ---------
@@ -223,6 +223,14 @@ def split_for_refresh(pipeline: beam.Pipeline, ctx: StageContext, mentions: beam
     _ = split["id_map"] | "WriteIdMap" >> beam.io.WriteToParquet(
         ctx.staged_prefix("entity_id_map"), schemas.ENTITY_ID_MAP, file_name_suffix=".parquet")
     return split["encode"], split["reused"]
+
+
+def reuse_counters(counters: dict[str, int]) -> dict[str, int]:
+    """The refresh counters (0 when nothing was reused); a reused entity is not "without mentions" although no
+    mention of it reached the join with the entity table."""
+    counters = {"entities_reused": 0, "entities_recomputed": 0, **counters}
+    without = counters.pop("entities_without_mentions", 0) - counters["entities_reused"]
+    return {**counters, "entities_without_mentions": without} if without else counters
 
 
 def with_reused(rows: beam.PCollection, reused: beam.PCollection | None) -> beam.PCollection:
