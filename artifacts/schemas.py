@@ -66,3 +66,6 @@ def entity_embeddings(dim: int, value_type: pa.DataType | None = None) -> pa.Sch
             ("mention_count", pa.int32()),
         ]
     )
+
+# entity_id_map/: a refresh's old -> new entity ids of the entities in both runs (by key: QID, else title).
+ENTITY_ID_MAP = pa.schema([("key", pa.string()), ("old_entity_id", pa.int32()), ("new_entity_id", pa.int32())])

@@ -244,6 +244,7 @@ CONTRACTS: dict[str, Contract] = {
     ENTITIES: Contract(schemas.ENTITIES),
     NAMES: Contract(schemas.NAMES),
     "mentions/": Contract(schemas.MENTIONS),
+    "entity_id_map/": Contract(schemas.ENTITY_ID_MAP),
     EMBEDDINGS: Contract(_without_vector(schemas.entity_embeddings(1)), (pa.float32(), pa.float16())),
     f"{INDEX}/{faiss_shards.EMBEDDINGS_DIR}/": Contract(_without_vector(faiss_shards.embedding_schema(1)),
                                                        (pa.float32(),)),

@@ -12,11 +12,13 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.ml.inference.base import PredictionResult, RunInference
 
-from artifacts import schemas, tables
+from artifacts import manifest, schemas, tables
 from encoders.mask_encoder import MaskEncoderHandler, check_mask_model
 from encoders.models import DTYPES, ModelSpec, hidden_size, input_embedding_norm, model_files
+from pipelines.refresh import add_previous_arguments, fingerprint_changes, previous_options, reusable_previous
 from pipelines.stage import StageContext, run_beam
 from transforms.dead_letters import WriteDeadLetters, count, dead_letter
+from transforms.refresh import SplitEntitiesForRefresh, option_changes
 
 EMBEDDING_DTYPES = {"float32": pa.float32(), "float16": pa.float16()}
 
@@ -113,7 +115,7 @@ class EmbedEntitiesStage:
     """Embed every entity from its sampled mentions with a BERT-family model ([MASK] in place of the mention)."""
 
     name = "embed_entities"
-    outputs = ("entity_embeddings",)
+    outputs = ("entity_embeddings", "entity_id_map")
 
     def upstream(self, args: argparse.Namespace) -> tuple[str, ...]:
         return ("dictionary", "mentions")
@@ -128,10 +130,11 @@ class EmbedEntitiesStage:
         group.add_argument("--batch-tokens", type=int, default=16384, help="padded tokens per forward pass")
         group.add_argument("--embedding-dtype", choices=sorted(EMBEDDING_DTYPES), default="float32",
                            help="value type of the stored vectors")
+        add_previous_arguments(parser)
 
     def options(self, args: argparse.Namespace) -> dict[str, Any]:
         return {"model": str(args.model), "layer": args.layer, "max_seq_length": args.max_seq_length,
-                "dtype": args.dtype, "embedding_dtype": args.embedding_dtype}
+                "dtype": args.dtype, "embedding_dtype": args.embedding_dtype, **previous_options(args)}
 
     def external_inputs(self, args: argparse.Namespace) -> dict[str, str]:
         return model_files({"model": args.model})
@@ -149,10 +152,12 @@ class EmbedEntitiesStage:
             "dtype": args.dtype, "embedding_dtype": args.embedding_dtype,
             "max_seq_length": str(args.max_seq_length)})
         handler = MaskEncoderHandler(spec, args.layer, args.batch_tokens, max_seq_length=args.max_seq_length)
+        previous = reusable_previous(args, self.name, PREVIOUS_STAGES, lambda old: incompatibility(old, args))
 
         def build(pipeline: beam.Pipeline) -> None:
             mentions = pipeline | "ReadMentions" >> beam.io.ReadFromParquet(
                 tables.parquet_pattern(args.output, "mentions"))
+            mentions, reused = split_for_refresh(pipeline, ctx, mentions, args, previous)
             inputs = (mentions | "BatchMentions" >> beam.BatchElements(min_batch_size=64, max_batch_size=512)
                       | "Embeddable" >> beam.FlatMap(embeddable).with_outputs("dead_letter", main="inputs"))
             vectors = (inputs.inputs | "EncodeMasks" >> RunInference(handler)
@@ -165,13 +170,64 @@ class EmbedEntitiesStage:
             rows = ({"entity": entities, "mean": means} | "JoinEntities" >> beam.CoGroupByKey()
                     | "NormMatch" >> beam.FlatMapTuple(embedding_row, target_norm).with_outputs(
                         "dead_letter", main="rows"))
-            _ = rows.rows | "WriteEmbeddings" >> beam.io.WriteToParquet(
+            _ = with_reused(rows.rows, reused) | "WriteEmbeddings" >> beam.io.WriteToParquet(
                 ctx.staged_prefix("entity_embeddings"), schema, file_name_suffix=".parquet",
                 codec=schemas.PARQUET_CODEC)
             dead = (inputs.dead_letter, vectors.dead_letter, rows.dead_letter) | "AllDeadLetters" >> beam.Flatten()
             _ = dead | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("mentions"))
 
-        return run_beam(ctx, build)
+        counters = run_beam(ctx, build)
+        return reuse_counters(counters) if args.previous else counters
+
+
+# --- refresh (--previous): vectors of entities whose sample did not change come from the previous run ---------
+
+PREVIOUS_STAGES = ("dictionary", "mentions", "embed_entities")
+
+
+def incompatibility(old: dict[str, manifest.StageRecord], args: argparse.Namespace) -> str | None:
+    """Why the previous run's vectors differ from what this run would compute (None: they do not)."""
+    changes = option_changes(old["embed_entities"].options, STAGE.options(args))
+    changes += option_changes(old["mentions"].options, manifest.load(args.output)["mentions"].options)
+    changes += [f"{role}: model files changed" for role in
+                fingerprint_changes(old["embed_entities"], STAGE.external_inputs(args))]
+    return f"it was built with other options ({'; '.join(changes)})" if changes else None
+
+
+def split_for_refresh(pipeline: beam.Pipeline, ctx: StageContext, mentions: beam.PCollection,
+                      args: argparse.Namespace, previous: str | None) -> tuple[beam.PCollection, Any]:
+    """(mentions to encode, reused embedding rows or None); writes the old->new entity id map."""
+    if previous is None:
+        if args.previous:  # refused: every entity is recomputed, and the record says so
+            _ = (mentions | "EntityIds" >> beam.Map(lambda row: row["entity_id"]) | "Distinct" >> beam.Distinct()
+                 | "CountRecomputed" >> beam.Map(lambda _: count("entities_recomputed")))
+        return mentions, None
+
+    def read(label: str, output: str, artifact: str, columns: list[str] | None = None) -> beam.PCollection:
+        return pipeline | label >> beam.io.ReadFromParquet(tables.parquet_pattern(output, artifact), columns=columns)
+
+    entity_columns = ["entity_id", "title", "qid"]
+    split = {"mentions": mentions, "entities": read("ReadEntityKeys", args.output, "entities", entity_columns),
+             "old_mentions": read("ReadOldMentions", previous, "mentions"),
+             "old_entities": read("ReadOldEntities", previous, "entities", entity_columns),
+             "old_embeddings": read("ReadOldEmbeddings", previous, "entity_embeddings"),
+             } | "SplitForRefresh" >> SplitEntitiesForRefresh()
+    _ = split["id_map"] | "WriteIdMap" >> beam.io.WriteToParquet(
+        ctx.staged_prefix("entity_id_map"), schemas.ENTITY_ID_MAP, file_name_suffix=".parquet",
+        codec=schemas.PARQUET_CODEC)
+    return split["encode"], split["reused"]
+
+
+def reuse_counters(counters: dict[str, int]) -> dict[str, int]:
+    """The refresh counters (0 when nothing was reused); a reused entity is not "without mentions" although no
+    mention of it reached the join with the entity table."""
+    counters = {"entities_reused": 0, "entities_recomputed": 0, **counters}
+    without = counters.pop("entities_without_mentions", 0) - counters["entities_reused"]
+    return {**counters, "entities_without_mentions": without} if without else counters
+
+
+def with_reused(rows: beam.PCollection, reused: beam.PCollection | None) -> beam.PCollection:
+    return rows if reused is None else (rows, reused) | "WithReused" >> beam.Flatten()
 
 
 STAGE = EmbedEntitiesStage()

@@ -21,7 +21,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.ml.inference.base import PredictionResult, RunInference
 
-from artifacts import faiss_shards, fs, schemas, tables
+from artifacts import faiss_shards, fs, manifest, schemas, tables
 from artifacts.errors import InputError
 from encoders.models import DTYPES, model_files
 from encoders.retrievers import (
@@ -33,6 +33,7 @@ from encoders.retrievers import (
     check_encoder_options,
     dense_dim,
 )
+from pipelines.refresh import add_previous_arguments, fingerprint_changes, previous_options, reusable_previous
 from pipelines.stage import StageContext, run_beam
 from transforms.dead_letters import WriteDeadLetters, count, dead_letter
 from transforms.dump_io import matching_files
@@ -51,6 +52,7 @@ from transforms.passages import (
     shard_of,
     too_many_chunks,
 )
+from transforms.refresh import SplitPassagesForRefresh, option_changes
 
 PASSAGES_SCHEMA_FIELDS = ("passage_id", "title", "text")
 
@@ -336,13 +338,15 @@ class IndexStage:
         group.add_argument("--shards", type=int, default=1, help="FAISS shards (passages hashed by id)")
         group.add_argument("--index-factory", help="FAISS factory string (default: chosen by corpus size)")
         group.add_argument("--no-faiss-gpu", action="store_true", help="train and add on the CPU even with a GPU")
+        add_previous_arguments(parser)
 
     def options(self, args: argparse.Namespace) -> dict[str, Any]:
         encoder = encoder_options(args).to_json()
         for runtime in ("device", "batch_tokens", "linker", "entity_embeddings"):
             encoder.pop(runtime)
         return {"encoder": encoder, "corpus": args.corpus, "words_per_passage": args.words_per_passage,
-                "on_duplicate_id": args.on_duplicate_id, "shards": args.shards, "index_factory": args.index_factory}
+                "on_duplicate_id": args.on_duplicate_id, "shards": args.shards, "index_factory": args.index_factory,
+                **previous_options(args)}
 
     def external_inputs(self, args: argparse.Namespace) -> dict[str, str]:
         inputs = {"corpus": args.corpus} if args.corpus else {}
@@ -362,11 +366,14 @@ class IndexStage:
             raise InputError(f"no --corpus and no articles under {args.output}: "
                              "run `python run_pipeline.py parse` first or pass --corpus psgs_w100.tsv")
         index_dir = ctx.staged("index")
-        counters = run_beam(ctx, lambda pipeline: self._encode(pipeline, ctx, args, options, dim, columns))
-        return {**counters, **self._build(ctx, args, options, dim, index_dir)}
+        previous = reusable_previous(args, self.name, ("index",), lambda old: incompatibility(old, args, options))
+        counters = run_beam(ctx, lambda pipeline: self._encode(pipeline, ctx, args, options, dim, columns, previous))
+        counters = {**counters, **self._build(ctx, args, options, dim, index_dir, previous)}
+        return {"passages_reused": 0, "passages_encoded": 0, **counters} if args.previous else counters
 
     def _encode(self, pipeline: beam.Pipeline, ctx: StageContext, args: argparse.Namespace,
-                options: EncoderOptions, dim: int, columns: tuple[int, int, int] | None) -> None:
+                options: EncoderOptions, dim: int, columns: tuple[int, int, int] | None,
+                previous: str | None = None) -> None:
         index_dir = ctx.staged("index")
         passages, dead = pipeline | "ReadPassages" >> ReadPassages(args.corpus, columns, args.output,
                                                                    args.words_per_passage, args.on_duplicate_id)
@@ -375,18 +382,21 @@ class IndexStage:
                  | "WritePassages" >> beam.io.WriteToParquet(
                      ctx.staged_prefix("passages"), _passages_schema(), file_name_suffix=".parquet",
                      codec=schemas.PARQUET_CODEC))
+
+        passages, reused = split_for_refresh(passages, previous, args.shards)
         encoded = (passages
                    | "Encode" >> RunInference(PassageEncoderHandler(options))
                    | "Progress" >> ctx.progress("passages")
                    | "KeepFinite" >> beam.FlatMap(encoded_row, args.shards).with_outputs("dead_letter", main="rows"))
-        _ = encoded.rows | "WriteShards" >> WriteShards(index_dir, args.shards, dim)
+        rows = encoded.rows if reused is None else (encoded.rows, reused) | "WithReused" >> beam.Flatten()
+        _ = rows | "WriteShards" >> WriteShards(index_dir, args.shards, dim)
         _ = ((dead, encoded.dead_letter) | "AllDeadLetters" >> beam.Flatten()
              | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("passages")))
         if not args.index_factory or faiss_shards.needs_training(args.index_factory, dim):
-            _ = encoded.rows | "TrainingSample" >> WriteTrainingSample(index_dir, dim)
+            _ = rows | "TrainingSample" >> WriteTrainingSample(index_dir, dim)
 
     def _build(self, ctx: StageContext, args: argparse.Namespace, options: EncoderOptions, dim: int,
-               index_dir: str) -> dict[str, int]:
+               index_dir: str, previous: str | None = None) -> dict[str, int]:
         shards = [faiss_shards.shard_name(shard) for shard in range(args.shards)
                   if faiss_shards.shard_embedding_files(index_dir, faiss_shards.shard_name(shard))]
         total = sum(tables.parquet_row_count(path) for shard in shards
@@ -403,10 +413,12 @@ class IndexStage:
         info = {"factory": factory, "metric": options.similarity, "dim": dim, "count": total, "shards": args.shards,
                 "encoder": options.to_json(), "train_sample": sample_size}
         use_gpu = not args.no_faiss_gpu
+        reused_trained = previous_quantizer(previous, index_dir, factory, dim) if sample_size else None
 
         def build(pipeline: beam.Pipeline) -> None:
             trained = (pipeline | "Once" >> beam.Create([None])
-                       | "Train" >> beam.Map(train_once, index_dir, factory, dim, sample_size, use_gpu))
+                       | "Train" >> beam.Map(train_once, index_dir, factory, dim, sample_size, use_gpu)
+                       ) if reused_trained is None else pipeline | "ReusedTrained" >> beam.Create([reused_trained])
             summaries = (pipeline | "Shards" >> beam.Create(shards)
                          | "Spread" >> beam.Reshuffle()
                          | "BuildShards" >> beam.ParDo(BuildShard(index_dir, use_gpu),
@@ -417,6 +429,53 @@ class IndexStage:
         counters = run_beam(ctx, build)
         fs.delete_tree(fs.join(index_dir, faiss_shards.TRAIN_SAMPLE_DIR))
         return {**counters, "passages_indexed": total, "train_sample": sample_size}
+
+
+# --- refresh (--previous): vectors of unchanged passages come from the previous run ---------------------------
+
+
+def incompatibility(old: dict[str, manifest.StageRecord], args: argparse.Namespace,
+                    options: EncoderOptions) -> str | None:
+    """Why the previous run's passage vectors differ from what this encoder computes (None: they do not)."""
+    if options.kind == "kpr":
+        return "KPR passage vectors depend on this run's entity embeddings"
+    changes = option_changes(old["index"].options.get("encoder", {}), STAGE.options(args)["encoder"])
+    changes += [f"{role}: model files changed" for role in
+                fingerprint_changes(old["index"], STAGE.external_inputs(args))]
+    return f"it was built with another encoder ({'; '.join(changes)})" if changes else None
+
+
+def reused_row(row: dict[str, Any], shards: int) -> tuple[int, tuple[int, str, str, np.ndarray]]:
+    vector = np.asarray(row["embedding"], dtype=np.float32)
+    return shard_of(row["passage_id"], shards), (row["passage_id"], row["title"], row["text"], vector)
+
+
+def split_for_refresh(passages: beam.PCollection, previous: str | None,
+                      shards: int) -> tuple[beam.PCollection, beam.PCollection | None]:
+    """(passages to encode, reused (shard, row) pairs or None)."""
+    if previous is None:
+        return passages, None
+    pattern = fs.join(previous, "index", faiss_shards.EMBEDDINGS_DIR, "*", "*.parquet")
+    old = passages.pipeline | "ReadOldVectors" >> beam.io.ReadFromParquet(pattern)
+    split = {"passages": passages, "old_vectors": old} | "SplitForRefresh" >> SplitPassagesForRefresh()
+    return split["encode"], split["reused"] | "ReusedRows" >> beam.Map(reused_row, shards)
+
+
+def previous_quantizer(previous: str | None, index_dir: str, factory: str, dim: int) -> str | None:
+    """The previous run's trained index copied into ``index_dir`` when its factory and dimension agree;
+    None (and a line saying why the quantizer is trained again) otherwise."""
+    if previous is None:
+        return None
+    info = faiss_shards.load_index_info(fs.join(previous, "index"))
+    source = fs.join(previous, "index", faiss_shards.TRAINED_NAME)
+    if (info.factory, info.dim) != (factory, dim) or not fs.exists(source):
+        print(f"[index] training the quantizer again: the previous run has {info.factory} x {info.dim}, "
+              f"this one needs {factory} x {dim}", file=sys.stderr)
+        return None
+    path = fs.join(index_dir, faiss_shards.TRAINED_NAME)
+    FileSystems.copy([source], [path])
+    print(f"[index] reusing the trained quantizer of {previous} ({factory} x {dim})", file=sys.stderr)
+    return path
 
 
 def _passages_schema():

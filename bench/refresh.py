@@ -1,0 +1,145 @@
+"""Benchmark a dump refresh: what a refresh recomputes and what it saves.
+
+Builds two versions of the gensim sample (tests/dump_versions.py: 51 short articles, 6 of them (12%) added,
+removed or edited between the two), runs `all` on the old one, then on the new one from scratch and as a refresh
+with `--previous` (tiny random BERT, CPU, the settings of the tests), and prints:
+
+- the share of entities and passages the refresh recomputed (measured, from the manifest's counters);
+- the wall time of embed-entities, index and the whole run, from scratch vs refreshed (measured; small and on
+  a shared CPU, so dominated by fixed costs: model loading, Beam start-up);
+- projected GPU-hours saved per monthly English Wikipedia refresh: ESTIMATES from the assumptions printed with
+  them (the GPU rates are FLOP counts at an assumed utilization, not measurements; the monthly change rate is an
+  assumption, not a measured Wikipedia figure: pass --changed-share and the rates to project other cases).
+
+    python bench/refresh.py [--work DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+ENTITIES = 7_000_000  # English Wikipedia entities (DESIGN.md)
+LINKS = 150_000_000  # English Wikipedia links (DESIGN.md): sampled mentions are at most this many
+PASSAGES = 21_015_324  # DPR psgs_w100 passages (DESIGN.md)
+BERT_BASE_PARAMS = 85_000_000  # non-embedding parameters of BERT-base
+H100_BF16_TFLOPS = 989.0  # dense peak
+ASSUMED_UTILIZATION = 0.4  # assumed model FLOP utilization of the encoders on an H100 (an estimate)
+
+
+@dataclass(frozen=True)
+class Run:
+    seconds: float
+    stage_seconds: dict[str, float]
+    counters: dict[str, dict[str, int]]
+
+
+def run_all(dump: Path, output: Path, model: Path, *extra: str) -> Run:
+    from artifacts import manifest
+    from pipelines.cli import main
+
+    captured = io.StringIO()
+    started = time.perf_counter()
+    with contextlib.redirect_stderr(captured):
+        code = main(["all", "--dump", str(dump), "--output", str(output), "--include-red-links",
+                     "--max-mentions", "4", "--max-seq-length", "64", "--model", str(model), "--encoder", str(model),
+                     "--encoder-type", "mean", "--max-length", "64", "--shards", "2", "--no-report", *extra,
+                     "--runner=DirectRunner"])
+    if code != 0:
+        sys.stderr.write(captured.getvalue())
+        raise SystemExit(f"all failed on {dump} with exit code {code}")
+    records = manifest.load(str(output))
+    return Run(time.perf_counter() - started, {name: record.wall_time_s for name, record in records.items()},
+               {name: record.counters for name, record in records.items()})
+
+
+def bert_base_flops(tokens: int) -> float:
+    """Forward FLOPs of BERT-base on one sequence: 2 x parameters x tokens + attention 4 x layers x seq^2 x hidden."""
+    return 2 * BERT_BASE_PARAMS * tokens + 4 * 12 * tokens ** 2 * 768
+
+
+def estimated_rate(tokens: int) -> float:
+    """Sequences per second on one H100 at the assumed utilization (an estimate, not a measurement)."""
+    return H100_BF16_TFLOPS * 1e12 * ASSUMED_UTILIZATION / bert_base_flops(tokens)
+
+
+def shares(refreshed: Run) -> tuple[float, float]:
+    embed, index = refreshed.counters["embed_entities"], refreshed.counters["index"]
+    entity_share = embed["entities_recomputed"] / (embed["entities_recomputed"] + embed["entities_reused"])
+    passage_share = index["passages_encoded"] / (index["passages_encoded"] + index["passages_reused"])
+    return entity_share, passage_share
+
+
+def print_measured(scratch: Run, refreshed: Run) -> None:
+    embed, index = refreshed.counters["embed_entities"], refreshed.counters["index"]
+    entity_share, passage_share = shares(refreshed)
+    print("measured on the sample (12% of articles added, removed or edited):")
+    print(f"  entities recomputed: {embed['entities_recomputed']:,} of "
+          f"{embed['entities_recomputed'] + embed['entities_reused']:,} ({entity_share:.1%})")
+    print(f"  passages encoded:    {index['passages_encoded']:,} of "
+          f"{index['passages_encoded'] + index['passages_reused']:,} ({passage_share:.1%})")
+    print("  wall time            from scratch   refreshed")
+    for stage in ("embed_entities", "index"):
+        print(f"  {stage:<20} {scratch.stage_seconds[stage]:>11.1f}s {refreshed.stage_seconds[stage]:>10.1f}s")
+    print(f"  {'all (parse..index)':<20} {scratch.seconds:>11.1f}s {refreshed.seconds:>10.1f}s")
+
+
+def print_projection(entity_share: float, passage_share: float, args: argparse.Namespace) -> None:
+    mentions = min(LINKS, ENTITIES * 128)
+    entity_hours = mentions / args.mention_rate / 3600
+    passage_hours = PASSAGES / args.passage_rate / 3600
+    print("projected per monthly English Wikipedia refresh (ESTIMATES):")
+    print(f"  assumed: {mentions:,} sampled mentions (upper bound: every one of ~150M links sampled once, "
+          f"7M entities x cap 128), {PASSAGES:,} passages, BERT-base on one H100 at {args.mention_rate:,.0f} "
+          f"mentions/s (512 tokens) and {args.passage_rate:,.0f} passages/s (256 tokens): FLOP counts at "
+          f"{ASSUMED_UTILIZATION:.0%} of the bf16 peak, not measured")
+    print(f"  assumed: the recomputed shares scale with the share of changed articles: measured "
+          f"{entity_share:.1%} / {passage_share:.1%} at 12% changed, so {args.changed_share:.0%} changed per month "
+          f"gives {entity_share * args.changed_share / 0.12:.1%} / {passage_share * args.changed_share / 0.12:.1%}"
+          " (the monthly share is an assumption, not a measured Wikipedia figure)")
+    entity_saved = entity_hours * (1 - min(1.0, entity_share * args.changed_share / 0.12))
+    passage_saved = passage_hours * (1 - min(1.0, passage_share * args.changed_share / 0.12))
+    print(f"  from scratch: {entity_hours:.1f} GPU-h entities + {passage_hours:.1f} GPU-h passages")
+    print(f"  saved by a refresh: {entity_saved:.1f} + {passage_saved:.1f} = {entity_saved + passage_saved:.1f} "
+          "GPU-h (estimate)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", help="directory for the dumps and runs (default: a temporary one)")
+    parser.add_argument("--changed-share", type=float, default=0.12,
+                        help="assumed share of articles changed per month (default: the sample's 12%%)")
+    parser.add_argument("--mention-rate", type=float, default=estimated_rate(512), help="mentions/s per GPU")
+    parser.add_argument("--passage-rate", type=float, default=estimated_rate(256), help="passages/s per GPU")
+    args = parser.parse_args()
+    from tests.conftest import write_tiny_bert
+    from tests.dump_versions import build_dump_versions
+
+    with tempfile.TemporaryDirectory() as temporary:
+        root = Path(args.work or temporary)
+        for previous in ("old", "scratch", "refreshed"):  # timings are of full runs, never resumed ones
+            shutil.rmtree(root / previous, ignore_errors=True)
+        root.mkdir(parents=True, exist_ok=True)
+        dumps, model = build_dump_versions(root), write_tiny_bert(root / "tiny-bert")
+        old = root / "old"
+        run_all(dumps.old, old, model)
+        scratch = run_all(dumps.new, root / "scratch", model)
+        refreshed = run_all(dumps.new, root / "refreshed", model, "--previous", str(old))
+    print_measured(scratch, refreshed)
+    print_projection(*shares(refreshed), args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""--previous OLD_OUT: whether a stage may take vectors from a previous run, said in one line when it may not."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from artifacts import fs, manifest
+from artifacts.errors import InputError
+from artifacts.validation import validate_run
+
+# Why a previous run cannot be reused, from its records and this run's: None when it can.
+Compatibility = Callable[[dict[str, manifest.StageRecord]], str | None]
+
+
+class ReuseRefusedError(InputError):
+    """--require-reuse was given and the previous run cannot be reused."""
+
+
+def add_previous_arguments(parser: argparse.ArgumentParser) -> None:
+    """--previous and --require-reuse (embed-entities, index and all share them)."""
+    group = parser.add_argument_group("refresh")
+    group.add_argument("--previous", metavar="OLD_OUT",
+                       help="a previous run of an older dump: reuse its vectors where nothing changed")
+    group.add_argument("--require-reuse", action="store_true",
+                       help="with --previous: exit 2 instead of recomputing everything when it cannot be reused")
+
+
+def previous_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The recorded options naming the previous run (path and manifest sha256); none without --previous, so
+    runs built from scratch keep their records, and a changed --previous reruns the stage."""
+    if not getattr(args, "previous", None):
+        return {}
+    path = manifest.manifest_path(args.previous)
+    return {"previous": str(args.previous), "previous_manifest_sha256": fs.sha256(path) if fs.exists(path) else ""}
+
+
+def previous_problem(previous: str, stages: tuple[str, ...], compatible: Compatibility) -> str | None:
+    """Why ``previous`` cannot be reused: not a valid run, without one of ``stages``, or incompatible."""
+    if not fs.exists(manifest.manifest_path(previous)):
+        return f"{previous} has no {manifest.MANIFEST_NAME}"
+    problems = validate_run(previous)
+    if problems:
+        return f"{previous} does not validate ({problems[0]})"
+    records = manifest.load(previous)
+    missing = [name for name in stages if name not in records]
+    if missing:
+        return f"{previous} is incomplete (no '{missing[0]}' stage)"
+    return compatible(records)
+
+
+def reusable_previous(args: argparse.Namespace, stage: str, stages: tuple[str, ...],
+                      compatible: Compatibility) -> str | None:
+    """The previous run to reuse, or None (printing why in one line; exit 2 with --require-reuse)."""
+    if not getattr(args, "previous", None):
+        return None
+    problem = previous_problem(str(args.previous), stages, compatible)
+    if problem is None:
+        print(f"[{stage}] reusing vectors of {args.previous} where nothing changed", file=sys.stderr)
+        return str(args.previous)
+    if args.require_reuse:
+        raise ReuseRefusedError(f"cannot reuse the previous run: {problem}")
+    print(f"[{stage}] recomputing everything: {problem}", file=sys.stderr)
+    return None
+
+
+def fingerprint_changes(old: manifest.StageRecord, files: dict[str, str]) -> list[str]:
+    """Roles of model files whose fingerprint (paths, sizes, times) differs from the previous record."""
+    new = {f"file:{role}": manifest.file_fingerprint(pattern) for role, pattern in files.items()}
+    recorded = {key: value for key, value in old.inputs.items() if key.startswith("file:") and key != "file:corpus"}
+    return [key.removeprefix("file:") for key in sorted(set(new) | set(recorded)) if new.get(key) != recorded.get(key)]

@@ -1,0 +1,234 @@
+"""Refreshes end to end: ``all --previous OLD_OUT`` on a newer dump (tests/dump_versions.py) equals a run of that
+dump from scratch, reuses exactly what did not change, and refuses previous runs it cannot trust.
+
+Every expected number is computed here from the rows the runs wrote, without transforms/refresh.py."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from artifacts import manifest
+from pipelines.cli import main
+from tests.conftest import DIRECT, copy_stages, write_tiny_bert
+from tests.dump_versions import write_dump_versions
+
+ROW_ARTIFACTS = ("articles", "redirects", "entities", "dictionary/names", "mentions", "passages")
+UPSTREAM = ("parse", "dictionary", "mentions")
+
+
+def run_all(dump: Path, output: Path, model: Path, *extra: str) -> Path:
+    """``all`` with the small settings of conftest's ``full_run``."""
+    assert main(["all", "--dump", str(dump), "--output", str(output), "--include-red-links",
+                 "--max-mentions", "4", "--max-seq-length", "64", "--model", str(model), "--encoder", str(model),
+                 "--encoder-type", "mean", "--max-length", "64", "--shards", "2", "--no-report",
+                 *extra, *DIRECT]) == 0
+    return output
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> tuple[Path, Path, Path]:
+    """(old run, new run from scratch, new run refreshed from the old one)."""
+    root = tmp_path_factory.mktemp("refresh")
+    dumps = write_dump_versions(root)
+    old = run_all(dumps.old, root / "old", tiny_bert)
+    return (old, run_all(dumps.new, root / "scratch", tiny_bert),
+            run_all(dumps.new, root / "refreshed", tiny_bert, "--previous", str(old)))
+
+
+# --- reading what the runs wrote ---------------------------------------------------------------------------
+
+
+def rows(output: Path, artifact: str, columns: list[str] | None = None) -> list[dict]:
+    files = sorted((output / artifact).glob("*.parquet"))
+    return [row for path in files for row in pq.read_table(path, columns=columns).to_pylist()]
+
+
+def canonical(items: list[dict]) -> list[str]:
+    return sorted(json.dumps(item, sort_keys=True) for item in items)
+
+
+def entity_keys(output: Path) -> dict[int, str]:
+    return {row["entity_id"]: row["qid"] or row["title"] for row in rows(output, "entities")}
+
+
+def samples_by_key(output: Path) -> dict[str, list[tuple]]:
+    keys, samples = entity_keys(output), {}
+    for row in rows(output, "mentions"):
+        samples.setdefault(keys[row["entity_id"]], []).append((row["page_id"], row["start"], row["end"], row["text"]))
+    return {key: sorted(sample) for key, sample in samples.items()}
+
+
+def embeddings(output: Path) -> dict[int, tuple]:
+    return {row["entity_id"]: (row["title"], row["qid"], row["mention_count"], np.asarray(row["embedding"]))
+            for row in rows(output, "entity_embeddings")}
+
+
+def passage_vectors(output: Path) -> dict[int, tuple]:
+    """passage_id -> (shard, title, text, vector) from the index's vector tables."""
+    found = {}
+    for shard in sorted((output / "index" / "embeddings").iterdir()):
+        for row in rows(shard.parent, shard.name):
+            found[row["passage_id"]] = (shard.name, row["title"], row["text"], np.asarray(row["embedding"]))
+    return found
+
+
+def shard_ids(output: Path) -> dict[str, list[int]]:
+    return {path.name: sorted(np.load(path).tolist()) for path in sorted((output / "index").glob("*.ids.npy"))}
+
+
+def counters(output: Path, stage: str) -> dict[str, int]:
+    return manifest.load(str(output))[stage].counters
+
+
+# --- a refresh equals a run from scratch -------------------------------------------------------------------
+
+
+def test_refreshed_rows_equal_a_run_from_scratch(runs):
+    _, scratch, refreshed = runs
+    for artifact in ROW_ARTIFACTS:
+        assert canonical(rows(refreshed, artifact)) == canonical(rows(scratch, artifact)), artifact
+    assert shard_ids(refreshed) == shard_ids(scratch)
+
+
+def test_refreshed_vectors_equal_a_run_from_scratch(runs):
+    _, scratch, refreshed = runs
+    expected, found = embeddings(scratch), embeddings(refreshed)
+    assert sorted(found) == sorted(expected)
+    for entity_id, (title, qid, mentions, vector) in expected.items():
+        assert found[entity_id][:3] == (title, qid, mentions)
+        np.testing.assert_allclose(found[entity_id][3], vector, rtol=1e-4, atol=1e-5)
+    expected, found = passage_vectors(scratch), passage_vectors(refreshed)
+    assert sorted(found) == sorted(expected)
+    for passage_id, (shard, title, text, vector) in expected.items():
+        assert found[passage_id][:3] == (shard, title, text)
+        np.testing.assert_allclose(found[passage_id][3], vector, rtol=1e-4, atol=1e-5)
+
+
+def test_refresh_reuses_exactly_the_unchanged_entities(runs):
+    old, scratch, refreshed = runs
+    old_samples, new_samples = samples_by_key(old), samples_by_key(scratch)
+    old_keys = entity_keys(old)
+    with_vector = {old_keys[entity_id] for entity_id in embeddings(old)}
+    reused = sum(1 for key, sample in new_samples.items() if key in with_vector and old_samples.get(key) == sample)
+    found = counters(refreshed, "embed_entities")
+    assert (found["entities_reused"], found["entities_recomputed"]) == (reused, len(new_samples) - reused)
+    assert 0 < len(new_samples) - reused < reused  # most entities are reused, some are not
+    assert "entities_reused" not in counters(scratch, "embed_entities")
+
+
+def test_refresh_reencodes_exactly_the_changed_passages(runs):
+    old, _, refreshed = runs
+    before = {passage_id: (title, text) for passage_id, (_, title, text, _) in passage_vectors(old).items()}
+    passages = rows(refreshed, "passages")
+    reused = sum(1 for row in passages if before.get(row["passage_id"]) == (row["title"], row["text"]))
+    found = counters(refreshed, "index")
+    assert (found["passages_reused"], found["passages_encoded"]) == (reused, len(passages) - reused)
+    assert 0 < len(passages) - reused < reused
+
+
+def test_refresh_writes_the_old_to_new_entity_id_map(runs):
+    old, _, refreshed = runs
+    old_ids = {key: entity_id for entity_id, key in entity_keys(old).items()}
+    new_ids = {key: entity_id for entity_id, key in entity_keys(refreshed).items()}
+    expected = [{"key": key, "old_entity_id": old_ids[key], "new_entity_id": new_ids[key]}
+                for key in set(old_ids) & set(new_ids)]
+    assert canonical(rows(refreshed, "entity_id_map")) == canonical(expected)
+    assert any(row["old_entity_id"] != row["new_entity_id"] for row in expected)  # ids did move
+
+
+def test_refresh_records_the_previous_run(runs):
+    old, _, refreshed = runs
+    sha256 = hashlib.sha256((old / manifest.MANIFEST_NAME).read_bytes()).hexdigest()
+    records = manifest.load(str(refreshed))
+    for stage in ("embed_entities", "index"):
+        assert records[stage].options["previous"] == str(old)
+        assert records[stage].options["previous_manifest_sha256"] == sha256
+    assert "previous" not in records["mentions"].options
+
+
+# --- what is not reused ------------------------------------------------------------------------------------
+
+
+def stderr_line(capsys: pytest.CaptureFixture, prefix: str) -> str:
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith(prefix)]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def upstream_of(scratch: Path, destination: Path) -> Path:
+    destination.mkdir()
+    copy_stages(scratch, destination, UPSTREAM)
+    return destination
+
+
+def embed(output: Path, model: Path, previous: Path, *extra: str) -> int:
+    return main(["embed-entities", "--output", str(output), "--model", str(model), "--max-seq-length", "64",
+                 "--previous", str(previous), *extra, *DIRECT])
+
+
+def entities_with_mentions(output: Path) -> int:
+    return len({row["entity_id"] for row in rows(output, "mentions", ["entity_id"])})
+
+
+def test_a_changed_option_recomputes_everything(runs, tiny_bert, tmp_path, capsys):
+    old, scratch, _ = runs
+    output = upstream_of(scratch, tmp_path / "out")
+    assert embed(output, tiny_bert, old, "--layer", "1") == 0
+    assert stderr_line(capsys, "[embed_entities] re") == (
+        "[embed_entities] recomputing everything: it was built with other options (layer: -1 -> 1)")
+    found = counters(output, "embed_entities")
+    assert (found["entities_reused"], found["entities_recomputed"]) == (0, entities_with_mentions(output))
+    assert not list((output / "entity_id_map").glob("*.parquet"))
+
+
+def test_a_corrupt_previous_run_is_refused(runs, tiny_bert, tmp_path, capsys):
+    old, scratch, _ = runs
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(old, corrupt)
+    target = sorted((corrupt / "entity_embeddings").glob("*.parquet"))[0]
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    target.write_bytes(bytes(data))
+    reason = (f"{corrupt} does not validate (entity_embeddings/{target.name}: sha256 differs from the manifest)")
+    output = upstream_of(scratch, tmp_path / "out")
+    assert embed(output, tiny_bert, corrupt, "--require-reuse") == 2
+    assert stderr_line(capsys, "error:") == f"error: cannot reuse the previous run: {reason}"
+    assert embed(output, tiny_bert, corrupt) == 0
+    assert stderr_line(capsys, "[embed_entities] re") == f"[embed_entities] recomputing everything: {reason}"
+    found = counters(output, "embed_entities")
+    assert (found["entities_reused"], found["entities_recomputed"]) == (0, entities_with_mentions(output))
+
+
+def test_an_incomplete_previous_run_is_refused(runs, tiny_bert, tmp_path, capsys):
+    old, scratch, _ = runs
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    copy_stages(old, partial, UPSTREAM)
+    output = upstream_of(scratch, tmp_path / "out")
+    assert embed(output, tiny_bert, partial, "--require-reuse") == 2
+    assert stderr_line(capsys, "error:") == (
+        f"error: cannot reuse the previous run: {partial} is incomplete (no 'embed_entities' stage)")
+
+
+def test_a_previous_run_of_another_model_is_not_reused(runs, tiny_bert, tmp_path, capsys):
+    old, scratch, _ = runs
+    other = write_tiny_bert(tmp_path / "other-bert", seed=1)
+    output = upstream_of(scratch, tmp_path / "out")
+    assert embed(output, other, old, "--require-reuse") == 2
+    assert stderr_line(capsys, "error:") == (
+        f"error: cannot reuse the previous run: it was built with other options (model: '{tiny_bert}' -> "
+        f"'{other}'; model: model files changed)")
+    assert main(["index", "--output", str(output), "--encoder", str(other), "--encoder-type", "mean",
+                 "--max-length", "64", "--shards", "2", "--previous", str(old), *DIRECT]) == 0
+    assert stderr_line(capsys, "[index] re") == (
+        f"[index] recomputing everything: it was built with another encoder (model: '{tiny_bert}' -> "
+        f"'{other}'; encoder: model files changed)")
+    found = counters(output, "index")
+    assert (found["passages_reused"], found["passages_encoded"]) == (0, len(rows(output, "passages")))
