@@ -50,8 +50,9 @@ EXAMPLES: dict[str, str] = {
            "--model bert-base-uncased --encoder sentence-transformers/all-MiniLM-L6-v2 --encoder-type mean",
     "validate": "run_pipeline.py validate --output out/s",
     "export-kpr": "run_pipeline.py export-kpr --output out/s --to kpr-resources/",
-    "publish": "run_pipeline.py publish --output out/s --to gs://bucket/runs/s",
+    "publish": "run_pipeline.py publish --output out/s --to gs://bucket/runs/s --latest",
     "report": "run_pipeline.py report --output out/s",
+    "diff": "run_pipeline.py diff --old runs/enwiki-20261001 --new runs/enwiki-20261101",
 }
 # Options a command cannot run without; checked by the commands themselves (one-line errors), marked in --help.
 REQUIRED: dict[str, tuple[str, ...]] = {
