@@ -51,26 +51,51 @@ def special_ids(tokenizer) -> TokenIds:
     return TokenIds(cls=cls, sep=sep, mask=tokenizer.mask_token_id, pad=tokenizer.pad_token_id or 0)
 
 
-def masked_ids(left: Sequence[int], right: Sequence[int], ids: TokenIds, max_seq_length: int) -> tuple[list[int], int]:
-    """[CLS] left [MASK] right [SEP] within ``max_seq_length``: half the context budget before the mention
-    and half after, a short side's unused half going to the other side. Returns (ids, mask position)."""
-    budget = max_seq_length - 3
+MASK_WINDOWS = ("reference", "centered")
+
+
+def context_split(left: int, right: int, budget: int, window: str = "reference") -> tuple[int, int]:
+    """How many tokens of the ``left`` and ``right`` context to keep within ``budget``.
+
+    ``reference`` is the paper's rule (knowledgeable-embedding's entity-embedding script): a left side shorter
+    than half the budget (budget // 2) is kept whole and the right side gets the rest; else a right side shorter
+    than half is kept whole and the left side gets the rest; else the right side gets half and the left side the
+    rest, so an odd budget puts the extra token BEFORE the mask (509 -> 255 before, 254 after). Like the
+    reference, a left side of exactly half leaves that extra token unused. ``centered`` is the older rule: the
+    larger half after the mask (254 before, 255 after), a short side's surplus to the other side.
+    """
     half = budget // 2
-    keep_left = min(len(left), max(half, budget - len(right)))
-    keep_right = min(len(right), budget - keep_left)
+    if window == "centered":
+        keep_left = min(left, max(half, budget - right))
+        return keep_left, min(right, budget - keep_left)
+    if left < half:
+        return left, min(right, budget - left)
+    if right < half:
+        return min(left, budget - right), right
+    return min(left, budget - half), half
+
+
+def masked_ids(left: Sequence[int], right: Sequence[int], ids: TokenIds, max_seq_length: int,
+               window: str = "reference") -> tuple[list[int], int]:
+    """[CLS] left [MASK] right [SEP] within ``max_seq_length``, the context cut by ``context_split``.
+    Returns (ids, mask position)."""
+    keep_left, keep_right = context_split(len(left), len(right), max_seq_length - 3, window)
     kept_left = list(left[len(left) - keep_left:]) if keep_left else []
     return [ids.cls, *kept_left, ids.mask, *right[:keep_right], ids.sep], 1 + keep_left
 
 
-def mask_inputs(rows: Sequence[dict[str, Any]], tokenizer, max_seq_length: int) -> list[MaskInput]:
-    """MaskInputs for mention rows (entity_id, text, start, end), tokenized in one batch call."""
+def mask_inputs(rows: Sequence[dict[str, Any]], tokenizer, max_seq_length: int,
+                window: str = "reference") -> list[MaskInput]:
+    """MaskInputs for mention rows (entity_id, text, start, end), tokenized in one batch call.
+
+    The left context is right-stripped before tokenizing, as the reference does (no effect on WordPiece)."""
     ids = special_ids(tokenizer)
-    lefts = [row["text"][:row["start"]] for row in rows]
+    lefts = [row["text"][:row["start"]].rstrip() for row in rows]
     rights = [row["text"][row["end"]:] for row in rows]
     encoded = tokenizer(lefts + rights, add_special_tokens=False)["input_ids"]
     result = []
     for index, row in enumerate(rows):
-        token_ids, position = masked_ids(encoded[index], encoded[len(rows) + index], ids, max_seq_length)
+        token_ids, position = masked_ids(encoded[index], encoded[len(rows) + index], ids, max_seq_length, window)
         result.append(MaskInput(row["entity_id"], tuple(token_ids), position))
     return result
 

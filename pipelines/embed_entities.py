@@ -13,7 +13,7 @@ import pyarrow as pa
 from apache_beam.ml.inference.base import PredictionResult, RunInference
 
 from artifacts import schemas, tables
-from encoders.mask_encoder import MaskEncoderHandler, check_mask_model, mask_inputs
+from encoders.mask_encoder import MASK_WINDOWS, MaskEncoderHandler, check_mask_model, mask_inputs
 from encoders.models import DTYPES, ModelSpec, hidden_size, input_embedding_norm, model_files
 from pipelines.stage import StageContext, run_beam
 from transforms.dead_letters import WriteDeadLetters, count, dead_letter
@@ -34,9 +34,10 @@ def mention_problem(row: dict[str, Any]) -> str | None:
 class TokenizeMentions(beam.DoFn):
     """Batches of mention rows -> MaskInputs (the tokenizer loads once per worker)."""
 
-    def __init__(self, model: str, max_seq_length: int) -> None:
+    def __init__(self, model: str, max_seq_length: int, window: str = "reference") -> None:
         self._model = model
         self._max_seq_length = max_seq_length
+        self._window = window
 
     def setup(self) -> None:
         from encoders.models import load_tokenizer
@@ -54,7 +55,7 @@ class TokenizeMentions(beam.DoFn):
                                   page_id=row["page_id"], start=row["start"], end=row["end"])
         if good:
             count("mentions_embedded", len(good))
-            yield from mask_inputs(good, self._tokenizer, self._max_seq_length)
+            yield from mask_inputs(good, self._tokenizer, self._max_seq_length, self._window)
 
 
 def finite_vector(result: PredictionResult) -> Iterator[Any]:
@@ -136,10 +137,12 @@ class EmbedEntitiesStage:
         group.add_argument("--batch-tokens", type=int, default=16384, help="padded tokens per forward pass")
         group.add_argument("--embedding-dtype", choices=sorted(EMBEDDING_DTYPES), default="float32",
                            help="value type of the stored vectors")
+        group.add_argument("--mask-window", choices=MASK_WINDOWS, default="reference",
+                           help="context split around [MASK]: the paper's (larger half before) or centered")
 
     def options(self, args: argparse.Namespace) -> dict[str, Any]:
         return {"model": str(args.model), "layer": args.layer, "max_seq_length": args.max_seq_length,
-                "dtype": args.dtype, "embedding_dtype": args.embedding_dtype}
+                "dtype": args.dtype, "embedding_dtype": args.embedding_dtype, "mask_window": args.mask_window}
 
     def external_inputs(self, args: argparse.Namespace) -> dict[str, str]:
         return model_files({"model": args.model})
@@ -162,7 +165,8 @@ class EmbedEntitiesStage:
             mentions = pipeline | "ReadMentions" >> beam.io.ReadFromParquet(
                 tables.parquet_pattern(args.output, "mentions"))
             inputs = (mentions | "BatchMentions" >> beam.BatchElements(min_batch_size=64, max_batch_size=512)
-                      | "Tokenize" >> beam.ParDo(TokenizeMentions(str(args.model), args.max_seq_length)).with_outputs(
+                      | "Tokenize" >> beam.ParDo(TokenizeMentions(str(args.model), args.max_seq_length,
+                                                              args.mask_window)).with_outputs(
                           "dead_letter", main="inputs"))
             vectors = (inputs.inputs | "EncodeMasks" >> RunInference(handler)
                        | "Progress" >> ctx.progress("mentions", tables.total_rows(args.output, "mentions"))

@@ -60,6 +60,7 @@ class Link:
     start: int
     end: int
     target: str  # normalized title, not yet redirect-resolved
+    trail: int = 0  # characters of link trail ("s" of [[lichen]]s) at the anchor's end, outside the link's own text
 
 
 @dataclass(frozen=True)
@@ -90,13 +91,14 @@ class _Builder:
             self.pieces.append(text)
             self.length += len(text)
 
-    def add_link(self, anchor: str, target: str) -> None:
+    def add_link(self, anchor: str, target: str, trail: str = "") -> None:
         anchor = anchor.strip()
         if not anchor:
+            self.add(trail)
             return
         start = self.length
-        self.add(anchor)
-        self.links.append(Link(start, self.length, target))
+        self.add(anchor + trail)
+        self.links.append(Link(start, self.length, target, len(trail)))
 
 
 def redirect_target_from_text(wikitext: str) -> str | None:
@@ -190,7 +192,7 @@ class _Converter:
         if role.target is None:
             self.out.add(shown)
             return False
-        self.out.add_link(shown + trail, role.target)
+        self.out.add_link(shown, role.target, trail)
         return True
 
     def node(self, node: object, depth: int) -> None:
@@ -280,8 +282,9 @@ def tidy(raw: str, links: list[Link]) -> ParsedText:
         old_start, old_end, new_start, ends, removed = spans[slot]
         start, end = max(link.start, old_start) - old_start, min(link.end, old_end) - old_start
         if end > start:
+            trail = link.trail if link.end <= old_end else 0  # a trail is letters: squeezing leaves it whole
             moved.append(Link(new_start + _moved(start, ends, removed), new_start + _moved(end, ends, removed),
-                              link.target))
+                              link.target, trail))
     return ParsedText("\n".join(kept), tuple(moved))
 
 
