@@ -237,3 +237,25 @@ def test_bottom_k_combines_before_the_join_and_counts_every_link():
     joined = {"entity_id": [], "sample": [(1000, expected)]}
     assert list(sample_of_entity("Red link", joined)) == []
     assert list(sample_of_entity("Paris", {"entity_id": [7], "sample": [(1000, expected)]})) == [(7, expected)]
+
+
+def test_a_link_trail_stays_outside_the_mask_from_parse_to_model_input(tiny_bert):
+    from pipelines.mentions import mention_rows
+    from pipelines.parse import classify_page
+    from tests.conftest import GENSIM_SAMPLE
+    from transforms.dump_reader import iter_pages, read_siteinfo
+    from transforms.wikitext import WikitextOptions
+
+    siteinfo = read_siteinfo(str(GENSIM_SAMPLE))
+    page = next(page for page in iter_pages(str(GENSIM_SAMPLE), siteinfo) if getattr(page, "title", "") == "Autism")
+    [article] = list(classify_page(page, siteinfo, WikitextOptions()))
+    index = next(i for i, link in enumerate(article["links"]) if link["target"] == "Neuron")
+    link = article["links"][index]
+    # the anchor keeps the trail (the dictionary's name), the trail length is recorded beside it
+    assert (article["text"][link["start"]:link["end"]], link["trail"]) == ("neurons", 1)
+    [row] = mention_rows(page.page_id, {"article": [article], "sampled": [(9, index)]}, 30)
+    assert row["text"][row["start"]:row["end"]] == "neuron" and row["text"][row["end"]:].startswith("s that")
+    [item] = mask_inputs([row], AutoTokenizer.from_pretrained(tiny_bert), 512)
+    tokens = AutoTokenizer.from_pretrained(tiny_bert).convert_ids_to_tokens(list(item.input_ids))
+    assert tokens[item.mask_position - 3:item.mask_position + 4] == ["an", "excess", "of", "[MASK]", "s", "that",
+                                                                     "causes"]
