@@ -19,8 +19,15 @@ from transformers import AutoModel, AutoTokenizer
 
 from artifacts import tables
 from artifacts.errors import InputError
-from encoders.mask_encoder import (MaskEncoder, MaskInput, TokenIds, check_mask_model, context_split, mask_inputs,
-                                   masked_ids)
+from encoders.mask_encoder import (
+    MaskEncoder,
+    MaskInput,
+    TokenIds,
+    check_mask_model,
+    context_split,
+    mask_inputs,
+    masked_ids,
+)
 from encoders.models import ModelSpec, input_embedding_norm
 from pipelines.cli import main
 from pipelines.embed_entities import finite_vector, norm_matched

@@ -127,9 +127,12 @@ def classify_link(raw_title: str, namespaces: Namespaces, options: WikitextOptio
     title = raw_title.strip()
     leading_colon = title.startswith(":")
     title = title.lstrip(":").strip()
-    prefix, separator, _rest = title.partition(":")
+    prefix, separator, rest = title.partition(":")
     if separator:
         namespace = namespaces.lookup(prefix)
+        if namespace is None and namespaces.points_here(prefix):
+            # [[:en:God|Godt]] on enwiki is a plain link to God: classify the rest as if colon-escaped
+            return classify_link(":" + rest, namespaces, options)
         if namespace in (FILE, CATEGORY, MEDIA):
             return _LinkRole(drop=not leading_colon, target=None)
         if namespace is not None and namespace != 0:
