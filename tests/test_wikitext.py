@@ -180,3 +180,14 @@ def test_the_language_of_the_dump_sets_its_own_interwiki_prefixes():
 def test_link_trail_length_is_recorded():
     parsed = wikitext_to_text("Some [[lichen]]s and [[Moss|mosses]] grow", "Page", ENGLISH)
     assert [(parsed.text[link.start:link.end], link.trail) for link in parsed.links] == [("lichens", 1), ("mosses", 0)]
+
+
+@pytest.mark.parametrize("use_prepass", [True, False])
+def test_apostrophe_markup_indented_tables_and_stray_quotes(use_prepass):
+    assert convert("The ''Star'''s performance", use_prepass=use_prepass) == ("The Star's performance", [])
+    assert convert("a ''''b'''' c", use_prepass=use_prepass) == ("a 'b' c", [])
+    assert convert('Text\n:{| class="wikitable"\n|-\n| a || [[b]]\n|}\nAfter [[c]].', use_prepass=use_prepass) == (
+        "Text\nAfter c.", [("c", "C")])
+    # a bibliography line whose citation closes its italics but leaves a stray '' after it
+    assert convert("== Works ==\n* Smith. {{Citation |title=''A'' B}}'' [[text]]\nEnd.", use_prepass=use_prepass) == (
+        "Works\nSmith. text\nEnd.", [("text", "Text")])

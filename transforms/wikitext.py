@@ -41,6 +41,7 @@ _INTERWIKI = frozenset({
     "b", "wikibooks", "v", "wikiversity", "voy", "wikivoyage", "species", "d", "wikidata", "mw", "w",
     "wikipedia", "foundation", "wmf", "phab", "outreach", "incubator", "simple", "mediawikiwiki", "wikimedia",
 })
+_INDENTED_TABLE = re.compile(r"^:+[ \t]*(?=\{\|)", re.MULTILINE)
 _LANGUAGE_CODE = re.compile(r"^[a-z]{2,3}(-[a-z]{2,8})*$")
 _REDIRECT = re.compile(
     r"^\s*#\s*(?:redirect|rinvia|rimando|weiterleitung|redirection|redirección|redireccion|doorverwijzing|"
@@ -201,7 +202,7 @@ class _Converter:
     def node(self, node: object, depth: int) -> None:
         out = self.out
         if isinstance(node, Text):
-            out.add(str(node.value))
+            out.add(_STRAY_QUOTES.sub(_unmatched_quotes, str(node.value)))
         elif isinstance(node, (Template, Argument, Comment)):
             return
         elif isinstance(node, HTMLEntity):
@@ -234,6 +235,16 @@ class _Converter:
             out.add_link(self.render_plain(node.contents, depth), self.title)
             return
         self.walk(node.contents, depth + 1)
+
+
+# Apostrophe runs the parser left in text are unmatched italic/bold markup: MediaWiki renders them as formatting
+# (closed at the line's end), a run of four as one apostrophe plus bold, and longer runs' extra apostrophes as text.
+_STRAY_QUOTES = re.compile(r"''+")
+
+
+def _unmatched_quotes(match: re.Match[str]) -> str:
+    run = len(match.group(0))
+    return "'" if run == 4 else "'" * max(0, run - 5)
 
 
 # A line of nothing but list/indent markup (what is left of ":{{template}}"): no text.
@@ -298,6 +309,8 @@ def wikitext_to_text(wikitext: str, title: str, namespaces: Namespaces,
     With ``options.use_prepass`` the markup the text drops is cut by a fast scanner first (see
     transforms/wikitext_prepass.py); the page falls back to the full parse wherever the scanner is unsure.
     """
+    # MediaWiki renders an indented table (":{|") as a table: unindent it so that both paths see (and drop) one
+    wikitext = _INDENTED_TABLE.sub("", wikitext)
     if options.use_prepass:
         wikitext = strip_dropped_markup(wikitext) or wikitext
     try:
