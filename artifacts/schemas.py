@@ -8,7 +8,9 @@ import pyarrow as pa
 # articles several times over and reads back faster than the disk delivers the uncompressed bytes.
 PARQUET_CODEC = "zstd"
 
-LINK = pa.struct([("start", pa.int32()), ("end", pa.int32()), ("target", pa.string())])
+# trail: characters of link trail at the anchor's end ("s" of [[lichen]]s): the anchor is text[start:end],
+# the link's own text (what embed-entities masks) is text[start:end - trail].
+LINK = pa.struct([("start", pa.int32()), ("end", pa.int32()), ("target", pa.string()), ("trail", pa.int32())])
 
 ARTICLES = pa.schema(
     [

@@ -61,26 +61,51 @@ def special_ids(tokenizer) -> TokenIds:
     return TokenIds(cls=cls, sep=sep, mask=tokenizer.mask_token_id, pad=tokenizer.pad_token_id or 0)
 
 
-def masked_ids(left: Sequence[int], right: Sequence[int], ids: TokenIds, max_seq_length: int) -> tuple[list[int], int]:
-    """[CLS] left [MASK] right [SEP] within ``max_seq_length``: half the context budget before the mention
-    and half after, a short side's unused half going to the other side. Returns (ids, mask position)."""
-    budget = max_seq_length - 3
+MASK_WINDOWS = ("reference", "centered")
+
+
+def context_split(left: int, right: int, budget: int, window: str = "reference") -> tuple[int, int]:
+    """How many tokens of the ``left`` and ``right`` context to keep within ``budget``.
+
+    ``reference`` is the paper's rule (knowledgeable-embedding's entity-embedding script): a left side shorter
+    than half the budget (budget // 2) is kept whole and the right side gets the rest; else a right side shorter
+    than half is kept whole and the left side gets the rest; else the right side gets half and the left side the
+    rest, so an odd budget puts the extra token BEFORE the mask (509 -> 255 before, 254 after). Like the
+    reference, a left side of exactly half leaves that extra token unused. ``centered`` is the older rule: the
+    larger half after the mask (254 before, 255 after), a short side's surplus to the other side.
+    """
     half = budget // 2
-    keep_left = min(len(left), max(half, budget - len(right)))
-    keep_right = min(len(right), budget - keep_left)
+    if window == "centered":
+        keep_left = min(left, max(half, budget - right))
+        return keep_left, min(right, budget - keep_left)
+    if left < half:
+        return left, min(right, budget - left)
+    if right < half:
+        return min(left, budget - right), right
+    return min(left, budget - half), half
+
+
+def masked_ids(left: Sequence[int], right: Sequence[int], ids: TokenIds, max_seq_length: int,
+               window: str = "reference") -> tuple[list[int], int]:
+    """[CLS] left [MASK] right [SEP] within ``max_seq_length``, the context cut by ``context_split``.
+    Returns (ids, mask position)."""
+    keep_left, keep_right = context_split(len(left), len(right), max_seq_length - 3, window)
     kept_left = list(left[len(left) - keep_left:]) if keep_left else []
     return [ids.cls, *kept_left, ids.mask, *right[:keep_right], ids.sep], 1 + keep_left
 
 
-def mask_inputs(rows: Sequence[dict[str, Any]], tokenizer, max_seq_length: int) -> list[MaskInput]:
-    """MaskInputs for mention rows (entity_id, text, start, end), tokenized in one batch call."""
+def mask_inputs(rows: Sequence[dict[str, Any]], tokenizer, max_seq_length: int,
+                window: str = "reference") -> list[MaskInput]:
+    """MaskInputs for mention rows (entity_id, text, start, end), tokenized in one batch call.
+
+    The left context is right-stripped before tokenizing, as the reference does (no effect on WordPiece)."""
     ids = special_ids(tokenizer)
-    lefts = [row["text"][:row["start"]] for row in rows]
+    lefts = [row["text"][:row["start"]].rstrip() for row in rows]
     rights = [row["text"][row["end"]:] for row in rows]
     encoded = tokenizer(lefts + rights, add_special_tokens=False)["input_ids"]
     result = []
     for index, row in enumerate(rows):
-        token_ids, position = masked_ids(encoded[index], encoded[len(rows) + index], ids, max_seq_length)
+        token_ids, position = masked_ids(encoded[index], encoded[len(rows) + index], ids, max_seq_length, window)
         result.append(MaskInput(row["entity_id"], tuple(token_ids), position))
     return result
 
@@ -108,12 +133,13 @@ class MaskEncoder:
         prepared = ((batch, self._prepare([inputs[index] for index in batch])) for batch in batches)
         return self._run(len(inputs), prepared)
 
-    def encode_rows(self, rows: Sequence[dict[str, Any]], max_seq_length: int) -> np.ndarray:
+    def encode_rows(self, rows: Sequence[dict[str, Any]], max_seq_length: int,
+                    window: str = "reference") -> np.ndarray:
         """float32 vectors of mention rows (entity_id, text, start, end), in row order. The rows are tokenized
         chunk by chunk in the prefetch thread, overlapping the forward passes of the previous chunk."""
         def prepared() -> Iterator[tuple[list[int], tuple]]:
             for first, last in tokenizing_chunks(len(rows), self.max_tokens // max_seq_length):
-                inputs = mask_inputs(rows[first:last], self.tokenizer, max_seq_length)
+                inputs = mask_inputs(rows[first:last], self.tokenizer, max_seq_length, window)
                 for batch in token_budget_batches([len(item.input_ids) for item in inputs], self.max_tokens):
                     yield [first + index for index in batch], self._prepare([inputs[index] for index in batch])
 
@@ -173,11 +199,12 @@ class MaskEncoderHandler(ModelHandler[Any, PredictionResult, MaskEncoder]):
     """RunInference handler. Elements are MaskInputs, or mention rows (entity_id, text, start, end) when
     ``max_seq_length`` is given: those are tokenized in the handler's prefetch thread, overlapping the forward
     passes. Elements are batched by estimated tokens (``batch_weight`` per call), then by ``max_tokens`` per forward.
+    ``window``: the context split around [MASK] (``context_split``) of rows tokenized here.
     ``share_model``: one model per machine shared by the worker processes; by default only on CUDA (one copy
     per GPU instead of one per process; on the CPU each process computing on its own copy is faster)."""
 
     def __init__(self, spec: ModelSpec, layer: int = -1, max_tokens: int = 16384, max_seq_length: int | None = None,
-                 batch_weight: int | None = None, share_model: bool | None = None) -> None:
+                 batch_weight: int | None = None, share_model: bool | None = None, window: str = "reference") -> None:
         super().__init__()
         if max_tokens < 1:  # checked here, on the driver: a worker would fail on every batch
             raise InputError(f"--batch-tokens must be at least 1, got {max_tokens}")
@@ -185,6 +212,7 @@ class MaskEncoderHandler(ModelHandler[Any, PredictionResult, MaskEncoder]):
         self._layer = layer
         self._max_tokens = max_tokens
         self._max_seq_length = max_seq_length
+        self._window = window
         self.batch_weight = batch_weight or 16 * max_tokens  # tokens per run_inference call
         self._share = spec.device.startswith("cuda") if share_model is None else share_model
 
@@ -196,7 +224,7 @@ class MaskEncoderHandler(ModelHandler[Any, PredictionResult, MaskEncoder]):
         if self._max_seq_length is None:
             vectors = model.encode(batch)
         else:
-            vectors = model.encode_rows(batch, self._max_seq_length)
+            vectors = model.encode_rows(batch, self._max_seq_length, self._window)
         return [PredictionResult(item, vector) for item, vector in zip(batch, vectors, strict=True)]
 
     def batch_elements_kwargs(self) -> dict[str, Any]:

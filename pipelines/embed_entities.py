@@ -13,7 +13,7 @@ import pyarrow as pa
 from apache_beam.ml.inference.base import PredictionResult, RunInference
 
 from artifacts import manifest, schemas, tables
-from encoders.mask_encoder import MaskEncoderHandler, check_mask_model
+from encoders.mask_encoder import MASK_WINDOWS, MaskEncoderHandler, check_mask_model
 from encoders.models import DTYPES, ModelSpec, hidden_size, input_embedding_norm, model_files
 from pipelines.refresh import add_previous_arguments, fingerprint_changes, previous_options, reusable_previous
 from pipelines.stage import StageContext, run_beam
@@ -130,11 +130,14 @@ class EmbedEntitiesStage:
         group.add_argument("--batch-tokens", type=int, default=16384, help="padded tokens per forward pass")
         group.add_argument("--embedding-dtype", choices=sorted(EMBEDDING_DTYPES), default="float32",
                            help="value type of the stored vectors")
+        group.add_argument("--mask-window", choices=MASK_WINDOWS, default="reference",
+                           help="context split around [MASK]: the paper's (larger half before) or centered")
         add_previous_arguments(parser)
 
     def options(self, args: argparse.Namespace) -> dict[str, Any]:
         return {"model": str(args.model), "layer": args.layer, "max_seq_length": args.max_seq_length,
-                "dtype": args.dtype, "embedding_dtype": args.embedding_dtype, **previous_options(args)}
+                "dtype": args.dtype, "embedding_dtype": args.embedding_dtype, "mask_window": args.mask_window,
+                **previous_options(args)}
 
     def external_inputs(self, args: argparse.Namespace) -> dict[str, str]:
         return model_files({"model": args.model})
@@ -150,8 +153,9 @@ class EmbedEntitiesStage:
         schema = schemas.entity_embeddings(hidden_size(spec), EMBEDDING_DTYPES[args.embedding_dtype]).with_metadata({
             "model": str(args.model), "layer": str(args.layer), "target_norm": repr(target_norm),
             "dtype": args.dtype, "embedding_dtype": args.embedding_dtype,
-            "max_seq_length": str(args.max_seq_length)})
-        handler = MaskEncoderHandler(spec, args.layer, args.batch_tokens, max_seq_length=args.max_seq_length)
+            "max_seq_length": str(args.max_seq_length), "mask_window": args.mask_window})
+        handler = MaskEncoderHandler(spec, args.layer, args.batch_tokens, max_seq_length=args.max_seq_length,
+                                     window=args.mask_window)
         previous = reusable_previous(args, self.name, PREVIOUS_STAGES, lambda old: incompatibility(old, args))
 
         def build(pipeline: beam.Pipeline) -> None:

@@ -56,7 +56,8 @@ def mention_rows(page_id: int, joined: dict[str, list[Any]], chars: int = 0) -> 
     article = articles[0]
     for entity_id, link_index in sorted(joined["sampled"]):
         link = article["links"][link_index]
-        text, start, end = context_window(article["text"], link["start"], link["end"], chars)
+        # the mention is the link's own text: a link trail ("s" of [[lichen]]s) stays outside, as context
+        text, start, end = context_window(article["text"], link["start"], link["end"] - (link.get("trail") or 0), chars)
         yield {"entity_id": entity_id, "page_id": page_id, "text": text, "start": start, "end": end}
 
 

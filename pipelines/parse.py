@@ -53,7 +53,8 @@ def classify_page(page: RawPage, siteinfo: SiteInfo, options: WikitextOptions) -
         "page_id": page.page_id,
         "title": title,
         "text": parsed.text,
-        "links": [{"start": link.start, "end": link.end, "target": link.target} for link in parsed.links],
+        "links": [{"start": link.start, "end": link.end, "target": link.target, "trail": link.trail}
+                  for link in parsed.links],
     }
 
 

@@ -19,7 +19,15 @@ from transformers import AutoModel, AutoTokenizer
 
 from artifacts import tables
 from artifacts.errors import InputError
-from encoders.mask_encoder import MaskEncoder, MaskInput, TokenIds, check_mask_model, mask_inputs, masked_ids
+from encoders.mask_encoder import (
+    MaskEncoder,
+    MaskInput,
+    TokenIds,
+    check_mask_model,
+    context_split,
+    mask_inputs,
+    masked_ids,
+)
 from encoders.models import ModelSpec, input_embedding_norm
 from pipelines.cli import main
 from pipelines.embed_entities import finite_vector, norm_matched
@@ -52,11 +60,45 @@ def test_context_window_cuts_at_spaces_and_keeps_the_span():
     assert context_window(text, 14, 18, chars=100) == (text, 14, 18)
 
 
-def test_masked_ids_split_the_budget_half_and_half():
-    assert masked_ids(list(range(1, 11)), list(range(21, 31)), IDS, 9) == ([101, 8, 9, 10, 103, 21, 22, 23, 102], 4)
-    assert masked_ids([1], list(range(21, 31)), IDS, 9) == ([101, 1, 103, 21, 22, 23, 24, 25, 102], 2)
-    assert masked_ids(list(range(1, 11)), [21], IDS, 9) == ([101, 6, 7, 8, 9, 10, 103, 21, 102], 6)
+def test_masked_ids_reference_window_puts_the_odd_token_before_the_mask():
+    left, right = list(range(1, 11)), list(range(21, 31))  # budget 10 - 3 = 7, half 3
+    assert masked_ids(left, right, IDS, 10) == ([101, 7, 8, 9, 10, 103, 21, 22, 23, 102], 5)
+    assert masked_ids(left, right, IDS, 10, "centered") == ([101, 8, 9, 10, 103, 21, 22, 23, 24, 102], 4)
+    assert masked_ids([1], right, IDS, 10) == ([101, 1, 103, 21, 22, 23, 24, 25, 26, 102], 2)
+    assert masked_ids(left, [21], IDS, 10) == ([101, 5, 6, 7, 8, 9, 10, 103, 21, 102], 7)
+    # a left side of exactly half: the reference keeps 3 + 3 and leaves the seventh slot unused
+    assert masked_ids([1, 2, 3], right, IDS, 10) == ([101, 1, 2, 3, 103, 21, 22, 23, 102], 4)
+    assert masked_ids([1, 2, 3], right, IDS, 10, "centered") == ([101, 1, 2, 3, 103, 21, 22, 23, 24, 102], 4)
     assert masked_ids([], [], IDS, 9) == ([101, 103, 102], 1)
+
+
+def test_context_split_of_the_512_token_budget():
+    assert context_split(1000, 1000, 509) == (255, 254)
+    assert context_split(1000, 1000, 509, "centered") == (254, 255)
+    assert context_split(100, 1000, 509) == (100, 409)
+    assert context_split(1000, 100, 509) == (409, 100)
+    assert context_split(100, 200, 509) == (100, 200)  # a page shorter than the budget is kept whole
+
+
+# The Autism page of the gensim sample: "* An excess of [[neuron]]s that causes local overconnectivity in key brain
+# regions." (the list item's "* " is list markup). WordPiece ids of the uncased vocabulary, looked up by hand.
+AUTISM_LINE = "An excess of neurons that causes local overconnectivity in key brain regions."
+
+
+def test_mask_inputs_on_a_real_sentence_both_conventions(tiny_bert):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
+    row = {"entity_id": 9, "text": AUTISM_LINE, "start": 13, "end": 19}  # "neuron", the trail "s" is context
+    [wide] = mask_inputs([row], tokenizer, 32)
+    assert tokenizer.convert_ids_to_tokens(list(wide.input_ids)) == [
+        "[CLS]", "an", "excess", "of", "[MASK]", "s", "that", "causes", "local", "over", "##con", "##ne",
+        "##ct", "##ivity", "in", "key", "brain", "regions", ".", "[SEP]"]
+    # max_seq_length 8: budget 5, both sides cut; the reference keeps 3 before and 2 after, centered 2 and 3
+    [reference] = mask_inputs([row], tokenizer, 8)
+    [centered] = mask_inputs([row], tokenizer, 8, "centered")
+    assert list(reference.input_ids) == [101, 2019, 9987, 1997, 103, 1055, 2008, 102]
+    assert reference.mask_position == 4
+    assert list(centered.input_ids) == [101, 9987, 1997, 103, 1055, 2008, 5320, 102]
+    assert centered.mask_position == 3
 
 
 def test_mask_inputs_replace_the_mention_with_one_mask(tiny_bert):
@@ -201,3 +243,25 @@ def test_bottom_k_combines_before_the_join_and_counts_every_link():
     joined = {"entity_id": [], "sample": [(1000, expected)]}
     assert list(sample_of_entity("Red link", joined)) == []
     assert list(sample_of_entity("Paris", {"entity_id": [7], "sample": [(1000, expected)]})) == [(7, expected)]
+
+
+def test_a_link_trail_stays_outside_the_mask_from_parse_to_model_input(tiny_bert):
+    from pipelines.mentions import mention_rows
+    from pipelines.parse import classify_page
+    from tests.conftest import GENSIM_SAMPLE
+    from transforms.dump_reader import iter_pages, read_siteinfo
+    from transforms.wikitext import WikitextOptions
+
+    siteinfo = read_siteinfo(str(GENSIM_SAMPLE))
+    page = next(page for page in iter_pages(str(GENSIM_SAMPLE), siteinfo) if getattr(page, "title", "") == "Autism")
+    [article] = list(classify_page(page, siteinfo, WikitextOptions()))
+    index = next(i for i, link in enumerate(article["links"]) if link["target"] == "Neuron")
+    link = article["links"][index]
+    # the anchor keeps the trail (the dictionary's name), the trail length is recorded beside it
+    assert (article["text"][link["start"]:link["end"]], link["trail"]) == ("neurons", 1)
+    [row] = mention_rows(page.page_id, {"article": [article], "sampled": [(9, index)]}, 30)
+    assert row["text"][row["start"]:row["end"]] == "neuron" and row["text"][row["end"]:].startswith("s that")
+    [item] = mask_inputs([row], AutoTokenizer.from_pretrained(tiny_bert), 512)
+    tokens = AutoTokenizer.from_pretrained(tiny_bert).convert_ids_to_tokens(list(item.input_ids))
+    assert tokens[item.mask_position - 3:item.mask_position + 4] == ["an", "excess", "of", "[MASK]", "s", "that",
+                                                                     "causes"]

@@ -161,3 +161,33 @@ def test_prepass_cuts_only_what_the_text_drops():
     # a cut that would glue markup together stays for the full parse; the others still go
     assert strip_dropped_markup("'{{x}}'") == "'{{x}}'"
     assert strip_dropped_markup("a{{b}}c'{{x}}{{y}}'d<!--e-->f") == "ac'{{x}}{{y}}'df"
+
+
+def test_interwiki_prefixes_of_the_same_wiki_are_entity_links():
+    assert convert("[[:en:God|Godt]] and [[w:Charles Lyell|Lyell]], [[en:Category:Fruit|fruit]] [[:fr:Dieu|Dieu]]") == (
+        "Godt and Lyell, fruit Dieu", [("Godt", "God"), ("Lyell", "Charles Lyell")])
+    italian = ITALIAN.with_language("it")
+    assert convert("[[:it:Dio|Dio]] [[:en:God|God]] [[w:Charles Lyell|Lyell]]", italian) == (
+        "Dio God Lyell", [("Dio", "Dio")])
+
+
+def test_the_language_of_the_dump_sets_its_own_interwiki_prefixes():
+    italian = read_siteinfo(str(WIKIPEDIA / "itwiki-sample.xml.gz")).namespaces
+    english = read_siteinfo(str(WIKIPEDIA / "enwiki-table-markup.xml.bz2")).namespaces
+    assert (italian.self_prefixes, english.self_prefixes) == (frozenset({"it"}), frozenset({"en", "w"}))
+
+
+def test_link_trail_length_is_recorded():
+    parsed = wikitext_to_text("Some [[lichen]]s and [[Moss|mosses]] grow", "Page", ENGLISH)
+    assert [(parsed.text[link.start:link.end], link.trail) for link in parsed.links] == [("lichens", 1), ("mosses", 0)]
+
+
+@pytest.mark.parametrize("use_prepass", [True, False])
+def test_apostrophe_markup_indented_tables_and_stray_quotes(use_prepass):
+    assert convert("The ''Star'''s performance", use_prepass=use_prepass) == ("The Star's performance", [])
+    assert convert("a ''''b'''' c", use_prepass=use_prepass) == ("a 'b' c", [])
+    assert convert('Text\n:{| class="wikitable"\n|-\n| a || [[b]]\n|}\nAfter [[c]].', use_prepass=use_prepass) == (
+        "Text\nAfter c.", [("c", "C")])
+    # a bibliography line whose citation closes its italics but leaves a stray '' after it
+    assert convert("== Works ==\n* Smith. {{Citation |title=''A'' B}}'' [[text]]\nEnd.", use_prepass=use_prepass) == (
+        "Works\nSmith. text\nEnd.", [("text", "Text")])

@@ -121,8 +121,9 @@ def siteinfo_from_element(element: ElementTree.Element | None, schema_version: s
         if key is not None and namespace.text:
             local[namespace.text] = int(key)
     dbname, base_url = _child_text(element, "dbname"), _child_text(element, "base")
-    local.update(legacy_file_aliases(wiki_language(dbname, base_url)))
-    return SiteInfo(dbname, base_url, schema_version, namespaces.with_names(local))
+    language = wiki_language(dbname, base_url)
+    local.update(legacy_file_aliases(language))
+    return SiteInfo(dbname, base_url, schema_version, namespaces.with_names(local).with_language(language))
 
 
 def wiki_language(dbname: str | None, base_url: str | None) -> str | None:

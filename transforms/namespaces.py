@@ -31,19 +31,37 @@ def legacy_file_aliases(language: str | None) -> dict[str, int]:
     return {alias: FILE for alias in _LEGACY_FILE_ALIASES.get(language, ())}
 
 
+def self_interwiki_prefixes(language: str | None) -> frozenset[str]:
+    """Interwiki prefixes of a Wikipedia that link to itself: its language code (``it:``), and for English the
+    Wikimedia interwiki map's ``w:`` (which targets en.wikipedia; ``wikipedia:`` is the Project namespace there)."""
+    if not language:
+        return frozenset()
+    return frozenset({language, "w"} if language == "en" else {language})
+
+
 @dataclass(frozen=True)
 class Namespaces:
-    """Namespace ids by lower-cased local name (and aliases), e.g. {"file": 6, "immagine": 6, ...}."""
+    """Namespace ids by lower-cased local name (and aliases), e.g. {"file": 6, "immagine": 6, ...}, and the
+    interwiki prefixes that point back to this same wiki (``[[:en:God|Godt]]`` on the English Wikipedia)."""
 
     by_name: dict[str, int] = field(default_factory=dict)
+    self_prefixes: frozenset[str] = frozenset()
 
     @classmethod
     def english_defaults(cls) -> Namespaces:
-        return cls(dict(_ENGLISH_DEFAULTS))
+        return cls(dict(_ENGLISH_DEFAULTS), self_interwiki_prefixes("en"))
+
+    def points_here(self, prefix: str) -> bool:
+        """True if an interwiki prefix such as ``en`` or `` W `` links to this wiki itself."""
+        return prefix.strip().lower() in self.self_prefixes
 
     def lookup(self, prefix: str) -> int | None:
         """The namespace id of a link prefix such as ``Category`` or `` file `` (None if not a namespace)."""
         return self.by_name.get(" ".join(prefix.replace("_", " ").split()).lower())
 
     def with_names(self, names: dict[str, int]) -> Namespaces:
-        return Namespaces({**self.by_name, **{key.lower(): value for key, value in names.items()}})
+        return Namespaces({**self.by_name, **{key.lower(): value for key, value in names.items()}}, self.self_prefixes)
+
+    def with_language(self, language: str | None) -> Namespaces:
+        """These namespaces for a Wikipedia of ``language``: its own interwiki prefixes point here."""
+        return Namespaces(self.by_name, self_interwiki_prefixes(language))

@@ -41,6 +41,7 @@ _INTERWIKI = frozenset({
     "b", "wikibooks", "v", "wikiversity", "voy", "wikivoyage", "species", "d", "wikidata", "mw", "w",
     "wikipedia", "foundation", "wmf", "phab", "outreach", "incubator", "simple", "mediawikiwiki", "wikimedia",
 })
+_INDENTED_TABLE = re.compile(r"^:+[ \t]*(?=\{\|)", re.MULTILINE)
 _LANGUAGE_CODE = re.compile(r"^[a-z]{2,3}(-[a-z]{2,8})*$")
 _REDIRECT = re.compile(
     r"^\s*#\s*(?:redirect|rinvia|rimando|weiterleitung|redirection|redirección|redireccion|doorverwijzing|"
@@ -60,6 +61,7 @@ class Link:
     start: int
     end: int
     target: str  # normalized title, not yet redirect-resolved
+    trail: int = 0  # characters of link trail ("s" of [[lichen]]s) at the anchor's end, outside the link's own text
 
 
 @dataclass(frozen=True)
@@ -90,13 +92,14 @@ class _Builder:
             self.pieces.append(text)
             self.length += len(text)
 
-    def add_link(self, anchor: str, target: str) -> None:
+    def add_link(self, anchor: str, target: str, trail: str = "") -> None:
         anchor = anchor.strip()
         if not anchor:
+            self.add(trail)
             return
         start = self.length
-        self.add(anchor)
-        self.links.append(Link(start, self.length, target))
+        self.add(anchor + trail)
+        self.links.append(Link(start, self.length, target, len(trail)))
 
 
 def redirect_target_from_text(wikitext: str) -> str | None:
@@ -125,9 +128,12 @@ def classify_link(raw_title: str, namespaces: Namespaces, options: WikitextOptio
     title = raw_title.strip()
     leading_colon = title.startswith(":")
     title = title.lstrip(":").strip()
-    prefix, separator, _rest = title.partition(":")
+    prefix, separator, rest = title.partition(":")
     if separator:
         namespace = namespaces.lookup(prefix)
+        if namespace is None and namespaces.points_here(prefix):
+            # [[:en:God|Godt]] on enwiki is a plain link to God: classify the rest as if colon-escaped
+            return classify_link(":" + rest, namespaces, options)
         if namespace in (FILE, CATEGORY, MEDIA):
             return _LinkRole(drop=not leading_colon, target=None)
         if namespace is not None and namespace != 0:
@@ -190,13 +196,13 @@ class _Converter:
         if role.target is None:
             self.out.add(shown)
             return False
-        self.out.add_link(shown + trail, role.target)
+        self.out.add_link(shown, role.target, trail)
         return True
 
     def node(self, node: object, depth: int) -> None:
         out = self.out
         if isinstance(node, Text):
-            out.add(str(node.value))
+            out.add(_STRAY_QUOTES.sub(_unmatched_quotes, str(node.value)))
         elif isinstance(node, (Template, Argument, Comment)):
             return
         elif isinstance(node, HTMLEntity):
@@ -229,6 +235,16 @@ class _Converter:
             out.add_link(self.render_plain(node.contents, depth), self.title)
             return
         self.walk(node.contents, depth + 1)
+
+
+# Apostrophe runs the parser left in text are unmatched italic/bold markup: MediaWiki renders them as formatting
+# (closed at the line's end), a run of four as one apostrophe plus bold, and longer runs' extra apostrophes as text.
+_STRAY_QUOTES = re.compile(r"''+")
+
+
+def _unmatched_quotes(match: re.Match[str]) -> str:
+    run = len(match.group(0))
+    return "'" if run == 4 else "'" * max(0, run - 5)
 
 
 # A line of nothing but list/indent markup (what is left of ":{{template}}"): no text.
@@ -280,8 +296,9 @@ def tidy(raw: str, links: list[Link]) -> ParsedText:
         old_start, old_end, new_start, ends, removed = spans[slot]
         start, end = max(link.start, old_start) - old_start, min(link.end, old_end) - old_start
         if end > start:
+            trail = link.trail if link.end <= old_end else 0  # a trail is letters: squeezing leaves it whole
             moved.append(Link(new_start + _moved(start, ends, removed), new_start + _moved(end, ends, removed),
-                              link.target))
+                              link.target, trail))
     return ParsedText("\n".join(kept), tuple(moved))
 
 
@@ -292,6 +309,8 @@ def wikitext_to_text(wikitext: str, title: str, namespaces: Namespaces,
     With ``options.use_prepass`` the markup the text drops is cut by a fast scanner first (see
     transforms/wikitext_prepass.py); the page falls back to the full parse wherever the scanner is unsure.
     """
+    # MediaWiki renders an indented table (":{|") as a table: unindent it so that both paths see (and drop) one
+    wikitext = _INDENTED_TABLE.sub("", wikitext)
     if options.use_prepass:
         wikitext = strip_dropped_markup(wikitext) or wikitext
     try:
