@@ -1,8 +1,8 @@
 """Benchmark a dump refresh: what a refresh recomputes and what it saves.
 
-Builds two versions of the gensim sample (tests/dump_versions.py: 51 short articles, 6 of them (12%) added,
-removed or edited between the two), runs `all` on the old one, then on the new one from scratch and as a refresh
-with `--previous` (tiny random BERT, CPU, the settings of the tests), and prints:
+Builds two versions of one wiki (tests/dump_versions.py: the gensim sample, with articles edited, removed and
+added between the two, real pywikibot revisions among them), runs `all` on the old one, then on the new one
+from scratch and as a refresh with `--previous` (tiny random BERT, CPU, the settings of the tests), and prints:
 
 - the share of entities and passages the refresh recomputed (measured, from the manifest's counters);
 - the wall time of embed-entities, index and the whole run, from scratch vs refreshed (measured; small and on
@@ -82,10 +82,18 @@ def shares(refreshed: Run) -> tuple[float, float]:
     return entity_share, passage_share
 
 
-def print_measured(scratch: Run, refreshed: Run) -> None:
+def article_change_share(changed_titles: int, new: Path) -> float:
+    """Articles edited, removed or added between the two dumps, as a share of the new run's articles."""
+    import pyarrow.parquet as pq
+
+    articles = sum(pq.ParquetFile(path).metadata.num_rows for path in (new / "articles").glob("*.parquet"))
+    return changed_titles / articles
+
+
+def print_measured(scratch: Run, refreshed: Run, sample_share: float) -> None:
     embed, index = refreshed.counters["embed_entities"], refreshed.counters["index"]
     entity_share, passage_share = shares(refreshed)
-    print("measured on the sample (12% of articles added, removed or edited):")
+    print(f"measured on the sample ({sample_share:.1%} of articles added, removed or edited):")
     print(f"  entities recomputed: {embed['entities_recomputed']:,} of "
           f"{embed['entities_recomputed'] + embed['entities_reused']:,} ({entity_share:.1%})")
     print(f"  passages encoded:    {index['passages_encoded']:,} of "
@@ -110,10 +118,10 @@ def mention_change_share(old: Path, new: Path) -> float:
     return len(after - before) / len(after)
 
 
-def print_projection(entity_share: float, passage_share: float, mention_share: float,
+def print_projection(entity_share: float, passage_share: float, mention_share: float, sample_share: float,
                      args: argparse.Namespace) -> None:
     mentions = min(LINKS, ENTITIES * 128)
-    scale = args.changed_share / 0.12
+    scale = args.changed_share / sample_share
     per_entity = mentions / ENTITIES
     # An entity is recomputed when any of its sampled mentions changed: with ~21 mentions per entity in full
     # Wikipedia (1.1 in the sample) this is far more than the sample's entity share.
@@ -127,8 +135,8 @@ def print_projection(entity_share: float, passage_share: float, mention_share: f
           f"{ASSUMED_UTILIZATION:.0%} of the bf16 peak, not measured")
     print(f"  assumed: {args.changed_share:.0%} of articles change per month (an assumption, not a measured "
           f"Wikipedia figure); changed mentions and passages scale with it from the sample's {mention_share:.1%} of "
-          f"mentions and {passage_share:.1%} of passages at 12%; an entity is recomputed when any of its "
-          f"{per_entity:.0f} sampled mentions (mean, assumed) changed: {entity_share:.1%} of entities, "
+          f"mentions and {passage_share:.1%} of passages at {sample_share:.1%}; an entity is recomputed when any "
+          f"of its {per_entity:.0f} sampled mentions (mean, assumed) changed: {entity_share:.1%} of entities, "
           f"{min(1.0, passage_share * scale):.1%} of passages")
     entity_saved = entity_hours * (1 - entity_share)
     passage_saved = passage_hours * (1 - min(1.0, passage_share * scale))
@@ -141,27 +149,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", help="directory for the dumps and runs (default: a temporary one)")
     parser.add_argument("--changed-share", type=float, default=0.12,
-                        help="assumed share of articles changed per month (default: the sample's 12%%)")
+                        help="assumed share of articles changed per month (default %(default)s)")
     parser.add_argument("--mention-rate", type=float, default=estimated_rate(512), help="mentions/s per GPU")
     parser.add_argument("--passage-rate", type=float, default=estimated_rate(256), help="passages/s per GPU")
     args = parser.parse_args()
     from tests.conftest import write_tiny_bert
-    from tests.dump_versions import build_dump_versions
+    from tests.dump_versions import write_dump_versions
 
     with tempfile.TemporaryDirectory() as temporary:
         root = Path(args.work or temporary)
         for previous in ("old", "scratch", "refreshed"):  # timings are of full runs, never resumed ones
             shutil.rmtree(root / previous, ignore_errors=True)
         root.mkdir(parents=True, exist_ok=True)
-        dumps, model = build_dump_versions(root), write_tiny_bert(root / "tiny-bert")
+        dumps, model = write_dump_versions(root / "dumps"), write_tiny_bert(root / "tiny-bert")
         old = root / "old"
         run_all(dumps.old, old, model)
         scratch = run_all(dumps.new, root / "scratch", model)
         refreshed = run_all(dumps.new, root / "refreshed", model, "--previous", str(old))
         mention_share = mention_change_share(old, root / "refreshed")
-    print_measured(scratch, refreshed)
+        changed = len(dumps.edited) + len(dumps.removed) + len(dumps.added)
+        sample_share = article_change_share(changed, root / "refreshed")
+    print_measured(scratch, refreshed, sample_share)
     print(f"  mention rows changed or new: {mention_share:.1%}")
-    print_projection(*shares(refreshed), mention_share, args)
+    print_projection(*shares(refreshed), mention_share, sample_share, args)
 
 
 if __name__ == "__main__":
