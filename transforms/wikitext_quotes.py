@@ -18,7 +18,7 @@ import re
 
 _RUN = re.compile(r"'{2,}")
 APOSTROPHE = "&#39;"
-_VERBATIM_TAGS = r"nowiki|pre|math|chem|ce|source|syntaxhighlight|code|score|timeline|hiero|graph"
+_VERBATIM_TAGS = r"nowiki|pre|math|chem|ce|source|syntaxhighlight|score|timeline|hiero|graph"
 # Elements on one line whose content is shown verbatim (or not at all) and whose runs mean nothing outside.
 _VERBATIM = re.compile(rf"<({_VERBATIM_TAGS})\b[^>]*?(?:/>|>.*?</\1\s*>)", re.IGNORECASE)
 # Elements on one line that the text drops: their runs are theirs alone.
