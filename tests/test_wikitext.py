@@ -115,7 +115,7 @@ def test_every_real_page_converts_with_exact_offsets():
     assert converted > 700
 
 
-REMNANTS = ("{{", "}}", "{|", "|}", "<ref", "</ref")
+REMNANTS = ("{{", "}}", "{|", "|}", "<ref", "</ref", "''")  # '' : a quote run the parse could not pair
 
 
 def remnant_count(text: str) -> int:
@@ -129,8 +129,8 @@ def test_prepass_path_equals_full_parse_or_repairs_it():
     On a few real pages the full parse gives up on a construct (a huge table, a <ref> with unbalanced ''),
     leaving raw markup in the text or swallowing the prose after it. There the pre-pass text must carry less raw
     markup, or keep the prose the full parse swallowed (one itwiki sample page is cut mid-<ref> at its source).
-    Since the pre-pass leaves verbatim elements (<math>, <nowiki>...) whole instead of giving up on their pages,
-    more of those broken-down pages take it (27 of 721, each a repair by the rule above).
+    Since apostrophe runs are read line by line before either parse (transforms/wikitext_quotes.py), the paths
+    differ on 2 of 721 pages, each a repair by the rule above; '' counts as raw markup (a run left unpaired).
     """
     pages = identical = 0
     for siteinfo, page in real_pages():
@@ -143,7 +143,7 @@ def test_prepass_path_equals_full_parse_or_repairs_it():
         repaired_markup = remnant_count(fast.text) < remnant_count(full.text)
         kept_swallowed_prose = remnant_count(fast.text) <= 2 and len(fast.text) > len(full.text)
         assert repaired_markup or kept_swallowed_prose, page.title
-    assert identical / pages > 0.95, (identical, pages)
+    assert identical / pages > 0.99, (identical, pages)
 
 
 def test_prepass_cuts_only_what_the_text_drops():
@@ -191,3 +191,45 @@ def test_apostrophe_markup_indented_tables_and_stray_quotes(use_prepass):
     # a bibliography line whose citation closes its italics but leaves a stray '' after it
     assert convert("== Works ==\n* Smith. {{Citation |title=''A'' B}}'' [[text]]\nEnd.", use_prepass=use_prepass) == (
         "Works\nSmith. text\nEnd.", [("text", "Text")])
+
+
+def both_paths(wikitext: str, namespaces: Namespaces = ENGLISH) -> tuple[str, list[tuple[str, str]]]:
+    """The conversion with and without the pre-pass, asserted equal."""
+    fast, full = convert(wikitext, namespaces), convert(wikitext, namespaces, use_prepass=False)
+    assert fast == full
+    return fast
+
+
+def test_quote_runs_are_read_line_by_line_as_mediawiki_does():
+    assert both_paths("The ''Star'''s performance was ''good''.") == ("The Star's performance was good.", [])
+    assert both_paths("l''''Asse''' di [[Roma]] e '''''tutto'''''") == ("l'Asse di Roma e tutto", [("Roma", "Roma")])
+    # an italic left open closes at the line's end instead of pairing with the next line's
+    assert both_paths("* Smith, ''Foo\n* next ''E'' [[F]]") == ("Smith, Foo\nnext E F", [("F", "F")])
+    assert both_paths("<nowiki>''a</nowiki> b") == ("''a b", [])
+    # runs inside a ref or a comment on the line are theirs: the line's own runs still pair as MediaWiki's
+    assert both_paths("The ''Star'''s<ref>''x'''</ref> role<!-- '' --> in ''[[Nature]]''") == (
+        "The Star's role in Nature", [("Nature", "Nature")])
+    assert both_paths("dell'''Aktion Reinhard''<ref name=a/>, <math>''x</math>") == ("dell'Aktion Reinhard,", [])
+
+
+def test_citation_with_a_stray_quote_in_a_bibliography_line():
+    wikitext = "* {{Citation |last=Smith |title=''The Book |year=1990}} in ''[[Nature]]''.\n* next"
+    assert both_paths(wikitext) == ("in Nature.\nnext", [("Nature", "Nature")])
+    assert both_paths("{{Citation |title=''The Book}} more ''") == ("more", [])
+
+
+def test_language_links_with_subtags_are_not_entity_links():
+    assert both_paths("[[fr:Dieu]][[be-x-old:Бог]][[zh-min-nan:Siōng-tè]][[roa-tara:Ddie]]God") == ("God", [])
+
+
+@pytest.mark.usefixtures("shared_data")
+@pytest.mark.parametrize("use_prepass", [True, False])
+def test_language_links_end_a_real_page(use_prepass):
+    path = str(WIKIPEDIA / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2")
+    siteinfo = read_siteinfo(path)
+    [page] = [page for page in iter_pages(path, siteinfo)
+              if isinstance(page, RawPage) and page.title == "Agricultural science"]
+    assert "[[be-x-old:" in page.text
+    parsed = wikitext_to_text(page.text, page.title, siteinfo.namespaces, WikitextOptions(use_prepass=use_prepass))
+    assert parsed.text.endswith("Plant Pathology and Weed Science")
+    assert not any(":" in link.target for link in parsed.links)

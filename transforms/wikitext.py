@@ -27,6 +27,7 @@ from mwparserfromhell.wikicode import Wikicode
 from transforms.namespaces import CATEGORY, FILE, MEDIA, Namespaces
 from transforms.titles import normalize_title
 from transforms.wikitext_prepass import strip_dropped_markup
+from transforms.wikitext_quotes import balance_quotes
 
 # Tags whose content a reader never sees as article prose.
 _INVISIBLE_TAGS = frozenset({
@@ -42,7 +43,7 @@ _INTERWIKI = frozenset({
     "wikipedia", "foundation", "wmf", "phab", "outreach", "incubator", "simple", "mediawikiwiki", "wikimedia",
 })
 _INDENTED_TABLE = re.compile(r"^:+[ \t]*(?=\{\|)", re.MULTILINE)
-_LANGUAGE_CODE = re.compile(r"^[a-z]{2,3}(-[a-z]{2,8})*$")
+_LANGUAGE_CODE = re.compile(r"^[a-z]{2,3}(-[a-z0-9]{1,8})*$")  # also be-x-old, zh-min-nan, roa-tara
 _REDIRECT = re.compile(
     r"^\s*#\s*(?:redirect|rinvia|rimando|weiterleitung|redirection|redirección|redireccion|doorverwijzing|"
     r"перенаправление|patrz|przekieruj|重定向|転送|リダイレクト)\s*:?\s*\[\[([^\]|]*)",
@@ -202,7 +203,7 @@ class _Converter:
     def node(self, node: object, depth: int) -> None:
         out = self.out
         if isinstance(node, Text):
-            out.add(_STRAY_QUOTES.sub(_unmatched_quotes, str(node.value)))
+            out.add(str(node.value))
         elif isinstance(node, (Template, Argument, Comment)):
             return
         elif isinstance(node, HTMLEntity):
@@ -235,16 +236,6 @@ class _Converter:
             out.add_link(self.render_plain(node.contents, depth), self.title)
             return
         self.walk(node.contents, depth + 1)
-
-
-# Apostrophe runs the parser left in text are unmatched italic/bold markup: MediaWiki renders them as formatting
-# (closed at the line's end), a run of four as one apostrophe plus bold, and longer runs' extra apostrophes as text.
-_STRAY_QUOTES = re.compile(r"''+")
-
-
-def _unmatched_quotes(match: re.Match[str]) -> str:
-    run = len(match.group(0))
-    return "'" if run == 4 else "'" * max(0, run - 5)
 
 
 # A line of nothing but list/indent markup (what is left of ":{{template}}"): no text.
@@ -314,7 +305,8 @@ def wikitext_to_text(wikitext: str, title: str, namespaces: Namespaces,
     if options.use_prepass:
         wikitext = strip_dropped_markup(wikitext) or wikitext
     try:
-        code = mwparserfromhell.parse(wikitext)
+        # apostrophe runs read line by line as MediaWiki does (mwparserfromhell pairs them across lines)
+        code = mwparserfromhell.parse(balance_quotes(wikitext))
         converter = _Converter(title, namespaces, options)
         converter.walk(code)
     except RecursionError as error:
