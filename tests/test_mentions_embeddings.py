@@ -340,3 +340,15 @@ def test_refs_of_a_missing_page_are_dead_lettered():
                                                 "link_index": 1,
                                                 "reason": "the page of a sampled mention is not in articles/"}]),
                     label="DeadLetters")
+
+
+def test_mentions_with_stored_windows_ask_for_a_rerun(tmp_path):
+    """An OUT whose mentions/ an older version wrote (windows stored as text): a one-line error, not a traceback."""
+    from pipelines.embed_entities import context_chars
+
+    (tmp_path / "mentions").mkdir()
+    old = pa.table({"entity_id": pa.array([1], pa.int32()), "page_id": pa.array([5], pa.int64()),
+                    "text": ["see Paris here"], "start": pa.array([4], pa.int32()), "end": pa.array([9], pa.int32())})
+    pq.write_table(old, tmp_path / "mentions" / "part-0.parquet")
+    with pytest.raises(InputError, match=r"mentions has no link_index, window_digest column .*run mentions again"):
+        context_chars(str(tmp_path))
