@@ -259,7 +259,7 @@ def print_storage(outputs: list[tuple[str, str]], windows: tuple[int, int]) -> N
         for name, (size, rows) in artifact_sizes(output).items():
             if name.startswith(prefix):
                 print(storage_line(name, size, rows))
-    print(storage_line("mentions (windows stored)", *windows) + "   <- before: windows cut at embed time instead")
+    print(storage_line("mentions (with windows)", *windows) + "   (as stored before windows were cut at embed time)")
 
 
 def report_mentions(args, model_path: str, sample: str, work: str, mean_mentions: float) -> list[tuple[str, str]]:
