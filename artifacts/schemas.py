@@ -46,13 +46,17 @@ NAMES = pa.schema(
     ]
 )
 
+# mentions/: references, not text (150M context windows would repeat the articles ~100 times): the mention is
+# articles/ text[start:end] of page_id (link link_index without its trail); embed-entities cuts the context window
+# around it again; window_digest (blake2b-128 of the window and the span in it) lets a refresh compare samples.
 MENTIONS = pa.schema(
     [
         ("entity_id", pa.int32()),
         ("page_id", pa.int64()),
-        ("text", pa.string()),
+        ("link_index", pa.int32()),
         ("start", pa.int32()),
         ("end", pa.int32()),
+        ("window_digest", pa.binary(16)),
     ]
 )
 

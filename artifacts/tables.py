@@ -63,8 +63,13 @@ def iter_batches(output: str, name: str, columns: list[str] | None = None,
             yield from pq.ParquetFile(handle).iter_batches(batch_size=batch_size, columns=columns)
 
 
+def file_schema(path: str) -> pa.Schema:
+    """The Arrow schema of one Parquet file (from its footer)."""
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        return pq.ParquetFile(handle).schema_arrow
+
+
 def file_metadata(path: str) -> dict[str, str]:
     """The key/value metadata of one Parquet file, decoded."""
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        raw = pq.ParquetFile(handle).schema_arrow.metadata or {}
+    raw = file_schema(path).metadata or {}
     return {key.decode(): value.decode() for key, value in raw.items()}

@@ -95,15 +95,16 @@ def synchronize(device: str) -> None:
 
 
 def subset_output(source: str, target: str, limit: int) -> int:
-    """An OUT with ``source``'s dictionary and mentions records but only ``limit`` mentions (0: all)."""
+    """An OUT with ``source``'s parse, dictionary and mentions records but only ``limit`` mentions (0: all)."""
     import pyarrow.parquet as pq
 
     from artifacts import manifest, schemas, tables
 
     records = manifest.load(source)
-    for item in records["dictionary"].outputs:  # the stage checks what it reads against the records
-        (Path(target) / item.path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(Path(source) / item.path, Path(target) / item.path)
+    for name in ("parse", "dictionary"):  # the stage checks what it reads against the records
+        for item in records[name].outputs:
+            (Path(target) / item.path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(Path(source) / item.path, Path(target) / item.path)
     table = tables.read_table(source, "mentions")
     table = table.sort_by([("entity_id", "ascending"), ("page_id", "ascending"), ("start", "ascending")])
     if limit:
@@ -112,8 +113,20 @@ def subset_output(source: str, target: str, limit: int) -> int:
     pq.write_table(table, Path(target) / "mentions" / "part-00000-of-00001.parquet",
                    compression=schemas.PARQUET_CODEC)
     records["mentions"].outputs = manifest.describe_outputs(target, ["mentions"])
-    manifest.save(target, {name: records[name] for name in ("dictionary", "mentions")})
+    manifest.save(target, {name: records[name] for name in ("parse", "dictionary", "mentions")})
     return table.num_rows
+
+
+def mention_windows(output: str, refs: list[dict]) -> list[dict]:
+    """The mention rows embed-entities encodes for ``refs`` (mentions/ rows): windows cut from articles/."""
+    from artifacts import manifest, tables
+    from transforms.mention_sampling import CHARS_PER_TOKEN, mention_window
+
+    pages = {ref["page_id"] for ref in refs}
+    texts = {row["page_id"]: row["text"] for batch in tables.iter_batches(output, "articles", ["page_id", "text"])
+             for row in batch.to_pylist() if row["page_id"] in pages}
+    chars = manifest.load(output)["mentions"].options["max_seq_length"] * CHARS_PER_TOKEN
+    return [mention_window(ref, texts[ref["page_id"]], chars) for ref in refs]
 
 
 def real_passages() -> list:

@@ -38,6 +38,7 @@ sys.path.insert(0, str(REPO))
 from bench.common import (  # noqa: E402 - after the path edit
     build_sample,
     mean_mentions_per_entity,
+    mention_windows,
     non_embedding_parameters,
     random_bert_base,
     row_count,
@@ -72,13 +73,13 @@ def mention_pool(output: str, limit: int) -> list[dict[str, Any]]:
     from artifacts import tables
 
     rows: list[dict[str, Any]] = []
-    for batch in tables.iter_batches(output, "mentions", ["entity_id", "page_id", "text", "start", "end"]):
+    for batch in tables.iter_batches(output, "mentions"):
         rows.extend(batch.to_pylist())
         if len(rows) >= 20 * limit:
             break
     rows.sort(key=lambda row: (row["entity_id"], row["page_id"], row["start"]))
     step = max(len(rows) // max(limit, 1), 1)
-    return rows[::step][:limit]
+    return mention_windows(output, rows[::step][:limit])
 
 
 def time_encoder(handler, model, inputs: Sequence, device: str) -> Timing:

@@ -35,6 +35,7 @@ from bench.common import (
     PASSAGES,
     build_sample,
     mean_mentions_per_entity,
+    mention_windows,
     random_bert_base,
     real_passages,
     row_count,
@@ -226,26 +227,47 @@ def artifact_sizes(output: str) -> dict[str, tuple[int, int]]:
     return sizes
 
 
-def print_storage(outputs: list[tuple[str, str]]) -> None:
-    """Bytes per row of the artifacts of each (OUT, artifact prefix: "" for all) and the Wikipedia projection."""
+def stored_windows_size(sample: str, work: str) -> tuple[int, int]:
+    """(bytes, rows) of the sample's mentions as they were stored before the windows were cut at embed time:
+    each row with its own context window (entity_id, page_id, text, start, end), zstd Parquet."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from artifacts import schemas, tables
+
+    rows = mention_windows(sample, tables.read_table(sample, "mentions").to_pylist())
+    schema = pa.schema([("entity_id", pa.int32()), ("page_id", pa.int64()), ("text", pa.string()),
+                        ("start", pa.int32()), ("end", pa.int32())])
+    path = Path(work) / "mentions-with-windows.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path, compression=schemas.PARQUET_CODEC)
+    return path.stat().st_size, len(rows)
+
+
+def storage_line(name: str, size: int, rows: int) -> str:
+    per_row = size / max(rows, 1)
+    key = name.split("/")[-1] if name.split("/")[-1] in WIKIPEDIA_ROWS else name.split("/")[0].split(" ")[0]
+    scale = WIKIPEDIA_ROWS.get(key)
+    projected = f"{scale / 1e6:,.1f}M rows -> {per_row * scale / 1e9:,.1f} GB" if scale else "-"
+    return f"  {name:<28} {rows:>9,} rows {size / 1e6:9.2f} MB {per_row:9.1f} B/row   {projected}"
+
+
+def print_storage(outputs: list[tuple[str, str]], windows: tuple[int, int]) -> None:
+    """Bytes per row of the artifacts of each (OUT, artifact prefix: "" for all) and the Wikipedia projection;
+    ``windows``: (bytes, rows) of the mentions had they stored their context windows (as before)."""
     print("storage (zstd Parquet): bytes per row; projection for English Wikipedia")
     for output, prefix in outputs:
         for name, (size, rows) in artifact_sizes(output).items():
-            if not name.startswith(prefix):
-                continue
-            per_row = size / max(rows, 1)
-            key = name.split("/")[-1] if name.split("/")[-1] in WIKIPEDIA_ROWS else name.split("/")[0]
-            scale = WIKIPEDIA_ROWS.get(key)
-            projected = f"{scale / 1e6:,.1f}M rows -> {per_row * scale / 1e9:,.1f} GB" if scale else "-"
-            print(f"  {name:<28} {rows:>9,} rows {size / 1e6:9.2f} MB {per_row:9.1f} B/row   {projected}")
+            if name.startswith(prefix):
+                print(storage_line(name, size, rows))
+    print(storage_line("mentions (with windows)", *windows) + "   (as stored before windows were cut at embed time)")
 
 
 def report_mentions(args, model_path: str, sample: str, work: str, mean_mentions: float) -> list[tuple[str, str]]:
     from artifacts import tables
     from encoders.models import ModelSpec, usable_positions
 
-    rows = tables.read_table(sample, "mentions", ["entity_id", "page_id", "text", "start", "end"]).to_pylist()
-    rows = rows[:args.mentions] if args.mentions else rows
+    rows = tables.read_table(sample, "mentions").to_pylist()
+    rows = mention_windows(sample, rows[:args.mentions] if args.mentions else rows)
     outputs = []
     lengths = [length for length in (512, 128) if length <= usable_positions(ModelSpec(model_path))]
     for length in lengths:
@@ -342,7 +364,7 @@ def main() -> None:
               f"mentions, {mean:.2f} per entity; model {args.model}")
         outputs = report_mentions(args, model_path, sample, directory, mean)
         outputs.append((report_passages(args, model_path, directory), ""))
-        print_storage([(sample, ""), *outputs])
+        print_storage([(sample, ""), *outputs], stored_windows_size(sample, directory))
 
 
 if __name__ == "__main__":

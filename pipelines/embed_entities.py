@@ -13,11 +13,14 @@ import pyarrow as pa
 from apache_beam.ml.inference.base import PredictionResult, RunInference
 
 from artifacts import manifest, schemas, tables
+from artifacts.errors import InputError
 from encoders.mask_encoder import MASK_WINDOWS, MaskEncoderHandler, check_mask_model
 from encoders.models import DTYPES, ModelSpec, hidden_size, input_embedding_norm, model_files
 from pipelines.refresh import add_previous_arguments, fingerprint_changes, previous_options, reusable_previous
 from pipelines.stage import StageContext, run_beam
 from transforms.dead_letters import WriteDeadLetters, count, dead_letter
+from transforms.mention_sampling import CHARS_PER_TOKEN
+from transforms.mention_windows import CutMentionWindows
 from transforms.refresh import SplitEntitiesForRefresh, option_changes
 
 EMBEDDING_DTYPES = {"float32": pa.float32(), "float16": pa.float16()}
@@ -118,7 +121,7 @@ class EmbedEntitiesStage:
     outputs = ("entity_embeddings", "entity_id_map")
 
     def upstream(self, args: argparse.Namespace) -> tuple[str, ...]:
-        return ("dictionary", "mentions")
+        return ("parse", "dictionary", "mentions")  # parse: articles/, where the mention windows are cut
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         group = parser.add_argument_group("embed-entities")
@@ -143,8 +146,6 @@ class EmbedEntitiesStage:
         return model_files({"model": args.model})
 
     def run(self, ctx: StageContext, args: argparse.Namespace) -> dict[str, int]:
-        from artifacts.errors import InputError
-
         if not args.model:
             raise InputError("embed-entities needs --model NAME_OR_PATH (a BERT-family model with [MASK])")
         spec = ModelSpec(str(args.model), args.device, args.dtype)
@@ -157,12 +158,17 @@ class EmbedEntitiesStage:
         handler = MaskEncoderHandler(spec, args.layer, args.batch_tokens, max_seq_length=args.max_seq_length,
                                      window=args.mask_window)
         previous = reusable_previous(args, self.name, PREVIOUS_STAGES, lambda old: incompatibility(old, args))
+        chars = context_chars(args.output)
 
         def build(pipeline: beam.Pipeline) -> None:
-            mentions = pipeline | "ReadMentions" >> beam.io.ReadFromParquet(
-                tables.parquet_pattern(args.output, "mentions"))
-            mentions, reused = split_for_refresh(pipeline, ctx, mentions, args, previous)
-            inputs = (mentions | "BatchMentions" >> beam.BatchElements(min_batch_size=64, max_batch_size=512)
+            refs = pipeline | "ReadMentions" >> beam.io.ReadFromParquet(
+                tables.parquet_pattern(args.output, "mentions"), columns=schemas.MENTIONS.names)
+            refs, reused = split_for_refresh(pipeline, ctx, refs, args, previous)
+            articles = pipeline | "ReadArticles" >> beam.io.ReadFromParquet(
+                tables.parquet_pattern(args.output, "articles"), columns=["page_id", "text"])
+            mentions = {"refs": refs, "articles": articles} | "CutMentionWindows" >> CutMentionWindows(chars)
+            inputs = (mentions.mentions
+                      | "BatchMentions" >> beam.BatchElements(min_batch_size=64, max_batch_size=512)
                       | "Embeddable" >> beam.FlatMap(embeddable).with_outputs("dead_letter", main="inputs"))
             vectors = (inputs.inputs | "EncodeMasks" >> RunInference(handler)
                        | "Progress" >> ctx.progress("mentions", tables.total_rows(args.output, "mentions"))
@@ -177,11 +183,22 @@ class EmbedEntitiesStage:
             _ = with_reused(rows.rows, reused) | "WriteEmbeddings" >> beam.io.WriteToParquet(
                 ctx.staged_prefix("entity_embeddings"), schema, file_name_suffix=".parquet",
                 codec=schemas.PARQUET_CODEC)
-            dead = (inputs.dead_letter, vectors.dead_letter, rows.dead_letter) | "AllDeadLetters" >> beam.Flatten()
+            dead = ((mentions.dead_letter, inputs.dead_letter, vectors.dead_letter, rows.dead_letter)
+                    | "AllDeadLetters" >> beam.Flatten())
             _ = dead | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("mentions"))
 
         counters = run_beam(ctx, build)
         return reuse_counters(counters) if args.previous else counters
+
+
+def context_chars(output: str) -> int:
+    """Characters of context per side of a mention, as the mentions stage cut them (its --max-seq-length);
+    an error if ``mentions/`` holds the windows themselves (written before windows were cut at embed time)."""
+    missing = set(schemas.MENTIONS.names) - set(tables.file_schema(tables.parquet_files(output, "mentions")[0]).names)
+    if missing:
+        raise InputError(f"{output}/mentions has no {', '.join(sorted(missing))} column (written by an older "
+                         "version that stored context windows): run mentions again")
+    return int(manifest.load(output)["mentions"].options["max_seq_length"]) * CHARS_PER_TOKEN
 
 
 # --- refresh (--previous): vectors of entities whose sample did not change come from the previous run ---------

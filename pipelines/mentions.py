@@ -1,4 +1,4 @@
-"""mentions: for every entity, a deterministic sample of up to --max-mentions links to it, with context."""
+"""mentions: for every entity, a deterministic sample of up to --max-mentions links to it, as refs into articles/."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from artifacts import schemas, tables
 from artifacts.errors import InputError
 from pipelines.stage import StageContext, run_beam
 from transforms.dead_letters import count
-from transforms.mention_sampling import CHARS_PER_TOKEN, LinkRef, context_window, link_refs
+from transforms.mention_sampling import CHARS_PER_TOKEN, LinkRef, link_refs, mention_ref
 
 
 def ref_order(ref: LinkRef) -> tuple[int, int, int]:
@@ -47,22 +47,18 @@ def sampled_by_page(entity_id: int, refs: list[LinkRef]) -> Iterator[tuple[int, 
         yield ref.page_id, (entity_id, ref.link_index)
 
 
-def mention_rows(page_id: int, joined: dict[str, list[Any]], chars: int = 0) -> Iterator[dict[str, Any]]:
-    """The sampled mentions of one page, each with its context window."""
+def mention_refs(page_id: int, joined: dict[str, list[Any]], chars: int = 0) -> Iterator[dict[str, Any]]:
+    """The sampled mentions of one page as references into its text (the window is cut again at embed time)."""
     articles = joined["article"]
     if not articles:
         count("sampled_pages_missing", len(joined["sampled"]))
         return
-    article = articles[0]
     for entity_id, link_index in sorted(joined["sampled"]):
-        link = article["links"][link_index]
-        # the mention is the link's own text: a link trail ("s" of [[lichen]]s) stays outside, as context
-        text, start, end = context_window(article["text"], link["start"], link["end"] - (link.get("trail") or 0), chars)
-        yield {"entity_id": entity_id, "page_id": page_id, "text": text, "start": start, "end": end}
+        yield mention_ref(entity_id, articles[0], link_index, chars)
 
 
 class SampleMentions(beam.PTransform):
-    """Articles + entities -> mention rows: a bottom-k sample by seeded hash, combined per entity."""
+    """Articles + entities -> mention refs: a bottom-k sample by seeded hash, combined per entity."""
 
     def __init__(self, max_mentions: int, seed: int, context_chars: int) -> None:
         super().__init__()
@@ -85,7 +81,7 @@ class SampleMentions(beam.PTransform):
         return (
             {"sampled": sampled, "article": articles | "ArticlesById" >> beam.Map(lambda a: (a["page_id"], a))}
             | "JoinSampledWithArticles" >> beam.CoGroupByKey()
-            | "CutContexts" >> beam.FlatMapTuple(mention_rows, self._context_chars)
+            | "MentionRefs" >> beam.FlatMapTuple(mention_refs, self._context_chars)
         )
 
 

@@ -32,7 +32,7 @@ def test_sample_keys_of_an_entity_ignore_links_to_other_entities():
 def test_entity_embeddings_are_the_same_for_one_and_two_workers(tiny_bert, tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     build_embeddings(one, tiny_bert)  # one DirectRunner worker
-    copy_stages(one, two, ("dictionary", "mentions"))
+    copy_stages(one, two, ("parse", "dictionary", "mentions"))
     assert main(["embed-entities", "--output", str(two), "--model", str(tiny_bert), "--max-seq-length", "64",
                  *MULTI_PROCESS]) == 0
 

@@ -34,7 +34,17 @@ from pipelines.embed_entities import finite_vector, norm_matched
 from pipelines.mentions import count_and_bottom_k, ref_order, sample_of_entity
 from tests.conftest import BUNDLED_SAMPLE, DIRECT, MULTI_PROCESS, copy_stages
 from tests.test_dictionary import article, write_parsed
-from transforms.mention_sampling import LinkRef, context_window, link_refs, sample_key
+from transforms.mention_sampling import (
+    CHARS_PER_TOKEN,
+    LinkRef,
+    context_window,
+    link_refs,
+    mention_ref,
+    mention_window,
+    sample_key,
+    window_digest,
+)
+from transforms.mention_windows import CutMentionWindows, windows_of_page
 
 IDS = TokenIds(cls=101, sep=102, mask=103, pad=0)
 LINKS = [("Paris", "Paris")] * 5
@@ -152,6 +162,18 @@ CAPITALS = [
 ]
 
 
+def article_texts(output: Path) -> dict[int, str]:
+    return {row["page_id"]: row["text"] for row in tables.read_table(str(output), "articles", ["page_id", "text"])
+            .to_pylist()}
+
+
+def mention_windows(output: Path) -> list[dict]:
+    """The mention rows embed-entities encodes: each ref's window cut from its article (no Beam)."""
+    texts, chars = article_texts(output), 512 * CHARS_PER_TOKEN  # the mentions stage's default --max-seq-length
+    return [mention_window(ref, texts[ref["page_id"]], chars)
+            for ref in tables.read_table(str(output), "mentions").to_pylist()]
+
+
 def build_embeddings(output: Path, model: Path, *extra: str) -> None:
     write_parsed(output, CAPITALS)
     assert main(["dictionary", "--output", str(output), *DIRECT]) == 0
@@ -162,7 +184,7 @@ def build_embeddings(output: Path, model: Path, *extra: str) -> None:
 
 def test_embed_entities_hand_checked(minilm_path, tmp_path):
     build_embeddings(tmp_path, minilm_path)
-    mentions = tables.read_table(str(tmp_path), "mentions").to_pylist()
+    mentions = mention_windows(tmp_path)
     per_entity = {}
     for row in mentions:
         per_entity.setdefault(row["entity_id"], []).append(row)
@@ -213,8 +235,8 @@ def test_mentions_are_the_same_for_one_and_two_workers(tmp_path):
         return sorted(tuple(row.values()) for row in tables.read_table(str(output), "mentions").to_pylist())
 
     assert rows(one) == rows(two)
-    mentions = tables.read_table(str(one), "mentions").to_pylist()
-    assert all(row["text"][row["start"]:row["end"]].strip() for row in mentions)
+    mentions, texts = tables.read_table(str(one), "mentions").to_pylist(), article_texts(one)
+    assert all(texts[row["page_id"]][row["start"]:row["end"]].strip() for row in mentions)
     per_entity: dict[int, int] = {}
     for row in mentions:
         per_entity[row["entity_id"]] = per_entity.get(row["entity_id"], 0) + 1
@@ -246,7 +268,6 @@ def test_bottom_k_combines_before_the_join_and_counts_every_link():
 
 
 def test_a_link_trail_stays_outside_the_mask_from_parse_to_model_input(tiny_bert):
-    from pipelines.mentions import mention_rows
     from pipelines.parse import classify_page
     from tests.conftest import GENSIM_SAMPLE
     from transforms.dump_reader import iter_pages, read_siteinfo
@@ -259,9 +280,75 @@ def test_a_link_trail_stays_outside_the_mask_from_parse_to_model_input(tiny_bert
     link = article["links"][index]
     # the anchor keeps the trail (the dictionary's name), the trail length is recorded beside it
     assert (article["text"][link["start"]:link["end"]], link["trail"]) == ("neurons", 1)
-    [row] = mention_rows(page.page_id, {"article": [article], "sampled": [(9, index)]}, 30)
+    ref = mention_ref(9, article, index, 30)
+    assert (ref["page_id"], ref["link_index"], article["text"][ref["start"]:ref["end"]]) == (page.page_id, index,
+                                                                                           "neuron")
+    row = mention_window(ref, article["text"], 30)
     assert row["text"][row["start"]:row["end"]] == "neuron" and row["text"][row["end"]:].startswith("s that")
+    assert ref["window_digest"] == window_digest(row["text"], row["start"], row["end"])
     [item] = mask_inputs([row], AutoTokenizer.from_pretrained(tiny_bert), 512)
     tokens = AutoTokenizer.from_pretrained(tiny_bert).convert_ids_to_tokens(list(item.input_ids))
     assert tokens[item.mask_position - 3:item.mask_position + 4] == ["an", "excess", "of", "[MASK]", "s", "that",
                                                                      "causes"]
+
+
+def todays_mention_rows(articles: dict[int, dict], refs: list[dict], chars: int) -> list[dict]:
+    """The mention rows as the mentions stage stored them before windows moved to embed time (its code, inline):
+    the window cut around the sampled link's own text, trail excluded."""
+    rows = []
+    for ref in refs:
+        article = articles[ref["page_id"]]
+        link = article["links"][ref["link_index"]]
+        text, start, end = context_window(article["text"], link["start"], link["end"] - (link["trail"] or 0), chars)
+        rows.append({"entity_id": ref["entity_id"], "page_id": ref["page_id"], "text": text, "start": start,
+                     "end": end})
+    return rows
+
+
+def test_windows_cut_at_embed_time_are_todays_mention_rows(tmp_path):
+    """Every mention of the bundled sample (default options): the refs stored, the windows cut from articles/ at
+    embed time are exactly the rows the mentions stage stored before (same model input, same vectors)."""
+    assert main(["parse", "--output", str(tmp_path), "--dump", str(BUNDLED_SAMPLE), *DIRECT]) == 0
+    assert main(["dictionary", "--output", str(tmp_path), "--include-red-links", *DIRECT]) == 0
+    assert main(["mentions", "--output", str(tmp_path), *DIRECT]) == 0
+    refs = tables.read_table(str(tmp_path), "mentions").to_pylist()
+    articles = {row["page_id"]: row for row in tables.read_table(str(tmp_path), "articles").to_pylist()}
+    chars = 512 * CHARS_PER_TOKEN
+    expected = todays_mention_rows(articles, refs, chars)
+    assert len(expected) > 20_000 and any(article["text"] != row["text"] for row in expected
+                                          for article in [articles[row["page_id"]]])  # windows really cut
+    assert all(ref["window_digest"] == window_digest(row["text"], row["start"], row["end"])
+               for ref, row in zip(refs, expected, strict=True))
+    by_page: dict[int, list[dict]] = {}
+    for ref in refs:  # what CutMentionWindows's join hands windows_of_page (the join itself: the test below)
+        by_page.setdefault(ref["page_id"], []).append(ref)
+    found = [row for page_id, page_refs in by_page.items()
+             for row in windows_of_page(page_id, {"refs": page_refs, "text": [articles[page_id]["text"]]}, chars)]
+    key = lambda row: (row["entity_id"], row["page_id"], row["start"])  # noqa: E731
+    assert sorted(found, key=key) == sorted(expected, key=key)
+
+
+def test_refs_of_a_missing_page_are_dead_lettered():
+    ref = {"entity_id": 3, "page_id": 8, "link_index": 1, "start": 4, "end": 9, "window_digest": b"x" * 16}
+    with TestPipeline(runner="DirectRunner") as pipeline:
+        cut = ({"refs": pipeline | "Refs" >> beam.Create([ref, {**ref, "page_id": 5}]),
+                "articles": pipeline | "Articles" >> beam.Create([{"page_id": 5, "text": "see Paris here"}])}
+               | CutMentionWindows(100))
+        assert_that(cut.mentions, equal_to([{"entity_id": 3, "page_id": 5, "text": "see Paris here", "start": 4,
+                                             "end": 9}]), label="Mentions")
+        assert_that(cut.dead_letter, equal_to([{"kind": "sampled_pages_missing", "entity_id": 3, "page_id": 8,
+                                                "link_index": 1,
+                                                "reason": "the page of a sampled mention is not in articles/"}]),
+                    label="DeadLetters")
+
+
+def test_mentions_with_stored_windows_ask_for_a_rerun(tmp_path):
+    """An OUT whose mentions/ an older version wrote (windows stored as text): a one-line error, not a traceback."""
+    from pipelines.embed_entities import context_chars
+
+    (tmp_path / "mentions").mkdir()
+    old = pa.table({"entity_id": pa.array([1], pa.int32()), "page_id": pa.array([5], pa.int64()),
+                    "text": ["see Paris here"], "start": pa.array([4], pa.int32()), "end": pa.array([9], pa.int32())})
+    pq.write_table(old, tmp_path / "mentions" / "part-0.parquet")
+    with pytest.raises(InputError, match=r"mentions has no link_index, window_digest column .*run mentions again"):
+        context_chars(str(tmp_path))

@@ -6,6 +6,7 @@ import apache_beam as beam
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
+from transforms.mention_sampling import window_digest
 from transforms.passages import Passage
 from transforms.refresh import (
     SampleDigest,
@@ -18,7 +19,9 @@ from transforms.refresh import (
 
 
 def mention(entity_id: int, page_id: int, text: str = "see Paris here", start: int = 4, end: int = 9) -> dict:
-    return {"entity_id": entity_id, "page_id": page_id, "text": text, "start": start, "end": end}
+    """A mentions/ ref whose window is ``text`` (start, end: the span in it)."""
+    return {"entity_id": entity_id, "page_id": page_id, "link_index": 0, "start": start, "end": end,
+            "window_digest": window_digest(text, start, end)}
 
 
 def entity(entity_id: int, title: str, qid: str | None = None) -> dict:
@@ -46,6 +49,15 @@ def test_sample_digest_ignores_order_and_sees_every_field():
                     mention(1, 10, end=8)):
         assert mention_digest(changed) != mention_digest(mention(1, 10))
     assert mention_digest(mention(7, 10)) == mention_digest(mention(1, 10))  # the id is not part of it
+
+
+def test_a_row_of_an_older_run_with_its_window_has_the_digest_of_its_ref():
+    stored = {"entity_id": 1, "page_id": 10, "text": "see Paris here", "start": 4, "end": 9}
+    assert mention_digest(stored) == mention_digest(mention(1, 10))
+    assert mention_digest({**stored, "text": "see Paris there"}) != mention_digest(mention(1, 10))
+    # the ref's span is in the article: only the window and the span in it matter
+    assert mention_digest({**mention(1, 10), "start": 104, "end": 109, "link_index": 3}) == mention_digest(
+        mention(1, 10))
 
 
 def test_entity_key_prefers_the_qid():

@@ -18,6 +18,7 @@ from artifacts import manifest
 from pipelines.cli import main
 from tests.conftest import DIRECT, copy_stages, write_tiny_bert
 from tests.dump_versions import write_dump_versions
+from transforms.mention_sampling import CHARS_PER_TOKEN, context_window
 
 ROW_ARTIFACTS = ("articles", "redirects", "entities", "dictionary/names", "mentions", "passages")
 UPSTREAM = ("parse", "dictionary", "mentions")
@@ -51,7 +52,7 @@ def rows(output: Path, artifact: str, columns: list[str] | None = None) -> list[
 
 
 def canonical(items: list[dict]) -> list[str]:
-    return sorted(json.dumps(item, sort_keys=True) for item in items)
+    return sorted(json.dumps(item, sort_keys=True, default=bytes.hex) for item in items)  # bytes: window_digest
 
 
 def entity_keys(output: Path) -> dict[int, str]:
@@ -59,9 +60,12 @@ def entity_keys(output: Path) -> dict[int, str]:
 
 
 def samples_by_key(output: Path) -> dict[str, list[tuple]]:
+    """Entity key -> its sampled mentions as the model sees them: (page, window cut from articles/, span in it)."""
     keys, samples = entity_keys(output), {}
+    texts = {row["page_id"]: row["text"] for row in rows(output, "articles", ["page_id", "text"])}
     for row in rows(output, "mentions"):
-        samples.setdefault(keys[row["entity_id"]], []).append((row["page_id"], row["start"], row["end"], row["text"]))
+        window = context_window(texts[row["page_id"]], row["start"], row["end"], 64 * CHARS_PER_TOKEN)
+        samples.setdefault(keys[row["entity_id"]], []).append((row["page_id"], *window))
     return {key: sorted(sample) for key, sample in samples.items()}
 
 

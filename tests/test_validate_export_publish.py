@@ -193,9 +193,12 @@ def redirects_break_contract(out: Path) -> list[str]:
         return table.set_column(1, pa.field("target", pa.large_string()), table.column(1).cast(pa.large_string()))
 
     rewrite_parquet(out, REDIRECTS, change)
-    # parse's outputs changed after dictionary, index (its passages) and mentions read them: all stale now
+    # parse's outputs changed after dictionary, embed_entities and mentions (its articles) and index (its
+    # passages) read them: all stale now
     return ["manifest.json: stage dictionary was built from other parse outputs than the recorded ones: "
             "rerun dictionary",
+            "manifest.json: stage embed_entities was built from other parse outputs than the recorded ones: "
+            "rerun embed_entities",
             "manifest.json: stage index was built from other parse outputs than the recorded ones: rerun index",
             "manifest.json: stage mentions was built from other parse outputs than the recorded ones: rerun mentions",
             f"{REDIRECTS}: column target is large_string, the contract says string"]

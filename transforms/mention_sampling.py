@@ -1,4 +1,7 @@
-"""Mention sampling: a deterministic bottom-k sample of the links to each entity, and their context windows."""
+"""Mention sampling: a deterministic bottom-k sample of the links to each entity, and their context windows.
+
+``mentions/`` stores references (page, link, span in the article text, digest of the window); the window itself is
+cut again from ``articles/`` at embed time with :func:`mention_window`, so no article text is stored twice."""
 
 from __future__ import annotations
 
@@ -51,3 +54,26 @@ def context_window(text: str, start: int, end: int, chars: int) -> tuple[str, in
         space = text.rfind(" ", end, right)
         right = space if space >= 0 else right
     return text[left:right], start - left, end - left
+
+
+def link_span(link: dict[str, Any]) -> tuple[int, int]:
+    """The span of a link's own text in its article: a link trail ("s" of [[lichen]]s) stays outside, as context."""
+    return link["start"], link["end"] - (link.get("trail") or 0)
+
+
+def window_digest(window: str, start: int, end: int) -> bytes:
+    """16 bytes that change whenever the model's input would: the window's text and the span inside it."""
+    return hashlib.blake2b(f"{start}\x1f{end}\x1f{window}".encode(), digest_size=16).digest()
+
+
+def mention_ref(entity_id: int, article: dict[str, Any], link_index: int, chars: int) -> dict[str, Any]:
+    """The ``mentions/`` row (``schemas.MENTIONS``) of an article's sampled link; ``chars`` as in context_window."""
+    start, end = link_span(article["links"][link_index])
+    return {"entity_id": entity_id, "page_id": article["page_id"], "link_index": link_index, "start": start,
+            "end": end, "window_digest": window_digest(*context_window(article["text"], start, end, chars))}
+
+
+def mention_window(ref: dict[str, Any], text: str, chars: int) -> dict[str, Any]:
+    """The mention to embed of a ``mentions/`` row: its context window cut from the article text ``text``."""
+    window, start, end = context_window(text, ref["start"], ref["end"], chars)
+    return {"entity_id": ref["entity_id"], "page_id": ref["page_id"], "text": window, "start": start, "end": end}

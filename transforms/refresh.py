@@ -1,6 +1,6 @@
 """Dump refreshes: which entity and passage vectors of a previous run can be taken as they are.
 
-An entity's vector is a function of its sampled mention rows and the model options only, so an entity (by key:
+An entity's vector is a function of its sampled mentions' windows and the model options only, so an entity (by key:
 QID, else title, because entity ids are renumbered per run) whose sample digest is unchanged keeps its old
 vector. A passage's vector is a function of its id, title and text and the encoder, so an unchanged passage
 keeps its old vector. Everything else is encoded again; the splits below are thin Beam adapters over the pure
@@ -17,6 +17,7 @@ from typing import Any
 import apache_beam as beam
 
 from transforms.dead_letters import count
+from transforms.mention_sampling import window_digest
 
 DIGEST_MODULUS = 1 << 128  # row digests are summed modulo 2**128: order-independent, no XOR cancellation
 RUNTIME_OPTIONS = ("previous", "previous_manifest_sha256", "require_reuse")
@@ -28,9 +29,10 @@ def entity_key(title: str, qid: str | None) -> str:
 
 
 def mention_digest(row: dict[str, Any]) -> int:
-    """A 128-bit digest of one sampled mention: source page, span and context window."""
-    text = f"{row['page_id']}\x1f{row['start']}\x1f{row['end']}\x1f{row['text']}"
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=16).digest(), "big")
+    """A 128-bit digest of one sampled mention: source page, and its context window with the span in it (the
+    ref's ``window_digest``; a row of an older run that stored the window itself gives the same digest)."""
+    window = row.get("window_digest") or window_digest(row["text"], row["start"], row["end"])
+    return int.from_bytes(hashlib.blake2b(f"{row['page_id']}\x1f".encode() + window, digest_size=16).digest(), "big")
 
 
 def option_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
