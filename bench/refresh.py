@@ -111,7 +111,7 @@ def mention_change_share(old: Path, new: Path) -> float:
     def keyed(output: Path) -> set[tuple]:
         entities = {row["entity_id"]: row["qid"] or row["title"] for path in (output / "entities").glob("*.parquet")
                     for row in pq.read_table(path).to_pylist()}
-        return {(entities[row["entity_id"]], row["page_id"], row["start"], row["end"], row["text"])
+        return {(entities[row["entity_id"]], row["page_id"], row["start"], row["end"], row["window_digest"])
                 for path in (output / "mentions").glob("*.parquet") for row in pq.read_table(path).to_pylist()}
 
     before, after = keyed(old), keyed(new)
