@@ -28,7 +28,7 @@ from apache_beam.io.filesystems import FileSystems
 from artifacts import faiss_shards, fs, manifest, schemas
 from artifacts.errors import InputError
 from artifacts.linker import EntityLinker
-from transforms.passages import shard_of
+from artifacts.passages import shard_of
 
 MAX_EXAMPLES = 5  # example ids per kind of problem: 7M bad rows make one line, not 7M
 VECTOR_COLUMN = "embedding"

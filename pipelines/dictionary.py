@@ -14,9 +14,7 @@ import pyarrow.compute as pc
 from artifacts import schemas, tables
 from artifacts.errors import InputError
 from artifacts.linker import build_kb_trie, write_linker_columns
-from pipelines.stage import StageContext, run_beam
-from transforms.dead_letters import WriteDeadLetters, count, dead_letter
-from transforms.names import (
+from artifacts.names import (
     NameRules,
     find_names,
     fold_case,
@@ -26,6 +24,8 @@ from transforms.names import (
     title_name,
     token_spans,
 )
+from pipelines.stage import StageContext, run_beam
+from transforms.dead_letters import WriteDeadLetters, count, dead_letter
 
 
 def anchor_pairs(article: dict[str, Any], rules: NameRules) -> Iterator[Any]:

@@ -23,16 +23,10 @@ from apache_beam.ml.inference.base import PredictionResult, RunInference
 
 from artifacts import faiss_shards, fs, manifest, schemas, tables
 from artifacts.errors import InputError
+from artifacts.passages import Passage, shard_of
+from encoders.loading import PassageEncoderHandler, check_encoder_options
 from encoders.models import DTYPES, model_files
-from encoders.retrievers import (
-    KINDS,
-    SIMILARITIES,
-    TITLE_MODES,
-    EncoderOptions,
-    PassageEncoderHandler,
-    check_encoder_options,
-    dense_dim,
-)
+from encoders.retrievers import KINDS, SIMILARITIES, TITLE_MODES, EncoderOptions, dense_dim
 from pipelines.refresh import add_previous_arguments, fingerprint_changes, previous_options, reusable_previous
 from pipelines.stage import StageContext, run_beam
 from transforms.dead_letters import WriteDeadLetters, count, dead_letter
@@ -42,14 +36,12 @@ from transforms.passages import (
     DUPLICATE_KEEPS,
     MAX_REPORTED_CHARS,
     BadRow,
-    Passage,
     article_passages,
     decode_corpus_line,
     header_columns,
     parse_dpr_row,
     pick_duplicate,
     sample_key,
-    shard_of,
     too_many_chunks,
 )
 from transforms.refresh import SplitPassagesForRefresh, option_changes
@@ -385,7 +377,7 @@ class IndexStage:
 
         passages, reused = split_for_refresh(passages, previous, args.shards)
         encoded = (passages
-                   | "Encode" >> RunInference(PassageEncoderHandler(options))
+                   | "Encode" >> RunInference(PassageEncoderHandler(options, count=count))
                    | "Progress" >> ctx.progress("passages")
                    | "KeepFinite" >> beam.FlatMap(encoded_row, args.shards).with_outputs("dead_letter", main="rows"))
         rows = encoded.rows if reused is None else (encoded.rows, reused) | "WithReused" >> beam.Flatten()

@@ -11,8 +11,9 @@ import numpy as np
 
 from artifacts import faiss_shards, fs, manifest
 from artifacts.errors import InputError
+from encoders.loading import check_encoder_options, load_retriever
 from encoders.models import DTYPES
-from encoders.retrievers import DenseEncoder, EncoderOptions, check_encoder_options, load_retriever
+from encoders.retrievers import DenseEncoder, EncoderOptions
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,11 @@ class Stage(Protocol):
         ...
 
 
+def add_progress_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--progress-interval", type=float, default=DEFAULT_INTERVAL_S, metavar="SECONDS",
+                        help="seconds between progress lines of a worker (default %(default)s)")
+
+
 def beam_pipeline_options(beam_args: Sequence[str]) -> PipelineOptions:
     """Beam options from the unknown command-line flags; the local DirectRunner unless one is named.
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TypeVar
 
 import pyarrow as pa
 
 from artifacts import faiss_shards, fs, manifest, tables
-from artifacts.diff.runs import RunDiff, diff_runs
+from artifacts.diff.runs import diff_runs
 from artifacts.errors import InputError
 from artifacts.report import changes, gather, page, plots
-from artifacts.report.recall import MAX_EXACT, QUERIES, RecallResult, index_recall
+from artifacts.report.data import ReportData
+from artifacts.report.recall import MAX_EXACT, QUERIES, index_recall
 
 LOG = logging.getLogger("kpr.report")
 REPORT_DIR = "report"
@@ -23,28 +23,6 @@ T = TypeVar("T")
 
 # what a section can hit when an artifact the manifest lists has been moved or damaged since
 _READ_ERRORS = (tables.MissingArtifactError, InputError, OSError, ValueError, KeyError, pa.ArrowException)
-
-
-@dataclass
-class ReportData:
-    """Everything the page shows; a section whose artifact could not be read has a line in ``problems``."""
-
-    output: str
-    generated_at: str
-    views: list[gather.StageView]
-    entities: gather.EntityStats | None = None
-    dictionary: gather.DictionaryStats | None = None
-    embeddings: gather.EmbeddingStats | None = None
-    index_info: faiss_shards.IndexInfo | None = None
-    index_files: gather.IndexFiles | None = None
-    recall: RecallResult | None = None
-    previous: str | None = None  # the previous run this one is compared with
-    changes: RunDiff | None = None
-    problems: dict[str, str] = field(default_factory=dict)
-    plots: dict[str, str] = field(default_factory=dict)  # plot -> PNG file name beside index.html
-
-    def view(self, stage: str) -> gather.StageView | None:
-        return next((view for view in self.views if view.name == stage and view.record is not None), None)
 
 
 def _attempt(data: ReportData, section: str, compute: Callable[[], T]) -> T | None:

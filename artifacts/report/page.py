@@ -5,15 +5,13 @@ from __future__ import annotations
 import html
 import json
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from artifacts.report import counters as counter_info
+from artifacts.report.data import ReportData
 from artifacts.report.gather import ArtifactSummary, StageView
-
-if TYPE_CHECKING:
-    from artifacts.report.build import ReportData
 
 MAX_CANDIDATES_SHOWN = 8
 _PACKAGE_ORDER = ("python", "kpr-pipeline", "apache-beam", "pyarrow", "numpy", "torch", "transformers",
