@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from apache_beam.io.filesystems import FileSystems
 
-from artifacts import fs
+from artifacts import fs, layout
 from artifacts.errors import InputError, input_error_message, mentions_input_error
 from pipelines import stage as stage_runner
 from transforms.progress import LOGGER_NAME as PROGRESS_LOGGER
@@ -61,7 +61,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "all": ("--dump", "--model", "--encoder"),
 }
 # Commands that write OUT: it must be a writable directory before they start.
-WRITERS = ("parse", "dictionary", "mentions", "embed-entities", "index", "all")
+WRITERS = (*layout.STAGE_COMMANDS.values(), "all")
 INTERRUPTED_EXIT = 130
 
 

@@ -12,7 +12,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from artifacts import lock
+from artifacts import layout, lock
 from artifacts.errors import InputError
 from artifacts.report import write_report
 from artifacts.validation import validate_run
@@ -20,12 +20,9 @@ from pipelines import dictionary, embed_entities, index, mentions, parse
 from pipelines import stage as stage_runner
 
 # (command name, stage) in pipeline order.
-PIPELINE: tuple[tuple[str, stage_runner.Stage], ...] = (
-    ("parse", parse.STAGE),
-    ("dictionary", dictionary.STAGE),
-    ("mentions", mentions.STAGE),
-    ("embed-entities", embed_entities.STAGE),
-    ("index", index.STAGE),
+PIPELINE: tuple[tuple[str, stage_runner.Stage], ...] = tuple(
+    (layout.STAGE_COMMANDS[stage.name], stage)
+    for stage in (parse.STAGE, dictionary.STAGE, mentions.STAGE, embed_entities.STAGE, index.STAGE)
 )
 STAGE_COMMANDS = tuple(name for name, _ in PIPELINE)
 
