@@ -32,7 +32,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs
 from artifacts.errors import InputError
-from transforms.passages import shard_of
+from artifacts.passages import shard_of
 
 INDEX_JSON = "index.json"
 TRAINED_NAME = "trained.faiss"

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from artifacts import faiss_shards, fs, manifest, tables
+from artifacts import faiss_shards, fs, layout, manifest, tables
 from artifacts.errors import InputError
 from artifacts.linker import EntityLinker
 from artifacts.publish import copy_file, is_local
@@ -35,7 +35,7 @@ EMBEDDINGS_FILE = "entity_embeddings.npy"
 LINKER_DIR = "entity_linker"
 STAGING_DIR = ".export-staging"
 PAD = "[PAD]"
-REQUIRED_STAGES = ("dictionary", "embed_entities")
+REQUIRED_STAGES = (layout.DICTIONARY_STAGE, layout.EMBED_ENTITIES_STAGE)
 _VOCAB_CHUNK = 65_536
 
 
@@ -66,7 +66,7 @@ def export_kpr(output: str, directory: str) -> ExportSummary:
     fs.delete_tree(staging)  # a killed export's leftovers
     fs.mkdirs(staging)
     try:
-        linker = fs.join(output, "dictionary", "linker")
+        linker = fs.join(output, layout.LINKER)
         keys = entity_keys(output)
         write_vocab(fs.join(staging, VOCAB_FILE), keys, EntityLinker.load(linker).kb_keys)
         dim, without = write_embeddings(output, fs.join(staging, EMBEDDINGS_FILE), keys)
@@ -87,7 +87,7 @@ def entity_keys(output: str) -> pa.StringArray:
     """Entity keys in entity_id order (``keys[i]`` is entity i + 1's); ids must be exactly 1..N.
     Arrow strings, not Python objects: 7M keys take about 100 MB."""
     ids, keys = [], []
-    for batch in tables.iter_batches(output, "entities", ["entity_id", "title", "qid"]):
+    for batch in tables.iter_batches(output, layout.ENTITIES, ["entity_id", "title", "qid"]):
         ids.append(batch.column("entity_id").to_numpy(zero_copy_only=False).astype(np.int64))
         keys.append(entity_key_column(batch))
     all_ids = np.concatenate(ids) if ids else np.zeros(0, np.int64)
@@ -130,7 +130,7 @@ def local_file(path: str) -> Iterator[str]:
 
 
 def embeddings_dim(output: str) -> int:
-    _, schema = parquet_footer(tables.parquet_files(output, "entity_embeddings")[0])
+    _, schema = parquet_footer(tables.parquet_files(output, layout.ENTITY_EMBEDDINGS)[0])
     return schema.field("embedding").type.list_size
 
 
@@ -141,7 +141,7 @@ def write_embeddings(output: str, path: str, keys: pa.StringArray) -> tuple[int,
     with local_file(path) as local:
         # a new memory-mapped .npy reads as zeros: row 0 and entities without an embedding stay zero
         vectors = np.lib.format.open_memmap(local, mode="w+", dtype=np.float16, shape=(len(keys) + 1, dim))
-        for batch in tables.iter_batches(output, "entity_embeddings", ["entity_id", "title", "qid", "embedding"]):
+        for batch in tables.iter_batches(output, layout.ENTITY_EMBEDDINGS, ["entity_id", "title", "qid", "embedding"]):
             ids = batch.column("entity_id").to_numpy(zero_copy_only=False).astype(np.int64)
             check_embedding_keys(batch, ids, keys)
             vectors[ids] = faiss_shards.table_vectors(batch).astype(np.float16)

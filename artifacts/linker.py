@@ -20,7 +20,7 @@ import numpy as np
 
 from artifacts import fs
 from artifacts.errors import InputError
-from transforms.names import NameRules, find_names, fold_case, token_spans
+from artifacts.names import NameRules, find_names, fold_case, token_spans
 
 LINKER_FILES = ("name.trie", "kb_id.trie", "data.npy", "offsets.npy", "config.json", "titles.bin",
                 "title_offsets.npy")

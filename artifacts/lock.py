@@ -18,10 +18,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
-from artifacts import fs
+from artifacts import fs, layout
 from artifacts.errors import InputError
 
-LOCK_NAME = ".lock"
+LOCK_NAME = layout.LOCK
 
 
 @dataclass(frozen=True)

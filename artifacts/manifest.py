@@ -16,9 +16,9 @@ from typing import Any
 
 from apache_beam.io.filesystems import FileSystems
 
-from artifacts import fs, tables
+from artifacts import fs, layout, tables
 
-MANIFEST_NAME = "manifest.json"
+MANIFEST_NAME = layout.MANIFEST
 _VERSIONED_PACKAGES = (
     "kpr-pipeline", "apache-beam", "mwparserfromhell", "spacy", "torch", "transformers", "pyarrow",
     "numpy", "faiss-cpu", "faiss-gpu", "marisa-trie",

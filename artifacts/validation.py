@@ -25,19 +25,18 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from artifacts import faiss_shards, fs, manifest, schemas
+from artifacts import faiss_shards, fs, layout, manifest, schemas
 from artifacts.errors import InputError
 from artifacts.linker import EntityLinker
-from transforms.passages import shard_of
+from artifacts.passages import shard_of
 
 MAX_EXAMPLES = 5  # example ids per kind of problem: 7M bad rows make one line, not 7M
 VECTOR_COLUMN = "embedding"
-ERRORS_DIR = "errors"  # OUT/errors/STAGE/: one artifact directory per stage
-ENTITIES = "entities/"
-NAMES = "dictionary/names/"
-LINKER = "dictionary/linker"
-EMBEDDINGS = "entity_embeddings/"
-INDEX = "index"
+ENTITIES = f"{layout.ENTITIES}/"
+NAMES = f"{layout.NAMES}/"
+LINKER = layout.LINKER
+EMBEDDINGS = f"{layout.ENTITY_EMBEDDINGS}/"
+INDEX = layout.INDEX
 # |norm - target| / target allowed: float16 keeps about 3 significant digits per value.
 NORM_TOLERANCE = {pa.float32(): 1e-3, pa.float16(): 1e-2}
 
@@ -206,7 +205,7 @@ def parquet_problems(run: RecordedRun) -> list[str]:
 def artifact_directory(relative: str) -> str:
     """The artifact directory of a file under OUT (``errors/`` holds one directory per stage)."""
     parts = relative.split("/")
-    return "/".join(parts[:2]) if parts[0] == ERRORS_DIR and len(parts) > 2 else parts[0]
+    return "/".join(parts[:2]) if parts[0] == layout.ERRORS and len(parts) > 2 else parts[0]
 
 
 def stray_files(run: RecordedRun) -> list[str]:
@@ -303,10 +302,10 @@ class EntitySet:
 def semantic_problems(run: RecordedRun) -> list[str]:
     problems: list[str] = []
     entities = None
-    if "dictionary" in run.stages:
+    if layout.DICTIONARY_STAGE in run.stages:
         entities, found = check_entities(run)
         problems += found + check_names(run)
-    if "embed_entities" in run.stages and entities is not None:
+    if layout.EMBED_ENTITIES_STAGE in run.stages and entities is not None:
         problems += check_embeddings(run, entities)
     if INDEX in run.stages:
         problems += check_index(run)

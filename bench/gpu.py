@@ -121,7 +121,7 @@ def passage_options(args, model_path: str):
 
 def passage_path(args, model_path: str, passages: list) -> tuple[Rate, float]:
     """(PassageEncoderHandler.run_inference rate, mean tokens per passage)."""
-    from encoders.retrievers import PassageEncoderHandler
+    from encoders.loading import PassageEncoderHandler
 
     handler = PassageEncoderHandler(passage_options(args, model_path))
     model = handler.load_model()

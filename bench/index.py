@@ -39,7 +39,7 @@ def encode_rate(options, passages, repeats: int = 1) -> tuple[float, float]:
     """(passages/s, tokens/s) of encode_passages after one warm-up batch."""
     import torch
 
-    from encoders.retrievers import load_retriever
+    from encoders.loading import load_retriever
 
     encoder = load_retriever(options)
     encoder.encode_passages(passages[:16])

@@ -26,55 +26,16 @@ from torch import nn
 
 from artifacts import fs, tables
 from artifacts.errors import InputError
+from encoders.kpr_config import CONFIG_NAME, KPR_FIELDS, KPRSettings, read_config, read_kpr_settings
 from encoders.models import ModelSpec
 from encoders.retrievers import DenseEncoder, EncoderOptions
-from transforms.dead_letters import count
 
 LOG = logging.getLogger("kpr")
-CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 MODEL_TYPE = "kpr-bert"
 # The published checkpoints may carry their training-time entity table; vectors come from entity_embeddings/.
 _IGNORED_WEIGHTS = ("entity_fusion_layer.entity_embeddings.embeddings.weight",)
 _OPTIONAL_WEIGHTS = ("bert.pooler.",)  # the pooler is not used by KPR
-
-
-@dataclass(frozen=True)
-class KPRSettings:
-    """The KPR fields of a checkpoint's config.json (names as published)."""
-
-    entity_embedding_size: int
-    entity_fusion_activation: str = "sigmoid"
-    num_entity_fusion_attention_heads: int = 1
-    use_entity_position_embeddings: bool = True
-    similarity_function: str = "cosine"
-    similarity_temperature: float = 1.0
-    entity_fusion_method: str = "multihead_attention"
-
-
-KPR_FIELDS = tuple(KPRSettings.__dataclass_fields__)
-
-
-def read_config(directory: str) -> dict:
-    path = os.path.join(os.path.expanduser(str(directory)), CONFIG_NAME)
-    try:
-        with open(path) as handle:
-            return json.load(handle)
-    except (OSError, ValueError) as error:
-        raise InputError(f"cannot read the KPR config {path}: {error}") from error
-
-
-def read_kpr_settings(directory: str) -> KPRSettings:
-    raw = read_config(directory)
-    if "entity_embedding_size" not in raw:
-        raise InputError(f"{directory} is not a KPR checkpoint: its config.json has no entity_embedding_size")
-    settings = KPRSettings(**{name: raw[name] for name in KPR_FIELDS if name in raw})
-    if settings.entity_fusion_activation not in ("sigmoid", "softmax"):
-        raise InputError(f"{directory}: entity_fusion_activation {settings.entity_fusion_activation!r} "
-                         "is neither sigmoid nor softmax")
-    if settings.similarity_function not in ("dot", "cosine"):
-        raise InputError(f"{directory}: similarity_function {settings.similarity_function!r} is neither dot nor cosine")
-    return settings
 
 
 def bert_config(raw: dict):
@@ -414,9 +375,9 @@ class KPREncoder(DenseEncoder):
             found, dropped = entity_inputs([per_segment[index] for per_segment in mentions],
                                            encoded["offset_mapping"][index], encoded.sequence_ids(index),
                                            self.entities.has, self.options.max_entities)
-            count("kpr_entities", len(found.entity_ids))
+            self.count("kpr_entities", len(found.entity_ids))
             if dropped:
-                count("kpr_entities_over_max", dropped)
+                self.count("kpr_entities_over_max", dropped)
             item = {"input_ids": encoded["input_ids"][index], "entity_ids": found.entity_ids,
                     "entity_positions": found.positions}
             if "token_type_ids" in encoded:

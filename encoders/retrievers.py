@@ -1,4 +1,4 @@
-"""Dense retriever encoders for queries and passages, and their Beam RunInference handler.
+"""Dense retriever encoders for queries and passages (loaded by kind, and run by Beam, in ``encoders/loading.py``).
 
 The kind of encoder is an explicit option, never guessed from the model name:
 
@@ -17,17 +17,15 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
-from functools import partial
 from typing import Any
 
 import numpy as np
-from apache_beam.ml.inference.base import ModelHandler, PredictionResult
 
 from artifacts.errors import InputError
+from artifacts.passages import Passage
 from encoders.batching import (
-    estimated_tokens,
     host_tensor,
     padded,
     prefetched,
@@ -35,15 +33,12 @@ from encoders.batching import (
     to_host,
     token_budget_batches,
 )
+from encoders.kpr_config import read_kpr_settings
 from encoders.models import (
-    DTYPES,
     ModelSpec,
-    check_model_spec,
     load_encoder,
     load_tokenizer,
-    usable_positions,
 )
-from transforms.passages import Passage
 
 KINDS = ("dpr", "bge", "mean", "kpr")
 SIMILARITIES = ("dot", "cosine")
@@ -84,8 +79,6 @@ class EncoderOptions:
     def resolved(self) -> EncoderOptions:
         similarity, title, prefix = _DEFAULTS[self.kind]
         if self.kind == "kpr" and not self.similarity:
-            from encoders.kpr import read_kpr_settings
-
             similarity = read_kpr_settings(self.model).similarity_function
         return replace(self, similarity=self.similarity or similarity, title=self.title or title,
                        query_prefix=prefix if self.query_prefix is None else self.query_prefix)
@@ -107,35 +100,6 @@ class EncoderOptions:
         """The same encoder on another device / dtype, or with another question encoder."""
         return replace(self, device=device or self.device, dtype=dtype or self.dtype,
                        query_model=query_model or self.query_model)
-
-
-def check_encoder_options(options: EncoderOptions) -> None:
-    """Fail before any work starts, with one line naming the bad option."""
-    if options.kind not in KINDS:
-        raise InputError(f"--encoder-type {options.kind!r} is not one of {', '.join(KINDS)}")
-    if options.similarity and options.similarity not in SIMILARITIES:
-        raise InputError(f"--similarity {options.similarity!r} is not one of {', '.join(SIMILARITIES)}")
-    if options.title and options.title not in TITLE_MODES:
-        raise InputError(f"--title-mode {options.title!r} is not one of {', '.join(TITLE_MODES)}")
-    if options.dtype not in DTYPES:
-        raise InputError(f"--dtype {options.dtype!r} is not one of {', '.join(DTYPES)}")
-    if options.max_length < 8:
-        raise InputError(f"--max-length {options.max_length} is too small (at least 8 tokens)")
-    if options.batch_tokens < 1:
-        raise InputError(f"--batch-tokens must be at least 1, got {options.batch_tokens}")
-    for role in ("passage", "query"):
-        check_model_spec(options.spec(role))
-        limit = usable_positions(options.spec(role))
-        if options.max_length > limit:
-            raise InputError(f"--max-length {options.max_length}: {options.spec(role).name_or_path} takes at most "
-                             f"{limit} tokens")
-    if options.kind == "kpr":
-        from encoders.kpr import check_kpr_options
-
-        check_kpr_options(options)
-        return
-    for path in dict.fromkeys((options.spec("passage").name_or_path, options.spec("query").name_or_path)):
-        check_tokenizer(path, options.kind)
 
 
 def check_tokenizer(name_or_path: str, kind: str) -> None:
@@ -224,15 +188,24 @@ def load_dense_model(spec: ModelSpec):
     return model.to(spec.device).eval()
 
 
+# count(name, value): how an encoder reports what it counted (e.g. KPR's entity inputs) to its caller.
+CountFn = Callable[[str, int], None]
+
+
+def ignore_count(name: str, value: int = 1) -> None:
+    """The default ``CountFn`` outside a pipeline (search, evaluate): nothing is counted."""
+
+
 class DenseEncoder:
     """A loaded retriever (one model: the passage or the question side); what the RunInference handler's
     ``load_model`` returns. ``encode_passages`` / ``encode_queries`` give float32 rows in input order."""
 
-    def __init__(self, options: EncoderOptions, role: str = "passage") -> None:
+    def __init__(self, options: EncoderOptions, role: str = "passage", count: CountFn = ignore_count) -> None:
         import torch
 
         self.options = options.resolved()
         self.role = role
+        self.count = count  # the caller's counter (a Beam counter in a pipeline); encoders count no metrics
         spec = self.options.spec(role)
         self.tokenizer = self._load_tokenizer(spec)
         self.model = self._load_model(spec)
@@ -316,48 +289,3 @@ class DenseEncoder:
 
     def _forward(self, batch: list[dict[str, list]]) -> np.ndarray:
         return to_host([self._forward_inputs(self._collate(batch))])
-
-
-def load_retriever(options: EncoderOptions, role: str = "passage") -> DenseEncoder:
-    """The encoder of ``options`` for ``role`` ("passage" or "query"), loaded and in eval mode."""
-    if options.kind == "kpr":
-        from encoders.kpr import KPREncoder
-
-        return KPREncoder(options, role)
-    return DenseEncoder(options, role)
-
-
-def passage_tokens(max_length: int, passage: Passage) -> int:
-    """Estimated tokens of one passage (title and text), for batching RunInference elements by tokens."""
-    return estimated_tokens(max_length, len(passage.title) + len(passage.text))
-
-
-class PassageEncoderHandler(ModelHandler[Passage, PredictionResult, DenseEncoder]):
-    """RunInference handler: elements batched by estimated tokens here (``batch_weight``, larger batches give
-    better length bucketing), then by token budget inside ``encode_passages``. ``share_model``: one encoder per
-    machine shared by the worker processes; by default only on CUDA (one copy per GPU)."""
-
-    def __init__(self, options: EncoderOptions, batch_weight: int | None = None,
-                 share_model: bool | None = None) -> None:
-        super().__init__()
-        self._options = options
-        self.batch_weight = batch_weight or 16 * options.batch_tokens  # estimated tokens per run_inference call
-        self._share = options.device.startswith("cuda") if share_model is None else share_model
-
-    def load_model(self) -> DenseEncoder:
-        return load_retriever(self._options, "passage")
-
-    def run_inference(self, batch: Sequence[Passage], model: DenseEncoder,
-                      inference_args: dict[str, Any] | None = None) -> Iterable[PredictionResult]:
-        vectors = model.encode_passages(batch)
-        return [PredictionResult(passage, vector) for passage, vector in zip(batch, vectors, strict=True)]
-
-    def batch_elements_kwargs(self) -> dict[str, Any]:
-        # With element_size_fn, Beam's batch sizes count tokens. Large calls: better length bucketing, and the
-        # prefetch thread's first batch (not overlapped with a forward pass) is a small share of each call.
-        return {"min_batch_size": min(max(self._options.batch_tokens, self.batch_weight // 4), self.batch_weight),
-                "max_batch_size": self.batch_weight,
-                "element_size_fn": partial(passage_tokens, self._options.max_length)}
-
-    def share_model_across_processes(self) -> bool:
-        return self._share

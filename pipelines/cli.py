@@ -13,10 +13,9 @@ from typing import Any, Protocol
 
 from apache_beam.io.filesystems import FileSystems
 
-from artifacts import fs
+from artifacts import fs, layout
 from artifacts.errors import InputError, input_error_message, mentions_input_error
 from pipelines import stage as stage_runner
-from transforms.progress import DEFAULT_INTERVAL_S
 from transforms.progress import LOGGER_NAME as PROGRESS_LOGGER
 
 # command name -> "module:attribute"; a stage object has name/outputs/upstream()/run, a command has main().
@@ -62,7 +61,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "all": ("--dump", "--model", "--encoder"),
 }
 # Commands that write OUT: it must be a writable directory before they start.
-WRITERS = ("parse", "dictionary", "mentions", "embed-entities", "index", "all")
+WRITERS = (*layout.STAGE_COMMANDS.values(), "all")
 INTERRUPTED_EXIT = 130
 
 
@@ -96,11 +95,6 @@ def load_command(name: str) -> Any:
     return getattr(importlib.import_module(module_name), attribute)
 
 
-def add_progress_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--progress-interval", type=float, default=DEFAULT_INTERVAL_S, metavar="SECONDS",
-                        help="seconds between progress lines of a worker (default %(default)s)")
-
-
 def summary(command: Any, name: str) -> str:
     """The first paragraph of the command's docstring as one sentence, without a leading ``name:``."""
     paragraph = " ".join((command.__doc__ or name).strip().split("\n\n")[0].split())
@@ -130,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
         if hasattr(command, "run"):
             sub.add_argument("--output", required=True, help="OUT: local path or Beam filesystem URL")
             sub.add_argument("--force", action="store_true", help="rerun even if the outputs are up to date")
-            add_progress_argument(sub)
+            stage_runner.add_progress_argument(sub)
         command.add_arguments(sub)
         mark_required(sub, REQUIRED.get(name, ()))
     return parser

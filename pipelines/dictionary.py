@@ -11,12 +11,10 @@ import marisa_trie
 import numpy as np
 import pyarrow.compute as pc
 
-from artifacts import schemas, tables
+from artifacts import layout, schemas, tables
 from artifacts.errors import InputError
 from artifacts.linker import build_kb_trie, write_linker_columns
-from pipelines.stage import StageContext, run_beam
-from transforms.dead_letters import WriteDeadLetters, count, dead_letter
-from transforms.names import (
+from artifacts.names import (
     NameRules,
     find_names,
     fold_case,
@@ -26,6 +24,8 @@ from transforms.names import (
     title_name,
     token_spans,
 )
+from pipelines.stage import StageContext, run_beam
+from transforms.dead_letters import WriteDeadLetters, count, dead_letter
 
 
 def anchor_pairs(article: dict[str, Any], rules: NameRules) -> Iterator[Any]:
@@ -232,11 +232,11 @@ def entity_row(entity: dict[str, Any]) -> dict[str, Any]:
 class DictionaryStage:
     """Build the anchor dictionary, the entity vocabulary and the entity linker from parsed articles."""
 
-    name = "dictionary"
-    outputs = ("entities", "dictionary")
+    name = layout.DICTIONARY_STAGE
+    outputs = (layout.ENTITIES, layout.DICTIONARY)
 
     def upstream(self, args: argparse.Namespace) -> tuple[str, ...]:
-        return ("parse",)
+        return (layout.PARSE_STAGE,)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         group = parser.add_argument_group("dictionary")
@@ -260,7 +260,7 @@ class DictionaryStage:
         return {}
 
     def run(self, ctx: StageContext, args: argparse.Namespace) -> dict[str, int]:
-        article_count = tables.total_rows(args.output, "articles")
+        article_count = tables.total_rows(args.output, layout.ARTICLES)
         if article_count == 0:
             raise InputError(f"{args.output}/articles has no rows: run the parse stage on a dump with articles")
         rules = NameRules(case_sensitive=args.case_sensitive, max_length=args.max_mention_length)
@@ -269,15 +269,16 @@ class DictionaryStage:
 
         def build(pipeline: beam.Pipeline) -> None:
             articles = pipeline | "ReadArticles" >> beam.io.ReadFromParquet(
-                tables.parquet_pattern(args.output, "articles"), columns=["page_id", "title", "text", "links", "qid"],
-            ) | "Progress" >> ctx.progress("articles", article_count)
+                tables.parquet_pattern(args.output, layout.ARTICLES),
+                columns=["page_id", "title", "text", "links", "qid"],
+            ) | "Progress" >> ctx.progress(layout.ARTICLES, article_count)
             built = articles | "BuildDictionary" >> BuildDictionary(rules, args.doc_unit == "page",
                                                                     args.include_red_links, thresholds)
             _ = built["entities"] | "EntityRows" >> beam.Map(entity_row) | "WriteEntities" >> beam.io.WriteToParquet(
-                ctx.staged_prefix("entities"), schemas.ENTITIES, file_name_suffix=".parquet",
+                ctx.staged_prefix(layout.ENTITIES), schemas.ENTITIES, file_name_suffix=".parquet",
                 codec=schemas.PARQUET_CODEC)
             _ = built["names"] | "WriteNames" >> beam.io.WriteToParquet(
-                ctx.staged_prefix("dictionary/names"), schemas.NAMES, file_name_suffix=".parquet",
+                ctx.staged_prefix(layout.NAMES), schemas.NAMES, file_name_suffix=".parquet",
                 codec=schemas.PARQUET_CODEC)
             _ = built["dead_letters"] | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("names"))
 
@@ -288,19 +289,20 @@ class DictionaryStage:
     def _write_linker(self, ctx: StageContext, args: argparse.Namespace) -> None:
         """The linker is built from the finished tables: only the name and key tries are global."""
         # Columns, not row dicts: 7M entities as Python dicts would take gigabytes on one worker.
-        entities = tables.read_table(ctx.staging_root, "entities", ["entity_id", "title", "qid"]).sort_by("entity_id")
+        entities = tables.read_table(ctx.staging_root, layout.ENTITIES, ["entity_id", "title", "qid"])
+        entities = entities.sort_by("entity_id")
         qid, title = entities.column("qid"), entities.column("title")
         has_qid = pc.fill_null(pc.not_equal(qid, ""), False)  # the same rule as `qid or title`
         kb_keys = build_kb_trie(pc.if_else(has_qid, qid, title).to_pylist())
         titles = title.to_pylist()  # ids are 1..N: position i is entity i + 1
         columns = ["name", "entity_id", "link_count", "total_link_count", "doc_count"]
-        names = tables.read_table(ctx.staging_root, "dictionary/names", columns)
+        names = tables.read_table(ctx.staging_root, layout.NAMES, columns)
         counts = np.stack([names.column(column).to_numpy() for column in columns[1:]], axis=1) \
             if names.num_rows else np.zeros((0, 4), dtype=np.int64)
         config = {"max_mention_length": args.max_mention_length, "case_sensitive": args.case_sensitive,
                   "min_link_prob": args.min_link_prob, "min_prior_prob": args.min_commonness,
                   "min_link_count": args.min_link_count}
-        write_linker_columns(ctx.staged("dictionary/linker"), names.column("name").to_pylist(), counts, kb_keys,
+        write_linker_columns(ctx.staged(layout.LINKER), names.column("name").to_pylist(), counts, kb_keys,
                              titles, config)
 
 

@@ -21,18 +21,12 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.ml.inference.base import PredictionResult, RunInference
 
-from artifacts import faiss_shards, fs, manifest, schemas, tables
+from artifacts import faiss_shards, fs, layout, manifest, schemas, tables
 from artifacts.errors import InputError
+from artifacts.passages import Passage, shard_of
+from encoders.loading import PassageEncoderHandler, check_encoder_options
 from encoders.models import DTYPES, model_files
-from encoders.retrievers import (
-    KINDS,
-    SIMILARITIES,
-    TITLE_MODES,
-    EncoderOptions,
-    PassageEncoderHandler,
-    check_encoder_options,
-    dense_dim,
-)
+from encoders.retrievers import KINDS, SIMILARITIES, TITLE_MODES, EncoderOptions, dense_dim
 from pipelines.refresh import add_previous_arguments, fingerprint_changes, previous_options, reusable_previous
 from pipelines.stage import StageContext, run_beam
 from transforms.dead_letters import WriteDeadLetters, count, dead_letter
@@ -42,14 +36,12 @@ from transforms.passages import (
     DUPLICATE_KEEPS,
     MAX_REPORTED_CHARS,
     BadRow,
-    Passage,
     article_passages,
     decode_corpus_line,
     header_columns,
     parse_dpr_row,
     pick_duplicate,
     sample_key,
-    shard_of,
     too_many_chunks,
 )
 from transforms.refresh import SplitPassagesForRefresh, option_changes
@@ -82,8 +74,8 @@ def encoder_options(args: argparse.Namespace) -> EncoderOptions:
         raise InputError("index needs --encoder NAME_OR_PATH (a dense retriever or a KPR checkpoint)")
     linker = entity_embeddings = ""
     if args.encoder_type == "kpr":
-        linker = fs.join(args.output, "dictionary", "linker")
-        entity_embeddings = fs.join(args.output, "entity_embeddings")
+        linker = fs.join(args.output, layout.LINKER)
+        entity_embeddings = fs.join(args.output, layout.ENTITY_EMBEDDINGS)
     return EncoderOptions(
         kind=args.encoder_type, model=str(args.encoder), query_model=args.query_encoder,
         similarity=args.similarity or "", title=args.title_mode or "", query_prefix=args.query_prefix,
@@ -213,7 +205,7 @@ class ReadPassages(beam.PTransform):
                         "dead_letter", main="passages"))
         else:
             rows = (pipeline
-                    | "ReadArticles" >> beam.io.ReadFromParquet(tables.parquet_pattern(self._output, "articles"),
+                    | "ReadArticles" >> beam.io.ReadFromParquet(tables.parquet_pattern(self._output, layout.ARTICLES),
                                                                 columns=["page_id", "title", "text"])
                     | "CutPassages" >> beam.FlatMap(cut_article, self._words).with_outputs(
                         "dead_letter", main="passages"))
@@ -318,13 +310,13 @@ def check_corpus(pattern: str) -> tuple[int, int, int]:
 class IndexStage:
     """Encode a passage corpus with a dense retriever and build sharded FAISS indexes."""
 
-    name = "index"
-    outputs = ("index", "passages")
+    name = layout.INDEX_STAGE
+    outputs = (layout.INDEX, layout.PASSAGES)
 
     def upstream(self, args: argparse.Namespace) -> tuple[str, ...]:
         """Passages cut from the dump read parse's articles; a KPR encoder reads the linker and embeddings."""
-        stages = () if args.corpus else ("parse",)
-        return stages + (("dictionary", "embed_entities") if args.encoder_type == "kpr" else ())
+        stages = () if args.corpus else (layout.PARSE_STAGE,)
+        return stages + ((layout.DICTIONARY_STAGE, layout.EMBED_ENTITIES_STAGE) if args.encoder_type == "kpr" else ())
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         add_encoder_arguments(parser)
@@ -362,11 +354,12 @@ class IndexStage:
         options = options.resolved()
         dim = dense_dim(options)
         columns = check_corpus(args.corpus) if args.corpus else None
-        if columns is None and not fs.list_files(tables.artifact_dir(args.output, "articles"), "*.parquet"):
+        if columns is None and not fs.list_files(tables.artifact_dir(args.output, layout.ARTICLES), "*.parquet"):
             raise InputError(f"no --corpus and no articles under {args.output}: "
                              "run `python run_pipeline.py parse` first or pass --corpus psgs_w100.tsv")
-        index_dir = ctx.staged("index")
-        previous = reusable_previous(args, self.name, ("index",), lambda old: incompatibility(old, args, options))
+        index_dir = ctx.staged(layout.INDEX)
+        previous = reusable_previous(args, self.name, (layout.INDEX_STAGE,),
+                                     lambda old: incompatibility(old, args, options))
         counters = run_beam(ctx, lambda pipeline: self._encode(pipeline, ctx, args, options, dim, columns, previous))
         counters = {**counters, **self._build(ctx, args, options, dim, index_dir, previous)}
         return {"passages_reused": 0, "passages_encoded": 0, **counters} if args.previous else counters
@@ -374,18 +367,18 @@ class IndexStage:
     def _encode(self, pipeline: beam.Pipeline, ctx: StageContext, args: argparse.Namespace,
                 options: EncoderOptions, dim: int, columns: tuple[int, int, int] | None,
                 previous: str | None = None) -> None:
-        index_dir = ctx.staged("index")
+        index_dir = ctx.staged(layout.INDEX)
         passages, dead = pipeline | "ReadPassages" >> ReadPassages(args.corpus, columns, args.output,
                                                                    args.words_per_passage, args.on_duplicate_id)
         if columns is None:
             _ = (passages | "PassageRows" >> beam.Map(Passage.to_row)
                  | "WritePassages" >> beam.io.WriteToParquet(
-                     ctx.staged_prefix("passages"), _passages_schema(), file_name_suffix=".parquet",
+                     ctx.staged_prefix(layout.PASSAGES), _passages_schema(), file_name_suffix=".parquet",
                      codec=schemas.PARQUET_CODEC))
 
         passages, reused = split_for_refresh(passages, previous, args.shards)
         encoded = (passages
-                   | "Encode" >> RunInference(PassageEncoderHandler(options))
+                   | "Encode" >> RunInference(PassageEncoderHandler(options, count=count))
                    | "Progress" >> ctx.progress("passages")
                    | "KeepFinite" >> beam.FlatMap(encoded_row, args.shards).with_outputs("dead_letter", main="rows"))
         rows = encoded.rows if reused is None else (encoded.rows, reused) | "WithReused" >> beam.Flatten()
@@ -439,9 +432,9 @@ def incompatibility(old: dict[str, manifest.StageRecord], args: argparse.Namespa
     """Why the previous run's passage vectors differ from what this encoder computes (None: they do not)."""
     if options.kind == "kpr":
         return "KPR passage vectors depend on this run's entity embeddings"
-    changes = option_changes(old["index"].options.get("encoder", {}), STAGE.options(args)["encoder"])
+    changes = option_changes(old[layout.INDEX_STAGE].options.get("encoder", {}), STAGE.options(args)["encoder"])
     changes += [f"{role}: model files changed" for role in
-                fingerprint_changes(old["index"], STAGE.external_inputs(args))]
+                fingerprint_changes(old[layout.INDEX_STAGE], STAGE.external_inputs(args))]
     return f"it was built with another encoder ({'; '.join(changes)})" if changes else None
 
 
@@ -455,7 +448,7 @@ def split_for_refresh(passages: beam.PCollection, previous: str | None,
     """(passages to encode, reused (shard, row) pairs or None)."""
     if previous is None:
         return passages, None
-    pattern = fs.join(previous, "index", faiss_shards.EMBEDDINGS_DIR, "*", "*.parquet")
+    pattern = fs.join(previous, layout.INDEX, faiss_shards.EMBEDDINGS_DIR, "*", "*.parquet")
     old = passages.pipeline | "ReadOldVectors" >> beam.io.ReadFromParquet(pattern)
     split = {"passages": passages, "old_vectors": old} | "SplitForRefresh" >> SplitPassagesForRefresh()
     return split["encode"], split["reused"] | "ReusedRows" >> beam.Map(reused_row, shards)
@@ -466,8 +459,8 @@ def previous_quantizer(previous: str | None, index_dir: str, factory: str, dim: 
     None (and a line saying why the quantizer is trained again) otherwise."""
     if previous is None:
         return None
-    info = faiss_shards.load_index_info(fs.join(previous, "index"))
-    source = fs.join(previous, "index", faiss_shards.TRAINED_NAME)
+    info = faiss_shards.load_index_info(fs.join(previous, layout.INDEX))
+    source = fs.join(previous, layout.INDEX, faiss_shards.TRAINED_NAME)
     if (info.factory, info.dim) != (factory, dim) or not fs.exists(source):
         print(f"[index] training the quantizer again: the previous run has {info.factory} x {info.dim}, "
               f"this one needs {factory} x {dim}", file=sys.stderr)

@@ -9,7 +9,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from artifacts import schemas
+from artifacts import layout, schemas
 from artifacts.errors import InputError
 from pipelines.stage import StageContext, run_beam
 from transforms.dead_letters import WriteDeadLetters, count, dead_letter
@@ -182,8 +182,8 @@ def index_paths_for(args: argparse.Namespace) -> dict[str, str]:
 class ParseStage:
     """Parse Wikipedia dump(s) into articles with resolved links, and redirects."""
 
-    name = "parse"
-    outputs = ("articles", "redirects")
+    name = layout.PARSE_STAGE
+    outputs = (layout.ARTICLES, layout.REDIRECTS)
 
     def upstream(self, args: argparse.Namespace) -> tuple[str, ...]:
         return ()
@@ -229,10 +229,10 @@ class ParseStage:
             parsed = pipeline | "ParseDump" >> ParseDump(
                 args, siteinfo, index_paths, lambda total: ctx.progress("pages", total))
             _ = parsed["articles"] | "WriteArticles" >> beam.io.WriteToParquet(
-                ctx.staged_prefix("articles"), schemas.ARTICLES, file_name_suffix=".parquet",
+                ctx.staged_prefix(layout.ARTICLES), schemas.ARTICLES, file_name_suffix=".parquet",
                 codec=schemas.PARQUET_CODEC)
             _ = parsed["redirects"] | "WriteRedirects" >> beam.io.WriteToParquet(
-                ctx.staged_prefix("redirects"), schemas.REDIRECTS, file_name_suffix=".parquet",
+                ctx.staged_prefix(layout.REDIRECTS), schemas.REDIRECTS, file_name_suffix=".parquet",
                 codec=schemas.PARQUET_CODEC)
             _ = parsed["dead_letters"] | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("pages"))
 

@@ -12,21 +12,17 @@ import sys
 import time
 from dataclasses import dataclass
 
-from artifacts import lock
+from artifacts import layout, lock
 from artifacts.errors import InputError
 from artifacts.report import write_report
 from artifacts.validation import validate_run
 from pipelines import dictionary, embed_entities, index, mentions, parse
 from pipelines import stage as stage_runner
-from pipelines.cli import add_progress_argument
 
 # (command name, stage) in pipeline order.
-PIPELINE: tuple[tuple[str, stage_runner.Stage], ...] = (
-    ("parse", parse.STAGE),
-    ("dictionary", dictionary.STAGE),
-    ("mentions", mentions.STAGE),
-    ("embed-entities", embed_entities.STAGE),
-    ("index", index.STAGE),
+PIPELINE: tuple[tuple[str, stage_runner.Stage], ...] = tuple(
+    (layout.STAGE_COMMANDS[stage.name], stage)
+    for stage in (parse.STAGE, dictionary.STAGE, mentions.STAGE, embed_entities.STAGE, index.STAGE)
 )
 STAGE_COMMANDS = tuple(name for name, _ in PIPELINE)
 
@@ -56,9 +52,9 @@ def forced_stages(force: list[str] | None) -> set[str]:
 
 def preflight(args: argparse.Namespace) -> None:
     """Fail before hour one, not at hour nine: every required option and model is there."""
+    from encoders.loading import check_encoder_options
     from encoders.mask_encoder import check_mask_model
     from encoders.models import ModelSpec
-    from encoders.retrievers import check_encoder_options
 
     parse.require_dumps(args)
     if not args.model:
@@ -108,7 +104,7 @@ class RunAllCommand:
                             help="rerun these stages even if up to date (no name: every stage); stages "
                             "downstream rerun when what they read changed")
         parser.add_argument("--no-report", action="store_true", help="skip the HTML report at the end")
-        add_progress_argument(parser)
+        stage_runner.add_progress_argument(parser)
         add_stage_arguments(parser)
 
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:

@@ -9,10 +9,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from artifacts import faiss_shards, fs, manifest
+from artifacts import faiss_shards, fs, layout, manifest
 from artifacts.errors import InputError
+from encoders.loading import check_encoder_options, load_retriever
 from encoders.models import DTYPES
-from encoders.retrievers import DenseEncoder, EncoderOptions, check_encoder_options, load_retriever
+from encoders.retrievers import DenseEncoder, EncoderOptions
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ def add_search_arguments(parser: argparse.ArgumentParser) -> None:
 def recorded_index_files(output: str) -> frozenset[str]:
     """The index files the manifest of ``output`` records, unchanged since: a reader never sees files of an
     index stage that is running or was cut off (they are not recorded until it commits)."""
-    record = manifest.load(output).get("index")
+    record = manifest.load(output).get(layout.INDEX_STAGE)
     command = f"python run_pipeline.py index --output {output} ..."
     if record is None:
         raise InputError(f"{output} has no index recorded in its manifest (the index stage has not finished): run "
@@ -58,7 +59,7 @@ class Retriever:
         from transformers.utils import logging as transformers_logging
 
         transformers_logging.disable_progress_bar()  # the weight-loading bar would garble the printed results
-        index_dir = fs.join(output, "index")
+        index_dir = fs.join(output, layout.INDEX)
         recorded = recorded_index_files(output)
         self.index = faiss_shards.ShardedIndex(index_dir, nprobe, ef_search)
         unrecorded = [shard["index"] for shard in self.index.info.shard_files

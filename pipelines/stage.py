@@ -19,14 +19,13 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from artifacts import fs, lock, manifest
+from artifacts import fs, layout, lock, manifest
 from artifacts.errors import InputError
 from transforms.dead_letters import COUNTER_NAMESPACE
 from transforms.progress import DEFAULT_INTERVAL_S, LogProgress, worker_count
 
 LOG = logging.getLogger("kpr")
-STAGING_DIR = ".staging"
-ERRORS_DIR = "errors"
+STAGING_DIR = layout.STAGING
 
 
 @dataclass(frozen=True)
@@ -52,7 +51,7 @@ class StageContext:
 
     def errors_prefix(self, kind: str) -> str:
         """A file prefix for dead letters of ``kind``; committed to OUT/errors/STAGE/."""
-        return fs.join(self.staged(f"{ERRORS_DIR}/{self.stage}"), kind)
+        return fs.join(self.staged(layout.errors_of(self.stage)), kind)
 
     def final(self, artifact: str) -> str:
         return fs.join(self.output, artifact)
@@ -88,6 +87,11 @@ class Stage(Protocol):
     def run(self, ctx: StageContext, args: argparse.Namespace) -> dict[str, int]:
         """Write every output under ``ctx.staged(...)``; return counters beyond the Beam ones."""
         ...
+
+
+def add_progress_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--progress-interval", type=float, default=DEFAULT_INTERVAL_S, metavar="SECONDS",
+                        help="seconds between progress lines of a worker (default %(default)s)")
 
 
 def beam_pipeline_options(beam_args: Sequence[str]) -> PipelineOptions:
@@ -171,7 +175,7 @@ def commit(ctx: StageContext, stage: Stage, record: manifest.StageRecord) -> man
     completed = manifest.load(ctx.output)
     completed.pop(stage.name, None)
     manifest.save(ctx.output, completed)
-    artifacts = [*stage.outputs, f"{ERRORS_DIR}/{stage.name}"]
+    artifacts = [*stage.outputs, layout.errors_of(stage.name)]
     for artifact in artifacts:
         fs.delete_tree(ctx.final(artifact))
         for source in fs.list_tree(ctx.staged(artifact)):

@@ -8,9 +8,10 @@ import pytest
 
 from artifacts import tables
 from artifacts.errors import InputError
+from encoders.loading import check_encoder_options
 from encoders.mask_encoder import MaskEncoderHandler, check_mask_model
 from encoders.models import ModelSpec
-from encoders.retrievers import EncoderOptions, check_encoder_options
+from encoders.retrievers import EncoderOptions
 from pipelines.cli import main
 from tests.conftest import MULTI_PROCESS, copy_stages
 from tests.test_dictionary import article

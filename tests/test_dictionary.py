@@ -13,10 +13,10 @@ import pytest
 
 from artifacts import manifest, schemas, tables
 from artifacts.linker import EntityLinker
+from artifacts.names import NameRules, find_names, fold_case, title_name
 from pipelines.cli import main
 from pipelines.dictionary import anchor_pairs, name_rows
 from tests.conftest import DIRECT, MINI, MULTI_PROCESS, PASSAGES, copy_stages
-from transforms.names import NameRules, find_names, fold_case, title_name
 
 RULES = NameRules()
 

@@ -18,6 +18,7 @@ from apache_beam.testing.util import assert_that
 
 from artifacts import schemas, tables
 from encoders.batching import estimated_tokens, padded, prefetched, token_budget_batches
+from encoders.loading import PassageEncoderHandler
 from encoders.mask_encoder import (
     MaskEncoder,
     MaskEncoderHandler,
@@ -27,7 +28,7 @@ from encoders.mask_encoder import (
     tokenizing_chunks,
 )
 from encoders.models import ModelSpec
-from encoders.retrievers import DenseEncoder, EncoderOptions, PassageEncoderHandler, passage_segments
+from encoders.retrievers import DenseEncoder, EncoderOptions, passage_segments
 from pipelines.cli import main
 from tests.conftest import DIRECT, PASSAGES
 from tests.test_dictionary import write_parsed

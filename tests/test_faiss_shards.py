@@ -8,7 +8,8 @@ import pytest
 
 from artifacts import faiss_shards as shards
 from artifacts.errors import InputError
-from transforms.passages import sample_key, shard_of
+from artifacts.passages import shard_of
+from transforms.passages import sample_key
 
 DIM = 16
 

@@ -13,11 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from artifacts import faiss_shards, manifest, tables
-from encoders.retrievers import EncoderOptions, load_retriever
+from artifacts.passages import Passage, shard_of
+from encoders.loading import load_retriever
+from encoders.retrievers import EncoderOptions
 from pipelines.cli import main
 from tests.conftest import DIRECT, MULTI_PROCESS, PASSAGES
 from tests.test_dictionary import article, write_parsed
-from transforms.passages import Passage, parse_dpr_row, shard_of
+from transforms.passages import parse_dpr_row
 
 SUBSET = PASSAGES / "psgs_w100_subset_from_haystack_nqdev.tsv"
 

@@ -18,6 +18,7 @@ from transformers import AutoModel, AutoTokenizer
 from artifacts import schemas, tables
 from artifacts.errors import InputError
 from artifacts.linker import Candidate, EntityLinker, Mention, NameRow, build_kb_trie, write_linker
+from artifacts.passages import Passage
 from encoders.kpr import (
     KPRModel,
     KPRSettings,
@@ -26,10 +27,10 @@ from encoders.kpr import (
     mention_token_positions,
     read_kpr_settings,
 )
-from encoders.retrievers import EncoderOptions, check_encoder_options, load_retriever
+from encoders.loading import check_encoder_options, load_retriever
+from encoders.retrievers import EncoderOptions
 from pipelines.cli import main
 from tests.conftest import BUNDLED_SAMPLE, DIRECT
-from transforms.passages import Passage
 
 ENTITY_DIM = 8
 PUBLISHED_FUSION_NAMES = {

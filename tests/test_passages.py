@@ -6,11 +6,11 @@ from collections import Counter
 
 import pytest
 
+from artifacts.passages import Passage, shard_of
 from tests.conftest import PASSAGES
 from transforms.passages import (
     PASSAGES_PER_PAGE,
     BadRow,
-    Passage,
     article_passages,
     decode_corpus_line,
     format_dpr_row,
@@ -19,7 +19,6 @@ from transforms.passages import (
     passage_id_of,
     pick_duplicate,
     sample_key,
-    shard_of,
     too_many_chunks,
     word_chunks,
 )

@@ -6,8 +6,8 @@ import apache_beam as beam
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
+from artifacts.passages import Passage
 from transforms.mention_sampling import window_digest
-from transforms.passages import Passage
 from transforms.refresh import (
     SampleDigest,
     SplitEntitiesForRefresh,

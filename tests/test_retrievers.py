@@ -10,18 +10,11 @@ from apache_beam.ml.inference.base import PredictionResult
 from transformers import AutoModel, AutoTokenizer
 
 from artifacts.errors import InputError
-from encoders.retrievers import (
-    BGE_QUERY_PREFIX,
-    DenseEncoder,
-    EncoderOptions,
-    PassageEncoderHandler,
-    check_encoder_options,
-    dense_dim,
-    load_retriever,
-    passage_segments,
-)
+from artifacts.passages import Passage
+from encoders.loading import PassageEncoderHandler, check_encoder_options, load_retriever
+from encoders.retrievers import BGE_QUERY_PREFIX, DenseEncoder, EncoderOptions, dense_dim, passage_segments
 from tests.conftest import PASSAGES
-from transforms.passages import Passage, parse_dpr_row
+from transforms.passages import parse_dpr_row
 
 QUERIES = ["who sings does he love me with reba", "where do the great lakes meet the ocean"]
 

@@ -11,21 +11,13 @@ import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from artifacts.passages import Passage
+
 DPR_HEADER = ("id", "text", "title")
 # Passages cut from an article get the id page_id * PASSAGES_PER_PAGE + chunk: stable across dump refreshes
 # as long as the article's text does not change, readable (page 12, chunk 3 -> 1200003) and int64-safe.
 PASSAGES_PER_PAGE = 100_000
 MAX_REPORTED_CHARS = 300  # of a bad row kept in its dead letter
-
-
-@dataclass(frozen=True)
-class Passage:
-    passage_id: int
-    title: str
-    text: str
-
-    def to_row(self) -> dict[str, object]:
-        return {"passage_id": self.passage_id, "title": self.title, "text": self.text}
 
 
 @dataclass(frozen=True)
@@ -132,12 +124,6 @@ def decode_corpus_line(raw: bytes) -> tuple[str, bool]:
     it had any; UnicodeDecodeError if it is not UTF-8."""
     line = raw.decode("utf-8")
     return (line.replace("\x00", ""), True) if "\x00" in line else (line, False)
-
-
-def shard_of(passage_id: int, shards: int) -> int:
-    """The shard of a passage: a stable hash of its id, so shards stay balanced whatever the id ranges."""
-    digest = hashlib.blake2b(passage_id.to_bytes(8, "little", signed=True), digest_size=8).digest()
-    return int.from_bytes(digest, "little") % shards
 
 
 def sample_key(passage_id: int) -> int:

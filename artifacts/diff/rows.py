@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from artifacts import tables
+from artifacts import layout, tables
 from artifacts.diff.keyed import DIGEST_DTYPE, Keyed, concatenate, key_hash, row_digest
 
 BATCH = 65_536
@@ -51,19 +51,19 @@ def _article_fields(values: dict[str, list]) -> Iterator[list[str]]:
 
 def articles(output: str) -> Keyed:
     """Articles by page id; the digest covers title, text and links."""
-    return _keyed(output, "articles", ["page_id", "title", "text", "links"], _int_keys("page_id"),
+    return _keyed(output, layout.ARTICLES, ["page_id", "title", "text", "links"], _int_keys("page_id"),
                   _article_fields, ARTICLE_BATCH)
 
 
 def redirects(output: str) -> Keyed:
     """Redirects by title; the digest is the (final) target."""
-    return _keyed(output, "redirects", ["title", "target"], _hashed_keys("title"),
+    return _keyed(output, layout.REDIRECTS, ["title", "target"], _hashed_keys("title"),
                   lambda values: ([target] for target in values["target"]))
 
 
 def passages(output: str) -> Keyed:
     """Passages by id; the digest covers title and text."""
-    return _keyed(output, "passages", ["passage_id", "title", "text"], _int_keys("passage_id"),
+    return _keyed(output, layout.PASSAGES, ["passage_id", "title", "text"], _int_keys("passage_id"),
                   lambda values: ([title, text] for title, text in zip(values["title"], values["text"], strict=True)))
 
 
@@ -82,7 +82,7 @@ class Entities:
 
 def entities(output: str) -> Entities:
     ids, keys = [], []
-    for batch in tables.iter_batches(output, "entities", ["entity_id", "title", "qid"], BATCH):
+    for batch in tables.iter_batches(output, layout.ENTITIES, ["entity_id", "title", "qid"], BATCH):
         ids.append(batch.column("entity_id").to_numpy(zero_copy_only=False).astype(np.int64))
         pairs = zip(batch.column("qid").to_pylist(), batch.column("title").to_pylist(), strict=True)
         keys.append(np.fromiter((key_hash(entity_key(qid, title)) for qid, title in pairs), np.int64,
@@ -108,7 +108,7 @@ def names(output: str, known: Entities) -> Keyed:
 
     Holds three numbers per name-entity pair (20 bytes: 400 MB for 20M pairs)."""
     name_keys, commonness, candidates = [], [], []
-    for batch in tables.iter_batches(output, "dictionary/names", ["name", "entity_id", "commonness"], BATCH):
+    for batch in tables.iter_batches(output, layout.NAMES, ["name", "entity_id", "commonness"], BATCH):
         name_keys.append(_hashed_keys("name")(batch))
         commonness.append(batch.column("commonness").to_numpy(zero_copy_only=False).astype(np.float32))
         entity_ids = batch.column("entity_id").to_numpy(zero_copy_only=False).astype(np.int64)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from artifacts import fs, manifest
+from artifacts import fs, layout, manifest
 from artifacts.diff import rows
 from artifacts.diff.keyed import Change, compare
 from artifacts.diff.vectors import VECTOR_BUDGET, CosineHistogram, vector_movement
@@ -111,18 +111,19 @@ def diff_runs(old: str, new: str, vector_budget: int = VECTOR_BUDGET) -> RunDiff
     if not both:
         raise NotARunError(f"{old} and {new} have no stage in common: nothing to compare")
     parts: dict[str, Any] = {}
-    if "parse" in both:
+    if layout.PARSE_STAGE in both:
         parts["articles"] = compare(rows.articles(old), rows.articles(new))
         parts["redirects"] = compare(rows.redirects(old), rows.redirects(new))
-    if both & {"dictionary", "embed_entities"}:
+    if both & {layout.DICTIONARY_STAGE, layout.EMBED_ENTITIES_STAGE}:
         old_entities, new_entities = rows.entities(old), rows.entities(new)
-        if "dictionary" in both:
+        if layout.DICTIONARY_STAGE in both:
             parts["entities"] = compare(old_entities.keyed, new_entities.keyed)
             parts["names"] = compare(rows.names(old, old_entities), rows.names(new, new_entities))
-        if "embed_entities" in both:
+        if layout.EMBED_ENTITIES_STAGE in both:
             parts["entity_vectors"] = vector_movement(old, old_entities, new, new_entities, vector_budget)
-            parts["entity_reuse"] = _reuse(new_records["embed_entities"], "entities_reused", "entities_recomputed")
-    if "index" in both:
+            parts["entity_reuse"] = _reuse(new_records[layout.EMBED_ENTITIES_STAGE], "entities_reused",
+                                           "entities_recomputed")
+    if layout.INDEX_STAGE in both:
         parts["passages"] = compare(rows.passages(old), rows.passages(new))
-        parts["passage_reuse"] = _reuse(new_records["index"], "passages_reused", "passages_encoded")
+        parts["passage_reuse"] = _reuse(new_records[layout.INDEX_STAGE], "passages_reused", "passages_encoded")
     return RunDiff(old, new, **parts)

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from artifacts import faiss_shards, tables
+from artifacts import faiss_shards, layout, tables
 from artifacts.diff.rows import BATCH, NO_KEY, Entities, keys_of_ids
 from artifacts.validation import parquet_footer
 
-ARTIFACT = "entity_embeddings"
+ARTIFACT = layout.ENTITY_EMBEDDINGS
 VECTOR_BUDGET = 2 << 30  # bytes of old vectors held at once
 # lower edges, highest first: a cosine falls in the first bin whose edge it reaches; the last bin takes the rest
 COSINE_EDGES = (0.9999, 0.999, 0.99, 0.9)

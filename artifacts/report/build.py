@@ -5,46 +5,24 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TypeVar
 
 import pyarrow as pa
 
-from artifacts import faiss_shards, fs, manifest, tables
-from artifacts.diff.runs import RunDiff, diff_runs
+from artifacts import faiss_shards, fs, layout, manifest, tables
+from artifacts.diff.runs import diff_runs
 from artifacts.errors import InputError
 from artifacts.report import changes, gather, page, plots
-from artifacts.report.recall import MAX_EXACT, QUERIES, RecallResult, index_recall
+from artifacts.report.data import ReportData
+from artifacts.report.recall import MAX_EXACT, QUERIES, index_recall
 
 LOG = logging.getLogger("kpr.report")
-REPORT_DIR = "report"
+REPORT_DIR = layout.REPORT
 HTML_NAME = "index.html"
 T = TypeVar("T")
 
 # what a section can hit when an artifact the manifest lists has been moved or damaged since
 _READ_ERRORS = (tables.MissingArtifactError, InputError, OSError, ValueError, KeyError, pa.ArrowException)
-
-
-@dataclass
-class ReportData:
-    """Everything the page shows; a section whose artifact could not be read has a line in ``problems``."""
-
-    output: str
-    generated_at: str
-    views: list[gather.StageView]
-    entities: gather.EntityStats | None = None
-    dictionary: gather.DictionaryStats | None = None
-    embeddings: gather.EmbeddingStats | None = None
-    index_info: faiss_shards.IndexInfo | None = None
-    index_files: gather.IndexFiles | None = None
-    recall: RecallResult | None = None
-    previous: str | None = None  # the previous run this one is compared with
-    changes: RunDiff | None = None
-    problems: dict[str, str] = field(default_factory=dict)
-    plots: dict[str, str] = field(default_factory=dict)  # plot -> PNG file name beside index.html
-
-    def view(self, stage: str) -> gather.StageView | None:
-        return next((view for view in self.views if view.name == stage and view.record is not None), None)
 
 
 def _attempt(data: ReportData, section: str, compute: Callable[[], T]) -> T | None:
@@ -76,15 +54,15 @@ def collect(output: str, recall_queries: int = QUERIES, max_exact: int = MAX_EXA
     data.previous = previous or changes.recorded_previous(records)
     if data.previous:
         data.changes = _attempt(data, "changes", lambda: diff_runs(data.previous, output))
-    if "dictionary" in records:
+    if layout.DICTIONARY_STAGE in records:
         data.entities = _attempt(data, "entities", lambda: gather.entity_stats(output))
         data.dictionary = _attempt(data, "dictionary", lambda: gather.dictionary_stats(output))
-    if "embed_entities" in records:
+    if layout.EMBED_ENTITIES_STAGE in records:
         data.embeddings = _attempt(data, "embeddings", lambda: gather.embedding_stats(output))
-    if "index" in records:
-        index_dir = fs.join(output, "index")
+    if layout.INDEX_STAGE in records:
+        index_dir = fs.join(output, layout.INDEX)
         data.index_info = _attempt(data, "index", lambda: faiss_shards.load_index_info(index_dir))
-        data.index_files = gather.index_files(records["index"])
+        data.index_files = gather.index_files(records[layout.INDEX_STAGE])
         if data.index_info is not None:
             data.recall = _attempt(data, "recall", lambda: index_recall(index_dir, recall_queries,
                                                                         max_exact=max_exact))

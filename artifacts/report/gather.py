@@ -12,12 +12,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from artifacts import faiss_shards, tables
+from artifacts import faiss_shards, layout, tables
 from artifacts.manifest import OutputFile, StageRecord
 from artifacts.report.stats import Histogram, TopK, ValueCounts
 
-STAGE_ORDER = ("parse", "dictionary", "mentions", "embed_entities", "index")
-ERRORS_DIR = "errors"
+STAGE_ORDER = layout.STAGE_ORDER
 BATCH = 65_536  # rows per streamed batch
 UNIT_BINS = np.linspace(0.0, 1.0, 51)  # link probability and commonness: 2% bins
 
@@ -54,7 +53,7 @@ class StageView:
 
     @property
     def command(self) -> str:
-        return self.name.replace("_", "-")
+        return layout.STAGE_COMMANDS.get(self.name, self.name.replace("_", "-"))
 
 
 def artifact_of(path: str) -> str:
@@ -78,7 +77,7 @@ def summarize_outputs(outputs: list[OutputFile]) -> list[ArtifactSummary]:
 def stage_view(name: str, record: StageRecord | None) -> StageView:
     if record is None:
         return StageView(name, None)
-    errors_prefix = f"{ERRORS_DIR}/{name}/"
+    errors_prefix = f"{layout.errors_of(name)}/"
     written = [item for item in record.outputs if not item.path.startswith(errors_prefix)]
     inputs = []
     for key, fingerprint in sorted(record.inputs.items()):
@@ -133,7 +132,7 @@ def entity_stats(output: str, top: int = 15, batch_size: int = BATCH) -> EntityS
     distribution = ValueCounts()
     best: TopK[tuple[int, int]] = TopK(top)
     count = with_qid = 0
-    for batch in tables.iter_batches(output, "entities", ["entity_id", "title", "qid", "link_count"], batch_size):
+    for batch in tables.iter_batches(output, layout.ENTITIES, ["entity_id", "title", "qid", "link_count"], batch_size):
         ids = batch.column("entity_id").to_numpy(zero_copy_only=False).astype(np.int64)
         links = batch.column("link_count").to_numpy(zero_copy_only=False).astype(np.int64)
         count += batch.num_rows
@@ -153,7 +152,7 @@ def entity_titles(output: str, entity_ids: set[int]) -> dict[int, str]:
     titles: dict[int, str] = {}
     if not len(wanted):
         return titles
-    for batch in tables.iter_batches(output, "entities", ["entity_id", "title"]):
+    for batch in tables.iter_batches(output, layout.ENTITIES, ["entity_id", "title"]):
         ids = batch.column("entity_id").to_numpy(zero_copy_only=False).astype(np.int64)
         rows = np.nonzero(np.isin(ids, wanted))[0]
         if len(rows):
@@ -240,7 +239,7 @@ def dictionary_stats(output: str, top: int = 20, batch_size: int = BATCH) -> Dic
     per_name = ValueCounts()
     commonness = Histogram(UNIT_BINS)
     pairs = 0
-    for batch in tables.iter_batches(output, "dictionary/names", ["name", "commonness"], batch_size):
+    for batch in tables.iter_batches(output, layout.NAMES, ["name", "commonness"], batch_size):
         pairs += batch.num_rows
         per_name.add(_name_hashes(batch))
         commonness.add(batch.column("commonness").to_numpy(zero_copy_only=False))
@@ -252,7 +251,7 @@ def dictionary_stats(output: str, top: int = 20, batch_size: int = BATCH) -> Dic
     link_prob = Histogram(UNIT_BINS)
     chosen = _MostAmbiguous(top)
     columns = ["name", "entity_id", "link_count", "total_link_count", "doc_count", "link_prob", "commonness"]
-    for batch in tables.iter_batches(output, "dictionary/names", columns, batch_size):
+    for batch in tables.iter_batches(output, layout.NAMES, columns, batch_size):
         row_candidates = candidates[np.searchsorted(hashes, _name_hashes(batch))]
         values = {column: batch.column(column).to_numpy(zero_copy_only=False) for column in columns[1:]}
         link_prob.add(values["link_prob"], weights=1.0 / row_candidates)
@@ -307,12 +306,12 @@ class EmbeddingStats:
 
 def embedding_stats(output: str) -> EmbeddingStats:
     """Norms of the stored entity vectors and the mentions each was averaged over."""
-    files = tables.parquet_files(output, "entity_embeddings")
+    files = tables.parquet_files(output, layout.ENTITY_EMBEDDINGS)
     metadata = tables.file_metadata(files[0])
     norms: list[np.ndarray] = []
     mentions = np.zeros(1, dtype=np.int64)
     dim, value_type = 0, ""
-    for batch in tables.iter_batches(output, "entity_embeddings", ["embedding", "mention_count"], 16384):
+    for batch in tables.iter_batches(output, layout.ENTITY_EMBEDDINGS, ["embedding", "mention_count"], 16384):
         column = batch.column("embedding")
         dim, value_type = column.type.list_size, str(column.type.value_type)
         norms.append(np.linalg.norm(faiss_shards.table_vectors(batch), axis=1).astype(np.float32))

@@ -5,15 +5,14 @@ from __future__ import annotations
 import html
 import json
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from artifacts import layout
 from artifacts.report import counters as counter_info
+from artifacts.report.data import ReportData
 from artifacts.report.gather import ArtifactSummary, StageView
-
-if TYPE_CHECKING:
-    from artifacts.report.build import ReportData
 
 MAX_CANDIDATES_SHOWN = 8
 _PACKAGE_ORDER = ("python", "kpr-pipeline", "apache-beam", "pyarrow", "numpy", "torch", "transformers",
@@ -172,12 +171,13 @@ def _header(data: ReportData) -> str:
     done = [view for view in data.views if view.record is not None]
     total = sum(view.record.wall_time_s for view in done)
     cards = [("stages run", f"{len(done)} of {len(data.views)}"), ("total wall time", duration(total).split(" (")[0])]
-    for stage, artifact, label in (("parse", "articles", "articles"), ("dictionary", "entities", "entities"),
-                                   ("dictionary", "dictionary/names", "name-entity pairs"),
-                                   ("mentions", "mentions", "mentions"),
-                                   ("embed_entities", "entity_embeddings", "entity vectors"),
-                                   ("index", "passages", "passages"),
-                                   ("index", "index/embeddings", "indexed vectors")):
+    for stage, artifact, label in ((layout.PARSE_STAGE, layout.ARTICLES, "articles"),
+                                   (layout.DICTIONARY_STAGE, layout.ENTITIES, "entities"),
+                                   (layout.DICTIONARY_STAGE, layout.NAMES, "name-entity pairs"),
+                                   (layout.MENTIONS_STAGE, layout.MENTIONS, "mentions"),
+                                   (layout.EMBED_ENTITIES_STAGE, layout.ENTITY_EMBEDDINGS, "entity vectors"),
+                                   (layout.INDEX_STAGE, layout.PASSAGES, "passages"),
+                                   (layout.INDEX_STAGE, f"{layout.INDEX}/embeddings", "indexed vectors")):
         rows = _rows_of(data.view(stage), artifact)
         if rows is not None:
             cards.append((label, number(rows)))
@@ -219,8 +219,8 @@ def _stage(view: StageView, data: ReportData) -> str:
              f'{esc(record.finished_at)} UTC</p>',
              '<div class="grid2"><div>', _read(view, data), _options(record.options), "</div><div>",
              _written(view.artifacts), "</div></div>", _counters(record.counters), _dead_letters(view)]
-    extra = {"dictionary": _dictionary_extras, "embed_entities": _embedding_extras, "index": _index_extras}.get(
-        view.name)
+    extra = {layout.DICTIONARY_STAGE: _dictionary_extras, layout.EMBED_ENTITIES_STAGE: _embedding_extras,
+             layout.INDEX_STAGE: _index_extras}.get(view.name)
     if extra is not None:
         parts.append(extra(data))
     return f"<section {anchor}>{''.join(parts)}</section>"
@@ -237,7 +237,7 @@ def _read(view: StageView, data: ReportData) -> str:
             items.append(f'<li{title}>outputs of <a href="#stage-{esc(item.name)}">{esc(item.name.replace("_", "-"))}'
                          f"</a>{': ' + written if written else ''}</li>")
         else:
-            rows = _rows_of(data.view("parse"), item.name) if item.name == "articles" else None
+            rows = _rows_of(data.view(layout.PARSE_STAGE), item.name) if item.name == layout.ARTICLES else None
             detail = f" ({number(rows)} rows)" if rows is not None else ""
             items.append(f"<li{title}>input <code>{esc(item.name)}</code>{detail} "
                          f'<span class="muted">fingerprint {esc(item.fingerprint[:12])}…</span></li>')

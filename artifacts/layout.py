@@ -1,0 +1,39 @@
+"""The vocabulary of a run, declared once: artifact directory names under OUT, stage names, their commands and
+their order. Every module names an artifact or a stage through these constants, never a string of its own."""
+
+from __future__ import annotations
+
+# Artifacts: directories (and files) under OUT, "/"-separated names relative to OUT.
+ARTICLES = "articles"
+REDIRECTS = "redirects"
+ENTITIES = "entities"
+DICTIONARY = "dictionary"
+NAMES = f"{DICTIONARY}/names"
+LINKER = f"{DICTIONARY}/linker"
+MENTIONS = "mentions"
+ENTITY_EMBEDDINGS = "entity_embeddings"
+ENTITY_ID_MAP = "entity_id_map"
+INDEX = "index"
+PASSAGES = "passages"
+ERRORS = "errors"  # OUT/errors/STAGE/: one artifact directory per stage
+REPORT = "report"
+MANIFEST = "manifest.json"
+STAGING = ".staging"  # OUT/.staging/STAGE/: a running stage's outputs before they are committed
+LOCK = ".lock"
+
+# Stages: the name recorded in the manifest (and used in OUT/errors/STAGE/) ...
+PARSE_STAGE = "parse"
+DICTIONARY_STAGE = "dictionary"
+MENTIONS_STAGE = "mentions"
+EMBED_ENTITIES_STAGE = "embed_entities"
+INDEX_STAGE = "index"
+# ... in the order `all` runs them ...
+STAGE_ORDER = (PARSE_STAGE, DICTIONARY_STAGE, MENTIONS_STAGE, EMBED_ENTITIES_STAGE, INDEX_STAGE)
+# ... and the command that runs each.
+STAGE_COMMANDS = {PARSE_STAGE: "parse", DICTIONARY_STAGE: "dictionary", MENTIONS_STAGE: "mentions",
+                  EMBED_ENTITIES_STAGE: "embed-entities", INDEX_STAGE: "index"}
+
+
+def errors_of(stage: str) -> str:
+    """The dead-letter artifact of ``stage`` (``errors/STAGE``)."""
+    return f"{ERRORS}/{stage}"

@@ -1,0 +1,100 @@
+"""Loading a retriever by kind (dense or KPR), checking its options before any work, and the RunInference handler.
+
+Above ``retrievers`` (the dense encoders) and ``kpr`` (the KPR encoder, a ``DenseEncoder``), so neither imports
+the other back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from functools import partial
+from typing import Any
+
+from apache_beam.ml.inference.base import ModelHandler, PredictionResult
+
+from artifacts.errors import InputError
+from artifacts.passages import Passage
+from encoders.batching import estimated_tokens
+from encoders.kpr import KPREncoder, check_kpr_options
+from encoders.models import DTYPES, check_model_spec, usable_positions
+from encoders.retrievers import (
+    KINDS,
+    SIMILARITIES,
+    TITLE_MODES,
+    CountFn,
+    DenseEncoder,
+    EncoderOptions,
+    check_tokenizer,
+    ignore_count,
+)
+
+
+def check_encoder_options(options: EncoderOptions) -> None:
+    """Fail before any work starts, with one line naming the bad option."""
+    if options.kind not in KINDS:
+        raise InputError(f"--encoder-type {options.kind!r} is not one of {', '.join(KINDS)}")
+    if options.similarity and options.similarity not in SIMILARITIES:
+        raise InputError(f"--similarity {options.similarity!r} is not one of {', '.join(SIMILARITIES)}")
+    if options.title and options.title not in TITLE_MODES:
+        raise InputError(f"--title-mode {options.title!r} is not one of {', '.join(TITLE_MODES)}")
+    if options.dtype not in DTYPES:
+        raise InputError(f"--dtype {options.dtype!r} is not one of {', '.join(DTYPES)}")
+    if options.max_length < 8:
+        raise InputError(f"--max-length {options.max_length} is too small (at least 8 tokens)")
+    if options.batch_tokens < 1:
+        raise InputError(f"--batch-tokens must be at least 1, got {options.batch_tokens}")
+    for role in ("passage", "query"):
+        check_model_spec(options.spec(role))
+        limit = usable_positions(options.spec(role))
+        if options.max_length > limit:
+            raise InputError(f"--max-length {options.max_length}: {options.spec(role).name_or_path} takes at most "
+                             f"{limit} tokens")
+    if options.kind == "kpr":
+        check_kpr_options(options)
+        return
+    for path in dict.fromkeys((options.spec("passage").name_or_path, options.spec("query").name_or_path)):
+        check_tokenizer(path, options.kind)
+
+
+def load_retriever(options: EncoderOptions, role: str = "passage", count: CountFn = ignore_count) -> DenseEncoder:
+    """The encoder of ``options`` for ``role`` ("passage" or "query"), loaded and in eval mode."""
+    if options.kind == "kpr":
+        return KPREncoder(options, role, count)
+    return DenseEncoder(options, role, count)
+
+
+def passage_tokens(max_length: int, passage: Passage) -> int:
+    """Estimated tokens of one passage (title and text), for batching RunInference elements by tokens."""
+    return estimated_tokens(max_length, len(passage.title) + len(passage.text))
+
+
+class PassageEncoderHandler(ModelHandler[Passage, PredictionResult, DenseEncoder]):
+    """RunInference handler: elements batched by estimated tokens here (``batch_weight``, larger batches give
+    better length bucketing), then by token budget inside ``encode_passages``. ``share_model``: one encoder per
+    machine shared by the worker processes; by default only on CUDA (one copy per GPU)."""
+
+    def __init__(self, options: EncoderOptions, batch_weight: int | None = None,
+                 share_model: bool | None = None, count: CountFn = ignore_count) -> None:
+        super().__init__()
+        self._options = options
+        self._count = count  # what the encoder counts goes to the pipeline's counters through this
+        self.batch_weight = batch_weight or 16 * options.batch_tokens  # estimated tokens per run_inference call
+        self._share = options.device.startswith("cuda") if share_model is None else share_model
+
+    def load_model(self) -> DenseEncoder:
+        return load_retriever(self._options, "passage", self._count)
+
+    def run_inference(self, batch: Sequence[Passage], model: DenseEncoder,
+                      inference_args: dict[str, Any] | None = None) -> Iterable[PredictionResult]:
+        vectors = model.encode_passages(batch)
+        return [PredictionResult(passage, vector) for passage, vector in zip(batch, vectors, strict=True)]
+
+    def batch_elements_kwargs(self) -> dict[str, Any]:
+        # With element_size_fn, Beam's batch sizes count tokens. Large calls: better length bucketing, and the
+        # prefetch thread's first batch (not overlapped with a forward pass) is a small share of each call.
+        return {"min_batch_size": min(max(self._options.batch_tokens, self.batch_weight // 4), self.batch_weight),
+                "max_batch_size": self.batch_weight,
+                "element_size_fn": partial(passage_tokens, self._options.max_length)}
+
+    def share_model_across_processes(self) -> bool:
+        return self._share
