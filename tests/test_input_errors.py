@@ -69,14 +69,15 @@ def bad_encoders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def damaged_index(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> Path:
-    """OUT with a two-passage index whose only shard file is cut in half."""
+    """OUT with a two-passage index whose only shard file has its header overwritten (same size, so the
+    manifest's size check passes and FAISS is the one to find the damage)."""
     root = tmp_path_factory.mktemp("damaged")
     (root / "corpus.tsv").write_text(CORPUS, encoding="utf-8")
     output = root / "out"
     assert main(["index", "--output", str(output), "--encoder", str(tiny_bert), "--encoder-type", "mean",
                  "--corpus", str(root / "corpus.tsv"), "--max-length", "32", *DIRECT]) == 0
     shard = output / "index" / "shard-00000.faiss"
-    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    shard.write_bytes(b"XXXX" + shard.read_bytes()[4:])
     return output
 
 
@@ -186,8 +187,23 @@ def test_search_on_a_damaged_shard_names_it_and_suggests_validate(damaged_index:
     assert main(["search", "--output", str(damaged_index), "--query", "pears"]) == 2
     shard = damaged_index / "index" / "shard-00000.faiss"
     assert capsys.readouterr().err.strip().splitlines() == [
-        f"error: index shard shard-00000 ({shard}) is damaged: the file ends before the index does (cut short?); "
+        f"error: index shard shard-00000 ({shard}) is damaged: Index type 0x58585858 (\"XXXX\") not recognized; "
         f"check the run with `python run_pipeline.py validate --output {damaged_index}`"]
+
+
+def test_search_on_a_cut_short_shard_names_it_and_the_command_to_rebuild(damaged_index: Path, tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A shard whose size differs from the manifest's is caught before FAISS reads it."""
+    output = tmp_path / "out"
+    shutil.copytree(damaged_index, output)
+    shard = output / "index" / "shard-00000.faiss"
+    recorded = shard.stat().st_size
+    shard.write_bytes(shard.read_bytes()[: recorded // 2])
+    assert main(["search", "--output", str(output), "--query", "pears"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: the index under {output} changed after it was recorded (index/shard-00000.faiss: "
+        f"{recorded // 2} bytes, manifest says {recorded}): rerun `python run_pipeline.py index --output {output} "
+        "... --force`"]
 
 
 def test_multistream_without_its_index_is_read_with_one_warning(tmp_path: Path,
