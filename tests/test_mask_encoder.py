@@ -7,10 +7,11 @@ from transformers import AutoTokenizer
 
 from encoders.mask_encoder import mask_inputs
 from pipelines.embed_entities import mention_problem
-from pipelines.mentions import mention_rows
+from pipelines.mentions import mention_refs
 from pipelines.parse import classify_page
 from tests.conftest import GENSIM_SAMPLE
 from transforms.dump_reader import RawPage, iter_pages, read_siteinfo
+from transforms.mention_sampling import mention_window
 from transforms.namespaces import Namespaces
 from transforms.wikitext import Link, ParsedText, WikitextOptions, wikitext_to_text
 
@@ -104,7 +105,9 @@ def test_a_real_link_trail_stays_context_from_parse_to_mask(raw_pages, tokenizer
     index = next(i for i, link in enumerate(article["links"]) if link["target"] == "Strikebreaker")
     link = article["links"][index]
     assert (article["text"][link["start"]:link["end"]], link["trail"]) == ("strikebreakers", 1)
-    [mention] = mention_rows(page.page_id, {"article": [article], "sampled": [(1, index)]}, 2000)
+    [ref] = mention_refs(page.page_id, {"article": [article], "sampled": [(1, index)]}, 2000)
+    assert article["text"][ref["start"]:ref["end"]] == "strikebreaker"  # the stored span excludes the trail
+    mention = mention_window(ref, article["text"], 2000)  # the window embed-entities cuts
     assert mention["text"][mention["start"]:mention["end"]] == "strikebreaker"
     [item] = mask_inputs([mention], tokenizer, 512)
     tokens = tokenizer.convert_ids_to_tokens(list(item.input_ids))
