@@ -59,7 +59,8 @@ def row_count(output: str, name: str) -> int:
 
 def mean_mentions_per_entity(output: str) -> float:
     """Sampled mentions per entity with at least one, from the mentions stage's counters (or its rows)."""
-    from artifacts import manifest, tables
+    from artifacts import tables
+    from artifacts.run import manifest
 
     record = manifest.load(output).get("mentions")
     counters = record.counters if record else {}
@@ -98,7 +99,8 @@ def subset_output(source: str, target: str, limit: int) -> int:
     """An OUT with ``source``'s parse, dictionary and mentions records but only ``limit`` mentions (0: all)."""
     import pyarrow.parquet as pq
 
-    from artifacts import manifest, schemas, tables
+    from artifacts import schemas, tables
+    from artifacts.run import manifest
 
     records = manifest.load(source)
     for name in ("parse", "dictionary"):  # the stage checks what it reads against the records
@@ -119,7 +121,8 @@ def subset_output(source: str, target: str, limit: int) -> int:
 
 def mention_windows(output: str, refs: list[dict]) -> list[dict]:
     """The mention rows embed-entities encodes for ``refs`` (mentions/ rows): windows cut from articles/."""
-    from artifacts import manifest, tables
+    from artifacts import tables
+    from artifacts.run import manifest
     from transforms.mention_sampling import CHARS_PER_TOKEN, mention_window
 
     pages = {ref["page_id"] for ref in refs}

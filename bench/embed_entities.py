@@ -172,7 +172,7 @@ def bench_encoder(args, model_path: str, output: str, peak_tflops: float | None,
 
 
 def bench_stage(args, model_path: str, output: str) -> None:
-    from artifacts import manifest
+    from artifacts.run import manifest
 
     with tempfile.TemporaryDirectory() as directory:
         target = str(Path(directory) / "out")

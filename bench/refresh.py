@@ -47,7 +47,7 @@ class Run:
 
 
 def run_all(dump: Path, output: Path, model: Path, *extra: str) -> Run:
-    from artifacts import manifest
+    from artifacts.run import manifest
     from pipelines.cli import main
 
     captured = io.StringIO()

@@ -15,6 +15,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs, layout
 from artifacts.errors import InputError, input_error_message, mentions_input_error
+from pipelines import flags
 from pipelines import stage as stage_runner
 from transforms.progress import LOGGER_NAME as PROGRESS_LOGGER
 
@@ -122,9 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=text, description=text, allow_abbrev=False,
                                   formatter_class=HelpFormatter, epilog=f"example:\n  python {EXAMPLES[name]}")
         if hasattr(command, "run"):
-            sub.add_argument("--output", required=True, help="OUT: local path or Beam filesystem URL")
+            flags.add_groups(sub, (flags.OUTPUT, flags.PROGRESS, *command.flag_groups))
             sub.add_argument("--force", action="store_true", help="rerun even if the outputs are up to date")
-            stage_runner.add_progress_argument(sub)
         command.add_arguments(sub)
         mark_required(sub, REQUIRED.get(name, ()))
     return parser

@@ -234,6 +234,10 @@ class DictionaryStage:
 
     name = layout.DICTIONARY_STAGE
     outputs = (layout.ENTITIES, layout.DICTIONARY)
+    flag_groups = ()
+
+    def config(self, args: argparse.Namespace) -> argparse.Namespace:
+        return args  # transitional: the flags themselves until this stage has its frozen config
 
     def upstream(self, args: argparse.Namespace) -> tuple[str, ...]:
         return (layout.PARSE_STAGE,)

@@ -1,12 +1,12 @@
-"""diff: what changed between two runs (logic: artifacts.diff)."""
+"""diff: what changed between two runs (logic: artifacts.run.diff)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 
-from artifacts.diff.keyed import Change
-from artifacts.diff.runs import NOT_RECORDED, PARTS, RunDiff, VectorReuse, diff_runs
+from artifacts.run.diff.keyed import Change
+from artifacts.run.diff.runs import NOT_RECORDED, PARTS, RunDiff, VectorReuse, diff_runs
 
 
 def _count(value: int | None) -> str:

@@ -12,11 +12,13 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.ml.inference.base import PredictionResult, RunInference
 
-from artifacts import manifest, schemas, tables
+from artifacts import schemas, tables
 from artifacts.errors import InputError
+from artifacts.run import manifest
 from encoders.mask_encoder import MASK_WINDOWS, MaskEncoderHandler, check_mask_model
-from encoders.models import DTYPES, ModelSpec, hidden_size, input_embedding_norm, model_files
-from pipelines.refresh import add_previous_arguments, fingerprint_changes, previous_options, reusable_previous
+from encoders.models import ModelSpec, hidden_size, input_embedding_norm, model_files
+from pipelines import flags
+from pipelines.refresh import fingerprint_changes, previous_options, reusable_previous
 from pipelines.stage import StageContext, run_beam
 from transforms.dead_letters import WriteDeadLetters, count, dead_letter
 from transforms.mention_sampling import CHARS_PER_TOKEN
@@ -119,6 +121,10 @@ class EmbedEntitiesStage:
 
     name = "embed_entities"
     outputs = ("entity_embeddings", "entity_id_map")
+    flag_groups = (flags.RUNTIME, flags.SEQUENCE, flags.REFRESH)
+
+    def config(self, args: argparse.Namespace) -> argparse.Namespace:
+        return args  # transitional: the flags themselves until this stage has its frozen config
 
     def upstream(self, args: argparse.Namespace) -> tuple[str, ...]:
         return ("parse", "dictionary", "mentions")  # parse: articles/, where the mention windows are cut
@@ -127,15 +133,10 @@ class EmbedEntitiesStage:
         group = parser.add_argument_group("embed-entities")
         group.add_argument("--model", help="local directory or hub name of a BERT-family model with [MASK]")
         group.add_argument("--layer", type=int, default=-1, help="hidden layer whose [MASK] output is used")
-        group.add_argument("--max-seq-length", type=int, default=512, help="tokens per mention input")
-        group.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-        group.add_argument("--dtype", choices=DTYPES, default="float32", help="model weights and compute")
-        group.add_argument("--batch-tokens", type=int, default=16384, help="padded tokens per forward pass")
         group.add_argument("--embedding-dtype", choices=sorted(EMBEDDING_DTYPES), default="float32",
                            help="value type of the stored vectors")
         group.add_argument("--mask-window", choices=MASK_WINDOWS, default="reference",
                            help="context split around [MASK]: the paper's (larger half before) or centered")
-        add_previous_arguments(parser)
 
     def options(self, args: argparse.Namespace) -> dict[str, Any]:
         return {"model": str(args.model), "layer": args.layer, "max_seq_length": args.max_seq_length,

@@ -1,11 +1,11 @@
 """export-kpr: a validated run's entity vocabulary, embeddings and linker in KPR's layout (logic:
-artifacts.kpr_export)."""
+artifacts.run.kpr_export)."""
 
 from __future__ import annotations
 
 import argparse
 
-from artifacts.kpr_export import EMBEDDINGS_FILE, LINKER_DIR, VOCAB_FILE, export_kpr
+from artifacts.run.kpr_export import EMBEDDINGS_FILE, LINKER_DIR, VOCAB_FILE, export_kpr
 
 
 class ExportKprCommand:

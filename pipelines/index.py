@@ -21,13 +21,15 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.ml.inference.base import PredictionResult, RunInference
 
-from artifacts import faiss_shards, fs, layout, manifest, schemas, tables
+from artifacts import faiss_shards, fs, layout, schemas, tables
 from artifacts.errors import InputError
 from artifacts.passages import Passage, shard_of
+from artifacts.run import manifest
 from encoders.loading import PassageEncoderHandler, check_encoder_options
-from encoders.models import DTYPES, model_files
+from encoders.models import model_files
 from encoders.retrievers import KINDS, SIMILARITIES, TITLE_MODES, EncoderOptions, dense_dim
-from pipelines.refresh import add_previous_arguments, fingerprint_changes, previous_options, reusable_previous
+from pipelines import flags
+from pipelines.refresh import fingerprint_changes, previous_options, reusable_previous
 from pipelines.stage import StageContext, run_beam
 from transforms.dead_letters import WriteDeadLetters, count, dead_letter
 from transforms.dump_io import matching_files
@@ -64,9 +66,6 @@ def add_encoder_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--passage-prefix", default="", help="text put before every passage")
     group.add_argument("--max-length", type=int, default=256, help="tokens per passage or query")
     group.add_argument("--max-entities", type=int, default=128, help="kpr: entity inputs per text")
-    group.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    group.add_argument("--dtype", choices=DTYPES, default="float32", help="bfloat16/float16 on GPUs")
-    group.add_argument("--batch-tokens", type=int, default=16384, help="padded tokens per forward pass")
 
 
 def encoder_options(args: argparse.Namespace) -> EncoderOptions:
@@ -312,6 +311,10 @@ class IndexStage:
 
     name = layout.INDEX_STAGE
     outputs = (layout.INDEX, layout.PASSAGES)
+    flag_groups = (flags.RUNTIME, flags.REFRESH)
+
+    def config(self, args: argparse.Namespace) -> argparse.Namespace:
+        return args  # transitional: the flags themselves until this stage has its frozen config
 
     def upstream(self, args: argparse.Namespace) -> tuple[str, ...]:
         """Passages cut from the dump read parse's articles; a KPR encoder reads the linker and embeddings."""
@@ -330,7 +333,6 @@ class IndexStage:
         group.add_argument("--shards", type=int, default=1, help="FAISS shards (passages hashed by id)")
         group.add_argument("--index-factory", help="FAISS factory string (default: chosen by corpus size)")
         group.add_argument("--no-faiss-gpu", action="store_true", help="train and add on the CPU even with a GPU")
-        add_previous_arguments(parser)
 
     def options(self, args: argparse.Namespace) -> dict[str, Any]:
         encoder = encoder_options(args).to_json()

@@ -184,6 +184,10 @@ class ParseStage:
 
     name = layout.PARSE_STAGE
     outputs = (layout.ARTICLES, layout.REDIRECTS)
+    flag_groups = ()
+
+    def config(self, args: argparse.Namespace) -> argparse.Namespace:
+        return args  # transitional: the flags themselves until this stage has its frozen config
 
     def upstream(self, args: argparse.Namespace) -> tuple[str, ...]:
         return ()

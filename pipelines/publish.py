@@ -1,11 +1,11 @@
-"""publish: copy a validated run to DEST, manifest.json last (logic: artifacts.publish)."""
+"""publish: copy a validated run to DEST, manifest.json last (logic: artifacts.run.publish)."""
 
 from __future__ import annotations
 
 import argparse
 
-from artifacts.manifest import MANIFEST_NAME
-from artifacts.publish import publish_run
+from artifacts.run.manifest import MANIFEST_NAME
+from artifacts.run.publish import publish_run
 
 
 class PublishCommand:

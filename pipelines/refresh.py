@@ -7,9 +7,10 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from artifacts import fs, manifest
+from artifacts import fs
 from artifacts.errors import InputError
-from artifacts.validation import validate_run
+from artifacts.run import manifest
+from artifacts.run.validation import validate_run
 
 # Why a previous run cannot be reused, from its records and this run's: None when it can.
 Compatibility = Callable[[dict[str, manifest.StageRecord]], str | None]
@@ -17,15 +18,6 @@ Compatibility = Callable[[dict[str, manifest.StageRecord]], str | None]
 
 class ReuseRefusedError(InputError):
     """--require-reuse was given and the previous run cannot be reused."""
-
-
-def add_previous_arguments(parser: argparse.ArgumentParser) -> None:
-    """--previous and --require-reuse (embed-entities, index and all share them)."""
-    group = parser.add_argument_group("refresh")
-    group.add_argument("--previous", metavar="OLD_OUT",
-                       help="a previous run of an older dump: reuse its vectors where nothing changed")
-    group.add_argument("--require-reuse", action="store_true",
-                       help="with --previous: exit 2 instead of recomputing everything when it cannot be reused")
 
 
 def previous_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from artifacts.diff.runs import complete_records
 from artifacts.errors import InputError
-from artifacts.report import write_report
-from artifacts.report.recall import MAX_EXACT, QUERIES
+from artifacts.run.diff.runs import complete_records
+from artifacts.run.report import write_report
+from artifacts.run.report.recall import MAX_EXACT, QUERIES
 
 
 class ReportCommand:

@@ -12,11 +12,12 @@ import sys
 import time
 from dataclasses import dataclass
 
-from artifacts import layout, lock
+from artifacts import layout
 from artifacts.errors import InputError
-from artifacts.report import write_report
-from artifacts.validation import validate_run
-from pipelines import dictionary, embed_entities, index, mentions, parse
+from artifacts.run import lock
+from artifacts.run.report import write_report
+from artifacts.run.validation import validate_run
+from pipelines import dictionary, embed_entities, flags, index, mentions, parse
 from pipelines import stage as stage_runner
 
 # (command name, stage) in pipeline order.
@@ -35,9 +36,10 @@ class StageTiming:
 
 
 def add_stage_arguments(parser: argparse.ArgumentParser) -> None:
-    """Every stage's options on one parser. Stages that share an option (--device, --dtype, --batch-tokens,
-    --max-seq-length) mean the same by it, so one value serves all of them."""
-    parser.conflict_handler = "resolve"
+    """Every stage's options on one parser: each shared group (--device, --max-seq-length, ...) once, one value
+    serving every stage that reads it, then each stage's own flags."""
+    flags.add_groups(parser, (flags.OUTPUT, flags.PROGRESS, *(group for _, stage in PIPELINE
+                                                              for group in stage.flag_groups)))
     for _, stage in PIPELINE:
         stage.add_arguments(parser)
 
@@ -99,12 +101,10 @@ class RunAllCommand:
     """Run every stage (parse -> dictionary -> mentions -> embed-entities -> index), then validate and report."""
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--output", required=True, help="OUT: local path or Beam filesystem URL")
         parser.add_argument("--force", nargs="*", choices=STAGE_COMMANDS, metavar="STAGE",
                             help="rerun these stages even if up to date (no name: every stage); stages "
                             "downstream rerun when what they read changed")
         parser.add_argument("--no-report", action="store_true", help="skip the HTML report at the end")
-        stage_runner.add_progress_argument(parser)
         add_stage_arguments(parser)
 
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:

@@ -9,8 +9,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from artifacts import faiss_shards, fs, layout, manifest
+from artifacts import faiss_shards, fs, layout
 from artifacts.errors import InputError
+from artifacts.run import manifest
 from encoders.loading import check_encoder_options, load_retriever
 from encoders.models import DTYPES
 from encoders.retrievers import DenseEncoder, EncoderOptions

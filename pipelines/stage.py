@@ -12,20 +12,23 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from artifacts import fs, layout, lock, manifest
+from artifacts import fs, layout
 from artifacts.errors import InputError
+from artifacts.run import lock, manifest
+from pipelines.flags import FlagGroup
 from transforms.dead_letters import COUNTER_NAMESPACE
 from transforms.progress import DEFAULT_INTERVAL_S, LogProgress, worker_count
 
 LOG = logging.getLogger("kpr")
 STAGING_DIR = layout.STAGING
+ConfigT = TypeVar("ConfigT")
 
 
 @dataclass(frozen=True)
@@ -64,34 +67,40 @@ class StageContext:
         return LogProgress(self.stage, unit, total, worker_count(self.beam_args), self.progress_interval)
 
 
-class Stage(Protocol):
-    """A pipeline stage: reads what its ``upstream`` stages wrote under OUT, writes ``outputs``."""
+class Stage(Protocol[ConfigT]):
+    """A pipeline stage: reads what its ``upstream`` stages wrote under OUT, writes ``outputs``.
+
+    The flags become one frozen config (``config``), built and checked once before OUT is touched; every
+    other method reads that config, never the flags.
+    """
 
     name: str
     outputs: tuple[str, ...]
+    flag_groups: tuple[FlagGroup, ...]  # shared flags the stage reads (pipelines.flags); added once each
 
-    def upstream(self, args: argparse.Namespace) -> tuple[str, ...]:
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """The stage's own flags (not those of its ``flag_groups``)."""
+        ...
+
+    def config(self, args: argparse.Namespace) -> ConfigT:
+        """The stage's frozen config from the flags; an ``InputError`` names a missing or invalid flag."""
+        ...
+
+    def upstream(self, config: ConfigT) -> tuple[str, ...]:
         """The stages whose outputs under OUT this run of the stage reads (fingerprinted by their content)."""
         ...
 
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
-
-    def options(self, args: argparse.Namespace) -> dict[str, Any]:
+    def options(self, config: ConfigT) -> dict[str, Any]:
         """The options that change the stage's results (recorded; a change reruns the stage)."""
         ...
 
-    def external_inputs(self, args: argparse.Namespace) -> dict[str, str]:
+    def external_inputs(self, config: ConfigT) -> dict[str, str]:
         """Input files from outside OUT, by role, as paths or patterns to fingerprint."""
         ...
 
-    def run(self, ctx: StageContext, args: argparse.Namespace) -> dict[str, int]:
+    def run(self, ctx: StageContext, config: ConfigT) -> dict[str, int]:
         """Write every output under ``ctx.staged(...)``; return counters beyond the Beam ones."""
         ...
-
-
-def add_progress_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--progress-interval", type=float, default=DEFAULT_INTERVAL_S, metavar="SECONDS",
-                        help="seconds between progress lines of a worker (default %(default)s)")
 
 
 def beam_pipeline_options(beam_args: Sequence[str]) -> PipelineOptions:
@@ -137,24 +146,24 @@ def collect_counters(result: Any) -> dict[str, int]:
     return dict(sorted(counters.items()))
 
 
-def input_fingerprints(stage: Stage, args: argparse.Namespace,
+def input_fingerprints(stage: Stage[ConfigT], config: ConfigT, output: str,
                        completed: dict[str, manifest.StageRecord]) -> dict[str, str]:
     """Fingerprints of everything the stage reads: external files and upstream stages' outputs."""
     inputs = {f"file:{role}": manifest.file_fingerprint(pattern)
-              for role, pattern in sorted(stage.external_inputs(args).items()) if pattern}
-    for upstream in stage.upstream(args):
+              for role, pattern in sorted(stage.external_inputs(config).items()) if pattern}
+    for upstream in stage.upstream(config):
         record = completed.get(upstream)
         command = upstream.replace("_", "-")  # the stage's command-line name
         if record is None:
             raise InputError(
-                f"{args.output} has no completed '{upstream}' stage, which '{stage.name}' reads: "
-                f"run `python run_pipeline.py {command} --output {args.output} ...` first"
+                f"{output} has no completed '{upstream}' stage, which '{stage.name}' reads: "
+                f"run `python run_pipeline.py {command} --output {output} ...` first"
             )
-        problems = manifest.missing_or_changed(args.output, record)
+        problems = manifest.missing_or_changed(output, record)
         if problems:
             raise InputError(
-                f"the outputs of '{upstream}' under {args.output} changed after it ran ({problems[0]}): rerun "
-                f"`python run_pipeline.py {command} --output {args.output} --force ...` first"
+                f"the outputs of '{upstream}' under {output} changed after it ran ({problems[0]}): rerun "
+                f"`python run_pipeline.py {command} --output {output} --force ...` first"
             )
         inputs[f"stage:{upstream}"] = record.outputs_digest()
     return inputs
@@ -208,32 +217,33 @@ def execute(stage: Stage, args: argparse.Namespace, beam_args: Sequence[str],
     """Run ``stage`` unless its recorded outputs are still valid; commit it, holding the lock on OUT.
     Returns its record and whether it ran (False: skipped as up to date)."""
     # A missing option or input fails here, before OUT is created or locked.
-    options = manifest.canonical_options(stage.options(args))
-    stage.external_inputs(args)
+    config = stage.config(args)
+    options = manifest.canonical_options(stage.options(config))
+    stage.external_inputs(config)
+    context = StageContext(output=args.output, stage=stage.name, beam_args=tuple(beam_args),
+                           progress_interval=getattr(args, "progress_interval", DEFAULT_INTERVAL_S))
     try:
         with lock.hold(args.output, command_line()):
-            return _execute(stage, args, beam_args, options, force)
+            return _execute(stage, config, context, options, force)
     except StageInterrupted:
         raise
     except KeyboardInterrupt:
         raise StageInterrupted(stage.name.replace("_", "-")) from None
 
 
-def _execute(stage: Stage, args: argparse.Namespace, beam_args: Sequence[str], options: dict[str, Any],
+def _execute(stage: Stage[ConfigT], config: ConfigT, ctx: StageContext, options: dict[str, Any],
              force: bool) -> tuple[manifest.StageRecord, bool]:
-    output = args.output
+    output = ctx.output
     completed = manifest.load(output)
-    inputs = input_fingerprints(stage, args, completed)
+    inputs = input_fingerprints(stage, config, output, completed)
     reason = None if force else skip_reason(stage, completed.get(stage.name), options, inputs, output)
     if reason is not None:
         print(f"[{stage.name}] skipped: {reason}", file=sys.stderr)
         return completed[stage.name], False
-    ctx = StageContext(output=output, stage=stage.name, beam_args=tuple(beam_args),
-                       progress_interval=getattr(args, "progress_interval", DEFAULT_INTERVAL_S))
     fs.delete_tree(ctx.staging_root)
     started = time.time()
     print(f"[{stage.name}] running", file=sys.stderr)
-    counters = stage.run(ctx, args)
+    counters = stage.run(ctx, config)
     record = manifest.StageRecord(
         stage=stage.name, options=options, inputs=inputs, outputs=[], counters=counters,
         versions=manifest.software_versions(), wall_time_s=round(time.time() - started, 3),

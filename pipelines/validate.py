@@ -1,11 +1,11 @@
-"""validate: check a run under OUT against its manifest and the artifact contracts (logic: artifacts.validation)."""
+"""validate: check a run under OUT against its manifest and the artifact contracts (logic: artifacts.run.validation)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from artifacts.validation import check_run
+from artifacts.run.validation import check_run
 
 
 class ValidateCommand:

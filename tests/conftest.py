@@ -104,7 +104,7 @@ def full_run(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> Path:
 def copy_stages(source: Path, destination: Path, stages: tuple[str, ...]) -> None:
     """Copy the recorded outputs and manifest records of ``stages`` from one OUT to another (a fresh OUT that
     starts where ``source`` had got to, e.g. to run the next stage there with other Beam options)."""
-    from artifacts import manifest
+    from artifacts.run import manifest
 
     records = manifest.load(str(source))
     for name in stages:

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from artifacts import lock, manifest
+from artifacts.run import lock, manifest
 from pipelines.cli import build_parser, check_unknown_flags, main
 from tests import test_index_stage
 from tests.conftest import BUNDLED_SAMPLE, DIRECT, REPO
@@ -105,7 +105,7 @@ def test_help_shows_defaults_required_flags_and_an_example():
     for flag in ("--dump DUMP [DUMP ...]", "--model MODEL", "--encoder ENCODER"):
         start = help_all.index(flag + " ")
         assert "(required)" in help_all[start:help_all.index("--", start + len(flag))], flag
-    assert "tokens per mention input (default: 512)" in help_all
+    assert "model tokens per mention input ([CLS], context with [MASK], [SEP]) (default: 512)" in help_all
     assert "example: python run_pipeline.py all --dump samples/" in help_all
     assert "(default: None)" not in help_all and "(default: False)" not in help_all
     for name, sub in subparsers.choices.items():

@@ -11,9 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from artifacts import manifest, schemas, tables
+from artifacts import schemas, tables
 from artifacts.linker import EntityLinker
 from artifacts.names import NameRules, find_names, fold_case, title_name
+from artifacts.run import manifest
 from pipelines.cli import main
 from pipelines.dictionary import anchor_pairs, name_rows
 from tests.conftest import DIRECT, MINI, MULTI_PROCESS, PASSAGES, copy_stages

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from artifacts.diff.keyed import Change, Keyed, compare, key_hash, row_digest
-from artifacts.diff.rows import entity_key, top_candidates
-from artifacts.diff.vectors import COSINE_BINS, cosine_bins, cosines
+from artifacts.run.diff.keyed import Change, Keyed, compare, key_hash, row_digest
+from artifacts.run.diff.rows import entity_key, top_candidates
+from artifacts.run.diff.vectors import COSINE_BINS, cosine_bins, cosines
 
 
 def keyed(rows: dict[int, str]) -> Keyed:

@@ -1,6 +1,6 @@
 """diff and the report's changes section on full runs of two dumps of one wiki (tests/dump_versions.py).
 
-Every expected number is computed here, independently of artifacts/diff: page sets from the dumps' XML, and
+Every expected number is computed here, independently of artifacts/run/diff: page sets from the dumps' XML, and
 plain Python dicts and sets of the rows each run wrote."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from artifacts import manifest
+from artifacts.run import manifest
 from pipelines.cli import main
 from tests.conftest import DIRECT
 from tests.dump_versions import DumpVersions, write_dump_versions
@@ -49,7 +49,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> Runs:
                                                                                     tiny_bert)
 
 
-# --- expectations, computed without artifacts/diff -----------------------------------------------------------
+# --- expectations, computed without artifacts/run/diff -----------------------------------------------------------
 
 
 def open_dump(path: Path):
@@ -197,8 +197,8 @@ def test_diff_text_table(runs: Runs, capsys: pytest.CaptureFixture[str]) -> None
 
 def test_vector_passes_add_up(runs: Runs) -> None:
     """Holding the old vectors a bucket at a time (several passes) gives the one-pass histogram."""
-    from artifacts.diff import rows as diff_rows
-    from artifacts.diff.vectors import vector_movement
+    from artifacts.run.diff import rows as diff_rows
+    from artifacts.run.diff.vectors import vector_movement
 
     old, new = runs[1], runs[2]
     old_entities, new_entities = diff_rows.entities(str(old)), diff_rows.entities(str(new))
@@ -290,7 +290,7 @@ def test_report_section_with_previous(runs: Runs, tmp_path: Path,
 
 
 def test_report_section_from_the_manifest(runs: Runs, tmp_path: Path) -> None:
-    from artifacts.report.changes import PREVIOUS_INPUT, PREVIOUS_OPTION
+    from artifacts.run.report.changes import PREVIOUS_INPUT, PREVIOUS_OPTION
 
     old, new = runs[1], Path(shutil.copytree(runs[2], tmp_path / "new"))
     assert main(["report", "--output", str(new), "--recall-queries", "5"]) == 0

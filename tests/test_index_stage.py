@@ -12,8 +12,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from artifacts import faiss_shards, manifest, tables
+from artifacts import faiss_shards, tables
 from artifacts.passages import Passage, shard_of
+from artifacts.run import manifest
 from encoders.loading import load_retriever
 from encoders.retrievers import EncoderOptions
 from pipelines.cli import main

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from artifacts import manifest
+from artifacts.run import manifest
 from pipelines.cli import main
 from tests.conftest import BUNDLED_SAMPLE, DIRECT
 from transforms.dump_reader import has_several_bz2_streams, looks_multistream

@@ -31,7 +31,6 @@ from encoders.mask_encoder import (
 from encoders.models import ModelSpec, input_embedding_norm
 from pipelines.cli import main
 from pipelines.embed_entities import finite_vector, norm_matched
-from pipelines.mentions import count_and_bottom_k, ref_order, sample_of_entity
 from tests.conftest import BUNDLED_SAMPLE, DIRECT, MULTI_PROCESS, copy_stages
 from tests.test_dictionary import article, write_parsed
 from transforms.mention_sampling import (
@@ -45,6 +44,7 @@ from transforms.mention_sampling import (
     window_digest,
 )
 from transforms.mention_windows import CutMentionWindows, windows_of_page
+from transforms.mentions import count_and_bottom_k, ref_order, sample_of_entity
 
 IDS = TokenIds(cls=101, sep=102, mask=103, pad=0)
 LINKS = [("Paris", "Paris")] * 5

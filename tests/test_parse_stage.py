@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from artifacts import manifest, tables
+from artifacts import tables
+from artifacts.run import manifest
 from pipelines.cli import main
 from tests.conftest import BUNDLED_INDEX, BUNDLED_SAMPLE, DIRECT, MINI, MULTI_PROCESS, REPO, WIKIPEDIA
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from artifacts import publish as publish_module
-from artifacts.validation import validate_run
+from artifacts.run import publish as publish_module
+from artifacts.run.validation import validate_run
 from pipelines.cli import main
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from artifacts import manifest
+from artifacts.run import manifest
 from pipelines.cli import main
 from tests.conftest import DIRECT, copy_stages, write_tiny_bert
 from tests.dump_versions import write_dump_versions

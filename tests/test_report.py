@@ -15,11 +15,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from artifacts import faiss_shards, manifest, tables
-from artifacts.report import counters as counter_info
-from artifacts.report import gather, plots, write_report
-from artifacts.report.recall import index_recall
-from artifacts.report.stats import TopK, ValueCounts, integer_log_edges
+from artifacts import faiss_shards, tables
+from artifacts.run import manifest
+from artifacts.run.report import counters as counter_info
+from artifacts.run.report import gather, plots, write_report
+from artifacts.run.report.recall import index_recall
+from artifacts.run.report.stats import TopK, ValueCounts, integer_log_edges
 from pipelines.cli import main
 from tests.test_faiss_shards import brute_force, clustered, write_index_dir
 

@@ -20,7 +20,7 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from artifacts import manifest
+from artifacts.run import manifest
 from pipelines import run_all, stage
 from pipelines.cli import build_parser, main
 from tests.conftest import BUNDLED_SAMPLE, DIRECT, REPO

@@ -17,9 +17,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from artifacts import faiss_shards, fs, manifest
-from artifacts import publish as publish_module
-from artifacts.validation import validate_run
+from artifacts import faiss_shards, fs
+from artifacts.run import manifest
+from artifacts.run import publish as publish_module
+from artifacts.run.validation import validate_run
 from pipelines.cli import main
 
 EMBEDDINGS = "entity_embeddings/part-00000-of-00001.parquet"

@@ -4,6 +4,6 @@
 against exact search, ``plots`` draws the PNGs and ``page`` writes the HTML; ``build`` ties them together.
 """
 
-from artifacts.report.build import write_report
+from artifacts.run.report.build import write_report
 
 __all__ = ["write_report"]

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from artifacts.diff.keyed import Change
-from artifacts.diff.runs import NOT_RECORDED, PARTS, RunDiff, VectorReuse
-from artifacts.manifest import StageRecord
-from artifacts.report.page import _kv, _table, esc, number
+from artifacts.run.diff.keyed import Change
+from artifacts.run.diff.runs import NOT_RECORDED, PARTS, RunDiff, VectorReuse
+from artifacts.run.manifest import StageRecord
+from artifacts.run.report.page import _kv, _table, esc, number
 
 # how a refresh with --previous records the reused run: an input "file:previous=OLD_OUT" (its manifest's
 # fingerprint), or an option "previous"

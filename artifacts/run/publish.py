@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from artifacts import fs, layout, manifest
+from artifacts import fs, layout
 from artifacts.errors import InputError
-from artifacts.validation import describe_problems, validate_run
+from artifacts.run import manifest
+from artifacts.run.validation import describe_problems, validate_run
 
 LATEST_NAME = "LATEST"  # beside the published runs: {"name": NAME, "manifest_sha256": ...}
 REPORT_DIR = layout.REPORT  # the report command's HTML: published whether or not the manifest lists it

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from artifacts import layout, tables
-from artifacts.diff.keyed import DIGEST_DTYPE, Keyed, concatenate, key_hash, row_digest
+from artifacts.run.diff.keyed import DIGEST_DTYPE, Keyed, concatenate, key_hash, row_digest
 
 BATCH = 65_536
 ARTICLE_BATCH = 4_096  # articles become Python strings and link dicts one batch at a time: ~100 MB

@@ -10,11 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from artifacts import fs, layout, manifest
-from artifacts.diff import rows
-from artifacts.diff.keyed import Change, compare
-from artifacts.diff.vectors import VECTOR_BUDGET, CosineHistogram, vector_movement
+from artifacts import fs, layout
 from artifacts.errors import InputError
+from artifacts.run import manifest
+from artifacts.run.diff import rows
+from artifacts.run.diff.keyed import Change, compare
+from artifacts.run.diff.vectors import VECTOR_BUDGET, CosineHistogram, vector_movement
 
 NOT_RECORDED = "n/a (no --previous)"  # how a reuse counter that NEW does not record is shown
 # (label, RunDiff attribute, what "changed" means for it): the rows of the diff table, in order

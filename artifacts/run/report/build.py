@@ -9,12 +9,13 @@ from typing import TypeVar
 
 import pyarrow as pa
 
-from artifacts import faiss_shards, fs, layout, manifest, tables
-from artifacts.diff.runs import diff_runs
+from artifacts import faiss_shards, fs, layout, tables
 from artifacts.errors import InputError
-from artifacts.report import changes, gather, page, plots
-from artifacts.report.data import ReportData
-from artifacts.report.recall import MAX_EXACT, QUERIES, index_recall
+from artifacts.run import manifest
+from artifacts.run.diff.runs import diff_runs
+from artifacts.run.report import changes, gather, page, plots
+from artifacts.run.report.data import ReportData
+from artifacts.run.report.recall import MAX_EXACT, QUERIES, index_recall
 
 LOG = logging.getLogger("kpr.report")
 REPORT_DIR = layout.REPORT

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from artifacts import faiss_shards
-from artifacts.diff.runs import RunDiff
-from artifacts.report import gather
-from artifacts.report.recall import RecallResult
+from artifacts.run.diff.runs import RunDiff
+from artifacts.run.report import gather
+from artifacts.run.report.recall import RecallResult
 
 
 @dataclass

@@ -13,8 +13,8 @@ import numpy as np
 import pyarrow as pa
 
 from artifacts import faiss_shards, layout, tables
-from artifacts.manifest import OutputFile, StageRecord
-from artifacts.report.stats import Histogram, TopK, ValueCounts
+from artifacts.run.manifest import OutputFile, StageRecord
+from artifacts.run.report.stats import Histogram, TopK, ValueCounts
 
 STAGE_ORDER = layout.STAGE_ORDER
 BATCH = 65_536  # rows per streamed batch

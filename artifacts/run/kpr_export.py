@@ -24,11 +24,12 @@ import pyarrow.compute as pc
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from artifacts import faiss_shards, fs, layout, manifest, tables
+from artifacts import faiss_shards, fs, layout, tables
 from artifacts.errors import InputError
 from artifacts.linker import EntityLinker
-from artifacts.publish import copy_file, is_local
-from artifacts.validation import describe_problems, parquet_footer, validate_run
+from artifacts.run import manifest
+from artifacts.run.publish import copy_file, is_local
+from artifacts.run.validation import describe_problems, parquet_footer, validate_run
 
 VOCAB_FILE = "entity_vocab.tsv"
 EMBEDDINGS_FILE = "entity_embeddings.npy"

@@ -25,10 +25,11 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from artifacts import faiss_shards, fs, layout, manifest, schemas
+from artifacts import faiss_shards, fs, layout, schemas
 from artifacts.errors import InputError
 from artifacts.linker import EntityLinker
 from artifacts.passages import shard_of
+from artifacts.run import manifest
 
 MAX_EXAMPLES = 5  # example ids per kind of problem: 7M bad rows make one line, not 7M
 VECTOR_COLUMN = "embedding"

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from artifacts import faiss_shards, layout, tables
-from artifacts.diff.rows import BATCH, NO_KEY, Entities, keys_of_ids
-from artifacts.validation import parquet_footer
+from artifacts.run.diff.rows import BATCH, NO_KEY, Entities, keys_of_ids
+from artifacts.run.validation import parquet_footer
 
 ARTIFACT = layout.ENTITY_EMBEDDINGS
 VECTOR_BUDGET = 2 << 30  # bytes of old vectors held at once

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from artifacts import faiss_shards, fs
-from artifacts.report.stats import splitmix64
+from artifacts.run.report.stats import splitmix64
 
 QUERIES = 200
 K = 10

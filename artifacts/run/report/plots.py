@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from artifacts.report.gather import DictionaryStats, EmbeddingStats, EntityStats, StageView
-from artifacts.report.stats import integer_log_edges
+from artifacts.run.report.gather import DictionaryStats, EmbeddingStats, EntityStats, StageView
+from artifacts.run.report.stats import integer_log_edges
 
 WIDTH = 10.0  # inches at DPI: 1000 px wide, shown at most 1000 px wide in the page
 PANEL_HEIGHT = 3.3

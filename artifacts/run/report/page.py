@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 
 from artifacts import layout
-from artifacts.report import counters as counter_info
-from artifacts.report.data import ReportData
-from artifacts.report.gather import ArtifactSummary, StageView
+from artifacts.run.report import counters as counter_info
+from artifacts.run.report.data import ReportData
+from artifacts.run.report.gather import ArtifactSummary, StageView
 
 MAX_CANDIDATES_SHOWN = 8
 _PACKAGE_ORDER = ("python", "kpr-pipeline", "apache-beam", "pyarrow", "numpy", "torch", "transformers",
