@@ -11,7 +11,7 @@ from artifacts import layout, schemas, tables
 from artifacts.errors import InputError
 from pipelines import flags
 from pipelines.stage import StageContext, run_beam
-from transforms.mentions import MentionsConfig, SampleMentions
+from transforms.mentions import COUNTERS, MentionsConfig, SampleMentions
 
 
 class MentionsStage:
@@ -20,6 +20,7 @@ class MentionsStage:
     name = layout.MENTIONS_STAGE
     outputs = (layout.MENTIONS,)
     flag_groups = (flags.SEQUENCE,)
+    counters = COUNTERS
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         group = parser.add_argument_group("mentions")

@@ -10,7 +10,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -20,6 +20,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from artifacts import fs, layout
+from artifacts.counters import Counter
 from artifacts.errors import InputError
 from artifacts.run import lock, manifest
 from pipelines.flags import FlagGroup
@@ -77,6 +78,7 @@ class Stage(Protocol[ConfigT]):
     name: str
     outputs: tuple[str, ...]
     flag_groups: tuple[FlagGroup, ...]  # shared flags the stage reads (pipelines.flags); added once each
+    counters: Mapping[str, Counter]  # every counter the stage counts, declared in its transforms module(s)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """The stage's own flags (not those of its ``flag_groups``)."""

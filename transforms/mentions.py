@@ -8,8 +8,17 @@ from typing import Any
 
 import apache_beam as beam
 
+from artifacts.counters import declare, dropped, processed
 from transforms.dead_letters import count
 from transforms.mention_sampling import CHARS_PER_TOKEN, LinkRef, link_refs, mention_ref
+
+COUNTERS = declare(
+    processed("entities_with_mentions", "entities with sampled mentions"),
+    processed("mentions_sampled", "mentions sampled"),
+    dropped("links_to_non_entities", "links whose target is not an entity"),
+    dropped("entities_without_links", "entities no article links to (no mention to sample)"),
+    dropped("sampled_pages_missing", "sampled mentions whose source page was not found"),
+)
 
 
 @dataclass(frozen=True)
