@@ -18,7 +18,7 @@ from artifacts.run import manifest
 from encoders.mask_encoder import MASK_WINDOWS, MaskEncoderHandler, check_mask_model
 from encoders.models import ModelSpec, hidden_size, input_embedding_norm, model_files
 from pipelines import flags
-from pipelines.refresh import fingerprint_changes, previous_options, reusable_previous
+from pipelines.refresh import RefreshConfig, fingerprint_changes, previous_options, reusable_previous
 from pipelines.stage import StageContext, run_beam
 from transforms.dead_letters import WriteDeadLetters, count, dead_letter
 from transforms.mention_sampling import CHARS_PER_TOKEN
@@ -141,7 +141,7 @@ class EmbedEntitiesStage:
     def options(self, args: argparse.Namespace) -> dict[str, Any]:
         return {"model": str(args.model), "layer": args.layer, "max_seq_length": args.max_seq_length,
                 "dtype": args.dtype, "embedding_dtype": args.embedding_dtype, "mask_window": args.mask_window,
-                **previous_options(args)}
+                **previous_options(RefreshConfig.from_args(args))}
 
     def external_inputs(self, args: argparse.Namespace) -> dict[str, str]:
         return model_files({"model": args.model})
@@ -158,7 +158,7 @@ class EmbedEntitiesStage:
             "max_seq_length": str(args.max_seq_length), "mask_window": args.mask_window})
         handler = MaskEncoderHandler(spec, args.layer, args.batch_tokens, max_seq_length=args.max_seq_length,
                                      window=args.mask_window)
-        previous = reusable_previous(args, self.name, PREVIOUS_STAGES, lambda old: incompatibility(old, args))
+        previous = reusable_previous(RefreshConfig.from_args(args), self.name, PREVIOUS_STAGES, lambda old: incompatibility(old, args))
         chars = context_chars(args.output)
 
         def build(pipeline: beam.Pipeline) -> None:

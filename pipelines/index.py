@@ -29,7 +29,7 @@ from encoders.loading import PassageEncoderHandler, check_encoder_options
 from encoders.models import model_files
 from encoders.retrievers import KINDS, SIMILARITIES, TITLE_MODES, EncoderOptions, dense_dim
 from pipelines import flags
-from pipelines.refresh import fingerprint_changes, previous_options, reusable_previous
+from pipelines.refresh import RefreshConfig, fingerprint_changes, previous_options, reusable_previous
 from pipelines.stage import StageContext, run_beam
 from transforms.dead_letters import WriteDeadLetters, count, dead_letter
 from transforms.dump_io import matching_files
@@ -340,7 +340,7 @@ class IndexStage:
             encoder.pop(runtime)
         return {"encoder": encoder, "corpus": args.corpus, "words_per_passage": args.words_per_passage,
                 "on_duplicate_id": args.on_duplicate_id, "shards": args.shards, "index_factory": args.index_factory,
-                **previous_options(args)}
+                **previous_options(RefreshConfig.from_args(args))}
 
     def external_inputs(self, args: argparse.Namespace) -> dict[str, str]:
         inputs = {"corpus": args.corpus} if args.corpus else {}
@@ -360,7 +360,7 @@ class IndexStage:
             raise InputError(f"no --corpus and no articles under {args.output}: "
                              "run `python run_pipeline.py parse` first or pass --corpus psgs_w100.tsv")
         index_dir = ctx.staged(layout.INDEX)
-        previous = reusable_previous(args, self.name, (layout.INDEX_STAGE,),
+        previous = reusable_previous(RefreshConfig.from_args(args), self.name, (layout.INDEX_STAGE,),
                                      lambda old: incompatibility(old, args, options))
         counters = run_beam(ctx, lambda pipeline: self._encode(pipeline, ctx, args, options, dim, columns, previous))
         counters = {**counters, **self._build(ctx, args, options, dim, index_dir, previous)}

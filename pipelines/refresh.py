@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from artifacts import fs
@@ -20,13 +21,26 @@ class ReuseRefusedError(InputError):
     """--require-reuse was given and the previous run cannot be reused."""
 
 
-def previous_options(args: argparse.Namespace) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RefreshConfig:
+    """--previous and --require-reuse, as a stage's config carries them."""
+
+    previous: str | None = None
+    require_reuse: bool = False
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> RefreshConfig:
+        previous = getattr(args, "previous", None)
+        return cls(str(previous) if previous else None, bool(getattr(args, "require_reuse", False)))
+
+
+def previous_options(refresh: RefreshConfig) -> dict[str, Any]:
     """The recorded options naming the previous run (path and manifest sha256); none without --previous, so
     runs built from scratch keep their records, and a changed --previous reruns the stage."""
-    if not getattr(args, "previous", None):
+    if not refresh.previous:
         return {}
-    path = manifest.manifest_path(args.previous)
-    return {"previous": str(args.previous), "previous_manifest_sha256": fs.sha256(path) if fs.exists(path) else ""}
+    path = manifest.manifest_path(refresh.previous)
+    return {"previous": refresh.previous, "previous_manifest_sha256": fs.sha256(path) if fs.exists(path) else ""}
 
 
 def previous_problem(previous: str, stages: tuple[str, ...], compatible: Compatibility) -> str | None:
@@ -43,16 +57,16 @@ def previous_problem(previous: str, stages: tuple[str, ...], compatible: Compati
     return compatible(records)
 
 
-def reusable_previous(args: argparse.Namespace, stage: str, stages: tuple[str, ...],
+def reusable_previous(refresh: RefreshConfig, stage: str, stages: tuple[str, ...],
                       compatible: Compatibility) -> str | None:
     """The previous run to reuse, or None (printing why in one line; exit 2 with --require-reuse)."""
-    if not getattr(args, "previous", None):
+    if not refresh.previous:
         return None
-    problem = previous_problem(str(args.previous), stages, compatible)
+    problem = previous_problem(refresh.previous, stages, compatible)
     if problem is None:
-        print(f"[{stage}] reusing vectors of {args.previous} where nothing changed", file=sys.stderr)
-        return str(args.previous)
-    if args.require_reuse:
+        print(f"[{stage}] reusing vectors of {refresh.previous} where nothing changed", file=sys.stderr)
+        return refresh.previous
+    if refresh.require_reuse:
         raise ReuseRefusedError(f"cannot reuse the previous run: {problem}")
     print(f"[{stage}] recomputing everything: {problem}", file=sys.stderr)
     return None
