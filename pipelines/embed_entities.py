@@ -158,7 +158,8 @@ class EmbedEntitiesStage:
             "max_seq_length": str(args.max_seq_length), "mask_window": args.mask_window})
         handler = MaskEncoderHandler(spec, args.layer, args.batch_tokens, max_seq_length=args.max_seq_length,
                                      window=args.mask_window)
-        previous = reusable_previous(RefreshConfig.from_args(args), self.name, PREVIOUS_STAGES, lambda old: incompatibility(old, args))
+        previous = reusable_previous(RefreshConfig.from_args(args), self.name, PREVIOUS_STAGES,
+                                     lambda old: incompatibility(old, args))
         chars = context_chars(args.output)
 
         def build(pipeline: beam.Pipeline) -> None:
