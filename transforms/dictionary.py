@@ -78,6 +78,9 @@ class DictionaryConfig:
                 "min_link_count": self.min_link_count}
 
 
+DEFAULTS = DictionaryConfig()
+
+
 def anchor_pairs(article: dict[str, Any], rules: NameRules) -> Iterator[Any]:
     """((name, target), 1) for every link of an article, and once for its own title minus ``(...)``."""
     text = article["text"]
@@ -177,8 +180,10 @@ class CountNameOccurrences(beam.DoFn):
                 yield name, 1
 
 
-def name_rows(name: str, joined: dict[str, list[Any]], config: DictionaryConfig) -> Iterator[dict[str, Any]]:
-    """The kept (name, entity) rows of one name with their statistics; what the filters remove is counted."""
+def name_rows(name: str, joined: dict[str, list[Any]],
+              config: DictionaryConfig = DEFAULTS) -> Iterator[dict[str, Any]]:
+    """The kept (name, entity) rows of one name with their statistics; what the filters remove is counted.
+    (``config`` has a default only because Beam's FlatMapTuple wants one for every extra argument.)"""
     candidates = sorted(joined["candidates"])
     if not candidates:
         return
