@@ -17,10 +17,6 @@ from transforms.multistream import find_multistream_index, looks_multistream
 from transforms.parse import COUNTERS, ParseConfig, ParseDump
 from transforms.wikitext import WikitextOptions
 
-# The flags naming input files, as recorded roles of external_inputs: (role, ParseConfig field).
-_INPUT_ROLES = (("dump", "dumps"), ("dump_index", "dump_indexes"), ("redirects_sql", "redirects_sql"),
-                ("page_sql", "page_sql"), ("page_props_sql", "page_props_sql"))
-
 
 def index_paths_for(config: ParseConfig) -> dict[str, str]:
     """The multistream index of each dump: given by --dump-index (in dump order) or found beside the dump."""
@@ -79,8 +75,9 @@ class ParseStage:
                 "first_bold_as_link": config.wikitext.first_bold_as_link, "skip_bad_streams": config.skip_bad_streams}
 
     def external_inputs(self, config: ParseConfig) -> dict[str, str]:
-        return {f"{role}{number}": path for role, field in _INPUT_ROLES
-                for number, path in enumerate(getattr(config, field))}
+        roles = {"dump": config.dumps, "dump_index": config.dump_indexes, "redirects_sql": config.redirects_sql,
+                 "page_sql": config.page_sql, "page_props_sql": config.page_props_sql}  # recorded as role + number
+        return {f"{role}{number}": path for role, paths in roles.items() for number, path in enumerate(paths)}
 
     def run(self, ctx: StageContext, config: ParseConfig) -> dict[str, int]:
         siteinfos = [read_siteinfo(dump) for dump in config.dumps]  # each file must be a MediaWiki export
