@@ -16,8 +16,8 @@ from artifacts.linker import EntityLinker
 from artifacts.names import NameRules, find_names, fold_case, title_name
 from artifacts.run import manifest
 from pipelines.cli import main
-from pipelines.dictionary import anchor_pairs, name_rows
 from tests.conftest import DIRECT, MINI, MULTI_PROCESS, PASSAGES, copy_stages
+from transforms.dictionary import DictionaryConfig, anchor_pairs, name_rows
 
 RULES = NameRules()
 
@@ -67,11 +67,11 @@ def test_anchor_pairs_count_titles_and_skip_bad_names():
 
 def test_name_rows_scores_and_filters():
     rows = list(name_rows("mercury", {"candidates": [(1, 3), (2, 1)], "docs": [4]},
-                          {"min_link_prob": 0.05, "min_commonness": 0.3, "min_link_count": 1}))
+                          DictionaryConfig(min_link_prob=0.05, min_commonness=0.3, min_link_count=1)))
     assert rows == [{"name": "mercury", "entity_id": 1, "link_count": 3, "total_link_count": 4, "doc_count": 4,
                      "link_prob": 1.0, "commonness": 0.75}]
     assert list(name_rows("rare", {"candidates": [(5, 1)], "docs": [100]},
-                          {"min_link_prob": 0.05, "min_commonness": 0.3, "min_link_count": 1})) == []
+                          DictionaryConfig(min_link_prob=0.05, min_commonness=0.3, min_link_count=1))) == []
 
 
 def test_find_names_on_token_boundaries():

@@ -17,7 +17,7 @@ import pytest
 from artifacts.run import manifest
 from pipelines.cli import main
 from tests.conftest import BUNDLED_SAMPLE, DIRECT
-from transforms.dump_reader import has_several_bz2_streams, looks_multistream
+from transforms.multistream import has_several_bz2_streams, looks_multistream
 
 CORPUS = "id\ttext\ttitle\n1\tAaron is a prophet and high priest\tAaron\n2\tMoses led the people\tMoses\n"
 SITEINFO = ('<siteinfo><sitename>Wikipedia</sitename><dbname>enwiki</dbname><namespaces>'

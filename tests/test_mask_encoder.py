@@ -7,12 +7,12 @@ from transformers import AutoTokenizer
 
 from encoders.mask_encoder import mask_inputs
 from pipelines.embed_entities import mention_problem
-from pipelines.parse import classify_page
 from tests.conftest import GENSIM_SAMPLE
 from transforms.dump_reader import RawPage, iter_pages, read_siteinfo
 from transforms.mention_sampling import mention_window
 from transforms.mentions import mention_refs
 from transforms.namespaces import Namespaces
+from transforms.parse import classify_page
 from transforms.wikitext import Link, ParsedText, WikitextOptions, wikitext_to_text
 
 TITLES = ("Anarchism", "Algorithms (journal)")

@@ -268,9 +268,9 @@ def test_bottom_k_combines_before_the_join_and_counts_every_link():
 
 
 def test_a_link_trail_stays_outside_the_mask_from_parse_to_model_input(tiny_bert):
-    from pipelines.parse import classify_page
     from tests.conftest import GENSIM_SAMPLE
     from transforms.dump_reader import iter_pages, read_siteinfo
+    from transforms.parse import classify_page
     from transforms.wikitext import WikitextOptions
 
     siteinfo = read_siteinfo(str(GENSIM_SAMPLE))

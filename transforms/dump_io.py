@@ -8,18 +8,24 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
+from artifacts.counters import ERROR, Counter, declare, error, processed
 from artifacts.errors import InputError
 from transforms.dead_letters import count, dead_letter
-from transforms.dump_reader import (
-    PageProblem,
-    RawPage,
-    SiteInfo,
-    StreamRange,
-    iter_pages,
-    iter_stream_pages,
-    read_stream_ranges,
-)
+from transforms.dump_reader import PageProblem, RawPage, SiteInfo, iter_pages
+from transforms.multistream import StreamRange, iter_stream_pages, read_stream_ranges
 from transforms.sql_dump import iter_sql_rows
+
+COUNTERS = declare(
+    processed("files_read", "dump files read"),
+    processed("streams_read", "bz2 streams read"),
+    processed("pages_read", "pages read"),
+    error("malformed_pages", "pages whose XML could not be read"),
+    error("bad_streams", "corrupt bz2 streams skipped (--skip-bad-streams)"),
+    error("pages_in_bad_streams", "pages inside the skipped bz2 streams", detail=True),
+    processed("sql_rows_read", "SQL dump rows read"),
+    # Bad input, but only counted: the statement is not written to OUT/errors/.
+    Counter("sql_unparsable_statements", "SQL dump statements that could not be parsed", ERROR),
+)
 
 
 def pages_or_dead_letters(items: Iterator[RawPage | PageProblem]) -> Iterator[Any]:

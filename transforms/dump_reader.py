@@ -1,18 +1,16 @@
 """Reading MediaWiki XML export dumps: plain, bz2 (single or multistream) and gzip, schemas 0.3 to 0.11.
 
-Everything streams with bounded memory: a real dump is 20+ GB of bz2. A multistream dump is read by byte
-ranges of whole bz2 streams (about 100 pages each) so that many workers share one huge file.
+Everything streams with bounded memory: a real dump is 20+ GB of bz2. Multistream dumps read by byte ranges
+are in transforms/multistream.py.
 """
 
 from __future__ import annotations
 
 import bz2
 import gzip
-import io
 import re
 import xml.etree.ElementTree as ElementTree
 import zlib
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO
@@ -29,8 +27,6 @@ _HOST_LANGUAGE = re.compile(r"^[a-z]+://([a-z-]+)\.wikipedia\.org")
 _HEAD_LIMIT = 1 << 20  # <siteinfo> sits in the first few KB; stop looking after 1 MB of XML
 # What a truncated or corrupt archive raises while it is being read (bz2: OSError/EOFError; gzip: also zlib.error).
 ARCHIVE_ERRORS = (OSError, EOFError, zlib.error)
-# The last stream (~100 pages, then the closing </mediawiki> stream) is a few MB; more means a partial index.
-_LAST_RANGE_LIMIT = 64 << 20
 _READ_CHUNK = 1 << 20
 _PAGE_END = b"</page>"  # safe to split on: a literal "<" inside page text is always escaped as &lt;
 _FRAGMENT_ID = re.compile(rb"<id>\s*(\d+)\s*</id>")
@@ -64,22 +60,12 @@ class PageProblem:
     reason: str
 
 
-@dataclass(frozen=True)
-class StreamRange:
-    """One bz2 stream of a multistream dump: bytes [start, end) (end None: to the end of the file)."""
-
-    path: str
-    start: int
-    end: int | None
-    page_ids: tuple[int, ...]
-
-
 def open_raw(path: str) -> IO[bytes]:
     """The file's bytes as stored; a one-line InputError if it cannot be opened."""
     try:
         return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
     except Exception as error:  # Beam wraps every filesystem's own error type in its own
-        raise InputError(f"cannot open {path}: {_first_line(error)}") from error
+        raise InputError(f"cannot open {path}: {first_line(error)}") from error
 
 
 def open_xml(path: str) -> IO[bytes]:
@@ -145,7 +131,7 @@ def read_siteinfo(path: str) -> SiteInfo:
                     break
                 head += chunk
         except ARCHIVE_ERRORS as error:
-            raise InputError(f"{path}: cannot decompress the start of the dump: {_first_line(error)}") from error
+            raise InputError(f"{path}: cannot decompress the start of the dump: {first_line(error)}") from error
     require_export(path, head)
     match = _SCHEMA.search(head[:4096].decode("utf-8", "replace"))
     version = match.group(1) if match else None
@@ -250,85 +236,9 @@ def iter_pages(path: str, siteinfo: SiteInfo | None = None) -> Iterator[RawPage 
             for fragment in iter_page_fragment_bytes(stream):
                 yield page_from_fragment(fragment, info, path)
         except ARCHIVE_ERRORS as error:
-            raise InputError(f"{path}: truncated or corrupt archive: {_first_line(error)}") from error
+            raise InputError(f"{path}: truncated or corrupt archive: {first_line(error)}") from error
         except ValueError as error:
             raise InputError(f"{path}: truncated dump: {error}") from error
-
-
-def find_multistream_index(dump_path: str) -> str | None:
-    """The '...-multistream-index.txt.bz2' beside a '...-multistream.xml.bz2' dump, if it is there."""
-    if not dump_path.endswith("multistream.xml.bz2"):
-        return None
-    candidate = dump_path[: -len("multistream.xml.bz2")] + "multistream-index.txt.bz2"
-    return candidate if FileSystems.exists(candidate) else None
-
-
-def has_several_bz2_streams(path: str, limit: int = 1 << 20) -> bool:
-    """Whether a bz2 file's first stream ends within its first ``limit`` bytes and another one follows (a
-    multistream dump: its stream 0 is the few-KB <siteinfo>). Reads at most ``limit`` bytes."""
-    decompressor, read = bz2.BZ2Decompressor(), 0
-    with open_raw(path) as raw:
-        try:
-            while not decompressor.eof and read < limit and (chunk := raw.read(64 * 1024)):
-                read += len(chunk)
-                decompressor.decompress(chunk)
-        except ARCHIVE_ERRORS:
-            return False  # reading it will say what is wrong
-    return decompressor.eof and decompressor.unused_data.startswith(b"BZh")
-
-
-def looks_multistream(path: str) -> bool:
-    """A bz2 dump named or made as a multistream one (read in parallel only with its index)."""
-    return path.endswith(".bz2") and ("multistream" in path.rsplit("/", 1)[-1] or has_several_bz2_streams(path))
-
-
-def read_stream_ranges(dump_path: str, index_path: str) -> list[StreamRange]:
-    """The page streams of a multistream dump, from its index of 'offset:page_id:title' lines."""
-    ids_by_offset: dict[int, list[int]] = {}
-    with open_xml(index_path) as stream:
-        try:
-            for number, line in enumerate(io.TextIOWrapper(stream, encoding="utf-8"), start=1):
-                if not line.strip():
-                    continue
-                parts = line.rstrip("\n").split(":", 2)
-                if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
-                    raise InputError(f"{index_path}: line {number} is not 'offset:page_id:title'")
-                ids_by_offset.setdefault(int(parts[0]), []).append(int(parts[1]))
-        except ARCHIVE_ERRORS as error:
-            raise InputError(f"{index_path}: truncated or corrupt archive: {_first_line(error)}") from error
-    offsets = sorted(ids_by_offset)
-    if not offsets:
-        raise InputError(f"{index_path}: the multistream index lists no pages")
-    ends: list[int | None] = [*offsets[1:], None]
-    return [StreamRange(dump_path, start, end, tuple(ids_by_offset[start])) for start, end in zip(offsets, ends,
-                                                                                                   strict=True)]
-
-
-def decompress_range(stream: StreamRange) -> bytes:
-    """The XML of one stream range; InputError naming file and offset if it is no whole bz2 stream."""
-    where = f"{stream.path} at byte {stream.start}"
-    with open_raw(stream.path) as handle:
-        handle.seek(stream.start)
-        data = handle.read(_LAST_RANGE_LIMIT + 1) if stream.end is None else handle.read(stream.end - stream.start)
-    if stream.end is None and len(data) > _LAST_RANGE_LIMIT:
-        raise InputError(f"{where}: more than {_LAST_RANGE_LIMIT >> 20} MB follow the last index offset "
-                         "(the index does not cover the whole dump)")
-    if not data.startswith(b"BZh"):
-        raise InputError(f"{where}: no bz2 stream starts there (the index does not match the dump)")
-    pieces: list[bytes] = []
-    remaining = data
-    try:
-        while remaining:
-            decompressor = bz2.BZ2Decompressor()
-            pieces.append(decompressor.decompress(remaining))
-            if not decompressor.eof:
-                raise InputError(f"{where}: the bz2 stream is truncated")
-            remaining = decompressor.unused_data
-            if remaining and stream.end is not None:
-                raise InputError(f"{where}: the stream ends before the next index offset {stream.end}")
-    except OSError as error:
-        raise InputError(f"{where}: corrupt bz2 stream: {_first_line(error)}") from error
-    return b"".join(pieces)
 
 
 def page_fragments(xml: bytes) -> list[bytes]:
@@ -348,23 +258,7 @@ def page_from_fragment(fragment: bytes, siteinfo: SiteInfo, source: str) -> RawP
                            f"malformed page XML: {error}")
 
 
-def iter_stream_pages(stream: StreamRange, siteinfo: SiteInfo) -> Iterator[RawPage | PageProblem]:
-    """The pages of one multistream stream, checked against the page ids the index lists for it."""
-    source = f"{stream.path}@{stream.start}"
-    pages = [page_from_fragment(fragment, siteinfo, source) for fragment in page_fragments(decompress_range(stream))]
-    found = tuple(page.page_id for page in pages if page.page_id is not None)
-    # A page whose id cannot be read still counts as one page; every id that can be read must be the index's.
-    if len(pages) != len(stream.page_ids) or Counter(found) - Counter(stream.page_ids):
-        raise InputError(f"{stream.path} at byte {stream.start}: the stream holds pages {_ids(found)} "
-                         f"but the index lists {_ids(stream.page_ids)}")
-    yield from pages
-
-
-def _ids(ids: tuple[int, ...]) -> str:
-    shown = ", ".join(map(str, ids[:3]))
-    return f"[{shown}{', ...' if len(ids) > 3 else ''}] ({len(ids)})"
-
-
-def _first_line(error: BaseException) -> str:
+def first_line(error: BaseException) -> str:
+    """The first line of an error message (its type when it has none), for one-line InputErrors."""
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__

@@ -7,7 +7,13 @@ from typing import Any
 
 import apache_beam as beam
 
+from artifacts.counters import declare, processed
 from transforms.dead_letters import count
+
+COUNTERS = declare(
+    processed("links_via_redirect", "links resolved through a redirect"),
+    processed("red_links", "links to titles that are not articles of the dump"),
+)
 
 
 def explode_links(article: dict[str, Any]) -> Iterator[tuple[str, tuple[int, int]]]:

@@ -10,10 +10,17 @@ from typing import Any
 
 import apache_beam as beam
 
+from artifacts.counters import declare, dropped, error, processed
 from transforms.dead_letters import count, dead_letter
 
 # Pointer jumping doubles the followed chain length each round: 6 rounds follow chains of up to 64 hops.
 JUMP_ROUNDS = 6
+
+COUNTERS = declare(
+    processed("redirects_resolved", "redirects resolved to their final target"),
+    dropped("redirects_to_missing_articles", "redirects whose target is not an article of the dump"),
+    error("redirect_cycles", "redirect chains that loop or exceed 64 hops"),
+)
 
 
 def pick_target(targets: Iterable[str]) -> str:
