@@ -1,8 +1,10 @@
-"""The one error type a user sees as a one-line message instead of a traceback."""
+"""The errors a user sees as a one-line message instead of a traceback: ``InputError`` and its typed kinds,
+whose fields let the command line word the hint (a flag name) that library code does not know."""
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 _MARKER = "KPR-INPUT-ERROR: "
 _PATTERN = re.compile(r"(?:" + re.escape(_MARKER) + r")+([^\n]*)")
@@ -20,6 +22,48 @@ class InputError(Exception):
         message = message.removeprefix(_MARKER)  # Beam re-raises a worker's error with its text as message
         super().__init__(_MARKER + message)
         self.message = _BEAM_CONTEXT.sub("", message)
+
+
+class ModelError(InputError):
+    """A model that cannot be loaded or used: ``model`` is its path or hub name; the message says why."""
+
+    def __init__(self, model: str, message: str) -> None:
+        self.model = str(model)
+        super().__init__(message)
+
+    def __reduce__(self):
+        return type(self), (self.model, self.message)
+
+
+class SettingError(InputError):
+    """A setting's value the library cannot use: ``setting`` (its name in a stage's config, e.g.
+    ``max_seq_length``), ``value`` and ``problem``. The message names the setting; the command line words it
+    with its flag (``worded``)."""
+
+    def __init__(self, setting: str, value: Any, problem: str, separator: str = ": ") -> None:
+        self.setting, self.value, self.problem, self.separator = setting, value, problem, separator
+        super().__init__(self.worded(setting))
+
+    def worded(self, name: str) -> str:
+        """The message, calling the setting ``name`` (a flag such as ``--layer``)."""
+        return f"{name} {self.value}{self.separator}{self.problem}"
+
+    def __reduce__(self):
+        return type(self), (self.setting, self.value, self.problem, self.separator)
+
+
+class BelowMinimumError(SettingError):
+    """A setting below its ``minimum``."""
+
+    def __init__(self, setting: str, value: Any, minimum: int) -> None:
+        self.minimum = minimum
+        super().__init__(setting, value, f"must be at least {minimum}")
+
+    def worded(self, name: str) -> str:
+        return f"{name} must be at least {self.minimum}, got {self.value}"
+
+    def __reduce__(self):
+        return type(self), (self.setting, self.value, self.minimum)
 
 
 def input_error_message(error: BaseException) -> str | None:

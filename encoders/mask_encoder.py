@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult
 
-from artifacts.errors import InputError
+from artifacts.errors import BelowMinimumError, ModelError, SettingError
 from encoders.batching import (
     estimated_tokens,
     host_tensor,
@@ -54,7 +54,7 @@ class TokenIds:
 def special_ids(tokenizer) -> TokenIds:
     """The special token ids a [MASK] input needs; a clear error for models without [MASK]."""
     if tokenizer.mask_token_id is None:
-        raise InputError(f"the tokenizer of {tokenizer.name_or_path} has no [MASK] token: "
+        raise ModelError(tokenizer.name_or_path, f"the tokenizer of {tokenizer.name_or_path} has no [MASK] token: "
                          "entity embeddings need a masked-language-model vocabulary (a BERT-family model)")
     cls = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
     sep = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
@@ -207,7 +207,7 @@ class MaskEncoderHandler(ModelHandler[Any, PredictionResult, MaskEncoder]):
                  batch_weight: int | None = None, share_model: bool | None = None, window: str = "reference") -> None:
         super().__init__()
         if max_tokens < 1:  # checked here, on the driver: a worker would fail on every batch
-            raise InputError(f"--batch-tokens must be at least 1, got {max_tokens}")
+            raise BelowMinimumError("batch_tokens", max_tokens, 1)
         self._spec = spec
         self._layer = layer
         self._max_tokens = max_tokens
@@ -241,16 +241,16 @@ class MaskEncoderHandler(ModelHandler[Any, PredictionResult, MaskEncoder]):
 
 def check_mask_model(spec: ModelSpec, layer: int = -1, max_seq_length: int | None = None) -> None:
     """Fail before any work starts: a missing model path, a bad dtype or device, a vocabulary with no [MASK],
-    a --layer the model does not have, a --max-seq-length beyond its position embeddings (or below 3)."""
+    a ``layer`` the model does not have, a ``max_seq_length`` beyond its position embeddings (or below 3)."""
     check_model_spec(spec)
     special_ids(load_tokenizer(spec.name_or_path))
     config = model_config(spec)
     layers = config.num_hidden_layers  # hidden_states: the embedding output, then one entry per layer
     if not -(layers + 1) <= layer <= layers:
-        raise InputError(f"--layer {layer}: {spec.name_or_path} has {layers} layers "
-                         f"(hidden states {-(layers + 1)}..{layers}; -1 is the last layer)")
+        raise SettingError("layer", layer, f"{spec.name_or_path} has {layers} layers "
+                           f"(hidden states {-(layers + 1)}..{layers}; -1 is the last layer)")
     if max_seq_length is not None:
         limit = usable_positions(spec)
         if not 3 <= max_seq_length <= limit:
-            raise InputError(f"--max-seq-length {max_seq_length}: {spec.name_or_path} takes 3 to {limit} tokens "
-                             "([CLS], [MASK], [SEP] and the context)")
+            raise SettingError("max_seq_length", max_seq_length, f"{spec.name_or_path} takes 3 to {limit} tokens "
+                               "([CLS], [MASK], [SEP] and the context)")

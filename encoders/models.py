@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from artifacts.errors import InputError
+from artifacts.errors import ModelError, SettingError
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -34,19 +34,19 @@ def model_files(models: dict[str, str | None]) -> dict[str, str]:
 def check_model_spec(spec: ModelSpec) -> None:
     """Fail before any work starts: unknown dtype, missing local directory, CUDA asked for but absent."""
     if spec.dtype not in DTYPES:
-        raise InputError(f"--dtype {spec.dtype!r} is not one of {', '.join(DTYPES)}")
+        raise SettingError("dtype", spec.dtype, f"is not one of {', '.join(DTYPES)}", separator=" ")
     name = str(spec.name_or_path)
     # A hub name has at most one "/" ("bert-base-uncased", "org/model"); anything else is a local path.
     looks_local = name.startswith((".", "/", "~")) or name.count("/") > 1
     if looks_local and not os.path.isdir(os.path.expanduser(name)):
-        raise InputError(f"model path {name} does not exist")
+        raise ModelError(name, f"model path {name} does not exist")
     if not os.path.isdir(os.path.expanduser(name)):
         check_hub_reachable(name)
     if spec.device.startswith("cuda"):
         import torch
 
         if not torch.cuda.is_available():
-            raise InputError(f"--device {spec.device} was asked for but no CUDA device is available")
+            raise SettingError("device", spec.device, "was asked for but no CUDA device is available", separator=" ")
 
 
 def check_hub_reachable(name: str, timeout_s: float = 3.0) -> None:
@@ -57,7 +57,7 @@ def check_hub_reachable(name: str, timeout_s: float = 3.0) -> None:
         return  # cached: loads offline too
     advice = "download it first or pass a local directory"
     if constants.HF_HUB_OFFLINE:
-        raise InputError(f"model {name!r} is not a local path and the hub is offline "
+        raise ModelError(name, f"model {name!r} is not a local path and the hub is offline "
                          f"(HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', '1')}): {advice}")
     if any(os.environ.get(variable) for variable in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY")):
         return  # reachable only through the proxy: let the hub client try
@@ -68,7 +68,7 @@ def check_hub_reachable(name: str, timeout_s: float = 3.0) -> None:
     try:
         socket.create_connection((host, 443), timeout=timeout_s).close()
     except OSError as error:
-        raise InputError(f"model {name!r} is not a local path and the hub ({host}) is unreachable "
+        raise ModelError(name, f"model {name!r} is not a local path and the hub ({host}) is unreachable "
                          f"({_first_line(error)}): {advice}") from error
 
 
@@ -79,7 +79,7 @@ def load_tokenizer(name_or_path: str):
     try:
         tokenizer = AutoTokenizer.from_pretrained(os.path.expanduser(str(name_or_path)))
     except (OSError, ValueError) as error:
-        raise InputError(f"cannot load a tokenizer from {name_or_path}: {_first_line(error)}") from error
+        raise ModelError(name_or_path, f"cannot load a tokenizer from {name_or_path}: {_first_line(error)}") from error
     # Our callers tokenize whole windows and cut them to length themselves: transformers' "Token indices sequence
     # length is longer than the specified maximum" warning is expected here, so it is marked as already shown
     # (model_max_length, which truncation reads, stays as it is).
@@ -94,7 +94,8 @@ def load_encoder(spec: ModelSpec):
     try:
         model = AutoModel.from_pretrained(os.path.expanduser(str(spec.name_or_path)), dtype=spec.torch_dtype())
     except (OSError, ValueError) as error:
-        raise InputError(f"cannot load a model from {spec.name_or_path}: {_first_line(error)}") from error
+        raise ModelError(spec.name_or_path, f"cannot load a model from {spec.name_or_path}: {_first_line(error)}") \
+            from error
     return model.to(spec.device).eval()
 
 
@@ -131,7 +132,11 @@ def model_config(spec: ModelSpec):
     try:
         return AutoConfig.from_pretrained(os.path.expanduser(str(spec.name_or_path)))
     except (OSError, ValueError) as error:
-        raise InputError(f"cannot read the model config of {spec.name_or_path}: {_first_line(error)}") from error
+        raise config_error(spec, error) from error
+
+
+def config_error(spec: ModelSpec, error: BaseException) -> ModelError:
+    return ModelError(spec.name_or_path, f"cannot read the model config of {spec.name_or_path}: {_first_line(error)}")
 
 
 def usable_positions(spec: ModelSpec) -> int:
@@ -142,7 +147,7 @@ def usable_positions(spec: ModelSpec) -> int:
     try:
         config, _ = PretrainedConfig.get_config_dict(os.path.expanduser(str(spec.name_or_path)))
     except (OSError, ValueError) as error:
-        raise InputError(f"cannot read the model config of {spec.name_or_path}: {_first_line(error)}") from error
+        raise config_error(spec, error) from error
     model_type = str(config.get("model_type", ""))
     offset = 2 if "roberta" in model_type or model_type == "camembert" else 0
     return int(config.get("max_position_embeddings", 512)) - offset

@@ -233,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as error:
         return interrupted(error)
     except Exception as error:  # the one place errors become the user interface
-        message = input_error_message(error)
+        message = input_error_message(flags.worded(error))
         if message is None:
             raise
         print(f"error: {message}", file=sys.stderr)

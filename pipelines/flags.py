@@ -10,6 +10,7 @@ import argparse
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from artifacts.errors import InputError, SettingError
 from encoders.models import DTYPES
 from transforms.progress import DEFAULT_INTERVAL_S
 
@@ -64,3 +65,15 @@ PROGRESS = FlagGroup("progress", _progress)
 RUNTIME = FlagGroup("model runtime", _runtime)
 SEQUENCE = FlagGroup("mention inputs", _sequence)
 REFRESH = FlagGroup("refresh", _refresh)
+
+
+def flag_of(setting: str) -> str:
+    """The flag of a config setting: ``max_seq_length`` -> ``--max-seq-length``."""
+    return "--" + setting.replace("_", "-")
+
+
+def worded(error: BaseException) -> BaseException:
+    """A library ``SettingError`` as the command line says it, with its flag; any other error as it is."""
+    if isinstance(error, SettingError):
+        return InputError(error.worded(flag_of(error.setting)))
+    return error

@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 
 from artifacts import tables
-from artifacts.errors import InputError
+from artifacts.errors import BelowMinimumError, InputError, SettingError
 from encoders.loading import check_encoder_options
 from encoders.mask_encoder import MaskEncoderHandler, check_mask_model
 from encoders.models import ModelSpec
 from encoders.retrievers import EncoderOptions
 from pipelines.cli import main
+from pipelines.flags import worded
 from tests.conftest import MULTI_PROCESS, copy_stages
 from tests.test_dictionary import article
 from tests.test_mentions_embeddings import build_embeddings
@@ -53,16 +54,23 @@ def test_layer_and_sequence_length_are_checked_before_any_work(tiny_bert):
     for layer in (-3, -1, 0, 2):
         check_mask_model(spec, layer, 512)
     for layer in (-4, 3):
-        with pytest.raises(InputError, match=rf"--layer {layer}: .* has 2 layers"):
+        with pytest.raises(SettingError) as raised:
             check_mask_model(spec, layer)
+        assert (raised.value.setting, raised.value.value) == ("layer", layer)
+        assert worded(raised.value).message == (
+            f"--layer {layer}: {tiny_bert} has 2 layers (hidden states -3..2; -1 is the last layer)")
     for length in (2, 513):
-        with pytest.raises(InputError, match=rf"--max-seq-length {length}: .* takes 3 to 512 tokens"):
+        with pytest.raises(SettingError) as raised:
             check_mask_model(spec, -1, length)
+        assert (raised.value.setting, raised.value.value) == ("max_seq_length", length)
+        assert worded(raised.value).message == (
+            f"--max-seq-length {length}: {tiny_bert} takes 3 to 512 tokens ([CLS], [MASK], [SEP] and the context)")
 
 
 def test_a_batch_token_budget_below_one_is_refused_on_the_driver(tiny_bert):
-    with pytest.raises(InputError, match="--batch-tokens must be at least 1, got 0"):
+    with pytest.raises(BelowMinimumError) as raised:
         MaskEncoderHandler(ModelSpec(str(tiny_bert)), max_tokens=0)
+    assert worded(raised.value).message == "--batch-tokens must be at least 1, got 0"
     with pytest.raises(InputError, match="--batch-tokens must be at least 1, got 0"):
         check_encoder_options(EncoderOptions("mean", str(tiny_bert), batch_tokens=0))
 

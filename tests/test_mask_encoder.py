@@ -6,9 +6,9 @@ import pytest
 from transformers import AutoTokenizer
 
 from encoders.mask_encoder import mask_inputs
-from pipelines.embed_entities import mention_problem
 from tests.conftest import GENSIM_SAMPLE
 from transforms.dump_reader import RawPage, iter_pages, read_siteinfo
+from transforms.embed_entities import mention_problem
 from transforms.mention_sampling import mention_window
 from transforms.mentions import mention_refs
 from transforms.namespaces import Namespaces

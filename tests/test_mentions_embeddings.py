@@ -30,9 +30,9 @@ from encoders.mask_encoder import (
 )
 from encoders.models import ModelSpec, input_embedding_norm
 from pipelines.cli import main
-from pipelines.embed_entities import finite_vector, norm_matched
 from tests.conftest import BUNDLED_SAMPLE, DIRECT, MULTI_PROCESS, copy_stages
 from tests.test_dictionary import article, write_parsed
+from transforms.embed_entities import finite_vector, norm_matched
 from transforms.mention_sampling import (
     CHARS_PER_TOKEN,
     LinkRef,

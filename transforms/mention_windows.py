@@ -10,8 +10,13 @@ from typing import Any
 
 import apache_beam as beam
 
+from artifacts.counters import declare, dropped
 from transforms.dead_letters import DEAD_LETTER_TAG, dead_letter
 from transforms.mention_sampling import mention_window
+
+COUNTERS = declare(
+    dropped("sampled_pages_missing", "sampled mentions whose source page was not found", dead_lettered=True),
+)
 
 
 def windows_of_page(page_id: int, joined: dict[str, list[Any]], chars: int = 0) -> Iterator[Any]:

@@ -16,11 +16,17 @@ from typing import Any
 
 import apache_beam as beam
 
+from artifacts.counters import declare, processed
 from transforms.dead_letters import count
 from transforms.mention_sampling import window_digest
 
 DIGEST_MODULUS = 1 << 128  # row digests are summed modulo 2**128: order-independent, no XOR cancellation
 RUNTIME_OPTIONS = ("previous", "previous_manifest_sha256", "require_reuse")
+
+ENTITY_COUNTERS = declare(
+    processed("entities_reused", "entities reused"),
+    processed("entities_recomputed", "entities recomputed"),
+)
 
 
 def entity_key(title: str, qid: str | None) -> str:
