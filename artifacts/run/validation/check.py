@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from artifacts import layout
+from artifacts.errors import InputError
 from artifacts.run import manifest
 from artifacts.run.validation.entities import check_embeddings, check_entities, check_names
 from artifacts.run.validation.files import integrity_problems, parquet_problems, stale_stages, stray_files
@@ -52,8 +53,24 @@ def describe_problems(output: str, problems: list[str], limit: int = 10) -> str:
     """Why a command refuses the run: the first ``limit`` problems, one per line."""
     lines = [f"{output} does not validate ({len(problems)} problem(s)):", *problems[:limit]]
     if len(problems) > limit:
-        lines.append(f"... and {len(problems) - limit} more: `python run_pipeline.py validate --output {output}`")
+        lines.append(f"... and {len(problems) - limit} more (the validate command lists them all)")
     return "\n  ".join(lines)
+
+
+class InvalidRunError(InputError):
+    """The run under ``output`` does not validate: publish and export refuse it."""
+
+    def __init__(self, output: str, problems: list[str]) -> None:
+        super().__init__(describe_problems(output, problems))
+        self.output = output
+        self.problems = tuple(problems)
+
+
+def require_valid(output: str) -> None:
+    """``InvalidRunError`` unless the run under ``output`` validates."""
+    problems = validate_run(output)
+    if problems:
+        raise InvalidRunError(output, problems)
 
 
 def semantic_problems(run: RecordedRun) -> list[str]:
