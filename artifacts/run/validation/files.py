@@ -66,8 +66,9 @@ def artifact_directory(relative: str) -> str:
 
 
 def stray_files(run: RecordedRun) -> list[str]:
-    """Files in a recorded artifact directory that the manifest does not list: readers glob ``*.parquet`` (a
-    stale or partial write would be read as part of the artifact), and a published copy would carry the rest."""
+    """Files in a recorded artifact directory that the manifest does not list: a stage reading its upstream
+    artifact globs ``*.parquet`` (a stale or partial write would be read as part of it; the report, export and
+    search read only recorded files), and a published copy would carry the rest."""
     problems = []
     for directory in sorted({artifact_directory(path) for path in run.files if "/" in path}):
         for path in fs.list_tree(run.path(directory)):
