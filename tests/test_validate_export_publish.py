@@ -408,3 +408,26 @@ def test_export_reads_no_stray_entity_file(run: Path) -> None:
     assert len(keys) == entity_count(run)  # a glob would read the stray rows and refuse the repeated ids
     rows = sorted(entities.to_pylist(), key=lambda row: row["entity_id"])
     assert keys.to_pylist() == [row["qid"] or row["title"] for row in rows]
+
+
+def test_library_errors_are_typed_and_name_no_flag(tmp_path: Path) -> None:
+    """artifacts/run raises typed errors worded without CLI flags; pipelines/ words the hint with the flags."""
+    from artifacts.run.report import write_report
+    from artifacts.run.report.build import NoManifestError
+
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(publish_module.OverlappingDestinationError) as overlap:
+        publish_module.publish_run(str(out), str(out / "published"))
+    assert (overlap.value.output, overlap.value.destination) == (str(out), str(out / "published"))
+    with pytest.raises(publish_module.LatestLocationError) as latest:
+        publish_module.publish_run(str(out), "gs://bucket", latest=True)
+    assert latest.value.destination == "gs://bucket"
+    with pytest.raises(kpr_export.MissingStagesError) as missing:
+        kpr_export.check_exportable(str(out))
+    assert missing.value.missing == ("dictionary", "embed_entities")
+    with pytest.raises(NoManifestError) as no_manifest:
+        write_report(str(out), {})
+    for error in (overlap, latest, missing, no_manifest):
+        assert "--" not in error.value.message and "run_pipeline" not in error.value.message, error.value.message
+    assert not (out / "published").exists() and not (out / "report").exists()
