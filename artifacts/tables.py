@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -58,7 +58,13 @@ def read_table(output: str, name: str, columns: list[str] | None = None) -> pa.T
 def iter_batches(output: str, name: str, columns: list[str] | None = None,
                  batch_size: int = 65536) -> Iterator[pa.RecordBatch]:
     """Stream artifact ``name`` batch by batch with bounded memory."""
-    for path in parquet_files(output, name):
+    return iter_file_batches(parquet_files(output, name), columns, batch_size)
+
+
+def iter_file_batches(files: Iterable[str], columns: list[str] | None = None,
+                      batch_size: int = 65536) -> Iterator[pa.RecordBatch]:
+    """Stream the given Parquet files batch by batch with bounded memory."""
+    for path in files:
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
             yield from pq.ParquetFile(handle).iter_batches(batch_size=batch_size, columns=columns)
 

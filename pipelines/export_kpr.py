@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from artifacts.run.kpr_export import EMBEDDINGS_FILE, LINKER_DIR, VOCAB_FILE, export_kpr
+from artifacts.errors import InputError
+from artifacts.run.kpr_export import EMBEDDINGS_FILE, LINKER_DIR, VOCAB_FILE, MissingStagesError, export_kpr
 
 
 class ExportKprCommand:
@@ -16,7 +17,12 @@ class ExportKprCommand:
         parser.add_argument("--to", required=True, metavar="DIR", help="export directory (local path or Beam URL)")
 
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
-        summary = export_kpr(args.output, args.to)
+        try:
+            summary = export_kpr(args.output, args.to)
+        except MissingStagesError as error:
+            raise InputError(f"{error.output} has no completed {' or '.join(error.missing)} stage: export-kpr needs "
+                             "the entity linker and the entity embeddings (run `python run_pipeline.py dictionary` "
+                             "and `embed-entities` first)") from error
         print(f"exported {args.output} to {summary.directory}: {VOCAB_FILE}, {EMBEDDINGS_FILE}, {LINKER_DIR}/")
         print(f"  entities: {summary.entities:,}")
         print(f"  dim: {summary.dim}")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from artifacts.errors import InputError
 from artifacts.run.manifest import MANIFEST_NAME
-from artifacts.run.publish import publish_run
+from artifacts.run.publish import LatestLocationError, OverlappingDestinationError, publish_run
 
 
 class PublishCommand:
@@ -19,7 +20,14 @@ class PublishCommand:
                                  "file with the name and the manifest's sha256, replaced atomically)")
 
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
-        summary = publish_run(args.output, args.to, latest=args.latest)
+        try:
+            summary = publish_run(args.output, args.to, latest=args.latest)
+        except LatestLocationError as error:
+            raise InputError(f"--to {error.destination}: with --latest publish to ROOT/NAME (LATEST goes in ROOT)"
+                             ) from error
+        except OverlappingDestinationError as error:
+            raise InputError(f"--to {error.destination} overlaps --output {error.output}: publish to a place "
+                             "outside the run") from error
         if summary.removed:
             print(f"replaced earlier files in {summary.destination}: {', '.join(summary.removed)}")
         for item in summary.files:

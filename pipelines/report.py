@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from artifacts import layout
 from artifacts.errors import InputError
 from artifacts.run.diff.runs import complete_records
 from artifacts.run.report import write_report
+from artifacts.run.report.build import NoManifestError
 from artifacts.run.report.recall import MAX_EXACT, QUERIES
+from pipelines.run_all import declared_counters
 
 
 class ReportCommand:
@@ -30,8 +33,12 @@ class ReportCommand:
             raise InputError("--recall-queries and --max-exact must be at least 1")
         if args.previous:
             complete_records(args.previous)  # a wrong --previous is the user's error, not a report problem
-        path = write_report(args.output, recall_queries=args.recall_queries, max_exact=args.max_exact,
-                            previous=args.previous)
+        try:
+            path = write_report(args.output, declared_counters(), recall_queries=args.recall_queries,
+                                max_exact=args.max_exact, previous=args.previous)
+        except NoManifestError as error:
+            raise InputError(f"{args.output} has no {layout.MANIFEST}: run a stage first (e.g. `python "
+                             f"run_pipeline.py parse --dump FILE --output {args.output}`)") from error
         print(path)
         sys.stdout.flush()
         return 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from artifacts import layout
-from artifacts.run.report.gather import StageView
+from artifacts.run.report.stages import StageView
 from pipelines import cli, run_all
 
 

@@ -16,15 +16,33 @@ import pyarrow.parquet as pq
 import pytest
 
 from artifacts import faiss_shards, tables
+from artifacts.counters import declare, dropped, error, processed
 from artifacts.run import manifest
 from artifacts.run.report import counters as counter_info
-from artifacts.run.report import gather, plots, write_report
+from artifacts.run.report import gather, plots, stages
+from artifacts.run.report import write_report as write_report_declared
+from artifacts.run.report.dictionary import dictionary_stats
 from artifacts.run.report.recall import index_recall
 from artifacts.run.report.stats import TopK, ValueCounts, integer_log_edges
 from pipelines.cli import main
 from tests.test_faiss_shards import brute_force, clustered, write_index_dir
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# what the tests below need declared (the stages' own declarations are checked in test_counters.py)
+DECLARED = declare(
+    dropped("names_below_min_link_prob", "names below --min-link-prob"),
+    error("parser_errors", "pages the wikitext parser could not convert"),
+    error("bad_streams", "corrupt bz2 streams skipped"),
+    error("pages_in_bad_streams", "pages inside the skipped bz2 streams", detail=True),
+    error("malformed_pages", "pages whose XML could not be read"),
+    error("bad_ids", "passage lines whose id is not a non-negative integer"),
+    error("empty_texts", "passages with empty text"),
+    processed("pages_read", "pages read"),
+)
+
+
+def write_report(output: str, **options) -> str:
+    return write_report_declared(output, DECLARED, **options)
 
 
 @pytest.fixture()
@@ -72,7 +90,7 @@ def test_report_shows_each_stage_with_its_exact_wall_time_outputs_and_counters(r
         rows = {}
         for item in record.outputs:
             if item.rows is not None:
-                artifact = gather.artifact_of(item.path)
+                artifact = stages.artifact_of(item.path)
                 rows[artifact] = rows.get(artifact, 0) + item.rows
         for artifact, count in rows.items():
             assert re.search(rf"<code>{artifact}/</code></td><td class=\"num\">[\d,]+</td>"
@@ -121,7 +139,9 @@ def test_ambiguous_names_are_found_when_a_names_rows_are_spread_over_files_and_b
     for part, rows in enumerate(np.array_split(np.arange(names.num_rows), 3)):
         pq.write_table(shuffled.slice(int(rows[0]), len(rows)), folder / f"part-{part}.parquet")
     shutil.copytree(run_copy / "entities", output / "entities")
-    stats = gather.dictionary_stats(str(output), top=20, batch_size=97)
+    written = manifest.describe_outputs(str(output), ["dictionary/names", "entities"])
+    manifest.save(str(output), {"dictionary": manifest.StageRecord("dictionary", {}, {}, written)})
+    stats = dictionary_stats(str(output), top=20, batch_size=97)
     assert [(item.name, len(item.candidates)) for item in stats.ambiguous] == expected_ambiguous(run_copy)
     distinct = len(set(names.column("name").to_pylist()))
     assert stats.pairs == names.num_rows and stats.names == distinct
@@ -261,7 +281,7 @@ def test_skipped_streams_show_their_pages_on_the_bad_input_card(run_copy):
     ({"bad_streams": 2, "pages_in_bad_streams": 106, "malformed_pages": 1234}, "1,234 + 2 streams (106 pages)"),
 ])
 def test_bad_input_summary_counts_streams_with_their_pages(counters, expected):
-    assert counter_info.bad_input_summary(counters) == expected
+    assert counter_info.bad_input_summary(counters, DECLARED) == expected
 
 
 @pytest.mark.parametrize(("values", "expected"), [([1], ["1"]), ([1, 2], ["1", "2"]),
@@ -273,3 +293,52 @@ def test_integer_axes_label_each_integer_once(values, expected):
     figure.canvas.draw()
     low, high = axis.get_xlim()
     assert [tick.get_text() for tick in axis.get_xticklabels() if low <= tick.get_position()[0] <= high] == expected
+
+
+def counter_row(section: str, name: str) -> str:
+    """The table row of counter ``name`` in a stage section."""
+    row = re.search(rf'<tr class="[^"]*"><td>[^<]*</td><td><code>{name}</code></td>.*?</tr>', section)
+    assert row is not None, name
+    return row.group(0)
+
+
+def test_a_counter_shows_its_declared_label_and_kind_and_an_undeclared_one_its_name(run_copy):
+    record = manifest.load(str(run_copy))
+    record["parse"].counters = {**record["parse"].counters, "widgets_discarded": 7, "mystery_errors": 3}
+    manifest.save(str(run_copy), record)
+    declared = declare(dropped("widgets_discarded", "widgets thrown away on purpose"))
+    section = sections(Path(write_report_declared(str(run_copy), declared)).read_text(encoding="utf-8"))["parse"]
+    assert counter_row(section, "widgets_discarded") == (
+        '<tr class="dropped"><td>widgets thrown away on purpose</td><td><code>widgets_discarded</code></td>'
+        '<td><span class="badge dropped-b">dropped</span></td><td class="num">7</td></tr>')
+    # no guessing from the words in a name: undeclared is shown under its name, as processed
+    assert counter_row(section, "mystery_errors") == (
+        '<tr class=""><td>mystery_errors</td><td><code>mystery_errors</code></td>'
+        '<td><span class="badge processed-b">processed</span></td><td class="num">3</td></tr>')
+    assert "Dropped by design: <b>7</b> · bad input (counted and dead-lettered): <b>0</b>" in section
+
+
+def test_the_report_command_shows_the_labels_the_stages_declare(run_copy):
+    from transforms.mentions import COUNTERS
+
+    assert main(["report", "--output", str(run_copy)]) == 0
+    section = sections((run_copy / "report" / "index.html").read_text(encoding="utf-8"))["mentions"]
+    counters = manifest.load(str(run_copy))["mentions"].counters
+    assert counters and set(counters) <= set(COUNTERS)
+    for name in counters:
+        label, kind = html.escape(COUNTERS[name].label), COUNTERS[name].kind
+        assert (f'<td>{label}</td><td><code>{name}</code></td><td><span class="badge {kind}-b">{kind}</span>'
+                in counter_row(section, name)), name
+
+
+def test_a_stray_unrecorded_parquet_file_is_not_read(run_copy):
+    entities = tables.read_table(str(run_copy), "entities")
+    before = gather.entity_stats(str(run_copy))
+    pq.write_table(pa.concat_tables([entities, entities]), run_copy / "entities" / "part-stray.parquet")
+    assert tables.read_table(str(run_copy), "entities").num_rows == 3 * entities.num_rows  # a glob would see it
+    after = gather.entity_stats(str(run_copy))
+    assert (after.count, after.total_links, after.top) == (before.count, before.total_links, before.top)
+    assert after.count == entities.num_rows
+    page = Path(write_report(str(run_copy))).read_text(encoding="utf-8")
+    assert f"<tr><td>entities</td><td>{entities.num_rows:,}</td></tr>" in page
+    assert "Could not read" not in page

@@ -17,8 +17,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from artifacts import faiss_shards, fs
-from artifacts.run import manifest
+from artifacts import faiss_shards, fs, tables
+from artifacts.run import kpr_export, manifest
 from artifacts.run import publish as publish_module
 from artifacts.run.validation import validate_run
 from pipelines.cli import main
@@ -382,3 +382,52 @@ def test_export_refuses_an_invalid_run(run: Path, tmp_path: Path, capsys: pytest
     assert main(["export-kpr", "--output", str(run), "--to", str(export)]) == 2
     assert capsys.readouterr().err == f"error: {run} does not validate (1 problem(s)):\n  {expected[0]}\n"
     assert not export.exists()
+
+
+# --- readers read what the manifest records ------------------------------------------------------------------
+
+
+def test_recorded_files_are_the_manifests_not_the_folders(run: Path) -> None:
+    stray = run / "entities" / "part-stray.parquet"
+    shutil.copy(run / ENTITIES, stray)
+    assert manifest.recorded_files(str(run), "entities") == [str(run / ENTITIES)]
+    assert manifest.recorded_files(str(run), "entity_embeddings") == [str(run / EMBEDDINGS)]  # not entities/
+    linker = manifest.recorded_files(str(run), "dictionary/linker", suffix="")
+    assert linker == sorted(str(path) for path in (run / "dictionary" / "linker").rglob("*") if path.is_file())
+    assert sum(batch.num_rows for batch in manifest.recorded_batches(str(run), "entities")) == entity_count(run)
+    with pytest.raises(tables.MissingArtifactError) as missing:
+        manifest.recorded_files(str(run), "passages", stages={})
+    assert missing.value.message == f"no passages/*.parquet recorded in {run / 'manifest.json'}"
+
+
+def test_export_reads_no_stray_entity_file(run: Path) -> None:
+    stray = run / "entities" / "part-stray.parquet"
+    entities = pq.read_table(run / ENTITIES)
+    pq.write_table(pa.concat_tables([entities, entities.slice(0, 3)]), stray)  # extra rows, repeated ids
+    keys = kpr_export.entity_keys(str(run))
+    assert len(keys) == entity_count(run)  # a glob would read the stray rows and refuse the repeated ids
+    rows = sorted(entities.to_pylist(), key=lambda row: row["entity_id"])
+    assert keys.to_pylist() == [row["qid"] or row["title"] for row in rows]
+
+
+def test_library_errors_are_typed_and_name_no_flag(tmp_path: Path) -> None:
+    """artifacts/run raises typed errors worded without CLI flags; pipelines/ words the hint with the flags."""
+    from artifacts.run.report import write_report
+    from artifacts.run.report.build import NoManifestError
+
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(publish_module.OverlappingDestinationError) as overlap:
+        publish_module.publish_run(str(out), str(out / "published"))
+    assert (overlap.value.output, overlap.value.destination) == (str(out), str(out / "published"))
+    with pytest.raises(publish_module.LatestLocationError) as latest:
+        publish_module.publish_run(str(out), "gs://bucket", latest=True)
+    assert latest.value.destination == "gs://bucket"
+    with pytest.raises(kpr_export.MissingStagesError) as missing:
+        kpr_export.check_exportable(str(out))
+    assert missing.value.missing == ("dictionary", "embed_entities")
+    with pytest.raises(NoManifestError) as no_manifest:
+        write_report(str(out), {})
+    for error in (overlap, latest, missing, no_manifest):
+        assert "--" not in error.value.message and "run_pipeline" not in error.value.message, error.value.message
+    assert not (out / "published").exists() and not (out / "report").exists()

@@ -5,8 +5,9 @@ known, else title; index = entity_id). ``DIR/entity_embeddings.npy``: float16 (N
 entities without an embedding zero, row i = entity i. ``DIR/entity_linker/``: the run's linker files. All three
 use one index order (``kb_id.trie[key] + 1 == index``), checked while writing.
 
-Everything is written under ``DIR/.export-staging/`` first, then moved into place with the vocabulary moved
-out first and in last: an export directory with ``entity_vocab.tsv`` is complete.
+Only the files the manifest records are read. Everything is written under ``DIR/.export-staging/`` first, then
+moved into place with the vocabulary moved out first and in last: an export directory with ``entity_vocab.tsv``
+is complete.
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ import pyarrow.compute as pc
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from artifacts import faiss_shards, fs, layout, tables
+from artifacts import faiss_shards, fs, layout
 from artifacts.errors import InputError
 from artifacts.linker import EntityLinker
 from artifacts.run import manifest
 from artifacts.run.publish import copy_file, is_local
-from artifacts.run.validation import describe_problems, parquet_footer, validate_run
+from artifacts.run.validation import parquet_footer, require_valid
 
 VOCAB_FILE = "entity_vocab.tsv"
 EMBEDDINGS_FILE = "entity_embeddings.npy"
@@ -38,6 +39,16 @@ STAGING_DIR = ".export-staging"
 PAD = "[PAD]"
 REQUIRED_STAGES = (layout.DICTIONARY_STAGE, layout.EMBED_ENTITIES_STAGE)
 _VOCAB_CHUNK = 65_536
+
+
+class MissingStagesError(InputError):
+    """The run has not completed the stages an export needs."""
+
+    def __init__(self, output: str, missing: list[str]) -> None:
+        super().__init__(f"{output} has no completed {' or '.join(missing)} stage: an export needs the entity "
+                         "linker and the entity embeddings")
+        self.output = output
+        self.missing = tuple(missing)
 
 
 @dataclass(frozen=True)
@@ -52,12 +63,8 @@ def check_exportable(output: str) -> None:
     """Refuse a run without the dictionary or the entity embeddings, or one that does not validate."""
     missing = [name for name in REQUIRED_STAGES if name not in manifest.load(output)]
     if missing:
-        raise InputError(f"{output} has no completed {' or '.join(missing)} stage: export-kpr needs the entity "
-                         "linker and the entity embeddings (run `python run_pipeline.py dictionary` and "
-                         "`embed-entities` first)")
-    problems = validate_run(output)
-    if problems:
-        raise InputError(describe_problems(output, problems))
+        raise MissingStagesError(output, missing)
+    require_valid(output)
 
 
 def export_kpr(output: str, directory: str) -> ExportSummary:
@@ -71,7 +78,7 @@ def export_kpr(output: str, directory: str) -> ExportSummary:
         keys = entity_keys(output)
         write_vocab(fs.join(staging, VOCAB_FILE), keys, EntityLinker.load(linker).kb_keys)
         dim, without = write_embeddings(output, fs.join(staging, EMBEDDINGS_FILE), keys)
-        for path in fs.list_tree(linker):
+        for path in manifest.recorded_files(output, layout.LINKER, suffix=""):
             copy_file(path, fs.join(staging, LINKER_DIR, fs.relative(path, linker)))
         move_into_place(staging, directory)
     finally:
@@ -88,7 +95,7 @@ def entity_keys(output: str) -> pa.StringArray:
     """Entity keys in entity_id order (``keys[i]`` is entity i + 1's); ids must be exactly 1..N.
     Arrow strings, not Python objects: 7M keys take about 100 MB."""
     ids, keys = [], []
-    for batch in tables.iter_batches(output, layout.ENTITIES, ["entity_id", "title", "qid"]):
+    for batch in manifest.recorded_batches(output, layout.ENTITIES, ["entity_id", "title", "qid"]):
         ids.append(batch.column("entity_id").to_numpy(zero_copy_only=False).astype(np.int64))
         keys.append(entity_key_column(batch))
     all_ids = np.concatenate(ids) if ids else np.zeros(0, np.int64)
@@ -130,19 +137,20 @@ def local_file(path: str) -> Iterator[str]:
         faiss_shards.upload(local_path, path)
 
 
-def embeddings_dim(output: str) -> int:
-    _, schema = parquet_footer(tables.parquet_files(output, layout.ENTITY_EMBEDDINGS)[0])
+def embeddings_dim(files: list[str]) -> int:
+    _, schema = parquet_footer(files[0])
     return schema.field("embedding").type.list_size
 
 
 def write_embeddings(output: str, path: str, keys: pa.StringArray) -> tuple[int, int]:
     """Write the (N + 1, D) float16 array; returns D and the number of entities without an embedding."""
-    dim = embeddings_dim(output)
+    files = manifest.recorded_files(output, layout.ENTITY_EMBEDDINGS)
+    dim = embeddings_dim(files)
     filled = np.zeros(len(keys) + 1, dtype=bool)
     with local_file(path) as local:
         # a new memory-mapped .npy reads as zeros: row 0 and entities without an embedding stay zero
         vectors = np.lib.format.open_memmap(local, mode="w+", dtype=np.float16, shape=(len(keys) + 1, dim))
-        for batch in tables.iter_batches(output, layout.ENTITY_EMBEDDINGS, ["entity_id", "title", "qid", "embedding"]):
+        for batch in faiss_shards.iter_parquet_batches(files, ["entity_id", "title", "qid", "embedding"]):
             ids = batch.column("entity_id").to_numpy(zero_copy_only=False).astype(np.int64)
             check_embedding_keys(batch, ids, keys)
             vectors[ids] = faiss_shards.table_vectors(batch).astype(np.float16)

@@ -10,10 +10,12 @@ import hashlib
 import json
 import platform
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from importlib import metadata as importlib_metadata
 from typing import Any
 
+import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs, layout, tables
@@ -89,6 +91,26 @@ def describe_outputs(output: str, directories: list[str]) -> list[OutputFile]:
     for directory in directories:
         files.extend(describe_file(output, path) for path in fs.list_tree(fs.join(output, directory)))
     return files
+
+
+def recorded_files(output: str, artifact: str, suffix: str = ".parquet",
+                   stages: Mapping[str, StageRecord] | None = None) -> list[str]:
+    """The files of ``artifact`` (e.g. ``entities``) ending in ``suffix`` that the manifest of ``output`` records,
+    as paths under ``output``, sorted. Readers take these rather than a glob: a stray, stale or half-written
+    file beside them is never read. ``MissingArtifactError`` when none is recorded."""
+    stages = load(output) if stages is None else stages
+    prefix = f"{artifact}/"
+    relatives = sorted(item.path for record in stages.values() for item in record.outputs
+                       if item.path.startswith(prefix) and item.path.endswith(suffix))
+    if not relatives:
+        raise tables.MissingArtifactError(f"no {artifact}/*{suffix} recorded in {manifest_path(output)}")
+    return [fs.join(output, relative) for relative in relatives]
+
+
+def recorded_batches(output: str, artifact: str, columns: list[str] | None = None,
+                     batch_size: int = 65536) -> Iterator[pa.RecordBatch]:
+    """Stream the Parquet files of ``artifact`` that the manifest records, batch by batch."""
+    return tables.iter_file_batches(recorded_files(output, artifact), columns, batch_size)
 
 
 def missing_or_changed(output: str, record: StageRecord, deep: bool = False) -> list[str]:

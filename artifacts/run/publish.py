@@ -16,11 +16,28 @@ from apache_beam.io.filesystems import FileSystems
 from artifacts import fs, layout
 from artifacts.errors import InputError
 from artifacts.run import manifest
-from artifacts.run.validation import describe_problems, validate_run
+from artifacts.run.validation import require_valid
 
 LATEST_NAME = "LATEST"  # beside the published runs: {"name": NAME, "manifest_sha256": ...}
 REPORT_DIR = layout.REPORT  # the report command's HTML: published whether or not the manifest lists it
 _COPY_CHUNK = 1 << 22
+
+
+class LatestLocationError(InputError):
+    """A LATEST pointer was asked for a destination that is not ROOT/NAME."""
+
+    def __init__(self, destination: str) -> None:
+        super().__init__(f"{destination}: a run published as the latest goes to ROOT/NAME (LATEST goes in ROOT)")
+        self.destination = destination
+
+
+class OverlappingDestinationError(InputError):
+    """The destination is the run itself, or one lies inside the other."""
+
+    def __init__(self, output: str, destination: str) -> None:
+        super().__init__(f"{destination} overlaps the run {output}: publish to a place outside the run")
+        self.output = output
+        self.destination = destination
 
 
 @dataclass(frozen=True)
@@ -116,7 +133,7 @@ def latest_location(destination: str) -> tuple[str, str]:
     """(the directory holding LATEST, the run's NAME) of a destination ``ROOT/NAME``."""
     parent, _, name = _normalized(destination).rpartition("/")
     if not name or not parent or parent.endswith(":/"):
-        raise InputError(f"--to {destination}: with --latest publish to ROOT/NAME (LATEST goes in ROOT)")
+        raise LatestLocationError(destination)
     return parent, name
 
 
@@ -144,7 +161,7 @@ def latest_run(root: str) -> str:
     """The published run ``ROOT/LATEST`` names (for readers of scheduled publishes)."""
     path = fs.join(root, LATEST_NAME)
     if not fs.exists(path):
-        raise InputError(f"{root} has no {LATEST_NAME}: nothing was published there with --latest")
+        raise InputError(f"{root} has no {LATEST_NAME}: nothing was published there as the latest run")
     return fs.join(root, fs.read_json(path)["name"])
 
 
@@ -154,10 +171,8 @@ def publish_run(output: str, destination: str, latest: bool = False) -> PublishS
     if latest:
         latest_location(destination)  # refuse before copying anything
     if overlaps(output, destination):
-        raise InputError(f"--to {destination} overlaps --output {output}: publish to a place outside the run")
-    problems = validate_run(output)
-    if problems:
-        raise InputError(describe_problems(output, problems))
+        raise OverlappingDestinationError(output, destination)
+    require_valid(output)
     stages = manifest.load(output)
     files = planned_files(output, stages)
     fs.delete_tree(manifest.manifest_path(destination))  # first: from here on DEST does not look complete

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from artifacts import layout, tables
+from artifacts import layout
+from artifacts.run import manifest
 from artifacts.run.diff.keyed import DIGEST_DTYPE, Keyed, concatenate, key_hash, row_digest
 
 BATCH = 65_536
@@ -24,7 +25,7 @@ def _keyed(output: str, artifact: str, columns: list[str],
            key_of: Callable[[pa.RecordBatch], np.ndarray],
            fields_of: Callable[[dict[str, list]], Iterator[list[str]]], batch_size: int = BATCH) -> Keyed:
     parts = []
-    for batch in tables.iter_batches(output, artifact, columns, batch_size):
+    for batch in manifest.recorded_batches(output, artifact, columns, batch_size):
         values = {name: batch.column(name).to_pylist() for name in columns}
         digests = np.fromiter((row_digest(fields) for fields in fields_of(values)), DIGEST_DTYPE, batch.num_rows)
         parts.append((key_of(batch), digests))
@@ -82,7 +83,7 @@ class Entities:
 
 def entities(output: str) -> Entities:
     ids, keys = [], []
-    for batch in tables.iter_batches(output, layout.ENTITIES, ["entity_id", "title", "qid"], BATCH):
+    for batch in manifest.recorded_batches(output, layout.ENTITIES, ["entity_id", "title", "qid"], BATCH):
         ids.append(batch.column("entity_id").to_numpy(zero_copy_only=False).astype(np.int64))
         pairs = zip(batch.column("qid").to_pylist(), batch.column("title").to_pylist(), strict=True)
         keys.append(np.fromiter((key_hash(entity_key(qid, title)) for qid, title in pairs), np.int64,
@@ -108,7 +109,7 @@ def names(output: str, known: Entities) -> Keyed:
 
     Holds three numbers per name-entity pair (20 bytes: 400 MB for 20M pairs)."""
     name_keys, commonness, candidates = [], [], []
-    for batch in tables.iter_batches(output, layout.NAMES, ["name", "entity_id", "commonness"], BATCH):
+    for batch in manifest.recorded_batches(output, layout.NAMES, ["name", "entity_id", "commonness"], BATCH):
         name_keys.append(_hashed_keys("name")(batch))
         commonness.append(batch.column("commonness").to_numpy(zero_copy_only=False).astype(np.float32))
         entity_ids = batch.column("entity_id").to_numpy(zero_copy_only=False).astype(np.int64)

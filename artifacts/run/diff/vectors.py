@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from artifacts import faiss_shards, layout, tables
+from artifacts import faiss_shards, layout
+from artifacts.run import manifest
 from artifacts.run.diff.rows import BATCH, NO_KEY, Entities, keys_of_ids
 from artifacts.run.validation import parquet_footer
 
@@ -50,7 +51,7 @@ def cosines(old: np.ndarray, new: np.ndarray) -> np.ndarray:
 
 def _keyed_vectors(output: str, known: Entities, passes: int, bucket: int):
     """(key hashes, vectors) of the rows of ``output``'s embeddings whose key falls in ``bucket``, batch by batch."""
-    for batch in tables.iter_batches(output, ARTIFACT, ["entity_id", "embedding"], BATCH):
+    for batch in manifest.recorded_batches(output, ARTIFACT, ["entity_id", "embedding"], BATCH):
         ids = batch.column("entity_id").to_numpy(zero_copy_only=False).astype(np.int64)
         keys = keys_of_ids(ids, known.key_of_id)
         chosen = (keys != NO_KEY) & (keys.view(np.uint64) % np.uint64(passes) == bucket)
@@ -78,7 +79,7 @@ def _one_pass(old_output: str, old: Entities, new_output: str, new: Entities, pa
 def vector_movement(old_output: str, old: Entities, new_output: str, new: Entities,
                     budget: int = VECTOR_BUDGET) -> CosineHistogram:
     """The cosine histogram between the old and new vector of every entity embedded in both runs."""
-    footers = [parquet_footer(path) for path in tables.parquet_files(old_output, ARTIFACT)]
+    footers = [parquet_footer(path) for path in manifest.recorded_files(old_output, ARTIFACT)]
     dim = footers[0][1].field("embedding").type.list_size
     passes = max(1, math.ceil(sum(rows for rows, _ in footers) * dim * 4 / budget))
     matched, counts = 0, np.zeros(len(COSINE_BINS), np.int64)

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 import pyarrow as pa
 
 from artifacts import faiss_shards, fs, layout, tables
+from artifacts.counters import Counter
 from artifacts.errors import InputError
 from artifacts.run import manifest
 from artifacts.run.diff.runs import diff_runs
-from artifacts.run.report import changes, gather, page, plots
+from artifacts.run.report import changes, dictionary, gather, page, plots, stages
 from artifacts.run.report.data import ReportData
 from artifacts.run.report.recall import MAX_EXACT, QUERIES, index_recall
 
@@ -36,38 +37,54 @@ def _attempt(data: ReportData, section: str, compute: Callable[[], T]) -> T | No
         return None
 
 
+class NoManifestError(InputError):
+    """OUT has no manifest: no stage has completed there."""
+
+    def __init__(self, output: str) -> None:
+        super().__init__(f"{output} has no {manifest.MANIFEST_NAME}: no stage has completed there")
+        self.output = output
+
+
 def load_records(output: str) -> dict[str, manifest.StageRecord]:
     """The manifest's stage records; a one-line error when OUT has no (readable) manifest."""
     path = manifest.manifest_path(output)
     if not fs.exists(path):
-        raise InputError(f"{output} has no {manifest.MANIFEST_NAME}: run a stage first "
-                         f"(e.g. `python run_pipeline.py parse --dump FILE --output {output}`)")
+        raise NoManifestError(output)
     try:
         return manifest.load(output)
     except (ValueError, TypeError, KeyError) as error:
         raise InputError(f"{path} is not a readable manifest: {error}") from error
 
 
-def collect(output: str, recall_queries: int = QUERIES, max_exact: int = MAX_EXACT,
-            previous: str | None = None) -> ReportData:
+def collect(output: str, declared: Mapping[str, Counter], recall_queries: int = QUERIES,
+            max_exact: int = MAX_EXACT, previous: str | None = None) -> ReportData:
     records = load_records(output)
-    data = ReportData(output, manifest.now_iso(), gather.stage_views(records))
+    data = ReportData(output, manifest.now_iso(), stages.stage_views(records), declared)
     data.previous = previous or changes.recorded_previous(records)
     if data.previous:
         data.changes = _attempt(data, "changes", lambda: diff_runs(data.previous, output))
     if layout.DICTIONARY_STAGE in records:
         data.entities = _attempt(data, "entities", lambda: gather.entity_stats(output))
-        data.dictionary = _attempt(data, "dictionary", lambda: gather.dictionary_stats(output))
+        data.dictionary = _attempt(data, "dictionary", lambda: dictionary.dictionary_stats(output))
     if layout.EMBED_ENTITIES_STAGE in records:
         data.embeddings = _attempt(data, "embeddings", lambda: gather.embedding_stats(output))
     if layout.INDEX_STAGE in records:
-        index_dir = fs.join(output, layout.INDEX)
-        data.index_info = _attempt(data, "index", lambda: faiss_shards.load_index_info(index_dir))
-        data.index_files = gather.index_files(records[layout.INDEX_STAGE])
-        if data.index_info is not None:
-            data.recall = _attempt(data, "recall", lambda: index_recall(index_dir, recall_queries,
-                                                                        max_exact=max_exact))
+        _collect_index(data, records, recall_queries, max_exact)
     return data
+
+
+def _collect_index(data: ReportData, records: dict[str, manifest.StageRecord], recall_queries: int,
+                   max_exact: int) -> None:
+    """The index's files and recall, from the stored vectors the manifest records."""
+    index_dir = fs.join(data.output, layout.INDEX)
+    data.index_info = _attempt(data, "index", lambda: faiss_shards.load_index_info(index_dir))
+    data.index_files = stages.index_files(records[layout.INDEX_STAGE])
+    if data.index_info is None:
+        return
+    vectors = f"{layout.INDEX}/{faiss_shards.EMBEDDINGS_DIR}"
+    data.recall = _attempt(data, "recall", lambda: index_recall(
+        index_dir, recall_queries, max_exact=max_exact,
+        files=frozenset(manifest.recorded_files(data.output, vectors, stages=records))))
 
 
 def _draw(data: ReportData) -> dict[str, bytes]:
@@ -90,16 +107,17 @@ def _sections_before(data: ReportData) -> list[str]:
     return [changes.changes_section(data.previous, data.changes, data.problems.get("changes"))]
 
 
-def write_report(output: str, *, recall_queries: int = QUERIES, max_exact: int = MAX_EXACT,
-                 previous: str | None = None) -> str:
+def write_report(output: str, declared: Mapping[str, Counter], *, recall_queries: int = QUERIES,
+                 max_exact: int = MAX_EXACT, previous: str | None = None) -> str:
     """Write OUT/report/index.html and its PNG plots for whatever stages OUT/manifest.json records.
 
-    Returns the path of the HTML file. Stages that have not run are shown as "not run". ``recall_queries``
-    stored passage vectors query the index; exact search covers at most ``max_exact`` stored vectors. The run
-    is compared with ``previous``, else with the previous run its manifest records, if any.
+    Returns the path of the HTML file. Each counter is shown as ``declared`` (the stages' declarations, by
+    name) says, an undeclared one plainly under its name. Stages that have not run are shown as "not run".
+    ``recall_queries`` stored passage vectors query the index; exact search covers at most ``max_exact`` stored
+    vectors. The run is compared with ``previous``, else with the previous run its manifest records, if any.
     """
     started = time.time()
-    data = collect(output, recall_queries, max_exact, previous)
+    data = collect(output, declared, recall_queries, max_exact, previous)
     report_dir = fs.join(output, REPORT_DIR)
     fs.delete_tree(report_dir)  # no stale plots from an earlier report
     fs.mkdirs(report_dir)

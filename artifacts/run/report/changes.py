@@ -6,7 +6,7 @@ from __future__ import annotations
 from artifacts.run.diff.keyed import Change
 from artifacts.run.diff.runs import NOT_RECORDED, PARTS, RunDiff, VectorReuse
 from artifacts.run.manifest import StageRecord
-from artifacts.run.report.page import _kv, _table, esc, number
+from artifacts.run.report.markup import esc, kv, number, table
 
 # how a refresh with --previous records the reused run: an input "file:previous=OLD_OUT" (its manifest's
 # fingerprint), or an option "previous"
@@ -51,7 +51,7 @@ def _cosines(diff: RunDiff) -> str:
             for label, count in histogram.as_dict().items()]
     return (f"<h3>How far the entity vectors moved</h3><p class=\"muted\">Cosine similarity of the old and new "
             f"vector of the {number(histogram.matched)} entities embedded in both runs (matched by QID, else "
-            "title).</p>" + _table(["cosine", "entities"], rows, [False, True], ' id="vector-cosines"'))
+            "title).</p>" + table(["cosine", "entities"], rows, [False, True], ' id="vector-cosines"'))
 
 
 def changes_section(previous: str, diff: RunDiff | None, problem: str | None) -> str:
@@ -61,8 +61,8 @@ def changes_section(previous: str, diff: RunDiff | None, problem: str | None) ->
     if diff is None:
         return head + f'<p class="warn">Could not compare: {esc(problem or "unknown reason")}</p></section>'
     rows = [_change_row(label, getattr(diff, attribute), changed) for label, attribute, changed in PARTS]
-    table = _table(["", "old", "new", "added", "removed", "changed"], rows, [False, True, True, True, True, True],
-                   ' id="changes-table"')
-    reuse = _kv([("entity vectors", _reuse(diff.entity_reuse, "recomputed")),
+    numbers = table(["", "old", "new", "added", "removed", "changed"], rows, [False, True, True, True, True, True],
+                    ' id="changes-table"')
+    reuse = kv([("entity vectors", _reuse(diff.entity_reuse, "recomputed")),
                  ("passage vectors", _reuse(diff.passage_reuse, "encoded"))])
-    return head + table + "<h3>Reused from the previous run</h3>" + reuse + _cosines(diff) + "</section>"
+    return head + numbers + "<h3>Reused from the previous run</h3>" + reuse + _cosines(diff) + "</section>"

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from artifacts import faiss_shards
+from artifacts.counters import Counter
 from artifacts.run.diff.runs import RunDiff
-from artifacts.run.report import gather
+from artifacts.run.report.dictionary import DictionaryStats
+from artifacts.run.report.gather import EmbeddingStats, EntityStats
 from artifacts.run.report.recall import RecallResult
+from artifacts.run.report.stages import IndexFiles, StageView
 
 
 @dataclass
@@ -16,17 +20,18 @@ class ReportData:
 
     output: str
     generated_at: str
-    views: list[gather.StageView]
-    entities: gather.EntityStats | None = None
-    dictionary: gather.DictionaryStats | None = None
-    embeddings: gather.EmbeddingStats | None = None
+    views: list[StageView]
+    declared: Mapping[str, Counter]  # the stages' counter declarations, by counter name
+    entities: EntityStats | None = None
+    dictionary: DictionaryStats | None = None
+    embeddings: EmbeddingStats | None = None
     index_info: faiss_shards.IndexInfo | None = None
-    index_files: gather.IndexFiles | None = None
+    index_files: IndexFiles | None = None
     recall: RecallResult | None = None
     previous: str | None = None  # the previous run this one is compared with
     changes: RunDiff | None = None
     problems: dict[str, str] = field(default_factory=dict)
     plots: dict[str, str] = field(default_factory=dict)  # plot -> PNG file name beside index.html
 
-    def view(self, stage: str) -> gather.StageView | None:
+    def view(self, stage: str) -> StageView | None:
         return next((view for view in self.views if view.name == stage and view.record is not None), None)

@@ -7,7 +7,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from artifacts.run.report.gather import DictionaryStats, EmbeddingStats, EntityStats, StageView
+from artifacts.run.report.dictionary import DictionaryStats
+from artifacts.run.report.gather import EmbeddingStats, EntityStats
+from artifacts.run.report.stages import StageView
 from artifacts.run.report.stats import integer_log_edges
 
 WIDTH = 10.0  # inches at DPI: 1000 px wide, shown at most 1000 px wide in the page

@@ -13,7 +13,7 @@ passages have equal vectors, and any of them is a correct answer).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,28 +39,34 @@ class RecallResult:
     seconds: float
 
 
-def _stored_vectors(index_dir: str, info: faiss_shards.IndexInfo,
-                    limit: int) -> Iterator[tuple[str, np.ndarray, np.ndarray]]:
+def stored_files(index_dir: str, info: faiss_shards.IndexInfo,
+                 only: Collection[str] | None = None) -> dict[str, list[str]]:
+    """The stored vector files of each shard, in shard order; with ``only``, just those of them (the files the
+    manifest records: a stray file in a shard's folder is never read)."""
+    return {shard["name"]: [path for path in faiss_shards.shard_embedding_files(index_dir, shard["name"])
+                            if only is None or path in only] for shard in info.shard_files}
+
+
+def _stored_vectors(stored: dict[str, list[str]], limit: int) -> Iterator[tuple[str, np.ndarray, np.ndarray]]:
     """(shard name, passage ids, vectors) batches of the first ``limit`` stored vectors, shard by shard."""
     left = limit
-    for shard in info.shard_files:
-        files = faiss_shards.shard_embedding_files(index_dir, shard["name"])
+    for shard, files in stored.items():
         for batch in faiss_shards.iter_parquet_batches(files, ["passage_id", "embedding"], 16384):
             if left <= 0:
                 return
             batch = batch.slice(0, left)
             left -= batch.num_rows
-            yield shard["name"], batch.column(0).to_numpy(), faiss_shards.table_vectors(batch)
+            yield shard, batch.column(0).to_numpy(), faiss_shards.table_vectors(batch)
 
 
-def _pick_queries(index_dir: str, info: faiss_shards.IndexInfo, limit: int,
+def _pick_queries(stored: dict[str, list[str]], info: faiss_shards.IndexInfo, limit: int,
                   count: int) -> tuple[np.ndarray, int, dict[str, np.ndarray]]:
     """The ``count`` vectors with the smallest id hashes, how many vectors were seen, the ids seen per shard."""
     keys = np.zeros(0, np.uint64)
     vectors = np.zeros((0, info.dim), np.float32)
     seen = 0
     ids_by_shard: dict[str, list[np.ndarray]] = {}
-    for shard, ids, batch_vectors in _stored_vectors(index_dir, info, limit):
+    for shard, ids, batch_vectors in _stored_vectors(stored, limit):
         seen += len(ids)
         ids_by_shard.setdefault(shard, []).append(ids)
         keys = np.concatenate([keys, splitmix64(ids)])
@@ -110,13 +116,13 @@ def _search_subset(index_dir: str, info: faiss_shards.IndexInfo, queries: np.nda
     return best[1]
 
 
-def _exact_scores(index_dir: str, info: faiss_shards.IndexInfo, limit: int, queries: np.ndarray, k: int,
+def _exact_scores(stored: dict[str, list[str]], limit: int, queries: np.ndarray, k: int,
                   returned: np.ndarray) -> tuple[np.ndarray, dict[int, np.ndarray]]:
     """Per query the k-th best exact score, and the exact scores of the returned passages (id -> per query)."""
     top = np.full((len(queries), k), -np.inf, np.float32)
     wanted = np.unique(returned[returned >= 0])
     scores_of: dict[int, np.ndarray] = {}
-    for _, ids, vectors in _stored_vectors(index_dir, info, limit):
+    for _, ids, vectors in _stored_vectors(stored, limit):
         scores = queries @ vectors.T  # (queries, batch)
         joined = np.concatenate([top, scores], axis=1)
         top = -np.partition(-joined, k - 1, axis=1)[:, :k]
@@ -125,19 +131,22 @@ def _exact_scores(index_dir: str, info: faiss_shards.IndexInfo, limit: int, quer
     return top.min(axis=1), scores_of
 
 
-def index_recall(index_dir: str, queries: int = QUERIES, k: int = K, max_exact: int = MAX_EXACT) -> RecallResult:
-    """Recall@k of the index at ``index_dir`` on ``queries`` stored passage vectors (see the module doc)."""
+def index_recall(index_dir: str, queries: int = QUERIES, k: int = K, max_exact: int = MAX_EXACT,
+                 files: Collection[str] | None = None) -> RecallResult:
+    """Recall@k of the index at ``index_dir`` on ``queries`` stored passage vectors (see the module doc); with
+    ``files``, only those stored vector files are read."""
     started = time.time()
     info = faiss_shards.load_index_info(index_dir)
+    stored = stored_files(index_dir, info, files)
     limit = min(info.count, max_exact)
-    query_vectors, seen, ids_by_shard = _pick_queries(index_dir, info, limit, queries)
+    query_vectors, seen, ids_by_shard = _pick_queries(stored, info, limit, queries)
     depth = min(k, seen)
     subset = seen < info.count
     if subset:
         returned = _search_subset(index_dir, info, query_vectors, depth, ids_by_shard)
     else:
         returned = faiss_shards.ShardedIndex(index_dir).search(query_vectors, depth)[1]
-    kth, scores_of = _exact_scores(index_dir, info, limit, query_vectors, depth, returned)
+    kth, scores_of = _exact_scores(stored, limit, query_vectors, depth, returned)
     hits = 0
     for query, row in enumerate(returned):
         threshold = kth[query] - _TOLERANCE * max(1.0, abs(float(kth[query])))

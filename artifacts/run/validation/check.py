@@ -1,0 +1,87 @@
+"""``check_run``: every check, in the order that lets a file that failed once be skipped by later ones."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from artifacts import layout
+from artifacts.errors import InputError
+from artifacts.run import manifest
+from artifacts.run.validation.entities import check_embeddings, check_entities, check_names
+from artifacts.run.validation.files import integrity_problems, parquet_problems, stale_stages, stray_files
+from artifacts.run.validation.index import check_index
+from artifacts.run.validation.recorded import RecordedRun
+
+
+@dataclass(frozen=True)
+class Validation:
+    """The stages checked and the problems found (none: the run is valid)."""
+
+    output: str
+    stages: tuple[str, ...]
+    problems: tuple[str, ...]
+
+    @property
+    def valid(self) -> bool:
+        return not self.problems
+
+
+def validate_run(output: str) -> list[str]:
+    """Human-readable problems of the run under ``output``, each naming its file (empty: valid)."""
+    return list(check_run(output).problems)
+
+
+def check_run(output: str) -> Validation:
+    """Validate every stage recorded in ``output``'s manifest."""
+    try:
+        stages = manifest.load(output)
+    except (ValueError, KeyError, TypeError) as error:
+        return Validation(output, (), (f"{manifest.MANIFEST_NAME}: unreadable ({error})",))
+    if not stages:
+        return Validation(output, (), (f"{manifest.MANIFEST_NAME}: missing or empty, no stage has completed "
+                                       f"under {output}",))
+    run = RecordedRun.of(output, stages)
+    problems = stale_stages(stages)
+    problems += integrity_problems(run)  # marks the files deeper checks must skip, so it goes first
+    problems += parquet_problems(run)
+    problems += stray_files(run)
+    problems += semantic_problems(run)
+    return Validation(output, tuple(sorted(stages)), tuple(problems))
+
+
+def describe_problems(output: str, problems: list[str], limit: int = 10) -> str:
+    """Why a command refuses the run: the first ``limit`` problems, one per line."""
+    lines = [f"{output} does not validate ({len(problems)} problem(s)):", *problems[:limit]]
+    if len(problems) > limit:
+        lines.append(f"... and {len(problems) - limit} more (the validate command lists them all)")
+    return "\n  ".join(lines)
+
+
+class InvalidRunError(InputError):
+    """The run under ``output`` does not validate: publish and export refuse it."""
+
+    def __init__(self, output: str, problems: list[str]) -> None:
+        super().__init__(describe_problems(output, problems))
+        self.output = output
+        self.problems = tuple(problems)
+
+
+def require_valid(output: str) -> None:
+    """``InvalidRunError`` unless the run under ``output`` validates."""
+    problems = validate_run(output)
+    if problems:
+        raise InvalidRunError(output, problems)
+
+
+def semantic_problems(run: RecordedRun) -> list[str]:
+    problems: list[str] = []
+    entities = None
+    if layout.DICTIONARY_STAGE in run.stages:
+        entities, found = check_entities(run)
+        problems += found + check_names(run)
+    if layout.EMBED_ENTITIES_STAGE in run.stages and entities is not None:
+        problems += check_embeddings(run, entities)
+    if layout.INDEX_STAGE in run.stages:
+        problems += check_index(run)
+    return problems
+

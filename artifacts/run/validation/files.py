@@ -1,0 +1,80 @@
+"""The manifest and the files: stale upstream fingerprints, missing or changed files, unreadable Parquet files
+and files the manifest does not list."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from artifacts import fs, layout
+from artifacts.run import manifest
+from artifacts.run.validation.contracts import contract_problems
+from artifacts.run.validation.recorded import RecordedRun, message, parquet_footer
+
+
+def stale_stages(stages: dict[str, manifest.StageRecord]) -> list[str]:
+    """Stages whose recorded upstream fingerprints are not those of the recorded upstream outputs."""
+    problems = []
+    for name, record in sorted(stages.items()):
+        for key, digest in sorted(record.inputs.items()):
+            upstream = key.removeprefix("stage:")
+            if upstream == key:
+                continue  # an input file outside OUT: not part of the run
+            if upstream not in stages:
+                problems.append(f"{manifest.MANIFEST_NAME}: stage {name} read stage {upstream}, which is not recorded")
+            elif stages[upstream].outputs_digest() != digest:
+                problems.append(f"{manifest.MANIFEST_NAME}: stage {name} was built from other {upstream} outputs "
+                                f"than the recorded ones: rerun {name}")
+    return problems
+
+
+def integrity_problems(run: RecordedRun) -> list[str]:
+    """Recorded files that are missing or differ in size or sha256 from the manifest."""
+    problems = []
+    for record in run.stages.values():
+        found = manifest.missing_or_changed(run.output, record, deep=True)
+        problems += found
+        run.broken.update(item.path for item in record.outputs
+                          if any(problem.startswith(f"{item.path}: ") for problem in found))
+    return problems
+
+
+def parquet_problems(run: RecordedRun) -> list[str]:
+    """Recorded Parquet files that do not open, have other row counts or break the schema contract."""
+    problems = []
+    for relative, item in sorted(run.files.items()):
+        if not relative.endswith(".parquet") or relative in run.broken:
+            continue
+        try:
+            rows, schema = parquet_footer(run.path(relative))
+        except (pa.ArrowException, OSError) as error:
+            run.broken.add(relative)
+            problems.append(f"{relative}: not a readable Parquet file ({message(error)})")
+            continue
+        if item.rows is not None and rows != item.rows:
+            problems.append(f"{relative}: {rows} rows, manifest says {item.rows}")
+        found = contract_problems(relative, schema)
+        if found:
+            run.broken.add(relative)  # later checks read these columns
+            problems += [f"{relative}: {problem}" for problem in found]
+    return problems
+
+
+def artifact_directory(relative: str) -> str:
+    """The artifact directory of a file under OUT (``errors/`` holds one directory per stage)."""
+    parts = relative.split("/")
+    return "/".join(parts[:2]) if parts[0] == layout.ERRORS and len(parts) > 2 else parts[0]
+
+
+def stray_files(run: RecordedRun) -> list[str]:
+    """Files in a recorded artifact directory that the manifest does not list: a stage reading its upstream
+    artifact globs ``*.parquet`` (a stale or partial write would be read as part of it; the report, export and
+    search read only recorded files), and a published copy would carry the rest."""
+    problems = []
+    for directory in sorted({artifact_directory(path) for path in run.files if "/" in path}):
+        for path in fs.list_tree(run.path(directory)):
+            relative = fs.relative(path, run.output)
+            if relative not in run.files:
+                why = "a stale or partial write" if relative.endswith(".parquet") else "no stage recorded it"
+                problems.append(f"{relative}: not in the manifest ({why})")
+    return problems
+

@@ -1,0 +1,93 @@
+"""The FAISS index: index.json reads, every shard loads and agrees with its id map and the index's counts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from artifacts import faiss_shards, layout
+from artifacts.errors import InputError
+from artifacts.passages import shard_of
+from artifacts.run.validation.recorded import MAX_EXAMPLES, RecordedRun, message
+
+INDEX = layout.INDEX
+
+
+def check_index(run: RecordedRun) -> list[str]:
+    """index.json reads; every listed shard loads, fits its id map and the index's dim; the counts add up."""
+    index_json = f"{INDEX}/{faiss_shards.INDEX_JSON}"
+    if index_json in run.broken:
+        return []
+    try:
+        info = faiss_shards.load_index_info(run.path(INDEX))
+    except (InputError, ValueError, TypeError) as error:
+        return [f"{index_json}: unreadable ({message(error)})"]
+    numbers = {faiss_shards.shard_name(number): number for number in range(info.shards)}
+    problems = []
+    for shard in info.shard_files:
+        problems += check_shard(run, info, shard, numbers.get(shard.get("name", "")))
+    listed = sum(int(shard.get("count", 0)) for shard in info.shard_files)
+    if listed != info.count:
+        problems.append(f"{index_json}: count {info.count}, its shards hold {listed}")
+    return problems
+
+
+def check_shard(run: RecordedRun, info: faiss_shards.IndexInfo, shard: dict[str, Any],
+                number: int | None) -> list[str]:
+    index_file, ids_file = f"{INDEX}/{shard.get('index')}", f"{INDEX}/{shard.get('ids')}"
+    problems = [f"{path}: listed in {INDEX}/{faiss_shards.INDEX_JSON} but not in the manifest"
+                for path in (index_file, ids_file) if path not in run.files]
+    if number is None:
+        problems.append(f"{INDEX}/{faiss_shards.INDEX_JSON}: {shard.get('name')!r} is not a shard of a "
+                        f"{info.shards}-shard index")
+    if problems:
+        return problems
+    ids = None
+    if ids_file not in run.broken:
+        ids, found = load_id_map(run.path(ids_file), ids_file)
+        problems += found
+    if ids is not None:
+        problems += id_map_problems(ids, ids_file, int(shard.get("count", -1)), number, info.shards)
+    if index_file not in run.broken:
+        problems += faiss_problems(run.path(index_file), index_file, info.dim, ids, ids_file)
+    return problems
+
+
+def load_id_map(path: str, where: str) -> tuple[np.ndarray | None, list[str]]:
+    try:
+        ids = faiss_shards.read_npy(path)
+    except (ValueError, OSError) as error:
+        return None, [f"{where}: not a readable .npy file ({message(error)})"]
+    if ids.ndim != 1 or ids.dtype != np.int64:
+        return None, [f"{where}: {ids.dtype} array of shape {ids.shape}, expected int64 passage ids"]
+    return ids, []
+
+
+def id_map_problems(ids: np.ndarray, where: str, listed: int, number: int, shards: int) -> list[str]:
+    """The id map has the listed count, no repeated id, and only ids that hash to its shard (so no passage id
+    can be in two shards: globally unique without holding every shard's ids at once)."""
+    problems = []
+    if len(ids) != listed:
+        problems.append(f"{where}: {len(ids)} ids, {INDEX}/{faiss_shards.INDEX_JSON} says {listed}")
+    repeated = len(ids) - len(np.unique(ids))
+    if repeated:
+        problems.append(f"{where}: {repeated} repeated passage ids")
+    elsewhere = [passage_id for passage_id in ids.tolist() if shard_of(passage_id, shards) != number]
+    if elsewhere:
+        problems.append(f"{where}: {len(elsewhere)} passage ids of other shards "
+                        f"({', '.join(map(str, elsewhere[:MAX_EXAMPLES]))})")
+    return problems
+
+
+def faiss_problems(path: str, where: str, dim: int, ids: np.ndarray | None, ids_file: str) -> list[str]:
+    try:
+        index = faiss_shards.read_index(path)
+    except (RuntimeError, InputError) as error:
+        return [f"{where}: does not load with faiss ({message(error)})"]
+    problems = []
+    if index.d != dim:
+        problems.append(f"{where}: {index.d} dims, {INDEX}/{faiss_shards.INDEX_JSON} says {dim}")
+    if ids is not None and index.ntotal != len(ids):
+        problems.append(f"{where}: {index.ntotal} vectors, its id map {ids_file} has {len(ids)} ids")
+    return problems
