@@ -118,11 +118,11 @@ def test_embed_entities_from_refs_with_a_refused_previous_run_counts_every_entit
         assert_that(summary, equal_to([(1, "Paris", "Q90", 2, 32, 2.0), (2, "Lyon", None, 1, 32, 2.0)]),
                     label="Rows")
         assert_that(out["dead_letter"], equal_to([
-            {"kind": "sampled_pages_missing", "reason": "the page of a sampled mention is not in articles/",
+            {"kind": "mention_pages_missing", "reason": "the page of a sampled mention is not in articles/",
              "entity_id": 2, "page_id": 8, "link_index": 0}]), label="DeadLetters")
 
     assert run_counted(build) == {"entities_embedded": 2, "entities_recomputed": 2, "entities_without_mentions": 1,
-                                  "mentions_embedded": 3, "sampled_pages_missing": 1}
+                                  "mentions_embedded": 3, "mention_pages_missing": 1}
 
 
 def test_reuse_counters_do_not_count_reused_entities_as_without_mentions():

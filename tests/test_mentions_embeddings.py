@@ -336,7 +336,7 @@ def test_refs_of_a_missing_page_are_dead_lettered():
                | CutMentionWindows(100))
         assert_that(cut.mentions, equal_to([{"entity_id": 3, "page_id": 5, "text": "see Paris here", "start": 4,
                                              "end": 9}]), label="Mentions")
-        assert_that(cut.dead_letter, equal_to([{"kind": "sampled_pages_missing", "entity_id": 3, "page_id": 8,
+        assert_that(cut.dead_letter, equal_to([{"kind": "mention_pages_missing", "entity_id": 3, "page_id": 8,
                                                 "link_index": 1,
                                                 "reason": "the page of a sampled mention is not in articles/"}]),
                     label="DeadLetters")

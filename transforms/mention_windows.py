@@ -15,7 +15,7 @@ from transforms.dead_letters import DEAD_LETTER_TAG, dead_letter
 from transforms.mention_sampling import mention_window
 
 COUNTERS = declare(
-    dropped("sampled_pages_missing", "sampled mentions whose source page was not found", dead_lettered=True),
+    dropped("mention_pages_missing", "mentions whose page is not in articles/", dead_lettered=True),
 )
 
 
@@ -25,7 +25,7 @@ def windows_of_page(page_id: int, joined: dict[str, list[Any]], chars: int = 0) 
     texts, refs = joined["text"], joined["refs"]
     if not texts:
         for ref in refs:
-            yield dead_letter("sampled_pages_missing", "the page of a sampled mention is not in articles/",
+            yield dead_letter("mention_pages_missing", "the page of a sampled mention is not in articles/",
                               entity_id=ref["entity_id"], page_id=page_id, link_index=ref["link_index"])
         return
     for ref in sorted(refs, key=lambda ref: (ref["link_index"], ref["entity_id"])):
