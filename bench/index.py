@@ -113,7 +113,7 @@ def recall(found: np.ndarray, exact: np.ndarray) -> float:
 def bench_faiss(args, gpu: bool) -> dict[str, float]:
     import faiss
 
-    from artifacts import faiss_shards as shards
+    from artifacts import faiss as shards
 
     dim, count, k = 768, args.vectors, 10
     vectors = clustered(count, dim, clusters=max(count // 200, 50), seed=0)
@@ -157,7 +157,7 @@ def bench_faiss(args, gpu: bool) -> dict[str, float]:
 
 
 def project(gpu_rate: float | None, add_rates: dict[str, float]) -> None:
-    from artifacts import faiss_shards as shards
+    from artifacts import faiss as shards
 
     factory = shards.default_factory(DPR_PASSAGES, 768)
     estimate = shards.memory_estimate(factory, DPR_PASSAGES, 768)

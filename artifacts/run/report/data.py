@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from artifacts import faiss_shards
+from artifacts import faiss as faiss_shards
 from artifacts.run.diff.runs import RunDiff
 from artifacts.run.report import gather
 from artifacts.run.report.recall import RecallResult

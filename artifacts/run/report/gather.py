@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from artifacts import faiss_shards, layout, tables
+from artifacts import faiss as faiss_shards
+from artifacts import layout, tables
 from artifacts.run.manifest import OutputFile, StageRecord
 from artifacts.run.report.stats import Histogram, TopK, ValueCounts
 
