@@ -19,7 +19,7 @@ from artifacts.errors import InputError
 from artifacts.faiss import choice, files, info
 from artifacts.passages import Passage
 from artifacts.run import manifest
-from encoders.errors import EncoderOptionError
+from encoders.errors import EncoderOptionError, MissingRunArtifactError
 from encoders.loading import check_encoder_options
 from encoders.models import model_files
 from encoders.retrievers import KINDS, SIMILARITIES, TITLE_MODES, EncoderOptions, dense_dim
@@ -82,6 +82,9 @@ def check_encoder(options: EncoderOptions) -> None:
         check_encoder_options(options)
     except EncoderOptionError as error:
         raise InputError(error.worded(ENCODER_FLAGS.get(error.option, error.option))) from error
+    except MissingRunArtifactError as error:
+        raise InputError(f"{error.message}: run `python run_pipeline.py {layout.STAGE_COMMANDS[error.stage]}` "
+                         "first") from error
 
 
 def recorded_files(output: str) -> list[tuple[str, str]]:
