@@ -12,7 +12,9 @@ import numpy as np
 from artifacts import fs, layout
 from artifacts.errors import InputError
 from artifacts.faiss import info
+from artifacts.faiss.info import MissingIndexError
 from artifacts.faiss.search import DEFAULT_EF_SEARCH, DEFAULT_NPROBE, DamagedShardError, PassageLookup, ShardedIndex
+from artifacts.faiss.storage import MissingIndexFileError
 from artifacts.run import manifest
 from encoders.loading import load_retriever
 from encoders.models import DTYPES
@@ -76,7 +78,10 @@ class Retriever:
         index_dir = fs.join(output, layout.INDEX)
         recorded = recorded_index_files(output)
         self.output = output
-        self.index = ShardedIndex(index_dir, nprobe, ef_search)
+        try:
+            self.index = ShardedIndex(index_dir, nprobe, ef_search)
+        except MissingIndexError as error:
+            raise InputError(f"{error.message}: run `python run_pipeline.py index` first") from error
         unrecorded = [shard["index"] for shard in self.index.info.shard_files
                       if fs.join(index_dir, shard["index"]) not in recorded]
         if unrecorded:
@@ -107,6 +112,8 @@ class Retriever:
         except DamagedShardError as error:
             raise InputError(f"{error.message}; check the run with "
                              f"`python run_pipeline.py validate --output {self.output}`") from error
+        except MissingIndexFileError as error:
+            raise InputError(f"{error.message}: run `python run_pipeline.py index` again") from error
 
     def search(self, queries: list[str], k: int, batch_size: int = 256) -> list[list[Hit]]:
         scores, ids = self.search_ids(queries, k, batch_size)

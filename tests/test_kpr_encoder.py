@@ -19,6 +19,7 @@ from artifacts import schemas, tables
 from artifacts.errors import InputError
 from artifacts.linker import Candidate, EntityLinker, Mention, NameRow, build_kb_trie, write_linker
 from artifacts.passages import Passage
+from encoders.errors import MissingRunArtifactError
 from encoders.kpr_checkpoint import from_bert, init_kpr_checkpoint, load_checkpoint
 from encoders.kpr_config import KPRSettings, read_kpr_settings
 from encoders.kpr_entities import entity_inputs, mention_token_positions
@@ -26,6 +27,7 @@ from encoders.kpr_model import KPRModel
 from encoders.loading import check_encoder_options, load_retriever
 from encoders.retrievers import EncoderOptions
 from pipelines.cli import main
+from pipelines.index import check_encoder
 from tests.conftest import BUNDLED_SAMPLE, DIRECT
 
 ENTITY_DIM = 8
@@ -215,8 +217,14 @@ def test_kpr_needs_its_linker_and_matching_entity_sizes(tiny_bert, tmp_path):
     with pytest.raises(InputError, match=r"have 6 dimensions but .* expects entity_embedding_size 8"):
         check_encoder_options(kpr_options(tmp_path / "kpr", tmp_path))
     shutil.rmtree(tmp_path / "dictionary")
-    with pytest.raises(InputError, match="needs the dictionary stage's linker"):
+    with pytest.raises(MissingRunArtifactError, match="needs the dictionary stage's linker") as missing:
         check_encoder_options(kpr_options(tmp_path / "kpr", tmp_path))
+    assert missing.value.stage == "dictionary"
+    with pytest.raises(InputError) as worded:  # the command line says which command writes it
+        check_encoder(kpr_options(tmp_path / "kpr", tmp_path))
+    linker = tmp_path / "dictionary" / "linker"
+    assert worded.value.message == ("the KPR encoder needs the dictionary stage's linker, not found at "
+                                    f"{str(linker)!r}: run `python run_pipeline.py dictionary` first")
 
 
 @pytest.mark.usefixtures("shared_data")

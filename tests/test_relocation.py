@@ -21,6 +21,7 @@ from encoders.retrievers import EncoderOptions
 from pipelines.cli import main
 from pipelines.index import index_inputs
 from tests.conftest import DIRECT, copy_stages
+from transforms.index import COUNTERS
 
 QUERIES = ["Anarchism", "Autism", "Albedo", "political philosophy"]
 BEFORE_INDEX = (layout.PARSE_STAGE, layout.DICTIONARY_STAGE, layout.MENTIONS_STAGE, layout.EMBED_ENTITIES_STAGE)
@@ -56,6 +57,8 @@ def test_index_json_names_the_runs_artifacts_relative_to_out_with_their_digests(
     assert info.inputs == {layout.LINKER: artifact_digest(recorded, layout.LINKER),
                            layout.ENTITY_EMBEDDINGS: artifact_digest(recorded, layout.ENTITY_EMBEDDINGS)}
     assert len(set(info.inputs.values())) == 2
+    counted = manifest.load(str(kpr_run))[layout.INDEX_STAGE].counters
+    assert counted["kpr_entities"] > 0 and set(counted) <= set(COUNTERS)
 
 
 @pytest.mark.parametrize("run", ["kpr_run", "full_run"])
