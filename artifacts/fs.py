@@ -37,6 +37,14 @@ def join(base: str, *parts: str) -> str:
     return os.path.join(base, *parts) if "://" not in base else _filesystems().join(base, *parts)
 
 
+def located(base: str, name: str) -> str:
+    """``name`` relative to ``base`` (how artifacts refer to each other) as a path under ``base``; an absolute
+    path or URL (as older artifacts stored) and the empty name stay as they are."""
+    if not name or "://" in name or os.path.isabs(name):
+        return name
+    return join(base, *name.split("/"))
+
+
 def exists(path: str) -> bool:
     return _filesystems().exists(path)
 

@@ -75,3 +75,5 @@ def entity_embeddings(dim: int, value_type: pa.DataType | None = None) -> pa.Sch
 
 # entity_id_map/: a refresh's old -> new entity ids of the entities in both runs (by key: QID, else title).
 ENTITY_ID_MAP = pa.schema([("key", pa.string()), ("old_entity_id", pa.int32()), ("new_entity_id", pa.int32())])
+
+PASSAGES = pa.schema([("passage_id", pa.int64()), ("title", pa.string()), ("text", pa.string())])

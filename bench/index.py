@@ -113,7 +113,7 @@ def recall(found: np.ndarray, exact: np.ndarray) -> float:
 def bench_faiss(args, gpu: bool) -> dict[str, float]:
     import faiss
 
-    from artifacts import faiss_shards as shards
+    from artifacts.faiss import build, choice, search
 
     dim, count, k = 768, args.vectors, 10
     vectors = clustered(count, dim, clusters=max(count // 200, 50), seed=0)
@@ -124,28 +124,28 @@ def bench_faiss(args, gpu: bool) -> dict[str, float]:
     started = time.perf_counter()
     exact = flat.search(queries, k)[1]
     exact_seconds = time.perf_counter() - started
-    nlist = shards._power_of_two(4 * np.sqrt(count))
+    nlist = choice._power_of_two(4 * np.sqrt(count))
     print(f"FAISS on {count:,} clustered unit vectors x {dim} (200 queries; exact search {exact_seconds * 1000:.0f} "
-          f"ms), recall@{k} against exact search; faiss GPUs: {shards.gpu_count()}")
+          f"ms), recall@{k} against exact search; faiss GPUs: {build.gpu_count()}")
     rates = {}
     for factory, probes in (("Flat", [None]), (f"IVF{nlist},Flat", [1, 8, 32]),
                             (f"IVF{nlist},PQ96", [8, 32]), (f"IVF{nlist},SQ8", [8, 32]), ("HNSW32,Flat", [None])):
-        sample = vectors[:shards.training_sample_size(factory, count, dim)]
+        sample = vectors[:choice.training_sample_size(factory, count, dim)]
         started = time.perf_counter()
-        index = shards.train_index(factory, dim, sample, use_gpu=gpu)
+        index = build.train_index(factory, dim, sample, use_gpu=gpu)
         train = time.perf_counter() - started
         started = time.perf_counter()
-        index, _ = shards.add_batches(index, ((ids[i:i + 65536], vectors[i:i + 65536])
+        index, _ = build.add_batches(index, ((ids[i:i + 65536], vectors[i:i + 65536])
                                               for i in range(0, count, 65536)), use_gpu=gpu)
         add = time.perf_counter() - started
         rates[factory.split(",")[-1]] = count / add
         measured = faiss.serialize_index(index).nbytes
-        estimate = shards.memory_estimate(factory, count, dim).index_bytes
+        estimate = choice.memory_estimate(factory, count, dim).index_bytes
         line = (f"  {factory:<18} train {train:6.2f} s ({len(sample):,} vectors)  add {add:6.2f} s "
                 f"({count / add:9.0f}/s)  size {measured / 2**20:7.1f} MiB (estimated {estimate / 2**20:7.1f})")
         results = []
         for nprobe in probes:
-            shards.set_search_parameters(index, nprobe, 128 if "HNSW" in factory else None)
+            search.set_search_parameters(index, nprobe, 128 if "HNSW" in factory else None)
             started = time.perf_counter()
             found = index.search(queries, k)[1]
             seconds = time.perf_counter() - started
@@ -157,10 +157,10 @@ def bench_faiss(args, gpu: bool) -> dict[str, float]:
 
 
 def project(gpu_rate: float | None, add_rates: dict[str, float]) -> None:
-    from artifacts import faiss_shards as shards
+    from artifacts.faiss import choice
 
-    factory = shards.default_factory(DPR_PASSAGES, 768)
-    estimate = shards.memory_estimate(factory, DPR_PASSAGES, 768)
+    factory = choice.default_factory(DPR_PASSAGES, 768)
+    estimate = choice.memory_estimate(factory, DPR_PASSAGES, 768)
     print(f"projection for DPR's {DPR_PASSAGES:,} passages x 768: default factory {factory}, "
           f"{estimate.describe(16)}")
     if gpu_rate:

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from artifacts import fs
 from artifacts.errors import InputError
 from artifacts.passages import Passage
 from encoders.batching import (
@@ -33,6 +34,7 @@ from encoders.batching import (
     to_host,
     token_budget_batches,
 )
+from encoders.errors import EncoderOptionError
 from encoders.kpr_config import read_kpr_settings
 from encoders.models import (
     ModelSpec,
@@ -72,8 +74,8 @@ class EncoderOptions:
     device: str = "cpu"
     dtype: str = "float32"
     batch_tokens: int = 16384
-    linker: str = ""  # kpr: OUT/dictionary/linker
-    entity_embeddings: str = ""  # kpr: OUT/entity_embeddings
+    linker: str = ""  # kpr: dictionary/linker, relative to OUT (``located`` gives its path)
+    entity_embeddings: str = ""  # kpr: entity_embeddings, relative to OUT
     max_entities: int = 128  # kpr: entity inputs per text (all candidates of every mention, in text order)
 
     def resolved(self) -> EncoderOptions:
@@ -95,6 +97,12 @@ class EncoderOptions:
         known = set(cls.__dataclass_fields__)
         return cls(**{key: item for key, item in value.items() if key in known})
 
+    def located(self, output: str) -> EncoderOptions:
+        """The run's artifacts the encoder reads (linker, entity embeddings), named relative to OUT, as paths
+        under ``output``; absolute paths (older index.json files) stay as they are."""
+        return replace(self, linker=fs.located(output, self.linker),
+                       entity_embeddings=fs.located(output, self.entity_embeddings))
+
     def with_runtime(self, device: str | None = None, dtype: str | None = None,
                      query_model: str | None = None) -> EncoderOptions:
         """The same encoder on another device / dtype, or with another question encoder."""
@@ -112,9 +120,10 @@ def check_tokenizer(name_or_path: str, kind: str) -> None:
     missing = [name for name, token in (("[CLS]", tokenizer.cls_token_id), ("[SEP]", tokenizer.sep_token_id))
                if token is None]
     if kind in _CLS_KINDS and missing:
-        raise InputError(f"--encoder-type {kind} needs a BERT-style model ([CLS] title [SEP] text [SEP], the [CLS] "
-                         f"vector): the tokenizer of {name_or_path} ({_model_type(name_or_path)}) has no "
-                         f"{' or '.join(missing)}; try --encoder-type mean")
+        raise EncoderOptionError("kind", f"{{name}} {kind} needs a BERT-style model ([CLS] title [SEP] text [SEP], "
+                                         f"the [CLS] vector): the tokenizer of {name_or_path} "
+                                         f"({_model_type(name_or_path)}) has no {' or '.join(missing)}; "
+                                         "try {name} mean")
 
 
 def _model_type(name_or_path: str) -> str:

@@ -66,7 +66,6 @@ def forced_stages(force: list[str] | None) -> set[str]:
 
 def preflight(args: argparse.Namespace) -> None:
     """Fail before hour one, not at hour nine: every required option and model is there."""
-    from encoders.loading import check_encoder_options
     from encoders.mask_encoder import check_mask_model
     from encoders.models import ModelSpec
 
@@ -76,7 +75,7 @@ def preflight(args: argparse.Namespace) -> None:
     check_mask_model(ModelSpec(str(args.model), args.device, args.dtype), args.layer, args.max_seq_length)
     options = index.encoder_options(args)  # raises without --encoder
     if options.kind != "kpr":  # a KPR encoder also needs this run's linker and entity embeddings, made below
-        check_encoder_options(options)
+        index.check_encoder(options)
 
 
 def run_stages(args: argparse.Namespace, beam_args: list[str]) -> list[StageTiming]:

@@ -9,12 +9,17 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from artifacts import faiss_shards, fs, layout
+from artifacts import fs, layout
 from artifacts.errors import InputError
+from artifacts.faiss import info
+from artifacts.faiss.info import MissingIndexError
+from artifacts.faiss.search import DEFAULT_EF_SEARCH, DEFAULT_NPROBE, DamagedShardError, PassageLookup, ShardedIndex
+from artifacts.faiss.storage import MissingIndexFileError
 from artifacts.run import manifest
-from encoders.loading import check_encoder_options, load_retriever
+from encoders.loading import load_retriever
 from encoders.models import DTYPES
 from encoders.retrievers import DenseEncoder, EncoderOptions
+from pipelines.index import check_encoder, index_inputs
 
 
 @dataclass(frozen=True)
@@ -29,8 +34,8 @@ def add_search_arguments(parser: argparse.ArgumentParser) -> None:
     """Options shared by search and evaluate: where the index is and how to run the query encoder."""
     parser.add_argument("--output", required=True, help="OUT: the directory the index stage wrote")
     parser.add_argument("--nprobe", type=int,
-                        help=f"IVF lists visited per query (default {faiss_shards.DEFAULT_NPROBE})")
-    parser.add_argument("--ef-search", type=int, help=f"HNSW search breadth (default {faiss_shards.DEFAULT_EF_SEARCH})")
+                        help=f"IVF lists visited per query (default {DEFAULT_NPROBE})")
+    parser.add_argument("--ef-search", type=int, help=f"HNSW search breadth (default {DEFAULT_EF_SEARCH})")
     parser.add_argument("--device", help="run the query encoder on cpu, cuda or cuda:N (default: as indexed)")
     parser.add_argument("--dtype", choices=DTYPES, help="query encoder weights (default: as indexed)")
     parser.add_argument("--query-encoder", help="a separate question encoder (default: the index's)")
@@ -52,6 +57,16 @@ def recorded_index_files(output: str) -> frozenset[str]:
     return frozenset(fs.join(output, item.path) for item in record.outputs)
 
 
+def check_run_inputs(output: str, index: info.IndexInfo, options: EncoderOptions) -> None:
+    """The run's artifacts the index was encoded with (a KPR encoder's linker and entity embeddings) are still
+    those under ``output``: the same digests as when the index was built."""
+    current = index_inputs(options, output) if index.inputs else {}
+    for name, digest in sorted(index.inputs.items()):
+        if current.get(name) != digest:
+            raise InputError(f"{fs.join(output, name)} changed after the index was built from it: rerun "
+                             f"`python run_pipeline.py index --output {output} --force ...`")
+
+
 class Retriever:
     """The index under OUT and its query encoder, loaded once."""
 
@@ -62,19 +77,25 @@ class Retriever:
         transformers_logging.disable_progress_bar()  # the weight-loading bar would garble the printed results
         index_dir = fs.join(output, layout.INDEX)
         recorded = recorded_index_files(output)
-        self.index = faiss_shards.ShardedIndex(index_dir, nprobe, ef_search)
+        self.output = output
+        try:
+            self.index = ShardedIndex(index_dir, nprobe, ef_search)
+        except MissingIndexError as error:
+            raise InputError(f"{error.message}: run `python run_pipeline.py index` first") from error
         unrecorded = [shard["index"] for shard in self.index.info.shard_files
                       if fs.join(index_dir, shard["index"]) not in recorded]
         if unrecorded:
             raise InputError(f"{fs.join(index_dir, unrecorded[0])} is not recorded in the manifest of {output}: "
                              f"run `python run_pipeline.py validate --output {output}`")
         options = EncoderOptions.from_json(self.index.info.encoder).with_runtime(device, dtype, query_model)
-        check_encoder_options(options)
+        check_run_inputs(output, self.index.info, options)
+        options = options.located(output)
+        check_encoder(options)
         self.encoder: DenseEncoder = load_retriever(options, "query")
         if self.encoder.dim != self.index.info.dim:
             raise InputError(f"the query encoder {options.spec('query').name_or_path} gives {self.encoder.dim}-dim "
                              f"vectors but the index at {index_dir} has {self.index.info.dim} dims")
-        self.passages = faiss_shards.PassageLookup(index_dir, self.index.info, recorded)
+        self.passages = PassageLookup(index_dir, self.index.info, recorded)
 
     def encode(self, queries: list[str], batch_size: int = 256) -> np.ndarray:
         parts = [self.encoder.encode_queries(queries[start:start + batch_size])
@@ -85,7 +106,14 @@ class Retriever:
         """(scores, passage ids) of shape (queries, k); missing places are (-inf, -1)."""
         if k < 1:
             raise InputError(f"-k must be at least 1, got {k}")
-        return self.index.search(self.encode(queries, batch_size), k)
+        vectors = self.encode(queries, batch_size)
+        try:
+            return self.index.search(vectors, k)
+        except DamagedShardError as error:
+            raise InputError(f"{error.message}; check the run with "
+                             f"`python run_pipeline.py validate --output {self.output}`") from error
+        except MissingIndexFileError as error:
+            raise InputError(f"{error.message}: run `python run_pipeline.py index` again") from error
 
     def search(self, queries: list[str], k: int, batch_size: int = 256) -> list[list[Hit]]:
         scores, ids = self.search_ids(queries, k, batch_size)

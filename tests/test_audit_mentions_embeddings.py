@@ -8,12 +8,12 @@ import pytest
 
 from artifacts import tables
 from artifacts.errors import BelowMinimumError, InputError, SettingError
-from encoders.loading import check_encoder_options
 from encoders.mask_encoder import MaskEncoderHandler, check_mask_model
 from encoders.models import ModelSpec
 from encoders.retrievers import EncoderOptions
 from pipelines.cli import main
 from pipelines.flags import worded
+from pipelines.index import check_encoder
 from tests.conftest import MULTI_PROCESS, copy_stages
 from tests.test_dictionary import article
 from tests.test_mentions_embeddings import build_embeddings
@@ -72,13 +72,13 @@ def test_a_batch_token_budget_below_one_is_refused_on_the_driver(tiny_bert):
         MaskEncoderHandler(ModelSpec(str(tiny_bert)), max_tokens=0)
     assert worded(raised.value).message == "--batch-tokens must be at least 1, got 0"
     with pytest.raises(InputError, match="--batch-tokens must be at least 1, got 0"):
-        check_encoder_options(EncoderOptions("mean", str(tiny_bert), batch_tokens=0))
+        check_encoder(EncoderOptions("mean", str(tiny_bert), batch_tokens=0))
 
 
 def test_a_passage_length_beyond_the_position_embeddings_is_refused_on_the_driver(tiny_bert, tmp_path, capsys):
-    check_encoder_options(EncoderOptions("mean", str(tiny_bert), max_length=512))
+    check_encoder(EncoderOptions("mean", str(tiny_bert), max_length=512))
     with pytest.raises(InputError, match=r"--max-length 513: .* takes at most 512 tokens"):
-        check_encoder_options(EncoderOptions("mean", str(tiny_bert), max_length=513))
+        check_encoder(EncoderOptions("mean", str(tiny_bert), max_length=513))
     argv = ["index", "--output", str(tmp_path), "--encoder", str(tiny_bert), "--max-length", "1024",
             "--corpus", str(tmp_path / "any.tsv"), "--runner=DirectRunner"]
     assert main(argv) == 2

@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from artifacts import faiss_shards as shards
+from artifacts import faiss as shards
 from artifacts.errors import InputError
 from artifacts.passages import shard_of
 from transforms.passages import sample_key

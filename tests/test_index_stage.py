@@ -12,7 +12,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from artifacts import faiss_shards, tables
+from artifacts import faiss as faiss_shards
+from artifacts import tables
 from artifacts.passages import Passage, shard_of
 from artifacts.run import manifest
 from encoders.loading import load_retriever

@@ -19,17 +19,15 @@ from artifacts import schemas, tables
 from artifacts.errors import InputError
 from artifacts.linker import Candidate, EntityLinker, Mention, NameRow, build_kb_trie, write_linker
 from artifacts.passages import Passage
-from encoders.kpr import (
-    KPRModel,
-    KPRSettings,
-    entity_inputs,
-    init_kpr_checkpoint,
-    mention_token_positions,
-    read_kpr_settings,
-)
+from encoders.errors import MissingRunArtifactError
+from encoders.kpr_checkpoint import from_bert, init_kpr_checkpoint, load_checkpoint
+from encoders.kpr_config import KPRSettings, read_kpr_settings
+from encoders.kpr_entities import entity_inputs, mention_token_positions
+from encoders.kpr_model import KPRModel
 from encoders.loading import check_encoder_options, load_retriever
 from encoders.retrievers import EncoderOptions
 from pipelines.cli import main
+from pipelines.index import check_encoder
 from tests.conftest import BUNDLED_SAMPLE, DIRECT
 
 ENTITY_DIM = 8
@@ -98,7 +96,7 @@ def fusion_by_hand(model: KPRModel, cls: torch.Tensor, embeds: torch.Tensor, pos
 def test_fusion_layer_is_the_papers_formula(tiny_bert, activation):
     settings = KPRSettings(entity_embedding_size=ENTITY_DIM, entity_fusion_activation=activation,
                            num_entity_fusion_attention_heads=2)
-    model = KPRModel.from_bert(str(tiny_bert), settings, seed=3)
+    model = from_bert(str(tiny_bert), settings, seed=3)
     tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
     encoded = tokenizer(["the city of paris in france", "no entity here"], padding=True, return_tensors="pt")
     torch.manual_seed(5)
@@ -130,7 +128,7 @@ def test_checkpoints_use_the_published_names_and_reload_identically(minilm_path,
                                          "similarity_function", "similarity_temperature")} == {
         "entity_embedding_size": 8, "entity_fusion_activation": "sigmoid", "num_entity_fusion_attention_heads": 4,
         "use_entity_position_embeddings": True, "similarity_function": "dot", "similarity_temperature": 0.05}
-    reloaded = KPRModel.from_pretrained(str(tmp_path / "kpr"))
+    reloaded = load_checkpoint(str(tmp_path / "kpr"))
     bert = AutoModel.from_pretrained(minilm_path)
     torch.testing.assert_close(reloaded.bert.embeddings.word_embeddings.weight, bert.embeddings.word_embeddings.weight)
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "kpr")
@@ -149,12 +147,12 @@ def test_foreign_weights_are_refused_and_the_training_table_ignored(tiny_bert, t
     weights = load_file(tmp_path / "kpr" / "model.safetensors")
     save_file({**weights, "entity_fusion_layer.entity_embeddings.embeddings.weight": torch.zeros(5, ENTITY_DIM)},
               tmp_path / "kpr" / "model.safetensors")
-    KPRModel.from_pretrained(str(tmp_path / "kpr"))
+    load_checkpoint(str(tmp_path / "kpr"))
     renamed = {name.replace("entity_fusion_layer.noop_embeddings", "fusion.noop"): value
                for name, value in weights.items()}
     save_file(renamed, tmp_path / "kpr" / "model.safetensors")
     with pytest.raises(InputError, match=r"does not hold KPR weights: missing \['entity_fusion_layer.noop_embed"):
-        KPRModel.from_pretrained(str(tmp_path / "kpr"))
+        load_checkpoint(str(tmp_path / "kpr"))
     with pytest.raises(InputError, match="no entity_embedding_size"):
         read_kpr_settings(str(tiny_bert))
 
@@ -219,8 +217,14 @@ def test_kpr_needs_its_linker_and_matching_entity_sizes(tiny_bert, tmp_path):
     with pytest.raises(InputError, match=r"have 6 dimensions but .* expects entity_embedding_size 8"):
         check_encoder_options(kpr_options(tmp_path / "kpr", tmp_path))
     shutil.rmtree(tmp_path / "dictionary")
-    with pytest.raises(InputError, match="needs the dictionary stage's linker"):
+    with pytest.raises(MissingRunArtifactError, match="needs the dictionary stage's linker") as missing:
         check_encoder_options(kpr_options(tmp_path / "kpr", tmp_path))
+    assert missing.value.stage == "dictionary"
+    with pytest.raises(InputError) as worded:  # the command line says which command writes it
+        check_encoder(kpr_options(tmp_path / "kpr", tmp_path))
+    linker = tmp_path / "dictionary" / "linker"
+    assert worded.value.message == ("the KPR encoder needs the dictionary stage's linker, not found at "
+                                    f"{str(linker)!r}: run `python run_pipeline.py dictionary` first")
 
 
 @pytest.mark.usefixtures("shared_data")

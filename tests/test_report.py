@@ -15,7 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from artifacts import faiss_shards, tables
+from artifacts import faiss as faiss_shards
+from artifacts import tables
 from artifacts.counters import declare, dropped, error, processed
 from artifacts.run import manifest
 from artifacts.run.report import counters as counter_info

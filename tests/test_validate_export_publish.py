@@ -17,7 +17,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from artifacts import faiss_shards, fs, tables
+from artifacts import faiss as faiss_shards
+from artifacts import fs, tables
 from artifacts.run import kpr_export, manifest
 from artifacts.run import publish as publish_module
 from artifacts.run.validation import validate_run

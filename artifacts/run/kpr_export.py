@@ -25,7 +25,8 @@ import pyarrow.compute as pc
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from artifacts import faiss_shards, fs, layout
+from artifacts import faiss as faiss_shards
+from artifacts import fs, layout
 from artifacts.errors import InputError
 from artifacts.linker import EntityLinker
 from artifacts.run import manifest

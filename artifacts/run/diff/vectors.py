@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from artifacts import faiss_shards, layout
+from artifacts import faiss as faiss_shards
+from artifacts import layout
 from artifacts.run import manifest
 from artifacts.run.diff.rows import BATCH, NO_KEY, Entities, keys_of_ids
 from artifacts.run.validation import parquet_footer

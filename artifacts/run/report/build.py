@@ -9,7 +9,8 @@ from typing import TypeVar
 
 import pyarrow as pa
 
-from artifacts import faiss_shards, fs, layout, tables
+from artifacts import faiss as faiss_shards
+from artifacts import fs, layout, tables
 from artifacts.counters import Counter
 from artifacts.errors import InputError
 from artifacts.run import manifest

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from artifacts import faiss_shards
+from artifacts import faiss as faiss_shards
 from artifacts.counters import Counter
 from artifacts.run.diff.runs import RunDiff
 from artifacts.run.report.dictionary import DictionaryStats

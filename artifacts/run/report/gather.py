@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from artifacts import faiss_shards, layout, tables
+from artifacts import faiss as faiss_shards
+from artifacts import layout, tables
 from artifacts.run import manifest
 from artifacts.run.report.stats import TopK, ValueCounts
 

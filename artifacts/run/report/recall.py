@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from artifacts import faiss_shards, fs
+from artifacts import faiss as faiss_shards
+from artifacts import fs
 from artifacts.run.report.stats import splitmix64
 
 QUERIES = 200

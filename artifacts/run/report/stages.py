@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from artifacts import faiss_shards, layout
+from artifacts import faiss as faiss_shards
+from artifacts import layout
 from artifacts.run.manifest import OutputFile, StageRecord
 
 STAGE_ORDER = layout.STAGE_ORDER

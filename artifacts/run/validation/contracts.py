@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from artifacts import faiss_shards, layout, schemas
+from artifacts import faiss as faiss_shards
+from artifacts import layout, schemas
 from artifacts.run.validation.recorded import VECTOR_COLUMN
 
 

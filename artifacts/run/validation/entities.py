@@ -10,7 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from artifacts import faiss_shards, layout
+from artifacts import faiss as faiss_shards
+from artifacts import layout
 from artifacts.errors import InputError
 from artifacts.linker import EntityLinker
 from artifacts.run.validation.recorded import (

@@ -6,7 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from artifacts import faiss_shards, layout
+from artifacts import faiss as faiss_shards
+from artifacts import layout
 from artifacts.errors import InputError
 from artifacts.passages import shard_of
 from artifacts.run.validation.recorded import MAX_EXAMPLES, RecordedRun, message

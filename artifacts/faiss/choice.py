@@ -1,0 +1,115 @@
+"""Choosing an index for a corpus: the default factory string by size, its training sample and its memory."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from artifacts.errors import InputError
+
+MAX_TRAIN_SAMPLE = 1_000_000  # vectors: the one global object of the index stage (3 GB at 768 float32)
+EXACT_UP_TO = 100_000  # passages: below this the default index is exact
+IVF_FLAT_UP_TO = 3_000_000  # passages: below this IVF without compression
+IVF_SQ8_UP_TO = 50_000_000  # passages: below this 8-bit scalar quantization; above, product quantization
+_IVF = re.compile(r"IVF(\d+)")
+
+
+class FactoryError(InputError):
+    """A FAISS factory string that cannot index this corpus (rejected by FAISS, or too many IVF lists)."""
+
+    def __init__(self, factory: str, problem: str) -> None:
+        super().__init__(f"FAISS factory {factory!r}: {problem}")
+        self.factory, self.problem = factory, problem
+
+
+def _power_of_two(value: float) -> int:
+    return 1 << max(4, round(math.log2(max(value, 16))))
+
+
+def default_factory(count: int, dim: int) -> str:
+    """Exact search for small corpora; IVF (about 4 sqrt(n) lists) for medium ones; with 8-bit scalar
+    quantization for large ones (21M x 768 -> ``IVF16384,SQ8``, ~15 GiB: recall@10 ~0.98 at nprobe 32 in
+    bench/index.py); with product quantization (dim/8 bytes per vector) beyond 50M passages."""
+    if count <= EXACT_UP_TO:
+        return "Flat"
+    nlist = min(65_536, _power_of_two(4 * math.sqrt(count)))
+    if count <= IVF_FLAT_UP_TO:
+        return f"IVF{nlist},Flat"
+    if count <= IVF_SQ8_UP_TO or dim % 8 or dim // 8 > 96:
+        return f"IVF{nlist},SQ8"
+    return f"IVF{nlist},PQ{dim // 8}"
+
+
+def ivf_lists(factory: str) -> int | None:
+    match = _IVF.search(factory)
+    return int(match.group(1)) if match else None
+
+
+def needs_training(factory: str, dim: int) -> bool:
+    import faiss
+
+    return not faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT).is_trained
+
+
+def training_sample_size(factory: str, count: int, dim: int) -> int:
+    """Vectors to train on: none for Flat/HNSW; 64 per IVF list (FAISS wants 39+), at most MAX_TRAIN_SAMPLE."""
+    if not needs_training(factory, dim):
+        return 0
+    lists = ivf_lists(factory) or 0
+    return min(count, MAX_TRAIN_SAMPLE, max(64 * lists, 65_536))
+
+
+def check_factory(factory: str, count: int, dim: int) -> None:
+    """A ``FactoryError`` for a factory string FAISS rejects or an IVF with more lists than vectors to train on."""
+    import faiss
+
+    try:
+        faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+    except RuntimeError as error:
+        raise FactoryError(factory, f"not a FAISS factory string for {dim} dims: "
+                                    f"{str(error).strip().splitlines()[-1]}") from error
+    lists = ivf_lists(factory)
+    if lists and lists > training_sample_size(factory, count, dim):
+        raise FactoryError(factory, f"{lists} IVF lists need at least {lists} training vectors, "
+                                    f"the corpus has {count} passages")
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    index_bytes: int  # all shards together, in memory
+    train_bytes: int  # the training sample
+    bytes_per_vector: float
+
+    def describe(self, shards: int) -> str:
+        return (f"about {_human(self.index_bytes)} for the index ({_human(self.index_bytes / max(shards, 1))} per "
+                f"shard, {self.bytes_per_vector:.0f} bytes per vector), {_human(self.train_bytes)} to train")
+
+
+def memory_estimate(factory: str, count: int, dim: int) -> MemoryEstimate:
+    """What the index will take in memory: codes + ids (+ HNSW links) per vector, plus the coarse centroids."""
+    import faiss
+
+    index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+    fixed = 0
+    try:
+        ivf = faiss.extract_index_ivf(index)
+        per_vector = ivf.code_size + 8.0
+        fixed = ivf.nlist * dim * 4
+    except RuntimeError:
+        plain = faiss.downcast_index(index)
+        if isinstance(plain, faiss.IndexHNSW):
+            per_vector = plain.storage.sa_code_size() + plain.hnsw.nb_neighbors(0) * 4 * 1.1 + 8.0
+        else:
+            per_vector = plain.sa_code_size() + 8.0
+    train = training_sample_size(factory, count, dim) * dim * 4
+    return MemoryEstimate(int(per_vector * count + fixed), int(train), per_vector)
+
+
+def _human(size: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if size < 1024 or unit == "TB":
+            return f"{size:.1f} {unit}" if unit != "B" else f"{int(size)} B"
+        size /= 1024
+    raise AssertionError("unreachable")
+

@@ -1,0 +1,65 @@
+"""OUT/index/index.json: what the index is (factory, metric, dimension, shards) and how it was encoded.
+
+Artifacts of the run that the encoder reads (a KPR encoder's linker and entity embeddings) are stored as names
+relative to OUT with their identity (a digest of their recorded files), never as absolute paths, so a moved or
+published run searches exactly as in place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from artifacts import fs
+from artifacts.errors import InputError
+from artifacts.faiss.files import INDEX_JSON
+
+
+class MissingIndexError(InputError):
+    """A directory without index.json: the index stage has not written an index there."""
+
+    def __init__(self, index_dir: str) -> None:
+        super().__init__(f"no index at {index_dir} ({INDEX_JSON} is missing)")
+        self.index_dir = index_dir
+
+
+@dataclass
+class IndexInfo:
+    factory: str
+    metric: str
+    dim: int
+    count: int
+    shards: int  # how many shards passages were hashed into (some may be empty)
+    shard_files: list[dict[str, Any]] = field(default_factory=list)
+    encoder: dict[str, Any] = field(default_factory=dict)
+    train_sample: int = 0
+    format: int = 1
+    inputs: dict[str, str] = field(default_factory=dict)  # artifact name (relative to OUT) -> artifact_digest
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> IndexInfo:
+        known = set(cls.__dataclass_fields__)
+        return cls(**{key: item for key, item in value.items() if key in known})
+
+
+def load_index_info(index_dir: str) -> IndexInfo:
+    path = fs.join(index_dir, INDEX_JSON)
+    if not fs.exists(path):
+        raise MissingIndexError(index_dir)
+    return IndexInfo.from_json(fs.read_json(path))
+
+
+def artifact_digest(files: Iterable[tuple[str, str]], artifact: str) -> str:
+    """The identity of ``artifact`` (a name relative to OUT) from the (path relative to OUT, sha256) pairs a
+    manifest records: one hash over the checksums of its files, by their path inside the artifact."""
+    prefix = artifact.rstrip("/") + "/"
+    digest = hashlib.sha256()
+    for path, sha256 in sorted((path.removeprefix(prefix), sha256) for path, sha256 in files
+                               if path.startswith(prefix)):
+        digest.update(f"{path}\\t{sha256}\\n".encode())
+    return digest.hexdigest()

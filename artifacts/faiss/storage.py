@@ -1,0 +1,95 @@
+"""FAISS indexes and numpy arrays on a local path or any Beam filesystem URL (through local temporary files)."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tempfile
+
+import numpy as np
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from artifacts import fs
+from artifacts.errors import InputError
+
+
+class MissingIndexFileError(InputError):
+    """An index file that the index stage should have written is not there."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"missing index file {path}")
+        self.path = path
+
+
+def write_index(index, path: str) -> None:
+    """Write a FAISS index to a local path or any Beam filesystem URL (through a local temporary file)."""
+    import faiss
+
+    with tempfile.TemporaryDirectory() as local:
+        local_path = os.path.join(local, "index.faiss")
+        faiss.write_index(index, local_path)
+        upload(local_path, path)
+
+
+def read_index(path: str, mmap: bool = True):
+    """Read a FAISS index (memory-mapped where the type allows) from a local path or a Beam filesystem URL."""
+    import faiss
+
+    if not fs.exists(path):
+        raise MissingIndexFileError(path)
+    if "://" in path:
+        local = tempfile.mkdtemp(prefix="kpr-index-")
+        local_path = os.path.join(local, os.path.basename(path))
+        download(path, local_path)
+        path = local_path
+    flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY if mmap else 0
+    try:
+        return faiss.read_index(path, flags)
+    except RuntimeError:
+        pass  # some index types cannot be memory-mapped: read them whole
+    try:
+        return faiss.read_index(path)
+    except RuntimeError as error:
+        raise DamagedIndexError(path, _faiss_reason(error)) from error
+
+
+class DamagedIndexError(InputError):
+    """A FAISS file that exists but cannot be read (cut short, overwritten)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path} is damaged: {reason}")
+        self.path, self.reason = path, reason
+
+
+def _faiss_reason(error: RuntimeError) -> str:
+    """The readable end of FAISS's 'Error in <C++ signature> at <file>:<line>: <reason>' message."""
+    text = str(error).strip().splitlines()[0]
+    if "read error" in text:
+        return "the file ends before the index does (cut short?)"
+    return text.rsplit(": ", 1)[-1]
+
+
+def upload(local_path: str, path: str) -> None:
+    with open(local_path, "rb") as source, FileSystems.create(
+            path, compression_type=CompressionTypes.UNCOMPRESSED) as target:
+        shutil.copyfileobj(source, target, 1 << 22)
+
+
+def download(path: str, local_path: str) -> None:
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as source, \
+            open(local_path, "wb") as target:
+        shutil.copyfileobj(source, target, 1 << 22)
+
+
+def write_npy(path: str, array: np.ndarray) -> None:
+    with tempfile.TemporaryDirectory() as local:
+        local_path = os.path.join(local, "array.npy")
+        np.save(local_path, array)
+        upload(local_path, path)
+
+
+def read_npy(path: str) -> np.ndarray:
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        return np.load(io.BytesIO(handle.read()))

@@ -1,0 +1,61 @@
+"""The index stage's vector tables: ``embeddings/`` rows (passage_id, title, text, embedding) and the training
+sample (sample_key, passage_id, embedding), as Arrow tables and back as float32 matrices."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+ADD_CHUNK = 65_536  # vectors per add() call, and rows per batch read back
+
+
+def embedding_schema(dim: int) -> pa.Schema:
+    return pa.schema([("passage_id", pa.int64()), ("title", pa.string()), ("text", pa.string()),
+                      ("embedding", pa.list_(pa.float32(), dim))])
+
+
+def train_sample_schema(dim: int) -> pa.Schema:
+    return pa.schema([("sample_key", pa.int64()), ("passage_id", pa.int64()),
+                      ("embedding", pa.list_(pa.float32(), dim))])
+
+
+def embedding_table(rows: Sequence[tuple[int, str, str, np.ndarray]], dim: int) -> pa.Table:
+    """(passage_id, title, text, vector) rows as one Arrow table (vectors as one flat float32 buffer)."""
+    vectors = np.asarray([row[3] for row in rows], dtype=np.float32).reshape(len(rows), dim)
+    return pa.Table.from_arrays(
+        [pa.array([row[0] for row in rows], pa.int64()), pa.array([row[1] for row in rows], pa.string()),
+         pa.array([row[2] for row in rows], pa.string()), _vector_array(vectors, dim)],
+        schema=embedding_schema(dim))
+
+
+def train_sample_table(rows: Sequence[tuple[int, int, np.ndarray]], dim: int) -> pa.Table:
+    vectors = np.asarray([row[2] for row in rows], dtype=np.float32).reshape(len(rows), dim)
+    return pa.Table.from_arrays([pa.array([row[0] for row in rows], pa.int64()),
+                                 pa.array([row[1] for row in rows], pa.int64()), _vector_array(vectors, dim)],
+                                schema=train_sample_schema(dim))
+
+
+def _vector_array(vectors: np.ndarray, dim: int) -> pa.FixedSizeListArray:
+    return pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), pa.float32()), dim)
+
+
+def table_vectors(table: pa.Table | pa.RecordBatch, column: str = "embedding") -> np.ndarray:
+    values = table.column(column)
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    dim = values.type.list_size
+    return values.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(len(values), dim)
+
+
+def iter_parquet_batches(files: Sequence[str], columns: list[str],
+                         batch_size: int = ADD_CHUNK) -> Iterator[pa.RecordBatch]:
+    for path in files:
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+            yield from pq.ParquetFile(handle).iter_batches(batch_size=batch_size, columns=columns)
+
+
