@@ -22,7 +22,7 @@ from artifacts.run.report import gather, plots, write_report
 from artifacts.run.report.recall import index_recall
 from artifacts.run.report.stats import TopK, ValueCounts, integer_log_edges
 from pipelines.cli import main
-from tests.test_faiss_shards import brute_force, clustered, write_index_dir
+from tests.builders import brute_force, clustered, write_index_dir
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
