@@ -19,21 +19,13 @@ from transformers import AutoModel, AutoTokenizer
 
 from artifacts import tables
 from artifacts.errors import InputError
-from encoders.mask_encoder import (
-    MaskInput,
-    mask_inputs,
-)
+from encoders.mask_encoder import MaskInput, mask_inputs
 from encoders.models import ModelSpec, input_embedding_norm
 from pipelines.cli import main
 from pipelines.embed_entities import finite_vector, norm_matched
 from tests.builders import CAPITALS, article_texts, write_parsed
 from tests.conftest import DIRECT, MULTI_PROCESS, copy_stages
-from transforms.mention_sampling import (
-    CHARS_PER_TOKEN,
-    mention_ref,
-    mention_window,
-    window_digest,
-)
+from transforms.mention_sampling import CHARS_PER_TOKEN, mention_ref, mention_window, window_digest
 from transforms.mention_windows import CutMentionWindows
 
 
