@@ -1,8 +1,6 @@
 """Session fixtures that several test modules read: runs built once per pytest (xdist) worker.
 
 Registered in conftest (``pytest_plugins``). Tests must not change these OUTs: copy one (``shutil.copytree``) first.
-Modules that read the dump-version runs carry ``pytest.mark.xdist_group(DUMP_RUNS_GROUP)``, so that with
-``--dist loadgroup`` they run on one worker and the runs are built once.
 """
 
 from __future__ import annotations
@@ -16,8 +14,6 @@ from pipelines.cli import main
 from tests.builders import all_command
 from tests.conftest import DIRECT, PASSAGES
 from tests.dump_versions import DumpVersions, write_dump_versions
-
-DUMP_RUNS_GROUP = "dump-runs"
 
 
 @dataclass(frozen=True)

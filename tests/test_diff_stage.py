@@ -20,12 +20,9 @@ from artifacts.run import manifest
 from pipelines.cli import main
 from tests.builders import artifact_rows as rows
 from tests.dump_versions import DumpVersions
-from tests.run_fixtures import DUMP_RUNS_GROUP, DumpRuns
+from tests.run_fixtures import DumpRuns
 
 Runs = tuple[DumpVersions, Path, Path]
-
-pytestmark = pytest.mark.xdist_group(DUMP_RUNS_GROUP)
-
 
 @pytest.fixture(scope="module")
 def runs(dump_runs: DumpRuns) -> Runs:
