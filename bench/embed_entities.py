@@ -185,7 +185,7 @@ def bench_stage(args, model_path: str, output: str) -> None:
                   f"stage {stage_seconds:.1f} s incl. graph, model load and 1 DirectRunner worker)")
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="minilm",
                         help=f"'minilm' (the packaged all-MiniLM-L6-v2), '{RANDOM_BERT_BASE}', or a model path")
@@ -211,6 +211,12 @@ def main() -> None:
     gpu_run = args.device.startswith("cuda")
     args.limit = args.limit if args.limit is not None else (16384 if gpu_run else 64)
     args.stage_limit = args.stage_limit if args.stage_limit is not None else (0 if gpu_run else 64)
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    gpu_run = args.device.startswith("cuda")
     import torch
     from transformers.utils import logging as transformers_logging
 

@@ -23,7 +23,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from artifacts.run import manifest
 from pipelines import run_all, stage
 from pipelines.cli import build_parser, main
-from tests.builders import all_command
+from tests.builders import all_command, artifact_rows
 from tests.conftest import BUNDLED_SAMPLE, DIRECT, REPO, copy_stages
 from transforms.progress import LOGGER_NAME, LogProgress, ProgressMeter, format_duration
 
@@ -40,8 +40,7 @@ ARTIFACT_KEYS = {
 
 
 def sorted_rows(output: Path, artifact: str) -> list[dict]:
-    files = sorted((output / artifact).glob("*.parquet"))
-    rows = [row for path in files for row in pq.read_table(path).to_pylist()]
+    rows = artifact_rows(output, artifact)
     return sorted(rows, key=lambda row: [row[key] for key in ARTIFACT_KEYS[artifact]])
 
 
