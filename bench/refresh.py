@@ -11,25 +11,18 @@ from scratch and as a refresh with `--previous` (tiny random BERT, CPU, the sett
   them (the GPU rates are FLOP counts at an assumed utilization, not measurements; the monthly change rate is an
   assumption, not a measured Wikipedia figure: pass --changed-share and the rates to project other cases).
 
-    python bench/refresh.py [--work DIR]
+    python -m bench.refresh [--work DIR]
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
-import os
 import shutil
-import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from bench.common import run_cli
 
 ENTITIES = 7_000_000  # English Wikipedia entities (DESIGN.md)
 LINKS = 150_000_000  # English Wikipedia links (DESIGN.md): sampled mentions are at most this many
@@ -47,21 +40,14 @@ class Run:
 
 
 def run_all(dump: Path, output: Path, model: Path, *extra: str) -> Run:
+    """`all` on ``dump`` with the settings of the tests (tests/builders.py), in this process."""
     from artifacts.run import manifest
-    from pipelines.cli import main
+    from tests.builders import ALL_OPTIONS
 
-    captured = io.StringIO()
-    started = time.perf_counter()
-    with contextlib.redirect_stderr(captured):
-        code = main(["all", "--dump", str(dump), "--output", str(output), "--include-red-links",
-                     "--max-mentions", "4", "--max-seq-length", "64", "--model", str(model), "--encoder", str(model),
-                     "--encoder-type", "mean", "--max-length", "64", "--shards", "2", "--no-report", *extra,
-                     "--runner=DirectRunner"])
-    if code != 0:
-        sys.stderr.write(captured.getvalue())
-        raise SystemExit(f"all failed on {dump} with exit code {code}")
+    seconds = run_cli("all", "--dump", str(dump), "--output", str(output), "--model", str(model), "--encoder",
+                      str(model), *ALL_OPTIONS, "--no-report", *extra)
     records = manifest.load(str(output))
-    return Run(time.perf_counter() - started, {name: record.wall_time_s for name, record in records.items()},
+    return Run(seconds, {name: record.wall_time_s for name, record in records.items()},
                {name: record.counters for name, record in records.items()})
 
 

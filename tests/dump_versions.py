@@ -22,8 +22,6 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parent.parent
 EDGE_CASES = REPO.parent / "shared" / "data" / "wikipedia" / "edge-cases"
 GENSIM_SAMPLE = (REPO.parent / "shared" / "data" / "wikipedia"
@@ -171,8 +169,3 @@ def write_dump_versions(directory: Path, source: Path | None = None) -> DumpVers
         path.write_bytes(bz2.compress((header + "".join(chosen) + footer).encode("utf-8")))
     return versions
 
-
-@pytest.fixture(scope="session")
-def dump_versions(tmp_path_factory: pytest.TempPathFactory) -> DumpVersions:
-    """OLD and NEW dumps of the same wiki (import this fixture into a test module to use it)."""
-    return write_dump_versions(tmp_path_factory.mktemp("dump-versions"))

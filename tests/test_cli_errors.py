@@ -19,10 +19,8 @@ import pytest
 
 from artifacts.run import lock, manifest
 from pipelines.cli import build_parser, check_unknown_flags, main
-from tests import test_index_stage
-from tests.conftest import BUNDLED_SAMPLE, DIRECT, REPO
-
-minilm_index = test_index_stage.minilm_index  # the session fixture: the 751 real passages indexed once
+from tests.builders import all_command
+from tests.conftest import BUNDLED_SAMPLE, DIRECT, REPO, copy_stages
 
 SAMPLE = str(BUNDLED_SAMPLE)
 
@@ -207,11 +205,12 @@ def test_the_runtime_linker_imports_without_beam():
 # --- Ctrl-C ----------------------------------------------------------------------------------------------------
 
 
-def test_ctrl_c_prints_one_line_exits_130_and_the_rerun_resumes(tiny_bert, tmp_path):
-    """SIGINT to the process group (as Ctrl-C does) once embed-entities is writing into its staging area."""
-    from tests.test_run_all import all_command
-
+def test_ctrl_c_prints_one_line_exits_130_and_the_rerun_resumes(full_run, tiny_bert, tmp_path):
+    """SIGINT to the process group (as Ctrl-C does) once embed-entities is writing into its staging area.
+    OUT starts with the first three stages of ``full_run``, so that the run gets to embed-entities at once."""
     output = tmp_path / "out"
+    output.mkdir()
+    copy_stages(full_run, output, ("parse", "dictionary", "mentions"))
     command = [sys.executable, str(REPO / "run_pipeline.py"), *all_command(output, tiny_bert, "--no-report")]
     environment = {**os.environ, "PYTHONPATH": str(REPO)}
     process = subprocess.Popen(command, cwd=REPO, env=environment, start_new_session=True,
@@ -225,6 +224,7 @@ def test_ctrl_c_prints_one_line_exits_130_and_the_rerun_resumes(tiny_bert, tmp_p
     assert process.returncode == 130, stderr
     assert stderr.splitlines()[-1] == "interrupted during embed-entities; rerun the same command to resume"
     assert "Traceback" not in stderr
+    assert "[mentions] skipped: outputs complete, inputs and options unchanged" in stderr
     assert set(manifest.load(str(output))) == {"parse", "dictionary", "mentions"}
     assert not (output / lock.LOCK_NAME).exists(), "the lock is released on Ctrl-C"
 

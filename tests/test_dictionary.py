@@ -7,38 +7,18 @@ import re
 from pathlib import Path
 
 import marisa_trie
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
-from artifacts import schemas, tables
+from artifacts import tables
 from artifacts.linker import EntityLinker
 from artifacts.names import NameRules, find_names, fold_case, title_name
 from artifacts.run import manifest
 from pipelines.cli import main
+from tests.builders import article, write_parsed
 from tests.conftest import DIRECT, MINI, MULTI_PROCESS, PASSAGES, copy_stages
 from transforms.dictionary import DictionaryConfig, anchor_pairs, name_rows
 
 RULES = NameRules()
-
-
-def article(page_id: int, title: str, text: str, links: list[tuple[str, str]], qid: str | None = None) -> dict:
-    """An article row whose links are given as (anchor, target); anchors are found in order in the text."""
-    rows, position = [], 0
-    for anchor, target in links:
-        start = text.index(anchor, position)
-        rows.append({"start": start, "end": start + len(anchor), "target": target})
-        position = start + len(anchor)
-    return {"page_id": page_id, "title": title, "text": text, "links": rows, "qid": qid}
-
-
-def write_parsed(output: Path, articles: list[dict]) -> None:
-    """An OUT as the parse stage leaves it: articles/ and its manifest record."""
-    (output / "articles").mkdir(parents=True)
-    pq.write_table(pa.Table.from_pylist(articles, schema=schemas.ARTICLES), output / "articles" / "part-0.parquet")
-    record = manifest.StageRecord(stage="parse", options={}, inputs={},
-                                  outputs=manifest.describe_outputs(str(output), ["articles"]))
-    manifest.save(str(output), {"parse": record})
 
 
 PLANETS = [

@@ -14,39 +14,20 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
 from artifacts.run import manifest
 from pipelines.cli import main
-from tests.conftest import DIRECT
-from tests.dump_versions import DumpVersions, write_dump_versions
-
-
-def run_stages(dumps: list[Path], output: Path, model: Path) -> Path:
-    """Every stage with the small settings of conftest's ``full_run``."""
-    commands = [
-        ["parse", "--dump", *map(str, dumps)],
-        ["dictionary", "--include-red-links"],
-        ["mentions", "--max-mentions", "4", "--max-seq-length", "64"],
-        ["embed-entities", "--model", str(model), "--max-seq-length", "64"],
-        ["index", "--encoder", str(model), "--encoder-type", "mean", "--max-length", "64", "--shards", "2"],
-    ]
-    for command in commands:
-        assert main([command[0], "--output", str(output), *command[1:], *DIRECT]) == 0, command
-    return output
-
+from tests.builders import artifact_rows as rows
+from tests.dump_versions import DumpVersions
+from tests.run_fixtures import DumpRuns
 
 Runs = tuple[DumpVersions, Path, Path]
 
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> Runs:
-    """(the two dumps, a full run of the old one, a full run of the new one)."""
-    root = tmp_path_factory.mktemp("diff-runs")
-    versions = write_dump_versions(root / "dumps")
-    return versions, run_stages([versions.old], root / "old", tiny_bert), run_stages([versions.new], root / "new",
-                                                                                    tiny_bert)
+def runs(dump_runs: DumpRuns) -> Runs:
+    """(the two dumps, a full run of the old one, a full run of the new one): the shared session runs."""
+    return dump_runs.versions, dump_runs.old, dump_runs.new
 
 
 # --- expectations, computed without artifacts/run/diff -----------------------------------------------------------
@@ -70,11 +51,6 @@ def dump_articles(paths: list[Path]) -> dict[int, str]:
                     articles[int(fields["id"].text)] = fields["title"].text
                 element.clear()
     return articles
-
-
-def rows(out: Path, artifact: str, columns: list[str]) -> list[dict]:
-    return [row for path in sorted((out / artifact).glob("*.parquet"))
-            for row in pq.read_table(path, columns=columns).to_pylist()]
 
 
 def counts(old: dict, new: dict, changed_key: str | None) -> dict[str, int]:

@@ -30,9 +30,8 @@ from encoders.mask_encoder import (
 from encoders.models import ModelSpec
 from encoders.retrievers import DenseEncoder, EncoderOptions, passage_segments
 from pipelines.cli import main
+from tests.builders import CAPITALS, write_parsed
 from tests.conftest import DIRECT, PASSAGES
-from tests.test_dictionary import write_parsed
-from tests.test_mentions_embeddings import CAPITALS
 from transforms.passages import parse_dpr_row
 
 

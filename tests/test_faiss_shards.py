@@ -9,45 +9,8 @@ import pytest
 from artifacts import faiss as shards
 from artifacts.errors import InputError
 from artifacts.passages import shard_of
+from tests.builders import DIM, brute_force, clustered, write_index_dir
 from transforms.passages import sample_key
-
-DIM = 16
-
-
-def clustered(count: int, dim: int = DIM, clusters: int = 20, seed: int = 0) -> np.ndarray:
-    """Unit vectors around random centres: what real embeddings look like to an IVF index."""
-    rng = np.random.default_rng(seed)
-    centres = rng.normal(size=(clusters, dim))
-    vectors = centres[rng.integers(0, clusters, count)] + 0.3 * rng.normal(size=(count, dim))
-    return (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
-
-
-def brute_force(vectors: np.ndarray, ids: np.ndarray, queries: np.ndarray, k: int):
-    scores = queries @ vectors.T
-    order = np.lexsort((np.broadcast_to(ids, scores.shape), -scores), axis=1)[:, :k]
-    return np.take_along_axis(scores, order, axis=1), ids[order]
-
-
-def write_index_dir(directory, vectors: np.ndarray, ids: np.ndarray, shard_count: int, factory: str = "Flat",
-                    files_per_shard: int = 2):
-    """An OUT/index as the index stage leaves it, built with the stage's own functions."""
-    index_dir = str(directory)
-    rows = [(int(passage_id), f"T{passage_id}", f"text of {passage_id}", vector)
-            for passage_id, vector in zip(ids, vectors, strict=True)]
-    for shard in range(shard_count):
-        mine = [row for row in rows if shard_of(row[0], shard_count) == shard]
-        folder = directory / shards.EMBEDDINGS_DIR / shards.shard_name(shard)
-        folder.mkdir(parents=True)
-        for part in range(files_per_shard):
-            pq.write_table(shards.embedding_table(mine[part::files_per_shard], DIM), folder / f"part-{part}.parquet")
-    sample = shards.train_index(factory, DIM, vectors)
-    shards.write_index(sample, f"{index_dir}/{shards.TRAINED_NAME}")
-    summaries = [shards.build_shard(index_dir, shards.shard_name(shard), f"{index_dir}/{shards.TRAINED_NAME}")
-                 for shard in range(shard_count)]
-    info = shards.IndexInfo(factory=factory, metric="cosine", dim=DIM, count=len(ids), shards=shard_count,
-                            shard_files=summaries)
-    (directory / shards.INDEX_JSON).write_text(__import__("json").dumps(info.to_json()))
-    return index_dir
 
 
 def test_merge_top_k_is_exact_with_ties_and_short_shards():

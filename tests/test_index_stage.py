@@ -9,46 +9,26 @@ from pathlib import Path
 
 import faiss
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
 from artifacts import faiss as faiss_shards
 from artifacts import tables
+from artifacts.errors import InputError
 from artifacts.passages import Passage, shard_of
 from artifacts.run import manifest
 from encoders.loading import load_retriever
 from encoders.retrievers import EncoderOptions
 from pipelines.cli import main
+from pipelines.index import check_encoder
+from tests.builders import article, stored_rows, write_parsed
 from tests.conftest import DIRECT, MULTI_PROCESS, PASSAGES
-from tests.test_dictionary import article, write_parsed
 from transforms.passages import parse_dpr_row
 
 SUBSET = PASSAGES / "psgs_w100_subset_from_haystack_nqdev.tsv"
 
 
-def stored_rows(output: Path) -> dict[int, dict]:
-    """Every row of index/embeddings/*, by passage id, with the shard directory it is in."""
-    rows = {}
-    for path in sorted((output / "index" / "embeddings").rglob("*.parquet")):
-        for row in pq.read_table(path).to_pylist():
-            rows[row["passage_id"]] = {**row, "shard": path.parent.name}
-    return rows
-
-
 def real_rows() -> list[Passage]:
     return [parse_dpr_row(line) for line in SUBSET.read_text(encoding="utf-8").splitlines()[1:]]
-
-
-@pytest.fixture(scope="session")
-def minilm_index(tmp_path_factory, minilm_path) -> Path:
-    """OUT with the 751 real passages indexed by MiniLM (mean pooling, cosine) in 3 shards. A fixed directory:
-    other modules that use this fixture find it there and the stage's resume check skips the rebuild."""
-    if not SUBSET.exists():
-        pytest.skip("../shared/data is not present")
-    output = tmp_path_factory.getbasetemp() / "minilm-index"
-    assert main(["index", "--output", str(output), "--encoder", str(minilm_path), "--encoder-type", "mean",
-                 "--corpus", str(SUBSET), "--shards", "3", *DIRECT]) == 0
-    return output
 
 
 def test_real_passages_are_stored_by_shard_with_their_vectors(minilm_index, minilm_path):
@@ -247,3 +227,13 @@ def test_search_with_an_encoder_of_another_size_is_refused(minilm_index, tiny_be
                         "--query-encoder", str(tiny_bert)], capsys)
     assert message.startswith(f"error: the query encoder {tiny_bert} gives 32-dim vectors but the index at")
     assert message.endswith("has 384 dims")
+
+
+def test_a_passage_length_beyond_the_position_embeddings_is_refused_on_the_driver(tiny_bert, tmp_path, capsys):
+    check_encoder(EncoderOptions("mean", str(tiny_bert), max_length=512))
+    with pytest.raises(InputError, match=r"--max-length 513: .* takes at most 512 tokens"):
+        check_encoder(EncoderOptions("mean", str(tiny_bert), max_length=513))
+    argv = ["index", "--output", str(tmp_path), "--encoder", str(tiny_bert), "--max-length", "1024",
+            "--corpus", str(tmp_path / "any.tsv"), "--runner=DirectRunner"]
+    assert main(argv) == 2
+    assert "--max-length 1024" in capsys.readouterr().err

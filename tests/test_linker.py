@@ -8,6 +8,7 @@ import marisa_trie
 import numpy as np
 import pytest
 
+from artifacts import linker as linker_module
 from artifacts.errors import InputError
 from artifacts.linker import EntityLinker, NameRow, build_kb_trie, write_linker
 
@@ -89,3 +90,18 @@ def test_incomplete_linker_is_an_input_error(linker_dir):
     (linker_dir / "data.npy").unlink()
     with pytest.raises(InputError, match=r"missing data\.npy"):
         EntityLinker.load(str(linker_dir))
+
+
+def test_candidate_cache_is_bounded(tmp_path, monkeypatch):
+    names = ["paris", "london", "rome", "berlin", "madrid"]
+    kb = build_kb_trie([name.title() for name in names])
+    titles = [""] * len(names)
+    for name in names:
+        titles[kb[name.title()]] = name.title()
+    write_linker(str(tmp_path), [NameRow(name, kb[name.title()] + 1, 2, 2, 4) for name in names], kb, titles, CONFIG)
+    monkeypatch.setattr(linker_module, "CANDIDATE_CACHE_SIZE", 2)
+    linker = EntityLinker.load(str(tmp_path))
+    first = [linker.detect(name.upper()) for name in names]
+    assert len(linker._candidates_cache) <= 2
+    assert [linker.detect(name.upper()) for name in names] == first
+    assert [[c.title for c in mentions[0].candidates] for mentions in first] == [[name.title()] for name in names]

@@ -1,11 +1,29 @@
-"""[MASK] inputs on real pages: the context windows of both conventions, counted by hand, and link trails."""
+"""encoders/mask_encoder.py: [MASK] inputs on real pages (the context windows of both conventions, counted by hand,
+and link trails), the token budget split, the model checks made before any work, vectors independent of batching."""
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
-from encoders.mask_encoder import mask_inputs
+from artifacts.errors import BelowMinimumError, InputError, SettingError
+from encoders.mask_encoder import (
+    MaskEncoder,
+    MaskEncoderHandler,
+    MaskInput,
+    TokenIds,
+    check_mask_model,
+    context_split,
+    mask_inputs,
+    masked_ids,
+)
+from encoders.models import ModelSpec
+from encoders.retrievers import EncoderOptions
+from pipelines.flags import worded
+from pipelines.index import check_encoder
 from tests.conftest import GENSIM_SAMPLE
 from transforms.dump_reader import RawPage, iter_pages, read_siteinfo
 from transforms.embed_entities import mention_problem
@@ -122,3 +140,108 @@ def test_a_trail_never_leaves_a_mention_without_text_of_its_own():
     assert mention_problem(mention) is None  # the trail "s" is context enough
     assert mention_problem({**mention, "end": 7}) == "empty_contexts"  # the whole anchor masked: nothing left
     assert mention_problem({**mention, "end": 0}) == "bad_mention_spans"  # a trail as long as the anchor
+
+
+# --- token windows, the model checks, batching ---------------------------------------------------------------
+
+IDS = TokenIds(cls=101, sep=102, mask=103, pad=0)
+
+
+def test_masked_ids_reference_window_puts_the_odd_token_before_the_mask():
+    left, right = list(range(1, 11)), list(range(21, 31))  # budget 10 - 3 = 7, half 3
+    assert masked_ids(left, right, IDS, 10) == ([101, 7, 8, 9, 10, 103, 21, 22, 23, 102], 5)
+    assert masked_ids(left, right, IDS, 10, "centered") == ([101, 8, 9, 10, 103, 21, 22, 23, 24, 102], 4)
+    assert masked_ids([1], right, IDS, 10) == ([101, 1, 103, 21, 22, 23, 24, 25, 26, 102], 2)
+    assert masked_ids(left, [21], IDS, 10) == ([101, 5, 6, 7, 8, 9, 10, 103, 21, 102], 7)
+    # a left side of exactly half: the reference keeps 3 + 3 and leaves the seventh slot unused
+    assert masked_ids([1, 2, 3], right, IDS, 10) == ([101, 1, 2, 3, 103, 21, 22, 23, 102], 4)
+    assert masked_ids([1, 2, 3], right, IDS, 10, "centered") == ([101, 1, 2, 3, 103, 21, 22, 23, 24, 102], 4)
+    assert masked_ids([], [], IDS, 9) == ([101, 103, 102], 1)
+
+
+def test_context_split_of_the_512_token_budget():
+    assert context_split(1000, 1000, 509) == (255, 254)
+    assert context_split(1000, 1000, 509, "centered") == (254, 255)
+    assert context_split(100, 1000, 509) == (100, 409)
+    assert context_split(1000, 100, 509) == (409, 100)
+    assert context_split(100, 200, 509) == (100, 200)  # a page shorter than the budget is kept whole
+
+
+# The Autism page of the gensim sample: "* An excess of [[neuron]]s that causes local overconnectivity in key brain
+# regions." (the list item's "* " is list markup). WordPiece ids of the uncased vocabulary, looked up by hand.
+AUTISM_LINE = "An excess of neurons that causes local overconnectivity in key brain regions."
+
+
+def test_mask_inputs_on_a_real_sentence_both_conventions(tiny_bert):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
+    row = {"entity_id": 9, "text": AUTISM_LINE, "start": 13, "end": 19}  # "neuron", the trail "s" is context
+    [wide] = mask_inputs([row], tokenizer, 32)
+    assert tokenizer.convert_ids_to_tokens(list(wide.input_ids)) == [
+        "[CLS]", "an", "excess", "of", "[MASK]", "s", "that", "causes", "local", "over", "##con", "##ne",
+        "##ct", "##ivity", "in", "key", "brain", "regions", ".", "[SEP]"]
+    # max_seq_length 8: budget 5, both sides cut; the reference keeps 3 before and 2 after, centered 2 and 3
+    [reference] = mask_inputs([row], tokenizer, 8)
+    [centered] = mask_inputs([row], tokenizer, 8, "centered")
+    assert list(reference.input_ids) == [101, 2019, 9987, 1997, 103, 1055, 2008, 102]
+    assert reference.mask_position == 4
+    assert list(centered.input_ids) == [101, 9987, 1997, 103, 1055, 2008, 5320, 102]
+    assert centered.mask_position == 3
+
+
+def test_mask_inputs_replace_the_mention_with_one_mask(tiny_bert):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
+    [item] = mask_inputs([{"entity_id": 4, "text": "the city of Paris is big", "start": 12, "end": 17}], tokenizer, 32)
+    assert tokenizer.convert_ids_to_tokens(list(item.input_ids)) == [
+        "[CLS]", "the", "city", "of", "[MASK]", "is", "big", "[SEP]"]
+    assert item.mask_position == 4 and item.entity_id == 4
+
+
+def test_a_model_without_mask_fails_before_any_work(tiny_bert, tmp_path):
+    config = json.loads((tiny_bert / "tokenizer_config.json").read_text())
+    config["mask_token"] = None
+    broken = tmp_path / "no-mask"
+    broken.mkdir()
+    for path in tiny_bert.iterdir():
+        (broken / path.name).write_bytes(path.read_bytes())
+    (broken / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.raises(InputError, match=r"no \[MASK\] token"):
+        check_mask_model(ModelSpec(str(broken)))
+    with pytest.raises(InputError, match="does not exist"):
+        check_mask_model(ModelSpec(str(tmp_path / "nowhere" / "model")))
+
+
+def test_vectors_do_not_depend_on_batching(tiny_bert):
+    rng = np.random.default_rng(0)
+    inputs = [MaskInput(1, tuple([101, *rng.integers(1000, 2000, size=n).tolist(), 103, 102]), n + 1)
+              for n in rng.integers(1, 60, size=40)]
+    batched = MaskEncoder(ModelSpec(str(tiny_bert)), layer=-1, max_tokens=256).encode(inputs)
+    one_by_one = MaskEncoder(ModelSpec(str(tiny_bert)), layer=-1, max_tokens=1).encode(inputs)
+    np.testing.assert_allclose(batched, one_by_one, rtol=1e-5, atol=1e-5)
+    middle = MaskEncoder(ModelSpec(str(tiny_bert)), layer=1, max_tokens=256).encode(inputs)
+    assert not np.allclose(middle, batched)
+
+
+def test_layer_and_sequence_length_are_checked_before_any_work(tiny_bert):
+    spec = ModelSpec(str(tiny_bert))  # 2 layers, 512 positions
+    for layer in (-3, -1, 0, 2):
+        check_mask_model(spec, layer, 512)
+    for layer in (-4, 3):
+        with pytest.raises(SettingError) as raised:
+            check_mask_model(spec, layer)
+        assert (raised.value.setting, raised.value.value) == ("layer", layer)
+        assert worded(raised.value).message == (
+            f"--layer {layer}: {tiny_bert} has 2 layers (hidden states -3..2; -1 is the last layer)")
+    for length in (2, 513):
+        with pytest.raises(SettingError) as raised:
+            check_mask_model(spec, -1, length)
+        assert (raised.value.setting, raised.value.value) == ("max_seq_length", length)
+        assert worded(raised.value).message == (
+            f"--max-seq-length {length}: {tiny_bert} takes 3 to 512 tokens ([CLS], [MASK], [SEP] and the context)")
+
+
+def test_a_batch_token_budget_below_one_is_refused_on_the_driver(tiny_bert):
+    with pytest.raises(BelowMinimumError) as raised:
+        MaskEncoderHandler(ModelSpec(str(tiny_bert)), max_tokens=0)
+    assert worded(raised.value).message == "--batch-tokens must be at least 1, got 0"
+    with pytest.raises(InputError, match="--batch-tokens must be at least 1, got 0"):
+        check_encoder(EncoderOptions("mean", str(tiny_bert), batch_tokens=0))

@@ -11,44 +11,26 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
 from artifacts.run import manifest
 from pipelines.cli import main
+from tests.builders import artifact_rows as rows
 from tests.conftest import DIRECT, copy_stages, write_tiny_bert
-from tests.dump_versions import write_dump_versions
+from tests.run_fixtures import DumpRuns
 from transforms.mention_sampling import CHARS_PER_TOKEN, context_window
 
 ROW_ARTIFACTS = ("articles", "redirects", "entities", "dictionary/names", "mentions", "passages")
 UPSTREAM = ("parse", "dictionary", "mentions")
 
 
-def run_all(dump: Path, output: Path, model: Path, *extra: str) -> Path:
-    """``all`` with the small settings of conftest's ``full_run``."""
-    assert main(["all", "--dump", str(dump), "--output", str(output), "--include-red-links",
-                 "--max-mentions", "4", "--max-seq-length", "64", "--model", str(model), "--encoder", str(model),
-                 "--encoder-type", "mean", "--max-length", "64", "--shards", "2", "--no-report",
-                 *extra, *DIRECT]) == 0
-    return output
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> tuple[Path, Path, Path]:
-    """(old run, new run from scratch, new run refreshed from the old one)."""
-    root = tmp_path_factory.mktemp("refresh")
-    dumps = write_dump_versions(root)
-    old = run_all(dumps.old, root / "old", tiny_bert)
-    return (old, run_all(dumps.new, root / "scratch", tiny_bert),
-            run_all(dumps.new, root / "refreshed", tiny_bert, "--previous", str(old)))
+def runs(dump_runs: DumpRuns, refreshed_run: Path) -> tuple[Path, Path, Path]:
+    """(old run, new run from scratch, new run refreshed from the old one): the shared session runs."""
+    return dump_runs.old, dump_runs.new, refreshed_run
 
 
 # --- reading what the runs wrote ---------------------------------------------------------------------------
-
-
-def rows(output: Path, artifact: str, columns: list[str] | None = None) -> list[dict]:
-    files = sorted((output / artifact).glob("*.parquet"))
-    return [row for path in files for row in pq.read_table(path, columns=columns).to_pylist()]
 
 
 def canonical(items: list[dict]) -> list[str]:

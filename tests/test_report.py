@@ -26,7 +26,7 @@ from artifacts.run.report.dictionary import dictionary_stats
 from artifacts.run.report.recall import index_recall
 from artifacts.run.report.stats import TopK, ValueCounts, integer_log_edges
 from pipelines.cli import main
-from tests.test_faiss_shards import brute_force, clustered, write_index_dir
+from tests.builders import brute_force, clustered, write_index_dir
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # what the tests below need declared (the stages' own declarations are checked in test_counters.py)

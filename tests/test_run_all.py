@@ -23,12 +23,10 @@ from apache_beam.testing.util import assert_that, equal_to
 from artifacts.run import manifest
 from pipelines import run_all, stage
 from pipelines.cli import build_parser, main
-from tests.conftest import BUNDLED_SAMPLE, DIRECT, REPO
+from tests.builders import all_command, artifact_rows
+from tests.conftest import BUNDLED_SAMPLE, DIRECT, REPO, copy_stages
 from transforms.progress import LOGGER_NAME, LogProgress, ProgressMeter, format_duration
 
-# The same stage options the shared `full_run` fixture uses, as one `all` command line.
-ALL_OPTIONS = ["--include-red-links", "--max-mentions", "4", "--max-seq-length", "64", "--encoder-type", "mean",
-               "--max-length", "64", "--shards", "2"]
 # Artifacts compared row by row; the key columns give the order rows are compared in.
 ARTIFACT_KEYS = {
     "articles": ["page_id"],
@@ -41,14 +39,8 @@ ARTIFACT_KEYS = {
 }
 
 
-def all_command(output: Path, model: Path, *extra: str) -> list[str]:
-    return ["all", "--dump", str(BUNDLED_SAMPLE), "--output", str(output), "--model", str(model),
-            "--encoder", str(model), *ALL_OPTIONS, *extra, *DIRECT]
-
-
 def sorted_rows(output: Path, artifact: str) -> list[dict]:
-    files = sorted((output / artifact).glob("*.parquet"))
-    rows = [row for path in files for row in pq.read_table(path).to_pylist()]
+    rows = artifact_rows(output, artifact)
     return sorted(rows, key=lambda row: [row[key] for key in ARTIFACT_KEYS[artifact]])
 
 
@@ -125,9 +117,12 @@ def test_force_reruns_the_named_stage(all_run, tiny_bert, tmp_path, capsys):
     assert_same_artifacts(output, all_run)
 
 
-def test_a_run_killed_inside_a_stage_resumes_to_the_same_artifacts(all_run, tiny_bert, tmp_path):
-    """SIGKILL the whole process group once embed-entities is writing into its staging area, then rerun."""
+def test_a_run_killed_inside_a_stage_resumes_to_the_same_artifacts(all_run, full_run, tiny_bert, tmp_path):
+    """SIGKILL the whole process group once embed-entities is writing into its staging area, then rerun.
+    OUT starts with the first three stages of ``full_run``, so that the run gets to embed-entities at once."""
     output = tmp_path / "out"
+    output.mkdir()
+    copy_stages(full_run, output, ("parse", "dictionary", "mentions"))
     command = [sys.executable, str(REPO / "run_pipeline.py"), *all_command(output, tiny_bert, "--no-report")]
     environment = {**os.environ, "PYTHONPATH": str(REPO)}
     process = subprocess.Popen(command, cwd=REPO, env=environment, start_new_session=True,

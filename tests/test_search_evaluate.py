@@ -20,11 +20,8 @@ from pipelines.evaluate import (
     top_k_accuracy,
 )
 from pipelines.search import Retriever
-from tests import test_index_stage
+from tests.builders import stored_rows
 from tests.conftest import PASSAGES, QUESTIONS
-from tests.test_index_stage import stored_rows
-
-minilm_index = test_index_stage.minilm_index  # the session fixture: the 751 passages indexed once
 
 NQ_5 = PASSAGES / "nq_dev_5q_from_haystack.qa.tsv"
 

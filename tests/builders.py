@@ -1,0 +1,121 @@
+"""Row builders and small OUT directories shared by the test files (test files import from here, never from
+each other): hand-made articles, a parsed OUT, the stage options of the small full runs, a FAISS index dir."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from artifacts import faiss_shards as shards
+from artifacts import schemas, tables
+from artifacts.passages import shard_of
+from artifacts.run import manifest
+from tests.conftest import BUNDLED_SAMPLE, DIRECT
+
+# --- articles and a parsed OUT ----------------------------------------------------------------------------------
+
+
+def article(page_id: int, title: str, text: str, links: list[tuple[str, str]], qid: str | None = None) -> dict:
+    """An article row whose links are given as (anchor, target); anchors are found in order in the text."""
+    rows, position = [], 0
+    for anchor, target in links:
+        start = text.index(anchor, position)
+        rows.append({"start": start, "end": start + len(anchor), "target": target})
+        position = start + len(anchor)
+    return {"page_id": page_id, "title": title, "text": text, "links": rows, "qid": qid}
+
+
+def write_parsed(output: Path, articles: list[dict]) -> None:
+    """An OUT as the parse stage leaves it: articles/ and its manifest record."""
+    (output / "articles").mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(articles, schema=schemas.ARTICLES), output / "articles" / "part-0.parquet")
+    record = manifest.StageRecord(stage="parse", options={}, inputs={},
+                                  outputs=manifest.describe_outputs(str(output), ["articles"]))
+    manifest.save(str(output), {"parse": record})
+
+
+CAPITALS = [
+    article(1, "Paris", "Paris is the capital of France. It lies on the Seine.",
+            [("France", "France"), ("Seine", "Seine")]),
+    article(2, "France", "France is a country. Its capital is Paris, on the river Seine.",
+            [("Paris", "Paris"), ("Seine", "Seine")]),
+    article(3, "Seine", "The Seine flows through Paris in France. Paris grew on the Seine.",
+            [("Paris", "Paris"), ("France", "France"), ("Paris", "Paris")]),
+]
+
+def article_texts(output: Path) -> dict[int, str]:
+    return {row["page_id"]: row["text"] for row in tables.read_table(str(output), "articles", ["page_id", "text"])
+            .to_pylist()}
+
+
+# --- full runs with small settings ------------------------------------------------------------------------------
+
+# The stage options of conftest's ``full_run`` as one `all` command line.
+ALL_OPTIONS = ["--include-red-links", "--max-mentions", "4", "--max-seq-length", "64", "--encoder-type", "mean",
+               "--max-length", "64", "--shards", "2"]
+
+
+def all_command(output: Path, model: Path, *extra: str, dump: Path = BUNDLED_SAMPLE) -> list[str]:
+    """`all` on ``dump`` (default: the bundled sample) with the small settings, ``model`` for both encoders."""
+    return ["all", "--dump", str(dump), "--output", str(output), "--model", str(model),
+            "--encoder", str(model), *ALL_OPTIONS, *extra, *DIRECT]
+
+
+def artifact_rows(output: Path, artifact: str, columns: list[str] | None = None) -> list[dict]:
+    """Every row of ``output/artifact/*.parquet``, file by file in name order."""
+    return [row for path in sorted((output / artifact).glob("*.parquet"))
+            for row in pq.read_table(path, columns=columns).to_pylist()]
+
+
+def stored_rows(output: Path) -> dict[int, dict]:
+    """Every row of index/embeddings/*, by passage id, with the shard directory it is in."""
+    rows = {}
+    for path in sorted((output / "index" / "embeddings").rglob("*.parquet")):
+        for row in pq.read_table(path).to_pylist():
+            rows[row["passage_id"]] = {**row, "shard": path.parent.name}
+    return rows
+
+
+# --- vectors and a FAISS index directory ------------------------------------------------------------------------
+
+DIM = 16
+
+
+def clustered(count: int, dim: int = DIM, clusters: int = 20, seed: int = 0) -> np.ndarray:
+    """Unit vectors around random centres: what real embeddings look like to an IVF index."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(clusters, dim))
+    vectors = centres[rng.integers(0, clusters, count)] + 0.3 * rng.normal(size=(count, dim))
+    return (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
+
+
+def brute_force(vectors: np.ndarray, ids: np.ndarray, queries: np.ndarray, k: int):
+    scores = queries @ vectors.T
+    order = np.lexsort((np.broadcast_to(ids, scores.shape), -scores), axis=1)[:, :k]
+    return np.take_along_axis(scores, order, axis=1), ids[order]
+
+
+def write_index_dir(directory, vectors: np.ndarray, ids: np.ndarray, shard_count: int, factory: str = "Flat",
+                    files_per_shard: int = 2):
+    """An OUT/index as the index stage leaves it, built with the stage's own functions."""
+    index_dir = str(directory)
+    rows = [(int(passage_id), f"T{passage_id}", f"text of {passage_id}", vector)
+            for passage_id, vector in zip(ids, vectors, strict=True)]
+    for shard in range(shard_count):
+        mine = [row for row in rows if shard_of(row[0], shard_count) == shard]
+        folder = directory / shards.EMBEDDINGS_DIR / shards.shard_name(shard)
+        folder.mkdir(parents=True)
+        for part in range(files_per_shard):
+            pq.write_table(shards.embedding_table(mine[part::files_per_shard], DIM), folder / f"part-{part}.parquet")
+    sample = shards.train_index(factory, DIM, vectors)
+    shards.write_index(sample, f"{index_dir}/{shards.TRAINED_NAME}")
+    summaries = [shards.build_shard(index_dir, shards.shard_name(shard), f"{index_dir}/{shards.TRAINED_NAME}")
+                 for shard in range(shard_count)]
+    info = shards.IndexInfo(factory=factory, metric="cosine", dim=DIM, count=len(ids), shards=shard_count,
+                            shard_files=summaries)
+    (directory / shards.INDEX_JSON).write_text(json.dumps(info.to_json()))
+    return index_dir

@@ -1,0 +1,58 @@
+"""Session fixtures that several test modules read: runs built once per pytest (xdist) worker.
+
+Registered in conftest (``pytest_plugins``). Tests must not change these OUTs: copy one (``shutil.copytree``) first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from pipelines.cli import main
+from tests.builders import all_command
+from tests.conftest import DIRECT, PASSAGES
+from tests.dump_versions import DumpVersions, write_dump_versions
+
+
+@dataclass(frozen=True)
+class DumpRuns:
+    """Two dumps of one wiki (tests/dump_versions.py) and a full `all` run of each, from scratch."""
+
+    versions: DumpVersions
+    old: Path
+    new: Path
+
+
+def run_all(dump: Path, output: Path, model: Path, *extra: str) -> Path:
+    """``all --no-report`` on ``dump`` with the small settings of conftest's ``full_run``."""
+    assert main(all_command(output, model, "--no-report", *extra, dump=dump)) == 0
+    return output
+
+
+@pytest.fixture(scope="session")
+def dump_runs(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> DumpRuns:
+    root = tmp_path_factory.mktemp("dump-runs")
+    versions = write_dump_versions(root / "dumps")
+    return DumpRuns(versions, run_all(versions.old, root / "old", tiny_bert),
+                    run_all(versions.new, root / "new", tiny_bert))
+
+
+@pytest.fixture(scope="session")
+def refreshed_run(dump_runs: DumpRuns, tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> Path:
+    """`all` on the new dump as a refresh of the old run (``--previous``)."""
+    output = tmp_path_factory.mktemp("refreshed") / "out"
+    return run_all(dump_runs.versions.new, output, tiny_bert, "--previous", str(dump_runs.old))
+
+
+@pytest.fixture(scope="session")
+def minilm_index(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> Path:
+    """OUT with the 751 real passages indexed by MiniLM (mean pooling, cosine) in 3 shards."""
+    subset = PASSAGES / "psgs_w100_subset_from_haystack_nqdev.tsv"
+    if not subset.exists():
+        pytest.skip("../shared/data is not present")
+    output = tmp_path_factory.mktemp("minilm-index")
+    assert main(["index", "--output", str(output), "--encoder", str(minilm_path), "--encoder-type", "mean",
+                 "--corpus", str(subset), "--shards", "3", *DIRECT]) == 0
+    return output

@@ -1,0 +1,162 @@
+"""The embed-entities stage end to end: [MASK] vectors checked by hand, dtypes, one and two workers, non-finite
+vectors dead-lettered, the mention windows cut from articles/ at embed time."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from apache_beam.ml.inference.base import PredictionResult
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+from transformers import AutoModel, AutoTokenizer
+
+from artifacts import tables
+from artifacts.errors import InputError
+from encoders.mask_encoder import MaskInput, mask_inputs
+from encoders.models import ModelSpec, input_embedding_norm
+from pipelines.cli import main
+from tests.builders import CAPITALS, article_texts, write_parsed
+from tests.conftest import DIRECT, MULTI_PROCESS, copy_stages
+from transforms.embed_entities import finite_vector, norm_matched
+from transforms.mention_sampling import CHARS_PER_TOKEN, mention_ref, mention_window, window_digest
+from transforms.mention_windows import CutMentionWindows
+
+
+def test_non_finite_vectors_are_dead_lettered():
+    nan = PredictionResult(MaskInput(5, (101, 103, 102), 1), np.array([np.nan, 1.0]))
+    [record] = list(finite_vector(nan))
+    assert record.value["kind"] == "non_finite_vectors" and record.value["entity_id"] == 5
+    assert norm_matched(np.zeros(3), 2, 1.0) is None
+    np.testing.assert_allclose(norm_matched(np.array([3.0, 4.0]), 2, 2.0), [1.2, 1.6])
+
+
+def mention_windows(output: Path) -> list[dict]:
+    """The mention rows embed-entities encodes: each ref's window cut from its article (no Beam)."""
+    texts, chars = article_texts(output), 512 * CHARS_PER_TOKEN  # the mentions stage's default --max-seq-length
+    return [mention_window(ref, texts[ref["page_id"]], chars)
+            for ref in tables.read_table(str(output), "mentions").to_pylist()]
+
+
+def build_embeddings(output: Path, model: Path, *extra: str) -> None:
+    write_parsed(output, CAPITALS)
+    assert main(["dictionary", "--output", str(output), *DIRECT]) == 0
+    assert main(["mentions", "--output", str(output), "--max-mentions", "2", *DIRECT]) == 0
+    assert main(["embed-entities", "--output", str(output), "--model", str(model), "--max-seq-length", "64",
+                 *extra, *DIRECT]) == 0
+
+
+def test_embed_entities_hand_checked(minilm_path, tmp_path):
+    build_embeddings(tmp_path, minilm_path)
+    mentions = mention_windows(tmp_path)
+    per_entity = {}
+    for row in mentions:
+        per_entity.setdefault(row["entity_id"], []).append(row)
+    assert {len(rows) for rows in per_entity.values()} <= {1, 2}
+    embeddings = {row["entity_id"]: row for row in tables.read_table(str(tmp_path), "entity_embeddings").to_pylist()}
+    metadata = tables.file_metadata(tables.parquet_files(str(tmp_path), "entity_embeddings")[0])
+    model = AutoModel.from_pretrained(minilm_path).eval()
+    expected_norm = float(model.get_input_embeddings().weight.detach().norm(dim=1).mean())
+    assert float(metadata["target_norm"]) == pytest.approx(expected_norm, rel=1e-6)
+    assert metadata["layer"] == "-1" and metadata["model"] == str(minilm_path)
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    for entity_id, rows in per_entity.items():
+        vectors = []
+        for row in rows:  # by hand: the mention replaced by [MASK], the last layer at that position
+            text = row["text"][:row["start"]] + tokenizer.mask_token + row["text"][row["end"]:]
+            encoded = tokenizer(text, return_tensors="pt")
+            with torch.inference_mode():
+                states = model(**encoded).last_hidden_state[0]
+            position = encoded["input_ids"][0].tolist().index(tokenizer.mask_token_id)
+            vectors.append(states[position].numpy())
+        mean = np.mean(vectors, axis=0)
+        expected = mean / np.linalg.norm(mean) * expected_norm
+        stored = np.array(embeddings[entity_id]["embedding"])
+        np.testing.assert_allclose(stored, expected, rtol=1e-4, atol=1e-5)
+        assert embeddings[entity_id]["mention_count"] == len(rows)
+        assert math.isclose(float(np.linalg.norm(stored)), expected_norm, rel_tol=1e-5)
+
+
+def test_float16_output_and_bfloat16_compute(tiny_bert, tmp_path):
+    build_embeddings(tmp_path, tiny_bert, "--dtype", "bfloat16", "--embedding-dtype", "float16")
+    path = tables.parquet_files(str(tmp_path), "entity_embeddings")[0]
+    table = pq.read_table(path)
+    assert table.schema.field("embedding").type == pa.list_(pa.float16(), 32)
+    norms = np.linalg.norm(np.array(table.column("embedding").to_pylist(), dtype=np.float32), axis=1)
+    np.testing.assert_allclose(norms, input_embedding_norm(ModelSpec(str(tiny_bert))), rtol=2e-3)
+
+
+def test_a_link_trail_stays_outside_the_mask_from_parse_to_model_input(tiny_bert):
+    from tests.conftest import GENSIM_SAMPLE
+    from transforms.dump_reader import iter_pages, read_siteinfo
+    from transforms.parse import classify_page
+    from transforms.wikitext import WikitextOptions
+
+    siteinfo = read_siteinfo(str(GENSIM_SAMPLE))
+    page = next(page for page in iter_pages(str(GENSIM_SAMPLE), siteinfo) if getattr(page, "title", "") == "Autism")
+    [article] = list(classify_page(page, siteinfo, WikitextOptions()))
+    index = next(i for i, link in enumerate(article["links"]) if link["target"] == "Neuron")
+    link = article["links"][index]
+    # the anchor keeps the trail (the dictionary's name), the trail length is recorded beside it
+    assert (article["text"][link["start"]:link["end"]], link["trail"]) == ("neurons", 1)
+    ref = mention_ref(9, article, index, 30)
+    assert (ref["page_id"], ref["link_index"], article["text"][ref["start"]:ref["end"]]) == (page.page_id, index,
+                                                                                           "neuron")
+    row = mention_window(ref, article["text"], 30)
+    assert row["text"][row["start"]:row["end"]] == "neuron" and row["text"][row["end"]:].startswith("s that")
+    assert ref["window_digest"] == window_digest(row["text"], row["start"], row["end"])
+    [item] = mask_inputs([row], AutoTokenizer.from_pretrained(tiny_bert), 512)
+    tokens = AutoTokenizer.from_pretrained(tiny_bert).convert_ids_to_tokens(list(item.input_ids))
+    assert tokens[item.mask_position - 3:item.mask_position + 4] == ["an", "excess", "of", "[MASK]", "s", "that",
+                                                                     "causes"]
+
+
+def test_refs_of_a_missing_page_are_dead_lettered():
+    ref = {"entity_id": 3, "page_id": 8, "link_index": 1, "start": 4, "end": 9, "window_digest": b"x" * 16}
+    with TestPipeline(runner="DirectRunner") as pipeline:
+        cut = ({"refs": pipeline | "Refs" >> beam.Create([ref, {**ref, "page_id": 5}]),
+                "articles": pipeline | "Articles" >> beam.Create([{"page_id": 5, "text": "see Paris here"}])}
+               | CutMentionWindows(100))
+        assert_that(cut.mentions, equal_to([{"entity_id": 3, "page_id": 5, "text": "see Paris here", "start": 4,
+                                             "end": 9}]), label="Mentions")
+        assert_that(cut.dead_letter, equal_to([{"kind": "mention_pages_missing", "entity_id": 3, "page_id": 8,
+                                                "link_index": 1,
+                                                "reason": "the page of a sampled mention is not in articles/"}]),
+                    label="DeadLetters")
+
+
+def test_mentions_with_stored_windows_ask_for_a_rerun(tmp_path):
+    """An OUT whose mentions/ an older version wrote (windows stored as text): a one-line error, not a traceback."""
+    from pipelines.embed_entities import context_chars
+
+    (tmp_path / "mentions").mkdir()
+    old = pa.table({"entity_id": pa.array([1], pa.int32()), "page_id": pa.array([5], pa.int64()),
+                    "text": ["see Paris here"], "start": pa.array([4], pa.int32()), "end": pa.array([9], pa.int32())})
+    pq.write_table(old, tmp_path / "mentions" / "part-0.parquet")
+    with pytest.raises(InputError, match=r"mentions has no link_index, window_digest column .*run mentions again"):
+        context_chars(str(tmp_path))
+
+
+def test_entity_embeddings_are_the_same_for_one_and_two_workers(tiny_bert, tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    build_embeddings(one, tiny_bert)  # one DirectRunner worker
+    copy_stages(one, two, ("parse", "dictionary", "mentions"))
+    assert main(["embed-entities", "--output", str(two), "--model", str(tiny_bert), "--max-seq-length", "64",
+                 *MULTI_PROCESS]) == 0
+
+    def rows(output):
+        return sorted(tables.read_table(str(output), "entity_embeddings").to_pylist(), key=lambda r: r["entity_id"])
+
+    first, second = rows(one), rows(two)
+    assert [(r["entity_id"], r["title"], r["mention_count"]) for r in first] == [
+        (r["entity_id"], r["title"], r["mention_count"]) for r in second]
+    assert len(first) >= 3
+    np.testing.assert_allclose([r["embedding"] for r in first], [r["embedding"] for r in second],
+                               rtol=1e-5, atol=1e-6)

@@ -1,0 +1,37 @@
+"""transforms/mention_sampling.py: seeded sample keys, per-page link numbering, context windows."""
+
+from __future__ import annotations
+
+from tests.builders import article
+from transforms.mention_sampling import context_window, link_refs, sample_key
+
+
+def test_sample_key_is_seeded_and_stable():
+    assert sample_key(0, "Paris", 12, 0) == sample_key(0, "Paris", 12, 0)
+    assert len({sample_key(0, "Paris", 12, 0), sample_key(1, "Paris", 12, 0), sample_key(0, "Paris", 12, 1),
+                sample_key(0, "Paris", 13, 0), sample_key(0, "Lyon", 12, 0)}) == 5
+
+
+def test_link_refs_number_each_entitys_links_per_page():
+    row = article(9, "T", "Paris and Lyon and Paris", [("Paris", "Paris"), ("Lyon", "Lyon"), ("Paris", "Paris")])
+    refs = list(link_refs(row, seed=3))
+    assert [(target, ref.link_index) for target, ref in refs] == [("Paris", 0), ("Lyon", 1), ("Paris", 2)]
+    assert refs[2][1].sample_key == sample_key(3, "Paris", 9, 1)
+
+
+def test_context_window_cuts_at_spaces_and_keeps_the_span():
+    text = "one two three FOUR five six seven"
+    window, start, end = context_window(text, 14, 18, chars=6)
+    assert (window, window[start:end]) == ("three FOUR five", "FOUR")
+    assert context_window(text, 14, 18, chars=100) == (text, 14, 18)
+
+
+def test_sample_keys_of_an_entity_ignore_links_to_other_entities():
+    before = article(7, "T", "Paris and Paris", [("Paris", "Paris"), ("Paris", "Paris")])
+    after = article(7, "T", "Lyon, Paris and Paris", [("Lyon", "Lyon"), ("Paris", "Paris"), ("Paris", "Paris")])
+
+    def paris_keys(row):
+        return [ref.sample_key for target, ref in link_refs(row, seed=0) if target == "Paris"]
+
+    assert paris_keys(before) == paris_keys(after)
+    assert [ref.link_index for target, ref in link_refs(after, seed=0) if target == "Paris"] == [1, 2]

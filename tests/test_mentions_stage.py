@@ -1,0 +1,98 @@
+"""The mentions stage end to end: bottom-k samples, one and two workers, the refs it stores and the windows cut
+from them at embed time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import apache_beam as beam
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from artifacts import tables
+from pipelines.cli import main
+from tests.builders import article, article_texts, write_parsed
+from tests.conftest import BUNDLED_SAMPLE, DIRECT, MULTI_PROCESS, copy_stages
+from transforms.mention_sampling import CHARS_PER_TOKEN, LinkRef, context_window, sample_key, window_digest
+from transforms.mention_windows import windows_of_page
+from transforms.mentions import count_and_bottom_k, ref_order, sample_of_entity
+
+
+def test_mentions_are_the_same_for_one_and_two_workers(tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert main(["parse", "--output", str(one), "--dump", str(BUNDLED_SAMPLE), *DIRECT]) == 0
+    assert main(["dictionary", "--output", str(one), "--include-red-links", *DIRECT]) == 0
+    copy_stages(one, two, ("parse", "dictionary"))
+    assert main(["mentions", "--output", str(one), "--max-mentions", "3", *DIRECT]) == 0
+    assert main(["mentions", "--output", str(two), "--max-mentions", "3", *MULTI_PROCESS]) == 0
+
+    def rows(output: Path) -> list[tuple]:
+        return sorted(tuple(row.values()) for row in tables.read_table(str(output), "mentions").to_pylist())
+
+    assert rows(one) == rows(two)
+    mentions, texts = tables.read_table(str(one), "mentions").to_pylist(), article_texts(one)
+    assert all(texts[row["page_id"]][row["start"]:row["end"]].strip() for row in mentions)
+    per_entity: dict[int, int] = {}
+    for row in mentions:
+        per_entity[row["entity_id"]] = per_entity.get(row["entity_id"], 0) + 1
+    assert max(per_entity.values()) == 3
+    assert set(per_entity) == set(tables.read_table(str(one), "entities").column("entity_id").to_pylist())
+
+
+def test_bottom_k_keeps_the_smallest_keys(tmp_path):
+    pages = [article(page, f"P{page}", "Paris " * 3, [("Paris", "Paris")] * 3) for page in range(1, 5)]
+    pages.append(article(9, "Paris", "Paris.", []))
+    write_parsed(tmp_path, pages)
+    assert main(["dictionary", "--output", str(tmp_path), *DIRECT]) == 0
+    assert main(["mentions", "--output", str(tmp_path), "--max-mentions", "4", "--seed", "7", *DIRECT]) == 0
+    keys = sorted((sample_key(7, "Paris", page, ordinal), page) for page in range(1, 5) for ordinal in range(3))
+    chosen = sorted(row["page_id"] for row in tables.read_table(str(tmp_path), "mentions").to_pylist())
+    assert chosen == sorted(page for _, page in keys[:4])
+
+
+def test_bottom_k_combines_before_the_join_and_counts_every_link():
+    refs = [LinkRef(sample_key=(index * 7919) % 1000, page_id=index, link_index=0) for index in range(1000)]
+    with TestPipeline(runner="DirectRunner") as pipeline:
+        combined = (pipeline | beam.Create([("Paris", ref) for ref in refs] + [("Nowhere", refs[0])])
+                    | beam.CombinePerKey(count_and_bottom_k(5)))
+        expected = sorted(refs, key=ref_order)[:5]
+        assert_that(combined, equal_to([("Paris", (1000, expected)), ("Nowhere", (1, [refs[0]]))]))
+    joined = {"entity_id": [], "sample": [(1000, expected)]}
+    assert list(sample_of_entity("Red link", joined)) == []
+    assert list(sample_of_entity("Paris", {"entity_id": [7], "sample": [(1000, expected)]})) == [(7, expected)]
+
+
+def todays_mention_rows(articles: dict[int, dict], refs: list[dict], chars: int) -> list[dict]:
+    """The mention rows as the mentions stage stored them before windows moved to embed time (its code, inline):
+    the window cut around the sampled link's own text, trail excluded."""
+    rows = []
+    for ref in refs:
+        article = articles[ref["page_id"]]
+        link = article["links"][ref["link_index"]]
+        text, start, end = context_window(article["text"], link["start"], link["end"] - (link["trail"] or 0), chars)
+        rows.append({"entity_id": ref["entity_id"], "page_id": ref["page_id"], "text": text, "start": start,
+                     "end": end})
+    return rows
+
+
+def test_windows_cut_at_embed_time_are_todays_mention_rows(tmp_path):
+    """Every mention of the bundled sample (default options): the refs stored, the windows cut from articles/ at
+    embed time are exactly the rows the mentions stage stored before (same model input, same vectors)."""
+    assert main(["parse", "--output", str(tmp_path), "--dump", str(BUNDLED_SAMPLE), *DIRECT]) == 0
+    assert main(["dictionary", "--output", str(tmp_path), "--include-red-links", *DIRECT]) == 0
+    assert main(["mentions", "--output", str(tmp_path), *DIRECT]) == 0
+    refs = tables.read_table(str(tmp_path), "mentions").to_pylist()
+    articles = {row["page_id"]: row for row in tables.read_table(str(tmp_path), "articles").to_pylist()}
+    chars = 512 * CHARS_PER_TOKEN
+    expected = todays_mention_rows(articles, refs, chars)
+    assert len(expected) > 20_000 and any(article["text"] != row["text"] for row in expected
+                                          for article in [articles[row["page_id"]]])  # windows really cut
+    assert all(ref["window_digest"] == window_digest(row["text"], row["start"], row["end"])
+               for ref, row in zip(refs, expected, strict=True))
+    by_page: dict[int, list[dict]] = {}
+    for ref in refs:  # what CutMentionWindows's join hands windows_of_page (the join itself: the test below)
+        by_page.setdefault(ref["page_id"], []).append(ref)
+    found = [row for page_id, page_refs in by_page.items()
+             for row in windows_of_page(page_id, {"refs": page_refs, "text": [articles[page_id]["text"]]}, chars)]
+    key = lambda row: (row["entity_id"], row["page_id"], row["start"])  # noqa: E731
+    assert sorted(found, key=key) == sorted(expected, key=key)
