@@ -34,8 +34,7 @@ def declared_counters() -> dict[str, Counter]:
     count keeps the first stage's declaration."""
     declared: dict[str, Counter] = {}
     for _, stage in PIPELINE:
-        # TODO(issue 11): a transitional getattr until every stage declares ``counters``; read it directly then
-        for name, counter in getattr(stage, "counters", {}).items():
+        for name, counter in stage.counters.items():
             declared.setdefault(name, counter)
     return declared
 
