@@ -4,17 +4,22 @@ each other): hand-made articles, a parsed OUT, the stage options of the small fu
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from artifacts import faiss_shards as shards
-from artifacts import schemas, tables
+from artifacts import faiss as shards
+from artifacts import layout, schemas, tables
 from artifacts.passages import shard_of
 from artifacts.run import manifest
-from tests.conftest import BUNDLED_SAMPLE, DIRECT
+from tests.conftest import BUNDLED_SAMPLE, DIRECT, REPO, copy_stages
 
 # --- articles and a parsed OUT ----------------------------------------------------------------------------------
 
@@ -63,6 +68,38 @@ def all_command(output: Path, model: Path, *extra: str, dump: Path = BUNDLED_SAM
     """`all` on ``dump`` (default: the bundled sample) with the small settings, ``model`` for both encoders."""
     return ["all", "--dump", str(dump), "--output", str(output), "--model", str(model),
             "--encoder", str(model), *ALL_OPTIONS, *extra, *DIRECT]
+
+
+@dataclass(frozen=True)
+class SignalledRun:
+    """`all` started in its own process group and signalled once embed-entities writes into its staging area."""
+
+    command: list[str]
+    environment: dict[str, str]
+    returncode: int
+    stderr: str
+
+    def rerun(self) -> subprocess.CompletedProcess:
+        return subprocess.run(self.command, cwd=REPO, env=self.environment, capture_output=True, text=True,
+                              timeout=600)
+
+
+def signal_all_in_embed_entities(full_run: Path, model: Path, output: Path, signal_number: int) -> SignalledRun:
+    """OUT starts with the first three stages of ``full_run``, so that `all` gets to embed-entities at once; the
+    whole process group gets ``signal_number`` (as Ctrl-C or a kill would) as soon as that stage stages files."""
+    output.mkdir()
+    copy_stages(full_run, output, ("parse", "dictionary", "mentions"))
+    command = [sys.executable, str(REPO / "run_pipeline.py"), *all_command(output, model, "--no-report")]
+    environment = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen(command, cwd=REPO, env=environment, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    staging = output / layout.STAGING / "embed_entities"
+    deadline = time.monotonic() + 300
+    while not staging.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(process.pid, signal_number)
+    _, stderr = process.communicate(timeout=120)
+    return SignalledRun(command, environment, process.returncode, stderr)
 
 
 def artifact_rows(output: Path, artifact: str, columns: list[str] | None = None) -> list[dict]:

@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,8 +18,8 @@ import pytest
 
 from artifacts.run import lock, manifest
 from pipelines.cli import build_parser, check_unknown_flags, main
-from tests.builders import all_command
-from tests.conftest import BUNDLED_SAMPLE, DIRECT, REPO, copy_stages
+from tests.builders import signal_all_in_embed_entities
+from tests.conftest import BUNDLED_SAMPLE, DIRECT, REPO
 
 SAMPLE = str(BUNDLED_SAMPLE)
 
@@ -209,26 +208,16 @@ def test_ctrl_c_prints_one_line_exits_130_and_the_rerun_resumes(full_run, tiny_b
     """SIGINT to the process group (as Ctrl-C does) once embed-entities is writing into its staging area.
     OUT starts with the first three stages of ``full_run``, so that the run gets to embed-entities at once."""
     output = tmp_path / "out"
-    output.mkdir()
-    copy_stages(full_run, output, ("parse", "dictionary", "mentions"))
-    command = [sys.executable, str(REPO / "run_pipeline.py"), *all_command(output, tiny_bert, "--no-report")]
-    environment = {**os.environ, "PYTHONPATH": str(REPO)}
-    process = subprocess.Popen(command, cwd=REPO, env=environment, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    staging = output / ".staging" / "embed_entities"
-    deadline = time.monotonic() + 300
-    while not staging.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    os.killpg(process.pid, signal.SIGINT)
-    _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 130, stderr
+    interrupted = signal_all_in_embed_entities(full_run, tiny_bert, output, signal.SIGINT)
+    stderr = interrupted.stderr
+    assert interrupted.returncode == 130, stderr
     assert stderr.splitlines()[-1] == "interrupted during embed-entities; rerun the same command to resume"
     assert "Traceback" not in stderr
     assert "[mentions] skipped: outputs complete, inputs and options unchanged" in stderr
     assert set(manifest.load(str(output))) == {"parse", "dictionary", "mentions"}
     assert not (output / lock.LOCK_NAME).exists(), "the lock is released on Ctrl-C"
 
-    result = subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True, timeout=600)
+    result = interrupted.rerun()
     assert result.returncode == 0, result.stderr
     assert "[mentions] skipped" in result.stderr and "[embed_entities] running" in result.stderr
     assert set(manifest.load(str(output))) == {"parse", "dictionary", "mentions", "embed_entities", "index"}

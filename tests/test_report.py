@@ -17,7 +17,7 @@ import pytest
 
 from artifacts import faiss as faiss_shards
 from artifacts import tables
-from artifacts.counters import declare, dropped, error, processed
+from artifacts.counters import declare, dropped
 from artifacts.run import manifest
 from artifacts.run.report import counters as counter_info
 from artifacts.run.report import gather, plots, stages
@@ -26,20 +26,11 @@ from artifacts.run.report.dictionary import dictionary_stats
 from artifacts.run.report.recall import index_recall
 from artifacts.run.report.stats import TopK, ValueCounts, integer_log_edges
 from pipelines.cli import main
+from pipelines.run_all import declared_counters
 from tests.builders import brute_force, clustered, write_index_dir
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-# what the tests below need declared (the stages' own declarations are checked in test_counters.py)
-DECLARED = declare(
-    dropped("names_below_min_link_prob", "names below --min-link-prob"),
-    error("parser_errors", "pages the wikitext parser could not convert"),
-    error("bad_streams", "corrupt bz2 streams skipped"),
-    error("pages_in_bad_streams", "pages inside the skipped bz2 streams", detail=True),
-    error("malformed_pages", "pages whose XML could not be read"),
-    error("bad_ids", "passage lines whose id is not a non-negative integer"),
-    error("empty_texts", "passages with empty text"),
-    processed("pages_read", "pages read"),
-)
+DECLARED = declared_counters()  # what the stages declare, as `report` passes it
 
 
 def write_report(output: str, **options) -> str:

@@ -5,12 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import shutil
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import apache_beam as beam
@@ -23,8 +19,8 @@ from apache_beam.testing.util import assert_that, equal_to
 from artifacts.run import manifest
 from pipelines import run_all, stage
 from pipelines.cli import build_parser, main
-from tests.builders import all_command, artifact_rows
-from tests.conftest import BUNDLED_SAMPLE, DIRECT, REPO, copy_stages
+from tests.builders import all_command, artifact_rows, signal_all_in_embed_entities
+from tests.conftest import BUNDLED_SAMPLE, DIRECT
 from transforms.progress import LOGGER_NAME, LogProgress, ProgressMeter, format_duration
 
 # Artifacts compared row by row; the key columns give the order rows are compared in.
@@ -121,23 +117,12 @@ def test_a_run_killed_inside_a_stage_resumes_to_the_same_artifacts(all_run, full
     """SIGKILL the whole process group once embed-entities is writing into its staging area, then rerun.
     OUT starts with the first three stages of ``full_run``, so that the run gets to embed-entities at once."""
     output = tmp_path / "out"
-    output.mkdir()
-    copy_stages(full_run, output, ("parse", "dictionary", "mentions"))
-    command = [sys.executable, str(REPO / "run_pipeline.py"), *all_command(output, tiny_bert, "--no-report")]
-    environment = {**os.environ, "PYTHONPATH": str(REPO)}
-    process = subprocess.Popen(command, cwd=REPO, env=environment, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    staging = output / stage.STAGING_DIR / "embed_entities"
-    deadline = time.monotonic() + 300
-    while not staging.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-    assert process.returncode == -signal.SIGKILL, "the run was killed before it could finish"
+    killed_run = signal_all_in_embed_entities(full_run, tiny_bert, output, signal.SIGKILL)
+    assert killed_run.returncode == -signal.SIGKILL, "the run was killed before it could finish"
     killed = manifest.load(str(output))
     assert set(killed) == {"parse", "dictionary", "mentions"}, "a killed stage never looks finished"
 
-    result = subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True, timeout=600)
+    result = killed_run.rerun()
     assert result.returncode == 0, result.stderr
     for name in ("parse", "dictionary", "mentions"):
         assert f"[{name}] skipped" in result.stderr
