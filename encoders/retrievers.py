@@ -26,14 +26,7 @@ import numpy as np
 from artifacts import fs
 from artifacts.errors import InputError
 from artifacts.passages import Passage
-from encoders.batching import (
-    host_tensor,
-    padded,
-    prefetched,
-    to_device,
-    to_host,
-    token_budget_batches,
-)
+from encoders import batching
 from encoders.errors import EncoderOptionError
 from encoders.kpr_config import read_kpr_settings
 from encoders.models import (
@@ -256,28 +249,28 @@ class DenseEncoder:
         features = self._features(firsts, seconds)
         vectors = np.zeros((len(features), self.dim), dtype=np.float32)
         lengths = [len(item["input_ids"]) for item in features]
-        batches = token_budget_batches(lengths, self.options.batch_tokens)
+        batches = batching.token_budget_batches(lengths, self.options.batch_tokens)
         if type(self)._forward is not DenseEncoder._forward:  # a subclass's own forward (KPR): batch by batch
             for batch in batches:
                 vectors[batch] = self._forward([features[index] for index in batch])
             return vectors
         # Padding and pinning in the prefetch thread; results stay on the device and come back in one copy.
-        host = prefetched(self._host_inputs([features[index] for index in batch]) for batch in batches)
+        host = batching.prefetched(self._host_inputs([features[index] for index in batch]) for batch in batches)
         results = [self._forward_inputs(self._device_inputs(inputs)) for inputs in host]
         if results:
-            vectors[[index for batch in batches for index in batch]] = to_host(results)
+            vectors[[index for batch in batches for index in batch]] = batching.to_host(results)
         return vectors
 
     def _host_inputs(self, batch: list[dict[str, list]]) -> dict[str, Any]:
         """Padded CPU tensors of one batch, built with numpy (pinned when bound for CUDA)."""
-        ids, attention = padded([item["input_ids"] for item in batch], self.tokenizer.pad_token_id or 0)
+        ids, attention = batching.padded([item["input_ids"] for item in batch], self.tokenizer.pad_token_id or 0)
         arrays = {"input_ids": ids, "attention_mask": attention}
         if "token_type_ids" in batch[0]:
-            arrays["token_type_ids"] = padded([item["token_type_ids"] for item in batch], 0)[0]
-        return {name: host_tensor(array, self.options.device) for name, array in arrays.items()}
+            arrays["token_type_ids"] = batching.padded([item["token_type_ids"] for item in batch], 0)[0]
+        return {name: batching.host_tensor(array, self.options.device) for name, array in arrays.items()}
 
     def _device_inputs(self, host: dict[str, Any]) -> dict[str, Any]:
-        return {name: to_device(tensor, self.options.device) for name, tensor in host.items()}
+        return {name: batching.to_device(tensor, self.options.device) for name, tensor in host.items()}
 
     def _collate(self, batch: list[dict[str, list]]) -> dict[str, Any]:
         return self._device_inputs(self._host_inputs(batch))
@@ -297,4 +290,4 @@ class DenseEncoder:
         return vectors
 
     def _forward(self, batch: list[dict[str, list]]) -> np.ndarray:
-        return to_host([self._forward_inputs(self._collate(batch))])
+        return batching.to_host([self._forward_inputs(self._collate(batch))])
