@@ -7,6 +7,7 @@ import io
 import os
 import shutil
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -144,3 +145,47 @@ def real_passages() -> list:
     from transforms.passages import parse_dpr_row
 
     return [parse_dpr_row(line) for line in PASSAGES.read_text(encoding="utf-8").splitlines()[1:]]
+
+
+class BusySampler:
+    """Mean GPU utilization (nvidia-smi's figure, %) sampled in a thread while a stage runs; None on the CPU."""
+
+    def __init__(self, device: str, every: float = 0.2) -> None:
+        self._device, self._every = device, every
+        self._samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> float | None:
+        import torch
+
+        try:
+            return float(torch.cuda.utilization(torch.device(self._device)))
+        except Exception:  # no pynvml: ask nvidia-smi
+            import subprocess
+
+            output = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
+                                    capture_output=True, text=True, check=False).stdout.split()
+            return float(output[0]) if output else None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
+            value = self._sample()
+            if value is not None:
+                self._samples.append(value)
+
+    def __enter__(self) -> BusySampler:
+        if self._device.startswith("cuda"):
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def describe(self) -> str:
+        if not self._samples:
+            return "n/a"
+        busy = sum(value >= 80 for value in self._samples) / len(self._samples)
+        return f"mean {sum(self._samples) / len(self._samples):.0f}%, >= 80% in {busy:.0%} of samples"

@@ -98,10 +98,22 @@ def recall(found: np.ndarray, exact: np.ndarray) -> float:
     return float(np.mean([len(set(a) & set(b)) / len(b) for a, b in zip(found, exact, strict=True)]))
 
 
+def probe_recall(index, factory: str, nprobe: int | None, queries: np.ndarray, exact: np.ndarray, k: int) -> str:
+    """Recall@k against exact search and ms per query at one probe setting."""
+    from artifacts.faiss import search
+
+    search.set_search_parameters(index, nprobe, 128 if "HNSW" in factory else None)
+    started = time.perf_counter()
+    found = index.search(queries, k)[1]
+    seconds = time.perf_counter() - started
+    label = f"nprobe {nprobe}" if nprobe else "efSearch 128" if "HNSW" in factory else "exact"
+    return f"{label}: recall {recall(found, exact):.3f} ({seconds * 1000 / len(queries):.2f} ms/q)"
+
+
 def bench_faiss(args, gpu: bool) -> dict[str, float]:
     import faiss
 
-    from artifacts.faiss import build, choice, search
+    from artifacts.faiss import build, choice
 
     dim, count, k = 768, args.vectors, 10
     vectors = clustered(count, dim, clusters=max(count // 200, 50), seed=0)
@@ -131,14 +143,7 @@ def bench_faiss(args, gpu: bool) -> dict[str, float]:
         estimate = choice.memory_estimate(factory, count, dim).index_bytes
         line = (f"  {factory:<18} train {train:6.2f} s ({len(sample):,} vectors)  add {add:6.2f} s "
                 f"({count / add:9.0f}/s)  size {measured / 2**20:7.1f} MiB (estimated {estimate / 2**20:7.1f})")
-        results = []
-        for nprobe in probes:
-            search.set_search_parameters(index, nprobe, 128 if "HNSW" in factory else None)
-            started = time.perf_counter()
-            found = index.search(queries, k)[1]
-            seconds = time.perf_counter() - started
-            label = f"nprobe {nprobe}" if nprobe else "efSearch 128" if "HNSW" in factory else "exact"
-            results.append(f"{label}: recall {recall(found, exact):.3f} ({seconds * 1000 / len(queries):.2f} ms/q)")
+        results = [probe_recall(index, factory, nprobe, queries, exact, k) for nprobe in probes]
         print(line + "  " + "; ".join(results))
     print(f"  peak resident memory of this process: {rss_mb():.0f} MiB")
     return rates
