@@ -8,9 +8,10 @@ end to end (embed-entities on the bundled sample's mentions, index on the 751 re
 new ids; model load included); the ratios; the GPU busy share during the stages; projected hours for 7M
 entities and 21M passages; bytes per row of every artifact and the projection for English Wikipedia.
 
-CPU (the packaged MiniLM; small counts; the stage / encoder ratio is the figure that matters here):
+CPU (the packaged MiniLM; counts large enough that Beam start-up and model load do not dominate, about 10
+minutes on 2 cores; the stage / encoder ratio is the figure that matters here):
 
-    python -m bench.gpu --mentions 256 --passages 512
+    python -m bench.gpu --mentions 1024 --passages 2048
 
 H100 / H200 (a bare CUDA machine with PyTorch; build the kit first here with ../shared/tools/gpu-kit.sh
 --with-faiss, which also writes the tokenizer-only MiniLM stand-in that random-bert-base takes its vocabulary
