@@ -134,7 +134,8 @@ def project(rate: float, mean_mentions: float) -> None:
 
 
 def bench_encoder(args, model_path: str, output: str, peak_tflops: float | None, mean_mentions: float) -> None:
-    from encoders.mask_encoder import MaskEncoderHandler, check_mask_model, mask_inputs
+    from encoders.mask_encoder import MaskEncoderHandler, check_mask_model
+    from encoders.mask_inputs import mask_inputs
     from encoders.models import ModelSpec, load_tokenizer
 
     spec = ModelSpec(model_path, args.device, args.dtype)

@@ -1,12 +1,11 @@
 """The [MASK] entity encoder: a mention replaced by one [MASK], the chosen layer's output at that position.
 
-Pure input building (testable without a model), the batched forward pass, and the Beam RunInference handler.
+The batched forward pass and the Beam RunInference handler; the inputs are built in ``encoders/mask_inputs.py``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from functools import partial
 from itertools import pairwise
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 import numpy as np
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult
 
-from artifacts.errors import BelowMinimumError, ModelError, SettingError
+from artifacts.errors import BelowMinimumError, SettingError
 from encoders.batching import (
     estimated_tokens,
     host_tensor,
@@ -24,6 +23,7 @@ from encoders.batching import (
     to_host,
     token_budget_batches,
 )
+from encoders.mask_inputs import MaskInput, mask_inputs, special_ids
 from encoders.models import (
     ModelSpec,
     check_model_spec,
@@ -32,82 +32,6 @@ from encoders.models import (
     model_config,
     usable_positions,
 )
-
-
-@dataclass(frozen=True)
-class MaskInput:
-    """One mention ready for the model: token ids with one [MASK] at ``mask_position``."""
-
-    entity_id: int
-    input_ids: tuple[int, ...]
-    mask_position: int
-
-
-@dataclass(frozen=True)
-class TokenIds:
-    cls: int
-    sep: int
-    mask: int
-    pad: int
-
-
-def special_ids(tokenizer) -> TokenIds:
-    """The special token ids a [MASK] input needs; a clear error for models without [MASK]."""
-    if tokenizer.mask_token_id is None:
-        raise ModelError(tokenizer.name_or_path, f"the tokenizer of {tokenizer.name_or_path} has no [MASK] token: "
-                         "entity embeddings need a masked-language-model vocabulary (a BERT-family model)")
-    cls = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
-    sep = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
-    return TokenIds(cls=cls, sep=sep, mask=tokenizer.mask_token_id, pad=tokenizer.pad_token_id or 0)
-
-
-MASK_WINDOWS = ("reference", "centered")
-
-
-def context_split(left: int, right: int, budget: int, window: str = "reference") -> tuple[int, int]:
-    """How many tokens of the ``left`` and ``right`` context to keep within ``budget``.
-
-    ``reference`` is the paper's rule (knowledgeable-embedding's entity-embedding script): a left side shorter
-    than half the budget (budget // 2) is kept whole and the right side gets the rest; else a right side shorter
-    than half is kept whole and the left side gets the rest; else the right side gets half and the left side the
-    rest, so an odd budget puts the extra token BEFORE the mask (509 -> 255 before, 254 after). Like the
-    reference, a left side of exactly half leaves that extra token unused. ``centered`` is the older rule: the
-    larger half after the mask (254 before, 255 after), a short side's surplus to the other side.
-    """
-    half = budget // 2
-    if window == "centered":
-        keep_left = min(left, max(half, budget - right))
-        return keep_left, min(right, budget - keep_left)
-    if left < half:
-        return left, min(right, budget - left)
-    if right < half:
-        return min(left, budget - right), right
-    return min(left, budget - half), half
-
-
-def masked_ids(left: Sequence[int], right: Sequence[int], ids: TokenIds, max_seq_length: int,
-               window: str = "reference") -> tuple[list[int], int]:
-    """[CLS] left [MASK] right [SEP] within ``max_seq_length``, the context cut by ``context_split``.
-    Returns (ids, mask position)."""
-    keep_left, keep_right = context_split(len(left), len(right), max_seq_length - 3, window)
-    kept_left = list(left[len(left) - keep_left:]) if keep_left else []
-    return [ids.cls, *kept_left, ids.mask, *right[:keep_right], ids.sep], 1 + keep_left
-
-
-def mask_inputs(rows: Sequence[dict[str, Any]], tokenizer, max_seq_length: int,
-                window: str = "reference") -> list[MaskInput]:
-    """MaskInputs for mention rows (entity_id, text, start, end), tokenized in one batch call.
-
-    The left context is right-stripped before tokenizing, as the reference does (no effect on WordPiece)."""
-    ids = special_ids(tokenizer)
-    lefts = [row["text"][:row["start"]].rstrip() for row in rows]
-    rights = [row["text"][row["end"]:] for row in rows]
-    encoded = tokenizer(lefts + rights, add_special_tokens=False)["input_ids"]
-    result = []
-    for index, row in enumerate(rows):
-        token_ids, position = masked_ids(encoded[index], encoded[len(rows) + index], ids, max_seq_length, window)
-        result.append(MaskInput(row["entity_id"], tuple(token_ids), position))
-    return result
 
 
 class MaskEncoder:

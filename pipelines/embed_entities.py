@@ -10,7 +10,8 @@ import apache_beam as beam
 from artifacts import layout, schemas, tables
 from artifacts.errors import InputError
 from artifacts.run import manifest
-from encoders.mask_encoder import MASK_WINDOWS, check_mask_model
+from encoders.mask_encoder import check_mask_model
+from encoders.mask_inputs import MASK_WINDOWS
 from encoders.models import hidden_size, input_embedding_norm, model_files
 from pipelines import flags
 from pipelines.refresh import RefreshConfig, fingerprint_changes, previous_options, reusable_previous

@@ -19,7 +19,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from artifacts import tables
 from artifacts.errors import InputError
-from encoders.mask_encoder import MaskInput, mask_inputs
+from encoders.mask_inputs import MaskInput, mask_inputs
 from encoders.models import ModelSpec, input_embedding_norm
 from pipelines.cli import main
 from tests.builders import CAPITALS, article_texts, write_parsed

@@ -22,11 +22,10 @@ from encoders.loading import PassageEncoderHandler
 from encoders.mask_encoder import (
     MaskEncoder,
     MaskEncoderHandler,
-    MaskInput,
     mask_element_tokens,
-    mask_inputs,
     tokenizing_chunks,
 )
+from encoders.mask_inputs import MaskInput, mask_inputs
 from encoders.models import ModelSpec
 from encoders.retrievers import DenseEncoder, EncoderOptions, passage_segments
 from pipelines.cli import main

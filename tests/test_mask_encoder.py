@@ -10,16 +10,8 @@ import pytest
 from transformers import AutoTokenizer
 
 from artifacts.errors import BelowMinimumError, InputError, SettingError
-from encoders.mask_encoder import (
-    MaskEncoder,
-    MaskEncoderHandler,
-    MaskInput,
-    TokenIds,
-    check_mask_model,
-    context_split,
-    mask_inputs,
-    masked_ids,
-)
+from encoders.mask_encoder import MaskEncoder, MaskEncoderHandler, check_mask_model
+from encoders.mask_inputs import MaskInput, TokenIds, context_split, mask_inputs, masked_ids
 from encoders.models import ModelSpec
 from encoders.retrievers import EncoderOptions
 from pipelines.flags import worded

@@ -15,7 +15,8 @@ from apache_beam.ml.inference.base import PredictionResult, RunInference
 
 from artifacts import schemas
 from artifacts.counters import declare, dropped, error, processed
-from encoders.mask_encoder import MASK_WINDOWS, MaskEncoderHandler
+from encoders.mask_encoder import MaskEncoderHandler
+from encoders.mask_inputs import MASK_WINDOWS
 from encoders.models import ModelSpec
 from transforms import mention_windows, refresh
 from transforms.dead_letters import DEAD_LETTER_TAG, count, dead_letter

@@ -1,0 +1,112 @@
+"""The tokens on either side of a mention, tokenizing only as many characters as the token budget needs.
+
+A mention's window holds about 6 characters per model token on each side, while its [MASK] input keeps at most
+the budget of both sides together (about half on each side). Each side is first tokenized from a slice of
+about the characters its share needs, taken at the end nearest the mention. The slice cuts a word: the tokens of
+that word are dropped, and the rest equal the whole side's tokens nearest the mention, because tokenizers split
+words at plain whitespace (WordPiece, byte-level BPE and SentencePiece alike) and normalize character by
+character. When a slice yields fewer tokens than the caller ``needed`` to decide its split exactly, that side is
+tokenized whole. The kept tokens are therefore exactly those that tokenizing whole sides would keep.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+# English WordPiece takes 4.9 characters per token on Wikipedia text (median of the sample's mention contexts,
+# 5.4 at the 95th percentile): a slice rarely yields too few tokens, and is tokenized again whole when it does.
+CHARS_PER_TOKEN_GUESS = 6
+SLICE_MARGIN = 32  # characters: the cut word and a little slack
+_WORD_BREAK = re.compile(r"[ \t\n]")  # whitespace every tokenizer splits words at (not control characters)
+
+# needed(other): tokens a sliced side must yield, given the other side's token count (None: sliced too)
+Needed = Callable[[int | None], int]
+
+
+@dataclass(frozen=True)
+class Side:
+    """A side's token ids: all of them (``whole``), or the tokens of a slice nearest the mention."""
+
+    ids: list[int]
+    whole: bool
+
+
+def slice_chars(needed: Needed, other_chars: int) -> int:
+    """Characters a side is first sliced to: what ``needed`` asks given the other side's length, at
+    ``CHARS_PER_TOKEN_GUESS`` characters per token, plus ``SLICE_MARGIN``."""
+    return CHARS_PER_TOKEN_GUESS * needed(other_chars // CHARS_PER_TOKEN_GUESS) + SLICE_MARGIN
+
+
+def first_token_after_break(encoded, index: int, text: str) -> int | None:
+    """The first token after the first word break of a left slice (tokens before it may belong to a cut word)."""
+    found = _WORD_BREAK.search(text)
+    if found is None:
+        return None
+    for position in range(found.end(), len(text)):
+        token = encoded.char_to_token(index, position)
+        if token is not None:
+            return token
+    return None
+
+
+def last_token_before_break(encoded, index: int, text: str) -> int | None:
+    """The last token before the last word break of a right slice (tokens after it may belong to a cut word)."""
+    end = max((found.start() for found in _WORD_BREAK.finditer(text)), default=None)
+    if end is None:
+        return None
+    for position in range(end - 1, -1, -1):
+        token = encoded.char_to_token(index, position)
+        if token is not None:
+            return token
+    return None
+
+
+def tokenized_sides(tokenizer, texts: Sequence[str], limits: Sequence[int | None],
+                    from_end: Sequence[bool]) -> list[Side]:
+    """Each text tokenized whole (limit None, or a text no longer than its limit) or sliced to ``limit``
+    characters at its end (``from_end``: a left side) or start (a right side), in one batch call."""
+    sliced = [limit is not None and len(text) > limit for text, limit in zip(texts, limits, strict=True)]
+    inputs = [text if not cut else text[len(text) - limit:] if end else text[:limit]
+              for text, limit, cut, end in zip(texts, limits, sliced, from_end, strict=True)]
+    encoded = tokenizer(inputs, add_special_tokens=False)
+    sides = []
+    for index, (text, cut, end) in enumerate(zip(inputs, sliced, from_end, strict=True)):
+        ids = encoded["input_ids"][index]
+        if not cut:
+            sides.append(Side(ids, True))
+        elif end:
+            first = first_token_after_break(encoded, index, text)
+            sides.append(Side(ids[first:] if first is not None else [], False))
+        else:
+            last = last_token_before_break(encoded, index, text)
+            sides.append(Side(ids[:last + 1] if last is not None else [], False))
+    return sides
+
+
+def enough(side: Side, other: Side, needed: Needed) -> bool:
+    """Whether ``side`` decides the split as its whole would: it is whole, or yields what ``needed`` asks."""
+    return side.whole or len(side.ids) >= needed(len(other.ids) if other.whole else None)
+
+
+def context_sides(tokenizer, lefts: Sequence[str], rights: Sequence[str],
+                  needed: Needed) -> list[tuple[Side, Side]]:
+    """(left, right) Sides of each mention, sliced where that is exact, else whole. ``lefts``: the text before
+    each mention, ``rights``: the text after it. A slow tokenizer (no character offsets) tokenizes whole sides."""
+    count = len(lefts)
+    if not count:
+        return []
+    sliceable = tokenizer.is_fast
+    limits = [slice_chars(needed, len(other)) if sliceable else None for other in (*rights, *lefts)]
+    sides = tokenized_sides(tokenizer, [*lefts, *rights], limits, [True] * count + [False] * count)
+    texts = [*lefts, *rights]
+    while True:
+        short = [index for index in range(2 * count)
+                 if not enough(sides[index], sides[(index + count) % (2 * count)], needed)]
+        if not short:
+            return list(zip(sides[:count], sides[count:], strict=True))
+        redone = tokenized_sides(tokenizer, [texts[index] for index in short], [None] * len(short),
+                                 [index < count for index in short])
+        for index, side in zip(short, redone, strict=True):
+            sides[index] = side

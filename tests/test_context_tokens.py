@@ -1,0 +1,194 @@
+"""encoders/context_tokens.py and mask_inputs' split rule: tokenizing only the characters a [MASK] input needs
+keeps exactly the tokens that tokenizing whole sides keeps, for WordPiece, byte-level BPE and SentencePiece-style
+tokenizers, on real pages of the bundled sample and on text built to break a careless cut."""
+
+from __future__ import annotations
+
+import itertools
+from functools import partial
+
+import pytest
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+from encoders.context_tokens import Side, context_sides, enough, tokenized_sides
+from encoders.mask_inputs import MASK_WINDOWS, context_split, mask_inputs, masked_ids, special_ids, tokens_needed
+from tests.conftest import BUNDLED_SAMPLE
+from transforms.dump_reader import RawPage, iter_pages, read_siteinfo
+from transforms.mention_sampling import context_window
+from transforms.wikitext import wikitext_to_text
+
+LENGTHS = (512, 128, 24, 6)  # --max-seq-length: the budget is 3 less
+CHARS_PER_TOKEN = 6  # the window the mentions stage cuts (transforms.mention_sampling.CHARS_PER_TOKEN)
+
+
+@pytest.mark.parametrize("window", MASK_WINDOWS)
+def test_the_split_rule_decides_exactly_whatever_the_unknown_rest(window):
+    """Every budget up to 10, every true length of both sides, every partial count: when ``enough`` accepts the
+    partial counts, ``context_split`` on them equals ``context_split`` on the true lengths."""
+    for budget in range(1, 11):
+        needed = partial(tokens_needed, budget)
+        for left, right in itertools.product(range(budget + 3), repeat=2):
+            expected = context_split(left, right, budget, window)
+            for seen_left, seen_right in itertools.product(range(left + 1), range(right + 1)):
+                sides = Side([0] * seen_left, seen_left == left), Side([0] * seen_right, seen_right == right)
+                if enough(sides[0], sides[1], needed) and enough(sides[1], sides[0], needed):
+                    assert context_split(seen_left, seen_right, budget, window) == expected, (budget, left, right)
+
+
+def test_the_split_rule_asks_no_more_than_it_must():
+    """One token fewer than ``tokens_needed`` can change the split (reference window), for every budget and
+    every length of a whole other side: the rule is tight, so slices stay short."""
+    for budget in range(2, 12):
+        for other in (None, *range(budget + 2)):
+            need = tokens_needed(budget, other)
+            changed = [context_split(need - 1, other if other is not None else more, budget)
+                       != context_split(true, other if other is not None else more, budget)
+                       for true in range(need, budget + 2) for more in range(budget // 2, budget + 2)]
+            assert any(changed), (budget, other)
+
+
+def article_texts(count: int) -> list[tuple[str, list[tuple[int, int]]]]:
+    """(text, link spans) of the first ``count`` articles of the bundled sample with at least 20 links."""
+    siteinfo = read_siteinfo(str(BUNDLED_SAMPLE))
+    found = []
+    for page in iter_pages(str(BUNDLED_SAMPLE), siteinfo):
+        if isinstance(page, RawPage) and page.namespace == 0 and not page.text.lower().startswith("#redirect"):
+            parsed = wikitext_to_text(page.text, page.title, siteinfo.namespaces)
+            if len(parsed.links) >= 20:
+                found.append((parsed.text, [(link.start, link.end - link.trail) for link in parsed.links]))
+        if len(found) == count:
+            return found
+    raise AssertionError("the bundled sample has too few linked articles")
+
+
+@pytest.fixture(scope="module")
+def real_mentions() -> dict[int, list[dict]]:
+    """Mention rows of the sample (every 3rd link of 8 articles) with the windows embed-entities cuts, per
+    --max-seq-length."""
+    rows = {length: [] for length in LENGTHS}
+    for text, spans in article_texts(8):
+        for start, end in spans[::3]:
+            for length in LENGTHS:
+                window, begin, finish = context_window(text, start, end, length * CHARS_PER_TOKEN)
+                rows[length].append({"entity_id": len(rows[length]), "text": window, "start": begin,
+                                     "end": finish})
+    return rows
+
+
+def whole_side_inputs(rows: list[dict], tokenizer, max_seq_length: int, window: str) -> list[tuple[list, int]]:
+    """What [MASK] inputs are by definition: both whole sides tokenized, then cut by masked_ids."""
+    ids = special_ids(tokenizer)
+    result = []
+    for row in rows:
+        left = tokenizer(row["text"][:row["start"]].rstrip(), add_special_tokens=False)["input_ids"]
+        right = tokenizer(row["text"][row["end"]:], add_special_tokens=False)["input_ids"]
+        result.append(masked_ids(left, right, ids, max_seq_length, window))
+    return result
+
+
+class RecordingTokenizer:
+    """A tokenizer that records how many characters it was given."""
+
+    def __init__(self, tokenizer) -> None:
+        self._tokenizer = tokenizer
+        self.characters = 0
+
+    def __call__(self, texts, **kwargs):
+        self.characters += sum(len(text) for text in texts)
+        return self._tokenizer(texts, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._tokenizer, name)
+
+
+def assert_as_whole_sides(rows: list[dict], tokenizer, length: int, window: str = "reference") -> float:
+    """mask_inputs equals tokenizing whole sides; returns the share of the sides' characters it tokenized."""
+    recording = RecordingTokenizer(tokenizer)
+    got = [(list(item.input_ids), item.mask_position) for item in mask_inputs(rows, recording, length, window)]
+    assert got == whole_side_inputs(rows, tokenizer, length, window)
+    whole = sum(len(row["text"][:row["start"]].rstrip()) + len(row["text"]) - row["end"] for row in rows)
+    return recording.characters / whole
+
+
+@pytest.mark.parametrize("window", MASK_WINDOWS)
+def test_wordpiece_inputs_equal_whole_sides_at_a_fraction_of_the_characters(real_mentions, minilm_path, window):
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    shares = {length: assert_as_whole_sides(real_mentions[length], tokenizer, length, window) for length in LENGTHS}
+    assert len(real_mentions[512]) > 100
+    assert shares[512] < 0.65 and shares[128] < 0.65, shares  # about half of a window is what the budget needs
+
+
+class WithoutOffsets(RecordingTokenizer):
+    """A tokenizer without character offsets (a slow, pure-Python one)."""
+
+    is_fast = False
+
+
+def test_a_tokenizer_without_offsets_tokenizes_whole_sides(real_mentions, minilm_path):
+    slow = WithoutOffsets(AutoTokenizer.from_pretrained(minilm_path))
+    assert assert_as_whole_sides(real_mentions[128][:40], slow, 128) == pytest.approx(1.0)
+
+
+def trained(model, trainer, pre_tokenizer, decoder, texts: list[str]) -> PreTrainedTokenizerFast:
+    backend = Tokenizer(model)
+    backend.normalizer = normalizers.NFKC()
+    backend.pre_tokenizer = pre_tokenizer
+    backend.decoder = decoder
+    backend.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=backend, cls_token="<s>", sep_token="</s>",
+                                   mask_token="<mask>", pad_token="<pad>", unk_token="<unk>")
+
+
+@pytest.fixture(scope="module")
+def other_tokenizers() -> dict[str, PreTrainedTokenizerFast]:
+    """A byte-level BPE (RoBERTa-style, a space belongs to the next word's token) and a Unigram with Metaspace
+    (SentencePiece-style), both trained here on the sample's text."""
+    texts = [text for text, _ in article_texts(8)]
+    specials = ["<s>", "</s>", "<mask>", "<pad>", "<unk>"]
+    return {
+        "byte-level BPE": trained(models.BPE(), trainers.BpeTrainer(vocab_size=800, special_tokens=specials),
+                                  pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel(), texts),
+        "unigram": trained(models.Unigram(), trainers.UnigramTrainer(vocab_size=800, special_tokens=specials,
+                                                                     unk_token="<unk>"),
+                           pre_tokenizers.Metaspace(), decoders.Metaspace(), texts),
+    }
+
+
+@pytest.mark.parametrize("kind", ["byte-level BPE", "unigram"])
+def test_other_tokenizer_families_equal_whole_sides(real_mentions, other_tokenizers, kind):
+    for length in (512, 24):
+        assert assert_as_whole_sides(real_mentions[length][:120], other_tokenizers[kind], length) < 0.75
+
+
+def test_text_made_to_break_a_careless_cut(minilm_path, other_tokenizers):
+    """Control characters that Python calls whitespace but tokenizers delete (a word made of two), no whitespace
+    at all, double spaces and tabs, accents, CJK: still equal to whole sides."""
+    words = ["alpha\x1fbeta", "éclair", "東京都", "x" * 40, "gamma  delta", "tab\tbed", "new\nline", "42,000"]
+    texts = [" ".join(words[(index + shift) % len(words)] for index in range(300)) for shift in range(4)]
+    texts += ["alpha\x1fbeta " * 600, "y" * 5000]
+    rows = [{"entity_id": index, "text": text, "start": len(text) // 2 + shift, "end": len(text) // 2 + shift + 3}
+            for index, text in enumerate(texts) for shift in range(12)]  # slices cut at every offset of a word
+    for tokenizer in (AutoTokenizer.from_pretrained(minilm_path), *other_tokenizers.values()):
+        for length in (512, 24):
+            assert_as_whole_sides(rows, tokenizer, length)
+
+
+def test_a_slice_keeps_a_suffix_or_prefix_of_the_whole_sides_tokens(minilm_path, other_tokenizers):
+    """The invariant itself: a left slice's kept tokens end the whole left side's tokens, a right slice's begin
+    the whole right side's, wherever the slice cuts (every offset through the tricky words)."""
+    text = " ".join(["alpha\x1fbeta", "éclair", "東京都", "gamma  delta", "tab\tbed", "42,000"] * 20)
+    for tokenizer in (AutoTokenizer.from_pretrained(minilm_path), *other_tokenizers.values()):
+        whole = tokenizer(text, add_special_tokens=False)["input_ids"]
+        limits = list(range(20, 140))
+        lefts = tokenized_sides(tokenizer, [text] * len(limits), limits, [True] * len(limits))
+        rights = tokenized_sides(tokenizer, [text] * len(limits), limits, [False] * len(limits))
+        for left, right in zip(lefts, rights, strict=True):
+            assert not left.whole and whole[len(whole) - len(left.ids):] == left.ids and left.ids
+            assert not right.whole and whole[:len(right.ids)] == right.ids and right.ids
+
+
+def test_no_rows_no_tokenizer_call(minilm_path):
+    recording = RecordingTokenizer(AutoTokenizer.from_pretrained(minilm_path))
+    assert mask_inputs([], recording, 128) == [] and recording.characters == 0
+    assert context_sides(recording, [], [], partial(tokens_needed, 10)) == []
