@@ -35,21 +35,26 @@ class ModelError(InputError):
         return type(self), (self.model, self.message)
 
 
-class SettingError(InputError):
-    """A setting's value the library cannot use: ``setting`` (its name in a stage's config, e.g.
-    ``max_seq_length``), ``value`` and ``problem``. The message names the setting; the command line words it
-    with its flag (``worded``)."""
+# Where a SettingError's template names the setting.
+SETTING_NAME = "{name}"
 
-    def __init__(self, setting: str, value: Any, problem: str, separator: str = ": ") -> None:
-        self.setting, self.value, self.problem, self.separator = setting, value, problem, separator
+
+class SettingError(InputError):
+    """A setting's value the library cannot use: ``setting`` (its field name in a stage's config or in
+    ``EncoderOptions``, e.g. ``max_seq_length``), ``value``, and ``template``, the message with ``{name}`` where
+    the setting is named. The library's message names the field; the command line words it with its flag
+    (``worded``, applied by ``pipelines.flags.worded``)."""
+
+    def __init__(self, setting: str, value: Any, template: str) -> None:
+        self.setting, self.value, self.template = setting, value, template
         super().__init__(self.worded(setting))
 
     def worded(self, name: str) -> str:
         """The message, calling the setting ``name`` (a flag such as ``--layer``)."""
-        return f"{name} {self.value}{self.separator}{self.problem}"
+        return self.template.replace(SETTING_NAME, name)
 
     def __reduce__(self):
-        return type(self), (self.setting, self.value, self.problem, self.separator)
+        return type(self), (self.setting, self.value, self.template)
 
 
 class BelowMinimumError(SettingError):
@@ -57,10 +62,7 @@ class BelowMinimumError(SettingError):
 
     def __init__(self, setting: str, value: Any, minimum: int) -> None:
         self.minimum = minimum
-        super().__init__(setting, value, f"must be at least {minimum}")
-
-    def worded(self, name: str) -> str:
-        return f"{name} must be at least {self.minimum}, got {self.value}"
+        super().__init__(setting, value, f"{SETTING_NAME} must be at least {minimum}, got {value}")
 
     def __reduce__(self):
         return type(self), (self.setting, self.value, self.minimum)

@@ -12,9 +12,9 @@ from typing import Any
 
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult
 
+from artifacts.errors import BelowMinimumError, SettingError
 from artifacts.passages import Passage
 from encoders.batching import estimated_tokens
-from encoders.errors import EncoderOptionError
 from encoders.kpr import KPREncoder, check_kpr_options
 from encoders.models import DTYPES, check_model_spec, usable_positions
 from encoders.retrievers import (
@@ -30,17 +30,18 @@ from encoders.retrievers import (
 
 
 def check_encoder_options(options: EncoderOptions) -> None:
-    """Fail before any work starts, with one line naming the bad option (an ``EncoderOptionError``)."""
+    """Fail before any work starts, with one line naming the bad option (a ``SettingError``)."""
     _check_choices(options)
     if options.max_length < 8:
-        raise EncoderOptionError("max_length", f"{{name}} {options.max_length} is too small (at least 8 tokens)")
+        raise SettingError("max_length", options.max_length,
+                           f"{{name}} {options.max_length} is too small (at least 8 tokens)")
     if options.batch_tokens < 1:
-        raise EncoderOptionError("batch_tokens", f"{{name}} must be at least 1, got {options.batch_tokens}")
+        raise BelowMinimumError("batch_tokens", options.batch_tokens, 1)
     for role in ("passage", "query"):
         check_model_spec(options.spec(role))
         limit = usable_positions(options.spec(role))
         if options.max_length > limit:
-            raise EncoderOptionError("max_length", f"{{name}} {options.max_length}: "
+            raise SettingError("max_length", options.max_length, f"{{name}} {options.max_length}: "
                                                    f"{options.spec(role).name_or_path} takes at most {limit} tokens")
     if options.kind == "kpr":
         check_kpr_options(options)
@@ -53,7 +54,7 @@ def _check_choices(options: EncoderOptions) -> None:
     for option, value, allowed in (("kind", options.kind, KINDS), ("similarity", options.similarity, SIMILARITIES),
                                    ("title", options.title, TITLE_MODES), ("dtype", options.dtype, DTYPES)):
         if (value or option == "kind") and value not in allowed:
-            raise EncoderOptionError(option, f"{{name}} {value!r} is not one of {', '.join(allowed)}")
+            raise SettingError(option, value, f"{{name}} {value!r} is not one of {', '.join(allowed)}")
 
 
 def load_retriever(options: EncoderOptions, role: str = "passage", count: CountFn = ignore_count) -> DenseEncoder:

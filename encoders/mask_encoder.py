@@ -171,10 +171,10 @@ def check_mask_model(spec: ModelSpec, layer: int = -1, max_seq_length: int | Non
     config = model_config(spec)
     layers = config.num_hidden_layers  # hidden_states: the embedding output, then one entry per layer
     if not -(layers + 1) <= layer <= layers:
-        raise SettingError("layer", layer, f"{spec.name_or_path} has {layers} layers "
+        raise SettingError("layer", layer, f"{{name}} {layer}: {spec.name_or_path} has {layers} layers "
                            f"(hidden states {-(layers + 1)}..{layers}; -1 is the last layer)")
     if max_seq_length is not None:
         limit = usable_positions(spec)
         if not 3 <= max_seq_length <= limit:
-            raise SettingError("max_seq_length", max_seq_length, f"{spec.name_or_path} takes 3 to {limit} tokens "
-                               "([CLS], [MASK], [SEP] and the context)")
+            raise SettingError("max_seq_length", max_seq_length, f"{{name}} {max_seq_length}: {spec.name_or_path} "
+                               f"takes 3 to {limit} tokens ([CLS], [MASK], [SEP] and the context)")

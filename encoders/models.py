@@ -34,7 +34,7 @@ def model_files(models: dict[str, str | None]) -> dict[str, str]:
 def check_model_spec(spec: ModelSpec) -> None:
     """Fail before any work starts: unknown dtype, missing local directory, CUDA asked for but absent."""
     if spec.dtype not in DTYPES:
-        raise SettingError("dtype", spec.dtype, f"is not one of {', '.join(DTYPES)}", separator=" ")
+        raise SettingError("dtype", spec.dtype, f"{{name}} {spec.dtype} is not one of {', '.join(DTYPES)}")
     name = str(spec.name_or_path)
     # A hub name has at most one "/" ("bert-base-uncased", "org/model"); anything else is a local path.
     looks_local = name.startswith((".", "/", "~")) or name.count("/") > 1
@@ -46,7 +46,8 @@ def check_model_spec(spec: ModelSpec) -> None:
         import torch
 
         if not torch.cuda.is_available():
-            raise SettingError("device", spec.device, "was asked for but no CUDA device is available", separator=" ")
+            raise SettingError("device", spec.device,
+                               f"{{name}} {spec.device} was asked for but no CUDA device is available")
 
 
 def check_hub_reachable(name: str, timeout_s: float = 3.0) -> None:

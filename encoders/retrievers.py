@@ -24,10 +24,9 @@ from typing import Any
 import numpy as np
 
 from artifacts import fs
-from artifacts.errors import InputError
+from artifacts.errors import InputError, SettingError
 from artifacts.passages import Passage
 from encoders import batching
-from encoders.errors import EncoderOptionError
 from encoders.kpr_config import read_kpr_settings
 from encoders.models import (
     ModelSpec,
@@ -113,7 +112,7 @@ def check_tokenizer(name_or_path: str, kind: str) -> None:
     missing = [name for name, token in (("[CLS]", tokenizer.cls_token_id), ("[SEP]", tokenizer.sep_token_id))
                if token is None]
     if kind in _CLS_KINDS and missing:
-        raise EncoderOptionError("kind", f"{{name}} {kind} needs a BERT-style model ([CLS] title [SEP] text [SEP], "
+        raise SettingError("kind", kind, f"{{name}} {kind} needs a BERT-style model ([CLS] title [SEP] text [SEP], "
                                          f"the [CLS] vector): the tokenizer of {name_or_path} "
                                          f"({_model_type(name_or_path)}) has no {' or '.join(missing)}; "
                                          "try {name} mean")

@@ -7,7 +7,7 @@ flag (``--device``) has one definition, one default and one meaning wherever it 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from artifacts.errors import InputError, SettingError
@@ -72,8 +72,9 @@ def flag_of(setting: str) -> str:
     return "--" + setting.replace("_", "-")
 
 
-def worded(error: BaseException) -> BaseException:
-    """A library ``SettingError`` as the command line says it, with its flag; any other error as it is."""
+def worded(error: BaseException, flags: Mapping[str, str] | None = None) -> BaseException:
+    """A library ``SettingError`` as the command line says it, with its flag (``flags``: the flag of a setting
+    whose name is not its flag's, e.g. ``{"kind": "--encoder-type"}``); any other error as it is."""
     if isinstance(error, SettingError):
-        return InputError(error.worded(flag_of(error.setting)))
+        return InputError(error.worded((flags or {}).get(error.setting) or flag_of(error.setting)))
     return error

@@ -15,11 +15,11 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs, layout, schemas, tables
-from artifacts.errors import InputError
+from artifacts.errors import InputError, SettingError
 from artifacts.faiss import choice, files, info
 from artifacts.passages import Passage
 from artifacts.run import manifest
-from encoders.errors import EncoderOptionError, MissingRunArtifactError
+from encoders.errors import MissingRunArtifactError
 from encoders.loading import check_encoder_options
 from encoders.models import model_files
 from encoders.retrievers import KINDS, SIMILARITIES, TITLE_MODES, EncoderOptions, dense_dim
@@ -40,9 +40,8 @@ from transforms.index import (
 from transforms.passages import DUPLICATE_KEEPS
 from transforms.refresh import option_changes
 
-# The flag of each encoder option, for messages (the library names options by field).
-ENCODER_FLAGS = {"kind": "--encoder-type", "similarity": "--similarity", "title": "--title-mode",
-                 "dtype": "--dtype", "max_length": "--max-length", "batch_tokens": "--batch-tokens"}
+# The flags of the encoder options not named after them, for messages (the library names options by field).
+ENCODER_FLAGS = {"kind": "--encoder-type", "title": "--title-mode"}
 # The artifacts of the run a KPR encoder reads, relative to OUT (recorded in index.json with their digests).
 KPR_INPUTS = {"linker": layout.LINKER, "entity_embeddings": layout.ENTITY_EMBEDDINGS}
 
@@ -80,8 +79,8 @@ def check_encoder(options: EncoderOptions) -> None:
     """``check_encoder_options`` with the hint worded for the command line (the flag of a bad option)."""
     try:
         check_encoder_options(options)
-    except EncoderOptionError as error:
-        raise InputError(error.worded(ENCODER_FLAGS.get(error.option, error.option))) from error
+    except SettingError as error:
+        raise flags.worded(error, ENCODER_FLAGS) from error
     except MissingRunArtifactError as error:
         raise InputError(f"{error.message}: run `python run_pipeline.py {layout.STAGE_COMMANDS[error.stage]}` "
                          "first") from error

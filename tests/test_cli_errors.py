@@ -269,3 +269,23 @@ def test_a_stage_summary_prints_each_row_count_once(capsys):
     assert capsys.readouterr().err.splitlines() == [
         "[parse] done in 1.2s", "  articles: 106 rows", "  redirects: 99 rows", "  links: 22,408",
         "  redirects: 98"]
+
+
+def test_a_setting_is_named_by_its_field_in_the_library_and_by_its_flag_on_the_command_line():
+    import pickle
+
+    from artifacts.errors import BelowMinimumError, SettingError
+    from pipelines.flags import worded
+
+    error = SettingError("max_length", 600, "{name} 600: /models/{odd} takes at most 512 tokens")
+    assert error.message == "max_length 600: /models/{odd} takes at most 512 tokens"  # other braces stay as they are
+    assert worded(error).message == "--max-length 600: /models/{odd} takes at most 512 tokens"
+    assert worded(error, {"max_length": "--length"}).message == "--length 600: /models/{odd} takes at most 512 tokens"
+    below = BelowMinimumError("batch_tokens", 0, 1)
+    assert worded(below, {"kind": "--encoder-type"}).message == "--batch-tokens must be at least 1, got 0"
+    for raised in (error, below):  # a worker's error reaches the driver pickled
+        again = pickle.loads(pickle.dumps(raised))
+        assert (type(again), again.message, again.setting, again.value) == (
+            type(raised), raised.message, raised.setting, raised.value)
+    plain = ValueError("not a setting")
+    assert worded(plain) is plain

@@ -9,9 +9,8 @@ import torch
 from apache_beam.ml.inference.base import PredictionResult
 from transformers import AutoModel, AutoTokenizer
 
-from artifacts.errors import InputError
+from artifacts.errors import InputError, SettingError
 from artifacts.passages import Passage
-from encoders.errors import EncoderOptionError
 from encoders.loading import PassageEncoderHandler, check_encoder_options, load_retriever
 from encoders.retrievers import BGE_QUERY_PREFIX, DenseEncoder, EncoderOptions, dense_dim, passage_segments
 from pipelines.index import check_encoder
@@ -134,16 +133,16 @@ def test_handler_loads_the_encoder_itself_and_keeps_examples(tiny_bert):
 def test_bad_encoder_options_fail_before_any_work(tiny_bert, tmp_path):
     with pytest.raises(InputError, match="does not exist"):
         check_encoder_options(EncoderOptions("dpr", str(tmp_path / "no" / "model")))
-    with pytest.raises(EncoderOptionError) as library:  # the library names the option, the command line its flag
+    with pytest.raises(SettingError) as library:  # the library names the option's field, the command line its flag
         check_encoder_options(EncoderOptions("colbert", str(tiny_bert)))
-    assert (library.value.option, library.value.message) == (
-        "kind", "encoder option kind 'colbert' is not one of dpr, bge, mean, kpr")
+    assert (library.value.setting, library.value.value, library.value.message) == (
+        "kind", "colbert", "kind 'colbert' is not one of dpr, bge, mean, kpr")
     with pytest.raises(InputError) as worded:
         check_encoder(EncoderOptions("colbert", str(tiny_bert)))
     assert worded.value.message == "--encoder-type 'colbert' is not one of dpr, bge, mean, kpr"
-    with pytest.raises(EncoderOptionError) as library:
+    with pytest.raises(SettingError) as library:
         check_encoder_options(EncoderOptions("dpr", str(tiny_bert), max_length=2))
-    assert library.value.message == "encoder option max_length 2 is too small (at least 8 tokens)"
+    assert library.value.message == "max_length 2 is too small (at least 8 tokens)"
     with pytest.raises(InputError) as worded:
         check_encoder(EncoderOptions("dpr", str(tiny_bert), max_length=2))
     assert worded.value.message == "--max-length 2 is too small (at least 8 tokens)"
