@@ -6,7 +6,10 @@ at the real passages' mean length; the [MASK] encoder path (MaskEncoderHandler.r
 tokenizing included) and the passage encoder path (PassageEncoderHandler.run_inference, DPR kind); each stage
 end to end (embed-entities on the bundled sample's mentions, index on the 751 real DPR passages repeated with
 new ids; model load included); the ratios; the GPU busy share during the stages; projected hours for 7M
-entities and 21M passages; bytes per row of every artifact and the projection for English Wikipedia.
+entities and 21M passages; the KPR encoder (bench/kpr.py: the same model with random fusion weights, the first
+embed-entities OUT's own linker and entity embeddings) on the same passages: the linker alone (one CPU thread),
+the KPR passage path and the index stage with --encoder-type kpr, against the passages' ceiling; bytes per row
+of every artifact and the projection for English Wikipedia.
 
 CPU (the packaged MiniLM; counts large enough that Beam start-up and model load do not dominate, about 10
 minutes on 2 cores; the stage / encoder ratio is the figure that matters here):
@@ -27,8 +30,6 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common import (
@@ -44,6 +45,8 @@ from bench.common import (
     subset_output,
     synchronize,
 )
+from bench.kpr import DenseRun, report_kpr
+from bench.measure import Rate, in_calls, index_stage, passage_path, timed, write_corpus
 from bench.paths import PASSAGES
 
 ENTITIES = 7_000_000
@@ -53,24 +56,6 @@ WIKIPEDIA_ROWS = {  # English Wikipedia, for the storage projection (DESIGN.md a
     "articles": 6_700_000, "entities": 7_000_000, "mentions": 150_000_000, "entity_embeddings": 7_000_000,
     "passages": DPR_PASSAGES, "index": DPR_PASSAGES,
 }
-
-
-@dataclass(frozen=True)
-class Rate:
-    items: int
-    seconds: float
-
-    @property
-    def per_second(self) -> float:
-        return self.items / self.seconds
-
-
-def timed(run: Callable[[], object], items: int, device: str) -> Rate:
-    synchronize(device)
-    started = time.perf_counter()
-    run()
-    synchronize(device)
-    return Rate(items, time.perf_counter() - started)
 
 
 def ceiling(model_path: str, device: str, dtype: str, length: int, batch_tokens: int, seconds: float) -> Rate:
@@ -97,10 +82,6 @@ def ceiling(model_path: str, device: str, dtype: str, length: int, batch_tokens:
     return Rate(rows * runs, time.perf_counter() - started)
 
 
-def in_calls(items: list, per_call: int) -> list[list]:
-    return [items[begin:begin + per_call] for begin in range(0, len(items), per_call)]
-
-
 def mask_path(args, model_path: str, rows: list[dict], length: int) -> Rate:
     """MaskEncoderHandler.run_inference on mention rows (the stage's path: tokenized in the handler)."""
     from encoders.mask_encoder import MaskEncoderHandler
@@ -120,19 +101,6 @@ def passage_options(args, model_path: str):
     return EncoderOptions("dpr", model_path, device=args.device, dtype=args.dtype, batch_tokens=args.batch_tokens)
 
 
-def passage_path(args, model_path: str, passages: list) -> tuple[Rate, float]:
-    """(PassageEncoderHandler.run_inference rate, mean tokens per passage)."""
-    from encoders.loading import PassageEncoderHandler
-
-    handler = PassageEncoderHandler(passage_options(args, model_path))
-    model = handler.load_model()
-    mean_length = model.token_count(passages[:751]) / min(len(passages), 751)
-    calls = in_calls(passages, max(1, int(handler.batch_weight // mean_length)))
-    handler.run_inference(calls[0][:64], model)  # warm-up
-    return timed(lambda: [handler.run_inference(call, model) for call in calls], len(passages), args.device), \
-        mean_length
-
-
 def embed_stage(args, model_path: str, sample: str, work: str, length: int) -> tuple[Rate, str, str]:
     target = str(Path(work) / f"embed-{length}")
     mentions = subset_output(sample, target, args.mentions)
@@ -141,31 +109,6 @@ def embed_stage(args, model_path: str, sample: str, work: str, length: int) -> t
     with BusySampler(args.device) as busy:
         rate = timed(lambda: run_cli("embed-entities", "--output", target, "--model", model_path, *flags),
                      mentions, args.device)
-    return rate, busy.describe(), target
-
-
-def write_corpus(path: Path, count: int) -> None:
-    """The real passages repeated to ``count`` rows, each copy with new ids (a DPR TSV)."""
-    import csv
-
-    base = real_passages()
-    with path.open("w", encoding="utf-8", newline="") as handle:
-        writer = csv.writer(handle, delimiter="\t", quotechar='"', doublequote=True, lineterminator="\n")
-        writer.writerow(["id", "text", "title"])
-        for index in range(count):
-            passage = base[index % len(base)]
-            writer.writerow([index + 1, passage.text, passage.title])
-
-
-def index_stage(args, model_path: str, work: str) -> tuple[Rate, str, str]:
-    corpus = Path(work) / "corpus.tsv"
-    write_corpus(corpus, args.passages)
-    target = str(Path(work) / "index-out")
-    flags = ["--device", args.device, "--dtype", args.dtype, "--batch-tokens", str(args.batch_tokens),
-             "--index-factory", "Flat", *args.beam]
-    with BusySampler(args.device) as busy:
-        rate = timed(lambda: run_cli("index", "--output", target, "--encoder", model_path, "--encoder-type", "dpr",
-                                     "--corpus", str(corpus), *flags), args.passages, args.device)
     return rate, busy.describe(), target
 
 
@@ -244,15 +187,18 @@ def report_mentions(args, model_path: str, sample: str, work: str, mean_mentions
     return outputs
 
 
-def report_passages(args, model_path: str, work: str) -> str:
+def report_passages(args, model_path: str, work: str) -> tuple[str, DenseRun]:
+    """Print the dense passage lines; returns (the index stage's OUT, what the KPR lines reuse)."""
     import math
 
     passages = real_passages()
     timed_passages = [passages[index % len(passages)] for index in range(args.passages)]
-    path, mean_length = passage_path(args, model_path, timed_passages)
+    path, mean_length = passage_path(passage_options(args, model_path), timed_passages)
     top = ceiling(model_path, args.device, args.dtype, math.ceil(mean_length), args.batch_tokens,
                   args.ceiling_seconds)
-    stage, busy, target = index_stage(args, model_path, work)
+    corpus, target = Path(work) / "corpus.tsv", str(Path(work) / "index-out")
+    write_corpus(corpus, args.passages)
+    stage, busy = index_stage(args, model_path, corpus, args.passages, target, "--encoder-type", "dpr")
     print(f"passages at {mean_length:.0f} tokens (mean): ceiling {top.per_second:,.1f} seq/s | passage path "
           f"{path.per_second:,.1f}/s ({path.items:,}) | index stage {stage.per_second:,.1f}/s "
           f"({stage.items:,} passages, Flat, {stage.seconds:.1f} s, model load included)")
@@ -261,7 +207,7 @@ def report_passages(args, model_path: str, work: str) -> str:
           f"GPU busy during the stage: {busy}")
     print(f"  projection at the stage rate: {DPR_PASSAGES / 1e6:.0f}M passages = "
           f"{DPR_PASSAGES / stage.per_second / 3600:,.2f} h")
-    return target
+    return target, DenseRun(timed_passages, corpus, mean_length, top)
 
 
 def parse_args() -> argparse.Namespace:
@@ -294,10 +240,13 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     import os
 
+    from pipelines.cli import configure_logging
+
+    args = parse_args()
+    configure_logging(False, [])  # as each stage run here does; first, so no weight-loading progress bars either
     import torch
     from transformers.utils import logging as transformers_logging
 
-    args = parse_args()
     transformers_logging.set_verbosity_error()
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
     print(f"torch {torch.__version__}, {gpu}, {args.device} {args.dtype}, --batch-tokens {args.batch_tokens}, "
@@ -310,7 +259,9 @@ def main() -> None:
         print(f"sample OUT (parse, dictionary, mentions) in {seconds:.1f} s: {row_count(sample, 'mentions'):,} "
               f"mentions, {mean:.2f} per entity; model {args.model}")
         outputs = report_mentions(args, model_path, sample, directory, mean)
-        outputs.append((report_passages(args, model_path, directory), ""))
+        target, dense = report_passages(args, model_path, directory)
+        report_kpr(args, passage_options(args, model_path), model_path, outputs[0][0], dense)
+        outputs.append((target, ""))
         print_storage([(sample, ""), *outputs], stored_windows_size(sample, directory))
 
 

@@ -5,15 +5,19 @@ linker (every candidate of an ambiguous name); the entities found are fed, with 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 import torch
 
 from artifacts import fs, layout, tables
 from artifacts.errors import InputError
+from encoders import batching
 from encoders.errors import MissingRunArtifactError
 from encoders.kpr_checkpoint import load_checkpoint
 from encoders.kpr_config import read_kpr_settings
-from encoders.kpr_entities import EntityTable, embedding_files, entity_inputs
+from encoders.kpr_entities import EntityInputs, EntityTable, embedding_files, entity_inputs
 from encoders.models import ModelSpec, load_tokenizer
 from encoders.retrievers import DenseEncoder, EncoderOptions
 
@@ -29,6 +33,29 @@ def check_kpr_options(options: EncoderOptions) -> None:
     if dim != settings.entity_embedding_size:
         raise InputError(f"entity embeddings in {options.entity_embeddings} have {dim} dimensions but "
                          f"{options.model} expects entity_embedding_size {settings.entity_embedding_size}")
+
+
+def entity_arrays(found: list[EntityInputs]) -> tuple[np.ndarray, np.ndarray]:
+    """(entity ids (B, E), token positions (B, E, P)) int64, zero-padded; E and P at least 1."""
+    entities = max(1, max(len(item.entity_ids) for item in found))
+    span = max([1] + [len(tokens) for item in found for tokens in item.positions])
+    ids = np.zeros((len(found), entities), dtype=np.int64)
+    positions = np.zeros((len(found), entities, span), dtype=np.int64)
+    for row, item in enumerate(found):
+        ids[row, :len(item.entity_ids)] = item.entity_ids
+        for column, tokens in enumerate(item.positions):
+            positions[row, column, :len(tokens)] = tokens
+    return ids, positions
+
+
+@dataclass(frozen=True)
+class HostBatch:
+    """One batch built in the prefetch thread: CPU tensors (pinned when bound for CUDA) and what the linker found,
+    counted later in the caller's thread (a Beam counter counts only there)."""
+
+    tensors: dict[str, Any]
+    entities: int
+    dropped: int
 
 
 class KPREncoder(DenseEncoder):
@@ -55,38 +82,48 @@ class KPREncoder(DenseEncoder):
                              f"expects {model.settings.entity_embedding_size}")
         return model
 
-    def _features(self, firsts: list[str], seconds: list[str] | None) -> list[dict[str, list]]:
+    def _features(self, firsts: list[str], seconds: list[str] | None) -> list[dict[str, Any]]:
+        """Tokens with their character offsets and the segments' texts (linked later, per batch)."""
         encoded = self._tokenize(firsts, seconds, offsets=True)
-        segments = [firsts] if seconds is None else [firsts, seconds]
-        mentions = [self.linker.detect_batch(texts) for texts in segments]
         features = []
         for index in range(len(firsts)):
-            found, dropped = entity_inputs([per_segment[index] for per_segment in mentions],
-                                           encoded["offset_mapping"][index], encoded.sequence_ids(index),
-                                           self.entities.has, self.options.max_entities)
-            self.count("kpr_entities", len(found.entity_ids))
-            if dropped:
-                self.count("kpr_entities_over_max", dropped)
-            item = {"input_ids": encoded["input_ids"][index], "entity_ids": found.entity_ids,
-                    "entity_positions": found.positions}
+            item = {"input_ids": encoded["input_ids"][index], "offsets": encoded["offset_mapping"][index],
+                    "sequence_ids": encoded.sequence_ids(index),
+                    "segments": (firsts[index],) if seconds is None else (firsts[index], seconds[index])}
             if "token_type_ids" in encoded:
                 item["token_type_ids"] = encoded["token_type_ids"][index]
             features.append(item)
         return features
 
-    def _forward(self, batch: list[dict[str, list]]) -> np.ndarray:
-        inputs = self._collate(batch)
-        entities = max(1, max(len(item["entity_ids"]) for item in batch))
-        span = max([1] + [len(tokens) for item in batch for tokens in item["entity_positions"]])
-        ids = np.zeros((len(batch), entities), dtype=np.int64)
-        positions = np.zeros((len(batch), entities, span), dtype=np.int64)
-        for row, item in enumerate(batch):
-            ids[row, :len(item["entity_ids"])] = item["entity_ids"]
-            for column, tokens in enumerate(item["entity_positions"]):
-                positions[row, column, :len(tokens)] = tokens
-        device = self.options.device
-        embeds = torch.from_numpy(self.entities.lookup(ids)).to(device)
+    def _linked(self, batch: list[dict[str, Any]]) -> list[tuple[EntityInputs, int]]:
+        """(entity inputs, entities dropped over ``max_entities``) of each tokenized text: the linker's mentions
+        of every segment, every candidate with an embedding."""
+        segments = zip(*(item["segments"] for item in batch), strict=True)  # per segment, the batch's texts
+        mentions = [self.linker.detect_batch(list(texts)) for texts in segments]
+        return [entity_inputs([per_segment[index] for per_segment in mentions], item["offsets"],
+                              item["sequence_ids"], self.entities.has, self.options.max_entities)
+                for index, item in enumerate(batch)]
+
+    def linked_entities(self, firsts: list[str], seconds: list[str] | None) -> list[EntityInputs]:
+        """The entity inputs the fusion layer gets for each text (tokenized and linked as when encoding)."""
+        return [found for found, _ in self._linked(self._features(firsts, seconds))]
+
+    def _host_inputs(self, batch: list[dict[str, Any]]) -> HostBatch:
+        linked = self._linked(batch)
+        ids, positions = entity_arrays([found for found, _ in linked])
+        arrays = {"entity_ids": ids, "entity_embeds": self.entities.lookup(ids), "entity_position_ids": positions}
+        tensors = {**super()._host_inputs(batch),
+                   **{name: batching.host_tensor(array, self.options.device) for name, array in arrays.items()}}
+        return HostBatch(tensors, sum(len(found.entity_ids) for found, _ in linked),
+                         sum(dropped for _, dropped in linked))
+
+    def _device_inputs(self, host: HostBatch) -> dict[str, Any]:
+        self.count("kpr_entities", host.entities)
+        if host.dropped:
+            self.count("kpr_entities_over_max", host.dropped)
+        return super()._device_inputs(host.tensors)
+
+    def _forward_inputs(self, inputs: dict[str, Any]):
+        """The fused vectors of one batch, left on the device (float32)."""
         with torch.inference_mode():
-            vectors = self.model(entity_ids=torch.from_numpy(ids).to(device), entity_embeds=embeds,
-                                 entity_position_ids=torch.from_numpy(positions).to(device), **inputs)
-        return vectors.cpu().numpy()
+            return self.model(**inputs)

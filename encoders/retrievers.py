@@ -249,30 +249,26 @@ class DenseEncoder:
         vectors = np.zeros((len(features), self.dim), dtype=np.float32)
         lengths = [len(item["input_ids"]) for item in features]
         batches = batching.token_budget_batches(lengths, self.options.batch_tokens)
-        if type(self)._forward is not DenseEncoder._forward:  # a subclass's own forward (KPR): batch by batch
-            for batch in batches:
-                vectors[batch] = self._forward([features[index] for index in batch])
-            return vectors
-        # Padding and pinning in the prefetch thread; results stay on the device and come back in one copy.
+        # Padding and pinning (KPR: linking too) in the prefetch thread; results stay on the device and come
+        # back in one copy.
         host = batching.prefetched(self._host_inputs([features[index] for index in batch]) for batch in batches)
         results = [self._forward_inputs(self._device_inputs(inputs)) for inputs in host]
         if results:
             vectors[[index for batch in batches for index in batch]] = batching.to_host(results)
         return vectors
 
-    def _host_inputs(self, batch: list[dict[str, list]]) -> dict[str, Any]:
-        """Padded CPU tensors of one batch, built with numpy (pinned when bound for CUDA)."""
+    def _host_inputs(self, batch: list[dict[str, list]]) -> Any:
+        """Padded CPU tensors of one batch, built with numpy (pinned when bound for CUDA); runs in the prefetch
+        thread, so it must not count (a Beam counter counts only in the caller's thread: ``_device_inputs``)."""
         ids, attention = batching.padded([item["input_ids"] for item in batch], self.tokenizer.pad_token_id or 0)
         arrays = {"input_ids": ids, "attention_mask": attention}
         if "token_type_ids" in batch[0]:
             arrays["token_type_ids"] = batching.padded([item["token_type_ids"] for item in batch], 0)[0]
         return {name: batching.host_tensor(array, self.options.device) for name, array in arrays.items()}
 
-    def _device_inputs(self, host: dict[str, Any]) -> dict[str, Any]:
+    def _device_inputs(self, host: Any) -> dict[str, Any]:
+        """The inputs of one batch on the device (in the caller's thread, as the batch's forward pass starts)."""
         return {name: batching.to_device(tensor, self.options.device) for name, tensor in host.items()}
-
-    def _collate(self, batch: list[dict[str, list]]) -> dict[str, Any]:
-        return self._device_inputs(self._host_inputs(batch))
 
     def _forward_inputs(self, inputs: dict[str, Any]):
         """The vectors of one batch of device inputs, left on the device (float32 after pooling)."""
@@ -287,6 +283,3 @@ class DenseEncoder:
             if self.options.similarity == "cosine":
                 vectors = torch.nn.functional.normalize(vectors, p=2, dim=-1)
         return vectors
-
-    def _forward(self, batch: list[dict[str, list]]) -> np.ndarray:
-        return batching.to_host([self._forward_inputs(self._collate(batch))])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ from artifacts import schemas, tables
 from artifacts.errors import InputError
 from artifacts.linker import Candidate, EntityLinker, Mention, NameRow, build_kb_trie, write_linker
 from artifacts.passages import Passage
+from encoders.batching import token_budget_batches
 from encoders.errors import MissingRunArtifactError
 from encoders.kpr_checkpoint import from_bert, init_kpr_checkpoint, load_checkpoint
 from encoders.kpr_config import KPRSettings, read_kpr_settings
@@ -192,23 +194,91 @@ def test_kpr_encoder_links_the_text_and_fuses_its_entities(tiny_bert, tmp_path):
     encoder = load_retriever(options, "passage")
     passage = Passage(1, "Paris", "From new york to Paris and France.")
     [features] = encoder._features(["Paris"], [passage.text])
+    [found] = encoder.linked_entities(["Paris"], [passage.text])
     linker = EntityLinker.load(str(tmp_path / "dictionary" / "linker"))
     ids = {candidate.title: candidate.entity_id for mention in linker.detect(passage.text + " new york")
            for candidate in mention.candidates}
     tokens = AutoTokenizer.from_pretrained(tmp_path / "kpr").convert_ids_to_tokens(features["input_ids"])
     assert tokens == ["[CLS]", "paris", "[SEP]", "from", "new", "york", "to", "paris", "and", "france", ".", "[SEP]"]
     # New York (state) has no embedding: skipped; the title's Paris comes first
-    assert features["entity_ids"] == (ids["Paris"], ids["New York City"], ids["Paris"], ids["France"])
-    assert features["entity_positions"] == ((1,), (4, 5), (7,), (9,))
+    assert found.entity_ids == (ids["Paris"], ids["New York City"], ids["Paris"], ids["France"])
+    assert found.positions == ((1,), (4, 5), (7,), (9,))
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "kpr")
     encoded = tokenizer("Paris", passage.text, return_tensors="pt")
     with torch.inference_mode():
         cls = model.bert(**encoded).last_hidden_state[0, 0]
-        embeds = torch.tensor(np.array([vectors[entity_id] for entity_id in features["entity_ids"]]))
-        expected = fusion_by_hand(model, cls, embeds, [list(tokens) for tokens in features["entity_positions"]])
+        embeds = torch.tensor(np.array([vectors[entity_id] for entity_id in found.entity_ids]))
+        expected = fusion_by_hand(model, cls, embeds, [list(tokens) for tokens in found.positions])
     np.testing.assert_allclose(encoder.encode_passages([passage])[0], expected.numpy(), atol=1e-5)
     query = load_retriever(options, "query").encode_queries(["new york"])[0]
     assert abs(float(np.linalg.norm(query)) - 1.0) < 1e-5
+
+
+def linked_passages(count: int) -> list[Passage]:
+    """Passages of varied lengths naming Paris, New York and France (several entities each, some none)."""
+    words = ["the", "river", "crosses", "old", "town", "near", "a", "bridge"]
+    names = ["Paris", "new york", "France", "Paris and France", "New York"]
+    return [Passage(index + 1, names[index % 4] if index % 3 else "", " ".join(
+        [names[(index + part) % len(names)] if part % 3 == 0 else words[(index * part) % len(words)]
+         for part in range(3 + (index * 7) % 29)])) for index in range(count)]
+
+
+def mains_kpr_vectors(encoder, passages: list[Passage]) -> tuple[np.ndarray, int, int]:
+    """main's KPR path (before the prefetch thread): every text linked first, then batch by batch, tensors filled
+    row by row, synchronous copies. Returns (vectors, entities fed, entities dropped over max)."""
+    titles, texts = [passage.title for passage in passages], [passage.text for passage in passages]
+    encoded = encoder.tokenizer(titles, texts, truncation=True, max_length=encoder.options.max_length,
+                                return_offsets_mapping=True)
+    mentions = [encoder.linker.detect_batch(titles), encoder.linker.detect_batch(texts)]
+    found = [entity_inputs([mentions[0][index], mentions[1][index]], encoded["offset_mapping"][index],
+                           encoded.sequence_ids(index), encoder.entities.has, encoder.options.max_entities)
+             for index in range(len(passages))]
+    vectors = np.zeros((len(passages), encoder.dim), dtype=np.float32)
+    for batch in token_budget_batches([len(ids) for ids in encoded["input_ids"]], encoder.options.batch_tokens):
+        longest = max(len(encoded["input_ids"][index]) for index in batch)
+        entities = max(1, max(len(found[index][0].entity_ids) for index in batch))
+        span = max([1] + [len(tokens) for index in batch for tokens in found[index][0].positions])
+        tensors = {name: torch.zeros((len(batch), longest), dtype=torch.long)
+                   for name in ("input_ids", "attention_mask", "token_type_ids")}
+        ids = torch.zeros((len(batch), entities), dtype=torch.long)
+        positions = torch.zeros((len(batch), entities, span), dtype=torch.long)
+        for row, index in enumerate(batch):
+            size = len(encoded["input_ids"][index])
+            tensors["input_ids"][row, :size] = torch.tensor(encoded["input_ids"][index])
+            tensors["token_type_ids"][row, :size] = torch.tensor(encoded["token_type_ids"][index])
+            tensors["attention_mask"][row, :size] = 1
+            ids[row, :len(found[index][0].entity_ids)] = torch.tensor(found[index][0].entity_ids, dtype=torch.long)
+            for column, tokens in enumerate(found[index][0].positions):
+                positions[row, column, :len(tokens)] = torch.tensor(tokens)
+        embeds = torch.from_numpy(encoder.entities.lookup(ids.numpy()))
+        with torch.inference_mode():
+            vectors[batch] = encoder.model(entity_ids=ids, entity_embeds=embeds, entity_position_ids=positions,
+                                           **tensors).numpy()
+    return vectors, sum(len(item.entity_ids) for item, _ in found), sum(dropped for _, dropped in found)
+
+
+def test_kpr_vectors_are_mains_exactly_with_the_linker_in_the_prefetch_thread(tiny_bert, tmp_path):
+    write_entity_artifacts(tmp_path)
+    init_kpr_checkpoint(str(tiny_bert), str(tmp_path / "kpr"),
+                        KPRSettings(entity_embedding_size=ENTITY_DIM, num_entity_fusion_attention_heads=2))
+    counted, linking = [], []
+    count = lambda name, value: counted.append((name, value, threading.current_thread()))  # noqa: E731
+    encoder = load_retriever(kpr_options(tmp_path / "kpr", tmp_path, max_length=32, batch_tokens=160,
+                                         max_entities=6), "passage", count)
+    detect = encoder.linker.detect_batch
+    encoder.linker.detect_batch = lambda texts: linking.append(threading.current_thread()) or detect(texts)
+    passages = linked_passages(40)
+    vectors = encoder.encode_passages(passages)
+    assert len(linking) >= 2 * 4 and threading.main_thread() not in linking  # 2 segments x several batches
+    encoder.linker.detect_batch = detect
+    expected, entities, dropped = mains_kpr_vectors(encoder, passages)
+    assert vectors.dtype == np.float32 and vectors.shape == (40, 32) and entities > 40 and dropped > 0
+    assert np.array_equal(vectors, expected)
+    assert {thread for _, _, thread in counted} == {threading.main_thread()}  # Beam counts only in its thread
+    assert sum(value for name, value, _ in counted if name == "kpr_entities") == entities
+    assert sum(value for name, value, _ in counted if name == "kpr_entities_over_max") == dropped
+    one_by_one = np.concatenate([encoder.encode_passages([passage]) for passage in passages])
+    np.testing.assert_allclose(vectors, one_by_one, rtol=0, atol=1e-5)  # batching and order change nothing else
 
 
 def test_kpr_needs_its_linker_and_matching_entity_sizes(tiny_bert, tmp_path):
@@ -249,20 +319,20 @@ def test_kpr_runs_end_to_end_on_this_projects_own_linker_and_entity_embeddings(t
 
     encoder = load_retriever(kpr_options(tmp_path / "kpr", output, max_length=128))
     entity_ids = set(tables.read_table(str(output), "entity_embeddings", ["entity_id"]).column(0).to_pylist())
-    features = encoder._features([row["title"] for row in passages], [row["text"] for row in passages])
-    linked = [row for row, item in zip(passages, features, strict=True) if len(set(item["entity_ids"])) >= 2]
+    found = encoder.linked_entities([row["title"] for row in passages], [row["text"] for row in passages])
+    linked = [row for row, item in zip(passages, found, strict=True) if len(set(item.entity_ids)) >= 2]
     assert len(linked) >= 10, "the sample's own linker finds entities with embeddings in its passages"
     row = min(linked, key=lambda item: item["passage_id"])
-    [features] = encoder._features([row["title"]], [row["text"]])
-    assert set(features["entity_ids"]) <= entity_ids
+    [features] = encoder.linked_entities([row["title"]], [row["text"]])
+    assert set(features.entity_ids) <= entity_ids
     table = {item["entity_id"]: item["embedding"] for item in
              tables.read_table(str(output), "entity_embeddings").to_pylist()}
     encoded = AutoTokenizer.from_pretrained(tmp_path / "kpr")(row["title"], row["text"], truncation=True,
                                                                 max_length=128, return_tensors="pt")
     with torch.inference_mode():
         cls = model.bert(**encoded).last_hidden_state[0, 0]
-        embeds = torch.tensor([table[entity_id] for entity_id in features["entity_ids"]])
-        expected = fusion_by_hand(model, cls, embeds, [list(tokens) for tokens in features["entity_positions"]])
+        embeds = torch.tensor([table[entity_id] for entity_id in features.entity_ids])
+        expected = fusion_by_hand(model, cls, embeds, [list(tokens) for tokens in features.positions])
         without = fusion_by_hand(model, cls, embeds[:0], [])
     np.testing.assert_allclose(stored[row["passage_id"]]["embedding"], expected.numpy(), atol=1e-5)
     assert not np.allclose(expected.numpy(), without.numpy(), atol=1e-3)
