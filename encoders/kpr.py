@@ -5,7 +5,7 @@ linker (every candidate of an ambiguous name); the entities found are fed, with 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -17,9 +17,9 @@ from encoders import batching
 from encoders.errors import MissingRunArtifactError
 from encoders.kpr_checkpoint import load_checkpoint
 from encoders.kpr_config import read_kpr_settings
-from encoders.kpr_entities import EntityInputs, EntityTable, embedding_files, entity_inputs
+from encoders.kpr_entities import EntityInputs, EntityTable, KnownEntities, embedding_files, entity_inputs
 from encoders.models import ModelSpec, load_tokenizer
-from encoders.retrievers import DenseEncoder, EncoderOptions
+from encoders.retrievers import CountFn, DenseEncoder, EncoderOptions, TextInputs
 
 
 def check_kpr_options(options: EncoderOptions) -> None:
@@ -48,18 +48,17 @@ def entity_arrays(found: list[EntityInputs]) -> tuple[np.ndarray, np.ndarray]:
     return ids, positions
 
 
-@dataclass(frozen=True)
-class HostBatch:
-    """One batch built in the prefetch thread: CPU tensors (pinned when bound for CUDA) and what the linker found,
-    counted later in the caller's thread (a Beam counter counts only there)."""
+class KPRInputs(TextInputs):
+    """KPR model inputs: token ids with character offsets, and the dictionary stage's linker on each segment,
+    every candidate with an entity embedding (``entity_ids``, ``entity_positions``; ``entities_dropped`` over
+    ``max_entities``). Built where the texts are (a worker process), without the model or the entity vectors."""
 
-    tensors: dict[str, Any]
-    entities: int
-    dropped: int
+    def __init__(self, options: EncoderOptions, role: str = "passage") -> None:
+        from artifacts.linker import EntityLinker
 
-
-class KPREncoder(DenseEncoder):
-    """A loaded KPR encoder: tokenization with offsets, the linker on the text, entity vectors, the model."""
+        super().__init__(options, role)
+        self.linker = EntityLinker.load(self.options.linker)
+        self.known = KnownEntities(self.options.entity_embeddings)
 
     def _load_tokenizer(self, spec: ModelSpec):
         from transformers.utils import logging as transformers_logging
@@ -71,10 +70,43 @@ class KPREncoder(DenseEncoder):
         finally:
             transformers_logging.set_verbosity(level)
 
-    def _load_model(self, spec: ModelSpec):
-        from artifacts.linker import EntityLinker
+    def features(self, firsts: list[str], seconds: list[str] | None) -> list[dict[str, Any]]:
+        encoded = self.tokenize(firsts, seconds, offsets=True)
+        features = []
+        for index, (found, dropped) in enumerate(self._linked(encoded, firsts, seconds)):
+            item = {"input_ids": encoded["input_ids"][index], "entity_ids": found.entity_ids,
+                    "entity_positions": found.positions, "entities_dropped": dropped}
+            if "token_type_ids" in encoded:
+                item["token_type_ids"] = encoded["token_type_ids"][index]
+            features.append(item)
+        return features
 
-        self.linker = EntityLinker.load(self.options.linker)
+    def _linked(self, encoded, firsts: list[str], seconds: list[str] | None) -> list[tuple[EntityInputs, int]]:
+        """(entity inputs, entities dropped over ``max_entities``) of each tokenized text: the linker's mentions
+        of every segment, every candidate with an embedding."""
+        mentions = [self.linker.detect_batch(texts) for texts in ([firsts] if seconds is None else [firsts, seconds])]
+        return [entity_inputs([per_segment[index] for per_segment in mentions], encoded["offset_mapping"][index],
+                              encoded.sequence_ids(index), self.known.has, self.options.max_entities)
+                for index in range(len(firsts))]
+
+    def linked_entities(self, firsts: list[str], seconds: list[str] | None) -> list[EntityInputs]:
+        """The entity inputs the fusion layer gets for each text."""
+        return [EntityInputs(item["entity_ids"], item["entity_positions"]) for item in self.features(firsts, seconds)]
+
+    def count(self, features: Sequence[dict[str, Any]], count: CountFn) -> None:
+        count("kpr_entities", sum(len(item["entity_ids"]) for item in features))
+        dropped = sum(item["entities_dropped"] for item in features)
+        if dropped:
+            count("kpr_entities_over_max", dropped)
+
+
+class KPREncoder(DenseEncoder):
+    """A loaded KPR encoder: ``KPRInputs``, the entity vectors by id, the model."""
+
+    def _load_inputs(self) -> KPRInputs:
+        return KPRInputs(self.options, self.role)
+
+    def _load_model(self, spec: ModelSpec):
         self.entities = EntityTable(self.options.entity_embeddings)
         model = load_checkpoint(spec.name_or_path, spec)
         if self.entities.dim != model.settings.entity_embedding_size:
@@ -82,46 +114,14 @@ class KPREncoder(DenseEncoder):
                              f"expects {model.settings.entity_embedding_size}")
         return model
 
-    def _features(self, firsts: list[str], seconds: list[str] | None) -> list[dict[str, Any]]:
-        """Tokens with their character offsets and the segments' texts (linked later, per batch)."""
-        encoded = self._tokenize(firsts, seconds, offsets=True)
-        features = []
-        for index in range(len(firsts)):
-            item = {"input_ids": encoded["input_ids"][index], "offsets": encoded["offset_mapping"][index],
-                    "sequence_ids": encoded.sequence_ids(index),
-                    "segments": (firsts[index],) if seconds is None else (firsts[index], seconds[index])}
-            if "token_type_ids" in encoded:
-                item["token_type_ids"] = encoded["token_type_ids"][index]
-            features.append(item)
-        return features
-
-    def _linked(self, batch: list[dict[str, Any]]) -> list[tuple[EntityInputs, int]]:
-        """(entity inputs, entities dropped over ``max_entities``) of each tokenized text: the linker's mentions
-        of every segment, every candidate with an embedding."""
-        segments = zip(*(item["segments"] for item in batch), strict=True)  # per segment, the batch's texts
-        mentions = [self.linker.detect_batch(list(texts)) for texts in segments]
-        return [entity_inputs([per_segment[index] for per_segment in mentions], item["offsets"],
-                              item["sequence_ids"], self.entities.has, self.options.max_entities)
-                for index, item in enumerate(batch)]
-
     def linked_entities(self, firsts: list[str], seconds: list[str] | None) -> list[EntityInputs]:
-        """The entity inputs the fusion layer gets for each text (tokenized and linked as when encoding)."""
-        return [found for found, _ in self._linked(self._features(firsts, seconds))]
+        return self.inputs.linked_entities(firsts, seconds)
 
-    def _host_inputs(self, batch: list[dict[str, Any]]) -> HostBatch:
-        linked = self._linked(batch)
-        ids, positions = entity_arrays([found for found, _ in linked])
+    def _host_inputs(self, batch: list[dict[str, Any]]) -> dict[str, Any]:
+        ids, positions = entity_arrays([EntityInputs(item["entity_ids"], item["entity_positions"]) for item in batch])
         arrays = {"entity_ids": ids, "entity_embeds": self.entities.lookup(ids), "entity_position_ids": positions}
-        tensors = {**super()._host_inputs(batch),
-                   **{name: batching.host_tensor(array, self.options.device) for name, array in arrays.items()}}
-        return HostBatch(tensors, sum(len(found.entity_ids) for found, _ in linked),
-                         sum(dropped for _, dropped in linked))
-
-    def _device_inputs(self, host: HostBatch) -> dict[str, Any]:
-        self.count("kpr_entities", host.entities)
-        if host.dropped:
-            self.count("kpr_entities_over_max", host.dropped)
-        return super()._device_inputs(host.tensors)
+        return {**super()._host_inputs(batch),
+                **{name: batching.host_tensor(array, self.options.device) for name, array in arrays.items()}}
 
     def _forward_inputs(self, inputs: dict[str, Any]):
         """The fused vectors of one batch, left on the device (float32)."""

@@ -55,6 +55,27 @@ def entity_inputs(mentions_by_segment: Sequence[Sequence], offsets: Sequence[tup
     return EntityInputs(tuple(ids), tuple(positions)), dropped
 
 
+class KnownEntities:
+    """The entity ids that have an embedding in ``entity_embeddings/`` (one bit each: what linking needs, without
+    the vectors)."""
+
+    def __init__(self, directory: str) -> None:
+        import pyarrow.parquet as pq
+        from apache_beam.io.filesystem import CompressionTypes
+        from apache_beam.io.filesystems import FileSystems
+
+        ids = []
+        for path in embedding_files(directory):
+            with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+                ids.append(pq.read_table(handle, columns=["entity_id"]).column(0).to_numpy().astype(np.int64))
+        known = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
+        self.present = np.zeros(int(known.max(initial=0)) + 1, dtype=bool)
+        self.present[known] = True
+
+    def has(self, entity_id: int) -> bool:
+        return 0 < entity_id < len(self.present) and bool(self.present[entity_id])
+
+
 class EntityTable:
     """Entity vectors by entity_id (row 0 = padding, zeros), memory-mapped from a local file so 7M x 768
     vectors cost page cache, not process memory; built once per worker from ``entity_embeddings/*.parquet``."""

@@ -15,7 +15,7 @@ from apache_beam.ml.inference.base import ModelHandler, PredictionResult
 from artifacts.errors import BelowMinimumError, SettingError
 from artifacts.passages import Passage
 from encoders.batching import estimated_tokens
-from encoders.kpr import KPREncoder, check_kpr_options
+from encoders.kpr import KPREncoder, KPRInputs, check_kpr_options
 from encoders.models import DTYPES, check_model_spec, usable_positions
 from encoders.retrievers import (
     KINDS,
@@ -24,6 +24,7 @@ from encoders.retrievers import (
     CountFn,
     DenseEncoder,
     EncoderOptions,
+    TextInputs,
     check_tokenizer,
     ignore_count,
 )
@@ -57,11 +58,18 @@ def _check_choices(options: EncoderOptions) -> None:
             raise SettingError(option, value, f"{{name}} {value!r} is not one of {', '.join(allowed)}")
 
 
-def load_retriever(options: EncoderOptions, role: str = "passage", count: CountFn = ignore_count) -> DenseEncoder:
+def load_retriever(options: EncoderOptions, role: str = "passage") -> DenseEncoder:
     """The encoder of ``options`` for ``role`` ("passage" or "query"), loaded and in eval mode."""
     if options.kind == "kpr":
-        return KPREncoder(options, role, count)
-    return DenseEncoder(options, role, count)
+        return KPREncoder(options, role)
+    return DenseEncoder(options, role)
+
+
+def load_inputs(options: EncoderOptions, role: str = "passage") -> TextInputs:
+    """The CPU side of the encoder of ``options``: what turns texts into its model's inputs (no model)."""
+    if options.kind == "kpr":
+        return KPRInputs(options, role)
+    return TextInputs(options, role)
 
 
 def passage_tokens(max_length: int, passage: Passage) -> int:
@@ -71,23 +79,40 @@ def passage_tokens(max_length: int, passage: Passage) -> int:
 
 class PassageEncoderHandler(ModelHandler[Passage, PredictionResult, DenseEncoder]):
     """RunInference handler: elements batched by estimated tokens here (``batch_weight``, larger batches give
-    better length bucketing), then by token budget inside ``encode_passages``. ``share_model``: one encoder per
-    machine shared by the worker processes; by default only on CUDA (one copy per GPU)."""
+    better length bucketing), then by token budget inside ``encode_features``. ``share_model``: one encoder per
+    machine shared by the worker processes; by default only on CUDA (one copy per GPU).
+
+    Each worker process turns its passages into model inputs itself (``load_inputs``: tokenizing, and for KPR
+    the linker, on the worker's CPU, in parallel across workers) and counts them in its own thread, where Beam
+    counters count; only the model's work goes to the model, which may live in another process."""
 
     def __init__(self, options: EncoderOptions, batch_weight: int | None = None,
                  share_model: bool | None = None, count: CountFn = ignore_count) -> None:
         super().__init__()
         self._options = options
-        self._count = count  # what the encoder counts goes to the pipeline's counters through this
+        self._count = count  # what the inputs hold goes to the pipeline's counters through this
+        self._inputs: TextInputs | None = None  # loaded in the worker process on first use
         self.batch_weight = batch_weight or 16 * options.batch_tokens  # estimated tokens per run_inference call
         self._share = options.device.startswith("cuda") if share_model is None else share_model
 
     def load_model(self) -> DenseEncoder:
-        return load_retriever(self._options, "passage", self._count)
+        return load_retriever(self._options, "passage")
+
+    def inputs_for(self, model: DenseEncoder) -> TextInputs:
+        """The model's own inputs when the model lives in this process; with a shared model, this worker's own
+        (loaded once per handler in the worker)."""
+        if not self._share:
+            return model.inputs
+        if self._inputs is None:
+            self._inputs = load_inputs(self._options, "passage")
+        return self._inputs
 
     def run_inference(self, batch: Sequence[Passage], model: DenseEncoder,
                       inference_args: dict[str, Any] | None = None) -> Iterable[PredictionResult]:
-        vectors = model.encode_passages(batch)
+        inputs = self.inputs_for(model)
+        features = inputs.passages(batch)
+        inputs.count(features, self._count)
+        vectors = model.encode_features(features)
         return [PredictionResult(passage, vector) for passage, vector in zip(batch, vectors, strict=True)]
 
     def batch_elements_kwargs(self) -> dict[str, Any]:
@@ -99,3 +124,6 @@ class PassageEncoderHandler(ModelHandler[Passage, PredictionResult, DenseEncoder
 
     def share_model_across_processes(self) -> bool:
         return self._share
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_inputs": None}  # a worker loads its own

@@ -189,7 +189,7 @@ def load_dense_model(spec: ModelSpec):
     return model.to(spec.device).eval()
 
 
-# count(name, value): how an encoder reports what it counted (e.g. KPR's entity inputs) to its caller.
+# count(name, value): how the inputs of a batch are counted (e.g. KPR's entity inputs) by the pipeline.
 CountFn = Callable[[str, int], None]
 
 
@@ -197,24 +197,62 @@ def ignore_count(name: str, value: int = 1) -> None:
     """The default ``CountFn`` outside a pipeline (search, evaluate): nothing is counted."""
 
 
+class TextInputs:
+    """What an encoder's model reads, built from texts on the CPU (token ids; KPR adds entity inputs). It loads
+    no model: a worker process builds its own inputs while the model it feeds may be shared by the processes."""
+
+    def __init__(self, options: EncoderOptions, role: str = "passage") -> None:
+        self.options = options.resolved()
+        self.role = role
+        self.tokenizer = self._load_tokenizer(self.options.spec(role))
+
+    def _load_tokenizer(self, spec: ModelSpec):
+        return load_tokenizer(spec.name_or_path)
+
+    def passages(self, passages: Sequence[Passage]) -> list[dict[str, Any]]:
+        """The model inputs of each passage (title and text as ``options.title`` says)."""
+        return self.features(*passage_segments(passages, self.options.title, self.options.passage_prefix))
+
+    def queries(self, queries: Sequence[str]) -> list[dict[str, Any]]:
+        return self.features([self.options.query_prefix + query for query in queries], None)
+
+    def features(self, firsts: list[str], seconds: list[str] | None) -> list[dict[str, Any]]:
+        """One dict of model inputs per text: ``input_ids`` (and ``token_type_ids`` where the model has them)."""
+        encoded = self.tokenize(firsts, seconds)
+        names = [name for name in ("input_ids", "token_type_ids") if name in encoded]
+        return [{name: encoded[name][index] for name in names} for index in range(len(firsts))]
+
+    def tokenize(self, firsts: list[str], seconds: list[str] | None, offsets: bool = False):
+        return self.tokenizer(firsts, seconds, truncation=True, max_length=self.options.max_length,
+                              return_offsets_mapping=offsets)
+
+    def count(self, features: Sequence[dict[str, Any]], count: CountFn) -> None:
+        """Count what ``features`` hold for the pipeline's counters (plain token ids: nothing)."""
+
+    def token_count(self, passages: Sequence[Passage]) -> int:
+        """Tokens the model reads for these passages (after truncation), for throughput figures."""
+        firsts, seconds = passage_segments(passages, self.options.title, self.options.passage_prefix)
+        return sum(len(ids) for ids in self.tokenize(firsts, seconds)["input_ids"])
+
+
 class DenseEncoder:
     """A loaded retriever (one model: the passage or the question side); what the RunInference handler's
-    ``load_model`` returns. ``encode_passages`` / ``encode_queries`` give float32 rows in input order."""
+    ``load_model`` returns. ``encode_passages`` / ``encode_queries`` give float32 rows in input order;
+    ``encode_features`` encodes inputs built elsewhere (by a worker's own ``TextInputs``)."""
 
-    def __init__(self, options: EncoderOptions, role: str = "passage", count: CountFn = ignore_count) -> None:
+    def __init__(self, options: EncoderOptions, role: str = "passage") -> None:
         import torch
 
         self.options = options.resolved()
         self.role = role
-        self.count = count  # the caller's counter (a Beam counter in a pipeline); encoders count no metrics
-        spec = self.options.spec(role)
-        self.tokenizer = self._load_tokenizer(spec)
-        self.model = self._load_model(spec)
+        self.inputs = self._load_inputs()
+        self.tokenizer = self.inputs.tokenizer
+        self.model = self._load_model(self.options.spec(role))
         self.dim = self._dim()
         self._torch = torch
 
-    def _load_tokenizer(self, spec: ModelSpec):
-        return load_tokenizer(spec.name_or_path)
+    def _load_inputs(self) -> TextInputs:
+        return TextInputs(self.options, self.role)
 
     def _load_model(self, spec: ModelSpec):
         return load_dense_model(spec)
@@ -224,33 +262,20 @@ class DenseEncoder:
         return int(getattr(config, "projection_dim", 0) or config.hidden_size)
 
     def encode_passages(self, passages: Sequence[Passage]) -> np.ndarray:
-        firsts, seconds = passage_segments(passages, self.options.title, self.options.passage_prefix)
-        return self._encode(firsts, seconds)
+        return self.encode_features(self.inputs.passages(passages))
 
     def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
-        return self._encode([self.options.query_prefix + query for query in queries], None)
+        return self.encode_features(self.inputs.queries(queries))
 
     def token_count(self, passages: Sequence[Passage]) -> int:
-        """Tokens the model reads for these passages (after truncation), for throughput figures."""
-        firsts, seconds = passage_segments(passages, self.options.title, self.options.passage_prefix)
-        return sum(len(ids) for ids in self._tokenize(firsts, seconds)["input_ids"])
+        return self.inputs.token_count(passages)
 
-    def _tokenize(self, firsts: list[str], seconds: list[str] | None, offsets: bool = False):
-        return self.tokenizer(firsts, seconds, truncation=True, max_length=self.options.max_length,
-                              return_offsets_mapping=offsets)
-
-    def _features(self, firsts: list[str], seconds: list[str] | None) -> list[dict[str, list]]:
-        encoded = self._tokenize(firsts, seconds)
-        names = [name for name in ("input_ids", "token_type_ids") if name in encoded]
-        return [{name: encoded[name][index] for name in names} for index in range(len(firsts))]
-
-    def _encode(self, firsts: list[str], seconds: list[str] | None) -> np.ndarray:
-        features = self._features(firsts, seconds)
+    def encode_features(self, features: Sequence[dict[str, Any]]) -> np.ndarray:
+        """float32 vectors of model inputs (``TextInputs.features``), in order; batches by token budget."""
         vectors = np.zeros((len(features), self.dim), dtype=np.float32)
         lengths = [len(item["input_ids"]) for item in features]
         batches = batching.token_budget_batches(lengths, self.options.batch_tokens)
-        # Padding and pinning (KPR: linking too) in the prefetch thread; results stay on the device and come
-        # back in one copy.
+        # Padding and pinning in the prefetch thread; results stay on the device and come back in one copy.
         host = batching.prefetched(self._host_inputs([features[index] for index in batch]) for batch in batches)
         results = [self._forward_inputs(self._device_inputs(inputs)) for inputs in host]
         if results:
@@ -258,8 +283,7 @@ class DenseEncoder:
         return vectors
 
     def _host_inputs(self, batch: list[dict[str, list]]) -> Any:
-        """Padded CPU tensors of one batch, built with numpy (pinned when bound for CUDA); runs in the prefetch
-        thread, so it must not count (a Beam counter counts only in the caller's thread: ``_device_inputs``)."""
+        """Padded CPU tensors of one batch, built with numpy (pinned when bound for CUDA), in the prefetch thread."""
         ids, attention = batching.padded([item["input_ids"] for item in batch], self.tokenizer.pad_token_id or 0)
         arrays = {"input_ids": ids, "attention_mask": attention}
         if "token_type_ids" in batch[0]:

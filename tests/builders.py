@@ -8,18 +8,23 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.testing.test_pipeline import TestPipeline
 
 from artifacts import faiss as shards
 from artifacts import layout, schemas, tables
 from artifacts.passages import shard_of
 from artifacts.run import manifest
 from tests.conftest import BUNDLED_SAMPLE, DIRECT, REPO, copy_stages
+from transforms.dead_letters import COUNTER_NAMESPACE
 
 # --- articles and a parsed OUT ----------------------------------------------------------------------------------
 
@@ -156,3 +161,15 @@ def write_index_dir(directory, vectors: np.ndarray, ids: np.ndarray, shard_count
                             shard_files=summaries)
     (directory / shards.INDEX_JSON).write_text(json.dumps(info.to_json()))
     return index_dir
+
+
+def run_counting(build: Callable[[beam.Pipeline], None]) -> dict[str, int]:
+    """Run the pipeline ``build`` makes (its assert_that checks included); the counters it counted."""
+    pipeline = TestPipeline(argv=DIRECT)
+    build(pipeline)
+    result = pipeline.run()
+    result.wait_until_finish()
+    totals: dict[str, int] = {}
+    for counter in result.metrics().query(MetricsFilter().with_namespace(COUNTER_NAMESPACE))["counters"]:
+        totals[counter.key.metric.name] = totals.get(counter.key.metric.name, 0) + counter.committed
+    return totals

@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 import shutil
 import threading
+from functools import partial
 from pathlib import Path
 
+import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from apache_beam.ml.inference.base import RunInference
+from apache_beam.testing.util import assert_that, equal_to
 from transformers import AutoModel, AutoTokenizer
 
 from artifacts import schemas, tables
@@ -26,11 +31,13 @@ from encoders.kpr_checkpoint import from_bert, init_kpr_checkpoint, load_checkpo
 from encoders.kpr_config import KPRSettings, read_kpr_settings
 from encoders.kpr_entities import entity_inputs, mention_token_positions
 from encoders.kpr_model import KPRModel
-from encoders.loading import check_encoder_options, load_retriever
+from encoders.loading import PassageEncoderHandler, check_encoder_options, load_retriever
 from encoders.retrievers import EncoderOptions
 from pipelines.cli import main
 from pipelines.index import check_encoder
+from tests.builders import run_counting
 from tests.conftest import BUNDLED_SAMPLE, DIRECT
+from transforms.dead_letters import count
 
 ENTITY_DIM = 8
 PUBLISHED_FUSION_NAMES = {
@@ -193,7 +200,7 @@ def test_kpr_encoder_links_the_text_and_fuses_its_entities(tiny_bert, tmp_path):
     check_encoder_options(options)
     encoder = load_retriever(options, "passage")
     passage = Passage(1, "Paris", "From new york to Paris and France.")
-    [features] = encoder._features(["Paris"], [passage.text])
+    [features] = encoder.inputs.features(["Paris"], [passage.text])
     [found] = encoder.linked_entities(["Paris"], [passage.text])
     linker = EntityLinker.load(str(tmp_path / "dictionary" / "linker"))
     ids = {candidate.title: candidate.entity_id for mention in linker.detect(passage.text + " new york")
@@ -224,12 +231,13 @@ def linked_passages(count: int) -> list[Passage]:
 
 
 def mains_kpr_vectors(encoder, passages: list[Passage]) -> tuple[np.ndarray, int, int]:
-    """main's KPR path (before the prefetch thread): every text linked first, then batch by batch, tensors filled
-    row by row, synchronous copies. Returns (vectors, entities fed, entities dropped over max)."""
+    """main's KPR path (before inputs were built apart from the model): every text linked first, then batch by
+    batch, tensors filled row by row, synchronous copies. Returns (vectors, entities fed, entities dropped over
+    max)."""
     titles, texts = [passage.title for passage in passages], [passage.text for passage in passages]
     encoded = encoder.tokenizer(titles, texts, truncation=True, max_length=encoder.options.max_length,
                                 return_offsets_mapping=True)
-    mentions = [encoder.linker.detect_batch(titles), encoder.linker.detect_batch(texts)]
+    mentions = [encoder.inputs.linker.detect_batch(titles), encoder.inputs.linker.detect_batch(texts)]
     found = [entity_inputs([mentions[0][index], mentions[1][index]], encoded["offset_mapping"][index],
                            encoded.sequence_ids(index), encoder.entities.has, encoder.options.max_entities)
              for index in range(len(passages))]
@@ -257,28 +265,58 @@ def mains_kpr_vectors(encoder, passages: list[Passage]) -> tuple[np.ndarray, int
     return vectors, sum(len(item.entity_ids) for item, _ in found), sum(dropped for _, dropped in found)
 
 
-def test_kpr_vectors_are_mains_exactly_with_the_linker_in_the_prefetch_thread(tiny_bert, tmp_path):
+def counted_in(counted: list, name: str, value: int) -> None:
+    counted.append((name, value, threading.current_thread()))
+
+
+def test_kpr_vectors_are_mains_exactly_and_counted_where_the_passages_are(tiny_bert, tmp_path):
+    """The library path and the RunInference handler (its own inputs in the worker, as with a model shared by
+    the worker processes, or the model's) give main's vectors exactly; the handler counts the entity inputs in
+    its own thread (Beam counts only there), and a pickled handler carries no loaded inputs."""
     write_entity_artifacts(tmp_path)
     init_kpr_checkpoint(str(tiny_bert), str(tmp_path / "kpr"),
                         KPRSettings(entity_embedding_size=ENTITY_DIM, num_entity_fusion_attention_heads=2))
-    counted, linking = [], []
-    count = lambda name, value: counted.append((name, value, threading.current_thread()))  # noqa: E731
-    encoder = load_retriever(kpr_options(tmp_path / "kpr", tmp_path, max_length=32, batch_tokens=160,
-                                         max_entities=6), "passage", count)
-    detect = encoder.linker.detect_batch
-    encoder.linker.detect_batch = lambda texts: linking.append(threading.current_thread()) or detect(texts)
+    options = kpr_options(tmp_path / "kpr", tmp_path, max_length=32, batch_tokens=160, max_entities=6)
+    encoder = load_retriever(options, "passage")
     passages = linked_passages(40)
-    vectors = encoder.encode_passages(passages)
-    assert len(linking) >= 2 * 4 and threading.main_thread() not in linking  # 2 segments x several batches
-    encoder.linker.detect_batch = detect
     expected, entities, dropped = mains_kpr_vectors(encoder, passages)
-    assert vectors.dtype == np.float32 and vectors.shape == (40, 32) and entities > 40 and dropped > 0
-    assert np.array_equal(vectors, expected)
-    assert {thread for _, _, thread in counted} == {threading.main_thread()}  # Beam counts only in its thread
-    assert sum(value for name, value, _ in counted if name == "kpr_entities") == entities
-    assert sum(value for name, value, _ in counted if name == "kpr_entities_over_max") == dropped
+    assert expected.shape == (40, 32) and entities > 40 and dropped > 0
+    assert np.array_equal(encoder.encode_passages(passages), expected)
+    for share in (True, False):
+        counted: list[tuple[str, int, threading.Thread]] = []
+        handler = PassageEncoderHandler(options, share_model=share, count=partial(counted_in, counted))
+        model = handler.load_model()
+        results = handler.run_inference(passages, model)
+        assert np.array_equal(np.array([result.inference for result in results]), expected)
+        assert (handler.inputs_for(model) is model.inputs) is not share  # shared: the worker's own inputs
+        assert {thread for _, _, thread in counted} == {threading.main_thread()}
+        assert sum(value for name, value, _ in counted if name == "kpr_entities") == entities
+        assert sum(value for name, value, _ in counted if name == "kpr_entities_over_max") == dropped
+    handler = PassageEncoderHandler(options, share_model=True)
+    assert handler.inputs_for(model) is not None and pickle.loads(pickle.dumps(handler))._inputs is None
     one_by_one = np.concatenate([encoder.encode_passages([passage]) for passage in passages])
-    np.testing.assert_allclose(vectors, one_by_one, rtol=0, atol=1e-5)  # batching and order change nothing else
+    np.testing.assert_allclose(expected, one_by_one, rtol=0, atol=1e-5)  # batching and order change nothing else
+
+
+def test_a_model_shared_by_the_workers_encodes_and_the_counters_still_count(tiny_bert, tmp_path):
+    """RunInference with the model in Beam's shared-model process (the CUDA default): the worker links and
+    counts, the shared model only encodes; vectors and counters as without sharing."""
+    write_entity_artifacts(tmp_path)
+    init_kpr_checkpoint(str(tiny_bert), str(tmp_path / "kpr"),
+                        KPRSettings(entity_embedding_size=ENTITY_DIM, num_entity_fusion_attention_heads=2))
+    options = kpr_options(tmp_path / "kpr", tmp_path, max_length=32, batch_tokens=160, max_entities=6)
+    passages = linked_passages(24)
+    encoder = load_retriever(options, "passage")
+    expected, entities, dropped = mains_kpr_vectors(encoder, passages)
+    by_id = {passage.passage_id: vector.tolist() for passage, vector in zip(passages, expected, strict=True)}
+
+    def build(pipeline: beam.Pipeline) -> None:
+        vectors = (pipeline | beam.Create(passages)
+                   | RunInference(PassageEncoderHandler(options, share_model=True, count=count))
+                   | beam.Map(lambda result: (result.example.passage_id, result.inference.tolist())))
+        assert_that(vectors, equal_to(list(by_id.items())))
+
+    assert run_counting(build) == {"kpr_entities": entities, "kpr_entities_over_max": dropped}
 
 
 def test_kpr_needs_its_linker_and_matching_entity_sizes(tiny_bert, tmp_path):

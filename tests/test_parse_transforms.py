@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import apache_beam as beam
 import pytest
-from apache_beam.metrics.metric import MetricsFilter
-from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from artifacts import names
@@ -22,9 +20,8 @@ from artifacts.errors import InputError
 from pipelines import dictionary as dictionary_stage
 from pipelines import parse as parse_stage
 from pipelines.cli import build_parser
-from tests.conftest import DIRECT
+from tests.builders import run_counting
 from transforms import dictionary, dump_io, link_resolution, parse, redirects
-from transforms.dead_letters import COUNTER_NAMESPACE
 from transforms.dictionary import BuildDictionary, DictionaryConfig
 from transforms.dump_reader import read_siteinfo
 from transforms.parse import ParseConfig, ParseDump
@@ -74,18 +71,6 @@ def write_sql(directory: Path, table: str) -> str:
     path.write_text(f"CREATE TABLE `{table}` (\n{definition}\n) ENGINE=InnoDB;\n"
                     f"INSERT INTO `{table}` VALUES {values};\n", encoding="utf-8")
     return str(path)
-
-
-def run_counting(build: Callable[[beam.Pipeline], None]) -> dict[str, int]:
-    """Run the pipeline ``build`` makes (its assert_that checks included); the counters it counted."""
-    pipeline = TestPipeline(argv=DIRECT)
-    build(pipeline)
-    result = pipeline.run()
-    result.wait_until_finish()
-    totals: dict[str, int] = {}
-    for counter in result.metrics().query(MetricsFilter().with_namespace(COUNTER_NAMESPACE))["counters"]:
-        totals[counter.key.metric.name] = totals.get(counter.key.metric.name, 0) + counter.committed
-    return totals
 
 
 def assert_declared(counted: Mapping[str, int], declared: Mapping[str, Counter]) -> None:
