@@ -23,6 +23,9 @@ from):
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu-kit/whl/*.whl \\
       && export PYTHONPATH=/tmp/site:$PWD/.gpu-kit/stub:$PWD HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 \\
       && python3 -m bench.gpu --device cuda --dtype bfloat16 --model random-bert-base --batch-tokens 65536
+
+and once more with 8 worker processes feeding the one shared model (each tokenizes, and for KPR links, its own
+passages): add --beam=--direct_running_mode=multi_processing --beam=--direct_num_workers=8.
 """
 
 from __future__ import annotations
