@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import bz2
+import fcntl
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -67,10 +69,27 @@ def write_tiny_bert(directory: Path, hidden_size: int = 32, layers: int = 2, hea
     return directory
 
 
+def built_once(factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]) -> Path:
+    """``factory``'s directory ``name``, built by ``build`` once per pytest session: the first xdist worker that
+    asks builds it under a file lock, the others wait and read the same files (these are read-only to tests)."""
+    root = factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's directory, shared by its workers
+    target = root / name
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / f"{name}.built").exists():
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir()
+            build(target)
+            (root / f"{name}.built").touch()
+    return target
+
+
 @pytest.fixture(scope="session")
 def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Path of a tiny random BERT (hidden 32, 2 layers) with a real uncased vocabulary and [MASK]."""
-    return write_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
+    return built_once(tmp_path_factory, "tiny-bert", write_tiny_bert)
 
 
 @pytest.fixture(scope="session")
@@ -87,20 +106,21 @@ def full_run(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> Path:
 
     Shared by many tests: copy it (``shutil.copytree``) before changing anything in it.
     """
+    return built_once(tmp_path_factory, "full-run", lambda root: run_every_stage(root / "out", tiny_bert)) / "out"
+
+
+def run_every_stage(output: Path, model: Path) -> None:
     from pipelines.cli import main
 
-    output = tmp_path_factory.mktemp("full-run") / "out"
-    model = str(tiny_bert)
     commands = [
         ["parse", "--dump", str(BUNDLED_SAMPLE)],
         ["dictionary", "--include-red-links"],
         ["mentions", "--max-mentions", "4", "--max-seq-length", "64"],
-        ["embed-entities", "--model", model, "--max-seq-length", "64"],
-        ["index", "--encoder", model, "--encoder-type", "mean", "--max-length", "64", "--shards", "2"],
+        ["embed-entities", "--model", str(model), "--max-seq-length", "64"],
+        ["index", "--encoder", str(model), "--encoder-type", "mean", "--max-length", "64", "--shards", "2"],
     ]
     for command in commands:
         assert main([command[0], "--output", str(output), *command[1:], *DIRECT]) == 0, command
-    return output
 
 
 def copy_stages(source: Path, destination: Path, stages: tuple[str, ...]) -> None:

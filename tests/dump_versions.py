@@ -152,8 +152,9 @@ def _source_xml(source: Path | None) -> str:
     return bz2.decompress(path.read_bytes()).decode("utf-8")
 
 
-def write_dump_versions(directory: Path, source: Path | None = None) -> DumpVersions:
-    """Write OLD and NEW dumps (.xml.bz2) into ``directory``; return their paths and what changed."""
+def write_dump_versions(directory: Path, source: Path | None = None, write: bool = True) -> DumpVersions:
+    """Write OLD and NEW dumps (.xml.bz2) into ``directory`` (``write=False``: they are there already); return
+    their paths and what changed."""
     header, pages, footer = _split_dump(_source_xml(source))
     articles = sorted(_title(p) for p in pages if _is_article(p))
     edited = set(articles[0::STRIDE])
@@ -162,9 +163,11 @@ def write_dump_versions(directory: Path, source: Path | None = None) -> DumpVers
     old_pages = [_without_linked_paragraph(p) if _title(p) in edited else p
                  for p in pages if _title(p) not in added] + extra_old
     new_pages = [p for p in pages if _title(p) not in removed] + extra_new
-    directory.mkdir(parents=True, exist_ok=True)
     versions = DumpVersions(directory / OLD_NAME, directory / NEW_NAME, tuple(sorted(edited)),
                             tuple(sorted(removed)), tuple(sorted(added | set(extra_added))))
+    if not write:
+        return versions
+    directory.mkdir(parents=True, exist_ok=True)
     for path, chosen in ((versions.old, old_pages), (versions.new, new_pages)):
         path.write_bytes(bz2.compress((header + "".join(chosen) + footer).encode("utf-8")))
     return versions

@@ -1,4 +1,5 @@
-"""Session fixtures that several test modules read: runs built once per pytest (xdist) worker.
+"""Session fixtures that several test modules read: runs built once per pytest session (``built_once``: the
+first xdist worker that asks builds, the others wait and read).
 
 Registered in conftest (``pytest_plugins``). Tests must not change these OUTs: copy one (``shutil.copytree``) first.
 """
@@ -12,7 +13,7 @@ import pytest
 
 from pipelines.cli import main
 from tests.builders import all_command
-from tests.conftest import DIRECT, PASSAGES
+from tests.conftest import DIRECT, PASSAGES, built_once
 from tests.dump_versions import DumpVersions, write_dump_versions
 
 
@@ -33,17 +34,22 @@ def run_all(dump: Path, output: Path, model: Path, *extra: str) -> Path:
 
 @pytest.fixture(scope="session")
 def dump_runs(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> DumpRuns:
-    root = tmp_path_factory.mktemp("dump-runs")
-    versions = write_dump_versions(root / "dumps")
-    return DumpRuns(versions, run_all(versions.old, root / "old", tiny_bert),
-                    run_all(versions.new, root / "new", tiny_bert))
+    def build(root: Path) -> None:
+        versions = write_dump_versions(root / "dumps")
+        run_all(versions.old, root / "old", tiny_bert)
+        run_all(versions.new, root / "new", tiny_bert)
+
+    root = built_once(tmp_path_factory, "dump-runs", build)
+    return DumpRuns(write_dump_versions(root / "dumps", write=False), root / "old", root / "new")
 
 
 @pytest.fixture(scope="session")
 def refreshed_run(dump_runs: DumpRuns, tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> Path:
     """`all` on the new dump as a refresh of the old run (``--previous``)."""
-    output = tmp_path_factory.mktemp("refreshed") / "out"
-    return run_all(dump_runs.versions.new, output, tiny_bert, "--previous", str(dump_runs.old))
+    def build(root: Path) -> None:
+        run_all(dump_runs.versions.new, root / "out", tiny_bert, "--previous", str(dump_runs.old))
+
+    return built_once(tmp_path_factory, "refreshed", build) / "out"
 
 
 @pytest.fixture(scope="session")
@@ -52,7 +58,8 @@ def minilm_index(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) ->
     subset = PASSAGES / "psgs_w100_subset_from_haystack_nqdev.tsv"
     if not subset.exists():
         pytest.skip("../shared/data is not present")
-    output = tmp_path_factory.mktemp("minilm-index")
-    assert main(["index", "--output", str(output), "--encoder", str(minilm_path), "--encoder-type", "mean",
-                 "--corpus", str(subset), "--shards", "3", *DIRECT]) == 0
-    return output
+    def build(output: Path) -> None:
+        assert main(["index", "--output", str(output), "--encoder", str(minilm_path), "--encoder-type", "mean",
+                     "--corpus", str(subset), "--shards", "3", *DIRECT]) == 0
+
+    return built_once(tmp_path_factory, "minilm-index", build)
