@@ -167,6 +167,13 @@ def input_fingerprints(stage: Stage[ConfigT], config: ConfigT, output: str,
                 f"the outputs of '{upstream}' under {output} changed after it ran ({problems[0]}): rerun "
                 f"`python run_pipeline.py {command} --output {output} --force ...` first"
             )
+        strays = manifest.unrecorded_files(output, record)
+        if strays:
+            raise InputError(
+                f"{fs.join(output, strays[0])} is not an output of '{upstream}' (its manifest record does not list "
+                f"it) and '{stage.name}' would read it: remove it, or rerun `python run_pipeline.py {command} "
+                f"--output {output} --force ...`"
+            )
         inputs[f"stage:{upstream}"] = record.outputs_digest()
     return inputs
 

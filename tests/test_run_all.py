@@ -20,7 +20,7 @@ from artifacts.run import manifest
 from pipelines import run_all, stage
 from pipelines.cli import build_parser, main
 from tests.builders import all_command, artifact_rows, signal_all_in_embed_entities
-from tests.conftest import BUNDLED_SAMPLE, DIRECT
+from tests.conftest import BUNDLED_SAMPLE, DIRECT, copy_stages
 from transforms.progress import LOGGER_NAME, LogProgress, ProgressMeter, format_duration
 
 # Artifacts compared row by row; the key columns give the order rows are compared in.
@@ -249,3 +249,19 @@ def test_a_stage_whose_inputs_vanished_names_the_stage_to_rerun(full_run, tiny_b
     err = capsys.readouterr().err
     assert err.startswith("error: the outputs of 'embed_entities' under ") and "missing" in err
     assert f"rerun `python run_pipeline.py embed-entities --output {output} --force ...` first" in err
+
+
+def test_a_stray_file_in_an_upstream_artifact_is_refused_before_the_stage_reads_it(full_run, tmp_path, capsys):
+    """A Parquet file that parse did not write, in articles/: dictionary would glob it as articles; it refuses,
+    naming the file, and writes nothing."""
+    output = tmp_path / "out"
+    copy_stages(full_run, output, ("parse",))
+    stray = output / "articles" / "part-99999-of-99999.parquet"
+    shutil.copyfile(next((output / "articles").glob("*.parquet")), stray)
+    assert main(["dictionary", "--output", str(output), *DIRECT]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: {stray} is not an output of 'parse' (its manifest record does not list it) and 'dictionary' "
+        f"would read it: remove it, or rerun `python run_pipeline.py parse --output {output} --force ...`"]
+    assert not (output / "entities").exists() and set(manifest.load(str(output))) == {"parse"}
+    stray.unlink()
+    assert main(["dictionary", "--output", str(output), *DIRECT]) == 0

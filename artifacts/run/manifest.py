@@ -127,6 +127,22 @@ def missing_or_changed(output: str, record: StageRecord, deep: bool = False) -> 
     return problems
 
 
+def artifact_directory(relative: str) -> str:
+    """The artifact directory of a file under OUT (``errors/`` holds one directory per stage)."""
+    parts = relative.split("/")
+    return "/".join(parts[:2]) if parts[0] == layout.ERRORS and len(parts) > 2 else parts[0]
+
+
+def unrecorded_files(output: str, record: StageRecord) -> list[str]:
+    """Files (relative to OUT) in the artifact directories of a stage's recorded outputs that the record does not
+    list: a stray, stale or partial file that a reader globbing the directory would take as part of it."""
+    recorded = {item.path for item in record.outputs}
+    directories = sorted({artifact_directory(path) for path in recorded if "/" in path})
+    found = (fs.relative(path, output) for directory in directories
+             for path in fs.list_tree(fs.join(output, directory)))
+    return sorted(relative for relative in found if relative not in recorded)
+
+
 def file_fingerprint(pattern: str) -> str:
     """A cheap fingerprint of input files: path, size and modification time of every match."""
     matches = FileSystems.match([pattern])[0].metadata_list

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from artifacts import fs, layout
+from artifacts import fs
 from artifacts.run import manifest
 from artifacts.run.validation.contracts import contract_problems
 from artifacts.run.validation.recorded import RecordedRun, message, parquet_footer
@@ -59,18 +59,12 @@ def parquet_problems(run: RecordedRun) -> list[str]:
     return problems
 
 
-def artifact_directory(relative: str) -> str:
-    """The artifact directory of a file under OUT (``errors/`` holds one directory per stage)."""
-    parts = relative.split("/")
-    return "/".join(parts[:2]) if parts[0] == layout.ERRORS and len(parts) > 2 else parts[0]
-
-
 def stray_files(run: RecordedRun) -> list[str]:
     """Files in a recorded artifact directory that the manifest does not list: a stage reading its upstream
     artifact globs ``*.parquet`` (a stale or partial write would be read as part of it; the report, export and
     search read only recorded files), and a published copy would carry the rest."""
     problems = []
-    for directory in sorted({artifact_directory(path) for path in run.files if "/" in path}):
+    for directory in sorted({manifest.artifact_directory(path) for path in run.files if "/" in path}):
         for path in fs.list_tree(run.path(directory)):
             relative = fs.relative(path, run.output)
             if relative not in run.files:
