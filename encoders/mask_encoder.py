@@ -121,11 +121,13 @@ def mask_element_tokens(max_seq_length: int, element: MaskInput | dict[str, Any]
 
 class MaskEncoderHandler(ModelHandler[Any, PredictionResult, MaskEncoder]):
     """RunInference handler. Elements are MaskInputs, or mention rows (entity_id, text, start, end) when
-    ``max_seq_length`` is given: those are tokenized in the handler's prefetch thread, overlapping the forward
+    ``max_seq_length`` is given: those are tokenized chunk by chunk in a prefetch thread, overlapping the forward
     passes. Elements are batched by estimated tokens (``batch_weight`` per call), then by ``max_tokens`` per forward.
     ``window``: the context split around [MASK] (``context_split``) of rows tokenized here.
     ``share_model``: one model per machine shared by the worker processes; by default only on CUDA (one copy
-    per GPU instead of one per process; on the CPU each process computing on its own copy is faster)."""
+    per GPU instead of one per process; on the CPU each process computing on its own copy is faster). With a
+    shared model each worker tokenizes its own rows (in parallel across workers) and sends the model the inputs
+    chunk by chunk; otherwise the model's own prefetch thread tokenizes them."""
 
     def __init__(self, spec: ModelSpec, layer: int = -1, max_tokens: int = 16384, max_seq_length: int | None = None,
                  batch_weight: int | None = None, share_model: bool | None = None, window: str = "reference") -> None:
@@ -139,6 +141,7 @@ class MaskEncoderHandler(ModelHandler[Any, PredictionResult, MaskEncoder]):
         self._window = window
         self.batch_weight = batch_weight or 16 * max_tokens  # tokens per run_inference call
         self._share = spec.device.startswith("cuda") if share_model is None else share_model
+        self._tokenizer = None  # a worker's own, loaded on first use when the model is shared
 
     def load_model(self) -> MaskEncoder:
         return MaskEncoder(self._spec, self._layer, self._max_tokens)
@@ -147,9 +150,27 @@ class MaskEncoderHandler(ModelHandler[Any, PredictionResult, MaskEncoder]):
                       inference_args: dict[str, Any] | None = None) -> Iterable[PredictionResult]:
         if self._max_seq_length is None:
             vectors = model.encode(batch)
-        else:
+        elif not self._share:
             vectors = model.encode_rows(batch, self._max_seq_length, self._window)
+        else:
+            vectors = self.encode_rows_here(batch, model)
         return [PredictionResult(item, vector) for item, vector in zip(batch, vectors, strict=True)]
+
+    def encode_rows_here(self, rows: Sequence[dict[str, Any]], model: MaskEncoder) -> np.ndarray:
+        """Mention rows tokenized in this process (the worker's prefetch thread), chunk by chunk as
+        ``MaskEncoder.encode_rows`` does (the same batches, the same vectors); each chunk encoded by ``model``."""
+        length = self._max_seq_length
+        if not rows or length is None:
+            return model.encode(rows)
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self._spec.name_or_path)
+        chunks = tokenizing_chunks(len(rows), self._max_tokens // length)
+        inputs = prefetched(mask_inputs(rows[first:last], self._tokenizer, length, self._window)
+                            for first, last in chunks)
+        return np.concatenate([model.encode(chunk) for chunk in inputs])
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_tokenizer": None}  # a worker loads its own
 
     def batch_elements_kwargs(self) -> dict[str, Any]:
         cap = self._max_seq_length or self._max_tokens  # MaskInputs are counted exactly, the cap is unused

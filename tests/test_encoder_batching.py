@@ -3,6 +3,7 @@ vectors of a plain forward pass; token-weighted element batches; zstd Parquet ou
 
 from __future__ import annotations
 
+import pickle
 import threading
 import time
 from pathlib import Path
@@ -102,6 +103,11 @@ def test_rows_tokenized_in_the_handler_give_the_vectors_of_pretokenized_inputs(m
     results = list(handler.run_inference(rows[:16], minilm_mask_encoder))
     assert [result.example for result in results] == rows[:16]
     assert np.array_equal(np.stack([result.inference for result in results]), one_chunk)
+    shared = MaskEncoderHandler(ModelSpec(minilm_mask_encoder.spec.name_or_path), max_tokens=2048,
+                                max_seq_length=128, share_model=True)  # rows tokenized in the worker
+    results = list(shared.run_inference(rows, minilm_mask_encoder))
+    assert np.array_equal(np.stack([result.inference for result in results]), from_rows)  # the same chunks
+    assert shared._tokenizer is not None and pickle.loads(pickle.dumps(shared))._tokenizer is None
 
 
 def main_batched_passage_vectors(encoder: DenseEncoder, passages: list) -> np.ndarray:

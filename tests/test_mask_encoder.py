@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import json
 
+import apache_beam as beam
 import numpy as np
 import pytest
+from apache_beam.ml.inference.base import RunInference
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
 from transformers import AutoTokenizer
 
 from artifacts.errors import BelowMinimumError, InputError, SettingError
@@ -16,7 +20,7 @@ from encoders.models import ModelSpec
 from encoders.retrievers import EncoderOptions
 from pipelines.flags import worded
 from pipelines.index import check_encoder
-from tests.conftest import GENSIM_SAMPLE
+from tests.conftest import DIRECT, GENSIM_SAMPLE
 from transforms.dump_reader import RawPage, iter_pages, read_siteinfo
 from transforms.embed_entities import mention_problem
 from transforms.mention_sampling import mention_window
@@ -211,6 +215,20 @@ def test_vectors_do_not_depend_on_batching(tiny_bert):
     np.testing.assert_allclose(batched, one_by_one, rtol=1e-5, atol=1e-5)
     middle = MaskEncoder(ModelSpec(str(tiny_bert)), layer=1, max_tokens=256).encode(inputs)
     assert not np.allclose(middle, batched)
+
+
+def test_a_model_shared_by_the_workers_gets_rows_tokenized_by_the_worker(pages, tiny_bert):
+    """RunInference with the model in Beam's shared-model process (the CUDA default): the worker tokenizes the
+    mention rows and sends the model their inputs; the vectors are those of an unshared model, exactly."""
+    anarchism = pages["Anarchism"]
+    rows = [{**row(anarchism.text, link), "entity_id": index} for index, link in enumerate(anarchism.links[:60])]
+    expected = MaskEncoder(ModelSpec(str(tiny_bert)), layer=-1, max_tokens=1024).encode_rows(rows, 64)
+    handler = MaskEncoderHandler(ModelSpec(str(tiny_bert)), max_tokens=1024, max_seq_length=64, share_model=True)
+    pipeline = TestPipeline(argv=DIRECT)
+    vectors = (pipeline | beam.Create(rows) | RunInference(handler)
+               | beam.Map(lambda result: (result.example["entity_id"], result.inference.tolist())))
+    assert_that(vectors, equal_to([(index, vector.tolist()) for index, vector in enumerate(expected)]))
+    pipeline.run().wait_until_finish()
 
 
 def test_layer_and_sequence_length_are_checked_before_any_work(tiny_bert):
