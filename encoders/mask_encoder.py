@@ -62,8 +62,8 @@ class MaskEncoder:
         """float32 vectors of mention rows (entity_id, text, start, end), in row order. The rows are tokenized
         chunk by chunk in the prefetch thread, overlapping the forward passes of the previous chunk."""
         def prepared() -> Iterator[tuple[list[int], tuple]]:
-            for first, last in tokenizing_chunks(len(rows), self.max_tokens // max_seq_length):
-                inputs = mask_inputs(rows[first:last], self.tokenizer, max_seq_length, window)
+            chunks = tokenized_chunks(rows, self.tokenizer, max_seq_length, window, self.max_tokens // max_seq_length)
+            for first, inputs in chunks:
                 for batch in token_budget_batches([len(item.input_ids) for item in inputs], self.max_tokens):
                     yield [first + index for index in batch], self._prepare([inputs[index] for index in batch])
 
@@ -111,6 +111,13 @@ def tokenizing_chunks(size: int, per_forward: int) -> list[tuple[int, int]]:
     return [(first, last) for first, last in pairwise(bounds) if last > first]
 
 
+def tokenized_chunks(rows: Sequence[dict[str, Any]], tokenizer, max_seq_length: int, window: str,
+                     per_forward: int) -> Iterator[tuple[int, list[MaskInput]]]:
+    """(first row, MaskInputs) of each chunk of ``rows`` (``tokenizing_chunks``), tokenized one after the other."""
+    for first, last in tokenizing_chunks(len(rows), per_forward):
+        yield first, mask_inputs(rows[first:last], tokenizer, max_seq_length, window)
+
+
 def mask_element_tokens(max_seq_length: int, element: MaskInput | dict[str, Any]) -> int:
     """Tokens one RunInference element will take: exact for a MaskInput, estimated from the characters of a
     mention row (tokenized later, in the handler)."""
@@ -153,21 +160,19 @@ class MaskEncoderHandler(ModelHandler[Any, PredictionResult, MaskEncoder]):
         elif not self._share:
             vectors = model.encode_rows(batch, self._max_seq_length, self._window)
         else:
-            vectors = self.encode_rows_here(batch, model)
+            vectors = self.encode_rows_here(batch, model, self._max_seq_length)
         return [PredictionResult(item, vector) for item, vector in zip(batch, vectors, strict=True)]
 
-    def encode_rows_here(self, rows: Sequence[dict[str, Any]], model: MaskEncoder) -> np.ndarray:
+    def encode_rows_here(self, rows: Sequence[dict[str, Any]], model: MaskEncoder, max_seq_length: int) -> np.ndarray:
         """Mention rows tokenized in this process (the worker's prefetch thread), chunk by chunk as
         ``MaskEncoder.encode_rows`` does (the same batches, the same vectors); each chunk encoded by ``model``."""
-        length = self._max_seq_length
-        if not rows or length is None:
-            return model.encode(rows)
+        if not rows:
+            return model.encode([])
         if self._tokenizer is None:
             self._tokenizer = load_tokenizer(self._spec.name_or_path)
-        chunks = tokenizing_chunks(len(rows), self._max_tokens // length)
-        inputs = prefetched(mask_inputs(rows[first:last], self._tokenizer, length, self._window)
-                            for first, last in chunks)
-        return np.concatenate([model.encode(chunk) for chunk in inputs])
+        per_forward = self._max_tokens // max_seq_length
+        chunks = tokenized_chunks(rows, self._tokenizer, max_seq_length, self._window, per_forward)
+        return np.concatenate([model.encode(inputs) for _, inputs in prefetched(chunks)])
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_tokenizer": None}  # a worker loads its own
