@@ -6,10 +6,12 @@ load without Beam.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
 import os
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -163,3 +165,20 @@ def _read_only(directory: str) -> bool:
         return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
     except OSError as error:
         return error.errno == errno.EROFS
+
+
+@contextlib.contextmanager
+def local_copy(path: str) -> Iterator[str]:
+    """A local path with the content of ``path``, to memory-map: ``path`` itself when it is local, else a temporary
+    copy removed when the block ends (on POSIX a mapping made inside the block stays valid after the removal)."""
+    if "://" not in path:
+        yield path
+        return
+    handle, local = tempfile.mkstemp(prefix="kpr-copy-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(handle, "wb") as out:
+            for chunk in iter_chunks(path):
+                out.write(chunk)
+        yield local
+    finally:
+        os.unlink(local)
