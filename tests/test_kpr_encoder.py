@@ -362,8 +362,9 @@ def test_kpr_needs_its_linker_and_matching_entity_sizes(tiny_bert, tmp_path):
 
 
 @pytest.mark.usefixtures("shared_data")
-def test_kpr_runs_end_to_end_on_this_projects_own_linker_and_entity_embeddings(tiny_bert, tmp_path):
-    """parse -> dictionary -> mentions -> embed-entities -> index with KPR on the bundled sample, then search."""
+def test_kpr_runs_end_to_end_on_this_projects_own_linker_and_entity_embeddings(tiny_bert, tmp_path, system_temp):
+    """parse -> dictionary -> mentions -> embed-entities -> index with KPR on the bundled sample, then search; the
+    system temp directory is as empty afterwards as before."""
     output = tmp_path / "out"
     assert main(["parse", "--dump", str(BUNDLED_SAMPLE), "--output", str(output), *DIRECT]) == 0
     assert main(["dictionary", "--output", str(output), *DIRECT]) == 0
@@ -401,3 +402,4 @@ def test_kpr_runs_end_to_end_on_this_projects_own_linker_and_entity_embeddings(t
     np.testing.assert_allclose(stored[row["passage_id"]]["embedding"], expected.numpy(), atol=1e-5)
     assert not np.allclose(expected.numpy(), without.numpy(), atol=1e-3)
     assert main(["search", "--output", str(output), "--query", row["title"], "-k", "3"]) == 0
+    assert os.listdir(system_temp) == []
