@@ -101,15 +101,12 @@ def write_linker_columns(directory: str, names: Sequence[str], counts: np.ndarra
                 fs.write_bytes(fs.join(directory, name), handle.read())
 
 
-def _local_copy(path: str) -> str:
-    """A local directory with the linker files (memory-mapped there); remote ones are copied once."""
-    if "://" not in path:
-        return path
-    local = tempfile.mkdtemp(prefix="kpr-linker-")
+def _download(path: str, local: str) -> None:
+    """Copy the linker files of a Beam filesystem URL ``path`` into the local directory ``local``, chunk by
+    chunk (the name trie and the arrays reach hundreds of MB at full scale)."""
     for name in LINKER_FILES:
         with open(os.path.join(local, name), "wb") as handle:
-            handle.write(fs.read_bytes(fs.join(path, name)))
-    return local
+            handle.writelines(fs.iter_chunks(fs.join(path, name)))
 
 
 class EntityLinker:
@@ -140,8 +137,14 @@ class EntityLinker:
     @classmethod
     def load(cls, path: str, min_link_prob: float | None = None, min_commonness: float | None = None,
              min_link_count: int | None = None) -> EntityLinker:
-        """Load ``OUT/dictionary/linker`` (local or any Beam filesystem URL); thresholds default to the build's."""
-        return cls(_local_copy(path), min_link_prob, min_commonness, min_link_count)
+        """Load ``OUT/dictionary/linker`` (local or any Beam filesystem URL); thresholds default to the build's.
+        Local files are memory-mapped where they are; remote ones are copied to a temporary directory, mapped,
+        and the copy removed at once (the mappings stay valid after their files are unlinked, on POSIX)."""
+        if "://" not in path:
+            return cls(path, min_link_prob, min_commonness, min_link_count)
+        with tempfile.TemporaryDirectory(prefix="kpr-linker-") as local:
+            _download(path, local)
+            return cls(local, min_link_prob, min_commonness, min_link_count)
 
     @cached_property
     def _tokenizer(self):

@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from artifacts import fs, layout
+from artifacts import fs, layout, tables
 from encoders.errors import MissingRunArtifactError
 
 
@@ -60,14 +59,8 @@ class KnownEntities:
     the vectors)."""
 
     def __init__(self, directory: str) -> None:
-        import pyarrow.parquet as pq
-        from apache_beam.io.filesystem import CompressionTypes
-        from apache_beam.io.filesystems import FileSystems
-
-        ids = []
-        for path in embedding_files(directory):
-            with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-                ids.append(pq.read_table(handle, columns=["entity_id"]).column(0).to_numpy().astype(np.int64))
+        ids = [batch.column(0).to_numpy().astype(np.int64)
+               for batch in tables.iter_file_batches(embedding_files(directory), ["entity_id"])]
         known = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
         self.present = np.zeros(int(known.max(initial=0)) + 1, dtype=bool)
         self.present[known] = True
@@ -77,45 +70,43 @@ class KnownEntities:
 
 
 class EntityTable:
-    """Entity vectors by entity_id (row 0 = padding, zeros), memory-mapped from a local file so 7M x 768
-    vectors cost page cache, not process memory; built once per worker from ``entity_embeddings/*.parquet``."""
+    """Entity vectors by entity_id (row 0 = padding, zeros), built once per worker from
+    ``entity_embeddings/*.parquet`` into a scratch mapping (``scratch_array``): 7M x 768 vectors cost page cache
+    that the kernel can write out and drop, not process memory, and no file is left behind."""
 
     def __init__(self, output_dir: str) -> None:
         self.directory = output_dir
         files = embedding_files(output_dir)
-        import pyarrow.parquet as pq
-        from apache_beam.io.filesystem import CompressionTypes
-        from apache_beam.io.filesystems import FileSystems
-
-        largest, dim, value_type = 0, None, np.float32
-        for path in files:
-            with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-                parquet = pq.ParquetFile(handle)
-                embedding = parquet.schema_arrow.field("embedding").type
-                dim = embedding.list_size
-                value_type = np.float16 if str(embedding.value_type) in ("halffloat", "float16") else np.float32
-                for batch in parquet.iter_batches(columns=["entity_id"]):
-                    ids = batch.column(0).to_numpy()
-                    largest = max(largest, int(ids.max()) if len(ids) else 0)
-        self.dim = int(dim or 0)
-        self._local = tempfile.mkdtemp(prefix="kpr-entities-")
-        self.vectors = np.lib.format.open_memmap(os.path.join(self._local, "vectors.npy"), mode="w+",
-                                                 dtype=value_type, shape=(largest + 1, self.dim))
+        largest, self.dim, value_type = embedding_layout(files)
+        self.vectors = scratch_array(value_type, (largest + 1, self.dim))
         self.present = np.zeros(largest + 1, dtype=bool)
-        for path in files:
-            with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-                for batch in pq.ParquetFile(handle).iter_batches(columns=["entity_id", "embedding"]):
-                    ids = batch.column(0).to_numpy().astype(np.int64)
-                    values = batch.column(1).flatten().to_numpy(zero_copy_only=False).reshape(len(ids), self.dim)
-                    self.vectors[ids] = values
-                    self.present[ids] = True
-        self.vectors.flush()
+        for batch in tables.iter_file_batches(files, ["entity_id", "embedding"]):
+            ids = batch.column(0).to_numpy().astype(np.int64)
+            self.vectors[ids] = batch.column(1).flatten().to_numpy(zero_copy_only=False).reshape(len(ids), self.dim)
+            self.present[ids] = True
 
     def has(self, entity_id: int) -> bool:
         return 0 < entity_id < len(self.present) and bool(self.present[entity_id])
 
     def lookup(self, entity_ids: np.ndarray) -> np.ndarray:
         return np.asarray(self.vectors[entity_ids], dtype=np.float32)
+
+
+def embedding_layout(files: Sequence[str]) -> tuple[int, int, type[np.generic]]:
+    """(largest entity_id, vector size, value type) of ``entity_embeddings`` files (ids read batch by batch)."""
+    embedding = tables.file_schema(files[0]).field("embedding").type
+    largest = max((int(batch.column(0).to_numpy().max(initial=0))
+                   for batch in tables.iter_file_batches(files, ["entity_id"])), default=0)
+    value_type = np.float16 if str(embedding.value_type) in ("halffloat", "float16") else np.float32
+    return largest, int(embedding.list_size), value_type
+
+
+def scratch_array(dtype: type[np.generic], shape: tuple[int, int]) -> np.ndarray:
+    """A zeroed, writable array mapped from a temporary file that never has a name (Linux's O_TMPFILE; elsewhere
+    it is removed as soon as it is made): its pages can go to disk under memory pressure, and the file goes with
+    the mapping, even when the process is killed, so nothing is left in the temp directory."""
+    with tempfile.TemporaryFile(prefix="kpr-entities-") as handle:
+        return np.memmap(handle, dtype=dtype, mode="w+", shape=shape)  # the mapping outlives the handle
 
 
 def embedding_files(directory: str) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import shlex
 import shutil
 import sys
@@ -128,16 +129,33 @@ def run_beam(ctx: StageContext, build: Callable[[beam.Pipeline], None]) -> dict[
 
 @contextlib.contextmanager
 def private_tempdir() -> Iterator[str]:
-    """Run with a private temporary root, removed afterwards: the runner leaves an empty ``beam-temp*`` (its
-    job server's, when that server does not start) and SDK-dependency ``tmp*`` directories in the system temp
-    directory on every run."""
+    """Run with a private temporary root, removed afterwards, in this process (``tempfile``) and in the worker
+    processes it starts (``TMPDIR``, which they inherit). Left in the system temp directory otherwise: the
+    runner's empty ``beam-temp*`` (its job server's, when that server does not start) and SDK-dependency ``tmp*``
+    directories on every run; with a model shared by the worker processes (the CUDA default), each worker's
+    ``<tag>.lock``/``.address`` files of Beam's MultiProcessShared and torch's ``torchinductor_<user>``."""
     root = tempfile.mkdtemp(prefix="kpr-run-")
     previous, tempfile.tempdir = tempfile.tempdir, root
     try:
-        yield root
+        with environment_variable("TMPDIR", root):
+            yield root
     finally:
         tempfile.tempdir = previous
         shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def environment_variable(name: str, value: str) -> Iterator[None]:
+    """Set ``name`` in this process's environment (and its children's) while the block runs, then restore it."""
+    previous = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = previous
 
 
 def collect_counters(result: Any) -> dict[str, int]:

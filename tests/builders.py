@@ -1,5 +1,6 @@
 """Row builders and small OUT directories shared by the test files (test files import from here, never from
-each other): hand-made articles, a parsed OUT, the stage options of the small full runs, a FAISS index dir."""
+each other): hand-made articles, a parsed OUT, the stage options of the small full runs, a FAISS index dir, local
+files seen as a remote store."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from apache_beam.io.filesystem import FileMetadata
+from apache_beam.io.localfilesystem import LocalFileSystem
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing.test_pipeline import TestPipeline
 
@@ -173,3 +176,55 @@ def run_counting(build: Callable[[beam.Pipeline], None]) -> dict[str, int]:
     for counter in result.metrics().query(MetricsFilter().with_namespace(COUNTER_NAMESPACE))["counters"]:
         totals[counter.key.metric.name] = totals.get(counter.key.metric.name, 0) + counter.committed
     return totals
+
+
+# --- local files seen as a remote store -------------------------------------------------------------------------
+
+MIRROR = "mirror://"
+
+
+def mirrored(path: Path | str) -> str:
+    """``path`` (a local absolute path) as a ``mirror://`` URL: code under test sees a remote store, reads it
+    through Beam's FileSystems and takes the branch it takes for ``gs://`` (in this process only: Beam finds the
+    filesystem among the loaded subclasses of ``FileSystem``)."""
+    return MIRROR + str(path)
+
+
+def _local(path: str) -> str:
+    return path[len(MIRROR):] if path.startswith(MIRROR) else path
+
+
+class MirrorFileSystem(LocalFileSystem):
+    """The ``mirror://`` scheme: the local disk under URLs, so remote-path code runs without a cloud."""
+
+    @classmethod
+    def scheme(cls) -> str:
+        return "mirror"
+
+    def join(self, basepath: str, *paths: str) -> str:
+        return mirrored(os.path.join(_local(basepath), *paths))
+
+    def split(self, path: str) -> tuple[str, str]:
+        head, tail = os.path.split(_local(path))
+        return mirrored(head), tail
+
+    def _url_dirname(self, url_or_path: str) -> str:
+        return mirrored(os.path.dirname(_local(url_or_path)))
+
+    def _list(self, dir_or_prefix: str):
+        for directory, _, names in os.walk(_local(dir_or_prefix)):
+            for name in names:
+                yield self.metadata(mirrored(os.path.join(directory, name)))
+
+    def metadata(self, path: str) -> FileMetadata:
+        status = os.stat(_local(path))
+        return FileMetadata(path, status.st_size, status.st_mtime)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(_local(path))
+
+    def create(self, path: str, *args, **kwargs):
+        return super().create(_local(path), *args, **kwargs)
+
+    def open(self, path: str, *args, **kwargs):
+        return super().open(_local(path), *args, **kwargs)

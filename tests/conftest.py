@@ -6,6 +6,7 @@ import bz2
 import fcntl
 import os
 import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -43,6 +44,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     return SHARED_DATA
+
+
+@pytest.fixture()
+def system_temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh, empty system temp directory for one test: ``tempfile``'s in this process, ``TMPDIR`` in the
+    processes it starts (Beam's worker processes, commands run by subprocess)."""
+    root = tmp_path / "system-temp"
+    root.mkdir()
+    monkeypatch.setenv("TMPDIR", str(root))
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    return root
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ vectors dead-lettered, the mention windows cut from articles/ at embed time."""
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import apache_beam as beam
@@ -144,7 +145,9 @@ def test_mentions_with_stored_windows_ask_for_a_rerun(tmp_path):
         context_chars(str(tmp_path))
 
 
-def test_entity_embeddings_are_the_same_for_one_and_two_workers(tiny_bert, tmp_path):
+def test_entity_embeddings_are_the_same_for_one_and_two_workers(tiny_bert, tmp_path, system_temp):
+    """One worker and two worker processes give the same rows; the run leaves nothing in the temp directory the
+    worker processes are started with (``system_temp``)."""
     one, two = tmp_path / "one", tmp_path / "two"
     build_embeddings(one, tiny_bert)  # one DirectRunner worker
     copy_stages(one, two, ("parse", "dictionary", "mentions"))
@@ -160,3 +163,4 @@ def test_entity_embeddings_are_the_same_for_one_and_two_workers(tiny_bert, tmp_p
     assert len(first) >= 3
     np.testing.assert_allclose([r["embedding"] for r in first], [r["embedding"] for r in second],
                                rtol=1e-5, atol=1e-6)
+    assert os.listdir(system_temp) == []

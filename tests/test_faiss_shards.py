@@ -1,6 +1,9 @@
-"""FAISS shards: exact merging, sharded search == one index == brute force, training sample, sizes, lookups."""
+"""FAISS shards: exact merging, sharded search == one index == brute force, training sample, sizes, lookups,
+shards read from a remote store."""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -9,7 +12,7 @@ import pytest
 from artifacts import faiss as shards
 from artifacts.errors import InputError
 from artifacts.passages import shard_of
-from tests.builders import DIM, brute_force, clustered, write_index_dir
+from tests.builders import DIM, brute_force, clustered, mirrored, write_index_dir
 from transforms.passages import sample_key
 
 
@@ -65,6 +68,21 @@ def test_passage_lookup_reads_the_texts_of_any_shard(tmp_path):
     lookup = shards.PassageLookup(index_dir, shards.load_index_info(index_dir))
     found = lookup.get([0, 3, 897, 4, -1, 3])
     assert found == {0: ("T0", "text of 0"), 3: ("T3", "text of 3"), 897: ("T897", "text of 897")}
+
+
+@pytest.mark.parametrize("factory", ["Flat", "IVF16,Flat", "HNSW8,Flat"])
+def test_remote_shards_search_from_copies_already_removed(factory, tmp_path, system_temp):
+    """Memory-mapped (Flat, IVF) or read whole (HNSW), a remote shard's local copy is gone once it is read."""
+    vectors, ids = clustered(800), np.arange(800, dtype=np.int64)
+    queries = clustered(20, seed=3)
+    index_dir = write_index_dir(tmp_path / "index", vectors, ids, 2, factory=factory)
+    shard = shards.read_index(mirrored(f"{index_dir}/{shards.load_index_info(index_dir).shard_files[0]['index']}"))
+    assert os.listdir(system_temp) == [] and shard.ntotal > 0
+    remote = shards.ShardedIndex(mirrored(index_dir), nprobe=16).search(queries, 10)
+    local = shards.ShardedIndex(index_dir, nprobe=16).search(queries, 10)
+    assert remote[1].tolist() == local[1].tolist() and os.listdir(system_temp) == []
+    np.testing.assert_array_equal(remote[0], local[0])
+    assert shard.search(queries, 3)[0].shape == (20, 3)  # still readable after its file went
 
 
 def test_training_sample_is_the_smallest_keys_whatever_the_files(tmp_path):

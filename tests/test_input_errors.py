@@ -5,7 +5,10 @@ shards), and a stage run leaves nothing in the system temp directory."""
 from __future__ import annotations
 
 import gzip
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import zlib
 from collections.abc import Callable
@@ -16,6 +19,7 @@ import pytest
 
 from artifacts.run import manifest
 from pipelines.cli import main
+from pipelines.stage import private_tempdir
 from tests.conftest import BUNDLED_SAMPLE, DIRECT
 from transforms.multistream import has_several_bz2_streams, looks_multistream
 
@@ -229,15 +233,25 @@ def test_multistream_is_told_by_its_name_or_by_its_streams(tmp_path: Path, singl
     assert looks_multistream(str(named)) and not looks_multistream(str(tmp_path / "x.xml"))
 
 
-def test_an_export_without_articles_is_still_a_dump_and_leaves_no_temp_dirs(tmp_path: Path, monkeypatch) -> None:
+def test_an_export_without_articles_is_still_a_dump_and_leaves_no_temp_dirs(tmp_path: Path,
+                                                                            system_temp: Path) -> None:
     """A MediaWiki export whose pages are all outside ns 0 (like the aawiki edge case) parses to 0 articles,
     exit 0; and the Beam run leaves nothing (no beam-temp*) in the system temp directory."""
     dump = tmp_path / "talk-only.xml"
     dump.write_text(TALK_ONLY_DUMP, encoding="utf-8")
-    system_temp = tmp_path / "system-temp"
-    system_temp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(system_temp))
     assert main(["parse", "--dump", str(dump), "--output", str(tmp_path / "out"), *DIRECT]) == 0
     counters = manifest.load(str(tmp_path / "out"))["parse"].counters
     assert (counters["pages_read"], counters["non_article_pages"], counters.get("articles", 0)) == (1, 1, 0)
     assert sorted(path.name for path in system_temp.iterdir()) == []
+
+
+def test_a_beam_run_and_its_worker_processes_get_a_private_temp_dir_removed_afterwards(system_temp: Path) -> None:
+    """What Beam's worker processes leave in their temp directory (a shared model's lock and address files,
+    torch's caches) goes with the run's private one."""
+    worker = [sys.executable, "-c", "import tempfile; print(tempfile.gettempdir())"]
+    with private_tempdir() as root:
+        started = subprocess.run(worker, capture_output=True, text=True, check=True).stdout.strip()
+        assert tempfile.gettempdir() == started == root and Path(root).parent == system_temp
+        (Path(root) / "left-by-a-worker.lock").touch()
+    assert os.listdir(system_temp) == []
+    assert os.environ["TMPDIR"] == tempfile.gettempdir() == str(system_temp)

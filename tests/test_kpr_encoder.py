@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import pickle
 import shutil
 import threading
@@ -29,13 +30,13 @@ from encoders.batching import token_budget_batches
 from encoders.errors import MissingRunArtifactError
 from encoders.kpr_checkpoint import from_bert, init_kpr_checkpoint, load_checkpoint
 from encoders.kpr_config import KPRSettings, read_kpr_settings
-from encoders.kpr_entities import entity_inputs, mention_token_positions
+from encoders.kpr_entities import EntityTable, entity_inputs, mention_token_positions
 from encoders.kpr_model import KPRModel
 from encoders.loading import PassageEncoderHandler, check_encoder_options, load_retriever
 from encoders.retrievers import EncoderOptions
 from pipelines.cli import main
 from pipelines.index import check_encoder
-from tests.builders import run_counting
+from tests.builders import mirrored, run_counting
 from tests.conftest import BUNDLED_SAMPLE, DIRECT
 from transforms.dead_letters import count
 
@@ -192,6 +193,31 @@ def kpr_options(model: Path, output: Path, **extra) -> EncoderOptions:
                           entity_embeddings=str(output / "entity_embeddings"), **extra)
 
 
+def test_entity_vectors_from_local_or_remote_files_leave_no_file_behind(tmp_path, system_temp):
+    vectors = write_entity_artifacts(tmp_path)
+    missing = next(entity_id for entity_id in range(1, len(KEYS) + 1) if entity_id not in vectors)
+    ids = np.array([[*sorted(vectors), 0], [0, missing, max(vectors), 0]])
+    expected = np.array([[vectors.get(entity_id, np.zeros(ENTITY_DIM)) for entity_id in row] for row in ids])
+    for directory in (str(tmp_path / "entity_embeddings"), mirrored(tmp_path / "entity_embeddings")):
+        table = EntityTable(directory)
+        assert os.listdir(system_temp) == []
+        assert table.lookup(ids).dtype == np.float32 and np.array_equal(table.lookup(ids), expected)
+        assert [table.has(entity_id) for entity_id in range(len(KEYS) + 2)] == [
+            entity_id in vectors for entity_id in range(len(KEYS) + 2)]
+
+
+def test_a_kpr_encoder_on_remote_artifacts_encodes_as_on_local_ones(tiny_bert, tmp_path, system_temp):
+    write_entity_artifacts(tmp_path)
+    init_kpr_checkpoint(str(tiny_bert), str(tmp_path / "kpr"),
+                        KPRSettings(entity_embedding_size=ENTITY_DIM, num_entity_fusion_attention_heads=2))
+    passages = linked_passages(12)
+    local = load_retriever(kpr_options(tmp_path / "kpr", tmp_path, max_length=32)).encode_passages(passages)
+    remote = EncoderOptions("kpr", str(tmp_path / "kpr"), linker=mirrored(tmp_path / "dictionary" / "linker"),
+                            entity_embeddings=mirrored(tmp_path / "entity_embeddings"), max_length=32)
+    assert np.array_equal(load_retriever(remote).encode_passages(passages), local)
+    assert os.listdir(system_temp) == []
+
+
 def test_kpr_encoder_links_the_text_and_fuses_its_entities(tiny_bert, tmp_path):
     vectors = write_entity_artifacts(tmp_path)
     settings = KPRSettings(entity_embedding_size=ENTITY_DIM, num_entity_fusion_attention_heads=2)
@@ -336,8 +362,9 @@ def test_kpr_needs_its_linker_and_matching_entity_sizes(tiny_bert, tmp_path):
 
 
 @pytest.mark.usefixtures("shared_data")
-def test_kpr_runs_end_to_end_on_this_projects_own_linker_and_entity_embeddings(tiny_bert, tmp_path):
-    """parse -> dictionary -> mentions -> embed-entities -> index with KPR on the bundled sample, then search."""
+def test_kpr_runs_end_to_end_on_this_projects_own_linker_and_entity_embeddings(tiny_bert, tmp_path, system_temp):
+    """parse -> dictionary -> mentions -> embed-entities -> index with KPR on the bundled sample, then search; the
+    system temp directory is as empty afterwards as before."""
     output = tmp_path / "out"
     assert main(["parse", "--dump", str(BUNDLED_SAMPLE), "--output", str(output), *DIRECT]) == 0
     assert main(["dictionary", "--output", str(output), *DIRECT]) == 0
@@ -375,3 +402,4 @@ def test_kpr_runs_end_to_end_on_this_projects_own_linker_and_entity_embeddings(t
     np.testing.assert_allclose(stored[row["passage_id"]]["embedding"], expected.numpy(), atol=1e-5)
     assert not np.allclose(expected.numpy(), without.numpy(), atol=1e-3)
     assert main(["search", "--output", str(output), "--query", row["title"], "-k", "3"]) == 0
+    assert os.listdir(system_temp) == []

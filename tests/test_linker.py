@@ -1,7 +1,9 @@
-"""The entity linker runtime on a hand-built linker: trie-id stability, matching rules, thresholds, load errors."""
+"""The entity linker runtime on a hand-built linker: trie-id stability, matching rules, thresholds, load errors,
+loading from a remote store."""
 
 from __future__ import annotations
 
+import os
 import random
 
 import marisa_trie
@@ -11,6 +13,7 @@ import pytest
 from artifacts import linker as linker_module
 from artifacts.errors import InputError
 from artifacts.linker import EntityLinker, NameRow, build_kb_trie, write_linker
+from tests.builders import mirrored
 
 KEYS = ["Q90", "Q60", "New York (state)", "Q1384", "York", "Q42"]
 CONFIG = {"max_mention_length": 100, "case_sensitive": False, "min_link_prob": 0.05, "min_prior_prob": 0.3,
@@ -84,6 +87,16 @@ def test_thresholds_at_load_time(linker_dir):
     strict = EntityLinker.load(str(linker_dir), min_commonness=0.5, min_link_count=2)
     assert [c.title for c in strict.detect("new york")[0].candidates] == ["New York City"]
     assert strict.detect("Adams") == []  # one link only
+
+
+def test_a_remote_linker_links_from_mappings_of_copies_already_removed(linker_dir, system_temp):
+    text = "From New York City to PARIS, not Parisian; Adams. And new york."
+    remote = EntityLinker.load(mirrored(linker_dir))
+    assert os.listdir(system_temp) == []  # the copies are gone; every file stays mapped
+    found = remote.detect(text)
+    assert found == EntityLinker.load(str(linker_dir)).detect(text)
+    assert [c.title for m in found for c in m.candidates] == ["New York City", "Paris", "Douglas Adams",
+                                                              "New York City", "New York (state)"]
 
 
 def test_incomplete_linker_is_an_input_error(linker_dir):

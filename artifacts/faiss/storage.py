@@ -34,23 +34,30 @@ def write_index(index, path: str) -> None:
 
 
 def read_index(path: str, mmap: bool = True):
-    """Read a FAISS index (memory-mapped where the type allows) from a local path or a Beam filesystem URL."""
-    import faiss
-
+    """Read a FAISS index (memory-mapped where the type allows) from a local path or a Beam filesystem URL. A
+    local file is mapped where it is; a remote one is copied to a temporary directory that is removed once the
+    index is read (a mapping stays valid after its file is unlinked, on POSIX), so nothing is left behind."""
     if not fs.exists(path):
         raise MissingIndexFileError(path)
-    if "://" in path:
-        local = tempfile.mkdtemp(prefix="kpr-index-")
+    if "://" not in path:
+        return _read_local_index(path, path, mmap)
+    with tempfile.TemporaryDirectory(prefix="kpr-index-") as local:
         local_path = os.path.join(local, os.path.basename(path))
         download(path, local_path)
-        path = local_path
+        return _read_local_index(local_path, path, mmap)
+
+
+def _read_local_index(local_path: str, path: str, mmap: bool):
+    """Read the local file ``local_path``, a copy of ``path`` (what errors name)."""
+    import faiss
+
     flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY if mmap else 0
     try:
-        return faiss.read_index(path, flags)
+        return faiss.read_index(local_path, flags)
     except RuntimeError:
         pass  # some index types cannot be memory-mapped: read them whole
     try:
-        return faiss.read_index(path)
+        return faiss.read_index(local_path)
     except RuntimeError as error:
         raise DamagedIndexError(path, _faiss_reason(error)) from error
 
