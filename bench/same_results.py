@@ -5,7 +5,8 @@ For checking that a change of the pipeline's graph leaves every result as it was
 
     python -m bench.same_results OLD_OUT NEW_OUT [--ignore-counter NAME ...]
 
-Prints one line per artifact (``same`` or what differs) and exits 1 when anything differs.
+Prints one line per artifact of the new run (``same`` or what differs; artifacts only the old run has are skipped:
+the new run may have run fewer stages) and exits 1 when anything differs.
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ def compare_parquet(old: Path, new: Path, artifact: str) -> str | None:
     old_rows, new_rows = parquet_rows(old / artifact), parquet_rows(new / artifact)
     if old_rows is None and new_rows is None:
         return None
-    if old_rows is None or new_rows is None:
-        return "only in " + ("new" if old_rows is None else "old")
+    if new_rows is None:
+        return None  # a stage the new run did not run
+    if old_rows is None:
+        return "DIFFERENT: only in new"
     if old_rows == new_rows:
         return "same"
     old_set, new_set = set(map(repr, old_rows)), set(map(repr, new_rows))
@@ -52,7 +55,7 @@ def compare_bytes(old: Path, new: Path, directory: str) -> str | None:
     """Files under ``directory`` byte for byte."""
     old_files = {path.relative_to(old / directory) for path in (old / directory).rglob("*") if path.is_file()}
     new_files = {path.relative_to(new / directory) for path in (new / directory).rglob("*") if path.is_file()}
-    if not old_files and not new_files:
+    if not new_files:
         return None
     if old_files != new_files:
         return f"DIFFERENT files: only old {sorted(map(str, old_files - new_files))}, " \
@@ -76,7 +79,7 @@ def shard_pairs(index_dir: Path, shard: str) -> tuple[np.ndarray, np.ndarray]:
 def compare_index(old: Path, new: Path) -> str | None:
     """Each FAISS shard's (id, vector) pairs and index.json's fields (shard files byte for byte, if they are)."""
     old_dir, new_dir = old / "index", new / "index"
-    if not (old_dir / "index.json").exists() and not (new_dir / "index.json").exists():
+    if not (new_dir / "index.json").exists():
         return None
     old_info, new_info = json.loads((old_dir / "index.json").read_text()), json.loads((new_dir / "index.json")
                                                                                        .read_text())
@@ -117,7 +120,7 @@ def compare_counters(old: Path, new: Path, ignored: set[str]) -> list[tuple[str,
     for stage in sorted(set(old_stages) & set(new_stages)):
         old_counters, new_counters = old_stages[stage]["counters"], new_stages[stage]["counters"]
         changed = {name: (old_counters.get(name, 0), new_counters.get(name, 0))
-                   for name in sorted(set(old_counters) | set(new_counters)) - ignored
+                   for name in sorted((set(old_counters) | set(new_counters)) - ignored)
                    if old_counters.get(name, 0) != new_counters.get(name, 0)}
         results.append((f"counters {stage}", f"DIFFERENT: {changed}" if changed else "same"))
     return results

@@ -8,7 +8,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from artifacts.counters import declare, processed
+from artifacts.counters import declare, dropped, processed
 from artifacts.title_map import TitleMap
 from transforms.dead_letters import count, dead_letter
 from transforms.per_worker import PerProcess
@@ -19,6 +19,10 @@ COUNTERS = declare(
     processed("links_via_redirect", "links resolved through a redirect"),
     processed("red_links", "links to titles that are not articles of the dump"),
     processed("articles_with_qid", "articles with a Wikidata QID"),
+    dropped("duplicate_page_ids", "article pages whose id another page has (of one id the smallest title is kept)",
+            dead_lettered=True),
+    dropped("duplicate_titles", "article pages whose title another page has (of one title the smallest id is kept)",
+            dead_lettered=True),
 )
 
 

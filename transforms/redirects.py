@@ -8,7 +8,6 @@ of ``current = current[current]`` follow chains of up to 64 hops for all ~10M re
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import marisa_trie
@@ -165,9 +164,3 @@ def build_title_map(records: TitleRecords, rounds: int = JUMP_ROUNDS) -> TitleMa
     cycles = [(trie.restore_key(int(key)), trie.restore_key(int(final[key]))) for key in cycle_sources]
     arrays = TitleArrays(resolved, flags, article_qids(kept, records.qids, trie))
     return TitleMapBuild(trie, arrays, dropped_positions, redirects, sorted(cycles), counts)
-
-
-def cycle_records(build: TitleMapBuild) -> Iterator[dict[str, str]]:
-    """The redirect cycles as dead-letter fields."""
-    for title, target in build.cycles:
-        yield {"title": title, "target": target}
