@@ -12,6 +12,7 @@ from artifacts.counters import declare, dropped, processed
 from artifacts.title_map import TitleMap
 from transforms.dead_letters import count, dead_letter
 from transforms.per_worker import PerProcess
+from transforms.redirects import DUPLICATE_PAGE_IDS, DUPLICATE_TITLES
 
 COUNTERS = declare(
     processed("articles", "articles written"),
@@ -44,17 +45,23 @@ def final_article(raw: dict[str, Any], titles: TitleMap) -> Iterator[Any]:
     """The articles/ row of a staged article page (links resolved, QID attached); a duplicate page (see the title
     map) is dead-lettered instead."""
     duplicate = titles.dropped_as(raw["position"])
-    if duplicate is not None:
-        yield dead_letter(duplicate, "another page has this page id or title (the smallest title of an id, then the "
-                          "smallest id of a title, is kept)", page_id=raw["page_id"], title=raw["title"],
-                          source=raw["position"])
+    where = {"page_id": raw["page_id"], "title": raw["title"], "source": raw["position"]}
+    if duplicate == DUPLICATE_PAGE_IDS:
+        yield dead_letter("duplicate_page_ids", "another page has this id (of one id, the smallest title is kept)",
+                          **where)
+        return
+    if duplicate == DUPLICATE_TITLES:
+        yield dead_letter("duplicate_titles", "another page has this title (of one title, the smallest page id is "
+                          "kept)", **where)
         return
     links, via, red = resolve_links(raw["links"], titles)
     qid = titles.qid(raw["title"])
     count("articles")
     count("links", len(links))
-    count("links_via_redirect", via)
-    count("red_links", red)
+    if via:
+        count("links_via_redirect", via)
+    if red:
+        count("red_links", red)
     if qid is not None:
         count("articles_with_qid")
     yield {"page_id": raw["page_id"], "title": raw["title"], "text": raw["text"], "links": links, "qid": qid}

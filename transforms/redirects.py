@@ -46,6 +46,16 @@ class TitleRecords:
 
 
 @dataclass(frozen=True)
+class RedirectCounts:
+    """What the build counted (the counters of the same names)."""
+
+    redirects_resolved: int = 0
+    redirects_to_missing_articles: int = 0
+    sql_redirects: int = 0
+    sql_redirects_unknown_source: int = 0
+
+
+@dataclass(frozen=True)
 class TitleMapBuild:
     """A built title map (trie + arrays + the positions of duplicate pages), the resolved redirects as rows
     (title, target), the redirect cycles (title, final target) and the counts of the build."""
@@ -55,7 +65,7 @@ class TitleMapBuild:
     dropped: pa.Table
     redirects: pa.Table
     cycles: list[tuple[str, str]]
-    counts: dict[str, int]
+    counts: RedirectCounts
 
 
 def first_of_runs(values: pa.Array) -> np.ndarray:
@@ -84,21 +94,18 @@ def kept_articles(articles: pa.Table) -> tuple[pa.Table, pa.Table]:
     return by_title.filter(pa.array(unique_title)), dropped_positions
 
 
-def sql_redirect_pairs(records: TitleRecords, counts: dict[str, int]) -> pa.Table:
-    """(title, target) of the SQL redirect rows, each named by the smallest title its source page has."""
+def sql_redirect_pairs(records: TitleRecords) -> pa.Table:
+    """(title, target) of the SQL redirect rows, each named by the smallest title its source page has; rows whose
+    source page is unknown have a null title."""
+    titles = records.pages.group_by("page_id").aggregate([("title", "min")]).rename_columns(["page_id", "title"])
     if records.sql_redirects.num_rows == 0:
         return pa.table({"title": pa.array([], pa.string()), "target": pa.array([], pa.string())})
-    titles = records.pages.group_by("page_id").aggregate([("title", "min")]).rename_columns(["page_id", "title"])
-    named = records.sql_redirects.join(titles, "page_id", join_type="left outer")
-    known = pc.is_valid(named.column("title"))
-    counts["sql_redirects"] = int(pc.sum(known).as_py() or 0)
-    counts["sql_redirects_unknown_source"] = named.num_rows - counts["sql_redirects"]
-    return named.filter(known).select(["title", "target"])
+    return records.sql_redirects.join(titles, "page_id", join_type="left outer").select(["title", "target"])
 
 
-def redirect_pairs(records: TitleRecords, counts: dict[str, int]) -> pa.Table:
+def redirect_pairs(dump_pairs: pa.Table, sql_pairs: pa.Table) -> pa.Table:
     """One target per redirect title: where the dump and the SQL table disagree, the smallest."""
-    pairs = pa.concat_tables([records.redirects.select(["title", "target"]), sql_redirect_pairs(records, counts)])
+    pairs = pa.concat_tables([dump_pairs.select(["title", "target"]), sql_pairs])
     return pairs.group_by("title").aggregate([("target", "min")]).rename_columns(["title", "target"])
 
 
@@ -138,9 +145,10 @@ def article_qids(kept: pa.Table, qids: pa.Table, trie: marisa_trie.Trie) -> pa.A
 
 def build_title_map(records: TitleRecords, rounds: int = JUMP_ROUNDS) -> TitleMapBuild:
     """The title map of a dump from its title records (see ``TitleRecords``)."""
-    counts: dict[str, int] = {}
     kept, dropped_positions = kept_articles(records.articles)
-    pairs = redirect_pairs(records, counts)
+    sql_pairs = sql_redirect_pairs(records)
+    named = pc.is_valid(sql_pairs.column("title"))
+    pairs = redirect_pairs(records.redirects, sql_pairs.filter(named))
     universe = pc.unique(pa.chunked_array([kept.column("title"), pairs.column("title"), pairs.column("target")],
                                           type=pa.string()))
     trie = marisa_trie.Trie(universe.to_pylist())
@@ -156,8 +164,9 @@ def build_title_map(records: TitleRecords, rounds: int = JUMP_ROUNDS) -> TitleMa
     resolved, flags = link_resolution(is_article, is_redirect, final, in_cycle)
     cycle_sources = sources[in_cycle[sources]]
     resolved_sources = sources[~in_cycle[sources]]
-    counts["redirects_resolved"] = len(resolved_sources)
-    counts["redirects_to_missing_articles"] = int((~is_article[final[resolved_sources]]).sum())
+    sql_named = int(pc.sum(named).as_py() or 0)
+    counts = RedirectCounts(len(resolved_sources), int((~is_article[final[resolved_sources]]).sum()), sql_named,
+                            sql_pairs.num_rows - sql_named)
     redirects = pa.table({"title": [trie.restore_key(int(key)) for key in resolved_sources],
                           "target": [trie.restore_key(int(final[key])) for key in resolved_sources]},
                          schema=pa.schema([("title", pa.string()), ("target", pa.string())]))
