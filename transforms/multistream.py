@@ -10,7 +10,7 @@ import bz2
 import io
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from apache_beam.io.filesystems import FileSystems
@@ -41,10 +41,6 @@ class StreamRange:
     start: int
     end: int | None
     packed_ids: bytes
-
-    @classmethod
-    def of(cls, path: str, start: int, end: int | None, page_ids: Iterable[int]) -> StreamRange:
-        return cls(path, start, end, array("q", page_ids).tobytes())
 
     @property
     def page_ids(self) -> tuple[int, ...]:
