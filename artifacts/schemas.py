@@ -77,3 +77,11 @@ def entity_embeddings(dim: int, value_type: pa.DataType | None = None) -> pa.Sch
 ENTITY_ID_MAP = pa.schema([("key", pa.string()), ("old_entity_id", pa.int32()), ("new_entity_id", pa.int32())])
 
 PASSAGES = pa.schema([("passage_id", pa.int64()), ("title", pa.string()), ("text", pa.string())])
+
+# Intermediates of the parse stage (under OUT/.staging/parse/, never committed). Staged articles: articles/ rows
+# before their links are resolved, with the position the page was read at (file or stream, and its number there).
+STAGED_ARTICLES = ARTICLES.append(pa.field("position", pa.string()))
+# Title records: what the title map is built from, one row per article page, redirect page, page title (for SQL
+# redirects), SQL redirect row or QID; ``kind`` says which, the other columns are null where they do not apply.
+TITLE_RECORDS = pa.schema([("kind", pa.string()), ("position", pa.string()), ("title", pa.string()),
+                           ("page_id", pa.int64()), ("target", pa.string())])

@@ -11,6 +11,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs
 from artifacts.errors import InputError
+from artifacts.schemas import PARQUET_CODEC
 
 
 class MissingArtifactError(InputError):
@@ -47,6 +48,12 @@ def total_rows(output: str, name: str) -> int:
 def read_file(path: str, columns: list[str] | None = None) -> pa.Table:
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
         return pq.read_table(handle, columns=columns)
+
+
+def write_file(path: str, table: pa.Table, schema: pa.Schema) -> None:
+    """One Parquet file (any Beam filesystem) with ``table`` cast to ``schema``, compressed as every artifact."""
+    with FileSystems.create(path) as handle:
+        pq.write_table(table.select(schema.names).cast(schema), handle, compression=PARQUET_CODEC)
 
 
 def read_table(output: str, name: str, columns: list[str] | None = None) -> pa.Table:

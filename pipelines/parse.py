@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import collections
 import sys
 from typing import Any
 
 import apache_beam as beam
 
-from artifacts import layout, schemas
+from artifacts import fs, layout, schemas, tables
 from artifacts.errors import InputError
 from pipelines.stage import StageContext, run_beam
 from transforms.dead_letters import WriteDeadLetters
 from transforms.dump_reader import read_siteinfo
 from transforms.multistream import find_multistream_index, looks_multistream
-from transforms.parse import COUNTERS, ParseConfig, ParseDump
+from transforms.parse import COUNTERS, ConvertPages, ParseConfig, ResolveStagedArticles
 from transforms.wikitext import WikitextOptions
+
+# Intermediates under OUT/.staging/parse/ (removed when the stage commits).
+STAGED_ARTICLES = "staged_articles"
+TITLE_RECORDS = "title_records"
+TITLE_MAP = "title_map"
+ROW_GROUP_BYTES = 16 << 20
 
 
 def index_paths_for(config: ParseConfig) -> dict[str, str]:
@@ -82,19 +89,37 @@ class ParseStage:
     def run(self, ctx: StageContext, config: ParseConfig) -> dict[str, int]:
         siteinfos = [read_siteinfo(dump) for dump in config.dumps]  # each file must be a MediaWiki export
         index_paths = index_paths_for(config)
+        staged = ctx.staged(STAGED_ARTICLES)
+        records = ctx.staged(TITLE_RECORDS)
 
-        def build(pipeline: beam.Pipeline) -> None:
-            parsed = pipeline | "ParseDump" >> ParseDump(
+        def convert(pipeline: beam.Pipeline) -> None:
+            converted = pipeline | "ConvertPages" >> ConvertPages(
                 config, siteinfos[0], index_paths, lambda total: ctx.progress("pages", total))
-            _ = parsed["articles"] | "WriteArticles" >> beam.io.WriteToParquet(
-                ctx.staged_prefix(layout.ARTICLES), schemas.ARTICLES, file_name_suffix=".parquet",
-                codec=schemas.PARQUET_CODEC)
-            _ = parsed["redirects"] | "WriteRedirects" >> beam.io.WriteToParquet(
-                ctx.staged_prefix(layout.REDIRECTS), schemas.REDIRECTS, file_name_suffix=".parquet",
-                codec=schemas.PARQUET_CODEC)
-            _ = parsed["dead_letters"] | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("pages"))
+            _ = converted["articles"] | "WriteStagedArticles" >> write_parquet(fs.join(staged, "part"),
+                                                                             schemas.STAGED_ARTICLES)
+            for source, rows in converted["records"].items():
+                _ = rows | f"Write{source}TitleRecords" >> write_parquet(fs.join(records, source),
+                                                                         schemas.TITLE_RECORDS)
+            _ = converted["dead_letters"] | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("pages"))
 
-        return run_beam(ctx, build)
+        def resolve(pipeline: beam.Pipeline) -> None:
+            resolved = pipeline | "ResolveStagedArticles" >> ResolveStagedArticles(
+                fs.join(staged, "*.parquet"), records, ctx.staged(TITLE_MAP),
+                fs.join(ctx.staged(layout.REDIRECTS), "part-00000-of-00001.parquet"),
+                ctx.progress("articles", tables.total_rows(ctx.staging_root, STAGED_ARTICLES)))
+            _ = resolved["articles"] | "WriteArticles" >> write_parquet(ctx.staged_prefix(layout.ARTICLES),
+                                                                        schemas.ARTICLES)
+            _ = resolved["dead_letters"] | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("articles"))
+
+        totals = collections.Counter(run_beam(ctx, convert))
+        totals.update(run_beam(ctx, resolve))
+        return dict(sorted(totals.items()))
+
+
+def write_parquet(prefix: str, schema: Any) -> beam.PTransform:
+    """Rows -> Parquet files under ``prefix``; row groups of at most ~16 MB of Arrow data per open writer."""
+    return beam.io.WriteToParquet(prefix, schema, file_name_suffix=".parquet", codec=schemas.PARQUET_CODEC,
+                                  row_group_buffer_size=ROW_GROUP_BYTES)
 
 
 def require_dumps(args: argparse.Namespace) -> None:

@@ -221,13 +221,13 @@ def test_index_offset_that_does_not_match_its_dump(tmp_path):
 def test_stream_that_runs_past_the_next_offset_or_holds_other_pages(tmp_path):
     dump, ranges = copy_sample(tmp_path)
     siteinfo = read_siteinfo(str(dump))
-    merged = StreamRange(str(dump), ranges[0].start, ranges[2].start, ranges[0].page_ids)
+    merged = StreamRange(str(dump), ranges[0].start, ranges[2].start, ranges[0].packed_ids)
     with pytest.raises(InputError, match=rf"at byte {ranges[0].start}: the stream ends before the next index"):
         list(iter_stream_pages(merged, siteinfo))
-    wrong_ids = StreamRange(str(dump), ranges[1].start, ranges[1].end, ranges[0].page_ids)
+    wrong_ids = StreamRange(str(dump), ranges[1].start, ranges[1].end, ranges[0].packed_ids)
     with pytest.raises(InputError, match=rf"at byte {ranges[1].start}: the stream holds pages \[.*\] \(100\) but"):
         list(iter_stream_pages(wrong_ids, siteinfo))
-    short = StreamRange(str(dump), ranges[1].start, ranges[1].end - 10, ranges[1].page_ids)
+    short = StreamRange(str(dump), ranges[1].start, ranges[1].end - 10, ranges[1].packed_ids)
     with pytest.raises(InputError, match=rf"at byte {ranges[1].start}: the bz2 stream is truncated"):
         list(iter_stream_pages(short, siteinfo))
 

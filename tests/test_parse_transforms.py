@@ -4,6 +4,7 @@ recorded options."""
 from __future__ import annotations
 
 import inspect
+import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,14 +18,16 @@ from apache_beam.testing.util import assert_that, equal_to
 from artifacts import names
 from artifacts.counters import Counter
 from artifacts.errors import InputError
+from artifacts.run import manifest
 from pipelines import dictionary as dictionary_stage
 from pipelines import parse as parse_stage
-from pipelines.cli import build_parser
-from tests.builders import run_counting
+from pipelines.cli import build_parser, main
+from tests.builders import artifact_rows, run_counting
+from tests.conftest import DIRECT
 from transforms import dictionary, dump_io, link_resolution, parse, redirects
 from transforms.dictionary import BuildDictionary, DictionaryConfig
 from transforms.dump_reader import read_siteinfo
-from transforms.parse import ParseConfig, ParseDump
+from transforms.parse import ConvertPages, ParseConfig
 
 DUMP = """<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/" version="0.10">
   <siteinfo><dbname>enwiki</dbname><namespaces><namespace key="0" /><namespace key="1">Talk</namespace></namespaces>
@@ -55,9 +58,12 @@ SQL_TABLES = {
 }
 
 
+PAGES_XML = [f"<page><title>{title}</title><ns>{ns}</ns><id>{page_id}</id><revision><id>{page_id + 10}</id>"
+             f"<text>{text}</text></revision></page>" for page_id, ns, title, text in PAGES]
+
+
 def write_dump(directory: Path) -> str:
-    pages = "\n  ".join(f"<page><title>{title}</title><ns>{ns}</ns><id>{page_id}</id><revision><id>{page_id + 10}"
-                        f"</id><text>{text}</text></revision></page>" for page_id, ns, title, text in PAGES)
+    pages = "\n  ".join(PAGES_XML)
     path = directory / "dump.xml"
     path.write_text(DUMP.format(pages=pages), encoding="utf-8")
     return str(path)
@@ -77,24 +83,44 @@ def assert_declared(counted: Mapping[str, int], declared: Mapping[str, Counter])
     assert set(counted) <= set(declared), sorted(set(counted) - set(declared))
 
 
-def parse_dump(config: ParseConfig, dump: str, articles: list[dict[str, Any]], redirects: list[dict[str, Any]],
-               dead_letters: list[dict[str, Any]]) -> dict[str, int]:
+def parse_dump(tmp_path: Path, dump: str, *flags: str) -> tuple[list[dict], list[dict], list[dict], dict[str, int]]:
+    """(articles, redirects, dead letters, counters) of the parse stage on ``dump`` with ``flags``."""
+    output = tmp_path / "out"
+    assert main(["parse", "--dump", dump, "--output", str(output), *flags, *DIRECT]) == 0
+    dead = [json.loads(line) for path in sorted((output / "errors" / "parse").glob("*.jsonl"))
+            for line in path.read_text(encoding="utf-8").splitlines()]
+    counters = manifest.load(str(output))["parse"].counters
+    assert_declared(counters, parse.COUNTERS)
+    return artifact_rows(output, "articles"), artifact_rows(output, "redirects"), dead, counters
+
+
+def test_convert_pages_stages_articles_with_their_title_records(tmp_path: Path):
+    dump = write_dump(tmp_path)
+    unresolved = {**MERCURY, "links": [{**MERCURY["links"][0]}, {**MERCURY["links"][1], "target": "Morning star"}]}
+
     def build(pipeline: beam.Pipeline) -> None:
-        parsed = pipeline | ParseDump(config, read_siteinfo(dump), {})
-        assert_that(parsed["articles"], equal_to(articles), label="Articles")
-        assert_that(parsed["redirects"], equal_to(redirects), label="Redirects")
-        assert_that(parsed["dead_letters"], equal_to(dead_letters), label="DeadLetters")
+        converted = pipeline | ConvertPages(ParseConfig(dumps=(dump,)), read_siteinfo(dump), {})
+        staged = converted["articles"] | beam.Map(lambda row: {**row, "position": row["position"].split("#")[1]})
+        assert_that(staged, equal_to([{**unresolved, "qid": None, "position": "0"},
+                                      {**VENUS, "qid": None, "position": "1"}]), label="Articles")
+        records = converted["records"]["dump"] | beam.Map(lambda row: (row["kind"], row["title"], row["page_id"],
+                                                                        row["target"]))
+        assert_that(records, equal_to([("article", "Mercury", 1, None), ("article", "Venus", 2, None),
+                                       ("redirect", "Morning star", None, "Venus")]), label="Records")
+        assert_that(converted["dead_letters"], equal_to([STUB_DEAD_LETTER]), label="DeadLetters")
 
     counters = run_counting(build)
-    assert_declared(counters, parse.COUNTERS)
-    return counters
+    assert counters == {"files_read": 1, "pages_read": 5, "non_article_pages": 1, "redirect_pages": 1,
+                        "empty_articles": 1}
 
 
 def test_parse_dump_resolves_links_through_redirects_and_attaches_qids(tmp_path: Path):
     dump = write_dump(tmp_path)
-    config = ParseConfig(dumps=(dump,), page_props_sql=(write_sql(tmp_path, "page_props"),))
-    counters = parse_dump(config, dump, [{**MERCURY, "qid": "Q308"}, {**VENUS, "qid": None}],
-                          [{"title": "Morning star", "target": "Venus"}], [STUB_DEAD_LETTER])
+    articles, redirects, dead, counters = parse_dump(tmp_path, dump, "--page-props-sql",
+                                                     write_sql(tmp_path, "page_props"))
+    assert sorted(articles, key=lambda row: row["page_id"]) == [{**MERCURY, "qid": "Q308"}, {**VENUS, "qid": None}]
+    assert redirects == [{"title": "Morning star", "target": "Venus"}]
+    assert dead == [STUB_DEAD_LETTER]
     assert counters == {"files_read": 1, "pages_read": 5, "sql_rows_read": 2, "non_article_pages": 1,
                         "redirect_pages": 1, "empty_articles": 1, "articles": 2, "links": 3, "articles_with_qid": 1,
                         "redirects_resolved": 1, "links_via_redirect": 1, "red_links": 1}
@@ -104,15 +130,28 @@ def test_parse_dump_takes_redirects_from_the_sql_tables(tmp_path: Path):
     """Row 3 repeats the dump's redirect; row 6 is named by the page table; 7 has no known source page; 8 is
     outside the article namespace."""
     dump = write_dump(tmp_path)
-    config = ParseConfig(dumps=(dump,), redirects_sql=(write_sql(tmp_path, "redirect"),),
-                         page_sql=(write_sql(tmp_path, "page"),))
-    redirects = [{"title": "Morning star", "target": "Venus"}, {"title": "Evening star", "target": "Mercury"}]
-    counters = parse_dump(config, dump, [{**MERCURY, "qid": None}, {**VENUS, "qid": None}], redirects,
-                          [STUB_DEAD_LETTER])
+    articles, redirects, dead, counters = parse_dump(
+        tmp_path, dump, "--redirects-sql", write_sql(tmp_path, "redirect"), "--page-sql", write_sql(tmp_path, "page"))
+    assert sorted(articles, key=lambda row: row["page_id"]) == [{**MERCURY, "qid": None}, {**VENUS, "qid": None}]
+    assert sorted(redirects, key=lambda row: row["title"]) == [{"title": "Evening star", "target": "Mercury"},
+                                                               {"title": "Morning star", "target": "Venus"}]
+    assert dead == [STUB_DEAD_LETTER]
     assert {name: counters[name] for name in ("sql_rows_read", "sql_redirects", "sql_redirects_skipped",
                                               "sql_redirects_unknown_source", "redirects_resolved")} == {
         "sql_rows_read": 6, "sql_redirects": 2, "sql_redirects_skipped": 1, "sql_redirects_unknown_source": 1,
         "redirects_resolved": 2}
+
+
+def test_duplicate_pages_are_counted_dead_lettered_and_written_once(tmp_path: Path):
+    """The same page twice (a page id and title repeated) and a second page with Venus's title."""
+    pages = "\n  ".join([PAGES_XML[0], PAGES_XML[0], PAGES_XML[1], PAGES_XML[1].replace("<id>2</id>", "<id>9</id>")])
+    dump = tmp_path / "dump.xml"
+    dump.write_text(DUMP.format(pages=pages), encoding="utf-8")
+    articles, _, dead, counters = parse_dump(tmp_path, str(dump))
+    assert sorted(row["page_id"] for row in articles) == [1, 2]
+    assert sorted((letter["kind"], letter["page_id"]) for letter in dead) == [("duplicate_page_ids", 1),
+                                                                             ("duplicate_titles", 9)]
+    assert (counters["articles"], counters["duplicate_page_ids"], counters["duplicate_titles"]) == (2, 1, 1)
 
 
 def article(page_id: int, title: str, text: str, links: list[tuple[str, str]], qid: str | None = None) -> dict:

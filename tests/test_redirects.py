@@ -1,78 +1,132 @@
-"""Redirect chains, cycles and link resolution: pure steps and the Beam joins."""
+"""Redirect chains, cycles, duplicate pages and link resolution: the title map built from title records (pure, no
+Beam), written, loaded back and used on articles."""
 
 from __future__ import annotations
 
-import apache_beam as beam
-from apache_beam.testing.test_pipeline import TestPipeline
-from apache_beam.testing.util import assert_that, equal_to
+import tempfile
+from pathlib import Path
 
-from tests.conftest import DIRECT
-from transforms.link_resolution import ResolveLinks, apply_resolution, resolve_target
-from transforms.redirects import ResolveRedirects, jump
+import numpy as np
+import pyarrow as pa
 
-
-def test_jump_moves_every_source_one_hop():
-    assert sorted(jump("B", {"sources": ["A", "X"], "next": ["C"]})) == [("A", "C"), ("X", "C")]
-    assert list(jump("C", {"sources": ["B"], "next": []})) == [("B", "C")]
+from artifacts.title_map import Resolution, TitleMap, write_title_map
+from tests.remote_fs import remote
+from transforms.link_resolution import final_article, resolve_links
+from transforms.redirects import TitleRecords, build_title_map, jump
 
 
-def test_resolve_target_prefers_the_article_then_the_redirect():
-    article = {"refs": [(1, 0)], "articles": [None], "redirects": [{"target": "Z", "target_exists": True}]}
-    assert list(resolve_target("A", article)) == [(1, (0, "A"))]
-    redirect = {"refs": [(1, 0), (2, 3)], "articles": [], "redirects": [{"target": "Z", "target_exists": True}]}
-    assert list(resolve_target("A", redirect)) == [(1, (0, "Z")), (2, (3, "Z"))]
-    red = {"refs": [(5, 1)], "articles": [], "redirects": []}
-    assert list(resolve_target("Nowhere", red)) == [(5, (1, "Nowhere"))]
+def records(articles: list[tuple[str, int]], redirects: list[tuple[str, str]],
+            pages: list[tuple[int, str]] = (), sql_redirects: list[tuple[int, str]] = (),
+            qids: list[tuple[int, str]] = ()) -> TitleRecords:
+    """Title records; an article's position is its title and id."""
+    return TitleRecords(
+        articles=pa.table({"position": [f"{title}#{page_id}" for title, page_id in articles],
+                           "title": [title for title, _ in articles],
+                           "page_id": pa.array([page_id for _, page_id in articles], pa.int64())}),
+        redirects=pa.table({"title": pa.array([t for t, _ in redirects], pa.string()),
+                            "target": pa.array([t for _, t in redirects], pa.string())}),
+        pages=pa.table({"page_id": pa.array([p for p, _ in pages], pa.int64()),
+                        "title": pa.array([t for _, t in pages], pa.string())}),
+        sql_redirects=pa.table({"page_id": pa.array([p for p, _ in sql_redirects], pa.int64()),
+                                "target": pa.array([t for _, t in sql_redirects], pa.string())}),
+        qids=pa.table({"page_id": pa.array([p for p, _ in qids], pa.int64()),
+                       "qid": pa.array([q for _, q in qids], pa.string())}))
 
 
-def test_apply_resolution_keeps_offsets_and_order():
-    article = {"page_id": 1, "title": "T", "text": "ab cd",
-               "links": [{"start": 0, "end": 2, "target": "Ab"}, {"start": 3, "end": 5, "target": "Cd"}]}
-    resolved = apply_resolution(article, [(1, "Cd (letters)")])
-    assert resolved["links"] == [{"start": 0, "end": 2, "target": "Ab"},
-                                 {"start": 3, "end": 5, "target": "Cd (letters)"}]
+def loaded(build, directory: Path) -> TitleMap:
+    write_title_map(str(directory), build.trie, build.arrays, build.dropped)
+    return TitleMap.load(str(directory))
 
 
-def test_chains_are_followed_and_cycles_dropped():
+def rows(table: pa.Table) -> list[tuple]:
+    return sorted(zip(*(table.column(name).to_pylist() for name in table.column_names), strict=True))
+
+
+def test_jump_follows_each_key_2_to_the_rounds_hops():
+    successor = np.array([1, 2, 3, 4, 4, 5])  # 0 -> 1 -> 2 -> 3 -> 4 (4 and 5 are no redirects)
+    assert jump(successor, rounds=1).tolist() == [2, 3, 4, 4, 4, 5]
+    assert jump(successor, rounds=2).tolist() == [4, 4, 4, 4, 4, 5]
+
+
+def test_chains_are_followed_and_cycles_dropped(tmp_path: Path):
     pairs = [("A", "B"), ("B", "C"), ("C", "D"), ("D", "Article"), ("Loop1", "Loop2"), ("Loop2", "Loop1"),
              ("Self", "Self"), ("IntoLoop", "Loop1"), ("Red", "Missing"), ("Dup", "Article"), ("Dup", "Zeta")]
-    expected = [
-        {"title": "A", "target": "Article", "target_exists": True},
-        {"title": "B", "target": "Article", "target_exists": True},
-        {"title": "C", "target": "Article", "target_exists": True},
-        {"title": "D", "target": "Article", "target_exists": True},
-        {"title": "Red", "target": "Missing", "target_exists": False},
-        {"title": "Dup", "target": "Article", "target_exists": True},
-    ]
-    with TestPipeline(argv=DIRECT) as pipeline:
-        result = {"pairs": pipeline | "Pairs" >> beam.Create(pairs),
-                  "article_titles": pipeline | "Titles" >> beam.Create(["Article", "Zeta"])} | ResolveRedirects()
-        assert_that(result["redirects"], equal_to(expected), label="Resolved")
-        cycles = result["dead_letters"] | beam.Map(lambda record: (record["kind"], record["title"]))
-        assert_that(cycles, equal_to([("redirect_cycles", title) for title in ("Loop1", "Loop2", "Self", "IntoLoop")]),
-                    label="Cycles")
+    build = build_title_map(records([("Article", 1), ("Zeta", 2)], pairs))
+    assert rows(build.redirects) == sorted([("A", "Article"), ("B", "Article"), ("C", "Article"),
+                                            ("D", "Article"), ("Red", "Missing"), ("Dup", "Article")])
+    assert [title for title, _ in build.cycles] == ["IntoLoop", "Loop1", "Loop2", "Self"]
+    assert (build.counts.redirects_resolved, build.counts.redirects_to_missing_articles) == (6, 1)
+    titles = loaded(build, tmp_path)
+    assert titles.resolve("A") == titles.resolve("C") == Resolution("Article", True, False)
+    assert titles.resolve("Red") == Resolution("Missing", True, True)
+    assert titles.resolve("Article") == Resolution("Article", False, False)
+    # A redirect in a cycle, and a title nobody names, are red links to themselves.
+    assert titles.resolve("Loop1") == Resolution("Loop1", False, True)
+    assert titles.resolve("Nowhere") == Resolution("Nowhere", False, True)
 
 
 def test_a_chain_longer_than_the_jump_rounds_is_dropped():
     chain = [(f"R{i}", f"R{i + 1}") for i in range(10)] + [("R10", "End")]
-    with TestPipeline(argv=DIRECT) as pipeline:
-        result = {"pairs": pipeline | "Pairs" >> beam.Create(chain),
-                  "article_titles": pipeline | "Titles" >> beam.Create(["End"])} | ResolveRedirects(rounds=2)
-        # 2 rounds follow 4 hops: R7..R10 reach End, R0..R6 are still on a redirect and counted as loops.
-        assert_that(result["redirects"] | beam.Map(lambda row: row["title"]),
-                    equal_to(["R7", "R8", "R9", "R10"]), label="Resolved")
-        assert_that(result["dead_letters"] | beam.Map(lambda row: row["title"]),
-                    equal_to([f"R{i}" for i in range(7)]), label="TooLong")
+    build = build_title_map(records([("End", 1)], chain), rounds=2)
+    # 2 rounds follow 4 hops: R7..R10 reach End, R0..R6 are still on a redirect and counted as loops.
+    assert sorted(build.redirects.column("title").to_pylist()) == ["R10", "R7", "R8", "R9"]
+    assert sorted(title for title, _ in build.cycles) == [f"R{i}" for i in range(7)]
 
 
-def test_resolve_links_through_redirects():
-    articles = [
-        {"page_id": 1, "title": "Article", "text": "x", "links": [{"start": 0, "end": 1, "target": "A"},
-                                                                {"start": 0, "end": 1, "target": "Article"},
-                                                                {"start": 0, "end": 1, "target": "Nope"}]},
-    ]
-    redirects = [{"title": "A", "target": "Article", "target_exists": True}]
-    with TestPipeline(argv=DIRECT) as pipeline:
-        resolved = {"articles": pipeline | "Articles" >> beam.Create(articles),
-                    "redirects": pipeline | "Redirects" >> beam.Create(redirects)} | ResolveLinks()
-        assert_that(resolved, equal_to([(1, (0, "Article")), (1, (1, "Article")), (1, (2, "Nope"))]))
+def test_an_article_wins_over_a_redirect_of_the_same_title(tmp_path: Path):
+    """A stale SQL redirect row whose source is still an article: links to it stay on the article."""
+    build = build_title_map(records([("Mercury", 1), ("Venus", 2)], [],
+                                    pages=[(1, "Mercury"), (9, "Hesperus")],
+                                    sql_redirects=[(1, "Venus"), (9, "Venus"), (7, "Venus")]))
+    assert rows(build.redirects) == [("Hesperus", "Venus"), ("Mercury", "Venus")]
+    assert (build.counts.sql_redirects, build.counts.sql_redirects_unknown_source) == (2, 1)
+    titles = loaded(build, tmp_path)
+    assert titles.resolve("Mercury").target == "Mercury"
+    assert titles.resolve("Hesperus").target == "Venus"
+
+
+def test_duplicate_pages_keep_the_smallest_title_of_an_id_then_the_smallest_id_of_a_title(tmp_path: Path):
+    build = build_title_map(records([("B", 5), ("A", 5), ("A", 5), ("C", 9), ("C", 3)], []))
+    assert rows(build.dropped) == [("A#5", "duplicate_page_ids"), ("B#5", "duplicate_page_ids"),
+                                   ("C#9", "duplicate_titles")]
+    titles = loaded(build, tmp_path)
+    assert titles.dropped_as("A#5") == "duplicate_page_ids" and titles.dropped_as("C#3") is None
+    # The title of a dropped duplicate id is no article: a link to it is red.
+    assert titles.resolve("B").red and not titles.resolve("A").red
+
+
+def test_qids_attach_to_the_kept_articles(tmp_path: Path):
+    build = build_title_map(records([("Mercury", 1), ("Venus", 2)], [("Morning star", "Venus")],
+                                    qids=[(1, "Q308"), (1, "Q9"), (44, "Q1")]))
+    titles = loaded(build, tmp_path)
+    assert (titles.qid("Mercury"), titles.qid("Venus"), titles.qid("Morning star")) == ("Q308", None, None)
+
+
+def test_links_are_resolved_in_order_and_counted(tmp_path: Path):
+    titles = loaded(build_title_map(records([("Article", 1)], [("A", "Article"), ("R", "Gone")])), tmp_path)
+    links = [{"start": 0, "end": 1, "target": "A", "trail": 0}, {"start": 2, "end": 3, "target": "Article", "trail": 0},
+             {"start": 4, "end": 5, "target": "Nope", "trail": 1}, {"start": 6, "end": 7, "target": "R", "trail": 0}]
+    resolved, via, red = resolve_links(links, titles)
+    assert [link["target"] for link in resolved] == ["Article", "Article", "Nope", "Gone"]
+    assert [(link["start"], link["trail"]) for link in resolved] == [(0, 0), (2, 0), (4, 1), (6, 0)]
+    assert (via, red) == (2, 2)
+
+
+def test_a_duplicate_page_is_dead_lettered_not_written(tmp_path: Path):
+    titles = loaded(build_title_map(records([("T", 1), ("T", 2)], [])), tmp_path)
+    raw = {"page_id": 2, "title": "T", "text": "t", "links": [], "qid": None, "position": "T#2"}
+    [letter] = list(final_article(raw, titles))
+    assert letter.value["kind"] == "duplicate_titles" and letter.value["page_id"] == 2
+    [row] = list(final_article({**raw, "page_id": 1, "position": "T#1"}, titles))
+    assert row == {"page_id": 1, "title": "T", "text": "t", "links": [], "qid": None}
+
+
+def test_a_remote_title_map_is_read_through_copies_that_are_removed(tmp_path: Path, monkeypatch):
+    build = build_title_map(records([("Article", 1)], [("A", "Article")]))
+    write_title_map(remote(tmp_path / "map"), build.trie, build.arrays, build.dropped)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    titles = TitleMap.load(remote(tmp_path / "map"))
+    assert titles.resolve("A").target == "Article" and len(titles) == 2
+    assert list(scratch.iterdir()) == []  # each copy removed once mapped

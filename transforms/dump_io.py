@@ -10,9 +10,9 @@ from apache_beam.io.filesystems import FileSystems
 
 from artifacts.counters import ERROR, Counter, declare, error, processed
 from artifacts.errors import InputError
-from transforms.dead_letters import count, dead_letter
+from transforms.dead_letters import DEAD_LETTER_TAG, count, dead_letter
 from transforms.dump_reader import PageProblem, RawPage, SiteInfo, iter_pages
-from transforms.multistream import StreamRange, iter_stream_pages, read_stream_ranges
+from transforms.multistream import StreamRange, index_page_count, iter_stream_pages, read_stream_ranges
 from transforms.sql_dump import iter_sql_rows
 
 COUNTERS = declare(
@@ -59,12 +59,29 @@ def read_stream(stream: StreamRange, siteinfo: SiteInfo, skip_bad_streams: bool)
     yield from pages_or_dead_letters(iter(pages))
 
 
+def dump_units(dump: str, index_path: str | None) -> Iterator[StreamRange | str]:
+    """What one worker reads at a time: each bz2 stream of a multistream dump with an index (the index is read
+    here, in a worker: only stream offsets and packed page ids travel), or the whole file."""
+    if index_path is None:
+        yield dump
+    else:
+        yield from read_stream_ranges(dump, index_path)
+
+
+def read_unit(unit: StreamRange | str, siteinfo: SiteInfo, skip_bad_streams: bool) -> Iterator[Any]:
+    if isinstance(unit, StreamRange):
+        yield from read_stream(unit, siteinfo, skip_bad_streams)
+    else:
+        yield from read_whole_file(unit, siteinfo)
+
+
 class ReadDumpPages(beam.PTransform):
     """Dump files -> {"pages": RawPage, "dead_letters": dict}.
 
     A multistream dump with an index becomes one element per bz2 stream, spread over workers, so one huge
-    file is read by many workers at once; other files are read whole, one worker per file, and their pages
-    are then redistributed so the wikitext conversion fans out.
+    file is read by many workers at once; other files are read whole, one worker per file. Only file names and
+    stream ranges go through the shuffle: pages stay in the worker that read them (the steps after this one are
+    fused with it), so page text never crosses a shuffle.
     """
 
     def __init__(self, dumps: list[str], siteinfo: SiteInfo, index_paths: dict[str, str] | None = None,
@@ -78,32 +95,21 @@ class ReadDumpPages(beam.PTransform):
         self._progress = progress  # a pass-through step given the page total (known only for multistream)
 
     def expand(self, pipeline: beam.pvalue.PBegin) -> dict[str, beam.PCollection]:
-        # Only stream offsets and page ids are read on the driver (a few MB for all of English Wikipedia).
-        streams = [stream for dump in self._dumps if dump in self._index_paths
-                   for stream in read_stream_ranges(dump, self._index_paths[dump])]
-        whole_files = [dump for dump in self._dumps if dump not in self._index_paths]
-        from_streams = (
+        sources = [(dump, self._index_paths.get(dump)) for dump in self._dumps]
+        read = (
             pipeline
-            | "StreamRanges" >> beam.Create(streams)
+            | "DumpFiles" >> beam.Create(sources)
+            | "StreamsAndFiles" >> beam.FlatMapTuple(dump_units)
             | "SpreadStreams" >> beam.Reshuffle()
-            | "ReadStreams" >> beam.FlatMap(read_stream, self._siteinfo, self._skip_bad_streams).with_outputs(
-                "dead_letter", main="pages")
+            | "ReadPages" >> beam.FlatMap(read_unit, self._siteinfo, self._skip_bad_streams).with_outputs(
+                DEAD_LETTER_TAG, main="pages")
         )
-        from_files = (
-            pipeline
-            | "WholeFiles" >> beam.Create(whole_files)
-            | "ReadWholeFiles" >> beam.FlatMap(read_whole_file, self._siteinfo).with_outputs(
-                "dead_letter", main="pages")
-        )
-        pages = (
-            (from_streams.pages, from_files.pages | "SpreadPages" >> beam.Reshuffle())
-            | "AllPages" >> beam.Flatten()
-        )
+        pages = read.pages
         if self._progress is not None:
-            total = None if whole_files else sum(len(stream.page_ids) for stream in streams)
+            whole_files = any(index is None for _, index in sources)
+            total = None if whole_files else sum(index_page_count(index) for _, index in sources if index)
             pages = pages | "Progress" >> self._progress(total)
-        dead_letters = (from_streams.dead_letter, from_files.dead_letter) | "AllReadDeadLetters" >> beam.Flatten()
-        return {"pages": pages, "dead_letters": dead_letters}
+        return {"pages": pages, "dead_letters": read[DEAD_LETTER_TAG]}
 
 
 def read_table_rows(path: str) -> Iterator[dict[str, Any]]:
@@ -127,7 +133,8 @@ def matching_files(pattern: str) -> list[str]:
 class ReadSqlRows(beam.PTransform):
     """Rows of MediaWiki SQL table dump files (a path, a glob or a list of them) as dicts.
 
-    One worker reads each file, then the rows are redistributed.
+    One worker reads each file; the rows are not redistributed (a page table is tens of GB of dicts): the steps
+    that follow, fused with the read, keep only the few fields they need.
     """
 
     def __init__(self, pattern_or_paths: str | list[str], table_name: str) -> None:
@@ -142,5 +149,4 @@ class ReadSqlRows(beam.PTransform):
             | f"Match{self._table}Files" >> beam.FlatMap(matching_files)
             | f"Spread{self._table}Files" >> beam.Reshuffle()
             | f"Read{self._table}Rows" >> beam.FlatMap(read_table_rows)
-            | f"Spread{self._table}Rows" >> beam.Reshuffle()
         )

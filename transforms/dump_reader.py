@@ -50,6 +50,12 @@ class RawPage:
     redirect: str | None  # the <redirect title="..."/> value; None when absent or without a title
     revision_id: int | None
     source: str  # "file" or "file@offset", for messages and dead letters
+    ordinal: int = 0  # the page's number in its file or stream: source + ordinal tell two copies of a page apart
+
+    @property
+    def position(self) -> str:
+        """Where the page was read: unique within a dump."""
+        return f"{self.source}#{self.ordinal}"
 
 
 @dataclass(frozen=True)
@@ -184,7 +190,8 @@ def _latest_revision(page: ElementTree.Element) -> ElementTree.Element | None:
     return best
 
 
-def page_from_element(page: ElementTree.Element, siteinfo: SiteInfo, source: str) -> RawPage | PageProblem:
+def page_from_element(page: ElementTree.Element, siteinfo: SiteInfo, source: str,
+                      ordinal: int = 0) -> RawPage | PageProblem:
     """A RawPage from a parsed <page>, or a PageProblem saying what is wrong with it."""
     title = _child_text(page, "title")
     raw_id = (_child_text(page, "id") or "").strip()
@@ -208,7 +215,7 @@ def page_from_element(page: ElementTree.Element, siteinfo: SiteInfo, source: str
     raw_revision_id = (_child_text(revision, "id") or "").strip()
     text = _child_text(revision, "text") or ""
     return RawPage(page_id, namespace, title, text, redirect_title,
-                   int(raw_revision_id) if raw_revision_id.isdigit() else None, source)
+                   int(raw_revision_id) if raw_revision_id.isdigit() else None, source, ordinal)
 
 
 def iter_page_fragment_bytes(stream: IO[bytes], chunk_size: int = _READ_CHUNK) -> Iterator[bytes]:
@@ -233,8 +240,8 @@ def iter_pages(path: str, siteinfo: SiteInfo | None = None) -> Iterator[RawPage 
     info = siteinfo or read_siteinfo(path)
     with open_xml(path) as stream:
         try:
-            for fragment in iter_page_fragment_bytes(stream):
-                yield page_from_fragment(fragment, info, path)
+            for ordinal, fragment in enumerate(iter_page_fragment_bytes(stream)):
+                yield page_from_fragment(fragment, info, path, ordinal)
         except ARCHIVE_ERRORS as error:
             raise InputError(f"{path}: truncated or corrupt archive: {first_line(error)}") from error
         except ValueError as error:
@@ -247,10 +254,10 @@ def page_fragments(xml: bytes) -> list[bytes]:
     return [piece[piece.index(b"<page"):] + _PAGE_END for piece in pieces[:-1] if b"<page" in piece]
 
 
-def page_from_fragment(fragment: bytes, siteinfo: SiteInfo, source: str) -> RawPage | PageProblem:
+def page_from_fragment(fragment: bytes, siteinfo: SiteInfo, source: str, ordinal: int = 0) -> RawPage | PageProblem:
     """One page parsed on its own, so broken XML costs only that page (a PageProblem with what can be read)."""
     try:
-        return page_from_element(ElementTree.fromstring(fragment), siteinfo, source)
+        return page_from_element(ElementTree.fromstring(fragment), siteinfo, source, ordinal)
     except ElementTree.ParseError as error:
         found_id, found_title = _FRAGMENT_ID.search(fragment), _FRAGMENT_TITLE.search(fragment)
         return PageProblem(source, int(found_id.group(1)) if found_id else None,

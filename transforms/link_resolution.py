@@ -1,4 +1,5 @@
-"""Link targets resolved through redirects with keyed joins (150M links do not fit a side input)."""
+"""Link targets resolved through redirects, article by article, against the title map loaded once per worker
+process: the article text stays in the worker that converted it (read back from the staged rows where they lie)."""
 
 from __future__ import annotations
 
@@ -7,60 +8,70 @@ from typing import Any
 
 import apache_beam as beam
 
-from artifacts.counters import declare, processed
-from transforms.dead_letters import count
+from artifacts.counters import declare, dropped, processed
+from artifacts.title_map import TitleMap
+from transforms.dead_letters import count, dead_letter
+from transforms.per_worker import PerProcess
+from transforms.redirects import DUPLICATE_PAGE_IDS, DUPLICATE_TITLES
 
 COUNTERS = declare(
+    processed("articles", "articles written"),
+    processed("links", "entity links in the articles"),
     processed("links_via_redirect", "links resolved through a redirect"),
     processed("red_links", "links to titles that are not articles of the dump"),
+    processed("articles_with_qid", "articles with a Wikidata QID"),
+    dropped("duplicate_page_ids", "article pages whose id another page has (of one id the smallest title is kept)",
+            dead_lettered=True),
+    dropped("duplicate_titles", "article pages whose title another page has (of one title the smallest id is kept)",
+            dead_lettered=True),
 )
 
 
-def explode_links(article: dict[str, Any]) -> Iterator[tuple[str, tuple[int, int]]]:
-    """(target, (page_id, link index)) for every link of an article."""
-    for index, link in enumerate(article["links"]):
-        yield link["target"], (article["page_id"], index)
+def resolve_links(links: list[dict[str, Any]], titles: TitleMap) -> tuple[list[dict[str, Any]], int, int]:
+    """(the links with their resolved targets, how many went through a redirect, how many are red links).
+
+    Links whose final target is no article of the dump are kept (the dictionary stage decides; a partial dump has
+    most targets elsewhere)."""
+    resolved, via, red = [], 0, 0
+    for link in links:
+        resolution = titles.resolve(link["target"])
+        via += resolution.via_redirect
+        red += resolution.red
+        resolved.append({**link, "target": resolution.target})
+    return resolved, via, red
 
 
-def resolve_target(target: str, joined: dict[str, list[Any]]) -> Iterator[tuple[int, tuple[int, str]]]:
-    """Where links to ``target`` go: the article itself, or the final target of its redirect.
-
-    Links whose final target is no article of the dump are red links: counted, and kept (the dictionary stage
-    decides; a partial dump has most targets elsewhere).
-    """
-    refs = joined["refs"]
-    if joined["articles"]:
-        resolved, red = target, False
-    elif joined["redirects"]:
-        redirect = joined["redirects"][0]
-        resolved, red = redirect["target"], not redirect["target_exists"]
-        count("links_via_redirect", len(refs))
-    else:
-        resolved, red = target, True
+def final_article(raw: dict[str, Any], titles: TitleMap) -> Iterator[Any]:
+    """The articles/ row of a staged article page (links resolved, QID attached); a duplicate page (see the title
+    map) is dead-lettered instead."""
+    duplicate = titles.dropped_as(raw["position"])
+    where = {"page_id": raw["page_id"], "title": raw["title"], "source": raw["position"]}
+    if duplicate == DUPLICATE_PAGE_IDS:
+        yield dead_letter("duplicate_page_ids", "another page has this id (of one id, the smallest title is kept)",
+                          **where)
+        return
+    if duplicate == DUPLICATE_TITLES:
+        yield dead_letter("duplicate_titles", "another page has this title (of one title, the smallest page id is "
+                          "kept)", **where)
+        return
+    links, via, red = resolve_links(raw["links"], titles)
+    qid = titles.qid(raw["title"])
+    count("articles")
+    count("links", len(links))
+    if via:
+        count("links_via_redirect", via)
     if red:
-        count("red_links", len(refs))
-    for page_id, index in refs:
-        yield page_id, (index, resolved)
+        count("red_links", red)
+    if qid is not None:
+        count("articles_with_qid")
+    yield {"page_id": raw["page_id"], "title": raw["title"], "text": raw["text"], "links": links, "qid": qid}
 
 
-def apply_resolution(article: dict[str, Any], resolved: list[tuple[int, str]]) -> dict[str, Any]:
-    """The article with each link's target replaced by its resolved target (links keep their order)."""
-    targets = dict(resolved)
-    links = [{**link, "target": targets.get(index, link["target"])} for index, link in enumerate(article["links"])]
-    return {**article, "links": links}
+class ResolveArticles(beam.DoFn):
+    """Staged article rows -> articles/ rows, against the title map whose directory is the side input."""
 
+    def __init__(self) -> None:
+        self._maps = PerProcess(TitleMap.load)
 
-class ResolveLinks(beam.PTransform):
-    """Articles + resolved redirects -> (page_id, [(link index, resolved target)]) per page with links."""
-
-    def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection:
-        articles, redirects = inputs["articles"], inputs["redirects"]
-        return (
-            {
-                "refs": articles | "ExplodeLinks" >> beam.FlatMap(explode_links),
-                "articles": articles | "KeyArticleTitles" >> beam.Map(lambda article: (article["title"], None)),
-                "redirects": redirects | "KeyRedirectTitles" >> beam.Map(lambda row: (row["title"], row)),
-            }
-            | "JoinLinkTargets" >> beam.CoGroupByKey()
-            | "ResolveTargets" >> beam.FlatMapTuple(resolve_target)
-        )
+    def process(self, raw: dict[str, Any], title_map: str) -> Iterator[Any]:
+        yield from final_article(raw, self._maps.get(title_map))

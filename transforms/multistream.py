@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bz2
 import io
+from array import array
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,12 +34,17 @@ _LAST_RANGE_LIMIT = 64 << 20
 
 @dataclass(frozen=True)
 class StreamRange:
-    """One bz2 stream of a multistream dump: bytes [start, end) (end None: to the end of the file)."""
+    """One bz2 stream of a multistream dump: bytes [start, end) (end None: to the end of the file), and the ids of
+    the pages the index lists in it, packed (240K ranges of English Wikipedia travel through one shuffle)."""
 
     path: str
     start: int
     end: int | None
-    page_ids: tuple[int, ...]
+    packed_ids: bytes
+
+    @property
+    def page_ids(self) -> tuple[int, ...]:
+        return tuple(array("q", self.packed_ids))
 
 
 def find_multistream_index(dump_path: str) -> str | None:
@@ -68,9 +74,8 @@ def looks_multistream(path: str) -> bool:
     return path.endswith(".bz2") and ("multistream" in path.rsplit("/", 1)[-1] or has_several_bz2_streams(path))
 
 
-def read_stream_ranges(dump_path: str, index_path: str) -> list[StreamRange]:
-    """The page streams of a multistream dump, from its index of 'offset:page_id:title' lines."""
-    ids_by_offset: dict[int, list[int]] = {}
+def iter_index_entries(index_path: str) -> Iterator[tuple[int, int]]:
+    """(stream offset, page id) of every line of a multistream index ('offset:page_id:title'), streaming."""
     with open_xml(index_path) as stream:
         try:
             for number, line in enumerate(io.TextIOWrapper(stream, encoding="utf-8"), start=1):
@@ -79,15 +84,30 @@ def read_stream_ranges(dump_path: str, index_path: str) -> list[StreamRange]:
                 parts = line.rstrip("\n").split(":", 2)
                 if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
                     raise InputError(f"{index_path}: line {number} is not 'offset:page_id:title'")
-                ids_by_offset.setdefault(int(parts[0]), []).append(int(parts[1]))
+                yield int(parts[0]), int(parts[1])
         except ARCHIVE_ERRORS as error:
             raise InputError(f"{index_path}: truncated or corrupt archive: {first_line(error)}") from error
+
+
+def index_page_count(index_path: str) -> int:
+    """How many pages a multistream index lists (the whole index is checked; nothing is kept)."""
+    count = sum(1 for _ in iter_index_entries(index_path))
+    if not count:
+        raise InputError(f"{index_path}: the multistream index lists no pages")
+    return count
+
+
+def read_stream_ranges(dump_path: str, index_path: str) -> list[StreamRange]:
+    """The page streams of a multistream dump, from its index (read where the streams are read: in a worker)."""
+    ids_by_offset: dict[int, array] = {}
+    for offset, page_id in iter_index_entries(index_path):
+        ids_by_offset.setdefault(offset, array("q")).append(page_id)
     offsets = sorted(ids_by_offset)
     if not offsets:
         raise InputError(f"{index_path}: the multistream index lists no pages")
     ends: list[int | None] = [*offsets[1:], None]
-    return [StreamRange(dump_path, start, end, tuple(ids_by_offset[start])) for start, end in zip(offsets, ends,
-                                                                                                   strict=True)]
+    return [StreamRange(dump_path, start, end, ids_by_offset[start].tobytes())
+            for start, end in zip(offsets, ends, strict=True)]
 
 
 def decompress_range(stream: StreamRange) -> bytes:
@@ -120,7 +140,8 @@ def decompress_range(stream: StreamRange) -> bytes:
 def iter_stream_pages(stream: StreamRange, siteinfo: SiteInfo) -> Iterator[RawPage | PageProblem]:
     """The pages of one multistream stream, checked against the page ids the index lists for it."""
     source = f"{stream.path}@{stream.start}"
-    pages = [page_from_fragment(fragment, siteinfo, source) for fragment in page_fragments(decompress_range(stream))]
+    pages = [page_from_fragment(fragment, siteinfo, source, ordinal)
+             for ordinal, fragment in enumerate(page_fragments(decompress_range(stream)))]
     found = tuple(page.page_id for page in pages if page.page_id is not None)
     # A page whose id cannot be read still counts as one page; every id that can be read must be the index's.
     if len(pages) != len(stream.page_ids) or Counter(found) - Counter(stream.page_ids):

@@ -1,4 +1,7 @@
-"""parse: dump pages (+ optional SQL tables) -> articles with resolved links, redirects and dead letters."""
+"""parse: dump pages (+ optional SQL tables) -> articles with resolved links, redirects and dead letters, in two
+passes: ``ConvertPages`` converts each page in the worker that read it (staged article rows and title records),
+then ``ResolveStagedArticles`` builds the title map once from the records and resolves every staged article's
+links against it where the article lies. Article text never goes through a shuffle."""
 
 from __future__ import annotations
 
@@ -7,19 +10,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import apache_beam as beam
+import pyarrow as pa
+import pyarrow.compute as pc
 
+from artifacts import fs, schemas, tables
 from artifacts.counters import declare, dropped, error, processed
+from artifacts.title_map import write_title_map
 from transforms import dump_io, link_resolution, redirects
-from transforms.dead_letters import count, dead_letter
+from transforms.dead_letters import DEAD_LETTER_TAG, count, dead_letter
 from transforms.dump_io import ReadDumpPages, ReadSqlRows
 from transforms.dump_reader import RawPage, SiteInfo
-from transforms.link_resolution import ResolveLinks, apply_resolution
+from transforms.link_resolution import ResolveArticles
 from transforms.namespaces import ARTICLE
-from transforms.redirects import ResolveRedirects
+from transforms.redirects import TitleRecords, build_title_map
 from transforms.titles import normalize_title
 from transforms.wikitext import WikitextError, WikitextOptions, redirect_target_from_text, wikitext_to_text
 
-REDIRECT_TAG = "redirect"
+RECORD_TAG = "record"
+# Title record kinds (schemas.TITLE_RECORDS): what the title map is built from.
+ARTICLE_RECORD, REDIRECT_RECORD, PAGE_RECORD = "article", "redirect", "page"
+SQL_REDIRECT_RECORD, QID_RECORD = "sql_redirect", "qid"
 
 _OWN_COUNTERS = declare(
     dropped("non_article_pages", "pages outside the article namespace"),
@@ -27,13 +37,7 @@ _OWN_COUNTERS = declare(
     error("bad_redirects", "redirect pages without a target"),
     error("parser_errors", "pages the wikitext parser could not convert"),
     dropped("empty_articles", "articles with no text left after markup removal", dead_lettered=True),
-    processed("articles", "articles written"),
-    processed("links", "entity links in the articles"),
-    dropped("duplicate_page_ids", "pages whose id was seen before (the latest revision is kept)"),
-    processed("articles_with_qid", "articles with a Wikidata QID"),
     dropped("sql_redirects_skipped", "SQL redirect rows outside the article namespace or to other wikis"),
-    dropped("sql_redirects_unknown_source", "SQL redirect rows whose source page is unknown"),
-    processed("sql_redirects", "redirects taken from the SQL dump"),
 )
 # Every counter of the parse stage: its own and those of the readers and resolvers it composes.
 COUNTERS = declare(*_OWN_COUNTERS.values(), *dump_io.COUNTERS.values(), *redirects.COUNTERS.values(),
@@ -60,18 +64,29 @@ class ParseConfig:
             raise ValueError(f"{len(self.dump_indexes)} multistream indexes for {len(self.dumps)} dumps")
 
 
-def classify_page(page: RawPage, siteinfo: SiteInfo, options: WikitextOptions) -> Iterator[Any]:
-    """One dump page -> an article dict, a tagged (title, target) redirect pair, a dead letter, or nothing counted."""
+def title_record(kind: str, title: str | None = None, page_id: int | None = None, target: str | None = None,
+                 position: str | None = None) -> dict[str, Any]:
+    """A row of schemas.TITLE_RECORDS."""
+    return {"kind": kind, "position": position, "title": title, "page_id": page_id, "target": target}
+
+
+def classify_page(page: RawPage, siteinfo: SiteInfo, options: WikitextOptions,
+                  page_titles: bool = False) -> Iterator[Any]:
+    """One dump page -> a staged article row (links not yet resolved) and its title record, a redirect's title
+    record, a dead letter, or nothing counted. ``page_titles``: also a title record of every page (SQL redirect
+    rows name their source by page id)."""
+    title = normalize_title(page.title)
+    if page_titles:
+        yield beam.pvalue.TaggedOutput(RECORD_TAG, title_record(PAGE_RECORD, title, page.page_id))
     if page.namespace != ARTICLE:
         count("non_article_pages")
         return
-    title = normalize_title(page.title)
     raw_target = page.redirect if page.redirect is not None else redirect_target_from_text(page.text)
     if raw_target is not None:
         count("redirect_pages")
         target = normalize_title(raw_target.split("#", 1)[0])
         if target:
-            yield beam.pvalue.TaggedOutput(REDIRECT_TAG, (title, target))
+            yield beam.pvalue.TaggedOutput(RECORD_TAG, title_record(REDIRECT_RECORD, title, target=target))
         else:
             yield dead_letter("bad_redirects", "redirect without a target", page_id=page.page_id, title=title)
         return
@@ -83,71 +98,50 @@ def classify_page(page: RawPage, siteinfo: SiteInfo, options: WikitextOptions) -
     if not parsed.text.strip():
         yield dead_letter("empty_articles", "no text left after markup removal", page_id=page.page_id, title=title)
         return
-    count("articles")
-    count("links", len(parsed.links))
+    yield beam.pvalue.TaggedOutput(RECORD_TAG, title_record(ARTICLE_RECORD, title, page.page_id,
+                                                            position=page.position))
     yield {
         "page_id": page.page_id,
         "title": title,
         "text": parsed.text,
         "links": [{"start": link.start, "end": link.end, "target": link.target, "trail": link.trail}
                   for link in parsed.links],
+        "qid": None,
+        "position": page.position,
     }
 
 
-def assemble_article(page_id: int, joined: dict[str, list[Any]]) -> Iterator[dict[str, Any]]:
-    """The final article row: resolved links and the page's Wikidata QID (if the page_props dump had one)."""
-    articles = sorted(joined["article"], key=lambda article: article["title"])
-    if not articles:
-        return  # page_props / links of a page that is not an article of this dump
-    if len(articles) > 1:
-        count("duplicate_page_ids", len(articles) - 1)
-    qids = sorted(joined["qid"])
-    if qids:
-        count("articles_with_qid")
-    yield {**apply_resolution(articles[0], list(joined["links"])), "qid": qids[0] if qids else None}
-
-
-def sql_redirect_pair(row: dict[str, Any]) -> Iterator[tuple[int, str]]:
-    """(rd_from page id, normalized target) for an article-namespace, same-wiki row of the redirect table."""
+def sql_redirect_record(row: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The title record of an article-namespace, same-wiki row of the redirect table (rd_from page id, target)."""
     if int(row.get("rd_namespace") or 0) != ARTICLE or (row.get("rd_interwiki") or ""):
         count("sql_redirects_skipped")
         return
     target = normalize_title(str(row["rd_title"]))
     if target:
-        yield int(row["rd_from"]), target
+        yield title_record(SQL_REDIRECT_RECORD, page_id=int(row["rd_from"]), target=target)
 
 
-def page_title_pair(row: dict[str, Any]) -> Iterator[tuple[int, str]]:
-    """(page id, title) from a row of the page table, article namespace only."""
+def page_title_record(row: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The title record (page id, title) of a row of the page table, article namespace only."""
     if int(row.get("page_namespace") or 0) == ARTICLE:
-        yield int(row["page_id"]), normalize_title(str(row["page_title"]))
+        yield title_record(PAGE_RECORD, normalize_title(str(row["page_title"])), int(row["page_id"]))
 
 
-def qid_pair(row: dict[str, Any]) -> Iterator[tuple[int, str]]:
-    """(page id, QID) from a ``wikibase_item`` row of the page_props table."""
+def qid_record(row: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The title record (page id, QID) of a ``wikibase_item`` row of the page_props table."""
     if row.get("pp_propname") == "wikibase_item" and row.get("pp_value"):
-        yield int(row["pp_page"]), str(row["pp_value"])
+        yield title_record(QID_RECORD, page_id=int(row["pp_page"]), target=str(row["pp_value"]))
 
 
-def name_redirect_sources(page_id: int, joined: dict[str, list[Any]]) -> Iterator[tuple[str, str]]:
-    """Redirect-table rows named by their source page title (from the page table or the dump)."""
-    titles = sorted(set(joined["title"]))
-    if not titles:
-        count("sql_redirects_unknown_source", len(joined["target"]))
-        return
-    for target in joined["target"]:
-        count("sql_redirects")
-        yield titles[0], target
+SQL_TABLES = (("redirects_sql", "redirect", sql_redirect_record), ("page_sql", "page", page_title_record),
+              ("page_props_sql", "page_props", qid_record))
 
 
-def redirect_row(row: dict[str, Any]) -> dict[str, Any]:
-    """A resolved redirect as a row of redirects/ (without ``target_exists``)."""
-    return {"title": row["title"], "target": row["target"]}
+class ConvertPages(beam.PTransform):
+    """Pass 1 of parse. Dump pages (+ optional SQL tables) -> ``articles`` (staged article rows, links not yet
+    resolved), ``records`` (title records by source: ``dump`` and one per SQL table given) and ``dead_letters``.
 
-
-class ParseDump(beam.PTransform):
-    """Dump pages (+ optional SQL tables) -> {"articles", "redirects", "dead_letters"}.
-
+    Pages are converted in the worker that read them; nothing of them but titles and ids leaves it.
     ``index_paths``: the multistream index of each dump that has one (read by streams, in parallel);
     ``progress``: a pass-through step given the page total, when known.
     """
@@ -160,45 +154,81 @@ class ParseDump(beam.PTransform):
         self._index_paths = index_paths
         self._progress = progress
 
-    def expand(self, pipeline: beam.Pipeline) -> dict[str, beam.PCollection]:
+    def expand(self, pipeline: beam.Pipeline) -> dict[str, Any]:
         config = self._config
         read = pipeline | "ReadDumpPages" >> ReadDumpPages(
             list(config.dumps), self._siteinfo, self._index_paths, config.skip_bad_streams, self._progress)
         classified = read["pages"] | "ClassifyAndConvertPages" >> beam.FlatMap(
-            classify_page, self._siteinfo, config.wikitext).with_outputs(REDIRECT_TAG, "dead_letter", main="articles")
-        articles = classified.articles
-        pairs = classified[REDIRECT_TAG]
-        if config.redirects_sql:
-            pairs = (pairs, self._sql_redirect_pairs(pipeline, read["pages"])) | "AllRedirectPairs" >> beam.Flatten()
-        titles = articles | "ArticleTitles" >> beam.Map(lambda article: article["title"])
-        resolved = {"pairs": pairs, "article_titles": titles} | "ResolveRedirects" >> ResolveRedirects()
-        links = {"articles": articles, "redirects": resolved["redirects"]} | "ResolveLinks" >> ResolveLinks()
-        joined = {
-            "article": articles | "KeyArticlesById" >> beam.Map(lambda article: (article["page_id"], article)),
-            "links": links,
-            "qid": self._qids(pipeline),
-        }
-        final = joined | "JoinArticleParts" >> beam.CoGroupByKey() | "AssembleArticles" >> beam.FlatMapTuple(
-            assemble_article)
-        redirect_rows = resolved["redirects"] | "RedirectRows" >> beam.Map(redirect_row)
-        dead_letters = (read["dead_letters"], classified.dead_letter, resolved["dead_letters"]) | (
-            "AllDeadLetters" >> beam.Flatten())
-        return {"articles": final, "redirects": redirect_rows, "dead_letters": dead_letters}
+            classify_page, self._siteinfo, config.wikitext, bool(config.redirects_sql)).with_outputs(
+            RECORD_TAG, DEAD_LETTER_TAG, main="articles")
+        records = {"dump": classified[RECORD_TAG]}
+        for option, table, to_record in SQL_TABLES:
+            paths = getattr(config, option)
+            if paths:
+                records[table] = (pipeline | f"Read{table}Table" >> ReadSqlRows(list(paths), table)
+                                  | f"{table}Records" >> beam.FlatMap(to_record))
+        dead_letters = (read["dead_letters"], classified[DEAD_LETTER_TAG]) | "AllDeadLetters" >> beam.Flatten()
+        return {"articles": classified.articles, "records": records, "dead_letters": dead_letters}
 
-    def _sql_redirect_pairs(self, pipeline: beam.Pipeline, pages: beam.PCollection) -> beam.PCollection:
-        config = self._config
-        targets = (pipeline | "ReadRedirectTable" >> ReadSqlRows(list(config.redirects_sql), "redirect")
-                   | "RedirectRowPairs" >> beam.FlatMap(sql_redirect_pair))
-        dump_titles = pages | "DumpPageTitles" >> beam.Map(lambda page: (page.page_id, normalize_title(page.title)))
-        if config.page_sql:
-            sql_titles = (pipeline | "ReadPageTable" >> ReadSqlRows(list(config.page_sql), "page")
-                          | "PageTitlePairs" >> beam.FlatMap(page_title_pair))
-            dump_titles = (dump_titles, sql_titles) | "AllPageTitles" >> beam.Flatten()
-        return ({"title": dump_titles, "target": targets} | "JoinRedirectSources" >> beam.CoGroupByKey()
-                | "NameRedirectSources" >> beam.FlatMapTuple(name_redirect_sources))
 
-    def _qids(self, pipeline: beam.Pipeline) -> beam.PCollection:
-        if not self._config.page_props_sql:
-            return pipeline | "NoPageProps" >> beam.Create([])
-        return (pipeline | "ReadPagePropsTable" >> ReadSqlRows(list(self._config.page_props_sql), "page_props")
-                | "QidPairs" >> beam.FlatMap(qid_pair))
+def read_records(records_dir: str) -> TitleRecords:
+    """Every title record written under ``records_dir``, by kind."""
+    files = fs.list_files(records_dir, "*.parquet")
+    table = pa.concat_tables([tables.read_file(path) for path in files]) if files else \
+        schemas.TITLE_RECORDS.empty_table()
+
+    def of_kind(kind: str, columns: dict[str, str]) -> pa.Table:
+        chosen = table.filter(pc.equal(table.column("kind"), kind)).select(list(columns))
+        return chosen.rename_columns(list(columns.values()))
+
+    return TitleRecords(
+        articles=of_kind(ARTICLE_RECORD, {"position": "position", "title": "title", "page_id": "page_id"}),
+        redirects=of_kind(REDIRECT_RECORD, {"title": "title", "target": "target"}),
+        pages=of_kind(PAGE_RECORD, {"page_id": "page_id", "title": "title"}),
+        sql_redirects=of_kind(SQL_REDIRECT_RECORD, {"page_id": "page_id", "target": "target"}),
+        qids=of_kind(QID_RECORD, {"page_id": "page_id", "target": "qid"}))
+
+
+def build_title_map_once(_: Any, records_dir: str, map_dir: str, redirects_file: str) -> Iterator[Any]:
+    """The title map built from the records (in one worker), written under ``map_dir``; the resolved redirects
+    written to ``redirects_file``; the cycles dead-lettered. Yields ``map_dir`` once everything is written."""
+    build = build_title_map(read_records(records_dir))
+    write_title_map(map_dir, build.trie, build.arrays, build.dropped)
+    tables.write_file(redirects_file, build.redirects, schemas.REDIRECTS)
+    counts = build.counts  # counted only when not 0, as counters counted element by element
+    if counts.redirects_resolved:
+        count("redirects_resolved", counts.redirects_resolved)
+    if counts.redirects_to_missing_articles:
+        count("redirects_to_missing_articles", counts.redirects_to_missing_articles)
+    if counts.sql_redirects:
+        count("sql_redirects", counts.sql_redirects)
+    if counts.sql_redirects_unknown_source:
+        count("sql_redirects_unknown_source", counts.sql_redirects_unknown_source)
+    for title, target in build.cycles:
+        yield dead_letter("redirect_cycles", "redirect chain loops or is longer than 64 hops", title=title,
+                          target=target)
+    yield map_dir
+
+
+class ResolveStagedArticles(beam.PTransform):
+    """Pass 2 of parse. The title map built once from the title records under ``records_dir`` (the resolved
+    redirects written to ``redirects_file`` on the way), then every staged article (``staged``: a file pattern)
+    read where it lies and its links resolved against the map -> ``articles`` and ``dead_letters``."""
+
+    def __init__(self, staged: str, records_dir: str, map_dir: str, redirects_file: str,
+                 progress: beam.PTransform | None = None) -> None:
+        super().__init__()
+        self._staged, self._records_dir, self._map_dir = staged, records_dir, map_dir
+        self._redirects_file, self._progress = redirects_file, progress
+
+    def expand(self, pipeline: beam.Pipeline) -> dict[str, beam.PCollection]:
+        built = (pipeline | "Once" >> beam.Create([None])
+                 | "BuildTitleMap" >> beam.FlatMap(build_title_map_once, self._records_dir, self._map_dir,
+                                                   self._redirects_file).with_outputs(DEAD_LETTER_TAG, main="map"))
+        staged = pipeline | "ReadStagedArticles" >> beam.io.ReadFromParquet(self._staged)
+        if self._progress is not None:
+            staged = staged | "Progress" >> self._progress
+        resolved = staged | "ResolveLinks" >> beam.ParDo(
+            ResolveArticles(), beam.pvalue.AsSingleton(built.map)).with_outputs(DEAD_LETTER_TAG, main="articles")
+        dead_letters = (built[DEAD_LETTER_TAG], resolved[DEAD_LETTER_TAG]) | "AllDeadLetters" >> beam.Flatten()
+        return {"articles": resolved.articles, "dead_letters": dead_letters}

@@ -4,7 +4,7 @@ threshold table. Their path is all that travels with the DoFn; local files are m
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from apache_beam.utils.shared import Shared
 
@@ -19,13 +19,18 @@ class _Held(Generic[T]):
 
 
 class PerProcess(Generic[T]):
-    """``load(path)``, called at most once per worker process (and again only for another path).
-
-    Keep what ``get`` returns in the DoFn (``setup``): Shared frees the object once nothing refers to it."""
+    """``load(path)``, called at most once per worker process (and again only for another path); the object
+    stays loaded while the DoFn holding this lives."""
 
     def __init__(self, load: Callable[[str], T]) -> None:
         self._load = load
         self._shared = Shared()
+        self._held: _Held[T] | None = None
 
     def get(self, path: str) -> T:
-        return self._shared.acquire(lambda: _Held(self._load(path)), tag=path).value
+        held = self._shared.acquire(lambda: _Held(self._load(path)), tag=path)
+        self._held = held  # Shared refers to it weakly: this reference keeps it loaded between elements
+        return held.value
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_held": None}  # the loaded object never travels with the DoFn
