@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from artifacts.title_map import Resolution, TitleMap, write_title_map
-from tests.remote_fs import remote
+from tests.builders import mirrored
 from transforms.link_resolution import final_article, resolve_links
 from transforms.redirects import TitleRecords, build_title_map, jump
 
@@ -123,10 +123,10 @@ def test_a_duplicate_page_is_dead_lettered_not_written(tmp_path: Path):
 
 def test_a_remote_title_map_is_read_through_copies_that_are_removed(tmp_path: Path, monkeypatch):
     build = build_title_map(records([("Article", 1)], [("A", "Article")]))
-    write_title_map(remote(tmp_path / "map"), build.trie, build.arrays, build.dropped)
+    write_title_map(mirrored(tmp_path / "map"), build.trie, build.arrays, build.dropped)
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    titles = TitleMap.load(remote(tmp_path / "map"))
+    titles = TitleMap.load(mirrored(tmp_path / "map"))
     assert titles.resolve("A").target == "Article" and len(titles) == 2
     assert list(scratch.iterdir()) == []  # each copy removed once mapped

@@ -40,7 +40,6 @@ from artifacts.faiss.info import IndexInfo, load_index_info
 from artifacts.faiss.search import DEFAULT_EF_SEARCH, DEFAULT_NPROBE, PassageLookup, ShardedIndex, merge_top_k
 from artifacts.faiss.storage import (
     DamagedIndexError,
-    download,
     read_index,
     read_npy,
     upload,
@@ -60,7 +59,7 @@ from artifacts.faiss.vectors import (
 __all__ = [
     "ADD_CHUNK", "DEFAULT_EF_SEARCH", "DEFAULT_NPROBE", "EMBEDDINGS_DIR", "INDEX_JSON", "MAX_TRAIN_SAMPLE",
     "TRAINED_NAME", "TRAIN_SAMPLE_DIR", "DamagedIndexError", "IndexInfo", "MemoryEstimate", "PassageLookup",
-    "ShardedIndex", "add_batches", "build_shard", "check_factory", "default_factory", "download",
+    "ShardedIndex", "add_batches", "build_shard", "check_factory", "default_factory",
     "embedding_schema", "embedding_table", "gpu_count", "iter_parquet_batches", "ivf_lists", "load_index_info",
     "memory_estimate", "merge_top_k", "needs_training", "new_index", "read_index", "read_npy", "read_train_sample",
     "shard_embedding_files", "shard_name", "table_vectors", "train_index", "train_sample_schema",

@@ -39,11 +39,7 @@ def read_index(path: str, mmap: bool = True):
     index is read (a mapping stays valid after its file is unlinked, on POSIX), so nothing is left behind."""
     if not fs.exists(path):
         raise MissingIndexFileError(path)
-    if "://" not in path:
-        return _read_local_index(path, path, mmap)
-    with tempfile.TemporaryDirectory(prefix="kpr-index-") as local:
-        local_path = os.path.join(local, os.path.basename(path))
-        download(path, local_path)
+    with fs.local_copy(path) as local_path:
         return _read_local_index(local_path, path, mmap)
 
 
@@ -81,12 +77,6 @@ def _faiss_reason(error: RuntimeError) -> str:
 def upload(local_path: str, path: str) -> None:
     with open(local_path, "rb") as source, FileSystems.create(
             path, compression_type=CompressionTypes.UNCOMPRESSED) as target:
-        shutil.copyfileobj(source, target, 1 << 22)
-
-
-def download(path: str, local_path: str) -> None:
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as source, \
-            open(local_path, "wb") as target:
         shutil.copyfileobj(source, target, 1 << 22)
 
 
