@@ -49,6 +49,12 @@ def read_file(path: str, columns: list[str] | None = None) -> pa.Table:
         return pq.read_table(handle, columns=columns)
 
 
+def write_file(path: str, table: pa.Table, codec: str = "zstd") -> None:
+    """Write ``table`` as one Parquet file at ``path`` (any filesystem)."""
+    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        pq.write_table(table, handle, compression=codec)
+
+
 def read_table(output: str, name: str, columns: list[str] | None = None) -> pa.Table:
     """All rows of artifact ``name`` as one table (only for small artifacts or tests)."""
     tables = [read_file(path, columns) for path in parquet_files(output, name)]

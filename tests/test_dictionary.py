@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 
 import marisa_trie
+import numpy as np
+import pyarrow as pa
 import pytest
 
 from artifacts import tables
@@ -16,7 +18,8 @@ from artifacts.run import manifest
 from pipelines.cli import main
 from tests.builders import article, write_parsed
 from tests.conftest import DIRECT, MINI, MULTI_PROCESS, PASSAGES, copy_stages
-from transforms.dictionary import DictionaryConfig, anchor_pairs, name_rows
+from transforms.dictionary import DictionaryConfig, anchor_names
+from transforms.dictionary_tables import NAME_CANDIDATES, score_names
 
 RULES = NameRules()
 
@@ -36,22 +39,34 @@ def test_title_names_and_case_folding():
     assert fold_case("İstanbul Straße") == "İstanbul straße"  # length kept: offsets stay valid
 
 
-def test_anchor_pairs_count_titles_and_skip_bad_names():
+def test_anchor_names_count_titles_and_skip_bad_names():
     row = article(7, "Foo (bar)", "Go to Baz now", [("Baz", "Baz")])
     row["links"].append({"start": 0, "end": 0, "target": "Empty"})
-    pairs = list(anchor_pairs(row, RULES))
-    assert [pair for pair in pairs if isinstance(pair, tuple)] == [(("baz", "Baz"), 1), (("foo", "Foo (bar)"), 1)]
+    pairs = list(anchor_names(row, RULES))
+    assert [pair for pair in pairs if isinstance(pair, tuple)] == [("baz", "Baz"), ("foo", "Foo (bar)")]
     dead = [pair for pair in pairs if not isinstance(pair, tuple)]
     assert len(dead) == 1 and dead[0].value["kind"] == "empty_names"
 
 
-def test_name_rows_scores_and_filters():
-    rows = list(name_rows("mercury", {"candidates": [(1, 3), (2, 1)], "docs": [4]},
-                          DictionaryConfig(min_link_prob=0.05, min_commonness=0.3, min_link_count=1)))
+def scored(candidates: list[tuple[str, int, int]], docs: list[int], config: DictionaryConfig):
+    table = pa.Table.from_pylist([dict(zip(NAME_CANDIDATES.names, row, strict=True)) for row in candidates],
+                                 schema=NAME_CANDIDATES)
+    rows, drops = score_names(table, np.array(docs), config.thresholds)
+    return rows.to_pylist(), drops
+
+
+def test_score_names_scores_and_filters():
+    config = DictionaryConfig(min_link_prob=0.05, min_commonness=0.3, min_link_count=2)
+    rows, drops = scored([("mercury", 2, 1), ("rare", 5, 1), ("mercury", 1, 3), ("venus", 3, 1), ("venus", 4, 9)],
+                         [4, 100, 4, 0, 0], config)
     assert rows == [{"name": "mercury", "entity_id": 1, "link_count": 3, "total_link_count": 4, "doc_count": 4,
-                     "link_prob": 1.0, "commonness": 0.75}]
-    assert list(name_rows("rare", {"candidates": [(5, 1)], "docs": [100]},
-                          DictionaryConfig(min_link_prob=0.05, min_commonness=0.3, min_link_count=1))) == []
+                     "link_prob": 1.0, "commonness": 0.75},
+                    {"name": "venus", "entity_id": 4, "link_count": 9, "total_link_count": 10, "doc_count": 1,
+                     "link_prob": 1.0, "commonness": 0.8999999761581421}]  # float32; no paragraph counts as one
+    # "rare": 1 link in 100 paragraphs; mercury -> 2 and venus -> 3: a quarter and a tenth of their name's links
+    assert (drops.names_below_min_link_prob, drops.pairs_below_min_commonness,
+            drops.pairs_below_min_link_count) == (1, 2, 0)
+    assert scored([("venus", 3, 1), ("venus", 4, 2)], [3, 3], config)[1].pairs_below_min_link_count == 1
 
 
 def test_find_names_on_token_boundaries():
