@@ -11,7 +11,15 @@ from artifacts import fs, layout, schemas, tables
 from artifacts.errors import InputError
 from pipelines.stage import StageContext, run_beam
 from transforms.dead_letters import WriteDeadLetters
-from transforms.dictionary import COUNTERS, DOC_UNITS, BuildDictionary, DictionaryConfig, WriteLinker, buckets_for
+from transforms.dictionary import (
+    COUNTERS,
+    DOC_UNITS,
+    BuildDictionary,
+    DictionaryConfig,
+    WriteLinker,
+    article_rows,
+    buckets_for,
+)
 
 WORK_DIR = "work"  # intermediate files under the stage's staging directory (removed when the stage commits)
 
@@ -61,8 +69,9 @@ class DictionaryStage:
             raise InputError(f"{ctx.output}/articles has no rows: run the parse stage on a dump with articles")
 
         def read_articles(columns: list[str], unit: str) -> beam.PTransform:
-            return beam.io.ReadFromParquet(tables.parquet_pattern(ctx.output, layout.ARTICLES), columns=columns) \
-                | ctx.progress(unit, article_count)
+            pattern = tables.parquet_pattern(ctx.output, layout.ARTICLES)
+            return beam.io.ReadFromParquetBatched(pattern, columns=columns) \
+                | "Rows" >> beam.FlatMap(article_rows) | ctx.progress(unit, article_count)
 
         def build(pipeline: beam.Pipeline) -> None:
             built = pipeline | "BuildDictionary" >> BuildDictionary(

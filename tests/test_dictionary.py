@@ -9,17 +9,30 @@ from pathlib import Path
 import marisa_trie
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from artifacts import tables
-from artifacts.linker import EntityLinker
+from artifacts.linker import LINKER_FILES, EntityLinker
 from artifacts.names import NameRules, find_names, fold_case, title_name
 from artifacts.run import manifest
+from artifacts.trie_map import build_trie_map
 from pipelines.cli import main
 from tests.builders import article, write_parsed
 from tests.conftest import DIRECT, MINI, MULTI_PROCESS, PASSAGES, copy_stages
+from transforms import dictionary
 from transforms.dictionary import DictionaryConfig, anchor_names
-from transforms.dictionary_tables import NAME_CANDIDATES, score_names
+from transforms.dictionary_tables import (
+    DOC_COUNTS,
+    NAME_CANDIDATES,
+    PAIRS,
+    TARGETS,
+    docs_of,
+    entity_candidates,
+    entity_table,
+    name_candidates,
+    score_names,
+)
 
 RULES = NameRules()
 
@@ -67,6 +80,52 @@ def test_score_names_scores_and_filters():
     assert (drops.names_below_min_link_prob, drops.pairs_below_min_commonness,
             drops.pairs_below_min_link_count) == (1, 2, 0)
     assert scored([("venus", 3, 1), ("venus", 4, 2)], [3, 3], config)[1].pairs_below_min_link_count == 1
+
+
+def targets_table(pages: list[tuple[str, int, str | None]], links: dict[str, int]) -> pa.Table:
+    rows = [{"title": title, "page_id": page_id, "qid": qid, "inbound": 0} for title, page_id, qid in pages]
+    rows += [{"title": title, "page_id": None, "qid": None, "inbound": inbound} for title, inbound in links.items()]
+    return pa.Table.from_pylist(rows, schema=TARGETS)
+
+
+def test_entity_candidates_and_keys():
+    """Pages without links are no entities; a title with two pages keeps the smaller page_id; red links count
+    unless included; two articles with one QID keep the smaller title; entity_id = kb trie id + 1."""
+    targets = targets_table([("Sun", 3, "Q525"), ("Sun", 2, None), ("Moon", 4, None), ("Sol", 5, "Q525"),
+                             ("Luna", 6, "")], {"Sun": 2, "Sol": 1, "Luna": 1, "Nowhere": 3, "Void": 1})
+    candidates, red = entity_candidates(targets, include_red_links=False)
+    assert candidates.to_pylist() == [
+        {"title": "Luna", "page_id": 6, "qid": "", "link_count": 1},
+        {"title": "Sol", "page_id": 5, "qid": "Q525", "link_count": 1},
+        {"title": "Sun", "page_id": 2, "qid": None, "link_count": 2}]
+    assert (red.targets, red.links) == (2, 4)
+    with_red, red = entity_candidates(targets, include_red_links=True)
+    assert (with_red.num_rows, red.targets) == (5, 0)
+    assert with_red.filter(pc.equal(with_red.column("title"), "Void")).to_pylist() == [
+        {"title": "Void", "page_id": None, "qid": None, "link_count": 1}]
+    duplicated = pa.concat_tables([candidates, pa.Table.from_pylist(
+        [{"title": "Helios", "page_id": 9, "qid": "Q525", "link_count": 7}], schema=candidates.schema)])
+    entities, duplicates = entity_table(duplicated)
+    kb = marisa_trie.Trie(["Luna", "Q525", "Sun"])
+    assert duplicates == 1  # Helios and Sol share Q525: Helios, the smaller title, stays
+    assert sorted(entities.to_pylist(), key=lambda row: row["title"]) == [
+        {"entity_id": kb["Q525"] + 1, "title": "Helios", "page_id": 9, "qid": "Q525", "link_count": 7},
+        {"entity_id": kb["Luna"] + 1, "title": "Luna", "page_id": 6, "qid": "", "link_count": 1},
+        {"entity_id": kb["Sun"] + 1, "title": "Sun", "page_id": 2, "qid": None, "link_count": 2}]
+
+
+def test_name_candidates_attach_entity_ids_by_target():
+    title_ids = build_trie_map(["Sun", "Moon"], np.array([7, 9], dtype=np.int32))
+    pairs = pa.Table.from_pylist([{"name": "sun", "target": "Sun", "count": 4},
+                                  {"name": "sun", "target": "Sunny", "count": 1},
+                                  {"name": "moon", "target": "Moon", "count": 2}], schema=PAIRS)
+    candidates, not_entities = name_candidates(pairs, title_ids)
+    assert candidates.to_pylist() == [{"name": "sun", "entity_id": 7, "link_count": 4},
+                                      {"name": "moon", "entity_id": 9, "link_count": 2}]
+    assert not_entities == 1
+    assert docs_of(np.array([5, 1, 3]), pa.Table.from_pylist(
+        [{"name_id": 3, "docs": 30}, {"name_id": 1, "docs": 10}], schema=DOC_COUNTS)).tolist() == [0, 10, 30]
+    assert docs_of(np.array([5]), None).tolist() == [0]
 
 
 def test_find_names_on_token_boundaries():
@@ -184,7 +243,9 @@ def test_gensim_hand_checked_names(gensim_dictionary):
         assert row["link_prob"] == pytest.approx(min(1.0, row["total_link_count"] / docs))
 
 
-def test_same_rows_with_two_worker_processes(gensim_dictionary, tmp_path):
+def test_same_rows_and_linker_with_two_worker_processes_and_more_buckets(gensim_dictionary, tmp_path, monkeypatch):
+    """Neither the worker count nor the bucket count (4 for the sample by default; 64 here) changes a result."""
+    monkeypatch.setattr(dictionary, "MIN_BUCKETS", 64)
     copy_stages(gensim_dictionary, tmp_path, ("parse",))
     run_dictionary(tmp_path, "--include-red-links", beam=MULTI_PROCESS)
     for name, key in (("entities", "entity_id"), ("dictionary/names", "name")):
@@ -192,6 +253,9 @@ def test_same_rows_with_two_worker_processes(gensim_dictionary, tmp_path):
         theirs = sorted(tables.read_table(str(gensim_dictionary), name).to_pylist(),
                         key=lambda row: (row[key], str(row)))
         assert ours == theirs
+    for name in LINKER_FILES:
+        linker = Path("dictionary", "linker", name)
+        assert (tmp_path / linker).read_bytes() == (gensim_dictionary / linker).read_bytes(), name
 
 
 @pytest.mark.usefixtures("shared_data")
