@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import apache_beam as beam
@@ -233,25 +233,17 @@ def bucket_file(directory: str, bucket: int) -> str:
 
 @dataclass(frozen=True)
 class WorkFiles:
-    """Where the stage's intermediate files go (under its staging directory, removed at commit)."""
+    """Where the stage's intermediate files go: one directory each under the stage's staging directory (removed
+    when the stage commits)."""
 
-    root: str
+    entity_candidates: str
+    title_ids: str
+    name_candidates: str
+    name_buckets: str
 
-    @property
-    def entity_candidates(self) -> str:
-        return fs.join(self.root, "entity_candidates")
-
-    @property
-    def title_ids(self) -> str:
-        return fs.join(self.root, "title_ids")
-
-    @property
-    def name_candidates(self) -> str:
-        return fs.join(self.root, "name_candidates")
-
-    @property
-    def name_buckets(self) -> str:
-        return fs.join(self.root, "name_buckets")
+    @classmethod
+    def under(cls, root: str) -> WorkFiles:
+        return cls(*(fs.join(root, field.name) for field in fields(cls)))
 
 
 def write_entity_candidates(bucket_targets: tuple[int, pa.Table], directory: str,
@@ -441,7 +433,7 @@ class BuildDictionary(beam.PTransform):
     def __init__(self, config: DictionaryConfig, read_articles: ReadArticles, work_dir: str, buckets: int) -> None:
         super().__init__()
         self._config, self._read, self._buckets = config, read_articles, buckets
-        self._work = WorkFiles(work_dir)
+        self._work = WorkFiles.under(work_dir)
 
     def expand(self, root: beam.pvalue.PBegin) -> dict[str, beam.PCollection]:
         config = self._config
