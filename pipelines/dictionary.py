@@ -17,9 +17,9 @@ from transforms.dictionary import (
     BuildDictionary,
     DictionaryConfig,
     WriteLinker,
-    article_rows,
     buckets_for,
 )
+from transforms.parquet_rows import ReadParquetRows
 
 WORK_DIR = "work"  # intermediate files under the stage's staging directory (removed when the stage commits)
 
@@ -68,10 +68,10 @@ class DictionaryStage:
         if article_count == 0:
             raise InputError(f"{ctx.output}/articles has no rows: run the parse stage on a dump with articles")
 
+        article_files = tables.parquet_files(ctx.output, layout.ARTICLES)
+
         def read_articles(columns: list[str], unit: str) -> beam.PTransform:
-            pattern = tables.parquet_pattern(ctx.output, layout.ARTICLES)
-            return beam.io.ReadFromParquetBatched(pattern, columns=columns) \
-                | "Rows" >> beam.FlatMap(article_rows) | ctx.progress(unit, article_count)
+            return ReadParquetRows(article_files, columns) | ctx.progress(unit, article_count)
 
         def build(pipeline: beam.Pipeline) -> None:
             built = pipeline | "BuildDictionary" >> BuildDictionary(

@@ -73,7 +73,6 @@ ARTICLES_PER_BUCKET, MIN_BUCKETS, MAX_BUCKETS = 25_000, 4, 256
 # Rows a worker gathers before summing them into per-bucket tables (pass 1), name occurrences (pass 2), and rows
 # per entity table sent to the writer.
 BATCH_ROWS, BATCH_NAME_IDS, OUTPUT_ROWS = 1 << 18, 1 << 20, 1 << 16
-ROW_BATCH = 64  # articles converted from Arrow to Python at a time
 PAIRS_TAG, TARGETS_TAG, TITLE_IDS_TAG = "pairs", "targets", "title_ids"
 
 COUNTERS = declare(
@@ -136,13 +135,6 @@ def buckets_for(articles: int) -> int:
     while buckets < MAX_BUCKETS and buckets * ARTICLES_PER_BUCKET < articles:
         buckets *= 2
     return buckets
-
-
-def article_rows(table: pa.Table, batch_rows: int = ROW_BATCH) -> Iterator[dict[str, Any]]:
-    """The rows of a table of articles (a Parquet row group) as dicts, converted a few at a time: Beam's
-    ReadFromParquet converts a whole row group (up to 64 MB of Arrow data) into Python objects at once."""
-    for batch in table.to_batches(max_chunksize=batch_rows):
-        yield from batch.to_pylist()
 
 
 # --- pass 1: links ------------------------------------------------------------------------------------------
