@@ -14,6 +14,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from transforms.arrow_combine import (
+    MAX_TABLES,
     ArrowTableCoder,
     SumTables,
     bucketed_sums,
@@ -85,13 +86,16 @@ def test_sum_tables_equals_a_dict_count_in_any_order_of_adds_and_merges(seed):
     assert keys == sorted(keys, key=lambda key: (key[0], key[1] is None, key[1] or ""))  # key order, nulls last
 
 
-def test_an_accumulator_stays_near_its_distinct_keys():
-    combine = SumTables(KEYS, VALUES, compact_rows=100)
+@pytest.mark.parametrize("compact_rows", [100, 10**9])
+def test_an_accumulator_stays_near_its_distinct_keys(compact_rows):
+    combine = SumTables(KEYS, VALUES, compact_rows=compact_rows)
     accumulator = combine.create_accumulator()
     rows = random_rows(1, 50)
+    bound = min(compact_rows, (MAX_TABLES + 1) * len(rows)) + len(rows)
     for _ in range(200):
         accumulator = combine.add_input(accumulator, table_of(rows))
-        assert sum(table.num_rows for table in accumulator) <= 100 + len(rows)
+        assert sum(table.num_rows for table in accumulator) <= bound
+        assert len(accumulator) <= MAX_TABLES
     assert table_sums(combine.extract_output(accumulator)) == {
         key: (count * 200, weight * 200) for key, (count, weight) in dict_sums(rows).items()}
 

@@ -20,6 +20,8 @@ import pyarrow.compute as pc
 
 # Rows an accumulator may gather before it is summed (also once it has doubled since its last sum).
 COMPACT_ROWS = 1 << 18
+# Tables an accumulator may hold before the newer ones are summed together (keeps adding a table cheap).
+MAX_TABLES = 64
 
 
 def sum_by(table: pa.Table, keys: Sequence[str], values: Sequence[str]) -> pa.Table:
@@ -86,8 +88,9 @@ class SumTables(beam.CombineFn):
     """Sum the ``values`` columns of Arrow tables by their ``keys`` columns (every input has those columns).
 
     The accumulator is a list of tables, summed into one whenever it holds ``compact_rows`` rows and twice as many as
-    after its last sum: its size stays within about twice the distinct keys (plus ``compact_rows``). The output
-    is one table, one row per distinct key, in key order."""
+    after its last sum (and the newer tables summed among themselves when there are more than ``MAX_TABLES``): its
+    size stays within about twice the distinct keys (plus ``compact_rows``). The output is one table, one row per
+    distinct key, in key order."""
 
     def __init__(self, keys: Sequence[str], values: Sequence[str], compact_rows: int = COMPACT_ROWS) -> None:
         super().__init__()
@@ -114,6 +117,8 @@ class SumTables(beam.CombineFn):
         return beam.coders.ListCoder(ArrowTableCoder())
 
     def _bounded(self, accumulator: list[pa.Table]) -> list[pa.Table]:
+        if len(accumulator) > MAX_TABLES:  # the tables added since the last sum, summed among themselves
+            accumulator = [accumulator[0], self._summed(accumulator[1:])]
         rows = sum(table.num_rows for table in accumulator)
         if len(accumulator) > 1 and rows >= max(self._compact_rows, 2 * accumulator[0].num_rows):
             return [self._summed(accumulator)]
