@@ -61,6 +61,13 @@ def read_table(output: str, name: str, columns: list[str] | None = None) -> pa.T
     return pa.concat_tables(tables) if tables else pa.table({})
 
 
+def read_files(paths: Iterable[str], schema: pa.Schema, columns: list[str] | None = None) -> pa.Table:
+    """The rows of the Parquet files ``paths`` (in path order) as one table; an empty one of ``schema`` if none."""
+    read = [read_file(path, columns) for path in sorted(paths)]
+    empty = schema.empty_table() if columns is None else schema.empty_table().select(columns)
+    return pa.concat_tables(read) if read else empty
+
+
 def iter_batches(output: str, name: str, columns: list[str] | None = None,
                  batch_size: int = 65536) -> Iterator[pa.RecordBatch]:
     """Stream artifact ``name`` batch by batch with bounded memory."""

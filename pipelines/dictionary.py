@@ -16,9 +16,9 @@ from transforms.dictionary import (
     DOC_UNITS,
     BuildDictionary,
     DictionaryConfig,
-    WriteLinker,
     buckets_for,
 )
+from transforms.dictionary_linker import WriteLinker
 from transforms.parquet_rows import ReadParquetRows
 
 WORK_DIR = "work"  # intermediate files under the stage's staging directory (removed when the stage commits)
@@ -83,7 +83,7 @@ class DictionaryStage:
                 ctx.staged_prefix(layout.NAMES), schemas.NAMES, file_name_suffix=".parquet",
                 codec=schemas.PARQUET_CODEC)
             _ = {"entities": entity_files, "names": name_files} | "WriteLinker" >> WriteLinker(
-                ctx.staged(layout.LINKER), config)
+                ctx.staged(layout.LINKER), config.linker_config)
             _ = built["dead_letters"] | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("names"))
 
         return run_beam(ctx, build)

@@ -15,31 +15,24 @@ Only paths travel as side inputs; the global objects (kb trie, title map, name t
 
 from __future__ import annotations
 
-from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from typing import Any
 
 import apache_beam as beam
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from apache_beam.transforms.window import GlobalWindows
 
-from artifacts import fs, schemas, tables
+from artifacts import fs, tables
 from artifacts.counters import declare, dropped, error
-from artifacts.linker import build_kb_trie, write_linker_columns
 from artifacts.names import (
     NameRules,
-    find_names,
-    fold_case,
     name_problem,
     normalize_name,
-    paragraphs,
     title_name,
-    token_spans,
 )
-from artifacts.trie_map import TrieMap, load_trie_map, save_trie_map
+from artifacts.trie_map import load_trie_map, save_trie_map
 from transforms.arrow_combine import SumTables, bucketed_sums
 from transforms.dead_letters import DEAD_LETTER_TAG, count, dead_letter
 from transforms.dictionary_tables import (
@@ -52,16 +45,15 @@ from transforms.dictionary_tables import (
     TARGET_VALUES,
     LinkTally,
     Thresholds,
-    doc_count_tables,
     docs_of,
     entity_candidates,
-    entity_keys,
     entity_table,
     name_buckets,
     name_candidates,
     score_names,
     title_entity_ids,
 )
+from transforms.name_occurrences import CountNameDocs
 from transforms.per_worker import PerProcess
 
 DOC_UNITS = ("paragraph", "page")
@@ -70,9 +62,9 @@ TEXT_COLUMNS = ["text"]
 # Buckets: a power of two from the article count (results do not depend on it), so that a bucket holds about
 # this many articles' keys; full English Wikipedia gets the maximum.
 ARTICLES_PER_BUCKET, MIN_BUCKETS, MAX_BUCKETS = 25_000, 4, 256
-# Rows a worker gathers before summing them into per-bucket tables (pass 1), name occurrences (pass 2), and rows
-# per entity table sent to the writer.
-BATCH_ROWS, BATCH_NAME_IDS, OUTPUT_ROWS = 1 << 18, 1 << 20, 1 << 16
+# Rows a worker gathers before summing them into per-bucket tables (pass 1); rows per entity table sent to the
+# writer.
+BATCH_ROWS, OUTPUT_ROWS = 1 << 18, 1 << 16
 PAIRS_TAG, TARGETS_TAG, TITLE_IDS_TAG = "pairs", "targets", "title_ids"
 
 COUNTERS = declare(
@@ -251,17 +243,10 @@ def write_entity_candidates(bucket_targets: tuple[int, pa.Table], directory: str
     return path
 
 
-def read_files(paths: Sequence[str], schema: pa.Schema, columns: list[str] | None = None) -> pa.Table:
-    """The rows of the Parquet files ``paths`` (in path order) as one table; an empty one of ``schema`` if none."""
-    read = [tables.read_file(path, columns) for path in sorted(paths)]
-    empty = schema.empty_table() if columns is None else schema.empty_table().select(columns)
-    return pa.concat_tables(read) if read else empty
-
-
 def build_entities(_: None, candidate_files: list[str], title_ids_dir: str) -> Iterator[Any]:
     """The global entity step: all candidates -> entity tables (main output, in slices) and the title map's
     directory (tagged ``title_ids``, written first)."""
-    entities, duplicates = entity_table(read_files(candidate_files, CANDIDATES))
+    entities, duplicates = entity_table(tables.read_files(candidate_files, CANDIDATES))
     if duplicates:
         count("duplicate_entity_keys", duplicates)
     save_trie_map(title_ids_dir, title_entity_ids(entities))
@@ -338,52 +323,7 @@ class NameCandidates(beam.PTransform):
         return {"files": files, "name_buckets": trie}
 
 
-# --- pass 2: names in text -------------------------------------------------------------------------------------
-
-
-def name_ids_in(text: str, tokenizer: Callable[[str], Any], names: TrieMap, rules: NameRules,
-                per_page: bool) -> list[int]:
-    """The id of every name of ``names`` occurring on token boundaries, once per paragraph (or page) it occurs in."""
-    found: list[int] = []
-    for unit in paragraphs(text, per_page):
-        folded = unit if rules.case_sensitive else fold_case(unit)
-        matches = find_names(folded, token_spans(tokenizer(unit)), names.keys.prefixes, rules.max_length,
-                             longest_only=False)
-        found.extend(names.keys[name] for name in {match.name for match in matches})
-    return found
-
-
-class CountNameDocs(beam.DoFn):
-    """Articles -> (name bucket, table of paragraph counts per name id), summed over batches of occurrences."""
-
-    def __init__(self, rules: NameRules, per_page: bool, batch_ids: int = BATCH_NAME_IDS) -> None:
-        self._rules, self._per_page, self._batch_ids = rules, per_page, batch_ids
-        self._maps = PerProcess(load_trie_map)
-
-    def setup(self) -> None:
-        import spacy
-
-        self._tokenizer = spacy.blank("en").tokenizer
-
-    def start_bundle(self) -> None:
-        self._ids = array("q")
-
-    def process(self, article: dict[str, Any], names_dir: str) -> Iterator[tuple[int, pa.Table]]:
-        self._names = self._maps.get(names_dir)  # kept: Shared frees what nothing refers to
-        self._ids.extend(name_ids_in(article["text"], self._tokenizer, self._names, self._rules, self._per_page))
-        if len(self._ids) >= self._batch_ids:
-            yield from self._flush()
-
-    def finish_bundle(self) -> Iterator[Any]:
-        for element in self._flush():
-            yield GlobalWindows.windowed_value(element)
-
-    def _flush(self) -> list[tuple[int, pa.Table]]:
-        ids, self._ids = np.frombuffer(self._ids, dtype=np.int64), array("q")
-        return doc_count_tables(ids, self._names.values) if len(ids) else []
-
-
-# --- scoring and the linker ------------------------------------------------------------------------------------
+# --- scoring --------------------------------------------------------------------------------------------------------
 
 
 class ScoreNameBucket(beam.DoFn):
@@ -446,42 +386,3 @@ class BuildDictionary(beam.PTransform):
             | "FilterAndScore" >> beam.ParDo(ScoreNameBucket(config.thresholds), names_dir)
         )
         return {"entities": entities["entities"], "names": names, "dead_letters": links["dead_letters"]}
-
-
-def write_linker(entity_files: Sequence[str], name_files: Sequence[str], linker_dir: str,
-                 config: DictionaryConfig) -> None:
-    """The entity linker from the finished entities/ and names files: only the name and key tries are global."""
-    # Columns, not row dicts: 7M entities as Python dicts would take gigabytes on one worker.
-    entities = read_files(entity_files, schemas.ENTITIES, ["entity_id", "title", "qid"]).sort_by("entity_id")
-    kb_keys = build_kb_trie(entity_keys(entities).to_pylist())
-    titles = entities.column("title").to_pylist()  # ids are 1..N: position i is entity i + 1
-    columns = ["name", "entity_id", "link_count", "total_link_count", "doc_count"]
-    names = read_files(name_files, schemas.NAMES, columns)
-    counts = np.stack([names.column(column).to_numpy() for column in columns[1:]], axis=1) \
-        if names.num_rows else np.zeros((0, 4), dtype=np.int64)
-    write_linker_columns(linker_dir, names.column("name").to_pylist(), counts, kb_keys, titles,
-                         config.linker_config)
-
-
-def build_linker(_: None, entity_files: list[str], name_files: list[str], linker_dir: str,
-                 config: DictionaryConfig) -> str:
-    """The linker step: ``write_linker``; returns the linker's directory."""
-    write_linker(entity_files, name_files, linker_dir, config)
-    return linker_dir
-
-
-class WriteLinker(beam.PTransform):
-    """{"entities": written entity files, "names": written name files} -> the linker, built in one worker step
-    once both are written."""
-
-    def __init__(self, linker_dir: str, config: DictionaryConfig) -> None:
-        super().__init__()
-        self._linker_dir, self._config = linker_dir, config
-
-    def expand(self, written: dict[str, beam.PCollection]) -> beam.PCollection:
-        return (
-            written["names"].pipeline
-            | "Once" >> beam.Create([None])
-            | "BuildLinker" >> beam.Map(build_linker, beam.pvalue.AsList(written["entities"]),
-                                        beam.pvalue.AsList(written["names"]), self._linker_dir, self._config)
-        )
