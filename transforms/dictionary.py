@@ -11,6 +11,12 @@ Two reads of the articles, nothing of their text shuffled, every count combined 
 5. per name bucket: candidates and paragraph counts scored and filtered; then ONE step writes the linker.
 
 Only paths travel as side inputs; the global objects (kb trie, title map, name trie, linker) are files.
+
+Held at full scale (estimates for ~25M anchor pairs, ~24M titles and pages, 7M entities, 20M names, from bytes
+per row on the gensim sample): pass 1, per worker, its pre-combined pair and target tables (~1.2 + ~1 GB) and one
+row group; the entity step ~2 GB (candidates, kb trie, title map); the name-trie step ~3 GB (the names as Python
+strings while the trie is built); pass 2 the mapped name trie (~0.25 GB) and its paragraph counts (<0.4 GB);
+scoring one bucket; the linker step ~3 GB (the same build as before, now on a worker).
 """
 
 from __future__ import annotations
