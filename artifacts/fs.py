@@ -95,6 +95,13 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
     _filesystems().rename([temporary], [path])
 
 
+def upload(local: str, path: str) -> None:
+    """Copy the local file ``local`` to ``path`` (any filesystem) chunk by chunk."""
+    with open(local, "rb") as source, _filesystems().create(path, compression_type=_uncompressed()) as target:
+        while chunk := source.read(_CHUNK):
+            target.write(chunk)
+
+
 def write_json_atomic(path: str, value: Any) -> None:
     write_bytes_atomic(path, (json.dumps(value, indent=2, sort_keys=True) + "\n").encode("utf-8"))
 

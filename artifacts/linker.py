@@ -79,7 +79,8 @@ def write_linker_columns(directory: str, names: Sequence[str], counts: np.ndarra
     name_ids = np.fromiter((trie[name] for name in names), dtype=np.int64, count=len(names))
     data = counts.astype(np.uint32).reshape(len(names), 4)
     data[:, 0] -= 1  # entity_id -> kb_index
-    order = np.lexsort((-data[:, 1].astype(np.int64), name_ids))  # by name id, then most linked first
+    # By name id, then most linked first, then by entity: the same bytes whatever order the rows came in.
+    order = np.lexsort((data[:, 0], -data[:, 1].astype(np.int64), name_ids))
     data = data[order]
     offsets = np.zeros(len(trie) + 1, dtype=np.uint32)
     np.cumsum(np.bincount(name_ids, minlength=len(trie)), out=offsets[1:])
@@ -97,8 +98,7 @@ def write_linker_columns(directory: str, names: Sequence[str], counts: np.ndarra
         with open(os.path.join(local, "config.json"), "w") as handle:
             json.dump(config, handle, indent=2, sort_keys=True)
         for name in LINKER_FILES:
-            with open(os.path.join(local, name), "rb") as handle:
-                fs.write_bytes(fs.join(directory, name), handle.read())
+            fs.upload(os.path.join(local, name), fs.join(directory, name))
 
 
 def _download(path: str, local: str) -> None:

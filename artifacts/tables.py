@@ -50,16 +50,26 @@ def read_file(path: str, columns: list[str] | None = None) -> pa.Table:
         return pq.read_table(handle, columns=columns)
 
 
-def write_file(path: str, table: pa.Table, schema: pa.Schema) -> None:
-    """One Parquet file (any Beam filesystem) with ``table`` cast to ``schema``, compressed as every artifact."""
-    with FileSystems.create(path) as handle:
-        pq.write_table(table.select(schema.names).cast(schema), handle, compression=PARQUET_CODEC)
+def write_file(path: str, table: pa.Table, schema: pa.Schema | None = None) -> None:
+    """One Parquet file at ``path`` (any Beam filesystem), compressed as every artifact; with ``schema``, the
+    table's columns are chosen and cast to it."""
+    if schema is not None:
+        table = table.select(schema.names).cast(schema)
+    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        pq.write_table(table, handle, compression=PARQUET_CODEC)
 
 
 def read_table(output: str, name: str, columns: list[str] | None = None) -> pa.Table:
     """All rows of artifact ``name`` as one table (only for small artifacts or tests)."""
     tables = [read_file(path, columns) for path in parquet_files(output, name)]
     return pa.concat_tables(tables) if tables else pa.table({})
+
+
+def read_files(paths: Iterable[str], schema: pa.Schema, columns: list[str] | None = None) -> pa.Table:
+    """The rows of the Parquet files ``paths`` (in path order) as one table; an empty one of ``schema`` if none."""
+    read = [read_file(path, columns) for path in sorted(paths)]
+    empty = schema.empty_table() if columns is None else schema.empty_table().select(columns)
+    return pa.concat_tables(read) if read else empty
 
 
 def iter_batches(output: str, name: str, columns: list[str] | None = None,

@@ -7,11 +7,21 @@ from typing import Any
 
 import apache_beam as beam
 
-from artifacts import layout, schemas, tables
+from artifacts import fs, layout, schemas, tables
 from artifacts.errors import InputError
 from pipelines.stage import StageContext, run_beam
 from transforms.dead_letters import WriteDeadLetters
-from transforms.dictionary import COUNTERS, DOC_UNITS, BuildDictionary, DictionaryConfig, entity_row, write_linker
+from transforms.dictionary import (
+    COUNTERS,
+    DOC_UNITS,
+    BuildDictionary,
+    DictionaryConfig,
+    buckets_for,
+)
+from transforms.dictionary_linker import WriteLinker
+from transforms.parquet_rows import ReadParquetRows
+
+WORK_DIR = "work"  # intermediate files under the stage's staging directory (removed when the stage commits)
 
 
 class DictionaryStage:
@@ -58,23 +68,25 @@ class DictionaryStage:
         if article_count == 0:
             raise InputError(f"{ctx.output}/articles has no rows: run the parse stage on a dump with articles")
 
+        article_files = tables.parquet_files(ctx.output, layout.ARTICLES)
+
+        def read_articles(columns: list[str], unit: str) -> beam.PTransform:
+            return ReadParquetRows(article_files, columns) | ctx.progress(unit, article_count)
+
         def build(pipeline: beam.Pipeline) -> None:
-            articles = pipeline | "ReadArticles" >> beam.io.ReadFromParquet(
-                tables.parquet_pattern(ctx.output, layout.ARTICLES),
-                columns=["page_id", "title", "text", "links", "qid"],
-            ) | "Progress" >> ctx.progress(layout.ARTICLES, article_count)
-            built = articles | "BuildDictionary" >> BuildDictionary(config)
-            _ = built["entities"] | "EntityRows" >> beam.Map(entity_row) | "WriteEntities" >> beam.io.WriteToParquet(
+            built = pipeline | "BuildDictionary" >> BuildDictionary(
+                config, read_articles, fs.join(ctx.staging_root, WORK_DIR), buckets_for(article_count))
+            entity_files = built["entities"] | "WriteEntities" >> beam.io.WriteToParquetBatched(
                 ctx.staged_prefix(layout.ENTITIES), schemas.ENTITIES, file_name_suffix=".parquet",
                 codec=schemas.PARQUET_CODEC)
-            _ = built["names"] | "WriteNames" >> beam.io.WriteToParquet(
+            name_files = built["names"] | "WriteNames" >> beam.io.WriteToParquetBatched(
                 ctx.staged_prefix(layout.NAMES), schemas.NAMES, file_name_suffix=".parquet",
                 codec=schemas.PARQUET_CODEC)
+            _ = {"entities": entity_files, "names": name_files} | "WriteLinker" >> WriteLinker(
+                ctx.staged(layout.LINKER), config.linker_config)
             _ = built["dead_letters"] | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("names"))
 
-        counters = run_beam(ctx, build)
-        write_linker(ctx.staging_root, ctx.staged(layout.LINKER), config)
-        return counters
+        return run_beam(ctx, build)
 
 
 STAGE = DictionaryStage()

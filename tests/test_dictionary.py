@@ -7,16 +7,32 @@ import re
 from pathlib import Path
 
 import marisa_trie
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from artifacts import tables
-from artifacts.linker import EntityLinker
+from artifacts.linker import LINKER_FILES, EntityLinker
 from artifacts.names import NameRules, find_names, fold_case, title_name
 from artifacts.run import manifest
+from artifacts.trie_map import build_trie_map
 from pipelines.cli import main
 from tests.builders import article, write_parsed
 from tests.conftest import DIRECT, MINI, MULTI_PROCESS, PASSAGES, copy_stages
-from transforms.dictionary import DictionaryConfig, anchor_pairs, name_rows
+from transforms import dictionary
+from transforms.dictionary import DictionaryConfig, anchor_names
+from transforms.dictionary_tables import (
+    DOC_COUNTS,
+    NAME_CANDIDATES,
+    PAIRS,
+    TARGETS,
+    docs_of,
+    entity_candidates,
+    entity_table,
+    name_candidates,
+    score_names,
+)
 
 RULES = NameRules()
 
@@ -36,22 +52,80 @@ def test_title_names_and_case_folding():
     assert fold_case("İstanbul Straße") == "İstanbul straße"  # length kept: offsets stay valid
 
 
-def test_anchor_pairs_count_titles_and_skip_bad_names():
+def test_anchor_names_count_titles_and_skip_bad_names():
     row = article(7, "Foo (bar)", "Go to Baz now", [("Baz", "Baz")])
     row["links"].append({"start": 0, "end": 0, "target": "Empty"})
-    pairs = list(anchor_pairs(row, RULES))
-    assert [pair for pair in pairs if isinstance(pair, tuple)] == [(("baz", "Baz"), 1), (("foo", "Foo (bar)"), 1)]
+    pairs = list(anchor_names(row, RULES))
+    assert [pair for pair in pairs if isinstance(pair, tuple)] == [("baz", "Baz"), ("foo", "Foo (bar)")]
     dead = [pair for pair in pairs if not isinstance(pair, tuple)]
     assert len(dead) == 1 and dead[0].value["kind"] == "empty_names"
 
 
-def test_name_rows_scores_and_filters():
-    rows = list(name_rows("mercury", {"candidates": [(1, 3), (2, 1)], "docs": [4]},
-                          DictionaryConfig(min_link_prob=0.05, min_commonness=0.3, min_link_count=1)))
+def scored(candidates: list[tuple[str, int, int]], docs: list[int], config: DictionaryConfig):
+    table = pa.Table.from_pylist([dict(zip(NAME_CANDIDATES.names, row, strict=True)) for row in candidates],
+                                 schema=NAME_CANDIDATES)
+    rows, drops = score_names(table, np.array(docs), config.thresholds)
+    return rows.to_pylist(), drops
+
+
+def test_score_names_scores_and_filters():
+    config = DictionaryConfig(min_link_prob=0.05, min_commonness=0.3, min_link_count=2)
+    rows, drops = scored([("mercury", 2, 1), ("rare", 5, 1), ("mercury", 1, 3), ("venus", 3, 1), ("venus", 4, 9)],
+                         [4, 100, 4, 0, 0], config)
     assert rows == [{"name": "mercury", "entity_id": 1, "link_count": 3, "total_link_count": 4, "doc_count": 4,
-                     "link_prob": 1.0, "commonness": 0.75}]
-    assert list(name_rows("rare", {"candidates": [(5, 1)], "docs": [100]},
-                          DictionaryConfig(min_link_prob=0.05, min_commonness=0.3, min_link_count=1))) == []
+                     "link_prob": 1.0, "commonness": 0.75},
+                    {"name": "venus", "entity_id": 4, "link_count": 9, "total_link_count": 10, "doc_count": 1,
+                     "link_prob": 1.0, "commonness": 0.8999999761581421}]  # float32; no paragraph counts as one
+    # "rare": 1 link in 100 paragraphs; mercury -> 2 and venus -> 3: a quarter and a tenth of their name's links
+    assert (drops.names_below_min_link_prob, drops.pairs_below_min_commonness,
+            drops.pairs_below_min_link_count) == (1, 2, 0)
+    assert scored([("venus", 3, 1), ("venus", 4, 2)], [3, 3], config)[1].pairs_below_min_link_count == 1
+
+
+def targets_table(pages: list[tuple[str, int, str | None]], links: dict[str, int]) -> pa.Table:
+    rows = [{"title": title, "page_id": page_id, "qid": qid, "inbound": 0} for title, page_id, qid in pages]
+    rows += [{"title": title, "page_id": None, "qid": None, "inbound": inbound} for title, inbound in links.items()]
+    return pa.Table.from_pylist(rows, schema=TARGETS)
+
+
+def test_entity_candidates_and_keys():
+    """Pages without links are no entities; a title with two pages keeps the smaller page_id; red links count
+    unless included; two articles with one QID keep the smaller title; entity_id = kb trie id + 1."""
+    targets = targets_table([("Sun", 3, "Q525"), ("Sun", 2, None), ("Moon", 4, None), ("Sol", 5, "Q525"),
+                             ("Luna", 6, "")], {"Sun": 2, "Sol": 1, "Luna": 1, "Nowhere": 3, "Void": 1})
+    candidates, red = entity_candidates(targets, include_red_links=False)
+    assert candidates.to_pylist() == [
+        {"title": "Luna", "page_id": 6, "qid": "", "link_count": 1},
+        {"title": "Sol", "page_id": 5, "qid": "Q525", "link_count": 1},
+        {"title": "Sun", "page_id": 2, "qid": None, "link_count": 2}]
+    assert (red.targets, red.links) == (2, 4)
+    with_red, red = entity_candidates(targets, include_red_links=True)
+    assert (with_red.num_rows, red.targets) == (5, 0)
+    assert with_red.filter(pc.equal(with_red.column("title"), "Void")).to_pylist() == [
+        {"title": "Void", "page_id": None, "qid": None, "link_count": 1}]
+    duplicated = pa.concat_tables([candidates, pa.Table.from_pylist(
+        [{"title": "Helios", "page_id": 9, "qid": "Q525", "link_count": 7}], schema=candidates.schema)])
+    entities, duplicates = entity_table(duplicated)
+    kb = marisa_trie.Trie(["Luna", "Q525", "Sun"])
+    assert duplicates == 1  # Helios and Sol share Q525: Helios, the smaller title, stays
+    assert sorted(entities.to_pylist(), key=lambda row: row["title"]) == [
+        {"entity_id": kb["Q525"] + 1, "title": "Helios", "page_id": 9, "qid": "Q525", "link_count": 7},
+        {"entity_id": kb["Luna"] + 1, "title": "Luna", "page_id": 6, "qid": "", "link_count": 1},
+        {"entity_id": kb["Sun"] + 1, "title": "Sun", "page_id": 2, "qid": None, "link_count": 2}]
+
+
+def test_name_candidates_attach_entity_ids_by_target():
+    title_ids = build_trie_map(["Sun", "Moon"], np.array([7, 9], dtype=np.int32))
+    pairs = pa.Table.from_pylist([{"name": "sun", "target": "Sun", "count": 4},
+                                  {"name": "sun", "target": "Sunny", "count": 1},
+                                  {"name": "moon", "target": "Moon", "count": 2}], schema=PAIRS)
+    candidates, not_entities = name_candidates(pairs, title_ids)
+    assert candidates.to_pylist() == [{"name": "sun", "entity_id": 7, "link_count": 4},
+                                      {"name": "moon", "entity_id": 9, "link_count": 2}]
+    assert not_entities == 1
+    assert docs_of(np.array([5, 1, 3]), pa.Table.from_pylist(
+        [{"name_id": 3, "docs": 30}, {"name_id": 1, "docs": 10}], schema=DOC_COUNTS)).tolist() == [0, 10, 30]
+    assert docs_of(np.array([5]), None).tolist() == [0]
 
 
 def test_find_names_on_token_boundaries():
@@ -169,7 +243,9 @@ def test_gensim_hand_checked_names(gensim_dictionary):
         assert row["link_prob"] == pytest.approx(min(1.0, row["total_link_count"] / docs))
 
 
-def test_same_rows_with_two_worker_processes(gensim_dictionary, tmp_path):
+def test_same_rows_and_linker_with_two_worker_processes_and_more_buckets(gensim_dictionary, tmp_path, monkeypatch):
+    """Neither the worker count nor the bucket count (4 for the sample by default; 64 here) changes a result."""
+    monkeypatch.setattr(dictionary, "MIN_BUCKETS", 64)
     copy_stages(gensim_dictionary, tmp_path, ("parse",))
     run_dictionary(tmp_path, "--include-red-links", beam=MULTI_PROCESS)
     for name, key in (("entities", "entity_id"), ("dictionary/names", "name")):
@@ -177,6 +253,9 @@ def test_same_rows_with_two_worker_processes(gensim_dictionary, tmp_path):
         theirs = sorted(tables.read_table(str(gensim_dictionary), name).to_pylist(),
                         key=lambda row: (row[key], str(row)))
         assert ours == theirs
+    for name in LINKER_FILES:
+        linker = Path("dictionary", "linker", name)
+        assert (tmp_path / linker).read_bytes() == (gensim_dictionary / linker).read_bytes(), name
 
 
 @pytest.mark.usefixtures("shared_data")

@@ -177,11 +177,13 @@ def name_row(name: str, entity_id: int, links: int, total: int, docs: int) -> di
             "doc_count": docs, "link_prob": min(1.0, total / docs), "commonness": links / total}
 
 
-def build_dictionary(config: DictionaryConfig, names: list[dict[str, Any]]) -> dict[str, int]:
+def build_dictionary(config: DictionaryConfig, names: list[dict[str, Any]], work_dir: Path) -> dict[str, int]:
     def build(pipeline: beam.Pipeline) -> None:
-        built = pipeline | beam.Create(ARTICLES) | BuildDictionary(config)
-        assert_that(built["entities"], equal_to(ENTITIES), label="Entities")
-        assert_that(built["names"], equal_to(names), label="Names")
+        built = pipeline | BuildDictionary(config, lambda columns, unit: beam.Create(ARTICLES), str(work_dir), 4)
+        rows = {kind: built[kind] | f"{kind}Rows" >> beam.FlatMap(lambda table: table.to_pylist())
+                for kind in ("entities", "names")}
+        assert_that(rows["entities"], equal_to(ENTITIES), label="Entities")
+        assert_that(rows["names"], equal_to(names), label="Names")
         assert_that(built["dead_letters"], equal_to([{"kind": "empty_names", "reason": "unusable anchor text",
                                                       "page_id": 3, "anchor": ""}]), label="DeadLetters")
 
@@ -190,17 +192,18 @@ def build_dictionary(config: DictionaryConfig, names: list[dict[str, Any]]) -> d
     return counters
 
 
-def test_build_dictionary_counts_names_once_per_paragraph():
+def test_build_dictionary_counts_names_once_per_paragraph(tmp_path):
     """"venus": 3 links (two anchors and the title of Venus) in 4 paragraphs; titles drop their "(...)"."""
     counters = build_dictionary(DictionaryConfig(), [
-        name_row("venus", 2, 3, 3, 4), name_row("morning star", 2, 1, 1, 1), name_row("mercury", 1, 2, 2, 2)])
+        name_row("venus", 2, 3, 3, 4), name_row("morning star", 2, 1, 1, 1), name_row("mercury", 1, 2, 2, 2)],
+        tmp_path)
     assert counters == {"empty_names": 1, "red_link_targets": 1, "red_links_not_entities": 1,
                         "pairs_to_non_entities": 2}  # Planet has no article; "earth" and "planet" no entity
 
 
-def test_build_dictionary_counts_per_page_and_filters_by_link_count():
+def test_build_dictionary_counts_per_page_and_filters_by_link_count(tmp_path):
     counters = build_dictionary(DictionaryConfig(doc_unit="page", min_link_count=2),
-                                [name_row("venus", 2, 3, 3, 3), name_row("mercury", 1, 2, 2, 2)])
+                                [name_row("venus", 2, 3, 3, 3), name_row("mercury", 1, 2, 2, 2)], tmp_path)
     assert counters["pairs_below_min_link_count"] == 1  # "morning star": one link
 
 

@@ -1,32 +1,77 @@
-"""dictionary: articles -> entity vocabulary, anchor dictionary (link probability, commonness) and entity linker."""
+"""dictionary: articles -> entity vocabulary, anchor dictionary (link probability, commonness) and entity linker.
+
+Two reads of the articles, nothing of their text shuffled, every count combined per bucket (``arrow_combine``):
+
+1. links: anchor (name, target) counts by name bucket; per title bucket, the inbound links and the pages.
+2. entities (per title bucket, then ONE step): candidates, one per entity key, ids from the kb trie; written with a
+   title -> entity_id map (a file each worker memory-maps).
+3. name candidates (per name bucket): pairs whose target is an entity; then ONE step builds the trie of their
+   names (name id = key id; each name's bucket is its value).
+4. text (the second read, once the name trie exists): paragraphs per name id, by name bucket.
+5. per name bucket: candidates and paragraph counts scored and filtered; then ONE step writes the linker.
+
+Only paths travel as side inputs; the global objects (kb trie, title map, name trie, linker) are files.
+
+Held at full scale (estimates for ~25M anchor pairs, ~24M titles and pages, 7M entities, 20M names, from bytes
+per row on the gensim sample): pass 1, per worker, its pre-combined pair and target tables (~1.2 + ~1 GB) and one
+row group; the entity step ~2 GB (candidates, kb trie, title map); the name-trie step ~3 GB (the names as Python
+strings while the trie is built); pass 2 the mapped name trie (~0.25 GB) and its paragraph counts (<0.4 GB);
+scoring one bucket; the linker step ~3 GB (the same build as before, now on a worker).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields
 from typing import Any
 
 import apache_beam as beam
-import marisa_trie
-import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
+from apache_beam.transforms.window import GlobalWindows
 
-from artifacts import layout, schemas, tables
+from artifacts import fs, tables
 from artifacts.counters import declare, dropped, error
-from artifacts.linker import build_kb_trie, write_linker_columns
 from artifacts.names import (
     NameRules,
-    find_names,
-    fold_case,
     name_problem,
     normalize_name,
-    paragraphs,
     title_name,
-    token_spans,
 )
-from transforms.dead_letters import count, dead_letter
+from artifacts.trie_map import load_trie_map, save_trie_map
+from transforms.arrow_combine import SumTables, bucketed_sums
+from transforms.dead_letters import DEAD_LETTER_TAG, count, dead_letter
+from transforms.dictionary_tables import (
+    CANDIDATES,
+    DOC_KEYS,
+    DOC_VALUES,
+    PAIR_KEYS,
+    PAIR_VALUES,
+    TARGET_KEYS,
+    TARGET_VALUES,
+    LinkTally,
+    Thresholds,
+    docs_of,
+    entity_candidates,
+    entity_table,
+    name_buckets,
+    name_candidates,
+    score_names,
+    title_entity_ids,
+)
+from transforms.name_occurrences import CountNameDocs
+from transforms.per_worker import PerProcess
 
 DOC_UNITS = ("paragraph", "page")
+LINK_COLUMNS = ["page_id", "title", "text", "links", "qid"]
+TEXT_COLUMNS = ["text"]
+# Buckets: a power of two from the article count (results do not depend on it), so that a bucket holds about
+# this many articles' keys; full English Wikipedia gets the maximum.
+ARTICLES_PER_BUCKET, MIN_BUCKETS, MAX_BUCKETS = 25_000, 4, 256
+# Rows a worker gathers before summing them into per-bucket tables (pass 1); rows per entity table sent to the
+# writer.
+BATCH_ROWS, OUTPUT_ROWS = 1 << 18, 1 << 16
+PAIRS_TAG, TARGETS_TAG, TITLE_IDS_TAG = "pairs", "targets", "title_ids"
 
 COUNTERS = declare(
     error("empty_names", "anchors with empty text"),
@@ -71,6 +116,10 @@ class DictionaryConfig:
         return self.doc_unit == "page"
 
     @property
+    def thresholds(self) -> Thresholds:
+        return Thresholds(self.min_link_prob, self.min_commonness, self.min_link_count)
+
+    @property
     def linker_config(self) -> dict[str, Any]:
         """The options recorded in the linker, under the linker's names for them."""
         return {"max_mention_length": self.max_mention_length, "case_sensitive": self.case_sensitive,
@@ -78,11 +127,20 @@ class DictionaryConfig:
                 "min_link_count": self.min_link_count}
 
 
-DEFAULTS = DictionaryConfig()
+def buckets_for(articles: int) -> int:
+    """How many buckets the counts of ``articles`` articles are combined in: a power of two, MIN..MAX_BUCKETS."""
+    buckets = MIN_BUCKETS
+    while buckets < MAX_BUCKETS and buckets * ARTICLES_PER_BUCKET < articles:
+        buckets *= 2
+    return buckets
 
 
-def anchor_pairs(article: dict[str, Any], rules: NameRules) -> Iterator[Any]:
-    """((name, target), 1) for every link of an article, and once for its own title minus ``(...)``."""
+# --- pass 1: links ------------------------------------------------------------------------------------------
+
+
+def anchor_names(article: dict[str, Any], rules: NameRules) -> Iterator[tuple[str, str] | beam.pvalue.TaggedOutput]:
+    """(name, target) for every link of an article and once for its own title minus ``(...)``; unusable anchor
+    texts are counted (too long) or dead-lettered."""
     text = article["text"]
     sources = [(text[link["start"]:link["end"]], link["target"]) for link in article["links"]]
     sources.append((title_name(article["title"]), article["title"]))
@@ -90,208 +148,247 @@ def anchor_pairs(article: dict[str, Any], rules: NameRules) -> Iterator[Any]:
         name = normalize_name(raw, rules)
         problem = name_problem(name, rules)
         if problem is None:
-            yield (name, target), 1
+            yield name, target
         elif problem == "names_too_long":
             count(problem)  # long anchors are common (whole sentences linked); counted, not dead-lettered
         else:
             yield dead_letter(problem, "unusable anchor text", page_id=article["page_id"], anchor=raw[:200])
 
 
-def inbound_links(article: dict[str, Any]) -> Iterator[tuple[str, int]]:
-    for link in article["links"]:
-        yield link["target"], 1
+def in_global_window(output: beam.pvalue.TaggedOutput) -> beam.pvalue.TaggedOutput:
+    """An output of ``finish_bundle`` (which must carry its window)."""
+    return beam.pvalue.TaggedOutput(output.tag, GlobalWindows.windowed_value(output.value))
 
 
-def entity_candidate(title: str, joined: dict[str, list[Any]], include_red_links: bool = False) -> Iterator[dict]:
-    """An entity for a link target: an article of the dump (or any target with ``include_red_links``)."""
-    inbound = sum(joined["inbound"])
-    if not inbound:
-        return
-    pages = sorted(joined["page"], key=lambda page: page[0])
-    if not pages and not include_red_links:
-        count("red_link_targets")
-        count("red_links_not_entities", inbound)
-        return
-    page_id, qid = pages[0] if pages else (None, None)
-    yield {"title": title, "page_id": page_id, "qid": qid, "link_count": inbound}
+class TallyLinks(beam.DoFn):
+    """Articles -> tagged (bucket, table): anchor pairs by name bucket, link targets and pages by title bucket,
+    each batch summed first; plus dead letters."""
+
+    def __init__(self, rules: NameRules, buckets: int, batch_rows: int = BATCH_ROWS) -> None:
+        self._rules, self._buckets, self._batch_rows = rules, buckets, batch_rows
+
+    def start_bundle(self) -> None:
+        self._tally = LinkTally()
+
+    def process(self, article: dict[str, Any]) -> Iterator[beam.pvalue.TaggedOutput]:
+        for item in anchor_names(article, self._rules):
+            if isinstance(item, beam.pvalue.TaggedOutput):
+                yield item
+            else:
+                self._tally.add_pair(*item)
+        self._tally.add_page(article["title"], article["page_id"], article["qid"],
+                             [link["target"] for link in article["links"]])
+        if self._tally.rows >= self._batch_rows:
+            yield from self._flush()
+
+    def finish_bundle(self) -> Iterator[beam.pvalue.TaggedOutput]:
+        yield from map(in_global_window, self._flush())
+
+    def _flush(self) -> Iterator[beam.pvalue.TaggedOutput]:
+        tally, self._tally = self._tally, LinkTally()
+        if not tally.rows:
+            return
+        for bucket, table in bucketed_sums(tally.pair_table(), PAIR_KEYS, PAIR_VALUES, "name", self._buckets):
+            yield beam.pvalue.TaggedOutput(PAIRS_TAG, (bucket, table))
+        for bucket, table in bucketed_sums(tally.target_table(), TARGET_KEYS, TARGET_VALUES, "title",
+                                           self._buckets):
+            yield beam.pvalue.TaggedOutput(TARGETS_TAG, (bucket, table))
 
 
-def entity_key(entity: dict[str, Any]) -> str:
-    """The KPR entity key: the Wikidata QID where known, else the title."""
-    return entity["qid"] or entity["title"]
+class SumLinksPerBucket(beam.PTransform):
+    """Articles -> {"pairs": (name bucket, summed pairs), "targets": (title bucket, summed targets),
+    "dead_letters"}."""
+
+    def __init__(self, rules: NameRules, buckets: int) -> None:
+        super().__init__()
+        self._rules, self._buckets = rules, buckets
+
+    def expand(self, articles: beam.PCollection) -> dict[str, beam.PCollection]:
+        tallied = articles | "TallyLinks" >> beam.ParDo(TallyLinks(self._rules, self._buckets)).with_outputs(
+            PAIRS_TAG, TARGETS_TAG, DEAD_LETTER_TAG)
+        return {
+            "pairs": tallied[PAIRS_TAG] | "SumPairs" >> beam.CombinePerKey(SumTables(PAIR_KEYS, PAIR_VALUES)),
+            "targets": tallied[TARGETS_TAG] | "SumTargets" >> beam.CombinePerKey(
+                SumTables(TARGET_KEYS, TARGET_VALUES)),
+            "dead_letters": tallied[DEAD_LETTER_TAG],
+        }
 
 
-def first_of_key(key: str, entities: list[dict[str, Any]]) -> dict[str, Any]:
-    """One entity per key (two articles with one QID keep the smaller title), counting the others."""
-    ordered = sorted(entities, key=lambda entity: entity["title"])
-    if len(ordered) > 1:
-        count("duplicate_entity_keys", len(ordered) - 1)
-    return ordered[0]
+# --- entities ---------------------------------------------------------------------------------------------------
 
 
-def trie_bytes(keys: list[str]) -> bytes:
-    return marisa_trie.Trie(keys).tobytes()
+def bucket_file(directory: str, bucket: int) -> str:
+    return fs.join(directory, f"bucket-{bucket:05d}.parquet")
 
 
-class TrieCache:
-    """One trie per worker, rebuilt only when its side input changes."""
+@dataclass(frozen=True)
+class WorkFiles:
+    """Where the stage's intermediate files go: one directory each under the stage's staging directory (removed
+    when the stage commits)."""
 
-    def __init__(self) -> None:
-        self._source: bytes | None = None
-        self._trie: marisa_trie.Trie | None = None
+    entity_candidates: str
+    title_ids: str
+    name_candidates: str
+    name_buckets: str
 
-    def get(self, data: bytes) -> marisa_trie.Trie:
-        if self._trie is None or data is not self._source:
-            self._trie, self._source = marisa_trie.Trie().frombytes(data), data
-        return self._trie
-
-
-class AssignEntityIds(beam.DoFn):
-    """entity_id = key id in the kb trie + 1: dense, stable for a key set, the same everywhere."""
-
-    def setup(self) -> None:
-        self._tries = TrieCache()
-
-    def process(self, entity: dict[str, Any], kb_trie: bytes) -> Iterator[dict[str, Any]]:
-        yield {**entity, "entity_id": self._tries.get(kb_trie)[entity_key(entity)] + 1}
+    @classmethod
+    def under(cls, root: str) -> WorkFiles:
+        return cls(*(fs.join(root, field.name) for field in fields(cls)))
 
 
-class CountNameOccurrences(beam.DoFn):
-    """(name, 1) once per paragraph (or page) in which a dictionary name occurs on token boundaries."""
-
-    def __init__(self, rules: NameRules, per_page: bool) -> None:
-        self._rules = rules
-        self._per_page = per_page
-
-    def setup(self) -> None:
-        import spacy
-
-        self._tokenizer = spacy.blank("en").tokenizer
-        self._tries = TrieCache()
-
-    def process(self, article: dict[str, Any], name_trie: bytes) -> Iterator[tuple[str, int]]:
-        trie = self._tries.get(name_trie)
-        for unit in paragraphs(article["text"], self._per_page):
-            tokens = token_spans(self._tokenizer(unit))
-            folded = unit if self._rules.case_sensitive else fold_case(unit)
-            found = {match.name for match in find_names(folded, tokens, trie.prefixes, self._rules.max_length,
-                                                        longest_only=False)}
-            for name in found:
-                yield name, 1
+def write_entity_candidates(bucket_targets: tuple[int, pa.Table], directory: str,
+                            include_red_links: bool) -> str:
+    """One title bucket's entity candidates, written to its file (the path is returned); red links counted."""
+    bucket, targets = bucket_targets
+    candidates, red_links = entity_candidates(targets, include_red_links)
+    if red_links.targets:
+        count("red_link_targets", red_links.targets)
+        count("red_links_not_entities", red_links.links)
+    path = bucket_file(directory, bucket)
+    tables.write_file(path, candidates)
+    return path
 
 
-def name_rows(name: str, joined: dict[str, list[Any]],
-              config: DictionaryConfig = DEFAULTS) -> Iterator[dict[str, Any]]:
-    """The kept (name, entity) rows of one name with their statistics; what the filters remove is counted.
-    (``config`` has a default only because Beam's FlatMapTuple wants one for every extra argument.)"""
-    candidates = sorted(joined["candidates"])
-    if not candidates:
-        return
-    total = sum(link_count for _, link_count in candidates)
-    doc_count = max(sum(joined["docs"]), 1)
-    link_prob = min(1.0, total / doc_count)
-    if link_prob < config.min_link_prob:
-        count("names_below_min_link_prob")
-        return
-    for entity_id, link_count in candidates:
-        commonness = link_count / total
-        if commonness < config.min_commonness:
-            count("pairs_below_min_commonness")
-        elif link_count < config.min_link_count:
-            count("pairs_below_min_link_count")
-        else:
-            yield {"name": name, "entity_id": entity_id, "link_count": link_count, "total_link_count": total,
-                   "doc_count": doc_count, "link_prob": link_prob, "commonness": commonness}
+def build_entities(_: None, candidate_files: list[str], title_ids_dir: str) -> Iterator[Any]:
+    """The global entity step: all candidates -> entity tables (main output, in slices) and the title map's
+    directory (tagged ``title_ids``, written first)."""
+    entities, duplicates = entity_table(tables.read_files(candidate_files, CANDIDATES))
+    if duplicates:
+        count("duplicate_entity_keys", duplicates)
+    save_trie_map(title_ids_dir, title_entity_ids(entities))
+    yield beam.pvalue.TaggedOutput(TITLE_IDS_TAG, title_ids_dir)
+    for batch in entities.to_batches(max_chunksize=OUTPUT_ROWS):
+        yield pa.Table.from_batches([batch])
 
 
-def attach_entity_ids(target: str, joined: dict[str, list[Any]]) -> Iterator[tuple[str, tuple[int, int]]]:
-    """(name, (entity_id, link_count)) for the pairs whose target is an entity; the rest are counted."""
-    entity_ids = joined["entity_id"]
-    for name, link_count in joined["pairs"]:
-        if entity_ids:
-            yield name, (entity_ids[0], link_count)
-        else:
-            count("pairs_to_non_entities")
+class Entities(beam.PTransform):
+    """(title bucket, summed targets) -> {"entities": entity tables, "title_ids": the title map's directory}."""
+
+    def __init__(self, include_red_links: bool, work: WorkFiles) -> None:
+        super().__init__()
+        self._include_red_links, self._work = include_red_links, work
+
+    def expand(self, targets: beam.PCollection) -> dict[str, beam.PCollection]:
+        files = targets | "WriteCandidatesPerBucket" >> beam.Map(
+            write_entity_candidates, self._work.entity_candidates, self._include_red_links)
+        built = (
+            targets.pipeline
+            | "Once" >> beam.Create([None])
+            | "BuildEntities" >> beam.FlatMap(build_entities, beam.pvalue.AsList(files), self._work.title_ids)
+            .with_outputs(TITLE_IDS_TAG, main="entities")
+        )
+        return {"entities": built.entities, "title_ids": built[TITLE_IDS_TAG]}
+
+
+# --- name candidates ---------------------------------------------------------------------------------------
+
+
+class WriteNameCandidates(beam.DoFn):
+    """(name bucket, summed pairs) -> (bucket, path of its file of pairs attached to entities)."""
+
+    def __init__(self, directory: str) -> None:
+        self._directory = directory
+        self._maps = PerProcess(load_trie_map)
+
+    def process(self, bucket_pairs: tuple[int, pa.Table], title_ids_dir: str) -> Iterator[tuple[int, str]]:
+        bucket, pairs = bucket_pairs
+        self._title_ids = self._maps.get(title_ids_dir)  # kept: Shared frees what nothing refers to
+        candidates, not_entities = name_candidates(pairs, self._title_ids)
+        if not_entities:
+            count("pairs_to_non_entities", not_entities)
+        path = bucket_file(self._directory, bucket)
+        tables.write_file(path, candidates)
+        yield bucket, path
+
+
+def build_name_buckets(_: None, candidate_files: list[tuple[int, str]], directory: str) -> str:
+    """The global name step: the trie of every candidate name (ids for the document counts), each name's bucket
+    its value; returns its directory."""
+    names_by_bucket = [(bucket, pc.unique(tables.read_file(path, ["name"]).column("name")).to_pylist())
+                       for bucket, path in sorted(candidate_files)]
+    save_trie_map(directory, name_buckets(names_by_bucket))
+    return directory
+
+
+class NameCandidates(beam.PTransform):
+    """(name bucket, summed pairs) -> {"files": (bucket, candidates file), "name_buckets": the name trie's
+    directory}."""
+
+    def __init__(self, work: WorkFiles, title_ids: beam.PCollection) -> None:
+        super().__init__()
+        self._work, self._title_ids = work, title_ids
+
+    def expand(self, pairs: beam.PCollection) -> dict[str, beam.PCollection]:
+        files = pairs | "AttachEntityIds" >> beam.ParDo(WriteNameCandidates(self._work.name_candidates),
+                                                        beam.pvalue.AsSingleton(self._title_ids))
+        trie = (
+            pairs.pipeline
+            | "Once" >> beam.Create([None])
+            | "BuildNameTrie" >> beam.Map(build_name_buckets, beam.pvalue.AsList(files), self._work.name_buckets)
+        )
+        return {"files": files, "name_buckets": trie}
+
+
+# --- scoring --------------------------------------------------------------------------------------------------------
+
+
+class ScoreNameBucket(beam.DoFn):
+    """(name bucket, {"candidates": [file], "docs": [paragraph counts]}) -> the bucket's kept name rows (a table)."""
+
+    def __init__(self, thresholds: Thresholds) -> None:
+        self._thresholds = thresholds
+        self._maps = PerProcess(load_trie_map)
+
+    def process(self, joined: tuple[int, dict[str, list[Any]]], names_dir: str) -> Iterator[pa.Table]:
+        _, inputs = joined
+        if not inputs["candidates"]:
+            return
+        self._names = self._maps.get(names_dir)  # kept: Shared frees what nothing refers to
+        candidates = tables.read_file(inputs["candidates"][0])
+        name_ids = self._names.key_ids(candidates.column("name").to_pylist())
+        docs = docs_of(name_ids, inputs["docs"][0] if inputs["docs"] else None)
+        rows, drops = score_names(candidates, docs, self._thresholds)
+        if drops.names_below_min_link_prob:
+            count("names_below_min_link_prob", drops.names_below_min_link_prob)
+        if drops.pairs_below_min_commonness:
+            count("pairs_below_min_commonness", drops.pairs_below_min_commonness)
+        if drops.pairs_below_min_link_count:
+            count("pairs_below_min_link_count", drops.pairs_below_min_link_count)
+        if rows.num_rows:
+            yield rows
+
+
+ReadArticles = Callable[[list[str], str], beam.PTransform]
 
 
 class BuildDictionary(beam.PTransform):
-    """Articles -> {"entities", "names", "dead_letters"}."""
+    """A pipeline's root -> {"entities", "names": tables of their rows, "dead_letters"}.
 
-    def __init__(self, config: DictionaryConfig) -> None:
+    ``read_articles(columns, unit)`` is a source of article rows with those columns (read twice: links first, then
+    text for name occurrences once the name trie exists); ``work_dir`` takes the intermediate files; ``buckets``:
+    how many buckets the counts are combined in (see ``buckets_for``; results do not depend on it)."""
+
+    def __init__(self, config: DictionaryConfig, read_articles: ReadArticles, work_dir: str, buckets: int) -> None:
         super().__init__()
-        self._config = config
+        self._config, self._read, self._buckets = config, read_articles, buckets
+        self._work = WorkFiles.under(work_dir)
 
-    def expand(self, articles: beam.PCollection) -> dict[str, beam.PCollection]:
-        anchors = articles | "AnchorPairs" >> beam.FlatMap(anchor_pairs, self._config.rules).with_outputs(
-            "dead_letter", main="pairs")
-        pair_counts = anchors.pairs | "CountPairs" >> beam.CombinePerKey(sum)
-        entities = self._entities(articles)
-        by_name = (
-            {
-                "pairs": pair_counts | "KeyPairsByTarget" >> beam.MapTuple(lambda pair, n: (pair[1], (pair[0], n))),
-                "entity_id": entities | "EntityIdByTitle" >> beam.Map(lambda e: (e["title"], e["entity_id"])),
-            }
-            | "JoinPairsWithEntities" >> beam.CoGroupByKey()
-            | "AttachEntityIds" >> beam.FlatMapTuple(attach_entity_ids)
-        )
-        name_trie = (
-            by_name
-            | "Names" >> beam.Keys()
-            | "DistinctNames" >> beam.Distinct()
-            | "CollectNames" >> beam.combiners.ToList()
-            | "BuildNameTrie" >> beam.Map(trie_bytes)
-        )
+    def expand(self, root: beam.pvalue.PBegin) -> dict[str, beam.PCollection]:
+        config = self._config
+        articles = root | "ReadArticles" >> self._read(LINK_COLUMNS, "articles (links)")
+        links = articles | "SumLinksPerBucket" >> SumLinksPerBucket(config.rules, self._buckets)
+        entities = links["targets"] | "Entities" >> Entities(config.include_red_links, self._work)
+        candidates = links["pairs"] | "NameCandidates" >> NameCandidates(self._work, entities["title_ids"])
+        names_dir = beam.pvalue.AsSingleton(candidates["name_buckets"])
         doc_counts = (
-            articles
-            | "FindNamesInText" >> beam.ParDo(CountNameOccurrences(self._config.rules, self._config.per_page),
-                                              beam.pvalue.AsSingleton(name_trie))
-            | "CountDocs" >> beam.CombinePerKey(sum)
+            root
+            | "ReadArticleTexts" >> self._read(TEXT_COLUMNS, "articles (names in text)")
+            | "CountNameDocs" >> beam.ParDo(CountNameDocs(config.rules, config.per_page), names_dir)
+            | "SumDocsPerBucket" >> beam.CombinePerKey(SumTables(DOC_KEYS, DOC_VALUES))
         )
         names = (
-            {"candidates": by_name, "docs": doc_counts}
+            {"candidates": candidates["files"], "docs": doc_counts}
             | "JoinDocCounts" >> beam.CoGroupByKey()
-            | "FilterAndScore" >> beam.FlatMapTuple(name_rows, self._config)
+            | "FilterAndScore" >> beam.ParDo(ScoreNameBucket(config.thresholds), names_dir)
         )
-        return {"entities": entities, "names": names, "dead_letters": anchors.dead_letter}
-
-    def _entities(self, articles: beam.PCollection) -> beam.PCollection:
-        candidates = (
-            {
-                "inbound": articles | "InboundLinks" >> beam.FlatMap(inbound_links),
-                "page": articles | "PagesByTitle" >> beam.Map(lambda a: (a["title"], (a["page_id"], a["qid"]))),
-            }
-            | "JoinTargetsWithPages" >> beam.CoGroupByKey()
-            | "EntityCandidates" >> beam.FlatMapTuple(entity_candidate, self._config.include_red_links)
-            | "KeyByEntityKey" >> beam.Map(lambda entity: (entity_key(entity), entity))
-            | "GroupByEntityKey" >> beam.GroupByKey()
-            | "OnePerKey" >> beam.MapTuple(first_of_key)
-        )
-        kb_trie = (
-            candidates
-            | "EntityKeys" >> beam.Map(entity_key)
-            | "CollectKeys" >> beam.combiners.ToList()
-            | "BuildKbTrie" >> beam.Map(trie_bytes)
-        )
-        return candidates | "AssignEntityIds" >> beam.ParDo(AssignEntityIds(), beam.pvalue.AsSingleton(kb_trie))
-
-
-def entity_row(entity: dict[str, Any]) -> dict[str, Any]:
-    return {name: entity[name] for name in schemas.ENTITIES.names}
-
-
-def write_linker(tables_root: str, linker_dir: str, config: DictionaryConfig) -> None:
-    """The entity linker from the finished entities/ and names tables under ``tables_root``: only the name and
-    key tries are global."""
-    # Columns, not row dicts: 7M entities as Python dicts would take gigabytes on one worker.
-    entities = tables.read_table(tables_root, layout.ENTITIES, ["entity_id", "title", "qid"])
-    entities = entities.sort_by("entity_id")
-    qid, title = entities.column("qid"), entities.column("title")
-    has_qid = pc.fill_null(pc.not_equal(qid, ""), False)  # the same rule as `qid or title`
-    kb_keys = build_kb_trie(pc.if_else(has_qid, qid, title).to_pylist())
-    titles = title.to_pylist()  # ids are 1..N: position i is entity i + 1
-    columns = ["name", "entity_id", "link_count", "total_link_count", "doc_count"]
-    names = tables.read_table(tables_root, layout.NAMES, columns)
-    counts = np.stack([names.column(column).to_numpy() for column in columns[1:]], axis=1) \
-        if names.num_rows else np.zeros((0, 4), dtype=np.int64)
-    write_linker_columns(linker_dir, names.column("name").to_pylist(), counts, kb_keys, titles,
-                         config.linker_config)
+        return {"entities": entities["entities"], "names": names, "dead_letters": links["dead_letters"]}

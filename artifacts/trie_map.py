@@ -1,0 +1,68 @@
+"""A read-only map from strings to integers that a worker memory-maps instead of holding: a marisa trie of the keys
+and a numpy array of one value per key id, two files in one directory (local or any Beam filesystem URL).
+
+The dictionary build writes two: entity title -> entity_id, and candidate name -> bucket (the name id is the key id).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import marisa_trie
+import numpy as np
+
+from artifacts import fs
+
+KEYS_FILE, VALUES_FILE = "keys.trie", "values.npy"
+
+
+@dataclass(frozen=True)
+class TrieMap:
+    """``keys``: the trie (key id = ``keys[key]``); ``values[key id]``: the key's value."""
+
+    keys: marisa_trie.Trie
+    values: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def key_ids(self, keys: Iterable[str]) -> np.ndarray:
+        """The key id of each of ``keys``, -1 for a key not in the map."""
+        trie = self.keys
+        return np.fromiter((trie.get(key, -1) for key in keys), dtype=np.int64)
+
+    def lookup(self, keys: Iterable[str], missing: int = -1) -> np.ndarray:
+        """The value of each of ``keys``, ``missing`` for a key not in the map."""
+        ids = self.key_ids(keys)
+        found = ids >= 0
+        result = np.full(len(ids), missing, dtype=np.int64)
+        result[found] = self.values[ids[found]]
+        return result
+
+
+def build_trie_map(keys: Sequence[str], values: np.ndarray) -> TrieMap:
+    """The map of distinct ``keys`` to ``values`` (aligned with ``keys``), values stored in ``values``' dtype."""
+    if len(keys) != len(values):
+        raise ValueError(f"{len(keys)} keys for {len(values)} values")
+    trie = marisa_trie.Trie(keys)
+    by_id = np.zeros(len(trie), dtype=values.dtype)
+    by_id[np.fromiter((trie[key] for key in keys), dtype=np.int64, count=len(keys))] = values
+    return TrieMap(trie, by_id)
+
+
+def save_trie_map(directory: str, trie_map: TrieMap) -> None:
+    """Write ``trie_map``'s two files under ``directory``."""
+    with tempfile.TemporaryDirectory() as local:
+        trie_map.keys.save(os.path.join(local, KEYS_FILE))
+        np.save(os.path.join(local, VALUES_FILE), trie_map.values)
+        for name in (KEYS_FILE, VALUES_FILE):
+            fs.upload(os.path.join(local, name), fs.join(directory, name))
+
+
+def load_trie_map(directory: str) -> TrieMap:
+    """The map under ``directory``, memory-mapped (a remote file through a local copy removed right after)."""
+    with fs.local_copy(fs.join(directory, KEYS_FILE)) as keys, fs.local_copy(fs.join(directory, VALUES_FILE)) as values:
+        return TrieMap(marisa_trie.Trie().mmap(keys), np.load(values, mmap_mode="r"))

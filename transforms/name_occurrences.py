@@ -1,0 +1,63 @@
+"""The dictionary's second pass over the articles: in which paragraphs (or pages) each candidate name occurs, on
+spaCy token boundaries, counted per name id (the name's key id in the name trie, memory-mapped once per worker
+process) and sent on as Arrow tables per name bucket."""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+from apache_beam.transforms.window import GlobalWindows
+
+from artifacts.names import NameRules, find_names, fold_case, paragraphs, token_spans
+from artifacts.trie_map import TrieMap, load_trie_map
+from transforms.dictionary_tables import doc_count_tables
+from transforms.per_worker import PerProcess
+
+BATCH_NAME_IDS = 1 << 20  # name occurrences a worker gathers before counting them into per-bucket tables
+
+
+def name_ids_in(text: str, tokenizer: Callable[[str], Any], names: TrieMap, rules: NameRules,
+                per_page: bool) -> list[int]:
+    """The id of every name of ``names`` occurring on token boundaries, once per paragraph (or page) it occurs in."""
+    found: list[int] = []
+    for unit in paragraphs(text, per_page):
+        folded = unit if rules.case_sensitive else fold_case(unit)
+        matches = find_names(folded, token_spans(tokenizer(unit)), names.keys.prefixes, rules.max_length,
+                             longest_only=False)
+        found.extend(names.keys[name] for name in {match.name for match in matches})
+    return found
+
+
+class CountNameDocs(beam.DoFn):
+    """Articles -> (name bucket, table of paragraph counts per name id), summed over batches of occurrences."""
+
+    def __init__(self, rules: NameRules, per_page: bool, batch_ids: int = BATCH_NAME_IDS) -> None:
+        self._rules, self._per_page, self._batch_ids = rules, per_page, batch_ids
+        self._maps = PerProcess(load_trie_map)
+
+    def setup(self) -> None:
+        import spacy
+
+        self._tokenizer = spacy.blank("en").tokenizer
+
+    def start_bundle(self) -> None:
+        self._ids = array("q")
+
+    def process(self, article: dict[str, Any], names_dir: str) -> Iterator[tuple[int, pa.Table]]:
+        self._names = self._maps.get(names_dir)  # kept: Shared frees what nothing refers to
+        self._ids.extend(name_ids_in(article["text"], self._tokenizer, self._names, self._rules, self._per_page))
+        if len(self._ids) >= self._batch_ids:
+            yield from self._flush()
+
+    def finish_bundle(self) -> Iterator[Any]:
+        for element in self._flush():
+            yield GlobalWindows.windowed_value(element)
+
+    def _flush(self) -> list[tuple[int, pa.Table]]:
+        ids, self._ids = np.frombuffer(self._ids, dtype=np.int64), array("q")
+        return doc_count_tables(ids, self._names.values) if len(ids) else []

@@ -1,0 +1,89 @@
+"""Read the rows of Parquet files where they lie, spread over the workers by row range, a few rows at a time.
+
+Beam's ReadFromParquet splits a file by byte ranges of 64 MB (a smaller file is one piece: one worker reads it all)
+and turns a whole row group into Python objects at once. Here only file names enter the graph; a worker step
+reads their footers and cuts each row group into ranges of at most ``unit_rows`` rows, the ranges are
+reshuffled (descriptors, not rows) so every worker gets some, and each range is read and converted
+``batch_rows`` rows at a time (the memory of one row group's columns at most, never a file's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import apache_beam as beam
+import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+UNIT_ROWS = 256  # rows per unit of work: small enough that a sample's few row groups still spread over workers
+BATCH_ROWS = 64  # rows converted from Arrow to Python at a time
+
+
+@dataclass(frozen=True)
+class RowRange:
+    """Rows ``start`` to ``stop`` (exclusive) of row group ``row_group`` of the Parquet file ``path``."""
+
+    path: str
+    row_group: int
+    start: int
+    stop: int
+
+
+def _open(path: str):
+    return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+def cut_row_groups(path: str, row_group_rows: Sequence[int], unit_rows: int) -> Iterator[RowRange]:
+    """Ranges of at most ``unit_rows`` rows covering every row group (of ``row_group_rows[i]`` rows) once."""
+    for row_group, rows in enumerate(row_group_rows):
+        for start in range(0, rows, unit_rows):
+            yield RowRange(path, row_group, start, min(start + unit_rows, rows))
+
+
+def row_ranges(path: str, unit_rows: int = UNIT_ROWS) -> Iterator[RowRange]:
+    """The row ranges of one Parquet file, from its footer."""
+    with _open(path) as handle:
+        metadata = pq.ParquetFile(handle).metadata
+    rows = [metadata.row_group(index).num_rows for index in range(metadata.num_row_groups)]
+    return cut_row_groups(path, rows, unit_rows)
+
+
+def batch_rows(batches: Iterator[pa.RecordBatch], start: int, stop: int) -> Iterator[dict[str, Any]]:
+    """Rows ``start`` to ``stop`` of a stream of record batches, as dicts, one batch converted at a time."""
+    offset = 0
+    for batch in batches:
+        begin, end = max(start - offset, 0), min(stop - offset, batch.num_rows)
+        if begin < end:
+            yield from batch.slice(begin, end - begin).to_pylist()
+        offset += batch.num_rows
+        if offset >= stop:
+            return
+
+
+def read_rows(unit: RowRange, columns: list[str] | None, batch_size: int = BATCH_ROWS) -> Iterator[dict[str, Any]]:
+    """The rows of one range as dicts (only the row group's pages up to ``stop`` are decoded)."""
+    with _open(unit.path) as handle:
+        batches = pq.ParquetFile(handle).iter_batches(batch_size=batch_size, row_groups=[unit.row_group],
+                                                      columns=columns)
+        yield from batch_rows(batches, unit.start, unit.stop)
+
+
+class ReadParquetRows(beam.PTransform):
+    """A pipeline's root -> the rows (dicts of ``columns``) of the Parquet files ``paths``, spread over workers."""
+
+    def __init__(self, paths: Sequence[str], columns: list[str] | None = None, unit_rows: int = UNIT_ROWS) -> None:
+        super().__init__()
+        self._paths, self._columns, self._unit_rows = list(paths), columns, unit_rows
+
+    def expand(self, root: beam.pvalue.PBegin) -> beam.PCollection:
+        return (
+            root
+            | "Files" >> beam.Create(self._paths)
+            | "CutRowGroups" >> beam.FlatMap(row_ranges, self._unit_rows)
+            | "SpreadRanges" >> beam.Reshuffle()
+            | "ReadRanges" >> beam.FlatMap(read_rows, self._columns)
+        )
