@@ -15,6 +15,7 @@ from pipelines.stage import StageContext, run_beam
 from transforms.dead_letters import WriteDeadLetters
 from transforms.dump_reader import read_siteinfo
 from transforms.multistream import find_multistream_index, looks_multistream
+from transforms.parquet_rows import write_parquet_rows
 from transforms.parse import COUNTERS, ConvertPages, ParseConfig, ResolveStagedArticles
 from transforms.wikitext import WikitextOptions
 
@@ -22,7 +23,6 @@ from transforms.wikitext import WikitextOptions
 STAGED_ARTICLES = "staged_articles"
 TITLE_RECORDS = "title_records"
 TITLE_MAP = "title_map"
-ROW_GROUP_BYTES = 16 << 20
 
 
 def index_paths_for(config: ParseConfig) -> dict[str, str]:
@@ -95,31 +95,25 @@ class ParseStage:
         def convert(pipeline: beam.Pipeline) -> None:
             converted = pipeline | "ConvertPages" >> ConvertPages(
                 config, siteinfos[0], index_paths, lambda total: ctx.progress("pages", total))
-            _ = converted["articles"] | "WriteStagedArticles" >> write_parquet(fs.join(staged, "part"),
+            _ = converted["articles"] | "WriteStagedArticles" >> write_parquet_rows(fs.join(staged, "part"),
                                                                              schemas.STAGED_ARTICLES)
             for source, rows in converted["records"].items():
-                _ = rows | f"Write{source}TitleRecords" >> write_parquet(fs.join(records, source),
+                _ = rows | f"Write{source}TitleRecords" >> write_parquet_rows(fs.join(records, source),
                                                                          schemas.TITLE_RECORDS)
             _ = converted["dead_letters"] | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("pages"))
 
         def resolve(pipeline: beam.Pipeline) -> None:
             resolved = pipeline | "ResolveStagedArticles" >> ResolveStagedArticles(
-                fs.join(staged, "*.parquet"), records, ctx.staged(TITLE_MAP),
+                fs.list_files(staged, "*.parquet"), records, ctx.staged(TITLE_MAP),
                 fs.join(ctx.staged(layout.REDIRECTS), "part-00000-of-00001.parquet"),
                 ctx.progress("articles", tables.total_rows(ctx.staging_root, STAGED_ARTICLES)))
-            _ = resolved["articles"] | "WriteArticles" >> write_parquet(ctx.staged_prefix(layout.ARTICLES),
+            _ = resolved["articles"] | "WriteArticles" >> write_parquet_rows(ctx.staged_prefix(layout.ARTICLES),
                                                                         schemas.ARTICLES)
             _ = resolved["dead_letters"] | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("articles"))
 
         totals = collections.Counter(run_beam(ctx, convert))
         totals.update(run_beam(ctx, resolve))
         return dict(sorted(totals.items()))
-
-
-def write_parquet(prefix: str, schema: Any) -> beam.PTransform:
-    """Rows -> Parquet files under ``prefix``; row groups of at most ~16 MB of Arrow data per open writer."""
-    return beam.io.WriteToParquet(prefix, schema, file_name_suffix=".parquet", codec=schemas.PARQUET_CODEC,
-                                  row_group_buffer_size=ROW_GROUP_BYTES)
 
 
 def require_dumps(args: argparse.Namespace) -> None:

@@ -19,8 +19,11 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from artifacts.schemas import PARQUET_CODEC
+
 UNIT_ROWS = 256  # rows per unit of work: small enough that a sample's few row groups still spread over workers
-BATCH_ROWS = 64  # rows converted from Arrow to Python at a time
+BATCH_ROWS = 64  # rows converted from Arrow to Python at a time (and from Python to Arrow when writing)
+ROW_GROUP_BYTES = 8 << 20  # Arrow bytes per written row group: a reader decodes at most one row group at a time
 
 
 @dataclass(frozen=True)
@@ -87,3 +90,11 @@ class ReadParquetRows(beam.PTransform):
             | "SpreadRanges" >> beam.Reshuffle()
             | "ReadRanges" >> beam.FlatMap(read_rows, self._columns)
         )
+
+
+def write_parquet_rows(prefix: str, schema: pa.Schema) -> beam.PTransform:
+    """Rows (dicts) -> Parquet files under ``prefix``, compressed as every artifact. Rows are turned into Arrow
+    ``BATCH_ROWS`` at a time (Beam's default, 1000, holds 1000 articles with their links as Python objects) and
+    written in row groups of about ``ROW_GROUP_BYTES``."""
+    return beam.io.WriteToParquet(prefix, schema, file_name_suffix=".parquet", codec=PARQUET_CODEC,
+                                  row_group_buffer_size=ROW_GROUP_BYTES, record_batch_size=BATCH_ROWS)

@@ -22,6 +22,7 @@ from transforms.dump_io import ReadDumpPages, ReadSqlRows
 from transforms.dump_reader import RawPage, SiteInfo
 from transforms.link_resolution import ResolveArticles
 from transforms.namespaces import ARTICLE
+from transforms.parquet_rows import ReadParquetRows
 from transforms.redirects import TitleRecords, build_title_map
 from transforms.titles import normalize_title
 from transforms.wikitext import WikitextError, WikitextOptions, redirect_target_from_text, wikitext_to_text
@@ -212,10 +213,10 @@ def build_title_map_once(_: Any, records_dir: str, map_dir: str, redirects_file:
 
 class ResolveStagedArticles(beam.PTransform):
     """Pass 2 of parse. The title map built once from the title records under ``records_dir`` (the resolved
-    redirects written to ``redirects_file`` on the way), then every staged article (``staged``: a file pattern)
-    read where it lies and its links resolved against the map -> ``articles`` and ``dead_letters``."""
+    redirects written to ``redirects_file`` on the way), then every staged article (``staged``: its files) read
+    where it lies and its links resolved against the map -> ``articles`` and ``dead_letters``."""
 
-    def __init__(self, staged: str, records_dir: str, map_dir: str, redirects_file: str,
+    def __init__(self, staged: list[str], records_dir: str, map_dir: str, redirects_file: str,
                  progress: beam.PTransform | None = None) -> None:
         super().__init__()
         self._staged, self._records_dir, self._map_dir = staged, records_dir, map_dir
@@ -225,7 +226,7 @@ class ResolveStagedArticles(beam.PTransform):
         built = (pipeline | "Once" >> beam.Create([None])
                  | "BuildTitleMap" >> beam.FlatMap(build_title_map_once, self._records_dir, self._map_dir,
                                                    self._redirects_file).with_outputs(DEAD_LETTER_TAG, main="map"))
-        staged = pipeline | "ReadStagedArticles" >> beam.io.ReadFromParquet(self._staged)
+        staged = pipeline | "ReadStagedArticles" >> ReadParquetRows(self._staged)
         if self._progress is not None:
             staged = staged | "Progress" >> self._progress
         resolved = staged | "ResolveLinks" >> beam.ParDo(
