@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import os
 import shlex
@@ -12,7 +13,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Protocol, TypeVar
 
 import apache_beam as beam
@@ -30,6 +31,8 @@ from transforms.progress import DEFAULT_INTERVAL_S, LogProgress, worker_count
 
 LOG = logging.getLogger("kpr")
 STAGING_DIR = layout.STAGING
+LAUNCHER_HASH_BYTES = 1 << 30
+DESCRIBED_DIR = "described"  # under the stage's staging root: the workers' descriptions of the outputs
 ConfigT = TypeVar("ConfigT")
 
 
@@ -218,12 +221,32 @@ def commit(ctx: StageContext, stage: Stage, record: manifest.StageRecord) -> man
             destination = fs.join(ctx.final(artifact), fs.relative(source, ctx.staged(artifact)))
             fs.ensure_parent(destination)
             FileSystems.rename([source], [destination])
-    record.outputs = manifest.describe_outputs(ctx.output, artifacts)
+    record.outputs = described_outputs(ctx, artifacts)
     completed = manifest.load(ctx.output)
     completed[stage.name] = record
     manifest.save(ctx.output, completed)
     fs.delete_tree(ctx.staging_root)
     return record
+
+
+def described_outputs(ctx: StageContext, artifacts: Sequence[str]) -> list[manifest.OutputFile]:
+    """Size, sha256 and rows of every committed output file. Up to ``LAUNCHER_HASH_BYTES`` in all the launcher
+    hashes them; beyond, the workers do, file by file in parallel (on a remote runner the launcher would
+    otherwise download every output: an index of English Wikipedia is ~100 GB)."""
+    paths = [path for artifact in artifacts for path in fs.list_tree(ctx.final(artifact))]
+    if sum(fs.size(path) for path in paths) <= LAUNCHER_HASH_BYTES:
+        return [manifest.describe_file(ctx.output, path) for path in paths]
+    described = fs.join(ctx.staging_root, DESCRIBED_DIR, "part")
+
+    def build(pipeline: beam.Pipeline) -> None:
+        _ = (pipeline | "OutputFiles" >> beam.Create(paths) | "Spread" >> beam.Reshuffle()
+             | "Describe" >> beam.Map(lambda path: json.dumps(asdict(manifest.describe_file(ctx.output, path))))
+             | "Write" >> beam.io.WriteToText(described, file_name_suffix=".jsonl"))
+
+    run_beam(ctx, build)
+    lines = [line for path in fs.list_files(fs.join(ctx.staging_root, DESCRIBED_DIR), "*.jsonl")
+             for line in fs.read_bytes(path).decode("utf-8").splitlines()]
+    return sorted((manifest.OutputFile(**json.loads(line)) for line in lines), key=lambda item: item.path)
 
 
 class StageInterrupted(KeyboardInterrupt):

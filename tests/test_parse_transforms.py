@@ -21,6 +21,7 @@ from artifacts.errors import InputError
 from artifacts.run import manifest
 from pipelines import dictionary as dictionary_stage
 from pipelines import parse as parse_stage
+from pipelines import stage as stage_runner
 from pipelines.cli import build_parser, main
 from tests.builders import artifact_rows, run_counting
 from tests.conftest import DIRECT
@@ -254,3 +255,17 @@ def counted_names(*modules: ModuleType) -> set[str]:
 ])
 def test_a_stage_declares_exactly_the_counters_it_counts(stage, found: set[str]):
     assert found == set(stage.counters), sorted(found ^ set(stage.counters))
+
+
+def test_outputs_past_the_launchers_share_are_described_by_the_workers(tmp_path: Path, monkeypatch):
+    """The manifest's sizes, hashes and row counts are the same whether the launcher or a pipeline computes them."""
+    dump = write_dump(tmp_path)
+    by_launcher, by_workers = tmp_path / "launcher", tmp_path / "workers"
+    assert main(["parse", "--dump", dump, "--output", str(by_launcher), *DIRECT]) == 0
+    monkeypatch.setattr(stage_runner, "LAUNCHER_HASH_BYTES", 0)
+    assert main(["parse", "--dump", dump, "--output", str(by_workers), *DIRECT]) == 0
+    outputs = [manifest.load(str(output))["parse"].outputs for output in (by_launcher, by_workers)]
+    assert sorted(outputs[0], key=lambda item: item.path) == outputs[1]
+    assert {item.path for item in outputs[1]} >= {"articles/part-00000-of-00001.parquet",
+                                                  "redirects/part-00000-of-00001.parquet"}
+    assert not (by_workers / ".staging" / "parse").exists()
