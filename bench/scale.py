@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -181,6 +182,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-op-model", action="store_true", help="model forward replaced by equal unit vectors")
     parser.add_argument("--stage-timeout", type=float, help="seconds before a stage run is killed (default: none)")
     parser.add_argument("--json", type=Path, help="write every figure here")
+    parser.add_argument("--report", type=Path, nargs="+", metavar="JSON",
+                        help="run nothing: print the tables of the runs saved in these --json files together")
     return parser.parse_args(argv)
 
 
@@ -208,8 +211,20 @@ def save(args: argparse.Namespace, runs: list[StageRun]) -> None:
     args.json.write_text(json.dumps(document, indent=1))
 
 
+def saved_runs(paths: Sequence[Path]) -> tuple[list[StageRun], dict]:
+    """The runs of several --json files, and the settings of the first."""
+    documents = [json.loads(path.read_text()) for path in paths]
+    return [StageRun(**run) for document in documents for run in document["runs"]], documents[0]["settings"]
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
+    # `kill PID` stops the stage being measured too (its process group is killed on the way out)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if args.report:
+        runs, settings = saved_runs(args.report)
+        print_report(runs, settings["max_mentions"], settings["no_op_model"])
+        return
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start; "
           f"no-op model: {'on' if args.no_op_model else 'off'}; entities: {args.entities}", flush=True)
     if args.work:

@@ -108,10 +108,11 @@ def mentions_per_entity(runs: Sequence[StageRun], max_mentions: int) -> tuple[fl
     """Sampled mentions per entity at the largest measured size, capped; the cap itself if not measured."""
     measured = [run for run in runs if run.ok and "mentions_per_entity" in run.facts]
     if not measured:
-        return float(max_mentions), f"assumed: the cap, {max_mentions} (mentions stage not measured)"
+        return float(max_mentions), f"assumed: the cap, {max_mentions} (the mentions stage was not measured)"
     largest = max(measured, key=lambda run: (run.xml_bytes, -run.workers))
     value = min(largest.facts["mentions_per_entity"], max_mentions)
-    return value, f"measured at x{largest.copies}: {value:.2f} per entity (cap {max_mentions})"
+    return value, (f"{value:.2f} (at x{largest.copies}, cap {max_mentions}) x {ENWIKI['entities'] / 1e6:.0f}M "
+                   f"entities = {value * ENWIKI['entities'] / 1e6:.1f}M mentions to embed")
 
 
 def projection(runs: Sequence[StageRun], max_mentions: int) -> list[dict[str, Any]]:
@@ -179,25 +180,27 @@ def print_projection(runs: Sequence[StageRun], max_mentions: int, no_op_model: b
     if not rows:
         return
     print(f"\nProjection: English Wikipedia on one {MACHINE_WORKERS}-core {MACHINE_MEMORY_GB} GB machine")
-    print(f"  assumed: {ENWIKI['xml_mb']:,.0f} MB of XML, {ENWIKI['articles'] / 1e6:.1f}M articles, "
+    print(f"  assumed:  {ENWIKI['xml_mb']:,.0f} MB of XML, {ENWIKI['articles'] / 1e6:.1f}M articles, "
           f"{ENWIKI['links'] / 1e6:.0f}M links, {ENWIKI['entities'] / 1e6:.0f}M entities, "
-          f"{ENWIKI['passages'] / 1e6:.0f}M passages; {MACHINE_WORKERS} workers each as fast as one measured "
-          "worker (linear scaling: see the speed-up above)")
-    print(f"  measured: per-worker rates (at the largest size), the memory fits above; mentions to embed = "
-          f"{ENWIKI['entities'] / 1e6:.0f}M entities x {mentions_per_entity(runs, max_mentions)[1]}")
-    print("  peak memory = RSS at 0 MB + RSS MB per XML MB x 95,000 (the fewest workers' fit); hours = items / "
-          f"(rate per worker x {MACHINE_WORKERS})")
+          f"{ENWIKI['passages'] / 1e6:.0f}M passages;")
+    print(f"            {MACHINE_WORKERS} workers, each as fast as one measured worker (linear scaling: compare the "
+          "speed-ups above)")
+    print("  measured: rates per worker at the largest size; the memory fits above (fewest workers);")
+    print(f"            mentions per entity: {mentions_per_entity(runs, max_mentions)[1]}")
+    print(f"  hours = items / (rate per worker x {MACHINE_WORKERS}); peak memory = RSS at 0 MB + RSS MB per XML MB x "
+          f"{ENWIKI['xml_mb']:,.0f}")
     if no_op_model:
         print("  embed-entities and index: host side only (--no-op-model: no model forward counted)")
     else:
         print("  embed-entities and index: with the model's forward on this machine's device")
-    print(f"{'stage':<15} {'items':>14} {'rate per worker':>24} {'measured at':<18} {'hours':>8} {'peak memory':>12}")
+    print(f"{'stage':<15} {'items':>14} {'rate per worker':>26}  {'measured at':<17} {'hours':>7}  peak memory")
     for row in rows:
-        memory = "n/a (one size)" if row["peak_memory_gb"] is None else f"{row['peak_memory_gb']:,.0f} GB"
+        memory = "n/a (one size)" if row["peak_memory_gb"] is None else f"{row['peak_memory_gb']:,.1f} GB"
         if row["peak_memory_gb"] is not None and row["peak_memory_gb"] > MACHINE_MEMORY_GB:
             memory += " (does not fit)"
-        print(f"{row['stage']:<15} {row['items']:14,.0f} {row['rate_per_worker']:14,.1f} {row['unit'] + '/s':<9} "
-              f"{row['rate_measured_at']:<18} {row['hours']:8.2f} {memory:>12}")
+        rate = f"{row['rate_per_worker']:,.1f} {row['unit']}/s"
+        print(f"{row['stage']:<15} {row['items']:14,.0f} {rate:>26}  {row['rate_measured_at']:<17} "
+              f"{row['hours']:7.2f}  {memory}")
 
 
 def print_report(runs: Sequence[StageRun], max_mentions: int, no_op_model: bool) -> None:
