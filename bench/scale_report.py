@@ -128,11 +128,13 @@ def projection(runs: Sequence[StageRun], max_mentions: int) -> list[dict[str, An
         total = total if total is not None else ENWIKI["entities"] * per_entity
         largest = measured[-1]
         rate = largest.items[unit] / largest.wall_s / workers
+        rate_per_cpu_s = largest.items[unit] / largest.cpu_s
         fit = fitted.get((stage, workers))
         memory = (fit["rss_intercept_mb"] + fit["rss_mb_per_xml_mb"] * ENWIKI["xml_mb"]) / 1e3 if fit else None
         rows.append({"stage": stage, "unit": unit, "items": total, "rate_per_worker": rate,
                      "rate_measured_at": f"x{largest.copies}, {workers} worker(s)",
-                     "hours": total / (rate * MACHINE_WORKERS) / 3600, "peak_memory_gb": memory,
+                     "hours": total / (rate * MACHINE_WORKERS) / 3600, "rate_per_cpu_s": rate_per_cpu_s,
+                     "hours_cpu_bound": total / (rate_per_cpu_s * MACHINE_WORKERS) / 3600, "peak_memory_gb": memory,
                      "memory_workers": workers})
     return sorted(rows, key=lambda row: list(PROJECTED_ITEMS).index(row["stage"]))
 
@@ -187,20 +189,23 @@ def print_projection(runs: Sequence[StageRun], max_mentions: int, no_op_model: b
           "speed-ups above)")
     print("  measured: rates per worker at the largest size; the memory fits above (fewest workers);")
     print(f"            mentions per entity: {mentions_per_entity(runs, max_mentions)[1]}")
-    print(f"  hours = items / (rate per worker x {MACHINE_WORKERS}); peak memory = RSS at 0 MB + RSS MB per XML MB x "
-          f"{ENWIKI['xml_mb']:,.0f}")
+    print(f"  hours = items / (rate per worker x {MACHINE_WORKERS}); CPU-bound hours: the same from items per CPU "
+          "second of the tree")
+    print("            (each worker with a core to itself; on a shared machine the wall-clock rate is lower)")
+    print(f"  peak memory = RSS at 0 MB + RSS MB per XML MB x {ENWIKI['xml_mb']:,.0f}")
     if no_op_model:
         print("  embed-entities and index: host side only (--no-op-model: no model forward counted)")
     else:
         print("  embed-entities and index: with the model's forward on this machine's device")
-    print(f"{'stage':<15} {'items':>14} {'rate per worker':>26}  {'measured at':<17} {'hours':>7}  peak memory")
+    print(f"{'stage':<15} {'items':>14} {'rate per worker':>26}  {'measured at':<17} {'hours':>7} "
+          f"{'CPU-bound':>9}  peak memory")
     for row in rows:
         memory = "n/a (one size)" if row["peak_memory_gb"] is None else f"{row['peak_memory_gb']:,.1f} GB"
         if row["peak_memory_gb"] is not None and row["peak_memory_gb"] > MACHINE_MEMORY_GB:
             memory += " (does not fit)"
         rate = f"{row['rate_per_worker']:,.1f} {row['unit']}/s"
         print(f"{row['stage']:<15} {row['items']:14,.0f} {rate:>26}  {row['rate_measured_at']:<17} "
-              f"{row['hours']:7.2f}  {memory}")
+              f"{row['hours']:7.2f} {row['hours_cpu_bound']:9.2f}  {memory}")
 
 
 def print_report(runs: Sequence[StageRun], max_mentions: int, no_op_model: bool) -> None:
