@@ -67,6 +67,11 @@ def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
     return slope, mean_y - slope * mean_x
 
 
+def stage_order(stage: str, *rest: int) -> tuple[int, ...]:
+    """Sort key: the stages in pipeline order, then the numbers given (size, workers)."""
+    return (list(PROJECTED_ITEMS).index(stage), *rest)
+
+
 def groups(runs: Sequence[StageRun]) -> dict[tuple[str, int], list[StageRun]]:
     """The successful runs by (stage, workers), smallest dump first."""
     grouped: dict[tuple[str, int], list[StageRun]] = {}
@@ -79,7 +84,7 @@ def groups(runs: Sequence[StageRun]) -> dict[tuple[str, int], list[StageRun]]:
 def fits(runs: Sequence[StageRun]) -> list[dict[str, Any]]:
     """Per stage and worker count with two sizes or more: peak RSS MB and wall s against MB of XML."""
     found = []
-    for (stage, workers), measured in groups(runs).items():
+    for (stage, workers), measured in sorted(groups(runs).items(), key=lambda item: stage_order(*item[0])):
         if len({run.xml_bytes for run in measured}) < 2:
             continue
         xs = [run.xml_mb for run in measured]
@@ -92,15 +97,16 @@ def fits(runs: Sequence[StageRun]) -> list[dict[str, Any]]:
 
 
 def speedups(runs: Sequence[StageRun]) -> list[dict[str, Any]]:
-    """Wall time with the fewest workers over wall time with each larger count, per stage and size."""
+    """Wall time with the fewest workers over wall time with each larger count, per stage and size; and CPU
+    seconds with more workers over CPU seconds with the fewest (the work more workers add, whatever the load)."""
     by_key = {(run.stage, run.copies, run.workers): run for run in runs if run.ok}
     found = []
-    for (stage, copies, workers), run in sorted(by_key.items()):
+    for (stage, copies, workers), run in sorted(by_key.items(), key=lambda item: stage_order(*item[0])):
         fewest = min(count for (other, size, count) in by_key if (other, size) == (stage, copies))
         if workers > fewest:
             base = by_key[(stage, copies, fewest)]
             found.append({"stage": stage, "copies": copies, "workers": workers, "base_workers": fewest,
-                          "speedup": base.wall_s / run.wall_s})
+                          "speedup": base.wall_s / run.wall_s, "cpu_ratio": run.cpu_s / base.cpu_s})
     return found
 
 
@@ -136,7 +142,7 @@ def projection(runs: Sequence[StageRun], max_mentions: int) -> list[dict[str, An
                      "hours": total / (rate * MACHINE_WORKERS) / 3600, "rate_per_cpu_s": rate_per_cpu_s,
                      "hours_cpu_bound": total / (rate_per_cpu_s * MACHINE_WORKERS) / 3600, "peak_memory_gb": memory,
                      "memory_workers": workers})
-    return sorted(rows, key=lambda row: list(PROJECTED_ITEMS).index(row["stage"]))
+    return sorted(rows, key=lambda row: stage_order(row["stage"]))
 
 
 def summary(runs: Sequence[StageRun], max_mentions: int) -> dict[str, Any]:
@@ -150,7 +156,7 @@ def print_runs(runs: Sequence[StageRun]) -> None:
     print("Stage runs (peak RSS: the child and all its Beam worker processes, summed, sampled every 0.1 s)")
     print(f"{'stage':<15} {'size':>5} {'XML MB':>7} {'workers':>7} {'wall s':>8} {'CPU s':>8} {'peak RSS MB':>11}"
           f"  items/s")
-    for run in sorted(runs, key=lambda run: (list(PROJECTED_ITEMS).index(run.stage), run.copies, run.workers)):
+    for run in sorted(runs, key=lambda run: stage_order(run.stage, run.copies, run.workers)):
         rates = run.rates() if run.ok else f"FAILED (log {run.log})"
         print(f"{run.stage:<15} {'x' + str(run.copies):>5} {run.xml_mb:7.0f} {run.workers:7d} {run.wall_s:8.1f} "
               f"{run.cpu_s:8.1f} {run.peak_rss_mb:11.0f}  {rates}")
@@ -170,11 +176,12 @@ def print_speedups(runs: Sequence[StageRun]) -> None:
     found = speedups(runs)
     if not found:
         return
-    print("\nSpeed-up with more workers (wall time of the fewest workers / wall time)")
-    print(f"{'stage':<15} {'size':>5} {'workers':>7} {'speed-up':>8}")
+    print("\nSpeed-up with more workers (wall time of the fewest workers / wall time; CPU s: with more workers / "
+          "with the fewest)")
+    print(f"{'stage':<15} {'size':>5} {'workers':>7} {'speed-up':>8} {'CPU s':>6}")
     for item in found:
         print(f"{item['stage']:<15} {'x' + str(item['copies']):>5} {item['base_workers']:>3} -> {item['workers']:<2}"
-              f" {item['speedup']:7.2f}x")
+              f" {item['speedup']:7.2f}x {item['cpu_ratio']:5.2f}x")
 
 
 def print_projection(runs: Sequence[StageRun], max_mentions: int, no_op_model: bool) -> None:
