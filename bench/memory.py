@@ -122,39 +122,55 @@ class Measured:
     cpu_s: float
     peak_rss_bytes: int
     processes: int  # the most processes the tree held at once
+    max_process_rss_bytes: int  # ru_maxrss: the largest single process of the tree that was waited for
 
 
-def children_cpu_seconds() -> float:
-    """User + system seconds of this process's waited-for children and their waited-for descendants."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+@dataclass(frozen=True)
+class Exit:
+    """How a child ended: its exit code and its resource usage with that of its waited-for descendants."""
+
+    returncode: int
+    cpu_s: float
+    max_rss_bytes: int
 
 
-def waited(process: subprocess.Popen, timeout_s: float | None) -> int:
-    """The exit code of ``process`` (started in a session of its own); its whole process group is killed when it
-    runs past ``timeout_s`` (exit code -9) or when this process is interrupted."""
+def exited(process: subprocess.Popen, status: int, usage: resource.struct_rusage) -> Exit:
+    """``wait4``'s figures for ``process`` (its exit code recorded on it, as ``Popen.wait`` would)."""
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return Exit(process.returncode, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024)  # ru_maxrss: KiB
+
+
+def waited(process: subprocess.Popen, timeout_s: float | None, every: float = 0.05) -> Exit:
+    """How ``process`` (started in a session of its own) ended, from ``wait4``; its whole process group is killed
+    when it runs past ``timeout_s`` (exit code -9) or when this process is interrupted."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
-        return process.wait(timeout_s)
+        while True:
+            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+            if pid:
+                return exited(process, status, usage)
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(process.args, timeout_s)
+            time.sleep(every)
     except BaseException as error:
         os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        killed = exited(process, *os.wait4(process.pid, 0)[1:])
         if isinstance(error, subprocess.TimeoutExpired):
-            return -signal.SIGKILL
+            return killed
         raise
 
 
 def run_measured(command: Sequence[str], log: Path, env: Mapping[str, str] | None = None,
                  cwd: Path | None = None, every: float = 0.1, timeout_s: float | None = None) -> Measured:
     """Run ``command`` (stdout and stderr to ``log``) and measure its process tree. CPU seconds: the larger of
-    the sampled tree's and the kernel's count for waited-for descendants (exact, but blind to any process
-    that its parent did not wait for)."""
-    cpu_before = children_cpu_seconds()
+    the sampled tree's and the kernel's count for the child and its waited-for descendants (exact, but blind
+    to any process that its parent did not wait for)."""
     started = time.perf_counter()
     with log.open("wb") as output:
         process = subprocess.Popen(list(command), stdout=output, stderr=subprocess.STDOUT, env=env, cwd=cwd,
                                    start_new_session=True)
         with ProcessTreeSampler(process.pid, every) as sampler:
-            returncode = waited(process, timeout_s)
+            exit_ = waited(process, timeout_s)
     wall = time.perf_counter() - started
-    cpu = max(sampler.cpu_seconds, children_cpu_seconds() - cpu_before)
-    return Measured(returncode, wall, cpu, sampler.peak_rss_bytes, sampler.most_processes)
+    return Measured(exit_.returncode, wall, max(sampler.cpu_seconds, exit_.cpu_s), sampler.peak_rss_bytes,
+                    sampler.most_processes, exit_.max_rss_bytes)

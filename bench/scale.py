@@ -141,7 +141,8 @@ def run_stage(stage: str, dump: SyntheticDump, workers: int, output: Path, setti
                *stage_flags(stage, dump, settings), *(["--force"] if measured else []), *beam_flags(workers)]
     result = run_measured(command, log, child_env(settings, markers), REPO, timeout_s=settings.timeout_s)
     run = StageRun(stage, dump.copies, dump.xml_bytes, workers, result.returncode == 0, result.wall_s,
-                   result.cpu_s, result.peak_rss_bytes, result.processes, log=str(log))
+                   result.cpu_s, result.peak_rss_bytes, result.processes, log=str(log),
+                   max_process_rss_bytes=result.max_process_rss_bytes)
     if settings.no_op_model and stage in MODEL_STAGES:
         run.no_op_processes = len({marker.name.split("-")[0] for marker in markers.iterdir()})
     if run.ok:

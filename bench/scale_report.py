@@ -37,6 +37,7 @@ class StageRun:
     facts: dict[str, float] = field(default_factory=dict)  # other measured inputs of the projection
     no_op_processes: int | None = None  # processes where the no-op forward was installed
     log: str = ""
+    max_process_rss_bytes: int = 0  # ru_maxrss: the largest single process (0: not measured)
 
     @property
     def xml_mb(self) -> float:
@@ -153,13 +154,15 @@ def summary(runs: Sequence[StageRun], max_mentions: int) -> dict[str, Any]:
 
 
 def print_runs(runs: Sequence[StageRun]) -> None:
-    print("Stage runs (peak RSS: the child and all its Beam worker processes, summed, sampled every 0.1 s)")
+    print("Stage runs (peak RSS: the child and all its Beam worker processes, summed, sampled every 0.1 s; "
+          "largest process: ru_maxrss)")
     print(f"{'stage':<15} {'size':>5} {'XML MB':>7} {'workers':>7} {'wall s':>8} {'CPU s':>8} {'peak RSS MB':>11}"
-          f"  items/s")
+          f" {'largest process MB':>18}  items/s")
     for run in sorted(runs, key=lambda run: stage_order(run.stage, run.copies, run.workers)):
         rates = run.rates() if run.ok else f"FAILED (log {run.log})"
+        largest = f"{run.max_process_rss_bytes / 1e6:.0f}" if run.max_process_rss_bytes else "-"
         print(f"{run.stage:<15} {'x' + str(run.copies):>5} {run.xml_mb:7.0f} {run.workers:7d} {run.wall_s:8.1f} "
-              f"{run.cpu_s:8.1f} {run.peak_rss_mb:11.0f}  {rates}")
+              f"{run.cpu_s:8.1f} {run.peak_rss_mb:11.0f} {largest:>18}  {rates}")
 
 
 def print_fits(runs: Sequence[StageRun]) -> None:

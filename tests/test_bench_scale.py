@@ -108,6 +108,7 @@ def test_sampler_sums_the_rss_of_a_process_and_its_descendants(tmp_path: Path) -
     measured = run_measured([sys.executable, "-c", parent], tmp_path / "log")
     assert measured.returncode == 0 and measured.processes == 2
     assert 250e6 < measured.peak_rss_bytes < 400e6
+    assert 150e6 < measured.max_process_rss_bytes < 250e6  # the grandchild, the largest process
     assert measured.wall_s >= 1.5 and measured.cpu_s > 0
 
 
