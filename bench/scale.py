@@ -14,10 +14,12 @@ the model forward of embed-entities and index in every interpreter of the run (t
 equal unit vectors of the right size, so those stages measure what the host side can feed.
 
     python -m bench.scale --sizes 10 20 40 --workers 1 2 --no-op-model [--work DIR] [--json FILE]
-    python -m bench.scale --sizes 2 4 --stages parse dictionary --workers 1      # a quick check, ~3 min
+    python -m bench.scale --sizes 2 4 --stages parse dictionary --workers 1      # a quick check, a few minutes
+    python -m bench.scale --report a.json b.json     # the tables of several saved runs together (speed-ups)
 
-On 2 CPU cores, --sizes 10 20 40 --workers 1 --no-op-model takes about an hour and a half (parse and
-embed-entities dominate); each extra worker count about as long again.
+--sizes 10 20 40 --workers 1 --no-op-model took an hour on 2 shared CPU cores (load 8-15; 20 minutes of CPU;
+embed-entities and parse dominate); each further worker count about as long again. Memory figures do not depend
+on the machine's load; wall times and speed-ups do (the CPU seconds beside them help to tell).
 """
 
 from __future__ import annotations
