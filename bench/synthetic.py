@@ -28,18 +28,6 @@ DUMP_NAME, INDEX_NAME = "synthetic-multistream.xml.bz2", "synthetic-multistream-
 _DESCRIPTION = "dump.json"  # written last: a dump directory with it is complete
 
 
-@dataclass(frozen=True)
-class SyntheticDump:
-    """A written synthetic dump: its files, uncompressed XML bytes and page count."""
-
-    dump: Path
-    index: Path
-    xml_bytes: int
-    pages: int
-    copies: int
-    entities: str
-
-
 def split_dump(xml: bytes) -> tuple[bytes, list[bytes], bytes]:
     """(header up to the first page, pages, footer)."""
     pages = _PAGE.findall(xml)
@@ -113,6 +101,18 @@ def write_multistream(header: bytes, pages: list[bytes], footer: bytes, director
             size += len(chunk)
     index.write_bytes(bz2.compress(("\n".join(lines) + "\n").encode()))
     return dump, index, size
+
+
+@dataclass(frozen=True)
+class SyntheticDump:
+    """A written synthetic dump: its files, uncompressed XML bytes and page count."""
+
+    dump: Path
+    index: Path
+    xml_bytes: int
+    pages: int
+    copies: int
+    entities: str
 
 
 def synthetic_dump(source: Path, copies: int, entities: str, directory: Path) -> SyntheticDump:
