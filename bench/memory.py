@@ -48,6 +48,17 @@ def read_stat(pid: int) -> ProcessStat | None:
                        int(fields[21]) * _PAGE_BYTES)
 
 
+def high_water_rss(pid: int) -> int:
+    """VmHWM of one process (bytes): its peak RSS since its last exec, 0 if it has exited. Unlike the
+    ``ru_maxrss`` of a child, it does not start from the RSS of the process that forked it."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return 0
+    line = next((line for line in text.splitlines() if line.startswith("VmHWM:")), "VmHWM: 0 kB")
+    return int(line.split()[1]) * 1024
+
+
 def all_stats() -> list[ProcessStat]:
     """/proc/PID/stat of every process visible now."""
     stats = (read_stat(int(name)) for name in os.listdir("/proc") if name.isdigit())
@@ -78,6 +89,7 @@ class ProcessTreeSampler:
     def __init__(self, root: int, every: float = 0.1) -> None:
         self.root, self.every = root, every
         self.peak_rss_bytes = 0
+        self.largest_process_bytes = 0  # the highest VmHWM of a single process of the tree
         self.most_processes = 0
         self._cpu_ticks: dict[tuple[int, int], int] = {}  # last seen CPU time of every process of the tree
         self._stop = threading.Event()
@@ -90,6 +102,8 @@ class ProcessTreeSampler:
             self._cpu_ticks[(stat.pid, stat.started)] = stat.cpu_ticks
         rss = sum(stat.rss_bytes for stat in tree)
         self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
+        highest = max((high_water_rss(stat.pid) for stat in tree), default=0)
+        self.largest_process_bytes = max(self.largest_process_bytes, highest)
         self.most_processes = max(self.most_processes, len(tree))
         return rss
 
@@ -122,22 +136,22 @@ class Measured:
     cpu_s: float
     peak_rss_bytes: int
     processes: int  # the most processes the tree held at once
-    max_process_rss_bytes: int  # ru_maxrss: the largest single process of the tree that was waited for
+    max_process_rss_bytes: int  # the peak RSS of the largest single process of the tree (VmHWM)
 
 
 @dataclass(frozen=True)
 class Exit:
-    """How a child ended: its exit code and its resource usage with that of its waited-for descendants."""
+    """How a child ended: its exit code and the CPU seconds of it and its waited-for descendants."""
 
     returncode: int
     cpu_s: float
-    max_rss_bytes: int
 
 
 def exited(process: subprocess.Popen, status: int, usage: resource.struct_rusage) -> Exit:
-    """``wait4``'s figures for ``process`` (its exit code recorded on it, as ``Popen.wait`` would)."""
+    """``wait4``'s figures for ``process`` (its exit code recorded on it, as ``Popen.wait`` would). Not its
+    ``ru_maxrss``: Linux counts in it the RSS of this process at the fork, so it is never below ours."""
     process.returncode = os.waitstatus_to_exitcode(status)
-    return Exit(process.returncode, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024)  # ru_maxrss: KiB
+    return Exit(process.returncode, usage.ru_utime + usage.ru_stime)
 
 
 def waited(process: subprocess.Popen, timeout_s: float | None, every: float = 0.05) -> Exit:
@@ -173,4 +187,4 @@ def run_measured(command: Sequence[str], log: Path, env: Mapping[str, str] | Non
             exit_ = waited(process, timeout_s)
     wall = time.perf_counter() - started
     return Measured(exit_.returncode, wall, max(sampler.cpu_seconds, exit_.cpu_s), sampler.peak_rss_bytes,
-                    sampler.most_processes, exit_.max_rss_bytes)
+                    sampler.most_processes, sampler.largest_process_bytes)

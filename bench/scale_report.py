@@ -37,7 +37,7 @@ class StageRun:
     facts: dict[str, float] = field(default_factory=dict)  # other measured inputs of the projection
     no_op_processes: int | None = None  # processes where the no-op forward was installed
     log: str = ""
-    max_process_rss_bytes: int = 0  # ru_maxrss: the largest single process (0: not measured)
+    max_process_rss_bytes: int = 0  # peak RSS of the largest single process, VmHWM (0: not measured)
 
     @property
     def xml_mb(self) -> float:
@@ -155,7 +155,7 @@ def summary(runs: Sequence[StageRun], max_mentions: int) -> dict[str, Any]:
 
 def print_runs(runs: Sequence[StageRun]) -> None:
     print("Stage runs (peak RSS: the child and all its Beam worker processes, summed, sampled every 0.1 s; "
-          "largest process: ru_maxrss)")
+          "largest process: its VmHWM)")
     print(f"{'stage':<15} {'size':>5} {'XML MB':>7} {'workers':>7} {'wall s':>8} {'CPU s':>8} {'peak RSS MB':>11}"
           f" {'largest process MB':>18}  items/s")
     for run in sorted(runs, key=lambda run: stage_order(run.stage, run.copies, run.workers)):

@@ -105,8 +105,9 @@ def test_sampler_sums_the_rss_of_a_process_and_its_descendants(tmp_path: Path) -
     child = ALLOCATE.format(mb=150, seconds=1.5)
     parent = (f"import subprocess, sys; block = b'x' * (100 << 20); "
               f"subprocess.run([sys.executable, '-c', {child!r}], check=True)")
+    launcher = b"x" * (300 << 20)  # this process is large: a child's ru_maxrss would count it, VmHWM does not
     measured = run_measured([sys.executable, "-c", parent], tmp_path / "log")
-    assert measured.returncode == 0 and measured.processes == 2
+    assert measured.returncode == 0 and measured.processes == 2 and len(launcher) == 300 << 20
     assert 250e6 < measured.peak_rss_bytes < 400e6
     assert 150e6 < measured.max_process_rss_bytes < 250e6  # the grandchild, the largest process
     assert measured.wall_s >= 1.5 and measured.cpu_s > 0
