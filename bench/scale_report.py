@@ -122,28 +122,34 @@ def mentions_per_entity(runs: Sequence[StageRun], max_mentions: int) -> tuple[fl
                    f"entities = {value * ENWIKI['entities'] / 1e6:.1f}M mentions to embed")
 
 
+def projected(measured: Sequence[StageRun], per_entity: float, fit: dict[str, Any] | None) -> dict[str, Any] | None:
+    """One stage's projection from its runs with one worker count (smallest dump first) and their memory fit."""
+    largest = measured[-1]
+    unit, total = PROJECTED_ITEMS[largest.stage]
+    if unit not in largest.items:
+        return None
+    total = total if total is not None else ENWIKI["entities"] * per_entity
+    rate = largest.items[unit] / largest.wall_s / largest.workers
+    rate_per_cpu_s = largest.items[unit] / largest.cpu_s
+    memory = (fit["rss_intercept_mb"] + fit["rss_mb_per_xml_mb"] * ENWIKI["xml_mb"]) / 1e3 if fit else None
+    return {"stage": largest.stage, "unit": unit, "items": total, "rate_per_worker": rate,
+            "rate_measured_at": f"x{largest.copies}, {largest.workers} worker(s)",
+            "hours": total / (rate * MACHINE_WORKERS) / 3600, "rate_per_cpu_s": rate_per_cpu_s,
+            "hours_cpu_bound": total / (rate_per_cpu_s * MACHINE_WORKERS) / 3600, "peak_memory_gb": memory,
+            "memory_workers": largest.workers}
+
+
 def projection(runs: Sequence[StageRun], max_mentions: int) -> list[dict[str, Any]]:
-    """Per stage: hours on MACHINE_WORKERS workers from the per-worker rate at the largest size (fewest workers),
-    and peak memory = intercept + slope x enwiki's XML MB from the fewest workers' fit."""
+    """Per stage, from its runs with the fewest workers: hours on MACHINE_WORKERS workers from the per-worker rate
+    at the largest size, and peak memory = intercept + slope x enwiki's XML MB from their fit."""
     per_entity, _source = mentions_per_entity(runs, max_mentions)
     fitted = {(fit["stage"], fit["workers"]): fit for fit in fits(runs)}
-    rows = []
+    rows: dict[str, dict[str, Any]] = {}
     for (stage, workers), measured in sorted(groups(runs).items(), key=lambda item: item[0][1]):
-        if any(row["stage"] == stage for row in rows):
-            continue  # the fewest workers only
-        unit, total = PROJECTED_ITEMS[stage]
-        total = total if total is not None else ENWIKI["entities"] * per_entity
-        largest = measured[-1]
-        rate = largest.items[unit] / largest.wall_s / workers
-        rate_per_cpu_s = largest.items[unit] / largest.cpu_s
-        fit = fitted.get((stage, workers))
-        memory = (fit["rss_intercept_mb"] + fit["rss_mb_per_xml_mb"] * ENWIKI["xml_mb"]) / 1e3 if fit else None
-        rows.append({"stage": stage, "unit": unit, "items": total, "rate_per_worker": rate,
-                     "rate_measured_at": f"x{largest.copies}, {workers} worker(s)",
-                     "hours": total / (rate * MACHINE_WORKERS) / 3600, "rate_per_cpu_s": rate_per_cpu_s,
-                     "hours_cpu_bound": total / (rate_per_cpu_s * MACHINE_WORKERS) / 3600, "peak_memory_gb": memory,
-                     "memory_workers": workers})
-    return sorted(rows, key=lambda row: stage_order(row["stage"]))
+        row = None if stage in rows else projected(measured, per_entity, fitted.get((stage, workers)))
+        if row is not None:
+            rows[stage] = row
+    return sorted(rows.values(), key=lambda row: stage_order(row["stage"]))
 
 
 def summary(runs: Sequence[StageRun], max_mentions: int) -> dict[str, Any]:
