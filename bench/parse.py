@@ -10,53 +10,12 @@ from __future__ import annotations
 
 import argparse
 import bz2
-import re
 import tempfile
 from pathlib import Path
 
 from bench.common import run_cli
 from bench.paths import GENSIM
-
-PAGES_PER_STREAM = 100
-_PAGE = re.compile(rb"  <page>.*?</page>\n", re.S)
-
-
-def split_dump(xml: bytes) -> tuple[bytes, list[bytes], bytes]:
-    """(header up to the first page, pages, footer)."""
-    pages = _PAGE.findall(xml)
-    first = xml.index(pages[0])
-    last = xml.rindex(pages[-1]) + len(pages[-1])
-    return xml[:first], pages, xml[last:]
-
-
-def renumbered(page: bytes, copy: int) -> bytes:
-    """A copy of a page with a new page id and a distinct title (links inside stay as they were)."""
-    if copy == 0:
-        return page
-    page = re.sub(rb"<id>(\d+)</id>", lambda m: b"<id>%d</id>" % (int(m.group(1)) + copy * 10_000_000), page,
-                  count=1)
-    return re.sub(rb"<title>(.*?)</title>", lambda m: b"<title>%s (copy %d)</title>" % (m.group(1), copy), page,
-                  count=1)
-
-
-def write_multistream(header: bytes, pages: list[bytes], footer: bytes, directory: Path) -> tuple[Path, Path, int]:
-    """A multistream .xml.bz2 + index of ``pages``; returns the paths and the uncompressed size."""
-    dump, index = directory / "synthetic-multistream.xml.bz2", directory / "synthetic-multistream-index.txt.bz2"
-    offset, lines, size = 0, [], 0
-    with dump.open("wb") as out:
-        for chunk in [header, *[b"".join(pages[i:i + PAGES_PER_STREAM])
-                                for i in range(0, len(pages), PAGES_PER_STREAM)], footer]:
-            if chunk.lstrip().startswith(b"<page>"):
-                for page in _PAGE.findall(chunk):
-                    page_id = re.search(rb"<id>(\d+)</id>", page).group(1).decode()
-                    title = re.search(rb"<title>(.*?)</title>", page).group(1).decode()
-                    lines.append(f"{offset}:{page_id}:{title}")
-            compressed = bz2.compress(chunk)
-            out.write(compressed)
-            offset += len(compressed)
-            size += len(chunk)
-    index.write_bytes(bz2.compress(("\n".join(lines) + "\n").encode()))
-    return dump, index, size
+from bench.synthetic import copied_pages, split_dump, write_multistream
 
 
 def run_parse(dump: Path, output: Path, workers: int) -> float:
@@ -82,7 +41,7 @@ def main() -> None:
         for workers in args.workers:
             seconds = run_parse(GENSIM, directory / f"sample-{workers}", workers)
             report("gensim sample (single bz2 stream, 6.1 MB)", len(xml), len(pages), seconds, workers)
-        copies = [renumbered(page, copy) for copy in range(args.repeat) for page in pages]
+        copies = copied_pages(pages, args.repeat, "keep")
         dump, _index, size = write_multistream(header, copies, footer, directory)
         for workers in args.workers:
             seconds = run_parse(dump, directory / f"synthetic-{workers}", workers)
