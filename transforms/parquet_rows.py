@@ -23,7 +23,7 @@ from artifacts.schemas import PARQUET_CODEC
 
 UNIT_ROWS = 256  # rows per unit of work: small enough that a sample's few row groups still spread over workers
 BATCH_ROWS = 64  # rows converted from Arrow to Python at a time (and from Python to Arrow when writing)
-ROW_GROUP_BYTES = 8 << 20  # Arrow bytes per written row group: a reader decodes at most one row group at a time
+ROW_GROUP_BYTES = 2 << 20  # Arrow bytes per written row group: a reader decodes at most one row group at a time
 
 
 @dataclass(frozen=True)
