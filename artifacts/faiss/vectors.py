@@ -1,5 +1,5 @@
-"""The index stage's vector tables: ``embeddings/`` rows (passage_id, title, text, embedding) and the training
-sample (sample_key, passage_id, embedding), as Arrow tables and back as float32 matrices."""
+"""The index stage's vector tables: ``embeddings/`` rows (passage_id, title, text, embedding) as Arrow tables and
+back as float32 matrices."""
 
 from __future__ import annotations
 
@@ -19,11 +19,6 @@ def embedding_schema(dim: int) -> pa.Schema:
                       ("embedding", pa.list_(pa.float32(), dim))])
 
 
-def train_sample_schema(dim: int) -> pa.Schema:
-    return pa.schema([("sample_key", pa.int64()), ("passage_id", pa.int64()),
-                      ("embedding", pa.list_(pa.float32(), dim))])
-
-
 def embedding_table(rows: Sequence[tuple[int, str, str, np.ndarray]], dim: int) -> pa.Table:
     """(passage_id, title, text, vector) rows as one Arrow table (vectors as one flat float32 buffer)."""
     vectors = np.asarray([row[3] for row in rows], dtype=np.float32).reshape(len(rows), dim)
@@ -31,13 +26,6 @@ def embedding_table(rows: Sequence[tuple[int, str, str, np.ndarray]], dim: int) 
         [pa.array([row[0] for row in rows], pa.int64()), pa.array([row[1] for row in rows], pa.string()),
          pa.array([row[2] for row in rows], pa.string()), _vector_array(vectors, dim)],
         schema=embedding_schema(dim))
-
-
-def train_sample_table(rows: Sequence[tuple[int, int, np.ndarray]], dim: int) -> pa.Table:
-    vectors = np.asarray([row[2] for row in rows], dtype=np.float32).reshape(len(rows), dim)
-    return pa.Table.from_arrays([pa.array([row[0] for row in rows], pa.int64()),
-                                 pa.array([row[1] for row in rows], pa.int64()), _vector_array(vectors, dim)],
-                                schema=train_sample_schema(dim))
 
 
 def _vector_array(vectors: np.ndarray, dim: int) -> pa.FixedSizeListArray:
@@ -57,5 +45,6 @@ def iter_parquet_batches(files: Sequence[str], columns: list[str],
     for path in files:
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
             yield from pq.ParquetFile(handle).iter_batches(batch_size=batch_size, columns=columns)
+
 
 
