@@ -194,6 +194,9 @@ def estimated_passages(config: IndexConfig, output: str) -> int:
     return text_bytes // (CHARS_PER_WORD * config.words_per_passage)
 
 
+PREVIOUS_DIGESTS_DIR = "previous-digests"  # --previous: the old shards' (id, digest) tables, in the staging root
+
+
 def buckets_dir(ctx: StageContext) -> str:
     """Where encoded rows are staged by bucket (not an artifact: removed with the stage's staging directory)."""
     return fs.join(ctx.staging_root, files.BUCKETS_DIR)
@@ -208,7 +211,8 @@ def encode(pipeline: beam.Pipeline, ctx: StageContext, config: IndexConfig, enco
         _ = (passages | "PassageRows" >> beam.Map(Passage.to_row)
              | "WritePassages" >> beam.io.WriteToParquet(ctx.staged_prefix(layout.PASSAGES), schemas.PASSAGES,
                                                          file_name_suffix=".parquet", codec=schemas.PARQUET_CODEC))
-    encoded = passages | "EncodePassages" >> EncodePassages(encoder, ctx.progress("passages"), previous)
+    encoded = passages | "EncodePassages" >> EncodePassages(encoder, ctx.progress("passages"), previous,
+                                                            fs.join(ctx.staging_root, PREVIOUS_DIGESTS_DIR))
     staged = buckets_dir(ctx)
     records = [encoded["rows"] | "WriteBuckets" >> WriteBuckets(staged, bucket_count, dim)]
     if encoded["reused"] is not None:

@@ -115,26 +115,23 @@ def encoded_row(result: PredictionResult) -> Iterator[Any]:
     yield passage.passage_id, passage.title, passage.text, vector
 
 
-def reused_row(row: dict[str, Any]) -> Row:
-    return row["passage_id"], row["title"], row["text"], np.asarray(row["embedding"], dtype=np.float32)
-
-
 class EncodePassages(beam.PTransform):
     """Passages -> ``rows`` (passage_id, title, text, vector), tagged ``dead_letter``: vectors with NaN or inf. With
     ``previous`` (a previous run's OUT), unchanged passages take their old vector instead of being encoded (tagged
-    ``reused``); ``progress`` is a pass-through step that logs the encoding rate."""
+    ``reused``; the old shards' digest tables are written under ``scratch``); ``progress`` is a pass-through step
+    that logs the encoding rate."""
 
-    def __init__(self, encoder: EncoderOptions, progress: beam.PTransform, previous: str | None = None) -> None:
+    def __init__(self, encoder: EncoderOptions, progress: beam.PTransform, previous: str | None = None,
+                 scratch: str = "") -> None:
         super().__init__()
-        self._encoder, self._progress, self._previous = encoder, progress, previous
+        self._encoder, self._progress, self._previous, self._scratch = encoder, progress, previous, scratch
 
     def expand(self, passages: beam.PCollection) -> dict[str, beam.PCollection]:
         reused = None
         if self._previous is not None:
-            pattern = fs.join(self._previous, layout.INDEX, files.EMBEDDINGS_DIR, "*", "*.parquet")
-            old = passages.pipeline | "ReadOldVectors" >> beam.io.ReadFromParquet(pattern)
-            split = {"passages": passages, "old_vectors": old} | "SplitForRefresh" >> SplitPassagesForRefresh()
-            passages, reused = split["encode"], split["reused"] | "ReusedRows" >> beam.Map(reused_row)
+            split = passages | "SplitForRefresh" >> SplitPassagesForRefresh(fs.join(self._previous, layout.INDEX),
+                                                                            self._scratch)
+            passages, reused = split["encode"], split["reused"]
         encoded = (passages
                    | "Encode" >> RunInference(PassageEncoderHandler(self._encoder, count=count))
                    | "Progress" >> self._progress
