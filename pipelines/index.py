@@ -27,7 +27,7 @@ from encoders.retrievers import KINDS, SIMILARITIES, TITLE_MODES, EncoderOptions
 from pipelines import flags
 from pipelines.refresh import RefreshConfig, fingerprint_changes, previous_options, reusable_previous
 from pipelines.stage import StageContext, run_beam
-from transforms.corpus import ReadPassages, check_corpus
+from transforms.corpus import ReadPassages, check_corpus, estimated_passages
 from transforms.dead_letters import WriteDeadLetters
 from transforms.index import (
     COUNTERS,
@@ -164,8 +164,9 @@ class IndexStage:
                              "run `python run_pipeline.py parse` first or pass --corpus psgs_w100.tsv")
         previous = reusable_previous(refresh_of(config), self.name, (layout.INDEX_STAGE,),
                                      lambda old: incompatibility(old, config, located))
-        bucket_count = choice.bucket_count(config.shards, estimated_passages(config, ctx.output), dim,
-                                           config.shard_memory_bytes)
+        estimate = estimated_passages(config.corpus, tables.artifact_dir(ctx.output, layout.ARTICLES),
+                                      config.words_per_passage)
+        bucket_count = choice.bucket_count(config.shards, estimate, dim, config.shard_memory_bytes)
         counters = run_beam(ctx, lambda pipeline: encode(pipeline, ctx, config, located, dim, columns, bucket_count,
                                                          previous))
         counters = {**counters, **build_index(ctx, config, located, dim, bucket_count, previous)}
@@ -174,24 +175,6 @@ class IndexStage:
 
 def refresh_of(config: IndexConfig) -> RefreshConfig:
     return RefreshConfig(config.previous, config.require_reuse)
-
-
-# Bytes of input per passage, on the low side (DPR's psgs_w100.tsv: ~620 per line), to estimate the count before
-# reading: the estimate only sizes the hash buckets, the exact count chooses the shards.
-TSV_BYTES_PER_PASSAGE = 400
-COMPRESSION_RATIO = 4  # of a .gz/.bz2 corpus, and of article text in Parquet
-CHARS_PER_WORD = 6
-
-
-def estimated_passages(config: IndexConfig, output: str) -> int:
-    """About how many passages the input holds, from its file sizes alone (listed, not read)."""
-    if config.corpus:
-        sizes = [(item.path, item.size_in_bytes) for item in FileSystems.match([config.corpus])[0].metadata_list]
-        return sum(size * (COMPRESSION_RATIO if path.endswith((".gz", ".bz2")) else 1)
-                   for path, size in sizes) // TSV_BYTES_PER_PASSAGE
-    articles = fs.list_files(tables.artifact_dir(output, layout.ARTICLES), "*.parquet")
-    text_bytes = sum(fs.size(path) for path in articles) * COMPRESSION_RATIO
-    return text_bytes // (CHARS_PER_WORD * config.words_per_passage)
 
 
 PREVIOUS_DIGESTS_DIR = "previous-digests"  # --previous: the old shards' (id, digest) tables, in the staging root

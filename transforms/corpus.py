@@ -21,7 +21,7 @@ import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from artifacts import layout, tables
+from artifacts import fs, layout, tables
 from artifacts.errors import InputError
 from artifacts.passages import Passage
 from transforms.dead_letters import count, dead_letter
@@ -39,6 +39,11 @@ from transforms.passages import (
 
 COMPRESSED_SUFFIXES = (".bz2", ".gz")  # what open_xml decompresses (Python's own readers: a cut archive raises)
 HEADER_LINE = 1
+# Bytes of input per passage, on the low side (DPR's psgs_w100.tsv: ~620 per line), to estimate the count from the
+# file sizes before reading: the estimate only sizes the hash buckets, the exact count chooses the shards.
+TSV_BYTES_PER_PASSAGE = 400
+COMPRESSION_RATIO = 4  # of a .gz/.bz2 corpus, and of article text in Parquet
+CHARS_PER_WORD = 6
 
 
 def check_corpus(pattern: str) -> tuple[int, int, int]:
@@ -58,6 +63,17 @@ def check_corpus(pattern: str) -> tuple[int, int, int]:
             raise InputError(f"{match.path}: its header orders the columns differently from the other files")
         columns = found
     return columns
+
+
+def estimated_passages(corpus: str | None, articles_dir: str, words_per_passage: int) -> int:
+    """About how many passages the corpus files (or, without them, the articles cut into passages) hold, from their
+    sizes alone (listed, not read)."""
+    pattern = corpus or fs.join(articles_dir, "*.parquet")
+    sizes = [(item.path, item.size_in_bytes) for item in FileSystems.match([pattern])[0].metadata_list]
+    if corpus:
+        return sum(size * (COMPRESSION_RATIO if path.endswith(COMPRESSED_SUFFIXES) else 1)
+                   for path, size in sizes) // TSV_BYTES_PER_PASSAGE
+    return sum(size for _, size in sizes) * COMPRESSION_RATIO // (CHARS_PER_WORD * words_per_passage)
 
 
 def corpus_ranges(pattern: str) -> list[LineRange]:

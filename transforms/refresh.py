@@ -23,7 +23,7 @@ from artifacts.counters import declare, processed
 from artifacts.faiss.files import shard_embedding_files, shard_name
 from artifacts.faiss.info import load_index_info
 from artifacts.faiss.storage import write_npy
-from artifacts.faiss.vectors import iter_parquet_batches, table_vectors
+from artifacts.faiss.vectors import VECTOR_BATCH, iter_parquet_batches, table_vectors
 from artifacts.passages import Passage, shard_of
 from transforms.dead_letters import count
 from transforms.mention_sampling import window_digest
@@ -269,8 +269,8 @@ class SplitUnchangedFn(beam.DoFn):
 def reused_rows(shard: str, packed: Iterable[np.ndarray], old_index: str = "") -> Iterator[tuple]:
     """The rows (passage_id, title, text, vector) of the ids ``packed`` from old shard ``shard``."""
     wanted = np.unique(np.concatenate(list(packed)))
-    for batch in iter_parquet_batches(shard_embedding_files(old_index, shard), ["passage_id", "title", "text",
-                                                                                "embedding"]):
+    columns = ["passage_id", "title", "text", "embedding"]
+    for batch in iter_parquet_batches(shard_embedding_files(old_index, shard), columns, VECTOR_BATCH):
         chosen = np.flatnonzero(np.isin(batch.column(0).to_numpy(), wanted))
         if len(chosen) == 0:
             continue

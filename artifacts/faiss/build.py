@@ -10,7 +10,7 @@ import numpy as np
 from artifacts import fs
 from artifacts.faiss.files import EMBEDDINGS_DIR, shard_embedding_files, shard_ids_name, shard_index_name
 from artifacts.faiss.storage import read_index, write_index, write_npy
-from artifacts.faiss.vectors import iter_parquet_batches, table_vectors
+from artifacts.faiss.vectors import VECTOR_BATCH, iter_parquet_batches, table_vectors
 from artifacts.tables import parquet_row_count
 
 
@@ -89,7 +89,7 @@ def build_shard(index_dir: str, shard: str, trained_path: str, use_gpu: bool = F
     and id map. Holds the index and one batch of vectors."""
     files = shard_embedding_files(index_dir, shard)
     batches = ((batch.column(0).to_numpy(), table_vectors(batch))
-               for batch in iter_parquet_batches(files, ["passage_id", "embedding"]))
+               for batch in iter_parquet_batches(files, ["passage_id", "embedding"], VECTOR_BATCH))
     index = read_index(trained_path, mmap=False)
     reserve(index, sum(parquet_row_count(path) for path in files))
     index, ids = add_batches(index, batches, use_gpu)
@@ -120,7 +120,7 @@ def read_train_sample(files: Sequence[str], size: int) -> np.ndarray:
         return np.zeros((0, 0), dtype=np.float32)
     threshold = chosen_keys[-1]
     kept_keys, kept = [], []
-    for batch in iter_parquet_batches(files, ["sample_key", "embedding"]):
+    for batch in iter_parquet_batches(files, ["sample_key", "embedding"], VECTOR_BATCH):
         batch_keys = batch.column(0).to_numpy()
         chosen = np.flatnonzero(batch_keys <= threshold)
         if len(chosen):

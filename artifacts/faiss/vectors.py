@@ -11,7 +11,8 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-ADD_CHUNK = 65_536  # vectors per add() call, and rows per batch read back
+ADD_CHUNK = 65_536  # rows per batch read back
+VECTOR_BATCH = 8192  # vectors read back at a time where a worker holds a shard or a sample (~25 MB at 768 dims)
 
 
 def embedding_schema(dim: int) -> pa.Schema:
