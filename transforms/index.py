@@ -107,6 +107,7 @@ class IndexConfig:
 
 
 def encoded_row(result: PredictionResult) -> Iterator[Any]:
+    """An encoded passage as a row (passage_id, title, text, vector), or a dead letter for a non-finite vector."""
     passage, vector = result.example, np.asarray(result.inference, dtype=np.float32)
     if not np.all(np.isfinite(vector)):
         yield dead_letter("non_finite_vectors", "the encoder returned NaN or inf", passage_id=passage.passage_id)
@@ -162,7 +163,7 @@ class WriteBucketFilesFn(beam.DoFn):
 
 class WriteBuckets(beam.PTransform):
     """Rows -> staged Parquet files under ``directory`` by hash bucket, written as the rows come (no shuffle);
-    the output: the records of the files written (JSON lines), for ``list_prefix``."""
+    the output: the records of the files written (``BucketFile`` JSON lines)."""
 
     def __init__(self, directory: str, bucket_count: int, dim: int) -> None:
         super().__init__()
