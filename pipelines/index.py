@@ -177,6 +177,7 @@ def refresh_of(config: IndexConfig) -> RefreshConfig:
     return RefreshConfig(config.previous, config.require_reuse)
 
 
+PASSAGES_ROW_GROUP_BYTES = 8 << 20  # what the passages/ writer holds (Beam's default, 64 MB, is a corpus's text here)
 PREVIOUS_DIGESTS_DIR = "previous-digests"  # --previous: the old shards' (id, digest) tables, in the staging root
 
 
@@ -193,7 +194,8 @@ def encode(pipeline: beam.Pipeline, ctx: StageContext, config: IndexConfig, enco
     if columns is None:
         _ = (passages | "PassageRows" >> beam.Map(Passage.to_row)
              | "WritePassages" >> beam.io.WriteToParquet(ctx.staged_prefix(layout.PASSAGES), schemas.PASSAGES,
-                                                         file_name_suffix=".parquet", codec=schemas.PARQUET_CODEC))
+                                                         file_name_suffix=".parquet", codec=schemas.PARQUET_CODEC,
+                                                         row_group_buffer_size=PASSAGES_ROW_GROUP_BYTES))
     encoded = passages | "EncodePassages" >> EncodePassages(encoder, ctx.progress("passages"), previous,
                                                             fs.join(ctx.staging_root, PREVIOUS_DIGESTS_DIR))
     staged = buckets_dir(ctx)
