@@ -97,6 +97,19 @@ def test_training_sample_is_the_smallest_keys_whatever_the_files(tmp_path):
     assert shards.read_train_sample([record.path for record in records], 1000).shape == (300, DIM)
 
 
+def test_a_bucket_writer_holds_at_most_its_buffer_whatever_the_number_of_buckets(tmp_path, monkeypatch):
+    monkeypatch.setattr(buckets_module, "BUFFERED_ROWS", 100)
+    writer = buckets_module.BucketWriter(str(tmp_path), 50, DIM)  # 64 rows per row group: 50 x 64 > 100
+    held = []
+    for row in staged_rows(1000):
+        writer.add(row)
+        held.append(sum(len(rows) for rows in writer._buffers.values()))
+    records = writer.close()
+    assert max(held) <= 100 and sum(record.rows for record in records) == 1000
+    assert sorted(row for record in records for row in pq.read_table(record.path).column(0).to_pylist()) == [
+        row[0] for row in staged_rows(1000)]
+
+
 def test_shards_written_from_buckets_are_the_same_whatever_the_writers(tmp_path):
     rows = staged_rows(500)
     built = {}
@@ -139,6 +152,8 @@ def test_the_number_of_shards_comes_from_the_memory_budget():
     assert choice.shards_for_memory(751, 384, 8 * gb) == 1
     assert choice.shards_for_memory(1_000_000, 1024, gb) == 8  # 4.1 GB x 1.5 / 1 GB = 6.1 -> a power of two
     assert choice.bucket_count(3, 21_015_324, 768, 8 * gb) == 24
+    assert choice.bucket_count(100, 21_015_324, 768, 8 * gb) == 500  # at most MAX_BUCKETS open files per writer
+    assert choice.bucket_count(1000, 21_015_324, 768, 8 * gb) == 1000
     assert choice.bucket_count(None, 21_015_324, 768, 8 * gb) == 256  # twice the estimate: 32 shards x 8
     assert choice.bucket_count(None, 751, 384, 8 * gb) == 8
     assert choice.chosen_shards(21_015_324, 768, 8 * gb, 256) == 16

@@ -79,6 +79,7 @@ class BucketWriter:
         self._directory, self._buckets, self._dim = directory, buckets, dim
         self._group_rows = group_rows(buckets)
         self._buffers: dict[int, list] = {}
+        self._buffered = 0  # rows in all buffers
         self._files: dict[int, tuple[str, object, pq.ParquetWriter]] = {}  # bucket -> (path, handle, writer)
         self._rows: dict[int, int] = {}
 
@@ -86,13 +87,17 @@ class BucketWriter:
         bucket = shard_of(row[0], self._buckets)
         buffer = self._buffers.setdefault(bucket, [])
         buffer.append(row)
+        self._buffered += 1
         if len(buffer) >= self._group_rows:
             self._flush(bucket)
+        elif self._buffered >= BUFFERED_ROWS:  # many buckets: the fullest goes, so the writer never holds more
+            self._flush(max(self._buffers, key=lambda key: len(self._buffers[key])))
 
     def _flush(self, bucket: int) -> None:
         rows = self._buffers.pop(bucket, [])
         if not rows:
             return
+        self._buffered -= len(rows)
         if bucket not in self._files:
             path = fs.join(self._directory, bucket_name(bucket), f"{uuid.uuid4().hex}.parquet")
             handle = FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)

@@ -16,7 +16,7 @@ _IVF = re.compile(r"IVF(\d+)")
 SHARD_GROWTH = 1.5  # building a shard holds its vectors and at most half as much again (tests/test_index_memory.py)
 DEFAULT_SHARD_MEMORY_GB = 8.0  # per worker building a shard: DPR's 21M x 768 -> 16 shards of 4 GB of vectors
 MIN_BUCKETS_PER_SHARD = 8  # a bucket is sorted in memory while its shard is written: at most 1/8 of the shard
-MAX_BUCKETS = 4096
+MAX_BUCKETS = 512  # a worker keeps one staged file open per bucket (and its buffer: artifacts/faiss/buckets.py)
 GB = 1 << 30
 
 
@@ -62,7 +62,7 @@ def bucket_count(shards: int | None, estimated_count: int, dim: int, memory_byte
     ``shards`` asked for, else of the shards that twice the estimated count would need (a power of two: every
     power of two up to it divides it, so the shards chosen from the exact count are unions of buckets)."""
     if shards:
-        return shards * MIN_BUCKETS_PER_SHARD
+        return shards * max(1, min(MIN_BUCKETS_PER_SHARD, MAX_BUCKETS // shards))
     return min(MAX_BUCKETS, shards_for_memory(2 * estimated_count, dim, memory_bytes) * MIN_BUCKETS_PER_SHARD)
 
 
