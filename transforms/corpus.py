@@ -46,13 +46,21 @@ COMPRESSION_RATIO = 4  # of a .gz/.bz2 corpus, and of article text in Parquet
 CHARS_PER_WORD = 6
 
 
-def check_corpus(pattern: str) -> tuple[int, int, int]:
-    """Every file of the corpus exists and starts with the DPR header; returns the column positions."""
-    matches = FileSystems.match([pattern])[0].metadata_list
+def corpus_files(pattern: str) -> list[Any]:
+    """The files (Beam FileMetadata: path, size) a corpus pattern names, by path; InputError when there is none."""
+    try:
+        matches = FileSystems.match([pattern])[0].metadata_list
+    except Exception as error:  # Beam wraps every filesystem's own error type in its own
+        raise InputError(f"cannot list {pattern}: {str(error).strip().splitlines()[0]}") from error
     if not matches:
         raise InputError(f"corpus {pattern} not found")
+    return sorted(matches, key=lambda item: item.path)
+
+
+def check_corpus(pattern: str) -> tuple[int, int, int]:
+    """Every file of the corpus exists and starts with the DPR header; returns the column positions."""
     columns = None
-    for match in sorted(matches, key=lambda item: item.path):
+    for match in corpus_files(pattern):
         with FileSystems.open(match.path, compression_type=CompressionTypes.AUTO) as handle:
             header = handle.readline().decode("utf-8", errors="replace")
         try:
@@ -68,23 +76,16 @@ def check_corpus(pattern: str) -> tuple[int, int, int]:
 def estimated_passages(corpus: str | None, articles_dir: str, words_per_passage: int) -> int:
     """About how many passages the corpus files (or, without them, the articles cut into passages) hold, from their
     sizes alone (listed, not read)."""
-    pattern = corpus or fs.join(articles_dir, "*.parquet")
-    sizes = [(item.path, item.size_in_bytes) for item in FileSystems.match([pattern])[0].metadata_list]
     if corpus:
-        return sum(size * (COMPRESSION_RATIO if path.endswith(COMPRESSED_SUFFIXES) else 1)
-                   for path, size in sizes) // TSV_BYTES_PER_PASSAGE
-    return sum(size for _, size in sizes) * COMPRESSION_RATIO // (CHARS_PER_WORD * words_per_passage)
+        return sum(match.size_in_bytes * (COMPRESSION_RATIO if match.path.endswith(COMPRESSED_SUFFIXES) else 1)
+                   for match in corpus_files(corpus)) // TSV_BYTES_PER_PASSAGE
+    text_bytes = sum(fs.size(path) for path in fs.list_files(articles_dir, "*.parquet")) * COMPRESSION_RATIO
+    return text_bytes // (CHARS_PER_WORD * words_per_passage)
 
 
 def corpus_ranges(pattern: str) -> list[LineRange]:
     """The line ranges of every file of the corpus (compressed files whole)."""
-    try:
-        matches = FileSystems.match([pattern])[0].metadata_list
-    except Exception as error:  # Beam wraps every filesystem's own error type in its own
-        raise InputError(f"cannot list {pattern}: {str(error).strip().splitlines()[0]}") from error
-    if not matches:
-        raise InputError(f"corpus {pattern} not found")
-    return [line_range for match in sorted(matches, key=lambda item: item.path)
+    return [line_range for match in corpus_files(pattern)
             for line_range in split_file(match.path, match.size_in_bytes, match.path.endswith(COMPRESSED_SUFFIXES))]
 
 
