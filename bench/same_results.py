@@ -11,6 +11,7 @@ Prints one line per artifact (``same`` or what differs) and exits 1 when anythin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from pathlib import Path
 
@@ -68,9 +69,21 @@ def shard_pairs(index_dir: Path, shard: str) -> tuple[np.ndarray, np.ndarray]:
 
     index = faiss.read_index(str(index_dir / f"{shard}.faiss"))
     ids = np.load(index_dir / f"{shard}.ids.npy")
-    vectors = index.reconstruct_n(0, index.ntotal) if index.ntotal else np.zeros((0, index.d), np.float32)
+    vectors = stored_vectors(index) if index.ntotal else np.zeros((0, index.d), np.float32)
     order = np.argsort(ids, kind="stable")
     return ids[order], vectors[order]
+
+
+def stored_vectors(index) -> np.ndarray:
+    """The vectors of a FAISS index in insertion order (an IDMap's inner index; an IVF index through its direct
+    map: neither reconstructs by id as it is)."""
+    import faiss
+
+    if isinstance(index, faiss.IndexIDMap):
+        index = faiss.downcast_index(index.index)
+    with contextlib.suppress(RuntimeError):  # not IVF
+        faiss.extract_index_ivf(index).make_direct_map()
+    return index.reconstruct_n(0, index.ntotal)
 
 
 def compare_index(old: Path, new: Path) -> str | None:
@@ -117,7 +130,7 @@ def compare_counters(old: Path, new: Path, ignored: set[str]) -> list[tuple[str,
     for stage in sorted(set(old_stages) & set(new_stages)):
         old_counters, new_counters = old_stages[stage]["counters"], new_stages[stage]["counters"]
         changed = {name: (old_counters.get(name, 0), new_counters.get(name, 0))
-                   for name in sorted(set(old_counters) | set(new_counters)) - ignored
+                   for name in sorted((set(old_counters) | set(new_counters)) - ignored)
                    if old_counters.get(name, 0) != new_counters.get(name, 0)}
         results.append((f"counters {stage}", f"DIFFERENT: {changed}" if changed else "same"))
     return results
