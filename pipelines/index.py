@@ -151,7 +151,7 @@ class IndexStage:
 
     def external_inputs(self, config: IndexConfig) -> dict[str, str]:
         inputs = {"corpus": config.corpus} if config.corpus else {}
-        return {**inputs, **model_files({"encoder": config.encoder.model, "query_encoder": config.encoder.query_model})}
+        return {**inputs, **encoder_files(config)}
 
     def run(self, ctx: StageContext, config: IndexConfig) -> dict[str, int]:
         located = config.encoder.located(ctx.output)
@@ -171,6 +171,11 @@ class IndexStage:
                                                          previous))
         counters = {**counters, **build_index(ctx, config, located, dim, bucket_count, previous)}
         return {"passages_reused": 0, "passages_encoded": 0, **counters} if config.previous else counters
+
+
+def encoder_files(config: IndexConfig) -> dict[str, str]:
+    """The local model files of the encoders, by role (fingerprinted: replaced weights rerun the stage)."""
+    return model_files({"encoder": config.encoder.model, "query_encoder": config.encoder.query_model})
 
 
 def refresh_of(config: IndexConfig) -> RefreshConfig:
@@ -268,8 +273,9 @@ def incompatibility(old: dict[str, manifest.StageRecord], config: IndexConfig,
     if encoder.kind == "kpr":
         return "KPR passage vectors depend on this run's entity embeddings"
     changes = option_changes(old[layout.INDEX_STAGE].options.get("encoder", {}), STAGE.options(config)["encoder"])
+    # the model files only: a changed corpus is what a refresh is for
     changes += [f"{role}: model files changed" for role in
-                fingerprint_changes(old[layout.INDEX_STAGE], STAGE.external_inputs(config))]
+                fingerprint_changes(old[layout.INDEX_STAGE], encoder_files(config))]
     return f"it was built with another encoder ({'; '.join(changes)})" if changes else None
 
 

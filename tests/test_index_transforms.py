@@ -19,7 +19,7 @@ from artifacts.faiss import buckets
 from artifacts.passages import Passage, shard_of
 from artifacts.run import manifest
 from encoders.retrievers import EncoderOptions
-from pipelines.index import STAGE
+from pipelines.index import STAGE, incompatibility
 from transforms import line_ranges
 from transforms.corpus import ReadPassages
 from transforms.index import COUNTERS, IndexConfig, ListBucketFiles, WriteBuckets, encoded_row
@@ -139,6 +139,16 @@ def test_the_config_refuses_impossible_values_and_records_the_same_options():
         "shard_memory_gb": 8.0, "index_factory": None}
     assert STAGE.upstream(config) == (layout.DICTIONARY_STAGE, layout.EMBED_ENTITIES_STAGE)
     assert STAGE.upstream(IndexConfig(EncoderOptions("mean", "model"))) == (layout.PARSE_STAGE,)
+
+
+def test_a_refresh_reuses_a_previous_run_of_another_corpus_but_not_of_another_encoder(tmp_path):
+    corpus = tmp_path / "new.tsv"
+    corpus.write_text("id\ttext\ttitle\n")
+    config = IndexConfig(EncoderOptions("mean", "model"), corpus=str(corpus))
+    old = manifest.StageRecord("index", STAGE.options(config), {"file:corpus": "the old corpus's fingerprint"}, [])
+    assert incompatibility({layout.INDEX_STAGE: old}, config, config.encoder) is None
+    other = IndexConfig(EncoderOptions("mean", "other-model"), corpus=str(corpus))
+    assert "model: 'model' -> 'other-model'" in incompatibility({layout.INDEX_STAGE: old}, other, other.encoder)
 
 
 def test_every_counter_of_a_recorded_index_run_is_declared(full_run):
