@@ -138,20 +138,26 @@ def shard_buckets(records: Iterable[BucketFile], shards: int) -> dict[int, list[
     return grouped
 
 
-def read_sorted_bucket(paths: Sequence[str], dim: int) -> pa.Table:
-    """A bucket's staged rows in passage-id order, with the contract's columns only."""
+def read_bucket(paths: Sequence[str], dim: int) -> pa.Table:
+    """A bucket's staged rows, with the contract's columns only."""
     tables = []
     for path in paths:
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
             tables.append(pq.read_table(handle, columns=embedding_schema(dim).names))
-    table = pa.concat_tables(tables)
-    return table.take(pc.sort_indices(table.column("passage_id")))
+    return pa.concat_tables(tables)
 
 
 def write_shard_bucket(index_dir: str, shard: str, bucket: int, paths: Sequence[str], dim: int) -> int:
-    """Write one bucket's rows, sorted by passage id, as ``embeddings/SHARD/bucket-NNNNN.parquet``; its row count."""
-    table = read_sorted_bucket(paths, dim)
+    """Write one bucket's rows, sorted by passage id, as ``embeddings/SHARD/bucket-NNNNN.parquet``; its row count.
+    Holds the bucket once and one row group of it sorted (taken row group by row group)."""
+    table = read_bucket(paths, dim)
+    order = pc.sort_indices(table.column("passage_id"))
     path = fs.join(index_dir, EMBEDDINGS_DIR, shard, f"{bucket_name(bucket)}.parquet")
-    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        pq.write_table(table, handle, compression=PARQUET_CODEC, row_group_size=MAX_GROUP_ROWS)
-    return table.num_rows
+    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle, \
+            pq.ParquetWriter(handle, embedding_schema(dim), compression=PARQUET_CODEC) as writer:
+        for start in range(0, table.num_rows, MAX_GROUP_ROWS):
+            writer.write_table(table.take(order[start:start + MAX_GROUP_ROWS]))
+    rows = table.num_rows
+    del table, order
+    pa.default_memory_pool().release_unused()  # Arrow's pool would keep the bucket's pages from the index build
+    return rows
