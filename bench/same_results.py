@@ -12,6 +12,7 @@ the new run may have run fewer stages) and exits 1 when anything differs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from pathlib import Path
 
@@ -71,9 +72,21 @@ def shard_pairs(index_dir: Path, shard: str) -> tuple[np.ndarray, np.ndarray]:
 
     index = faiss.read_index(str(index_dir / f"{shard}.faiss"))
     ids = np.load(index_dir / f"{shard}.ids.npy")
-    vectors = index.reconstruct_n(0, index.ntotal) if index.ntotal else np.zeros((0, index.d), np.float32)
+    vectors = stored_vectors(index) if index.ntotal else np.zeros((0, index.d), np.float32)
     order = np.argsort(ids, kind="stable")
     return ids[order], vectors[order]
+
+
+def stored_vectors(index) -> np.ndarray:
+    """The vectors of a FAISS index in insertion order (an IDMap's inner index; an IVF index through its direct
+    map: neither reconstructs by id as it is)."""
+    import faiss
+
+    if isinstance(index, faiss.IndexIDMap):
+        index = faiss.downcast_index(index.index)
+    with contextlib.suppress(RuntimeError):  # not IVF
+        faiss.extract_index_ivf(index).make_direct_map()
+    return index.reconstruct_n(0, index.ntotal)
 
 
 def compare_index(old: Path, new: Path) -> str | None:

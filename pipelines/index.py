@@ -1,7 +1,8 @@
 """index: a passage corpus encoded by a dense retriever into sharded FAISS indexes under OUT/index/.
 
 Flags -> ``IndexConfig``; then two Beam pipelines (transforms/index.py): ``ReadPassages | EncodePassages |
-WriteShards`` (+ the training sample), and, once the exact count has decided the index type, ``BuildIndex``.
+WriteBuckets`` (rows staged by hash bucket as they come), and, once the exact count has decided the number of
+shards and the index type, ``BuildIndex``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs, layout, schemas, tables
 from artifacts.errors import InputError, SettingError
-from artifacts.faiss import choice, files, info
+from artifacts.faiss import buckets, choice, files, info
 from artifacts.passages import Passage
 from artifacts.run import manifest
 from encoders.errors import MissingRunArtifactError
@@ -26,7 +27,7 @@ from encoders.retrievers import KINDS, SIMILARITIES, TITLE_MODES, EncoderOptions
 from pipelines import flags
 from pipelines.refresh import RefreshConfig, fingerprint_changes, previous_options, reusable_previous
 from pipelines.stage import StageContext, run_beam
-from transforms.corpus import ReadPassages, check_corpus
+from transforms.corpus import ReadPassages, check_corpus, estimated_passages
 from transforms.dead_letters import WriteDeadLetters
 from transforms.index import (
     COUNTERS,
@@ -34,8 +35,8 @@ from transforms.index import (
     EncodePassages,
     IndexConfig,
     IndexPlan,
-    WriteShards,
-    WriteTrainingSample,
+    ListBucketFiles,
+    WriteBuckets,
 )
 from transforms.passages import DUPLICATE_KEEPS
 from transforms.refresh import option_changes
@@ -115,19 +116,27 @@ class IndexStage:
         group.add_argument("--on-duplicate-id", choices=DUPLICATE_KEEPS, default="first",
                            help="of corpus rows sharing an id, keep the first or the last (file and line order); "
                            "the others are dead-lettered")
-        group.add_argument("--shards", type=int, default=1, help="FAISS shards (passages hashed by id)")
+        group.add_argument("--shards", type=int,
+                           help="FAISS shards (passages hashed by id); default: the fewest (a power of two) such "
+                           "that building one takes at most --shard-memory-gb")
+        group.add_argument("--shard-memory-gb", type=float, default=choice.DEFAULT_SHARD_MEMORY_GB,
+                           help="memory one worker may take to build a shard: its float32 vectors are at most "
+                           f"1/{choice.SHARD_GROWTH} of it (default %(default)s; DPR's 21M x 768 -> 16 shards)")
         group.add_argument("--index-factory", help="FAISS factory string (default: chosen by corpus size)")
         group.add_argument("--no-faiss-gpu", action="store_true", help="train and add on the CPU even with a GPU")
 
     def config(self, args: argparse.Namespace) -> IndexConfig:
         encoder = encoder_options(args)
-        if args.shards < 1:
+        if args.shards is not None and args.shards < 1:
             raise InputError(f"--shards must be at least 1, got {args.shards}")
+        if args.shard_memory_gb <= 0:
+            raise InputError(f"--shard-memory-gb must be positive, got {args.shard_memory_gb}")
         if args.words_per_passage < 1:
             raise InputError(f"--words-per-passage must be at least 1, got {args.words_per_passage}")
         refresh = RefreshConfig.from_args(args)
         return IndexConfig(encoder=encoder, corpus=args.corpus, words_per_passage=args.words_per_passage,
-                           on_duplicate_id=args.on_duplicate_id, shards=args.shards, index_factory=args.index_factory,
+                           on_duplicate_id=args.on_duplicate_id, shards=args.shards,
+                           shard_memory_gb=args.shard_memory_gb, index_factory=args.index_factory,
                            faiss_gpu=not args.no_faiss_gpu, previous=refresh.previous,
                            require_reuse=refresh.require_reuse)
 
@@ -142,7 +151,7 @@ class IndexStage:
 
     def external_inputs(self, config: IndexConfig) -> dict[str, str]:
         inputs = {"corpus": config.corpus} if config.corpus else {}
-        return {**inputs, **model_files({"encoder": config.encoder.model, "query_encoder": config.encoder.query_model})}
+        return {**inputs, **encoder_files(config)}
 
     def run(self, ctx: StageContext, config: IndexConfig) -> dict[str, int]:
         located = config.encoder.located(ctx.output)
@@ -155,45 +164,78 @@ class IndexStage:
                              "run `python run_pipeline.py parse` first or pass --corpus psgs_w100.tsv")
         previous = reusable_previous(refresh_of(config), self.name, (layout.INDEX_STAGE,),
                                      lambda old: incompatibility(old, config, located))
-        counters = run_beam(ctx, lambda pipeline: encode(pipeline, ctx, config, located, dim, columns, previous))
-        counters = {**counters, **build_index(ctx, config, located, dim, previous)}
+        estimate = estimated_passages(config.corpus, tables.artifact_dir(ctx.output, layout.ARTICLES),
+                                      config.words_per_passage)
+        bucket_count = choice.bucket_count(config.shards, estimate, dim, config.shard_memory_bytes)
+        counters = run_beam(ctx, lambda pipeline: encode(pipeline, ctx, config, located, dim, columns, bucket_count,
+                                                         previous))
+        counters = {**counters, **build_index(ctx, config, located, dim, bucket_count, previous)}
         return {"passages_reused": 0, "passages_encoded": 0, **counters} if config.previous else counters
+
+
+def encoder_files(config: IndexConfig) -> dict[str, str]:
+    """The local model files of the encoders, by role (fingerprinted: replaced weights rerun the stage)."""
+    return model_files({"encoder": config.encoder.model, "query_encoder": config.encoder.query_model})
 
 
 def refresh_of(config: IndexConfig) -> RefreshConfig:
     return RefreshConfig(config.previous, config.require_reuse)
 
 
+PASSAGES_ROW_GROUP_BYTES = 8 << 20  # what the passages/ writer holds (Beam's default, 64 MB, is a corpus's text here)
+PREVIOUS_DIGESTS_DIR = "previous-digests"  # --previous: the old shards' (id, digest) tables, in the staging root
+
+
+def buckets_dir(ctx: StageContext) -> str:
+    """Where encoded rows are staged by bucket (not an artifact: removed with the stage's staging directory)."""
+    return fs.join(ctx.staging_root, files.BUCKETS_DIR)
+
+
 def encode(pipeline: beam.Pipeline, ctx: StageContext, config: IndexConfig, encoder: EncoderOptions, dim: int,
-           columns: tuple[int, int, int] | None, previous: str | None = None) -> None:
-    """ReadPassages | EncodePassages | WriteShards, plus the passages cut from articles, the training sample
-    and the dead letters."""
-    index_dir = ctx.staged(layout.INDEX)
+           columns: tuple[int, int, int] | None, bucket_count: int, previous: str | None = None) -> None:
+    """ReadPassages | EncodePassages | WriteBuckets, plus the passages cut from articles and the dead letters."""
     passages, dead = pipeline | "ReadPassages" >> ReadPassages(config.corpus, columns, ctx.output,
                                                                config.words_per_passage, config.on_duplicate_id)
     if columns is None:
         _ = (passages | "PassageRows" >> beam.Map(Passage.to_row)
              | "WritePassages" >> beam.io.WriteToParquet(ctx.staged_prefix(layout.PASSAGES), schemas.PASSAGES,
-                                                         file_name_suffix=".parquet", codec=schemas.PARQUET_CODEC))
-    encoded = passages | "EncodePassages" >> EncodePassages(encoder, config.shards, ctx.progress("passages"),
-                                                            previous)
-    _ = encoded["rows"] | "WriteShards" >> WriteShards(index_dir, config.shards, dim)
+                                                         file_name_suffix=".parquet", codec=schemas.PARQUET_CODEC,
+                                                         row_group_buffer_size=PASSAGES_ROW_GROUP_BYTES))
+    encoded = passages | "EncodePassages" >> EncodePassages(encoder, ctx.progress("passages"), previous,
+                                                            fs.join(ctx.staging_root, PREVIOUS_DIGESTS_DIR))
+    staged = buckets_dir(ctx)
+    records = [encoded["rows"] | "WriteBuckets" >> WriteBuckets(staged, bucket_count, dim)]
+    if encoded["reused"] is not None:
+        records.append(encoded["reused"] | "WriteReusedBuckets" >> WriteBuckets(staged, bucket_count, dim))
+    _ = (records | "AllBucketFiles" >> beam.Flatten()
+         | "ListBucketFiles" >> ListBucketFiles(fs.join(staged, files.BUCKET_LIST_NAME)))
     _ = ((dead, encoded["dead_letter"]) | "AllDeadLetters" >> beam.Flatten()
          | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("passages")))
-    if not config.index_factory or choice.needs_training(config.index_factory, dim):
-        _ = encoded["rows"] | "TrainingSample" >> WriteTrainingSample(index_dir, dim)
 
 
-def plan_index(ctx: StageContext, config: IndexConfig, encoder: EncoderOptions, dim: int) -> IndexPlan:
-    """The index type, sample and index.json fields, from the exact count of the vectors written by shard."""
+def shard_count(config: IndexConfig, total: int, dim: int, bucket_count: int) -> int:
+    """--shards, else the fewest shards within --shard-memory-gb (said on stderr when they must hold more)."""
+    if config.shards:
+        return config.shards
+    chosen = choice.chosen_shards(total, dim, config.shard_memory_bytes, bucket_count)
+    if choice.shards_for_memory(total, dim, config.shard_memory_bytes) > chosen:
+        print(f"[{layout.INDEX_STAGE}] {total:,} passages need more than {bucket_count} shards to stay within "
+              f"--shard-memory-gb {config.shard_memory_gb}: {chosen} shards of "
+              f"{choice.vector_bytes(total, dim) / chosen / choice.GB:.1f} GB of vectors; rerun with --shards N",
+              file=sys.stderr)
+    return chosen
+
+
+def plan_index(ctx: StageContext, config: IndexConfig, encoder: EncoderOptions, dim: int,
+               bucket_count: int) -> IndexPlan:
+    """The shards, index type, sample and index.json fields, from the exact count of the staged vectors."""
     index_dir = ctx.staged(layout.INDEX)
-    shards = [files.shard_name(shard) for shard in range(config.shards)
-              if files.shard_embedding_files(index_dir, files.shard_name(shard))]
-    total = sum(tables.parquet_row_count(path) for shard in shards
-                for path in files.shard_embedding_files(index_dir, shard))
+    records = buckets.read_bucket_files(fs.list_files(buckets_dir(ctx), f"{files.BUCKET_LIST_NAME}*"))
+    total = sum(record.rows for record in records)
     if total == 0:
         raise InputError(f"no passage of {config.corpus or 'OUT/articles'} could be encoded: "
                          f"see {fs.join(ctx.output, layout.errors_of(layout.INDEX_STAGE))}")
+    shards = shard_count(config, total, dim, bucket_count)
     factory = config.index_factory or choice.default_factory(total, dim)
     try:
         choice.check_factory(factory, total, dim)
@@ -201,22 +243,24 @@ def plan_index(ctx: StageContext, config: IndexConfig, encoder: EncoderOptions, 
         raise InputError(f"--index-factory {error.factory!r}: {error.problem}") from error
     sample_size = choice.training_sample_size(factory, total, dim)
     estimate = choice.memory_estimate(factory, total, dim)
-    print(f"[{layout.INDEX_STAGE}] {total:,} passages x {dim} dims, {len(shards)} shard(s): {factory}, "
-          f"{estimate.describe(len(shards))}", file=sys.stderr)
+    specs = tuple((files.shard_name(shard), tuple((bucket, tuple(paths)) for bucket, paths in grouped))
+                  for shard, grouped in sorted(buckets.shard_buckets(records, shards).items()))
+    print(f"[{layout.INDEX_STAGE}] {total:,} passages x {dim} dims, {shards} shard(s): {factory}, "
+          f"{estimate.describe(shards)}", file=sys.stderr)
     stored = replace(encoder, linker=config.encoder.linker, entity_embeddings=config.encoder.entity_embeddings)
     # index.json names the run's artifacts relative to OUT, so a moved run reads its own linker and embeddings
-    fields = {"factory": factory, "metric": encoder.similarity, "dim": dim, "count": total, "shards": config.shards,
+    fields = {"factory": factory, "metric": encoder.similarity, "dim": dim, "count": total, "shards": shards,
               "encoder": stored.to_json(), "train_sample": sample_size,
               "inputs": index_inputs(config.encoder, ctx.output)}
-    return IndexPlan(index_dir, tuple(shards), factory, dim, sample_size, config.faiss_gpu, fields)
+    return IndexPlan(index_dir, specs, factory, dim, sample_size, config.faiss_gpu, fields)
 
 
-def build_index(ctx: StageContext, config: IndexConfig, encoder: EncoderOptions, dim: int,
+def build_index(ctx: StageContext, config: IndexConfig, encoder: EncoderOptions, dim: int, bucket_count: int,
                 previous: str | None = None) -> dict[str, int]:
-    plan = plan_index(ctx, config, encoder, dim)
+    plan = plan_index(ctx, config, encoder, dim, bucket_count)
     reused_trained = previous_quantizer(previous, plan.index_dir, plan.factory, dim) if plan.sample_size else None
     counters = run_beam(ctx, lambda pipeline: pipeline | "BuildIndex" >> BuildIndex(plan, reused_trained))
-    fs.delete_tree(fs.join(plan.index_dir, files.TRAIN_SAMPLE_DIR))
+    fs.delete_tree(buckets_dir(ctx))
     return {**counters, "passages_indexed": plan.info["count"], "train_sample": plan.sample_size}
 
 
@@ -229,8 +273,9 @@ def incompatibility(old: dict[str, manifest.StageRecord], config: IndexConfig,
     if encoder.kind == "kpr":
         return "KPR passage vectors depend on this run's entity embeddings"
     changes = option_changes(old[layout.INDEX_STAGE].options.get("encoder", {}), STAGE.options(config)["encoder"])
+    # the model files only: a changed corpus is what a refresh is for
     changes += [f"{role}: model files changed" for role in
-                fingerprint_changes(old[layout.INDEX_STAGE], STAGE.external_inputs(config))]
+                fingerprint_changes(old[layout.INDEX_STAGE], encoder_files(config))]
     return f"it was built with another encoder ({'; '.join(changes)})" if changes else None
 
 

@@ -11,9 +11,11 @@ import pytest
 
 from artifacts import faiss as shards
 from artifacts.errors import InputError
-from artifacts.passages import shard_of
+from artifacts.faiss import buckets as buckets_module
+from artifacts.faiss import choice
+from artifacts.faiss.build import reserve
+from artifacts.passages import sample_key, shard_of
 from tests.builders import DIM, brute_force, clustered, mirrored, write_index_dir
-from transforms.passages import sample_key
 
 
 def test_merge_top_k_is_exact_with_ties_and_short_shards():
@@ -85,17 +87,95 @@ def test_remote_shards_search_from_copies_already_removed(factory, tmp_path, sys
     assert shard.search(queries, 3)[0].shape == (20, 3)  # still readable after its file went
 
 
+def staged_rows(count: int) -> list[tuple[int, str, str, np.ndarray]]:
+    return [(passage_id * 3, f"T{passage_id}", f"text {passage_id}", vector)
+            for passage_id, vector in enumerate(clustered(count))]
+
+
+def stage(directory, rows, writers: int, buckets: int = 8) -> list[buckets_module.BucketFile]:
+    """``rows`` staged by ``writers`` writers (as worker bundles would: each its share, in its order)."""
+    records = []
+    for writer_index in range(writers):
+        writer = buckets_module.BucketWriter(str(directory), buckets, DIM)
+        for row in rows[writer_index::writers][::-1 if writer_index % 2 else 1]:
+            writer.add(row)
+        records += writer.close()
+    return records
+
+
 def test_training_sample_is_the_smallest_keys_whatever_the_files(tmp_path):
-    vectors = clustered(40)
-    rows = [(sample_key(passage_id), passage_id, vector) for passage_id, vector in enumerate(vectors)]
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    pq.write_table(shards.train_sample_table(rows, DIM), tmp_path / "a" / "all.parquet")
-    for part in range(3):
-        pq.write_table(shards.train_sample_table(rows[part::3][::-1], DIM), tmp_path / "b" / f"p{part}.parquet")
-    expected = np.array([vector for _, _, vector in sorted(rows, key=lambda row: row[0])[:15]])
-    np.testing.assert_array_equal(shards.read_train_sample(str(tmp_path / "a"), 15), expected)
-    np.testing.assert_array_equal(shards.read_train_sample(str(tmp_path / "b"), 15), expected)
+    rows = staged_rows(300)
+    # the choice before the staged files: the rows with the smallest sample keys, in key order
+    expected = np.array([row[3] for row in sorted(rows, key=lambda row: sample_key(row[0]))[:40]])
+    for writers in (1, 3):
+        records = stage(tmp_path / str(writers), rows, writers)
+        sample = shards.read_train_sample([record.path for record in records], 40)
+        np.testing.assert_array_equal(sample, expected)
+    assert shards.read_train_sample([record.path for record in records], 0).shape == (0, 0)
+    assert shards.read_train_sample([record.path for record in records], 1000).shape == (300, DIM)
+
+
+def test_a_bucket_writer_holds_at_most_its_buffer_whatever_the_number_of_buckets(tmp_path, monkeypatch):
+    monkeypatch.setattr(buckets_module, "BUFFERED_ROWS", 100)
+    writer = buckets_module.BucketWriter(str(tmp_path), 50, DIM)  # 64 rows per row group: 50 x 64 > 100
+    held = []
+    for row in staged_rows(1000):
+        writer.add(row)
+        held.append(sum(len(rows) for rows in writer._buffers.values()))
+    records = writer.close()
+    assert max(held) <= 100 and sum(record.rows for record in records) == 1000
+    assert sorted(row for record in records for row in pq.read_table(record.path).column(0).to_pylist()) == [
+        row[0] for row in staged_rows(1000)]
+
+
+def test_shards_written_from_buckets_are_the_same_whatever_the_writers(tmp_path):
+    rows = staged_rows(500)
+    built = {}
+    for writers in (1, 4):
+        index_dir = tmp_path / f"index{writers}"
+        records = stage(tmp_path / f"staged{writers}", rows, writers)
+        shards.write_index(shards.train_index("Flat", DIM, np.zeros((0, DIM))), f"{index_dir}/trained.faiss")
+        for shard, grouped in buckets_module.shard_buckets(records, 2).items():
+            name = shards.shard_name(shard)
+            for bucket, paths in grouped:
+                buckets_module.write_shard_bucket(str(index_dir), name, bucket, paths, DIM)
+            shards.build_shard(str(index_dir), name, f"{index_dir}/trained.faiss")
+        built[writers] = {path.relative_to(index_dir): path.read_bytes() for path in index_dir.rglob("*")
+                          if path.is_file()}
+    assert built[1] == built[4]
+    ids = {name: np.load(tmp_path / "index1" / name) for name in built[1] if str(name).endswith(".ids.npy")}
+    assert sorted(np.concatenate(list(ids.values())).tolist()) == [row[0] for row in rows]
+    assert all(shard_of(int(passage_id), 2) == int(str(name)[6:11]) for name, found in ids.items()
+               for passage_id in found)
+
+
+def test_a_flat_index_is_allocated_once_for_the_vectors_it_will_hold():
+    import faiss
+
+    vectors = clustered(1000)
+    index = shards.new_index("Flat", DIM)
+    reserve(index, 1000)
+    inner = faiss.downcast_index(index.index)
+    codes = inner.codes.data()
+    index.add_with_ids(vectors[:10], np.arange(10))
+    index.add_with_ids(vectors[10:], np.arange(10, 1000))
+    assert int(inner.codes.data()) == int(codes)  # never moved: no copy while growing
+    np.testing.assert_array_equal(inner.reconstruct_n(0, 1000), vectors)
+
+
+def test_the_number_of_shards_comes_from_the_memory_budget():
+    gb = choice.GB
+    assert choice.shards_for_memory(21_015_324, 768, 8 * gb) == 16  # 64.5 GB of vectors x 1.5 / 8 GB = 12.1
+    assert choice.shards_for_memory(21_015_324, 768, 100 * gb) == 1
+    assert choice.shards_for_memory(751, 384, 8 * gb) == 1
+    assert choice.shards_for_memory(1_000_000, 1024, gb) == 8  # 4.1 GB x 1.5 / 1 GB = 6.1 -> a power of two
+    assert choice.bucket_count(3, 21_015_324, 768, 8 * gb) == 24
+    assert choice.bucket_count(100, 21_015_324, 768, 8 * gb) == 500  # at most MAX_BUCKETS open files per writer
+    assert choice.bucket_count(1000, 21_015_324, 768, 8 * gb) == 1000
+    assert choice.bucket_count(None, 21_015_324, 768, 8 * gb) == 256  # twice the estimate: 32 shards x 8
+    assert choice.bucket_count(None, 751, 384, 8 * gb) == 8
+    assert choice.chosen_shards(21_015_324, 768, 8 * gb, 256) == 16
+    assert choice.chosen_shards(21_015_324, 768, 8 * gb, 8) == 8  # never more shards than buckets
 
 
 def test_default_factory_and_memory_by_corpus_size():

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from artifacts import faiss as faiss_shards
-from artifacts import tables
+from artifacts import layout, tables
 from artifacts.errors import InputError
 from artifacts.passages import Passage, shard_of
 from artifacts.run import manifest
@@ -188,7 +188,7 @@ def test_a_trained_ivf_index_probing_every_list_is_exact(tiny_bert, tmp_path):
                  *DIRECT]) == 0
     info = faiss_shards.load_index_info(str(tmp_path / "index"))
     assert (info.factory, info.train_sample, info.count, info.metric) == ("IVF8,Flat", 751, 751, "cosine")
-    assert not (tmp_path / "index" / faiss_shards.TRAIN_SAMPLE_DIR).exists()
+    assert not [path for path in (tmp_path / layout.STAGING).rglob("*") if path.is_file()]  # no staged bucket left
     rows = stored_rows(tmp_path)
     ids = np.array(sorted(rows), dtype=np.int64)
     vectors = np.array([rows[passage_id]["embedding"] for passage_id in ids], dtype=np.float32)

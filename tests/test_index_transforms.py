@@ -1,23 +1,29 @@
-"""The index stage's transforms in memory: the corpus read as unique passages with its dead letters, encoded
-rows by shard, the training-sample threshold, and the stage's counters declared where they are counted."""
+"""The index stage's transforms in memory: the corpus read as unique passages with its dead letters (by byte
+ranges: the same as reading each file whole), encoded rows, staged bucket files, and the stage's counters declared
+where they are counted."""
 
 from __future__ import annotations
 
+import gzip
+
 import apache_beam as beam
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from apache_beam.ml.inference.base import PredictionResult
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from artifacts import layout
+from artifacts.faiss import buckets
 from artifacts.passages import Passage, shard_of
 from artifacts.run import manifest
 from encoders.retrievers import EncoderOptions
-from pipelines.index import STAGE
+from pipelines.index import STAGE, incompatibility
+from transforms import line_ranges
 from transforms.corpus import ReadPassages
-from transforms.index import COUNTERS, IndexConfig, encoded_row, largest_or_none, under_threshold
-from transforms.passages import sample_key
+from transforms.index import COUNTERS, IndexConfig, ListBucketFiles, WriteBuckets, encoded_row
+from transforms.passages import corpus_row
 
 CORPUS = ("id\ttext\ttitle\n"
           "1\tfirst text\tOne\n"
@@ -41,30 +47,87 @@ def test_the_corpus_is_read_as_unique_passages_with_its_dead_letters(tmp_path, k
                     label="DeadLetters")
 
 
-def test_encoded_rows_go_to_their_shard_and_non_finite_vectors_are_dead_lettered():
+def write_corpus_files(directory) -> list[str]:
+    """Two TSV files and a gzipped one: ids repeated within and across files, bad rows, NULs, a long line."""
+    first = [f"{passage_id}\ttext {passage_id} {'w ' * (passage_id % 7)}\tT{passage_id}" for passage_id in range(60)]
+    second = [*first[10:20], "5\tanother text for 5\tFive", "x\tbad id\tB", "77\t" + "long " * 200 + "\tL",
+              "78\tcaf\xe9\tC", "79\twith\x00nul\tN", "80\t\tEmpty"]
+    third = [*first[55:], "100\tonly in the archive\tA", "5\tand again\tFive"]
+    (directory / "a.tsv").write_text("\n".join(["id\ttext\ttitle", *first]) + "\n")
+    (directory / "b.tsv").write_bytes("\n".join(["id\ttext\ttitle", *second]).encode("latin-1"))
+    with gzip.open(directory / "c.tsv.gz", "wt") as handle:
+        handle.write("\n".join(["id\ttext\ttitle", *third]) + "\n")
+    return [str(directory / name) for name in ("a.tsv", "b.tsv", "c.tsv.gz")]
+
+
+def whole_file_reading(paths: list[str], keep: str) -> tuple[list[Passage], list[tuple]]:
+    """What reading each file whole from its start gives (the stage before byte ranges), as the oracle."""
+    rows = []
+    for path in sorted(paths):
+        with (gzip.open if path.endswith(".gz") else open)(path, "rb") as handle:
+            handle.readline()
+            rows += [(path, number, corpus_row(raw)[0]) for number, raw in enumerate(handle, start=2)]
+    positions: dict[int, list[tuple[str, int]]] = {}
+    for path, number, row in rows:
+        if isinstance(row, Passage):
+            positions.setdefault(row.passage_id, []).append((path, number))
+    kept = {passage_id: places[0] if keep == "first" else places[-1] for passage_id, places in positions.items()}
+    passages = [row for path, number, row in rows if isinstance(row, Passage) and kept[row.passage_id] == (path,
+                                                                                                          number)]
+    dead = [(row.reason, path, number, row.detail) for path, number, row in rows if not isinstance(row, Passage)]
+    dead += [("duplicate_ids", path, number, f"line {kept[row.passage_id][1]} of {kept[row.passage_id][0]} has this "
+              f"id (the {keep} row is kept)") for path, number, row in rows
+             if isinstance(row, Passage) and kept[row.passage_id] != (path, number)]
+    return passages, dead
+
+
+@pytest.mark.parametrize("keep", ["first", "last"])
+@pytest.mark.parametrize("range_bytes", [16, 1 << 20])
+def test_byte_ranges_read_what_whole_files_give(tmp_path, monkeypatch, keep, range_bytes):
+    paths = write_corpus_files(tmp_path)
+    monkeypatch.setattr(line_ranges, "MIN_RANGE_BYTES", range_bytes)
+    monkeypatch.setattr(line_ranges, "MAX_RANGE_BYTES", range_bytes)
+    passages, dead_letters = whole_file_reading(paths, keep)
+    with TestPipeline() as pipeline:
+        read, dead = pipeline | ReadPassages(str(tmp_path / "*.tsv*"), (0, 1, 2), str(tmp_path), 100, keep)
+        assert_that(read, equal_to(passages), label="Passages")
+        assert_that(dead | beam.Map(lambda letter: (letter["kind"], letter["source"], letter["line_number"],
+                                                    letter["reason"])), equal_to(dead_letters), label="DeadLetters")
+    assert len(passages) == 63 and len(dead_letters) == 20
+
+
+def test_encoded_rows_keep_their_passage_and_non_finite_vectors_are_dead_lettered():
     good = PredictionResult(Passage(7, "T", "text"), np.array([1.0, 2.0], np.float32))
     bad = PredictionResult(Passage(8, "U", "more"), np.array([np.nan, 1.0], np.float32))
     with TestPipeline() as pipeline:
         rows = (pipeline | beam.Create([good, bad])
-                | beam.FlatMap(encoded_row, 3).with_outputs("dead_letter", main="rows"))
-        assert_that(rows.rows | beam.MapTuple(lambda shard, row: (shard, row[0], row[3].tolist())),
-                    equal_to([(shard_of(7, 3), 7, [1.0, 2.0])]), label="Rows")
+                | beam.FlatMap(encoded_row).with_outputs("dead_letter", main="rows"))
+        assert_that(rows.rows | beam.Map(lambda row: (row[0], row[1], row[2], row[3].tolist())),
+                    equal_to([(7, "T", "text", [1.0, 2.0])]), label="Rows")
         assert_that(rows.dead_letter | beam.Map(lambda record: (record["kind"], record["passage_id"])),
                     equal_to([("non_finite_vectors", 8)]), label="DeadLetters")
 
 
-def test_the_training_sample_is_the_rows_up_to_the_largest_kept_key():
-    keys = sorted(sample_key(passage_id) for passage_id in range(10))
-    threshold = largest_or_none(keys[:4])
-    kept = [passage_id for passage_id in range(10) if under_threshold((0, (passage_id,)), threshold)]
-    assert sorted(sample_key(passage_id) for passage_id in kept) == keys[:4]
-    assert largest_or_none([]) is None and not under_threshold((0, (1,)), None)
+def test_staged_rows_are_in_the_bucket_files_their_records_list(tmp_path):
+    rows = [(passage_id, f"T{passage_id}", f"text {passage_id}", np.full(4, passage_id, np.float32))
+            for passage_id in range(100)]
+    with TestPipeline() as pipeline:
+        _ = (pipeline | beam.Create(rows) | WriteBuckets(str(tmp_path / "staged"), 8, 4)
+             | ListBucketFiles(str(tmp_path / "list")))
+    records = buckets.read_bucket_files([str(path) for path in tmp_path.glob("list*")])
+    staged = {str(path): pq.read_table(path).column("passage_id").to_pylist()
+              for path in (tmp_path / "staged").rglob("*.parquet")}
+    assert {(record.path, record.rows) for record in records} == {(path, len(ids)) for path, ids in staged.items()}
+    assert sorted(passage_id for ids in staged.values() for passage_id in ids) == list(range(100))
+    assert all(record.bucket == shard_of(passage_id, 8) for record in records for passage_id in staged[record.path])
 
 
 def test_the_config_refuses_impossible_values_and_records_the_same_options():
     encoder = EncoderOptions("kpr", "model", linker=layout.LINKER, entity_embeddings=layout.ENTITY_EMBEDDINGS)
     with pytest.raises(ValueError, match="shards must be at least 1, got 0"):
         IndexConfig(encoder, shards=0)
+    with pytest.raises(ValueError, match="shard_memory_gb must be positive, got 0"):
+        IndexConfig(encoder, shard_memory_gb=0)
     with pytest.raises(ValueError, match="words_per_passage must be at least 1, got 0"):
         IndexConfig(encoder, words_per_passage=0)
     config = IndexConfig(encoder, corpus="psgs.tsv", shards=4)
@@ -73,9 +136,19 @@ def test_the_config_refuses_impossible_values_and_records_the_same_options():
                     "query_prefix": None, "passage_prefix": "", "max_length": 256, "dtype": "float32",
                     "max_entities": 128},
         "corpus": "psgs.tsv", "words_per_passage": 100, "on_duplicate_id": "first", "shards": 4,
-        "index_factory": None}
+        "shard_memory_gb": 8.0, "index_factory": None}
     assert STAGE.upstream(config) == (layout.DICTIONARY_STAGE, layout.EMBED_ENTITIES_STAGE)
     assert STAGE.upstream(IndexConfig(EncoderOptions("mean", "model"))) == (layout.PARSE_STAGE,)
+
+
+def test_a_refresh_reuses_a_previous_run_of_another_corpus_but_not_of_another_encoder(tmp_path):
+    corpus = tmp_path / "new.tsv"
+    corpus.write_text("id\ttext\ttitle\n")
+    config = IndexConfig(EncoderOptions("mean", "model"), corpus=str(corpus))
+    old = manifest.StageRecord("index", STAGE.options(config), {"file:corpus": "the old corpus's fingerprint"}, [])
+    assert incompatibility({layout.INDEX_STAGE: old}, config, config.encoder) is None
+    other = IndexConfig(EncoderOptions("mean", "other-model"), corpus=str(corpus))
+    assert "model: 'model' -> 'other-model'" in incompatibility({layout.INDEX_STAGE: old}, other, other.encoder)
 
 
 def test_every_counter_of_a_recorded_index_run_is_declared(full_run):

@@ -6,19 +6,18 @@ from collections import Counter
 
 import pytest
 
-from artifacts.passages import Passage, shard_of
+from artifacts.passages import Passage, sample_key, shard_of
 from tests.conftest import PASSAGES
 from transforms.passages import (
     PASSAGES_PER_PAGE,
     BadRow,
     article_passages,
+    corpus_row,
     decode_corpus_line,
     format_dpr_row,
     header_columns,
     parse_dpr_row,
     passage_id_of,
-    pick_duplicate,
-    sample_key,
     too_many_chunks,
     word_chunks,
 )
@@ -95,16 +94,6 @@ def test_articles_are_cut_into_word_chunks_with_stable_ids():
     assert not too_many_chunks("a b", 1) and too_many_chunks("a " * (PASSAGES_PER_PAGE + 1), 1)
 
 
-def test_duplicates_keep_the_first_row_in_file_and_line_order_whatever_the_read_order():
-    rows = [(("b.tsv", 2), Passage(5, "B", "a")), (("a.tsv", 9), Passage(5, "A", "z")),
-            (("a.tsv", 10), Passage(5, "C", "b"))]
-    for order in (rows, rows[::-1], rows[1:] + rows[:1]):
-        assert pick_duplicate(order) == (rows[1], [rows[2], rows[0]])
-        assert pick_duplicate(order, "last") == (rows[0], [rows[2], rows[1]])
-    with pytest.raises(ValueError, match="keep must be one of"):
-        pick_duplicate(rows, "smallest")
-
-
 @pytest.mark.parametrize(("raw", "expected"), [
     (b"1\ttext\tT\n", ("1\ttext\tT\n", False)),
     (b"1\tte\x00xt\x00\tT\n", ("1\ttext\tT\n", True)),
@@ -117,6 +106,15 @@ def test_corpus_lines_are_decoded_without_nul_bytes(raw, expected):
 def test_a_corpus_line_that_is_not_utf8_raises():
     with pytest.raises(UnicodeDecodeError):
         decode_corpus_line(b"1\tcaf\xe9\tT\n")
+
+
+def test_corpus_rows_from_bytes_say_why_they_are_not_passages():
+    assert corpus_row(b"1\tte\x00xt\tT\n") == (Passage(1, "T", "text"), True)
+    assert corpus_row(b"T\t2\ttext\n", (1, 2, 0)) == (Passage(2, "T", "text"), False)
+    bad, had_nul = corpus_row(b"3\tcaf\xe9\tT\r\n")
+    assert bad == BadRow("invalid_utf8", "not UTF-8 at byte 5: invalid continuation byte", "3\tcaf\ufffd\tT")
+    assert not had_nul
+    assert corpus_row(b"x\ttext\tT\n")[0].reason == "bad_ids"
 
 
 @pytest.mark.usefixtures("shared_data")

@@ -6,12 +6,10 @@ import apache_beam as beam
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from artifacts.passages import Passage
 from transforms.mention_sampling import window_digest
 from transforms.refresh import (
     SampleDigest,
     SplitEntitiesForRefresh,
-    SplitPassagesForRefresh,
     entity_key,
     mention_digest,
     option_changes,
@@ -98,16 +96,3 @@ def test_split_entities_reuses_unchanged_samples_under_new_ids():
             {"key": "Rome", "old_entity_id": 2, "new_entity_id": 1},
             {"key": "Oslo", "old_entity_id": 3, "new_entity_id": 2},
             {"key": "Bern", "old_entity_id": 4, "new_entity_id": 3}]), label="IdMap")
-
-
-def test_split_passages_reuses_same_id_title_and_text():
-    old = [{"passage_id": 1, "title": "A", "text": "one", "embedding": [1.0]},
-           {"passage_id": 2, "title": "B", "text": "two", "embedding": [2.0]},
-           {"passage_id": 3, "title": "C", "text": "three", "embedding": [3.0]},
-           {"passage_id": 4, "title": "D", "text": "four", "embedding": [4.0]}]
-    new = [Passage(1, "A", "one"), Passage(2, "B", "two, edited"), Passage(3, "C2", "three"), Passage(5, "E", "five")]
-    with TestPipeline() as pipeline:
-        split = {"passages": pipeline | "New" >> beam.Create(new),
-                 "old_vectors": pipeline | "Old" >> beam.Create(old)} | SplitPassagesForRefresh()
-        assert_that(split["encode"], equal_to(new[1:]), label="Encode")
-        assert_that(split["reused"], equal_to(old[:1]), label="Reused")

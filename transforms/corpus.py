@@ -1,43 +1,66 @@
 """Reading a passage corpus as unique passages: DPR's ``psgs_w100.tsv`` files, or ~100-word passages cut from
 OUT/articles; malformed rows (invalid UTF-8 included) and duplicate ids are counted and dead-lettered with their
-file and line."""
+file and line.
+
+Passage text never goes through a shuffle. A corpus file is cut into byte ranges aligned on line starts
+(transforms/line_ranges.py; a compressed file is one range, read by one worker from its start); only range
+descriptors, line counts, packed (id, line) arrays and the duplicate decisions travel between workers:
+
+    files -> ranges -> CountLines -> NumberLines (prefix sums per file) -> ScanIds -> FindDuplicates (by id group)
+          -> JoinDrops (per range) -> ReadRanges: each range read again, its duplicate rows dropped as it is read
+
+Passages cut from articles have unique ids by construction (page ids are unique after parse): no duplicate pass.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from artifacts import layout, tables
+from artifacts import fs, layout, tables
 from artifacts.errors import InputError
 from artifacts.passages import Passage
 from transforms.dead_letters import count, dead_letter
-from transforms.dump_io import matching_files
 from transforms.dump_reader import ARCHIVE_ERRORS, open_xml
+from transforms.duplicate_ids import IdBlock, duplicate_drops, grouped_blocks
+from transforms.line_ranges import LineRange, numbered, numbered_lines, range_lines, split_file
 from transforms.passages import (
     MAX_REPORTED_CHARS,
     BadRow,
     article_passages,
-    decode_corpus_line,
+    corpus_row,
     header_columns,
-    parse_dpr_row,
-    pick_duplicate,
     too_many_chunks,
 )
 
-Position = tuple[str, int]  # (file, line) of a corpus row; ("", 0) for passages cut from articles
+COMPRESSED_SUFFIXES = (".bz2", ".gz")  # what open_xml decompresses (Python's own readers: a cut archive raises)
+HEADER_LINE = 1
+# Bytes of input per passage, on the low side (DPR's psgs_w100.tsv: ~620 per line), to estimate the count from the
+# file sizes before reading: the estimate only sizes the hash buckets, the exact count chooses the shards.
+TSV_BYTES_PER_PASSAGE = 400
+COMPRESSION_RATIO = 4  # of a .gz/.bz2 corpus, and of article text in Parquet
+CHARS_PER_WORD = 6
+
+
+def corpus_files(pattern: str) -> list[Any]:
+    """The files (Beam FileMetadata: path, size) a corpus pattern names, by path; InputError when there is none."""
+    try:
+        matches = FileSystems.match([pattern])[0].metadata_list
+    except Exception as error:  # Beam wraps every filesystem's own error type in its own
+        raise InputError(f"cannot list {pattern}: {str(error).strip().splitlines()[0]}") from error
+    if not matches:
+        raise InputError(f"corpus {pattern} not found")
+    return sorted(matches, key=lambda item: item.path)
 
 
 def check_corpus(pattern: str) -> tuple[int, int, int]:
     """Every file of the corpus exists and starts with the DPR header; returns the column positions."""
-    matches = FileSystems.match([pattern])[0].metadata_list
-    if not matches:
-        raise InputError(f"corpus {pattern} not found")
     columns = None
-    for match in sorted(matches, key=lambda item: item.path):
+    for match in corpus_files(pattern):
         with FileSystems.open(match.path, compression_type=CompressionTypes.AUTO) as handle:
             header = handle.readline().decode("utf-8", errors="replace")
         try:
@@ -50,41 +73,111 @@ def check_corpus(pattern: str) -> tuple[int, int, int]:
     return columns
 
 
-def corpus_lines(path: str) -> Iterator[tuple[str, int, bytes]]:
-    """The lines after the header of one corpus file as bytes, with their line numbers. One worker reads a file
-    from its start, so that dead letters and the duplicate rule know each row's file and line."""
-    with open_xml(path) as handle:  # Python's own gzip/bz2 readers: a cut-short archive raises, Beam's ends quietly
-        number = 1
+def estimated_passages(corpus: str | None, articles_dir: str, words_per_passage: int) -> int:
+    """About how many passages the corpus files (or, without them, the articles cut into passages) hold, from their
+    sizes alone (listed, not read)."""
+    if corpus:
+        return sum(match.size_in_bytes * (COMPRESSION_RATIO if match.path.endswith(COMPRESSED_SUFFIXES) else 1)
+                   for match in corpus_files(corpus)) // TSV_BYTES_PER_PASSAGE
+    text_bytes = sum(fs.size(path) for path in fs.list_files(articles_dir, "*.parquet")) * COMPRESSION_RATIO
+    return text_bytes // (CHARS_PER_WORD * words_per_passage)
+
+
+def corpus_ranges(pattern: str) -> list[LineRange]:
+    """The line ranges of every file of the corpus (compressed files whole)."""
+    return [line_range for match in corpus_files(pattern)
+            for line_range in split_file(match.path, match.size_in_bytes, match.path.endswith(COMPRESSED_SUFFIXES))]
+
+
+def lines_of(line_range: LineRange) -> Iterator[bytes]:
+    """The lines of a range as bytes (a compressed file's every line, decompressed)."""
+    if line_range.compressed:
+        yield from archive_lines(line_range.path)
+        return
+    with FileSystems.open(line_range.path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        yield from range_lines(handle, line_range.start, line_range.end)
+
+
+def archive_lines(path: str) -> Iterator[bytes]:
+    """Every line of a compressed corpus file; a cut-short or corrupt archive stops with its file and line."""
+    with open_xml(path) as handle:
+        number = 0
         try:
-            handle.readline()
             while raw := handle.readline():
                 number += 1
-                yield path, number, raw
+                yield raw
         except ARCHIVE_ERRORS as error:
             raise InputError(f"{path}: truncated or corrupt archive after line {number}: "
                              f"{str(error).strip().splitlines()[0]}") from error
 
 
-def parsed_row(source: str, number: int, raw: bytes, columns: tuple[int, int, int] = (0, 1, 2)) -> Iterator[Any]:
-    """One corpus line -> ((file, line), Passage), or a dead letter naming the file and line."""
+def count_lines(line_range: LineRange) -> tuple[str, tuple[LineRange, int]]:
+    """(file, (range, its line count)); a compressed file is one range and needs no count."""
+    lines = 0 if line_range.compressed else sum(1 for _ in lines_of(line_range))
+    return line_range.path, (line_range, lines)
+
+
+def data_lines(line_range: LineRange) -> Iterator[tuple[int, bytes]]:
+    """(line number, line) of a numbered range, without the file's header line."""
+    for number, raw in numbered_lines(line_range, lines_of(line_range)):
+        if number != HEADER_LINE:
+            yield number, raw
+
+
+def scan_ids(line_range: LineRange, columns: tuple[int, int, int]) -> Iterator[tuple[int, IdBlock]]:
+    """(id group, packed ids and line numbers) of the range's valid rows: all that duplicate detection needs."""
+    ids, lines = [], []
+    for number, raw in data_lines(line_range):
+        row, _ = corpus_row(raw, columns)
+        if isinstance(row, Passage):
+            ids.append(row.passage_id)
+            lines.append(number)
+    yield from grouped_blocks(line_range.path, line_range.start, ids, lines)
+
+
+def group_drops(group: int, blocks: Iterable[IdBlock], keep: str = "first") -> Iterator[tuple[tuple[str, int], Any]]:
+    """The drops decided in one id group (``duplicate_drops``)."""
+    return duplicate_drops(blocks, keep)
+
+
+def range_with_drops(key: tuple[str, int], joined: dict[str, list[Any]]) -> Iterator[tuple[LineRange, dict]]:
+    """The range of ``key`` with its rows to drop, line -> (file, line) of the kept row of the same id."""
+    drops: dict[int, tuple[str, int]] = {}
+    for part in joined["drops"]:
+        drops.update(part.by_line())
+    for line_range in joined["range"]:
+        yield line_range, drops
+
+
+def read_range(line_range: LineRange, drops: dict[int, tuple[str, int]],
+               columns: tuple[int, int, int] = (0, 1, 2), keep: str = "first") -> Iterator[Any]:
+    """The passages of a range; dead letters: its malformed rows and the rows ``drops`` names."""
+    for number, raw in data_lines(line_range):
+        yield from parsed_row(line_range.path, number, raw, columns, drops.get(number), keep)
+
+
+def parsed_row(source: str, number: int, raw: bytes, columns: tuple[int, int, int] = (0, 1, 2),
+               kept: tuple[str, int] | None = None, keep: str = "first") -> Iterator[Any]:
+    """One corpus line -> its Passage, or a dead letter naming the file and line (a malformed row, or a row whose
+    id the row at ``kept`` (file, line) has)."""
     where = {"source": source, "line_number": number}
-    try:
-        line, had_nul = decode_corpus_line(raw)
-    except UnicodeDecodeError as error:
-        yield dead_letter("invalid_utf8", f"not UTF-8 at byte {error.start}: {error.reason}", **where,
-                          line=raw.rstrip(b"\r\n")[:MAX_REPORTED_CHARS].decode("utf-8", errors="replace"))
-        return
+    row, had_nul = corpus_row(raw, columns)
     if had_nul:
         count("passages_with_nul_bytes")  # cleaned, not dropped: the NULs are removed from the row
-    row = parse_dpr_row(line, columns)
     if isinstance(row, BadRow):
         yield dead_letter(row.reason, row.detail, **where, line=row.line)
         return
     count("passages_read")
-    yield (source, number), row
+    if kept is None:
+        yield row
+        return
+    kept_source, kept_line = kept
+    yield dead_letter("duplicate_ids", f"line {kept_line} of {kept_source} has this id (the {keep} row is kept)",
+                      passage_id=row.passage_id, **where, title=row.title, text=row.text[:MAX_REPORTED_CHARS])
 
 
 def cut_article(article: dict[str, Any], words_per_passage: int) -> Iterator[Any]:
+    """An article's passages (ids unique by construction); dead letters: articles too long for their ids."""
     text = article["text"] or ""
     if not text.strip():
         count("articles_without_text")
@@ -94,18 +187,22 @@ def cut_article(article: dict[str, Any], words_per_passage: int) -> Iterator[Any
                           page_id=article["page_id"], title=article["title"])
     passages = article_passages(article["page_id"], article["title"], text, words_per_passage)
     count("passages_read", len(passages))
-    for passage in passages:  # ids are unique by construction: the position only matches the corpus rows'
-        yield ("", 0), passage
+    yield from passages
 
 
-def unique_passage(passage_id: int, rows: list[tuple[Position, Passage]], keep: str = "first"
-                   ) -> Iterator[Any]:
-    ((kept_source, kept_line), kept), others = pick_duplicate(list(rows), keep)
-    for (source, number), other in others:
-        yield dead_letter("duplicate_ids", f"line {kept_line} of {kept_source} has this id (the {keep} row is kept)",
-                          passage_id=passage_id, source=source, line_number=number, title=other.title,
-                          text=other.text[:MAX_REPORTED_CHARS])
-    yield kept
+class FindDuplicateIds(beam.PTransform):
+    """Numbered ranges -> ((file, start) of a range, Drops): the rows each range must drop, decided from packed
+    (id, line) arrays grouped by a hash of the id; never the rows' text."""
+
+    def __init__(self, columns: tuple[int, int, int], keep: str) -> None:
+        super().__init__()
+        self._columns, self._keep = columns, keep
+
+    def expand(self, ranges: beam.PCollection) -> beam.PCollection:
+        return (ranges
+                | "ScanIds" >> beam.FlatMap(scan_ids, self._columns)
+                | "ByIdGroup" >> beam.GroupByKey()
+                | "DecideDrops" >> beam.FlatMapTuple(group_drops, self._keep))
 
 
 class ReadPassages(beam.PTransform):
@@ -122,22 +219,23 @@ class ReadPassages(beam.PTransform):
 
     def expand(self, pipeline: beam.Pipeline) -> tuple[beam.PCollection, beam.PCollection]:
         rows = self._corpus_rows(pipeline) if self._columns is not None else self._article_rows(pipeline)
-        unique = (rows.passages
-                  | "ById" >> beam.MapTuple(lambda position, passage: (passage.passage_id, (position, passage)))
-                  | "GroupById" >> beam.GroupByKey()
-                  | "DropDuplicateIds" >> beam.FlatMapTuple(unique_passage, self._keep).with_outputs(
-                      "dead_letter", main="passages"))
-        dead = (rows.dead_letter, unique.dead_letter) | "DeadLetters" >> beam.Flatten()
-        return unique.passages, dead
+        return rows.passages, rows.dead_letter
 
     def _corpus_rows(self, pipeline: beam.Pipeline) -> beam.pvalue.DoOutputsTuple:
-        return (pipeline
-                | "CorpusPattern" >> beam.Create([self._corpus])
-                | "CorpusFiles" >> beam.FlatMap(matching_files)
-                | "SpreadFiles" >> beam.Reshuffle()
-                | "ReadCorpus" >> beam.FlatMap(corpus_lines)
-                | "SpreadLines" >> beam.Reshuffle()
-                | "ParseRows" >> beam.FlatMapTuple(parsed_row, self._columns).with_outputs(
+        ranges = (pipeline
+                  | "CorpusPattern" >> beam.Create([self._corpus])
+                  | "LineRanges" >> beam.FlatMap(corpus_ranges)
+                  | "SpreadRanges" >> beam.Reshuffle()
+                  | "CountLines" >> beam.Map(count_lines)
+                  | "ByFile" >> beam.GroupByKey()
+                  | "NumberLines" >> beam.FlatMapTuple(lambda _, counted: numbered(counted))
+                  | "SpreadNumbered" >> beam.Reshuffle())
+        drops = ranges | "FindDuplicateIds" >> FindDuplicateIds(self._columns, self._keep)
+        return ({"range": ranges | "ByRange" >> beam.Map(lambda line_range: (line_range.key, line_range)),
+                 "drops": drops}
+                | "JoinDrops" >> beam.CoGroupByKey()
+                | "WithDrops" >> beam.FlatMapTuple(range_with_drops)
+                | "ReadRanges" >> beam.FlatMapTuple(read_range, self._columns, self._keep).with_outputs(
                     "dead_letter", main="passages"))
 
     def _article_rows(self, pipeline: beam.Pipeline) -> beam.pvalue.DoOutputsTuple:
@@ -145,3 +243,4 @@ class ReadPassages(beam.PTransform):
                 | "ReadArticles" >> beam.io.ReadFromParquet(tables.parquet_pattern(self._output, layout.ARTICLES),
                                                             columns=["page_id", "title", "text"])
                 | "CutPassages" >> beam.FlatMap(cut_article, self._words).with_outputs("dead_letter", main="passages"))
+

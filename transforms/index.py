@@ -1,32 +1,35 @@
-"""index: passages encoded by a dense retriever, written by shard, then built into sharded FAISS indexes.
+"""index: a passage corpus encoded by a dense retriever, staged in hash buckets, then built into sharded FAISS
+indexes.
 
 Two Beam pipelines. ``EncodePassages`` encodes every passage through RunInference (or takes the vector of an
-unchanged passage from a previous run), ``WriteShards`` writes the vectors by shard (a hash of the passage id)
-and ``WriteTrainingSample`` the passages with the smallest hash keys. Between the two, the index type and its
-memory are decided from the exact count. ``BuildIndex`` trains the index once on the sample, then adds every
-shard in parallel (FAISS ids = passage ids) and writes the shard files, their id maps and index.json.
+unchanged passage from a previous run) and ``WriteBuckets`` writes the rows as they come into files by hash bucket
+(artifacts/faiss/buckets.py), listing the files written. Between the two, the exact count decides the number of
+shards (from the memory budget, unless given), the index type and its training sample. ``BuildIndex`` trains the
+index once, in one worker, on the rows with the smallest sample keys of the staged files (the keys first, then only
+the chosen vectors), then builds every shard in parallel: each of its buckets sorted by passage id and written as
+one of the shard's files, then added to a copy of the trained index (FAISS ids = passage ids) in that order; then
+index.json.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import apache_beam as beam
 import numpy as np
-import pyarrow as pa
 from apache_beam.ml.inference.base import PredictionResult, RunInference
+from apache_beam.transforms.window import GlobalWindows
 
-from artifacts import fs, layout, schemas
+from artifacts import fs, layout
 from artifacts.counters import declare, dropped, error, processed
-from artifacts.faiss import build, choice, files, info, storage, vectors
-from artifacts.passages import shard_of
+from artifacts.faiss import buckets, build, choice, files, info, storage
 from encoders.loading import PassageEncoderHandler
 from encoders.retrievers import EncoderOptions
 from transforms.dead_letters import count, dead_letter
-from transforms.passages import DUPLICATE_KEEPS, sample_key
-from transforms.refresh import SplitPassagesForRefresh
+from transforms.passage_refresh import SplitPassagesForRefresh
+from transforms.passages import DUPLICATE_KEEPS
 
 COUNTERS = declare(
     processed("passages_read", "passages read"),
@@ -49,29 +52,33 @@ COUNTERS = declare(
     processed("passages_indexed", "passages in the index"),
     processed("train_sample", "vectors the index was trained on"),
 )
-ShardRow = tuple[int, tuple[int, str, str, np.ndarray]]  # (shard, (passage_id, title, text, vector))
+Row = tuple[int, str, str, np.ndarray]  # (passage_id, title, text, vector)
 
 
 @dataclass(frozen=True)
 class IndexConfig:
     """What the index stage builds: the passages of ``corpus`` (DPR TSV files; None: cut from OUT/articles into
     ``words_per_passage``-word passages) encoded by ``encoder``, hashed into ``shards`` FAISS shards of
-    ``index_factory`` (None: chosen by corpus size). ``encoder`` names the run's own artifacts (a KPR encoder's
-    linker and entity embeddings) relative to OUT."""
+    ``index_factory`` (None: chosen by corpus size). Without ``shards``, the fewest shards (a power of two) such
+    that building one takes at most ``shard_memory_gb``. ``encoder`` names the run's own artifacts (a KPR
+    encoder's linker and entity embeddings) relative to OUT."""
 
     encoder: EncoderOptions
     corpus: str | None = None
     words_per_passage: int = 100
     on_duplicate_id: str = "first"
-    shards: int = 1
+    shards: int | None = None
+    shard_memory_gb: float = choice.DEFAULT_SHARD_MEMORY_GB
     index_factory: str | None = None
     faiss_gpu: bool = True
     previous: str | None = None  # --previous OLD_OUT: reuse the vectors of unchanged passages
     require_reuse: bool = False
 
     def __post_init__(self) -> None:
-        if self.shards < 1:
+        if self.shards is not None and self.shards < 1:
             raise ValueError(f"shards must be at least 1, got {self.shards}")
+        if self.shard_memory_gb <= 0:
+            raise ValueError(f"shard_memory_gb must be positive, got {self.shard_memory_gb}")
         if self.words_per_passage < 1:
             raise ValueError(f"words_per_passage must be at least 1, got {self.words_per_passage}")
         if self.on_duplicate_id not in DUPLICATE_KEEPS:
@@ -82,161 +89,145 @@ class IndexConfig:
         """Passages come from OUT/articles (no corpus file)."""
         return not self.corpus
 
+    @property
+    def shard_memory_bytes(self) -> int:
+        return int(self.shard_memory_gb * choice.GB)
+
     def recorded_options(self) -> dict[str, Any]:
         """The options that change the index (the encoder without its runtime and OUT-relative names)."""
         encoder = self.encoder.to_json()
         for runtime in ("device", "batch_tokens", "linker", "entity_embeddings"):
             encoder.pop(runtime)
         return {"encoder": encoder, "corpus": self.corpus, "words_per_passage": self.words_per_passage,
-                "on_duplicate_id": self.on_duplicate_id, "shards": self.shards, "index_factory": self.index_factory}
+                "on_duplicate_id": self.on_duplicate_id, "shards": self.shards,
+                "shard_memory_gb": self.shard_memory_gb, "index_factory": self.index_factory}
 
 
 # --- encoding ------------------------------------------------------------------------------------------------
 
 
-def encoded_row(result: PredictionResult, shards: int) -> Iterator[Any]:
+def encoded_row(result: PredictionResult) -> Iterator[Any]:
+    """An encoded passage as a row (passage_id, title, text, vector), or a dead letter for a non-finite vector."""
     passage, vector = result.example, np.asarray(result.inference, dtype=np.float32)
     if not np.all(np.isfinite(vector)):
         yield dead_letter("non_finite_vectors", "the encoder returned NaN or inf", passage_id=passage.passage_id)
         return
     count("passages_encoded")
-    yield shard_of(passage.passage_id, shards), (passage.passage_id, passage.title, passage.text, vector)
-
-
-def reused_row(row: dict[str, Any], shards: int) -> ShardRow:
-    vector = np.asarray(row["embedding"], dtype=np.float32)
-    return shard_of(row["passage_id"], shards), (row["passage_id"], row["title"], row["text"], vector)
+    yield passage.passage_id, passage.title, passage.text, vector
 
 
 class EncodePassages(beam.PTransform):
-    """Passages -> (shard, row) pairs, tagged ``dead_letter``: vectors with NaN or inf. With ``previous`` (a
-    previous run's OUT), unchanged passages take their old vector instead of being encoded; ``progress`` is a
-    pass-through step that logs the encoding rate."""
+    """Passages -> ``rows`` (passage_id, title, text, vector), tagged ``dead_letter``: vectors with NaN or inf. With
+    ``previous`` (a previous run's OUT), unchanged passages take their old vector instead of being encoded (tagged
+    ``reused``; the old shards' digest tables are written under ``scratch``); ``progress`` is a pass-through step
+    that logs the encoding rate."""
 
-    def __init__(self, encoder: EncoderOptions, shards: int, progress: beam.PTransform,
-                 previous: str | None = None) -> None:
+    def __init__(self, encoder: EncoderOptions, progress: beam.PTransform, previous: str | None = None,
+                 scratch: str = "") -> None:
         super().__init__()
-        self._encoder, self._shards, self._progress, self._previous = encoder, shards, progress, previous
+        self._encoder, self._progress, self._previous, self._scratch = encoder, progress, previous, scratch
 
     def expand(self, passages: beam.PCollection) -> dict[str, beam.PCollection]:
         reused = None
         if self._previous is not None:
-            pattern = fs.join(self._previous, layout.INDEX, files.EMBEDDINGS_DIR, "*", "*.parquet")
-            old = passages.pipeline | "ReadOldVectors" >> beam.io.ReadFromParquet(pattern)
-            split = {"passages": passages, "old_vectors": old} | "SplitForRefresh" >> SplitPassagesForRefresh()
-            passages, reused = split["encode"], split["reused"] | "ReusedRows" >> beam.Map(reused_row, self._shards)
+            split = passages | "SplitForRefresh" >> SplitPassagesForRefresh(fs.join(self._previous, layout.INDEX),
+                                                                            self._scratch)
+            passages, reused = split["encode"], split["reused"]
         encoded = (passages
                    | "Encode" >> RunInference(PassageEncoderHandler(self._encoder, count=count))
                    | "Progress" >> self._progress
-                   | "KeepFinite" >> beam.FlatMap(encoded_row, self._shards).with_outputs("dead_letter", main="rows"))
-        rows = encoded.rows if reused is None else (encoded.rows, reused) | "WithReused" >> beam.Flatten()
-        return {"rows": rows, "dead_letter": encoded.dead_letter}
+                   | "KeepFinite" >> beam.FlatMap(encoded_row).with_outputs("dead_letter", main="rows"))
+        return {"rows": encoded.rows, "reused": reused, "dead_letter": encoded.dead_letter}
 
 
-# --- writing the vectors -------------------------------------------------------------------------------------
+# --- staging the vectors by bucket ---------------------------------------------------------------------------
 
 
-class WriteVectorTables(beam.PTransform):
-    """Rows -> Arrow tables of a few thousand rows -> Parquet files under ``prefix``."""
+class WriteBucketFilesFn(beam.DoFn):
+    """Rows -> staged files by hash bucket (one writer per bundle); emits the records of the files it closed."""
 
-    def __init__(self, prefix: str, to_table: Callable[[list], pa.Table], schema: pa.Schema) -> None:
+    def __init__(self, directory: str, bucket_count: int, dim: int) -> None:
+        self._directory, self._buckets, self._dim = directory, bucket_count, dim
+        self._writer: buckets.BucketWriter | None = None
+
+    def start_bundle(self) -> None:
+        self._writer = buckets.BucketWriter(self._directory, self._buckets, self._dim)
+
+    def process(self, row: Row) -> None:
+        self._writer.add(row)
+
+    def finish_bundle(self) -> Iterator[Any]:
+        for record in self._writer.close():
+            yield GlobalWindows.windowed_value(record.to_json())
+
+
+class WriteBuckets(beam.PTransform):
+    """Rows -> staged Parquet files under ``directory`` by hash bucket, written as the rows come (no shuffle);
+    the output: the records of the files written (``BucketFile`` JSON lines)."""
+
+    def __init__(self, directory: str, bucket_count: int, dim: int) -> None:
         super().__init__()
-        self._prefix, self._to_table, self._schema = prefix, to_table, schema
+        self._directory, self._buckets, self._dim = directory, bucket_count, dim
 
-    def expand(self, rows: beam.PCollection) -> beam.pvalue.PDone:
-        return (rows
-                | "Batch" >> beam.BatchElements(min_batch_size=64, max_batch_size=4096)
-                | "ToTable" >> beam.Map(self._to_table)
-                | "WriteParquet" >> beam.io.parquetio.WriteToParquetBatched(
-                    self._prefix, self._schema, file_name_suffix=".parquet", codec=schemas.PARQUET_CODEC))
+    def expand(self, rows: beam.PCollection) -> beam.PCollection:
+        return rows | "WriteBucketFiles" >> beam.ParDo(WriteBucketFilesFn(self._directory, self._buckets, self._dim))
 
 
-class WriteShards(beam.PTransform):
-    """(shard, row) -> ``embeddings/shard-NNNNN/*.parquet`` per shard."""
+class ListBucketFiles(beam.PTransform):
+    """The records of every staged file -> JSON-lines files under ``prefix`` (read by the launcher's plan)."""
 
-    def __init__(self, index_dir: str, shards: int, dim: int) -> None:
+    def __init__(self, prefix: str) -> None:
         super().__init__()
-        self._index_dir, self._shards, self._dim = index_dir, shards, dim
+        self._prefix = prefix
 
-    def expand(self, rows: beam.PCollection) -> None:
-        dim = self._dim
-        by_shard = rows | "SplitShards" >> beam.Partition(lambda keyed, shards: keyed[0], self._shards)
-        for shard, rows_of_shard in enumerate(by_shard):
-            name = files.shard_name(shard)
-            _ = (rows_of_shard | f"{name}Rows" >> beam.Map(lambda keyed: keyed[1])
-                 | f"Write{name}" >> WriteVectorTables(
-                     fs.join(self._index_dir, files.EMBEDDINGS_DIR, name, "part"),
-                     lambda batch: vectors.embedding_table(batch, dim), vectors.embedding_schema(dim)))
-
-
-def under_threshold(keyed: ShardRow, threshold: int | None) -> bool:
-    return threshold is not None and sample_key(keyed[1][0]) <= threshold
-
-
-def sample_row(keyed: ShardRow) -> tuple[int, int, np.ndarray]:
-    passage_id, vector = keyed[1][0], keyed[1][3]
-    return sample_key(passage_id), passage_id, vector
-
-
-def largest_or_none(keys: list[int]) -> int | None:
-    return max(keys) if keys else None
-
-
-class WriteTrainingSample(beam.PTransform):
-    """The rows with the MAX_TRAIN_SAMPLE smallest sample keys -> ``train_sample/*.parquet`` (two passes: the
-    keys alone find the threshold, then the rows under it are written)."""
-
-    def __init__(self, index_dir: str, dim: int) -> None:
-        super().__init__()
-        self._index_dir, self._dim = index_dir, dim
-
-    def expand(self, rows: beam.PCollection) -> None:
-        dim = self._dim
-        threshold = (rows | "SampleKeys" >> beam.Map(lambda keyed: sample_key(keyed[1][0]))
-                     | "SmallestKeys" >> beam.combiners.Top.Smallest(choice.MAX_TRAIN_SAMPLE)
-                     | "Threshold" >> beam.Map(largest_or_none))
-        _ = (rows
-             | "InSample" >> beam.Filter(under_threshold, beam.pvalue.AsSingleton(threshold))
-             | "SampleRows" >> beam.Map(sample_row)
-             | "WriteSample" >> WriteVectorTables(
-                 fs.join(self._index_dir, files.TRAIN_SAMPLE_DIR, "part"),
-                 lambda batch: vectors.train_sample_table(batch, dim), vectors.train_sample_schema(dim)))
+    def expand(self, records: beam.PCollection) -> beam.pvalue.PDone:
+        return records | "WriteList" >> beam.io.WriteToText(self._prefix, file_name_suffix=".jsonl")
 
 
 # --- building the index --------------------------------------------------------------------------------------
 
+ShardSpec = tuple[str, tuple[tuple[int, tuple[str, ...]], ...]]  # (shard name, ((bucket, its staged files), ...))
+
 
 @dataclass(frozen=True)
 class IndexPlan:
-    """The index decided from the exact count: where it is built, its type, sample and index.json fields."""
+    """The index decided from the exact count: where it is built, its shards (each with its buckets' staged files),
+    type, sample and index.json fields."""
 
     index_dir: str
-    shards: tuple[str, ...]  # the names of the non-empty shards
+    shards: tuple[ShardSpec, ...]  # the non-empty shards
     factory: str
     dim: int
     sample_size: int
     use_gpu: bool
     info: dict[str, Any]  # index.json without the shard list
 
+    @property
+    def staged_files(self) -> list[str]:
+        return [path for _, shard_buckets in self.shards for _, paths in shard_buckets for path in paths]
+
 
 class BuildShard(beam.DoFn):
-    """One shard: the trained index, the shard's vectors added in chunks, the shard file and its id map."""
+    """One shard: each of its buckets sorted and written as one of its files, then the trained index with the
+    shard's vectors added in that order, the shard file and its id map."""
 
-    def __init__(self, index_dir: str, use_gpu: bool) -> None:
-        self._index_dir = index_dir
-        self._use_gpu = use_gpu
+    def __init__(self, index_dir: str, dim: int, use_gpu: bool) -> None:
+        self._index_dir, self._dim, self._use_gpu = index_dir, dim, use_gpu
 
-    def process(self, shard: str, trained_path: str) -> Iterator[dict[str, Any]]:
-        summary = build.build_shard(self._index_dir, shard, trained_path, self._use_gpu)
+    def process(self, shard: ShardSpec, trained_path: str) -> Iterator[dict[str, Any]]:
+        name, shard_buckets = shard
+        for bucket, paths in shard_buckets:
+            buckets.write_shard_bucket(self._index_dir, name, bucket, paths, self._dim)
+        summary = build.build_shard(self._index_dir, name, trained_path, self._use_gpu)
         count("shards_built")
         yield summary
 
 
-def train_once(_: Any, index_dir: str, factory: str, dim: int, sample_size: int, use_gpu: bool) -> str:
-    """Train the index on the sample (in a worker) and write trained.faiss; returns its path."""
-    sample = build.read_train_sample(fs.join(index_dir, files.TRAIN_SAMPLE_DIR), sample_size)
-    index = build.train_index(factory, dim, sample.reshape(-1, dim), use_gpu)
-    path = fs.join(index_dir, files.TRAINED_NAME)
+def train_once(_: Any, plan: IndexPlan) -> str:
+    """Train the index on the sample of the staged files (in a worker) and write trained.faiss; returns its path."""
+    sample = build.read_train_sample(plan.staged_files, plan.sample_size)
+    index = build.train_index(plan.factory, plan.dim, sample.reshape(-1, plan.dim), plan.use_gpu)
+    path = fs.join(plan.index_dir, files.TRAINED_NAME)
     storage.write_index(index, path)
     return path
 
@@ -248,7 +239,7 @@ def write_index_json(summaries: list[dict[str, Any]], index_dir: str, fields: di
 
 
 class BuildIndex(beam.PTransform):
-    """The trained index (trained once in a worker, or ``trained`` already there), every shard added in
+    """The trained index (trained once in a worker, or ``trained`` already there), every shard built in
     parallel, then index.json."""
 
     def __init__(self, plan: IndexPlan, trained: str | None = None) -> None:
@@ -258,14 +249,12 @@ class BuildIndex(beam.PTransform):
     def expand(self, pipeline: beam.Pipeline) -> None:
         plan = self._plan
         if self._trained is None:
-            trained = (pipeline | "Once" >> beam.Create([None])
-                       | "Train" >> beam.Map(train_once, plan.index_dir, plan.factory, plan.dim, plan.sample_size,
-                                             plan.use_gpu))
+            trained = pipeline | "Once" >> beam.Create([None]) | "Train" >> beam.Map(train_once, plan)
         else:
             trained = pipeline | "ReusedTrained" >> beam.Create([self._trained])
         summaries = (pipeline | "Shards" >> beam.Create(list(plan.shards))
                      | "Spread" >> beam.Reshuffle()
-                     | "BuildShards" >> beam.ParDo(BuildShard(plan.index_dir, plan.use_gpu),
+                     | "BuildShards" >> beam.ParDo(BuildShard(plan.index_dir, plan.dim, plan.use_gpu),
                                                    beam.pvalue.AsSingleton(trained)))
         _ = (summaries | "AllShards" >> beam.combiners.ToList()
              | "WriteIndexJson" >> beam.Map(write_index_json, plan.index_dir, plan.info))

@@ -7,8 +7,7 @@ id of a passage is also its FAISS id and needs no global renumbering.
 from __future__ import annotations
 
 import csv
-import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from artifacts.passages import Passage
@@ -107,18 +106,6 @@ def too_many_chunks(text: str, words_per_passage: int) -> bool:
 DUPLICATE_KEEPS = ("first", "last")
 
 
-def pick_duplicate(rows: Sequence[tuple[tuple[str, int], Passage]], keep: str = "first"
-                   ) -> tuple[tuple[tuple[str, int], Passage], list[tuple[tuple[str, int], Passage]]]:
-    """Of rows sharing one id, each with its (file, line) position: the one kept (the first or last in file and
-    line order, the same whatever the read order) and the others, in that order."""
-    if keep not in DUPLICATE_KEEPS:
-        raise ValueError(f"keep must be one of {DUPLICATE_KEEPS}, got {keep!r}")
-    ordered = sorted(rows, key=lambda row: (row[0], row[1].text, row[1].title))
-    if keep == "last":
-        ordered.reverse()
-    return ordered[0], ordered[1:]
-
-
 def decode_corpus_line(raw: bytes) -> tuple[str, bool]:
     """A corpus line as text without NUL bytes (which no tokenizer or reader downstream expects), and whether
     it had any; UnicodeDecodeError if it is not UTF-8."""
@@ -126,8 +113,12 @@ def decode_corpus_line(raw: bytes) -> tuple[str, bool]:
     return (line.replace("\x00", ""), True) if "\x00" in line else (line, False)
 
 
-def sample_key(passage_id: int) -> int:
-    """The FAISS training sample is the passages with the smallest keys (int63, seed-free, order-free)."""
-    digest = hashlib.blake2b(passage_id.to_bytes(8, "little", signed=True), digest_size=8,
-                             person=b"kpr-train").digest()
-    return int.from_bytes(digest, "little") >> 1
+def corpus_row(raw: bytes, columns: tuple[int, int, int] = (0, 1, 2)) -> tuple[Passage | BadRow, bool]:
+    """One corpus line as bytes -> the passage, or a BadRow saying why it is not one (``invalid_utf8`` too), and
+    whether NUL bytes were removed from it."""
+    try:
+        line, had_nul = decode_corpus_line(raw)
+    except UnicodeDecodeError as error:
+        shown = raw.rstrip(b"\r\n")[:MAX_REPORTED_CHARS].decode("utf-8", errors="replace")
+        return BadRow("invalid_utf8", f"not UTF-8 at byte {error.start}: {error.reason}", shown), False
+    return parse_dpr_row(line, columns), had_nul

@@ -3,8 +3,8 @@
 An entity's vector is a function of its sampled mentions' windows and the model options only, so an entity (by key:
 QID, else title, because entity ids are renumbered per run) whose sample digest is unchanged keeps its old
 vector. A passage's vector is a function of its id, title and text and the encoder, so an unchanged passage
-keeps its old vector. Everything else is encoded again; the splits below are thin Beam adapters over the pure
-functions at the top.
+keeps its old vector (transforms/passage_refresh.py). Everything else is encoded again; the splits below are thin
+Beam adapters over the pure functions at the top.
 """
 
 from __future__ import annotations
@@ -142,30 +142,3 @@ class SplitEntitiesForRefresh(beam.PTransform):
                    "encode": decided.encode | "Marks" >> beam.Map(lambda entity_id: (entity_id, True))}
                   | "JoinMarks" >> beam.CoGroupByKey() | "MentionsToEncode" >> beam.FlatMapTuple(mentions_to_encode))
         return {"encode": encode, "reused": decided.reused, "id_map": decided.id_map}
-
-
-# --- passages ------------------------------------------------------------------------------------------------
-
-
-def passage_decision(passage_id: int, joined: dict[str, list[Any]]) -> Iterator[Any]:
-    """A new passage whose title and text are unchanged: its old row (tagged ``reused``); else the passage."""
-    olds = joined["old"]
-    for passage in joined["new"]:
-        old = olds[0] if len(olds) == 1 else None
-        if old is not None and old["title"] == passage.title and old["text"] == passage.text:
-            count("passages_reused")
-            yield beam.pvalue.TaggedOutput("reused", old)
-        else:
-            yield passage
-
-
-class SplitPassagesForRefresh(beam.PTransform):
-    """Passages + the previous run's vector rows (passage_id, title, text, embedding) -> ``encode`` (new or
-    changed passages) and ``reused`` (old rows of unchanged passages); removed passages are dropped."""
-
-    def expand(self, inputs: dict[str, beam.PCollection]) -> dict[str, beam.PCollection]:
-        decided = ({"new": inputs["passages"] | "KeyPassages" >> beam.Map(lambda p: (p.passage_id, p)),
-                    "old": inputs["old_vectors"] | "KeyOldVectors" >> beam.Map(lambda r: (r["passage_id"], r))}
-                   | "JoinById" >> beam.CoGroupByKey()
-                   | "Decide" >> beam.FlatMapTuple(passage_decision).with_outputs("reused", main="encode"))
-        return {"encode": decided.encode, "reused": decided.reused}

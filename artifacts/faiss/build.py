@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -10,7 +10,8 @@ import numpy as np
 from artifacts import fs
 from artifacts.faiss.files import EMBEDDINGS_DIR, shard_embedding_files, shard_ids_name, shard_index_name
 from artifacts.faiss.storage import read_index, write_index, write_npy
-from artifacts.faiss.vectors import iter_parquet_batches, table_vectors
+from artifacts.faiss.vectors import VECTOR_BATCH, iter_parquet_batches, table_vectors
+from artifacts.tables import parquet_row_count
 
 
 def gpu_count() -> int:
@@ -68,33 +69,63 @@ def add_batches(index, batches: Iterable[tuple[np.ndarray, np.ndarray]], use_gpu
     return result, (np.concatenate(added) if added else np.zeros(0, dtype=np.int64))
 
 
+def reserve(index, count: int) -> None:
+    """Room for ``count`` vectors in a flat index (alone or under an IDMap), allocated once: adding chunk by chunk
+    otherwise doubles the storage as it grows, and the copy at the last doubling holds up to twice the vectors.
+    Other index types (IVF lists grow list by list) are left as they are."""
+    import faiss
+
+    inner = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap) else index
+    if isinstance(index, faiss.IndexIDMap):
+        index.id_map.resize(index.ntotal + count)  # a resize down keeps the capacity
+        index.id_map.resize(index.ntotal)
+    if isinstance(inner, faiss.IndexFlatCodes):
+        inner.codes.resize((inner.ntotal + count) * inner.code_size)
+        inner.codes.resize(inner.ntotal * inner.code_size)
+
+
 def build_shard(index_dir: str, shard: str, trained_path: str, use_gpu: bool = False) -> dict[str, Any]:
-    """Add one shard's embeddings to a copy of the trained index; write its index file and id map."""
+    """Add one shard's embeddings (its files in name order) to a copy of the trained index; write its index file
+    and id map. Holds the index and one batch of vectors."""
     files = shard_embedding_files(index_dir, shard)
     batches = ((batch.column(0).to_numpy(), table_vectors(batch))
-               for batch in iter_parquet_batches(files, ["passage_id", "embedding"]))
-    index, ids = add_batches(read_index(trained_path, mmap=False), batches, use_gpu)
+               for batch in iter_parquet_batches(files, ["passage_id", "embedding"], VECTOR_BATCH))
+    index = read_index(trained_path, mmap=False)
+    reserve(index, sum(parquet_row_count(path) for path in files))
+    index, ids = add_batches(index, batches, use_gpu)
     write_index(index, fs.join(index_dir, shard_index_name(shard)))
     write_npy(fs.join(index_dir, shard_ids_name(shard)), ids)
     return {"name": shard, "index": shard_index_name(shard), "ids": shard_ids_name(shard), "count": len(ids),
             "embeddings": f"{EMBEDDINGS_DIR}/{shard}"}
 
 
-def read_train_sample(sample_dir: str, size: int) -> np.ndarray:
-    """The ``size`` sample rows with the smallest keys, in key order (the same sample whatever the files)."""
-    files = fs.list_files(sample_dir, "*.parquet")
+def smallest_keys(batches: Iterable[np.ndarray], size: int) -> np.ndarray:
+    """The ``size`` smallest of the keys of all ``batches``, holding at most about ``2 * size`` keys at a time."""
+    kept = np.zeros(0, np.int64)
+    for keys in batches:
+        kept = np.concatenate([kept, keys])
+        if len(kept) > 2 * size:
+            kept = np.partition(kept, size - 1)[:size]
+    return np.sort(kept)[:size]
+
+
+def read_train_sample(files: Sequence[str], size: int) -> np.ndarray:
+    """The vectors of the ``size`` rows of ``files`` with the smallest ``sample_key``, in key order (the same sample
+    whatever the files): the keys alone first, then only the chosen rows' vectors are kept."""
     if not files or size == 0:
         return np.zeros((0, 0), dtype=np.float32)
-    keys = np.concatenate([batch.column(0).to_numpy() for batch in iter_parquet_batches(files, ["sample_key"])])
-    if len(keys) == 0:
+    chosen_keys = smallest_keys((batch.column(0).to_numpy() for batch in iter_parquet_batches(files, ["sample_key"])),
+                                size)
+    if len(chosen_keys) == 0:
         return np.zeros((0, 0), dtype=np.float32)
-    threshold = np.partition(keys, min(size, len(keys)) - 1)[min(size, len(keys)) - 1]
+    threshold = chosen_keys[-1]
     kept_keys, kept = [], []
-    for batch in iter_parquet_batches(files, ["sample_key", "embedding"]):
+    for batch in iter_parquet_batches(files, ["sample_key", "embedding"], VECTOR_BATCH):
         batch_keys = batch.column(0).to_numpy()
-        chosen = batch_keys <= threshold
-        kept_keys.append(batch_keys[chosen])
-        kept.append(table_vectors(batch)[chosen])
+        chosen = np.flatnonzero(batch_keys <= threshold)
+        if len(chosen):
+            kept_keys.append(batch_keys[chosen])
+            kept.append(table_vectors(batch.take(chosen)))
     order = np.argsort(np.concatenate(kept_keys), kind="stable")
     return np.concatenate(kept)[order]
 

@@ -13,6 +13,11 @@ EXACT_UP_TO = 100_000  # passages: below this the default index is exact
 IVF_FLAT_UP_TO = 3_000_000  # passages: below this IVF without compression
 IVF_SQ8_UP_TO = 50_000_000  # passages: below this 8-bit scalar quantization; above, product quantization
 _IVF = re.compile(r"IVF(\d+)")
+SHARD_GROWTH = 1.5  # building a shard holds its vectors and at most half as much again (tests/test_index_memory.py)
+DEFAULT_SHARD_MEMORY_GB = 8.0  # per worker building a shard: DPR's 21M x 768 -> 16 shards of 4 GB of vectors
+MIN_BUCKETS_PER_SHARD = 8  # a bucket is sorted in memory while its shard is written: at most 1/8 of the shard
+MAX_BUCKETS = 512  # a worker keeps one staged file open per bucket (and its buffer: artifacts/faiss/buckets.py)
+GB = 1 << 30
 
 
 class FactoryError(InputError):
@@ -39,6 +44,31 @@ def default_factory(count: int, dim: int) -> str:
     if count <= IVF_SQ8_UP_TO or dim % 8 or dim // 8 > 96:
         return f"IVF{nlist},SQ8"
     return f"IVF{nlist},PQ{dim // 8}"
+
+
+def vector_bytes(count: int, dim: int) -> int:
+    return count * dim * 4
+
+
+def shards_for_memory(count: int, dim: int, memory_bytes: int) -> int:
+    """The fewest shards, a power of two, such that building one (its float32 vectors held at most SHARD_GROWTH
+    times) fits in ``memory_bytes``."""
+    needed = max(1, math.ceil(vector_bytes(count, dim) * SHARD_GROWTH / memory_bytes))
+    return 1 << (needed - 1).bit_length()
+
+
+def bucket_count(shards: int | None, estimated_count: int, dim: int, memory_bytes: int) -> int:
+    """Hash buckets to encode into, decided before the count is known: MIN_BUCKETS_PER_SHARD per shard, of the
+    ``shards`` asked for, else of the shards that twice the estimated count would need (a power of two: every
+    power of two up to it divides it, so the shards chosen from the exact count are unions of buckets)."""
+    if shards:
+        return shards * max(1, min(MIN_BUCKETS_PER_SHARD, MAX_BUCKETS // shards))
+    return min(MAX_BUCKETS, shards_for_memory(2 * estimated_count, dim, memory_bytes) * MIN_BUCKETS_PER_SHARD)
+
+
+def chosen_shards(count: int, dim: int, memory_bytes: int, buckets: int) -> int:
+    """The shards for the exact count within ``memory_bytes`` per shard; at most ``buckets`` (a power of two)."""
+    return min(buckets, shards_for_memory(count, dim, memory_bytes))
 
 
 def ivf_lists(factory: str) -> int | None:

@@ -7,7 +7,8 @@ from artifacts import fs
 INDEX_JSON = "index.json"
 TRAINED_NAME = "trained.faiss"
 EMBEDDINGS_DIR = "embeddings"
-TRAIN_SAMPLE_DIR = "train_sample"
+BUCKETS_DIR = "buckets"  # encoded rows staged by hash bucket, outside OUT/index (artifacts/faiss/buckets.py)
+BUCKET_LIST_NAME = "bucket-files"  # the records of the staged files, JSON lines
 
 
 def shard_name(shard: int) -> str:

@@ -1,5 +1,5 @@
-"""The index stage's vector tables: ``embeddings/`` rows (passage_id, title, text, embedding) and the training
-sample (sample_key, passage_id, embedding), as Arrow tables and back as float32 matrices."""
+"""The index stage's vector tables: ``embeddings/`` rows (passage_id, title, text, embedding) as Arrow tables and
+back as float32 matrices."""
 
 from __future__ import annotations
 
@@ -11,16 +11,12 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-ADD_CHUNK = 65_536  # vectors per add() call, and rows per batch read back
+ADD_CHUNK = 65_536  # rows per batch read back
+VECTOR_BATCH = 8192  # vectors read back at a time where a worker holds a shard or a sample (~25 MB at 768 dims)
 
 
 def embedding_schema(dim: int) -> pa.Schema:
     return pa.schema([("passage_id", pa.int64()), ("title", pa.string()), ("text", pa.string()),
-                      ("embedding", pa.list_(pa.float32(), dim))])
-
-
-def train_sample_schema(dim: int) -> pa.Schema:
-    return pa.schema([("sample_key", pa.int64()), ("passage_id", pa.int64()),
                       ("embedding", pa.list_(pa.float32(), dim))])
 
 
@@ -31,13 +27,6 @@ def embedding_table(rows: Sequence[tuple[int, str, str, np.ndarray]], dim: int) 
         [pa.array([row[0] for row in rows], pa.int64()), pa.array([row[1] for row in rows], pa.string()),
          pa.array([row[2] for row in rows], pa.string()), _vector_array(vectors, dim)],
         schema=embedding_schema(dim))
-
-
-def train_sample_table(rows: Sequence[tuple[int, int, np.ndarray]], dim: int) -> pa.Table:
-    vectors = np.asarray([row[2] for row in rows], dtype=np.float32).reshape(len(rows), dim)
-    return pa.Table.from_arrays([pa.array([row[0] for row in rows], pa.int64()),
-                                 pa.array([row[1] for row in rows], pa.int64()), _vector_array(vectors, dim)],
-                                schema=train_sample_schema(dim))
 
 
 def _vector_array(vectors: np.ndarray, dim: int) -> pa.FixedSizeListArray:
@@ -57,5 +46,6 @@ def iter_parquet_batches(files: Sequence[str], columns: list[str],
     for path in files:
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
             yield from pq.ParquetFile(handle).iter_batches(batch_size=batch_size, columns=columns)
+
 
 

@@ -1,0 +1,163 @@
+"""Encoded passages staged in hash buckets until the exact count decides the number of shards.
+
+A passage's bucket is ``shard_of(passage_id, buckets)``; with ``shards`` dividing ``buckets``, bucket ``b`` belongs
+to shard ``b % shards``, which is ``shard_of(passage_id, shards)``: the shard files are exactly those of hashing by
+shard, whatever the number of shards chosen afterwards. Each writer (one per worker bundle) appends a bucket's rows
+to its own Parquet file as small row groups, so a worker holds a few thousand rows, never a bucket; the files it
+closed are listed as ``BucketFile`` records, and only the listed files are used (a failed bundle's files are not).
+
+Once the shards are known, each bucket is read back whole, sorted by passage id and written as one file of its
+shard: the shard's files and its FAISS insertion order are then the same whatever the runner or worker count.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from artifacts import fs
+from artifacts.faiss.files import EMBEDDINGS_DIR
+from artifacts.faiss.vectors import embedding_schema, embedding_table
+from artifacts.passages import sample_key, shard_of
+from artifacts.schemas import PARQUET_CODEC
+
+BUFFERED_ROWS = 16_384  # rows a writer holds over all its buckets (~60 MB at 768 dims)
+MIN_GROUP_ROWS, MAX_GROUP_ROWS = 64, 4096  # rows per row group of a staged file
+SAMPLE_KEY = "sample_key"  # staged files only: the training sample's key, hashed where the row was encoded
+
+
+def bucket_name(bucket: int) -> str:
+    return f"bucket-{bucket:05d}"
+
+
+def staged_schema(dim: int) -> pa.Schema:
+    """The contract's embedding columns plus the row's training-sample key."""
+    return embedding_schema(dim).append(pa.field(SAMPLE_KEY, pa.int64()))
+
+
+def staged_table(rows: Sequence[tuple[int, str, str, np.ndarray]], dim: int) -> pa.Table:
+    """(passage_id, title, text, vector) rows with their sample keys, as one Arrow table."""
+    keys = pa.array([sample_key(row[0]) for row in rows], pa.int64())
+    return embedding_table(rows, dim).append_column(pa.field(SAMPLE_KEY, pa.int64()), keys)
+
+
+@dataclass(frozen=True)
+class BucketFile:
+    """One closed staged file: its bucket, path and row count."""
+
+    bucket: int
+    path: str
+    rows: int
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, line: str) -> BucketFile:
+        return cls(**json.loads(line))
+
+
+def group_rows(buckets: int) -> int:
+    """Rows per row group: the writer's buffer shared by its buckets."""
+    return min(MAX_GROUP_ROWS, max(MIN_GROUP_ROWS, BUFFERED_ROWS // buckets))
+
+
+class BucketWriter:
+    """Rows hashed into ``buckets`` buckets under ``directory`` (``bucket-NNNNN/<unique>.parquet``, one file per
+    bucket per writer); ``close`` returns the files written."""
+
+    def __init__(self, directory: str, buckets: int, dim: int) -> None:
+        self._directory, self._buckets, self._dim = directory, buckets, dim
+        self._group_rows = group_rows(buckets)
+        self._buffers: dict[int, list] = {}
+        self._buffered = 0  # rows in all buffers
+        self._files: dict[int, tuple[str, object, pq.ParquetWriter]] = {}  # bucket -> (path, handle, writer)
+        self._rows: dict[int, int] = {}
+
+    def add(self, row: tuple[int, str, str, np.ndarray]) -> None:
+        bucket = shard_of(row[0], self._buckets)
+        buffer = self._buffers.setdefault(bucket, [])
+        buffer.append(row)
+        self._buffered += 1
+        if len(buffer) >= self._group_rows:
+            self._flush(bucket)
+        elif self._buffered >= BUFFERED_ROWS:  # many buckets: the fullest goes, so the writer never holds more
+            self._flush(max(self._buffers, key=lambda key: len(self._buffers[key])))
+
+    def _flush(self, bucket: int) -> None:
+        rows = self._buffers.pop(bucket, [])
+        if not rows:
+            return
+        self._buffered -= len(rows)
+        if bucket not in self._files:
+            path = fs.join(self._directory, bucket_name(bucket), f"{uuid.uuid4().hex}.parquet")
+            handle = FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+            self._files[bucket] = path, handle, pq.ParquetWriter(handle, staged_schema(self._dim),
+                                                                 compression=PARQUET_CODEC)
+        self._files[bucket][2].write_table(staged_table(rows, self._dim))
+        self._rows[bucket] = self._rows.get(bucket, 0) + len(rows)
+
+    def close(self) -> list[BucketFile]:
+        for bucket in list(self._buffers):
+            self._flush(bucket)
+        written = []
+        for bucket, (path, handle, writer) in sorted(self._files.items()):
+            writer.close()
+            handle.close()
+            written.append(BucketFile(bucket, path, self._rows[bucket]))
+        self._files.clear()
+        return written
+
+
+def read_bucket_files(paths: Iterable[str]) -> list[BucketFile]:
+    """The records of the JSON-lines files ``paths`` (what the writers listed)."""
+    records = []
+    for path in paths:
+        records += [BucketFile.from_json(line) for line in fs.read_bytes(path).decode().splitlines() if line]
+    return sorted(records, key=lambda record: (record.bucket, record.path))
+
+
+def shard_buckets(records: Iterable[BucketFile], shards: int) -> dict[int, list[tuple[int, list[str]]]]:
+    """shard -> [(bucket, its files)] in bucket order, for the non-empty buckets (bucket b is in shard b % shards)."""
+    files: dict[int, list[str]] = {}
+    for record in records:
+        if record.rows:
+            files.setdefault(record.bucket, []).append(record.path)
+    grouped: dict[int, list[tuple[int, list[str]]]] = {}
+    for bucket in sorted(files):
+        grouped.setdefault(bucket % shards, []).append((bucket, sorted(files[bucket])))
+    return grouped
+
+
+def read_bucket(paths: Sequence[str], dim: int) -> pa.Table:
+    """A bucket's staged rows, with the contract's columns only."""
+    tables = []
+    for path in paths:
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+            tables.append(pq.read_table(handle, columns=embedding_schema(dim).names))
+    return pa.concat_tables(tables)
+
+
+def write_shard_bucket(index_dir: str, shard: str, bucket: int, paths: Sequence[str], dim: int) -> int:
+    """Write one bucket's rows, sorted by passage id, as ``embeddings/SHARD/bucket-NNNNN.parquet``; its row count.
+    Holds the bucket once and one row group of it sorted (taken row group by row group)."""
+    table = read_bucket(paths, dim)
+    order = pc.sort_indices(table.column("passage_id"))
+    path = fs.join(index_dir, EMBEDDINGS_DIR, shard, f"{bucket_name(bucket)}.parquet")
+    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle, \
+            pq.ParquetWriter(handle, embedding_schema(dim), compression=PARQUET_CODEC) as writer:
+        for start in range(0, table.num_rows, MAX_GROUP_ROWS):
+            writer.write_table(table.take(order[start:start + MAX_GROUP_ROWS]))
+    rows = table.num_rows
+    del table, order
+    pa.default_memory_pool().release_unused()  # Arrow's pool would keep the bucket's pages from the index build
+    return rows
