@@ -117,7 +117,7 @@ def compare_counters(old: Path, new: Path, ignored: set[str]) -> list[tuple[str,
     for stage in sorted(set(old_stages) & set(new_stages)):
         old_counters, new_counters = old_stages[stage]["counters"], new_stages[stage]["counters"]
         changed = {name: (old_counters.get(name, 0), new_counters.get(name, 0))
-                   for name in sorted(set(old_counters) | set(new_counters)) - ignored
+                   for name in sorted((set(old_counters) | set(new_counters)) - ignored)
                    if old_counters.get(name, 0) != new_counters.get(name, 0)}
         results.append((f"counters {stage}", f"DIFFERENT: {changed}" if changed else "same"))
     return results
