@@ -5,17 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import apache_beam as beam
-from apache_beam.testing.test_pipeline import TestPipeline
-from apache_beam.testing.util import assert_that, equal_to
-
 from artifacts import tables
 from pipelines.cli import main
 from tests.builders import article, article_texts, write_parsed
 from tests.conftest import BUNDLED_SAMPLE, DIRECT, MULTI_PROCESS, copy_stages
-from transforms.mention_sampling import CHARS_PER_TOKEN, LinkRef, context_window, sample_key, window_digest
+from transforms.mention_sampling import CHARS_PER_TOKEN, context_window, sample_key, window_digest
 from transforms.mention_windows import windows_of_page
-from transforms.mentions import count_and_bottom_k, ref_order, sample_of_entity
 
 
 def test_mentions_are_the_same_for_one_and_two_workers(tmp_path):
@@ -48,18 +43,6 @@ def test_bottom_k_keeps_the_smallest_keys(tmp_path):
     keys = sorted((sample_key(7, "Paris", page, ordinal), page) for page in range(1, 5) for ordinal in range(3))
     chosen = sorted(row["page_id"] for row in tables.read_table(str(tmp_path), "mentions").to_pylist())
     assert chosen == sorted(page for _, page in keys[:4])
-
-
-def test_bottom_k_combines_before_the_join_and_counts_every_link():
-    refs = [LinkRef(sample_key=(index * 7919) % 1000, page_id=index, link_index=0) for index in range(1000)]
-    with TestPipeline(runner="DirectRunner") as pipeline:
-        combined = (pipeline | beam.Create([("Paris", ref) for ref in refs] + [("Nowhere", refs[0])])
-                    | beam.CombinePerKey(count_and_bottom_k(5)))
-        expected = sorted(refs, key=ref_order)[:5]
-        assert_that(combined, equal_to([("Paris", (1000, expected)), ("Nowhere", (1, [refs[0]]))]))
-    joined = {"entity_id": [], "sample": [(1000, expected)]}
-    assert list(sample_of_entity("Red link", joined)) == []
-    assert list(sample_of_entity("Paris", {"entity_id": [7], "sample": [(1000, expected)]})) == [(7, expected)]
 
 
 def todays_mention_rows(articles: dict[int, dict], refs: list[dict], chars: int) -> list[dict]:
