@@ -24,11 +24,11 @@ import pyarrow.compute as pc
 
 from artifacts import fs, layout, tables
 from artifacts.counters import declare, dropped, processed
-from transforms.dead_letters import count
+from transforms.dead_letters import count_some
+from transforms.entity_maps import TitleIds, build_title_ids, load_title_ids
 from transforms.mention_sampling import CHARS_PER_TOKEN, LinkRef, link_ordinals, mention_ref, sample_key
 from transforms.packed import PackedCombineFn, group_starts, rank_in_group, split_by_bucket
 from transforms.per_worker import PerProcess
-from transforms.title_ids import TitleIds, build_title_ids, load_title_ids
 from transforms.worker_files import load_array, save_array
 
 COUNTERS = declare(
@@ -187,8 +187,7 @@ class LinkOrdersByBucket(beam.DoFn):
                     non_entity += 1
                 else:
                     rows.append((item[0], *item[1]))
-        if non_entity:
-            count("links_to_non_entities", non_entity)
+        count_some("links_to_non_entities", non_entity)
         yield from split_by_bucket(np.array(rows, dtype=ORDER), "entity_id", self._buckets)
 
 
@@ -207,9 +206,9 @@ class WriteThresholds(beam.DoFn):
         bucket, sample = element
         with_links = len(group_starts(sample["entity_id"]))
         in_bucket = int(np.count_nonzero(self._map.entity_ids % self._buckets == bucket))
-        count("entities_with_mentions", with_links)
-        count("mentions_sampled", len(sample))
-        count("entities_without_links", in_bucket - with_links)
+        count_some("entities_with_mentions", with_links)
+        count_some("mentions_sampled", len(sample))
+        count_some("entities_without_links", in_bucket - with_links)
         slots = self._map.max_entity_id // self._buckets + 1
         yield save_array(threshold_path(self._directory, bucket),
                          bucket_thresholds(sample, self._buckets, slots, self._k))

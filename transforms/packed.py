@@ -9,6 +9,8 @@ from collections.abc import Callable, Iterator
 import apache_beam as beam
 import numpy as np
 
+from transforms.dead_letters import count_some
+
 # A bucket's pending (not yet compacted) rows may reach this many before compacting, or as many as it keeps.
 MIN_PENDING_ROWS = 1 << 18
 
@@ -18,16 +20,20 @@ def bucket_of(ids: np.ndarray, buckets: int) -> np.ndarray:
     return np.asarray(ids, dtype=np.int64) % buckets
 
 
-def split_by_bucket(rows: np.ndarray, key: str, buckets: int) -> Iterator[tuple[int, np.ndarray]]:
-    """(bucket, the rows of ``rows`` in it) for every bucket that has rows; ``key``: the field of the id."""
+def split_by(rows: np.ndarray, keys: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """(key, the rows of ``rows`` with that key) for every key of ``keys`` (one per row), keys ascending."""
     if not len(rows):
         return
-    of_rows = bucket_of(rows[key], buckets)
-    order = np.argsort(of_rows, kind="stable")
-    rows, of_rows = rows[order], of_rows[order]
-    starts = np.flatnonzero(np.r_[True, of_rows[1:] != of_rows[:-1]])
+    order = np.argsort(keys, kind="stable")
+    rows, keys = rows[order], np.asarray(keys)[order]
+    starts = group_starts(keys)
     for start, stop in zip(starts, [*starts[1:], len(rows)], strict=True):
-        yield int(of_rows[start]), rows[start:stop]
+        yield int(keys[start]), rows[start:stop]
+
+
+def split_by_bucket(rows: np.ndarray, key: str, buckets: int) -> Iterator[tuple[int, np.ndarray]]:
+    """(bucket, the rows of ``rows`` in it) for every bucket that has rows; ``key``: the field of the id."""
+    return split_by(rows, bucket_of(rows[key], buckets))
 
 
 def group_starts(ids: np.ndarray) -> np.ndarray:
@@ -71,3 +77,32 @@ class PackedCombineFn(beam.CombineFn):
 
     def extract_output(self, accumulator: list[np.ndarray]) -> np.ndarray:
         return self.compact(accumulator)[0]
+
+
+ENTITY_ID = np.dtype([("entity_id", "<i4")])
+DISTINCT_BUCKETS = 16
+
+
+def distinct_ids(rows: np.ndarray) -> np.ndarray:
+    """The distinct ``ENTITY_ID`` rows of ``rows``, sorted."""
+    return np.unique(rows)
+
+
+def entity_ids_by_bucket(rows: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """(bucket, distinct ``ENTITY_ID`` rows) of record arrays with an ``entity_id`` field."""
+    ids = np.unique(rows["entity_id"]).astype(ENTITY_ID["entity_id"]).view(ENTITY_ID)
+    return split_by_bucket(ids, "entity_id", DISTINCT_BUCKETS)
+
+
+class CountEntities(beam.PTransform):
+    """Record arrays with an ``entity_id`` field -> counts ``counter`` once per distinct entity id (a combine of
+    packed ids over a few buckets)."""
+
+    def __init__(self, counter: str) -> None:
+        super().__init__()
+        self._counter = counter
+
+    def expand(self, rows: beam.PCollection) -> beam.PCollection:
+        return (rows | "IdsByBucket" >> beam.FlatMap(entity_ids_by_bucket)
+                | "DistinctPerBucket" >> beam.CombinePerKey(PackedCombineFn(distinct_ids, ENTITY_ID))
+                | "Count" >> beam.MapTuple(lambda _, ids: count_some(self._counter, len(ids))))

@@ -1,0 +1,300 @@
+"""embed-entities: mention vectors -> one vector per entity, reduced per bucket of entity ids from files.
+
+The mention vectors (~80M x 768 floats for English Wikipedia, ~250 GB) never go through a shuffle: each worker
+writes the vectors it computed to Parquet part files under the stage's scratch directory, one row group per
+bucket (``entity_id % buckets``); only (bucket, file, row group) triples are grouped. Each bucket then reads its
+row groups (at most ``VECTOR_BUCKET_BYTES`` of vectors), sums every entity's vectors in float64 in (page,
+link) order, so the result does not depend on the runner or the worker count, scales the mean to the target
+norm and writes its own ``entity_embeddings/`` file.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.windowed_value import WindowedValue
+
+from artifacts import fs, layout, schemas, tables
+from artifacts.counters import declare, dropped, processed
+from transforms.article_shards import parquet_file
+from transforms.dead_letters import DEAD_LETTER_TAG, count_some, dead_letter
+from transforms.entity_maps import EntityRows, build_entity_rows, load_entity_rows
+from transforms.packed import bucket_of, group_starts, split_by
+from transforms.per_worker import PerProcess
+
+COUNTERS = declare(
+    processed("entities_embedded", "entities embedded"),
+    dropped("entities_without_mentions", "entities without any mention to embed"),
+    dropped("mentions_of_unknown_entities", "mentions of unknown entities", dead_lettered=True),
+)
+
+# What identifies a mention vector (its entity, page and link): the order vectors are summed in.
+MENTION_KEY = np.dtype([("entity_id", "<i4"), ("page_id", "<i8"), ("link_index", "<i4")])
+# Vectors of one bucket held at once by the reduce (float32), and of one part file written by a worker.
+VECTOR_BUCKET_BYTES = 256 << 20
+VECTOR_PART_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the workers must know of the model: ``dim`` (hidden size), ``target_norm`` (mean input-embedding
+    norm), and how many ``buckets`` of entity ids the mention vectors are reduced in."""
+
+    dim: int
+    target_norm: float
+    buckets: int
+
+
+def vector_buckets(mentions: int, dim: int) -> int:
+    """Buckets such that one bucket's mention vectors (float32) stay within ``VECTOR_BUCKET_BYTES``."""
+    return max(1, math.ceil(mentions * dim * 4 / VECTOR_BUCKET_BYTES))
+
+
+def part_schema(dim: int) -> pa.Schema:
+    return pa.schema([("entity_id", pa.int32()), ("page_id", pa.int64()), ("link_index", pa.int32()),
+                      ("vector", pa.list_(pa.float32(), dim))])
+
+
+# --- elements ---------------------------------------------------------------------------------------------------
+
+
+def write_vector_part(path: str, keys: np.ndarray, vectors: np.ndarray,
+                      buckets: int) -> list[tuple[int, tuple[str, int]]]:
+    """Write ``vectors`` (float32, one row per ``MENTION_KEY`` of ``keys``) to the Parquet file ``path``, one row
+    group per bucket; returns (bucket, (path, row group)) of each."""
+    written = []
+    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle, \
+            pq.ParquetWriter(handle, part_schema(vectors.shape[1])) as writer:
+        for row_group, (bucket, rows) in enumerate(split_by(np.arange(len(keys)), bucket_of(keys["entity_id"],
+                                                                                             buckets))):
+            writer.write_table(vector_table(keys[rows], vectors[rows]), row_group_size=len(rows))
+            written.append((bucket, (path, row_group)))
+    return written
+
+
+def vector_table(keys: np.ndarray, vectors: np.ndarray) -> pa.Table:
+    flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1))
+    return pa.table({"entity_id": keys["entity_id"], "page_id": keys["page_id"], "link_index": keys["link_index"],
+                     "vector": pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1])})
+
+
+def read_vector_parts(parts: Iterable[tuple[str, int]], dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """(``MENTION_KEY`` rows, float32 vectors) of the given (file, row group) parts."""
+    by_file: dict[str, list[int]] = {}
+    for path, row_group in parts:
+        by_file.setdefault(path, []).append(row_group)
+    keys, vectors = [np.zeros(0, dtype=MENTION_KEY)], [np.zeros((0, dim), dtype=np.float32)]
+    for path in sorted(by_file):
+        with parquet_file(path) as opened:
+            for row_group in sorted(by_file[path]):
+                table = opened.read_row_group(row_group)
+                part = np.empty(table.num_rows, dtype=MENTION_KEY)
+                for name in MENTION_KEY.names:
+                    part[name] = table.column(name).to_numpy()
+                keys.append(part)
+                vectors.append(table.column("vector").combine_chunks().flatten().to_numpy().reshape(-1, dim))
+    return np.concatenate(keys), np.concatenate(vectors)
+
+
+def entity_sums(keys: np.ndarray, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(entity ids, float64 sums of their vectors, mention counts), each entity's vectors added one by one in
+    (page_id, link_index) order: the same sums whatever order the vectors came in."""
+    order = np.lexsort((keys["link_index"], keys["page_id"], keys["entity_id"]))
+    ids = keys["entity_id"][order]
+    starts = group_starts(ids)
+    if not len(ids):
+        return ids, np.zeros((0, vectors.shape[1])), np.zeros(0, dtype=np.int64)
+    sums = np.add.reduceat(vectors[order], starts, axis=0, dtype=np.float64)
+    return ids[starts], sums, np.diff(np.r_[starts, len(ids)])
+
+
+def norm_matched(total: np.ndarray, seen: int, target_norm: float) -> np.ndarray | None:
+    """The mean direction scaled to ``target_norm`` (None if the mean is zero or not finite)."""
+    mean = total / seen
+    norm = float(np.linalg.norm(mean))
+    if not math.isfinite(norm) or norm == 0.0:
+        return None
+    return (mean / norm * target_norm).astype(np.float32)
+
+
+def embedding_table(entities: pa.Table, ids: np.ndarray, vectors: np.ndarray, counts: np.ndarray,
+                    schema: pa.Schema) -> pa.Table:
+    """``entity_embeddings/`` rows of the entities ``ids`` (all in ``entities``: entity_id, title, qid, sorted by
+    id) with their ``vectors`` and mention ``counts``, sorted by id."""
+    order = np.argsort(ids, kind="stable")
+    ids, vectors, counts = ids[order], vectors[order], counts[order]
+    rows = np.searchsorted(entities.column("entity_id").to_numpy(), ids)
+    values = pa.array(vectors.reshape(-1).astype(np.float32)).cast(schema.field("embedding").type.value_type)
+    return pa.table({"entity_id": pa.array(ids, pa.int32()), "title": entities.column("title").take(rows),
+                     "qid": entities.column("qid").take(rows),
+                     "embedding": pa.FixedSizeListArray.from_arrays(values, vectors.shape[1]),
+                     "mention_count": pa.array(counts, pa.int32())}, schema=schema)
+
+
+@dataclass
+class BucketVectors:
+    """What a bucket's reduce found: the vectors to write (``ids``, ``vectors``, ``counts``), how many entities
+    of entities/ had mentions (``known``: with a vector or a zero or non-finite mean) and the dead letters
+    (unknown entities, zero or non-finite means)."""
+
+    ids: list[int]
+    vectors: list[np.ndarray]
+    counts: list[int]
+    known: int
+    dead: list[beam.pvalue.TaggedOutput]
+
+
+def reduce_bucket(known: np.ndarray, ids: np.ndarray, sums: np.ndarray, counts: np.ndarray,
+                  target_norm: float) -> BucketVectors:
+    """The entity vectors of one bucket from its ``entity_sums``; ``known``: the sorted ids of entities/."""
+    found = BucketVectors([], [], [], 0, [])
+    for entity_id, total, seen in zip(ids.tolist(), sums, counts.tolist(), strict=True):
+        where = np.searchsorted(known, entity_id)
+        if where >= len(known) or known[where] != entity_id:
+            found.dead.append(dead_letter("mentions_of_unknown_entities", "mentions of an entity_id not in entities/",
+                                          entity_id=entity_id, mention_count=seen))
+            continue
+        found.known += 1
+        vector = norm_matched(total, seen, target_norm)
+        if vector is None:
+            found.dead.append(dead_letter("non_finite_vectors", "mean vector is zero or not finite",
+                                          entity_id=entity_id))
+            continue
+        found.ids.append(entity_id)
+        found.vectors.append(vector)
+        found.counts.append(seen)
+    return found
+
+
+def write_parquet_file(path: str, table: pa.Table) -> str:
+    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        pq.write_table(table, handle, compression=schemas.PARQUET_CODEC)
+    return path
+
+
+# --- DoFns ------------------------------------------------------------------------------------------------------
+
+
+class WriteMentionVectors(beam.DoFn):
+    """((entity_id, page_id, link_index), float32 vector) -> (bucket, (part file, row group)): vectors written to
+    part files of about ``VECTOR_PART_BYTES`` under ``directory``, one row group per bucket of entity ids."""
+
+    def __init__(self, directory: str) -> None:
+        self._directory = directory
+
+    def start_bundle(self) -> None:
+        self._keys: list[tuple[int, int, int]] = []
+        self._vectors: list[np.ndarray] = []
+        self._bytes = 0
+        self._buckets = 1
+
+    def process(self, element: tuple[tuple[int, int, int], np.ndarray],
+                facts: ModelFacts) -> Iterator[tuple[int, tuple[str, int]]]:
+        key, vector = element
+        self._buckets = facts.buckets
+        self._keys.append(key)
+        self._vectors.append(vector)
+        self._bytes += vector.nbytes
+        if self._bytes >= VECTOR_PART_BYTES:
+            yield from self._flush()
+
+    def finish_bundle(self) -> Iterator[WindowedValue]:
+        for written in self._flush():
+            yield WindowedValue(written, GlobalWindow().max_timestamp(), [GlobalWindow()])
+
+    def _flush(self) -> list[tuple[int, tuple[str, int]]]:
+        if not self._keys:
+            return []
+        keys, vectors = np.array(self._keys, dtype=MENTION_KEY), np.stack(self._vectors)
+        self._keys, self._vectors, self._bytes = [], [], 0
+        path = fs.join(self._directory, f"part-{uuid.uuid4().hex}.parquet")
+        return write_vector_part(path, keys, vectors, self._buckets)
+
+
+class ReduceEntityBucket(beam.DoFn):
+    """(bucket, [(part file, row group) or None, ...]) -> writes the bucket's ``entity_embeddings/`` file under
+    ``destination`` and yields its path; its dead letters are tagged. Reused rows of a refresh (dicts with their
+    vector) may come along with the parts."""
+
+    def __init__(self, entities: str, destination: str, schema_of: Callable[[ModelFacts], pa.Schema]) -> None:
+        self._entities, self._destination, self._schema_of = entities, destination, schema_of
+        self._loader = PerProcess(load_entity_rows)
+
+    def setup(self) -> None:
+        self._rows: EntityRows = self._loader.get(self._entities)
+
+    def process(self, element: tuple[int, Sequence[Any]], facts: ModelFacts, _built: str) -> Iterator[Any]:
+        bucket, items = element
+        parts = [item for item in items if isinstance(item, tuple)]
+        reused = [item for item in items if isinstance(item, dict)]
+        ids, sums, counts = entity_sums(*read_vector_parts(parts, facts.dim))
+        found = reduce_bucket(self._rows.entity_ids, ids, sums, counts, facts.target_norm)
+        yield from found.dead
+        for row in reused:
+            found.ids.append(row["entity_id"])
+            found.vectors.append(np.asarray(row["embedding"], dtype=np.float32))
+            found.counts.append(row["mention_count"])
+        entities = self._rows.of_bucket(bucket, facts.buckets)
+        count_some("entities_embedded", len(found.ids) - len(reused))
+        count_some("entities_without_mentions", entities.num_rows - found.known - len(reused))
+        vectors = np.stack(found.vectors) if found.vectors else np.zeros((0, facts.dim), dtype=np.float32)
+        table = embedding_table(entities, np.array(found.ids, dtype=np.int32), vectors,
+                                np.array(found.counts, dtype=np.int64), self._schema_of(facts))
+        yield write_parquet_file(fs.join(self._destination, f"part-{bucket:05d}-of-{facts.buckets:05d}.parquet"), table)
+
+
+# --- the transform ----------------------------------------------------------------------------------------------
+
+
+def build_entities_rows(output: str, directory: str) -> str:
+    """Write the entity rows of ``output``'s entities/ under ``directory`` (in the one worker that runs this)."""
+    return build_entity_rows(tables.parquet_files(output, layout.ENTITIES), directory)
+
+
+def every_bucket(facts: ModelFacts) -> Iterator[tuple[int, None]]:
+    """(bucket, None) for every bucket: each bucket is reduced (and its file written) even without vectors."""
+    for bucket in range(facts.buckets):
+        yield bucket, None
+
+
+class EntityVectors(beam.PTransform):
+    """``vectors`` (((entity_id, page_id, link_index), float32 vector)) -> one ``entity_embeddings/`` file per
+    bucket of entity ids under ``destination`` (rows: the norm-matched mean of each entity of ``output``'s
+    entities/ with mentions; ``schema_of(facts)``: their schema), and ``reused`` rows of a refresh when given.
+    Returns the dead letters (mentions of unknown entities, zero or non-finite means). ``facts``: a singleton
+    PCollection of ``ModelFacts``; ``scratch``: a directory for the part files."""
+
+    def __init__(self, output: str, scratch: str, destination: str,
+                 schema_of: Callable[[ModelFacts], pa.Schema]) -> None:
+        super().__init__()
+        self._output, self._scratch, self._destination, self._schema_of = output, scratch, destination, schema_of
+
+    def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection:
+        work = fs.join(self._scratch, f"vectors-{uuid.uuid4().hex[:12]}")  # per run: a per-process object's tag
+        entities = fs.join(work, "entities")
+        facts = beam.pvalue.AsSingleton(inputs["facts"])
+        built = (inputs["facts"].pipeline | "Entities" >> beam.Create([self._output])
+                 | "BuildEntityRows" >> beam.Map(build_entities_rows, entities))
+        parts = inputs["vectors"] | "WriteMentionVectors" >> beam.ParDo(WriteMentionVectors(fs.join(work, "parts")),
+                                                                        facts)
+        buckets = inputs["facts"] | "EveryBucket" >> beam.FlatMap(every_bucket)
+        keyed = [parts, buckets]
+        if "reused" in inputs:
+            keyed.append(inputs["reused"] | "ReusedByBucket" >> beam.Map(
+                lambda row, facts: (row["entity_id"] % facts.buckets, row), facts))
+        reduced = (keyed | "WithEveryBucket" >> beam.Flatten() | "PartsByBucket" >> beam.GroupByKey()
+                   | "ReduceBuckets" >> beam.ParDo(ReduceEntityBucket(entities, self._destination, self._schema_of),
+                                                   facts, beam.pvalue.AsSingleton(built)).with_outputs(
+                       DEAD_LETTER_TAG, main="written"))
+        return reduced[DEAD_LETTER_TAG]
