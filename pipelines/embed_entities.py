@@ -16,7 +16,7 @@ from encoders.models import model_files
 from pipelines import flags
 from pipelines.refresh import RefreshConfig, fingerprint_changes, previous_options, reusable_previous
 from pipelines.stage import StageContext, run_beam
-from transforms.dead_letters import DEAD_LETTER_TAG, WriteDeadLetters
+from transforms.dead_letters import WriteDeadLetters
 from transforms.embed_entities import (
     COUNTERS,
     EMBEDDING_DTYPES,
@@ -78,16 +78,14 @@ class EmbedEntitiesStage:
         facts = model_facts(config, mentions) if runs_here(ctx) else None
         previous = reusable_previous(refresh_of(config), self.name, PREVIOUS_STAGES,
                                      lambda old: incompatibility(old, ctx.output, config))
-        inputs = EmbedInputs(output=ctx.output, mentions=mentions, destination=ctx.staged(layout.ENTITY_EMBEDDINGS),
-                             scratch=fs.join(ctx.staging_root, "work"), previous=previous)
+        inputs = EmbedInputs(output=ctx.output, mentions=mentions, embeddings=ctx.staged(layout.ENTITY_EMBEDDINGS),
+                             scratch=fs.join(ctx.staging_root, "work"), id_map=ctx.staged(layout.ENTITY_ID_MAP),
+                             previous=previous)
         embed = EmbedEntities(config, inputs, facts, context_chars(ctx.output), ctx.progress("mentions", mentions))
 
         def build(pipeline: beam.Pipeline) -> None:
-            outputs = pipeline | "EmbedEntities" >> embed
-            if "id_map" in outputs:
-                _ = outputs["id_map"] | "WriteIdMap" >> write_parquet(ctx, layout.ENTITY_ID_MAP,
-                                                                      schemas.ENTITY_ID_MAP)
-            _ = outputs[DEAD_LETTER_TAG] | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("mentions"))
+            dead = pipeline | "EmbedEntities" >> embed
+            _ = dead | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("mentions"))
 
         counters = run_beam(ctx, build)
         return reuse_counters(counters) if config.previous else counters
@@ -102,11 +100,6 @@ def runs_here(ctx: StageContext) -> bool:
     runs, with one-line errors; on other runners a worker checks it, with the workers' own torch and files."""
     runner = ctx.pipeline_options().view_as(StandardOptions).runner or "DirectRunner"
     return str(runner).rsplit(".", 1)[-1] in LOCAL_RUNNERS
-
-
-def write_parquet(ctx: StageContext, artifact: str, schema: Any) -> beam.PTransform:
-    return beam.io.WriteToParquet(ctx.staged_prefix(artifact), schema, file_name_suffix=".parquet",
-                                  codec=schemas.PARQUET_CODEC)
 
 
 def context_chars(output: str) -> int:

@@ -27,10 +27,11 @@ from transforms.entity_vectors import (
     EntityVectors,
     ModelFacts,
     entity_sums,
+    mention_vector_table,
     norm_matched,
-    read_vector_parts,
+    read_mention_vectors,
     vector_buckets,
-    write_vector_part,
+    write_bucketed_part,
 )
 from transforms.mention_sampling import window_digest
 
@@ -80,11 +81,11 @@ def test_entity_sums_add_in_page_and_link_order_whatever_order_the_vectors_come_
 
 def test_a_bucket_reduce_of_vector_parts_equals_a_plain_mean(tmp_path: Path):
     keys, vectors = random_mentions(300, 20, 6, seed=2)
-    parts = (write_vector_part(str(tmp_path / "a.parquet"), keys[:100], vectors[:100], buckets=3)
-             + write_vector_part(str(tmp_path / "b.parquet"), keys[100:], vectors[100:], buckets=3))
+    parts = (write_bucketed_part(str(tmp_path / "a.parquet"), mention_vector_table(keys[:100], vectors[:100]), 3)
+             + write_bucketed_part(str(tmp_path / "b.parquet"), mention_vector_table(keys[100:], vectors[100:]), 3))
     for bucket in range(3):
         mine = [part for key, part in parts if key == bucket]
-        ids, sums, counts = entity_sums(*read_vector_parts(mine, 6))
+        ids, sums, counts = entity_sums(*read_mention_vectors(mine, 6))
         assert ids.tolist() == sorted({int(i) for i in keys["entity_id"] if i % 3 == bucket})
         for entity_id, total, seen in zip(ids.tolist(), sums, counts.tolist(), strict=True):
             rows = keys["entity_id"] == entity_id
@@ -162,13 +163,12 @@ def test_embed_entities_with_model_facts_from_a_worker_and_a_refused_previous_ru
     (tmp_path / "mentions").mkdir()
     pq.write_table(pa.Table.from_pylist(refs, schema=schemas.MENTIONS), tmp_path / "mentions" / "part-0.parquet")
     config = EmbedConfig(model=str(tiny_bert), max_seq_length=32, previous="/refused/run")
-    inputs = EmbedInputs(str(tmp_path), mentions=4, destination=str(tmp_path / "entity_embeddings"),
+    inputs = EmbedInputs(str(tmp_path), mentions=4, embeddings=str(tmp_path / "entity_embeddings"),
                          scratch=str(tmp_path / "scratch"))
 
     def build(pipeline: beam.Pipeline) -> None:
-        out = pipeline | EmbedEntities(config, inputs, facts=None, context_chars=100)
-        assert set(out) == {"dead_letter"}
-        assert_that(out["dead_letter"], equal_to([
+        dead = pipeline | EmbedEntities(config, inputs, facts=None, context_chars=100)
+        assert_that(dead, equal_to([
             {"kind": "mention_pages_missing", "reason": "the page of a sampled mention is not in articles/",
              "entity_id": 2, "page_id": 8, "link_index": 0}]))
 

@@ -10,7 +10,7 @@ from pipelines.cli import main
 from tests.builders import article, article_texts, write_parsed
 from tests.conftest import BUNDLED_SAMPLE, DIRECT, MULTI_PROCESS, copy_stages
 from transforms.mention_sampling import CHARS_PER_TOKEN, context_window, sample_key, window_digest
-from transforms.mention_windows import windows_of_page
+from transforms.mention_windows import ref_rows, shard_windows
 
 
 def test_mentions_are_the_same_for_one_and_two_workers(tmp_path):
@@ -72,10 +72,8 @@ def test_windows_cut_at_embed_time_are_todays_mention_rows(tmp_path):
                                           for article in [articles[row["page_id"]]])  # windows really cut
     assert all(ref["window_digest"] == window_digest(row["text"], row["start"], row["end"])
                for ref, row in zip(refs, expected, strict=True))
-    by_page: dict[int, list[dict]] = {}
-    for ref in refs:  # what CutMentionWindows's join hands windows_of_page (the join itself: the test below)
-        by_page.setdefault(ref["page_id"], []).append(ref)
-    found = [row for page_id, page_refs in by_page.items()
-             for row in windows_of_page(page_id, {"refs": page_refs, "text": [articles[page_id]["text"]]}, chars)]
+    texts = {page_id: article["text"] for page_id, article in articles.items()}
+    found = [{name: value for name, value in row.items() if name != "link_index"}  # what CutMentionWindows cuts
+             for row in shard_windows(ref_rows(refs), texts, chars)]
     key = lambda row: (row["entity_id"], row["page_id"], row["start"])  # noqa: E731
     assert sorted(found, key=key) == sorted(expected, key=key)

@@ -18,15 +18,14 @@ from artifacts.counters import declare, error, processed
 from encoders.mask_encoder import MaskEncoderHandler, check_mask_model
 from encoders.mask_inputs import MASK_WINDOWS
 from encoders.models import ModelSpec, hidden_size, input_embedding_norm
-from transforms import entity_vectors, mention_windows, refresh
+from transforms import entity_refresh, entity_vectors, mention_windows
 from transforms.dead_letters import DEAD_LETTER_TAG, count, dead_letter
+from transforms.entity_refresh import RefreshSplit
 from transforms.entity_vectors import EntityVectors, ModelFacts, vector_buckets
-from transforms.mention_windows import REF_COLUMNS, CutMentionWindows, ref_array, ref_rows
+from transforms.mention_windows import REF_COLUMNS, CutMentionWindows, ref_array
 from transforms.packed import CountEntities
-from transforms.refresh import SplitEntitiesForRefresh
 
 EMBEDDING_DTYPES = {"float32": pa.float32(), "float16": pa.float16()}
-ENTITY_COLUMNS = ["entity_id", "title", "qid"]
 
 COUNTERS = declare(
     processed("mentions_embedded", "mentions embedded"),
@@ -35,7 +34,7 @@ COUNTERS = declare(
     error("non_finite_vectors", "vectors with NaN or inf (or a zero mean)"),
     *mention_windows.COUNTERS.values(),
     *entity_vectors.COUNTERS.values(),
-    *refresh.ENTITY_COUNTERS.values(),
+    *entity_refresh.ENTITY_COUNTERS.values(),
 )
 
 
@@ -174,19 +173,21 @@ class EncodeMentions(beam.PTransform):
 @dataclass(frozen=True)
 class EmbedInputs:
     """Where EmbedEntities reads and writes: ``output`` (the OUT with articles/, entities/ and mentions/ and how
-    many ``mentions`` it holds), ``destination`` (the directory of the entity_embeddings/ files), ``scratch`` (a
-    directory for files the workers share) and ``previous`` (an OUT whose vectors may be reused, or None)."""
+    many ``mentions`` it holds), ``embeddings`` and ``id_map`` (the directories of the entity_embeddings/ and, in
+    a refresh, entity_id_map/ files), ``scratch`` (a directory for files the workers share) and ``previous`` (an
+    OUT whose vectors may be reused, or None)."""
 
     output: str
     mentions: int
-    destination: str
+    embeddings: str
     scratch: str
+    id_map: str = ""
     previous: str | None = None
 
 
 class EmbedEntities(beam.PTransform):
-    """``EmbedInputs`` -> the ``entity_embeddings/`` files (written by the buckets' reduce); returns
-    ``dead_letter`` and, when reusing a previous run, ``id_map`` (entity_id_map/ rows).
+    """``EmbedInputs`` -> the ``entity_embeddings/`` files (written by the buckets' reduce) and, when reusing a
+    previous run, the ``entity_id_map/`` file; returns the dead letters.
 
     Windows of ``context_chars`` characters per side are cut around each mention, encoded, averaged per entity
     and scaled to the model's target norm. ``facts``: the model's ``ModelFacts`` when the launcher computed them
@@ -199,21 +200,16 @@ class EmbedEntities(beam.PTransform):
         self._chars = context_chars
         self._progress = progress
 
-    def expand(self, pipeline: beam.pvalue.PBegin) -> dict[str, beam.PCollection]:
+    def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
         inputs = self._inputs
         facts = self._model_facts(pipeline)
-        refs, split = self._split_for_refresh(pipeline, read_refs(pipeline, inputs.output, "ReadMentions"))
+        refs, reused = self._split_for_refresh(read_refs(pipeline, inputs.output, "ReadMentions"), facts)
         mentions = refs | "CutMentionWindows" >> CutMentionWindows(inputs.output, inputs.scratch, self._chars)
         vectors = mentions["mentions"] | "EncodeMentions" >> EncodeMentions(self._config, self._progress)
-        reduced = {"vectors": vectors["vectors"], "facts": facts}
-        if split is not None:
-            reduced["reused"] = split["reused"]
-        reduce_dead = reduced | "EntityVectors" >> EntityVectors(inputs.output, inputs.scratch, inputs.destination,
+        reduced = {"vectors": vectors["vectors"], "facts": facts, **({} if reused is None else {"reused": reused})}
+        reduce_dead = reduced | "EntityVectors" >> EntityVectors(inputs.output, inputs.scratch, inputs.embeddings,
                                                                  partial(facts_schema, self._config))
-        dead = (mentions[DEAD_LETTER_TAG], vectors[DEAD_LETTER_TAG], reduce_dead) | "AllDeadLetters" >> beam.Flatten()
-        if split is None:
-            return {DEAD_LETTER_TAG: dead}
-        return {DEAD_LETTER_TAG: dead, "id_map": split["id_map"]}
+        return (mentions[DEAD_LETTER_TAG], vectors[DEAD_LETTER_TAG], reduce_dead) | "AllDeadLetters" >> beam.Flatten()
 
     def _model_facts(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
         if self._facts is not None:
@@ -221,28 +217,18 @@ class EmbedEntities(beam.PTransform):
         return (pipeline | "Model" >> beam.Create([self._config])
                 | "ModelFacts" >> beam.Map(model_facts, self._inputs.mentions))
 
-    def _split_for_refresh(self, pipeline: beam.pvalue.PBegin,
-                           refs: beam.PCollection) -> tuple[beam.PCollection, Any]:
-        """(packed refs to encode, the refresh split or None). Without a previous run every entity is encoded;
-        when a previous run was named but refused, each is counted as recomputed."""
-        if self._inputs.previous is None:
+    def _split_for_refresh(self, refs: beam.PCollection,
+                           facts: beam.PCollection) -> tuple[beam.PCollection, beam.PCollection | None]:
+        """(packed refs to encode, (bucket, Part) of reused old vectors or None). Without a previous run every
+        entity is encoded; when a previous run was named but refused, each is counted as recomputed."""
+        inputs = self._inputs
+        if inputs.previous is None:
             if self._config.previous:
                 _ = refs | "CountRecomputed" >> CountEntities("entities_recomputed")
             return refs, None
-
-        def read(label: str, where: str, artifact: str, columns: list[str] | None = None) -> beam.PCollection:
-            return pipeline | label >> beam.io.ReadFromParquet(tables.parquet_pattern(where, artifact), columns=columns)
-
-        output, previous = self._inputs.output, self._inputs.previous
-        split = ({"mentions": read("ReadMentionRows", output, layout.MENTIONS),
-                  "entities": read("ReadEntities", output, layout.ENTITIES, ENTITY_COLUMNS),
-                  "old_mentions": read("ReadOldMentions", previous, layout.MENTIONS),
-                  "old_entities": read("ReadOldEntities", previous, layout.ENTITIES, ENTITY_COLUMNS),
-                  "old_embeddings": read("ReadOldEmbeddings", previous, layout.ENTITY_EMBEDDINGS)}
-                 | "SplitForRefresh" >> SplitEntitiesForRefresh())
-        encode = (split["encode"] | "BatchRefs" >> beam.BatchElements(min_batch_size=256, max_batch_size=4096)
-                  | "PackRefs" >> beam.Map(ref_rows))
-        return encode, split
+        split = refs | "SplitForRefresh" >> RefreshSplit(inputs.previous, inputs.output, inputs.scratch,
+                                                         inputs.id_map, facts)
+        return split["encode"], split["reused"]
 
 
 def facts_schema(config: EmbedConfig, facts: ModelFacts) -> pa.Schema:

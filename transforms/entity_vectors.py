@@ -61,50 +61,80 @@ def vector_buckets(mentions: int, dim: int) -> int:
     return max(1, math.ceil(mentions * dim * 4 / VECTOR_BUCKET_BYTES))
 
 
-def part_schema(dim: int) -> pa.Schema:
-    return pa.schema([("entity_id", pa.int32()), ("page_id", pa.int64()), ("link_index", pa.int32()),
-                      ("vector", pa.list_(pa.float32(), dim))])
+@dataclass(frozen=True)
+class Part:
+    """One bucket's row group of a part file: mention vectors (entity_id, page_id, link_index, vector) or, when
+    ``reused``, a refresh's old entity vectors under their new ids (entity_id, mention_count, vector)."""
+
+    path: str
+    row_group: int
+    reused: bool = False
 
 
 # --- elements ---------------------------------------------------------------------------------------------------
 
 
-def write_vector_part(path: str, keys: np.ndarray, vectors: np.ndarray,
-                      buckets: int) -> list[tuple[int, tuple[str, int]]]:
-    """Write ``vectors`` (float32, one row per ``MENTION_KEY`` of ``keys``) to the Parquet file ``path``, one row
-    group per bucket; returns (bucket, (path, row group)) of each."""
+def vector_column(vectors: np.ndarray) -> pa.FixedSizeListArray:
+    """float32 rows as a fixed-size list column."""
+    flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1))
+    return pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1])
+
+
+def column_vectors(table: pa.Table, dim: int) -> np.ndarray:
+    """The ``vector`` column of a part table as float32 rows."""
+    return table.column("vector").combine_chunks().flatten().to_numpy().reshape(-1, dim)
+
+
+def mention_vector_table(keys: np.ndarray, vectors: np.ndarray) -> pa.Table:
+    """A part table of mention vectors: ``MENTION_KEY`` rows ``keys`` and their float32 ``vectors``."""
+    return pa.table({"entity_id": keys["entity_id"], "page_id": keys["page_id"], "link_index": keys["link_index"],
+                     "vector": vector_column(vectors)})
+
+
+def write_bucketed_part(path: str, table: pa.Table, buckets: int, reused: bool = False) -> list[tuple[int, Part]]:
+    """Write the part ``table`` (with an ``entity_id`` column) to the Parquet file ``path``, one row group per
+    bucket of entity ids; returns (bucket, its Part) of each."""
     written = []
+    of_rows = bucket_of(table.column("entity_id").to_numpy(), buckets)
     with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle, \
-            pq.ParquetWriter(handle, part_schema(vectors.shape[1])) as writer:
-        for row_group, (bucket, rows) in enumerate(split_by(np.arange(len(keys)), bucket_of(keys["entity_id"],
-                                                                                             buckets))):
-            writer.write_table(vector_table(keys[rows], vectors[rows]), row_group_size=len(rows))
-            written.append((bucket, (path, row_group)))
+            pq.ParquetWriter(handle, table.schema) as writer:
+        for row_group, (bucket, rows) in enumerate(split_by(np.arange(table.num_rows), of_rows)):
+            writer.write_table(table.take(rows), row_group_size=len(rows))
+            written.append((bucket, Part(path, row_group, reused)))
     return written
 
 
-def vector_table(keys: np.ndarray, vectors: np.ndarray) -> pa.Table:
-    flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1))
-    return pa.table({"entity_id": keys["entity_id"], "page_id": keys["page_id"], "link_index": keys["link_index"],
-                     "vector": pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1])})
-
-
-def read_vector_parts(parts: Iterable[tuple[str, int]], dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """(``MENTION_KEY`` rows, float32 vectors) of the given (file, row group) parts."""
+def read_parts(parts: Iterable[Part]) -> Iterator[pa.Table]:
+    """The tables of the given parts, file by file."""
     by_file: dict[str, list[int]] = {}
-    for path, row_group in parts:
-        by_file.setdefault(path, []).append(row_group)
-    keys, vectors = [np.zeros(0, dtype=MENTION_KEY)], [np.zeros((0, dim), dtype=np.float32)]
+    for part in parts:
+        by_file.setdefault(part.path, []).append(part.row_group)
     for path in sorted(by_file):
         with parquet_file(path) as opened:
             for row_group in sorted(by_file[path]):
-                table = opened.read_row_group(row_group)
-                part = np.empty(table.num_rows, dtype=MENTION_KEY)
-                for name in MENTION_KEY.names:
-                    part[name] = table.column(name).to_numpy()
-                keys.append(part)
-                vectors.append(table.column("vector").combine_chunks().flatten().to_numpy().reshape(-1, dim))
+                yield opened.read_row_group(row_group)
+
+
+def read_mention_vectors(parts: Iterable[Part], dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """(``MENTION_KEY`` rows, float32 vectors) of mention vector parts."""
+    keys, vectors = [np.zeros(0, dtype=MENTION_KEY)], [np.zeros((0, dim), dtype=np.float32)]
+    for table in read_parts(parts):
+        part = np.empty(table.num_rows, dtype=MENTION_KEY)
+        for name in MENTION_KEY.names:
+            part[name] = table.column(name).to_numpy()
+        keys.append(part)
+        vectors.append(column_vectors(table, dim))
     return np.concatenate(keys), np.concatenate(vectors)
+
+
+def read_reused_vectors(parts: Iterable[Part], dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(entity ids, float32 vectors, mention counts) of reused vector parts."""
+    found = list(read_parts(parts))
+    if not found:
+        return np.zeros(0, dtype=np.int32), np.zeros((0, dim), dtype=np.float32), np.zeros(0, dtype=np.int64)
+    return (np.concatenate([table.column("entity_id").to_numpy() for table in found]),
+            np.concatenate([column_vectors(table, dim) for table in found]),
+            np.concatenate([table.column("mention_count").to_numpy() for table in found]))
 
 
 def entity_sums(keys: np.ndarray, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -187,7 +217,7 @@ def write_parquet_file(path: str, table: pa.Table) -> str:
 
 
 class WriteMentionVectors(beam.DoFn):
-    """((entity_id, page_id, link_index), float32 vector) -> (bucket, (part file, row group)): vectors written to
+    """((entity_id, page_id, link_index), float32 vector) -> (bucket, Part): vectors written to
     part files of about ``VECTOR_PART_BYTES`` under ``directory``, one row group per bucket of entity ids."""
 
     def __init__(self, directory: str) -> None:
@@ -200,7 +230,7 @@ class WriteMentionVectors(beam.DoFn):
         self._buckets = 1
 
     def process(self, element: tuple[tuple[int, int, int], np.ndarray],
-                facts: ModelFacts) -> Iterator[tuple[int, tuple[str, int]]]:
+                facts: ModelFacts) -> Iterator[tuple[int, Part]]:
         key, vector = element
         self._buckets = facts.buckets
         self._keys.append(key)
@@ -213,19 +243,19 @@ class WriteMentionVectors(beam.DoFn):
         for written in self._flush():
             yield WindowedValue(written, GlobalWindow().max_timestamp(), [GlobalWindow()])
 
-    def _flush(self) -> list[tuple[int, tuple[str, int]]]:
+    def _flush(self) -> list[tuple[int, Part]]:
         if not self._keys:
             return []
         keys, vectors = np.array(self._keys, dtype=MENTION_KEY), np.stack(self._vectors)
         self._keys, self._vectors, self._bytes = [], [], 0
         path = fs.join(self._directory, f"part-{uuid.uuid4().hex}.parquet")
-        return write_vector_part(path, keys, vectors, self._buckets)
+        return write_bucketed_part(path, mention_vector_table(keys, vectors), self._buckets)
 
 
 class ReduceEntityBucket(beam.DoFn):
-    """(bucket, [(part file, row group) or None, ...]) -> writes the bucket's ``entity_embeddings/`` file under
-    ``destination`` and yields its path; its dead letters are tagged. Reused rows of a refresh (dicts with their
-    vector) may come along with the parts."""
+    """(bucket, [Part or None, ...]) -> writes the bucket's ``entity_embeddings/`` file under ``destination`` (the
+    mean of each entity's mention vectors, and the reused vectors of a refresh) and yields its path; its dead
+    letters are tagged."""
 
     def __init__(self, entities: str, destination: str, schema_of: Callable[[ModelFacts], pa.Schema]) -> None:
         self._entities, self._destination, self._schema_of = entities, destination, schema_of
@@ -234,24 +264,24 @@ class ReduceEntityBucket(beam.DoFn):
     def setup(self) -> None:
         self._rows: EntityRows = self._loader.get(self._entities)
 
-    def process(self, element: tuple[int, Sequence[Any]], facts: ModelFacts, _built: str) -> Iterator[Any]:
+    def process(self, element: tuple[int, Sequence[Part | None]], facts: ModelFacts, _built: str) -> Iterator[Any]:
         bucket, items = element
-        parts = [item for item in items if isinstance(item, tuple)]
-        reused = [item for item in items if isinstance(item, dict)]
-        ids, sums, counts = entity_sums(*read_vector_parts(parts, facts.dim))
+        parts = [item for item in items if item is not None]
+        ids, sums, counts = entity_sums(*read_mention_vectors([part for part in parts if not part.reused], facts.dim))
         found = reduce_bucket(self._rows.entity_ids, ids, sums, counts, facts.target_norm)
         yield from found.dead
-        for row in reused:
-            found.ids.append(row["entity_id"])
-            found.vectors.append(np.asarray(row["embedding"], dtype=np.float32))
-            found.counts.append(row["mention_count"])
+        reused_ids, reused_vectors, reused_counts = read_reused_vectors([part for part in parts if part.reused],
+                                                                        facts.dim)
         entities = self._rows.of_bucket(bucket, facts.buckets)
-        count_some("entities_embedded", len(found.ids) - len(reused))
-        count_some("entities_without_mentions", entities.num_rows - found.known - len(reused))
-        vectors = np.stack(found.vectors) if found.vectors else np.zeros((0, facts.dim), dtype=np.float32)
-        table = embedding_table(entities, np.array(found.ids, dtype=np.int32), vectors,
-                                np.array(found.counts, dtype=np.int64), self._schema_of(facts))
-        yield write_parquet_file(fs.join(self._destination, f"part-{bucket:05d}-of-{facts.buckets:05d}.parquet"), table)
+        count_some("entities_embedded", len(found.ids))
+        count_some("entities_without_mentions", entities.num_rows - found.known - len(reused_ids))
+        computed = np.array(found.vectors, dtype=np.float32).reshape(-1, facts.dim)
+        vectors = np.concatenate([computed, reused_vectors])
+        table = embedding_table(entities, np.concatenate([np.array(found.ids, dtype=np.int32), reused_ids]), vectors,
+                                np.concatenate([np.array(found.counts, dtype=np.int64), reused_counts]),
+                                self._schema_of(facts))
+        yield write_parquet_file(fs.join(self._destination, f"part-{bucket:05d}-of-{facts.buckets:05d}.parquet"),
+                                 table)
 
 
 # --- the transform ----------------------------------------------------------------------------------------------
@@ -271,7 +301,7 @@ def every_bucket(facts: ModelFacts) -> Iterator[tuple[int, None]]:
 class EntityVectors(beam.PTransform):
     """``vectors`` (((entity_id, page_id, link_index), float32 vector)) -> one ``entity_embeddings/`` file per
     bucket of entity ids under ``destination`` (rows: the norm-matched mean of each entity of ``output``'s
-    entities/ with mentions; ``schema_of(facts)``: their schema), and ``reused`` rows of a refresh when given.
+    entities/ with mentions; ``schema_of(facts)``: their schema), and the ``reused`` (bucket, Part) of a refresh.
     Returns the dead letters (mentions of unknown entities, zero or non-finite means). ``facts``: a singleton
     PCollection of ``ModelFacts``; ``scratch``: a directory for the part files."""
 
@@ -291,8 +321,7 @@ class EntityVectors(beam.PTransform):
         buckets = inputs["facts"] | "EveryBucket" >> beam.FlatMap(every_bucket)
         keyed = [parts, buckets]
         if "reused" in inputs:
-            keyed.append(inputs["reused"] | "ReusedByBucket" >> beam.Map(
-                lambda row, facts: (row["entity_id"] % facts.buckets, row), facts))
+            keyed.append(inputs["reused"])
         reduced = (keyed | "WithEveryBucket" >> beam.Flatten() | "PartsByBucket" >> beam.GroupByKey()
                    | "ReduceBuckets" >> beam.ParDo(ReduceEntityBucket(entities, self._destination, self._schema_of),
                                                    facts, beam.pvalue.AsSingleton(built)).with_outputs(
