@@ -159,10 +159,9 @@ def threshold_path(directory: str, bucket: int) -> str:
     return fs.join(directory, f"thresholds-{bucket:05d}.npy")
 
 
-def load_thresholds(directory_and_buckets: str) -> Thresholds:
-    """The thresholds under a directory, given as ``DIRECTORY|BUCKETS`` (one string: the per-process tag)."""
-    directory, buckets = directory_and_buckets.rsplit("|", 1)
-    return Thresholds([load_array(threshold_path(directory, bucket)) for bucket in range(int(buckets))])
+def load_thresholds(directory: str) -> Thresholds:
+    """The thresholds written under ``directory``, one file per bucket, memory-mapped."""
+    return Thresholds([load_array(path) for path in fs.list_files(directory, "thresholds-*.npy")])
 
 
 # --- DoFns ------------------------------------------------------------------------------------------------------
@@ -217,8 +216,8 @@ class WriteThresholds(beam.DoFn):
 class CutSampledMentions(beam.DoFn):
     """Article rows (``page_id, text, links``) -> the ``mentions/`` rows of their sampled links."""
 
-    def __init__(self, title_ids: str, thresholds: str, buckets: int, config: MentionsConfig) -> None:
-        self._title_ids, self._thresholds = title_ids, f"{thresholds}|{buckets}"
+    def __init__(self, title_ids: str, thresholds: str, config: MentionsConfig) -> None:
+        self._title_ids, self._thresholds = title_ids, thresholds
         self._seed, self._chars = config.seed, config.context_chars
         self._titles, self._loaded = PerProcess(load_title_ids), PerProcess(load_thresholds)
 
@@ -262,7 +261,7 @@ class SampleMentions(beam.PTransform):
                        WriteThresholds(title_ids, thresholds, inputs.buckets, config.max_mentions),
                        beam.pvalue.AsSingleton(built)))
         return (self._read(pipeline, "articles", ["page_id", "text", "links"], batched=False)
-                | "CutSampledMentions" >> beam.ParDo(CutSampledMentions(title_ids, thresholds, inputs.buckets, config),
+                | "CutSampledMentions" >> beam.ParDo(CutSampledMentions(title_ids, thresholds, config),
                                                      beam.pvalue.AsList(written)))
 
     def _read(self, pipeline: beam.pvalue.PBegin, name: str, columns: list[str], batched: bool) -> beam.PCollection:
