@@ -127,6 +127,8 @@ def test_entity_vectors_are_norm_matched_means_with_unknown_and_zero_means_dead_
         "part-00000-of-00002.parquet", "part-00001-of-00002.parquet"]  # one per bucket, an empty one included
     assert entity_rows(tmp_path) == [{"entity_id": 1, "title": "Paris", "qid": "Q90", "embedding": [6.0, 8.0],
                                       "mention_count": 2}]
+    written = pq.read_schema(tmp_path / "entity_embeddings" / "part-00001-of-00002.parquet")
+    assert written.field("embedding").type.value_field.name == "item"  # as Beam's WriteToParquet writes lists
 
 
 def test_rows_that_cannot_be_embedded_are_dead_lettered_and_the_others_counted():
