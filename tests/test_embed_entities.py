@@ -29,6 +29,7 @@ from transforms.entity_vectors import (
     entity_sums,
     mention_vector_table,
     norm_matched,
+    part_bytes,
     read_mention_vectors,
     vector_buckets,
     write_bucketed_part,
@@ -94,9 +95,10 @@ def test_a_bucket_reduce_of_vector_parts_equals_a_plain_mean(tmp_path: Path):
             np.testing.assert_allclose(norm_matched(total, seen, 3.0), mean / np.linalg.norm(mean) * 3.0, rtol=1e-6)
 
 
-def test_vector_buckets_keep_a_bucket_within_its_memory_budget():
+def test_vector_buckets_and_part_files_stay_within_their_memory_budgets():
     assert vector_buckets(0, 768) == 1 and vector_buckets(20_000, 384) == 1
     assert vector_buckets(80_000_000, 768) == 916
+    assert (part_bytes(1), part_bytes(916), part_bytes(5000)) == (32 << 20, 916 << 18, 256 << 20)
 
 
 def entity_rows(output: Path) -> list[dict]:

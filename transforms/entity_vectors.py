@@ -41,9 +41,11 @@ COUNTERS = declare(
 
 # What identifies a mention vector (its entity, page and link): the order vectors are summed in.
 MENTION_KEY = np.dtype([("entity_id", "<i4"), ("page_id", "<i8"), ("link_index", "<i4")])
-# Vectors of one bucket held at once by the reduce (float32), and of one part file written by a worker.
+# Vectors of one bucket held at once by the reduce (float32).
 VECTOR_BUCKET_BYTES = 256 << 20
-VECTOR_PART_BYTES = 64 << 20
+# Vectors a worker buffers before writing a part file: about this much per bucket (so a bucket's reduce reads
+# ~V / (buckets x 256 KiB) row groups), within these bounds.
+PART_BYTES_PER_BUCKET, MIN_PART_BYTES, MAX_PART_BYTES = 256 << 10, 32 << 20, 256 << 20
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,11 @@ class ModelFacts:
     dim: int
     target_norm: float
     buckets: int
+
+
+def part_bytes(buckets: int) -> int:
+    """Vector bytes a worker buffers before writing a part file with one row group per bucket."""
+    return min(max(buckets * PART_BYTES_PER_BUCKET, MIN_PART_BYTES), MAX_PART_BYTES)
 
 
 def vector_buckets(mentions: int, dim: int) -> int:
@@ -104,27 +111,35 @@ def write_bucketed_part(path: str, table: pa.Table, buckets: int, reused: bool =
     return written
 
 
-def read_parts(parts: Iterable[Part]) -> Iterator[pa.Table]:
-    """The tables of the given parts, file by file."""
+def read_parts(parts: Iterable[Part], columns: list[str] | None = None) -> Iterator[pa.Table]:
+    """``columns`` of the given parts, file by file, each file's row groups in order."""
     by_file: dict[str, list[int]] = {}
     for part in parts:
         by_file.setdefault(part.path, []).append(part.row_group)
     for path in sorted(by_file):
         with parquet_file(path) as opened:
             for row_group in sorted(by_file[path]):
-                yield opened.read_row_group(row_group)
+                yield opened.read_row_group(row_group, columns=columns)
 
 
-def read_mention_vectors(parts: Iterable[Part], dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """(``MENTION_KEY`` rows, float32 vectors) of mention vector parts."""
-    keys, vectors = [np.zeros(0, dtype=MENTION_KEY)], [np.zeros((0, dim), dtype=np.float32)]
-    for table in read_parts(parts):
+def read_mention_vectors(parts: Sequence[Part], dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """(``MENTION_KEY`` rows sorted by entity, page and link; their float32 vectors in that order) of mention vector
+    parts. The vectors are placed in order part by part: one part besides the result is held at a time."""
+    keys = [np.zeros(0, dtype=MENTION_KEY)]
+    for table in read_parts(parts, list(MENTION_KEY.names)):
         part = np.empty(table.num_rows, dtype=MENTION_KEY)
         for name in MENTION_KEY.names:
             part[name] = table.column(name).to_numpy()
         keys.append(part)
-        vectors.append(column_vectors(table, dim))
-    return np.concatenate(keys), np.concatenate(vectors)
+    found = np.concatenate(keys)
+    order = np.lexsort((found["link_index"], found["page_id"], found["entity_id"]))
+    place = np.empty(len(order), dtype=np.int64)
+    place[order] = np.arange(len(order))
+    vectors, done = np.empty((len(found), dim), dtype=np.float32), 0
+    for table in read_parts(parts, ["vector"]):
+        vectors[place[done:done + table.num_rows]] = column_vectors(table, dim)
+        done += table.num_rows
+    return found[order], vectors
 
 
 def read_reused_vectors(parts: Iterable[Part], dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -141,12 +156,14 @@ def entity_sums(keys: np.ndarray, vectors: np.ndarray) -> tuple[np.ndarray, np.n
     """(entity ids, float64 sums of their vectors, mention counts), each entity's vectors added one by one in
     (page_id, link_index) order: the same sums whatever order the vectors came in."""
     order = np.lexsort((keys["link_index"], keys["page_id"], keys["entity_id"]))
-    ids = keys["entity_id"][order]
-    starts = group_starts(ids)
-    if not len(ids):
-        return ids, np.zeros((0, vectors.shape[1])), np.zeros(0, dtype=np.int64)
-    sums = np.add.reduceat(vectors[order], starts, axis=0, dtype=np.float64)
-    return ids[starts], sums, np.diff(np.r_[starts, len(ids)])
+    if not np.array_equal(order, np.arange(len(order))):  # already in order: no copy of the vectors
+        keys, vectors = keys[order], vectors[order]
+    starts = group_starts(keys["entity_id"])
+    counts = np.diff(np.r_[starts, len(keys)]).astype(np.int64)
+    sums = np.zeros((len(starts), vectors.shape[1]))
+    for group, (start, count) in enumerate(zip(starts.tolist(), counts.tolist(), strict=True)):
+        sums[group] = np.add.reduce(vectors[start:start + count].astype(np.float64), axis=0)  # row after row
+    return keys["entity_id"][starts], sums, counts
 
 
 def norm_matched(total: np.ndarray, seen: int, target_norm: float) -> np.ndarray | None:
@@ -220,7 +237,7 @@ def write_parquet_file(path: str, table: pa.Table) -> str:
 
 class WriteMentionVectors(beam.DoFn):
     """((entity_id, page_id, link_index), float32 vector) -> (bucket, Part): vectors written to
-    part files of about ``VECTOR_PART_BYTES`` under ``directory``, one row group per bucket of entity ids."""
+    part files of ``part_bytes`` under ``directory``, one row group per bucket of entity ids."""
 
     def __init__(self, directory: str) -> None:
         self._directory = directory
@@ -238,7 +255,7 @@ class WriteMentionVectors(beam.DoFn):
         self._keys.append(key)
         self._vectors.append(vector)
         self._bytes += vector.nbytes
-        if self._bytes >= VECTOR_PART_BYTES:
+        if self._bytes >= part_bytes(self._buckets):
             yield from self._flush()
 
     def finish_bundle(self) -> Iterator[WindowedValue]:
