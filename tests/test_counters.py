@@ -17,7 +17,8 @@ COUNTING_CALLS = {"count", "count_some", "dead_letter"}
 
 
 def counting_function(call: ast.Call) -> str | None:
-    """``count`` / ``count_some`` / ``dead_letter`` called by name or through the ``dead_letters`` module (not ``str.count``)."""
+    """``count`` / ``count_some`` / ``dead_letter`` called by name or through the ``dead_letters`` module (not
+    ``str.count``)."""
     function = call.func
     if isinstance(function, ast.Name):
         return function.id
