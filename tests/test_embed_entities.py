@@ -71,13 +71,13 @@ def plain_sums(keys: np.ndarray, vectors: np.ndarray) -> dict[int, tuple[list[fl
 
 def test_entity_sums_add_in_page_and_link_order_whatever_order_the_vectors_come_in():
     keys, vectors = random_mentions(500, 30, 8)
-    ids, sums, counts = entity_sums(keys, vectors)
-    assert sums.dtype == np.float64
-    found = zip(ids.tolist(), sums, counts.tolist(), strict=True)
+    found = list(entity_sums(keys, vectors))
+    assert all(total.dtype == np.float64 for _, total, _ in found)
     assert {entity_id: (total.tolist(), seen) for entity_id, total, seen in found} == plain_sums(keys, vectors)
     shuffled = np.random.default_rng(1).permutation(len(keys))
-    again = entity_sums(keys[shuffled], vectors[shuffled])
-    assert again[0].tolist() == ids.tolist() and again[1].tobytes() == sums.tobytes()
+    again = list(entity_sums(keys[shuffled], vectors[shuffled]))
+    assert [(entity_id, total.tobytes(), seen) for entity_id, total, seen in again] == [
+        (entity_id, total.tobytes(), seen) for entity_id, total, seen in found]
 
 
 def test_a_bucket_reduce_of_vector_parts_equals_a_plain_mean(tmp_path: Path):
@@ -86,9 +86,10 @@ def test_a_bucket_reduce_of_vector_parts_equals_a_plain_mean(tmp_path: Path):
              + write_bucketed_part(str(tmp_path / "b.parquet"), mention_vector_table(keys[100:], vectors[100:]), 3))
     for bucket in range(3):
         mine = [part for key, part in parts if key == bucket]
-        ids, sums, counts = entity_sums(*read_mention_vectors(mine, 6))
-        assert ids.tolist() == sorted({int(i) for i in keys["entity_id"] if i % 3 == bucket})
-        for entity_id, total, seen in zip(ids.tolist(), sums, counts.tolist(), strict=True):
+        found = list(entity_sums(*read_mention_vectors(mine, 6)))
+        in_bucket = {int(entity_id) for entity_id in keys["entity_id"] if entity_id % 3 == bucket}
+        assert [entity_id for entity_id, _, _ in found] == sorted(in_bucket)
+        for entity_id, total, seen in found:
             rows = keys["entity_id"] == entity_id
             np.testing.assert_allclose(total / seen, vectors[rows].astype(np.float64).mean(axis=0), rtol=1e-12)
             mean = vectors[rows].astype(np.float64).mean(axis=0)

@@ -152,18 +152,17 @@ def read_reused_vectors(parts: Iterable[Part], dim: int) -> tuple[np.ndarray, np
             np.concatenate([table.column("mention_count").to_numpy() for table in found]))
 
 
-def entity_sums(keys: np.ndarray, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(entity ids, float64 sums of their vectors, mention counts), each entity's vectors added one by one in
-    (page_id, link_index) order: the same sums whatever order the vectors came in."""
+def entity_sums(keys: np.ndarray, vectors: np.ndarray) -> Iterator[tuple[int, np.ndarray, int]]:
+    """(entity id, float64 sum of its vectors, mention count) per entity, by id, each entity's vectors added one by
+    one in (page_id, link_index) order: the same sums whatever order the vectors came in."""
     order = np.lexsort((keys["link_index"], keys["page_id"], keys["entity_id"]))
     if not np.array_equal(order, np.arange(len(order))):  # already in order: no copy of the vectors
         keys, vectors = keys[order], vectors[order]
     starts = group_starts(keys["entity_id"])
     counts = np.diff(np.r_[starts, len(keys)]).astype(np.int64)
-    sums = np.zeros((len(starts), vectors.shape[1]))
-    for group, (start, count) in enumerate(zip(starts.tolist(), counts.tolist(), strict=True)):
-        sums[group] = np.add.reduce(vectors[start:start + count].astype(np.float64), axis=0)  # row after row
-    return keys["entity_id"][starts], sums, counts
+    for start, count in zip(starts.tolist(), counts.tolist(), strict=True):
+        total = np.add.reduce(vectors[start:start + count].astype(np.float64), axis=0)  # row after row
+        yield int(keys["entity_id"][start]), total, count
 
 
 def norm_matched(total: np.ndarray, seen: int, target_norm: float) -> np.ndarray | None:
@@ -191,22 +190,26 @@ def embedding_table(entities: pa.Table, ids: np.ndarray, vectors: np.ndarray, co
 
 @dataclass
 class BucketVectors:
-    """What a bucket's reduce found: the vectors to write (``ids``, ``vectors``, ``counts``), how many entities
-    of entities/ had mentions (``known``: with a vector or a zero or non-finite mean) and the dead letters
-    (unknown entities, zero or non-finite means)."""
+    """What a bucket's reduce found: the vectors to write (``ids``, the first ``len(ids)`` rows of ``vectors``,
+    ``counts``), how many entities of entities/ had mentions (``known``: with a vector or a zero or non-finite mean)
+    and the dead letters (unknown entities, zero or non-finite means)."""
 
     ids: list[int]
-    vectors: list[np.ndarray]
+    vectors: np.ndarray
     counts: list[int]
     known: int
     dead: list[beam.pvalue.TaggedOutput]
 
+    @property
+    def computed(self) -> np.ndarray:
+        return self.vectors[:len(self.ids)]
 
-def reduce_bucket(known: np.ndarray, ids: np.ndarray, sums: np.ndarray, counts: np.ndarray,
-                  target_norm: float) -> BucketVectors:
-    """The entity vectors of one bucket from its ``entity_sums``; ``known``: the sorted ids of entities/."""
-    found = BucketVectors([], [], [], 0, [])
-    for entity_id, total, seen in zip(ids.tolist(), sums, counts.tolist(), strict=True):
+
+def reduce_bucket(known: np.ndarray, keys: np.ndarray, vectors: np.ndarray, target_norm: float) -> BucketVectors:
+    """The entity vectors of one bucket's mention vectors (``MENTION_KEY`` rows ``keys``, float32 ``vectors``);
+    ``known``: the sorted ids of entities/. Holds one float32 vector per entity besides the input."""
+    found = BucketVectors([], np.empty((len(np.unique(keys["entity_id"])), vectors.shape[1]), np.float32), [], 0, [])
+    for entity_id, total, seen in entity_sums(keys, vectors):
         where = np.searchsorted(known, entity_id)
         if where >= len(known) or known[where] != entity_id:
             found.dead.append(dead_letter("mentions_of_unknown_entities", "mentions of an entity_id not in entities/",
@@ -218,8 +221,8 @@ def reduce_bucket(known: np.ndarray, ids: np.ndarray, sums: np.ndarray, counts: 
             found.dead.append(dead_letter("non_finite_vectors", "mean vector is zero or not finite",
                                           entity_id=entity_id))
             continue
+        found.vectors[len(found.ids)] = vector
         found.ids.append(entity_id)
-        found.vectors.append(vector)
         found.counts.append(seen)
     return found
 
@@ -286,16 +289,16 @@ class ReduceEntityBucket(beam.DoFn):
     def process(self, element: tuple[int, Sequence[Part | None]], facts: ModelFacts, _built: str) -> Iterator[Any]:
         bucket, items = element
         parts = [item for item in items if item is not None]
-        ids, sums, counts = entity_sums(*read_mention_vectors([part for part in parts if not part.reused], facts.dim))
-        found = reduce_bucket(self._rows.entity_ids, ids, sums, counts, facts.target_norm)
+        keys, vectors = read_mention_vectors([part for part in parts if not part.reused], facts.dim)
+        found = reduce_bucket(self._rows.entity_ids, keys, vectors, facts.target_norm)
+        del keys, vectors
         yield from found.dead
         reused_ids, reused_vectors, reused_counts = read_reused_vectors([part for part in parts if part.reused],
                                                                         facts.dim)
         entities = self._rows.of_bucket(bucket, facts.buckets)
         count_some("entities_embedded", len(found.ids))
         count_some("entities_without_mentions", entities.num_rows - found.known - len(reused_ids))
-        computed = np.array(found.vectors, dtype=np.float32).reshape(-1, facts.dim)
-        vectors = np.concatenate([computed, reused_vectors])
+        vectors = np.concatenate([found.computed, reused_vectors])
         table = embedding_table(entities, np.concatenate([np.array(found.ids, dtype=np.int32), reused_ids]), vectors,
                                 np.concatenate([np.array(found.counts, dtype=np.int64), reused_counts]),
                                 self._schema_of(facts))
