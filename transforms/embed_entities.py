@@ -149,7 +149,8 @@ def reuse_counters(counters: dict[str, int]) -> dict[str, int]:
 
 
 class EncodeMentions(beam.PTransform):
-    """Mention rows (entity_id, page_id, text, start, end) -> (entity_id, [MASK] vector) (main ``vectors``);
+    """Mention rows (entity_id, page_id, link_index, text, start, end) -> ((entity_id, page_id, link_index),
+    [MASK] vector) (main ``vectors``);
     rows that cannot be embedded and non-finite vectors go to ``dead_letter``. ``progress``: an optional
     pass-through step after the model (a progress log)."""
 
