@@ -98,8 +98,8 @@ def test_a_bucket_reduce_of_vector_parts_equals_a_plain_mean(tmp_path: Path):
 
 def test_vector_buckets_and_part_files_stay_within_their_memory_budgets():
     assert vector_buckets(0, 768) == 1 and vector_buckets(20_000, 384) == 1
-    assert vector_buckets(80_000_000, 768) == 916
-    assert (part_bytes(1), part_bytes(916), part_bytes(5000)) == (32 << 20, 916 << 18, 256 << 20)
+    assert vector_buckets(80_000_000, 768) == 1832
+    assert (part_bytes(1), part_bytes(916), part_bytes(1832)) == (32 << 20, 916 << 18, 256 << 20)
 
 
 def entity_rows(output: Path) -> list[dict]:

@@ -42,7 +42,7 @@ COUNTERS = declare(
 # What identifies a mention vector (its entity, page and link): the order vectors are summed in.
 MENTION_KEY = np.dtype([("entity_id", "<i4"), ("page_id", "<i8"), ("link_index", "<i4")])
 # Vectors of one bucket held at once by the reduce (float32).
-VECTOR_BUCKET_BYTES = 256 << 20
+VECTOR_BUCKET_BYTES = 128 << 20
 # Vectors a worker buffers before writing a part file: about this much per bucket (so a bucket's reduce reads
 # ~V / (buckets x 256 KiB) row groups), within these bounds.
 PART_BYTES_PER_BUCKET, MIN_PART_BYTES, MAX_PART_BYTES = 256 << 10, 32 << 20, 256 << 20
