@@ -92,8 +92,11 @@ def stored_vectors(index) -> np.ndarray:
 def compare_index(old: Path, new: Path) -> str | None:
     """Each FAISS shard's (id, vector) pairs and index.json's fields (shard files byte for byte, if they are)."""
     old_dir, new_dir = old / "index", new / "index"
-    if not (new_dir / "index.json").exists():
+    old_has, new_has = (old_dir / "index.json").exists(), (new_dir / "index.json").exists()
+    if not old_has and not new_has:
         return None
+    if old_has != new_has:
+        return "only in " + ("old" if old_has else "new")
     old_info, new_info = json.loads((old_dir / "index.json").read_text()), json.loads((new_dir / "index.json")
                                                                                        .read_text())
     problems = [f"index.json {key}: {old_info.get(key)!r} -> {new_info.get(key)!r}"

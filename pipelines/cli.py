@@ -200,9 +200,11 @@ def configure_logging(verbose: bool, beam_args: list[str]) -> None:
     logging.getLogger(PROGRESS_LOGGER).setLevel(logging.INFO)
     if verbose:
         return
-    # Beam logs a failed worker's traceback before re-raising; an InputError is shown once, as one line.
+    # Beam logs a failed worker's traceback before re-raising; an InputError is shown once, as one line, and
+    # Ctrl-C inside a step as the one line of an interrupted stage.
     for handler in logging.getLogger().handlers:
         handler.addFilter(lambda record: not mentions_input_error(record.getMessage()))
+        handler.addFilter(lambda record: not record.getMessage().startswith(stage_runner.INTERRUPTED_STEP))
     if not any(arg.startswith("--default_sdk_harness_log_level") for arg in beam_args):
         beam_args.append("--default_sdk_harness_log_level=ERROR")
     # No weight-loading progress bars: read by huggingface_hub/transformers on import, here and in Beam's

@@ -6,29 +6,30 @@ import argparse
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.options.pipeline_options import StandardOptions
 
-from artifacts import layout, schemas, tables
+from artifacts import fs, layout, schemas, tables
 from artifacts.errors import InputError
 from artifacts.run import manifest
-from encoders.mask_encoder import check_mask_model
 from encoders.mask_inputs import MASK_WINDOWS
-from encoders.models import hidden_size, input_embedding_norm, model_files
+from encoders.models import model_files
 from pipelines import flags
 from pipelines.refresh import RefreshConfig, fingerprint_changes, previous_options, reusable_previous
 from pipelines.stage import StageContext, run_beam
-from transforms.dead_letters import DEAD_LETTER_TAG, WriteDeadLetters
+from transforms.dead_letters import WriteDeadLetters
 from transforms.embed_entities import (
     COUNTERS,
     EMBEDDING_DTYPES,
     EmbedConfig,
     EmbedEntities,
-    embeddings_schema,
+    EmbedInputs,
+    model_facts,
     reuse_counters,
 )
 from transforms.mention_sampling import CHARS_PER_TOKEN
 from transforms.refresh import option_changes
 
-ENTITY_COLUMNS = ["entity_id", "title", "qid"]
+LOCAL_RUNNERS = ("DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner", "FnApiRunner", "PrismRunner")
 PREVIOUS_STAGES = (layout.DICTIONARY_STAGE, layout.MENTIONS_STAGE, layout.EMBED_ENTITIES_STAGE)
 
 
@@ -73,21 +74,18 @@ class EmbedEntitiesStage:
         return model_files({"model": config.model})
 
     def run(self, ctx: StageContext, config: EmbedConfig) -> dict[str, int]:
-        check_mask_model(config.spec, config.layer, config.max_seq_length)
-        target_norm = input_embedding_norm(config.spec)
-        schema = embeddings_schema(config, hidden_size(config.spec), target_norm)
+        mentions = tables.total_rows(ctx.output, layout.MENTIONS)
+        facts = model_facts(config, mentions) if runs_here(ctx) else None
         previous = reusable_previous(refresh_of(config), self.name, PREVIOUS_STAGES,
                                      lambda old: incompatibility(old, ctx.output, config))
-        embed = EmbedEntities(config, target_norm, context_chars(ctx.output),
-                              ctx.progress("mentions", tables.total_rows(ctx.output, layout.MENTIONS)))
+        inputs = EmbedInputs(output=ctx.output, mentions=mentions, embeddings=ctx.staged(layout.ENTITY_EMBEDDINGS),
+                             scratch=fs.join(ctx.staging_root, "work"), id_map=ctx.staged(layout.ENTITY_ID_MAP),
+                             previous=previous)
+        embed = EmbedEntities(config, inputs, facts, context_chars(ctx.output), ctx.progress("mentions", mentions))
 
         def build(pipeline: beam.Pipeline) -> None:
-            outputs = read_inputs(pipeline, ctx.output, previous) | "EmbedEntities" >> embed
-            _ = outputs["rows"] | "WriteEmbeddings" >> write_parquet(ctx, layout.ENTITY_EMBEDDINGS, schema)
-            if "id_map" in outputs:
-                _ = outputs["id_map"] | "WriteIdMap" >> write_parquet(ctx, layout.ENTITY_ID_MAP,
-                                                                      schemas.ENTITY_ID_MAP)
-            _ = outputs[DEAD_LETTER_TAG] | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("mentions"))
+            dead = pipeline | "EmbedEntities" >> embed
+            _ = dead | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("mentions"))
 
         counters = run_beam(ctx, build)
         return reuse_counters(counters) if config.previous else counters
@@ -97,25 +95,11 @@ def refresh_of(config: EmbedConfig) -> RefreshConfig:
     return RefreshConfig(config.previous, config.require_reuse)
 
 
-def read_inputs(pipeline: beam.Pipeline, output: str, previous: str | None) -> dict[str, beam.PCollection]:
-    """What EmbedEntities reads: this run's mention refs, articles and entities, and the previous run's
-    mentions, entities and embeddings when its vectors are reused."""
-    def read(label: str, where: str, artifact: str, columns: list[str] | None = None) -> beam.PCollection:
-        return pipeline | label >> beam.io.ReadFromParquet(tables.parquet_pattern(where, artifact), columns=columns)
-
-    inputs = {"refs": read("ReadMentions", output, layout.MENTIONS, schemas.MENTIONS.names),
-              "articles": read("ReadArticles", output, layout.ARTICLES, ["page_id", "text"]),
-              "entities": read("ReadEntities", output, layout.ENTITIES, ENTITY_COLUMNS)}
-    if previous is None:
-        return inputs
-    return {**inputs, "old_mentions": read("ReadOldMentions", previous, layout.MENTIONS),
-            "old_entities": read("ReadOldEntities", previous, layout.ENTITIES, ENTITY_COLUMNS),
-            "old_embeddings": read("ReadOldEmbeddings", previous, layout.ENTITY_EMBEDDINGS)}
-
-
-def write_parquet(ctx: StageContext, artifact: str, schema: Any) -> beam.PTransform:
-    return beam.io.WriteToParquet(ctx.staged_prefix(artifact), schema, file_name_suffix=".parquet",
-                                  codec=schemas.PARQUET_CODEC)
+def runs_here(ctx: StageContext) -> bool:
+    """Whether the workers run on this machine (a local runner): then the model is checked here, before anything
+    runs, with one-line errors; on other runners a worker checks it, with the workers' own torch and files."""
+    runner = ctx.pipeline_options().view_as(StandardOptions).runner or "DirectRunner"
+    return str(runner).rsplit(".", 1)[-1] in LOCAL_RUNNERS
 
 
 def context_chars(output: str) -> int:

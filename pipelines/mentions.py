@@ -7,11 +7,12 @@ from typing import Any
 
 import apache_beam as beam
 
-from artifacts import layout, schemas, tables
+from artifacts import fs, layout, schemas, tables
 from artifacts.errors import InputError
 from pipelines import flags
 from pipelines.stage import StageContext, run_beam
-from transforms.mentions import COUNTERS, MentionsConfig, SampleMentions
+from transforms.article_shards import row_group_count
+from transforms.mentions import COUNTERS, MentionsConfig, MentionsInputs, SampleMentions, sample_buckets
 
 
 class MentionsStage:
@@ -44,20 +45,30 @@ class MentionsStage:
         return {}
 
     def run(self, ctx: StageContext, config: MentionsConfig) -> dict[str, int]:
-        tables.parquet_files(ctx.output, layout.ENTITIES)
+        inputs = MentionsInputs(output=ctx.output, scratch=scratch_directory(ctx),
+                                buckets=sample_buckets(tables.total_rows(ctx.output, layout.ENTITIES),
+                                                       config.max_mentions))
+        progress = {"links": ctx.progress("article row groups (pass 1: links)", article_row_groups(ctx.output)),
+                    "articles": ctx.progress("articles (pass 2: mentions)",
+                                             tables.total_rows(ctx.output, layout.ARTICLES))}
 
         def build(pipeline: beam.Pipeline) -> None:
-            articles = pipeline | "ReadArticles" >> beam.io.ReadFromParquet(
-                tables.parquet_pattern(ctx.output, layout.ARTICLES), columns=["page_id", "text", "links"],
-            ) | "Progress" >> ctx.progress("articles", tables.total_rows(ctx.output, layout.ARTICLES))
-            entities = pipeline | "ReadEntities" >> beam.io.ReadFromParquet(
-                tables.parquet_pattern(ctx.output, layout.ENTITIES), columns=["entity_id", "title"])
-            rows = {"articles": articles, "entities": entities} | "SampleMentions" >> SampleMentions(config)
+            rows = pipeline | "SampleMentions" >> SampleMentions(config, inputs, progress)
             _ = rows | "WriteMentions" >> beam.io.WriteToParquet(
                 ctx.staged_prefix(layout.MENTIONS), schemas.MENTIONS, file_name_suffix=".parquet",
                 codec=schemas.PARQUET_CODEC)
 
         return run_beam(ctx, build)
+
+
+def scratch_directory(ctx: StageContext) -> str:
+    """Where the stage's workers share files (title map, thresholds): in its staging directory, removed with it."""
+    return fs.join(ctx.staging_root, "work")
+
+
+def article_row_groups(output: str) -> int:
+    """Row groups of articles/ (from the Parquet footers): the tables pass 1 reads."""
+    return sum(row_group_count(path) for path in tables.parquet_files(output, layout.ARTICLES))
 
 
 STAGE = MentionsStage()

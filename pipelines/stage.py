@@ -279,6 +279,28 @@ def execute(stage: Stage, args: argparse.Namespace, beam_args: Sequence[str],
         raise
     except KeyboardInterrupt:
         raise StageInterrupted(stage.name.replace("_", "-")) from None
+    except Exception as error:
+        if interrupted_in_a_step(error):
+            raise StageInterrupted(stage.name.replace("_", "-")) from None
+        raise
+
+
+# Beam re-raises an exception raised inside a step as one of its type (a RuntimeError for Ctrl-C) whose message
+# names the step, and logs it first.
+INTERRUPTED_STEP = "KeyboardInterrupt [while running"
+
+
+def interrupted_in_a_step(error: BaseException) -> bool:
+    """Whether ``error`` is Ctrl-C that reached a step running in this process (re-raised by Beam as another
+    exception, the KeyboardInterrupt as its context)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt) or str(current).startswith(INTERRUPTED_STEP):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def _execute(stage: Stage[ConfigT], config: ConfigT, ctx: StageContext, options: dict[str, Any],

@@ -65,6 +65,14 @@ def article_texts(output: Path) -> dict[int, str]:
             .to_pylist()}
 
 
+def write_entities(output: Path, titles: list[str], qids: dict[str, str] | None = None) -> None:
+    """entities/ of ``titles`` (entity ids 1..N in order; page ids 100 + id) without a manifest record."""
+    rows = [{"entity_id": entity_id, "title": title, "page_id": 100 + entity_id, "qid": (qids or {}).get(title),
+             "link_count": 0} for entity_id, title in enumerate(titles, start=1)]
+    (output / "entities").mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=schemas.ENTITIES), output / "entities" / "part-0.parquet")
+
+
 # --- full runs with small settings ------------------------------------------------------------------------------
 
 # The stage options of conftest's ``full_run`` as one `all` command line.

@@ -18,6 +18,7 @@ import pytest
 
 from artifacts.run import lock, manifest
 from pipelines.cli import build_parser, check_unknown_flags, main
+from pipelines.stage import interrupted_in_a_step
 from tests.builders import signal_all_in_embed_entities
 from tests.conftest import BUNDLED_SAMPLE, DIRECT, REPO
 
@@ -202,6 +203,23 @@ def test_the_runtime_linker_imports_without_beam():
 
 
 # --- Ctrl-C ----------------------------------------------------------------------------------------------------
+
+
+def interrupt(_: object) -> None:
+    raise KeyboardInterrupt
+
+
+def test_ctrl_c_inside_a_step_is_an_interruption_not_an_error():
+    """Beam re-raises Ctrl-C inside a step (the in-process runner runs steps in the main thread) as a RuntimeError
+    naming the step; the stage runner tells it from a failure."""
+    import apache_beam as beam
+
+    pipeline = beam.Pipeline(argv=DIRECT)
+    _ = pipeline | beam.Create([1]) | "Step" >> beam.Map(interrupt)
+    with pytest.raises(Exception) as raised:
+        pipeline.run().wait_until_finish()
+    assert not isinstance(raised.value, KeyboardInterrupt) and interrupted_in_a_step(raised.value)
+    assert not interrupted_in_a_step(RuntimeError("ValueError [while running 'Step']"))
 
 
 def test_ctrl_c_prints_one_line_exits_130_and_the_rerun_resumes(full_run, tiny_bert, tmp_path):

@@ -13,11 +13,12 @@ from pipelines.run_all import PIPELINE, declared_counters
 
 REPO = Path(__file__).resolve().parent.parent
 COUNTING_LAYERS = ("pipelines", "transforms", "encoders")
-COUNTING_CALLS = {"count", "dead_letter"}
+COUNTING_CALLS = {"count", "count_some", "dead_letter"}
 
 
 def counting_function(call: ast.Call) -> str | None:
-    """``count`` / ``dead_letter`` called by name or through the ``dead_letters`` module (not ``str.count``)."""
+    """``count`` / ``count_some`` / ``dead_letter`` called by name or through the ``dead_letters`` module (not
+    ``str.count``)."""
     function = call.func
     if isinstance(function, ast.Name):
         return function.id

@@ -1,25 +1,38 @@
-"""transforms/embed_entities.py in memory (hand-written vectors), and the embed-entities stage's config."""
+"""transforms/embed_entities.py and transforms/entity_vectors.py in memory (hand-written vectors), and the
+embed-entities stage's config."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
+from artifacts import schemas
 from artifacts.errors import InputError
+from encoders.models import ModelSpec, input_embedding_norm
 from pipelines.cli import build_parser, main
 from pipelines.embed_entities import STAGE
 from pipelines.stage import collect_counters
+from tests.builders import article, artifact_rows, write_entities, write_parsed
 from tests.conftest import BUNDLED_SAMPLE, DIRECT
-from transforms.embed_entities import (
-    EmbedConfig,
-    EmbedEntities,
+from transforms.embed_entities import EmbedConfig, EmbedEntities, EmbedInputs, embeddable, reuse_counters
+from transforms.entity_vectors import (
+    MENTION_KEY,
     EntityVectors,
-    MeanVector,
-    embeddable,
-    reuse_counters,
+    ModelFacts,
+    entity_sums,
+    mention_vector_table,
+    norm_matched,
+    part_bytes,
+    read_mention_vectors,
+    vector_buckets,
+    write_bucketed_part,
 )
 from transforms.mention_sampling import window_digest
 
@@ -37,41 +50,88 @@ def run_counted(build) -> dict[str, int]:
     return collect_counters(result)
 
 
-def test_mean_vector_sums_in_float64_and_counts_per_entity():
-    with TestPipeline(runner="DirectRunner") as pipeline:
-        sums = (pipeline | beam.Create([(1, vector(1, 2)), (1, vector(3, 4)), (1, vector(0, 0.5)), (2, vector(0, 5))])
-                | beam.CombinePerKey(MeanVector())
-                | beam.MapTuple(lambda entity_id, acc: (entity_id, acc[0].dtype.name, acc[0].tolist(), acc[1])))
-        assert_that(sums, equal_to([(1, "float64", [4.0, 6.5], 3), (2, "float64", [0.0, 5.0], 1)]))
+def random_mentions(count: int, entities: int, dim: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    keys = np.zeros(count, dtype=MENTION_KEY)
+    keys["entity_id"] = rng.integers(1, entities + 1, count)
+    keys["page_id"] = rng.permutation(count)
+    keys["link_index"] = rng.integers(0, 50, count)
+    return keys, (rng.normal(size=(count, dim)) * 10 ** rng.uniform(-3, 3, size=(count, 1))).astype(np.float32)
 
 
-def test_mean_vector_merges_partial_sums_and_empty_accumulators():
-    combine = MeanVector()
-    part = combine.add_input(combine.create_accumulator(), vector(1, 1))
-    merged = combine.merge_accumulators([combine.create_accumulator(), part, (np.array([2.0, 3.0]), 2)])
-    assert (merged[0].tolist(), merged[1]) == ([3.0, 4.0], 3)
-    assert combine.merge_accumulators([combine.create_accumulator()]) == (None, 0)
-    assert part[0].tolist() == [1.0, 1.0], "merging does not change its inputs"
+def plain_sums(keys: np.ndarray, vectors: np.ndarray) -> dict[int, tuple[list[float], int]]:
+    """Per entity: its vectors added one by one in float64 in (page, link) order, and their count."""
+    found: dict[int, tuple[np.ndarray, int]] = {}
+    for row in sorted(range(len(keys)), key=lambda row: keys[row].tolist()):
+        entity_id = int(keys[row]["entity_id"])
+        total, seen = found.get(entity_id, (np.zeros(vectors.shape[1]), 0))
+        found[entity_id] = (total + vectors[row].astype(np.float64), seen + 1)
+    return {entity_id: (total.tolist(), seen) for entity_id, (total, seen) in found.items()}
 
 
-def test_entity_vectors_are_norm_matched_means_with_unknown_and_zero_means_dead_lettered():
+def test_entity_sums_add_in_page_and_link_order_whatever_order_the_vectors_come_in():
+    keys, vectors = random_mentions(500, 30, 8)
+    found = list(entity_sums(keys, vectors))
+    assert all(total.dtype == np.float64 for _, total, _ in found)
+    assert {entity_id: (total.tolist(), seen) for entity_id, total, seen in found} == plain_sums(keys, vectors)
+    shuffled = np.random.default_rng(1).permutation(len(keys))
+    again = list(entity_sums(keys[shuffled], vectors[shuffled]))
+    assert [(entity_id, total.tobytes(), seen) for entity_id, total, seen in again] == [
+        (entity_id, total.tobytes(), seen) for entity_id, total, seen in found]
+
+
+def test_a_bucket_reduce_of_vector_parts_equals_a_plain_mean(tmp_path: Path):
+    keys, vectors = random_mentions(300, 20, 6, seed=2)
+    parts = (write_bucketed_part(str(tmp_path / "a.parquet"), mention_vector_table(keys[:100], vectors[:100]), 3)
+             + write_bucketed_part(str(tmp_path / "b.parquet"), mention_vector_table(keys[100:], vectors[100:]), 3))
+    for bucket in range(3):
+        mine = [part for key, part in parts if key == bucket]
+        found = list(entity_sums(*read_mention_vectors(mine, 6)))
+        in_bucket = {int(entity_id) for entity_id in keys["entity_id"] if entity_id % 3 == bucket}
+        assert [entity_id for entity_id, _, _ in found] == sorted(in_bucket)
+        for entity_id, total, seen in found:
+            rows = keys["entity_id"] == entity_id
+            np.testing.assert_allclose(total / seen, vectors[rows].astype(np.float64).mean(axis=0), rtol=1e-12)
+            mean = vectors[rows].astype(np.float64).mean(axis=0)
+            np.testing.assert_allclose(norm_matched(total, seen, 3.0), mean / np.linalg.norm(mean) * 3.0, rtol=1e-6)
+
+
+def test_vector_buckets_and_part_files_stay_within_their_memory_budgets():
+    assert vector_buckets(0, 768) == 1 and vector_buckets(20_000, 384) == 1
+    assert vector_buckets(80_000_000, 768) == 1832
+    assert (part_bytes(1), part_bytes(916), part_bytes(1832)) == (32 << 20, 916 << 18, 256 << 20)
+
+
+def entity_rows(output: Path) -> list[dict]:
+    return sorted(artifact_rows(output, "entity_embeddings"), key=lambda row: row["entity_id"])
+
+
+def test_entity_vectors_are_norm_matched_means_with_unknown_and_zero_means_dead_lettered(tmp_path: Path):
     vectors = [(1, vector(3, 4)), (1, vector(3, 4)), (3, vector(1, -1)), (3, vector(-1, 1)), (9, vector(1, 0)),
                (9, vector(0, 1))]
-    entities = [{"entity_id": 1, "title": "Paris", "qid": "Q90"}, {"entity_id": 2, "title": "Lyon", "qid": None},
-                {"entity_id": 3, "title": "Nice", "qid": "Q33959"}]
+    write_entities(tmp_path, ["Paris", "Lyon", "Nice"], {"Paris": "Q90", "Nice": "Q33959"})
+    facts = ModelFacts(dim=2, target_norm=10.0, buckets=2)
+    schema = schemas.entity_embeddings(2)
 
     def build(pipeline: beam.Pipeline) -> None:
-        out = ({"vectors": pipeline | "Vectors" >> beam.Create(vectors),
-                "entities": pipeline | "Entities" >> beam.Create(entities)} | EntityVectors(target_norm=10.0))
-        assert_that(out.rows, equal_to([{"entity_id": 1, "title": "Paris", "qid": "Q90", "embedding": [6.0, 8.0],
-                                         "mention_count": 2}]), label="Rows")
-        assert_that(out.dead_letter, equal_to([
+        keyed = [((entity_id, page_id, 0), value) for page_id, (entity_id, value) in enumerate(vectors)]
+        dead = ({"vectors": pipeline | "Vectors" >> beam.Create(keyed),
+                 "facts": pipeline | "Facts" >> beam.Create([facts])}
+                | EntityVectors(str(tmp_path), str(tmp_path / "scratch"), str(tmp_path / "entity_embeddings"),
+                                lambda _: schema))
+        assert_that(dead, equal_to([
             {"kind": "non_finite_vectors", "reason": "mean vector is zero or not finite", "entity_id": 3},
             {"kind": "mentions_of_unknown_entities", "reason": "mentions of an entity_id not in entities/",
-             "entity_id": 9, "mention_count": 2}]), label="DeadLetters")
+             "entity_id": 9, "mention_count": 2}]))
 
     assert run_counted(build) == {"entities_embedded": 1, "entities_without_mentions": 1,
                                   "mentions_of_unknown_entities": 1, "non_finite_vectors": 1}
+    assert sorted(path.name for path in (tmp_path / "entity_embeddings").iterdir()) == [
+        "part-00000-of-00002.parquet", "part-00001-of-00002.parquet"]  # one per bucket, an empty one included
+    assert entity_rows(tmp_path) == [{"entity_id": 1, "title": "Paris", "qid": "Q90", "embedding": [6.0, 8.0],
+                                      "mention_count": 2}]
+    written = pq.read_schema(tmp_path / "entity_embeddings" / "part-00001-of-00002.parquet")
+    assert written.field("embedding").type.value_field.name == "item"  # as Beam's WriteToParquet writes lists
 
 
 def test_rows_that_cannot_be_embedded_are_dead_lettered_and_the_others_counted():
@@ -97,41 +157,39 @@ def ref(entity_id: int, page_id: int, link_index: int, start: int, end: int, tex
             "window_digest": window_digest(text, start, end)}
 
 
-def test_embed_entities_from_refs_with_a_refused_previous_run_counts_every_entity_recomputed(tiny_bert):
+def test_embed_entities_with_model_facts_from_a_worker_and_a_refused_previous_run(tiny_bert, tmp_path: Path):
+    """Files in, files out; the model is checked and measured by a worker (facts None), as on a remote runner."""
     paris, lyon = "they went to Paris by train", "the old town of Lyon is large"
+    write_parsed(tmp_path, [article(5, "A", paris, [("Paris", "Paris")]),
+                            article(6, "B", lyon, [("Lyon", "Lyon")])])
+    write_entities(tmp_path, ["Paris", "Lyon", "Nice"], {"Paris": "Q90"})
     refs = [ref(1, 5, 0, 13, 18, paris), ref(1, 6, 0, 16, 20, lyon), ref(2, 6, 1, 16, 20, lyon),
             ref(2, 8, 0, 0, 4, "gone")]
-    entities = [{"entity_id": 1, "title": "Paris", "qid": "Q90"}, {"entity_id": 2, "title": "Lyon", "qid": None},
-                {"entity_id": 3, "title": "Nice", "qid": None}]
+    (tmp_path / "mentions").mkdir()
+    pq.write_table(pa.Table.from_pylist(refs, schema=schemas.MENTIONS), tmp_path / "mentions" / "part-0.parquet")
     config = EmbedConfig(model=str(tiny_bert), max_seq_length=32, previous="/refused/run")
+    inputs = EmbedInputs(str(tmp_path), mentions=4, embeddings=str(tmp_path / "entity_embeddings"),
+                         scratch=str(tmp_path / "scratch"))
 
     def build(pipeline: beam.Pipeline) -> None:
-        out = ({"refs": pipeline | "Refs" >> beam.Create(refs),
-                "articles": pipeline | "Articles" >> beam.Create([{"page_id": 5, "text": paris},
-                                                                  {"page_id": 6, "text": lyon}]),
-                "entities": pipeline | "Entities" >> beam.Create(entities)}
-               | EmbedEntities(config, target_norm=2.0, context_chars=100))
-        assert set(out) == {"rows", "dead_letter"}
-        summary = out["rows"] | beam.Map(lambda row: (row["entity_id"], row["title"], row["qid"], row["mention_count"],
-                                                      len(row["embedding"]),
-                                                      round(float(np.linalg.norm(row["embedding"])), 4)))
-        assert_that(summary, equal_to([(1, "Paris", "Q90", 2, 32, 2.0), (2, "Lyon", None, 1, 32, 2.0)]),
-                    label="Rows")
-        assert_that(out["dead_letter"], equal_to([
+        dead = pipeline | EmbedEntities(config, inputs, facts=None, context_chars=100)
+        assert_that(dead, equal_to([
             {"kind": "mention_pages_missing", "reason": "the page of a sampled mention is not in articles/",
-             "entity_id": 2, "page_id": 8, "link_index": 0}]), label="DeadLetters")
+             "entity_id": 2, "page_id": 8, "link_index": 0}]))
 
     assert run_counted(build) == {"entities_embedded": 2, "entities_recomputed": 2, "entities_without_mentions": 1,
                                   "mentions_embedded": 3, "mention_pages_missing": 1}
+    norm = input_embedding_norm(ModelSpec(str(tiny_bert)))
+    assert [(row["entity_id"], row["title"], row["qid"], row["mention_count"], len(row["embedding"]),
+             round(float(np.linalg.norm(row["embedding"])), 4)) for row in entity_rows(tmp_path)] == [
+        (1, "Paris", "Q90", 2, 32, round(norm, 4)), (2, "Lyon", None, 1, 32, round(norm, 4))]
 
 
-def test_reuse_counters_do_not_count_reused_entities_as_without_mentions():
+def test_reuse_counters_are_zero_when_nothing_was_reused_or_recomputed():
     assert reuse_counters({"entities_embedded": 4}) == {"entities_reused": 0, "entities_recomputed": 0,
                                                         "entities_embedded": 4}
     assert reuse_counters({"entities_reused": 3, "entities_without_mentions": 5}) == {
-        "entities_reused": 3, "entities_recomputed": 0, "entities_without_mentions": 2}
-    assert reuse_counters({"entities_reused": 3, "entities_without_mentions": 3}) == {
-        "entities_reused": 3, "entities_recomputed": 0}
+        "entities_reused": 3, "entities_recomputed": 0, "entities_without_mentions": 5}
 
 
 # --- the stage: flags -> EmbedConfig -> recorded options ---------------------------------------------------------

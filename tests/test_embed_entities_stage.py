@@ -23,11 +23,12 @@ from artifacts.errors import InputError
 from encoders.mask_inputs import MaskInput, mask_inputs
 from encoders.models import ModelSpec, input_embedding_norm
 from pipelines.cli import main
-from tests.builders import CAPITALS, article_texts, write_parsed
+from tests.builders import CAPITALS, article, article_texts, write_parsed
 from tests.conftest import DIRECT, MULTI_PROCESS, copy_stages
-from transforms.embed_entities import finite_vector, norm_matched
+from transforms.embed_entities import finite_vector
+from transforms.entity_vectors import norm_matched
 from transforms.mention_sampling import CHARS_PER_TOKEN, mention_ref, mention_window, window_digest
-from transforms.mention_windows import CutMentionWindows
+from transforms.mention_windows import CutMentionWindows, ref_rows
 
 
 def test_non_finite_vectors_are_dead_lettered():
@@ -119,17 +120,17 @@ def test_a_link_trail_stays_outside_the_mask_from_parse_to_model_input(tiny_bert
                                                                      "causes"]
 
 
-def test_refs_of_a_missing_page_are_dead_lettered():
+def test_refs_of_a_missing_page_are_dead_lettered(tmp_path):
+    write_parsed(tmp_path, [article(5, "P", "see Paris here", [("Paris", "Paris")])])
     ref = {"entity_id": 3, "page_id": 8, "link_index": 1, "start": 4, "end": 9, "window_digest": b"x" * 16}
     with TestPipeline(runner="DirectRunner") as pipeline:
-        cut = ({"refs": pipeline | "Refs" >> beam.Create([ref, {**ref, "page_id": 5}]),
-                "articles": pipeline | "Articles" >> beam.Create([{"page_id": 5, "text": "see Paris here"}])}
-               | CutMentionWindows(100))
-        assert_that(cut.mentions, equal_to([{"entity_id": 3, "page_id": 5, "text": "see Paris here", "start": 4,
-                                             "end": 9}]), label="Mentions")
-        assert_that(cut.dead_letter, equal_to([{"kind": "mention_pages_missing", "entity_id": 3, "page_id": 8,
-                                                "link_index": 1,
-                                                "reason": "the page of a sampled mention is not in articles/"}]),
+        cut = (pipeline | beam.Create([ref_rows([ref, {**ref, "page_id": 5, "link_index": 0}])])
+               | CutMentionWindows(str(tmp_path), str(tmp_path / "scratch"), 100))
+        assert_that(cut["mentions"], equal_to([{"entity_id": 3, "page_id": 5, "link_index": 0, "text": "see Paris here",
+                                                "start": 4, "end": 9}]), label="Mentions")
+        assert_that(cut["dead_letter"], equal_to([{"kind": "mention_pages_missing", "entity_id": 3, "page_id": 8,
+                                                   "link_index": 1,
+                                                   "reason": "the page of a sampled mention is not in articles/"}]),
                     label="DeadLetters")
 
 

@@ -23,8 +23,7 @@ from pipelines.index import check_encoder
 from tests.conftest import DIRECT, GENSIM_SAMPLE
 from transforms.dump_reader import RawPage, iter_pages, read_siteinfo
 from transforms.embed_entities import mention_problem
-from transforms.mention_sampling import mention_window
-from transforms.mentions import mention_refs
+from transforms.mention_sampling import mention_ref, mention_window
 from transforms.namespaces import Namespaces
 from transforms.parse import classify_page
 from transforms.wikitext import Link, ParsedText, WikitextOptions, wikitext_to_text
@@ -119,7 +118,7 @@ def test_a_real_link_trail_stays_context_from_parse_to_mask(raw_pages, tokenizer
     index = next(i for i, link in enumerate(article["links"]) if link["target"] == "Strikebreaker")
     link = article["links"][index]
     assert (article["text"][link["start"]:link["end"]], link["trail"]) == ("strikebreakers", 1)
-    [ref] = mention_refs(page.page_id, {"article": [article], "sampled": [(1, index)]}, 2000)
+    ref = mention_ref(1, article, index, 2000)  # the mentions/ row of that link
     assert article["text"][ref["start"]:ref["end"]] == "strikebreaker"  # the stored span excludes the trail
     mention = mention_window(ref, article["text"], 2000)  # the window embed-entities cuts
     assert mention["text"][mention["start"]:mention["end"]] == "strikebreaker"

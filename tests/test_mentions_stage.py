@@ -5,17 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import apache_beam as beam
-from apache_beam.testing.test_pipeline import TestPipeline
-from apache_beam.testing.util import assert_that, equal_to
-
 from artifacts import tables
 from pipelines.cli import main
 from tests.builders import article, article_texts, write_parsed
 from tests.conftest import BUNDLED_SAMPLE, DIRECT, MULTI_PROCESS, copy_stages
-from transforms.mention_sampling import CHARS_PER_TOKEN, LinkRef, context_window, sample_key, window_digest
-from transforms.mention_windows import windows_of_page
-from transforms.mentions import count_and_bottom_k, ref_order, sample_of_entity
+from transforms.mention_sampling import CHARS_PER_TOKEN, context_window, sample_key, window_digest
+from transforms.mention_windows import ref_rows, shard_windows
 
 
 def test_mentions_are_the_same_for_one_and_two_workers(tmp_path):
@@ -50,18 +45,6 @@ def test_bottom_k_keeps_the_smallest_keys(tmp_path):
     assert chosen == sorted(page for _, page in keys[:4])
 
 
-def test_bottom_k_combines_before_the_join_and_counts_every_link():
-    refs = [LinkRef(sample_key=(index * 7919) % 1000, page_id=index, link_index=0) for index in range(1000)]
-    with TestPipeline(runner="DirectRunner") as pipeline:
-        combined = (pipeline | beam.Create([("Paris", ref) for ref in refs] + [("Nowhere", refs[0])])
-                    | beam.CombinePerKey(count_and_bottom_k(5)))
-        expected = sorted(refs, key=ref_order)[:5]
-        assert_that(combined, equal_to([("Paris", (1000, expected)), ("Nowhere", (1, [refs[0]]))]))
-    joined = {"entity_id": [], "sample": [(1000, expected)]}
-    assert list(sample_of_entity("Red link", joined)) == []
-    assert list(sample_of_entity("Paris", {"entity_id": [7], "sample": [(1000, expected)]})) == [(7, expected)]
-
-
 def todays_mention_rows(articles: dict[int, dict], refs: list[dict], chars: int) -> list[dict]:
     """The mention rows as the mentions stage stored them before windows moved to embed time (its code, inline):
     the window cut around the sampled link's own text, trail excluded."""
@@ -89,10 +72,8 @@ def test_windows_cut_at_embed_time_are_todays_mention_rows(tmp_path):
                                           for article in [articles[row["page_id"]]])  # windows really cut
     assert all(ref["window_digest"] == window_digest(row["text"], row["start"], row["end"])
                for ref, row in zip(refs, expected, strict=True))
-    by_page: dict[int, list[dict]] = {}
-    for ref in refs:  # what CutMentionWindows's join hands windows_of_page (the join itself: the test below)
-        by_page.setdefault(ref["page_id"], []).append(ref)
-    found = [row for page_id, page_refs in by_page.items()
-             for row in windows_of_page(page_id, {"refs": page_refs, "text": [articles[page_id]["text"]]}, chars)]
+    texts = {page_id: article["text"] for page_id, article in articles.items()}
+    found = [{name: value for name, value in row.items() if name != "link_index"}  # what CutMentionWindows cuts
+             for row in shard_windows(ref_rows(refs), texts, chars)]
     key = lambda row: (row["entity_id"], row["page_id"], row["start"])  # noqa: E731
     assert sorted(found, key=key) == sorted(expected, key=key)

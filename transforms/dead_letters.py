@@ -17,6 +17,13 @@ def count(name: str, value: int = 1) -> None:
     Metrics.counter(COUNTER_NAMESPACE, name).inc(value)
 
 
+def count_some(name: str, value: int) -> None:
+    """``count`` unless ``value`` is 0: a counter that nothing counted stays out of the manifest (as a per-item
+    counter would) when a step counts many items at once."""
+    if value:
+        count(name, value)
+
+
 def dead_letter(kind: str, reason: str, **fields: Any) -> beam.pvalue.TaggedOutput:
     """A tagged output record for ``OUT/errors/``; also counts it as ``kind``."""
     count(kind)

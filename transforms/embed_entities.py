@@ -3,9 +3,9 @@ mean input-embedding norm; with a previous run to reuse, unchanged entities keep
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import apache_beam as beam
@@ -13,28 +13,28 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.ml.inference.base import PredictionResult, RunInference
 
-from artifacts import schemas
-from artifacts.counters import declare, dropped, error, processed
-from encoders.mask_encoder import MaskEncoderHandler
+from artifacts import layout, schemas, tables
+from artifacts.counters import declare, error, processed
+from encoders.mask_encoder import MaskEncoderHandler, check_mask_model
 from encoders.mask_inputs import MASK_WINDOWS
-from encoders.models import ModelSpec
-from transforms import mention_windows, refresh
+from encoders.models import ModelSpec, hidden_size, input_embedding_norm
+from transforms import entity_refresh, entity_vectors, mention_windows
 from transforms.dead_letters import DEAD_LETTER_TAG, count, dead_letter
-from transforms.mention_windows import CutMentionWindows
-from transforms.refresh import SplitEntitiesForRefresh
+from transforms.entity_refresh import RefreshSplit
+from transforms.entity_vectors import EntityVectors, ModelFacts, vector_buckets
+from transforms.mention_windows import REF_COLUMNS, CutMentionWindows, ref_array
+from transforms.packed import CountEntities
 
 EMBEDDING_DTYPES = {"float32": pa.float32(), "float16": pa.float16()}
 
 COUNTERS = declare(
     processed("mentions_embedded", "mentions embedded"),
-    processed("entities_embedded", "entities embedded"),
-    dropped("entities_without_mentions", "entities without any mention to embed"),
-    dropped("mentions_of_unknown_entities", "mentions of unknown entities", dead_lettered=True),
     error("bad_mention_spans", "mentions whose span lies outside their text"),
     error("empty_contexts", "mentions without any context around them"),
     error("non_finite_vectors", "vectors with NaN or inf (or a zero mean)"),
     *mention_windows.COUNTERS.values(),
-    *refresh.ENTITY_COUNTERS.values(),
+    *entity_vectors.COUNTERS.values(),
+    *entity_refresh.ENTITY_COUNTERS.values(),
 )
 
 
@@ -114,84 +114,43 @@ def embeddable(rows: list[dict[str, Any]]) -> Iterator[Any]:
         count("mentions_embedded", good)
 
 
+def mention_key(example: Any) -> tuple[int, int, int]:
+    """(entity_id, page_id, link_index) of an inference example: a mention row, or a MaskInput (entity only)."""
+    if isinstance(example, dict):
+        return example["entity_id"], example.get("page_id", -1), example.get("link_index", -1)
+    return example.entity_id, -1, -1
+
+
 def finite_vector(result: PredictionResult) -> Iterator[Any]:
-    """(entity_id, float32 vector) of one inference result; a vector with NaN or inf is dead-lettered."""
+    """(mention key, float32 vector) of one inference result; a vector with NaN or inf is dead-lettered."""
     vector = np.asarray(result.inference, dtype=np.float32)
-    example = result.example  # a mention row, or a MaskInput
-    entity_id = example["entity_id"] if isinstance(example, dict) else example.entity_id
+    key = mention_key(result.example)
     if np.all(np.isfinite(vector)):
-        yield entity_id, vector
+        yield key, vector
     else:
-        yield dead_letter("non_finite_vectors", "the model returned NaN or inf", entity_id=entity_id)
+        yield dead_letter("non_finite_vectors", "the model returned NaN or inf", entity_id=key[0])
 
 
-class MeanVector(beam.CombineFn):
-    """(sum in float64, count) of an entity's mention vectors: distributed, order-independent to rounding."""
-
-    def create_accumulator(self) -> tuple[np.ndarray | None, int]:
-        return None, 0
-
-    def add_input(self, accumulator, vector):
-        total, seen = accumulator
-        vector = vector.astype(np.float64)
-        return (vector if total is None else total + vector), seen + 1
-
-    def merge_accumulators(self, accumulators):
-        total, seen = None, 0
-        for part, part_seen in accumulators:
-            if part is not None:
-                total = part.copy() if total is None else total + part
-            seen += part_seen
-        return total, seen
-
-    def extract_output(self, accumulator):
-        return accumulator
-
-
-def norm_matched(total: np.ndarray, seen: int, target_norm: float) -> np.ndarray | None:
-    """The mean direction scaled to ``target_norm`` (None if the mean is zero or not finite)."""
-    mean = total / seen
-    norm = float(np.linalg.norm(mean))
-    if not math.isfinite(norm) or norm == 0.0:
-        return None
-    return (mean / norm * target_norm).astype(np.float32)
-
-
-def embedding_row(entity_id: int, joined: dict[str, list[Any]], target_norm: float = 1.0) -> Iterator[Any]:
-    """The ``entity_embeddings/`` row of one entity from its (title, qid) and (sum, count) of mention vectors;
-    mentions of an unknown entity and zero or non-finite means are dead-lettered."""
-    entities, means = joined["entity"], joined["mean"]
-    if not entities:
-        if means:
-            yield dead_letter("mentions_of_unknown_entities", "mentions of an entity_id not in entities/",
-                              entity_id=entity_id, mention_count=means[0][1])
-        return
-    if not means:
-        count("entities_without_mentions")
-        return
-    total, seen = means[0]
-    vector = norm_matched(total, seen, target_norm)
-    if vector is None:
-        yield dead_letter("non_finite_vectors", "mean vector is zero or not finite", entity_id=entity_id)
-        return
-    count("entities_embedded")
-    title, qid = entities[0]
-    yield {"entity_id": entity_id, "title": title, "qid": qid, "embedding": vector.tolist(), "mention_count": seen}
+def model_facts(config: EmbedConfig, mentions: int) -> ModelFacts:
+    """Check the model (one-line errors: path, device, [MASK], layer, sequence length) and read what the workers
+    must know of it; ``mentions``: how many mention vectors may be reduced (sets the buckets). Run where the
+    model will run: by the launcher of a local run, by a worker otherwise."""
+    check_mask_model(config.spec, config.layer, config.max_seq_length)
+    dim = hidden_size(config.spec)
+    return ModelFacts(dim, input_embedding_norm(config.spec), vector_buckets(mentions, dim))
 
 
 def reuse_counters(counters: dict[str, int]) -> dict[str, int]:
-    """The refresh counters (0 when nothing was reused); a reused entity is not "without mentions" although no
-    mention of it reached the join with the entity table."""
-    counters = {"entities_reused": 0, "entities_recomputed": 0, **counters}
-    without = counters.pop("entities_without_mentions", 0) - counters["entities_reused"]
-    return {**counters, "entities_without_mentions": without} if without else counters
+    """The refresh counters, 0 when nothing was reused or recomputed."""
+    return {"entities_reused": 0, "entities_recomputed": 0, **counters}
 
 
 # --- transforms -----------------------------------------------------------------------------------------------
 
 
 class EncodeMentions(beam.PTransform):
-    """Mention rows (entity_id, page_id, text, start, end) -> (entity_id, [MASK] vector) (main ``vectors``);
+    """Mention rows (entity_id, page_id, link_index, text, start, end) -> ((entity_id, page_id, link_index),
+    [MASK] vector) (main ``vectors``);
     rows that cannot be embedded and non-finite vectors go to ``dead_letter``. ``progress``: an optional
     pass-through step after the model (a progress log)."""
 
@@ -212,63 +171,74 @@ class EncodeMentions(beam.PTransform):
         return {"vectors": vectors.vectors, DEAD_LETTER_TAG: dead}
 
 
-class EntityVectors(beam.PTransform):
-    """``vectors`` (entity_id, mention vector) + ``entities`` (entity_id, title, qid rows) -> one
-    ``entity_embeddings/`` row per entity with mentions: the mean direction at ``target_norm`` (main ``rows``;
-    ``dead_letter``: mentions of unknown entities, zero or non-finite means)."""
+@dataclass(frozen=True)
+class EmbedInputs:
+    """Where EmbedEntities reads and writes: ``output`` (the OUT with articles/, entities/ and mentions/ and how
+    many ``mentions`` it holds), ``embeddings`` and ``id_map`` (the directories of the entity_embeddings/ and, in
+    a refresh, entity_id_map/ files), ``scratch`` (a directory for files the workers share) and ``previous`` (an
+    OUT whose vectors may be reused, or None)."""
 
-    def __init__(self, target_norm: float) -> None:
-        super().__init__()
-        self._target_norm = target_norm
-
-    def expand(self, inputs: dict[str, beam.PCollection]) -> beam.pvalue.DoOutputsTuple:
-        means = inputs["vectors"] | "MeanPerEntity" >> beam.CombinePerKey(MeanVector())
-        entities = inputs["entities"] | "EntityInfo" >> beam.Map(lambda e: (e["entity_id"], (e["title"], e["qid"])))
-        return ({"entity": entities, "mean": means} | "JoinEntities" >> beam.CoGroupByKey()
-                | "NormMatch" >> beam.FlatMapTuple(embedding_row, self._target_norm).with_outputs(
-                    DEAD_LETTER_TAG, main="rows"))
+    output: str
+    mentions: int
+    embeddings: str
+    scratch: str
+    id_map: str = ""
+    previous: str | None = None
 
 
 class EmbedEntities(beam.PTransform):
-    """``refs`` (mentions/ rows), ``articles`` (page_id, text) and ``entities`` (entity_id, title, qid), and with
-    a previous run to reuse its ``old_mentions``, ``old_entities`` and ``old_embeddings`` -> ``rows``
-    (entity_embeddings/ rows), ``dead_letter`` and, when reusing, ``id_map`` (entity_id_map/ rows).
+    """``EmbedInputs`` -> the ``entity_embeddings/`` files (written by the buckets' reduce) and, when reusing a
+    previous run, the ``entity_id_map/`` file; returns the dead letters.
 
     Windows of ``context_chars`` characters per side are cut around each mention, encoded, averaged per entity
-    and scaled to ``target_norm``."""
+    and scaled to the model's target norm. ``facts``: the model's ``ModelFacts`` when the launcher computed them
+    (a local run), else None (a worker computes them)."""
 
-    def __init__(self, config: EmbedConfig, target_norm: float, context_chars: int,
+    def __init__(self, config: EmbedConfig, inputs: EmbedInputs, facts: ModelFacts | None, context_chars: int,
                  progress: beam.PTransform | None = None) -> None:
         super().__init__()
-        self._config = config
-        self._target_norm = target_norm
+        self._config, self._inputs, self._facts = config, inputs, facts
         self._chars = context_chars
         self._progress = progress
 
-    def expand(self, inputs: dict[str, beam.PCollection]) -> dict[str, beam.PCollection]:
-        refs, split = self._split_for_refresh(inputs)
-        mentions = ({"refs": refs, "articles": inputs["articles"]}
-                    | "CutMentionWindows" >> CutMentionWindows(self._chars))
-        vectors = mentions.mentions | "EncodeMentions" >> EncodeMentions(self._config, self._progress)
-        rows = ({"vectors": vectors["vectors"], "entities": inputs["entities"]}
-                | "EntityVectors" >> EntityVectors(self._target_norm))
-        dead = ((mentions[DEAD_LETTER_TAG], vectors[DEAD_LETTER_TAG], rows[DEAD_LETTER_TAG])
-                | "AllDeadLetters" >> beam.Flatten())
-        if split is None:
-            return {"rows": rows.rows, DEAD_LETTER_TAG: dead}
-        return {"rows": (rows.rows, split["reused"]) | "WithReused" >> beam.Flatten(), DEAD_LETTER_TAG: dead,
-                "id_map": split["id_map"]}
+    def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
+        inputs = self._inputs
+        facts = self._model_facts(pipeline)
+        refs, reused = self._split_for_refresh(read_refs(pipeline, inputs.output, "ReadMentions"), facts)
+        mentions = refs | "CutMentionWindows" >> CutMentionWindows(inputs.output, inputs.scratch, self._chars)
+        vectors = mentions["mentions"] | "EncodeMentions" >> EncodeMentions(self._config, self._progress)
+        reduced = {"vectors": vectors["vectors"], "facts": facts, **({} if reused is None else {"reused": reused})}
+        reduce_dead = reduced | "EntityVectors" >> EntityVectors(inputs.output, inputs.scratch, inputs.embeddings,
+                                                                 partial(facts_schema, self._config))
+        return (mentions[DEAD_LETTER_TAG], vectors[DEAD_LETTER_TAG], reduce_dead) | "AllDeadLetters" >> beam.Flatten()
 
-    def _split_for_refresh(self, inputs: dict[str, beam.PCollection]) -> tuple[beam.PCollection, Any]:
-        """(refs to encode, the refresh split or None). Without old inputs every entity is encoded; when a
-        previous run was named but refused, each is counted as recomputed."""
-        refs = inputs["refs"]
-        if "old_mentions" not in inputs:
+    def _model_facts(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
+        if self._facts is not None:
+            return pipeline | "ModelFacts" >> beam.Create([self._facts])
+        return (pipeline | "Model" >> beam.Create([self._config])
+                | "ModelFacts" >> beam.Map(model_facts, self._inputs.mentions))
+
+    def _split_for_refresh(self, refs: beam.PCollection,
+                           facts: beam.PCollection) -> tuple[beam.PCollection, beam.PCollection | None]:
+        """(packed refs to encode, (bucket, Part) of reused old vectors or None). Without a previous run every
+        entity is encoded; when a previous run was named but refused, each is counted as recomputed."""
+        inputs = self._inputs
+        if inputs.previous is None:
             if self._config.previous:
-                _ = (refs | "EntityIds" >> beam.Map(lambda row: row["entity_id"]) | "Distinct" >> beam.Distinct()
-                     | "CountRecomputed" >> beam.Map(lambda _: count("entities_recomputed")))
+                _ = refs | "CountRecomputed" >> CountEntities("entities_recomputed")
             return refs, None
-        split = ({"mentions": refs, "entities": inputs["entities"],
-                  **{name: inputs[name] for name in ("old_mentions", "old_entities", "old_embeddings")}}
-                 | "SplitForRefresh" >> SplitEntitiesForRefresh())
-        return split["encode"], split
+        split = refs | "SplitForRefresh" >> RefreshSplit(inputs.previous, inputs.output, inputs.scratch,
+                                                         inputs.id_map, facts)
+        return split["encode"], split["reused"]
+
+
+def facts_schema(config: EmbedConfig, facts: ModelFacts) -> pa.Schema:
+    """The ``entity_embeddings/`` schema of vectors of ``facts``' model."""
+    return embeddings_schema(config, facts.dim, facts.target_norm)
+
+
+def read_refs(pipeline: beam.pvalue.PBegin, output: str, label: str) -> beam.PCollection:
+    """``output``'s mentions/ as packed refs (one array per row group)."""
+    return (pipeline | label >> beam.io.ReadFromParquetBatched(tables.parquet_pattern(output, layout.MENTIONS),
+                                                               columns=REF_COLUMNS)
+            | f"{label}Packed" >> beam.Map(ref_array))

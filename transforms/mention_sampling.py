@@ -6,7 +6,7 @@ cut again from ``articles/`` at embed time with :func:`mention_window`, so no ar
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,14 +33,20 @@ def sample_key(seed: int, entity_title: str, page_id: int, ordinal: int) -> int:
     return int.from_bytes(digest.digest(), "big")
 
 
-def link_refs(article: dict[str, Any], seed: int) -> Iterator[tuple[str, LinkRef]]:
-    """(target title, LinkRef) for every link of an article."""
+def link_ordinals(targets: Iterable[str]) -> Iterator[tuple[int, str, int]]:
+    """(link index, target, ordinal of this link among the page's links to that target) of a page's links."""
     ordinals: dict[str, int] = {}
-    for index, link in enumerate(article["links"]):
-        target = link["target"]
+    for index, target in enumerate(targets):
         ordinal = ordinals.get(target, 0)
         ordinals[target] = ordinal + 1
-        yield target, LinkRef(sample_key(seed, target, article["page_id"], ordinal), article["page_id"], index)
+        yield index, target, ordinal
+
+
+def link_refs(article: dict[str, Any], seed: int) -> Iterator[tuple[str, LinkRef]]:
+    """(target title, LinkRef) for every link of an article."""
+    page_id = article["page_id"]
+    for index, target, ordinal in link_ordinals(link["target"] for link in article["links"]):
+        yield target, LinkRef(sample_key(seed, target, page_id, ordinal), page_id, index)
 
 
 def context_window(text: str, start: int, end: int, chars: int) -> tuple[str, int, int]:

@@ -1,51 +1,123 @@
 """embed-entities: the context windows of the sampled mentions, cut from ``articles/`` at embed time.
 
-``mentions/`` holds references into the articles; joining them with the articles by page moves each article's
-text through the shuffle once, however many of its links were sampled."""
+``mentions/`` holds references into the articles. They are joined with the article text by article shard (a row
+group of an articles/ file, found with the page map): refs travel packed, keyed by their shard, and each shard's
+group reads that one row group's ``page_id, text`` and cuts its windows. No article text goes through a shuffle.
+"""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import apache_beam as beam
+import numpy as np
+import pyarrow as pa
 
+from artifacts import fs, layout, tables
 from artifacts.counters import declare, dropped
+from transforms.article_shards import PageMap, load_page_map, page_map, read_row_group, save_page_map
 from transforms.dead_letters import DEAD_LETTER_TAG, dead_letter
 from transforms.mention_sampling import mention_window
+from transforms.packed import split_by
+from transforms.per_worker import PerProcess
 
 COUNTERS = declare(
     dropped("mention_pages_missing", "mentions whose page is not in articles/", dead_lettered=True),
 )
 
+# A mentions/ ref, packed (24 bytes).
+REF = np.dtype([("entity_id", "<i4"), ("page_id", "<i8"), ("link_index", "<i4"), ("start", "<i4"), ("end", "<i4")])
+REF_COLUMNS = list(REF.names)
 
-def windows_of_page(page_id: int, joined: dict[str, list[Any]], chars: int = 0) -> Iterator[Any]:
-    """The mention rows (entity_id, page_id, text, start, end) of one page's refs; refs of a missing page are
-    dead-lettered."""
-    texts, refs = joined["text"], joined["refs"]
-    if not texts:
-        for ref in refs:
-            yield dead_letter("mention_pages_missing", "the page of a sampled mention is not in articles/",
-                              entity_id=ref["entity_id"], page_id=page_id, link_index=ref["link_index"])
-        return
-    for ref in sorted(refs, key=lambda ref: (ref["link_index"], ref["entity_id"])):
-        yield mention_window(ref, texts[0], chars)
+
+def ref_array(table: pa.Table) -> np.ndarray:
+    """The ``REF`` rows of a table of ``mentions/`` rows."""
+    refs = np.empty(table.num_rows, dtype=REF)
+    for name in REF.names:
+        refs[name] = table.column(name).to_numpy()
+    return refs
+
+
+def ref_rows(refs: list[dict[str, Any]]) -> np.ndarray:
+    """The ``REF`` rows of ``mentions/`` rows given as dicts."""
+    return np.array([tuple(ref[name] for name in REF.names) for ref in refs], dtype=REF)
+
+
+def shard_windows(refs: np.ndarray, texts: dict[int, str], chars: int) -> Iterator[dict[str, Any]]:
+    """The mention rows (entity_id, page_id, link_index, text, start, end) of a shard's refs, in (page, link,
+    entity) order; ``texts``: the shard's article text by page."""
+    refs = refs[np.lexsort((refs["entity_id"], refs["link_index"], refs["page_id"]))]
+    for entity_id, page_id, link_index, start, end in refs.tolist():
+        row = mention_window({"entity_id": entity_id, "page_id": page_id, "start": start, "end": end},
+                             texts[page_id], chars)
+        yield {**row, "link_index": link_index}
+
+
+def missing_page(ref: tuple) -> beam.pvalue.TaggedOutput:
+    entity_id, page_id, link_index = ref[:3]
+    return dead_letter("mention_pages_missing", "the page of a sampled mention is not in articles/",
+                       entity_id=entity_id, page_id=page_id, link_index=link_index)
+
+
+def build_article_page_map(output: str, directory: str) -> str:
+    """Write the page map of ``output``'s articles/ under ``directory`` (in the one worker that runs this)."""
+    return save_page_map(page_map(tables.parquet_files(output, layout.ARTICLES)), directory)
+
+
+class RefsByShard(beam.DoFn):
+    """Packed refs -> (shard, the refs whose page lies in it); refs of pages not in articles/ dead-lettered."""
+
+    def __init__(self, pages: str) -> None:
+        self._pages, self._loader = pages, PerProcess(load_page_map)
+
+    def setup(self) -> None:
+        self._map: PageMap = self._loader.get(self._pages)
+
+    def process(self, refs: np.ndarray, _built: str) -> Iterator[Any]:
+        shards = self._map.shards_of(refs["page_id"])
+        for ref in refs[shards < 0].tolist():
+            yield missing_page(ref)
+        yield from split_by(refs[shards >= 0], shards[shards >= 0])
+
+
+class CutShardWindows(beam.DoFn):
+    """(shard, packed refs) -> the mention rows of those refs, their windows cut from the shard's article text."""
+
+    def __init__(self, pages: str, chars: int) -> None:
+        self._pages, self._chars, self._loader = pages, chars, PerProcess(load_page_map)
+
+    def setup(self) -> None:
+        self._map: PageMap = self._loader.get(self._pages)
+
+    def process(self, element: tuple[int, list[np.ndarray]], _built: str) -> Iterator[dict[str, Any]]:
+        shard, parts = element
+        refs = np.concatenate(list(parts))
+        path, row_group = self._map.location(shard)
+        articles = read_row_group(path, row_group, ["page_id", "text"])
+        wanted = set(refs["page_id"].tolist())
+        texts = {page_id: text for page_id, text in zip(articles.column("page_id").to_pylist(),
+                                                         articles.column("text").to_pylist(), strict=True)
+                 if page_id in wanted}
+        yield from shard_windows(refs, texts, self._chars)
 
 
 class CutMentionWindows(beam.PTransform):
-    """``refs`` (mentions/ rows) + ``articles`` (page_id, text) -> mention rows with their context windows of
-    about ``chars`` characters per side (main output ``mentions``; ``dead_letter``: refs of missing pages)."""
+    """Packed refs (``REF`` arrays of ``mentions/`` rows) -> mention rows with their context windows of about
+    ``chars`` characters per side cut from ``output``'s articles/ (main output ``mentions``; ``dead_letter``:
+    refs of missing pages). ``scratch``: a directory for the page map the workers share."""
 
-    def __init__(self, chars: int) -> None:
+    def __init__(self, output: str, scratch: str, chars: int) -> None:
         super().__init__()
-        self._chars = chars
+        self._output, self._scratch, self._chars = output, scratch, chars
 
-    def expand(self, inputs: dict[str, beam.PCollection]) -> beam.pvalue.DoOutputsTuple:
-        return (
-            {"refs": inputs["refs"] | "RefsByPage" >> beam.Map(lambda ref: (ref["page_id"], ref)),
-             "text": inputs["articles"] | "TextByPage" >> beam.Map(lambda article: (article["page_id"],
-                                                                                    article["text"]))}
-            | "JoinRefsWithArticles" >> beam.CoGroupByKey()
-            | "CutWindows" >> beam.FlatMapTuple(windows_of_page, self._chars).with_outputs(
-                DEAD_LETTER_TAG, main="mentions")
-        )
+    def expand(self, refs: beam.PCollection) -> dict[str, beam.PCollection]:
+        pages = fs.join(self._scratch, f"page_map-{uuid.uuid4().hex[:12]}")  # per run: a per-process object's tag
+        built = (refs.pipeline | "Articles" >> beam.Create([self._output])
+                 | "BuildPageMap" >> beam.Map(build_article_page_map, pages))
+        keyed = refs | "RefsByShard" >> beam.ParDo(RefsByShard(pages), beam.pvalue.AsSingleton(built)).with_outputs(
+            DEAD_LETTER_TAG, main="refs")
+        mentions = (keyed.refs | "GroupByShard" >> beam.GroupByKey()
+                    | "CutWindows" >> beam.ParDo(CutShardWindows(pages, self._chars), beam.pvalue.AsSingleton(built)))
+        return {"mentions": mentions, DEAD_LETTER_TAG: keyed[DEAD_LETTER_TAG]}

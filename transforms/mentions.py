@@ -1,24 +1,52 @@
-"""mentions: for every entity, a deterministic bottom-k sample of the links to it, as refs into articles/."""
+"""mentions: for every entity, a deterministic bottom-k sample of the links to it, as refs into articles/.
+
+Two passes over ``articles/`` instead of a join of sampled refs with whole articles (the way wikipedia2vec builds
+its mention database): pass 1 reads only the links, orders each link to an entity by ``ref_order`` and keeps per
+entity the k smallest orders (a combine over a few buckets of entity ids, packed numpy arrays), from which each
+entity's threshold is written (the order of its k-th link; none when it has fewer than k links). Pass 2 reads the
+articles where they lie and writes the ref of every link whose order is within its entity's threshold: exactly
+the bottom-k sample, cut from the text at hand. No article text goes through a shuffle.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
+from artifacts import fs, layout, tables
 from artifacts.counters import declare, dropped, processed
-from transforms.dead_letters import count
-from transforms.mention_sampling import CHARS_PER_TOKEN, LinkRef, link_refs, mention_ref
+from transforms.dead_letters import count_some
+from transforms.entity_maps import TitleIds, build_title_ids, load_title_ids
+from transforms.mention_sampling import CHARS_PER_TOKEN, LinkRef, link_ordinals, mention_ref, sample_key
+from transforms.packed import PackedCombineFn, group_starts, rank_in_group, split_by_bucket
+from transforms.per_worker import PerProcess
+from transforms.worker_files import load_array, save_array
 
 COUNTERS = declare(
     processed("entities_with_mentions", "entities with sampled mentions"),
     processed("mentions_sampled", "mentions sampled"),
     dropped("links_to_non_entities", "links whose target is not an entity"),
     dropped("entities_without_links", "entities no article links to (no mention to sample)"),
-    dropped("sampled_pages_missing", "sampled mentions whose source page was not found"),
 )
+
+# A link's place in its entity's sampling order, packed: 24 bytes a link.
+ORDER = np.dtype([("entity_id", "<i4"), ("sample_key", "<u8"), ("page_id", "<i8"), ("link_index", "<i4")])
+# An entity's threshold: the order (without the entity) of its k-th sampled link.
+THRESHOLD = np.dtype([("sample_key", "<u8"), ("page_id", "<i8"), ("link_index", "<i4")])
+# The threshold of an entity with fewer than k links (all of them sampled): above every order.
+NO_THRESHOLD = (np.iinfo(np.uint64).max, np.iinfo(np.int64).max, np.iinfo(np.int32).max)
+# Sampled refs a bucket holds at most (24 bytes each): its share of entities x max_mentions.
+REFS_PER_BUCKET = 1 << 22
+Order = tuple[int, int, int]
 
 
 @dataclass(frozen=True)
@@ -42,69 +70,206 @@ class MentionsConfig:
         return self.max_seq_length * CHARS_PER_TOKEN
 
 
-def ref_order(ref: LinkRef) -> tuple[int, int, int]:
+@dataclass(frozen=True)
+class MentionsInputs:
+    """Where SampleMentions reads (``output``: the OUT holding ``articles/`` and ``entities/``), how many buckets
+    of entity ids its combine uses, and ``scratch``: a directory of its own for the files its workers share."""
+
+    output: str
+    buckets: int
+    scratch: str
+
+
+def sample_buckets(entities: int, max_mentions: int) -> int:
+    """Buckets of entity ids for the bottom-k combine: enough that one holds at most ``REFS_PER_BUCKET`` refs."""
+    return max(1, math.ceil(entities * max_mentions / REFS_PER_BUCKET))
+
+
+def ref_order(ref: LinkRef) -> Order:
     """The sampling order: the seeded hash first; page and link break (astronomically rare) ties."""
     return ref.sample_key, ref.page_id, ref.link_index
 
 
-def count_and_bottom_k(max_mentions: int) -> beam.CombineFn:
-    """Per link target: (number of links, the ``max_mentions`` links of smallest order). Both combine before
-    the shuffle, so a target with millions of links sends only k refs and a count over the network."""
-    return beam.combiners.SingleInputTupleCombineFn(
-        beam.combiners.CountCombineFn(), beam.combiners.TopCombineFn(max_mentions, key=ref_order, reverse=True))
+# --- elements ---------------------------------------------------------------------------------------------------
 
 
-def sample_of_entity(title: str, joined: dict[str, list[Any]]) -> Iterator[tuple[int, list[LinkRef]]]:
-    """(entity_id, its sampled refs); links to non-entities and entities nobody links to are counted."""
-    entity_ids, samples = joined["entity_id"], joined["sample"]
-    if not entity_ids:
-        count("links_to_non_entities", sum(links for links, _ in samples))
-        return
-    if not samples:
-        count("entities_without_links")
-        return
-    _, refs = samples[0]
-    yield entity_ids[0], refs
+def entity_link_orders(page_id: int, targets: Iterable[str], entity_of: Callable[[str], int | None],
+                       seed: int) -> Iterator[tuple[int, Order] | None]:
+    """For each link of a page (link targets in order): (entity id, ``ref_order`` of its ``link_refs`` ref), or
+    None for a link to no entity (not hashed)."""
+    for index, target, ordinal in link_ordinals(targets):
+        entity_id = entity_of(target)
+        yield None if entity_id is None else (entity_id, (sample_key(seed, target, page_id, ordinal), page_id, index))
 
 
-def sampled_by_page(entity_id: int, refs: list[LinkRef]) -> Iterator[tuple[int, tuple[int, int]]]:
-    count("entities_with_mentions")
-    count("mentions_sampled", len(refs))
-    for ref in refs:
-        yield ref.page_id, (entity_id, ref.link_index)
+def bottom_k(orders: np.ndarray, k: int) -> np.ndarray:
+    """The ``k`` smallest orders of each entity of ``orders`` (``ORDER`` rows), sorted by entity and order."""
+    orders = orders[np.lexsort((orders["link_index"], orders["page_id"], orders["sample_key"], orders["entity_id"]))]
+    return orders[rank_in_group(orders["entity_id"]) < k]
 
 
-def mention_refs(page_id: int, joined: dict[str, list[Any]], chars: int = 0) -> Iterator[dict[str, Any]]:
-    """The sampled mentions of one page as references into its text (the window is cut again at embed time)."""
-    articles = joined["article"]
-    if not articles:
-        count("sampled_pages_missing", len(joined["sampled"]))
-        return
-    for entity_id, link_index in sorted(joined["sampled"]):
-        yield mention_ref(entity_id, articles[0], link_index, chars)
+def bucket_thresholds(sample: np.ndarray, buckets: int, slots: int, k: int) -> np.ndarray:
+    """``THRESHOLD`` rows by slot (``entity_id // buckets``) of one bucket's entities from their ``bottom_k``
+    sample: the order of an entity's k-th link, or ``NO_THRESHOLD`` (fewer than k links, or none)."""
+    thresholds = np.empty(slots, dtype=THRESHOLD)
+    for field, value in zip(THRESHOLD.names, NO_THRESHOLD, strict=True):
+        thresholds[field] = value
+    starts = group_starts(sample["entity_id"])
+    counts = np.diff(np.r_[starts, len(sample)])
+    last = (starts + counts - 1)[counts >= k]
+    for field in THRESHOLD.names:
+        thresholds[field][sample["entity_id"][last] // buckets] = sample[field][last]
+    return thresholds
+
+
+def sampled_mentions(article: dict[str, Any], entity_of: Callable[[str], int | None],
+                     threshold_of: Callable[[int], Order], seed: int, chars: int) -> Iterator[dict[str, Any]]:
+    """The ``mentions/`` rows of an article's links that are in their entity's sample (order within threshold)."""
+    targets = (link["target"] for link in article["links"])
+    for item in entity_link_orders(article["page_id"], targets, entity_of, seed):
+        if item is not None and item[1] <= threshold_of(item[0]):
+            yield mention_ref(item[0], article, item[1][2], chars)
+
+
+def page_targets(table: pa.Table) -> Iterator[tuple[int, list[str]]]:
+    """(page_id, its link targets in order) of each article of a table with ``page_id`` and ``links``."""
+    links = table.column("links").combine_chunks()
+    targets = pc.list_flatten(links).field("target").to_pylist()
+    offsets = links.offsets.to_numpy()
+    for row, page_id in enumerate(table.column("page_id").to_pylist()):
+        yield page_id, targets[offsets[row]:offsets[row + 1]]
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Every entity's threshold: bucket ``entity_id % buckets``, slot ``entity_id // buckets``."""
+
+    tables: list[np.ndarray]
+
+    def of(self, entity_id: int) -> Order:
+        return self.tables[entity_id % len(self.tables)][entity_id // len(self.tables)].item()
+
+
+def build_entity_title_ids(output: str, directory: str) -> str:
+    """Build the title map of ``output``'s entities/ under ``directory`` (in the one worker that runs this)."""
+    return build_title_ids(tables.parquet_files(output, layout.ENTITIES), directory)
+
+
+def threshold_path(directory: str, bucket: int) -> str:
+    return fs.join(directory, f"thresholds-{bucket:05d}.npy")
+
+
+def load_thresholds(directory: str) -> Thresholds:
+    """The thresholds written under ``directory``, one file per bucket, memory-mapped."""
+    return Thresholds([load_array(path) for path in fs.list_files(directory, "thresholds-*.npy")])
+
+
+# --- DoFns ------------------------------------------------------------------------------------------------------
+
+
+class LinkOrdersByBucket(beam.DoFn):
+    """Tables of articles' ``page_id, links`` -> (bucket, ``ORDER`` rows of their links to entities); links to
+    no entity are counted."""
+
+    def __init__(self, title_ids: str, seed: int, buckets: int) -> None:
+        self._title_ids, self._seed, self._buckets = title_ids, seed, buckets
+        self._titles = PerProcess(load_title_ids)
+
+    def setup(self) -> None:
+        self._map: TitleIds = self._titles.get(self._title_ids)
+
+    def process(self, table: pa.Table, _built: str) -> Iterator[tuple[int, np.ndarray]]:
+        rows, non_entity = [], 0
+        for page_id, targets in page_targets(table):
+            for item in entity_link_orders(page_id, targets, self._map.get, self._seed):
+                if item is None:
+                    non_entity += 1
+                else:
+                    rows.append((item[0], *item[1]))
+        count_some("links_to_non_entities", non_entity)
+        yield from split_by_bucket(np.array(rows, dtype=ORDER), "entity_id", self._buckets)
+
+
+class WriteThresholds(beam.DoFn):
+    """(bucket, its ``bottom_k`` sample) -> the path of the bucket's threshold file; counts the entities of the
+    bucket with and without links and the mentions sampled."""
+
+    def __init__(self, title_ids: str, directory: str, buckets: int, max_mentions: int) -> None:
+        self._title_ids, self._directory, self._buckets, self._k = title_ids, directory, buckets, max_mentions
+        self._titles = PerProcess(load_title_ids)
+
+    def setup(self) -> None:
+        self._map: TitleIds = self._titles.get(self._title_ids)
+
+    def process(self, element: tuple[int, np.ndarray], _built: str) -> Iterator[str]:
+        bucket, sample = element
+        with_links = len(group_starts(sample["entity_id"]))
+        in_bucket = int(np.count_nonzero(self._map.entity_ids % self._buckets == bucket))
+        count_some("entities_with_mentions", with_links)
+        count_some("mentions_sampled", len(sample))
+        count_some("entities_without_links", in_bucket - with_links)
+        slots = self._map.max_entity_id // self._buckets + 1
+        yield save_array(threshold_path(self._directory, bucket),
+                         bucket_thresholds(sample, self._buckets, slots, self._k))
+
+
+class CutSampledMentions(beam.DoFn):
+    """Article rows (``page_id, text, links``) -> the ``mentions/`` rows of their sampled links."""
+
+    def __init__(self, title_ids: str, thresholds: str, config: MentionsConfig) -> None:
+        self._title_ids, self._thresholds = title_ids, thresholds
+        self._seed, self._chars = config.seed, config.context_chars
+        self._titles, self._loaded = PerProcess(load_title_ids), PerProcess(load_thresholds)
+
+    def setup(self) -> None:
+        self._map: TitleIds = self._titles.get(self._title_ids)
+        self._table: Thresholds = self._loaded.get(self._thresholds)
+
+    def process(self, article: dict[str, Any], _written: list[str]) -> Iterator[dict[str, Any]]:
+        yield from sampled_mentions(article, self._map.get, self._table.of, self._seed, self._chars)
+
+
+# --- the stage's transform --------------------------------------------------------------------------------------
 
 
 class SampleMentions(beam.PTransform):
-    """Articles + entities -> mention refs: a bottom-k sample by seeded hash, combined per entity."""
+    """``articles/`` + ``entities/`` (``MentionsInputs``) -> ``mentions/`` rows: up to ``max_mentions`` links per
+    entity, the smallest by ``ref_order``; two passes over the articles, nothing but packed link orders shuffled.
+    ``progress``: optional pass-through steps (progress logs) by pass: ``links`` (tables of articles' links,
+    one per row group) and ``articles`` (article rows)."""
 
-    def __init__(self, config: MentionsConfig) -> None:
+    def __init__(self, config: MentionsConfig, inputs: MentionsInputs,
+                 progress: Mapping[str, beam.PTransform] | None = None) -> None:
         super().__init__()
-        self._config = config
+        self._config, self._inputs, self._progress = config, inputs, dict(progress or {})
 
-    def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection:
-        articles, entities = inputs["articles"], inputs["entities"]
-        sampled = (
-            {
-                "sample": articles | "LinkRefs" >> beam.FlatMap(link_refs, self._config.seed)
-                | "BottomKPerTarget" >> beam.CombinePerKey(count_and_bottom_k(self._config.max_mentions)),
-                "entity_id": entities | "EntityIdByTitle" >> beam.Map(lambda e: (e["title"], e["entity_id"])),
-            }
-            | "JoinSamplesWithEntities" >> beam.CoGroupByKey()
-            | "SamplesOfEntities" >> beam.FlatMapTuple(sample_of_entity)
-            | "SampledByPage" >> beam.FlatMapTuple(sampled_by_page)
-        )
-        return (
-            {"sampled": sampled, "article": articles | "ArticlesById" >> beam.Map(lambda a: (a["page_id"], a))}
-            | "JoinSampledWithArticles" >> beam.CoGroupByKey()
-            | "MentionRefs" >> beam.FlatMapTuple(mention_refs, self._config.context_chars)
-        )
+    def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
+        inputs, config = self._inputs, self._config
+        work = fs.join(inputs.scratch, uuid.uuid4().hex[:12])  # per run: a per-process object's tag
+        title_ids, thresholds = fs.join(work, "title_ids"), fs.join(work, "thresholds")
+        built = (pipeline | "Entities" >> beam.Create([inputs.output])
+                 | "BuildTitleIds" >> beam.Map(build_entity_title_ids, title_ids))
+        every_bucket = (pipeline | "EveryBucket" >> beam.Create(range(inputs.buckets))
+                        | "EmptySamples" >> beam.Map(lambda bucket: (bucket, np.zeros(0, dtype=ORDER))))
+        orders = (self._read(pipeline, "links", ["page_id", "links"], batched=True)
+                  | "LinkOrders" >> beam.ParDo(LinkOrdersByBucket(title_ids, config.seed, inputs.buckets),
+                                               beam.pvalue.AsSingleton(built)))
+        written = ((orders, every_bucket) | "WithEveryBucket" >> beam.Flatten()
+                   | "BottomKPerBucket" >> beam.CombinePerKey(
+                       PackedCombineFn(partial(bottom_k, k=config.max_mentions), ORDER))
+                   | "WriteThresholds" >> beam.ParDo(
+                       WriteThresholds(title_ids, thresholds, inputs.buckets, config.max_mentions),
+                       beam.pvalue.AsSingleton(built)))
+        return (self._read(pipeline, "articles", ["page_id", "text", "links"], batched=False)
+                | "CutSampledMentions" >> beam.ParDo(CutSampledMentions(title_ids, thresholds, config),
+                                                     beam.pvalue.AsList(written)))
+
+    def _read(self, pipeline: beam.pvalue.PBegin, name: str, columns: list[str], batched: bool) -> beam.PCollection:
+        """``columns`` of articles/ (tables by row group when ``batched``, else rows), through ``name``'s progress."""
+        read = beam.io.ReadFromParquetBatched if batched else beam.io.ReadFromParquet
+        label = f"Read{name.capitalize()}"
+        articles = pipeline | label >> read(tables.parquet_pattern(self._inputs.output, layout.ARTICLES),
+                                            columns=columns)
+        if name not in self._progress:
+            return articles
+        return articles | f"{label}Progress" >> self._progress[name]

@@ -1,0 +1,108 @@
+"""Packed numpy record arrays keyed by a small number of buckets (``id % buckets``): what per-entity aggregations
+send through a shuffle instead of one Python object per entity (the local runner holds every grouping's input
+whole, and its pre-combine over millions of keys would barely combine)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import apache_beam as beam
+import numpy as np
+
+from transforms.dead_letters import count_some
+
+# A bucket's pending (not yet compacted) rows may reach this many before compacting, or as many as it keeps.
+MIN_PENDING_ROWS = 1 << 18
+
+
+def bucket_of(ids: np.ndarray, buckets: int) -> np.ndarray:
+    """The bucket of each id."""
+    return np.asarray(ids, dtype=np.int64) % buckets
+
+
+def split_by(rows: np.ndarray, keys: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """(key, the rows of ``rows`` with that key) for every key of ``keys`` (one per row), keys ascending."""
+    if not len(rows):
+        return
+    order = np.argsort(keys, kind="stable")
+    rows, keys = rows[order], np.asarray(keys)[order]
+    starts = group_starts(keys)
+    for start, stop in zip(starts, [*starts[1:], len(rows)], strict=True):
+        yield int(keys[start]), rows[start:stop]
+
+
+def split_by_bucket(rows: np.ndarray, key: str, buckets: int) -> Iterator[tuple[int, np.ndarray]]:
+    """(bucket, the rows of ``rows`` in it) for every bucket that has rows; ``key``: the field of the id."""
+    return split_by(rows, bucket_of(rows[key], buckets))
+
+
+def group_starts(ids: np.ndarray) -> np.ndarray:
+    """Where each run of equal values of the sorted ``ids`` starts."""
+    return np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if len(ids) else np.zeros(0, dtype=np.int64)
+
+
+def rank_in_group(ids: np.ndarray) -> np.ndarray:
+    """For sorted ``ids``: each position's rank among the positions of the same id (0, 1, 2, ...)."""
+    starts = group_starts(ids)
+    lengths = np.diff(np.r_[starts, len(ids)])
+    return np.arange(len(ids)) - np.repeat(starts, lengths)
+
+
+class PackedCombineFn(beam.CombineFn):
+    """Combines record arrays of one dtype with ``compact`` (array -> array, e.g. a bottom-k per entity or a sum
+    per entity). An accumulator is ``[kept, *pending]``: ``kept`` compacted, the pending parts compacted into it
+    when they reach its size (at least ``MIN_PENDING_ROWS``), so it stays within about twice what ``compact``
+    keeps. ``compact`` of a concatenation of compacted parts must equal ``compact`` of all their rows."""
+
+    def __init__(self, compact: Callable[[np.ndarray], np.ndarray], dtype: np.dtype) -> None:
+        self._compact = compact
+        self._dtype = np.dtype(dtype)
+
+    def create_accumulator(self) -> list[np.ndarray]:
+        return [np.zeros(0, self._dtype)]
+
+    def add_input(self, accumulator: list[np.ndarray], rows: np.ndarray) -> list[np.ndarray]:
+        accumulator.append(rows)
+        pending = sum(len(part) for part in accumulator[1:])
+        return self.compact(accumulator) if pending >= max(len(accumulator[0]), MIN_PENDING_ROWS) else accumulator
+
+    def merge_accumulators(self, accumulators) -> list[np.ndarray]:
+        parts = [part for accumulator in accumulators for part in accumulator]
+        return self.compact([np.zeros(0, self._dtype), *parts])
+
+    def compact(self, accumulator: list[np.ndarray]) -> list[np.ndarray]:
+        if len(accumulator) == 1:
+            return accumulator
+        return [self._compact(np.concatenate(accumulator))]
+
+    def extract_output(self, accumulator: list[np.ndarray]) -> np.ndarray:
+        return self.compact(accumulator)[0]
+
+
+ENTITY_ID = np.dtype([("entity_id", "<i4")])
+DISTINCT_BUCKETS = 16
+
+
+def distinct_ids(rows: np.ndarray) -> np.ndarray:
+    """The distinct ``ENTITY_ID`` rows of ``rows``, sorted."""
+    return np.unique(rows)
+
+
+def entity_ids_by_bucket(rows: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """(bucket, distinct ``ENTITY_ID`` rows) of record arrays with an ``entity_id`` field."""
+    ids = np.unique(rows["entity_id"]).astype(ENTITY_ID["entity_id"]).view(ENTITY_ID)
+    return split_by_bucket(ids, "entity_id", DISTINCT_BUCKETS)
+
+
+class CountEntities(beam.PTransform):
+    """Record arrays with an ``entity_id`` field -> counts ``counter`` once per distinct entity id (a combine of
+    packed ids over a few buckets)."""
+
+    def __init__(self, counter: str) -> None:
+        super().__init__()
+        self._counter = counter
+
+    def expand(self, rows: beam.PCollection) -> beam.PCollection:
+        return (rows | "IdsByBucket" >> beam.FlatMap(entity_ids_by_bucket)
+                | "DistinctPerBucket" >> beam.CombinePerKey(PackedCombineFn(distinct_ids, ENTITY_ID))
+                | "Count" >> beam.MapTuple(lambda _, ids: count_some(self._counter, len(ids))))
