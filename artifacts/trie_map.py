@@ -1,7 +1,8 @@
 """A read-only map from strings to integers that a worker memory-maps instead of holding: a marisa trie of the keys
 and a numpy array of one value per key id, two files in one directory (local or any Beam filesystem URL).
 
-The dictionary build writes two: entity title -> entity_id, and candidate name -> bucket (the name id is the key id).
+The dictionary build writes two: entity title -> entity_id, and candidate name -> bucket (the name id is the key id);
+the mentions stage one: entity title -> entity_id.
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ class TrieMap:
 
     def __len__(self) -> int:
         return len(self.keys)
+
+    def get(self, key: str) -> int | None:
+        """The value of ``key``, or None when the map does not have it."""
+        key_id = self.keys.get(key)
+        return None if key_id is None else int(self.values[key_id])
 
     def key_ids(self, keys: Iterable[str]) -> np.ndarray:
         """The key id of each of ``keys``, -1 for a key not in the map."""

@@ -1,69 +1,30 @@
 """Lookups into ``entities/`` built once in one worker and memory-mapped by every worker process.
 
-The title -> entity_id map: a marisa trie of the titles (``titles.trie``) and the entity id of each trie key
-(``entity_ids.npy``, int32); about 7M titles for English Wikipedia: some 150 MB of trie and 28 MB of ids, shared by
-the processes of a machine. The entity rows by id (``entities.arrow``): ``entity_id, title, qid`` sorted by id."""
+The title -> entity_id map (``artifacts.trie_map``: a marisa trie of the titles and the entity id of each trie key);
+about 7M titles for English Wikipedia: some 150 MB of trie and 28 MB of ids, shared by the processes of a machine.
+The entity rows by id (``entities.arrow``): ``entity_id, title, qid`` sorted by id."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
-import marisa_trie
 import numpy as np
 import pyarrow as pa
 
 from artifacts import fs, tables
-from transforms.worker_files import load_array, load_trie, save_array, save_trie
-
-TRIE_FILE, IDS_FILE = "titles.trie", "entity_ids.npy"
-NO_ENTITY = np.iinfo(np.int32).max
-
-
-@dataclass(frozen=True)
-class TitleIds:
-    """Entity ids by title: ``entity_ids[trie[title]]`` (a title given twice keeps its smallest id)."""
-
-    trie: marisa_trie.Trie
-    entity_ids: np.ndarray
-
-    def get(self, title: str) -> int | None:
-        """The entity id of ``title``, or None if it is no entity's title."""
-        key = self.trie.get(title)
-        return None if key is None else int(self.entity_ids[key])
-
-    @property
-    def max_entity_id(self) -> int:
-        return int(self.entity_ids.max()) if len(self.entity_ids) else 0
-
-
-def title_ids(titles: Iterable[str], entity_ids: np.ndarray) -> TitleIds:
-    """The map of ``titles[i] -> entity_ids[i]`` (in memory)."""
-    titles = list(titles)
-    trie = marisa_trie.Trie(titles)
-    keys = np.fromiter((trie[title] for title in titles), dtype=np.int64, count=len(titles))
-    ids = np.full(len(trie), NO_ENTITY, dtype=np.int32)
-    np.minimum.at(ids, keys, np.asarray(entity_ids, dtype=np.int32))
-    return TitleIds(trie, ids)
+from artifacts.trie_map import build_trie_map, save_trie_map
 
 
 def build_title_ids(entity_files: list[str], directory: str) -> str:
-    """Write the map of the entities in ``entity_files`` (entities/ Parquet files) under ``directory``; returns
-    ``directory``. Holds every title once, in this one worker."""
+    """Write the title -> entity_id map of the entities in ``entity_files`` (entities/ Parquet files; one entity
+    per title) under ``directory``; returns ``directory``. Holds every title once, in this one worker."""
     titles: list[str] = []
     ids: list[np.ndarray] = []
     for batch in tables.iter_file_batches(entity_files, ["entity_id", "title"]):
         titles.extend(batch.column("title").to_pylist())
         ids.append(batch.column("entity_id").to_numpy())
-    built = title_ids(titles, np.concatenate(ids) if ids else np.zeros(0, dtype=np.int32))
-    save_trie(fs.join(directory, TRIE_FILE), built.trie)
-    save_array(fs.join(directory, IDS_FILE), built.entity_ids)
+    save_trie_map(directory, build_trie_map(titles, np.concatenate(ids) if ids else np.zeros(0, dtype=np.int32)))
     return directory
-
-
-def load_title_ids(directory: str) -> TitleIds:
-    """The map written by ``build_title_ids``, memory-mapped."""
-    return TitleIds(load_trie(fs.join(directory, TRIE_FILE)), load_array(fs.join(directory, IDS_FILE)))
 
 
 # --- entity rows by id -------------------------------------------------------------------------------------------

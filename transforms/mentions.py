@@ -24,8 +24,9 @@ import pyarrow.compute as pc
 
 from artifacts import fs, layout, tables
 from artifacts.counters import declare, dropped, processed
+from artifacts.trie_map import TrieMap, load_trie_map
 from transforms.dead_letters import count_some
-from transforms.entity_maps import TitleIds, build_title_ids, load_title_ids
+from transforms.entity_maps import build_title_ids
 from transforms.mention_sampling import CHARS_PER_TOKEN, LinkRef, link_ordinals, mention_ref, sample_key
 from transforms.packed import PackedCombineFn, group_starts, rank_in_group, split_by_bucket
 from transforms.per_worker import PerProcess
@@ -173,10 +174,10 @@ class LinkOrdersByBucket(beam.DoFn):
 
     def __init__(self, title_ids: str, seed: int, buckets: int) -> None:
         self._title_ids, self._seed, self._buckets = title_ids, seed, buckets
-        self._titles = PerProcess(load_title_ids)
+        self._titles = PerProcess(load_trie_map)
 
     def setup(self) -> None:
-        self._map: TitleIds = self._titles.get(self._title_ids)
+        self._map: TrieMap = self._titles.get(self._title_ids)
 
     def process(self, table: pa.Table, _built: str) -> Iterator[tuple[int, np.ndarray]]:
         rows, non_entity = [], 0
@@ -196,19 +197,19 @@ class WriteThresholds(beam.DoFn):
 
     def __init__(self, title_ids: str, directory: str, buckets: int, max_mentions: int) -> None:
         self._title_ids, self._directory, self._buckets, self._k = title_ids, directory, buckets, max_mentions
-        self._titles = PerProcess(load_title_ids)
+        self._titles = PerProcess(load_trie_map)
 
     def setup(self) -> None:
-        self._map: TitleIds = self._titles.get(self._title_ids)
+        self._map: TrieMap = self._titles.get(self._title_ids)
 
     def process(self, element: tuple[int, np.ndarray], _built: str) -> Iterator[str]:
         bucket, sample = element
         with_links = len(group_starts(sample["entity_id"]))
-        in_bucket = int(np.count_nonzero(self._map.entity_ids % self._buckets == bucket))
+        in_bucket = int(np.count_nonzero(self._map.values % self._buckets == bucket))
         count_some("entities_with_mentions", with_links)
         count_some("mentions_sampled", len(sample))
         count_some("entities_without_links", in_bucket - with_links)
-        slots = self._map.max_entity_id // self._buckets + 1
+        slots = (int(self._map.values.max()) if len(self._map) else 0) // self._buckets + 1
         yield save_array(threshold_path(self._directory, bucket),
                          bucket_thresholds(sample, self._buckets, slots, self._k))
 
@@ -219,10 +220,10 @@ class CutSampledMentions(beam.DoFn):
     def __init__(self, title_ids: str, thresholds: str, config: MentionsConfig) -> None:
         self._title_ids, self._thresholds = title_ids, thresholds
         self._seed, self._chars = config.seed, config.context_chars
-        self._titles, self._loaded = PerProcess(load_title_ids), PerProcess(load_thresholds)
+        self._titles, self._loaded = PerProcess(load_trie_map), PerProcess(load_thresholds)
 
     def setup(self) -> None:
-        self._map: TitleIds = self._titles.get(self._title_ids)
+        self._map: TrieMap = self._titles.get(self._title_ids)
         self._table: Thresholds = self._loaded.get(self._thresholds)
 
     def process(self, article: dict[str, Any], _written: list[str]) -> Iterator[dict[str, Any]]:
