@@ -114,7 +114,8 @@ def test_a_page_shorter_than_the_budget_keeps_everything_and_its_link_trail(page
 def test_a_real_link_trail_stays_context_from_parse_to_mask(raw_pages, tokenizer):
     """Anarchism's [[strikebreaker]]s: the article's anchor keeps "s", the [MASK] replaces only "strikebreaker"."""
     page = raw_pages["Anarchism"]
-    [article] = list(classify_page(page, read_siteinfo(str(GENSIM_SAMPLE)), WikitextOptions()))
+    converted = classify_page(page, read_siteinfo(str(GENSIM_SAMPLE)), WikitextOptions())
+    [article] = [item for item in converted if isinstance(item, dict)]  # the staged row; not its title record
     index = next(i for i, link in enumerate(article["links"]) if link["target"] == "Strikebreaker")
     link = article["links"][index]
     assert (article["text"][link["start"]:link["end"]], link["trail"]) == ("strikebreakers", 1)
