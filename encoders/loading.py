@@ -30,8 +30,9 @@ from encoders.retrievers import (
 )
 
 
-def check_encoder_options(options: EncoderOptions) -> None:
-    """Fail before any work starts, with one line naming the bad option (a ``SettingError``)."""
+def check_encoder_options(options: EncoderOptions, device_here: bool = True) -> None:
+    """Fail before any work starts, with one line naming the bad option (a ``SettingError``); the device only
+    when ``device_here`` (see ``check_model_spec``)."""
     _check_choices(options)
     if options.max_length < 8:
         raise SettingError("max_length", options.max_length,
@@ -39,7 +40,7 @@ def check_encoder_options(options: EncoderOptions) -> None:
     if options.batch_tokens < 1:
         raise BelowMinimumError("batch_tokens", options.batch_tokens, 1)
     for role in ("passage", "query"):
-        check_model_spec(options.spec(role))
+        check_model_spec(options.spec(role), device_here)
         limit = usable_positions(options.spec(role))
         if options.max_length > limit:
             raise SettingError("max_length", options.max_length, f"{{name}} {options.max_length}: "

@@ -189,10 +189,11 @@ class MaskEncoderHandler(ModelHandler[Any, PredictionResult, MaskEncoder]):
         return self._share
 
 
-def check_mask_model(spec: ModelSpec, layer: int = -1, max_seq_length: int | None = None) -> None:
+def check_mask_model(spec: ModelSpec, layer: int = -1, max_seq_length: int | None = None,
+                     device_here: bool = True) -> None:
     """Fail before any work starts: a missing model path, a bad dtype or device, a vocabulary with no [MASK],
     a ``layer`` the model does not have, a ``max_seq_length`` beyond its position embeddings (or below 3)."""
-    check_model_spec(spec)
+    check_model_spec(spec, device_here)
     special_ids(load_tokenizer(spec.name_or_path))
     config = model_config(spec)
     layers = config.num_hidden_layers  # hidden_states: the embedding output, then one entry per layer

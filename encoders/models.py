@@ -31,8 +31,9 @@ def model_files(models: dict[str, str | None]) -> dict[str, str]:
             if name and os.path.isdir(os.path.expanduser(str(name)))}
 
 
-def check_model_spec(spec: ModelSpec) -> None:
-    """Fail before any work starts: unknown dtype, missing local directory, CUDA asked for but absent."""
+def check_model_spec(spec: ModelSpec, device_here: bool = True) -> None:
+    """Fail before any work starts: unknown dtype, missing local directory, CUDA asked for but absent (only when
+    ``device_here``: the workers run on this machine; a remote worker checks its own device when it loads)."""
     if spec.dtype not in DTYPES:
         raise SettingError("dtype", spec.dtype, f"{{name}} {spec.dtype} is not one of {', '.join(DTYPES)}")
     name = str(spec.name_or_path)
@@ -42,7 +43,7 @@ def check_model_spec(spec: ModelSpec) -> None:
         raise ModelError(name, f"model path {name} does not exist")
     if not os.path.isdir(os.path.expanduser(name)):
         check_hub_reachable(name)
-    if spec.device.startswith("cuda"):
+    if device_here and spec.device.startswith("cuda"):
         import torch
 
         if not torch.cuda.is_available():

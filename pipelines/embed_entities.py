@@ -6,7 +6,6 @@ import argparse
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import StandardOptions
 
 from artifacts import fs, layout, schemas, tables
 from artifacts.errors import InputError
@@ -29,7 +28,6 @@ from transforms.embed_entities import (
 from transforms.mention_sampling import CHARS_PER_TOKEN
 from transforms.refresh import option_changes
 
-LOCAL_RUNNERS = ("DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner", "FnApiRunner", "PrismRunner")
 PREVIOUS_STAGES = (layout.DICTIONARY_STAGE, layout.MENTIONS_STAGE, layout.EMBED_ENTITIES_STAGE)
 
 
@@ -75,7 +73,7 @@ class EmbedEntitiesStage:
 
     def run(self, ctx: StageContext, config: EmbedConfig) -> dict[str, int]:
         mentions = tables.total_rows(ctx.output, layout.MENTIONS)
-        facts = model_facts(config, mentions) if runs_here(ctx) else None
+        facts = model_facts(config, mentions) if ctx.workers_run_here() else None
         previous = reusable_previous(refresh_of(config), self.name, PREVIOUS_STAGES,
                                      lambda old: incompatibility(old, ctx.output, config))
         inputs = EmbedInputs(output=ctx.output, mentions=mentions, embeddings=ctx.staged(layout.ENTITY_EMBEDDINGS),
@@ -93,13 +91,6 @@ class EmbedEntitiesStage:
 
 def refresh_of(config: EmbedConfig) -> RefreshConfig:
     return RefreshConfig(config.previous, config.require_reuse)
-
-
-def runs_here(ctx: StageContext) -> bool:
-    """Whether the workers run on this machine (a local runner): then the model is checked here, before anything
-    runs, with one-line errors; on other runners a worker checks it, with the workers' own torch and files."""
-    runner = ctx.pipeline_options().view_as(StandardOptions).runner or "DirectRunner"
-    return str(runner).rsplit(".", 1)[-1] in LOCAL_RUNNERS
 
 
 def context_chars(output: str) -> int:

@@ -76,10 +76,10 @@ def encoder_options(args: argparse.Namespace) -> EncoderOptions:
         batch_tokens=args.batch_tokens, max_entities=args.max_entities, **run_inputs)
 
 
-def check_encoder(options: EncoderOptions) -> None:
+def check_encoder(options: EncoderOptions, device_here: bool = True) -> None:
     """``check_encoder_options`` with the hint worded for the command line (the flag of a bad option)."""
     try:
-        check_encoder_options(options)
+        check_encoder_options(options, device_here)
     except SettingError as error:
         raise flags.worded(error, ENCODER_FLAGS) from error
     except MissingRunArtifactError as error:
@@ -155,7 +155,7 @@ class IndexStage:
 
     def run(self, ctx: StageContext, config: IndexConfig) -> dict[str, int]:
         located = config.encoder.located(ctx.output)
-        check_encoder(located)
+        check_encoder(located, ctx.workers_run_here())
         located = located.resolved()
         dim = dense_dim(located)
         columns = check_corpus(config.corpus) if config.corpus else None

@@ -63,18 +63,21 @@ def forced_stages(force: list[str] | None) -> set[str]:
     return {commands[name].name for name in (force or STAGE_COMMANDS)}
 
 
-def preflight(args: argparse.Namespace) -> None:
-    """Fail before hour one, not at hour nine: every required option and model is there."""
+def preflight(args: argparse.Namespace, beam_args: list[str]) -> None:
+    """Fail before hour one, not at hour nine: every required option and model is there (and the device, when
+    the workers run on this machine)."""
     from encoders.mask_encoder import check_mask_model
     from encoders.models import ModelSpec
 
     parse.require_dumps(args)
     if not args.model:
         raise InputError("all needs --model NAME_OR_PATH for embed-entities (a BERT-family model with [MASK])")
-    check_mask_model(ModelSpec(str(args.model), args.device, args.dtype), args.layer, args.max_seq_length)
+    device_here = stage_runner.workers_run_here(beam_args)
+    check_mask_model(ModelSpec(str(args.model), args.device, args.dtype), args.layer, args.max_seq_length,
+                     device_here)
     options = index.encoder_options(args)  # raises without --encoder
     if options.kind != "kpr":  # a KPR encoder also needs this run's linker and entity embeddings, made below
-        index.check_encoder(options)
+        index.check_encoder(options, device_here)
 
 
 def run_stages(args: argparse.Namespace, beam_args: list[str]) -> list[StageTiming]:
@@ -118,7 +121,7 @@ class RunAllCommand:
         add_stage_arguments(parser)
 
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
-        preflight(args)
+        preflight(args, beam_args)
         with lock.hold(args.output, stage_runner.command_line()):  # held across stages, validate and report
             timings = run_stages(args, beam_args)
             print(format_timings(timings), file=sys.stderr)

@@ -19,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import MetricsFilter
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from artifacts import fs, layout
 from artifacts.counters import Counter
@@ -32,6 +32,8 @@ from transforms.progress import DEFAULT_INTERVAL_S, LogProgress, worker_count
 LOG = logging.getLogger("kpr")
 STAGING_DIR = layout.STAGING
 LAUNCHER_HASH_BYTES = 1 << 30
+# Runners whose workers are processes of this machine.
+LOCAL_RUNNERS = ("DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner", "FnApiRunner", "PrismRunner")
 DESCRIBED_DIR = "described"  # under the stage's staging root: the workers' descriptions of the outputs
 ConfigT = TypeVar("ConfigT")
 
@@ -66,6 +68,9 @@ class StageContext:
 
     def pipeline_options(self) -> PipelineOptions:
         return beam_pipeline_options(self.beam_args)
+
+    def workers_run_here(self) -> bool:
+        return workers_run_here(self.beam_args)
 
     def progress(self, unit: str, total: int | None = None) -> LogProgress:
         """A pass-through step that logs how many ``unit`` this worker has done, its rate and the ETA."""
@@ -118,6 +123,14 @@ def beam_pipeline_options(beam_args: Sequence[str]) -> PipelineOptions:
     if not any(arg == "--runner" or arg.startswith("--runner=") for arg in args):
         args.append("--runner=DirectRunner")
     return PipelineOptions(args)
+
+
+def workers_run_here(beam_args: Sequence[str]) -> bool:
+    """Whether the Beam workers run on this machine (a local runner): then models, devices and files are checked
+    here before anything runs, with one-line errors; on other runners the workers check them with their own torch
+    and files (a CPU launcher may start a GPU job)."""
+    runner = beam_pipeline_options(beam_args).view_as(StandardOptions).runner
+    return str(runner).rsplit(".", 1)[-1] in LOCAL_RUNNERS
 
 
 def run_beam(ctx: StageContext, build: Callable[[beam.Pipeline], None]) -> dict[str, int]:

@@ -13,9 +13,11 @@ import apache_beam as beam
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+import torch
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
+from artifacts.errors import SettingError
 from artifacts.run import manifest
 from pipelines import run_all, stage
 from pipelines.cli import build_parser, main
@@ -195,6 +197,20 @@ def test_missing_model_stops_before_any_stage_runs(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and str(tmp_path / "nope") in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "manifest.json").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_cuda_is_checked_here_only_when_the_workers_run_here(tiny_bert, tmp_path):
+    """A CPU launcher may start a GPU job on a remote runner (its workers check their own device when they load
+    the model); with a local runner the missing GPU is one line before anything runs."""
+    args = build_parser().parse_args(["all", "--dump", str(BUNDLED_SAMPLE), "--output", str(tmp_path), "--model",
+                                      str(tiny_bert), "--encoder", str(tiny_bert), "--encoder-type", "mean",
+                                      "--device", "cuda"])
+    with pytest.raises(SettingError, match="no CUDA device is available"):
+        run_all.preflight(args, list(DIRECT))
+    run_all.preflight(args, ["--runner=DataflowRunner"])
+    assert stage.workers_run_here([]) and stage.workers_run_here(["--runner=FnApiRunner"])
+    assert not stage.workers_run_here(["--runner", "apache_beam.runners.portability.flink_runner.FlinkRunner"])
 
 
 # --- progress --------------------------------------------------------------------------------------------------
