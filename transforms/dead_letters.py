@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from typing import Any
 
 import apache_beam as beam
@@ -22,6 +23,12 @@ def count_some(name: str, value: int) -> None:
     counter would) when a step counts many items at once."""
     if value:
         count(name, value)
+
+
+def count_fields(counts: Any) -> None:
+    """``count_some`` for every field of the dataclass ``counts``, each field named as its counter."""
+    for field in fields(counts):
+        count_some(field.name, getattr(counts, field.name))
 
 
 def dead_letter(kind: str, reason: str, **fields: Any) -> beam.pvalue.TaggedOutput:

@@ -40,7 +40,7 @@ from artifacts.names import (
 )
 from artifacts.trie_map import load_trie_map, save_trie_map
 from transforms.arrow_combine import SumTables, bucketed_sums
-from transforms.dead_letters import DEAD_LETTER_TAG, count, dead_letter
+from transforms.dead_letters import DEAD_LETTER_TAG, count, count_fields, dead_letter
 from transforms.dictionary_tables import (
     CANDIDATES,
     DOC_KEYS,
@@ -348,12 +348,7 @@ class ScoreNameBucket(beam.DoFn):
         name_ids = self._names.key_ids(candidates.column("name").to_pylist())
         docs = docs_of(name_ids, inputs["docs"][0] if inputs["docs"] else None)
         rows, drops = score_names(candidates, docs, self._thresholds)
-        if drops.names_below_min_link_prob:
-            count("names_below_min_link_prob", drops.names_below_min_link_prob)
-        if drops.pairs_below_min_commonness:
-            count("pairs_below_min_commonness", drops.pairs_below_min_commonness)
-        if drops.pairs_below_min_link_count:
-            count("pairs_below_min_link_count", drops.pairs_below_min_link_count)
+        count_fields(drops)
         if rows.num_rows:
             yield rows
 

@@ -17,7 +17,7 @@ from artifacts import fs, schemas, tables
 from artifacts.counters import declare, dropped, error, processed
 from artifacts.title_map import write_title_map
 from transforms import dump_io, link_resolution, redirects
-from transforms.dead_letters import DEAD_LETTER_TAG, count, dead_letter
+from transforms.dead_letters import DEAD_LETTER_TAG, count, count_fields, dead_letter
 from transforms.dump_io import ReadDumpPages, ReadSqlRows
 from transforms.dump_reader import RawPage, SiteInfo
 from transforms.link_resolution import ResolveArticles
@@ -196,15 +196,7 @@ def build_title_map_once(_: Any, records_dir: str, map_dir: str, redirects_file:
     build = build_title_map(read_records(records_dir))
     write_title_map(map_dir, build.trie, build.arrays, build.dropped)
     tables.write_file(redirects_file, build.redirects, schemas.REDIRECTS)
-    counts = build.counts  # counted only when not 0, as counters counted element by element
-    if counts.redirects_resolved:
-        count("redirects_resolved", counts.redirects_resolved)
-    if counts.redirects_to_missing_articles:
-        count("redirects_to_missing_articles", counts.redirects_to_missing_articles)
-    if counts.sql_redirects:
-        count("sql_redirects", counts.sql_redirects)
-    if counts.sql_redirects_unknown_source:
-        count("sql_redirects_unknown_source", counts.sql_redirects_unknown_source)
+    count_fields(build.counts)
     for title, target in build.cycles:
         yield dead_letter("redirect_cycles", "redirect chain loops or is longer than 64 hops", title=title,
                           target=target)
