@@ -122,7 +122,9 @@ def stage_items(stage: str, output: Path, dump: SyntheticDump) -> tuple[dict[str
                 {"mentions": sampled, "mentions_per_entity": sampled / max(with_mentions, 1)})
     if stage == "embed-entities":
         return {"mentions": counted(records["embed_entities"], "mentions_embedded", "mentions")}, {}
-    return {"passages": counted(records["index"], "passages_encoded", "passages")}, {}
+    passages = counted(records["index"], "passages_encoded", "passages")
+    dim = json.loads((output / "index" / "index.json").read_text())["dim"]
+    return {"passages": passages}, {"vector_mb": passages * dim * 4 / 1e6}
 
 
 def log_tail(log: Path) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 # English Wikipedia and the DPR corpus (DESIGN.md, issue 19): the projection's assumed inputs.
 ENWIKI = {"xml_mb": 95_000.0, "articles": 6.7e6, "links": 150e6, "entities": 7e6, "passages": 21e6}
 MACHINE_WORKERS, MACHINE_MEMORY_GB = 16, 128
+DPR_DIM = 768  # the index projection: DPR's passage vectors
 # stage -> (the item its projected hours count, the enwiki figure of that item, or None: derived)
 PROJECTED_ITEMS = {
     "parse": ("XML MB", ENWIKI["xml_mb"]),
@@ -93,8 +94,35 @@ def fits(runs: Sequence[StageRun]) -> list[dict[str, Any]]:
         wall_slope, wall_intercept = fit_line(xs, [run.wall_s for run in measured])
         found.append({"stage": stage, "workers": workers, "sizes": [run.copies for run in measured],
                       "rss_mb_per_xml_mb": rss_slope, "rss_intercept_mb": rss_intercept,
-                      "wall_s_per_xml_mb": wall_slope, "wall_intercept_s": wall_intercept})
+                      "wall_s_per_xml_mb": wall_slope, "wall_intercept_s": wall_intercept,
+                      **vector_fit(measured)})
     return found
+
+
+def vector_fit(measured: Sequence[StageRun]) -> dict[str, float]:
+    """The index's peak RSS against the MB of vectors it built (one shard at these sizes): its growth per vector
+    MB and the RSS at none; empty for other stages."""
+    if not all("vector_mb" in run.facts for run in measured):
+        return {}
+    slope, intercept = fit_line([run.facts["vector_mb"] for run in measured], [run.peak_rss_mb for run in measured])
+    return {"rss_mb_per_vector_mb": slope, "rss_intercept_vector_mb": intercept}
+
+
+def index_memory_mb(fit: dict[str, Any]) -> tuple[float, str]:
+    """Peak RSS of the index stage for DPR's passages: building one shard (its vectors chosen within the default
+    --shard-memory-gb) or training on the largest sample, whichever holds more vectors, from the vector fit."""
+    from artifacts.faiss import choice
+
+    count = int(ENWIKI["passages"])
+    shards = choice.shards_for_memory(count, DPR_DIM, int(choice.DEFAULT_SHARD_MEMORY_GB * choice.GB))
+    shard_mb = choice.vector_bytes(count, DPR_DIM) / shards / 1e6
+    sample_mb = choice.vector_bytes(choice.MAX_TRAIN_SAMPLE, DPR_DIM) / 1e6
+    held = max(shard_mb, sample_mb)
+    why = (f"index: RSS at no vectors + RSS per vector MB x {held:,.0f} MB (the larger of one shard: "
+           f"{count / 1e6:.0f}M x {DPR_DIM} in {shards} shards within --shard-memory-gb "
+           f"{choice.DEFAULT_SHARD_MEMORY_GB:g} = {shard_mb:,.0f} MB, and the training sample: "
+           f"{choice.MAX_TRAIN_SAMPLE / 1e6:.0f}M vectors = {sample_mb:,.0f} MB)")
+    return fit["rss_intercept_vector_mb"] + fit["rss_mb_per_vector_mb"] * held, why
 
 
 def speedups(runs: Sequence[StageRun]) -> list[dict[str, Any]]:
@@ -132,6 +160,8 @@ def projected(measured: Sequence[StageRun], per_entity: float, fit: dict[str, An
     rate = largest.items[unit] / largest.wall_s / largest.workers
     rate_per_cpu_s = largest.items[unit] / largest.cpu_s
     memory = (fit["rss_intercept_mb"] + fit["rss_mb_per_xml_mb"] * ENWIKI["xml_mb"]) / 1e3 if fit else None
+    if fit and "rss_mb_per_vector_mb" in fit:
+        memory = index_memory_mb(fit)[0] / 1e3
     return {"stage": largest.stage, "unit": unit, "items": total, "rate_per_worker": rate,
             "rate_measured_at": f"x{largest.copies}, {largest.workers} worker(s)",
             "hours": total / (rate * MACHINE_WORKERS) / 3600, "rate_per_cpu_s": rate_per_cpu_s,
@@ -177,8 +207,10 @@ def print_fits(runs: Sequence[StageRun]) -> None:
           f"{'wall s per XML MB':>17}")
     for fit in fits(runs):
         sizes = " ".join(f"x{size}" for size in fit["sizes"])
+        vectors = (f"  ({fit['rss_mb_per_vector_mb']:.2f} RSS MB per MB of vectors built)"
+                   if "rss_mb_per_vector_mb" in fit else "")
         print(f"{fit['stage']:<15} {fit['workers']:7d} {sizes:<14} {fit['rss_mb_per_xml_mb']:17.2f} "
-              f"{fit['rss_intercept_mb']:11.0f} {fit['wall_s_per_xml_mb']:17.2f}")
+              f"{fit['rss_intercept_mb']:11.0f} {fit['wall_s_per_xml_mb']:17.2f}{vectors}")
 
 
 def print_speedups(runs: Sequence[StageRun]) -> None:
@@ -209,6 +241,9 @@ def print_projection(runs: Sequence[StageRun], max_mentions: int, no_op_model: b
           "second of the tree")
     print("            (each worker with a core to itself; on a shared machine the wall-clock rate is lower)")
     print(f"  peak memory = RSS at 0 MB + RSS MB per XML MB x {ENWIKI['xml_mb']:,.0f}")
+    vector_fits = [fit for fit in fits(runs) if "rss_mb_per_vector_mb" in fit]
+    if vector_fits:
+        print(f"            {index_memory_mb(vector_fits[0])[1]}")
     if no_op_model:
         print("  embed-entities and index: host side only (--no-op-model: no model forward counted)")
     else:
