@@ -7,6 +7,7 @@ import inspect
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import fields
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -27,8 +28,10 @@ from tests.builders import artifact_rows, run_counting
 from tests.conftest import DIRECT
 from transforms import dictionary, dump_io, link_resolution, parse, redirects
 from transforms.dictionary import BuildDictionary, DictionaryConfig
+from transforms.dictionary_tables import ScoreDrops
 from transforms.dump_reader import read_siteinfo
 from transforms.parse import ConvertPages, ParseConfig
+from transforms.redirects import RedirectCounts
 
 DUMP = """<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/" version="0.10">
   <siteinfo><dbname>enwiki</dbname><namespaces><namespace key="0" /><namespace key="1">Talk</namespace></namespaces>
@@ -241,16 +244,18 @@ def test_a_stage_with_a_bad_flag_stops_with_the_flag_named():
         parse_stage.STAGE.config(build_parser().parse_known_args(["parse", "--output", "out"])[0])
 
 
-def counted_names(*modules: ModuleType) -> set[str]:
-    """The literal counter names of count(...) and dead_letter(...) calls in the source of ``modules``."""
+def counted_names(*modules: ModuleType, counts: tuple[type, ...] = ()) -> set[str]:
+    """The literal counter names of count(...) and dead_letter(...) calls in the source of ``modules``, and the
+    fields of the ``counts`` dataclasses (counted by ``count_fields``)."""
     pattern = re.compile(r"\b(?:count|dead_letter)\(\s*\"([a-z_]+)\"")
-    return {name for module in modules for name in pattern.findall(inspect.getsource(module))}
+    literal = {name for module in modules for name in pattern.findall(inspect.getsource(module))}
+    return literal | {field.name for each in counts for field in fields(each)}
 
 
 @pytest.mark.parametrize(("stage", "found"), [
-    (parse_stage.STAGE, counted_names(parse, dump_io, redirects, link_resolution)),
+    (parse_stage.STAGE, counted_names(parse, dump_io, redirects, link_resolution, counts=(RedirectCounts,))),
     # Anchor names are dead-lettered (or counted) under the problem names.name_problem returns.
-    (dictionary_stage.STAGE, counted_names(dictionary) | set(re.findall(r'return "([a-z_]+)"',
+    (dictionary_stage.STAGE, counted_names(dictionary, counts=(ScoreDrops,)) | set(re.findall(r'return "([a-z_]+)"',
                                                                         inspect.getsource(names.name_problem)))),
 ])
 def test_a_stage_declares_exactly_the_counters_it_counts(stage, found: set[str]):
