@@ -15,7 +15,7 @@ import pytest
 
 from bench.memory import ProcessTreeSampler, run_measured
 from bench.scale import NO_OP_MODEL
-from bench.scale_report import fit_line
+from bench.scale_report import StageRun, fit_line, projection
 from bench.synthetic import copied_pages, links_to_copy, split_dump, synthetic_dump, write_multistream
 
 REPO = Path(__file__).resolve().parent.parent
@@ -138,6 +138,22 @@ def test_run_measured_kills_the_whole_tree_on_timeout(tmp_path: Path) -> None:
 
 def test_fit_line() -> None:
     assert fit_line([10, 20, 40], [3 + 2 * 10, 3 + 2 * 20, 3 + 2 * 40]) == pytest.approx((2.0, 3.0))
+
+
+def measured_run(stage: str, copies: int, rss_mb: float, **facts: float) -> StageRun:
+    return StageRun(stage, copies, copies * 6_000_000, 1, True, 10.0, 10.0, int(rss_mb * 1e6), 1,
+                    items={"XML MB" if stage == "parse" else "passages": 1_000.0}, facts=dict(facts))
+
+
+def test_projection_of_a_flat_stage_is_what_was_measured_and_the_index_grows_by_one_dpr_shard() -> None:
+    from artifacts.faiss import choice
+
+    runs = [measured_run("parse", 10, 560.0), measured_run("parse", 40, 550.0),
+            measured_run("index", 10, 700.0, vector_mb=100.0), measured_run("index", 40, 1_000.0, vector_mb=400.0)]
+    rows = {row["stage"]: row for row in projection(runs, max_mentions=16)}
+    assert rows["parse"]["peak_memory_gb"] == pytest.approx(0.56)  # the fit falls below the largest measured
+    shard_mb = choice.vector_bytes(21_000_000, 768) / 16 / 1e6  # DPR within the default 8 GB: 16 shards
+    assert rows["index"]["peak_memory_gb"] == pytest.approx((600.0 + 1.0 * shard_mb) / 1e3)
 
 
 WORKER_PIPELINE = """
