@@ -255,9 +255,12 @@ class SampleMentions(beam.PTransform):
         orders = (self._read(pipeline, "links", ["page_id", "links"], batched=True)
                   | "LinkOrders" >> beam.ParDo(LinkOrdersByBucket(title_ids, config.seed, inputs.buckets),
                                                beam.pvalue.AsSingleton(built)))
-        written = ((orders, every_bucket) | "WithEveryBucket" >> beam.Flatten()
-                   | "BottomKPerBucket" >> beam.CombinePerKey(
-                       PackedCombineFn(partial(bottom_k, k=config.max_mentions), ORDER))
+        bottom_k_of = PackedCombineFn(partial(bottom_k, k=config.max_mentions), ORDER)
+        # Combined before the empty samples join them: the local runner buffers a Flatten's output whole, and it
+        # must hold one sample per bucket, not every link's order.
+        sampled = orders | "BottomKPerBucket" >> beam.CombinePerKey(bottom_k_of)
+        written = ((sampled, every_bucket) | "WithEveryBucket" >> beam.Flatten()
+                   | "OneSamplePerBucket" >> beam.CombinePerKey(bottom_k_of)
                    | "WriteThresholds" >> beam.ParDo(
                        WriteThresholds(title_ids, thresholds, inputs.buckets, config.max_mentions),
                        beam.pvalue.AsSingleton(built)))
