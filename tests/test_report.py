@@ -214,6 +214,8 @@ def test_a_new_report_removes_its_stale_plots_and_nothing_else(run_copy):
     assert (run_copy / "report" / "dictionary.png").exists()
     records = manifest.load(str(run_copy))
     manifest.save(str(run_copy), {"parse": records["parse"]})
+    for artifact in ("entities", "dictionary", "mentions", "entity_embeddings", "index", "passages"):
+        shutil.rmtree(run_copy / artifact)
     write_report(str(run_copy))
     after = files_below(run_copy / "report")
     assert sorted(after) == sorted([*users, "index.html", "timings.png"])  # the dictionary's plot is gone
