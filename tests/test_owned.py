@@ -54,3 +54,12 @@ def test_a_record_that_is_not_one_is_refused(tmp_path: Path) -> None:
     with pytest.raises(owned.InputError, match="is not a record of written files"):
         owned.load_record(str(tmp_path), RECORD)
     assert (tmp_path / RECORD).read_text() == "my own notes"
+
+
+def test_a_recorded_directory_owns_what_is_below_it_and_is_not_removed_as_a_file(tmp_path: Path) -> None:
+    fill_with_files(tmp_path, (".staging/a", ".staging/deep/b", "stale.txt"))
+    owned.save_record(str(tmp_path), RECORD, [".staging/", "stale.txt"])
+    earlier = owned.require_owned(str(tmp_path), RECORD, ["vocab.tsv"], [".staging"], "export-kpr")
+    assert owned.is_owned(".staging/deep/b", earlier) and not owned.is_owned(".staging-other/b", earlier)
+    assert owned.remove_stale(str(tmp_path), earlier, ["vocab.tsv"]) == ["stale.txt"]
+    assert sorted(files_below(tmp_path)) == [".record.json", ".staging/a", ".staging/deep/b"]

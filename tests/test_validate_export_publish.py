@@ -383,7 +383,8 @@ def test_export_refuses_a_link_into_the_run(run: Path, tmp_path: Path, capsys: p
 @pytest.mark.parametrize(("users_file", "shown"), [("entity_vocab.tsv", "entity_vocab.tsv"),
                                                   ("entity_linker/my.txt", "entity_linker/my.txt"),
                                                   ("entity_embeddings.npy/x.bin", "entity_embeddings.npy/"),
-                                                  (".kpr-export.json/y.txt", ".kpr-export.json/")])
+                                                  (".kpr-export.json/y.txt", ".kpr-export.json/"),
+                                                  (".export-staging/z.txt", ".export-staging/z.txt")])
 def test_export_refuses_a_file_it_did_not_write(full_run: Path, tmp_path: Path, users_file: str, shown: str,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     export = tmp_path / "kpr"
@@ -422,6 +423,16 @@ def test_export_replaces_its_own_files_and_removes_its_stale_ones(full_run: Path
     assert not stale.exists()
     assert len(vocab.read_text().splitlines()) == entity_count(full_run) + 1
     assert owned.load_record(str(export), kpr_export.RECORD_FILE) == record
+
+
+def test_a_killed_exports_staging_directory_is_its_own(full_run: Path, tmp_path: Path) -> None:
+    export = tmp_path / "kpr"
+    fill_with_files(export, (".export-staging/entity_vocab.tsv", ".export-staging/entity_linker/x"))
+    owned.save_record(str(export), kpr_export.RECORD_FILE, [".export-staging/"])  # as a killed export left it
+    assert main(["export-kpr", "--output", str(full_run), "--to", str(export)]) == 0
+    assert not (export / ".export-staging").exists()
+    assert ".export-staging/" not in owned.load_record(str(export), kpr_export.RECORD_FILE)
+    assert (export / "entity_vocab.tsv").read_text().startswith("[PAD]\t0\n")
 
 
 

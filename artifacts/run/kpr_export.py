@@ -94,8 +94,10 @@ def export_kpr(output: str, directory: str) -> ExportSummary:
     linker_files = manifest.recorded_files(output, layout.LINKER, suffix="")
     planned = [VOCAB_FILE, EMBEDDINGS_FILE,
                *(f"{LINKER_DIR}/{fs.relative(path, linker)}" for path in linker_files)]
-    earlier = owned.require_owned(directory, RECORD_FILE, planned, [LINKER_DIR], WRITER)
+    earlier = owned.require_owned(directory, RECORD_FILE, planned, [LINKER_DIR, STAGING_DIR], WRITER)
     staging = fs.join(directory, STAGING_DIR)
+    # recorded before it is made: a killed export's staging directory is its own to remove
+    owned.save_record(directory, RECORD_FILE, [*earlier, f"{STAGING_DIR}/"])
     fs.delete_tree(staging)  # a killed export's leftovers
     fs.mkdirs(staging)
     try:
@@ -104,11 +106,12 @@ def export_kpr(output: str, directory: str) -> ExportSummary:
         dim, without = write_embeddings(output, fs.join(staging, EMBEDDINGS_FILE), keys)
         for path in linker_files:
             copy_file(path, fs.join(staging, LINKER_DIR, fs.relative(path, linker)))
-        owned.save_record(directory, RECORD_FILE, [*earlier, *planned])  # a killed move still owns its files
+        # a killed move still owns its files
+        owned.save_record(directory, RECORD_FILE, [*earlier, f"{STAGING_DIR}/", *planned])
         move_into_place(staging, directory, earlier)
-        owned.save_record(directory, RECORD_FILE, planned)
     finally:
         fs.delete_tree(staging)
+    owned.save_record(directory, RECORD_FILE, planned)
     return ExportSummary(directory, len(keys), dim, without)
 
 

@@ -69,22 +69,28 @@ def in_the_way(directory: str, files: Iterable[str], trees: Iterable[str]) -> li
     return sorted(found)
 
 
+def is_owned(relative: str, owned: frozenset[str]) -> bool:
+    """Whether ``owned`` lists the file ``relative``, or a directory (``NAME/``, e.g. a staging directory) that
+    holds it."""
+    return relative in owned or any(relative.startswith(entry) for entry in owned if entry.endswith("/"))
+
+
 def require_owned(directory: str, record: str, files: Iterable[str], trees: Iterable[str],
                   writer: str) -> frozenset[str]:
     """The files an earlier ``writer`` recorded in ``directory``; a ForeignFileError names the first thing in the
     way of ``files`` and ``trees`` that it did not write."""
     owned = load_record(directory, record)
-    foreign = [relative for relative in in_the_way(directory, [*files, record], trees) if relative not in owned
-               and relative != record]
+    foreign = [relative for relative in in_the_way(directory, [*files, record], trees)
+               if not is_owned(relative, owned) and relative != record]
     if foreign:
         raise ForeignFileError(directory, foreign[0], writer)
     return owned
 
 
 def remove_stale(directory: str, owned: Iterable[str], keep: Iterable[str]) -> list[str]:
-    """Delete the ``owned`` files that are not in ``keep`` (an earlier run's files this one does not write);
-    returns the deleted relative paths."""
-    stale = sorted(set(owned) - set(keep))
+    """Delete the ``owned`` files that are not in ``keep`` (an earlier run's files this one does not write; a
+    recorded directory is the command's own to remove); returns the deleted relative paths."""
+    stale = sorted(relative for relative in set(owned) - set(keep) if not relative.endswith("/"))
     for relative in stale:
         fs.delete_file(fs.join(directory, relative))
     return stale
