@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import tempfile
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -58,9 +59,8 @@ def list_files(directory: str, pattern: str = "*") -> list[str]:
 
 
 def list_tree(directory: str) -> list[str]:
-    """All files below ``directory`` (any depth), sorted by path."""
-    if not _filesystems().exists(directory):
-        return []
+    """All files below ``directory`` (any depth), sorted by path; none if there is no such directory. Matched, not
+    tested with exists() first: on object stores a "directory" is only a prefix, which exists() does not see."""
     result = _filesystems().match([join(directory, "**")])[0]
     return sorted(m.path for m in result.metadata_list)
 
@@ -86,13 +86,57 @@ def write_bytes(path: str, data: bytes) -> None:
         handle.write(data)
 
 
+class DirectoryTargetError(InputError):
+    """A file was to be written (or removed) where a directory is: nothing there is touched."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"{path} is a directory, not a file: it is left as it is")
+        self.path = path
+
+    def __reduce__(self):
+        return type(self), (self.path,)
+
+
+def is_directory(path: str) -> bool:
+    """Whether ``path`` is a directory: on a local disk one that exists, on object stores a prefix with objects."""
+    if _is_plain_path(path):
+        return os.path.isdir(path)
+    return bool(_filesystems().match([join(path, "**")])[0].metadata_list)
+
+
+def require_file_target(path: str) -> None:
+    """Raise a DirectoryTargetError if ``path``, about to be written as a file, is a directory."""
+    if is_directory(path):
+        raise DirectoryTargetError(path)
+
+
 def write_bytes_atomic(path: str, data: bytes) -> None:
-    """Write to a temporary sibling, then rename, so readers never see a half-written file."""
-    temporary = path + ".tmp"
-    write_bytes(temporary, data)
-    if _filesystems().exists(path):
-        _filesystems().delete([path])
-    _filesystems().rename([temporary], [path])
+    """Replace the file ``path`` so that a reader sees the old content or the new, never a part or none: on a
+    local disk a temporary sibling renamed over it, on object stores one write (an object is replaced whole).
+
+    Nothing is deleted first: a directory at ``path`` raises a DirectoryTargetError and stays as it is.
+    """
+    require_file_target(path)
+    if not _is_plain_path(path):
+        write_bytes(path, data)
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    # a new name ("x": never an existing file), created with the usual permissions (mkstemp's are 0600)
+    temporary = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+    try:
+        with open(temporary, "xb") as out:
+            out.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+
+
+def _is_plain_path(path: str) -> bool:
+    """A local path without a scheme (os functions apply as they are)."""
+    return "://" not in path
 
 
 def upload(local: str, path: str) -> None:
@@ -123,6 +167,14 @@ def delete_tree(directory: str) -> None:
     """Delete every file below ``directory`` (and the directory itself on local disks)."""
     if _filesystems().exists(directory):
         _filesystems().delete([directory])
+
+
+def delete_file(path: str) -> None:
+    """Delete the file ``path`` if there is one; a directory there raises a DirectoryTargetError and stays (Beam's
+    delete would remove a whole tree)."""
+    require_file_target(path)
+    if _filesystems().exists(path):
+        _filesystems().delete([path])
 
 
 def mkdirs(directory: str) -> None:

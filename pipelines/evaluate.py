@@ -158,12 +158,16 @@ class EvaluateCommand:
                             help="DPR qas files (question<TAB>['answer', ...]) or EntityQuestions *.json files")
         parser.add_argument("-k", dest="ks", type=int, nargs="+", default=[1, 5, 20, 100],
                             help="accuracy within the first k passages, for each k")
-        parser.add_argument("--report", help="also write the results as JSON to this path")
+        parser.add_argument("--report", metavar="FILE",
+                            help="also write the results as JSON to this file (replaced whole; never a directory)")
 
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
         ks = sorted(set(args.ks))
         if min(ks) < 1:
             raise InputError(f"-k values must be at least 1, got {ks}")
+        if args.report and fs.is_directory(args.report):  # before the search; the write itself refuses too
+            raise InputError(f"--report {args.report} is a directory: name the JSON file to write (the directory "
+                             "is left as it is)")
         files = [read_questions(path) for path in args.questions]
         retriever = Retriever(args.output, args.device, args.dtype, args.query_encoder, args.nprobe, args.ef_search)
         rows = [evaluate_file(retriever, questions, ks, args.batch_size) for questions in files]

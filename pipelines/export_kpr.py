@@ -6,7 +6,16 @@ from __future__ import annotations
 import argparse
 
 from artifacts.errors import InputError
-from artifacts.run.kpr_export import EMBEDDINGS_FILE, LINKER_DIR, VOCAB_FILE, MissingStagesError, export_kpr
+from artifacts.run.kpr_export import (
+    EMBEDDINGS_FILE,
+    LINKER_DIR,
+    RECORD_FILE,
+    VOCAB_FILE,
+    MissingStagesError,
+    OverlappingExportError,
+    export_kpr,
+)
+from artifacts.run.owned import ForeignFileError
 
 
 class ExportKprCommand:
@@ -23,7 +32,14 @@ class ExportKprCommand:
             raise InputError(f"{error.output} has no completed {' or '.join(error.missing)} stage: export-kpr needs "
                              "the entity linker and the entity embeddings (run `python run_pipeline.py dictionary` "
                              "and `embed-entities` first)") from error
-        print(f"exported {args.output} to {summary.directory}: {VOCAB_FILE}, {EMBEDDINGS_FILE}, {LINKER_DIR}/")
+        except OverlappingExportError as error:
+            raise InputError(f"--to {error.directory} overlaps --output {error.output}: export to a place outside "
+                             "the run") from error
+        except ForeignFileError as error:
+            raise InputError(f"--to {args.to} already holds {error.path}, which no earlier export-kpr wrote: "
+                             "nothing was written (move it away or export to another directory)") from error
+        print(f"exported {args.output} to {summary.directory}: {VOCAB_FILE}, {EMBEDDINGS_FILE}, {LINKER_DIR}/ "
+              f"(listed in {RECORD_FILE})")
         print(f"  entities: {summary.entities:,}")
         print(f"  dim: {summary.dim}")
         print(f"  entities without embeddings (zero rows): {summary.without_embeddings:,}")

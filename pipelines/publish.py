@@ -6,7 +6,13 @@ import argparse
 
 from artifacts.errors import InputError
 from artifacts.run.manifest import MANIFEST_NAME
-from artifacts.run.publish import LatestLocationError, OverlappingDestinationError, publish_run
+from artifacts.run.owned import ForeignFileError
+from artifacts.run.publish import (
+    ForeignLatestError,
+    LatestLocationError,
+    OverlappingDestinationError,
+    publish_run,
+)
 
 
 class PublishCommand:
@@ -28,6 +34,12 @@ class PublishCommand:
         except OverlappingDestinationError as error:
             raise InputError(f"--to {error.destination} overlaps --output {error.output}: publish to a place "
                              "outside the run") from error
+        except ForeignFileError as error:
+            raise InputError(f"--to {args.to} already holds {error.path}, which no earlier publish wrote: nothing "
+                             "was copied (move it away or publish to another place)") from error
+        except ForeignLatestError as error:
+            raise InputError(f"--latest: {error.path} is not a LATEST pointer that publish wrote: nothing was "
+                             "copied (move it away or publish under another ROOT)") from error
         if summary.removed:
             print(f"replaced earlier files in {summary.destination}: {', '.join(summary.removed)}")
         for item in summary.files:

@@ -186,6 +186,25 @@ def run_counting(build: Callable[[beam.Pipeline], None]) -> dict[str, int]:
     return totals
 
 
+# --- a directory of the user's own files ------------------------------------------------------------------------
+
+
+def fill_with_files(directory: Path, names: tuple[str, ...] = ("notes.txt", "data/a.csv", "data/deep/b.bin")
+                    ) -> dict[str, bytes]:
+    """Put files of the user's own below ``directory`` (created if needed); returns what ``files_below`` gives."""
+    for index, name in enumerate(names):
+        path = directory / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(f"the user's own file {index}: {name}\n".encode())
+    return files_below(directory)
+
+
+def files_below(directory: Path) -> dict[str, bytes]:
+    """Every file below ``directory`` (relative path -> content), to check that none was touched."""
+    return {str(path.relative_to(directory)): path.read_bytes() for path in sorted(directory.rglob("*"))
+            if path.is_file()}
+
+
 # --- local files seen as a remote store -------------------------------------------------------------------------
 
 MIRROR = "mirror://"

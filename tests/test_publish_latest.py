@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from artifacts import fs
 from artifacts.run import publish as publish_module
 from artifacts.run.validation import validate_run
 from pipelines.cli import main
+from tests.builders import files_below, fill_with_files
 
 
 @pytest.fixture
@@ -61,14 +63,15 @@ def test_latest_moves_only_after_a_complete_publish(run: Path, tmp_path: Path, m
     assert validate_run(publish_module.latest_run(str(root))) == []
 
     monkeypatch.setattr(publish_module, "copy_file", real_copy)
-    real_replace = publish_module.replace_file
+    real_replace = fs.write_bytes_atomic
     manifest_there: list[bool] = []
 
     def watched_replace(path: str, data: bytes) -> None:
-        manifest_there.append((root / "2026-02" / "manifest.json").exists())
+        if path == str(root / "LATEST"):
+            manifest_there.append((root / "2026-02" / "manifest.json").exists())
         real_replace(path, data)
 
-    monkeypatch.setattr(publish_module, "replace_file", watched_replace)
+    monkeypatch.setattr(fs, "write_bytes_atomic", watched_replace)
     assert main(["publish", "--output", str(run), "--to", str(root / "2026-02"), "--latest"]) == 0
     assert manifest_there == [True]
     assert pointer(root) == {"name": "2026-02", "manifest_sha256": manifest_sha256(root / "2026-02")}
@@ -83,3 +86,19 @@ def test_latest_needs_a_root_and_a_name(run: Path, capsys: pytest.CaptureFixture
 def test_latest_run_without_a_pointer(tmp_path: Path) -> None:
     with pytest.raises(publish_module.InputError, match="has no LATEST: nothing was published there"):
         publish_module.latest_run(str(tmp_path))
+
+
+@pytest.mark.parametrize("users_latest", ["a directory of files", "a file"])
+def test_a_latest_that_publish_did_not_write_is_refused_before_copying(run: Path, tmp_path: Path, users_latest: str,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "published"
+    if users_latest == "a file":
+        fill_with_files(root, ("LATEST", "notes.txt"))
+    else:
+        fill_with_files(root / "LATEST")
+    before = files_below(root)
+    assert main(["publish", "--output", str(run), "--to", str(root / "2026-01"), "--latest"]) == 2
+    assert capsys.readouterr().err == (f"error: --latest: {root / 'LATEST'} is not a LATEST pointer that publish "
+                                       "wrote: nothing was copied (move it away or publish under another ROOT)\n")
+    assert files_below(root) == before
+    assert not (root / "2026-01").exists()

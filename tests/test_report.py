@@ -27,7 +27,7 @@ from artifacts.run.report.recall import index_recall
 from artifacts.run.report.stats import TopK, ValueCounts, integer_log_edges
 from pipelines.cli import main
 from pipelines.run_all import declared_counters
-from tests.builders import brute_force, clustered, write_index_dir
+from tests.builders import brute_force, clustered, files_below, fill_with_files, write_index_dir
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 DECLARED = declared_counters()  # what the stages declare, as `report` passes it
@@ -206,6 +206,28 @@ def test_a_run_with_only_parse_says_not_run_for_the_other_stages(run_copy):
         assert "not run" in by_stage[stage] and "<table" not in by_stage[stage]
     assert re.findall(r'<img class="plot" src="([^"]+)"', page) == ["timings.png"]
     assert sorted(path.name for path in (run_copy / "report").iterdir()) == ["index.html", "timings.png"]
+
+
+def test_a_new_report_removes_its_stale_plots_and_nothing_else(run_copy):
+    users = fill_with_files(run_copy / "report", ("notes.txt", "mine/plot.png", "old.png"))
+    write_report(str(run_copy))
+    assert (run_copy / "report" / "dictionary.png").exists()
+    records = manifest.load(str(run_copy))
+    manifest.save(str(run_copy), {"parse": records["parse"]})
+    for artifact in ("entities", "dictionary", "mentions", "entity_embeddings", "index", "passages"):
+        shutil.rmtree(run_copy / artifact)
+    write_report(str(run_copy))
+    after = files_below(run_copy / "report")
+    assert sorted(after) == sorted([*users, "index.html", "timings.png"])  # the dictionary's plot is gone
+    assert {name: after[name] for name in users} == users
+
+
+def test_a_directory_where_the_page_goes_is_refused(run_copy, capsys):
+    users = fill_with_files(run_copy / "report" / "index.html")
+    assert main(["report", "--output", str(run_copy)]) == 2
+    assert capsys.readouterr().err == (f"error: {run_copy / 'report' / 'index.html'} is a directory, not a file: "
+                                       "it is left as it is\n")
+    assert files_below(run_copy / "report" / "index.html") == users
 
 
 def test_dead_letters_and_bad_input_counters_are_linked_and_text_is_escaped(run_copy):

@@ -20,7 +20,7 @@ from pipelines.evaluate import (
     top_k_accuracy,
 )
 from pipelines.search import Retriever
-from tests.builders import stored_rows
+from tests.builders import files_below, fill_with_files, stored_rows
 from tests.conftest import PASSAGES, QUESTIONS
 
 NQ_5 = PASSAGES / "nq_dev_5q_from_haystack.qa.tsv"
@@ -88,6 +88,27 @@ def test_evaluate_answers_the_5_nq_dev_questions_on_the_751_real_passages(minilm
         "file                            questions    top-1    top-5   top-20",
         "nq_dev_5q_from_haystack.qa.tsv          5    60.00   100.00   100.00"]
     assert json.loads(report.read_text())["files"][0]["accuracy"] == {"1": 60.0, "5": 100.0, "20": 100.0}
+
+
+@pytest.mark.parametrize("target", ["sample", "."])
+def test_a_report_path_that_names_a_directory_is_refused_before_searching(minilm_index, tmp_path, monkeypatch,
+                                                                          capsys, target):
+    """The directory and every file in it stay (it was once deleted and replaced by the JSON file)."""
+    before = fill_with_files(tmp_path / "sample")
+    monkeypatch.chdir(tmp_path / "sample" if target == "." else tmp_path)
+    assert main(["evaluate", "--output", str(minilm_index), "--questions", str(NQ_5), "--report", target]) == 2
+    assert capsys.readouterr() == ("", f"error: --report {target} is a directory: name the JSON file to write (the "
+                                       "directory is left as it is)\n")
+    assert files_below(tmp_path / "sample") == before
+
+
+def test_a_report_file_is_replaced(minilm_index, tmp_path):
+    report = tmp_path / "results.json"
+    report.write_text("an earlier report")
+    assert main(["evaluate", "--output", str(minilm_index), "--questions", str(NQ_5), "-k", "1",
+                 "--report", str(report)]) == 0
+    assert json.loads(report.read_text())["k"] == [1]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["results.json"]
 
 
 def test_evaluate_ranks_match_brute_force_over_the_stored_vectors(minilm_index):

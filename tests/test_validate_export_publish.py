@@ -19,10 +19,11 @@ import pytest
 
 from artifacts import faiss as faiss_shards
 from artifacts import fs, tables
-from artifacts.run import kpr_export, manifest
+from artifacts.run import kpr_export, manifest, owned
 from artifacts.run import publish as publish_module
 from artifacts.run.validation import validate_run
 from pipelines.cli import main
+from tests.builders import files_below, fill_with_files
 
 EMBEDDINGS = "entity_embeddings/part-00000-of-00001.parquet"
 ENTITIES = "entities/part-00000-of-00001.parquet"
@@ -262,7 +263,10 @@ def test_publish_copies_everything(run: Path, tmp_path: Path, capsys: pytest.Cap
 
     listed = sorted(item.path for stage in manifest.load(str(run)).values() for item in stage.outputs)
     copied = sorted(str(path.relative_to(destination)) for path in destination.rglob("*") if path.is_file())
-    assert copied == sorted([*listed, "report/index.html", "manifest.json"])
+    assert copied == sorted([*listed, "report/index.html", "manifest.json", ".kpr-publish.json"])
+    assert owned.load_record(str(destination), ".kpr-publish.json") == {*listed, "report/index.html",
+                                                                         "manifest.json"}
+    copied.remove(".kpr-publish.json")
     for relative in copied:
         assert filecmp.cmp(run / relative, destination / relative, shallow=False), relative
         assert f"  {relative} (" in out or relative == "manifest.json"
@@ -278,6 +282,8 @@ def test_publish_writes_the_manifest_last(run: Path, tmp_path: Path, monkeypatch
     assert main(["publish", "--output", str(run), "--to", str(destination)]) == 0
     stale = destination / "entities" / "part-00009-of-00010.parquet"  # left by an earlier publish
     shutil.copy(destination / ENTITIES, stale)
+    written = owned.load_record(str(destination), publish_module.RECORD_FILE)
+    owned.save_record(str(destination), publish_module.RECORD_FILE, [*written, str(stale.relative_to(destination))])
     real_copy = publish_module.copy_file
     copies: list[str] = []
 
@@ -313,7 +319,122 @@ def test_publish_refuses_a_destination_inside_the_run(run: Path, capsys: pytest.
                                        "publish to a place outside the run\n")
 
 
+def test_publish_into_a_directory_of_other_files_keeps_them(run: Path, tmp_path: Path) -> None:
+    destination = tmp_path / "published"
+    before = fill_with_files(destination)
+    for _ in range(2):  # the second publish replaces the first's files, and only them
+        assert main(["publish", "--output", str(run), "--to", str(destination)]) == 0
+        assert {name: files_below(destination)[name] for name in before} == before
+    assert validate_run(str(destination)) == []
+
+
+@pytest.mark.parametrize(("users_file", "shown"), [("articles/my-own.parquet", "articles/my-own.parquet"),
+                                                  ("report/index.html", "report/index.html"),
+                                                  ("manifest.json/mine.txt", "manifest.json/")])
+def test_publish_refuses_a_file_it_did_not_write(run: Path, tmp_path: Path, users_file: str, shown: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    (run / "report").mkdir()
+    (run / "report" / "index.html").write_text("<html>report</html>")
+    destination = tmp_path / "published"
+    before = fill_with_files(destination, ("notes.txt", "data/a.csv", users_file))
+    assert main(["publish", "--output", str(run), "--to", str(destination)]) == 2
+    assert capsys.readouterr().err == (f"error: --to {destination} already holds {destination}/{shown}, which no "
+                                       "earlier publish wrote: nothing was copied (move it away or publish to "
+                                       "another place)\n")
+    assert files_below(destination) == before  # nothing deleted, nothing copied
+
+
+def test_publish_refuses_a_file_it_did_not_write_after_an_earlier_publish(run: Path, tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    destination = tmp_path / "published"
+    assert main(["publish", "--output", str(run), "--to", str(destination)]) == 0
+    mine = destination / "entities" / "mine.parquet"
+    shutil.copy(run / ENTITIES, mine)
+    before = files_below(destination)
+    assert main(["publish", "--output", str(run), "--to", str(destination)]) == 2
+    assert f"already holds {mine}, which no earlier publish wrote" in capsys.readouterr().err
+    assert files_below(destination) == before  # the earlier publish is still complete, manifest included
+
+
 # --- export-kpr ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("inside", ["", "articles", "published/kpr"])
+def test_export_refuses_a_directory_overlapping_the_run(run: Path, inside: str,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    target = run / inside if inside else run
+    before = files_below(run)
+    assert main(["export-kpr", "--output", str(run), "--to", str(target)]) == 2
+    assert capsys.readouterr().err == (f"error: --to {target} overlaps --output {run}: export to a place outside "
+                                       "the run\n")
+    assert files_below(run) == before
+    assert validate_run(str(run)) == []
+
+
+def test_export_refuses_a_link_into_the_run(run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    link = tmp_path / "kpr"
+    link.symlink_to(run / "articles", target_is_directory=True)
+    before = files_below(run)
+    assert main(["export-kpr", "--output", str(run), "--to", str(link)]) == 2
+    assert capsys.readouterr().err == f"error: --to {link} overlaps --output {run}: export to a place outside the run\n"
+    assert files_below(run) == before
+
+
+@pytest.mark.parametrize(("users_file", "shown"), [("entity_vocab.tsv", "entity_vocab.tsv"),
+                                                  ("entity_linker/my.txt", "entity_linker/my.txt"),
+                                                  ("entity_embeddings.npy/x.bin", "entity_embeddings.npy/"),
+                                                  (".kpr-export.json/y.txt", ".kpr-export.json/"),
+                                                  (".export-staging/z.txt", ".export-staging/z.txt")])
+def test_export_refuses_a_file_it_did_not_write(full_run: Path, tmp_path: Path, users_file: str, shown: str,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    export = tmp_path / "kpr"
+    before = fill_with_files(export, ("notes.txt", "data/a.csv", "data/deep/b.bin", users_file))
+    assert main(["export-kpr", "--output", str(full_run), "--to", str(export)]) == 2
+    assert capsys.readouterr().err == (f"error: --to {export} already holds {export}/{shown}, which no earlier "
+                                       "export-kpr wrote: nothing was written (move it away or export to another "
+                                       "directory)\n")
+    assert files_below(export) == before
+
+
+def test_export_into_a_directory_of_other_files_keeps_them(full_run: Path, tmp_path: Path) -> None:
+    export = tmp_path / "kpr"
+    before = fill_with_files(export)
+    for _ in range(2):
+        assert main(["export-kpr", "--output", str(full_run), "--to", str(export)]) == 0
+        after = files_below(export)
+        assert {name: after[name] for name in before} == before
+    linker = sorted(f"entity_linker/{path.name}" for path in (full_run / "dictionary" / "linker").iterdir())
+    assert owned.load_record(str(export), ".kpr-export.json") == {"entity_vocab.tsv", "entity_embeddings.npy",
+                                                                    *linker}
+    assert sorted(after) == sorted([*before, ".kpr-export.json", "entity_vocab.tsv", "entity_embeddings.npy",
+                                    *linker])
+
+
+def test_export_replaces_its_own_files_and_removes_its_stale_ones(full_run: Path, tmp_path: Path) -> None:
+    export = tmp_path / "kpr"
+    assert main(["export-kpr", "--output", str(full_run), "--to", str(export)]) == 0
+    stale = export / "entity_linker" / "from-an-older-linker.bin"
+    stale.write_bytes(b"old")
+    record = owned.load_record(str(export), kpr_export.RECORD_FILE)
+    owned.save_record(str(export), kpr_export.RECORD_FILE, [*record, "entity_linker/from-an-older-linker.bin"])
+    vocab = export / "entity_vocab.tsv"
+    vocab.write_text("[PAD]\t0\n")  # an export's own file, changed since: replaced
+    assert main(["export-kpr", "--output", str(full_run), "--to", str(export)]) == 0
+    assert not stale.exists()
+    assert len(vocab.read_text().splitlines()) == entity_count(full_run) + 1
+    assert owned.load_record(str(export), kpr_export.RECORD_FILE) == record
+
+
+def test_a_killed_exports_staging_directory_is_its_own(full_run: Path, tmp_path: Path) -> None:
+    export = tmp_path / "kpr"
+    fill_with_files(export, (".export-staging/entity_vocab.tsv", ".export-staging/entity_linker/x"))
+    owned.save_record(str(export), kpr_export.RECORD_FILE, [".export-staging/"])  # as a killed export left it
+    assert main(["export-kpr", "--output", str(full_run), "--to", str(export)]) == 0
+    assert not (export / ".export-staging").exists()
+    assert ".export-staging/" not in owned.load_record(str(export), kpr_export.RECORD_FILE)
+    assert (export / "entity_vocab.tsv").read_text().startswith("[PAD]\t0\n")
+
+
 
 
 def test_export_kpr_loads_with_numpy_and_marisa(full_run: Path, tmp_path: Path,
@@ -321,8 +442,8 @@ def test_export_kpr_loads_with_numpy_and_marisa(full_run: Path, tmp_path: Path,
     export = tmp_path / "kpr"
     for _ in range(2):  # a second export replaces the first
         assert main(["export-kpr", "--output", str(full_run), "--to", str(export)]) == 0
-    assert sorted(path.name for path in export.iterdir()) == ["entity_embeddings.npy", "entity_linker",
-                                                               "entity_vocab.tsv"]
+    assert sorted(path.name for path in export.iterdir()) == [".kpr-export.json", "entity_embeddings.npy",
+                                                               "entity_linker", "entity_vocab.tsv"]
     entities = pq.read_table(full_run / ENTITIES).sort_by("entity_id")
     keys = pc.coalesce(entities.column("qid"), entities.column("title")).to_pylist()
     count = len(keys)

@@ -6,8 +6,9 @@ entities without an embedding zero, row i = entity i. ``DIR/entity_linker/``: th
 use one index order (``kb_id.trie[key] + 1 == index``), checked while writing.
 
 Only the files the manifest records are read. Everything is written under ``DIR/.export-staging/`` first, then
-moved into place with the vocabulary moved out first and in last: an export directory with ``entity_vocab.tsv``
-is complete.
+renamed into place with the vocabulary moved out first and in last: an export directory with ``entity_vocab.tsv``
+is complete. ``DIR/.kpr-export.json`` records the files written; a later export replaces or removes only those,
+and refuses (before writing anything) when a file it did not write is in the way. DIR may not overlap the run.
 """
 
 from __future__ import annotations
@@ -29,14 +30,16 @@ from artifacts import faiss as faiss_shards
 from artifacts import fs, layout
 from artifacts.errors import InputError
 from artifacts.linker import EntityLinker
-from artifacts.run import manifest
-from artifacts.run.publish import copy_file, is_local
+from artifacts.run import manifest, owned
+from artifacts.run.publish import copy_file, is_local, overlaps
 from artifacts.run.validation import parquet_footer, require_valid
 
 VOCAB_FILE = "entity_vocab.tsv"
 EMBEDDINGS_FILE = "entity_embeddings.npy"
 LINKER_DIR = "entity_linker"
 STAGING_DIR = ".export-staging"
+RECORD_FILE = ".kpr-export.json"  # the files an export wrote into DIR (artifacts.run.owned)
+WRITER = "export-kpr"
 PAD = "[PAD]"
 REQUIRED_STAGES = (layout.DICTIONARY_STAGE, layout.EMBED_ENTITIES_STAGE)
 _VOCAB_CHUNK = 65_536
@@ -50,6 +53,18 @@ class MissingStagesError(InputError):
                          "linker and the entity embeddings")
         self.output = output
         self.missing = tuple(missing)
+
+
+class OverlappingExportError(InputError):
+    """The export directory is the run itself, or one lies inside the other."""
+
+    def __init__(self, output: str, directory: str) -> None:
+        super().__init__(f"{directory} overlaps the run {output}: export to a place outside the run")
+        self.output = output
+        self.directory = directory
+
+    def __reduce__(self):
+        return type(self), (self.output, self.directory)
 
 
 @dataclass(frozen=True)
@@ -69,21 +84,34 @@ def check_exportable(output: str) -> None:
 
 
 def export_kpr(output: str, directory: str) -> ExportSummary:
-    """Write the KPR files of the run under ``output`` into ``directory`` (replacing an earlier export there)."""
+    """Write the KPR files of the run under ``output`` into ``directory``, replacing an earlier export there;
+    refuses (before writing) a ``directory`` overlapping the run or holding a file in the way that no export
+    wrote."""
+    if overlaps(output, directory):
+        raise OverlappingExportError(output, directory)
     check_exportable(output)
+    linker = fs.join(output, layout.LINKER)
+    linker_files = manifest.recorded_files(output, layout.LINKER, suffix="")
+    planned = [VOCAB_FILE, EMBEDDINGS_FILE,
+               *(f"{LINKER_DIR}/{fs.relative(path, linker)}" for path in linker_files)]
+    earlier = owned.require_owned(directory, RECORD_FILE, planned, [LINKER_DIR, STAGING_DIR], WRITER)
     staging = fs.join(directory, STAGING_DIR)
+    # recorded before it is made: a killed export's staging directory is its own to remove
+    owned.save_record(directory, RECORD_FILE, [*earlier, f"{STAGING_DIR}/"])
     fs.delete_tree(staging)  # a killed export's leftovers
     fs.mkdirs(staging)
     try:
-        linker = fs.join(output, layout.LINKER)
         keys = entity_keys(output)
         write_vocab(fs.join(staging, VOCAB_FILE), keys, EntityLinker.load(linker).kb_keys)
         dim, without = write_embeddings(output, fs.join(staging, EMBEDDINGS_FILE), keys)
-        for path in manifest.recorded_files(output, layout.LINKER, suffix=""):
+        for path in linker_files:
             copy_file(path, fs.join(staging, LINKER_DIR, fs.relative(path, linker)))
-        move_into_place(staging, directory)
+        # a killed move still owns its files
+        owned.save_record(directory, RECORD_FILE, [*earlier, f"{STAGING_DIR}/", *planned])
+        move_into_place(staging, directory, earlier)
     finally:
         fs.delete_tree(staging)
+    owned.save_record(directory, RECORD_FILE, planned)
     return ExportSummary(directory, len(keys), dim, without)
 
 
@@ -170,12 +198,14 @@ def check_embedding_keys(batch: pa.RecordBatch, ids: np.ndarray, keys: pa.String
                          f"entities/ says {keys[int(ids[row]) - 1]}")
 
 
-def move_into_place(staging: str, directory: str) -> None:
-    """Replace the export in ``directory`` by the staged one: the vocabulary goes first out and last in."""
-    for name in (VOCAB_FILE, EMBEDDINGS_FILE, LINKER_DIR):
-        fs.delete_tree(fs.join(directory, name))
-    staged = sorted(fs.list_tree(staging), key=lambda path: fs.relative(path, staging) == VOCAB_FILE)
-    for source in staged:
-        target = fs.join(directory, fs.relative(source, staging))
+def move_into_place(staging: str, directory: str, earlier: frozenset[str]) -> None:
+    """Replace the export in ``directory`` by the staged one, file by file (a rename replaces a file): the
+    vocabulary goes first out and last in; of the ``earlier`` export's files, those not staged are removed."""
+    staged = sorted(fs.relative(path, staging) for path in fs.list_tree(staging))
+    if VOCAB_FILE in earlier:
+        fs.delete_file(fs.join(directory, VOCAB_FILE))  # out first: the directory no longer looks complete
+    owned.remove_stale(directory, earlier, staged)
+    for relative in sorted(staged, key=lambda name: name == VOCAB_FILE):
+        target = fs.join(directory, relative)
         fs.ensure_parent(target)
-        FileSystems.rename([source], [target])
+        FileSystems.rename([fs.join(staging, relative)], [target])

@@ -110,7 +110,7 @@ def acquire(output: str, command: str) -> bool:
 def release(output: str) -> None:
     holder = read(output)
     if holder is not None and holder.mine():
-        fs.delete_tree(fs.join(output, LOCK_NAME))
+        fs.delete_file(fs.join(output, LOCK_NAME))
 
 
 @contextmanager

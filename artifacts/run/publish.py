@@ -1,7 +1,11 @@
 """Publishing a validated run: every file its manifest lists (plus ``report/``) copied to DEST on any Beam
 filesystem, each copy checked, and ``DEST/manifest.json`` deleted first and written last, so a reader never
 takes a partial copy for a complete one. With ``latest``, ``DEST/../LATEST`` then names DEST (scheduled
-refreshes publish each run to ``ROOT/NAME`` and readers follow ``ROOT/LATEST``)."""
+refreshes publish each run to ``ROOT/NAME`` and readers follow ``ROOT/LATEST``).
+
+``DEST/.kpr-publish.json`` records the files a publish wrote: a later publish replaces or removes only those and
+refuses, before copying anything, a DEST holding a file in its way that no publish wrote (artifacts.run.owned);
+LATEST is replaced only when it is a pointer publish wrote. Nothing is ever deleted as a tree."""
 
 from __future__ import annotations
 
@@ -15,10 +19,12 @@ from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs, layout
 from artifacts.errors import InputError
-from artifacts.run import manifest
+from artifacts.run import manifest, owned
 from artifacts.run.validation import require_valid
 
 LATEST_NAME = "LATEST"  # beside the published runs: {"name": NAME, "manifest_sha256": ...}
+RECORD_FILE = ".kpr-publish.json"  # the files a publish wrote into DEST (artifacts.run.owned)
+WRITER = "publish"
 REPORT_DIR = layout.REPORT  # the report command's HTML: published whether or not the manifest lists it
 _COPY_CHUNK = 1 << 22
 
@@ -29,6 +35,18 @@ class LatestLocationError(InputError):
     def __init__(self, destination: str) -> None:
         super().__init__(f"{destination}: a run published as the latest goes to ROOT/NAME (LATEST goes in ROOT)")
         self.destination = destination
+
+
+class ForeignLatestError(InputError):
+    """ROOT/LATEST exists but is not a pointer that publish wrote: it is not replaced."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"{path} is not a LATEST pointer that publish wrote: it is left as it is (move it away "
+                         "or publish under another ROOT)")
+        self.path = path
+
+    def __reduce__(self):
+        return type(self), (self.path,)
 
 
 class OverlappingDestinationError(InputError):
@@ -78,9 +96,14 @@ def _normalized(path: str) -> str:
     return os.path.abspath(path) if is_local(path) else path.rstrip("/")
 
 
+def _resolved(path: str) -> str:
+    """``path`` with symbolic links resolved on a local disk (a link into the run still overlaps it)."""
+    return os.path.realpath(path) if is_local(path) else path.rstrip("/")
+
+
 def overlaps(first: str, second: str) -> bool:
     """Whether one path is the other or lies inside it."""
-    first, second = _normalized(first), _normalized(second)
+    first, second = _resolved(first), _resolved(second)
     return first == second or first.startswith(second + "/") or second.startswith(first + "/")
 
 
@@ -94,17 +117,19 @@ def planned_files(output: str, stages: dict[str, manifest.StageRecord]) -> list[
     return [files[path] for path in sorted(files)]
 
 
-def remove_previous(destination: str, files: list[PublishedFile]) -> tuple[str, ...]:
-    """Delete the artifact directories about to be published from DEST: files of an earlier publish that this
-    run does not have would otherwise stay and be read as part of it."""
-    removed = []
-    for directory in sorted({item.path.split("/")[0] for item in files if "/" in item.path}):
-        # matched, not tested with exists(): on object stores a "directory" is only a prefix
-        found = FileSystems.match([fs.join(destination, directory, "**")])[0].metadata_list
-        if found:
-            FileSystems.delete([item.path for item in found])
-            removed.append(directory)
-    return tuple(removed)
+def require_publishable(destination: str, files: list[PublishedFile]) -> frozenset[str]:
+    """The files an earlier publish recorded in DEST; a ForeignFileError names the first file in the way of this
+    publish (where a file goes, or in an artifact directory it fills) that no publish wrote."""
+    trees = sorted({item.path.split("/")[0] for item in files if "/" in item.path})
+    return owned.require_owned(destination, RECORD_FILE, [item.path for item in files] + [manifest.MANIFEST_NAME],
+                               trees, WRITER)
+
+
+def remove_previous(destination: str, earlier: frozenset[str], files: list[PublishedFile]) -> tuple[str, ...]:
+    """Delete an earlier publish's files that this run does not have (they would stay and be read as part of
+    it); returns the top-level names of the earlier publish's files replaced or removed."""
+    owned.remove_stale(destination, earlier, [item.path for item in files])
+    return tuple(sorted({relative.split("/")[0] for relative in earlier} - {manifest.MANIFEST_NAME}))
 
 
 def copy_problem(path: str, item: PublishedFile) -> str | None:
@@ -137,24 +162,33 @@ def latest_location(destination: str) -> tuple[str, str]:
     return parent, name
 
 
-def replace_file(path: str, data: bytes) -> None:
-    """Replace ``path`` so that a reader sees the old or the new content, never none: rename over it on a
-    local disk; elsewhere one write (an object store replaces an object whole)."""
-    if not is_local(path):
-        fs.write_bytes(path, data)
-        return
-    temporary = f"{path}.tmp"
-    fs.write_bytes(temporary, data)
-    os.replace(temporary, path)
-
-
 def write_latest(destination: str) -> str:
     """Point ``ROOT/LATEST`` at the published run ``destination`` = ROOT/NAME (after its manifest is written)."""
     root, name = latest_location(destination)
     pointer = {"name": name, "manifest_sha256": fs.sha256(manifest.manifest_path(destination))}
     path = fs.join(root, LATEST_NAME)
-    replace_file(path, (json.dumps(pointer, sort_keys=True) + "\n").encode("utf-8"))
+    fs.write_bytes_atomic(path, (json.dumps(pointer, sort_keys=True) + "\n").encode("utf-8"))
     return path
+
+
+def is_pointer(value: object) -> bool:
+    return isinstance(value, dict) and set(value) == {"name", "manifest_sha256"}
+
+
+def require_replaceable_latest(destination: str) -> None:
+    """Refuse (before copying anything) a ROOT/LATEST that is a directory or not a pointer publish wrote."""
+    root, _ = latest_location(destination)
+    path = fs.join(root, LATEST_NAME)
+    if fs.is_directory(path):
+        raise ForeignLatestError(path)
+    if not fs.exists(path):
+        return
+    try:
+        pointer = fs.read_json(path)
+    except ValueError:  # UnicodeDecodeError included
+        pointer = None
+    if not is_pointer(pointer):
+        raise ForeignLatestError(path)
 
 
 def latest_run(root: str) -> str:
@@ -169,15 +203,19 @@ def publish_run(output: str, destination: str, latest: bool = False) -> PublishS
     """Copy the validated run under ``output`` to ``destination``; its manifest.json is written last, then
     with ``latest`` the LATEST pointer beside ``destination``."""
     if latest:
-        latest_location(destination)  # refuse before copying anything
+        require_replaceable_latest(destination)  # refuse before copying anything
     if overlaps(output, destination):
         raise OverlappingDestinationError(output, destination)
     require_valid(output)
     stages = manifest.load(output)
     files = planned_files(output, stages)
-    fs.delete_tree(manifest.manifest_path(destination))  # first: from here on DEST does not look complete
-    removed = remove_previous(destination, files)
+    earlier = require_publishable(destination, files)
+    written = [item.path for item in files] + [manifest.MANIFEST_NAME]
+    owned.save_record(destination, RECORD_FILE, [*earlier, *written])  # a killed publish still owns its files
+    fs.delete_file(manifest.manifest_path(destination))  # first: from here on DEST does not look complete
+    removed = remove_previous(destination, earlier, files)
     for item in files:
         copy_checked(output, destination, item)
     manifest.save(destination, stages)
+    owned.save_record(destination, RECORD_FILE, written)
     return PublishSummary(destination, tuple(files), removed, write_latest(destination) if latest else None)

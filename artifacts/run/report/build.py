@@ -22,6 +22,10 @@ from artifacts.run.report.recall import MAX_EXACT, QUERIES, index_recall
 LOG = logging.getLogger("kpr.report")
 REPORT_DIR = layout.REPORT
 HTML_NAME = "index.html"
+TIMINGS_PLOT, ENTITY_LINKS_PLOT, DICTIONARY_PLOT, EMBEDDINGS_PLOT = (
+    "timings.png", "entity-links.png", "dictionary.png", "entity-embeddings.png")
+# every plot a report may draw: a new report removes those it does not draw (stale), and nothing else in report/
+PLOTS = (TIMINGS_PLOT, ENTITY_LINKS_PLOT, DICTIONARY_PLOT, EMBEDDINGS_PLOT)
 T = TypeVar("T")
 
 # what a section can hit when an artifact the manifest lists has been moved or damaged since
@@ -91,13 +95,13 @@ def _collect_index(data: ReportData, records: dict[str, manifest.StageRecord], r
 def _draw(data: ReportData) -> dict[str, bytes]:
     drawings: dict[str, Callable[[], bytes]] = {}
     if any(view.record is not None for view in data.views):
-        drawings["timings.png"] = lambda: plots.timings(data.views)
+        drawings[TIMINGS_PLOT] = lambda: plots.timings(data.views)
     if data.entities is not None:
-        drawings["entity-links.png"] = lambda: plots.entity_links(data.entities)
+        drawings[ENTITY_LINKS_PLOT] = lambda: plots.entity_links(data.entities)
     if data.dictionary is not None:
-        drawings["dictionary.png"] = lambda: plots.dictionary(data.dictionary)
+        drawings[DICTIONARY_PLOT] = lambda: plots.dictionary(data.dictionary)
     if data.embeddings is not None:
-        drawings["entity-embeddings.png"] = lambda: plots.embeddings(data.embeddings)
+        drawings[EMBEDDINGS_PLOT] = lambda: plots.embeddings(data.embeddings)
     return {name: draw() for name, draw in drawings.items()}
 
 
@@ -120,10 +124,13 @@ def write_report(output: str, declared: Mapping[str, Counter], *, recall_queries
     started = time.time()
     data = collect(output, declared, recall_queries, max_exact, previous)
     report_dir = fs.join(output, REPORT_DIR)
-    fs.delete_tree(report_dir)  # no stale plots from an earlier report
+    drawn = _draw(data)
+    for name in PLOTS:
+        if name not in drawn:
+            fs.delete_file(fs.join(report_dir, name))  # a stale plot of an earlier report
     fs.mkdirs(report_dir)
-    for name, png in _draw(data).items():
-        fs.write_bytes(fs.join(report_dir, name), png)
+    for name, png in drawn.items():
+        fs.write_bytes_atomic(fs.join(report_dir, name), png)
         data.plots[name.removesuffix(".png")] = name
     path = fs.join(report_dir, HTML_NAME)
     fs.write_bytes_atomic(path, page.render(data, time.time() - started, _sections_before(data)).encode("utf-8"))

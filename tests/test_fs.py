@@ -1,0 +1,94 @@
+"""artifacts.fs: a file is replaced by rename on a local disk (one write on object stores), and a directory where
+a file goes is refused and left with all its files; nothing is ever deleted as a tree."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from artifacts import fs
+from tests.builders import files_below, fill_with_files, mirrored
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["local", "object-store"])
+def test_a_directory_where_a_file_goes_is_refused_and_kept(tmp_path: Path, remote: bool) -> None:
+    target = tmp_path / "out" / "sample"
+    before = fill_with_files(target)
+    path = mirrored(target) if remote else str(target)
+    with pytest.raises(fs.DirectoryTargetError) as refused:
+        fs.write_json_atomic(path, {"k": [1]})
+    assert refused.value.message == f"{path} is a directory, not a file: it is left as it is"
+    assert refused.value.path == path
+    with pytest.raises(fs.DirectoryTargetError):
+        fs.delete_file(path)
+    assert files_below(target) == before
+    assert sorted(os.listdir(tmp_path / "out")) == ["sample"]  # no temporary left beside it
+
+
+def test_the_working_directory_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = fill_with_files(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(fs.DirectoryTargetError) as refused:
+        fs.write_bytes_atomic(".", b"{}")
+    assert refused.value.message == ". is a directory, not a file: it is left as it is"
+    assert files_below(tmp_path) == before
+
+
+def test_a_file_is_replaced_by_rename(tmp_path: Path) -> None:
+    fill_with_files(tmp_path)
+    target = tmp_path / "results.json"
+    target.write_text("old")
+    inode = target.stat().st_ino
+    fs.write_bytes_atomic(str(target), b"new")
+    assert target.read_bytes() == b"new"
+    assert target.stat().st_ino != inode  # a new file renamed over the old one, not the old one rewritten
+    assert sorted(os.listdir(tmp_path)) == ["data", "notes.txt", "results.json"]  # no temporary left
+
+
+def test_a_new_file_gets_its_parent_and_the_usual_permissions(tmp_path: Path) -> None:
+    target = tmp_path / "new" / "dir" / "results.json"
+    fs.write_json_atomic(str(target), {"a": 1})
+    assert target.read_text() == '{\n  "a": 1\n}\n'
+    umask = os.umask(0)
+    os.umask(umask)
+    assert target.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_a_similarly_named_file_of_the_user_is_not_the_temporary(tmp_path: Path) -> None:
+    own = tmp_path / "results.json.tmp"
+    own.write_text("mine")
+    fs.write_bytes_atomic(str(tmp_path / "results.json"), b"new")
+    assert own.read_text() == "mine"
+
+
+def test_object_store_file_is_written_whole(tmp_path: Path) -> None:
+    target = tmp_path / "results.json"
+    target.write_text("old")
+    fs.write_bytes_atomic(mirrored(target), b"new")
+    assert target.read_bytes() == b"new"
+    assert sorted(os.listdir(tmp_path)) == ["results.json"]
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    target = tmp_path / "results.json"
+    target.write_text("old")
+
+    def failing_replace(source: str, destination: str) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(OSError, match="disk full"):
+        fs.write_bytes_atomic(str(target), b"new")
+    assert target.read_text() == "old"
+    assert sorted(os.listdir(tmp_path)) == ["results.json"]
+
+
+def test_delete_file_removes_a_file_and_ignores_a_missing_one(tmp_path: Path) -> None:
+    target = tmp_path / "LOCK"
+    target.write_text("x")
+    fs.delete_file(str(target))
+    fs.delete_file(str(target))
+    assert not target.exists()
