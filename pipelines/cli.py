@@ -17,7 +17,7 @@ from artifacts import fs, layout
 from artifacts.errors import InputError, input_error_message, mentions_input_error
 from pipelines import flags
 from pipelines import stage as stage_runner
-from pipelines.worker_output import starts_worker_processes, without_worker_start_up_lines
+from pipelines.console import own_lines_only
 from transforms.progress import LOGGER_NAME as PROGRESS_LOGGER
 
 # command name -> "module:attribute"; a stage object has name/outputs/upstream()/run, a command has main().
@@ -228,9 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_unknown_flags(parser, args.command, beam_args)
         configure_logging(args.verbose, beam_args)
         check_destinations(args)
-        if args.verbose or not starts_worker_processes(beam_args):
-            return dispatch(args, beam_args)
-        with without_worker_start_up_lines():
+        with own_lines_only(args.verbose, beam_args):
             return dispatch(args, beam_args)
     except KeyboardInterrupt as error:
         return interrupted(error)

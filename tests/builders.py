@@ -24,10 +24,11 @@ from apache_beam.testing.test_pipeline import TestPipeline
 
 from artifacts import faiss as shards
 from artifacts import layout, schemas, tables
-from artifacts.passages import shard_of
+from artifacts.passages import Passage, shard_of
 from artifacts.run import manifest
-from tests.conftest import BUNDLED_SAMPLE, DIRECT, REPO, copy_stages
+from tests.conftest import BUNDLED_PASSAGES, BUNDLED_SAMPLE, DIRECT, REPO, copy_stages
 from transforms.dead_letters import COUNTER_NAMESPACE
+from transforms.passages import parse_dpr_row
 
 # --- articles and a parsed OUT ----------------------------------------------------------------------------------
 
@@ -122,6 +123,13 @@ def artifact_rows(output: Path, artifact: str, columns: list[str] | None = None)
     """Every row of ``output/artifact/*.parquet``, file by file in name order."""
     return [row for path in sorted((output / artifact).glob("*.parquet"))
             for row in pq.read_table(path, columns=columns).to_pylist()]
+
+
+def dpr_passages(corpus: Path = BUNDLED_PASSAGES, count: int | None = None) -> list[Passage]:
+    """The first ``count`` passages (all without it) of a real DPR ``psgs_w100`` file: samples/' 150 by default."""
+    lines = corpus.read_text(encoding="utf-8").splitlines()[1:]
+    assert count is None or count <= len(lines), f"{corpus} has {len(lines)} passages"
+    return [parse_dpr_row(line) for line in lines[:count]]
 
 
 def stored_rows(output: Path) -> dict[int, dict]:

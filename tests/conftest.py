@@ -9,6 +9,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from types import CodeType
 
 import pytest
 
@@ -18,13 +19,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 REPO = Path(__file__).resolve().parent.parent
-# KPR_SHARED_DATA: another place for the shared data (a missing directory shows what runs without it).
+# KPR_SHARED_DATA: another place for the shared data; a missing directory shows what a fresh clone runs
+# (`.ci/run` runs the tests that read it once more that way).
 SHARED_DATA = Path(os.environ.get("KPR_SHARED_DATA") or REPO.parent / "shared" / "data")
 WIKIPEDIA = SHARED_DATA / "wikipedia"
 PASSAGES = SHARED_DATA / "passages"
 QUESTIONS = SHARED_DATA / "questions"
 BUNDLED_SAMPLE = REPO / "samples" / "enwiki-sample-pages-articles-multistream.xml.bz2"
 BUNDLED_INDEX = REPO / "samples" / "enwiki-sample-pages-articles-multistream-index.txt.bz2"
+BUNDLED_PASSAGES = REPO / "samples" / "psgs_w100_sample.tsv"  # the first 150 rows of PASSAGES' 751-row subset
 GENSIM_SAMPLE = WIKIPEDIA / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 MINI = WIKIPEDIA / "enwiki-20210701-mini"
 
@@ -33,12 +36,58 @@ DIRECT = ["--runner=DirectRunner"]
 MULTI_PROCESS = ["--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2"]
 
 
+# Fixtures that read SHARED_DATA when it is there and something else when it is not.
+SHARED_DATA_FALLBACKS = frozenset({"single_stream_sample"})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "reads_shared_data: the test, a fixture or a helper of it names a path "
+                                       "under SHARED_DATA, or it asks for a fixture with a fallback for it")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects by the marker added here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not SHARED_DATA.exists():
-        skip = pytest.mark.skip(reason="../shared/data is not present")
-        for item in items:
-            if "shared_data" in item.fixturenames:
-                item.add_marker(skip)
+    skip = pytest.mark.skip(reason=f"{SHARED_DATA} is not present (set KPR_SHARED_DATA to where it is)")
+    for item in items:
+        if reads_shared_data(item):
+            item.add_marker(pytest.mark.reads_shared_data)
+        if "shared_data" in item.fixturenames and not SHARED_DATA.exists():
+            item.add_marker(skip)
+
+
+def reads_shared_data(item: pytest.Item) -> bool:
+    """Whether ``item`` may read SHARED_DATA: it asks for ``shared_data`` or a fixture in SHARED_DATA_FALLBACKS,
+    or its code, a fixture's or a tests/ function's they call names a path there."""
+    if not isinstance(item, pytest.Function):
+        return False
+    if {"shared_data", *SHARED_DATA_FALLBACKS} & set(item.fixturenames):
+        return True
+    fixtures = [definitions[-1].func for definitions in item._fixtureinfo.name2fixturedefs.values()]
+    seen: set[CodeType] = set()
+    return any(names_shared_path(getattr(function, "__wrapped__", function), seen)
+               for function in [item.function, *fixtures])
+
+
+def names_shared_path(function: Callable, seen: set[CodeType]) -> bool:
+    """Whether ``function``'s code (its nested code too) names a global path under SHARED_DATA or calls a function
+    of tests/ that does."""
+    code, module_globals = getattr(function, "__code__", None), getattr(function, "__globals__", {})
+    if code is None or code in seen:
+        return False
+    seen.add(code)
+    for name in global_names(code):
+        value = module_globals.get(name)
+        if isinstance(value, Path) and value.is_relative_to(SHARED_DATA):
+            return True
+        if callable(value) and getattr(value, "__module__", "").startswith("tests.") and names_shared_path(value, seen):
+            return True
+    return False
+
+
+def global_names(code: CodeType) -> set[str]:
+    """The names ``code`` and the code nested in it (lambdas, comprehensions, inner functions) look up."""
+    nested = (const for const in code.co_consts if isinstance(const, CodeType))
+    return set(code.co_names).union(*(global_names(inner) for inner in nested))
 
 
 @pytest.fixture(scope="session")

@@ -8,8 +8,9 @@ differs from OLD the way a monthly dump does, and every change is real text:
 - real revisions from pywikibot's multi-revision files: "Çullu, Agdam" is a redirect in OLD and a disambiguation
   page in NEW; "Pyrus" is a disambiguation page in OLD and a redirect to Pear in NEW.
 
-Without ../shared/data the generator falls back to the bundled multistream sample (the same pages) and leaves the
-pywikibot pages out. Everything is deterministic: the choices depend only on the sorted article titles.
+Both are built from files in samples/ (the multistream sample holds the gensim sample's pages byte for byte; the
+pywikibot files are copies), so they are the same with or without ../shared/data. Everything is deterministic: the
+choices depend only on the sorted article titles.
 """
 
 from __future__ import annotations
@@ -23,9 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-EDGE_CASES = REPO.parent / "shared" / "data" / "wikipedia" / "edge-cases"
-GENSIM_SAMPLE = (REPO.parent / "shared" / "data" / "wikipedia"
-                 / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2")
+PYWIKIBOT = REPO / "samples" / "pywikibot"
 BUNDLED_SAMPLE = REPO / "samples" / "enwiki-sample-pages-articles-multistream.xml.bz2"
 OLD_NAME = "enwiki-20260101-pages-articles.xml.bz2"
 NEW_NAME = "enwiki-20260201-pages-articles.xml.bz2"
@@ -131,25 +130,22 @@ def _page_xml(revision: _Revision) -> str:
 
 
 def _pywikibot_pages() -> tuple[list[str], list[str], list[str]]:
-    """(OLD pages, NEW pages, titles added in NEW) from the real multi-revision files; empty without them."""
-    if not EDGE_CASES.exists():
-        return [], [], []
+    """(OLD pages, NEW pages, titles added in NEW) from the real multi-revision files."""
     old, new = [], []
-    pair = [r for r in _revisions(EDGE_CASES / "pair-0.10.xml") if r.namespace == 0]
-    pyrus = _revisions(EDGE_CASES / "article-pyrus.xml.bz2")
+    pair = [r for r in _revisions(PYWIKIBOT / "pair-0.10.xml") if r.namespace == 0]
+    pyrus = _revisions(PYWIKIBOT / "article-pyrus.xml.bz2")
     disambiguation = next(r for r in pyrus if "may refer to" in r.text)
     for before, after in ((pair[0], pair[-1]), (disambiguation, pyrus[-1])):
         old.append(_with_text(_page_xml(before), before.text))
         new.append(_with_text(_page_xml(after), after.text))
-    pear = _revisions(EDGE_CASES / "article-pear-0.10.xml")[-1]
+    pear = _revisions(PYWIKIBOT / "article-pear-0.10.xml")[-1]
     new.append(_with_text(_page_xml(pear), pear.text))
     return old, new, [pear.title]
 
 
 def _source_xml(source: Path | None) -> str:
     """The decompressed source dump (bz2 handles the multistream layout too)."""
-    path = source or (GENSIM_SAMPLE if GENSIM_SAMPLE.exists() else BUNDLED_SAMPLE)
-    return bz2.decompress(path.read_bytes()).decode("utf-8")
+    return bz2.decompress((source or BUNDLED_SAMPLE).read_bytes()).decode("utf-8")
 
 
 def write_dump_versions(directory: Path, source: Path | None = None, write: bool = True) -> DumpVersions:

@@ -53,11 +53,10 @@ def refreshed_run(dump_runs: DumpRuns, tmp_path_factory: pytest.TempPathFactory,
 
 
 @pytest.fixture(scope="session")
-def minilm_index(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> Path:
-    """OUT with the 751 real passages indexed by MiniLM (mean pooling, cosine) in 3 shards."""
+def minilm_index(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path, shared_data: Path) -> Path:
+    """OUT with the 751 real passages of ../shared/data indexed by MiniLM (mean pooling, cosine) in 3 shards."""
     subset = PASSAGES / "psgs_w100_subset_from_haystack_nqdev.tsv"
-    if not subset.exists():
-        pytest.skip("../shared/data is not present")
+
     def build(output: Path) -> None:
         assert main(["index", "--output", str(output), "--encoder", str(minilm_path), "--encoder-type", "mean",
                      "--corpus", str(subset), "--shards", "3", *DIRECT]) == 0

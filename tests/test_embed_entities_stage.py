@@ -95,14 +95,14 @@ def test_float16_output_and_bfloat16_compute(tiny_bert, tmp_path):
     np.testing.assert_allclose(norms, input_embedding_norm(ModelSpec(str(tiny_bert))), rtol=2e-3)
 
 
-def test_a_link_trail_stays_outside_the_mask_from_parse_to_model_input(tiny_bert):
-    from tests.conftest import GENSIM_SAMPLE
+def test_a_link_trail_stays_outside_the_mask_from_parse_to_model_input(tiny_bert, single_stream_sample):
     from transforms.dump_reader import iter_pages, read_siteinfo
     from transforms.parse import classify_page
     from transforms.wikitext import WikitextOptions
 
-    siteinfo = read_siteinfo(str(GENSIM_SAMPLE))
-    page = next(page for page in iter_pages(str(GENSIM_SAMPLE), siteinfo) if getattr(page, "title", "") == "Autism")
+    siteinfo = read_siteinfo(str(single_stream_sample))
+    page = next(page for page in iter_pages(str(single_stream_sample), siteinfo)
+                if getattr(page, "title", "") == "Autism")
     [article] = [item for item in classify_page(page, siteinfo, WikitextOptions()) if isinstance(item, dict)]
     index = next(i for i, link in enumerate(article["links"]) if link["target"] == "Neuron")
     link = article["links"][index]

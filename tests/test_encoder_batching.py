@@ -30,20 +30,14 @@ from encoders.mask_inputs import MaskInput, mask_inputs
 from encoders.models import ModelSpec
 from encoders.retrievers import DenseEncoder, EncoderOptions, passage_segments
 from pipelines.cli import main
-from tests.builders import CAPITALS, write_parsed
-from tests.conftest import DIRECT, PASSAGES
-from transforms.passages import parse_dpr_row
-
-
-def real_passages(count: int) -> list:
-    lines = (PASSAGES / "psgs_w100_subset_from_haystack_nqdev.tsv").read_text(encoding="utf-8").splitlines()
-    return [parse_dpr_row(line) for line in lines[1:count + 1]]
+from tests.builders import CAPITALS, dpr_passages, write_parsed
+from tests.conftest import DIRECT
 
 
 def mention_rows(count: int) -> list[dict]:
     """Real passage texts with the 6th word as the mention (both sides have context)."""
     rows = []
-    for passage in real_passages(count):
+    for passage in dpr_passages(count=count):
         words = passage.text.split(" ")
         start = len(" ".join(words[:5])) + 1
         rows.append({"entity_id": passage.passage_id, "page_id": 1, "text": passage.text, "start": start,
@@ -131,7 +125,7 @@ def main_batched_passage_vectors(encoder: DenseEncoder, passages: list) -> np.nd
 
 def test_passage_vectors_are_mains_exactly_and_a_plain_forward_pass(minilm_path):
     encoder = DenseEncoder(EncoderOptions("dpr", str(minilm_path), max_length=96, batch_tokens=1024))
-    passages = real_passages(60)
+    passages = dpr_passages(count=60)
     vectors = encoder.encode_passages(passages)
     assert np.array_equal(vectors, main_batched_passage_vectors(encoder, passages))
     with torch.inference_mode():

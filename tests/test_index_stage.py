@@ -1,5 +1,5 @@
-"""The index stage end to end: the 751 real DPR passages with the packaged MiniLM, bad rows and duplicates,
-passages cut from articles, a trained IVF index, 1 vs 2 workers, one-line errors."""
+"""The index stage end to end: the 751 real DPR passages with the packaged MiniLM, bad rows and duplicates among
+20 of the bundled real passages, passages cut from articles, a trained IVF index, 1 vs 2 workers, one-line errors."""
 
 from __future__ import annotations
 
@@ -20,20 +20,15 @@ from encoders.loading import load_retriever
 from encoders.retrievers import EncoderOptions
 from pipelines.cli import main
 from pipelines.index import check_encoder
-from tests.builders import article, stored_rows, write_parsed
-from tests.conftest import DIRECT, MULTI_PROCESS, PASSAGES
-from transforms.passages import parse_dpr_row
+from tests.builders import article, dpr_passages, stored_rows, write_parsed
+from tests.conftest import BUNDLED_PASSAGES, DIRECT, MULTI_PROCESS, PASSAGES
 
 SUBSET = PASSAGES / "psgs_w100_subset_from_haystack_nqdev.tsv"
 
 
-def real_rows() -> list[Passage]:
-    return [parse_dpr_row(line) for line in SUBSET.read_text(encoding="utf-8").splitlines()[1:]]
-
-
 def test_real_passages_are_stored_by_shard_with_their_vectors(minilm_index, minilm_path):
     rows = stored_rows(minilm_index)
-    passages = {passage.passage_id: passage for passage in real_rows()}
+    passages = {passage.passage_id: passage for passage in dpr_passages(SUBSET)}
     assert set(rows) == set(passages)
     assert all(row["shard"] == faiss_shards.shard_name(shard_of(passage_id, 3)) for passage_id, row in rows.items())
     assert all((row["title"], row["text"]) == (passages[pid].title, passages[pid].text) for pid, row in rows.items())
@@ -87,23 +82,21 @@ def test_a_second_run_with_the_same_inputs_is_skipped(minilm_index, minilm_path,
 def write_bad_corpus(path: Path) -> list[Passage]:
     """20 real rows, then broken rows, a later row with the id of row 1 and another text, an exact duplicate of
     row 2, a row of invalid UTF-8 (line 19) and NUL bytes in a good row (line 20)."""
-    lines = SUBSET.read_text(encoding="utf-8").splitlines()
+    lines = BUNDLED_PASSAGES.read_text(encoding="utf-8").splitlines()
     good = lines[1:21]
     broken = ['99\t"unclosed quote\tT', "98\tonly two", "x97\ttext\tT", "96\t \tT", "95\ta\tb\tc"]
-    first = real_rows()[0]
+    first = dpr_passages(count=1)[0]
     duplicates = [f"{first.passage_id}\tAnother text for the same id\tOther", lines[2]]
     with_nul = good[10].replace("\t", "\t\x00", 1).replace(" ", "\x00 ", 1)
     encoded = [line.encode() for line in [lines[0], *good[:10], *broken, *duplicates]]
     rest = [line.encode() for line in [with_nul, *good[11:]]]
     path.write_bytes(b"\n".join([*encoded, b"94\tcaf\xe9 au lait\tCaf\xe9", *rest]) + b"\n")
-    return real_rows()[:20]
+    return dpr_passages(count=20)
 
 
 @pytest.fixture(scope="module")
 def bad_corpus_runs(tiny_bert, tmp_path_factory) -> dict[str, Path]:
     """The same corpus with bad rows indexed by one worker and by two worker processes."""
-    if not SUBSET.exists():
-        pytest.skip("../shared/data is not present")
     directory = tmp_path_factory.mktemp("bad-corpus")
     write_bad_corpus(directory / "bad.tsv")
     outputs = {}
@@ -116,7 +109,7 @@ def bad_corpus_runs(tiny_bert, tmp_path_factory) -> dict[str, Path]:
 
 def test_bad_rows_and_duplicates_are_counted_and_dead_lettered(bad_corpus_runs):
     output = bad_corpus_runs["two"]
-    good = real_rows()[:20]
+    good = dpr_passages(count=20)
     counters = manifest.load(str(output))["index"].counters
     assert {name: counters.get(name) for name in (
         "passages_read", "bad_quoting", "wrong_column_count", "bad_ids", "empty_texts", "duplicate_ids",
@@ -150,7 +143,7 @@ def test_on_duplicate_id_last_keeps_the_later_row(tiny_bert, tmp_path):
     output = tmp_path / "out"
     assert main(["index", "--output", str(output), "--encoder", str(tiny_bert), "--corpus", str(tmp_path / "bad.tsv"),
                  "--on-duplicate-id", "last", *DIRECT]) == 0
-    first = real_rows()[0]
+    first = dpr_passages(count=1)[0]
     assert (stored_rows(output)[first.passage_id]["text"], stored_rows(output)[first.passage_id]["title"]) == (
         "Another text for the same id", "Other")
 

@@ -20,8 +20,8 @@ from encoders.models import ModelSpec
 from encoders.retrievers import EncoderOptions
 from pipelines.flags import worded
 from pipelines.index import check_encoder
-from tests.conftest import DIRECT, GENSIM_SAMPLE
-from transforms.dump_reader import RawPage, iter_pages, read_siteinfo
+from tests.conftest import DIRECT
+from transforms.dump_reader import RawPage, SiteInfo, iter_pages, read_siteinfo
 from transforms.embed_entities import mention_problem
 from transforms.mention_sampling import mention_ref, mention_window
 from transforms.namespaces import Namespaces
@@ -32,16 +32,19 @@ TITLES = ("Anarchism", "Algorithms (journal)")
 
 
 @pytest.fixture(scope="module")
-def raw_pages(shared_data) -> dict[str, RawPage]:
-    siteinfo = read_siteinfo(str(GENSIM_SAMPLE))
-    return {page.title: page for page in iter_pages(str(GENSIM_SAMPLE), siteinfo)
+def siteinfo(single_stream_sample) -> SiteInfo:
+    return read_siteinfo(str(single_stream_sample))
+
+
+@pytest.fixture(scope="module")
+def raw_pages(single_stream_sample, siteinfo) -> dict[str, RawPage]:
+    return {page.title: page for page in iter_pages(str(single_stream_sample), siteinfo)
             if isinstance(page, RawPage) and page.title in TITLES}
 
 
 @pytest.fixture(scope="module")
-def pages(raw_pages) -> dict[str, ParsedText]:
-    namespaces = read_siteinfo(str(GENSIM_SAMPLE)).namespaces
-    return {title: wikitext_to_text(page.text, title, namespaces) for title, page in raw_pages.items()}
+def pages(raw_pages, siteinfo) -> dict[str, ParsedText]:
+    return {title: wikitext_to_text(page.text, title, siteinfo.namespaces) for title, page in raw_pages.items()}
 
 
 @pytest.fixture(scope="module")
@@ -111,10 +114,10 @@ def test_a_page_shorter_than_the_budget_keeps_everything_and_its_link_trail(page
         assert tokens == ["[CLS]", *before, "[MASK]", *after, "[SEP]"] and position == len(before) + 1
 
 
-def test_a_real_link_trail_stays_context_from_parse_to_mask(raw_pages, tokenizer):
+def test_a_real_link_trail_stays_context_from_parse_to_mask(raw_pages, siteinfo, tokenizer):
     """Anarchism's [[strikebreaker]]s: the article's anchor keeps "s", the [MASK] replaces only "strikebreaker"."""
     page = raw_pages["Anarchism"]
-    converted = classify_page(page, read_siteinfo(str(GENSIM_SAMPLE)), WikitextOptions())
+    converted = classify_page(page, siteinfo, WikitextOptions())
     [article] = [item for item in converted if isinstance(item, dict)]  # the staged row; not its title record
     index = next(i for i, link in enumerate(article["links"]) if link["target"] == "Strikebreaker")
     link = article["links"][index]

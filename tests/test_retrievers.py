@@ -14,15 +14,9 @@ from artifacts.passages import Passage
 from encoders.loading import PassageEncoderHandler, check_encoder_options, load_retriever
 from encoders.retrievers import BGE_QUERY_PREFIX, DenseEncoder, EncoderOptions, dense_dim, passage_segments
 from pipelines.index import check_encoder
-from tests.conftest import PASSAGES
-from transforms.passages import parse_dpr_row
+from tests.builders import dpr_passages
 
 QUERIES = ["who sings does he love me with reba", "where do the great lakes meet the ocean"]
-
-
-def real_passages(count: int) -> list[Passage]:
-    lines = (PASSAGES / "psgs_w100_subset_from_haystack_nqdev.tsv").read_text(encoding="utf-8").splitlines()
-    return [parse_dpr_row(line) for line in lines[1:count + 1]]
 
 
 def by_hand(model_path, firsts, seconds=None, pooling="cls", normalize=False, max_length=256) -> np.ndarray:
@@ -58,9 +52,8 @@ def test_kinds_resolve_to_their_documented_defaults():
     assert EncoderOptions.from_json(bge.to_json()) == bge
 
 
-@pytest.mark.usefixtures("shared_data")
 def test_mean_pooling_matches_sentence_transformers_on_real_passages(minilm_path):
-    passages = real_passages(6)
+    passages = dpr_passages(count=6)
     encoder = load_retriever(EncoderOptions("mean", str(minilm_path)))
     expected = by_hand(minilm_path, [f"{p.title} {p.text}" for p in passages], pooling="mean", normalize=True)
     np.testing.assert_allclose(encoder.encode_passages(passages), expected, atol=2e-5)
@@ -69,9 +62,8 @@ def test_mean_pooling_matches_sentence_transformers_on_real_passages(minilm_path
     assert encoder.dim == dense_dim(encoder.options) == 384
 
 
-@pytest.mark.usefixtures("shared_data")
 def test_dpr_kind_is_the_cls_of_title_text_pairs_with_dot_product(tiny_bert):
-    passages = real_passages(5)
+    passages = dpr_passages(count=5)
     encoder = load_retriever(EncoderOptions("dpr", str(tiny_bert)))
     expected = by_hand(tiny_bert, [p.title for p in passages], [p.text for p in passages])
     vectors = encoder.encode_passages(passages)

@@ -171,6 +171,7 @@ def test_interwiki_prefixes_of_the_same_wiki_are_entity_links():
         "Dio God Lyell", [("Dio", "Dio")])
 
 
+@pytest.mark.usefixtures("shared_data")
 def test_the_language_of_the_dump_sets_its_own_interwiki_prefixes():
     italian = read_siteinfo(str(WIKIPEDIA / "itwiki-sample.xml.gz")).namespaces
     english = read_siteinfo(str(WIKIPEDIA / "enwiki-table-markup.xml.bz2")).namespaces

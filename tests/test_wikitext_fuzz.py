@@ -5,11 +5,9 @@ from __future__ import annotations
 import random
 import time
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import GENSIM_SAMPLE
 from transforms.dump_reader import RawPage, iter_pages
 from transforms.namespaces import Namespaces
 from transforms.wikitext import WikitextError, WikitextOptions, wikitext_to_text
@@ -58,10 +56,9 @@ def mutate(text: str, rng: random.Random) -> str:
     return text
 
 
-@pytest.mark.usefixtures("shared_data")
-def test_mutated_real_pages():
+def test_mutated_real_pages(single_stream_sample):
     rng = random.Random(1234)
-    pages = [page.text for page in iter_pages(str(GENSIM_SAMPLE))
+    pages = [page.text for page in iter_pages(str(single_stream_sample))
              if isinstance(page, RawPage) and page.namespace == 0 and len(page.text) > 2000]
     for _ in range(400):
         page = rng.choice(pages)

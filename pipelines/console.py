@@ -1,0 +1,120 @@
+"""What a command prints on stderr: our own lines as they are (no level or logger name in front), and none of the
+warnings Beam's batch-size estimator provokes from numpy, unless --verbose.
+
+Everything here is scoped to one command (context managers that undo what they did): ``main`` runs in-process in
+tests and embedding programs, which keep their own logging and warning settings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import sys
+import warnings
+from collections.abc import Iterator
+
+from numpy.exceptions import RankWarning
+
+from pipelines.worker_output import WORKER_START_UP_LINES, starts_worker_processes, without_worker_start_up_lines
+
+OWN_LOGGER = "kpr"  # ours and its children (kpr.progress, kpr.report)
+# beam.BatchElements (ours in embed-entities, RunInference's in embed-entities and index) fits batch time against
+# batch size over the few sizes it has tried: numpy then warns from this module about a division by zero in the
+# outlier test (Cook's distance), its 0 * inf, or a poorly conditioned fit. They say nothing about our data.
+BATCH_SIZE_ESTIMATOR_MODULE = "apache_beam.transforms.util"
+BATCH_SIZE_ESTIMATOR_WARNINGS: tuple[tuple[str, type[Warning]], ...] = (
+    ("divide by zero encountered", RuntimeWarning),
+    ("invalid value encountered", RuntimeWarning),
+    ("Polyfit may be poorly conditioned", RankWarning),
+)
+# Beam's local worker processes get the RuntimeWarning filters through PYTHONWARNINGS, but numpy sets RankWarning to
+# "always" when imported, after those filters apply: that warning is dropped from the workers' stderr instead (its
+# line and the source line Python prints under it).
+WORKER_NOISE = (*WORKER_START_UP_LINES, b"RankWarning: Polyfit may be poorly conditioned",
+                b"np.polyfit(xs, ys, 1, w=weight)")
+
+
+class _CurrentStderrHandler(logging.StreamHandler):
+    """Writes to ``sys.stderr`` as it is at each record (a redirect made after the handler still applies)."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+
+class PlainFormatter(logging.Formatter):
+    """The message alone; ``warning: message`` from WARNING up (as our printed warnings read)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = super().format(record)
+        return message if record.levelno < logging.WARNING else f"{record.levelname.lower()}: {message}"
+
+
+@contextlib.contextmanager
+def plain_own_lines(logger_name: str = OWN_LOGGER) -> Iterator[None]:
+    """Records of ``logger_name`` and its children printed by a handler of their own as plain lines, instead of
+    through the root logger's handler (whose format names level and logger)."""
+    logger = logging.getLogger(logger_name)
+    handler = _CurrentStderrHandler()
+    handler.setFormatter(PlainFormatter())
+    propagate = logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+
+
+def warnings_option(ignored: tuple[tuple[str, type[Warning]], ...], module: str) -> str:
+    """The entries of ``ignored`` with a builtin category as ``PYTHONWARNINGS`` entries (for the Python processes a
+    run starts: Beam's local workers; a category there is looked up at start-up, before numpy could be imported)."""
+    return ",".join(f"ignore:{message}:{category.__name__}:{module}" for message, category in ignored
+                    if category.__module__ == "builtins")
+
+
+@contextlib.contextmanager
+def without_batch_size_estimator_warnings(ignored: tuple[tuple[str, type[Warning]], ...] =
+                                          BATCH_SIZE_ESTIMATOR_WARNINGS,
+                                          module: str = BATCH_SIZE_ESTIMATOR_MODULE) -> Iterator[None]:
+    """Ignore exactly the warnings ``ignored`` (message prefix, category) raised from ``module``, in this process
+    and in the worker processes the block starts; the filters and ``PYTHONWARNINGS`` are restored on exit."""
+    with warnings.catch_warnings(), appended_to_environment("PYTHONWARNINGS", warnings_option(ignored, module)):
+        for message, category in ignored:
+            warnings.filterwarnings("ignore", message=re.escape(message), category=category,
+                                    module=re.escape(module) + "$")
+        yield
+
+
+@contextlib.contextmanager
+def appended_to_environment(name: str, entries: str) -> Iterator[None]:
+    """``entries`` appended to the comma-separated environment variable ``name`` (later entries win) for the block;
+    the previous value (or none) back on exit."""
+    previous = os.environ.get(name)
+    os.environ[name] = f"{previous},{entries}" if previous else entries
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = previous
+
+
+@contextlib.contextmanager
+def own_lines_only(verbose: bool, beam_args: list[str]) -> Iterator[None]:
+    """While a command runs, without --verbose: our log lines plain, Beam's estimator warnings and its worker
+    processes' start-up lines left out (WORKER_NOISE). With --verbose everything shows as it comes."""
+    with contextlib.ExitStack() as stack:
+        if not verbose:
+            stack.enter_context(plain_own_lines())
+            stack.enter_context(without_batch_size_estimator_warnings())
+            if starts_worker_processes(beam_args):
+                stack.enter_context(without_worker_start_up_lines(WORKER_NOISE))
+        yield

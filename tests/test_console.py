@@ -1,0 +1,139 @@
+"""Only our own lines on stderr unless --verbose: progress lines without a level or logger name, and none of the
+warnings numpy raises inside Beam's batch-size estimator."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+from apache_beam.transforms.util import _BatchSizeEstimator
+
+from pipelines.cli import main
+from pipelines.console import (
+    BATCH_SIZE_ESTIMATOR_MODULE,
+    WORKER_NOISE,
+    plain_own_lines,
+    warnings_option,
+    without_batch_size_estimator_warnings,
+)
+from pipelines.worker_output import forward_lines
+from tests.builders import CAPITALS, write_parsed
+from tests.conftest import DIRECT, REPO
+
+NOISE = ("RuntimeWarning", "RankWarning", "Polyfit", "INFO:", "WARNING:", "kpr.progress", "apache_beam/")
+
+
+def fit() -> None:
+    """Beam's batch-size estimator on timings like a run's first ones: nine batches of the minimum size, then one
+    larger (numpy warns from apache_beam/transforms/util.py)."""
+    _BatchSizeEstimator.linear_regression_numpy([64] * 9 + [512], [0.10 + 0.01 * i for i in range(9)] + [0.5])
+
+
+def estimator_warnings() -> list[str]:
+    """The warnings ``fit`` raises under the filters in force (anything they leave alone is recorded every time)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", append=True)
+        fit()
+    return [f"{item.category.__name__}: {item.message}" for item in caught]
+
+
+def worker_stderr() -> str:
+    """What a new Python process (as Beam starts its local workers) prints while it runs ``fit``."""
+    worker = subprocess.run([sys.executable, "-c", "from tests.test_console import fit; fit()"], cwd=REPO,
+                            capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert worker.returncode == 0, worker.stderr
+    return worker.stderr
+
+
+def test_the_estimator_warnings_and_only_they_are_ignored():
+    found = estimator_warnings()
+    assert any(item.startswith("RuntimeWarning: divide by zero encountered") for item in found), found
+    assert any(item.startswith("RankWarning: Polyfit may be poorly conditioned") for item in found), found
+    with without_batch_size_estimator_warnings():
+        assert estimator_warnings() == []
+        with warnings.catch_warnings(record=True) as ours:  # the same warning from any other module still shows
+            warnings.simplefilter("always", append=True)
+            np.divide(np.ones(1), np.zeros(1))
+        assert [str(item.message) for item in ours] == ["divide by zero encountered in divide"]
+    assert estimator_warnings() == found  # the filters are undone
+
+
+def test_worker_processes_print_none_of_them_and_the_environment_is_restored(monkeypatch):
+    monkeypatch.setenv("PYTHONWARNINGS", "ignore::ImportWarning")
+    assert warnings_option((("Polyfit may be", np.exceptions.RankWarning), ("divide by", RuntimeWarning)),
+                           BATCH_SIZE_ESTIMATOR_MODULE) == "ignore:divide by:RuntimeWarning:apache_beam.transforms.util"
+    shown = worker_stderr()
+    assert "RuntimeWarning: divide by zero encountered" in shown and "RankWarning: Polyfit" in shown, shown
+    with without_batch_size_estimator_warnings():
+        assert os.environ["PYTHONWARNINGS"].startswith("ignore::ImportWarning,ignore:divide by zero encountered:")
+        shown = worker_stderr()
+    assert "RuntimeWarning" not in shown and "RankWarning: Polyfit" in shown, shown  # numpy re-enables RankWarning
+    assert forwarded(shown, WORKER_NOISE) == ""  # so it is dropped from the workers' stderr with the start-up lines
+    assert os.environ["PYTHONWARNINGS"] == "ignore::ImportWarning"
+
+
+def forwarded(text: str, dropped: tuple[bytes, ...]) -> str:
+    """``text`` as ``forward_lines`` passes it on (the workers' stderr during a run without --verbose)."""
+    read_end, write_end = os.pipe()
+    out_read, out_write = os.pipe()
+    os.write(write_end, text.encode())
+    os.close(write_end)
+    forward_lines(read_end, out_write, dropped)
+    with os.fdopen(out_read, "rb") as out:
+        return out.read().decode()
+
+
+def test_our_records_print_as_plain_lines_and_the_logger_is_restored(capsys, caplog):
+    caplog.set_level(logging.INFO, logger="kpr.progress")  # as the command line sets it
+    logger = logging.getLogger("kpr")
+    handlers = list(logger.handlers)
+    with plain_own_lines():
+        logging.getLogger("kpr.progress").info("[embed_entities] 64 mentions in 1s (64.0/s)")
+        logging.getLogger("kpr.report").warning("report: plots: no rows")
+    assert capsys.readouterr().err == "[embed_entities] 64 mentions in 1s (64.0/s)\nwarning: report: plots: no rows\n"
+    assert logger.handlers == handlers and logger.propagate
+
+
+def small_out(output: Path) -> Path:
+    """An OUT with parse, dictionary and mentions done on three hand-made articles (a few mentions to embed)."""
+    write_parsed(output, CAPITALS)
+    assert main(["dictionary", "--output", str(output), *DIRECT]) == 0
+    assert main(["mentions", "--output", str(output), "--max-mentions", "2", *DIRECT]) == 0
+    return output
+
+
+def embed_command(output: Path, model: Path, *extra: str) -> list[str]:
+    return ["embed-entities", "--output", str(output), "--model", str(model), "--max-seq-length", "64", *extra,
+            *DIRECT]
+
+
+def test_an_embed_run_prints_plain_progress_lines_and_nothing_else(tiny_bert, tmp_path):
+    command = [sys.executable, "run_pipeline.py", *embed_command(small_out(tmp_path / "out"), tiny_bert,
+                                                                 "--progress-interval", "0")]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0] == "[embed_entities] running" and lines[-1].startswith("  mentions_embedded: ")
+    progress = [line for line in lines if " mentions in " in line]
+    assert progress and all(line.startswith("[embed_entities] ") for line in progress), result.stderr
+    assert [line for line in lines if any(noise in line for noise in NOISE)] == []
+
+
+def test_the_estimator_warnings_of_a_run_show_only_with_verbose(tiny_bert, tmp_path, monkeypatch):
+    """Every batch size Beam's estimator picks during the run first goes through ``fit`` (which warns)."""
+    next_batch_size = _BatchSizeEstimator.next_batch_size
+    monkeypatch.setattr(_BatchSizeEstimator, "next_batch_size", lambda self: (fit(), next_batch_size(self))[1])
+    output = small_out(tmp_path / "out")
+    shown = {}
+    for verbose in ([], ["--verbose"]):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", append=True)
+            assert main([*verbose, *embed_command(output, tiny_bert, "--force")]) == 0
+        shown[bool(verbose)] = {str(item.message) for item in caught if item.filename.endswith("transforms/util.py")}
+    assert shown == {False: set(), True: {"divide by zero encountered in divide", "Polyfit may be poorly conditioned"}}
