@@ -17,6 +17,7 @@ from artifacts import fs, layout
 from artifacts.errors import InputError, input_error_message, mentions_input_error
 from pipelines import flags
 from pipelines import stage as stage_runner
+from pipelines.runners import check_runner
 from pipelines.worker_output import starts_worker_processes, without_worker_start_up_lines
 from transforms.progress import LOGGER_NAME as PROGRESS_LOGGER
 
@@ -226,6 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, beam_args = parser.parse_known_args(argv)
     try:
         check_unknown_flags(parser, args.command, beam_args)
+        check_runner(beam_args)
         configure_logging(args.verbose, beam_args)
         check_destinations(args)
         if args.verbose or not starts_worker_processes(beam_args):

@@ -28,6 +28,10 @@ from pipelines.search import Retriever, add_search_arguments
 _TOKEN = regex.compile(r"[\p{L}\p{N}\p{M}]+|[^\p{Z}\p{C}]", flags=regex.IGNORECASE | regex.UNICODE | regex.MULTILINE)
 
 
+TSV_FORM = "question<TAB>['answer', ...] per line"
+JSON_FORM = 'a JSON list of {"question": str, "answers": [str, ...]}'
+
+
 @dataclass(frozen=True)
 class Question:
     question: str
@@ -105,7 +109,19 @@ def read_questions(path: str) -> QuestionFile:
         # only "\n" ends a line (str.splitlines would also split inside questions at \x85 or \u2028)
         parsed = [parse_qas_row(fields) for fields in csv.reader(io.StringIO(raw, newline=""), delimiter="\t")]
     questions = [question for question in parsed if question is not None]
+    if not questions:
+        raise InputError(no_question_message(path, raw, len(parsed)))
     return QuestionFile(path, questions, len(parsed) - len(questions))
+
+
+def no_question_message(path: str, raw: str, records: int) -> str:
+    """Why a question file gave no question: empty, or not one of its lines (items) in the expected form."""
+    if not raw.strip():
+        return f"question file {path} is empty"
+    expected, unit = (JSON_FORM, "items") if path.endswith(".json") else (TSV_FORM, "lines")
+    if not records:
+        return f"question file {path} holds no question (expected {expected})"
+    return f"question file {path}: none of its {records} {unit} is a question (expected {expected})"
 
 
 def first_hit_ranks(answer_lists: Sequence[Sequence[str]], retrieved: Sequence[Sequence[str]]) -> list[int | None]:

@@ -59,9 +59,14 @@ class StageContext:
         """A file prefix inside the staged artifact directory, for Beam sinks."""
         return fs.join(self.staged(artifact), "part")
 
+    @property
+    def staged_errors(self) -> str:
+        """Where the stage's dead letters are until it commits them to OUT/errors/STAGE/ (a failed stage's stay)."""
+        return self.staged(layout.errors_of(self.stage))
+
     def errors_prefix(self, kind: str) -> str:
         """A file prefix for dead letters of ``kind``; committed to OUT/errors/STAGE/."""
-        return fs.join(self.staged(layout.errors_of(self.stage)), kind)
+        return fs.join(self.staged_errors, kind)
 
     def final(self, artifact: str) -> str:
         return fs.join(self.output, artifact)
