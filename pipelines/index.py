@@ -23,7 +23,7 @@ from artifacts.passages import Passage
 from artifacts.run import manifest
 from encoders.errors import MissingRunArtifactError
 from encoders.loading import check_encoder_options
-from encoders.models import model_files
+from encoders.models import check_device, model_files
 from encoders.retrievers import KINDS, SIMILARITIES, TITLE_MODES, EncoderOptions, dense_dim
 from pipelines import flags
 from pipelines.refresh import RefreshConfig, fingerprint_changes, previous_options, reusable_previous
@@ -69,6 +69,7 @@ def encoder_options(args: argparse.Namespace) -> EncoderOptions:
     """The encoder of the flags; a KPR encoder names this run's linker and entity embeddings relative to OUT."""
     if not args.encoder:
         raise InputError("index needs --encoder NAME_OR_PATH (a dense retriever or a KPR checkpoint)")
+    check_device(args.device)  # a name no worker can run on, wherever the workers run
     run_inputs = KPR_INPUTS if args.encoder_type == "kpr" else {}
     return EncoderOptions(
         kind=args.encoder_type, model=str(args.encoder), query_model=args.query_encoder,
