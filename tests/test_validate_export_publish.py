@@ -223,8 +223,8 @@ def redirects_break_contract(out: Path) -> list[str]:
 
 
 CORRUPTIONS = [truncate_articles, flip_shard_bytes, non_finite_embedding, wrong_norm_embedding,
-               one_vector_for_every_entity, unknown_entity_embedding, repeated_entity_embedding, stray_parquet, stray_other_files,
-               unreadable_recorded_parquet,
+               one_vector_for_every_entity, unknown_entity_embedding, repeated_entity_embedding, stray_parquet,
+               stray_other_files, unreadable_recorded_parquet,
                repeated_passage_id, title_differs, redirects_break_contract]
 
 
