@@ -15,7 +15,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs, layout
 from artifacts.errors import InputError, input_error_message, mentions_input_error
-from pipelines import flags
+from pipelines import disk_space, flags
 from pipelines import stage as stage_runner
 from pipelines.runners import check_runner
 from pipelines.worker_output import starts_worker_processes, without_worker_start_up_lines
@@ -202,10 +202,11 @@ def configure_logging(verbose: bool, beam_args: list[str]) -> None:
     if verbose:
         return
     # Beam logs a failed worker's traceback before re-raising; an InputError is shown once, as one line, and
-    # Ctrl-C inside a step as the one line of an interrupted stage.
+    # Ctrl-C inside a step as the one line of an interrupted stage, a full disk as the one line of its stage.
     for handler in logging.getLogger().handlers:
         handler.addFilter(lambda record: not mentions_input_error(record.getMessage()))
         handler.addFilter(lambda record: not record.getMessage().startswith(stage_runner.INTERRUPTED_STEP))
+        handler.addFilter(lambda record: not disk_space.mentions_out_of_space(record.getMessage()))
     if not any(arg.startswith("--default_sdk_harness_log_level") for arg in beam_args):
         beam_args.append("--default_sdk_harness_log_level=ERROR")
     # No weight-loading progress bars: read by huggingface_hub/transformers on import, here and in Beam's

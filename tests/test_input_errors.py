@@ -1,12 +1,15 @@
 """Bad input on the command line, run in-process: each case gives its exact one-line message and exit code
 (issue 14, part B: not a dump, a multistream dump without its index, bad encoders, empty queries, damaged
-shards), and a stage run leaves nothing in the system temp directory."""
+shards; issue 21: index factories, corpora and question files that give nothing, a changed shard, a full disk),
+and a stage run leaves nothing in the system temp directory."""
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,12 +19,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from artifacts import fs
 from artifacts.run import manifest
 from artifacts.run.verified import CACHE_ENV
 from pipelines.cli import main
+from pipelines.disk_space import mount_point, out_of_space
 from pipelines.stage import private_tempdir
 from tests.conftest import BUNDLED_SAMPLE, DIRECT
 from transforms.multistream import has_several_bz2_streams, looks_multistream
@@ -405,3 +410,46 @@ def test_a_verified_shard_is_not_hashed_again_until_it_changes(small_index: Path
     flip_a_byte(shard)
     assert main(search) == 2
     assert "index/shard-00000.faiss: its sha256 differs" in capsys.readouterr().err
+
+
+def test_a_full_disk_is_one_line_leaves_no_staged_files_and_a_rerun_resumes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The dictionary stage's Parquet writes fail as on a full filesystem (ENOSPC): one line, exit 2, nothing
+    staged left; parse's committed outputs stay and the rerun with space runs only the dictionary."""
+    output = tmp_path / "out"
+    parse = ["parse", "--dump", str(BUNDLED_SAMPLE), "--output", str(output), *DIRECT]
+    dictionary = ["dictionary", "--output", str(output), "--include-red-links", *DIRECT]
+    assert main(parse) == 0
+
+    def full(*_args, **_kwargs) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(pq.ParquetWriter, "write_table", full)
+        assert main(dictionary) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    size = r"\d+(\.\d)? [KMGT]?B"
+    assert re.fullmatch(
+        rf"error: dictionary ran out of disk space on {re.escape(mount_point(str(output)))} \(the filesystem of "
+        rf"{re.escape(str(output))}\) after writing {size}; it needs more than the {size} that were free when it "
+        r"started\. Its staged files were removed: free some space \(or give another --output\) and rerun the same "
+        r"command to resume", err[-1]), err[-1]
+    assert "Traceback" not in "\n".join(err)
+    assert not (output / ".staging" / "dictionary").exists()
+    assert sorted(manifest.load(str(output))) == ["parse"]
+    assert main(dictionary) == 0
+    assert sorted(manifest.load(str(output))) == ["dictionary", "parse"]
+
+
+def test_out_of_space_is_told_by_errno_or_by_beams_rewording() -> None:
+    assert out_of_space(OSError(errno.ENOSPC, "No space left on device"))
+    reworded = OSError("[Errno 28] No space left on device [while running 'WriteArticles/Write/WriteImpl']")
+    assert out_of_space(reworded) and not out_of_space(RuntimeError("step failed"))
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError as error:
+            raise RuntimeError("a step failed") from error
+    except RuntimeError as wrapped:
+        assert out_of_space(wrapped)
+    assert not out_of_space(OSError(errno.EACCES, "Permission denied"))

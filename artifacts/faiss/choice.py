@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 
 from artifacts.errors import InputError
+from artifacts.fs import human_size
 
 MAX_TRAIN_SAMPLE = 1_000_000  # vectors: the one global object of the index stage (3 GB at 768 float32)
 EXACT_UP_TO = 100_000  # passages: below this the default index is exact
@@ -128,8 +129,9 @@ class MemoryEstimate:
     bytes_per_vector: float
 
     def describe(self, shards: int) -> str:
-        return (f"about {_human(self.index_bytes)} for the index ({_human(self.index_bytes / max(shards, 1))} per "
-                f"shard, {self.bytes_per_vector:.0f} bytes per vector), {_human(self.train_bytes)} to train")
+        per_shard = human_size(self.index_bytes / max(shards, 1))
+        return (f"about {human_size(self.index_bytes)} for the index ({per_shard} per shard, "
+                f"{self.bytes_per_vector:.0f} bytes per vector), {human_size(self.train_bytes)} to train")
 
 
 def memory_estimate(factory: str, count: int, dim: int) -> MemoryEstimate:
@@ -150,12 +152,4 @@ def memory_estimate(factory: str, count: int, dim: int) -> MemoryEstimate:
             per_vector = plain.sa_code_size() + 8.0
     train = training_sample_size(factory, count, dim) * dim * 4
     return MemoryEstimate(int(per_vector * count + fixed), int(train), per_vector)
-
-
-def _human(size: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if size < 1024 or unit == "TB":
-            return f"{size:.1f} {unit}" if unit != "B" else f"{int(size)} B"
-        size /= 1024
-    raise AssertionError("unreachable")
 
