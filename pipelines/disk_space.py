@@ -38,7 +38,7 @@ def space_of(output: str) -> Space:
     if not fs.is_local(output):
         scheme, _, rest = output.partition("://")
         return Space(f"{scheme}://{rest.split('/', 1)[0]}", None)
-    mount = mount_point(output)
+    mount = mount_point(output.removeprefix("file://"))
     stats = os.statvfs(mount)
     return Space(mount, stats.f_bavail * stats.f_frsize)
 
