@@ -68,6 +68,17 @@ class BelowMinimumError(SettingError):
         return type(self), (self.setting, self.value, self.minimum)
 
 
+class OutsideRangeError(SettingError):
+    """A setting outside ``low``..``high``; ``what`` says what the setting is (e.g. "a probability")."""
+
+    def __init__(self, setting: str, value: Any, low: float, high: float, what: str) -> None:
+        self.low, self.high, self.what = low, high, what
+        super().__init__(setting, value, f"{SETTING_NAME} is {what}, from {low} to {high}: got {value}")
+
+    def __reduce__(self):
+        return type(self), (self.setting, self.value, self.low, self.high, self.what)
+
+
 def input_error_message(error: BaseException) -> str | None:
     """The one-line message of an ``InputError`` somewhere in ``error`` (or its text), else None."""
     seen: set[int] = set()

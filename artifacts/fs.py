@@ -241,3 +241,12 @@ def local_copy(path: str) -> Iterator[str]:
         yield local
     finally:
         os.unlink(local)
+
+
+def human_size(size: float) -> str:
+    """A byte count for people: ``512 B``, ``1.5 KB``, ``3.2 GB`` (powers of 1024)."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if size < 1024 or unit == "TB":
+            return f"{size:.1f} {unit}" if unit != "B" else f"{int(size)} B"
+        size /= 1024
+    raise AssertionError("unreachable")

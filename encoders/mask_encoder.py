@@ -23,7 +23,7 @@ from encoders.batching import (
     to_host,
     token_budget_batches,
 )
-from encoders.mask_inputs import MaskInput, mask_inputs, special_ids
+from encoders.mask_inputs import MIN_SEQ_LENGTH, MaskInput, check_max_seq_length, mask_inputs, special_ids
 from encoders.models import (
     ModelSpec,
     check_model_spec,
@@ -192,7 +192,8 @@ class MaskEncoderHandler(ModelHandler[Any, PredictionResult, MaskEncoder]):
 def check_mask_model(spec: ModelSpec, layer: int = -1, max_seq_length: int | None = None,
                      device_here: bool = True) -> None:
     """Fail before any work starts: a missing model path, a bad dtype or device, a vocabulary with no [MASK],
-    a ``layer`` the model does not have, a ``max_seq_length`` beyond its position embeddings (or below 3)."""
+    a ``layer`` the model does not have, a ``max_seq_length`` beyond its position embeddings or too short for
+    context."""
     check_model_spec(spec, device_here)
     special_ids(load_tokenizer(spec.name_or_path))
     config = model_config(spec)
@@ -202,6 +203,7 @@ def check_mask_model(spec: ModelSpec, layer: int = -1, max_seq_length: int | Non
                            f"(hidden states {-(layers + 1)}..{layers}; -1 is the last layer)")
     if max_seq_length is not None:
         limit = usable_positions(spec)
-        if not 3 <= max_seq_length <= limit:
+        check_max_seq_length(max_seq_length)
+        if max_seq_length > limit:
             raise SettingError("max_seq_length", max_seq_length, f"{{name}} {max_seq_length}: {spec.name_or_path} "
-                               f"takes 3 to {limit} tokens ([CLS], [MASK], [SEP] and the context)")
+                               f"takes {MIN_SEQ_LENGTH} to {limit} tokens ([CLS], [MASK], [SEP] and the context)")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from artifacts.errors import ModelError
+from artifacts.errors import ModelError, SettingError
 from encoders.context_tokens import context_sides
 
 
@@ -40,6 +40,20 @@ def special_ids(tokenizer) -> TokenIds:
 
 
 MASK_WINDOWS = ("reference", "centered")
+SPECIAL_TOKENS = 3  # [CLS], [MASK], [SEP]
+# A token of context on each side of the mention (a budget of 2: ``context_split`` then keeps one on each side that
+# has any, where a budget of 1 keeps none for a mention at the start of its text). With no context every input is
+# [CLS] [MASK] [SEP] and every entity gets the same vector.
+MIN_SEQ_LENGTH = SPECIAL_TOKENS + 2
+
+
+def check_max_seq_length(max_seq_length: int) -> None:
+    """A ``SettingError`` for an input length that leaves no room for context."""
+    if max_seq_length < MIN_SEQ_LENGTH:
+        raise SettingError("max_seq_length", max_seq_length,
+                           f"{{name}} must be at least {MIN_SEQ_LENGTH}, got {max_seq_length}: [CLS], [MASK], [SEP] "
+                           "and a token of context on each side of the mention (without context every entity gets "
+                           "the same vector)")
 
 
 def context_split(left: int, right: int, budget: int, window: str = "reference") -> tuple[int, int]:
@@ -81,7 +95,7 @@ def masked_ids(left: Sequence[int], right: Sequence[int], ids: TokenIds, max_seq
                window: str = "reference") -> tuple[list[int], int]:
     """[CLS] left [MASK] right [SEP] within ``max_seq_length``, the context cut by ``context_split``.
     Returns (ids, mask position)."""
-    keep_left, keep_right = context_split(len(left), len(right), max_seq_length - 3, window)
+    keep_left, keep_right = context_split(len(left), len(right), max_seq_length - SPECIAL_TOKENS, window)
     kept_left = list(left[len(left) - keep_left:]) if keep_left else []
     return [ids.cls, *kept_left, ids.mask, *right[:keep_right], ids.sep], 1 + keep_left
 
@@ -97,7 +111,7 @@ def mask_inputs(rows: Sequence[dict[str, Any]], tokenizer, max_seq_length: int,
     ids = special_ids(tokenizer)
     lefts = [row["text"][:row["start"]].rstrip() for row in rows]
     rights = [row["text"][row["end"]:] for row in rows]
-    sides = context_sides(tokenizer, lefts, rights, partial(tokens_needed, max_seq_length - 3))
+    sides = context_sides(tokenizer, lefts, rights, partial(tokens_needed, max_seq_length - SPECIAL_TOKENS))
     result = []
     for row, (left, right) in zip(rows, sides, strict=True):
         token_ids, position = masked_ids(left.ids, right.ids, ids, max_seq_length, window)

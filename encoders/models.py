@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 from artifacts.errors import ModelError, SettingError
 
 DTYPES = ("float32", "bfloat16", "float16")
+DEVICES = "cpu, cuda or cuda:N"  # what --device accepts (torch has more device types; the models run on these)
+_DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 
 
 @dataclass(frozen=True)
@@ -32,10 +35,12 @@ def model_files(models: dict[str, str | None]) -> dict[str, str]:
 
 
 def check_model_spec(spec: ModelSpec, device_here: bool = True) -> None:
-    """Fail before any work starts: unknown dtype, missing local directory, CUDA asked for but absent (only when
-    ``device_here``: the workers run on this machine; a remote worker checks its own device when it loads)."""
+    """Fail before any work starts: unknown dtype or device name, missing local directory, CUDA asked for but
+    absent (only when ``device_here``: the workers run on this machine; a remote worker checks its own device when
+    it loads)."""
     if spec.dtype not in DTYPES:
         raise SettingError("dtype", spec.dtype, f"{{name}} {spec.dtype} is not one of {', '.join(DTYPES)}")
+    check_device(spec.device)
     name = str(spec.name_or_path)
     # A hub name has at most one "/" ("bert-base-uncased", "org/model"); anything else is a local path.
     looks_local = name.startswith((".", "/", "~")) or name.count("/") > 1
@@ -49,6 +54,13 @@ def check_model_spec(spec: ModelSpec, device_here: bool = True) -> None:
         if not torch.cuda.is_available():
             raise SettingError("device", spec.device,
                                f"{{name}} {spec.device} was asked for but no CUDA device is available")
+
+
+def check_device(device: str) -> None:
+    """A ``SettingError`` for a device name the models cannot run on (checked wherever the workers run: it is a
+    name, not this machine's hardware)."""
+    if not _DEVICE.fullmatch(device):
+        raise SettingError("device", device, f"{{name}} {device} is not a device: use {DEVICES}")
 
 
 def check_hub_reachable(name: str, timeout_s: float = 3.0) -> None:

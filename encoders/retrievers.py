@@ -153,8 +153,11 @@ def dense_dim(options: EncoderOptions) -> int:
     except (OSError, ValueError) as error:
         raise InputError(f"cannot read the model config of {options.model}: {str(error).splitlines()[0]}") from error
     if config is None:
-        with open(os.path.join(path, "config.json")) as handle:
-            return int(json.load(handle)["hidden_size"])
+        try:
+            with open(os.path.join(path, "config.json")) as handle:
+                return int(json.load(handle)["hidden_size"])
+        except (OSError, ValueError, KeyError) as error:
+            raise InputError(f"cannot read the model config of {options.model}: {error}") from error
     projection = getattr(config, "projection_dim", 0) or 0
     return int(projection or config.hidden_size)
 

@@ -15,9 +15,10 @@ from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs, layout
 from artifacts.errors import InputError, input_error_message, mentions_input_error
-from pipelines import flags
+from pipelines import disk_space, flags
 from pipelines import stage as stage_runner
 from pipelines.console import own_lines_only
+from pipelines.runners import check_runner
 from transforms.progress import LOGGER_NAME as PROGRESS_LOGGER
 
 # command name -> "module:attribute"; a stage object has name/outputs/upstream()/run, a command has main().
@@ -201,10 +202,11 @@ def configure_logging(verbose: bool, beam_args: list[str]) -> None:
     if verbose:
         return
     # Beam logs a failed worker's traceback before re-raising; an InputError is shown once, as one line, and
-    # Ctrl-C inside a step as the one line of an interrupted stage.
+    # Ctrl-C inside a step as the one line of an interrupted stage, a full disk as the one line of its stage.
     for handler in logging.getLogger().handlers:
         handler.addFilter(lambda record: not mentions_input_error(record.getMessage()))
         handler.addFilter(lambda record: not record.getMessage().startswith(stage_runner.INTERRUPTED_STEP))
+        handler.addFilter(lambda record: not disk_space.mentions_out_of_space(record.getMessage()))
     if not any(arg.startswith("--default_sdk_harness_log_level") for arg in beam_args):
         beam_args.append("--default_sdk_harness_log_level=ERROR")
     # No weight-loading progress bars: read by huggingface_hub/transformers on import, here and in Beam's
@@ -226,6 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, beam_args = parser.parse_known_args(argv)
     try:
         check_unknown_flags(parser, args.command, beam_args)
+        check_runner(beam_args)
         configure_logging(args.verbose, beam_args)
         check_destinations(args)
         with own_lines_only(args.verbose, beam_args):

@@ -28,6 +28,10 @@ from pipelines.search import Retriever, add_search_arguments
 _TOKEN = regex.compile(r"[\p{L}\p{N}\p{M}]+|[^\p{Z}\p{C}]", flags=regex.IGNORECASE | regex.UNICODE | regex.MULTILINE)
 
 
+TSV_FORM = "question<TAB>['answer', ...] per line"
+JSON_FORM = 'a JSON list of {"question": str, "answers": [str, ...]}'
+
+
 @dataclass(frozen=True)
 class Question:
     question: str
@@ -93,6 +97,8 @@ def read_questions(path: str) -> QuestionFile:
     if not fs.exists(path):
         raise InputError(f"question file {path} not found")
     raw = fs.read_bytes(path).decode("utf-8", errors="replace")
+    if not raw.strip():
+        raise InputError(f"question file {path} is empty")
     if path.endswith(".json"):
         try:
             items = json.loads(raw)
@@ -103,9 +109,23 @@ def read_questions(path: str) -> QuestionFile:
         parsed = [parse_entity_question(item) for item in items]
     else:
         # only "\n" ends a line (str.splitlines would also split inside questions at \x85 or \u2028)
-        parsed = [parse_qas_row(fields) for fields in csv.reader(io.StringIO(raw, newline=""), delimiter="\t")]
+        try:
+            parsed = [parse_qas_row(fields) for fields in csv.reader(io.StringIO(raw, newline=""), delimiter="\t")]
+        except csv.Error as error:  # e.g. an unclosed quote running past the field size limit (a binary file)
+            raise InputError(f"question file {path} is not a question file ({error}; expected {TSV_FORM})") from error
     questions = [question for question in parsed if question is not None]
+    if not questions:
+        raise InputError(no_question_message(path, len(parsed)))
     return QuestionFile(path, questions, len(parsed) - len(questions))
+
+
+def no_question_message(path: str, records: int) -> str:
+    """Why a question file gave no question: none of its ``records`` lines (JSON items) is in the expected form."""
+    expected, unit = (JSON_FORM, "item") if path.endswith(".json") else (TSV_FORM, "line")
+    if not records:
+        return f"question file {path} holds no question (expected {expected})"
+    plural = "s" if records > 1 else ""
+    return f"question file {path}: no question in its {records} {unit}{plural} (expected {expected})"
 
 
 def first_hit_ranks(answer_lists: Sequence[Sequence[str]], retrieved: Sequence[Sequence[str]]) -> list[int | None]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -22,7 +23,7 @@ from artifacts.passages import Passage
 from artifacts.run import manifest
 from encoders.errors import MissingRunArtifactError
 from encoders.loading import check_encoder_options
-from encoders.models import model_files
+from encoders.models import check_device, model_files
 from encoders.retrievers import KINDS, SIMILARITIES, TITLE_MODES, EncoderOptions, dense_dim
 from pipelines import flags
 from pipelines.refresh import RefreshConfig, fingerprint_changes, previous_options, reusable_previous
@@ -68,6 +69,7 @@ def encoder_options(args: argparse.Namespace) -> EncoderOptions:
     """The encoder of the flags; a KPR encoder names this run's linker and entity embeddings relative to OUT."""
     if not args.encoder:
         raise InputError("index needs --encoder NAME_OR_PATH (a dense retriever or a KPR checkpoint)")
+    check_device(args.device)  # a name no worker can run on, wherever the workers run
     run_inputs = KPR_INPUTS if args.encoder_type == "kpr" else {}
     return EncoderOptions(
         kind=args.encoder_type, model=str(args.encoder), query_model=args.query_encoder,
@@ -158,6 +160,7 @@ class IndexStage:
         check_encoder(located, ctx.workers_run_here())
         located = located.resolved()
         dim = dense_dim(located)
+        check_index_factory(config, dim)
         columns = check_corpus(config.corpus) if config.corpus else None
         if columns is None and not fs.list_files(tables.artifact_dir(ctx.output, layout.ARTICLES), "*.parquet"):
             raise InputError(f"no --corpus and no articles under {ctx.output}: "
@@ -169,8 +172,33 @@ class IndexStage:
         bucket_count = choice.bucket_count(config.shards, estimate, dim, config.shard_memory_bytes)
         counters = run_beam(ctx, lambda pipeline: encode(pipeline, ctx, config, located, dim, columns, bucket_count,
                                                          previous))
-        counters = {**counters, **build_index(ctx, config, located, dim, bucket_count, previous)}
+        counters = {**counters, **build_index(ctx, config, located, dim, bucket_count, counters, previous)}
         return {"passages_reused": 0, "passages_encoded": 0, **counters} if config.previous else counters
+
+
+def factory_flag_error(error: choice.FactoryError) -> InputError:
+    return InputError(f"--index-factory {error.factory!r}: {error.problem}")
+
+
+def check_index_factory(config: IndexConfig, dim: int) -> None:
+    """--index-factory against the encoder's vector size, before any passage is encoded (its IVF lists against
+    the corpus are checked once the passages are counted)."""
+    if not config.index_factory:
+        return
+    try:
+        choice.check_factory_string(config.index_factory, dim)
+    except choice.FactoryError as error:
+        raise factory_flag_error(error) from error
+
+
+def check_before_encoding(config: IndexConfig, device_here: bool) -> None:
+    """What `all` checks of the index stage before its first stage: the encoder (not a KPR one, which also needs
+    the linker and entity embeddings that the run makes), the corpus's header and the index factory."""
+    if config.encoder.kind != "kpr":
+        check_encoder(config.encoder, device_here)
+    if config.corpus:
+        check_corpus(config.corpus)
+    check_index_factory(config, dense_dim(config.encoder))
 
 
 def encoder_files(config: IndexConfig) -> dict[str, str]:
@@ -226,21 +254,33 @@ def shard_count(config: IndexConfig, total: int, dim: int, bucket_count: int) ->
     return chosen
 
 
-def plan_index(ctx: StageContext, config: IndexConfig, encoder: EncoderOptions, dim: int,
-               bucket_count: int) -> IndexPlan:
-    """The shards, index type, sample and index.json fields, from the exact count of the staged vectors."""
+def no_passage_message(ctx: StageContext, config: IndexConfig, read_counters: Mapping[str, int]) -> str:
+    """Why no passage reached the index: every one was dead-lettered (named where the dead letters are: the
+    stage did not commit them), or the input has none (a corpus with its header only, articles without text)."""
+    source = config.corpus or ctx.final(layout.ARTICLES)
+    dead = sum(value for name, value in read_counters.items() if name in COUNTERS and COUNTERS[name].dead_lettered)
+    if dead:
+        return f"no passage of {source} could be indexed: {dead:,} dead-lettered, see {ctx.staged_errors}"
+    if config.corpus:
+        return f"corpus {source} has a header only: no passage to index"
+    return f"{source} has no article text to cut into passages"
+
+
+def plan_index(ctx: StageContext, config: IndexConfig, encoder: EncoderOptions, dim: int, bucket_count: int,
+               read_counters: Mapping[str, int]) -> IndexPlan:
+    """The shards, index type, sample and index.json fields, from the exact count of the staged vectors
+    (``read_counters``: those of reading and encoding the passages, to say why there is none)."""
     index_dir = ctx.staged(layout.INDEX)
     records = buckets.read_bucket_files(fs.list_files(buckets_dir(ctx), f"{files.BUCKET_LIST_NAME}*"))
     total = sum(record.rows for record in records)
     if total == 0:
-        raise InputError(f"no passage of {config.corpus or 'OUT/articles'} could be encoded: "
-                         f"see {fs.join(ctx.output, layout.errors_of(layout.INDEX_STAGE))}")
+        raise InputError(no_passage_message(ctx, config, read_counters))
     shards = shard_count(config, total, dim, bucket_count)
     factory = config.index_factory or choice.default_factory(total, dim)
     try:
         choice.check_factory(factory, total, dim)
     except choice.FactoryError as error:
-        raise InputError(f"--index-factory {error.factory!r}: {error.problem}") from error
+        raise factory_flag_error(error) from error
     sample_size = choice.training_sample_size(factory, total, dim)
     estimate = choice.memory_estimate(factory, total, dim)
     specs = tuple((files.shard_name(shard), tuple((bucket, tuple(paths)) for bucket, paths in grouped))
@@ -256,8 +296,8 @@ def plan_index(ctx: StageContext, config: IndexConfig, encoder: EncoderOptions, 
 
 
 def build_index(ctx: StageContext, config: IndexConfig, encoder: EncoderOptions, dim: int, bucket_count: int,
-                previous: str | None = None) -> dict[str, int]:
-    plan = plan_index(ctx, config, encoder, dim, bucket_count)
+                read_counters: Mapping[str, int], previous: str | None = None) -> dict[str, int]:
+    plan = plan_index(ctx, config, encoder, dim, bucket_count, read_counters)
     reused_trained = previous_quantizer(previous, plan.index_dir, plan.factory, dim) if plan.sample_size else None
     counters = run_beam(ctx, lambda pipeline: pipeline | "BuildIndex" >> BuildIndex(plan, reused_trained))
     fs.delete_tree(buckets_dir(ctx))

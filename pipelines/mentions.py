@@ -31,8 +31,6 @@ class MentionsStage:
     def config(self, args: argparse.Namespace) -> MentionsConfig:
         if args.max_mentions < 1:
             raise InputError(f"--max-mentions must be at least 1, got {args.max_mentions}")
-        if args.max_seq_length < 3:
-            raise InputError(f"--max-seq-length must be at least 3 ([CLS], [MASK], [SEP]), got {args.max_seq_length}")
         return MentionsConfig(max_mentions=args.max_mentions, seed=args.seed, max_seq_length=args.max_seq_length)
 
     def upstream(self, config: MentionsConfig) -> tuple[str, ...]:

@@ -64,20 +64,18 @@ def forced_stages(force: list[str] | None) -> set[str]:
 
 
 def preflight(args: argparse.Namespace, beam_args: list[str]) -> None:
-    """Fail before hour one, not at hour nine: every required option and model is there (and the device, when
-    the workers run on this machine)."""
+    """Fail before hour one, not at hour nine: every stage's config is built (each flag checked), every model,
+    the corpus and the index factory are checked (and the device, when the workers run on this machine)."""
     from encoders.mask_encoder import check_mask_model
-    from encoders.models import ModelSpec
 
     parse.require_dumps(args)
     if not args.model:
         raise InputError("all needs --model NAME_OR_PATH for embed-entities (a BERT-family model with [MASK])")
+    configs = {stage.name: stage.config(args) for _, stage in PIPELINE}
     device_here = stage_runner.workers_run_here(beam_args)
-    check_mask_model(ModelSpec(str(args.model), args.device, args.dtype), args.layer, args.max_seq_length,
-                     device_here)
-    options = index.encoder_options(args)  # raises without --encoder
-    if options.kind != "kpr":  # a KPR encoder also needs this run's linker and entity embeddings, made below
-        index.check_encoder(options, device_here)
+    embed = configs[layout.EMBED_ENTITIES_STAGE]
+    check_mask_model(embed.spec, embed.layer, embed.max_seq_length, device_here)
+    index.check_before_encoding(configs[layout.INDEX_STAGE], device_here)
 
 
 def run_stages(args: argparse.Namespace, beam_args: list[str]) -> list[StageTiming]:

@@ -15,7 +15,7 @@ from artifacts.faiss import info
 from artifacts.faiss.info import MissingIndexError
 from artifacts.faiss.search import DEFAULT_EF_SEARCH, DEFAULT_NPROBE, DamagedShardError, PassageLookup, ShardedIndex
 from artifacts.faiss.storage import MissingIndexFileError
-from artifacts.run import manifest
+from artifacts.run import manifest, verified
 from encoders.loading import load_retriever
 from encoders.models import DTYPES
 from encoders.retrievers import DenseEncoder, EncoderOptions
@@ -52,9 +52,23 @@ def recorded_index_files(output: str) -> frozenset[str]:
                          f"`{command}` first")
     problems = manifest.missing_or_changed(output, record)
     if problems:
-        raise InputError(f"the index under {output} changed after it was recorded ({problems[0]}): rerun "
-                         f"`{command} --force`")
+        raise index_changed(output, problems[0])
     return frozenset(fs.join(output, item.path) for item in record.outputs)
+
+
+def index_changed(output: str, problem: str) -> InputError:
+    return InputError(f"the index under {output} changed after it was recorded ({problem}): rerun "
+                      f"`python run_pipeline.py index --output {output} ... --force`")
+
+
+def check_shard_contents(output: str, shards: list[str]) -> None:
+    """The shards (paths relative to OUT) hold what the index stage wrote: their sha256, hashed when a shard is
+    first opened and then remembered by size and modification time (``artifacts.run.verified``)."""
+    wanted = set(shards)
+    items = [item for item in manifest.load(output)[layout.INDEX_STAGE].outputs if item.path in wanted]
+    problem = verified.changed_content(output, items)
+    if problem:
+        raise index_changed(output, problem)
 
 
 def check_run_inputs(output: str, index: info.IndexInfo, options: EncoderOptions) -> None:
@@ -87,6 +101,7 @@ class Retriever:
         if unrecorded:
             raise InputError(f"{fs.join(index_dir, unrecorded[0])} is not recorded in the manifest of {output}: "
                              f"run `python run_pipeline.py validate --output {output}`")
+        check_shard_contents(output, [fs.join(layout.INDEX, shard["index"]) for shard in self.index.info.shard_files])
         options = EncoderOptions.from_json(self.index.info.encoder).with_runtime(device, dtype, query_model)
         check_run_inputs(output, self.index.info, options)
         options = options.located(output)

@@ -25,6 +25,7 @@ from artifacts import fs, layout
 from artifacts.counters import Counter
 from artifacts.errors import InputError
 from artifacts.run import lock, manifest
+from pipelines import disk_space
 from pipelines.flags import FlagGroup
 from transforms.dead_letters import COUNTER_NAMESPACE
 from transforms.progress import DEFAULT_INTERVAL_S, LogProgress, worker_count
@@ -59,9 +60,14 @@ class StageContext:
         """A file prefix inside the staged artifact directory, for Beam sinks."""
         return fs.join(self.staged(artifact), "part")
 
+    @property
+    def staged_errors(self) -> str:
+        """Where the stage's dead letters are until it commits them to OUT/errors/STAGE/ (a failed stage's stay)."""
+        return self.staged(layout.errors_of(self.stage))
+
     def errors_prefix(self, kind: str) -> str:
         """A file prefix for dead letters of ``kind``; committed to OUT/errors/STAGE/."""
-        return fs.join(self.staged(layout.errors_of(self.stage)), kind)
+        return fs.join(self.staged_errors, kind)
 
     def final(self, artifact: str) -> str:
         return fs.join(self.output, artifact)
@@ -287,7 +293,7 @@ def execute(stage: Stage, args: argparse.Namespace, beam_args: Sequence[str],
                            progress_interval=getattr(args, "progress_interval", DEFAULT_INTERVAL_S))
     try:
         with lock.hold(args.output, command_line()):
-            return _execute(stage, config, context, options, force)
+            return _execute_within_space(stage, config, context, options, force)
     except StageInterrupted:
         raise
     except KeyboardInterrupt:
@@ -295,6 +301,19 @@ def execute(stage: Stage, args: argparse.Namespace, beam_args: Sequence[str],
     except Exception as error:
         if interrupted_in_a_step(error):
             raise StageInterrupted(stage.name.replace("_", "-")) from None
+        raise
+
+
+def _execute_within_space(stage: Stage[ConfigT], config: ConfigT, ctx: StageContext, options: dict[str, Any],
+                          force: bool) -> tuple[manifest.StageRecord, bool]:
+    """``_execute``; a full filesystem is one line and leaves no staged files (removed under the lock)."""
+    at_start = disk_space.space_of(ctx.output)
+    try:
+        return _execute(stage, config, ctx, options, force)
+    except Exception as error:
+        if disk_space.out_of_space(error):
+            raise disk_space.disk_full_error(stage.name.replace("_", "-"), ctx.output, ctx.staging_root,
+                                             at_start) from error
         raise
 
 

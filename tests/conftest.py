@@ -7,11 +7,13 @@ import fcntl
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import CodeType
 
 import pytest
+
+from artifacts.run.verified import CACHE_ENV
 
 pytest_plugins = ["tests.run_fixtures"]  # session fixtures: runs that several modules read
 
@@ -93,6 +95,15 @@ def global_names(code: CodeType) -> set[str]:
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session", autouse=True)
+def verified_files_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """search's memory of verified index shards: per pytest worker, never the user's own cache."""
+    path = tmp_path_factory.getbasetemp() / "verified-files.json"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CACHE_ENV, str(path))
+        yield path
 
 
 @pytest.fixture()

@@ -18,6 +18,7 @@ import pytest
 
 from artifacts.run import lock, manifest
 from pipelines.cli import build_parser, check_unknown_flags, main
+from pipelines.runners import available_runners, check_runner
 from pipelines.stage import interrupted_in_a_step
 from tests.builders import signal_all_in_embed_entities
 from tests.conftest import BUNDLED_SAMPLE, DIRECT, REPO
@@ -29,6 +30,8 @@ def files_under(directory: Path) -> list[str]:
     return sorted(str(path.relative_to(directory)) for path in directory.rglob("*")) if directory.exists() else []
 
 
+MAX_SEQ_LENGTH_3 = ("error: --max-seq-length must be at least 5, got 3: [CLS], [MASK], [SEP] and a token of context "
+                    "on each side of the mention (without context every entity gets the same vector)")
 # (argv with {tmp} and {file} placeholders, the exact line on stderr)
 BAD_INPUTS = [
     (["all", "--dump", SAMPLE, "--output", "{tmp}/out", "--model", "m", "--encoder", "m", "--max-mention", "1"],
@@ -50,6 +53,29 @@ BAD_INPUTS = [
                                                                    "({file} is a file)"),
     (["publish", "--output", "{tmp}/out", "--to", "{file}"], "error: --to {file} is not a directory"),
     (["parse", "--output", "{tmp}/out"], "error: parse needs --dump FILE [FILE ...]"),
+    # values out of range: refused by the stage's config before OUT is touched (issue 21)
+    (["dictionary", "--output", "{tmp}/out", "--min-commonness", "5"],
+     "error: --min-commonness is a probability, from 0 to 1: got 5.0"),
+    (["dictionary", "--output", "{tmp}/out", "--min-link-prob", "-0.1"],
+     "error: --min-link-prob is a probability, from 0 to 1: got -0.1"),
+    (["dictionary", "--output", "{tmp}/out", "--max-mention-length", "0"],
+     "error: --max-mention-length must be at least 1, got 0"),
+    (["mentions", "--output", "{tmp}/out", "--max-seq-length", "3"], MAX_SEQ_LENGTH_3),
+    (["embed-entities", "--output", "{tmp}/out", "--model", "m", "--max-seq-length", "4"],
+     MAX_SEQ_LENGTH_3.replace("got 3", "got 4")),
+    (["embed-entities", "--output", "{tmp}/out", "--model", "m", "--device", "tpu"],
+     "error: --device tpu is not a device: use cpu, cuda or cuda:N"),
+    (["index", "--output", "{tmp}/out", "--encoder", "m", "--device", "cuda0"],
+     "error: --device cuda0 is not a device: use cpu, cuda or cuda:N"),
+    # `all` builds every stage's config before its first stage (parse would run first otherwise)
+    (["all", "--dump", SAMPLE, "--output", "{tmp}/out", "--model", "m", "--encoder", "m", "--max-mentions", "-3"],
+     "error: --max-mentions must be at least 1, got -3"),
+    (["all", "--dump", SAMPLE, "--output", "{tmp}/out", "--model", "m", "--encoder", "m", "--min-commonness", "5"],
+     "error: --min-commonness is a probability, from 0 to 1: got 5.0"),
+    (["all", "--dump", SAMPLE, "--output", "{tmp}/out", "--model", "m", "--encoder", "m", "--device", "tpu"],
+     "error: --device tpu is not a device: use cpu, cuda or cuda:N"),
+    (["all", "--dump", SAMPLE, "--output", "{tmp}/out", "--model", "m", "--encoder", "m", "--shards", "0"],
+     "error: --shards must be at least 1, got 0"),
 ]
 
 
@@ -67,6 +93,22 @@ def test_bad_input_is_one_line_and_exit_2(argv, expected, tmp_path, capsys):
     assert captured.err.splitlines() == [fill(expected)]
     assert captured.out == ""
     assert files_under(tmp_path) == ["file"], "nothing is created before the command refuses"
+
+
+def test_a_runner_that_does_not_load_is_one_line_naming_the_runners_installed(tmp_path, capsys):
+    installed = available_runners()
+    assert "DirectRunner" in installed and "FnApiRunner" in installed
+    known = ", ".join(installed)
+    cases = {"--runner=NoSuchRunner": "NoSuchRunner is not a Beam runner",
+             "--runner=nosuch.module.Runner": "nosuch.module.Runner cannot be loaded: ModuleNotFoundError: No module "
+                                              "named 'nosuch'"}
+    for flag, problem in cases.items():
+        assert main(["parse", "--dump", SAMPLE, "--output", str(tmp_path / "out"), flag]) == 2
+        assert capsys.readouterr().err.splitlines() == [
+            f"error: --runner {problem}; this installation has {known} (or name a module.Class of your own)"]
+    assert files_under(tmp_path) == []
+    for name in ("direct", "DirectRunner", "apache_beam.runners.direct.direct_runner.DirectRunner"):
+        check_runner([f"--runner={name}"])  # Beam's own spellings of a runner it has
 
 
 def test_a_read_only_output_is_refused_before_anything_is_created(tmp_path, capsys, monkeypatch):

@@ -1,11 +1,15 @@
 """Bad input on the command line, run in-process: each case gives its exact one-line message and exit code
 (issue 14, part B: not a dump, a multistream dump without its index, bad encoders, empty queries, damaged
-shards), and a stage run leaves nothing in the system temp directory."""
+shards; issue 21: index factories, corpora and question files that give nothing, a changed shard, a full disk),
+and a stage run leaves nothing in the system temp directory."""
 
 from __future__ import annotations
 
+import errno
 import gzip
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,15 +19,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
+from artifacts import fs
 from artifacts.run import manifest
+from artifacts.run.verified import CACHE_ENV
 from pipelines.cli import main
+from pipelines.disk_space import mount_point, out_of_space
 from pipelines.stage import private_tempdir
 from tests.conftest import BUNDLED_SAMPLE, DIRECT
 from transforms.multistream import has_several_bz2_streams, looks_multistream
 
 CORPUS = "id\ttext\ttitle\n1\tAaron is a prophet and high priest\tAaron\n2\tMoses led the people\tMoses\n"
+SHARD = "index/shard-00000.faiss"
+NO_HEADER_LINE = "1\tAaron is a prophet\tAaron"  # a corpus row where the header should be
+QAS_FORM = "question<TAB>['answer', ...] per line"
 SITEINFO = ('<siteinfo><sitename>Wikipedia</sitename><dbname>enwiki</dbname><namespaces>'
             '<namespace key="0" case="first-letter" /><namespace key="1" case="first-letter">Talk</namespace>'
             '</namespaces></siteinfo>')
@@ -72,16 +83,27 @@ def bad_encoders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def damaged_index(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> Path:
-    """OUT with a two-passage index whose only shard file has its header overwritten (same size, so the
-    manifest's size check passes and FAISS is the one to find the damage)."""
-    root = tmp_path_factory.mktemp("damaged")
+def small_index(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> Path:
+    """OUT with a two-passage index of one shard (copy it before changing anything)."""
+    root = tmp_path_factory.mktemp("small-index")
     (root / "corpus.tsv").write_text(CORPUS, encoding="utf-8")
     output = root / "out"
     assert main(["index", "--output", str(output), "--encoder", str(tiny_bert), "--encoder-type", "mean",
                  "--corpus", str(root / "corpus.tsv"), "--max-length", "32", *DIRECT]) == 0
+    return output
+
+
+@pytest.fixture(scope="module")
+def damaged_index(tmp_path_factory: pytest.TempPathFactory, small_index: Path) -> Path:
+    """``small_index`` whose only shard file has its header overwritten, and recorded so (a shard damaged before
+    the manifest recorded it): its size and sha256 match the manifest, and FAISS is the one to find the damage."""
+    output = Path(shutil.copytree(small_index, tmp_path_factory.mktemp("damaged") / "out"))
     shard = output / "index" / "shard-00000.faiss"
     shard.write_bytes(b"XXXX" + shard.read_bytes()[4:])
+    stages = manifest.load(str(output))
+    stages["index"].outputs = [manifest.describe_file(str(output), str(shard)) if item.path == SHARD else item
+                               for item in stages["index"].outputs]
+    manifest.save(str(output), stages)
     return output
 
 
@@ -167,12 +189,84 @@ def _blank_query(tmp: Path, _models: dict[str, Path]) -> tuple[list[str], str]:
             "error: --query is empty: give the text to search for")
 
 
+def _factory_message(factory: str, problem: str) -> str:
+    return f"error: --index-factory {factory!r}: {problem}"
+
+
+def _unknown_factory(tmp: Path, models: dict[str, Path]) -> tuple[list[str], str]:
+    return ([*_index_command(tmp, models["tiny"], "mean"), "--index-factory", "Bogus"],
+            _factory_message("Bogus", "not a FAISS factory string (could not parse index string Bogus)"))
+
+
+def _factory_of_another_dimension(tmp: Path, models: dict[str, Path]) -> tuple[list[str], str]:
+    """PQ7 cannot cut the tiny BERT's 32 dimensions into 7 parts."""
+    return ([*_index_command(tmp, models["tiny"], "mean"), "--index-factory", "IVF4,PQ7"],
+            _factory_message("IVF4,PQ7", "does not fit 32 dimensions (The dimension of the vector (d) should be a "
+                                         "multiple of the number of subquantizers (M))"))
+
+
+def _all_with_unknown_factory(tmp: Path, models: dict[str, Path]) -> tuple[list[str], str]:
+    return (["all", "--dump", str(BUNDLED_SAMPLE), "--output", str(tmp / "out"), "--model", str(models["tiny"]),
+             "--encoder", str(models["tiny"]), "--encoder-type", "mean", "--index-factory", "Bogus"],
+            _factory_message("Bogus", "not a FAISS factory string (could not parse index string Bogus)"))
+
+
+def _all_with_corpus_without_header(tmp: Path, models: dict[str, Path]) -> tuple[list[str], str]:
+    corpus = tmp / "corpus.tsv"
+    corpus.write_text(f"{NO_HEADER_LINE}\n", encoding="utf-8")
+    return (["all", "--dump", str(BUNDLED_SAMPLE), "--output", str(tmp / "out"), "--model", str(models["tiny"]),
+             "--encoder", str(models["tiny"]), "--encoder-type", "mean", "--corpus", str(corpus)],
+            f"error: {corpus}: header {NO_HEADER_LINE!r} is not the DPR header "
+            "'id<TAB>text<TAB>title'")
+
+
+def _header_only_corpus(tmp: Path, models: dict[str, Path]) -> tuple[list[str], str]:
+    argv = _index_command(tmp, models["tiny"], "mean")
+    (tmp / "corpus.tsv").write_text("id\ttext\ttitle\n", encoding="utf-8")
+    return argv, f"error: corpus {tmp / 'corpus.tsv'} has a header only: no passage to index"
+
+
+def _questions(name: str, content: bytes | str) -> Callable[[Path, dict[str, Path]], tuple[list[str], str]]:
+    """evaluate on a question file ``name`` holding ``content``; the message is the one for such a file."""
+
+    def argv(tmp: Path, _models: dict[str, Path]) -> tuple[list[str], str]:
+        path = tmp / name
+        path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
+        return ["evaluate", "--output", str(tmp / "out"), "--questions", str(path)], QUESTION_MESSAGES[name](path)
+
+    return argv
+
+
+QUESTION_MESSAGES: dict[str, Callable[[Path], str]] = {
+    "empty.tsv": lambda path: f"error: question file {path} is empty",
+    "commas.csv": lambda path: f"error: question file {path}: no question in its 2 lines (expected {QAS_FORM})",
+    "no-tabs.tsv": lambda path: f"error: question file {path}: no question in its 2 lines (expected {QAS_FORM})",
+    "binary.tsv": lambda path: f"error: question file {path}: no question in its 2 lines (expected {QAS_FORM})",
+    "wrong-keys.json": lambda path: f"error: question file {path}: no question in its 1 item (expected a JSON list "
+                                    'of {"question": str, "answers": [str, ...]})',
+}
+QUESTION_FILES = {
+    "empty.tsv": "",
+    "commas.csv": "who wrote Hamlet,\"['Shakespeare']\"\nwho led the people,\"['Moses']\"\n",
+    "no-tabs.tsv": "who wrote Hamlet\nwho led the people\n",
+    "binary.tsv": b"\x00\x01\xff\xfe\x89PNG\n\x1a\x00\x02\x03\n",
+    "wrong-keys.json": '[{"q": "who led the people", "a": ["Moses"]}]',
+}
+
+
 CASES = [Case("xml-that-is-not-a-dump", _not_a_dump), Case("text-that-is-not-xml", _not_xml),
          Case("second-dump-not-a-dump", _second_part_not_a_dump), Case("gpt2-as-dpr", _gpt2_as_dpr),
          Case("gpt2-as-bge", _gpt2_as_bge), Case("tokenizer-without-tokens", _tokenless),
          Case("all-preflight-gpt2-as-dpr", _all_with_gpt2), Case("truncated-gzip-corpus", _truncated_gzip_corpus),
          Case("empty-query", _empty_query),
-         Case("blank-query", _blank_query)]
+         Case("blank-query", _blank_query),
+         # issue 21
+         Case("unknown-index-factory", _unknown_factory),
+         Case("index-factory-of-another-dimension", _factory_of_another_dimension),
+         Case("all-preflight-unknown-index-factory", _all_with_unknown_factory),
+         Case("all-preflight-corpus-without-header", _all_with_corpus_without_header),
+         Case("header-only-corpus", _header_only_corpus),
+         *(Case(f"questions-{name}", _questions(name, content)) for name, content in QUESTION_FILES.items())]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
@@ -255,3 +349,107 @@ def test_a_beam_run_and_its_worker_processes_get_a_private_temp_dir_removed_afte
         (Path(root) / "left-by-a-worker.lock").touch()
     assert os.listdir(system_temp) == []
     assert os.environ["TMPDIR"] == tempfile.gettempdir() == str(system_temp)
+
+
+def test_a_bad_index_factory_is_refused_before_any_passage_is_encoded(tmp_path: Path, tiny_bert: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*_index_command(tmp_path, tiny_bert, "mean"), "--index-factory", "PQ7", *DIRECT]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: --index-factory 'PQ7': does not fit")
+    output = tmp_path / "out"
+    assert [path for path in output.rglob("*") if path.is_file()] == []  # nothing encoded, nothing staged
+
+
+def test_a_corpus_of_bad_rows_names_where_its_dead_letters_are(tmp_path: Path, tiny_bert: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """The stage did not commit: its dead letters are still staged, and the message says so."""
+    argv = _index_command(tmp_path, tiny_bert, "mean")
+    (tmp_path / "corpus.tsv").write_text("id\ttext\ttitle\nx\tAaron\tAaron\n2\tMoses\n", encoding="utf-8")
+    assert main([*argv, *DIRECT]) == 2
+    staged = tmp_path / "out" / ".staging" / "index" / "errors" / "index"
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: no passage of {tmp_path / 'corpus.tsv'} could be indexed: 2 dead-lettered, see {staged}")
+    letters = [json.loads(line) for path in staged.iterdir() for line in path.read_text().splitlines()]
+    assert sorted((letter["kind"], letter["line_number"]) for letter in letters) == [("bad_ids", 2),
+                                                                                     ("wrong_column_count", 3)]
+    assert not (tmp_path / "out" / "errors").exists()
+
+
+def flip_a_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_search_refuses_a_shard_whose_content_changed(small_index: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Same size, one byte changed inside: FAISS would read it and answer; the sha256 tells."""
+    output = Path(shutil.copytree(small_index, tmp_path / "out"))
+    flip_a_byte(output / SHARD)
+    assert main(["search", "--output", str(output), "--query", "pears"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: the index under {output} changed after it was recorded ({SHARD}: its sha256 differs from the "
+        f"manifest's): rerun `python run_pipeline.py index --output {output} ... --force`"]
+
+
+def test_a_verified_shard_is_not_hashed_again_until_it_changes(small_index: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "verified.json"))
+    output = Path(shutil.copytree(small_index, tmp_path / "out"))
+    hashed: list[str] = []
+    real_sha256 = fs.sha256
+    monkeypatch.setattr(fs, "sha256", lambda path: hashed.append(path) or real_sha256(path))
+    search = ["search", "--output", str(output), "--query", "Moses", "-k", "1"]
+    assert main(search) == 0 and main(search) == 0
+    assert hashed == [str(output / SHARD)]  # the second search trusts the first one's check
+    shard = output / SHARD
+    os.utime(shard, ns=(shard.stat().st_atime_ns, shard.stat().st_mtime_ns + 10**9))  # touched: checked again
+    assert main(search) == 0
+    assert hashed == [str(output / SHARD)] * 2
+    flip_a_byte(shard)
+    assert main(search) == 2
+    assert "index/shard-00000.faiss: its sha256 differs" in capsys.readouterr().err
+
+
+def test_a_full_disk_is_one_line_leaves_no_staged_files_and_a_rerun_resumes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The dictionary stage's Parquet writes fail as on a full filesystem (ENOSPC): one line, exit 2, nothing
+    staged left; parse's committed outputs stay and the rerun with space runs only the dictionary."""
+    output = tmp_path / "out"
+    parse = ["parse", "--dump", str(BUNDLED_SAMPLE), "--output", str(output), *DIRECT]
+    dictionary = ["dictionary", "--output", str(output), "--include-red-links", *DIRECT]
+    assert main(parse) == 0
+
+    def full(*_args, **_kwargs) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(pq.ParquetWriter, "write_table", full)
+        assert main(dictionary) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    size = r"\d+(\.\d)? [KMGT]?B"
+    assert re.fullmatch(
+        rf"error: dictionary ran out of disk space on {re.escape(mount_point(str(output)))} \(the filesystem of "
+        rf"{re.escape(str(output))}\) after writing {size}; it needs more than the {size} that were free when it "
+        r"started\. Its staged files were removed: free some space \(or give another --output\) and rerun the same "
+        r"command to resume", err[-1]), err[-1]
+    assert "Traceback" not in "\n".join(err)
+    assert not (output / ".staging" / "dictionary").exists()
+    assert sorted(manifest.load(str(output))) == ["parse"]
+    assert main(dictionary) == 0
+    assert sorted(manifest.load(str(output))) == ["dictionary", "parse"]
+
+
+def test_out_of_space_is_told_by_errno_or_by_beams_rewording() -> None:
+    assert out_of_space(OSError(errno.ENOSPC, "No space left on device"))
+    reworded = OSError("[Errno 28] No space left on device [while running 'WriteArticles/Write/WriteImpl']")
+    assert out_of_space(reworded) and not out_of_space(RuntimeError("step failed"))
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError as error:
+            raise RuntimeError("a step failed") from error
+    except RuntimeError as wrapped:
+        assert out_of_space(wrapped)
+    assert not out_of_space(OSError(errno.EACCES, "Permission denied"))

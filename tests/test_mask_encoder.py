@@ -244,12 +244,14 @@ def test_layer_and_sequence_length_are_checked_before_any_work(tiny_bert):
         assert (raised.value.setting, raised.value.value) == ("layer", layer)
         assert worded(raised.value).message == (
             f"--layer {layer}: {tiny_bert} has 2 layers (hidden states -3..2; -1 is the last layer)")
-    for length in (2, 513):
+    messages = {2: "--max-seq-length must be at least 5, got 2: [CLS], [MASK], [SEP] and a token of context on each "
+                   "side of the mention (without context every entity gets the same vector)",
+                513: f"--max-seq-length 513: {tiny_bert} takes 5 to 512 tokens ([CLS], [MASK], [SEP] and the context)"}
+    for length, message in messages.items():
         with pytest.raises(SettingError) as raised:
             check_mask_model(spec, -1, length)
         assert (raised.value.setting, raised.value.value) == ("max_seq_length", length)
-        assert worded(raised.value).message == (
-            f"--max-seq-length {length}: {tiny_bert} takes 3 to 512 tokens ([CLS], [MASK], [SEP] and the context)")
+        assert worded(raised.value).message == message
 
 
 def test_a_batch_token_budget_below_one_is_refused_on_the_driver(tiny_bert):

@@ -127,7 +127,7 @@ def test_sample_mentions_equals_a_plain_bottom_k(tmp_path: Path, monkeypatch, bu
     pages = linked_articles()
     write_parsed(tmp_path, pages)
     write_entities(tmp_path, TITLES)
-    config = MentionsConfig(max_mentions=5, seed=11, max_seq_length=4)
+    config = MentionsConfig(max_mentions=5, seed=11, max_seq_length=5)
     inputs = MentionsInputs(output=str(tmp_path), buckets=buckets, scratch=str(tmp_path / "scratch"))
     expected = expected_mentions(pages, 5, 11, config.context_chars)
 

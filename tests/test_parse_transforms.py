@@ -146,8 +146,10 @@ def test_parse_dump_takes_redirects_from_the_sql_tables(tmp_path: Path):
         "redirects_resolved": 2}
 
 
-def test_duplicate_pages_are_counted_dead_lettered_and_written_once(tmp_path: Path):
-    """The same page twice (a page id and title repeated) and a second page with Venus's title."""
+def test_duplicate_pages_are_counted_dead_lettered_and_written_once(tmp_path: Path, capsys):
+    """The same page twice (a page id and title repeated) and a second page with Venus's title. The summary on
+    stderr counts the articles once, as the rows written, beside the duplicates (issue 21: a repeated page id
+    counted ``articles: 5`` beside ``articles: 4 rows``)."""
     pages = "\n  ".join([PAGES_XML[0], PAGES_XML[0], PAGES_XML[1], PAGES_XML[1].replace("<id>2</id>", "<id>9</id>")])
     dump = tmp_path / "dump.xml"
     dump.write_text(DUMP.format(pages=pages), encoding="utf-8")
@@ -156,6 +158,9 @@ def test_duplicate_pages_are_counted_dead_lettered_and_written_once(tmp_path: Pa
     assert sorted((letter["kind"], letter["page_id"]) for letter in dead) == [("duplicate_page_ids", 1),
                                                                              ("duplicate_titles", 9)]
     assert (counters["articles"], counters["duplicate_page_ids"], counters["duplicate_titles"]) == (2, 1, 1)
+    summary = capsys.readouterr().err.splitlines()
+    assert [line for line in summary if line.startswith(("  articles:", "  duplicate_"))] == [
+        "  articles: 2 rows", "  duplicate_page_ids: 1", "  duplicate_titles: 1"]
 
 
 def article(page_id: int, title: str, text: str, links: list[tuple[str, str]], qid: str | None = None) -> dict:

@@ -135,6 +135,22 @@ def change_embedding_ids(out: Path, change: Callable[[np.ndarray], None]) -> Non
     rewrite_parquet(out, EMBEDDINGS, rewrite)
 
 
+def one_vector_for_every_entity(out: Path) -> list[str]:
+    """What inputs without context give (every mention [CLS] [MASK] [SEP]): each entity the same vector, with the
+    target norm, so no per-vector check can tell."""
+    _, vector, _ = embedding_row(out, 0)
+    rows = pq.read_metadata(out / EMBEDDINGS).num_rows
+
+    def same_vectors(table: pa.Table) -> pa.Table:
+        for row in range(rows):
+            table = set_vector(table, row, vector)
+        return table
+
+    rewrite_parquet(out, EMBEDDINGS, same_vectors)
+    return [f"entity_embeddings/: all {rows} vectors are the same: the embeddings tell no entity from another "
+            "(mentions embedded without context?)"]
+
+
 def unknown_entity_embedding(out: Path) -> list[str]:
     unknown = entity_count(out) + 1
     change_embedding_ids(out, lambda ids: ids.__setitem__(0, unknown))
@@ -208,8 +224,8 @@ def redirects_break_contract(out: Path) -> list[str]:
 
 
 CORRUPTIONS = [truncate_articles, flip_shard_bytes, non_finite_embedding, wrong_norm_embedding,
-               unknown_entity_embedding, repeated_entity_embedding, stray_parquet, stray_other_files,
-               unreadable_recorded_parquet,
+               one_vector_for_every_entity, unknown_entity_embedding, repeated_entity_embedding, stray_parquet,
+               stray_other_files, unreadable_recorded_parquet,
                repeated_passage_id, title_differs, redirects_break_contract]
 
 

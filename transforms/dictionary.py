@@ -32,6 +32,7 @@ from apache_beam.transforms.window import GlobalWindows
 
 from artifacts import fs, tables
 from artifacts.counters import declare, dropped, error
+from artifacts.errors import BelowMinimumError, OutsideRangeError
 from artifacts.names import (
     NameRules,
     name_problem,
@@ -105,6 +106,14 @@ class DictionaryConfig:
     def __post_init__(self) -> None:
         if self.doc_unit not in DOC_UNITS:
             raise ValueError(f"doc_unit must be one of {DOC_UNITS}, got {self.doc_unit!r}")
+        for setting in ("min_link_prob", "min_commonness"):  # a value beyond 1 would silently drop everything
+            value = getattr(self, setting)
+            if not 0 <= value <= 1:
+                raise OutsideRangeError(setting, value, 0, 1, "a probability")
+        if self.min_link_count < 0:
+            raise BelowMinimumError("min_link_count", self.min_link_count, 0)
+        if self.max_mention_length < 1:
+            raise BelowMinimumError("max_mention_length", self.max_mention_length, 1)
 
     @property
     def rules(self) -> NameRules:

@@ -16,8 +16,8 @@ from apache_beam.ml.inference.base import PredictionResult, RunInference
 from artifacts import layout, schemas, tables
 from artifacts.counters import declare, error, processed
 from encoders.mask_encoder import MaskEncoderHandler, check_mask_model
-from encoders.mask_inputs import MASK_WINDOWS
-from encoders.models import ModelSpec, hidden_size, input_embedding_norm
+from encoders.mask_inputs import MASK_WINDOWS, check_max_seq_length
+from encoders.models import ModelSpec, check_device, hidden_size, input_embedding_norm
 from transforms import entity_refresh, entity_vectors, mention_windows
 from transforms.dead_letters import DEAD_LETTER_TAG, count, dead_letter
 from transforms.entity_refresh import RefreshSplit
@@ -66,6 +66,8 @@ class EmbedConfig:
             raise ValueError(f"embedding_dtype must be one of {', '.join(EMBEDDING_DTYPES)}")
         if self.mask_window not in MASK_WINDOWS:
             raise ValueError(f"mask_window must be one of {', '.join(MASK_WINDOWS)}")
+        check_max_seq_length(self.max_seq_length)
+        check_device(self.device)  # also when the workers run elsewhere: a name no worker can run on
 
     @property
     def spec(self) -> ModelSpec:

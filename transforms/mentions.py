@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from artifacts import fs, layout, tables
 from artifacts.counters import declare, dropped, processed
 from artifacts.trie_map import TrieMap, load_trie_map
+from encoders.mask_inputs import check_max_seq_length
 from transforms.dead_letters import count_some
 from transforms.entity_maps import build_title_ids
 from transforms.mention_sampling import CHARS_PER_TOKEN, LinkRef, link_ordinals, mention_ref, sample_key
@@ -62,8 +63,7 @@ class MentionsConfig:
     def __post_init__(self) -> None:
         if self.max_mentions < 1:
             raise ValueError(f"max_mentions must be at least 1, got {self.max_mentions}")
-        if self.max_seq_length < 3:
-            raise ValueError(f"max_seq_length must be at least 3 ([CLS], [MASK], [SEP]), got {self.max_seq_length}")
+        check_max_seq_length(self.max_seq_length)
 
     @property
     def context_chars(self) -> int:

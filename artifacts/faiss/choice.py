@@ -7,12 +7,15 @@ import re
 from dataclasses import dataclass
 
 from artifacts.errors import InputError
+from artifacts.fs import human_size
 
 MAX_TRAIN_SAMPLE = 1_000_000  # vectors: the one global object of the index stage (3 GB at 768 float32)
 EXACT_UP_TO = 100_000  # passages: below this the default index is exact
 IVF_FLAT_UP_TO = 3_000_000  # passages: below this IVF without compression
 IVF_SQ8_UP_TO = 50_000_000  # passages: below this 8-bit scalar quantization; above, product quantization
 _IVF = re.compile(r"IVF(\d+)")
+_FAISS_LOCATION = re.compile(r"^Error in .*? at \S+:\d+: ")
+_FAISS_ASSERTION = re.compile(r"^Error: '.*?' failed: ")
 SHARD_GROWTH = 1.5  # building a shard holds its vectors and at most half as much again (tests/test_index_memory.py)
 DEFAULT_SHARD_MEMORY_GB = 8.0  # per worker building a shard: DPR's 21M x 768 -> 16 shards of 4 GB of vectors
 MIN_BUCKETS_PER_SHARD = 8  # a bucket is sorted in memory while its shard is written: at most 1/8 of the shard
@@ -90,15 +93,29 @@ def training_sample_size(factory: str, count: int, dim: int) -> int:
     return min(count, MAX_TRAIN_SAMPLE, max(64 * lists, 65_536))
 
 
-def check_factory(factory: str, count: int, dim: int) -> None:
-    """A ``FactoryError`` for a factory string FAISS rejects or an IVF with more lists than vectors to train on."""
+def faiss_reason(error: BaseException) -> str:
+    """What a FAISS C++ error says, without its location (``Error in <signature> at <file>:<line>:``) and the
+    failed assertion's source text."""
+    text = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+    return _FAISS_ASSERTION.sub("", _FAISS_LOCATION.sub("", text))
+
+
+def check_factory_string(factory: str, dim: int) -> None:
+    """A ``FactoryError`` for a factory string FAISS cannot parse or cannot build for ``dim`` dimensions: building
+    it empty costs nothing, so this runs before any vector is computed."""
     import faiss
 
     try:
         faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as error:
-        raise FactoryError(factory, f"not a FAISS factory string for {dim} dims: "
-                                    f"{str(error).strip().splitlines()[-1]}") from error
+        reason = faiss_reason(error)
+        problem = "not a FAISS factory string" if "could not parse" in reason else f"does not fit {dim} dimensions"
+        raise FactoryError(factory, f"{problem} ({reason})") from error
+
+
+def check_factory(factory: str, count: int, dim: int) -> None:
+    """A ``FactoryError`` for a factory string FAISS rejects or an IVF with more lists than vectors to train on."""
+    check_factory_string(factory, dim)
     lists = ivf_lists(factory)
     if lists and lists > training_sample_size(factory, count, dim):
         raise FactoryError(factory, f"{lists} IVF lists need at least {lists} training vectors, "
@@ -112,8 +129,9 @@ class MemoryEstimate:
     bytes_per_vector: float
 
     def describe(self, shards: int) -> str:
-        return (f"about {_human(self.index_bytes)} for the index ({_human(self.index_bytes / max(shards, 1))} per "
-                f"shard, {self.bytes_per_vector:.0f} bytes per vector), {_human(self.train_bytes)} to train")
+        per_shard = human_size(self.index_bytes / max(shards, 1))
+        return (f"about {human_size(self.index_bytes)} for the index ({per_shard} per shard, "
+                f"{self.bytes_per_vector:.0f} bytes per vector), {human_size(self.train_bytes)} to train")
 
 
 def memory_estimate(factory: str, count: int, dim: int) -> MemoryEstimate:
@@ -134,12 +152,4 @@ def memory_estimate(factory: str, count: int, dim: int) -> MemoryEstimate:
             per_vector = plain.sa_code_size() + 8.0
     train = training_sample_size(factory, count, dim) * dim * 4
     return MemoryEstimate(int(per_vector * count + fixed), int(train), per_vector)
-
-
-def _human(size: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if size < 1024 or unit == "TB":
-            return f"{size:.1f} {unit}" if unit != "B" else f"{int(size)} B"
-        size /= 1024
-    raise AssertionError("unreachable")
 

@@ -1,5 +1,6 @@
 """Entity ids agree across ``entities/``, ``dictionary/names/``, the linker and ``entity_embeddings/``; entity
-vectors are finite and have the file's ``target_norm``. Per-entity state is numpy bitmaps (7M entities: a few MB)."""
+vectors are finite, have the file's ``target_norm`` and are not all the same. Per-entity state is numpy bitmaps
+(7M entities: a few MB)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,9 @@ LINKER = layout.LINKER
 EMBEDDINGS = f"{layout.ENTITY_EMBEDDINGS}/"
 # |norm - target| / target allowed: float16 keeps about 3 significant digits per value.
 NORM_TOLERANCE = {pa.float32(): 1e-3, pa.float16(): 1e-2}
+# Vectors closer than this (relative to the largest value of the first) count as the same: those of entities whose
+# inputs are all [CLS] [MASK] [SEP] differ only by the rounding of batches of other shapes.
+SAME_VECTOR_TOLERANCE = 1e-3
 
 
 @dataclass
@@ -158,10 +162,13 @@ def check_embeddings(run: RecordedRun, entities: EntitySet) -> list[str]:
     if files is None:
         return []
     embedded = np.zeros(entities.count + 1, dtype=bool)
-    tally, problems = Tally(), []
+    tally, problems, spread = Tally(), [], Spread()
     for relative in files:
         problems += guarded(relative, partial(scan_embeddings, run.path(relative), relative, entities, embedded,
-                                              tally))
+                                              tally, spread))
+    if spread.rows > 1 and not spread.differs:
+        problems.append(f"{EMBEDDINGS}: all {spread.rows} vectors are the same: the embeddings tell no entity from "
+                        "another (mentions embedded without context?)")
     dims = {relative: parquet_footer(run.path(relative))[1].field(VECTOR_COLUMN).type.list_size
             for relative in files}
     if len(set(dims.values())) > 1:
@@ -180,8 +187,27 @@ def target_norm(schema: pa.Schema) -> float | None:
     return value if value is not None and np.isfinite(value) and value > 0 else None
 
 
+@dataclass
+class Spread:
+    """Whether the vectors of a table differ at all: the first vector, kept to compare every later one with."""
+
+    first: np.ndarray | None = None
+    rows: int = 0
+    differs: bool = False
+
+    def add(self, vectors: np.ndarray) -> None:
+        if not len(vectors):
+            return
+        if self.first is None:
+            self.first = vectors[0].astype(np.float64)
+        self.rows += len(vectors)
+        if not self.differs:
+            scale = max(float(np.abs(self.first).max()), np.finfo(np.float32).tiny)
+            self.differs = bool((np.abs(vectors - self.first) > SAME_VECTOR_TOLERANCE * scale).any())
+
+
 def scan_embeddings(path: str, where: str, entities: EntitySet, embedded: np.ndarray,
-                    tally: Tally) -> list[str]:
+                    tally: Tally, spread: Spread) -> list[str]:
     """One embeddings file (its schema already matches the contract)."""
     _, schema = parquet_footer(path)
     norm = target_norm(schema)
@@ -191,7 +217,7 @@ def scan_embeddings(path: str, where: str, entities: EntitySet, embedded: np.nda
         fine = mark_ids(ids, embedded, entities.present, where, tally, "entity ids not in entities/")
         if entities.linker is not None:
             name_mismatches(entities, ids, batch, fine, where, tally)
-        vector_problems(batch, ids, norm, tolerance, where, tally)
+        vector_problems(batch, ids, norm, tolerance, where, tally, spread)
     return [] if norm is not None else [f"{where}: no positive target_norm in the file metadata"]
 
 
@@ -205,13 +231,14 @@ def name_mismatches(entities: EntitySet, ids: np.ndarray, batch: pa.RecordBatch,
 
 
 def vector_problems(batch: pa.RecordBatch, ids: np.ndarray, norm: float | None, tolerance: float, where: str,
-                    tally: Tally) -> None:
+                    tally: Tally, spread: Spread) -> None:
     column = batch.column(VECTOR_COLUMN)
     if column.null_count:
         tally.add_ids(f"{where}: null embeddings", ids[column.is_null().to_numpy(zero_copy_only=False)])
         return
     vectors = faiss_shards.table_vectors(batch, VECTOR_COLUMN)
     finite = np.isfinite(vectors).all(axis=1)
+    spread.add(vectors[finite])
     tally.add_ids(f"{where}: vectors with non-finite values", ids[~finite])
     if norm is None:
         return

@@ -1,0 +1,77 @@
+"""The content of recorded outputs that a reader is about to trust (the index shards search opens), checked against
+the manifest's sha256 once: a file that matched is remembered by path, size and modification time, so a later
+reader does not hash it again. The memory is a small JSON file in the user's cache directory, not under OUT,
+which a reader may not be able to write (a published run); losing it only costs hashing again."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterable
+
+from apache_beam.io.filesystems import FileSystems
+
+from artifacts import fs
+from artifacts.run.manifest import OutputFile
+
+CACHE_ENV = "KPR_VERIFIED_CACHE"  # the file remembering verified files (default: under XDG_CACHE_HOME or ~/.cache)
+
+
+def cache_file() -> str:
+    explicit = os.environ.get(CACHE_ENV)
+    if explicit:
+        return explicit
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "kpr-pipeline", "verified-files.json")
+
+
+def file_stamp(path: str) -> list[float]:
+    """[size, modification time] of a file on any Beam filesystem (JSON-comparable)."""
+    metadata = FileSystems.match([path])[0].metadata_list[0]
+    return [metadata.size_in_bytes, metadata.last_updated_in_seconds]
+
+
+def load_verified() -> dict[str, dict]:
+    """path -> {"stamp": [size, mtime], "sha256": digest} of the files verified before (empty if unreadable)."""
+    try:
+        with open(cache_file(), encoding="utf-8") as handle:
+            verified = json.load(handle)
+    except (OSError, ValueError):
+        return {}
+    return verified if isinstance(verified, dict) else {}
+
+
+def save_verified(verified: dict[str, dict]) -> None:
+    """Write the memory atomically; a cache directory that cannot be written only means hashing again."""
+    path = cache_file()
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        temporary = f"{path}.{os.getpid()}.tmp"
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump(verified, handle)
+        os.replace(temporary, path)
+
+
+def changed_content(output: str, items: Iterable[OutputFile]) -> str | None:
+    """The first of ``items`` (recorded outputs under ``output``, of the size the manifest says) whose sha256 is
+    not the manifest's, as ``path: ...``; None when all match. Files verified before with the same size and
+    modification time are not hashed again."""
+    verified = load_verified()
+    remembered = dict(verified)
+    try:
+        for item in items:
+            path = fs.join(output, item.path)
+            key = os.path.abspath(path) if fs.is_local(path) else path
+            stamp = file_stamp(path)
+            known = verified.get(key)
+            if known and known.get("stamp") == stamp and known.get("sha256") == item.sha256:
+                continue
+            if fs.sha256(path) != item.sha256:
+                verified.pop(key, None)
+                return f"{item.path}: its sha256 differs from the manifest's"
+            verified[key] = {"stamp": stamp, "sha256": item.sha256}
+        return None
+    finally:
+        if verified != remembered:
+            save_verified(verified)
