@@ -17,6 +17,7 @@ import torch
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
+from artifacts import layout
 from artifacts.errors import SettingError
 from artifacts.run import manifest
 from pipelines import run_all, stage
@@ -142,10 +143,13 @@ def test_a_crash_while_committing_leaves_the_stage_unfinished_and_a_rerun_repair
     real_rename = stage.FileSystems.rename
 
     def rename_then_die(sources, destinations):
+        real_rename(sources, destinations)
+        if any(f"/{layout.STAGING}/" in path for path in destinations):
+            return  # the Beam sinks' own renames, inside the staging directory
         moves.append(sources)
-        if len(moves) == 3:  # after the old record is dropped and the first file moved, before the new record
-            raise OSError("simulated crash while committing")
-        return real_rename(sources, destinations)
+        # after the old record is dropped and the first file moved into OUT, before the new record (counted by
+        # the commit's own moves: the manifest itself is replaced by os.replace, not through FileSystems)
+        raise OSError("simulated crash while committing")
 
     monkeypatch.setattr(stage.FileSystems, "rename", rename_then_die)
     with pytest.raises(OSError, match="simulated crash"):
