@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -101,6 +102,11 @@ class SignalledRun:
                               timeout=600)
 
 
+def default_interrupt() -> None:
+    """SIGINT's default disposition, in a child before it runs (Ctrl-C in a terminal)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def signal_all_in_embed_entities(full_run: Path, model: Path, output: Path, signal_number: int) -> SignalledRun:
     """OUT starts with the first three stages of ``full_run``, so that `all` gets to embed-entities at once; the
     whole process group gets ``signal_number`` (as Ctrl-C or a kill would) as soon as that stage stages files."""
@@ -108,8 +114,11 @@ def signal_all_in_embed_entities(full_run: Path, model: Path, output: Path, sign
     copy_stages(full_run, output, ("parse", "dictionary", "mentions"))
     command = [sys.executable, str(REPO / "run_pipeline.py"), *all_command(output, model, "--no-report")]
     environment = {**os.environ, "PYTHONPATH": str(REPO)}
+    # As from a terminal: Python turns SIGINT into KeyboardInterrupt only if the parent did not ignore it, and a
+    # test runner's worker process may ignore it.
     process = subprocess.Popen(command, cwd=REPO, env=environment, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                               preexec_fn=default_interrupt, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True)
     staging = output / layout.STAGING / "embed_entities"
     deadline = time.monotonic() + 300
     while not staging.exists() and process.poll() is None and time.monotonic() < deadline:
