@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 from numpy.exceptions import RankWarning
 
+from pipelines.stage import environment_variable
 from pipelines.worker_output import WORKER_START_UP_LINES, starts_worker_processes, without_worker_start_up_lines
 
 OWN_LOGGER = "kpr"  # ours and its children (kpr.progress, kpr.report)
@@ -92,19 +93,11 @@ def without_batch_size_estimator_warnings(ignored: tuple[tuple[str, type[Warning
         yield
 
 
-@contextlib.contextmanager
-def appended_to_environment(name: str, entries: str) -> Iterator[None]:
+def appended_to_environment(name: str, entries: str) -> contextlib.AbstractContextManager[None]:
     """``entries`` appended to the comma-separated environment variable ``name`` (later entries win) for the block;
     the previous value (or none) back on exit."""
     previous = os.environ.get(name)
-    os.environ[name] = f"{previous},{entries}" if previous else entries
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = previous
+    return environment_variable(name, f"{previous},{entries}" if previous else entries)
 
 
 @contextlib.contextmanager
