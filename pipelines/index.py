@@ -299,7 +299,9 @@ def build_index(ctx: StageContext, config: IndexConfig, encoder: EncoderOptions,
                 read_counters: Mapping[str, int], previous: str | None = None) -> dict[str, int]:
     plan = plan_index(ctx, config, encoder, dim, bucket_count, read_counters)
     reused_trained = previous_quantizer(previous, plan.index_dir, plan.factory, dim) if plan.sample_size else None
-    counters = run_beam(ctx, lambda pipeline: pipeline | "BuildIndex" >> BuildIndex(plan, reused_trained))
+    # one worker per shard at most: each builds whole shards
+    counters = run_beam(ctx.with_workers_at_most(len(plan.shards)),
+                        lambda pipeline: pipeline | "BuildIndex" >> BuildIndex(plan, reused_trained))
     fs.delete_tree(buckets_dir(ctx))
     return {**counters, "passages_indexed": plan.info["count"], "train_sample": plan.sample_size}
 

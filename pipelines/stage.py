@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol, TypeVar
 
 import apache_beam as beam
@@ -25,7 +25,7 @@ from artifacts import fs, layout
 from artifacts.counters import Counter
 from artifacts.errors import InputError
 from artifacts.run import lock, manifest
-from pipelines import disk_space
+from pipelines import disk_space, local_workers
 from pipelines.flags import FlagGroup
 from transforms.dead_letters import COUNTER_NAMESPACE
 from transforms.progress import DEFAULT_INTERVAL_S, LogProgress, worker_count
@@ -77,6 +77,11 @@ class StageContext:
 
     def workers_run_here(self) -> bool:
         return workers_run_here(self.beam_args)
+
+    def with_workers_at_most(self, count: int) -> StageContext:
+        """This context for a step with ``count`` independent pieces of work: no more local worker processes
+        than that, none for one (``local_workers.at_most_workers``)."""
+        return replace(self, beam_args=local_workers.at_most_workers(self.beam_args, count))
 
     def progress(self, unit: str, total: int | None = None) -> LogProgress:
         """A pass-through step that logs how many ``unit`` this worker has done, its rate and the ETA."""
@@ -140,8 +145,10 @@ def workers_run_here(beam_args: Sequence[str]) -> bool:
 
 
 def run_beam(ctx: StageContext, build: Callable[[beam.Pipeline], None]) -> dict[str, int]:
-    """Build a pipeline with ``build``, run it to the end and return its ``kpr`` counters."""
-    with private_tempdir():
+    """Build a pipeline with ``build``, run it to the end and return its ``kpr`` counters. Local worker processes
+    share this machine's cores (``local_workers``)."""
+    threads = local_workers.worker_thread_variables(ctx.beam_args, os.cpu_count() or 1, os.environ)
+    with private_tempdir(), environment_variables(threads):
         pipeline = beam.Pipeline(options=ctx.pipeline_options())
         build(pipeline)
         result = pipeline.run()
@@ -178,6 +185,15 @@ def environment_variable(name: str, value: str) -> Iterator[None]:
             os.environ.pop(name, None)
         else:
             os.environ[name] = previous
+
+
+@contextlib.contextmanager
+def environment_variables(values: Mapping[str, str]) -> Iterator[None]:
+    """``environment_variable`` for each of ``values`` while the block runs."""
+    with contextlib.ExitStack() as stack:
+        for name, value in values.items():
+            stack.enter_context(environment_variable(name, value))
+        yield
 
 
 def collect_counters(result: Any) -> dict[str, int]:

@@ -1,0 +1,74 @@
+"""Local worker processes: each gets its share of the machine's threads, and a step with one piece of work runs
+in this process."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import apache_beam as beam
+
+from pipelines.local_workers import (
+    THREAD_VARIABLES,
+    at_most_workers,
+    local_worker_processes,
+    threads_per_worker,
+    worker_thread_variables,
+)
+from pipelines.stage import StageContext, run_beam
+from tests.conftest import DIRECT, MULTI_PROCESS
+
+
+def test_workers_started_here_are_counted_from_the_direct_runner_flags_only():
+    assert local_worker_processes(MULTI_PROCESS) == 2
+    assert local_worker_processes(["--runner=DirectRunner", "--direct_running_mode", "multi_processing",
+                                   "--direct_num_workers", "8"]) == 8
+    assert local_worker_processes(DIRECT) == 0  # in this process
+    assert local_worker_processes(["--runner=DirectRunner", "--direct_num_workers=4"]) == 0  # threads, in-process
+
+
+def test_each_worker_gets_its_share_of_the_cores_and_user_settings_win():
+    assert threads_per_worker(8, 16) == 2
+    assert threads_per_worker(3, 2) == 1
+    assert worker_thread_variables(MULTI_PROCESS, 16, {}) == {name: "8" for name in THREAD_VARIABLES}
+    assert worker_thread_variables(MULTI_PROCESS, 16, {"OMP_NUM_THREADS": "3"}) == {
+        "MKL_NUM_THREADS": "8", "RAYON_NUM_THREADS": "8"}
+    assert worker_thread_variables(DIRECT, 16, {}) == {}
+
+
+def test_a_step_with_fewer_pieces_than_workers_starts_fewer():
+    assert at_most_workers(MULTI_PROCESS, 1) == tuple(DIRECT)
+    assert at_most_workers(MULTI_PROCESS, 5) == tuple(MULTI_PROCESS)
+    eight = ["--runner=DirectRunner", "--direct_running_mode", "multi_processing", "--direct_num_workers", "8",
+             "--experiments=x"]
+    assert at_most_workers(eight, 3) == ("--runner=DirectRunner", "--experiments=x",
+                                         "--direct_running_mode=multi_processing", "--direct_num_workers=3")
+    assert at_most_workers(DIRECT, 1) == tuple(DIRECT)
+
+
+def seen_by_workers(ctx: StageContext, path: Path) -> list[dict]:
+    """Run a pipeline whose elements report the process and thread settings they ran with."""
+    def report(_: int) -> str:
+        return json.dumps({"pid": os.getpid(), **{name: os.environ.get(name) for name in THREAD_VARIABLES}})
+
+    run_beam(ctx, lambda pipeline: (pipeline | beam.Create(range(4)) | beam.Map(report)
+                                    | beam.io.WriteToText(str(path / "seen"), file_name_suffix=".jsonl")))
+    return [json.loads(line) for file in sorted(path.glob("seen*.jsonl")) for line in file.read_text().splitlines()]
+
+
+def test_worker_processes_inherit_their_thread_share_and_one_piece_runs_here(tmp_path, monkeypatch):
+    for name in THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    ctx = StageContext(output=str(tmp_path), stage="probe", beam_args=tuple(MULTI_PROCESS))
+    (tmp_path / "many").mkdir()
+    many = seen_by_workers(ctx, tmp_path / "many")
+    share = str(threads_per_worker(2, os.cpu_count() or 1))
+    assert len(many) == 4 and all(row["pid"] != os.getpid() for row in many)
+    assert all(row[name] == share for row in many for name in THREAD_VARIABLES)
+    assert all(name not in os.environ for name in THREAD_VARIABLES)  # restored after the run
+
+    (tmp_path / "one").mkdir()
+    one = seen_by_workers(ctx.with_workers_at_most(1), tmp_path / "one")
+    assert [row["pid"] for row in one] == [os.getpid()] * 4
+    assert all(row[name] is None for row in one for name in THREAD_VARIABLES)
