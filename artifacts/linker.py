@@ -110,10 +110,16 @@ def _download(path: str, local: str) -> None:
 
 
 class EntityLinker:
-    """Finds dictionary names in text: the longest name at each token start, no overlaps, all candidates."""
+    """Finds dictionary names in text: the longest name at each token start, no overlaps, all candidates.
+
+    With thresholds stricter than the build's, a name none of whose candidates passes is skipped and a shorter
+    name at the same start can match. ``longest_name_blocks`` takes the reference's rule instead
+    (kembed's ``DictionaryEntityLinker``): the longest name takes its span whatever its candidates, and a span
+    without a passing candidate gives no mention. With the build's thresholds the two agree.
+    """
 
     def __init__(self, directory: str, min_link_prob: float | None = None, min_commonness: float | None = None,
-                 min_link_count: int | None = None) -> None:
+                 min_link_count: int | None = None, longest_name_blocks: bool = False) -> None:
         missing = [name for name in LINKER_FILES if not os.path.exists(os.path.join(directory, name))]
         if missing:
             raise InputError(f"{directory} is not a complete linker (missing {', '.join(missing)}): "
@@ -123,6 +129,7 @@ class EntityLinker:
         self.min_link_prob = self.config["min_link_prob"] if min_link_prob is None else min_link_prob
         self.min_commonness = self.config["min_prior_prob"] if min_commonness is None else min_commonness
         self.min_link_count = self.config["min_link_count"] if min_link_count is None else min_link_count
+        self.longest_name_blocks = longest_name_blocks
         self.rules = NameRules(case_sensitive=self.config["case_sensitive"],
                                max_length=self.config["max_mention_length"])
         self.names = marisa_trie.Trie().mmap(os.path.join(directory, "name.trie"))
@@ -136,15 +143,15 @@ class EntityLinker:
 
     @classmethod
     def load(cls, path: str, min_link_prob: float | None = None, min_commonness: float | None = None,
-             min_link_count: int | None = None) -> EntityLinker:
+             min_link_count: int | None = None, longest_name_blocks: bool = False) -> EntityLinker:
         """Load ``OUT/dictionary/linker`` (local or any Beam filesystem URL); thresholds default to the build's.
         Local files are memory-mapped where they are; remote ones are copied to a temporary directory, mapped,
         and the copy removed at once (the mappings stay valid after their files are unlinked, on POSIX)."""
         if "://" not in path:
-            return cls(path, min_link_prob, min_commonness, min_link_count)
+            return cls(path, min_link_prob, min_commonness, min_link_count, longest_name_blocks)
         with tempfile.TemporaryDirectory(prefix="kpr-linker-") as local:
             _download(path, local)
-            return cls(local, min_link_prob, min_commonness, min_link_count)
+            return cls(local, min_link_prob, min_commonness, min_link_count, longest_name_blocks)
 
     @cached_property
     def _tokenizer(self):
@@ -198,16 +205,18 @@ class EntityLinker:
 
     @cached_property
     def _prefix_finder(self):
-        """The trie's own prefix search when every name passes the thresholds (the build's defaults)."""
-        return self.names.prefixes if all(self._linkable) else self._linkable_prefixes
+        """The trie's own prefix search when every name may take a span (the longest name blocks it, or every
+        name passes the thresholds: the build's defaults); else only the names with a passing candidate."""
+        return self.names.prefixes if self.longest_name_blocks or all(self._linkable) else self._linkable_prefixes
 
     def detect(self, text: str) -> list[Mention]:
-        """Mentions of dictionary names in ``text`` with every candidate entity."""
+        """Mentions of dictionary names in ``text`` with every candidate entity that passes the thresholds."""
         tokens = token_spans(self._tokenizer(text))
         folded = text if self.rules.case_sensitive else fold_case(text)
-        return [Mention(match.start, match.end, text[match.start:match.end], self.candidates(match.name))
-                for match in find_names(folded, tokens, self._prefix_finder, self.rules.max_length,
-                                        longest_only=True)]
+        found = (Mention(match.start, match.end, text[match.start:match.end], self.candidates(match.name))
+                 for match in find_names(folded, tokens, self._prefix_finder, self.rules.max_length,
+                                         longest_only=True))
+        return [mention for mention in found if mention.candidates]  # a blocked span without one: no mention
 
     def detect_batch(self, texts: Sequence[str]) -> list[list[Mention]]:
         return [self.detect(text) for text in texts]

@@ -10,6 +10,7 @@ from artifacts.run.kpr_export import (
     EMBEDDINGS_FILE,
     LINKER_DIR,
     RECORD_FILE,
+    TENSOR_FILE,
     VOCAB_FILE,
     MissingStagesError,
     OverlappingExportError,
@@ -19,7 +20,8 @@ from artifacts.run.owned import ForeignFileError
 
 
 class ExportKprCommand:
-    """export-kpr: write entity_vocab.tsv, entity_embeddings.npy and entity_linker/ for KPR into DIR."""
+    """export-kpr: write entity_vocab.tsv, entity_embeddings.npy, embeddings.pt and entity_linker/ for KPR into
+    DIR."""
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--output", required=True, help="OUT: the run to export (local path or Beam URL)")
@@ -38,8 +40,8 @@ class ExportKprCommand:
         except ForeignFileError as error:
             raise InputError(f"--to {args.to} already holds {error.path}, which no earlier export-kpr wrote: "
                              "nothing was written (move it away or export to another directory)") from error
-        print(f"exported {args.output} to {summary.directory}: {VOCAB_FILE}, {EMBEDDINGS_FILE}, {LINKER_DIR}/ "
-              f"(listed in {RECORD_FILE})")
+        print(f"exported {args.output} to {summary.directory}: {VOCAB_FILE}, {EMBEDDINGS_FILE}, {TENSOR_FILE}, "
+              f"{LINKER_DIR}/ (listed in {RECORD_FILE})")
         print(f"  entities: {summary.entities:,}")
         print(f"  dim: {summary.dim}")
         print(f"  entities without embeddings (zero rows): {summary.without_embeddings:,}")

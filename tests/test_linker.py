@@ -89,6 +89,80 @@ def test_thresholds_at_load_time(linker_dir):
     assert strict.detect("Adams") == []  # one link only
 
 
+def reference_detect(directory, text: str, min_link_prob: float, min_prior_prob: float,
+                     min_link_count: int) -> list[tuple[int, int, list[str]]]:
+    """(start, end, kb ids) of kembed's ``DictionaryEntityLinker.detect_mentions`` on our linker files, by its
+    rules: at each token start not yet covered, the names that are prefixes there, longest first; the first that
+    ends on a token end takes the span, and only its candidates that pass the thresholds are mentions."""
+    import spacy
+
+    names = marisa_trie.Trie().load(str(directory / "name.trie"))
+    kb_ids = marisa_trie.Trie().load(str(directory / "kb_id.trie"))
+    data, offsets = np.load(directory / "data.npy"), np.load(directory / "offsets.npy")
+    tokens = spacy.blank("en").tokenizer(text)
+    ends = {token.idx + len(token) for token in tokens}
+    lowered, found, covered = text.lower(), [], 0
+    for token in tokens:
+        if token.idx < covered:
+            continue
+        for name in sorted(names.prefixes(lowered[token.idx:token.idx + CONFIG["max_mention_length"]]), key=len,
+                           reverse=True):
+            end = token.idx + len(name)
+            if end not in ends:
+                continue
+            rows = data[offsets[names[name]]:offsets[names[name] + 1]]
+            passing = [kb_ids.restore_key(int(kb)) for kb, links, total, docs in rows
+                       if min(1.0, total / docs) >= min_link_prob and min(1.0, links / total) >= min_prior_prob
+                       and links >= min_link_count]
+            if passing:
+                found.append((token.idx, end, passing))
+            covered = end
+            break
+    return found
+
+
+def spans(mentions) -> list[tuple[int, int, list[str]]]:
+    return [(m.start, m.end, [c.key for c in sorted(m.candidates, key=lambda c: c.entity_id)]) for m in mentions]
+
+
+def test_a_shorter_name_matches_where_the_longest_fails_unless_the_longest_blocks(linker_dir):
+    """"new york city" has 5 links, "new york" -> Q60 has 6: with min_link_count 6 the longest name fails."""
+    text = "New York City and new york."
+    ours = EntityLinker.load(str(linker_dir), min_link_count=6)
+    assert spans(ours.detect(text)) == [(0, 8, ["Q60"]), (18, 26, ["Q60"])]
+    blocking = EntityLinker.load(str(linker_dir), min_link_count=6, longest_name_blocks=True)
+    assert spans(blocking.detect(text)) == [(18, 26, ["Q60"])]  # "New York City" takes its span, no mention
+
+
+def test_the_rules_find_different_names_after_a_failing_longest_name(tmp_path):
+    """Neither rule finds a superset of the other: a shorter match lets a later name start inside the span
+    that the longest name takes under the reference's rule."""
+    keys = ["New York City", "New York", "City Hall", "Hall"]
+    kb = build_kb_trie(keys)
+    titles = [""] * len(keys)
+    for key in keys:
+        titles[kb[key]] = key
+    write_linker(str(tmp_path), [NameRow("new york city", kb["New York City"] + 1, 1, 1, 1),
+                                 *(NameRow(key.lower(), kb[key] + 1, 2, 2, 2) for key in keys[1:])], kb, titles, CONFIG)
+    text = "New York City Hall"
+    assert spans(EntityLinker.load(str(tmp_path), min_link_count=2).detect(text)) == [
+        (0, 8, ["New York"]), (9, 18, ["City Hall"])]
+    assert spans(EntityLinker.load(str(tmp_path), min_link_count=2, longest_name_blocks=True).detect(text)) == [
+        (14, 18, ["Hall"])] == reference_detect(tmp_path, text, 0.05, 0.3, 2)
+
+
+@pytest.mark.parametrize("thresholds", [(0.05, 0.3, 1), (0.05, 0.3, 6), (0.0, 0.5, 1), (0.6, 0.0, 1), (0.0, 0.0, 0)])
+def test_longest_name_blocks_links_as_the_reference_does(linker_dir, thresholds):
+    texts = ["From New York City to PARIS, not Parisian; Adams.", "New York City and new york.", "York, new york city",
+             "new york new york city york"]
+    min_link_prob, min_commonness, min_link_count = thresholds
+    linker = EntityLinker.load(str(linker_dir), min_link_prob, min_commonness, min_link_count, longest_name_blocks=True)
+    for text in texts:
+        expected = reference_detect(linker_dir, text, min_link_prob, min_commonness, min_link_count)
+        assert spans(linker.detect(text)) == [(start, end, sorted(keys, key=lambda key: linker.kb_keys[key]))
+                                              for start, end, keys in expected], text
+
+
 def test_a_remote_linker_links_from_mappings_of_copies_already_removed(linker_dir, system_temp):
     text = "From New York City to PARIS, not Parisian; Adams. And new york."
     remote = EntityLinker.load(mirrored(linker_dir))

@@ -1,10 +1,12 @@
 """validate, export-kpr and publish on a full run of the bundled sample (the shared ``full_run`` fixture):
 a valid run passes; each kind of corruption is caught by validate, naming its file, and refused by publish;
-publish copies everything with the manifest last; export-kpr loads with plain numpy and marisa_trie."""
+publish copies everything with the manifest last; export-kpr loads with plain numpy and marisa_trie, and its
+``embeddings.pt`` reads back as the reference's training code reads it."""
 
 from __future__ import annotations
 
 import filecmp
+import os
 import shutil
 from collections.abc import Callable
 from dataclasses import replace
@@ -16,6 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+import torch
+import torch.nn.functional as F
 
 from artifacts import faiss as faiss_shards
 from artifacts import fs, tables
@@ -23,7 +27,7 @@ from artifacts.run import kpr_export, manifest, owned
 from artifacts.run import publish as publish_module
 from artifacts.run.validation import validate_run
 from pipelines.cli import main
-from tests.builders import files_below, fill_with_files
+from tests.builders import files_below, fill_with_files, mirrored
 
 EMBEDDINGS = "entity_embeddings/part-00000-of-00001.parquet"
 ENTITIES = "entities/part-00000-of-00001.parquet"
@@ -398,6 +402,7 @@ def test_export_refuses_a_link_into_the_run(run: Path, tmp_path: Path, capsys: p
 
 @pytest.mark.parametrize(("users_file", "shown"), [("entity_vocab.tsv", "entity_vocab.tsv"),
                                                   ("entity_linker/my.txt", "entity_linker/my.txt"),
+                                                  ("embeddings.pt", "embeddings.pt"),
                                                   ("entity_embeddings.npy/x.bin", "entity_embeddings.npy/"),
                                                   (".kpr-export.json/y.txt", ".kpr-export.json/"),
                                                   (".export-staging/z.txt", ".export-staging/z.txt")])
@@ -421,9 +426,9 @@ def test_export_into_a_directory_of_other_files_keeps_them(full_run: Path, tmp_p
         assert {name: after[name] for name in before} == before
     linker = sorted(f"entity_linker/{path.name}" for path in (full_run / "dictionary" / "linker").iterdir())
     assert owned.load_record(str(export), ".kpr-export.json") == {"entity_vocab.tsv", "entity_embeddings.npy",
-                                                                    *linker}
+                                                                    "embeddings.pt", *linker}
     assert sorted(after) == sorted([*before, ".kpr-export.json", "entity_vocab.tsv", "entity_embeddings.npy",
-                                    *linker])
+                                    "embeddings.pt", *linker])
 
 
 def test_export_replaces_its_own_files_and_removes_its_stale_ones(full_run: Path, tmp_path: Path) -> None:
@@ -458,8 +463,9 @@ def test_export_kpr_loads_with_numpy_and_marisa(full_run: Path, tmp_path: Path,
     export = tmp_path / "kpr"
     for _ in range(2):  # a second export replaces the first
         assert main(["export-kpr", "--output", str(full_run), "--to", str(export)]) == 0
-    assert sorted(path.name for path in export.iterdir()) == [".kpr-export.json", "entity_embeddings.npy",
-                                                               "entity_linker", "entity_vocab.tsv"]
+    assert sorted(path.name for path in export.iterdir()) == [".kpr-export.json", "embeddings.pt",
+                                                               "entity_embeddings.npy", "entity_linker",
+                                                               "entity_vocab.tsv"]
     entities = pq.read_table(full_run / ENTITIES).sort_by("entity_id")
     keys = pc.coalesce(entities.column("qid"), entities.column("title")).to_pylist()
     count = len(keys)
@@ -491,6 +497,75 @@ def test_export_kpr_loads_with_numpy_and_marisa(full_run: Path, tmp_path: Path,
         f"  entities: {count:,}", f"  dim: {dim}", "  entities without embeddings (zero rows): 0"]
 
 
+def load_tsv_mapping(path: Path) -> dict[str, int]:
+    """The reference's ``kembed.utils.load_tsv_mapping(path, int)``, by its rules: each line stripped on the right,
+    split on tabs, the first two fields are key and value, a later line wins."""
+    mapping = {}
+    with open(path) as lines:
+        for line in lines:
+            key, value = line.rstrip().split("\t")[:2]
+            mapping[key] = int(value)
+    return mapping
+
+
+def reference_entity_table(entity_vocab_file: Path, entity_embedding_dir: Path, norm: float) -> torch.Tensor:
+    """The entity embedding table the reference's ``train.py`` builds (``build_hf_model.py`` does the same, then
+    ``.half()``): ``embeddings.pt`` and ``entity_vocab.tsv`` read from ``--entity_embedding_dir``, one row per
+    ``--entity_vocab_file`` index (index 0 must be ``[PAD]`` and stays zero), L2-normalized, times ``norm``."""
+    entity_vocab = load_tsv_mapping(entity_vocab_file)
+    entity_embeddings = torch.load(os.path.join(entity_embedding_dir, "embeddings.pt"), weights_only=True)
+    embedding_entity_vocab = load_tsv_mapping(entity_embedding_dir / "entity_vocab.tsv")
+    table = torch.zeros(len(entity_vocab), entity_embeddings.size(1))
+    for kb_id, index in entity_vocab.items():
+        if index == 0:
+            assert kb_id == "[PAD]"
+            continue
+        table[index] = entity_embeddings[embedding_entity_vocab[kb_id]]
+    return F.normalize(table, p=2, dim=-1) * norm
+
+
+def test_export_kpr_reads_as_the_reference_training_reads_it(full_run: Path, tmp_path: Path) -> None:
+    """DIR is both the reference's --entity_vocab_file (DIR/entity_vocab.tsv) and its --entity_embedding_dir:
+    every entity's row of embeddings.pt is its float32 vector, entity_embeddings.npy's row in float16."""
+    export = tmp_path / "kpr"
+    assert main(["export-kpr", "--output", str(full_run), "--to", str(export)]) == 0
+    embeddings = pq.read_table(full_run / EMBEDDINGS)
+    ids = embeddings.column("entity_id").to_numpy()
+    vectors = faiss_shards.table_vectors(embeddings)
+    count = entity_count(full_run)
+    assert len(ids) == count  # every entity of the sample has a vector: no row below is zero by accident
+
+    tensor = torch.load(export / "embeddings.pt", weights_only=True)
+    assert tensor.dtype == torch.float32 and tuple(tensor.shape) == (count + 1, vectors.shape[1])
+    assert not tensor[0].any()
+    assert np.array_equal(tensor.numpy()[ids], vectors)
+    assert np.array_equal(tensor.numpy().astype(np.float16), np.load(export / "entity_embeddings.npy"))
+    target = float(embeddings.schema.metadata[b"target_norm"])
+    np.testing.assert_allclose(np.linalg.norm(tensor.numpy()[1:], axis=1), target, rtol=1e-5)
+
+    norm = 3.5  # the reference's scale: the mean norm of the trained model's input token embeddings
+    table = reference_entity_table(export / "entity_vocab.tsv", export, norm)
+    assert tuple(table.shape) == (count + 1, vectors.shape[1]) and not table[0].any()
+    expected = torch.tensor(vectors) / torch.tensor(vectors).norm(dim=1, keepdim=True) * norm
+    torch.testing.assert_close(table[torch.tensor(ids)], expected)
+
+
+def test_embeddings_written_to_a_remote_store_are_the_local_ones(full_run: Path, tmp_path: Path,
+                                                                   system_temp: Path) -> None:
+    """On an object store both files are written locally (with the float32 scratch rows beside them), uploaded,
+    and the local copies removed."""
+    keys = kpr_export.entity_keys(str(full_run))
+    local, remote = tmp_path / "local", tmp_path / "remote"
+    written = [kpr_export.write_embeddings(str(full_run), staging, keys) for staging in (str(local), mirrored(remote))]
+    assert written[0] == written[1] == (pq.read_schema(full_run / EMBEDDINGS).field("embedding").type.list_size, 0)
+    assert os.listdir(system_temp) == []
+    assert sorted(path.name for path in local.iterdir()) == sorted(path.name for path in remote.iterdir()) == [
+        "embeddings.pt", "entity_embeddings.npy"]
+    assert (remote / "entity_embeddings.npy").read_bytes() == (local / "entity_embeddings.npy").read_bytes()
+    assert torch.equal(torch.load(remote / "embeddings.pt", weights_only=True),
+                       torch.load(local / "embeddings.pt", weights_only=True))
+
+
 def test_export_zero_rows_for_entities_without_embeddings(run: Path, tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     dropped = pq.read_table(run / EMBEDDINGS).column("entity_id").to_pylist()[4:6]
@@ -501,6 +576,8 @@ def test_export_zero_rows_for_entities_without_embeddings(run: Path, tmp_path: P
     assert capsys.readouterr().out.splitlines()[-1] == "  entities without embeddings (zero rows): 2"
     vectors = np.load(tmp_path / "kpr" / "entity_embeddings.npy")
     assert [int(row) for row in np.flatnonzero(~vectors.any(axis=1))] == [0, *sorted(dropped)]
+    tensor = torch.load(tmp_path / "kpr" / "embeddings.pt", weights_only=True).numpy()
+    assert [int(row) for row in np.flatnonzero(~tensor.any(axis=1))] == [0, *sorted(dropped)]
 
 
 def test_export_refuses_a_run_without_entity_embeddings(run: Path, tmp_path: Path,

@@ -2,7 +2,10 @@
 
 ``DIR/entity_vocab.tsv``: ``[PAD]\\t0``, then ``key\\tindex`` per entity in entity_id order (key = QID where
 known, else title; index = entity_id). ``DIR/entity_embeddings.npy``: float16 (N + 1, D), row 0 and the rows of
-entities without an embedding zero, row i = entity i. ``DIR/entity_linker/``: the run's linker files. All three
+entities without an embedding zero, row i = entity i. ``DIR/embeddings.pt``: the same rows as one float32 tensor
+(``torch.save``), the file the reference's ``train.py`` and ``build_hf_model.py`` load from their
+``--entity_embedding_dir``, looking each key of ``--entity_vocab_file`` up in that directory's
+``entity_vocab.tsv`` (here the same file, so DIR is both). ``DIR/entity_linker/``: the run's linker files. All
 use one index order (``kb_id.trie[key] + 1 == index``), checked while writing.
 
 Only the files the manifest records are read. Everything is written under ``DIR/.export-staging/`` first, then
@@ -36,6 +39,7 @@ from artifacts.run.validation import parquet_footer, require_valid
 
 VOCAB_FILE = "entity_vocab.tsv"
 EMBEDDINGS_FILE = "entity_embeddings.npy"
+TENSOR_FILE = "embeddings.pt"  # the reference's training and model building read DIR/embeddings.pt
 LINKER_DIR = "entity_linker"
 STAGING_DIR = ".export-staging"
 RECORD_FILE = ".kpr-export.json"  # the files an export wrote into DIR (artifacts.run.owned)
@@ -43,6 +47,7 @@ WRITER = "export-kpr"
 PAD = "[PAD]"
 REQUIRED_STAGES = (layout.DICTIONARY_STAGE, layout.EMBED_ENTITIES_STAGE)
 _VOCAB_CHUNK = 65_536
+_HALF_CHUNK_ROWS = 65_536  # rows converted to float16 at a time (65k x 768 float32: 200 MB)
 
 
 class MissingStagesError(InputError):
@@ -92,7 +97,7 @@ def export_kpr(output: str, directory: str) -> ExportSummary:
     check_exportable(output)
     linker = fs.join(output, layout.LINKER)
     linker_files = manifest.recorded_files(output, layout.LINKER, suffix="")
-    planned = [VOCAB_FILE, EMBEDDINGS_FILE,
+    planned = [VOCAB_FILE, EMBEDDINGS_FILE, TENSOR_FILE,
                *(f"{LINKER_DIR}/{fs.relative(path, linker)}" for path in linker_files)]
     earlier = owned.require_owned(directory, RECORD_FILE, planned, [LINKER_DIR, STAGING_DIR], WRITER)
     staging = fs.join(directory, STAGING_DIR)
@@ -103,7 +108,7 @@ def export_kpr(output: str, directory: str) -> ExportSummary:
     try:
         keys = entity_keys(output)
         write_vocab(fs.join(staging, VOCAB_FILE), keys, EntityLinker.load(linker).kb_keys)
-        dim, without = write_embeddings(output, fs.join(staging, EMBEDDINGS_FILE), keys)
+        dim, without = write_embeddings(output, staging, keys)
         for path in linker_files:
             copy_file(path, fs.join(staging, LINKER_DIR, fs.relative(path, linker)))
         # a killed move still owns its files
@@ -171,22 +176,59 @@ def embeddings_dim(files: list[str]) -> int:
     return schema.field("embedding").type.list_size
 
 
-def write_embeddings(output: str, path: str, keys: pa.StringArray) -> tuple[int, int]:
-    """Write the (N + 1, D) float16 array; returns D and the number of entities without an embedding."""
+def write_embeddings(output: str, staging: str, keys: pa.StringArray) -> tuple[int, int]:
+    """Write the (N + 1, D) rows into ``staging`` twice, as ``entity_embeddings.npy`` (float16) and as
+    ``embeddings.pt`` (float32); returns D and the number of entities without an embedding."""
     files = manifest.recorded_files(output, layout.ENTITY_EMBEDDINGS)
     dim = embeddings_dim(files)
-    filled = np.zeros(len(keys) + 1, dtype=bool)
-    with local_file(path) as local:
-        # a new memory-mapped .npy reads as zeros: row 0 and entities without an embedding stay zero
-        vectors = np.lib.format.open_memmap(local, mode="w+", dtype=np.float16, shape=(len(keys) + 1, dim))
-        for batch in faiss_shards.iter_parquet_batches(files, ["entity_id", "title", "qid", "embedding"]):
-            ids = batch.column("entity_id").to_numpy(zero_copy_only=False).astype(np.int64)
-            check_embedding_keys(batch, ids, keys)
-            vectors[ids] = faiss_shards.table_vectors(batch).astype(np.float16)
-            filled[ids] = True
-        vectors.flush()
-        del vectors
-    return dim, int(len(keys) - np.count_nonzero(filled[1:]))
+    with (local_file(fs.join(staging, TENSOR_FILE)) as tensor_path,
+          local_file(fs.join(staging, EMBEDDINGS_FILE)) as half_path,
+          scratch_rows(f"{tensor_path}.float32", (len(keys) + 1, dim)) as vectors):
+        filled = fill_rows(files, vectors, keys)
+        save_tensor(vectors, tensor_path)
+        save_float16(vectors, half_path)
+    return dim, len(keys) - filled
+
+
+@contextlib.contextmanager
+def scratch_rows(path: str, shape: tuple[int, int]) -> Iterator[np.ndarray]:
+    """A zeroed float32 array memory-mapped from the local file ``path``, removed when the block ends (7M x 768
+    float32 is 21 GB: rows arrive in any order, and neither output can be written before all have)."""
+    try:
+        yield np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=shape)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+
+
+def fill_rows(files: list[str], vectors: np.ndarray, keys: pa.StringArray) -> int:
+    """Set row i of ``vectors`` to entity i's embedding; returns how many entities have one (the other rows and
+    row 0 stay as they are: zero)."""
+    filled = np.zeros(len(vectors), dtype=bool)
+    for batch in faiss_shards.iter_parquet_batches(files, ["entity_id", "title", "qid", "embedding"]):
+        ids = batch.column("entity_id").to_numpy(zero_copy_only=False).astype(np.int64)
+        check_embedding_keys(batch, ids, keys)
+        vectors[ids] = faiss_shards.table_vectors(batch)
+        filled[ids] = True
+    return int(np.count_nonzero(filled[1:]))
+
+
+def save_tensor(vectors: np.ndarray, path: str) -> None:
+    """``torch.save`` of ``vectors`` as one float32 tensor, as the reference's entity embedding script saves
+    ``embeddings.pt`` (loads with ``weights_only=True``). The tensor shares the memory map: nothing is copied.
+    The file's bytes differ from export to export (torch writes a random serialization id), its values do not."""
+    import torch  # only an export needs torch, and importing it takes seconds
+
+    torch.save(torch.from_numpy(vectors), path)
+
+
+def save_float16(vectors: np.ndarray, path: str) -> None:
+    """Write ``vectors`` as a float16 .npy, a chunk of rows at a time (the whole array never is in memory)."""
+    half = np.lib.format.open_memmap(path, mode="w+", dtype=np.float16, shape=vectors.shape)
+    for start in range(0, len(vectors), _HALF_CHUNK_ROWS):
+        half[start:start + _HALF_CHUNK_ROWS] = vectors[start:start + _HALF_CHUNK_ROWS]
+    half.flush()
+    del half
 
 
 def check_embedding_keys(batch: pa.RecordBatch, ids: np.ndarray, keys: pa.StringArray) -> None:
