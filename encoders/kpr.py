@@ -13,13 +13,28 @@ import torch
 
 from artifacts import fs, layout, tables
 from artifacts.errors import InputError
+from artifacts.passages import Passage
 from encoders import batching
 from encoders.errors import MissingRunArtifactError
 from encoders.kpr_checkpoint import load_checkpoint
 from encoders.kpr_config import read_kpr_settings
-from encoders.kpr_entities import EntityInputs, EntityTable, KnownEntities, embedding_files, entity_inputs
-from encoders.models import ModelSpec, load_tokenizer
-from encoders.retrievers import CountFn, DenseEncoder, EncoderOptions, TextInputs
+from encoders.kpr_entities import EntityTable, KnownEntities, embedding_files
+from encoders.kpr_inputs import (
+    EntityInputs,
+    KPRSequence,
+    Segment,
+    joined_segment,
+    kpr_sequence,
+    linked_mentions,
+    mention_bounds,
+    pair_token_types,
+    text_pieces,
+)
+from encoders.models import ModelSpec
+from encoders.retrievers import CountFn, DenseEncoder, EncoderOptions, TextInputs, passage_segments
+
+# The counters of the entities an input drops, by the key that holds their number.
+DROPPED_ENTITIES = (("kpr_entities_truncated", "entities_truncated"), ("kpr_entities_over_max", "entities_over_max"))
 
 
 def check_kpr_options(options: EncoderOptions) -> None:
@@ -49,9 +64,10 @@ def entity_arrays(found: list[EntityInputs]) -> tuple[np.ndarray, np.ndarray]:
 
 
 class KPRInputs(TextInputs):
-    """KPR model inputs: token ids with character offsets, and the dictionary stage's linker on each segment,
-    every candidate with an entity embedding (``entity_ids``, ``entity_positions``; ``entities_dropped`` over
-    ``max_entities``). Built where the texts are (a worker process), without the model or the entity vectors."""
+    """KPR model inputs as the reference builds them (``encoders/kpr_inputs.py``): token ids, and the dictionary
+    stage's linker on each segment, every candidate with an entity embedding (``entity_ids``, ``entity_positions``;
+    ``entities_truncated``: cut off by ``max_length``, ``entities_over_max``: over ``max_entities``). Built where
+    the texts are (a worker process), without the model or the entity vectors."""
 
     def __init__(self, options: EncoderOptions, role: str = "passage") -> None:
         from artifacts.linker import EntityLinker
@@ -60,34 +76,47 @@ class KPRInputs(TextInputs):
         self.linker = EntityLinker.load(self.options.linker)
         self.known = KnownEntities(self.options.entity_embeddings)
 
-    def _load_tokenizer(self, spec: ModelSpec):
-        from transformers.utils import logging as transformers_logging
+    def passages(self, passages: Sequence[Passage]) -> list[dict[str, Any]]:
+        """The inputs of each passage: the prefix's tokens before the title's (the reference's prefix)."""
+        return self.sequences(*passage_segments(passages, self.options.title), self.options.passage_prefix)
 
-        level = transformers_logging.get_verbosity()
-        transformers_logging.set_verbosity_error()  # it warns that "kpr-bert" is no model type it knows
-        try:
-            return load_tokenizer(spec.name_or_path)
-        finally:
-            transformers_logging.set_verbosity(level)
+    def queries(self, queries: Sequence[str]) -> list[dict[str, Any]]:
+        return self.sequences(list(queries), None, self.options.query_prefix)
 
     def features(self, firsts: list[str], seconds: list[str] | None) -> list[dict[str, Any]]:
-        encoded = self.tokenize(firsts, seconds, offsets=True)
-        features = []
-        for index, (found, dropped) in enumerate(self._linked(encoded, firsts, seconds)):
-            item = {"input_ids": encoded["input_ids"][index], "entity_ids": found.entity_ids,
-                    "entity_positions": found.positions, "entities_dropped": dropped}
-            if "token_type_ids" in encoded:
-                item["token_type_ids"] = encoded["token_type_ids"][index]
-            features.append(item)
-        return features
+        return self.sequences(firsts, seconds, "")
 
-    def _linked(self, encoded, firsts: list[str], seconds: list[str] | None) -> list[tuple[EntityInputs, int]]:
-        """(entity inputs, entities dropped over ``max_entities``) of each tokenized text: the linker's mentions
-        of every segment, every candidate with an embedding."""
-        mentions = [self.linker.detect_batch(texts) for texts in ([firsts] if seconds is None else [firsts, seconds])]
-        return [entity_inputs([per_segment[index] for per_segment in mentions], encoded["offset_mapping"][index],
-                              encoded.sequence_ids(index), self.known.has, self.options.max_entities)
+    def sequences(self, firsts: list[str], seconds: list[str] | None, prefix: str) -> list[dict[str, Any]]:
+        """The model inputs of texts of one segment (``firsts``) or two (``seconds``: after [SEP]), ``prefix``
+        tokenized on its own and put first; every segment linked alone."""
+        columns = [self.segments(texts) for texts in ([firsts] if seconds is None else [firsts, seconds])]
+        prefix_ids = self.tokenizer(prefix, add_special_tokens=False)["input_ids"] if prefix else []
+        return [self._item(kpr_sequence([column[index] for column in columns], prefix_ids,
+                                        self.tokenizer.cls_token_id, self.tokenizer.sep_token_id,
+                                        self.options.max_length, self.options.max_entities))
                 for index in range(len(firsts))]
+
+    def segments(self, texts: list[str]) -> list[Segment]:
+        """Each text linked, cut at its mentions with an embedded candidate, its pieces tokenized (all the texts'
+        pieces in one call) and joined again."""
+        linked = [linked_mentions(mentions, self.known.has) for mentions in self.linker.detect_batch(texts)]
+        bounds = [mention_bounds(mentions) for mentions in linked]
+        pieces = [text_pieces(text, cuts) for text, cuts in zip(texts, bounds, strict=True)]
+        flat = [piece for parts in pieces for piece in parts]
+        ids = self.tokenizer(flat, add_special_tokens=False)["input_ids"] if flat else []
+        segments, start = [], 0
+        for parts, cuts, mentions in zip(pieces, bounds, linked, strict=True):
+            segments.append(joined_segment(ids[start:start + len(parts)], cuts, mentions))
+            start += len(parts)
+        return segments
+
+    def _item(self, sequence: KPRSequence) -> dict[str, Any]:
+        item = {"input_ids": list(sequence.input_ids), "entity_ids": sequence.entities.entity_ids,
+                "entity_positions": sequence.entities.positions, "entities_truncated": sequence.truncated,
+                "entities_over_max": sequence.over_max}
+        if self.options.feeds_token_types:
+            item["token_type_ids"] = pair_token_types(sequence)
+        return item
 
     def linked_entities(self, firsts: list[str], seconds: list[str] | None) -> list[EntityInputs]:
         """The entity inputs the fusion layer gets for each text."""
@@ -95,9 +124,10 @@ class KPRInputs(TextInputs):
 
     def count(self, features: Sequence[dict[str, Any]], count: CountFn) -> None:
         count("kpr_entities", sum(len(item["entity_ids"]) for item in features))
-        dropped = sum(item["entities_dropped"] for item in features)
-        if dropped:
-            count("kpr_entities_over_max", dropped)
+        for name, key in DROPPED_ENTITIES:
+            dropped = sum(item[key] for item in features)
+            if dropped:
+                count(name, dropped)
 
 
 class KPREncoder(DenseEncoder):

@@ -12,13 +12,12 @@ import torch
 from torch import nn
 
 from artifacts.errors import InputError
-from encoders.kpr_config import CONFIG_NAME, KPR_FIELDS, KPRSettings, read_config, read_kpr_settings
+from encoders.kpr_config import CONFIG_NAME, KPR_FIELDS, MODEL_TYPE, KPRSettings, read_config, read_kpr_settings
 from encoders.kpr_model import EntityFusionLayer, KPRModel
 from encoders.models import ModelSpec, load_tokenizer
 
 LOG = logging.getLogger("kpr")
 WEIGHTS_NAME = "model.safetensors"
-MODEL_TYPE = "kpr-bert"
 # The published checkpoints may carry their training-time entity table; vectors come from entity_embeddings/.
 _IGNORED_WEIGHTS = ("entity_fusion_layer.entity_embeddings.embeddings.weight",)
 _OPTIONAL_WEIGHTS = ("bert.pooler.",)  # the pooler is not used by KPR

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from artifacts.errors import InputError
 
 CONFIG_NAME = "config.json"
+MODEL_TYPE = "kpr-bert"  # config.json's model_type: a BERT with a fusion layer (transformers does not know it)
+BASE_MODEL_TYPE = "bert"  # the model type whose tokenizer and encoder a KPR checkpoint extends
 
 
 @dataclass(frozen=True)

@@ -1,57 +1,15 @@
-"""KPR entity inputs: the linker's mentions turned into entity ids and token positions, and the entity vectors of
-``entity_embeddings/`` as a table by entity_id."""
+"""The entities a KPR encoder knows: the ids with an embedding in ``entity_embeddings/``, and their vectors as a
+table by entity_id (the inputs that name them: ``encoders/kpr_inputs.py``)."""
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 
 from artifacts import fs, layout, tables
 from encoders.errors import MissingRunArtifactError
-
-
-@dataclass(frozen=True)
-class EntityInputs:
-    """The entities of one text: ids and, per entity, its token positions (all > 0)."""
-
-    entity_ids: tuple[int, ...]
-    positions: tuple[tuple[int, ...], ...]
-
-
-def mention_token_positions(start: int, end: int, offsets: Sequence[tuple[int, int]],
-                            sequence_ids: Sequence[int | None], segment: int) -> tuple[int, ...]:
-    """Token indices of ``segment`` whose character span overlaps [start, end) (special tokens never)."""
-    pairs = enumerate(zip(offsets, sequence_ids, strict=True))
-    return tuple(index for index, ((token_start, token_end), sequence) in pairs
-                 if sequence == segment and token_end > token_start and token_start < end and token_end > start)
-
-
-def entity_inputs(mentions_by_segment: Sequence[Sequence], offsets: Sequence[tuple[int, int]],
-                  sequence_ids: Sequence[int | None], has_embedding: Callable[[int], bool],
-                  max_entities: int) -> tuple[EntityInputs, int]:
-    """Entity inputs of one tokenized text from the linker's mentions of each segment, in text order, every
-    candidate of a mention with the mention's positions. Candidates without an embedding and mentions cut off by
-    truncation are skipped; entities beyond ``max_entities`` are dropped. Returns (inputs, entities dropped)."""
-    ids: list[int] = []
-    positions: list[tuple[int, ...]] = []
-    dropped = 0
-    for segment, mentions in enumerate(mentions_by_segment):
-        for mention in mentions:
-            tokens = mention_token_positions(mention.start, mention.end, offsets, sequence_ids, segment)
-            if not tokens:
-                continue
-            for candidate in mention.candidates:
-                if not has_embedding(candidate.entity_id):
-                    continue
-                if len(ids) >= max_entities:
-                    dropped += 1
-                    continue
-                ids.append(candidate.entity_id)
-                positions.append(tokens)
-    return EntityInputs(tuple(ids), tuple(positions)), dropped
 
 
 class KnownEntities:

@@ -21,6 +21,7 @@ from encoders.retrievers import (
     KINDS,
     SIMILARITIES,
     TITLE_MODES,
+    TOKEN_TYPES,
     CountFn,
     DenseEncoder,
     EncoderOptions,
@@ -54,7 +55,8 @@ def check_encoder_options(options: EncoderOptions, device_here: bool = True) -> 
 
 def _check_choices(options: EncoderOptions) -> None:
     for option, value, allowed in (("kind", options.kind, KINDS), ("similarity", options.similarity, SIMILARITIES),
-                                   ("title", options.title, TITLE_MODES), ("dtype", options.dtype, DTYPES)):
+                                   ("title", options.title, TITLE_MODES), ("dtype", options.dtype, DTYPES),
+                                   ("token_types", options.token_types, TOKEN_TYPES)):
         if (value or option == "kind") and value not in allowed:
             raise SettingError(option, value, f"{{name}} {value!r} is not one of {', '.join(allowed)}")
 

@@ -1,16 +1,26 @@
-"""Loading BERT-family models and tokenizers from a hub name or a local directory, with clear errors."""
+"""Loading BERT-family models and tokenizers from a hub name or a local directory, with clear errors.
+
+A model's own code (the ``auto_map`` of its config.json or tokenizer_config.json, as the published KPR models
+have) is never run nor asked about: every load passes ``trust_remote_code=False`` and uses transformers' own
+classes for the model type; a model whose type transformers does not know and that names code of its own is a
+one-line ``ModelError``.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
 
 from artifacts.errors import ModelError, SettingError
+from encoders import kpr_config
 
 DTYPES = ("float32", "bfloat16", "float16")
 DEVICES = "cpu, cuda or cuda:N"  # what --device accepts (torch has more device types; the models run on these)
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
+# Model types of this project's own checkpoints, which transformers does not know, by the type they extend.
+EXTENDED_MODEL_TYPES = {kpr_config.MODEL_TYPE: kpr_config.BASE_MODEL_TYPE}
 
 
 @dataclass(frozen=True)
@@ -86,12 +96,77 @@ def check_hub_reachable(name: str, timeout_s: float = 3.0) -> None:
                          f"({_first_line(error)}): {advice}") from error
 
 
+@dataclass(frozen=True)
+class ModelKind:
+    """What a model's config.json and tokenizer_config.json say about it, read without running any code."""
+
+    model_type: str  # config.json's model_type ("" without a config.json)
+    own_code: bool  # either file names code of the model's own (an ``auto_map``)
+
+    @property
+    def base_type(self) -> str:
+        """The model type whose transformers classes load the model (a KPR checkpoint's: bert)."""
+        return EXTENDED_MODEL_TYPES.get(self.model_type, self.model_type)
+
+
+def model_kind(name_or_path: str) -> ModelKind:
+    """The ``ModelKind`` of a model; a one-line ``ModelError`` when only the model's own code could load it (its
+    type is unknown to transformers and to this project, and it names code of its own), code never run here."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    config = _json_file(name_or_path, "config.json")
+    kind = ModelKind(str(config.get("model_type", "")),
+                     "auto_map" in config or "auto_map" in _json_file(name_or_path, "tokenizer_config.json"))
+    if kind.own_code and kind.base_type and kind.base_type not in CONFIG_MAPPING_NAMES:
+        raise ModelError(name_or_path, f"{name_or_path} (model type {kind.model_type}) needs its own code "
+                                       "(auto_map), which this pipeline does not run")
+    return kind
+
+
+def _json_file(name_or_path: str, file_name: str) -> dict:
+    """A JSON file of a model directory or of a hub model in the local cache ({} when there is none to read)."""
+    path = _model_file(os.path.expanduser(str(name_or_path)), file_name)
+    if path is None:
+        return {}
+    try:
+        with open(path) as handle:
+            value = json.load(handle)
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _model_file(name_or_path: str, file_name: str) -> str | None:
+    """The path of a model's file: in its directory, or in the hub cache (never downloaded); None if absent."""
+    from huggingface_hub import try_to_load_from_cache
+
+    if os.path.isdir(name_or_path):
+        return os.path.join(name_or_path, file_name)
+    try:
+        cached = try_to_load_from_cache(name_or_path, file_name)
+    except ValueError:  # not a hub name either
+        return None
+    return cached if isinstance(cached, str) else None
+
+
+def tokenizer_choice(kind: ModelKind) -> dict[str, str]:
+    """How ``AutoTokenizer`` picks the tokenizer class: from the files ({}), or, where they name code of the model's
+    own or the type is one this project extends, transformers' own class for the (base) model type."""
+    from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES
+
+    chosen = kind.own_code or kind.base_type != kind.model_type
+    return {"tokenizer_type": kind.base_type} if chosen and TOKENIZER_MAPPING_NAMES.get(kind.base_type) else {}
+
+
 def load_tokenizer(name_or_path: str):
-    """The fast tokenizer of a model (``from_pretrained``: a directory or a hub name, offline if configured)."""
+    """The fast tokenizer of a model (``from_pretrained``: a directory or a hub name, offline if configured),
+    without the model's own code (``model_kind``)."""
     from transformers import AutoTokenizer
 
+    choice = tokenizer_choice(model_kind(name_or_path))
     try:
-        tokenizer = AutoTokenizer.from_pretrained(os.path.expanduser(str(name_or_path)))
+        tokenizer = AutoTokenizer.from_pretrained(os.path.expanduser(str(name_or_path)), trust_remote_code=False,
+                                                  **choice)
     except (OSError, ValueError) as error:
         raise ModelError(name_or_path, f"cannot load a tokenizer from {name_or_path}: {_first_line(error)}") from error
     # Our callers tokenize whole windows and cut them to length themselves: transformers' "Token indices sequence
@@ -105,8 +180,10 @@ def load_encoder(spec: ModelSpec):
     """The bare transformer (``AutoModel``) in eval mode on ``spec.device`` with ``spec.dtype`` weights."""
     from transformers import AutoModel
 
+    model_kind(spec.name_or_path)
     try:
-        model = AutoModel.from_pretrained(os.path.expanduser(str(spec.name_or_path)), dtype=spec.torch_dtype())
+        model = AutoModel.from_pretrained(os.path.expanduser(str(spec.name_or_path)), dtype=spec.torch_dtype(),
+                                          trust_remote_code=False)
     except (OSError, ValueError) as error:
         raise ModelError(spec.name_or_path, f"cannot load a model from {spec.name_or_path}: {_first_line(error)}") \
             from error
@@ -143,8 +220,9 @@ def model_config(spec: ModelSpec):
     """The model's transformers config (config.json only, no weights); a one-line error if it cannot be read."""
     from transformers import AutoConfig
 
+    model_kind(spec.name_or_path)
     try:
-        return AutoConfig.from_pretrained(os.path.expanduser(str(spec.name_or_path)))
+        return AutoConfig.from_pretrained(os.path.expanduser(str(spec.name_or_path)), trust_remote_code=False)
     except (OSError, ValueError) as error:
         raise config_error(spec, error) from error
 

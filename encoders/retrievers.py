@@ -2,12 +2,19 @@
 
 The kind of encoder is an explicit option, never guessed from the model name:
 
-- ``dpr``: ``[CLS] title [SEP] text [SEP]``, the [CLS] vector (a Hugging Face DPR checkpoint's pooler output),
-  dot product; queries as they are.
+- ``dpr``: ``[CLS] title [SEP] text [SEP]`` with every token type 0, the [CLS] vector (a Hugging Face DPR
+  checkpoint's pooler output), dot product; queries as they are.
 - ``bge``: "title text", the [CLS] vector L2-normalized (cosine); queries get an instruction prefix.
 - ``mean``: "title text", the mean of the last layer over the real tokens (sentence-transformers' mean
   pooling), L2-normalized (cosine) unless ``--similarity dot``.
-- ``kpr``: the entity-aware KPR encoder (``encoders/kpr.py``): [CLS] plus a context-entity fusion layer.
+- ``kpr``: the entity-aware KPR encoder (``encoders/kpr.py``): [CLS] plus a context-entity fusion layer;
+  ``[CLS] title [SEP] text [SEP]`` built as the reference builds it, every token type 0.
+
+Token types follow each family's own code (``token_types``, recorded in index.json): ``zeros`` (no
+``token_type_ids`` fed, so the model's default, all 0) for DPR, whose tensorizer feeds zero segment ids
+(facebookresearch/DPR ``generate_dense_embeddings.py``, ``dpr/models/biencoder.py``), and for KPR, whose reference
+code never makes token type ids (kembed ``data.py``); ``tokenizer`` (the tokenizer's own: 1 for a pair's second
+segment) for bge and mean, as sentence-transformers passes them; a single sequence is all 0 either way.
 
 Inputs are tokenized without padding and grouped by token budget (similar lengths together), so a batch pays
 for its own longest item, not the corpus's.
@@ -19,7 +26,7 @@ import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -32,20 +39,39 @@ from encoders.models import (
     ModelSpec,
     load_encoder,
     load_tokenizer,
+    model_config,
 )
 
 KINDS = ("dpr", "bge", "mean", "kpr")
 SIMILARITIES = ("dot", "cosine")
 TITLE_MODES = ("pair", "join", "none")
+TOKEN_TYPES = ("zeros", "tokenizer")  # every token type 0 (none fed), or the tokenizer's own
+# What index.json files and manifests from before ``token_types`` was recorded were built with.
+LEGACY_TOKEN_TYPES = "tokenizer"
 _CLS_KINDS = ("dpr", "bge")  # the passage vector is the [CLS] output
 _PLAIN_TEXT = "Aaron is a prophet, high priest, and the elder brother of Moses."
 BGE_QUERY_PREFIX = "Represent this sentence for searching relevant passages: "
-_DEFAULTS = {  # kind -> (similarity, title mode, query prefix)
-    "dpr": ("dot", "pair", ""),
-    "bge": ("cosine", "join", BGE_QUERY_PREFIX),
-    "mean": ("cosine", "join", ""),
-    "kpr": ("", "pair", ""),  # similarity from the checkpoint's config
+
+
+class KindDefaults(NamedTuple):
+    similarity: str  # "": from the checkpoint's config (kpr)
+    title: str
+    query_prefix: str
+    token_types: str  # the family's own convention
+
+
+_DEFAULTS = {
+    "dpr": KindDefaults("dot", "pair", "", "zeros"),
+    "bge": KindDefaults("cosine", "join", BGE_QUERY_PREFIX, "tokenizer"),
+    "mean": KindDefaults("cosine", "join", "", "tokenizer"),
+    "kpr": KindDefaults("", "pair", "", "zeros"),
 }
+
+
+def recorded_encoder(value: dict[str, Any]) -> dict[str, Any]:
+    """Recorded encoder options (index.json's ``encoder``, a manifest's) as this version reads them: a record
+    without ``token_types`` was built with the tokenizer's own token types."""
+    return {"token_types": LEGACY_TOKEN_TYPES, **value}
 
 
 @dataclass(frozen=True)
@@ -69,13 +95,24 @@ class EncoderOptions:
     linker: str = ""  # kpr: dictionary/linker, relative to OUT (``located`` gives its path)
     entity_embeddings: str = ""  # kpr: entity_embeddings, relative to OUT
     max_entities: int = 128  # kpr: entity inputs per text (all candidates of every mention, in text order)
+    token_types: str = ""  # "": the kind's own convention, set on construction (so every record names it)
+
+    def __post_init__(self) -> None:
+        if not self.token_types and self.kind in _DEFAULTS:
+            object.__setattr__(self, "token_types", _DEFAULTS[self.kind].token_types)
 
     def resolved(self) -> EncoderOptions:
-        similarity, title, prefix = _DEFAULTS[self.kind]
+        defaults = _DEFAULTS[self.kind]
+        similarity = defaults.similarity
         if self.kind == "kpr" and not self.similarity:
             similarity = read_kpr_settings(self.model).similarity_function
-        return replace(self, similarity=self.similarity or similarity, title=self.title or title,
-                       query_prefix=prefix if self.query_prefix is None else self.query_prefix)
+        return replace(self, similarity=self.similarity or similarity, title=self.title or defaults.title,
+                       query_prefix=defaults.query_prefix if self.query_prefix is None else self.query_prefix)
+
+    @property
+    def feeds_token_types(self) -> bool:
+        """Whether the model gets the tokenizer's token type ids (else none: every token type is 0)."""
+        return self.token_types == "tokenizer"
 
     def spec(self, role: str) -> ModelSpec:
         path = self.query_model if role == "query" and self.query_model else self.model
@@ -87,7 +124,7 @@ class EncoderOptions:
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> EncoderOptions:
         known = set(cls.__dataclass_fields__)
-        return cls(**{key: item for key, item in value.items() if key in known})
+        return cls(**{key: item for key, item in recorded_encoder(value).items() if key in known})
 
     def located(self, output: str) -> EncoderOptions:
         """The run's artifacts the encoder reads (linker, entity embeddings), named relative to OUT, as paths
@@ -133,7 +170,7 @@ def passage_segments(passages: Sequence[Passage], title_mode: str,
                      prefix: str = "") -> tuple[list[str], list[str] | None]:
     """Tokenizer inputs for passages: (first segments, second segments or None).
 
-    ``pair``: title and text as a sentence pair (``[CLS] title [SEP] text [SEP]``, DPR); ``join``: "title text"
+    ``pair``: title and text as a sentence pair (``[CLS] title [SEP] text [SEP]``, DPR, KPR); ``join``: "title text"
     as one sequence (BEIR's convention for single-sequence encoders); ``none``: the text alone.
     """
     if title_mode == "pair":
@@ -145,19 +182,14 @@ def passage_segments(passages: Sequence[Passage], title_mode: str,
 
 def dense_dim(options: EncoderOptions) -> int:
     """The vector size of an encoder, from its config (no weights loaded)."""
-    from transformers import AutoConfig
-
-    path = os.path.expanduser(str(options.model))
-    try:
-        config = AutoConfig.from_pretrained(path) if options.kind != "kpr" else None
-    except (OSError, ValueError) as error:
-        raise InputError(f"cannot read the model config of {options.model}: {str(error).splitlines()[0]}") from error
-    if config is None:
+    if options.kind == "kpr":
+        path = os.path.expanduser(str(options.model))
         try:
             with open(os.path.join(path, "config.json")) as handle:
                 return int(json.load(handle)["hidden_size"])
         except (OSError, ValueError, KeyError) as error:
             raise InputError(f"cannot read the model config of {options.model}: {error}") from error
+    config = model_config(ModelSpec(str(options.model)))
     projection = getattr(config, "projection_dim", 0) or 0
     return int(projection or config.hidden_size)
 
@@ -177,9 +209,7 @@ def load_dense_model(spec: ModelSpec):
     ``AutoModel`` maps every DPR checkpoint to the question encoder class, which would silently drop a
     context encoder's weights; the class named in the checkpoint's config is used instead.
     """
-    from transformers import AutoConfig
-
-    config = AutoConfig.from_pretrained(os.path.expanduser(spec.name_or_path))
+    config = model_config(spec)
     if getattr(config, "model_type", "") != "dpr":
         return load_encoder(spec)
     import transformers
@@ -220,9 +250,11 @@ class TextInputs:
         return self.features([self.options.query_prefix + query for query in queries], None)
 
     def features(self, firsts: list[str], seconds: list[str] | None) -> list[dict[str, Any]]:
-        """One dict of model inputs per text: ``input_ids`` (and ``token_type_ids`` where the model has them)."""
+        """One dict of model inputs per text: ``input_ids``, and ``token_type_ids`` where the encoder feeds the
+        tokenizer's (``options.token_types``) and the tokenizer makes them."""
         encoded = self.tokenize(firsts, seconds)
-        names = [name for name in ("input_ids", "token_type_ids") if name in encoded]
+        with_types = self.options.feeds_token_types and "token_type_ids" in encoded
+        names = ("input_ids", "token_type_ids") if with_types else ("input_ids",)
         return [{name: encoded[name][index] for name in names} for index in range(len(firsts))]
 
     def tokenize(self, firsts: list[str], seconds: list[str] | None, offsets: bool = False):

@@ -24,7 +24,7 @@ from artifacts.run import manifest
 from encoders.errors import MissingRunArtifactError
 from encoders.loading import check_encoder_options
 from encoders.models import check_device, model_files
-from encoders.retrievers import KINDS, SIMILARITIES, TITLE_MODES, EncoderOptions, dense_dim
+from encoders.retrievers import KINDS, SIMILARITIES, TITLE_MODES, EncoderOptions, dense_dim, recorded_encoder
 from pipelines import flags
 from pipelines.refresh import RefreshConfig, fingerprint_changes, previous_options, reusable_previous
 from pipelines.stage import StageContext, run_beam
@@ -314,7 +314,8 @@ def incompatibility(old: dict[str, manifest.StageRecord], config: IndexConfig,
     """Why the previous run's passage vectors differ from what this encoder computes (None: they do not)."""
     if encoder.kind == "kpr":
         return "KPR passage vectors depend on this run's entity embeddings"
-    changes = option_changes(old[layout.INDEX_STAGE].options.get("encoder", {}), STAGE.options(config)["encoder"])
+    changes = option_changes(recorded_encoder(old[layout.INDEX_STAGE].options.get("encoder", {})),
+                             STAGE.options(config)["encoder"])
     # the model files only: a changed corpus is what a refresh is for
     changes += [f"{role}: model files changed" for role in
                 fingerprint_changes(old[layout.INDEX_STAGE], encoder_files(config))]

@@ -105,18 +105,18 @@ def test_rows_tokenized_in_the_handler_give_the_vectors_of_pretokenized_inputs(m
 
 
 def main_batched_passage_vectors(encoder: DenseEncoder, passages: list) -> np.ndarray:
-    """main's passage forward (69ab6fb): the same batches, collated row by row with torch, [CLS] vector."""
+    """main's passage forward (69ab6fb) for a DPR encoder: the same batches, collated row by row with torch, no
+    token types (all 0, as DPR feeds them), [CLS] vector."""
     firsts, seconds = passage_segments(passages, encoder.options.title)
     encoded = encoder.tokenizer(firsts, seconds, truncation=True, max_length=encoder.options.max_length)
     vectors = np.zeros((len(passages), encoder.dim), dtype=np.float32)
     for batch in token_budget_batches([len(ids) for ids in encoded["input_ids"]], encoder.options.batch_tokens):
         longest = max(len(encoded["input_ids"][index]) for index in batch)
         tensors = {name: torch.zeros((len(batch), longest), dtype=torch.long)
-                   for name in ("input_ids", "attention_mask", "token_type_ids")}
+                   for name in ("input_ids", "attention_mask")}
         for row, index in enumerate(batch):
             size = len(encoded["input_ids"][index])
             tensors["input_ids"][row, :size] = torch.tensor(encoded["input_ids"][index])
-            tensors["token_type_ids"][row, :size] = torch.tensor(encoded["token_type_ids"][index])
             tensors["attention_mask"][row, :size] = 1
         with torch.inference_mode():
             vectors[batch] = encoder.model(**tensors).last_hidden_state[:, 0].float().numpy()
@@ -130,8 +130,8 @@ def test_passage_vectors_are_mains_exactly_and_a_plain_forward_pass(minilm_path)
     assert np.array_equal(vectors, main_batched_passage_vectors(encoder, passages))
     with torch.inference_mode():
         one_by_one = np.stack([encoder.model(**encoder.tokenizer(
-            passage.title, passage.text, truncation=True, max_length=96, return_tensors="pt")).last_hidden_state[
-                0, 0].numpy() for passage in passages])
+            passage.title, passage.text, truncation=True, max_length=96, return_tensors="pt",
+            return_token_type_ids=False)).last_hidden_state[0, 0].numpy() for passage in passages])
     np.testing.assert_allclose(vectors, one_by_one, rtol=0, atol=1e-5)
 
 

@@ -134,7 +134,7 @@ def test_the_config_refuses_impossible_values_and_records_the_same_options():
     assert STAGE.options(config) == {
         "encoder": {"kind": "kpr", "model": "model", "query_model": None, "similarity": "", "title": "",
                     "query_prefix": None, "passage_prefix": "", "max_length": 256, "dtype": "float32",
-                    "max_entities": 128},
+                    "max_entities": 128, "token_types": "zeros"},
         "corpus": "psgs.tsv", "words_per_passage": 100, "on_duplicate_id": "first", "shards": 4,
         "shard_memory_gb": 8.0, "index_factory": None}
     assert STAGE.upstream(config) == (layout.DICTIONARY_STAGE, layout.EMBED_ENTITIES_STAGE)
@@ -149,6 +149,19 @@ def test_a_refresh_reuses_a_previous_run_of_another_corpus_but_not_of_another_en
     assert incompatibility({layout.INDEX_STAGE: old}, config, config.encoder) is None
     other = IndexConfig(EncoderOptions("mean", "other-model"), corpus=str(corpus))
     assert "model: 'model' -> 'other-model'" in incompatibility({layout.INDEX_STAGE: old}, other, other.encoder)
+
+
+def test_a_run_recorded_before_token_types_is_reused_only_where_they_did_not_change(tmp_path):
+    """A record without ``token_types`` fed the tokenizer's: what mean still feeds, not what DPR feeds now."""
+    corpus = tmp_path / "corpus.tsv"
+    corpus.write_text("id\ttext\ttitle\n")
+    for kind, reused in (("mean", True), ("dpr", False)):
+        config = IndexConfig(EncoderOptions(kind, "model"), corpus=str(corpus))
+        options = STAGE.options(config)
+        del options["encoder"]["token_types"]
+        old = manifest.StageRecord("index", options, {}, [])
+        found = incompatibility({layout.INDEX_STAGE: old}, config, config.encoder)
+        assert (found is None) if reused else ("token_types: 'tokenizer' -> 'zeros'" in found)
 
 
 def test_every_counter_of_a_recorded_index_run_is_declared(full_run):

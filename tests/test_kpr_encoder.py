@@ -24,19 +24,19 @@ from transformers import AutoModel, AutoTokenizer
 
 from artifacts import schemas, tables
 from artifacts.errors import InputError
-from artifacts.linker import Candidate, EntityLinker, Mention, NameRow, build_kb_trie, write_linker
+from artifacts.linker import EntityLinker, NameRow, build_kb_trie, write_linker
 from artifacts.passages import Passage
 from encoders.batching import token_budget_batches
 from encoders.errors import MissingRunArtifactError
 from encoders.kpr_checkpoint import from_bert, init_kpr_checkpoint, load_checkpoint
 from encoders.kpr_config import KPRSettings, read_kpr_settings
-from encoders.kpr_entities import EntityTable, entity_inputs, mention_token_positions
+from encoders.kpr_entities import EntityTable
 from encoders.kpr_model import KPRModel
 from encoders.loading import PassageEncoderHandler, check_encoder_options, load_retriever
 from encoders.retrievers import EncoderOptions
 from pipelines.cli import main
 from pipelines.index import check_encoder
-from tests.builders import mirrored, run_counting
+from tests.builders import dpr_passages, mirrored, run_counting
 from tests.conftest import BUNDLED_SAMPLE, DIRECT
 from transforms.dead_letters import count
 
@@ -49,33 +49,17 @@ PUBLISHED_FUSION_NAMES = {
       for kind in ("weight", "bias")),
     "entity_fusion_layer.LayerNorm.weight", "entity_fusion_layer.LayerNorm.bias", "entity_fusion_layer.noop_embeddings",
 }
-KEYS = ["Q90", "Q60", "New York (state)", "Q142"]
+# Dictionary names -> their candidates (key, title, link count); the names' doc counts are their link counts.
+CAPITALS = {"paris": (("Q90", "Paris", 9),), "new york": (("Q60", "New York City", 6), ("New York (state)",
+                                                                                       "New York (state)", 4)),
+            "france": (("Q142", "France", 5),)}
+KEYS = [key for candidates in CAPITALS.values() for key, _, _ in candidates]
+# Names of the first passage of samples/psgs_w100_sample.tsv ("Erie Canal"), keys as on Wikidata.
+ERIE_CANAL = {"erie canal": (("Q178", "Erie Canal", 5),), "lake erie": (("Q5492", "Lake Erie", 5),),
+              "new york": (("Q60", "New York City", 6), ("Q1384", "New York (state)", 4)),
+              "hudson river": (("Q3140", "Hudson River", 5),)}
 CONFIG = {"max_mention_length": 100, "case_sensitive": False, "min_link_prob": 0.05, "min_prior_prob": 0.3,
           "min_link_count": 1}
-
-
-def candidate(entity_id: int) -> Candidate:
-    return Candidate(entity_id, f"Q{entity_id}", f"E{entity_id}", 1.0, 1.0, 1)
-
-
-def test_mention_tokens_are_the_overlapping_tokens_of_its_segment():
-    offsets = [(0, 0), (0, 3), (4, 8), (8, 10), (0, 0), (0, 3), (0, 0)]
-    sequence_ids = [None, 0, 0, 0, None, 1, None]
-    assert mention_token_positions(4, 10, offsets, sequence_ids, 0) == (2, 3)
-    assert mention_token_positions(5, 6, offsets, sequence_ids, 0) == (2,)
-    assert mention_token_positions(0, 3, offsets, sequence_ids, 1) == (5,)
-    assert mention_token_positions(11, 20, offsets, sequence_ids, 0) == ()
-
-
-def test_entity_inputs_take_every_candidate_in_text_order():
-    offsets = [(0, 0), (0, 5), (6, 10), (11, 16), (0, 0), (0, 4), (0, 0)]
-    sequence_ids = [None, 0, 0, 0, None, 1, None]
-    title = [Mention(0, 5, "Paris", (candidate(7), candidate(9)))]
-    text = [Mention(0, 4, "York", (candidate(3), candidate(5))), Mention(20, 25, "Cut", (candidate(4),))]
-    found, dropped = entity_inputs([title, text], offsets, sequence_ids, lambda entity_id: entity_id != 9, 10)
-    assert (found.entity_ids, found.positions, dropped) == ((7, 3, 5), ((1,), (5,), (5,)), 0)
-    found, dropped = entity_inputs([title, text], offsets, sequence_ids, lambda entity_id: True, 2)
-    assert (found.entity_ids, dropped) == ((7, 9), 2)
 
 
 def fusion_by_hand(model: KPRModel, cls: torch.Tensor, embeds: torch.Tensor, positions: list[list[int]]):
@@ -167,25 +151,35 @@ def test_foreign_weights_are_refused_and_the_training_table_ignored(tiny_bert, t
         read_kpr_settings(str(tiny_bert))
 
 
-def write_entity_artifacts(output: Path, dim: int = ENTITY_DIM) -> dict[int, np.ndarray]:
-    """OUT/dictionary/linker and OUT/entity_embeddings by hand: paris, new york (two candidates), france."""
-    kb = build_kb_trie(KEYS)
-    titles = [""] * len(KEYS)
-    for key, title in zip(KEYS, ["Paris", "New York City", "New York (state)", "France"], strict=True):
+def write_entity_artifacts(output: Path, dim: int = ENTITY_DIM, names: dict = CAPITALS,
+                           unembedded: tuple[str, ...] = ("New York (state)",)) -> dict[int, np.ndarray]:
+    """OUT/dictionary/linker and OUT/entity_embeddings by hand: ``names`` (by default paris, new york with two
+    candidates, france), an embedding for every entity but the keys ``unembedded`` (entities without mentions).
+    Returns the vectors by entity id."""
+    keys = [key for candidates in names.values() for key, _, _ in candidates]
+    kb = build_kb_trie(keys)
+    titles = [""] * len(keys)
+    for key, title, _ in (candidate for candidates in names.values() for candidate in candidates):
         titles[kb[key]] = title
-    eid = {key: kb[key] + 1 for key in KEYS}
-    rows = [NameRow("paris", eid["Q90"], 9, 9, 9), NameRow("new york", eid["Q60"], 6, 10, 20),
-            NameRow("new york", eid["New York (state)"], 4, 10, 20), NameRow("france", eid["Q142"], 5, 5, 5)]
+    eid = {key: kb[key] + 1 for key in keys}
+    rows = [NameRow(name, eid[key], count, total, total) for name, candidates in names.items()
+            for total in [sum(count for _, _, count in candidates)] for key, _, count in candidates]
     write_linker(str(output / "dictionary" / "linker"), rows, kb, titles, CONFIG)
     rng = np.random.default_rng(0)
-    vectors = {entity_id: rng.normal(size=dim).astype(np.float32) for entity_id in eid.values()
-               if entity_id != eid["New York (state)"]}  # an entity without embedding (no mentions)
+    vectors = {eid[key]: rng.normal(size=dim).astype(np.float32) for key in keys if key not in unembedded}
     (output / "entity_embeddings").mkdir(parents=True)
     table = pa.Table.from_pylist([{"entity_id": entity_id, "title": "", "qid": None, "embedding": vector.tolist(),
                                    "mention_count": 1} for entity_id, vector in vectors.items()],
                                  schema=schemas.entity_embeddings(dim))
     pq.write_table(table, output / "entity_embeddings" / "part-0.parquet")
     return vectors
+
+
+def entity_ids(output: Path, names: dict) -> dict[str, int]:
+    """The entity id of each candidate title of ``names`` in OUT/dictionary/linker."""
+    linker = EntityLinker.load(str(output / "dictionary" / "linker"))
+    return {candidate.title: candidate.entity_id for name in names for mention in linker.detect(name)
+            for candidate in mention.candidates}
 
 
 def kpr_options(model: Path, output: Path, **extra) -> EncoderOptions:
@@ -238,6 +232,8 @@ def test_kpr_encoder_links_the_text_and_fuses_its_entities(tiny_bert, tmp_path):
     assert found.positions == ((1,), (4, 5), (7,), (9,))
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "kpr")
     encoded = tokenizer("Paris", passage.text, return_tensors="pt")
+    del encoded["token_type_ids"]  # KPR feeds none: every token type is 0, as in the reference
+    assert "token_type_ids" not in features
     with torch.inference_mode():
         cls = model.bert(**encoded).last_hidden_state[0, 0]
         embeds = torch.tensor(np.array([vectors[entity_id] for entity_id in found.entity_ids]))
@@ -245,6 +241,70 @@ def test_kpr_encoder_links_the_text_and_fuses_its_entities(tiny_bert, tmp_path):
     np.testing.assert_allclose(encoder.encode_passages([passage])[0], expected.numpy(), atol=1e-5)
     query = load_retriever(options, "query").encode_queries(["new york"])[0]
     assert abs(float(np.linalg.norm(query)) - 1.0) < 1e-5
+
+
+class RecordedModel:
+    """A model that records the inputs of each forward pass."""
+
+    def __init__(self, model) -> None:
+        self.model, self.calls = model, []
+
+    def __call__(self, **inputs):
+        self.calls.append(inputs)
+        return self.model(**inputs)
+
+
+# The tokens of the "Erie Canal" passage (samples/psgs_w100_sample.tsv, first row) as the reference builds them:
+# [CLS] title [SEP] text, the text's first 17 tokens ("elevation of . Lake Erie has a mean surface elevation of .
+# Erie Canal The Erie Canal is ...", lowercased by the uncased vocabulary).
+ERIE_TOKENS = ["[CLS]", "erie", "canal", "[SEP]", "elevation", "of", ".", "lake", "erie", "has", "a", "mean",
+               "surface", "elevation", "of", ".", "erie", "canal", "the", "erie", "canal"]
+
+
+@pytest.mark.parametrize("max_length", [22, 21])
+def test_the_index_stage_feeds_a_real_titled_passage_as_the_reference_does(tiny_bert, tmp_path, max_length):
+    """The index stage's RunInference handler in the default title mode (pair) gives the model [CLS] title [SEP]
+    text [SEP] cut to max_length, no token types (all 0), and the entities of every linked mention (title first)
+    at their token positions. The text's second "Erie Canal" is at 19, 20: with max_length 22 it ends right before
+    the final [SEP] (19 + 2 <= 22 - 1) and is kept; with 21 it runs past max_length - 1 and is dropped."""
+    [passage] = dpr_passages(count=1)
+    vectors = write_entity_artifacts(tmp_path, names=ERIE_CANAL, unembedded=())
+    init_kpr_checkpoint(str(tiny_bert), str(tmp_path / "kpr"),
+                        KPRSettings(entity_embedding_size=ENTITY_DIM, num_entity_fusion_attention_heads=2))
+    handler = PassageEncoderHandler(kpr_options(tmp_path / "kpr", tmp_path, max_length=max_length))
+    encoder = handler.load_model()
+    encoder.model = RecordedModel(encoder.model)
+    [result] = handler.run_inference([passage], encoder)
+    [fed] = encoder.model.calls
+    vocabulary = AutoTokenizer.from_pretrained(tiny_bert).get_vocab()
+    assert set(fed) == {"input_ids", "attention_mask", "entity_ids", "entity_embeds", "entity_position_ids"}
+    tokens = [*ERIE_TOKENS[:max_length - 1], "[SEP]"]
+    assert fed["input_ids"].tolist() == [[vocabulary[token] for token in tokens]]
+    assert fed["attention_mask"].tolist() == [[1] * max_length]
+    ids = entity_ids(tmp_path, ERIE_CANAL)
+    canal, lake = ids["Erie Canal"], ids["Lake Erie"]
+    kept = [(canal, [1, 2]), (lake, [7, 8]), (canal, [16, 17])] + ([(canal, [19, 20])] if max_length == 22 else [])
+    assert fed["entity_ids"].tolist() == [[entity_id for entity_id, _ in kept]]
+    assert fed["entity_position_ids"].tolist() == [[positions for _, positions in kept]]
+    np.testing.assert_array_equal(fed["entity_embeds"][0].numpy(), [vectors[entity_id] for entity_id, _ in kept])
+    np.testing.assert_allclose(result.inference, encoder.encode_passages([passage])[0], rtol=0, atol=1e-6)
+
+
+def test_a_kpr_query_is_cls_query_sep_with_its_entities(tiny_bert, tmp_path):
+    """A query, as the reference encodes it: no title, [CLS] query [SEP], no token types, its linked entities."""
+    write_entity_artifacts(tmp_path, names=ERIE_CANAL, unembedded=("Q1384",))
+    init_kpr_checkpoint(str(tiny_bert), str(tmp_path / "kpr"),
+                        KPRSettings(entity_embedding_size=ENTITY_DIM, num_entity_fusion_attention_heads=2))
+    encoder = load_retriever(kpr_options(tmp_path / "kpr", tmp_path), "query")
+    [features] = encoder.inputs.queries(["where does the erie canal meet new york?"])
+    tokens = ["[CLS]", "where", "does", "the", "erie", "canal", "meet", "new", "york", "?", "[SEP]"]
+    vocabulary = AutoTokenizer.from_pretrained(tiny_bert).get_vocab()
+    ids = entity_ids(tmp_path, ERIE_CANAL)
+    assert features["input_ids"] == [vocabulary[token] for token in tokens]
+    assert "token_type_ids" not in features
+    # New York (state) has no embedding: only New York City of the two candidates
+    assert features["entity_ids"] == (ids["Erie Canal"], ids["New York City"])
+    assert features["entity_positions"] == ((4, 5), (7, 8))
 
 
 def linked_passages(count: int) -> list[Passage]:
@@ -256,39 +316,35 @@ def linked_passages(count: int) -> list[Passage]:
          for part in range(3 + (index * 7) % 29)])) for index in range(count)]
 
 
-def mains_kpr_vectors(encoder, passages: list[Passage]) -> tuple[np.ndarray, int, int]:
-    """main's KPR path (before inputs were built apart from the model): every text linked first, then batch by
-    batch, tensors filled row by row, synchronous copies. Returns (vectors, entities fed, entities dropped over
-    max)."""
-    titles, texts = [passage.title for passage in passages], [passage.text for passage in passages]
-    encoded = encoder.tokenizer(titles, texts, truncation=True, max_length=encoder.options.max_length,
-                                return_offsets_mapping=True)
-    mentions = [encoder.inputs.linker.detect_batch(titles), encoder.inputs.linker.detect_batch(texts)]
-    found = [entity_inputs([mentions[0][index], mentions[1][index]], encoded["offset_mapping"][index],
-                           encoded.sequence_ids(index), encoder.entities.has, encoder.options.max_entities)
-             for index in range(len(passages))]
+def mains_kpr_vectors(encoder, passages: list[Passage]) -> tuple[np.ndarray, dict[str, int]]:
+    """main's KPR batching (before inputs were built apart from the model) on the encoder's own inputs: every
+    text's inputs first, then batch by batch, tensors filled row by row (no token types: all 0), synchronous
+    copies. Returns (vectors, the entity counters of those inputs that are not 0)."""
+    found = encoder.inputs.passages(passages)
     vectors = np.zeros((len(passages), encoder.dim), dtype=np.float32)
-    for batch in token_budget_batches([len(ids) for ids in encoded["input_ids"]], encoder.options.batch_tokens):
-        longest = max(len(encoded["input_ids"][index]) for index in batch)
-        entities = max(1, max(len(found[index][0].entity_ids) for index in batch))
-        span = max([1] + [len(tokens) for index in batch for tokens in found[index][0].positions])
+    for batch in token_budget_batches([len(item["input_ids"]) for item in found], encoder.options.batch_tokens):
+        longest = max(len(found[index]["input_ids"]) for index in batch)
+        entities = max(1, max(len(found[index]["entity_ids"]) for index in batch))
+        span = max([1] + [len(tokens) for index in batch for tokens in found[index]["entity_positions"]])
         tensors = {name: torch.zeros((len(batch), longest), dtype=torch.long)
-                   for name in ("input_ids", "attention_mask", "token_type_ids")}
+                   for name in ("input_ids", "attention_mask")}
         ids = torch.zeros((len(batch), entities), dtype=torch.long)
         positions = torch.zeros((len(batch), entities, span), dtype=torch.long)
         for row, index in enumerate(batch):
-            size = len(encoded["input_ids"][index])
-            tensors["input_ids"][row, :size] = torch.tensor(encoded["input_ids"][index])
-            tensors["token_type_ids"][row, :size] = torch.tensor(encoded["token_type_ids"][index])
+            size = len(found[index]["input_ids"])
+            tensors["input_ids"][row, :size] = torch.tensor(found[index]["input_ids"])
             tensors["attention_mask"][row, :size] = 1
-            ids[row, :len(found[index][0].entity_ids)] = torch.tensor(found[index][0].entity_ids, dtype=torch.long)
-            for column, tokens in enumerate(found[index][0].positions):
+            ids[row, :len(found[index]["entity_ids"])] = torch.tensor(found[index]["entity_ids"], dtype=torch.long)
+            for column, tokens in enumerate(found[index]["entity_positions"]):
                 positions[row, column, :len(tokens)] = torch.tensor(tokens)
         embeds = torch.from_numpy(encoder.entities.lookup(ids.numpy()))
         with torch.inference_mode():
             vectors[batch] = encoder.model(entity_ids=ids, entity_embeds=embeds, entity_position_ids=positions,
                                            **tensors).numpy()
-    return vectors, sum(len(item.entity_ids) for item, _ in found), sum(dropped for _, dropped in found)
+    counted = {name: sum(len(item["entity_ids"]) if key == "entity_ids" else item[key] for item in found)
+               for name, key in (("kpr_entities", "entity_ids"), ("kpr_entities_truncated", "entities_truncated"),
+                                 ("kpr_entities_over_max", "entities_over_max"))}
+    return vectors, {name: value for name, value in counted.items() if value}
 
 
 def counted_in(counted: list, name: str, value: int) -> None:
@@ -305,8 +361,9 @@ def test_kpr_vectors_are_mains_exactly_and_counted_where_the_passages_are(tiny_b
     options = kpr_options(tmp_path / "kpr", tmp_path, max_length=32, batch_tokens=160, max_entities=6)
     encoder = load_retriever(options, "passage")
     passages = linked_passages(40)
-    expected, entities, dropped = mains_kpr_vectors(encoder, passages)
-    assert expected.shape == (40, 32) and entities > 40 and dropped > 0
+    expected, counts = mains_kpr_vectors(encoder, passages)
+    assert expected.shape == (40, 32) and counts["kpr_entities"] > 40
+    assert counts["kpr_entities_truncated"] > 0 and counts["kpr_entities_over_max"] > 0
     assert np.array_equal(encoder.encode_passages(passages), expected)
     for share in (True, False):
         counted: list[tuple[str, int, threading.Thread]] = []
@@ -316,8 +373,7 @@ def test_kpr_vectors_are_mains_exactly_and_counted_where_the_passages_are(tiny_b
         assert np.array_equal(np.array([result.inference for result in results]), expected)
         assert (handler.inputs_for(model) is model.inputs) is not share  # shared: the worker's own inputs
         assert {thread for _, _, thread in counted} == {threading.main_thread()}
-        assert sum(value for name, value, _ in counted if name == "kpr_entities") == entities
-        assert sum(value for name, value, _ in counted if name == "kpr_entities_over_max") == dropped
+        assert {name: sum(value for other, value, _ in counted if other == name) for name, _, _ in counted} == counts
     handler = PassageEncoderHandler(options, share_model=True)
     assert handler.inputs_for(model) is not None and pickle.loads(pickle.dumps(handler))._inputs is None
     one_by_one = np.concatenate([encoder.encode_passages([passage]) for passage in passages])
@@ -333,7 +389,7 @@ def test_a_model_shared_by_the_workers_encodes_and_the_counters_still_count(tiny
     options = kpr_options(tmp_path / "kpr", tmp_path, max_length=32, batch_tokens=160, max_entities=6)
     passages = linked_passages(24)
     encoder = load_retriever(options, "passage")
-    expected, entities, dropped = mains_kpr_vectors(encoder, passages)
+    expected, counts = mains_kpr_vectors(encoder, passages)
     by_id = {passage.passage_id: vector.tolist() for passage, vector in zip(passages, expected, strict=True)}
 
     def build(pipeline: beam.Pipeline) -> None:
@@ -342,7 +398,7 @@ def test_a_model_shared_by_the_workers_encodes_and_the_counters_still_count(tiny
                    | beam.Map(lambda result: (result.example.passage_id, result.inference.tolist())))
         assert_that(vectors, equal_to(list(by_id.items())))
 
-    assert run_counting(build) == {"kpr_entities": entities, "kpr_entities_over_max": dropped}
+    assert run_counting(build) == counts
 
 
 def test_kpr_needs_its_linker_and_matching_entity_sizes(tiny_bert, tmp_path):
@@ -392,10 +448,9 @@ def test_kpr_runs_end_to_end_on_this_projects_own_linker_and_entity_embeddings(t
     assert set(features.entity_ids) <= entity_ids
     table = {item["entity_id"]: item["embedding"] for item in
              tables.read_table(str(output), "entity_embeddings").to_pylist()}
-    encoded = AutoTokenizer.from_pretrained(tmp_path / "kpr")(row["title"], row["text"], truncation=True,
-                                                                max_length=128, return_tensors="pt")
-    with torch.inference_mode():
-        cls = model.bert(**encoded).last_hidden_state[0, 0]
+    [item] = encoder.inputs.features([row["title"]], [row["text"]])
+    with torch.inference_mode():  # the ids as the reference builds them (tests/test_kpr_inputs.py), token types 0
+        cls = model.bert(input_ids=torch.tensor([item["input_ids"]])).last_hidden_state[0, 0]
         embeds = torch.tensor([table[entity_id] for entity_id in features.entity_ids])
         expected = fusion_by_hand(model, cls, embeds, [list(tokens) for tokens in features.positions])
         without = fusion_by_hand(model, cls, embeds[:0], [])

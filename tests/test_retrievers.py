@@ -12,21 +12,30 @@ from transformers import AutoModel, AutoTokenizer
 from artifacts.errors import InputError, SettingError
 from artifacts.passages import Passage
 from encoders.loading import PassageEncoderHandler, check_encoder_options, load_retriever
-from encoders.retrievers import BGE_QUERY_PREFIX, DenseEncoder, EncoderOptions, dense_dim, passage_segments
+from encoders.retrievers import (
+    BGE_QUERY_PREFIX,
+    DenseEncoder,
+    EncoderOptions,
+    TextInputs,
+    dense_dim,
+    passage_segments,
+)
 from pipelines.index import check_encoder
 from tests.builders import dpr_passages
 
 QUERIES = ["who sings does he love me with reba", "where do the great lakes meet the ocean"]
 
 
-def by_hand(model_path, firsts, seconds=None, pooling="cls", normalize=False, max_length=256) -> np.ndarray:
-    """One text at a time, no batching: the vectors the encoders must reproduce."""
+def by_hand(model_path, firsts, seconds=None, pooling="cls", normalize=False, max_length=256,
+            token_types=True) -> np.ndarray:
+    """One text at a time, no batching: the vectors the encoders must reproduce (``token_types``: the tokenizer's
+    fed, else none: all 0)."""
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModel.from_pretrained(model_path).eval()
     vectors = []
     for index, first in enumerate(firsts):
         encoded = tokenizer(first, None if seconds is None else seconds[index], truncation=True,
-                            max_length=max_length, return_tensors="pt")
+                            max_length=max_length, return_tensors="pt", return_token_type_ids=token_types)
         with torch.inference_mode():
             states = model(**encoded).last_hidden_state[0]
         vector = states[0] if pooling == "cls" else states.mean(dim=0)
@@ -50,6 +59,25 @@ def test_kinds_resolve_to_their_documented_defaults():
     mean = EncoderOptions("mean", "m", similarity="dot", query_prefix="q: ").resolved()
     assert (mean.similarity, mean.title, mean.query_prefix) == ("dot", "join", "q: ")
     assert EncoderOptions.from_json(bge.to_json()) == bge
+    assert {kind: EncoderOptions(kind, "m").token_types for kind in ("dpr", "bge", "mean", "kpr")} == {
+        "dpr": "zeros", "bge": "tokenizer", "mean": "tokenizer", "kpr": "zeros"}
+    dpr = EncoderOptions("dpr", "m").resolved().to_json()
+    assert dpr["token_types"] == "zeros" and EncoderOptions.from_json(dpr).token_types == "zeros"
+    del dpr["token_types"]  # an index.json written before token types were recorded: the tokenizer's were fed
+    assert EncoderOptions.from_json(dpr).token_types == "tokenizer"
+
+
+def test_token_types_follow_each_familys_own_code(tiny_bert):
+    """DPR's tensorizer feeds zero segment ids: no token types (all 0) for [CLS] title [SEP] text [SEP]; mean
+    (sentence-transformers) feeds the tokenizer's, 1 for a pair's second segment."""
+    passage = Passage(1, "Erie Canal", "The Erie Canal is a canal in New York.")
+    vocabulary = AutoTokenizer.from_pretrained(tiny_bert).get_vocab()
+    tokens = ["[CLS]", "erie", "canal", "[SEP]", "the", "erie", "canal", "is", "a", "canal", "in", "new", "york", ".",
+              "[SEP]"]
+    ids = [vocabulary[token] for token in tokens]
+    assert TextInputs(EncoderOptions("dpr", str(tiny_bert))).passages([passage]) == [{"input_ids": ids}]
+    assert TextInputs(EncoderOptions("mean", str(tiny_bert), title="pair")).passages([passage]) == [
+        {"input_ids": ids, "token_type_ids": [0] * 4 + [1] * 11}]
 
 
 def test_mean_pooling_matches_sentence_transformers_on_real_passages(minilm_path):
@@ -65,7 +93,7 @@ def test_mean_pooling_matches_sentence_transformers_on_real_passages(minilm_path
 def test_dpr_kind_is_the_cls_of_title_text_pairs_with_dot_product(tiny_bert):
     passages = dpr_passages(count=5)
     encoder = load_retriever(EncoderOptions("dpr", str(tiny_bert)))
-    expected = by_hand(tiny_bert, [p.title for p in passages], [p.text for p in passages])
+    expected = by_hand(tiny_bert, [p.title for p in passages], [p.text for p in passages], token_types=False)
     vectors = encoder.encode_passages(passages)
     np.testing.assert_allclose(vectors, expected, atol=1e-5)
     assert not np.allclose(np.linalg.norm(vectors, axis=1), 1.0)
@@ -100,8 +128,9 @@ def test_hugging_face_dpr_context_encoders_load_as_context_encoders(tiny_bert, t
     assert type(encoder.model).__name__ == "DPRContextEncoder"
     tokenizer = AutoTokenizer.from_pretrained(tmp_path)
     passage = Passage(3, "Reba", "Reba McEntire sang it with Linda Davis.")
-    with torch.inference_mode():
-        expected = model(**tokenizer(passage.title, passage.text, return_tensors="pt")).pooler_output[0].numpy()
+    encoded = tokenizer(passage.title, passage.text, return_tensors="pt", return_token_type_ids=False)
+    with torch.inference_mode():  # DPR's own code feeds zero segment ids
+        expected = model(**encoded).pooler_output[0].numpy()
     np.testing.assert_allclose(encoder.encode_passages([passage])[0], expected, atol=1e-5)
 
 

@@ -47,6 +47,7 @@ COUNTERS = declare(
     processed("passages_encoded", "passages encoded"),
     error("non_finite_vectors", "vectors with NaN or inf (or a zero mean)"),
     processed("kpr_entities", "kpr entities"),
+    processed("kpr_entities_truncated", "kpr entities whose mention runs past max length"),
     processed("kpr_entities_over_max", "kpr entities over max"),
     processed("shards_built", "index shards built"),
     processed("passages_indexed", "passages in the index"),

@@ -1,0 +1,80 @@
+"""Loading models and tokenizers without their own code: a config.json or tokenizer_config.json with an
+``auto_map`` (as the published KPR models have) never makes transformers ask "Do you wish to run the custom code?"
+in a terminal; what only that code could load is one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from transformers import AutoTokenizer
+
+from artifacts.errors import ModelError
+from encoders.kpr_checkpoint import init_kpr_checkpoint
+from encoders.kpr_config import KPRSettings
+from encoders.models import load_tokenizer
+from tests.conftest import REPO
+
+# What the published models name: modules of their own, absent here (they would never be run anyway).
+CONFIG_AUTO_MAP = {"AutoConfig": "configuration_kpr.KPRConfigForBert", "AutoModel": "modeling_kpr.KPRModelForBert"}
+TOKENIZER_AUTO_MAP = {"AutoTokenizer": ["tokenization_kpr.KPRBertTokenizer", None]}
+
+# Run in a child whose stdin is a terminal, where transformers' prompt would wait for an answer.
+LOADS = """
+import json, sys
+from encoders.kpr_checkpoint import load_checkpoint
+from encoders.models import ModelSpec, load_encoder, load_tokenizer
+bert, kpr = sys.argv[1:]
+print(json.dumps({"bert": load_tokenizer(bert)("Erie Canal")["input_ids"],
+                  "model": type(load_encoder(ModelSpec(bert))).__name__,
+                  "kpr": load_tokenizer(kpr)("Erie Canal")["input_ids"],
+                  "kpr_model": type(load_checkpoint(kpr)).__name__}))
+"""
+
+
+def with_auto_maps(directory: Path, model_type: str | None = None) -> Path:
+    """``directory``'s config.json and tokenizer_config.json naming code of their own (and ``model_type``)."""
+    config = json.loads((directory / "config.json").read_text())
+    config["auto_map"] = CONFIG_AUTO_MAP
+    config["model_type"] = model_type or config["model_type"]
+    (directory / "config.json").write_text(json.dumps(config))
+    tokenizer = json.loads((directory / "tokenizer_config.json").read_text())
+    tokenizer.update(auto_map=TOKENIZER_AUTO_MAP, tokenizer_class="KPRBertTokenizer")
+    (directory / "tokenizer_config.json").write_text(json.dumps(tokenizer))
+    return directory
+
+
+def test_models_naming_their_own_code_load_without_it_and_without_a_prompt(tiny_bert, tmp_path):
+    """A BERT and a KPR checkpoint whose files name code of their own load with transformers' BERT tokenizer and
+    weights, in a terminal, without asking anything."""
+    bert = with_auto_maps(Path(shutil.copytree(tiny_bert, tmp_path / "bert")))
+    init_kpr_checkpoint(str(tiny_bert), str(tmp_path / "kpr"), KPRSettings(entity_embedding_size=8))
+    kpr = with_auto_maps(tmp_path / "kpr")
+    terminal, child_side = pty.openpty()
+    try:
+        done = subprocess.run([sys.executable, "-c", LOADS, str(bert), str(kpr)], stdin=child_side,
+                              capture_output=True, text=True, timeout=120, cwd=REPO,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    finally:
+        os.close(child_side)
+        os.close(terminal)
+    assert "[y/N]" not in done.stdout + done.stderr
+    assert done.returncode == 0, done.stderr
+    vocabulary = AutoTokenizer.from_pretrained(tiny_bert).get_vocab()
+    ids = [vocabulary[token] for token in ("[CLS]", "erie", "canal", "[SEP]")]
+    assert json.loads(done.stdout.splitlines()[-1]) == {"bert": ids, "model": "BertModel", "kpr": ids,
+                                                        "kpr_model": "KPRModel"}
+
+
+def test_a_model_only_its_own_code_could_load_is_one_line(tiny_bert, tmp_path):
+    unknown = with_auto_maps(Path(shutil.copytree(tiny_bert, tmp_path / "unknown")), model_type="alien-bert")
+    with pytest.raises(ModelError) as refused:
+        load_tokenizer(str(unknown))
+    assert refused.value.message == (f"{unknown} (model type alien-bert) needs its own code (auto_map), which this "
+                                     "pipeline does not run")
