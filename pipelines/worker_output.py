@@ -7,9 +7,10 @@ the parent routes descriptor 2 through a pipe for the run and forwards every lin
 
 Ctrl-C in a terminal reaches the whole process group: every worker process, and every thread of Beam's here that
 loses its worker, prints a traceback as it stops (100 to 300 lines) while the command unwinds to its one line.
-The forwarder learns of SIGINT the moment it arrives (``signal.set_wakeup_fd``: the interpreter's C-level handler
-writes the signal's number before any Python code runs, here or in a worker) and forwards nothing from then on;
-the command's own last line goes past it (``ForwardedStderr.write_past``).
+The forwarder learns of SIGINT the moment it is delivered here (``signal.set_wakeup_fd``: the interpreter's C-level
+handler writes the signal's number before any Python code runs), or sees it pending before that (its own thread
+blocks SIGINT: on a busy machine a worker may print its traceback before the thread that takes the signal here
+runs), and forwards nothing from then on; the command's own last line goes past it (``ForwardedStderr.write_past``).
 """
 
 from __future__ import annotations
@@ -117,16 +118,16 @@ def forwarded_stderr(dropped: tuple[bytes, ...] = WORKER_START_UP_LINES) -> Iter
     and, from the moment SIGINT arrives, every line (when this is the main thread, where Python handles signals).
     Everything else passes unchanged. After Ctrl-C the block ends without waiting for the forwarder."""
     sys.stderr.flush()
-    original = os.dup(2)
-    read_end, write_end = os.pipe()
-    os.dup2(write_end, 2)
-    os.close(write_end)
     with watching_sigint() as sigint:
+        original = os.dup(2)
         stderr = ForwardedStderr(original, sigint)
+        read_end, write_end = os.pipe()
         # The forwarder owns its own copy of the original descriptor: it may outlive the block by a lingering worker.
         forwarder = threading.Thread(target=forward_lines, args=(read_end, os.dup(original), dropped, sigint),
                                      name="stderr-forwarder", daemon=True)
         forwarder.start()
+        os.dup2(write_end, 2)
+        os.close(write_end)
         try:
             yield stderr
         finally:
