@@ -4,6 +4,8 @@ import logging
 import os
 import sys
 
+from pipelines.interrupt import INTERRUPTED_EXIT, interrupted_line
+
 
 def _not_optional_gcp_noise(record: logging.LogRecord) -> bool:
     # Beam warns on import when the optional GCP client libraries are absent; they are an extra here.
@@ -12,10 +14,14 @@ def _not_optional_gcp_noise(record: logging.LogRecord) -> bool:
 
 if __name__ == "__main__":
     logging.getLogger().addFilter(_not_optional_gcp_noise)
-    from pipelines.cli import main
+    try:
+        from pipelines.cli import main
 
-    code = main()
-    if code == 130:  # interrupted: Beam's worker threads would print tracebacks or hold up the exit
+        code = main()
+    except KeyboardInterrupt:  # before main() took Ctrl-C over: while the libraries and commands are imported
+        print(interrupted_line(None), file=sys.stderr)
+        code = INTERRUPTED_EXIT
+    if code == INTERRUPTED_EXIT:  # Beam's worker threads would print tracebacks or hold up the exit
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

@@ -4,6 +4,7 @@ whose fields let the command line word the hint (a flag name) that library code 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 _MARKER = "KPR-INPUT-ERROR: "
@@ -33,6 +34,28 @@ class ModelError(InputError):
 
     def __reduce__(self):
         return type(self), (self.model, self.message)
+
+
+class NoRoomError(InputError):
+    """What is about to be written under ``destination`` (``need`` bytes) is more than the ``free`` bytes of its
+    filesystem; raised before anything is written."""
+
+    def __init__(self, destination: str, need: int, free: int) -> None:
+        self.destination, self.need, self.free = destination, need, free
+        super().__init__(f"{destination}: {need:,} bytes to write, {free:,} free")
+
+    def __reduce__(self):
+        return type(self), (self.destination, self.need, self.free)
+
+
+def refuse_without_room(destination: str, free: int | None, need: Callable[[], int]) -> None:
+    """Raise ``NoRoomError`` when ``need()`` bytes are more than ``free``; with ``free`` None (not known: a remote
+    filesystem) ``need`` is not even computed."""
+    if free is None:
+        return
+    needed = need()
+    if needed > free:
+        raise NoRoomError(destination, needed, free)
 
 
 # Where a SettingError's template names the setting.

@@ -18,7 +18,9 @@ from artifacts.errors import InputError, input_error_message, mentions_input_err
 from pipelines import disk_space, flags
 from pipelines import stage as stage_runner
 from pipelines.console import own_lines_only
+from pipelines.interrupt import INTERRUPTED_EXIT, interrupted_line
 from pipelines.runners import check_runner
+from pipelines.worker_output import ForwardedStderr
 from transforms.progress import LOGGER_NAME as PROGRESS_LOGGER
 
 # command name -> "module:attribute"; a stage object has name/outputs/upstream()/run, a command has main().
@@ -65,7 +67,6 @@ REQUIRED: dict[str, tuple[str, ...]] = {
 }
 # Commands that write OUT: it must be a writable directory before they start.
 WRITERS = (*layout.STAGE_COMMANDS.values(), "all")
-INTERRUPTED_EXIT = 130
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -214,30 +215,30 @@ def configure_logging(verbose: bool, beam_args: list[str]) -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
-def interrupted(error: KeyboardInterrupt) -> int:
-    """One line for Ctrl-C, naming the stage that ran; later log records (Beam's threads) are dropped."""
+def interrupted(error: KeyboardInterrupt, stderr: ForwardedStderr) -> int:
+    """One line for Ctrl-C, naming the stage that ran, past the forwarder that drops what Beam's threads and worker
+    processes print as they stop; later log records (Beam's threads) are dropped."""
     logging.disable(logging.CRITICAL)
-    command = getattr(error, "command", None)
-    during = f" during {command}" if command else ""
-    print(f"interrupted{during}; rerun the same command to resume", file=sys.stderr)
+    stderr.write_past(interrupted_line(getattr(error, "command", None)))
     return INTERRUPTED_EXIT
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; its exit status. Ctrl-C before the arguments are parsed raises KeyboardInterrupt."""
     parser = build_parser()
     args, beam_args = parser.parse_known_args(argv)
-    try:
-        check_unknown_flags(parser, args.command, beam_args)
-        check_runner(beam_args)
-        configure_logging(args.verbose, beam_args)
-        check_destinations(args)
-        with own_lines_only(args.verbose, beam_args):
+    with own_lines_only(args.verbose, beam_args) as stderr:
+        try:
+            check_unknown_flags(parser, args.command, beam_args)
+            check_runner(beam_args)
+            configure_logging(args.verbose, beam_args)
+            check_destinations(args)
             return dispatch(args, beam_args)
-    except KeyboardInterrupt as error:
-        return interrupted(error)
-    except Exception as error:  # the one place errors become the user interface
-        message = input_error_message(flags.worded(error))
-        if message is None:
-            raise
-        print(f"error: {message}", file=sys.stderr)
-        return 2
+        except KeyboardInterrupt as error:
+            return interrupted(error, stderr)
+        except Exception as error:  # the one place errors become the user interface
+            message = input_error_message(flags.worded(error))
+            if message is None:
+                raise
+            print(f"error: {message}", file=sys.stderr)
+            return 2

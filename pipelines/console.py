@@ -1,5 +1,5 @@
 """What a command prints on stderr: our own lines as they are (no level or logger name in front), and none of the
-warnings Beam's batch-size estimator provokes from numpy, unless --verbose.
+warnings Beam's batch-size estimator provokes from numpy, unless --verbose; after Ctrl-C, only its last line.
 
 Everything here is scoped to one command (context managers that undo what they did): ``main`` runs in-process in
 tests and embedding programs, which keep their own logging and warning settings.
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from numpy.exceptions import RankWarning
 
 from pipelines.stage import environment_variable
-from pipelines.worker_output import WORKER_START_UP_LINES, starts_worker_processes, without_worker_start_up_lines
+from pipelines.worker_output import WORKER_START_UP_LINES, ForwardedStderr, forwarded_stderr, starts_worker_processes
 
 OWN_LOGGER = "kpr"  # ours and its children (kpr.progress, kpr.report)
 # beam.BatchElements (ours in embed-entities, RunInference's in embed-entities and index) fits batch time against
@@ -101,13 +101,14 @@ def appended_to_environment(name: str, entries: str) -> contextlib.AbstractConte
 
 
 @contextlib.contextmanager
-def own_lines_only(verbose: bool, beam_args: list[str]) -> Iterator[None]:
+def own_lines_only(verbose: bool, beam_args: list[str]) -> Iterator[ForwardedStderr]:
     """While a command runs, without --verbose: our log lines plain, Beam's estimator warnings and its worker
-    processes' start-up lines left out (WORKER_NOISE). With --verbose everything shows as it comes."""
+    processes' start-up lines left out (WORKER_NOISE). With --verbose everything shows as it comes. Either way,
+    nothing that Beam's threads and worker processes print after Ctrl-C shows: the command's last line goes past
+    that (``ForwardedStderr.write_past``)."""
     with contextlib.ExitStack() as stack:
         if not verbose:
             stack.enter_context(plain_own_lines())
             stack.enter_context(without_batch_size_estimator_warnings())
-            if starts_worker_processes(beam_args):
-                stack.enter_context(without_worker_start_up_lines(WORKER_NOISE))
-        yield
+        noise = WORKER_NOISE if not verbose and starts_worker_processes(beam_args) else ()
+        yield stack.enter_context(forwarded_stderr(noise))

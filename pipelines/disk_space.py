@@ -1,6 +1,10 @@
 """A stage that fills the filesystem of OUT: one line (the stage, the filesystem, what it had written, what it
 needs, that a rerun resumes) instead of Beam's traceback, and its staged files removed: a rerun starts the stage
-afresh anyway, and the stages committed before it are kept."""
+afresh anyway, and the stages committed before it are kept.
+
+Where what a command will write is known before it writes it (an index once its vectors are counted, the files
+publish copies, an export), more than the free space of the destination's filesystem is refused up front, in one
+line (``require_room``); on a remote filesystem the free space is not known and nothing is checked."""
 
 from __future__ import annotations
 
@@ -73,3 +77,18 @@ def disk_full_error(command: str, output: str, staging_root: str, at_start: Spac
     return InputError(f"{command} ran out of disk space on {at_start.filesystem} (the filesystem of {output}) after "
                       f"writing {fs.human_size(written)}; it needs {need}. Its staged files were removed: free some "
                       "space (or give another --output) and rerun the same command to resume")
+
+
+def no_room_error(command: str, destination: str, flag: str, need: int, purpose: str, space: Space) -> InputError:
+    """The one-line error of ``command`` needing ``need`` bytes on the filesystem of ``destination`` (given as
+    ``flag``) for ``purpose`` (e.g. "to build the index"), where ``space`` has fewer free."""
+    return InputError(f"{command} needs about {fs.human_size(need)} on {space.filesystem} (the filesystem of "
+                      f"{destination}) {purpose}, and {fs.human_size(space.free or 0)} is free: free some space (or "
+                      f"give another {flag}) and rerun the same command")
+
+
+def require_room(command: str, destination: str, flag: str, need: int, purpose: str, space: Space) -> None:
+    """Refuse (``no_room_error``) ``need`` bytes that ``space`` has not free; nothing when its free space is not
+    known (a remote filesystem)."""
+    if space.free is not None and need > space.free:
+        raise no_room_error(command, destination, flag, need, purpose, space)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from artifacts.errors import InputError
+from artifacts.errors import InputError, NoRoomError
 from artifacts.run.kpr_export import (
     EMBEDDINGS_FILE,
     LINKER_DIR,
@@ -17,6 +17,7 @@ from artifacts.run.kpr_export import (
     export_kpr,
 )
 from artifacts.run.owned import ForeignFileError
+from pipelines import disk_space
 
 
 class ExportKprCommand:
@@ -28,8 +29,12 @@ class ExportKprCommand:
         parser.add_argument("--to", required=True, metavar="DIR", help="export directory (local path or Beam URL)")
 
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
+        space = disk_space.space_of(args.to)
         try:
-            summary = export_kpr(args.output, args.to)
+            summary = export_kpr(args.output, args.to, free_bytes=space.free)
+        except NoRoomError as error:
+            raise disk_space.no_room_error("export-kpr", args.to, "--to", error.need, "to write the export", space
+                                           ) from error
         except MissingStagesError as error:
             raise InputError(f"{error.output} has no completed {' or '.join(error.missing)} stage: export-kpr needs "
                              "the entity linker and the entity embeddings (run `python run_pipeline.py dictionary` "

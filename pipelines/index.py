@@ -25,7 +25,7 @@ from encoders.errors import MissingRunArtifactError
 from encoders.loading import check_encoder_options
 from encoders.models import check_device, model_files
 from encoders.retrievers import KINDS, SIMILARITIES, TITLE_MODES, EncoderOptions, dense_dim, recorded_encoder
-from pipelines import flags
+from pipelines import disk_space, flags
 from pipelines.refresh import RefreshConfig, fingerprint_changes, previous_options, reusable_previous
 from pipelines.stage import StageContext, run_beam
 from transforms.corpus import ReadPassages, check_corpus, estimated_passages
@@ -292,7 +292,23 @@ def plan_index(ctx: StageContext, config: IndexConfig, encoder: EncoderOptions, 
     fields = {"factory": factory, "metric": encoder.similarity, "dim": dim, "count": total, "shards": shards,
               "encoder": stored.to_json(), "train_sample": sample_size,
               "inputs": index_inputs(config.encoder, ctx.output)}
-    return IndexPlan(index_dir, specs, factory, dim, sample_size, config.faiss_gpu, fields)
+    plan = IndexPlan(index_dir, specs, factory, dim, sample_size, config.faiss_gpu, fields)
+    require_room_to_build(ctx, plan, estimate.index_bytes)
+    return plan
+
+
+def require_room_to_build(ctx: StageContext, plan: IndexPlan, index_bytes: int) -> None:
+    """Refuse, before the build, an index that will not fit on the filesystem of OUT: its files (``index_bytes``,
+    as estimated) and its shards' vector files (the staged buckets rewritten sorted, about their size), while the
+    staged buckets are still there (they are removed after the build)."""
+    space = disk_space.space_of(ctx.output)
+    if space.free is None:
+        return
+    vectors = sum(fs.size(path) for path in plan.staged_files)
+    purpose = (f"to build the index ({fs.human_size(index_bytes)} of index files, {fs.human_size(vectors)} of shard "
+               "vectors)")
+    disk_space.require_room(layout.STAGE_COMMANDS[ctx.stage], ctx.output, "--output", index_bytes + vectors, purpose,
+                            space)
 
 
 def build_index(ctx: StageContext, config: IndexConfig, encoder: EncoderOptions, dim: int, bucket_count: int,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from artifacts.errors import InputError
+from artifacts.errors import InputError, NoRoomError
 from artifacts.run.manifest import MANIFEST_NAME
 from artifacts.run.owned import ForeignFileError
 from artifacts.run.publish import (
@@ -13,6 +13,7 @@ from artifacts.run.publish import (
     OverlappingDestinationError,
     publish_run,
 )
+from pipelines import disk_space
 
 
 class PublishCommand:
@@ -26,8 +27,11 @@ class PublishCommand:
                                  "file with the name and the manifest's sha256, replaced atomically)")
 
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
+        space = disk_space.space_of(args.to)
         try:
-            summary = publish_run(args.output, args.to, latest=args.latest)
+            summary = publish_run(args.output, args.to, latest=args.latest, free_bytes=space.free)
+        except NoRoomError as error:
+            raise disk_space.no_room_error("publish", args.to, "--to", error.need, "to copy the run", space) from error
         except LatestLocationError as error:
             raise InputError(f"--to {error.destination}: with --latest publish to ROOT/NAME (LATEST goes in ROOT)"
                              ) from error

@@ -1,17 +1,27 @@
-"""Beam's worker processes share our stderr: their start-up lines are dropped there unless --verbose.
+"""Beam's worker processes and threads share our stderr: while a command runs, descriptor 2 goes through a
+forwarder that leaves out their start-up lines (unless --verbose) and, once Ctrl-C has arrived, everything.
 
 Each worker of ``--direct_running_mode=multi_processing`` logs a few lines at start-up, before the log level
 from the pipeline options applies, straight to the file descriptor it inherited. No option reaches that early, so
 the parent routes descriptor 2 through a pipe for the run and forwards every line except exactly those.
+
+Ctrl-C in a terminal reaches the whole process group: every worker process, and every thread of Beam's here that
+loses its worker, prints a traceback as it stops (100 to 300 lines) while the command unwinds to its one line.
+The forwarder learns of SIGINT the moment it is delivered here (``signal.set_wakeup_fd``: the interpreter's C-level
+handler writes the signal's number before any Python code runs), or sees it pending before that (its own thread
+blocks SIGINT: on a busy machine a worker may print its traceback before the thread that takes the signal here
+runs), and forwards nothing from then on; the command's own last line goes past it (``ForwardedStderr.write_past``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 # Lines Beam's SDK worker prints while it starts (the second one because the first configured logging).
 WORKER_START_UP_LINES = (
@@ -19,36 +29,129 @@ WORKER_START_UP_LINES = (
     b"INFO:__main__:Logging handler created.",
 )
 _JOIN_TIMEOUT_S = 10.0
+_READ_BYTES = 1 << 16
 
 
 def starts_worker_processes(beam_args: list[str]) -> bool:
     return any(arg.endswith("multi_processing") for arg in beam_args)
 
 
-def forward_lines(source: int, target: int, dropped: tuple[bytes, ...]) -> None:
-    """Copy lines from descriptor ``source`` to ``target`` until EOF, leaving out lines containing ``dropped``;
-    closes both."""
-    with os.fdopen(source, "rb") as pipe, os.fdopen(target, "wb", buffering=0) as out:
-        for line in pipe:
-            if not any(pattern in line for pattern in dropped):
-                out.write(line)
+class SigintWatch:
+    """Whether SIGINT has come: its number through the read end of a ``signal.set_wakeup_fd`` pipe (the C-level
+    handler writes it the moment the signal is delivered, to whichever thread), or, asked from a thread that blocks
+    SIGINT, the signal pending, not yet delivered (a busy machine may run worker processes that react to the same
+    Ctrl-C before it schedules the thread that takes the signal here). Once it has come, it stays so."""
+
+    def __init__(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        self._fd = fd
+        self._arrived = False
+        self._lock = threading.Lock()  # the forwarder and the block's end both ask
+
+    def sigint_arrived(self) -> bool:
+        with self._lock:
+            while not self._arrived and self._fd >= 0:
+                try:
+                    numbers = os.read(self._fd, 64)
+                except BlockingIOError:
+                    break
+                if not numbers:
+                    break
+                self._arrived = signal.SIGINT in numbers
+            # sigpending() lists only the pending signals that the calling thread blocks.
+            self._arrived = self._arrived or signal.SIGINT in signal.sigpending()
+            return self._arrived
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+
+def forward_lines(source: int, target: int, dropped: tuple[bytes, ...], sigint: SigintWatch | None = None) -> None:
+    """Copy lines from descriptor ``source`` to ``target`` until EOF, leaving out lines containing ``dropped``,
+    and every line read once ``sigint`` has seen SIGINT (asked after each read, before anything is written: what
+    was written after the signal is read after it); closes both descriptors. With ``sigint``, meant to run in a
+    thread of its own, which it makes block SIGINT (the main thread still takes the signal; here it shows as
+    pending until then)."""
+    if sigint is not None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+    def quiet() -> bool:
+        return sigint is not None and sigint.sigint_arrived()
+
+    pending = b""
+    with os.fdopen(source, "rb", buffering=0) as pipe, os.fdopen(target, "wb", buffering=0) as out:
+        while chunk := pipe.read(_READ_BYTES):
+            if quiet():
+                continue  # read on to EOF: the writers never block on a full pipe or get EPIPE
+            *lines, pending = (pending + chunk).split(b"\n")
+            out.write(b"".join(line + b"\n" for line in lines if not _contains_any(line, dropped)))
+        if pending and not quiet() and not _contains_any(pending, dropped):
+            out.write(pending)
+
+
+def _contains_any(line: bytes, patterns: tuple[bytes, ...]) -> bool:
+    return any(pattern in line for pattern in patterns)
+
+
+@dataclass(frozen=True)
+class ForwardedStderr:
+    """The real stderr while descriptor 2 goes through the forwarder, and what the forwarder knows of Ctrl-C."""
+
+    original: int
+    sigint: SigintWatch | None
+
+    def write_past(self, line: str) -> None:
+        """``line`` on the real stderr at once, past the forwarder (which forwards nothing after Ctrl-C)."""
+        sys.stderr.flush()
+        os.write(self.original, f"{line}\n".encode())
+
+    def interrupted(self) -> bool:
+        return self.sigint is not None and self.sigint.sigint_arrived()
 
 
 @contextlib.contextmanager
-def without_worker_start_up_lines(dropped: tuple[bytes, ...] = WORKER_START_UP_LINES) -> Iterator[None]:
-    """Filter descriptor 2 (ours and every child's) while the block runs; everything else passes unchanged."""
+def forwarded_stderr(dropped: tuple[bytes, ...] = WORKER_START_UP_LINES) -> Iterator[ForwardedStderr]:
+    """Filter descriptor 2 (ours and every child's) while the block runs: lines containing ``dropped`` left out
+    and, from the moment SIGINT arrives, every line (when this is the main thread, where Python handles signals).
+    Everything else passes unchanged. After Ctrl-C the block ends without waiting for the forwarder."""
     sys.stderr.flush()
-    original = os.dup(2)
+    with watching_sigint() as sigint:
+        original = os.dup(2)
+        stderr = ForwardedStderr(original, sigint)
+        read_end, write_end = os.pipe()
+        # The forwarder owns its own copy of the original descriptor: it may outlive the block by a lingering worker.
+        forwarder = threading.Thread(target=forward_lines, args=(read_end, os.dup(original), dropped, sigint),
+                                     name="stderr-forwarder", daemon=True)
+        forwarder.start()
+        os.dup2(write_end, 2)
+        os.close(write_end)
+        try:
+            yield stderr
+        finally:
+            sys.stderr.flush()
+            os.dup2(original, 2)  # the pipe's last writer here; it reaches EOF once the workers have exited too
+            if not stderr.interrupted():
+                forwarder.join(_JOIN_TIMEOUT_S)
+            os.close(original)
+
+
+@contextlib.contextmanager
+def watching_sigint() -> Iterator[SigintWatch | None]:
+    """A ``SigintWatch`` on a wakeup pipe installed with ``signal.set_wakeup_fd`` for the block (the previous
+    wakeup descriptor back afterwards); None outside the main thread, where that cannot be set."""
+    if threading.current_thread() is not threading.main_thread():
+        yield None
+        return
     read_end, write_end = os.pipe()
-    os.dup2(write_end, 2)
-    os.close(write_end)
-    # The forwarder owns its own copy of the original descriptor: it may outlive the block by a lingering worker.
-    forwarder = threading.Thread(target=forward_lines, args=(read_end, os.dup(original), dropped), daemon=True)
-    forwarder.start()
+    os.set_blocking(write_end, False)
+    watch = SigintWatch(read_end)
+    previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
     try:
-        yield
+        yield watch
     finally:
-        sys.stderr.flush()
-        os.dup2(original, 2)  # the pipe's last writer here; it reaches EOF once the workers have exited too
-        forwarder.join(_JOIN_TIMEOUT_S)
-        os.close(original)
+        signal.set_wakeup_fd(previous)
+        os.close(write_end)
+        watch.close()

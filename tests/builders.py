@@ -4,11 +4,13 @@ files seen as a remote store."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,7 +29,7 @@ from artifacts import faiss as shards
 from artifacts import layout, schemas, tables
 from artifacts.passages import Passage, shard_of
 from artifacts.run import manifest
-from tests.conftest import BUNDLED_PASSAGES, BUNDLED_SAMPLE, DIRECT, REPO, copy_stages
+from tests.conftest import BUNDLED_PASSAGES, BUNDLED_SAMPLE, DIRECT, REPO, copy_stages, stage_options
 from transforms.dead_letters import COUNTER_NAMESPACE
 from transforms.passages import parse_dpr_row
 
@@ -82,6 +84,11 @@ ALL_OPTIONS = ["--include-red-links", "--max-mentions", "4", "--max-seq-length",
                "--max-length", "64", "--shards", "2"]
 
 
+def stage_command(command: str, output: Path, model: Path, *extra: str) -> list[str]:
+    """The stage ``command`` (e.g. ``embed-entities``) as conftest's ``full_run`` runs it, with ``extra``."""
+    return [command, "--output", str(output), *stage_options(model)[command], *extra, *DIRECT]
+
+
 def all_command(output: Path, model: Path, *extra: str, dump: Path = BUNDLED_SAMPLE) -> list[str]:
     """`all` on ``dump`` (default: the bundled sample) with the small settings, ``model`` for both encoders."""
     return ["all", "--dump", str(dump), "--output", str(output), "--model", str(model),
@@ -90,12 +97,18 @@ def all_command(output: Path, model: Path, *extra: str, dump: Path = BUNDLED_SAM
 
 @dataclass(frozen=True)
 class SignalledRun:
-    """`all` started in its own process group and signalled once embed-entities writes into its staging area."""
+    """A command started as from a terminal and signalled once it was ready (``signal_when``)."""
 
     command: list[str]
     environment: dict[str, str]
     returncode: int
-    stderr: str
+    before: list[str]  # its stderr lines read before the signal was sent
+    after: list[str]  # its stderr lines read after (some may have been written before)
+    left_running: list[str]  # processes of its process group still running once it had exited
+
+    @property
+    def stderr(self) -> str:
+        return "".join(f"{line}\n" for line in [*self.before, *self.after])
 
     def rerun(self) -> subprocess.CompletedProcess:
         return subprocess.run(self.command, cwd=REPO, env=self.environment, capture_output=True, text=True,
@@ -107,25 +120,63 @@ def default_interrupt() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def signal_all_in_embed_entities(full_run: Path, model: Path, output: Path, signal_number: int) -> SignalledRun:
-    """OUT starts with the first three stages of ``full_run``, so that `all` gets to embed-entities at once; the
-    whole process group gets ``signal_number`` (as Ctrl-C or a kill would) as soon as that stage stages files."""
-    output.mkdir()
-    copy_stages(full_run, output, ("parse", "dictionary", "mentions"))
-    command = [sys.executable, str(REPO / "run_pipeline.py"), *all_command(output, model, "--no-report")]
+def signal_when(arguments: list[str], ready: Callable[[list[str]], bool], signal_number: int,
+                timeout_s: float = 300) -> SignalledRun:
+    """Run `run_pipeline.py arguments` as from a terminal, in a process group of its own, and send the whole group
+    ``signal_number`` (as Ctrl-C or a kill does) once ``ready`` says so of the stderr lines read so far (asked as
+    they come and every 20 ms). Not signalled if it ends first."""
+    command = [sys.executable, str(REPO / "run_pipeline.py"), *arguments]
     environment = {**os.environ, "PYTHONPATH": str(REPO)}
     # As from a terminal: Python turns SIGINT into KeyboardInterrupt only if the parent did not ignore it, and a
     # test runner's worker process may ignore it.
     process = subprocess.Popen(command, cwd=REPO, env=environment, start_new_session=True,
                                preexec_fn=default_interrupt, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                text=True)
+    lines: list[str] = []
+
+    def read() -> None:
+        for line in process.stderr:
+            lines.append(line.rstrip("\n"))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + timeout_s
+    while process.poll() is None and not ready(list(lines)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    read_before = len(lines)
+    with contextlib.suppress(ProcessLookupError):  # it may have ended meanwhile
+        os.killpg(process.pid, signal_number)
+    process.wait(timeout=120)
+    reader.join(timeout=60)  # to EOF: when every process that shares its stderr (Beam's workers) has exited
+    return SignalledRun(command, environment, process.returncode, lines[:read_before], lines[read_before:],
+                        running_in_group(process.pid))
+
+
+def running_in_group(group: int, wait_s: float = 10.0) -> list[str]:
+    """The processes of process group ``group`` still running after up to ``wait_s`` seconds (``pid (name)``);
+    zombies have exited (their parent's exit left them to init, which reaps them in its own time)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        running = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError):
+                text = stat.read_text()
+                name_end = text.rindex(")")
+                state, _, process_group = text[name_end + 2:].split()[:3]
+                if int(process_group) == group and state != "Z":
+                    running.append(text[:name_end + 1])
+        if not running or time.monotonic() > deadline:
+            return running
+        time.sleep(0.1)
+
+
+def signal_all_in_embed_entities(full_run: Path, model: Path, output: Path, signal_number: int) -> SignalledRun:
+    """OUT starts with the first three stages of ``full_run``, so that `all` gets to embed-entities at once; the
+    whole process group gets ``signal_number`` (as Ctrl-C or a kill would) as soon as that stage stages files."""
+    output.mkdir()
+    copy_stages(full_run, output, ("parse", "dictionary", "mentions"))
     staging = output / layout.STAGING / "embed_entities"
-    deadline = time.monotonic() + 300
-    while not staging.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    os.killpg(process.pid, signal_number)
-    _, stderr = process.communicate(timeout=120)
-    return SignalledRun(command, environment, process.returncode, stderr)
+    return signal_when(all_command(output, model, "--no-report"), lambda _: staging.exists(), signal_number)
 
 
 def artifact_rows(output: Path, artifact: str, columns: list[str] | None = None) -> list[dict]:

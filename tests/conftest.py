@@ -181,18 +181,23 @@ def full_run(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> Path:
     return built_once(tmp_path_factory, "full-run", lambda root: run_every_stage(root / "out", tiny_bert)) / "out"
 
 
+def stage_options(model: Path) -> dict[str, list[str]]:
+    """The options of each stage command in ``full_run``: the bundled sample, small settings, ``model`` for entities
+    and passages."""
+    return {
+        "parse": ["--dump", str(BUNDLED_SAMPLE)],
+        "dictionary": ["--include-red-links"],
+        "mentions": ["--max-mentions", "4", "--max-seq-length", "64"],
+        "embed-entities": ["--model", str(model), "--max-seq-length", "64"],
+        "index": ["--encoder", str(model), "--encoder-type", "mean", "--max-length", "64", "--shards", "2"],
+    }
+
+
 def run_every_stage(output: Path, model: Path) -> None:
     from pipelines.cli import main
 
-    commands = [
-        ["parse", "--dump", str(BUNDLED_SAMPLE)],
-        ["dictionary", "--include-red-links"],
-        ["mentions", "--max-mentions", "4", "--max-seq-length", "64"],
-        ["embed-entities", "--model", str(model), "--max-seq-length", "64"],
-        ["index", "--encoder", str(model), "--encoder-type", "mean", "--max-length", "64", "--shards", "2"],
-    ]
-    for command in commands:
-        assert main([command[0], "--output", str(output), *command[1:], *DIRECT]) == 0, command
+    for command, options in stage_options(model).items():
+        assert main([command, "--output", str(output), *options, *DIRECT]) == 0, command
 
 
 def copy_stages(source: Path, destination: Path, stages: tuple[str, ...]) -> None:

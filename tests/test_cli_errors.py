@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,12 +18,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from artifacts import layout
 from artifacts.run import lock, manifest
 from pipelines.cli import build_parser, check_unknown_flags, main
+from pipelines.parse import STAGED_ARTICLES
 from pipelines.runners import available_runners, check_runner
 from pipelines.stage import interrupted_in_a_step
-from tests.builders import signal_all_in_embed_entities
-from tests.conftest import BUNDLED_SAMPLE, DIRECT, REPO
+from tests.builders import all_command, signal_all_in_embed_entities, signal_when, stage_command
+from tests.conftest import BUNDLED_SAMPLE, DIRECT, MULTI_PROCESS, REPO, copy_stages
 
 SAMPLE = str(BUNDLED_SAMPLE)
 
@@ -281,6 +285,78 @@ def test_ctrl_c_prints_one_line_exits_130_and_the_rerun_resumes(full_run, tiny_b
     assert result.returncode == 0, result.stderr
     assert "[mentions] skipped" in result.stderr and "[embed_entities] running" in result.stderr
     assert set(manifest.load(str(output))) == {"parse", "dictionary", "mentions", "embed_entities", "index"}
+
+
+@dataclass(frozen=True)
+class Computing:
+    """``command`` on an OUT with ``copied``, stages of ``full_run``: it computes ``stage`` at once, whose progress
+    lines count ``unit``."""
+
+    command: str
+    copied: tuple[str, ...]
+    stage: str
+    unit: str
+    extra: tuple[str, ...] = ()
+
+
+UP_TO_MENTIONS = ("parse", "dictionary", "mentions")
+COMPUTING = [
+    Computing("parse", (), "parse", "pages"),
+    # Windows of 16 tokens, not full_run's 64: the rerun embeds every mention, in half the time.
+    Computing("embed-entities", UP_TO_MENTIONS, "embed_entities", "mentions", ("--max-seq-length", "16")),
+    Computing("index", (*UP_TO_MENTIONS, "embed_entities"), "index", "passages"),
+    Computing("all", (*UP_TO_MENTIONS, "embed_entities"), "index", "passages"),
+]
+
+
+@pytest.mark.parametrize("case", COMPUTING, ids=[case.command for case in COMPUTING])
+def test_ctrl_c_while_a_stage_computes_prints_one_line_exits_130_and_the_rerun_resumes(
+        case, full_run, tiny_bert, tmp_path, capsys):
+    """SIGINT to the process group at the stage's first progress line (one per item: --progress-interval 0), in
+    the in-process runner, where Beam runs the steps in the main thread."""
+    output = tmp_path / "out"
+    output.mkdir()
+    copy_stages(full_run, output, case.copied)
+    extra = (*case.extra, "--progress-interval", "0")
+    arguments = (all_command(output, tiny_bert, "--no-report", *extra) if case.command == "all"
+                 else stage_command(case.command, output, tiny_bert, *extra))
+    progress = re.compile(rf"\[{case.stage}\] [\d,]+ {case.unit} in \d")
+    run = signal_when(arguments, lambda lines: any(progress.match(line) for line in lines), signal.SIGINT)
+
+    assert run.returncode == 130, run.stderr
+    skipped = [f"[{name}] skipped: outputs complete, inputs and options unchanged" for name in case.copied]
+    started = [*(skipped if case.command == "all" else []), f"[{case.stage}] running"]
+    last = f"interrupted during {case.stage.replace('_', '-')}; rerun the same command to resume"
+    lines = [*run.before, *run.after]
+    assert lines[:len(started)] == started and lines[-1] == last, run.stderr
+    computed = lines[len(started):-1]  # progress lines only, written before the signal
+    assert computed and all(progress.match(line) for line in computed), run.stderr
+    assert run.left_running == []
+    assert set(manifest.load(str(output))) == set(case.copied)
+    assert not (output / lock.LOCK_NAME).exists(), "the lock is released on Ctrl-C"
+
+    assert main(arguments) == 0
+    assert f"[{case.stage}] running" in capsys.readouterr().err
+    assert case.stage in manifest.load(str(output))
+
+
+def test_ctrl_c_while_worker_processes_compute_prints_only_the_one_line(tmp_path, capsys):
+    """With worker processes (multi_processing) Ctrl-C stops them too: each prints a traceback as it stops, and so do
+    Beam's threads here that served them (100 to 300 lines in all); none of that shows. SIGINT once the workers run
+    parse's first pipeline (a sink of theirs has made its temporary directory in the staging area)."""
+    output = tmp_path / "out"
+    arguments = ["parse", "--dump", SAMPLE, "--output", str(output), *MULTI_PROCESS]
+    sink = output / layout.STAGING / "parse" / STAGED_ARTICLES
+    run = signal_when(arguments, lambda _: any(sink.glob("beam-temp-*")), signal.SIGINT)
+
+    assert run.returncode == 130, run.stderr
+    assert run.before == ["[parse] running"], run.stderr
+    assert run.after == ["interrupted during parse; rerun the same command to resume"], run.stderr
+    assert run.left_running == []
+    assert not (output / lock.LOCK_NAME).exists()
+
+    assert main(arguments) == 0
+    assert set(manifest.load(str(output))) == {"parse"}
 
 
 # --- models: offline hub, tokenizer noise -----------------------------------------------------------------------

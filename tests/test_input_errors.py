@@ -19,16 +19,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from artifacts import fs
+from artifacts import fs, layout
+from artifacts.errors import NoRoomError, refuse_without_room
 from artifacts.run import manifest
+from artifacts.run.kpr_export import TORCH_SAVE_BYTES, entity_keys, export_bytes, export_kpr, scratch_bytes
+from artifacts.run.publish import publish_run
 from artifacts.run.verified import CACHE_ENV
+from pipelines import disk_space
 from pipelines.cli import main
 from pipelines.disk_space import mount_point, out_of_space
 from pipelines.stage import private_tempdir
-from tests.conftest import BUNDLED_SAMPLE, DIRECT
+from tests.builders import stage_command
+from tests.conftest import BUNDLED_SAMPLE, DIRECT, copy_stages
 from transforms.multistream import has_several_bz2_streams, looks_multistream
 
 CORPUS = "id\ttext\ttitle\n1\tAaron is a prophet and high priest\tAaron\n2\tMoses led the people\tMoses\n"
@@ -453,3 +459,86 @@ def test_out_of_space_is_told_by_errno_or_by_beams_rewording() -> None:
     except RuntimeError as wrapped:
         assert out_of_space(wrapped)
     assert not out_of_space(OSError(errno.EACCES, "Permission denied"))
+
+
+# --- too little free space, known before writing ------------------------------------------------------------
+
+SMALL = disk_space.Space("/mnt/small", 64 << 10)
+SIZE = r"\d+(\.\d)? [KMGT]?B"
+
+
+@pytest.fixture()
+def small_filesystem(monkeypatch: pytest.MonkeyPatch) -> disk_space.Space:
+    """Every destination on a filesystem with 64 KB free, as the commands ask for it (``disk_space.space_of``)."""
+    monkeypatch.setattr(disk_space, "space_of", lambda path: SMALL)
+    return SMALL
+
+
+def no_room_line(command: str, destination: Path, flag: str, purpose: str, need: str = SIZE) -> str:
+    return (rf"error: {command} needs about {need} on /mnt/small \(the filesystem of {re.escape(str(destination))}\) "
+            rf"{purpose}, and 64\.0 KB is free: free some space \(or give another {flag}\) and rerun the same command")
+
+
+def test_an_index_that_will_not_fit_is_refused_before_it_is_built(
+        full_run: Path, tiny_bert: Path, tmp_path: Path, small_filesystem: disk_space.Space,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Once the passages are encoded and counted (the index's size is printed), before the build."""
+    output = tmp_path / "out"
+    output.mkdir()
+    copy_stages(full_run, output, ("parse", "dictionary", "mentions", "embed_entities"))
+    assert main(stage_command("index", output, tiny_bert)) == 2
+    err = capsys.readouterr().err.splitlines()
+    planned = re.fullmatch(r"\[index\] 4,605 passages x 32 dims, 2 shard\(s\): Flat, about (.+) for the index \(.*",
+                           err[-2])
+    assert planned, err
+    purpose = rf"to build the index \({re.escape(planned.group(1))} of index files, {SIZE} of shard vectors\)"
+    assert re.fullmatch(no_room_line("index", output, "--output", purpose), err[-1]), err[-1]
+    assert sorted(manifest.load(str(output))) == ["dictionary", "embed_entities", "mentions", "parse"]
+    staged = output / ".staging" / "index"
+    assert [path.name for path in staged.rglob("*") if path.suffix in (".faiss", ".npy")] == [], "nothing was built"
+    assert not (staged / "index").exists() and not (output / "index").exists()
+
+
+@pytest.mark.parametrize(("command", "purpose"), [("publish", "to copy the run"),
+                                                  ("export-kpr", "to write the export")])
+def test_a_publish_or_export_that_will_not_fit_is_refused_before_writing(
+        command: str, purpose: str, full_run: Path, tmp_path: Path, small_filesystem: disk_space.Space,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    destination = tmp_path / "to"
+    assert main([command, "--output", str(full_run), "--to", str(destination)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert re.fullmatch(no_room_line(command, destination, "--to", purpose), err[-1]), err[-1]
+    assert list(destination.rglob("*")) == []
+
+
+def test_publish_needs_room_for_the_files_it_copies_less_those_it_replaces(full_run: Path, tmp_path: Path) -> None:
+    destination = str(tmp_path / "published")
+    recorded = sum(item.bytes for record in manifest.load(str(full_run)).values() for item in record.outputs)
+    with pytest.raises(NoRoomError) as refused:
+        publish_run(str(full_run), destination, free_bytes=recorded - 1)
+    assert (refused.value.need, refused.value.free) == (recorded, recorded - 1)
+    assert not os.path.exists(destination)
+    publish_run(str(full_run), destination, free_bytes=recorded)
+    publish_run(str(full_run), destination, free_bytes=0)  # again: every file replaces its earlier copy
+
+
+def test_an_export_needs_about_what_it_writes_and_its_scratch(full_run: Path, tmp_path: Path) -> None:
+    directory = tmp_path / "kpr"
+    linker_files = manifest.recorded_files(str(full_run), layout.LINKER, suffix="")
+    need = export_bytes(str(full_run), entity_keys(str(full_run)), linker_files)
+    export_kpr(str(full_run), str(directory), free_bytes=need)
+    written = sum(path.stat().st_size for path in directory.rglob("*") if path.is_file() and
+                  path.name != ".kpr-export.json")
+    scratch = scratch_bytes(np.load(directory / "entity_embeddings.npy", mmap_mode="r").size)
+    assert written + scratch <= need <= written + scratch + TORCH_SAVE_BYTES
+
+
+def test_free_space_is_not_checked_where_it_is_not_known() -> None:
+    """A bucket's free space is not known: nothing is refused, and the need is not even computed."""
+    def need() -> int:
+        raise AssertionError("the need was computed")
+
+    refuse_without_room("gs://bucket/kpr", None, need)
+    remote = disk_space.space_of("gs://bucket/out")
+    assert remote == disk_space.Space("gs://bucket", None)
+    disk_space.require_room("index", "gs://bucket/out", "--output", 1 << 60, "to build the index", remote)

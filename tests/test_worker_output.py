@@ -1,13 +1,18 @@
-"""Beam's worker processes print start-up lines to the stderr they share with us: dropped unless --verbose."""
+"""Beam's worker processes print start-up lines to the stderr they share with us: dropped unless --verbose. After
+Ctrl-C nothing they or this process print shows, but the command's last line."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 
-from pipelines.worker_output import WORKER_START_UP_LINES, forward_lines
+import pytest
+
+from pipelines.worker_output import WORKER_START_UP_LINES, SigintWatch, forward_lines, forwarded_stderr
 from tests.conftest import BUNDLED_SAMPLE, MULTI_PROCESS, REPO
 
 
@@ -39,3 +44,78 @@ def test_a_multi_process_run_prints_only_our_lines(tmp_path):
     assert lines[0] == "[parse] running" and lines[1].startswith("[parse] done in ")
     assert "  articles: 106 rows" in lines
     assert all(line.startswith("  ") for line in lines[2:]), result.stderr
+
+
+def read_until(descriptor: int, expected: bytes, timeout_s: float = 10.0) -> bytes:
+    """What a forwarder wrote to ``descriptor`` (non-blocking) until it ends with ``expected``."""
+    seen, deadline = b"", time.monotonic() + timeout_s
+    while not seen.endswith(expected) and time.monotonic() < deadline:
+        try:
+            seen += os.read(descriptor, 1 << 16)
+        except BlockingIOError:
+            time.sleep(0.01)
+    return seen
+
+
+def test_once_sigint_has_come_through_the_wakeup_pipe_nothing_more_is_forwarded():
+    source_read, source_write = os.pipe()
+    out_read, out_write = os.pipe()
+    os.set_blocking(out_read, False)
+    wakeup_read, wakeup_write = os.pipe()
+    forwarder = threading.Thread(target=forward_lines, args=(source_read, out_write, (), SigintWatch(wakeup_read)))
+    forwarder.start()
+    os.write(wakeup_write, bytes([signal.SIGCHLD]))  # another signal with a Python handler: no effect
+    os.write(source_write, b"[parse] running\n")
+    assert read_until(out_read, b"[parse] running\n") == b"[parse] running\n"
+    os.write(wakeup_write, bytes([signal.SIGINT]))
+    os.write(source_write, b"Traceback (most recent call last):\nKeyboardInterrupt\n")
+    os.close(source_write)
+    forwarder.join(10)
+    assert not forwarder.is_alive()
+    assert read_until(out_read, b"\n", timeout_s=0.2) == b""
+    for descriptor in (out_read, wakeup_write):
+        os.close(descriptor)
+
+
+def test_a_sigint_not_yet_delivered_already_quiets_the_forwarder():
+    """The forwarder's thread blocks SIGINT: a SIGINT sent while the thread that will take it has not run yet shows
+    as pending there (here a SIGINT sent to that very thread, which stays pending)."""
+    source_read, source_write = os.pipe()
+    out_read, out_write = os.pipe()
+    os.set_blocking(out_read, False)
+    wakeup_read, wakeup_write = os.pipe()
+    forwarder = threading.Thread(target=forward_lines, args=(source_read, out_write, (), SigintWatch(wakeup_read)))
+    forwarder.start()
+    os.write(source_write, b"[index] running\n")
+    assert read_until(out_read, b"[index] running\n") == b"[index] running\n"
+    signal.pthread_kill(forwarder.ident, signal.SIGINT)  # blocked there: pending, never delivered
+    os.write(source_write, b"Exception in thread run_worker:\n")
+    os.close(source_write)
+    forwarder.join(10)
+    assert read_until(out_read, b"\n", timeout_s=0.2) == b""
+    for descriptor in (out_read, wakeup_write):
+        os.close(descriptor)
+
+
+def test_after_ctrl_c_only_the_line_written_past_shows_and_stderr_is_restored(capfd):
+    """Ctrl-C in this process (its main thread) while descriptor 2 is forwarded: what this process and a child of it
+    write afterwards is dropped, the line written past the forwarder shows, and descriptor 2 is ours again after."""
+    previous_handler = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+    try:
+        with forwarded_stderr(()) as stderr:
+            os.write(2, b"[parse] running\n")
+            deadline = time.monotonic() + 10
+            shown = ""
+            while "[parse] running" not in shown and time.monotonic() < deadline:
+                shown += capfd.readouterr().err
+            with pytest.raises(KeyboardInterrupt):
+                signal.raise_signal(signal.SIGINT)
+            os.write(2, b"Traceback (most recent call last):\n")
+            subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('CRITICAL: sdk harness failed\\n')"],
+                           check=True)
+            stderr.write_past("interrupted during parse; rerun the same command to resume")
+        os.write(2, b"after the block\n")
+    finally:
+        signal.signal(signal.SIGINT, previous_handler)
+    assert shown == "[parse] running\n"
+    assert capfd.readouterr().err == "interrupted during parse; rerun the same command to resume\nafter the block\n"

@@ -31,7 +31,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from artifacts import faiss as faiss_shards
 from artifacts import fs, layout
-from artifacts.errors import InputError
+from artifacts.errors import InputError, refuse_without_room
 from artifacts.linker import EntityLinker
 from artifacts.run import manifest, owned
 from artifacts.run.publish import copy_file, is_local, overlaps
@@ -45,6 +45,8 @@ STAGING_DIR = ".export-staging"
 RECORD_FILE = ".kpr-export.json"  # the files an export wrote into DIR (artifacts.run.owned)
 WRITER = "export-kpr"
 PAD = "[PAD]"
+NPY_HEADER_BYTES = 128  # a .npy header of a 2-D array: padded to 64 bytes, 128 in practice
+TORCH_SAVE_BYTES = 4096  # at most, beside the tensor's bytes: torch.save's zip entries, pickle and alignment
 REQUIRED_STAGES = (layout.DICTIONARY_STAGE, layout.EMBED_ENTITIES_STAGE)
 _VOCAB_CHUNK = 65_536
 _HALF_CHUNK_ROWS = 65_536  # rows converted to float16 at a time (65k x 768 float32: 200 MB)
@@ -88,10 +90,11 @@ def check_exportable(output: str) -> None:
     require_valid(output)
 
 
-def export_kpr(output: str, directory: str) -> ExportSummary:
+def export_kpr(output: str, directory: str, free_bytes: int | None = None) -> ExportSummary:
     """Write the KPR files of the run under ``output`` into ``directory``, replacing an earlier export there;
-    refuses (before writing) a ``directory`` overlapping the run or holding a file in the way that no export
-    wrote."""
+    refuses (before writing) a ``directory`` overlapping the run, holding a file in the way that no export
+    wrote, or on a filesystem with less than the export's size free (``free_bytes``, where known: the earlier
+    export is replaced only once the new one is written)."""
     if overlaps(output, directory):
         raise OverlappingExportError(output, directory)
     check_exportable(output)
@@ -100,13 +103,14 @@ def export_kpr(output: str, directory: str) -> ExportSummary:
     planned = [VOCAB_FILE, EMBEDDINGS_FILE, TENSOR_FILE,
                *(f"{LINKER_DIR}/{fs.relative(path, linker)}" for path in linker_files)]
     earlier = owned.require_owned(directory, RECORD_FILE, planned, [LINKER_DIR, STAGING_DIR], WRITER)
+    keys = entity_keys(output)
+    refuse_without_room(directory, free_bytes, lambda: export_bytes(output, keys, linker_files))
     staging = fs.join(directory, STAGING_DIR)
     # recorded before it is made: a killed export's staging directory is its own to remove
     owned.save_record(directory, RECORD_FILE, [*earlier, f"{STAGING_DIR}/"])
     fs.delete_tree(staging)  # a killed export's leftovers
     fs.mkdirs(staging)
     try:
-        keys = entity_keys(output)
         write_vocab(fs.join(staging, VOCAB_FILE), keys, EntityLinker.load(linker).kb_keys)
         dim, without = write_embeddings(output, staging, keys)
         for path in linker_files:
@@ -118,6 +122,27 @@ def export_kpr(output: str, directory: str) -> ExportSummary:
         fs.delete_tree(staging)
     owned.save_record(directory, RECORD_FILE, planned)
     return ExportSummary(directory, len(keys), dim, without)
+
+
+def export_bytes(output: str, keys: pa.StringArray, linker_files: list[str]) -> int:
+    """About the most an export of ``keys`` holds on disk while it runs: the vocabulary, the float16 array, the
+    float32 tensor and its float32 scratch rows (removed at the end), and the linker's files."""
+    count = len(keys)
+    vocab = len(f"{PAD}\t0\n") + (pc.sum(pc.binary_length(keys)).as_py() or 0) + digits_of_1_to(count) + 2 * count
+    rows = (count + 1) * embeddings_dim(manifest.recorded_files(output, layout.ENTITY_EMBEDDINGS))
+    arrays = (NPY_HEADER_BYTES + rows * np.dtype(np.float16).itemsize) + (TORCH_SAVE_BYTES + rows * 4)
+    return vocab + arrays + scratch_bytes(rows) + sum(fs.size(path) for path in linker_files)
+
+
+def scratch_bytes(values: int) -> int:
+    """The float32 scratch rows ``write_embeddings`` fills before it writes both outputs."""
+    return NPY_HEADER_BYTES + values * np.dtype(np.float32).itemsize
+
+
+def digits_of_1_to(count: int) -> int:
+    """How many decimal digits the numbers 1..``count`` have in all."""
+    return sum(digits * (min(count, 10**digits - 1) - 10**(digits - 1) + 1)
+               for digits in range(1, len(str(count)) + 1)) if count > 0 else 0
 
 
 def entity_key_column(batch: pa.RecordBatch) -> pa.Array:

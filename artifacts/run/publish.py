@@ -18,7 +18,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs, layout
-from artifacts.errors import InputError
+from artifacts.errors import InputError, refuse_without_room
 from artifacts.run import manifest, owned
 from artifacts.run.validation import require_valid
 
@@ -199,9 +199,18 @@ def latest_run(root: str) -> str:
     return fs.join(root, fs.read_json(path)["name"])
 
 
-def publish_run(output: str, destination: str, latest: bool = False) -> PublishSummary:
+def bytes_to_copy(destination: str, files: list[PublishedFile], earlier: frozenset[str]) -> int:
+    """What copying ``files`` adds to the filesystem of ``destination``: their bytes, less those of the files an
+    earlier publish wrote there (``earlier``), which are removed or overwritten as the copy goes."""
+    replaced = (fs.join(destination, relative) for relative in earlier)
+    freed = sum(fs.size(path) for path in replaced if fs.exists(path) and not fs.is_directory(path))
+    return max(sum(item.bytes for item in files) - freed, 0)
+
+
+def publish_run(output: str, destination: str, latest: bool = False, free_bytes: int | None = None) -> PublishSummary:
     """Copy the validated run under ``output`` to ``destination``; its manifest.json is written last, then
-    with ``latest`` the LATEST pointer beside ``destination``."""
+    with ``latest`` the LATEST pointer beside ``destination``. A copy that needs more than ``free_bytes`` (the
+    free space of the destination's filesystem, where known) is refused before anything is written."""
     if latest:
         require_replaceable_latest(destination)  # refuse before copying anything
     if overlaps(output, destination):
@@ -210,6 +219,7 @@ def publish_run(output: str, destination: str, latest: bool = False) -> PublishS
     stages = manifest.load(output)
     files = planned_files(output, stages)
     earlier = require_publishable(destination, files)
+    refuse_without_room(destination, free_bytes, lambda: bytes_to_copy(destination, files, earlier))
     written = [item.path for item in files] + [manifest.MANIFEST_NAME]
     owned.save_record(destination, RECORD_FILE, [*earlier, *written])  # a killed publish still owns its files
     fs.delete_file(manifest.manifest_path(destination))  # first: from here on DEST does not look complete
