@@ -1,7 +1,6 @@
 """Entry point: `python run_pipeline.py STAGE [options] [Beam pipeline options]` (see README.md)."""
 
 import logging
-import os
 import sys
 
 from pipelines.interrupt import INTERRUPTED_EXIT, interrupted_line
@@ -17,12 +16,8 @@ if __name__ == "__main__":
     try:
         from pipelines.cli import main
 
-        code = main()
+        code = main(exit_at_ctrl_c=True)
     except KeyboardInterrupt:  # before main() took Ctrl-C over: while the libraries and commands are imported
         print(interrupted_line(None), file=sys.stderr)
         code = INTERRUPTED_EXIT
-    if code == INTERRUPTED_EXIT:  # Beam's worker threads would print tracebacks or hold up the exit
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
     sys.exit(code)

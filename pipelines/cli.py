@@ -18,7 +18,13 @@ from artifacts.errors import InputError, input_error_message, mentions_input_err
 from pipelines import disk_space, flags
 from pipelines import stage as stage_runner
 from pipelines.console import own_lines_only
-from pipelines.interrupt import INTERRUPTED_EXIT, interrupted_line
+from pipelines.interrupt import (
+    INTERRUPTED_EXIT,
+    ending_processes_after,
+    exit_with_descendants,
+    interrupted_line,
+    watching_sigint,
+)
 from pipelines.runners import check_runner
 from pipelines.worker_output import ForwardedStderr
 from transforms.progress import LOGGER_NAME as PROGRESS_LOGGER
@@ -223,11 +229,14 @@ def interrupted(error: KeyboardInterrupt, stderr: ForwardedStderr) -> int:
     return INTERRUPTED_EXIT
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; its exit status. Ctrl-C before the arguments are parsed raises KeyboardInterrupt."""
+def main(argv: Sequence[str] | None = None, exit_at_ctrl_c: bool = False) -> int:
+    """Run one command; its exit status. Ctrl-C before the arguments are parsed raises KeyboardInterrupt; after,
+    it is one line and INTERRUPTED_EXIT, and with ``exit_at_ctrl_c`` (the command line) the process and the ones it
+    started end right there, while what Beam's threads print as they stop still goes nowhere."""
     parser = build_parser()
     args, beam_args = parser.parse_known_args(argv)
-    with own_lines_only(args.verbose, beam_args) as stderr:
+    with (watching_sigint() as sigint, ending_processes_after(sigint),
+          own_lines_only(args.verbose, beam_args, sigint) as stderr):
         try:
             check_unknown_flags(parser, args.command, beam_args)
             check_runner(beam_args)
@@ -235,7 +244,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_destinations(args)
             return dispatch(args, beam_args)
         except KeyboardInterrupt as error:
-            return interrupted(error, stderr)
+            code = interrupted(error, stderr)
+            if exit_at_ctrl_c:
+                exit_with_descendants(code)
+            return code
         except Exception as error:  # the one place errors become the user interface
             message = input_error_message(flags.worded(error))
             if message is None:

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 from numpy.exceptions import RankWarning
 
+from pipelines.interrupt import SigintWatch
 from pipelines.stage import environment_variable
 from pipelines.worker_output import WORKER_START_UP_LINES, ForwardedStderr, forwarded_stderr, starts_worker_processes
 
@@ -101,14 +102,15 @@ def appended_to_environment(name: str, entries: str) -> contextlib.AbstractConte
 
 
 @contextlib.contextmanager
-def own_lines_only(verbose: bool, beam_args: list[str]) -> Iterator[ForwardedStderr]:
+def own_lines_only(verbose: bool, beam_args: list[str], sigint: SigintWatch | None = None
+                   ) -> Iterator[ForwardedStderr]:
     """While a command runs, without --verbose: our log lines plain, Beam's estimator warnings and its worker
     processes' start-up lines left out (WORKER_NOISE). With --verbose everything shows as it comes. Either way,
-    nothing that Beam's threads and worker processes print after Ctrl-C shows: the command's last line goes past
-    that (``ForwardedStderr.write_past``)."""
+    once ``sigint`` has seen Ctrl-C nothing that Beam's threads and worker processes print shows: the command's last
+    line goes past that (``ForwardedStderr.write_past``)."""
     with contextlib.ExitStack() as stack:
         if not verbose:
             stack.enter_context(plain_own_lines())
             stack.enter_context(without_batch_size_estimator_warnings())
         noise = WORKER_NOISE if not verbose and starts_worker_processes(beam_args) else ()
-        yield stack.enter_context(forwarded_stderr(noise))
+        yield stack.enter_context(forwarded_stderr(noise, sigint))

@@ -7,10 +7,10 @@ the parent routes descriptor 2 through a pipe for the run and forwards every lin
 
 Ctrl-C in a terminal reaches the whole process group: every worker process, and every thread of Beam's here that
 loses its worker, prints a traceback as it stops (100 to 300 lines) while the command unwinds to its one line.
-The forwarder learns of SIGINT the moment it is delivered here (``signal.set_wakeup_fd``: the interpreter's C-level
-handler writes the signal's number before any Python code runs), or sees it pending before that (its own thread
-blocks SIGINT: on a busy machine a worker may print its traceback before the thread that takes the signal here
-runs), and forwards nothing from then on; the command's own last line goes past it (``ForwardedStderr.write_past``).
+The forwarder learns of SIGINT the moment it is delivered here (``pipelines.interrupt.SigintWatch``), or sees it
+pending before that (its own thread blocks SIGINT: on a busy machine a worker may print its traceback before the
+thread that takes the signal here runs), and forwards nothing from then on; the command's own last line goes past
+it (``ForwardedStderr.write_past``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from pipelines.interrupt import SigintWatch
+
 # Lines Beam's SDK worker prints while it starts (the second one because the first configured logging).
 WORKER_START_UP_LINES = (
     b"apitools not found, and bigquery client libraries are not available",
@@ -34,39 +36,6 @@ _READ_BYTES = 1 << 16
 
 def starts_worker_processes(beam_args: list[str]) -> bool:
     return any(arg.endswith("multi_processing") for arg in beam_args)
-
-
-class SigintWatch:
-    """Whether SIGINT has come: its number through the read end of a ``signal.set_wakeup_fd`` pipe (the C-level
-    handler writes it the moment the signal is delivered, to whichever thread), or, asked from a thread that blocks
-    SIGINT, the signal pending, not yet delivered (a busy machine may run worker processes that react to the same
-    Ctrl-C before it schedules the thread that takes the signal here). Once it has come, it stays so."""
-
-    def __init__(self, fd: int) -> None:
-        os.set_blocking(fd, False)
-        self._fd = fd
-        self._arrived = False
-        self._lock = threading.Lock()  # the forwarder and the block's end both ask
-
-    def sigint_arrived(self) -> bool:
-        with self._lock:
-            while not self._arrived and self._fd >= 0:
-                try:
-                    numbers = os.read(self._fd, 64)
-                except BlockingIOError:
-                    break
-                if not numbers:
-                    break
-                self._arrived = signal.SIGINT in numbers
-            # sigpending() lists only the pending signals that the calling thread blocks.
-            self._arrived = self._arrived or signal.SIGINT in signal.sigpending()
-            return self._arrived
-
-    def close(self) -> None:
-        with self._lock:
-            if self._fd >= 0:
-                os.close(self._fd)
-                self._fd = -1
 
 
 def forward_lines(source: int, target: int, dropped: tuple[bytes, ...], sigint: SigintWatch | None = None) -> None:
@@ -113,45 +82,26 @@ class ForwardedStderr:
 
 
 @contextlib.contextmanager
-def forwarded_stderr(dropped: tuple[bytes, ...] = WORKER_START_UP_LINES) -> Iterator[ForwardedStderr]:
+def forwarded_stderr(dropped: tuple[bytes, ...] = WORKER_START_UP_LINES,
+                     sigint: SigintWatch | None = None) -> Iterator[ForwardedStderr]:
     """Filter descriptor 2 (ours and every child's) while the block runs: lines containing ``dropped`` left out
-    and, from the moment SIGINT arrives, every line (when this is the main thread, where Python handles signals).
-    Everything else passes unchanged. After Ctrl-C the block ends without waiting for the forwarder."""
+    and, once ``sigint`` has seen SIGINT, every line. Everything else passes unchanged. After Ctrl-C the block ends
+    without waiting for the forwarder."""
     sys.stderr.flush()
-    with watching_sigint() as sigint:
-        original = os.dup(2)
-        stderr = ForwardedStderr(original, sigint)
-        read_end, write_end = os.pipe()
-        # The forwarder owns its own copy of the original descriptor: it may outlive the block by a lingering worker.
-        forwarder = threading.Thread(target=forward_lines, args=(read_end, os.dup(original), dropped, sigint),
-                                     name="stderr-forwarder", daemon=True)
-        forwarder.start()
-        os.dup2(write_end, 2)
-        os.close(write_end)
-        try:
-            yield stderr
-        finally:
-            sys.stderr.flush()
-            os.dup2(original, 2)  # the pipe's last writer here; it reaches EOF once the workers have exited too
-            if not stderr.interrupted():
-                forwarder.join(_JOIN_TIMEOUT_S)
-            os.close(original)
-
-
-@contextlib.contextmanager
-def watching_sigint() -> Iterator[SigintWatch | None]:
-    """A ``SigintWatch`` on a wakeup pipe installed with ``signal.set_wakeup_fd`` for the block (the previous
-    wakeup descriptor back afterwards); None outside the main thread, where that cannot be set."""
-    if threading.current_thread() is not threading.main_thread():
-        yield None
-        return
+    original = os.dup(2)
+    stderr = ForwardedStderr(original, sigint)
     read_end, write_end = os.pipe()
-    os.set_blocking(write_end, False)
-    watch = SigintWatch(read_end)
-    previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    # The forwarder owns its own copy of the original descriptor: it may outlive the block by a lingering worker.
+    forwarder = threading.Thread(target=forward_lines, args=(read_end, os.dup(original), dropped, sigint),
+                                 name="stderr-forwarder", daemon=True)
+    forwarder.start()
+    os.dup2(write_end, 2)
+    os.close(write_end)
     try:
-        yield watch
+        yield stderr
     finally:
-        signal.set_wakeup_fd(previous)
-        os.close(write_end)
-        watch.close()
+        sys.stderr.flush()
+        os.dup2(original, 2)  # the pipe's last writer here; it reaches EOF once the workers have exited too
+        if not stderr.interrupted():
+            forwarder.join(_JOIN_TIMEOUT_S)
+        os.close(original)

@@ -153,21 +153,26 @@ def signal_when(arguments: list[str], ready: Callable[[list[str]], bool], signal
 
 
 def running_in_group(group: int, wait_s: float = 10.0) -> list[str]:
-    """The processes of process group ``group`` still running after up to ``wait_s`` seconds (``pid (name)``);
-    zombies have exited (their parent's exit left them to init, which reaps them in its own time)."""
+    """The processes of process group ``group`` still running after up to ``wait_s`` seconds (``pid (name)``)."""
     deadline = time.monotonic() + wait_s
     while True:
-        running = []
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            with contextlib.suppress(OSError):
-                text = stat.read_text()
-                name_end = text.rindex(")")
-                state, _, process_group = text[name_end + 2:].split()[:3]
-                if int(process_group) == group and state != "Z":
-                    running.append(text[:name_end + 1])
+        running = [name for name, process_group in map(process_of, Path("/proc").glob("[0-9]*/stat"))
+                   if process_group == group]
         if not running or time.monotonic() > deadline:
             return running
         time.sleep(0.1)
+
+
+def process_of(stat: Path) -> tuple[str, int | None]:
+    """(``pid (name)``, process group) of the process whose /proc/PID/stat is ``stat``; no group once it has
+    exited (a zombie too: its parent's exit left it to init, which reaps it in its own time)."""
+    try:
+        text = stat.read_text()
+    except OSError:
+        return stat.parent.name, None
+    name_end = text.rindex(")")
+    state, _, process_group = text[name_end + 2:].split()[:3]
+    return text[:name_end + 1], None if state == "Z" else int(process_group)
 
 
 def signal_all_in_embed_entities(full_run: Path, model: Path, output: Path, signal_number: int) -> SignalledRun:

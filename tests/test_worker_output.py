@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from pipelines.worker_output import WORKER_START_UP_LINES, SigintWatch, forward_lines, forwarded_stderr
+from pipelines.interrupt import SigintWatch, watching_sigint
+from pipelines.worker_output import WORKER_START_UP_LINES, forward_lines, forwarded_stderr
 from tests.conftest import BUNDLED_SAMPLE, MULTI_PROCESS, REPO
 
 
@@ -102,7 +103,7 @@ def test_after_ctrl_c_only_the_line_written_past_shows_and_stderr_is_restored(ca
     write afterwards is dropped, the line written past the forwarder shows, and descriptor 2 is ours again after."""
     previous_handler = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
     try:
-        with forwarded_stderr(()) as stderr:
+        with watching_sigint() as sigint, forwarded_stderr((), sigint) as stderr:
             os.write(2, b"[parse] running\n")
             deadline = time.monotonic() + 10
             shown = ""
