@@ -58,13 +58,20 @@ def read_until(descriptor: int, expected: bytes, timeout_s: float = 10.0) -> byt
     return seen
 
 
-def test_once_sigint_has_come_through_the_wakeup_pipe_nothing_more_is_forwarded():
+def started_forwarder() -> tuple[threading.Thread, int, int, int]:
+    """A running forwarder from a pipe to another (non-blocking to read), watching a wakeup pipe for SIGINT; returns
+    it and the descriptors to write its input, read its output and write the wakeup pipe."""
     source_read, source_write = os.pipe()
     out_read, out_write = os.pipe()
     os.set_blocking(out_read, False)
     wakeup_read, wakeup_write = os.pipe()
     forwarder = threading.Thread(target=forward_lines, args=(source_read, out_write, (), SigintWatch(wakeup_read)))
     forwarder.start()
+    return forwarder, source_write, out_read, wakeup_write
+
+
+def test_once_sigint_has_come_through_the_wakeup_pipe_nothing_more_is_forwarded():
+    forwarder, source_write, out_read, wakeup_write = started_forwarder()
     os.write(wakeup_write, bytes([signal.SIGCHLD]))  # another signal with a Python handler: no effect
     os.write(source_write, b"[parse] running\n")
     assert read_until(out_read, b"[parse] running\n") == b"[parse] running\n"
@@ -81,12 +88,7 @@ def test_once_sigint_has_come_through_the_wakeup_pipe_nothing_more_is_forwarded(
 def test_a_sigint_not_yet_delivered_already_quiets_the_forwarder():
     """The forwarder's thread blocks SIGINT: a SIGINT sent while the thread that will take it has not run yet shows
     as pending there (here a SIGINT sent to that very thread, which stays pending)."""
-    source_read, source_write = os.pipe()
-    out_read, out_write = os.pipe()
-    os.set_blocking(out_read, False)
-    wakeup_read, wakeup_write = os.pipe()
-    forwarder = threading.Thread(target=forward_lines, args=(source_read, out_write, (), SigintWatch(wakeup_read)))
-    forwarder.start()
+    forwarder, source_write, out_read, wakeup_write = started_forwarder()
     os.write(source_write, b"[index] running\n")
     assert read_until(out_read, b"[index] running\n") == b"[index] running\n"
     signal.pthread_kill(forwarder.ident, signal.SIGINT)  # blocked there: pending, never delivered
