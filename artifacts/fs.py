@@ -14,7 +14,7 @@ import os
 import tempfile
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import IO, Any
 
 from artifacts.errors import InputError
 
@@ -69,11 +69,15 @@ def size(path: str) -> int:
     return _filesystems().match([path])[0].metadata_list[0].size_in_bytes
 
 
-def read_bytes(path: str) -> bytes:
+def open_read(path: str) -> IO[bytes]:
+    """A seekable binary stream of the file at ``path``."""
     if "://" not in path:  # plain local paths need no Beam (the runtime linker reads its files here)
-        with open(path, "rb") as handle:
-            return handle.read()
-    with _filesystems().open(path, compression_type=_uncompressed()) as handle:
+        return open(path, "rb")
+    return _filesystems().open(path, compression_type=_uncompressed())
+
+
+def read_bytes(path: str) -> bytes:
+    with open_read(path) as handle:
         return handle.read()
 
 
@@ -81,8 +85,13 @@ def read_json(path: str) -> Any:
     return json.loads(read_bytes(path).decode("utf-8"))
 
 
+def create(path: str) -> IO[bytes]:
+    """A new file at ``path`` (any Beam filesystem; local parent directories are made), open for writing."""
+    return _filesystems().create(path, compression_type=_uncompressed())
+
+
 def write_bytes(path: str, data: bytes) -> None:
-    with _filesystems().create(path, compression_type=_uncompressed()) as handle:
+    with create(path) as handle:
         handle.write(data)
 
 

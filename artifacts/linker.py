@@ -17,10 +17,12 @@ from functools import cached_property
 
 import marisa_trie
 import numpy as np
+import pyarrow as pa
 
 from artifacts import fs
 from artifacts.errors import InputError
-from artifacts.names import NameRules, find_names, fold_case, token_spans
+from artifacts.names import NameRules, TokenSpans, find_names, fold_case
+from artifacts.trie_map import iter_strings, string_array, trie_key_ids
 
 LINKER_FILES = ("name.trie", "kb_id.trie", "data.npy", "offsets.npy", "config.json", "titles.bin",
                 "title_offsets.npy")
@@ -71,12 +73,25 @@ def write_linker(directory: str, rows: Sequence[NameRow], kb_keys: marisa_trie.T
     write_linker_columns(directory, [row.name for row in rows], counts, kb_keys, titles, config)
 
 
-def write_linker_columns(directory: str, names: Sequence[str], counts: np.ndarray, kb_keys: marisa_trie.Trie,
-                         titles: Sequence[str], config: dict) -> None:
+def utf8_concatenated(strings: pa.Array | pa.ChunkedArray) -> tuple[bytes, np.ndarray]:
+    """(the UTF-8 bytes of ``strings`` one after the other, the offset of each and of the end): Arrow's own
+    buffers, no Python string made."""
+    array = strings.combine_chunks() if isinstance(strings, pa.ChunkedArray) else strings
+    array = array.cast(pa.large_string())
+    offsets = np.frombuffer(array.buffers()[1], dtype=np.int64)[array.offset:array.offset + len(array) + 1]
+    data = array.buffers()[2]
+    return (data.to_pybytes()[offsets[0]:offsets[-1]] if data is not None else b""), \
+        (offsets - offsets[0]).astype(np.uint64)
+
+
+def write_linker_columns(directory: str, names: pa.Array | pa.ChunkedArray | Sequence[str], counts: np.ndarray,
+                         kb_keys: marisa_trie.Trie, titles: pa.Array | pa.ChunkedArray | Sequence[str],
+                         config: dict) -> None:
     """Write the linker files from columns: ``names[i]`` and ``counts[i]`` = (entity_id, link_count,
     total_link_count, doc_count) of pair i. Arrays, not per-row objects, so millions of pairs stay small."""
-    trie = marisa_trie.Trie(names)
-    name_ids = np.fromiter((trie[name] for name in names), dtype=np.int64, count=len(names))
+    names = string_array(names)
+    trie = marisa_trie.Trie(iter_strings(names))
+    name_ids = trie_key_ids(trie, names)
     data = counts.astype(np.uint32).reshape(len(names), 4)
     data[:, 0] -= 1  # entity_id -> kb_index
     # By name id, then most linked first, then by entity: the same bytes whatever order the rows came in.
@@ -84,9 +99,7 @@ def write_linker_columns(directory: str, names: Sequence[str], counts: np.ndarra
     data = data[order]
     offsets = np.zeros(len(trie) + 1, dtype=np.uint32)
     np.cumsum(np.bincount(name_ids, minlength=len(trie)), out=offsets[1:])
-    encoded = [title.encode("utf-8") for title in titles]
-    title_offsets = np.zeros(len(encoded) + 1, dtype=np.uint64)
-    np.cumsum([len(title) for title in encoded], out=title_offsets[1:])
+    encoded, title_offsets = utf8_concatenated(string_array(titles))
     with tempfile.TemporaryDirectory() as local:
         trie.save(os.path.join(local, "name.trie"))
         kb_keys.save(os.path.join(local, "kb_id.trie"))
@@ -94,7 +107,7 @@ def write_linker_columns(directory: str, names: Sequence[str], counts: np.ndarra
         np.save(os.path.join(local, "offsets.npy"), offsets)
         np.save(os.path.join(local, "title_offsets.npy"), title_offsets)
         with open(os.path.join(local, "titles.bin"), "wb") as handle:
-            handle.write(b"".join(encoded))
+            handle.write(encoded)
         with open(os.path.join(local, "config.json"), "w") as handle:
             json.dump(config, handle, indent=2, sort_keys=True)
         for name in LINKER_FILES:
@@ -154,10 +167,8 @@ class EntityLinker:
             return cls(local, min_link_prob, min_commonness, min_link_count, longest_name_blocks)
 
     @cached_property
-    def _tokenizer(self):
-        import spacy
-
-        return spacy.blank("en").tokenizer
+    def _token_spans(self) -> TokenSpans:
+        return TokenSpans()
 
     def title(self, kb_index: int) -> str:
         start, end = int(self.title_offsets[kb_index]), int(self.title_offsets[kb_index + 1])
@@ -211,7 +222,7 @@ class EntityLinker:
 
     def detect(self, text: str) -> list[Mention]:
         """Mentions of dictionary names in ``text`` with every candidate entity that passes the thresholds."""
-        tokens = token_spans(self._tokenizer(text))
+        tokens = self._token_spans(text)
         folded = text if self.rules.case_sensitive else fold_case(text)
         found = (Mention(match.start, match.end, text[match.start:match.end], self.candidates(match.name))
                  for match in find_names(folded, tokens, self._prefix_finder, self.rules.max_length,

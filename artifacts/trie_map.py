@@ -9,15 +9,36 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import marisa_trie
 import numpy as np
+import pyarrow as pa
 
 from artifacts import fs
 
 KEYS_FILE, VALUES_FILE = "keys.trie", "values.npy"
+# Strings of an Arrow array made Python objects at a time: tries are built and looked up through such slices,
+# never through a list of millions of Python strings.
+STRING_SLICE = 1 << 16
+
+
+def iter_strings(strings: pa.Array | pa.ChunkedArray) -> Iterator[str]:
+    """The values of an Arrow string array as Python strings, a slice at a time."""
+    for start in range(0, len(strings), STRING_SLICE):
+        yield from strings.slice(start, STRING_SLICE).to_pylist()
+
+
+def restored_strings(trie: marisa_trie.Trie, key_ids: np.ndarray) -> pa.ChunkedArray:
+    """The keys of ``key_ids`` in ``trie``, as an Arrow string array (the inverse of ``trie_key_ids``)."""
+    return pa.chunked_array([pa.array([trie.restore_key(key) for key in key_ids[start:start + STRING_SLICE].tolist()],
+                                      pa.string()) for start in range(0, len(key_ids), STRING_SLICE)], pa.string())
+
+
+def trie_key_ids(trie: marisa_trie.Trie, strings: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """The key id of each string of an Arrow array in ``trie`` (int64; every string must be a key)."""
+    return np.fromiter((trie[key] for key in iter_strings(strings)), dtype=np.int64, count=len(strings))
 
 
 @dataclass(frozen=True)
@@ -49,13 +70,19 @@ class TrieMap:
         return result
 
 
-def build_trie_map(keys: Sequence[str], values: np.ndarray) -> TrieMap:
+def string_array(strings: pa.Array | pa.ChunkedArray | Sequence[str]) -> pa.Array | pa.ChunkedArray:
+    """``strings`` as an Arrow string array (Arrow arrays as they are)."""
+    return strings if isinstance(strings, (pa.Array, pa.ChunkedArray)) else pa.array(strings, pa.string())
+
+
+def build_trie_map(keys: pa.Array | pa.ChunkedArray | Sequence[str], values: np.ndarray) -> TrieMap:
     """The map of distinct ``keys`` to ``values`` (aligned with ``keys``), values stored in ``values``' dtype."""
+    keys = string_array(keys)
     if len(keys) != len(values):
         raise ValueError(f"{len(keys)} keys for {len(values)} values")
-    trie = marisa_trie.Trie(keys)
+    trie = marisa_trie.Trie(iter_strings(keys))
     by_id = np.zeros(len(trie), dtype=values.dtype)
-    by_id[np.fromiter((trie[key] for key in keys), dtype=np.int64, count=len(keys))] = values
+    by_id[trie_key_ids(trie, keys)] = values
     return TrieMap(trie, by_id)
 
 

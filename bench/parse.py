@@ -1,9 +1,9 @@
 """Benchmark the whole parse stage: uncompressed-XML MB/s and pages/s per worker.
 
-Runs the parse stage (in this process) on the gensim enwiki sample, then on a larger synthetic multistream dump made by
-repeating its pages with new ids and titles (a steady-state figure), with 1 and 2 worker processes.
+Runs the parse stage (in this process) on the gensim enwiki sample, then on a larger enwiki-shaped synthetic
+multistream dump (``bench/synthetic.py``: a steady-state figure), with 1 and 2 worker processes.
 
-    python -m bench.parse [--repeat 8] [--workers 1 2]
+    python -m bench.parse [--articles 10000] [--workers 1 2]
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bench.common import run_cli
 from bench.paths import GENSIM
-from bench.synthetic import copied_pages, split_dump, write_multistream
+from bench.synthetic import Shape, split_dump, synthetic_dump
 
 
 def run_parse(dump: Path, output: Path, workers: int) -> float:
@@ -31,21 +31,21 @@ def report(label: str, size: int, pages: int, seconds: float, workers: int) -> N
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeat", type=int, default=8, help="copies of the sample in the synthetic dump")
+    parser.add_argument("--articles", type=int, default=10_000, help="articles of the synthetic dump")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     args = parser.parse_args()
     xml = bz2.decompress(GENSIM.read_bytes())
-    header, pages, footer = split_dump(xml)
+    pages = split_dump(xml)[1]
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         for workers in args.workers:
             seconds = run_parse(GENSIM, directory / f"sample-{workers}", workers)
             report("gensim sample (single bz2 stream, 6.1 MB)", len(xml), len(pages), seconds, workers)
-        copies = copied_pages(pages, args.repeat, "keep")
-        dump, _index, size = write_multistream(header, copies, footer, directory)
+        dump = synthetic_dump(Shape(args.articles), directory / "dump")
         for workers in args.workers:
-            seconds = run_parse(dump, directory / f"synthetic-{workers}", workers)
-            report(f"synthetic multistream x{args.repeat} ({size / 1e6:.0f} MB)", size, len(copies), seconds, workers)
+            seconds = run_parse(dump.dump, directory / f"synthetic-{workers}", workers)
+            report(f"synthetic multistream, {args.articles:,} articles ({dump.xml_bytes / 1e6:.0f} MB)",
+                   dump.xml_bytes, dump.counts.pages_read, seconds, workers)
 
 
 if __name__ == "__main__":

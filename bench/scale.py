@@ -1,25 +1,26 @@
-"""How every stage scales with the size of the dump and the number of workers (issue 19's benchmark).
+"""How every stage scales with English Wikipedia's shape and with the number of workers (issue 26's benchmark).
 
-Builds synthetic multistream dumps from the real gensim sample (``bench/synthetic.py``: --sizes copies of its 206
-pages, 6.1 MB of XML each, with the multistream index; cached in --work), then for each size and worker count runs
-the stages in order, each as a child process (``python run_pipeline.py STAGE … --runner=DirectRunner``, Beam's
-multi_processing mode for more than 1 worker), and measures the child's whole process tree (Beam's worker
-subprocesses included, ``bench/memory.py``): wall time, CPU seconds, peak summed RSS, and items/s from the
-stage's record in OUT/manifest.json. Then prints the tables: the runs; the slopes of peak RSS and of wall time over
-MB of XML; the 2-worker speed-up; a projection for English Wikipedia on one 16-core 128 GB machine
+Builds enwiki-shaped synthetic multistream dumps (``bench/synthetic.py``: titles, redirects, links, entities,
+anchor names and sampled mentions all grow with the articles as in English Wikipedia; cached in --work), then for
+each size and worker count runs the stages in order, each as a child process (``python run_pipeline.py STAGE …
+--runner=DirectRunner``, Beam's multi_processing mode for more than 1 worker), and measures the child's whole
+process tree (Beam's worker subprocesses included, ``bench/memory.py``): wall time, CPU seconds, peak summed RSS and
+the peak of the largest single process. With the outputs each stage wrote (titles, names, entities, sampled
+mentions, passages, from OUT/manifest.json) it prints: the runs; memory per output unit; CPU per article; the
+speed-up with more workers; a projection for English Wikipedia on one 16-core 128 GB machine
 (``bench/scale_report.py``).
 
 ``--no-op-model`` puts ``bench/no_op_model`` first on the children's PYTHONPATH: its ``sitecustomize`` replaces
 the model forward of embed-entities and index in every interpreter of the run (the worker subprocesses too) by
 equal unit vectors of the right size, so those stages measure what the host side can feed.
 
-    python -m bench.scale --sizes 10 20 40 --workers 1 2 --no-op-model [--work DIR] [--json FILE]
-    python -m bench.scale --sizes 2 4 --stages parse dictionary --workers 1      # a quick check, a few minutes
-    python -m bench.scale --report a.json b.json     # the tables of several saved runs together (speed-ups)
+    python -m bench.scale --articles 2500 10000 40000 160000 --workers 1 --no-op-model --work DIR --json FILE
+    python -m bench.scale --articles 40000 --workers 1 2 --no-op-model --work DIR --json FILE2
+    python -m bench.scale --articles 2000 8000 --stages parse dictionary mentions      # a quick check
+    python -m bench.scale --report FILE FILE2     # the tables of several saved runs together
 
---sizes 10 20 40 --workers 1 --no-op-model took an hour on 2 shared CPU cores (load 8-15; 20 minutes of CPU;
-embed-entities and parse dominate); each further worker count about as long again. Memory figures do not depend
-on the machine's load; wall times and speed-ups do (the CPU seconds beside them help to tell).
+Memory figures do not depend on the machine's load; wall times and speed-ups do (the CPU seconds beside them help
+to tell).
 """
 
 from __future__ import annotations
@@ -36,9 +37,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench.memory import run_measured
-from bench.paths import GENSIM, REPO, minilm_path
+from bench.paths import REPO, minilm_path
 from bench.scale_report import StageRun, describe, print_report, summary
-from bench.synthetic import ENTITY_MODES, SyntheticDump, synthetic_dump
+from bench.synthetic import Shape, SyntheticDump, synthetic_dump
 
 STAGES = ("parse", "dictionary", "mentions", "embed-entities", "index")
 NO_OP_MODEL = REPO / "bench" / "no_op_model"
@@ -58,6 +59,7 @@ class Settings:
     device: str
     no_op_model: bool
     timeout_s: float | None
+    checkout: Path  # the code measured: this repository, or another checkout of it (an older commit)
 
 
 def stage_flags(stage: str, dump: SyntheticDump, settings: Settings) -> list[str]:
@@ -65,7 +67,7 @@ def stage_flags(stage: str, dump: SyntheticDump, settings: Settings) -> list[str
     if stage == "parse":
         return ["--dump", str(dump.dump), "--dump-index", str(dump.index)]
     if stage == "dictionary":
-        return ["--include-red-links"]
+        return []
     if stage == "mentions":
         return ["--max-mentions", str(settings.max_mentions), "--max-seq-length", str(settings.max_seq_length)]
     if stage == "embed-entities":
@@ -96,35 +98,28 @@ def output_rows(record, artifact: str) -> int:
                and item.path.endswith(".parquet"))
 
 
-def counted(record, counter: str, artifact: str) -> float:
-    """A stage counter, or the rows of ``artifact`` when the stage no longer counts it."""
-    value = record.counters.get(counter)
-    return float(value if value is not None else output_rows(record, artifact))
-
-
-def stage_items(stage: str, output: Path, dump: SyntheticDump) -> tuple[dict[str, float], dict[str, float]]:
-    """(items the stage's rate is counted in, other measured figures) from OUT/manifest.json."""
+def stage_outputs(stage: str, output: Path, dump: SyntheticDump) -> dict[str, float]:
+    """What the dump holds and the stage wrote, by unit (the first after articles: what its memory is fitted
+    against), from OUT/manifest.json."""
     from artifacts.run import manifest
 
     records = manifest.load(str(output))
-    parse = records["parse"]
-    articles = counted(parse, "articles", "articles")
+    found = {"articles": float(dump.articles)}
     if stage == "parse":
-        return {"pages": counted(parse, "pages_read", "articles"), "XML MB": dump.xml_bytes / 1e6}, {}
+        parse = records["parse"]
+        return {**found, "titles": float(output_rows(parse, "articles") + output_rows(parse, "redirects")),
+                "links": float(parse.counters.get("links", 0))}
+    entities = float(output_rows(records["dictionary"], "entities"))
     if stage == "dictionary":
-        return {"articles": articles}, {"entities": float(output_rows(records["dictionary"], "entities"))}
+        return {**found, "names": float(output_rows(records["dictionary"], "dictionary/names")), "entities": entities}
     if stage == "mentions":
-        mentions = records["mentions"]
-        sampled = counted(mentions, "mentions_sampled", "mentions")
-        with_mentions = mentions.counters.get("entities_with_mentions") or output_rows(records["dictionary"],
-                                                                                       "entities")
-        return ({"articles": articles, "links": float(parse.counters.get("links", 0))},
-                {"mentions": sampled, "mentions_per_entity": sampled / max(with_mentions, 1)})
+        return {**found, "mentions": float(output_rows(records["mentions"], "mentions")), "entities": entities}
     if stage == "embed-entities":
-        return {"mentions": counted(records["embed_entities"], "mentions_embedded", "mentions")}, {}
-    passages = counted(records["index"], "passages_encoded", "passages")
+        return {**found, "mentions": float(records["embed_entities"].counters.get("mentions_embedded", 0)),
+                "entities": entities}
+    passages = float(output_rows(records["index"], "passages"))
     dim = json.loads((output / "index" / "index.json").read_text())["dim"]
-    return {"passages": passages}, {"vector_mb": passages * dim * 4 / 1e6}
+    return {**found, "vector MB": passages * dim * 4 / 1e6, "passages": passages}
 
 
 def log_tail(log: Path) -> str:
@@ -136,31 +131,28 @@ def run_stage(stage: str, dump: SyntheticDump, workers: int, output: Path, setti
               measured: bool) -> StageRun:
     """One stage as a child process under the tree sampler (``measured``: with --force; otherwise resumed, only
     to provide what a measured stage reads)."""
-    name = f"x{dump.copies}-{dump.entities}-w{workers}-{stage}"
+    name = f"{settings.checkout.name}-a{dump.articles}-w{workers}-{stage}"
     log, markers = settings.work / "logs" / f"{name}.log", settings.work / "markers" / name
     log.parent.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(markers, ignore_errors=True)
     markers.mkdir(parents=True)
-    command = [sys.executable, str(REPO / "run_pipeline.py"), stage, "--output", str(output),
+    command = [sys.executable, str(settings.checkout / "run_pipeline.py"), stage, "--output", str(output),
                *stage_flags(stage, dump, settings), *(["--force"] if measured else []), *beam_flags(workers)]
-    result = run_measured(command, log, child_env(settings, markers), REPO, timeout_s=settings.timeout_s)
-    run = StageRun(stage, dump.copies, dump.xml_bytes, workers, result.returncode == 0, result.wall_s,
-                   result.cpu_s, result.peak_rss_bytes, result.processes, log=str(log),
-                   max_process_rss_bytes=result.max_process_rss_bytes)
+    result = run_measured(command, log, child_env(settings, markers), settings.checkout,
+                          timeout_s=settings.timeout_s)
+    run = StageRun(stage, dump.articles, dump.xml_bytes, workers, result.returncode == 0, result.wall_s,
+                   result.cpu_s, result.peak_rss_bytes, result.processes, result.max_process_rss_bytes, log=str(log))
     if settings.no_op_model and stage in MODEL_STAGES:
         run.no_op_processes = len({marker.name.split("-")[0] for marker in markers.iterdir()})
     if run.ok:
-        try:
-            run.items, run.facts = stage_items(stage, output, dump)
-        except KeyError as missing:  # a stage record or counter the rewritten stages no longer write
-            print(f"  {stage}: no item counts in {output}/manifest.json ({missing!r} missing)", flush=True)
+        run.outputs = stage_outputs(stage, output, dump)
     return run
 
 
 def run_size(dump: SyntheticDump, workers: int, stages: Sequence[str], settings: Settings) -> list[StageRun]:
     """The chosen stages (and any earlier stage they need, unmeasured) on one dump with one worker count; stops
     at the first failure."""
-    output = settings.work / "out" / f"x{dump.copies}-{dump.entities}-w{workers}"
+    output = settings.work / "out" / settings.checkout.name / f"a{dump.articles}-w{workers}"
     last = max(STAGES.index(stage) for stage in stages)
     runs = []
     for stage in STAGES[:last + 1]:
@@ -169,7 +161,8 @@ def run_size(dump: SyntheticDump, workers: int, stages: Sequence[str], settings:
             runs.append(run)
             print(describe(run), flush=True)
         if not run.ok:
-            print(f"  {stage} failed (log {run.log}); later stages of x{dump.copies} workers={workers} skipped:\n"
+            print(f"  {stage} failed (log {run.log}); later stages of {dump.articles} articles, {workers} workers "
+                  "skipped:\n"
                   + log_tail(Path(run.log)), flush=True)
             break
     return runs
@@ -177,18 +170,20 @@ def run_size(dump: SyntheticDump, workers: int, stages: Sequence[str], settings:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10, 20, 40], help="copies of the sample's pages")
+    parser.add_argument("--articles", type=int, nargs="+", default=[2_500, 10_000, 40_000],
+                        help="sizes of the synthetic dumps, in articles")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic dumps")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="Beam worker processes")
     parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
-    parser.add_argument("--entities", choices=ENTITY_MODES, default="keep",
-                        help="keep: copies link where the sample does; grow: copy c links to copy c's pages")
     parser.add_argument("--work", type=Path, help="cache of dumps, outputs and logs (default: a temporary directory)")
-    parser.add_argument("--max-mentions", type=int, default=16)
+    parser.add_argument("--max-mentions", type=int, default=128)
     parser.add_argument("--max-seq-length", type=int, default=128)
     parser.add_argument("--model", help="[MASK] model and passage encoder (default: the packaged MiniLM)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--no-op-model", action="store_true", help="model forward replaced by equal unit vectors")
     parser.add_argument("--stage-timeout", type=float, help="seconds before a stage run is killed (default: none)")
+    parser.add_argument("--checkout", type=Path, default=REPO,
+                        help="measure the code of this checkout (e.g. a git worktree of an older commit)")
     parser.add_argument("--json", type=Path, help="write every figure here")
     parser.add_argument("--report", type=Path, nargs="+", metavar="JSON",
                         help="run nothing: print the tables of the runs saved in these --json files together")
@@ -198,12 +193,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def benchmark(args: argparse.Namespace, work: Path) -> list[StageRun]:
     """Every chosen stage on every size and worker count, in the order given; dumps built or reused in ``work``."""
     settings = Settings(work, args.max_mentions, args.max_seq_length, args.model or minilm_path(), args.device,
-                        args.no_op_model, args.stage_timeout)
+                        args.no_op_model, args.stage_timeout, args.checkout.resolve())
     stages = [stage for stage in STAGES if stage in args.stages]
     runs: list[StageRun] = []
-    for copies in args.sizes:
-        dump = synthetic_dump(GENSIM, copies, args.entities, work / "dumps" / f"x{copies}-{args.entities}")
-        print(f"dump x{copies} ({args.entities}): {dump.pages:,} pages, {dump.xml_bytes / 1e6:.0f} MB XML, "
+    for articles in args.articles:
+        dump = synthetic_dump(Shape(articles, args.seed), work / "dumps" / f"a{articles}-s{args.seed}")
+        counts = dump.counts
+        print(f"dump of {articles:,} articles: {counts.pages_read:,} pages, {counts.titles:,} titles, "
+              f"{counts.links:,} links, {counts.anchor_names:,} anchor names, {dump.xml_bytes / 1e6:.0f} MB XML, "
               f"{dump.dump.stat().st_size / 1e6:.0f} MB bz2", flush=True)
         for workers in args.workers:
             runs += run_size(dump, workers, stages, settings)
@@ -215,7 +212,7 @@ def benchmark(args: argparse.Namespace, work: Path) -> list[StageRun]:
 def save(args: argparse.Namespace, runs: list[StageRun]) -> None:
     """All figures as JSON (rewritten after each size, so an interrupted run keeps what it measured)."""
     settings = {name: str(value) if isinstance(value, Path) else value for name, value in vars(args).items()}
-    document = {"settings": settings, "runs": [asdict(run) for run in runs], **summary(runs, args.max_mentions)}
+    document = {"settings": settings, "runs": [asdict(run) for run in runs], **summary(runs)}
     args.json.write_text(json.dumps(document, indent=1))
 
 
@@ -231,10 +228,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.report:
         runs, settings = saved_runs(args.report)
-        print_report(runs, settings["max_mentions"], settings["no_op_model"])
+        print_report(runs, settings["no_op_model"])
         return
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start; "
-          f"no-op model: {'on' if args.no_op_model else 'off'}; entities: {args.entities}", flush=True)
+          f"no-op model: {'on' if args.no_op_model else 'off'}", flush=True)
     if args.work:
         args.work.mkdir(parents=True, exist_ok=True)
         runs = benchmark(args, args.work.resolve())
@@ -242,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         with tempfile.TemporaryDirectory(prefix="kpr-scale-") as work:
             runs = benchmark(args, Path(work))
     print(f"load average {os.getloadavg()[0]:.1f} at the end\n")
-    print_report(runs, args.max_mentions, args.no_op_model)
+    print_report(runs, args.no_op_model)
     if args.json:
         save(args, runs)
 

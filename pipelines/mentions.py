@@ -9,10 +9,12 @@ import apache_beam as beam
 
 from artifacts import fs, layout, schemas, tables
 from artifacts.errors import InputError
+from artifacts.run import manifest
 from pipelines import flags
 from pipelines.stage import StageContext, run_beam
 from transforms.article_shards import row_group_count
 from transforms.mentions import COUNTERS, MentionsConfig, MentionsInputs, SampleMentions, sample_buckets
+from transforms.parquet_rows import write_parquet_rows
 
 
 class MentionsStage:
@@ -44,17 +46,14 @@ class MentionsStage:
 
     def run(self, ctx: StageContext, config: MentionsConfig) -> dict[str, int]:
         inputs = MentionsInputs(output=ctx.output, scratch=scratch_directory(ctx),
-                                buckets=sample_buckets(tables.total_rows(ctx.output, layout.ENTITIES),
-                                                       config.max_mentions))
+                                buckets=sample_buckets(parsed_links(ctx.output)))
         progress = {"links": ctx.progress("article row groups (pass 1: links)", article_row_groups(ctx.output)),
                     "articles": ctx.progress("articles (pass 2: mentions)",
                                              tables.total_rows(ctx.output, layout.ARTICLES))}
 
         def build(pipeline: beam.Pipeline) -> None:
             rows = pipeline | "SampleMentions" >> SampleMentions(config, inputs, progress)
-            _ = rows | "WriteMentions" >> beam.io.WriteToParquet(
-                ctx.staged_prefix(layout.MENTIONS), schemas.MENTIONS, file_name_suffix=".parquet",
-                codec=schemas.PARQUET_CODEC)
+            _ = rows | "WriteMentions" >> write_parquet_rows(ctx.staged_prefix(layout.MENTIONS), schemas.MENTIONS)
 
         return run_beam(ctx, build)
 
@@ -62,6 +61,12 @@ class MentionsStage:
 def scratch_directory(ctx: StageContext) -> str:
     """Where the stage's workers share files (title map, thresholds): in its staging directory, removed with it."""
     return fs.join(ctx.staging_root, "work")
+
+
+def parsed_links(output: str) -> int:
+    """The links parse counted in the articles (those to entities are at most as many): what the bottom-k reduce
+    is bucketed by."""
+    return int(manifest.load(output)[layout.PARSE_STAGE].counters.get("links", 0))
 
 
 def article_row_groups(output: str) -> int:

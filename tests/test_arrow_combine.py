@@ -1,10 +1,12 @@
-"""Sums of Arrow tables by key: against a plain dict count, whatever the batches, buckets and merge order."""
+"""Sums of Arrow tables by key: against a plain dict count, whatever the batches, buckets, spills and part order."""
 
 from __future__ import annotations
 
 import random
 import zlib
 from collections import Counter
+from functools import partial
+from unittest import mock
 
 import apache_beam as beam
 import numpy as np
@@ -14,15 +16,15 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from transforms.arrow_combine import (
-    MAX_TABLES,
-    ArrowTableCoder,
-    SumTables,
+    bucket_sums,
     bucketed_sums,
     split_by_bucket,
     stable_bucket,
     stable_buckets,
     sum_by,
+    summed_by,
 )
+from transforms.spill import SpillAndGroup, reduce_parts, write_part
 
 SCHEMA = pa.schema([("name", pa.string()), ("target", pa.string()), ("count", pa.int64()), ("weight", pa.int64())])
 KEYS, VALUES = ("name", "target"), ("count", "weight")
@@ -66,38 +68,22 @@ def test_sum_by_is_a_dict_count_with_null_keys():
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_sum_tables_equals_a_dict_count_in_any_order_of_adds_and_merges(seed):
-    """Batches added to accumulators in random groups, compacted at tiny sizes, merged in random order."""
+def test_bucket_sums_equal_a_dict_count_in_any_order_of_parts(seed, tmp_path):
+    """Batches spilled in random groups to part files, reduced from the parts in random order and compacted at
+    tiny sizes: the sums of a dict count, in key order."""
     rows = random_rows(seed, 2000)
     rng = random.Random(seed)
-    combine = SumTables(KEYS, VALUES, compact_rows=rng.choice([1, 7, 50]))
-    accumulators = []
-    for table in batches(rows, seed):
-        if not accumulators or rng.random() < 0.3:
-            accumulators.append(combine.create_accumulator())
-        index = rng.randrange(len(accumulators))
-        accumulators[index] = combine.add_input(accumulators[index], table)
-    rng.shuffle(accumulators)
-    coder = combine.get_accumulator_coder()
-    decoded = [coder.decode(coder.encode(combine.compact(accumulator))) for accumulator in accumulators]
-    result = combine.extract_output(combine.merge_accumulators(decoded))
+    parts = []
+    for index, table in enumerate(batches(rows, seed)):
+        parts += [part for _, part in write_part(str(tmp_path / f"part-{index}.arrow"),
+                                                 [(0, sum_by(table, KEYS, VALUES))])]
+    rng.shuffle(parts)
+    with mock.patch("transforms.arrow_combine.reduce_parts",
+                    partial(reduce_parts, compact_rows=rng.choice([1, 7, 50]))):
+        result = bucket_sums(parts, KEYS, VALUES)
     assert table_sums(result) == dict_sums(rows)
     keys = list(zip(result.column("name").to_pylist(), result.column("target").to_pylist(), strict=True))
     assert keys == sorted(keys, key=lambda key: (key[0], key[1] is None, key[1] or ""))  # key order, nulls last
-
-
-@pytest.mark.parametrize("compact_rows", [100, 10**9])
-def test_an_accumulator_stays_near_its_distinct_keys(compact_rows):
-    combine = SumTables(KEYS, VALUES, compact_rows=compact_rows)
-    accumulator = combine.create_accumulator()
-    rows = random_rows(1, 50)
-    bound = min(compact_rows, (MAX_TABLES + 1) * len(rows)) + len(rows)
-    for _ in range(200):
-        accumulator = combine.add_input(accumulator, table_of(rows))
-        assert sum(table.num_rows for table in accumulator) <= bound
-        assert len(accumulator) <= MAX_TABLES
-    assert table_sums(combine.extract_output(accumulator)) == {
-        key: (count * 200, weight * 200) for key, (count, weight) in dict_sums(rows).items()}
 
 
 def test_stable_buckets_are_crc32_of_utf8():
@@ -125,12 +111,7 @@ def test_bucketed_sums_put_every_key_in_its_bucket():
     assert {key: value for _, part in parts for key, value in table_sums(part).items()} == dict_sums(rows)
 
 
-def test_coder_round_trips_slices():
-    table = table_of(random_rows(4, 100)).slice(10, 30)
-    assert ArrowTableCoder().decode(ArrowTableCoder().encode(table)).equals(table)
-
-
-def test_combine_per_bucket_in_a_pipeline():
+def test_spilled_sums_per_bucket_in_a_pipeline(tmp_path):
     rows = random_rows(5, 3000)
     expected = dict_sums(rows)
     with TestPipeline() as pipeline:
@@ -138,7 +119,8 @@ def test_combine_per_bucket_in_a_pipeline():
             pipeline
             | beam.Create(batches(rows, 5))
             | beam.FlatMap(lambda table: bucketed_sums(table, KEYS, VALUES, "name", 4))
-            | beam.CombinePerKey(SumTables(KEYS, VALUES, compact_rows=10))
-            | beam.FlatMap(lambda bucket_table: sorted(table_sums(bucket_table[1]).items(), key=repr))
+            | SpillAndGroup(str(tmp_path), summed_by(KEYS, VALUES), spill_rows=50)
+            | beam.FlatMap(lambda bucket_parts: sorted(table_sums(bucket_sums(bucket_parts[1], KEYS, VALUES)).items(),
+                                                       key=repr))
         )
         assert_that(summed, equal_to(sorted(expected.items(), key=repr)))

@@ -1,4 +1,5 @@
-"""The scale benchmark's pieces: synthetic multistream dumps, the process-tree sampler, the no-op model."""
+"""The scale benchmark's pieces: enwiki-shaped synthetic dumps, the process-tree sampler, the report, the no-op
+model."""
 
 from __future__ import annotations
 
@@ -16,7 +17,16 @@ import pytest
 from bench.memory import ProcessTreeSampler, run_measured
 from bench.scale import NO_OP_MODEL
 from bench.scale_report import StageRun, fit_line, projection
-from bench.synthetic import copied_pages, links_to_copy, split_dump, synthetic_dump, write_multistream
+from bench.synthetic import (
+    DUMP_NAME,
+    INDEX_NAME,
+    Shape,
+    SyntheticDump,
+    sample_material,
+    split_dump,
+    synthetic_dump,
+    write_multistream,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 HEADER = b'<mediawiki xml:lang="en">\n  <siteinfo>\n    <sitename>Wikipedia</sitename>\n  </siteinfo>\n'
@@ -30,36 +40,12 @@ def page(page_id: int, title: str, text: str, redirect: str | None = None) -> by
             f'      <text xml:space="preserve">{text}</text>\n    </revision>\n  </page>\n').encode()
 
 
-def test_links_to_copy_renames_targets_and_keeps_the_shown_text() -> None:
-    text = ("[[Aristotle|the philosopher]] met [[Plato]]s and [[Plato#Works|his works]]; "
-            "[[#Notes]], [[:Category:Greeks]], [[Athens (city)|]], [[File:Bust.jpg|thumb|A [[Plato]] bust]]")
-    copied = links_to_copy(page(12, "Socrates", text), 3)
-    assert (b"[[Aristotle (copy 3)|the philosopher]] met [[Plato (copy 3)|Plato]]s and "
-            b"[[Plato (copy 3)#Works|his works]]; [[#Notes]], [[:Category:Greeks]], [[Athens (city)|]], "
-            b"[[File:Bust.jpg|thumb|A [[Plato (copy 3)|Plato]] bust]]") in copied
-    assert b"<comment>[[WP:X|x]]</comment>" in copied  # only the text's links
-    assert links_to_copy(page(12, "Socrates", text), 0) == page(12, "Socrates", text)
-
-
-def test_copies_get_new_ids_titles_and_in_grow_mode_their_own_link_targets() -> None:
-    pages = [page(10, "Plato", "[[Socrates]]"), page(11, "Socrate", "#REDIRECT [[Socrates]]", redirect="Socrates")]
-    kept = copied_pages(pages, 2, "keep")
-    grown = copied_pages(pages, 2, "grow")
-    assert kept[:2] == grown[:2] == pages
-    assert b"<title>Plato (copy 1)</title>" in kept[2] and b"<id>10000010</id>" in kept[2]
-    assert b"[[Socrates]]" in kept[2] and b"[[Socrates (copy 1)|Socrates]]" in grown[2]
-    assert b'<redirect title="Socrates (copy 1)" />' in grown[3]
-    assert b"#REDIRECT [[Socrates (copy 1)|Socrates]]" in grown[3]
-    with pytest.raises(ValueError, match="entities"):
-        copied_pages(pages, 2, "double")
-
-
 def test_multistream_dump_streams_and_index(tmp_path: Path) -> None:
     pages = [page(index + 1, f"Page {index}", "text") for index in range(150)]
-    dump, index, size = write_multistream(HEADER, pages, FOOTER, tmp_path)
-    raw = dump.read_bytes()
-    assert size == len(HEADER) + sum(map(len, pages)) + len(FOOTER)
-    lines = bz2.decompress(index.read_bytes()).decode().splitlines()
+    count, size = write_multistream(HEADER, iter(pages), FOOTER, tmp_path)
+    raw = (tmp_path / DUMP_NAME).read_bytes()
+    assert (count, size) == (150, len(HEADER) + sum(map(len, pages)) + len(FOOTER))
+    lines = bz2.decompress((tmp_path / INDEX_NAME).read_bytes()).decode().splitlines()
     assert len(lines) == 150 and lines[0].split(":")[1:] == ["1", "Page 0"]
     offsets = sorted({int(line.split(":")[0]) for line in lines})
     assert len(offsets) == 2  # streams of 100 pages
@@ -72,30 +58,49 @@ def test_multistream_dump_streams_and_index(tmp_path: Path) -> None:
     assert split_dump(bz2.decompress(raw)) == (HEADER, pages, FOOTER)
 
 
-def test_synthetic_dump_is_written_once_and_reused(tmp_path: Path) -> None:
-    source = tmp_path / "source.xml.bz2"
-    source.write_bytes(bz2.compress(HEADER + page(10, "Plato", "[[Socrates]]") + FOOTER))
-    first = synthetic_dump(source, 3, "grow", tmp_path / "x3")
-    written = first.dump.stat().st_mtime_ns
-    again = synthetic_dump(source, 3, "grow", tmp_path / "x3")
-    assert again == first and again.dump.stat().st_mtime_ns == written
-    assert (first.pages, first.copies, first.xml_bytes) == (3, 3, len(bz2.decompress(first.dump.read_bytes())))
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> SyntheticDump:
+    return synthetic_dump(Shape(600, seed=3), tmp_path_factory.mktemp("generated"))
 
 
-def test_grown_dump_parses_to_copies_linking_to_their_own_pages(tmp_path: Path) -> None:
-    from artifacts import tables
+def test_a_generated_dump_has_english_wikipedias_shape(generated: SyntheticDump) -> None:
+    counts, articles = generated.counts, generated.articles
+    assert counts.articles == articles and counts.pages_read == articles + counts.redirect_pages + \
+        counts.non_article_pages
+    assert 2.3 < counts.titles / articles < 2.7  # the article and ~1.5 redirects
+    assert 0.02 < counts.chained_redirects / counts.redirect_pages < 0.1
+    assert 22 < counts.links / articles < 26
+    assert 0.08 < counts.red_links / counts.links < 0.12 and 0.07 < counts.links_via_redirect / counts.links < 0.13
+    assert 0.9 < counts.linked_articles / articles <= 1.0  # ~1 linked entity per article
+    assert 2.5 < counts.anchor_names / articles < 3.5
+    assert 6_000 < counts.xml_bytes / articles < 8_500
+    lines = bz2.decompress(generated.index.read_bytes()).decode().splitlines()
+    assert len(lines) == counts.pages_read
+
+
+def test_a_generated_dump_is_determined_by_its_seed_and_written_once(generated: SyntheticDump,
+                                                                     tmp_path: Path) -> None:
+    material = sample_material()
+    again = synthetic_dump(Shape(600, seed=3), tmp_path / "again", material)
+    other = synthetic_dump(Shape(600, seed=4), tmp_path / "other", material)
+    assert again.dump.read_bytes() == generated.dump.read_bytes() and again.counts == generated.counts
+    assert other.dump.read_bytes() != generated.dump.read_bytes()
+    written = again.dump.stat().st_mtime_ns
+    assert synthetic_dump(Shape(600, seed=3), tmp_path / "again") == again
+    assert again.dump.stat().st_mtime_ns == written
+
+
+def test_parse_counts_what_the_generator_generated(generated: SyntheticDump, tmp_path: Path) -> None:
+    from artifacts.run import manifest
     from bench.common import run_cli
 
-    source = tmp_path / "source.xml.bz2"
-    pages = [page(10, "Plato", "[[Socrates|His teacher]] taught [[Aristotle]]s."),
-             page(11, "Socrates", "A philosopher.")]
-    source.write_bytes(bz2.compress(HEADER + b"".join(pages) + FOOTER))
-    dump = synthetic_dump(source, 2, "grow", tmp_path / "dump")
-    run_cli("parse", "--dump", str(dump.dump), "--output", str(tmp_path / "out"))
-    rows = {row["title"]: row for row in tables.read_table(str(tmp_path / "out"), "articles").to_pylist()}
-    assert rows["Plato"]["text"] == rows["Plato (copy 1)"]["text"] == "His teacher taught Aristotles."
-    assert [link["target"] for link in rows["Plato (copy 1)"]["links"]] == ["Socrates (copy 1)", "Aristotle (copy 1)"]
-    assert [link["target"] for link in rows["Plato"]["links"]] == ["Socrates", "Aristotle"]
+    run_cli("parse", "--dump", str(generated.dump), "--output", str(tmp_path / "out"))
+    counters = manifest.load(str(tmp_path / "out"))["parse"].counters
+    counts = generated.counts
+    expected = {"pages_read": counts.pages_read, "articles": counts.articles, "redirect_pages": counts.redirect_pages,
+                "redirects_resolved": counts.redirect_pages, "non_article_pages": counts.non_article_pages,
+                "links": counts.links, "links_via_redirect": counts.links_via_redirect, "red_links": counts.red_links}
+    assert {name: counters.get(name) for name in expected} == expected
 
 
 ALLOCATE = "import sys, time; block = b'x' * ({mb} << 20); time.sleep({seconds})"
@@ -140,18 +145,23 @@ def test_fit_line() -> None:
     assert fit_line([10, 20, 40], [3 + 2 * 10, 3 + 2 * 20, 3 + 2 * 40]) == pytest.approx((2.0, 3.0))
 
 
-def measured_run(stage: str, copies: int, rss_mb: float, **facts: float) -> StageRun:
-    return StageRun(stage, copies, copies * 6_000_000, 1, True, 10.0, 10.0, int(rss_mb * 1e6), 1,
-                    items={"XML MB" if stage == "parse" else "passages": 1_000.0}, facts=dict(facts))
+def measured_run(stage: str, articles: int, rss_mb: float, **outputs: float) -> StageRun:
+    return StageRun(stage, articles, articles * 7_000, 1, True, 10.0, 10.0, int(rss_mb * 1e6), 1, int(rss_mb * 1e6),
+                    outputs={"articles": float(articles), **outputs})
 
 
-def test_projection_of_a_flat_stage_is_what_was_measured_and_the_index_grows_by_one_dpr_shard() -> None:
+def test_memory_is_projected_per_output_unit_and_the_index_by_one_dpr_shard() -> None:
     from artifacts.faiss import choice
 
-    runs = [measured_run("parse", 10, 560.0), measured_run("parse", 40, 550.0),
-            measured_run("index", 10, 700.0, vector_mb=100.0), measured_run("index", 40, 1_000.0, vector_mb=400.0)]
-    rows = {row["stage"]: row for row in projection(runs, max_mentions=16)}
+    runs = [measured_run("parse", 10_000, 560.0, titles=25_000.0), measured_run("parse", 40_000, 550.0, titles=1e5),
+            measured_run("mentions", 10_000, 500.0, mentions=1e5),
+            measured_run("mentions", 40_000, 530.0, mentions=4e5),
+            measured_run("index", 10_000, 700.0, **{"vector MB": 100.0, "passages": 1e5}),
+            measured_run("index", 40_000, 1_000.0, **{"vector MB": 400.0, "passages": 4e5})]
+    rows = {row["stage"]: row for row in projection(runs)}
     assert rows["parse"]["peak_memory_gb"] == pytest.approx(0.56)  # the fit falls below the largest measured
+    assert rows["mentions"]["peak_memory_gb"] == pytest.approx((490.0 + 100e-6 * 112e6) / 1e3)  # 100 B a mention
+    assert rows["mentions"]["hours"] == pytest.approx(6.7e6 / (40_000 / 10.0 * 16) / 3600)
     shard_mb = choice.vector_bytes(21_000_000, 768) / 16 / 1e6  # DPR within the default 8 GB: 16 shards
     assert rows["index"]["peak_memory_gb"] == pytest.approx((600.0 + 1.0 * shard_mb) / 1e3)
 

@@ -1,7 +1,8 @@
-"""Memory that does not grow with the dump: parse and mentions run as child processes on a synthetic multistream
-dump (the bundled sample's pages repeated with new ids and titles) at two sizes, and the peak RSS of each child's
-process tree may grow by at most ``MB_PER_XML_MB`` per MB of XML plus a fixed allowance for noise. Before the
-stages streamed, parse grew by 4.6 and mentions by 3.7 MB per MB of XML (bench/scale.py)."""
+"""Memory bounded by what a stage outputs: parse, dictionary and mentions run as child processes on two synthetic
+dumps (``bench/synthetic.py``, with 8 times English Wikipedia's links and redirects per article so that names and
+sampled mentions grow fast for the time the stages take), and the peak RSS of each stage's process tree may grow by
+at most the stage's bound per output unit, plus a fixed allowance for noise. Before the bounds held, the same
+sizes grew mentions by ~70 MB (its bottom-k state in one grouping) and the dictionary by ~42 MB."""
 
 from __future__ import annotations
 
@@ -11,21 +12,22 @@ from pathlib import Path
 
 import pytest
 
+from artifacts.run import manifest
 from bench.memory import run_measured
-from bench.synthetic import SyntheticDump, synthetic_dump
-from tests.conftest import BUNDLED_SAMPLE, DIRECT, REPO
+from bench.synthetic import Shape, SyntheticDump, synthetic_dump
+from tests.conftest import DIRECT, REPO
 
-SMALL, LARGE = 3, 6  # copies of the sample's 206 pages: 18 MB and 37 MB of XML (below ~3 copies the bounded
-# buffers of a stage, e.g. a row group being written, are not full yet and peak RSS still rises to its plateau)
-MB_PER_XML_MB = 0.33  # the issue's bound on the slope of peak RSS over XML bytes
-# What the sampled peak RSS of the tree varies between runs of the same stage on the same input: up to ~50 MB
-# seen under load (parse +40 and +50 MB from 3 to 6 copies in a loaded CI run). Still well below what a stage that
-# holds what it reads adds here (the old parse: 4.6 MB per MB of XML, +87 MB).
-NOISE_MB = 60
-STAGES = (("parse", ()), ("dictionary", ("--include-red-links",)), ("mentions", ("--max-mentions", "4")))
+SMALL, LARGE = 1_000, 4_000  # articles
+LINKS, REDIRECTS = 192.0, 16.0  # per article: ~75 sampled mentions and ~14 names
+# Bytes of peak RSS a stage may add per output unit (issue 26): mentions per sampled mention, dictionary per name.
+BOUNDS = {"dictionary": ("names", 150.0), "mentions": ("mentions", 40.0)}
+# What the peak of a stage varies between runs and sizes whatever the output (start-up, bounded buffers filling):
+# seen up to +24 MB here, below what holding the output added (the old mentions +69 MB, dictionary +42 MB).
+NOISE_MB = 20
+STAGES = (("parse", ()), ("dictionary", ()), ("mentions", ("--max-mentions", "128")))
 
 
-def peak_rss_mb_by_stage(dump: SyntheticDump, output: Path, logs: Path) -> dict[str, float]:
+def run_stages(dump: SyntheticDump, output: Path, logs: Path) -> dict[str, float]:
     """Each stage as a child process on ``dump``: the peak RSS (MB) of its process tree."""
     peaks = {}
     for stage, flags in STAGES:
@@ -39,23 +41,37 @@ def peak_rss_mb_by_stage(dump: SyntheticDump, output: Path, logs: Path) -> dict[
     return peaks
 
 
-@pytest.mark.parametrize("stage", ["parse", "mentions"])
-def test_peak_memory_does_not_grow_with_the_dump(stage: str, synthetic_peaks: dict):
-    (small, small_peaks), (large, large_peaks) = synthetic_peaks[SMALL], synthetic_peaks[LARGE]
-    more_xml_mb = (large.xml_bytes - small.xml_bytes) / 1e6
-    allowed = MB_PER_XML_MB * more_xml_mb + NOISE_MB
-    growth = large_peaks[stage] - small_peaks[stage]
-    assert growth <= allowed, (f"{stage}: peak RSS {small_peaks[stage]:.0f} MB at {small.xml_bytes / 1e6:.0f} MB "
-                               f"of XML, {large_peaks[stage]:.0f} MB at {large.xml_bytes / 1e6:.0f} MB: "
-                               f"+{growth:.0f} MB, at most +{allowed:.0f} MB allowed")
+def output_units(output: Path) -> dict[str, int]:
+    """Names (dictionary rows) and sampled mentions a run wrote, from its manifest."""
+    records = manifest.load(str(output))
+    rows = {name: sum(item.rows or 0 for item in record.outputs if item.path.endswith(".parquet")
+                      and item.path.startswith(artifact + "/"))
+            for name, record, artifact in (("names", records["dictionary"], "dictionary/names"),
+                                           ("mentions", records["mentions"], "mentions"))}
+    return rows
 
 
 @pytest.fixture(scope="module")
-def synthetic_peaks(tmp_path_factory: pytest.TempPathFactory) -> dict[int, tuple[SyntheticDump, dict]]:
+def measured(tmp_path_factory: pytest.TempPathFactory) -> dict[int, tuple[dict[str, float], dict[str, int]]]:
     root = tmp_path_factory.mktemp("memory")
-    peaks = {}
-    for copies in (SMALL, LARGE):
-        dump = synthetic_dump(BUNDLED_SAMPLE, copies, "keep", root / f"x{copies}")
-        (root / f"logs{copies}").mkdir()
-        peaks[copies] = dump, peak_rss_mb_by_stage(dump, root / f"out{copies}", root / f"logs{copies}")
-    return peaks
+    found = {}
+    for articles in (SMALL, LARGE):
+        dump = synthetic_dump(Shape(articles, links_per_article=LINKS, redirects_per_article=REDIRECTS),
+                              root / f"dump{articles}")
+        (root / f"logs{articles}").mkdir()
+        peaks = run_stages(dump, root / f"out{articles}", root / f"logs{articles}")
+        found[articles] = peaks, output_units(root / f"out{articles}")
+    return found
+
+
+@pytest.mark.parametrize("stage", sorted(BOUNDS))
+def test_peak_memory_grows_at_most_by_its_bound_per_output_unit(stage: str, measured: dict) -> None:
+    (small_peaks, small_units), (large_peaks, large_units) = measured[SMALL], measured[LARGE]
+    unit, bound = BOUNDS[stage]
+    more = large_units[unit] - small_units[unit]
+    assert more > 40_000  # the output really grew
+    allowed = bound * more / 1e6 + NOISE_MB
+    growth = large_peaks[stage] - small_peaks[stage]
+    assert growth <= allowed, (f"{stage}: peak RSS {small_peaks[stage]:.0f} MB with {small_units[unit]:,} {unit}, "
+                               f"{large_peaks[stage]:.0f} MB with {large_units[unit]:,}: +{growth:.0f} MB, at most "
+                               f"+{allowed:.0f} MB allowed ({bound:.0f} B per {unit[:-1]} + {NOISE_MB} MB)")

@@ -14,6 +14,7 @@ from tests.builders import article, run_counting, write_entities, write_parsed
 from transforms import packed
 from transforms.mention_sampling import link_refs, mention_ref
 from transforms.mentions import (
+    LINKS_PER_BUCKET,
     NO_THRESHOLD,
     ORDER,
     MentionsConfig,
@@ -87,9 +88,9 @@ def test_sampled_mentions_are_the_links_within_threshold():
     assert found == [mention_ref(entity_id, row, index, 10) for index, entity_id in sorted([(first, 1), (1, 2)])]
 
 
-def test_sample_buckets_bound_the_refs_of_a_bucket():
-    assert sample_buckets(0, 128) == 1 and sample_buckets(1000, 128) == 1
-    assert sample_buckets(7_000_000, 128) == 214
+def test_sample_buckets_bound_the_links_of_a_bucket():
+    assert sample_buckets(0) == 1 and sample_buckets(1000) == 1 and sample_buckets(LINKS_PER_BUCKET + 1) == 2
+    assert sample_buckets(150_000_000) == 573  # English Wikipedia
 
 
 # --- SampleMentions ---------------------------------------------------------------------------------------------

@@ -1,27 +1,23 @@
-"""Sums over Arrow tables by key columns, combined per bucket: what a combine holds is bounded by the distinct keys.
+"""Sums over Arrow tables by key columns, by bucket: what a bucket holds is bounded by its distinct keys.
 
 A count over millions of keys (anchor pairs, link targets, name occurrences) is not a ``CombinePerKey`` over those
 keys: Beam's local runner pre-combines at most 100,000 keys per bundle and sends the evicted accumulators on one
-by one, so the shuffle grows with the rows read. Here the rows of a batch are summed into an Arrow table, split by
-a stable hash of their key into a few hundred buckets, and the tables of a bucket are combined by ``SumTables``:
-its accumulator is the bucket's table of distinct keys with their sums (compacted as it grows), so a bucket holds
-its distinct keys, never one element per row.
+by one, so the shuffle grows with the rows read. Here the rows of a batch are summed into an Arrow table and split
+by a stable hash of their key into a few hundred buckets; the tables of a bucket are summed where they are made and
+spilled (``transforms/spill.py``), then each bucket's parts are summed on their own (``bucket_sums``).
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
 
-import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-# Rows an accumulator may gather before it is summed (also once it has doubled since its last sum).
-COMPACT_ROWS = 1 << 18
-# Tables an accumulator may hold before the newer ones are summed together (keeps adding a table cheap).
-MAX_TABLES = 64
+from transforms.spill import Part, reduce_parts
 
 
 def sum_by(table: pa.Table, keys: Sequence[str], values: Sequence[str]) -> pa.Table:
@@ -63,69 +59,17 @@ def split_by_bucket(table: pa.Table, buckets: np.ndarray) -> Iterator[tuple[int,
 def bucketed_sums(table: pa.Table, keys: Sequence[str], values: Sequence[str], bucket_column: str,
                   buckets: int) -> Iterator[tuple[int, pa.Table]]:
     """The rows of ``table`` summed by ``keys`` and split by the stable bucket of the string column
-    ``bucket_column``: the elements ``SumTables`` combines per bucket."""
+    ``bucket_column``: the elements spilled and summed per bucket."""
     summed = sum_by(table, keys, values)
     return split_by_bucket(summed, stable_buckets(summed.column(bucket_column), buckets))
 
 
-class ArrowTableCoder(beam.coders.Coder):
-    """An Arrow table as one IPC stream: its buffers as they are, no per-row objects (decoding is zero-copy)."""
-
-    def encode(self, table: pa.Table) -> bytes:
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, table.schema) as writer:
-            writer.write_table(table)
-        return sink.getvalue().to_pybytes()
-
-    def decode(self, encoded: bytes) -> pa.Table:
-        return pa.ipc.open_stream(encoded).read_all()
-
-    def is_deterministic(self) -> bool:
-        return False
+def summed_by(keys: Sequence[str], values: Sequence[str]) -> Callable[[pa.Table], pa.Table]:
+    """``sum_by`` with its key and value columns bound: what ``SpillAndGroup`` compacts a bucket with."""
+    return partial(sum_by, keys=tuple(keys), values=tuple(values))
 
 
-class SumTables(beam.CombineFn):
-    """Sum the ``values`` columns of Arrow tables by their ``keys`` columns (every input has those columns).
-
-    The accumulator is a list of tables, summed into one whenever it holds ``compact_rows`` rows and twice as many as
-    after its last sum (and the newer tables summed among themselves when there are more than ``MAX_TABLES``): its
-    size stays within about twice the distinct keys (plus ``compact_rows``). The output is one table, one row per
-    distinct key, in key order."""
-
-    def __init__(self, keys: Sequence[str], values: Sequence[str], compact_rows: int = COMPACT_ROWS) -> None:
-        super().__init__()
-        self._keys, self._values = tuple(keys), tuple(values)
-        self._compact_rows = compact_rows
-
-    def create_accumulator(self) -> list[pa.Table]:
-        return []
-
-    def add_input(self, accumulator: list[pa.Table], table: pa.Table) -> list[pa.Table]:
-        accumulator.append(table)
-        return self._bounded(accumulator)
-
-    def merge_accumulators(self, accumulators: Iterable[list[pa.Table]]) -> list[pa.Table]:
-        return self._bounded([table for accumulator in accumulators for table in accumulator])
-
-    def compact(self, accumulator: list[pa.Table]) -> list[pa.Table]:
-        return [self._summed(accumulator)] if len(accumulator) > 1 else accumulator
-
-    def extract_output(self, accumulator: list[pa.Table]) -> pa.Table:
-        return self._summed(accumulator).sort_by([(key, "ascending") for key in self._keys])
-
-    def get_accumulator_coder(self) -> beam.coders.Coder:
-        return beam.coders.ListCoder(ArrowTableCoder())
-
-    def _bounded(self, accumulator: list[pa.Table]) -> list[pa.Table]:
-        if len(accumulator) > MAX_TABLES:  # the tables added since the last sum, summed among themselves
-            accumulator = [accumulator[0], self._summed(accumulator[1:])]
-        rows = sum(table.num_rows for table in accumulator)
-        if len(accumulator) > 1 and rows >= max(self._compact_rows, 2 * accumulator[0].num_rows):
-            return [self._summed(accumulator)]
-        return accumulator
-
-    def _summed(self, accumulator: list[pa.Table]) -> pa.Table:
-        if not accumulator:
-            raise ValueError("SumTables has no table to sum: a bucket exists only once a table is added to it")
-        return sum_by(pa.concat_tables(accumulator), self._keys, self._values)
-
+def bucket_sums(parts: Iterable[Part], keys: Sequence[str], values: Sequence[str]) -> pa.Table | None:
+    """The sums of a bucket's spilled parts, one row per distinct key, in key order (None: no rows)."""
+    table = reduce_parts(parts, summed_by(keys, values))
+    return None if table is None else table.sort_by([(key, "ascending") for key in keys])

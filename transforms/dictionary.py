@@ -1,6 +1,7 @@
 """dictionary: articles -> entity vocabulary, anchor dictionary (link probability, commonness) and entity linker.
 
-Two reads of the articles, nothing of their text shuffled, every count combined per bucket (``arrow_combine``):
+Two reads of the articles, nothing of their text shuffled, every count summed per bucket where it is made and
+spilled to part files, then each bucket summed on its own from its parts (``arrow_combine``, ``spill``):
 
 1. links: anchor (name, target) counts by name bucket; per title bucket, the inbound links and the pages.
 2. entities (per title bucket, then ONE step): candidates, one per entity key, ids from the kb trie; written with a
@@ -12,11 +13,8 @@ Two reads of the articles, nothing of their text shuffled, every count combined 
 
 Only paths travel as side inputs; the global objects (kb trie, title map, name trie, linker) are files.
 
-Held at full scale (estimates for ~25M anchor pairs, ~24M titles and pages, 7M entities, 20M names, from bytes
-per row on the gensim sample): pass 1, per worker, its pre-combined pair and target tables (~1.2 + ~1 GB) and one
-row group; the entity step ~2 GB (candidates, kb trie, title map); the name-trie step ~3 GB (the names as Python
-strings while the trie is built); pass 2 the mapped name trie (~0.25 GB) and its paragraph counts (<0.4 GB);
-scoring one bucket; the linker step ~3 GB (the same build as before, now on a worker).
+Held: per worker the rows it gathers before a spill, one bucket's parts in a reduce, the mapped tries; in the one
+worker of each global step what that step builds (entities, the name trie, the linker), from Arrow columns.
 """
 
 from __future__ import annotations
@@ -40,7 +38,7 @@ from artifacts.names import (
     title_name,
 )
 from artifacts.trie_map import load_trie_map, save_trie_map
-from transforms.arrow_combine import SumTables, bucketed_sums
+from transforms.arrow_combine import bucket_sums, bucketed_sums, summed_by
 from transforms.dead_letters import DEAD_LETTER_TAG, count, count_fields, dead_letter
 from transforms.dictionary_tables import (
     CANDIDATES,
@@ -62,6 +60,7 @@ from transforms.dictionary_tables import (
 )
 from transforms.name_occurrences import CountNameDocs
 from transforms.per_worker import PerProcess
+from transforms.spill import Part, SpillAndGroup
 
 DOC_UNITS = ("paragraph", "page")
 LINK_COLUMNS = ["page_id", "title", "text", "links", "qid"]
@@ -71,7 +70,7 @@ TEXT_COLUMNS = ["text"]
 ARTICLES_PER_BUCKET, MIN_BUCKETS, MAX_BUCKETS = 25_000, 4, 256
 # Rows a worker gathers before summing them into per-bucket tables (pass 1); rows per entity table sent to the
 # writer.
-BATCH_ROWS, OUTPUT_ROWS = 1 << 18, 1 << 16
+BATCH_ROWS, OUTPUT_ROWS = 1 << 16, 1 << 16
 PAIRS_TAG, TARGETS_TAG, TITLE_IDS_TAG = "pairs", "targets", "title_ids"
 
 COUNTERS = declare(
@@ -205,20 +204,21 @@ class TallyLinks(beam.DoFn):
 
 
 class SumLinksPerBucket(beam.PTransform):
-    """Articles -> {"pairs": (name bucket, summed pairs), "targets": (title bucket, summed targets),
-    "dead_letters"}."""
+    """Articles -> {"pairs": (name bucket, parts of its pair sums), "targets": (title bucket, parts of its target
+    sums), "dead_letters"}; the parts are spilled under ``work``."""
 
-    def __init__(self, rules: NameRules, buckets: int) -> None:
+    def __init__(self, rules: NameRules, buckets: int, work: WorkFiles) -> None:
         super().__init__()
-        self._rules, self._buckets = rules, buckets
+        self._rules, self._buckets, self._work = rules, buckets, work
 
     def expand(self, articles: beam.PCollection) -> dict[str, beam.PCollection]:
         tallied = articles | "TallyLinks" >> beam.ParDo(TallyLinks(self._rules, self._buckets)).with_outputs(
             PAIRS_TAG, TARGETS_TAG, DEAD_LETTER_TAG)
         return {
-            "pairs": tallied[PAIRS_TAG] | "SumPairs" >> beam.CombinePerKey(SumTables(PAIR_KEYS, PAIR_VALUES)),
-            "targets": tallied[TARGETS_TAG] | "SumTargets" >> beam.CombinePerKey(
-                SumTables(TARGET_KEYS, TARGET_VALUES)),
+            "pairs": tallied[PAIRS_TAG] | "SumPairs" >> SpillAndGroup(self._work.pair_parts,
+                                                                      summed_by(PAIR_KEYS, PAIR_VALUES)),
+            "targets": tallied[TARGETS_TAG] | "SumTargets" >> SpillAndGroup(self._work.target_parts,
+                                                                            summed_by(TARGET_KEYS, TARGET_VALUES)),
             "dead_letters": tallied[DEAD_LETTER_TAG],
         }
 
@@ -235,6 +235,9 @@ class WorkFiles:
     """Where the stage's intermediate files go: one directory each under the stage's staging directory (removed
     when the stage commits)."""
 
+    pair_parts: str
+    target_parts: str
+    doc_parts: str
     entity_candidates: str
     title_ids: str
     name_candidates: str
@@ -245,11 +248,12 @@ class WorkFiles:
         return cls(*(fs.join(root, field.name) for field in fields(cls)))
 
 
-def write_entity_candidates(bucket_targets: tuple[int, pa.Table], directory: str,
+def write_entity_candidates(bucket_parts: tuple[int, list[Part]], directory: str,
                             include_red_links: bool) -> str:
-    """One title bucket's entity candidates, written to its file (the path is returned); red links counted."""
-    bucket, targets = bucket_targets
-    candidates, red_links = entity_candidates(targets, include_red_links)
+    """One title bucket's entity candidates from the parts of its target sums, written to its file (the path is
+    returned); red links counted."""
+    bucket, parts = bucket_parts
+    candidates, red_links = entity_candidates(bucket_sums(parts, TARGET_KEYS, TARGET_VALUES), include_red_links)
     if red_links.targets:
         count("red_link_targets", red_links.targets)
         count("red_links_not_entities", red_links.links)
@@ -271,7 +275,8 @@ def build_entities(_: None, candidate_files: list[str], title_ids_dir: str) -> I
 
 
 class Entities(beam.PTransform):
-    """(title bucket, summed targets) -> {"entities": entity tables, "title_ids": the title map's directory}."""
+    """(title bucket, parts of its target sums) -> {"entities": entity tables, "title_ids": the title map's
+    directory}."""
 
     def __init__(self, include_red_links: bool, work: WorkFiles) -> None:
         super().__init__()
@@ -293,16 +298,16 @@ class Entities(beam.PTransform):
 
 
 class WriteNameCandidates(beam.DoFn):
-    """(name bucket, summed pairs) -> (bucket, path of its file of pairs attached to entities)."""
+    """(name bucket, parts of its pair sums) -> (bucket, path of its file of pairs attached to entities)."""
 
     def __init__(self, directory: str) -> None:
         self._directory = directory
         self._maps = PerProcess(load_trie_map)
 
-    def process(self, bucket_pairs: tuple[int, pa.Table], title_ids_dir: str) -> Iterator[tuple[int, str]]:
-        bucket, pairs = bucket_pairs
+    def process(self, bucket_parts: tuple[int, list[Part]], title_ids_dir: str) -> Iterator[tuple[int, str]]:
+        bucket, parts = bucket_parts
         self._title_ids = self._maps.get(title_ids_dir)  # kept: Shared frees what nothing refers to
-        candidates, not_entities = name_candidates(pairs, self._title_ids)
+        candidates, not_entities = name_candidates(bucket_sums(parts, PAIR_KEYS, PAIR_VALUES), self._title_ids)
         if not_entities:
             count("pairs_to_non_entities", not_entities)
         path = bucket_file(self._directory, bucket)
@@ -313,15 +318,15 @@ class WriteNameCandidates(beam.DoFn):
 def build_name_buckets(_: None, candidate_files: list[tuple[int, str]], directory: str) -> str:
     """The global name step: the trie of every candidate name (ids for the document counts), each name's bucket
     its value; returns its directory."""
-    names_by_bucket = [(bucket, pc.unique(tables.read_file(path, ["name"]).column("name")).to_pylist())
+    names_by_bucket = [(bucket, pc.unique(tables.read_file(path, ["name"]).column("name")))
                        for bucket, path in sorted(candidate_files)]
     save_trie_map(directory, name_buckets(names_by_bucket))
     return directory
 
 
 class NameCandidates(beam.PTransform):
-    """(name bucket, summed pairs) -> {"files": (bucket, candidates file), "name_buckets": the name trie's
-    directory}."""
+    """(name bucket, parts of its pair sums) -> {"files": (bucket, candidates file), "name_buckets": the name
+    trie's directory}."""
 
     def __init__(self, work: WorkFiles, title_ids: beam.PCollection) -> None:
         super().__init__()
@@ -342,7 +347,8 @@ class NameCandidates(beam.PTransform):
 
 
 class ScoreNameBucket(beam.DoFn):
-    """(name bucket, {"candidates": [file], "docs": [paragraph counts]}) -> the bucket's kept name rows (a table)."""
+    """(name bucket, {"candidates": [file], "docs": [parts of its paragraph counts]}) -> the bucket's kept name
+    rows (a table)."""
 
     def __init__(self, thresholds: Thresholds) -> None:
         self._thresholds = thresholds
@@ -355,7 +361,7 @@ class ScoreNameBucket(beam.DoFn):
         self._names = self._maps.get(names_dir)  # kept: Shared frees what nothing refers to
         candidates = tables.read_file(inputs["candidates"][0])
         name_ids = self._names.key_ids(candidates.column("name").to_pylist())
-        docs = docs_of(name_ids, inputs["docs"][0] if inputs["docs"] else None)
+        docs = docs_of(name_ids, bucket_sums(inputs["docs"][0], DOC_KEYS, DOC_VALUES) if inputs["docs"] else None)
         rows, drops = score_names(candidates, docs, self._thresholds)
         count_fields(drops)
         if rows.num_rows:
@@ -380,7 +386,7 @@ class BuildDictionary(beam.PTransform):
     def expand(self, root: beam.pvalue.PBegin) -> dict[str, beam.PCollection]:
         config = self._config
         articles = root | "ReadArticles" >> self._read(LINK_COLUMNS, "articles (links)")
-        links = articles | "SumLinksPerBucket" >> SumLinksPerBucket(config.rules, self._buckets)
+        links = articles | "SumLinksPerBucket" >> SumLinksPerBucket(config.rules, self._buckets, self._work)
         entities = links["targets"] | "Entities" >> Entities(config.include_red_links, self._work)
         candidates = links["pairs"] | "NameCandidates" >> NameCandidates(self._work, entities["title_ids"])
         names_dir = beam.pvalue.AsSingleton(candidates["name_buckets"])
@@ -388,7 +394,7 @@ class BuildDictionary(beam.PTransform):
             root
             | "ReadArticleTexts" >> self._read(TEXT_COLUMNS, "articles (names in text)")
             | "CountNameDocs" >> beam.ParDo(CountNameDocs(config.rules, config.per_page), names_dir)
-            | "SumDocsPerBucket" >> beam.CombinePerKey(SumTables(DOC_KEYS, DOC_VALUES))
+            | "SumDocsPerBucket" >> SpillAndGroup(self._work.doc_parts, summed_by(DOC_KEYS, DOC_VALUES))
         )
         names = (
             {"candidates": candidates["files"], "docs": doc_counts}

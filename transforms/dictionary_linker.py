@@ -11,6 +11,7 @@ import numpy as np
 
 from artifacts import schemas, tables
 from artifacts.linker import build_kb_trie, write_linker_columns
+from artifacts.trie_map import iter_strings
 from transforms.dictionary_tables import entity_keys
 
 
@@ -20,13 +21,13 @@ def write_linker(entity_files: Sequence[str], name_files: Sequence[str], linker_
     its names for the options); only the name and key tries are global."""
     # Columns, not row dicts: 7M entities as Python dicts would take gigabytes on one worker.
     entities = tables.read_files(entity_files, schemas.ENTITIES, ["entity_id", "title", "qid"]).sort_by("entity_id")
-    kb_keys = build_kb_trie(entity_keys(entities).to_pylist())
-    titles = entities.column("title").to_pylist()  # ids are 1..N: position i is entity i + 1
+    kb_keys = build_kb_trie(iter_strings(entity_keys(entities)))
+    titles = entities.column("title")  # ids are 1..N: position i is entity i + 1
     columns = ["name", "entity_id", "link_count", "total_link_count", "doc_count"]
     names = tables.read_files(name_files, schemas.NAMES, columns)
     counts = np.stack([names.column(column).to_numpy() for column in columns[1:]], axis=1) \
         if names.num_rows else np.zeros((0, 4), dtype=np.int64)
-    write_linker_columns(linker_dir, names.column("name").to_pylist(), counts, kb_keys, titles, config)
+    write_linker_columns(linker_dir, names.column("name"), counts, kb_keys, titles, config)
 
 
 def build_linker(_: None, entity_files: list[str], name_files: list[str], linker_dir: str,

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from artifacts import schemas
 from artifacts.linker import build_kb_trie
-from artifacts.trie_map import TrieMap, build_trie_map
+from artifacts.trie_map import TrieMap, build_trie_map, iter_strings, string_array, trie_key_ids
 from transforms.arrow_combine import split_by_bucket
 
 # Anchor pairs: anchors with text ``name`` linking to ``target`` (and article titles as links to themselves).
@@ -128,16 +128,15 @@ def entity_table(candidates: pa.Table) -> tuple[pa.Table, int]:
     smaller title), ``entity_id`` = key id in the kb trie + 1; and how many candidates shared a kept key."""
     keyed = candidates.append_column("key", entity_keys(candidates))
     kept, duplicates = first_per_key(keyed.sort_by([("key", "ascending"), ("title", "ascending")]), "key")
-    keys = kept.column("key").to_pylist()
-    kb_keys = build_kb_trie(keys)
-    entity_ids = pa.array(np.fromiter((kb_keys[key] + 1 for key in keys), dtype=np.int32, count=len(keys)))
+    keys = kept.column("key")
+    entity_ids = pa.array((trie_key_ids(build_kb_trie(iter_strings(keys)), keys) + 1).astype(np.int32))
     entities = kept.drop_columns(["key"]).append_column("entity_id", entity_ids)
     return entities.select(schemas.ENTITIES.names).cast(schemas.ENTITIES), duplicates
 
 
 def title_entity_ids(entities: pa.Table) -> TrieMap:
     """Entity title -> entity_id, for attaching anchor pairs to entities by their target."""
-    return build_trie_map(entities.column("title").to_pylist(), entities.column("entity_id").to_numpy())
+    return build_trie_map(entities.column("title"), entities.column("entity_id").to_numpy())
 
 
 def name_candidates(pairs: pa.Table, title_ids: TrieMap) -> tuple[pa.Table, int]:
@@ -151,9 +150,9 @@ def name_candidates(pairs: pa.Table, title_ids: TrieMap) -> tuple[pa.Table, int]
     return candidates, int(len(is_entity) - is_entity.sum())
 
 
-def name_buckets(names_by_bucket: Sequence[tuple[int, Sequence[str]]]) -> TrieMap:
+def name_buckets(names_by_bucket: Sequence[tuple[int, pa.Array | Sequence[str]]]) -> TrieMap:
     """Candidate name -> its bucket (uint16): the trie whose key ids are the name ids of the document counts."""
-    names = [name for _, bucket_names in names_by_bucket for name in bucket_names]
+    names = pa.chunked_array([string_array(names) for _, names in names_by_bucket], pa.string())
     buckets = np.concatenate([np.full(len(bucket_names), bucket, dtype=np.uint16)
                               for bucket, bucket_names in names_by_bucket]) if names_by_bucket else \
         np.zeros(0, dtype=np.uint16)

@@ -18,12 +18,13 @@ from artifacts.trie_map import build_trie_map, save_trie_map
 def build_title_ids(entity_files: list[str], directory: str) -> str:
     """Write the title -> entity_id map of the entities in ``entity_files`` (entities/ Parquet files; one entity
     per title) under ``directory``; returns ``directory``. Holds every title once, in this one worker."""
-    titles: list[str] = []
+    titles: list[pa.Array] = []
     ids: list[np.ndarray] = []
     for batch in tables.iter_file_batches(entity_files, ["entity_id", "title"]):
-        titles.extend(batch.column("title").to_pylist())
+        titles.append(batch.column("title"))
         ids.append(batch.column("entity_id").to_numpy())
-    save_trie_map(directory, build_trie_map(titles, np.concatenate(ids) if ids else np.zeros(0, dtype=np.int32)))
+    save_trie_map(directory, build_trie_map(pa.chunked_array(titles, pa.string()),
+                                            np.concatenate(ids) if ids else np.zeros(0, dtype=np.int32)))
     return directory
 
 

@@ -1,11 +1,14 @@
 """mentions: for every entity, a deterministic bottom-k sample of the links to it, as refs into articles/.
 
 Two passes over ``articles/`` instead of a join of sampled refs with whole articles (the way wikipedia2vec builds
-its mention database): pass 1 reads only the links, orders each link to an entity by ``ref_order`` and keeps per
-entity the k smallest orders (a combine over a few buckets of entity ids, packed numpy arrays), from which each
-entity's threshold is written (the order of its k-th link; none when it has fewer than k links). Pass 2 reads the
-articles where they lie and writes the ref of every link whose order is within its entity's threshold: exactly
-the bottom-k sample, cut from the text at hand. No article text goes through a shuffle.
+its mention database): pass 1 reads only the links and orders each link to an entity by ``ref_order``; each
+worker keeps per entity the k smallest orders it saw and spills them to part files by bucket of entity ids
+(``transforms/spill.py``); then each bucket is reduced on its own from its parts to every entity's k smallest,
+from which its threshold is written (the order of its k-th link; none when it has fewer than k links). Only
+descriptors of part files are grouped, so no process holds more than one bucket's orders (~100M sampled links of
+English Wikipedia would be 2.7 GB packed). Pass 2 reads the articles where they lie and writes the ref of every
+link whose order is within its entity's threshold: exactly the bottom-k sample, cut from the text at hand. No
+article text goes through a shuffle.
 """
 
 from __future__ import annotations
@@ -29,8 +32,9 @@ from encoders.mask_inputs import check_max_seq_length
 from transforms.dead_letters import count_some
 from transforms.entity_maps import build_title_ids
 from transforms.mention_sampling import CHARS_PER_TOKEN, LinkRef, link_ordinals, mention_ref, sample_key
-from transforms.packed import PackedCombineFn, group_starts, rank_in_group, split_by_bucket
+from transforms.packed import group_starts, rank_in_group, split_by_bucket
 from transforms.per_worker import PerProcess
+from transforms.spill import Part, SpillAndGroup, reduce_parts
 from transforms.worker_files import load_array, save_array
 
 COUNTERS = declare(
@@ -46,8 +50,9 @@ ORDER = np.dtype([("entity_id", "<i4"), ("sample_key", "<u8"), ("page_id", "<i8"
 THRESHOLD = np.dtype([("sample_key", "<u8"), ("page_id", "<i8"), ("link_index", "<i4")])
 # The threshold of an entity with fewer than k links (all of them sampled): above every order.
 NO_THRESHOLD = (np.iinfo(np.uint64).max, np.iinfo(np.int64).max, np.iinfo(np.int32).max)
-# Sampled refs a bucket holds at most (24 bytes each): its share of entities x max_mentions.
-REFS_PER_BUCKET = 1 << 22
+# Links to entities per bucket of the bottom-k reduce: a bucket's sample is at most this many orders (24 bytes
+# each, ~6 MB) and its reduce holds a few times that; English Wikipedia's ~150M links make ~570 buckets.
+LINKS_PER_BUCKET = 1 << 18
 Order = tuple[int, int, int]
 
 
@@ -81,9 +86,9 @@ class MentionsInputs:
     scratch: str
 
 
-def sample_buckets(entities: int, max_mentions: int) -> int:
-    """Buckets of entity ids for the bottom-k combine: enough that one holds at most ``REFS_PER_BUCKET`` refs."""
-    return max(1, math.ceil(entities * max_mentions / REFS_PER_BUCKET))
+def sample_buckets(links: int) -> int:
+    """Buckets of entity ids for the bottom-k reduce of ``links`` links: about ``LINKS_PER_BUCKET`` in each."""
+    return max(1, math.ceil(links / LINKS_PER_BUCKET))
 
 
 def ref_order(ref: LinkRef) -> Order:
@@ -105,8 +110,8 @@ def entity_link_orders(page_id: int, targets: Iterable[str], entity_of: Callable
 
 def bottom_k(orders: np.ndarray, k: int) -> np.ndarray:
     """The ``k`` smallest orders of each entity of ``orders`` (``ORDER`` rows), sorted by entity and order."""
-    orders = orders[np.lexsort((orders["link_index"], orders["page_id"], orders["sample_key"], orders["entity_id"]))]
-    return orders[rank_in_group(orders["entity_id"]) < k]
+    order = np.lexsort((orders["link_index"], orders["page_id"], orders["sample_key"], orders["entity_id"]))
+    return orders[order[rank_in_group(orders["entity_id"][order]) < k]]
 
 
 def bucket_thresholds(sample: np.ndarray, buckets: int, slots: int, k: int) -> np.ndarray:
@@ -121,6 +126,24 @@ def bucket_thresholds(sample: np.ndarray, buckets: int, slots: int, k: int) -> n
     for field in THRESHOLD.names:
         thresholds[field][sample["entity_id"][last] // buckets] = sample[field][last]
     return thresholds
+
+
+def order_table(orders: np.ndarray) -> pa.Table:
+    """``ORDER`` rows as an Arrow table (what is spilled)."""
+    return pa.table({name: orders[name] for name in ORDER.names})
+
+
+def table_orders(table: pa.Table) -> np.ndarray:
+    """An ``order_table`` back as ``ORDER`` rows."""
+    orders = np.empty(table.num_rows, dtype=ORDER)
+    for name in ORDER.names:
+        orders[name] = table.column(name).to_numpy()
+    return orders
+
+
+def bottom_k_table(table: pa.Table, k: int) -> pa.Table:
+    """``bottom_k`` of an ``order_table``."""
+    return order_table(bottom_k(table_orders(table), k))
 
 
 def sampled_mentions(article: dict[str, Any], entity_of: Callable[[str], int | None],
@@ -169,7 +192,7 @@ def load_thresholds(directory: str) -> Thresholds:
 
 
 class LinkOrdersByBucket(beam.DoFn):
-    """Tables of articles' ``page_id, links`` -> (bucket, ``ORDER`` rows of their links to entities); links to
+    """Tables of articles' ``page_id, links`` -> (bucket, ``order_table`` of their links to entities); links to
     no entity are counted."""
 
     def __init__(self, title_ids: str, seed: int, buckets: int) -> None:
@@ -179,7 +202,7 @@ class LinkOrdersByBucket(beam.DoFn):
     def setup(self) -> None:
         self._map: TrieMap = self._titles.get(self._title_ids)
 
-    def process(self, table: pa.Table, _built: str) -> Iterator[tuple[int, np.ndarray]]:
+    def process(self, table: pa.Table, _built: str) -> Iterator[tuple[int, pa.Table]]:
         rows, non_entity = [], 0
         for page_id, targets in page_targets(table):
             for item in entity_link_orders(page_id, targets, self._map.get, self._seed):
@@ -188,12 +211,13 @@ class LinkOrdersByBucket(beam.DoFn):
                 else:
                     rows.append((item[0], *item[1]))
         count_some("links_to_non_entities", non_entity)
-        yield from split_by_bucket(np.array(rows, dtype=ORDER), "entity_id", self._buckets)
+        for bucket, orders in split_by_bucket(np.array(rows, dtype=ORDER), "entity_id", self._buckets):
+            yield bucket, order_table(orders)
 
 
 class WriteThresholds(beam.DoFn):
-    """(bucket, its ``bottom_k`` sample) -> the path of the bucket's threshold file; counts the entities of the
-    bucket with and without links and the mentions sampled."""
+    """(bucket, its parts of spilled orders) -> the path of the bucket's threshold file, from its ``bottom_k``
+    sample; counts the entities of the bucket with and without links and the mentions sampled."""
 
     def __init__(self, title_ids: str, directory: str, buckets: int, max_mentions: int) -> None:
         self._title_ids, self._directory, self._buckets, self._k = title_ids, directory, buckets, max_mentions
@@ -202,8 +226,10 @@ class WriteThresholds(beam.DoFn):
     def setup(self) -> None:
         self._map: TrieMap = self._titles.get(self._title_ids)
 
-    def process(self, element: tuple[int, np.ndarray], _built: str) -> Iterator[str]:
-        bucket, sample = element
+    def process(self, element: tuple[int, list[Part]], _built: str) -> Iterator[str]:
+        bucket, parts = element
+        reduced = reduce_parts(parts, partial(bottom_k_table, k=self._k))
+        sample = np.zeros(0, dtype=ORDER) if reduced is None else table_orders(reduced)
         with_links = len(group_starts(sample["entity_id"]))
         in_bucket = int(np.count_nonzero(self._map.values % self._buckets == bucket))
         count_some("entities_with_mentions", with_links)
@@ -250,17 +276,11 @@ class SampleMentions(beam.PTransform):
         title_ids, thresholds = fs.join(work, "title_ids"), fs.join(work, "thresholds")
         built = (pipeline | "Entities" >> beam.Create([inputs.output])
                  | "BuildTitleIds" >> beam.Map(build_entity_title_ids, title_ids))
-        every_bucket = (pipeline | "EveryBucket" >> beam.Create(range(inputs.buckets))
-                        | "EmptySamples" >> beam.Map(lambda bucket: (bucket, np.zeros(0, dtype=ORDER))))
-        orders = (self._read(pipeline, "links", ["page_id", "links"], batched=True)
-                  | "LinkOrders" >> beam.ParDo(LinkOrdersByBucket(title_ids, config.seed, inputs.buckets),
-                                               beam.pvalue.AsSingleton(built)))
-        bottom_k_of = PackedCombineFn(partial(bottom_k, k=config.max_mentions), ORDER)
-        # Combined before the empty samples join them: the local runner buffers a Flatten's output whole, and it
-        # must hold one sample per bucket, not every link's order.
-        sampled = orders | "BottomKPerBucket" >> beam.CombinePerKey(bottom_k_of)
-        written = ((sampled, every_bucket) | "WithEveryBucket" >> beam.Flatten()
-                   | "OneSamplePerBucket" >> beam.CombinePerKey(bottom_k_of)
+        written = (self._read(pipeline, "links", ["page_id", "links"], batched=True)
+                   | "LinkOrders" >> beam.ParDo(LinkOrdersByBucket(title_ids, config.seed, inputs.buckets),
+                                                beam.pvalue.AsSingleton(built))
+                   | "SpillBottomK" >> SpillAndGroup(fs.join(work, "orders"),
+                                                     partial(bottom_k_table, k=config.max_mentions), inputs.buckets)
                    | "WriteThresholds" >> beam.ParDo(
                        WriteThresholds(title_ids, thresholds, inputs.buckets, config.max_mentions),
                        beam.pvalue.AsSingleton(built)))

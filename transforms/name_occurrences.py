@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.transforms.window import GlobalWindows
 
-from artifacts.names import NameRules, find_names, fold_case, paragraphs, token_spans
+from artifacts.names import NameRules, TokenSpans, find_names, fold_case, paragraphs
 from artifacts.trie_map import TrieMap, load_trie_map
 from transforms.dictionary_tables import doc_count_tables
 from transforms.per_worker import PerProcess
@@ -21,13 +21,13 @@ from transforms.per_worker import PerProcess
 BATCH_NAME_IDS = 1 << 20  # name occurrences a worker gathers before counting them into per-bucket tables
 
 
-def name_ids_in(text: str, tokenizer: Callable[[str], Any], names: TrieMap, rules: NameRules,
+def name_ids_in(text: str, token_spans: Callable[[str], list[tuple[int, int]]], names: TrieMap, rules: NameRules,
                 per_page: bool) -> list[int]:
     """The id of every name of ``names`` occurring on token boundaries, once per paragraph (or page) it occurs in."""
     found: list[int] = []
     for unit in paragraphs(text, per_page):
         folded = unit if rules.case_sensitive else fold_case(unit)
-        matches = find_names(folded, token_spans(tokenizer(unit)), names.keys.prefixes, rules.max_length,
+        matches = find_names(folded, token_spans(unit), names.keys.prefixes, rules.max_length,
                              longest_only=False)
         found.extend(names.keys[name] for name in {match.name for match in matches})
     return found
@@ -41,16 +41,14 @@ class CountNameDocs(beam.DoFn):
         self._maps = PerProcess(load_trie_map)
 
     def setup(self) -> None:
-        import spacy
-
-        self._tokenizer = spacy.blank("en").tokenizer
+        self._token_spans = TokenSpans()
 
     def start_bundle(self) -> None:
         self._ids = array("q")
 
     def process(self, article: dict[str, Any], names_dir: str) -> Iterator[tuple[int, pa.Table]]:
         self._names = self._maps.get(names_dir)  # kept: Shared frees what nothing refers to
-        self._ids.extend(name_ids_in(article["text"], self._tokenizer, self._names, self._rules, self._per_page))
+        self._ids.extend(name_ids_in(article["text"], self._token_spans, self._names, self._rules, self._per_page))
         if len(self._ids) >= self._batch_ids:
             yield from self._flush()
 

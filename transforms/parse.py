@@ -172,22 +172,34 @@ class ConvertPages(beam.PTransform):
         return {"articles": classified.articles, "records": records, "dead_letters": dead_letters}
 
 
+# What each kind of title record contributes to TitleRecords: (field, record column) pairs.
+RECORD_FIELDS = {
+    "articles": (ARTICLE_RECORD, {"position": "position", "title": "title", "page_id": "page_id"}),
+    "redirects": (REDIRECT_RECORD, {"title": "title", "target": "target"}),
+    "pages": (PAGE_RECORD, {"page_id": "page_id", "title": "title"}),
+    "sql_redirects": (SQL_REDIRECT_RECORD, {"page_id": "page_id", "target": "target"}),
+    "qids": (QID_RECORD, {"page_id": "page_id", "target": "qid"}),
+}
+
+
 def read_records(records_dir: str) -> TitleRecords:
-    """Every title record written under ``records_dir``, by kind."""
-    files = fs.list_files(records_dir, "*.parquet")
-    table = pa.concat_tables([tables.read_file(path) for path in files]) if files else \
-        schemas.TITLE_RECORDS.empty_table()
+    """Every title record written under ``records_dir``, by kind (read a batch at a time: only the columns of
+    each kind are kept)."""
+    parts: dict[str, list[pa.RecordBatch]] = {name: [] for name in RECORD_FIELDS}
+    for batch in tables.iter_file_batches(fs.list_files(records_dir, "*.parquet")):
+        kinds = batch.column("kind")
+        for name, (kind, columns) in RECORD_FIELDS.items():
+            chosen = batch.filter(pc.equal(kinds, kind))
+            if chosen.num_rows:
+                parts[name].append(chosen.select(list(columns)).rename_columns(list(columns.values())))
 
-    def of_kind(kind: str, columns: dict[str, str]) -> pa.Table:
-        chosen = table.filter(pc.equal(table.column("kind"), kind)).select(list(columns))
-        return chosen.rename_columns(list(columns.values()))
+    def of_kind(name: str) -> pa.Table:
+        columns = RECORD_FIELDS[name][1]
+        schema = pa.schema([schemas.TITLE_RECORDS.field(column).with_name(field)
+                            for column, field in columns.items()])
+        return pa.Table.from_batches(parts.pop(name), schema)
 
-    return TitleRecords(
-        articles=of_kind(ARTICLE_RECORD, {"position": "position", "title": "title", "page_id": "page_id"}),
-        redirects=of_kind(REDIRECT_RECORD, {"title": "title", "target": "target"}),
-        pages=of_kind(PAGE_RECORD, {"page_id": "page_id", "title": "title"}),
-        sql_redirects=of_kind(SQL_REDIRECT_RECORD, {"page_id": "page_id", "target": "target"}),
-        qids=of_kind(QID_RECORD, {"page_id": "page_id", "target": "qid"}))
+    return TitleRecords(**{name: of_kind(name) for name in RECORD_FIELDS})
 
 
 def build_title_map_once(_: Any, records_dir: str, map_dir: str, redirects_file: str) -> Iterator[Any]:

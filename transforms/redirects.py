@@ -8,6 +8,7 @@ of ``current = current[current]`` follow chains of up to 64 hops for all ~10M re
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import marisa_trie
@@ -17,6 +18,7 @@ import pyarrow.compute as pc
 
 from artifacts.counters import declare, dropped, error, processed
 from artifacts.title_map import ARTICLE, RED, VIA_REDIRECT, TitleArrays
+from artifacts.trie_map import iter_strings, restored_strings, trie_key_ids
 
 # Pointer jumping doubles the followed chain length each round: 6 rounds follow chains of up to 64 hops.
 JUMP_ROUNDS = 6
@@ -68,8 +70,10 @@ class TitleMapBuild:
     counts: RedirectCounts
 
 
-def first_of_runs(values: pa.Array) -> np.ndarray:
+def first_of_runs(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """Whether each value of a sorted array starts a run of equal values."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
     starts = np.ones(len(values), dtype=bool)
     if len(values) > 1:
         starts[1:] = pc.not_equal(values.slice(1), values.slice(0, len(values) - 1)).to_numpy(zero_copy_only=False)
@@ -77,21 +81,25 @@ def first_of_runs(values: pa.Array) -> np.ndarray:
 
 
 def kept_articles(articles: pa.Table) -> tuple[pa.Table, pa.Table]:
-    """(kept articles, dropped positions with their counter): of pages sharing a page id the smallest title is
-    kept, then of pages sharing a title the smallest page id (ties: the first position)."""
-    by_id = articles.sort_by([("page_id", "ascending"), ("title", "ascending"), ("position", "ascending")])
-    by_id = by_id.combine_chunks()
-    unique_id = first_of_runs(by_id.column("page_id").combine_chunks())
-    by_title = by_id.filter(unique_id).sort_by([("title", "ascending"), ("page_id", "ascending"),
-                                                 ("position", "ascending")]).combine_chunks()
-    unique_title = first_of_runs(by_title.column("title").combine_chunks())
-    dropped_positions = pa.concat_tables([
-        pa.table({"position": by_id.column("position").filter(pa.array(~unique_id)),
-                  "kind": pa.array([DUPLICATE_PAGE_IDS] * int((~unique_id).sum()), pa.string())}),
-        pa.table({"position": by_title.column("position").filter(pa.array(~unique_title)),
-                  "kind": pa.array([DUPLICATE_TITLES] * int((~unique_title).sum()), pa.string())}),
-    ])
-    return by_title.filter(pa.array(unique_title)), dropped_positions
+    """(kept articles: title and page_id, dropped positions with their counter): of pages sharing a page id the
+    smallest title is kept (ties: the first position), then of pages sharing a title the smallest page id.
+    Sorted by indices: the articles (positions are most of their bytes) are never copied whole."""
+    by_id = pc.sort_indices(articles, [("page_id", "ascending"), ("title", "ascending"), ("position", "ascending")])
+    unique_id = first_of_runs(articles.column("page_id").take(by_id))
+    distinct_ids = by_id.filter(pa.array(unique_id))
+    candidates = articles.select(["title", "page_id"]).take(distinct_ids)
+    by_title = pc.sort_indices(candidates, [("title", "ascending"), ("page_id", "ascending")])
+    unique_title = first_of_runs(candidates.column("title").take(by_title))
+    kept = candidates.take(by_title.filter(pa.array(unique_title)))
+    duplicate_ids = by_id.filter(pa.array(~unique_id))
+    duplicate_titles = distinct_ids.take(by_title.filter(pa.array(~unique_title)))
+    positions = articles.column("position")
+    dropped_positions = pa.table({
+        "position": pa.chunked_array([positions.take(duplicate_ids), positions.take(duplicate_titles)],
+                                     pa.string()),
+        "kind": pa.array([DUPLICATE_PAGE_IDS] * len(duplicate_ids) + [DUPLICATE_TITLES] * len(duplicate_titles),
+                         pa.string())})
+    return kept, dropped_positions
 
 
 def sql_redirect_pairs(records: TitleRecords) -> pa.Table:
@@ -104,13 +112,12 @@ def sql_redirect_pairs(records: TitleRecords) -> pa.Table:
 
 
 def redirect_pairs(dump_pairs: pa.Table, sql_pairs: pa.Table) -> pa.Table:
-    """One target per redirect title: where the dump and the SQL table disagree, the smallest."""
+    """One target per redirect title: where the dump and the SQL table disagree, the smallest. (Sorted, not
+    grouped: Arrow's hash aggregation of a string minimum holds several times the pairs.)"""
     pairs = pa.concat_tables([dump_pairs.select(["title", "target"]), sql_pairs])
-    return pairs.group_by("title").aggregate([("target", "min")]).rename_columns(["title", "target"])
-
-
-def key_ids(trie: marisa_trie.Trie, titles: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    return np.fromiter((trie[title] for title in titles.to_pylist()), dtype=np.int64, count=len(titles))
+    order = pc.sort_indices(pairs, [("title", "ascending"), ("target", "ascending")])
+    first = first_of_runs(pairs.column("title").take(order))
+    return pairs.take(order.filter(pa.array(first)))
 
 
 def jump(successor: np.ndarray, rounds: int = JUMP_ROUNDS) -> np.ndarray:
@@ -134,27 +141,27 @@ def link_resolution(is_article: np.ndarray, is_redirect: np.ndarray, final: np.n
 
 def article_qids(kept: pa.Table, qids: pa.Table, trie: marisa_trie.Trie) -> pa.Array:
     """The QID of each key's article (the smallest where page_props gives several), null elsewhere."""
-    by_key: list[str | None] = [None] * len(trie)
-    if qids.num_rows:
-        smallest = qids.group_by("page_id").aggregate([("qid", "min")]).rename_columns(["page_id", "qid"])
-        joined = kept.select(["title", "page_id"]).join(smallest, "page_id", join_type="inner")
-        for title, qid in zip(joined.column("title").to_pylist(), joined.column("qid").to_pylist(), strict=True):
-            by_key[trie[title]] = qid
-    return pa.array(by_key, pa.string())
+    if not qids.num_rows:
+        return pa.nulls(len(trie), pa.string())
+    smallest = qids.group_by("page_id").aggregate([("qid", "min")]).rename_columns(["page_id", "qid"])
+    joined = kept.select(["title", "page_id"]).join(smallest, "page_id", join_type="inner")
+    row_of_key = np.full(len(trie), -1, dtype=np.int64)
+    row_of_key[trie_key_ids(trie, joined.column("title"))] = np.arange(joined.num_rows)
+    return joined.column("qid").combine_chunks().take(pa.array(row_of_key, mask=row_of_key < 0))
 
 
 def build_title_map(records: TitleRecords, rounds: int = JUMP_ROUNDS) -> TitleMapBuild:
-    """The title map of a dump from its title records (see ``TitleRecords``)."""
+    """The title map of a dump from its title records (see ``TitleRecords``). Titles stay in Arrow arrays: the
+    trie is built from slices of them, never from a list of all of them."""
     kept, dropped_positions = kept_articles(records.articles)
     sql_pairs = sql_redirect_pairs(records)
     named = pc.is_valid(sql_pairs.column("title"))
     pairs = redirect_pairs(records.redirects, sql_pairs.filter(named))
-    universe = pc.unique(pa.chunked_array([kept.column("title"), pairs.column("title"), pairs.column("target")],
-                                          type=pa.string()))
-    trie = marisa_trie.Trie(universe.to_pylist())
-    sources, targets = key_ids(trie, pairs.column("title")), key_ids(trie, pairs.column("target"))
+    trie = marisa_trie.Trie(itertools.chain(*(iter_strings(titles) for titles in (
+        kept.column("title"), pairs.column("title"), pairs.column("target")))))  # the trie keeps each title once
+    sources, targets = trie_key_ids(trie, pairs.column("title")), trie_key_ids(trie, pairs.column("target"))
     is_article = np.zeros(len(trie), dtype=bool)
-    is_article[key_ids(trie, kept.column("title"))] = True
+    is_article[trie_key_ids(trie, kept.column("title"))] = True
     is_redirect = np.zeros(len(trie), dtype=bool)
     is_redirect[sources] = True
     successor = np.arange(len(trie))
@@ -162,14 +169,14 @@ def build_title_map(records: TitleRecords, rounds: int = JUMP_ROUNDS) -> TitleMa
     final = jump(successor, rounds)
     in_cycle = is_redirect & is_redirect[final] & ~is_article[final]
     resolved, flags = link_resolution(is_article, is_redirect, final, in_cycle)
-    cycle_sources = sources[in_cycle[sources]]
-    resolved_sources = sources[~in_cycle[sources]]
+    resolved_pairs = ~in_cycle[sources]
+    resolved_sources = sources[resolved_pairs]
     sql_named = int(pc.sum(named).as_py() or 0)
     counts = RedirectCounts(len(resolved_sources), int((~is_article[final[resolved_sources]]).sum()), sql_named,
                             sql_pairs.num_rows - sql_named)
-    redirects = pa.table({"title": [trie.restore_key(int(key)) for key in resolved_sources],
-                          "target": [trie.restore_key(int(final[key])) for key in resolved_sources]},
+    redirects = pa.table({"title": pairs.column("title").filter(pa.array(resolved_pairs)),
+                          "target": restored_strings(trie, final[resolved_sources])},
                          schema=pa.schema([("title", pa.string()), ("target", pa.string())]))
-    cycles = [(trie.restore_key(int(key)), trie.restore_key(int(final[key]))) for key in cycle_sources]
+    cycles = [(trie.restore_key(int(key)), trie.restore_key(int(final[key]))) for key in sources[~resolved_pairs]]
     arrays = TitleArrays(resolved, flags, article_qids(kept, records.qids, trie))
     return TitleMapBuild(trie, arrays, dropped_positions, redirects, sorted(cycles), counts)

@@ -1,0 +1,61 @@
+"""Spilled aggregations: tables written by bucket where they are made, each bucket reduced from its parts."""
+
+from __future__ import annotations
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from transforms.spill import Part, SpillAndGroup, read_parts, reduce_parts, write_part
+
+SCHEMA = pa.schema([("key", pa.int64()), ("value", pa.int64())])
+
+
+def table(pairs: list[tuple[int, int]]) -> pa.Table:
+    return pa.table({"key": [key for key, _ in pairs], "value": [value for _, value in pairs]}, schema=SCHEMA)
+
+
+def smallest_two_per_key(rows: pa.Table) -> pa.Table:
+    """A compaction that is not a sum: per key, its two smallest values, sorted."""
+    ordered = rows.sort_by([("key", "ascending"), ("value", "ascending")])
+    keys = ordered.column("key").to_numpy()
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else np.zeros(0, dtype=np.int64)
+    rank = np.arange(len(keys)) - np.repeat(starts, np.diff(np.r_[starts, len(keys)]))
+    return ordered.filter(pa.array(rank < 2))
+
+
+def test_a_part_file_holds_a_batch_per_bucket_and_leaves_out_empty_ones(tmp_path):
+    written = write_part(str(tmp_path / "part.arrow"), [(3, table([(1, 5)])), (4, table([])),
+                                                          (7, table([(2, 6), (2, 7)]))])
+    assert written == [(3, Part(str(tmp_path / "part.arrow"), 0)), (7, Part(str(tmp_path / "part.arrow"), 1))]
+    assert [part.to_pylist() for part in read_parts([part for _, part in written][::-1])] == [
+        [{"key": 1, "value": 5}], [{"key": 2, "value": 6}, {"key": 2, "value": 7}]]
+    assert write_part(str(tmp_path / "none.arrow"), [(1, table([]))]) == []
+    assert not (tmp_path / "none.arrow").exists()
+
+
+def test_reduce_compacts_as_it_reads_and_equals_one_compaction_of_all_rows(tmp_path):
+    rng = np.random.default_rng(0)
+    pieces = [table([(int(key), int(value)) for key, value in rng.integers(0, 20, size=(30, 2))])
+              for _ in range(12)]
+    parts = [part for index, piece in enumerate(pieces)
+             for _, part in write_part(str(tmp_path / f"{index}.arrow"), [(0, smallest_two_per_key(piece))])]
+    expected = smallest_two_per_key(pa.concat_tables(pieces))
+    for compact_rows in (1, 10, 10**6):
+        assert reduce_parts(parts, smallest_two_per_key, compact_rows).equals(expected)
+    assert reduce_parts([], smallest_two_per_key) is None
+
+
+def test_spill_and_group_gives_every_bucket_its_parts_and_nothing_else_travels(tmp_path):
+    elements = [(bucket, table([(bucket * 100 + index, index)])) for index in range(40) for bucket in (0, 2)]
+    with TestPipeline() as pipeline:
+        reduced = (pipeline | beam.Create(elements)
+                   | SpillAndGroup(str(tmp_path), smallest_two_per_key, buckets=4, spill_rows=7)
+                   | beam.MapTuple(lambda bucket, parts: (
+                       bucket, all(isinstance(part, Part) for part in parts),
+                       sorted((reduce_parts(parts, smallest_two_per_key) or table([])).column("key").to_pylist()))))
+        assert_that(reduced, equal_to([(0, True, list(range(40))), (1, True, []),
+                                       (2, True, list(range(200, 240))), (3, True, [])]))
+    assert len(list(tmp_path.glob("part-*.arrow"))) >= 80 // 7  # spilled every 7 rows, not once at the end

@@ -1,0 +1,133 @@
+"""Aggregations whose state is as large as their output (anchor pairs, link targets, name counts, the bottom-k
+samples of ~100M mentions), kept on disk by bucket instead of in a grouping.
+
+Beam's local runner holds every grouping's whole input in its own process, and even a combine's accumulators are
+as large as the aggregate. Here each worker gathers the Arrow tables it makes, ``compact``s each bucket's share
+(sums by key, k smallest, ...) and writes them as one part file, an Arrow IPC file with a record batch per bucket,
+where they were made (``SpillByBucket``). Only (bucket, ``Part``) descriptors go through the grouping; each bucket
+is then reduced on its own from its parts (``reduce_parts``): one bucket in memory at a time, whatever the total.
+(Arrow IPC, not Parquet: a reduce reads one batch of hundreds of files, and an IPC footer is a few bytes per batch
+where a Parquet footer describes every column of every row group.)
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import apache_beam as beam
+import pyarrow as pa
+from apache_beam.transforms.window import GlobalWindows
+
+from artifacts import fs
+
+# Rows a worker gathers before it compacts them and writes a part file (~12 MB of anchor pairs).
+SPILL_ROWS = 1 << 18
+# Rows a reduce reads before it compacts them (also once they reach what it has kept).
+COMPACT_ROWS = 1 << 20
+Compact = Callable[[pa.Table], pa.Table]
+
+
+@dataclass(frozen=True, order=True)
+class Part:
+    """One bucket's rows in a spilled part file: record batch ``batch`` of the Arrow IPC file ``path``."""
+
+    path: str
+    batch: int
+
+
+def write_part(path: str, tables: Sequence[tuple[int, pa.Table]]) -> list[tuple[int, Part]]:
+    """One Arrow IPC file at ``path`` with a record batch per (bucket, table) (empty tables left out; all of one
+    schema); returns (bucket, its Part) of each."""
+    written: list[tuple[int, Part]] = []
+    kept = [(bucket, table) for bucket, table in tables if table.num_rows]
+    if not kept:
+        return written
+    options = pa.ipc.IpcWriteOptions(compression="lz4")
+    with fs.create(path) as handle, pa.ipc.new_file(handle, kept[0][1].schema, options=options) as writer:
+        for batch, (bucket, table) in enumerate(kept):
+            writer.write_batch(table.combine_chunks().to_batches()[0])
+            written.append((bucket, Part(path, batch)))
+    return written
+
+
+def read_parts(parts: Iterable[Part]) -> Iterator[pa.Table]:
+    """The tables of ``parts``, file by file, each file opened once."""
+    by_file: dict[str, list[int]] = {}
+    for part in parts:
+        by_file.setdefault(part.path, []).append(part.batch)
+    for path in sorted(by_file):
+        with fs.open_read(path) as handle:
+            opened = pa.ipc.open_file(handle)
+            for batch in sorted(by_file[path]):
+                yield pa.Table.from_batches([opened.get_batch(batch)])
+
+
+def reduce_parts(parts: Iterable[Part], compact: Compact, compact_rows: int = COMPACT_ROWS) -> pa.Table | None:
+    """``compact`` of all the rows of ``parts`` (None if there are none), read a part at a time and compacted
+    whenever the rows read reach what was kept (at least ``compact_rows``): about twice what ``compact`` keeps is
+    held. ``compact`` of compacted pieces must equal ``compact`` of their rows."""
+    kept: pa.Table | None = None
+    pending: list[pa.Table] = []
+    pending_rows = 0
+    for table in read_parts(parts):
+        pending.append(table)
+        pending_rows += table.num_rows
+        if pending_rows >= max(compact_rows, kept.num_rows if kept is not None else 0):
+            kept = compact(pa.concat_tables([*([kept] if kept is not None else []), *pending]))
+            pending, pending_rows = [], 0
+    if pending:
+        kept = compact(pa.concat_tables([*([kept] if kept is not None else []), *pending]))
+    return kept
+
+
+class SpillByBucket(beam.DoFn):
+    """(bucket, Arrow table) -> (bucket, ``Part``): a worker's tables gathered until ``spill_rows``, each
+    bucket's ``compact``ed, then written as one part file under ``directory``."""
+
+    def __init__(self, directory: str, compact: Compact, spill_rows: int = SPILL_ROWS) -> None:
+        self._directory, self._compact, self._spill_rows = directory, compact, spill_rows
+
+    def start_bundle(self) -> None:
+        self._tables: dict[int, list[pa.Table]] = {}
+        self._rows = 0
+
+    def process(self, element: tuple[int, pa.Table]) -> Iterator[tuple[int, Part]]:
+        bucket, table = element
+        self._tables.setdefault(bucket, []).append(table)
+        self._rows += table.num_rows
+        if self._rows >= self._spill_rows:
+            yield from self._spill()
+
+    def finish_bundle(self) -> Iterator[object]:
+        for element in self._spill():
+            yield GlobalWindows.windowed_value(element)
+
+    def _spill(self) -> list[tuple[int, Part]]:
+        tables, self._tables, self._rows = self._tables, {}, 0
+        compacted = [(bucket, self._compact(pa.concat_tables(tables[bucket]))) for bucket in sorted(tables)]
+        return write_part(fs.join(self._directory, f"part-{uuid.uuid4().hex}.arrow"), compacted)
+
+
+def without_none(bucket: int, parts: Iterable[Part | None]) -> tuple[int, list[Part]]:
+    return bucket, [part for part in parts if part is not None]
+
+
+class SpillAndGroup(beam.PTransform):
+    """(bucket, Arrow table) -> (bucket, [``Part``]): the tables spilled by ``SpillByBucket``, their parts grouped
+    by bucket. With ``buckets``, each of buckets 0..buckets-1 appears (an empty list: no rows); otherwise only the
+    buckets with rows do."""
+
+    def __init__(self, directory: str, compact: Compact, buckets: int | None = None,
+                 spill_rows: int = SPILL_ROWS) -> None:
+        super().__init__()
+        self._directory, self._compact, self._buckets, self._spill_rows = directory, compact, buckets, spill_rows
+
+    def expand(self, tables: beam.PCollection) -> beam.PCollection:
+        parts = tables | "Spill" >> beam.ParDo(SpillByBucket(self._directory, self._compact, self._spill_rows))
+        if self._buckets is not None:
+            every = (tables.pipeline | "EveryBucket" >> beam.Create(range(self._buckets))
+                     | "NoPart" >> beam.Map(lambda bucket: (bucket, None)))
+            parts = (parts, every) | "WithEveryBucket" >> beam.Flatten()
+        return parts | "PartsByBucket" >> beam.GroupByKey() | "Parts" >> beam.MapTuple(without_none)
