@@ -34,15 +34,16 @@ def add_groups(parser: argparse.ArgumentParser, groups: Iterable[FlagGroup]) -> 
 
 
 def local_path(value: str) -> str:
-    """The value of a path flag: a local path made absolute (a worker elsewhere would resolve a relative one in its
-    own working directory), a Beam filesystem URL (``gs://...``) as it is."""
-    return value if "://" in value else os.path.abspath(value)
+    """The value of a path flag: a local path made absolute, ``~`` expanded (a worker elsewhere would resolve a
+    relative one in its own working directory and home), a Beam filesystem URL (``gs://...``) as it is."""
+    return value if "://" in value else os.path.abspath(os.path.expanduser(value))
 
 
 def name_or_path(value: str) -> str:
     """The value of a model flag: a local path that exists made absolute (transformers reads it before looking for
     a hub name), anything else (a hub name) as it is."""
-    return os.path.abspath(value) if os.path.exists(value) else value
+    path = os.path.expanduser(value)
+    return os.path.abspath(path) if os.path.exists(path) else value
 
 
 def local_paths(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[tuple[str, str]]:

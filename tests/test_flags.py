@@ -37,6 +37,12 @@ def test_relative_paths_of_every_stage_are_made_absolute(launcher: Path):
     assert args.corpus == str(launcher / "passages" / "psgs_*.tsv")  # a glob stays a glob
 
 
+def test_a_home_directory_is_this_users(launcher: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("HOME", str(launcher))
+    args = parsed(["embed-entities", "--output", "~/out", "--model", "~/models/bert"])
+    assert (args.output, args.model) == (str(launcher / "out"), str(launcher / "models" / "bert"))
+
+
 def test_urls_and_hub_names_stay_as_they_are(launcher: Path):
     args = parsed(["all", "--dump", "gs://bucket/enwiki.xml.bz2", "--output", "s3://bucket/run",
                    "--model", "bert-base-uncased", "--encoder", "facebook/dpr-ctx_encoder-single-nq-base"])
