@@ -6,6 +6,7 @@ does) and make its relative paths absolute; the artifacts must equal the DirectR
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -13,7 +14,7 @@ import subprocess
 import sys
 import sysconfig
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,11 +50,13 @@ def environment_without_the_project(directory: Path) -> Path:
     return python
 
 
-def wait_for(ready, what: str, processes: list[subprocess.Popen]) -> None:
+def wait_for(ready: Callable[[], bool], what: str, services: dict[Path, subprocess.Popen]) -> None:
+    """Until ``ready()``; a failure showing the services' logs (by path) if one exits or START_TIMEOUT_S pass."""
     deadline = time.monotonic() + START_TIMEOUT_S
     while not ready():
-        assert all(process.poll() is None for process in processes), f"{what}: a service exited"
-        assert time.monotonic() < deadline, f"{what} did not start in {START_TIMEOUT_S} s"
+        if time.monotonic() > deadline or any(process.poll() is not None for process in services.values()):
+            logs = "\n".join(f"{log}:\n{log.read_text(errors='replace')[-3000:]}" for log in services)
+            pytest.fail(f"{what} did not start\n{logs}")
         time.sleep(0.2)
 
 
@@ -75,10 +78,8 @@ def stop(process: subprocess.Popen, first_signal: int) -> None:
             os.killpg(process.pid, sent)
         except ProcessLookupError:
             return
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            continue
 
 
 @pytest.fixture(scope="module")
@@ -91,13 +92,15 @@ def external_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exter
     boot.write_text(f'#!/bin/sh\nexec "{python}" -I "{BOOT}" --semi_persist_dir "{workdir}" "$@"\n')
     boot.chmod(0o755)
     pool_port, job_port_file = free_port(), root / "job.port"
+    logs = (root / "job-service.log", root / "worker-pool.log")
     job_service = start([str(python), "-m", "apache_beam.runners.portability.local_job_service_main", "--port", "0",
-                         "--port_file", str(job_port_file)], workdir, root / "job-service.log")
+                         "--port_file", str(job_port_file)], workdir, logs[0])
     pool = start([str(python), "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={pool_port}",
-                  f"--container_executable={boot}"], workdir, root / "worker-pool.log")
+                  f"--container_executable={boot}"], workdir, logs[1])
+    services = dict(zip(logs, (job_service, pool), strict=True))
     try:
-        wait_for(job_port_file.exists, "the job service", [job_service, pool])
-        wait_for(lambda: accepts_connections(pool_port), "the worker pool", [job_service, pool])
+        wait_for(job_port_file.exists, "the job service", services)
+        wait_for(lambda: accepts_connections(pool_port), "the worker pool", services)
         yield ExternalWorkers(python, workdir, (
             "--runner=PortableRunner", f"--job_endpoint=localhost:{job_port_file.read_text().strip()}",
             "--environment_type=EXTERNAL", f"--environment_config=localhost:{pool_port}"))
