@@ -42,7 +42,7 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     for flag in ("--id", "--provision_endpoint", "--artifact_endpoint", "--logging_endpoint", "--control_endpoint"):
         parser.add_argument(flag, required=True)
-    parser.add_argument("--semi_persist_dir", default=os.environ.get("KPR_WORKER_DIR", "/tmp"))
+    parser.add_argument("--semi_persist_dir", default="/tmp")
     return parser.parse_args(argv)
 
 
@@ -112,7 +112,8 @@ def main(argv: list[str]) -> None:
     flags = parse_flags(argv)
     root = Path(flags.semi_persist_dir)
     info = provision_info(flags.provision_endpoint, flags.id)
-    files = fetch_artifacts(flags.artifact_endpoint, flags.id, list(info.dependencies), root / "artifacts" / flags.id)
+    fetched = root / "artifacts" / f"{flags.id}-{os.getpid()}"  # worker ids repeat from job to job
+    files = fetch_artifacts(flags.artifact_endpoint, flags.id, list(info.dependencies), fetched)
     paths = [str(installed(path, root)) for path in files if path.name == WORKFLOW]
     environment = {
         **os.environ,
