@@ -4,7 +4,9 @@ are not processes of this one needs: this project shipped to them, paths that me
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import os
 import re
 import sys
@@ -51,8 +53,21 @@ def available_runners() -> list[str]:
     return [path.rsplit(".", 1)[-1] for path in StandardOptions.ALL_KNOWN_RUNNERS if load_problem(path) is None]
 
 
+def check_option_values(beam_args: Sequence[str]) -> None:
+    """An ``InputError`` with Beam's own words for a Beam option value it refuses (``--flink_version=2.3``: not
+    one of its choices): its parser would print its whole usage, hundreds of lines, and exit."""
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            beam_pipeline_options(beam_args).get_all_options()
+    except SystemExit:
+        raise InputError(said.getvalue().strip().splitlines()[-1].split(": error: ", 1)[-1]) from None
+
+
 def check_runner(beam_args: Sequence[str]) -> None:
-    """An ``InputError`` naming the runners this installation has, for a ``--runner`` that does not load."""
+    """An ``InputError`` naming the runners this installation has, for a ``--runner`` that does not load (the Beam
+    option values checked first)."""
+    check_option_values(beam_args)
     runner = beam_pipeline_options(beam_args).view_as(StandardOptions).runner
     if not isinstance(runner, str):  # a runner object (tests): nothing to resolve
         return

@@ -103,3 +103,12 @@ def test_a_job_server_jar_beam_cannot_download_is_one_line(tmp_path: Path, capfd
         "[parse] running",
         f"error: Beam's job server jar cannot be downloaded here ({url}): fetch kpr-tests-flink-job-server.jar where "
         "there is internet and give --flink_job_server_jar=PATH"]
+
+
+def test_a_beam_option_value_beam_refuses_is_one_line(tmp_path: Path, capsys):
+    """Beam's parser would print its whole usage; Beam 2.77 knows Flink 1.19 to 2.2."""
+    assert main(["parse", "--dump", str(BUNDLED_SAMPLE), "--output", str(tmp_path / "out"), "--runner=FlinkRunner",
+                 "--flink_version=2.3"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: argument --flink_version: invalid choice: '2.3' (choose from '1.19', '1.20', '2.0', '2.1', '2.2')"]
+    assert not (tmp_path / "out").exists()
