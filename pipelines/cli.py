@@ -15,7 +15,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs, layout
 from artifacts.errors import InputError, input_error_message, mentions_input_error
-from pipelines import disk_space, flags
+from pipelines import disk_space, flags, runners
 from pipelines import stage as stage_runner
 from pipelines.console import own_lines_only
 from pipelines.interrupt import (
@@ -240,6 +240,9 @@ def main(argv: Sequence[str] | None = None, exit_at_ctrl_c: bool = False) -> int
         try:
             check_unknown_flags(parser, args.command, beam_args)
             check_runner(beam_args)
+            if args.command in WRITERS:  # the commands that run Beam pipelines
+                paths = flags.local_paths(command_parser(parser, args.command), args)
+                beam_args += runners.prepare_workers(beam_args, paths)
             configure_logging(args.verbose, beam_args)
             check_destinations(args)
             return dispatch(args, beam_args)
@@ -249,7 +252,7 @@ def main(argv: Sequence[str] | None = None, exit_at_ctrl_c: bool = False) -> int
                 exit_with_descendants(code)
             return code
         except Exception as error:  # the one place errors become the user interface
-            message = input_error_message(flags.worded(error))
+            message = input_error_message(runners.worded(flags.worded(error)))
             if message is None:
                 raise
             print(f"error: {message}", file=sys.stderr)

@@ -36,6 +36,9 @@ BATCH_SIZE_ESTIMATOR_WARNINGS: tuple[tuple[str, type[Warning]], ...] = (
 # line and the source line Python prints under it).
 WORKER_NOISE = (*WORKER_START_UP_LINES, b"RankWarning: Polyfit may be poorly conditioned",
                 b"np.polyfit(xs, ys, 1, w=weight)")
+# Beam builds the sdist of --setup_file (the project shipped to workers elsewhere) with `python -m build`, whose
+# progress lines reach our stderr before each pipeline runs.
+SDIST_BUILD_LINES = (b"* Getting build dependencies for sdist...", b"* Building sdist...")
 
 
 class _CurrentStderrHandler(logging.StreamHandler):
@@ -105,12 +108,14 @@ def appended_to_environment(name: str, entries: str) -> contextlib.AbstractConte
 def own_lines_only(verbose: bool, beam_args: list[str], sigint: SigintWatch | None = None
                    ) -> Iterator[ForwardedStderr]:
     """While a command runs, without --verbose: our log lines plain, Beam's estimator warnings and its worker
-    processes' start-up lines left out (WORKER_NOISE). With --verbose everything shows as it comes. Either way,
+    processes' start-up lines left out (WORKER_NOISE), and the progress lines of the sdist built for workers
+    elsewhere. With --verbose everything shows as it comes. Either way,
     once ``sigint`` has seen Ctrl-C nothing that Beam's threads and worker processes print shows: the command's last
     line goes past that (``ForwardedStderr.write_past``)."""
     with contextlib.ExitStack() as stack:
         if not verbose:
             stack.enter_context(plain_own_lines())
             stack.enter_context(without_batch_size_estimator_warnings())
-        noise = WORKER_NOISE if not verbose and starts_worker_processes(beam_args) else ()
+        workers = WORKER_NOISE if starts_worker_processes(beam_args) else ()
+        noise = () if verbose else (*SDIST_BUILD_LINES, *workers)
         yield stack.enter_context(forwarded_stderr(noise, sigint))

@@ -41,7 +41,8 @@ class EmbedEntitiesStage:
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         group = parser.add_argument_group("embed-entities")
-        group.add_argument("--model", help="local directory or hub name of a BERT-family model with [MASK]")
+        group.add_argument("--model", type=flags.name_or_path,
+                           help="local directory or hub name of a BERT-family model with [MASK]")
         group.add_argument("--layer", type=int, default=-1, help="hidden layer whose [MASK] output is used")
         group.add_argument("--embedding-dtype", choices=sorted(EMBEDDING_DTYPES), default="float32",
                            help="value type of the stored vectors")

@@ -17,7 +17,7 @@ from artifacts.run.kpr_export import (
     export_kpr,
 )
 from artifacts.run.owned import ForeignFileError
-from pipelines import disk_space
+from pipelines import disk_space, flags
 
 
 class ExportKprCommand:
@@ -26,7 +26,8 @@ class ExportKprCommand:
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--output", required=True, help="OUT: the run to export (local path or Beam URL)")
-        parser.add_argument("--to", required=True, metavar="DIR", help="export directory (local path or Beam URL)")
+        parser.add_argument("--to", required=True, metavar="DIR", type=flags.local_path,
+                            help="export directory (local path or Beam URL)")
 
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
         space = disk_space.space_of(args.to)

@@ -7,6 +7,7 @@ flag (``--device``) has one definition, one default and one meaning wherever it 
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -32,8 +33,34 @@ def add_groups(parser: argparse.ArgumentParser, groups: Iterable[FlagGroup]) -> 
             group.add(parser.add_argument_group(group.title))
 
 
+def local_path(value: str) -> str:
+    """The value of a path flag: a local path made absolute, ``~`` expanded (a worker elsewhere would resolve a
+    relative one in its own working directory and home), a Beam filesystem URL (``gs://...``) as it is."""
+    return value if "://" in value else os.path.abspath(os.path.expanduser(value))
+
+
+def name_or_path(value: str) -> str:
+    """The value of a model flag: a local path that exists made absolute (transformers reads it before looking for
+    a hub name), anything else (a hub name) as it is."""
+    path = os.path.expanduser(value)
+    return os.path.abspath(path) if os.path.exists(path) else value
+
+
+def local_paths(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[tuple[str, str]]:
+    """``(flag, path)`` for every local path the path and model flags of ``parser`` were given."""
+    found = []
+    for action in parser._actions:
+        if action.type not in (local_path, name_or_path) or getattr(args, action.dest, None) is None:
+            continue
+        values = getattr(args, action.dest)
+        for value in values if isinstance(values, list) else [values]:
+            if os.path.isabs(value):
+                found.append((action.option_strings[0], value))
+    return found
+
+
 def _output(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--output", required=True, help="OUT: local path or Beam filesystem URL")
+    group.add_argument("--output", required=True, type=local_path, help="OUT: local path or Beam filesystem URL")
 
 
 def _progress(group: argparse._ArgumentGroup) -> None:
@@ -54,7 +81,7 @@ def _sequence(group: argparse._ArgumentGroup) -> None:
 
 
 def _refresh(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--previous", metavar="OLD_OUT",
+    group.add_argument("--previous", metavar="OLD_OUT", type=local_path,
                        help="a previous run of an older dump: reuse its vectors where nothing changed")
     group.add_argument("--require-reuse", action="store_true",
                        help="with --previous: exit 2 instead of recomputing everything when it cannot be reused")

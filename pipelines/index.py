@@ -51,11 +51,12 @@ KPR_INPUTS = {"linker": layout.LINKER, "entity_embeddings": layout.ENTITY_EMBEDD
 def add_encoder_arguments(parser: argparse.ArgumentParser) -> None:
     """The encoder options (shared with search and evaluate, which may override the runtime ones)."""
     group = parser.add_argument_group("encoder")
-    group.add_argument("--encoder", help="local directory or hub name of the passage encoder")
+    group.add_argument("--encoder", type=flags.name_or_path, help="local directory or hub name of the passage encoder")
     group.add_argument("--encoder-type", choices=KINDS, default="dpr",
                        help="dpr: [CLS] title [SEP] text [SEP], CLS, dot; bge: CLS, cosine, query instruction; "
                        "mean: mean pooling, cosine; kpr: KPR checkpoint with entity fusion")
-    group.add_argument("--query-encoder", help="a separate question encoder (default: --encoder)")
+    group.add_argument("--query-encoder", type=flags.name_or_path,
+                       help="a separate question encoder (default: --encoder)")
     group.add_argument("--similarity", choices=SIMILARITIES, help="override the encoder type's similarity")
     group.add_argument("--title-mode", choices=TITLE_MODES,
                        help="pair: title and text as a sentence pair; join: 'title text'; none: text only")
@@ -112,7 +113,8 @@ class IndexStage:
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         add_encoder_arguments(parser)
         group = parser.add_argument_group("index")
-        group.add_argument("--corpus", help="DPR passage file(s) (psgs_w100.tsv; a path or glob, .gz allowed); "
+        group.add_argument("--corpus", type=flags.local_path,
+                           help="DPR passage file(s) (psgs_w100.tsv; a path or glob, .gz allowed); "
                            "default: passages cut from OUT/articles")
         group.add_argument("--words-per-passage", type=int, default=100, help="without --corpus: words per passage")
         group.add_argument("--on-duplicate-id", choices=DUPLICATE_KEEPS, default="first",

@@ -11,6 +11,7 @@ import apache_beam as beam
 
 from artifacts import fs, layout, schemas, tables
 from artifacts.errors import InputError
+from pipelines import flags
 from pipelines.stage import StageContext, run_beam
 from transforms.dead_letters import WriteDeadLetters
 from transforms.dump_reader import read_siteinfo
@@ -46,13 +47,15 @@ class ParseStage:
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         group = parser.add_argument_group("parse")
-        group.add_argument("--dump", nargs="+", help="dump file(s): .xml, .xml.bz2, .xml.gz, multistream or parts")
-        group.add_argument("--dump-index", nargs="+", default=None,
+        group.add_argument("--dump", nargs="+", type=flags.local_path,
+                           help="dump file(s): .xml, .xml.bz2, .xml.gz, multistream or parts")
+        group.add_argument("--dump-index", nargs="+", type=flags.local_path,
                            help="multistream index file(s), one per dump (default: found beside the dump)")
-        group.add_argument("--redirects-sql", nargs="+", default=None, help="redirect table dump(s) (.sql[.gz])")
-        group.add_argument("--page-sql", nargs="+", default=None,
+        group.add_argument("--redirects-sql", nargs="+", type=flags.local_path,
+                           help="redirect table dump(s) (.sql[.gz])")
+        group.add_argument("--page-sql", nargs="+", type=flags.local_path,
                            help="page table dump(s): names the source pages of --redirects-sql rows")
-        group.add_argument("--page-props-sql", nargs="+", default=None,
+        group.add_argument("--page-props-sql", nargs="+", type=flags.local_path,
                            help="page_props table dump(s): wikibase_item gives each article its Wikidata QID")
         group.add_argument("--skip-bad-streams", action="store_true",
                            help="count and skip a corrupt multistream stream instead of stopping")

@@ -1,15 +1,32 @@
 """The Beam runner a command names (``--runner``), checked against this installation before anything runs: Beam
-itself resolves it only when the first pipeline starts, and says so in a traceback."""
+itself resolves it only when the first pipeline starts, and says so in a traceback. And what a runner whose workers
+are not processes of this one needs: this project shipped to them, paths that mean the same there."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
+import os
+import re
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.options.pipeline_options import PortableOptions, SetupOptions, StandardOptions, WorkerOptions
+from apache_beam.runners.runner import create_runner
+from apache_beam.transforms import environments
 
 from artifacts.errors import InputError
-from pipelines.stage import beam_pipeline_options
+from pipelines.stage import beam_pipeline_options, workers_run_here
+
+# Beam's worker environments that run in this process (as threads of it): they have its code and files.
+IN_THIS_PROCESS = (environments.PythonLoopbackEnvironment, environments.EmbeddedPythonEnvironment,
+                   environments.EmbeddedPythonGrpcEnvironment)
+PROJECT_ROOT = Path(__file__).resolve().parent.parent  # a checkout (or editable install) has setup.py here
+# The flags naming the job server jar that FlinkRunner and SparkRunner start (else Beam downloads it from Maven).
+JAR_FLAGS = ("flink_job_server_jar", "spark_job_server_jar")
+_UNFETCHED_JAR = re.compile(r"Unable to fetch remote job server jar at (\S+): ")
 
 
 def runner_path(name: str) -> str:
@@ -36,8 +53,21 @@ def available_runners() -> list[str]:
     return [path.rsplit(".", 1)[-1] for path in StandardOptions.ALL_KNOWN_RUNNERS if load_problem(path) is None]
 
 
+def check_option_values(beam_args: Sequence[str]) -> None:
+    """An ``InputError`` with Beam's own words for a Beam option value it refuses (``--flink_version=2.3``: not
+    one of its choices): its parser would print its whole usage, hundreds of lines, and exit."""
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            beam_pipeline_options(beam_args).get_all_options()
+    except SystemExit:
+        raise InputError(said.getvalue().strip().splitlines()[-1].split(": error: ", 1)[-1]) from None
+
+
 def check_runner(beam_args: Sequence[str]) -> None:
-    """An ``InputError`` naming the runners this installation has, for a ``--runner`` that does not load."""
+    """An ``InputError`` naming the runners this installation has, for a ``--runner`` that does not load (the Beam
+    option values checked first)."""
+    check_option_values(beam_args)
     runner = beam_pipeline_options(beam_args).view_as(StandardOptions).runner
     if not isinstance(runner, str):  # a runner object (tests): nothing to resolve
         return
@@ -45,3 +75,85 @@ def check_runner(beam_args: Sequence[str]) -> None:
     if problem:
         raise InputError(f"--runner {runner} {problem}; this installation has "
                          f"{', '.join(available_runners())} (or name a module.Class of your own)")
+
+
+def workers_share_this_process(beam_args: Sequence[str]) -> bool:
+    """Whether the workers of the run are this process or processes it starts from this environment (a local runner,
+    or a LOOPBACK environment: what Beam makes of FlinkRunner with ``--flink_master=[local]`` and SparkRunner with a
+    ``local[N]`` master unless told otherwise). Other workers (DOCKER, PROCESS, EXTERNAL: Dataflow, a Flink or
+    Spark cluster, a worker pool) have only what is shipped to them, and their own working directory and files."""
+    if workers_run_here(beam_args):
+        return True
+    options = beam_pipeline_options(beam_args)
+    try:
+        environment = create_runner(options.view_as(StandardOptions).runner).default_environment(options)
+    except (TypeError, ValueError) as error:  # e.g. EXTERNAL without --environment_config, an unknown type
+        raise InputError(f"--environment_type {options.view_as(PortableOptions).environment_type}: Beam cannot "
+                         f"start workers with these options ({error}); see --environment_config") from None
+    return isinstance(environment, IN_THIS_PROCESS)
+
+
+def project_setup_file(root: Path = PROJECT_ROOT) -> Path | None:
+    """This project's ``setup.py``, from which Beam builds the sdist it stages for the workers (``--setup_file``);
+    None when this installation has none (installed from a wheel or an sdist, not run from a checkout)."""
+    setup = root / "setup.py"
+    return setup if setup.is_file() and (root / "pyproject.toml").is_file() else None
+
+
+def shipping_flags(beam_args: Sequence[str], setup_file: Path | None) -> list[str]:
+    """The Beam flags that ship this project to workers that do not share this process: ``--setup_file`` naming
+    ``setup_file`` (this project's), unless one is given. Without a setup file to name, an ``InputError`` saying
+    what to add (a container image with the project installed is the other way: ``--sdk_container_image``)."""
+    options = beam_pipeline_options(beam_args)
+    if options.view_as(SetupOptions).setup_file or workers_share_this_process(beam_args):
+        return []
+    if setup_file is not None:
+        return [f"--setup_file={setup_file}"]
+    if options.view_as(WorkerOptions).sdk_container_image:
+        return []
+    raise InputError(f"the workers of --runner {options.view_as(StandardOptions).runner} do not have this project, "
+                     "and this installation has no setup.py to ship it from: add --setup_file=CHECKOUT/setup.py "
+                     "(a checkout of kpr-pipeline), or --sdk_container_image=IMAGE with kpr-pipeline installed")
+
+
+def local_paths_warning(paths: Sequence[tuple[str, str]], beam_args: Sequence[str]) -> str | None:
+    """One line naming the local paths (``(flag, path)``) of a run whose workers may not see this machine's files
+    (None: they do, or there are none)."""
+    if not paths or workers_share_this_process(beam_args):
+        return None
+    runner = beam_pipeline_options(beam_args).view_as(StandardOptions).runner
+    named = ", ".join(f"{flag} {path}" for flag, path in paths)
+    return (f"warning: the workers of --runner {runner} may not see this machine's files, and these are local: "
+            f"{named} (give paths every worker reads: gs://, s3://, hdfs://, or a shared mount at the same path)")
+
+
+def check_job_server_jar(beam_args: Sequence[str]) -> None:
+    """An ``InputError`` for a job server jar named by a local path that does not exist."""
+    options = beam_pipeline_options(beam_args).get_all_options()
+    for flag in JAR_FLAGS:
+        jar = options.get(flag)
+        if jar and "://" not in jar and not os.path.exists(jar):
+            raise InputError(f"--{flag} {jar} does not exist")
+
+
+def worded(error: BaseException) -> BaseException:
+    """Beam's failure to download the job server jar of FlinkRunner or SparkRunner (a machine without internet) as
+    one line naming the flag that gives it; any other error as it is."""
+    found = _UNFETCHED_JAR.search(str(error)) if isinstance(error, RuntimeError) else None
+    if found is None:
+        return error
+    url = found.group(1)
+    jar = url.rsplit("/", 1)[-1]
+    flag = JAR_FLAGS[1] if "-spark-" in jar else JAR_FLAGS[0]
+    return InputError(f"Beam's job server jar cannot be downloaded here ({url}): fetch {jar} where there is "
+                      f"internet and give --{flag}=PATH")
+
+
+def prepare_workers(beam_args: Sequence[str], paths: Sequence[tuple[str, str]]) -> list[str]:
+    """The flags to add for the run's workers (``shipping_flags``); the warning about ``paths`` printed."""
+    check_job_server_jar(beam_args)
+    added = shipping_flags(beam_args, project_setup_file())
+    warning = local_paths_warning(paths, beam_args)
+    if warning:
+        print(warning, file=sys.stderr)
+    return added

@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -328,3 +329,14 @@ class MirrorFileSystem(LocalFileSystem):
 
     def open(self, path: str, *args, **kwargs):
         return super().open(_local(path), *args, **kwargs)
+
+
+# --- a local port -----------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port of localhost that nothing listens on (free when asked: a service can take it, a client is
+    refused)."""
+    with socket.socket() as probe:
+        probe.bind(("localhost", 0))
+        return probe.getsockname()[1]

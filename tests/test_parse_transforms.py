@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import fields
@@ -231,8 +232,10 @@ def test_recorded_options_and_inputs_are_those_of_the_flags():
     assert config.wikitext.use_prepass is False
     assert stage.options(config) == {"keep_section_links": True, "first_bold_as_link": False,
                                      "skip_bad_streams": False}
-    assert stage.external_inputs(config) == {"dump0": "a.xml.bz2", "dump1": "b.xml.bz2", "dump_index0": "a.txt",
-                                             "dump_index1": "b.txt", "page_props_sql0": "pp.sql"}
+    # Fingerprinted by absolute path: the flags' relative paths are made absolute when parsed.
+    assert stage.external_inputs(config) == {role: os.path.abspath(name) for role, name in (
+        ("dump0", "a.xml.bz2"), ("dump1", "b.xml.bz2"), ("dump_index0", "a.txt"), ("dump_index1", "b.txt"),
+        ("page_props_sql0", "pp.sql"))}
     args, _ = build_parser().parse_known_args(["dictionary", "--output", "out", "--min-commonness", "0.5",
                                                "--doc-unit", "page", "--case-sensitive"])
     config = dictionary_stage.STAGE.config(args)

@@ -1,0 +1,65 @@
+"""Path and model flags: a relative local path means the same file wherever the workers run (made absolute when the
+flags are parsed); URLs and hub names stay as they are."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipelines import flags
+from pipelines.cli import build_parser, command_parser
+
+
+@pytest.fixture()
+def launcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The working directory of the launcher, with a model directory in it."""
+    (tmp_path / "models" / "bert").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def parsed(argv: list[str]):
+    return build_parser().parse_known_args(argv)[0]
+
+
+def test_relative_paths_of_every_stage_are_made_absolute(launcher: Path):
+    args = parsed(["all", "--dump", "dumps/a.xml.bz2", "dumps/b.xml.bz2", "--dump-index", "i.txt.bz2", "i2.txt.bz2",
+                   "--redirects-sql", "r.sql.gz", "--page-sql", "p.sql.gz", "--page-props-sql", "pp.sql.gz",
+                   "--output", "out/run", "--previous", "../old", "--model", "models/bert",
+                   "--encoder", "./models/bert", "--query-encoder", "models/bert", "--corpus", "passages/psgs_*.tsv"])
+    assert args.dump == [str(launcher / "dumps/a.xml.bz2"), str(launcher / "dumps/b.xml.bz2")]
+    assert args.dump_index == [str(launcher / "i.txt.bz2"), str(launcher / "i2.txt.bz2")]
+    assert (args.redirects_sql, args.page_sql, args.page_props_sql) == (
+        [str(launcher / "r.sql.gz")], [str(launcher / "p.sql.gz")], [str(launcher / "pp.sql.gz")])
+    assert (args.output, args.previous) == (str(launcher / "out/run"), str(launcher.parent / "old"))
+    assert args.model == args.encoder == args.query_encoder == str(launcher / "models" / "bert")
+    assert args.corpus == str(launcher / "passages" / "psgs_*.tsv")  # a glob stays a glob
+
+
+def test_a_home_directory_is_this_users(launcher: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("HOME", str(launcher))
+    args = parsed(["embed-entities", "--output", "~/out", "--model", "~/models/bert"])
+    assert (args.output, args.model) == (str(launcher / "out"), str(launcher / "models" / "bert"))
+
+
+def test_urls_and_hub_names_stay_as_they_are(launcher: Path):
+    args = parsed(["all", "--dump", "gs://bucket/enwiki.xml.bz2", "--output", "s3://bucket/run",
+                   "--model", "bert-base-uncased", "--encoder", "facebook/dpr-ctx_encoder-single-nq-base"])
+    assert (args.dump, args.output) == (["gs://bucket/enwiki.xml.bz2"], "s3://bucket/run")
+    assert (args.model, args.encoder) == ("bert-base-uncased", "facebook/dpr-ctx_encoder-single-nq-base")
+
+
+@pytest.mark.parametrize("command", ["export-kpr", "publish"])
+def test_a_relative_destination_is_made_absolute(launcher: Path, command: str):
+    assert parsed([command, "--output", "gs://bucket/run", "--to", "exports/kpr"]).to == str(launcher / "exports/kpr")
+
+
+def test_the_local_paths_a_command_was_given_are_listed_with_their_flags(launcher: Path):
+    parser = build_parser()
+    args = parser.parse_known_args(["index", "--output", "out", "--encoder", "models/bert", "--corpus",
+                                    "gs://bucket/psgs_w100.tsv"])[0]
+    assert flags.local_paths(command_parser(parser, "index"), args) == [
+        ("--output", str(launcher / "out")), ("--encoder", str(launcher / "models" / "bert"))]
+    hub = parser.parse_known_args(["embed-entities", "--output", "gs://bucket/run", "--model", "bert-base-uncased"])[0]
+    assert flags.local_paths(command_parser(parser, "embed-entities"), hub) == []
