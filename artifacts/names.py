@@ -67,21 +67,31 @@ class Match:
     name: str
 
 
-class TokenSpans:
-    """Text -> (start, end) character offsets of its tokens by spaCy's blank English tokenizer. Each text is
-    tokenized in a spaCy memory zone: the vocabulary would otherwise keep every distinct word ever seen (~370
-    bytes each: gigabytes over a Wikipedia dump)."""
+# Words spaCy's vocabulary may hold before the tokenizer is made anew (~370 bytes each, ~75 MB): it keeps every
+# distinct word it has seen, gigabytes over a Wikipedia dump. (spaCy's memory zones bound it too, but they create
+# every word anew in every text: 4 times the CPU.)
+MAX_VOCABULARY = 200_000
 
-    def __init__(self) -> None:
+
+class TokenSpans:
+    """Text -> (start, end) character offsets of its tokens by spaCy's blank English tokenizer, in bounded memory."""
+
+    def __init__(self, max_vocabulary: int = MAX_VOCABULARY) -> None:
+        self._max_vocabulary = max_vocabulary
+        self._nlp = self._blank()
+
+    @staticmethod
+    def _blank():
         import spacy
 
-        self._nlp = spacy.blank("en")
+        return spacy.blank("en")
 
     def __call__(self, text: str) -> list[tuple[int, int]]:
         from spacy.attrs import IDX, LENGTH
 
-        with self._nlp.memory_zone():
-            found = self._nlp.tokenizer(text).to_array([IDX, LENGTH]).tolist()
+        if len(self._nlp.vocab) > self._max_vocabulary:
+            self._nlp = self._blank()
+        found = self._nlp.tokenizer(text).to_array([IDX, LENGTH]).tolist()
         return [(start, start + length) for start, length in found]
 
 
