@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from transforms.parquet_rows import ReadParquetRows, RowRange, batch_rows, cut_row_groups, read_rows, row_ranges
+from transforms.parquet_rows import (
+    ReadParquetRowGroups,
+    ReadParquetRows,
+    RowRange,
+    batch_rows,
+    cut_row_groups,
+    read_rows,
+    row_ranges,
+)
 
 ROWS = [{"page_id": index, "text": f"text {index} " * (index % 7)} for index in range(1000)]
 
@@ -49,3 +58,10 @@ def test_in_a_pipeline(parquet_file, tmp_path):
     with TestPipeline() as pipeline:
         rows = pipeline | ReadParquetRows([parquet_file, str(other)], ["page_id"], unit_rows=128)
         assert_that(rows, equal_to([{"page_id": row["page_id"]} for row in ROWS + ROWS[:10]]))
+
+
+def test_row_groups_in_a_pipeline_one_table_each(parquet_file):
+    with TestPipeline() as pipeline:
+        found = (pipeline | ReadParquetRowGroups([parquet_file], ["page_id"])
+                 | beam.Map(lambda table: table.column("page_id").to_pylist()))
+        assert_that(found, equal_to([list(range(start, min(start + 300, 1000))) for start in range(0, 1000, 300)]))

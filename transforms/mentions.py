@@ -24,6 +24,7 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from apache_beam.transforms.window import GlobalWindows
 
 from artifacts import fs, layout, tables
 from artifacts.counters import declare, dropped, processed
@@ -33,6 +34,7 @@ from transforms.dead_letters import count_some
 from transforms.entity_maps import build_title_ids
 from transforms.mention_sampling import CHARS_PER_TOKEN, LinkRef, link_ordinals, mention_ref, sample_key
 from transforms.packed import group_starts, rank_in_group, split_by_bucket
+from transforms.parquet_rows import ReadParquetRowGroups, ReadParquetRows
 from transforms.per_worker import PerProcess
 from transforms.spill import Part, SpillAndGroup, reduce_parts
 from transforms.worker_files import load_array, save_array
@@ -50,6 +52,8 @@ ORDER = np.dtype([("entity_id", "<i4"), ("sample_key", "<u8"), ("page_id", "<i8"
 THRESHOLD = np.dtype([("sample_key", "<u8"), ("page_id", "<i8"), ("link_index", "<i4")])
 # The threshold of an entity with fewer than k links (all of them sampled): above every order.
 NO_THRESHOLD = (np.iinfo(np.uint64).max, np.iinfo(np.int64).max, np.iinfo(np.int32).max)
+# Link orders a worker gathers before it splits them by bucket.
+ORDER_BATCH = 1 << 16
 # Links to entities per bucket of the bottom-k reduce: a bucket's sample is at most this many orders (24 bytes
 # each, ~6 MB) and its reduce holds a few times that; English Wikipedia's ~150M links make ~570 buckets.
 LINKS_PER_BUCKET = 1 << 18
@@ -192,27 +196,39 @@ def load_thresholds(directory: str) -> Thresholds:
 
 
 class LinkOrdersByBucket(beam.DoFn):
-    """Tables of articles' ``page_id, links`` -> (bucket, ``order_table`` of their links to entities); links to
-    no entity are counted."""
+    """Tables of articles' ``page_id, links`` -> (bucket, ``order_table`` of their links to entities), gathered
+    until ``batch_orders`` before they are split by bucket; links to no entity are counted."""
 
-    def __init__(self, title_ids: str, seed: int, buckets: int) -> None:
-        self._title_ids, self._seed, self._buckets = title_ids, seed, buckets
+    def __init__(self, title_ids: str, seed: int, buckets: int, batch_orders: int = ORDER_BATCH) -> None:
+        self._title_ids, self._seed, self._buckets, self._batch_orders = title_ids, seed, buckets, batch_orders
         self._titles = PerProcess(load_trie_map)
 
     def setup(self) -> None:
         self._map: TrieMap = self._titles.get(self._title_ids)
 
+    def start_bundle(self) -> None:
+        self._rows: list[tuple[int, int, int, int]] = []
+
     def process(self, table: pa.Table, _built: str) -> Iterator[tuple[int, pa.Table]]:
-        rows, non_entity = [], 0
+        non_entity = 0
         for page_id, targets in page_targets(table):
             for item in entity_link_orders(page_id, targets, self._map.get, self._seed):
                 if item is None:
                     non_entity += 1
                 else:
-                    rows.append((item[0], *item[1]))
+                    self._rows.append((item[0], *item[1]))
         count_some("links_to_non_entities", non_entity)
-        for bucket, orders in split_by_bucket(np.array(rows, dtype=ORDER), "entity_id", self._buckets):
-            yield bucket, order_table(orders)
+        if len(self._rows) >= self._batch_orders:
+            yield from self._flush()
+
+    def finish_bundle(self) -> Iterator[object]:
+        for element in self._flush():
+            yield GlobalWindows.windowed_value(element)
+
+    def _flush(self) -> list[tuple[int, pa.Table]]:
+        rows, self._rows = self._rows, []
+        return [(bucket, order_table(orders))
+                for bucket, orders in split_by_bucket(np.array(rows, dtype=ORDER), "entity_id", self._buckets)]
 
 
 class WriteThresholds(beam.DoFn):
@@ -289,11 +305,12 @@ class SampleMentions(beam.PTransform):
                                                      beam.pvalue.AsList(written)))
 
     def _read(self, pipeline: beam.pvalue.PBegin, name: str, columns: list[str], batched: bool) -> beam.PCollection:
-        """``columns`` of articles/ (tables by row group when ``batched``, else rows), through ``name``'s progress."""
-        read = beam.io.ReadFromParquetBatched if batched else beam.io.ReadFromParquet
+        """``columns`` of articles/ (tables by row group when ``batched``, else rows), spread over the workers,
+        through ``name``'s progress."""
+        files = tables.parquet_files(self._inputs.output, layout.ARTICLES)
+        read = ReadParquetRowGroups(files, columns) if batched else ReadParquetRows(files, columns)
         label = f"Read{name.capitalize()}"
-        articles = pipeline | label >> read(tables.parquet_pattern(self._inputs.output, layout.ARTICLES),
-                                            columns=columns)
+        articles = pipeline | label >> read
         if name not in self._progress:
             return articles
         return articles | f"{label}Progress" >> self._progress[name]

@@ -67,12 +67,36 @@ def batch_rows(batches: Iterator[pa.RecordBatch], start: int, stop: int) -> Iter
             return
 
 
+def read_table(unit: RowRange, columns: list[str] | None) -> pa.Table:
+    """The rows of one range as one Arrow table."""
+    with _open(unit.path) as handle:
+        return pq.ParquetFile(handle).read_row_group(unit.row_group, columns=columns).slice(
+            unit.start, unit.stop - unit.start)
+
+
 def read_rows(unit: RowRange, columns: list[str] | None, batch_size: int = BATCH_ROWS) -> Iterator[dict[str, Any]]:
     """The rows of one range as dicts (only the row group's pages up to ``stop`` are decoded)."""
     with _open(unit.path) as handle:
         batches = pq.ParquetFile(handle).iter_batches(batch_size=batch_size, row_groups=[unit.row_group],
                                                       columns=columns)
         yield from batch_rows(batches, unit.start, unit.stop)
+
+
+class SpreadRowRanges(beam.PTransform):
+    """A pipeline's root -> the ``RowRange``s of the Parquet files ``paths`` (at most ``unit_rows`` rows each),
+    reshuffled so that every worker reads some: Beam's local runner gives a file read all to one worker."""
+
+    def __init__(self, paths: Sequence[str], unit_rows: int = UNIT_ROWS) -> None:
+        super().__init__()
+        self._paths, self._unit_rows = list(paths), unit_rows
+
+    def expand(self, root: beam.pvalue.PBegin) -> beam.PCollection:
+        return (
+            root
+            | "Files" >> beam.Create(self._paths)
+            | "CutRowGroups" >> beam.FlatMap(row_ranges, self._unit_rows)
+            | "SpreadRanges" >> beam.Reshuffle()
+        )
 
 
 class ReadParquetRows(beam.PTransform):
@@ -83,13 +107,21 @@ class ReadParquetRows(beam.PTransform):
         self._paths, self._columns, self._unit_rows = list(paths), columns, unit_rows
 
     def expand(self, root: beam.pvalue.PBegin) -> beam.PCollection:
-        return (
-            root
-            | "Files" >> beam.Create(self._paths)
-            | "CutRowGroups" >> beam.FlatMap(row_ranges, self._unit_rows)
-            | "SpreadRanges" >> beam.Reshuffle()
-            | "ReadRanges" >> beam.FlatMap(read_rows, self._columns)
-        )
+        return (root | "Ranges" >> SpreadRowRanges(self._paths, self._unit_rows)
+                | "ReadRanges" >> beam.FlatMap(read_rows, self._columns))
+
+
+class ReadParquetRowGroups(beam.PTransform):
+    """A pipeline's root -> one Arrow table of ``columns`` per row group of the Parquet files ``paths``, spread
+    over workers."""
+
+    def __init__(self, paths: Sequence[str], columns: list[str] | None = None) -> None:
+        super().__init__()
+        self._paths, self._columns = list(paths), columns
+
+    def expand(self, root: beam.pvalue.PBegin) -> beam.PCollection:
+        return (root | "RowGroups" >> SpreadRowRanges(self._paths, unit_rows=1 << 62)
+                | "ReadRowGroups" >> beam.Map(read_table, self._columns))
 
 
 def write_parquet_rows(prefix: str, schema: pa.Schema) -> beam.PTransform:
