@@ -1,8 +1,10 @@
 """embed-entities: the context windows of the sampled mentions, cut from ``articles/`` at embed time.
 
 ``mentions/`` holds references into the articles. They are joined with the article text by article shard (a row
-group of an articles/ file, found with the page map): refs travel packed, keyed by their shard, and each shard's
-group reads that one row group's ``page_id, text`` and cuts its windows. No article text goes through a shuffle.
+group of an articles/ file, found with the page map): refs are spilled to part files by bucket of shards where they
+are read (``transforms/spill.py``), and each bucket's reduce reads its refs and, shard by shard, that one row
+group's ``page_id, text`` and cuts its windows. No article text goes through a shuffle, and no process holds the
+refs of more than one bucket (~80-112M refs for English Wikipedia).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from transforms.dead_letters import DEAD_LETTER_TAG, dead_letter
 from transforms.mention_sampling import mention_window
 from transforms.packed import split_by
 from transforms.per_worker import PerProcess
+from transforms.spill import Part, SpillAndGroup, reduce_parts
 
 COUNTERS = declare(
     dropped("mention_pages_missing", "mentions whose page is not in articles/", dead_lettered=True),
@@ -30,6 +33,9 @@ COUNTERS = declare(
 # A mentions/ ref, packed (24 bytes).
 REF = np.dtype([("entity_id", "<i4"), ("page_id", "<i8"), ("link_index", "<i4"), ("start", "<i4"), ("end", "<i4")])
 REF_COLUMNS = list(REF.names)
+# Article shards (row groups of ~2 MB: some 300 articles, ~4,000 sampled mentions) per bucket of the join: English
+# Wikipedia's ~22,000 shards make ~350 buckets of ~250,000 refs.
+SHARDS_PER_BUCKET = 64
 
 
 def ref_array(table: pa.Table) -> np.ndarray:
@@ -38,6 +44,16 @@ def ref_array(table: pa.Table) -> np.ndarray:
     for name in REF.names:
         refs[name] = table.column(name).to_numpy()
     return refs
+
+
+def ref_table(refs: np.ndarray) -> pa.Table:
+    """``REF`` rows as an Arrow table (what is spilled)."""
+    return pa.table({name: refs[name] for name in REF.names})
+
+
+def same_rows(table: pa.Table) -> pa.Table:
+    """A spill's compaction that keeps every row."""
+    return table
 
 
 def ref_rows(refs: list[dict[str, Any]]) -> np.ndarray:
@@ -66,8 +82,8 @@ def build_article_page_map(output: str, directory: str) -> str:
     return save_page_map(page_map(tables.parquet_files(output, layout.ARTICLES)), directory)
 
 
-class RefsByShard(beam.DoFn):
-    """Packed refs -> (shard, the refs whose page lies in it); refs of pages not in articles/ dead-lettered."""
+class RefsByBucket(beam.DoFn):
+    """Packed refs -> (bucket of their shards, their ``ref_table``); refs of pages not in articles/ dead-lettered."""
 
     def __init__(self, pages: str) -> None:
         self._pages, self._loader = pages, PerProcess(load_page_map)
@@ -79,11 +95,14 @@ class RefsByShard(beam.DoFn):
         shards = self._map.shards_of(refs["page_id"])
         for ref in refs[shards < 0].tolist():
             yield missing_page(ref)
-        yield from split_by(refs[shards >= 0], shards[shards >= 0])
+        found = shards >= 0
+        for bucket, rows in split_by(refs[found], shards[found] // SHARDS_PER_BUCKET):
+            yield bucket, ref_table(rows)
 
 
-class CutShardWindows(beam.DoFn):
-    """(shard, packed refs) -> the mention rows of those refs, their windows cut from the shard's article text."""
+class CutBucketWindows(beam.DoFn):
+    """(bucket of shards, parts of its refs) -> the mention rows of those refs, shard by shard, their windows cut
+    from each shard's article text."""
 
     def __init__(self, pages: str, chars: int) -> None:
         self._pages, self._chars, self._loader = pages, chars, PerProcess(load_page_map)
@@ -91,9 +110,16 @@ class CutShardWindows(beam.DoFn):
     def setup(self) -> None:
         self._map: PageMap = self._loader.get(self._pages)
 
-    def process(self, element: tuple[int, list[np.ndarray]], _built: str) -> Iterator[dict[str, Any]]:
-        shard, parts = element
-        refs = np.concatenate(list(parts))
+    def process(self, element: tuple[int, list[Part]], _built: str) -> Iterator[dict[str, Any]]:
+        _, parts = element
+        table = reduce_parts(parts, same_rows)
+        if table is None:
+            return
+        refs = ref_array(table)
+        for shard, shard_refs in split_by(refs, self._map.shards_of(refs["page_id"])):
+            yield from self._cut(shard, shard_refs)
+
+    def _cut(self, shard: int, refs: np.ndarray) -> Iterator[dict[str, Any]]:
         path, row_group = self._map.location(shard)
         articles = read_row_group(path, row_group, ["page_id", "text"])
         wanted = set(refs["page_id"].tolist())
@@ -116,8 +142,9 @@ class CutMentionWindows(beam.PTransform):
         pages = fs.join(self._scratch, f"page_map-{uuid.uuid4().hex[:12]}")  # per run: a per-process object's tag
         built = (refs.pipeline | "Articles" >> beam.Create([self._output])
                  | "BuildPageMap" >> beam.Map(build_article_page_map, pages))
-        keyed = refs | "RefsByShard" >> beam.ParDo(RefsByShard(pages), beam.pvalue.AsSingleton(built)).with_outputs(
+        keyed = refs | "RefsByBucket" >> beam.ParDo(RefsByBucket(pages), beam.pvalue.AsSingleton(built)).with_outputs(
             DEAD_LETTER_TAG, main="refs")
-        mentions = (keyed.refs | "GroupByShard" >> beam.GroupByKey()
-                    | "CutWindows" >> beam.ParDo(CutShardWindows(pages, self._chars), beam.pvalue.AsSingleton(built)))
+        mentions = (keyed.refs | "SpillRefs" >> SpillAndGroup(fs.join(self._scratch, f"refs-{uuid.uuid4().hex[:12]}"),
+                                                              same_rows)
+                    | "CutWindows" >> beam.ParDo(CutBucketWindows(pages, self._chars), beam.pvalue.AsSingleton(built)))
         return {"mentions": mentions, DEAD_LETTER_TAG: keyed[DEAD_LETTER_TAG]}
