@@ -165,3 +165,9 @@ def test_entity_embeddings_are_the_same_for_one_and_two_workers(tiny_bert, tmp_p
     np.testing.assert_allclose([r["embedding"] for r in first], [r["embedding"] for r in second],
                                rtol=1e-5, atol=1e-6)
     assert os.listdir(system_temp) == []
+
+
+def test_shards_are_cut_into_buckets_of_at_most_64_and_at_least_16_buckets():
+    from transforms.mention_windows import shards_per_bucket
+
+    assert [shards_per_bucket(shards) for shards in (0, 1, 15, 16, 160, 1024, 22_000)] == [1, 1, 1, 1, 10, 64, 64]

@@ -33,9 +33,15 @@ COUNTERS = declare(
 # A mentions/ ref, packed (24 bytes).
 REF = np.dtype([("entity_id", "<i4"), ("page_id", "<i8"), ("link_index", "<i4"), ("start", "<i4"), ("end", "<i4")])
 REF_COLUMNS = list(REF.names)
-# Article shards (row groups of ~2 MB: some 300 articles, ~4,000 sampled mentions) per bucket of the join: English
-# Wikipedia's ~22,000 shards make ~350 buckets of ~250,000 refs.
-SHARDS_PER_BUCKET = 64
+# Article shards (row groups of ~2 MB: some 300 articles, ~4,000 sampled mentions) per bucket of the join, at most:
+# English Wikipedia's ~22,000 shards make ~350 buckets of ~250,000 refs; fewer shards are cut into at least
+# MIN_BUCKETS buckets (the windows are cut and embedded bucket by bucket: each bucket is a unit of work).
+SHARDS_PER_BUCKET, MIN_BUCKETS = 64, 16
+
+
+def shards_per_bucket(shards: int) -> int:
+    """Shards in a bucket of the join when articles/ has ``shards`` row groups."""
+    return max(1, min(SHARDS_PER_BUCKET, shards // MIN_BUCKETS))
 
 
 def ref_array(table: pa.Table) -> np.ndarray:
@@ -90,13 +96,14 @@ class RefsByBucket(beam.DoFn):
 
     def setup(self) -> None:
         self._map: PageMap = self._loader.get(self._pages)
+        self._per_bucket = shards_per_bucket(int(self._map.shards.max()) + 1 if len(self._map.shards) else 0)
 
     def process(self, refs: np.ndarray, _built: str) -> Iterator[Any]:
         shards = self._map.shards_of(refs["page_id"])
         for ref in refs[shards < 0].tolist():
             yield missing_page(ref)
         found = shards >= 0
-        for bucket, rows in split_by(refs[found], shards[found] // SHARDS_PER_BUCKET):
+        for bucket, rows in split_by(refs[found], shards[found] // self._per_bucket):
             yield bucket, ref_table(rows)
 
 
