@@ -28,6 +28,7 @@ from transforms.dead_letters import count, dead_letter
 from transforms.dump_reader import ARCHIVE_ERRORS, open_xml
 from transforms.duplicate_ids import IdBlock, duplicate_drops, grouped_blocks
 from transforms.line_ranges import LineRange, numbered, numbered_lines, range_lines, split_file
+from transforms.parquet_rows import ReadParquetRows
 from transforms.passages import (
     MAX_REPORTED_CHARS,
     BadRow,
@@ -239,8 +240,10 @@ class ReadPassages(beam.PTransform):
                     "dead_letter", main="passages"))
 
     def _article_rows(self, pipeline: beam.Pipeline) -> beam.pvalue.DoOutputsTuple:
+        # Spread over the workers by row range: Beam's local runner gives a whole file read to one worker, and
+        # here everything after the read (cutting, tokenizing, encoding) is fused with it.
         return (pipeline
-                | "ReadArticles" >> beam.io.ReadFromParquet(tables.parquet_pattern(self._output, layout.ARTICLES),
-                                                            columns=["page_id", "title", "text"])
+                | "ReadArticles" >> ReadParquetRows(tables.parquet_files(self._output, layout.ARTICLES),
+                                                    ["page_id", "title", "text"])
                 | "CutPassages" >> beam.FlatMap(cut_article, self._words).with_outputs("dead_letter", main="passages"))
 
