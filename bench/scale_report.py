@@ -15,6 +15,9 @@ from typing import Any
 ENWIKI = {"XML MB": 95_000.0, "articles": 6.7e6, "titles": 17e6, "links": 150e6, "entities": 7e6, "names": 20e6,
           "mentions": 112e6, "passages": 21e6}
 MACHINE_WORKERS, MACHINE_MEMORY_GB = 16, 128
+# The memory projection fits the sizes from this many articles on: below it a stage's bounded buffers (a spill, a
+# row group, spaCy's vocabulary of the text's words) are still filling, which is no growth with the output.
+FIT_FROM_ARTICLES = 10_000
 DPR_DIM = 768  # the index projection: DPR's passage vectors
 # stage -> (the output unit its memory is fitted against, the unit its rate and hours count)
 UNITS = {
@@ -90,10 +93,11 @@ def groups(runs: Sequence[StageRun]) -> dict[tuple[str, int], list[StageRun]]:
     return dict(sorted(grouped.items(), key=lambda item: stage_order(*item[0])))
 
 
-def memory_fit(measured: Sequence[StageRun]) -> dict[str, Any] | None:
-    """Peak RSS (tree and largest process) against the stage's output unit: bytes per unit and MB at none."""
+def memory_fit(measured: Sequence[StageRun], from_articles: int = 0) -> dict[str, Any] | None:
+    """Peak RSS (tree and largest process) against the stage's output unit, over the sizes of at least
+    ``from_articles`` articles: bytes per unit and MB at none (None: fewer than two such sizes)."""
     unit = UNITS[measured[0].stage][0]
-    points = [run for run in measured if unit in run.outputs]
+    points = [run for run in measured if unit in run.outputs and run.articles >= from_articles]
     if len({run.outputs[unit] for run in points}) < 2:
         return None
     xs = [run.outputs[unit] for run in points]
@@ -101,7 +105,12 @@ def memory_fit(measured: Sequence[StageRun]) -> dict[str, Any] | None:
     largest, largest_at_0 = fit_line(xs, [run.largest_mb for run in points])
     return {"unit": unit, "tree_bytes_per_unit": tree * 1e6, "tree_mb_at_0": tree_at_0,
             "largest_bytes_per_unit": largest * 1e6, "largest_mb_at_0": largest_at_0,
-            "largest_measured": max(xs)}
+            "largest_measured": max(xs), "from_articles": min(run.articles for run in points)}
+
+
+def projection_fit(measured: Sequence[StageRun]) -> dict[str, Any] | None:
+    """The fit a projection uses: from ``FIT_FROM_ARTICLES`` on when two sizes are that large, else all sizes."""
+    return memory_fit(measured, FIT_FROM_ARTICLES) or memory_fit(measured)
 
 
 def cpu_per_article(measured: Sequence[StageRun]) -> list[dict[str, float]]:
@@ -162,7 +171,7 @@ def projected(measured: Sequence[StageRun]) -> dict[str, Any]:
     """One stage's projection from its runs with one worker count (smallest dump first)."""
     largest = measured[-1]
     unit, rate_unit = UNITS[largest.stage]
-    fit = memory_fit(measured)
+    fit = projection_fit(measured)
     row: dict[str, Any] = {"stage": largest.stage, "unit": unit, "rate_unit": rate_unit, "workers": largest.workers,
                            "measured_at": largest.articles}
     rate = largest.rate()
@@ -196,6 +205,8 @@ def summary(runs: Sequence[StageRun]) -> dict[str, Any]:
     """Every derived figure (the JSON beside the runs)."""
     measured = groups(runs)
     return {"memory": {f"{stage} w{workers}": memory_fit(found) for (stage, workers), found in measured.items()},
+            "memory_projected": {f"{stage} w{workers}": projection_fit(found)
+                                 for (stage, workers), found in measured.items()},
             "cpu_per_article": {f"{stage} w{workers}": cpu_per_article(found)
                                 for (stage, workers), found in measured.items()},
             "speedups": speedups(runs), "projection": projection(runs),
@@ -216,15 +227,16 @@ def print_runs(runs: Sequence[StageRun]) -> None:
 
 
 def print_memory(runs: Sequence[StageRun]) -> None:
-    print("\nMemory per output unit (least squares over the sizes: peak RSS against what the stage wrote)")
-    print(f"{'stage':<15} {'workers':>7} {'unit':<10} {'tree B/unit':>11} {'tree MB at 0':>12} "
+    print("\nMemory per output unit (least squares: peak RSS against what the stage wrote; over every size, and from "
+          f"{FIT_FROM_ARTICLES:,} articles on, which the projection uses)")
+    print(f"{'stage':<15} {'workers':>7} {'unit':<10} {'sizes from':>10} {'tree B/unit':>11} {'tree MB at 0':>12} "
           f"{'largest B/unit':>14} {'largest MB at 0':>15}")
     for (stage, workers), measured in groups(runs).items():
-        fit = memory_fit(measured)
-        if fit is not None:
-            print(f"{stage:<15} {workers:7d} {fit['unit']:<10} {fit['tree_bytes_per_unit']:11,.1f} "
-                  f"{fit['tree_mb_at_0']:12,.0f} {fit['largest_bytes_per_unit']:14,.1f} "
-                  f"{fit['largest_mb_at_0']:15,.0f}")
+        for fit in (memory_fit(measured), memory_fit(measured, FIT_FROM_ARTICLES)):
+            if fit is not None:
+                print(f"{stage:<15} {workers:7d} {fit['unit']:<10} {fit['from_articles']:10,} "
+                      f"{fit['tree_bytes_per_unit']:11,.1f} {fit['tree_mb_at_0']:12,.0f} "
+                      f"{fit['largest_bytes_per_unit']:14,.1f} {fit['largest_mb_at_0']:15,.0f}")
 
 
 def print_cpu(runs: Sequence[StageRun]) -> None:
@@ -263,8 +275,8 @@ def print_projection(runs: Sequence[StageRun], no_op_model: bool) -> None:
     if per_entity is not None:
         print(f"  measured: {per_entity:.1f} sampled mentions per entity at the largest size "
               f"(x {ENWIKI['entities'] / 1e6:.0f}M entities = {per_entity * ENWIKI['entities'] / 1e6:.0f}M)")
-    print("  memory = MB at 0 + bytes per output unit x enwiki's units (the fits above, fewest workers), at least the "
-          "largest measured")
+    print(f"  memory = MB at 0 + bytes per output unit x enwiki's units (the fits from {FIT_FROM_ARTICLES:,} articles "
+          "on, fewest workers), at least the largest measured")
     if no_op_model:
         print("  embed-entities and index: host side only (--no-op-model: no model forward counted)")
     print(f"{'stage':<15} {'items':>14} {'rate per worker':>24} {'hours':>7} {'CPU-bound':>9}  peak memory")
