@@ -1,6 +1,7 @@
 """Entry point: `python run_pipeline.py STAGE [options] [Beam pipeline options]` (see README.md)."""
 
 import logging
+import os
 import sys
 
 from pipelines.interrupt import INTERRUPTED_EXIT, interrupted_line
@@ -11,7 +12,13 @@ def _not_optional_gcp_noise(record: logging.LogRecord) -> bool:
     return "apitools not found" not in record.getMessage()
 
 
+# Arrow's default allocator (mimalloc) keeps what it freed in each thread's heap: the dictionary stage held 86 MB
+# more with it than with the system allocator, at the same CPU. Set before pyarrow is imported; local worker
+# processes inherit it.
+ARROW_MEMORY_POOL = ("ARROW_DEFAULT_MEMORY_POOL", "system")
+
 if __name__ == "__main__":
+    os.environ.setdefault(*ARROW_MEMORY_POOL)
     logging.getLogger().addFilter(_not_optional_gcp_noise)
     try:
         from pipelines.cli import main
