@@ -14,7 +14,14 @@ from typing import Any, Protocol
 from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs, layout
-from artifacts.errors import InputError, input_error_message, mentions_input_error
+from artifacts.errors import (
+    DamagedManifestError,
+    IncompleteRunError,
+    InputError,
+    InvalidRunError,
+    input_error_message,
+    mentions_input_error,
+)
 from pipelines import disk_space, flags
 from pipelines import stage as stage_runner
 from pipelines.console import own_lines_only
@@ -221,6 +228,21 @@ def configure_logging(verbose: bool, beam_args: list[str]) -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
+def worded(error: BaseException) -> BaseException:
+    """A typed library error as the command line says it: a setting by its flag, a damaged run with what to do
+    about it; any other error as it is."""
+    if isinstance(error, DamagedManifestError):
+        return InputError(f"{error.message}; it is left as it is: restore it from a copy of the run (one that "
+                          "`publish` wrote), or delete it and run the stages again (they recompute everything)")
+    if isinstance(error, IncompleteRunError):
+        return InputError(f"{error.message}: restore the file, or rerun `python run_pipeline.py "
+                          f"{layout.command_of(error.stage)} --output {error.output} --force ...`")
+    if isinstance(error, InvalidRunError):
+        return InputError(f"{error.message}: `python run_pipeline.py validate --output {error.output}` lists every "
+                          "problem")
+    return flags.worded(error)
+
+
 def interrupted(error: KeyboardInterrupt, stderr: ForwardedStderr) -> int:
     """One line for Ctrl-C, naming the stage that ran, past the forwarder that drops what Beam's threads and worker
     processes print as they stop; later log records (Beam's threads) are dropped."""
@@ -249,7 +271,7 @@ def main(argv: Sequence[str] | None = None, exit_at_ctrl_c: bool = False) -> int
                 exit_with_descendants(code)
             return code
         except Exception as error:  # the one place errors become the user interface
-            message = input_error_message(flags.worded(error))
+            message = input_error_message(worded(error))
             if message is None:
                 raise
             print(f"error: {message}", file=sys.stderr)

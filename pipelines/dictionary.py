@@ -28,7 +28,7 @@ class DictionaryStage:
     """Build the anchor dictionary, the entity vocabulary and the entity linker from parsed articles."""
 
     name = layout.DICTIONARY_STAGE
-    outputs = (layout.ENTITIES, layout.DICTIONARY)
+    outputs = layout.STAGE_OUTPUTS[layout.DICTIONARY_STAGE]
     flag_groups = ()
     counters = COUNTERS
 

@@ -35,7 +35,7 @@ class EmbedEntitiesStage:
     """Embed every entity from its sampled mentions with a BERT-family model ([MASK] in place of the mention)."""
 
     name = layout.EMBED_ENTITIES_STAGE
-    outputs = (layout.ENTITY_EMBEDDINGS, layout.ENTITY_ID_MAP)
+    outputs = layout.STAGE_OUTPUTS[layout.EMBED_ENTITIES_STAGE]
     flag_groups = (flags.RUNTIME, flags.SEQUENCE, flags.REFRESH)
     counters = COUNTERS
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from artifacts import layout
 from artifacts.errors import InputError, NoRoomError
 from artifacts.run.kpr_export import (
     EMBEDDINGS_FILE,
@@ -36,9 +37,10 @@ class ExportKprCommand:
             raise disk_space.no_room_error("export-kpr", args.to, "--to", error.need, "to write the export", space
                                            ) from error
         except MissingStagesError as error:
-            raise InputError(f"{error.output} has no completed {' or '.join(error.missing)} stage: export-kpr needs "
-                             "the entity linker and the entity embeddings (run `python run_pipeline.py dictionary` "
-                             "and `embed-entities` first)") from error
+            stages = " or ".join(map(layout.command_of, error.missing))
+            raise InputError(f"{error.output} has no completed {stages} stage: export-kpr needs the entity linker and "
+                             "the entity embeddings (run `python run_pipeline.py dictionary` and `embed-entities` "
+                             "first)") from error
         except OverlappingExportError as error:
             raise InputError(f"--to {error.directory} overlaps --output {error.output}: export to a place outside "
                              "the run") from error

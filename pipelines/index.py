@@ -105,7 +105,7 @@ class IndexStage:
     """Encode a passage corpus with a dense retriever and build sharded FAISS indexes."""
 
     name = layout.INDEX_STAGE
-    outputs = (layout.INDEX, layout.PASSAGES)
+    outputs = layout.STAGE_OUTPUTS[layout.INDEX_STAGE]
     flag_groups = (flags.RUNTIME, flags.REFRESH)
     counters = COUNTERS
 

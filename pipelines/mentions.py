@@ -19,7 +19,7 @@ class MentionsStage:
     """Sample up to --max-mentions linked passages per entity, deterministically."""
 
     name = layout.MENTIONS_STAGE
-    outputs = (layout.MENTIONS,)
+    outputs = layout.STAGE_OUTPUTS[layout.MENTIONS_STAGE]
     flag_groups = (flags.SEQUENCE,)
     counters = COUNTERS
 

@@ -40,7 +40,7 @@ class ParseStage:
     """Parse Wikipedia dump(s) into articles with resolved links, and redirects."""
 
     name = layout.PARSE_STAGE
-    outputs = (layout.ARTICLES, layout.REDIRECTS)
+    outputs = layout.STAGE_OUTPUTS[layout.PARSE_STAGE]
     flag_groups = ()
     counters = COUNTERS
 

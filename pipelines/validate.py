@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from artifacts import layout
 from artifacts.run.validation import check_run
 
 
@@ -16,7 +17,7 @@ class ValidateCommand:
 
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
         result = check_run(args.output)
-        stages = ", ".join(result.stages) or "none"
+        stages = ", ".join(map(layout.command_of, result.stages)) or "none"
         if result.valid:
             print(f"valid: {args.output} (stages: {stages})")
             return 0

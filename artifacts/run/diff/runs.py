@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from artifacts import fs, layout
-from artifacts.errors import InputError
+from artifacts.errors import IncompleteRunError, InputError
 from artifacts.run import manifest
 from artifacts.run.diff import rows
 from artifacts.run.diff.keyed import Change, compare
@@ -25,7 +25,7 @@ PARTS = (("articles", "articles", "changed"), ("redirects", "redirects", "retarg
 
 
 class NotARunError(InputError):
-    """OLD or NEW is not a complete run (no manifest, or files the manifest lists are missing or resized)."""
+    """OLD or NEW is not a run (no manifest, or one with no stage) or has no stage in common with the other."""
 
 
 @dataclass(frozen=True)
@@ -87,17 +87,19 @@ def complete_records(output: str) -> dict[str, manifest.StageRecord]:
     """The manifest's stages of a run whose recorded files are all there; else a one-line error."""
     if not fs.exists(manifest.manifest_path(output)):
         raise NotARunError(f"{output} is not a run: it has no {manifest.MANIFEST_NAME}")
-    try:
-        records = manifest.load(output)
-    except (ValueError, TypeError, KeyError) as error:
-        raise NotARunError(f"{manifest.manifest_path(output)} is not a readable manifest ({error})") from error
+    records = manifest.load(output)
     if not records:
         raise NotARunError(f"{output} is not a run: its {manifest.MANIFEST_NAME} records no stage")
-    problems = [problem for record in records.values() for problem in manifest.missing_or_changed(output, record)]
-    if problems:
-        raise NotARunError(f"{output} is incomplete: {problems[0]}"
-                           + (f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""))
+    require_complete(output, records)
     return records
+
+
+def require_complete(output: str, records: dict[str, manifest.StageRecord]) -> None:
+    """``IncompleteRunError`` for the first recorded file of ``output`` that is gone or resized since."""
+    for name in sorted(records, key=layout.stage_rank):
+        problems = manifest.missing_or_changed(output, records[name])
+        if problems:
+            raise IncompleteRunError(output, name, problems[0])
 
 
 def _reuse(record: manifest.StageRecord, reused: str, computed: str) -> VectorReuse:

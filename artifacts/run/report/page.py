@@ -104,7 +104,7 @@ def _read(view: StageView, data: ReportData) -> str:
             upstream = data.view(item.name)
             written = ", ".join(f"{esc(artifact.name)} ({number(artifact.rows)} rows)" if artifact.rows is not None
                                 else esc(artifact.name) for artifact in (upstream.artifacts if upstream else []))
-            items.append(f'<li{title}>outputs of <a href="#stage-{esc(item.name)}">{esc(item.name.replace("_", "-"))}'
+            items.append(f'<li{title}>outputs of <a href="#stage-{esc(item.name)}">{esc(layout.command_of(item.name))}'
                          f"</a>{': ' + written if written else ''}</li>")
         else:
             rows = _rows_of(data.view(layout.PARSE_STAGE), item.name) if item.name == layout.ARTICLES else None
