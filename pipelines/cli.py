@@ -34,7 +34,6 @@ from pipelines.interrupt import (
 )
 from pipelines.runners import check_runner
 from pipelines.worker_output import ForwardedStderr
-from transforms.progress import LOGGER_NAME as PROGRESS_LOGGER
 
 # command name -> "module:attribute"; a stage object has name/outputs/upstream()/run, a command has main().
 COMMANDS: dict[str, str] = {
@@ -211,8 +210,6 @@ def configure_logging(verbose: bool, beam_args: list[str]) -> None:
     """Our own lines only, unless --verbose: Beam's INFO chatter and its worker processes' logs are hidden."""
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # Progress lines of long stages are shown without --verbose (Beam's own INFO chatter is not).
-    logging.getLogger(PROGRESS_LOGGER).setLevel(logging.INFO)
     if verbose:
         return
     # Beam logs a failed worker's traceback before re-raising; an InputError is shown once, as one line, and

@@ -38,6 +38,9 @@ def render_text(diff: RunDiff) -> str:
                      "cosine old vs new:")
         lines += [f"  {label:<16} {count:>10,}" for label, count in diff.entity_vectors.as_dict().items()]
     lines += _reuse_line("passages", diff.passage_reuse, "encoded")
+    if diff.passage_sources is not None:
+        lines.append("passages: the indexed ones, matched by id, title and text compared; old: "
+                     f"{diff.passage_sources[0]}; new: {diff.passage_sources[1]}")
     return "\n".join(lines)
 
 

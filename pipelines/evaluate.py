@@ -169,6 +169,18 @@ def evaluate_file(retriever: Retriever, questions: QuestionFile, ks: Sequence[in
             "bad_lines": questions.bad_lines, "accuracy": top_k_accuracy(ranks, ks)}
 
 
+def check_report_target(path: str) -> None:
+    """--report names a file that can be written, checked before the search (the write itself refuses a directory
+    too): not a directory, nor a name ending in a separator, in a directory that is or can be created."""
+    if fs.is_directory(path):
+        raise InputError(f"--report {path} is a directory: name the JSON file to write (the directory is left as it "
+                         "is)")
+    if path.endswith(("/", os.sep)):
+        raise InputError(f"--report {path} names a directory (it ends with /): name the JSON file to write, e.g. "
+                         f"{path}evaluation.json")
+    fs.require_writable_directory(os.path.dirname(path) or ".", "--report's directory")
+
+
 class EvaluateCommand:
     """evaluate: top-k retrieval accuracy (DPR's has-answer rule) for DPR qas and EntityQuestions files."""
 
@@ -185,11 +197,11 @@ class EvaluateCommand:
         ks = sorted(set(args.ks))
         if min(ks) < 1:
             raise InputError(f"-k values must be at least 1, got {ks}")
-        if args.report and fs.is_directory(args.report):  # before the search; the write itself refuses too
-            raise InputError(f"--report {args.report} is a directory: name the JSON file to write (the directory "
-                             "is left as it is)")
+        if args.report:
+            check_report_target(args.report)
         files = [read_questions(path) for path in args.questions]
-        retriever = Retriever(args.output, args.device, args.dtype, args.query_encoder, args.nprobe, args.ef_search)
+        retriever = Retriever(args.output, args.device, args.dtype, args.query_encoder, args.nprobe, args.ef_search,
+                              args.verify)
         rows = [evaluate_file(retriever, questions, ks, args.batch_size) for questions in files]
         print(format_table(rows, ks))
         for row in rows:

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 from artifacts.errors import InputError, SettingError
 from encoders.models import DTYPES
-from transforms.progress import DEFAULT_INTERVAL_S
 
 
 @dataclass(frozen=True)
@@ -30,6 +29,9 @@ def add_groups(parser: argparse.ArgumentParser, groups: Iterable[FlagGroup]) -> 
         if group.title not in added:
             added.add(group.title)
             group.add(parser.add_argument_group(group.title))
+
+
+DEFAULT_INTERVAL_S = 30.0  # --progress-interval
 
 
 def _output(group: argparse._ArgumentGroup) -> None:

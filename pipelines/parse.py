@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import collections
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import apache_beam as beam
@@ -112,8 +113,22 @@ class ParseStage:
             _ = resolved["dead_letters"] | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("articles"))
 
         totals = collections.Counter(run_beam(ctx, convert))
+        if not tables.total_rows(ctx.staging_root, STAGED_ARTICLES):
+            raise InputError(no_article_message(config, totals, ctx.staged_errors))
         totals.update(run_beam(ctx, resolve))
         return dict(sorted(totals.items()))
+
+
+def no_article_message(config: ParseConfig, counters: Mapping[str, int], dead_letters: str) -> str:
+    """Why a dump gave no article, from what converting it counted (nothing is committed: the next stage would
+    have nothing to read)."""
+    parts = [f"{label}: {counters.get(name, 0):,}" for name, label in
+             (("redirect_pages", "redirects"), ("non_article_pages", "outside the article namespace"))]
+    dropped = sum(counters.get(name, 0) for name, counter in COUNTERS.items() if counter.dead_lettered)
+    if dropped:
+        parts.append(f"dead-lettered: {dropped:,}, see {dead_letters}")
+    return (f"no article in {', '.join(config.dumps)}: {counters.get('pages_read', 0):,} pages read, none an "
+            f"article ({', '.join(parts)}); give a dump with articles (namespace 0)")
 
 
 def require_dumps(args: argparse.Namespace) -> None:

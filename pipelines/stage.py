@@ -26,9 +26,9 @@ from artifacts.counters import Counter
 from artifacts.errors import InputError
 from artifacts.run import lock, manifest
 from pipelines import disk_space, local_workers
-from pipelines.flags import FlagGroup
+from pipelines.flags import DEFAULT_INTERVAL_S, FlagGroup
 from transforms.dead_letters import COUNTER_NAMESPACE
-from transforms.progress import DEFAULT_INTERVAL_S, LogProgress, worker_count
+from transforms.progress import LogProgress, worker_count
 
 LOG = logging.getLogger("kpr")
 STAGING_DIR = layout.STAGING

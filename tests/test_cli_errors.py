@@ -283,7 +283,7 @@ def test_ctrl_c_prints_one_line_exits_130_and_the_rerun_resumes(full_run, tiny_b
 
     result = interrupted.rerun()
     assert result.returncode == 0, result.stderr
-    assert "[mentions] skipped" in result.stderr and "[embed_entities] running" in result.stderr
+    assert "[mentions] skipped" in result.stderr and "[embed-entities] running" in result.stderr
     assert set(manifest.load(str(output))) == {"parse", "dictionary", "mentions", "embed_entities", "index"}
 
 

@@ -1,12 +1,17 @@
-"""Progress a person can follow on long stages: a Beam counter plus a periodic log line with rate and ETA.
+"""Progress a person can follow on long stages: a line with count, rate and ETA every ``interval`` seconds.
 
 Beam's own counters show progress in a runner's UI (Dataflow, Flink) but only reach the driver at the end of a
-local run, so each worker also logs one line every ``interval`` seconds about what it has done.
+local run, so each worker also writes a line every ``interval`` seconds about what it has done. A timer thread
+writes it, not the elements passing by: a step after a batched model sees its elements a batch at a time, and a
+batch may take longer than the interval. The lines go to the process's stderr: the launcher's, which Beam's local
+worker processes inherit (their log records go to the runner's log service, not to the user), and a remote
+worker's log.
 """
 
 from __future__ import annotations
 
-import logging
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -14,8 +19,7 @@ from typing import Any
 
 import apache_beam as beam
 
-LOGGER_NAME = "kpr.progress"
-DEFAULT_INTERVAL_S = 30.0
+MIN_TICK_S = 0.05  # the timer's shortest wait (an interval of 0: a line as often as that)
 
 
 def format_duration(seconds: float) -> str:
@@ -30,34 +34,32 @@ def format_duration(seconds: float) -> str:
 
 @dataclass
 class ProgressMeter:
-    """Items done by one worker; ``add`` returns a progress line when ``interval`` seconds have passed.
+    """Items done by one worker since it started on them, and the line that says so.
 
     ``total`` is the stage's whole count (None if unknown) and ``workers`` how many workers share it, so the
-    ETA is this worker's share left at this worker's pace.
+    ETA is this worker's share left at this worker's own rate since it started (model loading and the first
+    batch included: what the rest will take, not what the last batch took).
     """
 
     stage: str
     unit: str
     total: int | None = None
     workers: int = 1
-    interval: float = DEFAULT_INTERVAL_S
     clock: Callable[[], float] = time.monotonic
     done: int = 0
     started: float = field(default=-1.0)
-    last_line: float = field(default=-1.0)
 
-    def add(self, items: int = 1) -> str | None:
-        now = self.clock()
+    def start(self) -> None:
+        """Start the clock (once: a later bundle of the same worker goes on counting)."""
         if self.started < 0:
-            self.started = self.last_line = now
-        self.done += items
-        if now - self.last_line < self.interval:
-            return None
-        self.last_line = now
-        return self.line(now)
+            self.started = self.clock()
 
-    def line(self, now: float) -> str:
-        elapsed = max(now - self.started, 1e-9)
+    def add(self, items: int = 1) -> None:
+        self.start()
+        self.done += items
+
+    def line(self) -> str:
+        elapsed = max(self.clock() - self.started, 1e-9)
         rate = self.done / elapsed
         text = f"[{self.stage}] {self.done:,} {self.unit} in {format_duration(elapsed)} ({rate:,.1f}/s)"
         if self.total:
@@ -68,30 +70,69 @@ class ProgressMeter:
         return text
 
 
+class ProgressTicker:
+    """Writes ``meter.line()`` every ``interval`` seconds while it is active (between ``resume`` and ``pause``: a
+    bundle being processed), from a daemon thread of its own; ``write`` takes the line."""
+
+    def __init__(self, meter: ProgressMeter, interval: float, write: Callable[[str], None]) -> None:
+        self._meter, self._interval, self._write = meter, max(interval, MIN_TICK_S), write
+        self._active = threading.Event()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"progress-{meter.stage}", daemon=True)
+        self._thread.start()
+
+    def resume(self) -> None:
+        self._meter.start()
+        self._active.set()
+
+    def pause(self) -> None:
+        self._active.clear()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._active.set()  # wakes a thread waiting to become active, so that it sees the stop
+        self._thread.join()
+
+    def _run(self) -> None:
+        while self._active.wait() and not self._stopped.wait(self._interval):
+            if self._active.is_set():
+                self._write(self._meter.line())
+
+
+def write_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 class _LogProgress(beam.DoFn):
     def __init__(self, stage: str, unit: str, total: int | None, workers: int, interval: float) -> None:
         self._settings = (stage, unit, total, workers, interval)
 
     def setup(self) -> None:
         stage, unit, total, workers, interval = self._settings
-        self._meter = ProgressMeter(stage, unit, total, workers, interval)
-        self._logger = logging.getLogger(LOGGER_NAME)
+        self._meter = ProgressMeter(stage, unit, total, workers)
+        self._ticker = ProgressTicker(self._meter, interval, write_stderr)
+
+    def start_bundle(self) -> None:
+        self._ticker.resume()
 
     def process(self, element: Any) -> Iterator[Any]:
-        line = self._meter.add()
-        if line is not None:
-            self._logger.info(line)
+        self._meter.add()
         yield element
+
+    def finish_bundle(self) -> None:
+        self._ticker.pause()
+
+    def teardown(self) -> None:
+        self._ticker.stop()
 
 
 class LogProgress(beam.PTransform):
-    """Pass elements through unchanged, logging this worker's count, rate and ETA every ``interval`` seconds.
+    """Pass elements through unchanged, writing this worker's count, rate and ETA every ``interval`` seconds.
 
     (The stages' own counters, e.g. ``pages_read`` or ``mentions_embedded``, count the same items for the
     runner's UI and the manifest.)"""
 
-    def __init__(self, stage: str, unit: str, total: int | None = None, workers: int = 1,
-                 interval: float = DEFAULT_INTERVAL_S) -> None:
+    def __init__(self, stage: str, unit: str, total: int | None, workers: int, interval: float) -> None:
         super().__init__()
         self._do_fn = _LogProgress(stage, unit, total, workers, interval)
 

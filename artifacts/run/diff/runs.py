@@ -48,6 +48,7 @@ class RunDiff:
     entity_reuse: VectorReuse | None = None
     passages: Change | None = None
     passage_reuse: VectorReuse | None = None
+    passage_sources: tuple[str, str] | None = None  # where OLD's and NEW's indexed passages came from
 
     def to_json(self) -> dict[str, Any]:
         """One JSON object with fixed keys (a part not compared is null)."""
@@ -58,7 +59,7 @@ class RunDiff:
             "entities": _counts(self.entities, None),
             "names": _counts(self.names, "top_candidate_changed"),
             "entity_vectors": _vectors_json(self.entity_vectors, self.entity_reuse),
-            "passages": _passages_json(self.passages, self.passage_reuse),
+            "passages": _passages_json(self.passages, self.passage_reuse, self.passage_sources),
         }
 
 
@@ -76,11 +77,21 @@ def _vectors_json(histogram: CosineHistogram | None, reuse: VectorReuse | None) 
             "cosine_histogram": histogram.as_dict()}
 
 
-def _passages_json(change: Change | None, reuse: VectorReuse | None) -> dict[str, Any] | None:
+def _passages_json(change: Change | None, reuse: VectorReuse | None,
+                   sources: tuple[str, str] | None) -> dict[str, Any] | None:
     counts = _counts(change, "changed")
-    if counts is None:
+    if counts is None or reuse is None or sources is None:
         return None
-    return counts | {"reused": reuse.reused, "encoded": reuse.computed}
+    return counts | {"reused": reuse.reused, "encoded": reuse.computed, "old_source": sources[0],
+                     "new_source": sources[1]}
+
+
+def passage_source(record: manifest.StageRecord) -> str:
+    """Where the passages of a recorded index stage came from, as a person reads it."""
+    corpus = record.options.get("corpus")
+    if corpus:
+        return f"the corpus {corpus}"
+    return f"passages of {record.options.get('words_per_passage')} words cut from {layout.ARTICLES}/"
 
 
 def complete_records(output: str) -> dict[str, manifest.StageRecord]:
@@ -129,4 +140,6 @@ def diff_runs(old: str, new: str, vector_budget: int = VECTOR_BUDGET) -> RunDiff
     if layout.INDEX_STAGE in both:
         parts["passages"] = compare(rows.passages(old), rows.passages(new))
         parts["passage_reuse"] = _reuse(new_records[layout.INDEX_STAGE], "passages_reused", "passages_encoded")
+        parts["passage_sources"] = (passage_source(old_records[layout.INDEX_STAGE]),
+                                    passage_source(new_records[layout.INDEX_STAGE]))
     return RunDiff(old, new, **parts)
