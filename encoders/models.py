@@ -17,6 +17,7 @@ from artifacts.errors import ModelError, SettingError
 from encoders import kpr_config
 
 DTYPES = ("float32", "bfloat16", "float16")
+STORED_DTYPES = ("float32", "float16")  # what vectors may be stored as (Parquet has no bfloat16)
 CONFIG_FILE = "config.json"  # what every model directory has (save_pretrained writes it)
 DEVICES = "cpu, cuda or cuda:N"  # what --device accepts (torch has more device types; the models run on these)
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?")

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 
 from numpy.exceptions import RankWarning
 
+from pipelines.environment import environment_variable
 from pipelines.interrupt import SigintWatch
-from pipelines.stage import environment_variable
 from pipelines.worker_output import WORKER_START_UP_LINES, ForwardedStderr, forwarded_stderr, starts_worker_processes
 
 OWN_LOGGER = "kpr"  # ours and its children (kpr.report)

@@ -48,11 +48,6 @@ class DiffCommand:
     """diff: articles, redirects, entities, names and passages added/removed/changed between two runs, entity
     vectors and passages reused vs recomputed, and how far the entity vectors moved (cosine histogram)."""
 
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--old", required=True, metavar="OLD_OUT", help="the earlier run")
-        parser.add_argument("--new", required=True, metavar="NEW_OUT", help="the later run")
-        parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
         diff = diff_runs(args.old, args.new)
         print(json.dumps(diff.to_json(), indent=2) if args.json else render_text(diff))

@@ -23,7 +23,7 @@ import regex
 
 from artifacts import fs
 from artifacts.errors import InputError
-from pipelines.search import Retriever, add_search_arguments
+from pipelines.search import Retriever
 
 _TOKEN = regex.compile(r"[\p{L}\p{N}\p{M}]+|[^\p{Z}\p{C}]", flags=regex.IGNORECASE | regex.UNICODE | regex.MULTILINE)
 
@@ -184,19 +184,8 @@ def check_report_target(path: str) -> None:
 class EvaluateCommand:
     """evaluate: top-k retrieval accuracy (DPR's has-answer rule) for DPR qas and EntityQuestions files."""
 
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        add_search_arguments(parser)
-        parser.add_argument("--questions", nargs="+", required=True,
-                            help="DPR qas files (question<TAB>['answer', ...]) or EntityQuestions *.json files")
-        parser.add_argument("-k", dest="ks", type=int, nargs="+", default=[1, 5, 20, 100],
-                            help="accuracy within the first k passages, for each k")
-        parser.add_argument("--report", metavar="FILE",
-                            help="also write the results as JSON to this file (replaced whole; never a directory)")
-
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
         ks = sorted(set(args.ks))
-        if min(ks) < 1:
-            raise InputError(f"-k values must be at least 1, got {ks}")
         if args.report:
             check_report_target(args.report)
         files = [read_questions(path) for path in args.questions]

@@ -25,10 +25,6 @@ class ExportKprCommand:
     """export-kpr: write entity_vocab.tsv, entity_embeddings.npy, embeddings.pt and entity_linker/ for KPR into
     DIR."""
 
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--output", required=True, help="OUT: the run to export (local path or Beam URL)")
-        parser.add_argument("--to", required=True, metavar="DIR", help="export directory (local path or Beam URL)")
-
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
         space = disk_space.space_of(args.to)
         try:

@@ -8,8 +8,6 @@ from typing import Any
 import apache_beam as beam
 
 from artifacts import fs, layout, schemas, tables
-from artifacts.errors import InputError
-from pipelines import flags
 from pipelines.stage import StageContext, run_beam
 from transforms.article_shards import row_group_count
 from transforms.mentions import COUNTERS, MentionsConfig, MentionsInputs, SampleMentions, sample_buckets
@@ -20,17 +18,9 @@ class MentionsStage:
 
     name = layout.MENTIONS_STAGE
     outputs = layout.STAGE_OUTPUTS[layout.MENTIONS_STAGE]
-    flag_groups = (flags.SEQUENCE,)
     counters = COUNTERS
 
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        group = parser.add_argument_group("mentions")
-        group.add_argument("--max-mentions", type=int, default=128, help="mentions sampled per entity")
-        group.add_argument("--seed", type=int, default=0, help="seed of the sampling hash")
-
     def config(self, args: argparse.Namespace) -> MentionsConfig:
-        if args.max_mentions < 1:
-            raise InputError(f"--max-mentions must be at least 1, got {args.max_mentions}")
         return MentionsConfig(max_mentions=args.max_mentions, seed=args.seed, max_seq_length=args.max_seq_length)
 
     def upstream(self, config: MentionsConfig) -> tuple[str, ...]:

@@ -42,30 +42,9 @@ class ParseStage:
 
     name = layout.PARSE_STAGE
     outputs = layout.STAGE_OUTPUTS[layout.PARSE_STAGE]
-    flag_groups = ()
     counters = COUNTERS
 
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        group = parser.add_argument_group("parse")
-        group.add_argument("--dump", nargs="+", help="dump file(s): .xml, .xml.bz2, .xml.gz, multistream or parts")
-        group.add_argument("--dump-index", nargs="+", default=None,
-                           help="multistream index file(s), one per dump (default: found beside the dump)")
-        group.add_argument("--redirects-sql", nargs="+", default=None, help="redirect table dump(s) (.sql[.gz])")
-        group.add_argument("--page-sql", nargs="+", default=None,
-                           help="page table dump(s): names the source pages of --redirects-sql rows")
-        group.add_argument("--page-props-sql", nargs="+", default=None,
-                           help="page_props table dump(s): wikibase_item gives each article its Wikidata QID")
-        group.add_argument("--skip-bad-streams", action="store_true",
-                           help="count and skip a corrupt multistream stream instead of stopping")
-        group.add_argument("--keep-section-links", action="store_true",
-                           help="keep [[Page#Section]] links as links to Page")
-        group.add_argument("--first-bold-as-link", action="store_true",
-                           help="the first bold text of the lead links to the page itself")
-        group.add_argument("--no-prepass", action="store_true",
-                           help="parse the full wikitext without the fast markup-removal pre-pass")
-
     def config(self, args: argparse.Namespace) -> ParseConfig:
-        require_dumps(args)
         if args.dump_index and len(args.dump_index) != len(args.dump):
             raise InputError(f"--dump-index names {len(args.dump_index)} files for {len(args.dump)} dumps")
         wikitext = WikitextOptions(keep_section_links=args.keep_section_links,
@@ -129,11 +108,6 @@ def no_article_message(config: ParseConfig, counters: Mapping[str, int], dead_le
         parts.append(f"dead-lettered: {dropped:,}, see {dead_letters}")
     return (f"no article in {', '.join(config.dumps)}: {counters.get('pages_read', 0):,} pages read, none an "
             f"article ({', '.join(parts)}); give a dump with articles (namespace 0)")
-
-
-def require_dumps(args: argparse.Namespace) -> None:
-    if not args.dump:
-        raise InputError("parse needs --dump FILE [FILE ...]")
 
 
 STAGE = ParseStage()

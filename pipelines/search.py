@@ -13,11 +13,10 @@ from artifacts import fs, layout
 from artifacts.errors import InputError
 from artifacts.faiss import info
 from artifacts.faiss.info import MissingIndexError
-from artifacts.faiss.search import DEFAULT_EF_SEARCH, DEFAULT_NPROBE, DamagedShardError, PassageLookup, ShardedIndex
+from artifacts.faiss.search import DamagedShardError, PassageLookup, ShardedIndex
 from artifacts.faiss.storage import MissingIndexFileError
 from artifacts.run import manifest, verified
 from encoders.loading import load_retriever
-from encoders.models import DTYPES
 from encoders.retrievers import DenseEncoder, EncoderOptions
 from pipelines.index import check_encoder, index_inputs
 
@@ -31,22 +30,6 @@ class Hit:
     score: float
     title: str
     text: str
-
-
-def add_search_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options shared by search and evaluate: where the index is and how to run the query encoder."""
-    parser.add_argument("--output", required=True, help="OUT: the directory the index stage wrote")
-    parser.add_argument("--nprobe", type=int,
-                        help=f"IVF lists visited per query (default {DEFAULT_NPROBE})")
-    parser.add_argument("--ef-search", type=int, help=f"HNSW search breadth (default {DEFAULT_EF_SEARCH})")
-    parser.add_argument("--device", help="run the query encoder on cpu, cuda or cuda:N (default: as indexed)")
-    parser.add_argument("--dtype", choices=DTYPES, help="query encoder weights (default: as indexed)")
-    parser.add_argument("--query-encoder", help="a separate question encoder (default: the index's)")
-    parser.add_argument("--batch-size", type=int, default=256, help="queries encoded per call")
-    parser.add_argument("--verify", action="store_true",
-                        help="hash every file of the index and the passages against the manifest before searching "
-                        "(without it, a shard that matched once is trusted while its size and modification time are "
-                        "unchanged)")
 
 
 def recorded_index_files(output: str) -> frozenset[str]:
@@ -130,8 +113,6 @@ class Retriever:
 
     def search_ids(self, queries: list[str], k: int, batch_size: int = 256) -> tuple[np.ndarray, np.ndarray]:
         """(scores, passage ids) of shape (queries, k); missing places are (-inf, -1)."""
-        if k < 1:
-            raise InputError(f"-k must be at least 1, got {k}")
         vectors = self.encode(queries, batch_size)
         try:
             return self.index.search(vectors, k)
@@ -160,12 +141,6 @@ def format_hits(query: str, hits: list[Hit], width: int = 100) -> str:
 
 class SearchCommand:
     """search: the top-k passages of the index under OUT for each --query."""
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        add_search_arguments(parser)
-        parser.add_argument("-k", type=int, default=20, help="passages per query")
-        parser.add_argument("--query", action="append", required=True, help="a query (repeat for several)")
-        parser.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
 
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
         if any(not query.strip() for query in args.query):

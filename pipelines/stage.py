@@ -26,7 +26,9 @@ from artifacts.counters import Counter
 from artifacts.errors import InputError
 from artifacts.run import lock, manifest
 from pipelines import disk_space, local_workers
-from pipelines.flags import DEFAULT_INTERVAL_S, FlagGroup
+from pipelines.environment import environment_variable, environment_variables
+from pipelines.flags import DEFAULT_INTERVAL_S
+from pipelines.interrupt import INTERRUPTED_STEP
 from transforms.dead_letters import COUNTER_NAMESPACE
 from transforms.progress import LogProgress, worker_count
 
@@ -92,18 +94,13 @@ class StageContext:
 class Stage(Protocol[ConfigT]):
     """A pipeline stage: reads what its ``upstream`` stages wrote under OUT, writes ``outputs``.
 
-    The flags become one frozen config (``config``), built and checked once before OUT is touched; every
-    other method reads that config, never the flags.
+    The flags (``pipelines.commands``) become one frozen config (``config``), built and checked once before OUT
+    is touched; every other method reads that config, never the flags.
     """
 
     name: str
     outputs: tuple[str, ...]
-    flag_groups: tuple[FlagGroup, ...]  # shared flags the stage reads (pipelines.flags); added once each
     counters: Mapping[str, Counter]  # every counter the stage counts, declared in its transforms module(s)
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        """The stage's own flags (not those of its ``flag_groups``)."""
-        ...
 
     def config(self, args: argparse.Namespace) -> ConfigT:
         """The stage's frozen config from the flags; an ``InputError`` names a missing or invalid flag."""
@@ -172,29 +169,6 @@ def private_tempdir() -> Iterator[str]:
     finally:
         tempfile.tempdir = previous
         shutil.rmtree(root, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def environment_variable(name: str, value: str) -> Iterator[None]:
-    """Set ``name`` in this process's environment (and its children's) while the block runs, then restore it."""
-    previous = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = previous
-
-
-@contextlib.contextmanager
-def environment_variables(values: Mapping[str, str]) -> Iterator[None]:
-    """``environment_variable`` for each of ``values`` while the block runs."""
-    with contextlib.ExitStack() as stack:
-        for name, value in values.items():
-            stack.enter_context(environment_variable(name, value))
-        yield
 
 
 def collect_counters(result: Any) -> dict[str, int]:
@@ -333,10 +307,6 @@ def _execute_within_space(stage: Stage[ConfigT], config: ConfigT, ctx: StageCont
                                              at_start) from error
         raise
 
-
-# Beam re-raises an exception raised inside a step as one of its type (a RuntimeError for Ctrl-C) whose message
-# names the step, and logs it first.
-INTERRUPTED_STEP = "KeyboardInterrupt [while running"
 
 
 def interrupted_in_a_step(error: BaseException) -> bool:

@@ -133,6 +133,51 @@ def test_argparse_errors_are_one_line_with_exit_2(capsys):
         "error: the following arguments are required: --output (see run_pipeline.py dictionary --help)"]
 
 
+# Run as the command line runs them, one after the other in one process; after each, the heavy libraries imported.
+IMPORTS_AFTER = """
+import runpy, sys
+for argv in ARGVS:
+    sys.argv = ["run_pipeline.py", *argv]
+    try:
+        runpy.run_path("run_pipeline.py", run_name="__main__")
+    except SystemExit as exit:
+        code = exit.code
+    heavy = sorted(name for name in ("apache_beam", "torch", "transformers", "pyarrow", "faiss") if name in sys.modules)
+    print("imported after", code, heavy, flush=True)
+"""
+
+
+def test_help_and_argument_errors_come_before_anything_heavy_is_imported(tmp_path):
+    """--help, COMMAND --help and the errors about arguments (values, missing flags) import no Beam, torch,
+    transformers, pyarrow or FAISS: they answer in a fraction of a second."""
+    out = str(tmp_path / "out")
+    argvs = [["--help"], *[[command, "--help"] for command in ("all", "index", "search", "report", "diff")],
+             ["dictionary", "--output", out, "--min-commonness", "5"], ["mentions", "--output", out,
+                                                                        "--max-seq-length", "3"],
+             ["parse", "--output", out], ["all", "--dump", SAMPLE, "--output", out, "--model", "m"],
+             ["index", "--output", out, "--encoder", "m", "--device", "tpu"],
+             ["search", "--output", out, "--query", "q", "-k", "0"], ["report", "--output", out, "--max-exact", "0"],
+             ["dictionary", "--output", out, "--min-link-count", "many"], ["validate"], ["nosuch"],
+             ["evaluate", "--output", out, "--questions", "q.tsv", "-k", "1", "0"]]
+    result = subprocess.run([sys.executable, "-c", f"ARGVS = {argvs!r}\n{IMPORTS_AFTER}"], cwd=REPO,
+                            capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    imported = [line for line in result.stdout.splitlines() if line.startswith("imported after ")]
+    assert imported == ["imported after 0 []"] * 6 + ["imported after 2 []"] * 11, result.stderr
+    assert [line for line in result.stderr.splitlines() if line.startswith("error: ")] == [
+        "error: --min-commonness is a probability, from 0 to 1: got 5.0", MAX_SEQ_LENGTH_3,
+        "error: parse needs --dump FILE [FILE ...]",
+        "error: index needs --encoder NAME_OR_PATH (a dense retriever or a KPR checkpoint)",
+        "error: --device tpu is not a device: use cpu, cuda or cuda:N", "error: -k must be at least 1, got 0",
+        "error: --max-exact must be at least 1, got 0",
+        "error: argument --min-link-count: invalid int value: 'many' (see run_pipeline.py dictionary --help)",
+        "error: the following arguments are required: --output (see run_pipeline.py validate --help)",
+        "error: argument COMMAND: invalid choice: 'nosuch' (choose from 'parse', 'dictionary', 'mentions', "
+        "'embed-entities', 'index', 'search', 'evaluate', 'all', 'validate', 'export-kpr', 'publish', 'report', "
+        "'diff') (see run_pipeline.py --help)",
+        "error: -k must be at least 1, got 0"]
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("flags", [
     ["--runner=DirectRunner", "--direct_num_workers=2", "--direct_running_mode=multi_processing"],
     ["--runner", "DirectRunner", "--temp_location", "/tmp/x", "--project", "p", "--region=europe-west4"],

@@ -21,7 +21,7 @@ from artifacts.counters import declare, dropped
 from artifacts.run import manifest
 from artifacts.run.report import counters as counter_info
 from artifacts.run.report import gather, plots, stages
-from artifacts.run.report import write_report as write_report_declared
+from artifacts.run.report.build import write_report as write_report_declared
 from artifacts.run.report.dictionary import dictionary_stats
 from artifacts.run.report.markup import duration
 from artifacts.run.report.recall import index_recall
@@ -203,7 +203,7 @@ def test_a_run_with_only_parse_says_not_run_for_the_other_stages(run_copy):
         shutil.rmtree(run_copy / artifact)
     page = Path(write_report(str(run_copy))).read_text(encoding="utf-8")
     by_stage = sections(page)
-    assert f"wall time <b>{records['parse'].wall_time_s:,.3f} s" in by_stage["parse"]
+    assert f'wall time <b><span title="{records["parse"].wall_time_s:,.3f} s">' in by_stage["parse"]
     for stage in ("dictionary", "mentions", "embed_entities", "index"):
         assert "not run" in by_stage[stage] and "<table" not in by_stage[stage]
     assert re.findall(r'<img class="plot" src="([^"]+)"', page) == ["timings.png"]

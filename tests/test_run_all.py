@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import signal
@@ -17,7 +16,7 @@ from artifacts import layout
 from artifacts.errors import SettingError
 from artifacts.run import manifest
 from pipelines import run_all, stage
-from pipelines.cli import build_parser, main
+from pipelines.cli import build_parser, command_parser, main
 from tests.builders import all_command, artifact_rows, signal_all_in_embed_entities
 from tests.conftest import BUNDLED_SAMPLE, DIRECT, copy_stages
 
@@ -160,17 +159,17 @@ def test_a_crash_while_committing_leaves_the_stage_unfinished_and_a_rerun_repair
 # --- options and preflight -------------------------------------------------------------------------------------
 
 
-def test_shared_stage_options_mean_the_same_in_every_stage():
-    """`all` gives one value to an option several stages define, so their defaults must agree."""
-    defaults: dict[str, set[str]] = {}
-    for _, each in run_all.PIPELINE:
-        parser = argparse.ArgumentParser()
-        each.add_arguments(parser)
-        for action in parser._actions:
-            for option in action.option_strings:
-                defaults.setdefault(option, set()).add(repr(action.default))
-    assert {option for option, values in defaults.items() if len(values) > 1} == set()
-    args, _ = build_parser().parse_known_args(["all", "--output", "o", "--device", "cuda", "--max-seq-length", "96"])
+def test_all_takes_every_flag_of_every_stage_with_its_default():
+    """`all` gives one value to an option several stages define: one definition, the same flag and default as in
+    the stage's own command."""
+    parser = build_parser()
+    in_all = {flag: action.default for action in command_parser(parser, "all")._actions
+              for flag in action.option_strings}
+    for command in layout.STAGE_COMMANDS.values():
+        for action in command_parser(parser, command)._actions:
+            for flag in set(action.option_strings) - {"--force"}:
+                assert in_all[flag] == action.default, (command, flag)
+    args, _ = parser.parse_known_args(["all", "--output", "o", "--device", "cuda", "--max-seq-length", "96"])
     assert (args.device, args.max_seq_length, args.batch_tokens) == ("cuda", 96, 16384)
 
 

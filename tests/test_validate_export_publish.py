@@ -649,8 +649,7 @@ def test_export_reads_no_stray_entity_file(run: Path) -> None:
 
 def test_library_errors_are_typed_and_name_no_flag(tmp_path: Path) -> None:
     """artifacts/run raises typed errors worded without CLI flags; pipelines/ words the hint with the flags."""
-    from artifacts.run.report import write_report
-    from artifacts.run.report.build import NoManifestError
+    from artifacts.run.report.build import NoManifestError, write_report
 
     out = tmp_path / "out"
     out.mkdir()

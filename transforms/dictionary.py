@@ -34,6 +34,7 @@ from artifacts import fs, tables
 from artifacts.counters import declare, dropped, error
 from artifacts.errors import BelowMinimumError, OutsideRangeError
 from artifacts.names import (
+    DOC_UNITS,
     NameRules,
     name_problem,
     normalize_name,
@@ -63,7 +64,6 @@ from transforms.dictionary_tables import (
 from transforms.name_occurrences import CountNameDocs
 from transforms.per_worker import PerProcess
 
-DOC_UNITS = ("paragraph", "page")
 LINK_COLUMNS = ["page_id", "title", "text", "links", "qid"]
 TEXT_COLUMNS = ["text"]
 # Buckets: a power of two from the article count (results do not depend on it), so that a bucket holds about
