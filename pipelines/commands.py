@@ -217,24 +217,25 @@ MODEL = ("model", "embed-entities needs --model NAME_OR_PATH (a BERT-family mode
 ENCODER_NEEDED = ("encoder", "index needs --encoder NAME_OR_PATH (a dense retriever or a KPR checkpoint)")
 
 
-def _stage(name: str, summary: str, example: str, required: tuple[tuple[str, str], ...] = ()) -> Command:
-    return Command(name, summary, example, f"pipelines.{name.replace('-', '_')}:STAGE",
-                   (OUTPUT, PROGRESS, *STAGE_GROUPS[name], STAGE_FORCE), required)
+def _stage(name: str, summary: str, example: str, implementation: str,
+           required: tuple[tuple[str, str], ...] = ()) -> Command:
+    return Command(name, summary, example, implementation, (OUTPUT, PROGRESS, *STAGE_GROUPS[name], STAGE_FORCE),
+                   required)
 
 
 COMMANDS: dict[str, Command] = {command.name: command for command in (
     _stage("parse", "Parse Wikipedia dump(s) into articles with resolved links, and redirects.",
-           f"run_pipeline.py parse --dump {SAMPLE_DUMP} --output out/s", (DUMP,)),
+           f"run_pipeline.py parse --dump {SAMPLE_DUMP} --output out/s", "pipelines.parse:STAGE", (DUMP,)),
     _stage("dictionary", "Build the anchor dictionary, the entity vocabulary and the entity linker from parsed "
-           "articles.", "run_pipeline.py dictionary --output out/s"),
+           "articles.", "run_pipeline.py dictionary --output out/s", "pipelines.dictionary:STAGE"),
     _stage("mentions", "Sample up to --max-mentions linked passages per entity, deterministically.",
-           "run_pipeline.py mentions --output out/s --max-mentions 32"),
+           "run_pipeline.py mentions --output out/s --max-mentions 32", "pipelines.mentions:STAGE"),
     _stage("embed-entities", "Embed every entity from its sampled mentions with a BERT-family model ([MASK] in "
            "place of the mention).", "run_pipeline.py embed-entities --output out/s --model bert-base-uncased",
-           (MODEL,)),
+           "pipelines.embed_entities:STAGE", (MODEL,)),
     _stage("index", "Encode a passage corpus with a dense retriever and build sharded FAISS indexes.",
            "run_pipeline.py index --output out/s --encoder facebook/dpr-ctx_encoder-single-nq-base",
-           (ENCODER_NEEDED,)),
+           "pipelines.index:STAGE", (ENCODER_NEEDED,)),
     Command("search", "the top-k passages of the index under OUT for each --query.",
             "run_pipeline.py search --output out/s --query 'who taught Alexander the Great' -k 5",
             "pipelines.search:COMMAND", (SEARCH, FlagGroup("search", _query))),

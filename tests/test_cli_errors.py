@@ -348,7 +348,7 @@ UP_TO_MENTIONS = ("parse", "dictionary", "mentions")
 COMPUTING = [
     Computing("parse", (), "parse", "pages"),
     # Windows of 16 tokens, not full_run's 64: the rerun embeds every mention, in half the time.
-    Computing("embed-entities", UP_TO_MENTIONS, "embed_entities", "mentions", ("--max-seq-length", "16")),
+    Computing("embed-entities", UP_TO_MENTIONS, "embed-entities", "mentions", ("--max-seq-length", "16")),
     Computing("index", (*UP_TO_MENTIONS, "embed_entities"), "index", "passages"),
     Computing("all", (*UP_TO_MENTIONS, "embed_entities"), "index", "passages"),
 ]
@@ -369,9 +369,10 @@ def test_ctrl_c_while_a_stage_computes_prints_one_line_exits_130_and_the_rerun_r
     run = signal_when(arguments, lambda lines: any(progress.match(line) for line in lines), signal.SIGINT)
 
     assert run.returncode == 130, run.stderr
-    skipped = [f"[{name}] skipped: outputs complete, inputs and options unchanged" for name in case.copied]
+    skipped = [f"[{layout.command_of(name)}] skipped: outputs complete, inputs and options unchanged"
+               for name in case.copied]
     started = [*(skipped if case.command == "all" else []), f"[{case.stage}] running"]
-    last = f"interrupted during {case.stage.replace('_', '-')}; rerun the same command to resume"
+    last = f"interrupted during {case.stage}; rerun the same command to resume"
     lines = [*run.before, *run.after]
     assert lines[:len(started)] == started and lines[-1] == last, run.stderr
     computed = lines[len(started):-1]  # progress lines only, written before the signal
@@ -382,7 +383,7 @@ def test_ctrl_c_while_a_stage_computes_prints_one_line_exits_130_and_the_rerun_r
 
     assert main(arguments) == 0
     assert f"[{case.stage}] running" in capsys.readouterr().err
-    assert case.stage in manifest.load(str(output))
+    assert case.stage in map(layout.command_of, manifest.load(str(output)))
 
 
 def test_ctrl_c_while_worker_processes_compute_prints_only_the_one_line(tmp_path, capsys):

@@ -26,26 +26,44 @@ class FakeClock:
         return self.now
 
 
-def test_a_line_gives_count_rate_and_the_eta_of_this_workers_share_at_its_own_rate():
+def test_a_line_gives_count_rate_and_the_eta_of_this_workers_share():
     clock = FakeClock()
     meter = ProgressMeter("embed-entities", "mentions", total=1000, workers=2, clock=clock)
-    meter.start()  # the clock runs from the start: loading the model counts in the rate
-    clock.now += 20
-    meter.add(40)
-    clock.now += 10
-    meter.add(20)
-    assert meter.line() == ("[embed-entities] 60 mentions in 30s (2.0/s), 1,000 in the stage over 2 worker(s): "
-                            "ETA 3m40s")
+    meter.start()
+    clock.now += 30
+    assert meter.line() == ("[embed-entities] 0 mentions in 30s (0.0/s), 1,000 in the stage over 2 worker(s): "
+                            "ETA unknown")
+    clock.now += 30
+    meter.add(60)  # a batch of 60, after a minute of loading the model and reading
+    assert meter.line() == ("[embed-entities] 60 mentions in 1m00s (1.0/s), 1,000 in the stage over 2 worker(s): "
+                            "ETA 7m20s")
+    clock.now += 30
+    meter.add(60)  # the next batch took 30 s: the rate is the batches', not the start-up's
+    assert meter.line() == ("[embed-entities] 120 mentions in 1m30s (2.0/s), 1,000 in the stage over 2 worker(s): "
+                            "ETA 3m10s")
+    clock.now += 30  # a batch under way: the rate falls, as it would over a slower batch
+    assert meter.line().endswith("(1.0/s), 1,000 in the stage over 2 worker(s): ETA 6m20s")
     meter.start()  # a later bundle goes on counting from the first start
-    clock.now += 10
-    assert meter.line().startswith("[embed-entities] 60 mentions in 40s (1.5/s)")
+    assert meter.line().startswith("[embed-entities] 120 mentions in 2m00s ")
     unknown = ProgressMeter("index", "passages", clock=clock)
     unknown.add(4)
     clock.now += 2
     assert unknown.line() == "[index] 4 passages in 2s (2.0/s)"
-    stuck = ProgressMeter("index", "passages", total=10, clock=clock)
-    stuck.start()
-    assert stuck.line().endswith("ETA unknown")
+
+
+def test_an_early_eta_is_not_shortened_by_the_first_batch():
+    """The old meter started at the first item: a batch of 1,000 that took 100 s, then 10 s later a line said
+    1,000 items in 10 s (100/s) and an ETA of 90 s for the 9,000 left, which take 900 s."""
+    clock = FakeClock()
+    meter = ProgressMeter("index", "passages", total=10_000, clock=clock)
+    meter.start()
+    clock.now += 100
+    meter.add(1_000)
+    clock.now += 10
+    assert meter.line().endswith("ETA 16m30s")  # 9,000 at 1,000 per 110 s: the start-up counts until a 2nd batch
+    clock.now += 90
+    meter.add(1_000)
+    assert meter.line().endswith("ETA 12m00s")  # 8,000 at 1,000 per 90 s
 
 
 def test_durations_read_naturally():
@@ -110,4 +128,3 @@ def test_worker_processes_write_their_lines_too(tmp_path: Path):
     lines = [line for line in result.stderr.splitlines() if line.startswith("[parse] ") and " in " in line
              and "/s)" in line]
     assert any(" pages in " in line and "over 2 worker(s)" in line for line in lines), result.stderr
-    assert any(" articles in " in line for line in lines), result.stderr

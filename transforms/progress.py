@@ -37,8 +37,10 @@ class ProgressMeter:
     """Items done by one worker since it started on them, and the line that says so.
 
     ``total`` is the stage's whole count (None if unknown) and ``workers`` how many workers share it, so the
-    ETA is this worker's share left at this worker's own rate since it started (model loading and the first
-    batch included: what the rest will take, not what the last batch took).
+    ETA is this worker's share left at this worker's rate. The rate is measured from the first line that saw
+    items done, not from the first item: a step after a batched model gets a whole batch at once, and counting
+    that batch without the time it took made early ETAs several times too short; the start-up before it (model
+    loading, reading) is left out too. Until a later line sees more items, it is the rate since the start.
     """
 
     stage: str
@@ -48,6 +50,7 @@ class ProgressMeter:
     clock: Callable[[], float] = time.monotonic
     done: int = 0
     started: float = field(default=-1.0)
+    base: tuple[float, int] | None = None  # (time, items done) at the first line that saw items done
 
     def start(self) -> None:
         """Start the clock (once: a later bundle of the same worker goes on counting)."""
@@ -58,9 +61,18 @@ class ProgressMeter:
         self.start()
         self.done += items
 
+    def rate(self, now: float) -> float:
+        """Items a second: since the first line that saw items done, when more came since; else since the start."""
+        if self.base is not None and self.done > self.base[1] and now > self.base[0]:
+            return (self.done - self.base[1]) / (now - self.base[0])
+        return self.done / max(now - self.started, 1e-9)
+
     def line(self) -> str:
-        elapsed = max(self.clock() - self.started, 1e-9)
-        rate = self.done / elapsed
+        now = self.clock()
+        if self.base is None and self.done:
+            self.base = (now, self.done)
+        elapsed = max(now - self.started, 1e-9)
+        rate = self.rate(now)
         text = f"[{self.stage}] {self.done:,} {self.unit} in {format_duration(elapsed)} ({rate:,.1f}/s)"
         if self.total:
             share = self.total / max(self.workers, 1)
