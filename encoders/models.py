@@ -18,7 +18,10 @@ from encoders import kpr_config
 
 DTYPES = ("float32", "bfloat16", "float16")
 STORED_DTYPES = ("float32", "float16")  # what vectors may be stored as (Parquet has no bfloat16)
-CONFIG_FILE = "config.json"  # what every model directory has (save_pretrained writes it)
+CONFIG_FILE = "config.json"
+# the files a tokenizer is read from (a fast tokenizer's, a WordPiece, BPE or SentencePiece vocabulary)
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model",
+                   "tokenizer.model")  # what every model directory has (save_pretrained writes it)
 DEVICES = "cpu, cuda or cuda:N"  # what --device accepts (torch has more device types; the models run on these)
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 # Model types of this project's own checkpoints, which transformers does not know, by the type they extend.
@@ -60,15 +63,26 @@ def check_model_spec(spec: ModelSpec, device_here: bool = True) -> None:
         raise ModelError(name, f"model path {name} does not exist")
     if not os.path.isdir(os.path.expanduser(name)):
         check_hub_reachable(name)
-    elif not os.path.isfile(os.path.join(os.path.expanduser(name), CONFIG_FILE)):
-        raise ModelError(name, f"{os.path.join(name, CONFIG_FILE)} does not exist: {name} is not a model directory "
-                               "(save_pretrained writes config.json, the weights and the tokenizer files)")
+    else:
+        check_model_directory(name)
     if device_here and spec.device.startswith("cuda"):
         import torch
 
         if not torch.cuda.is_available():
             raise SettingError("device", spec.device,
                                f"{{name}} {spec.device} was asked for but no CUDA device is available")
+
+
+def check_model_directory(name: str) -> None:
+    """A ``ModelError`` for a local directory that lacks config.json or every tokenizer file (transformers would
+    load a tokenizer of its 5 special tokens from it, and every word would be [UNK])."""
+    directory = os.path.expanduser(name)
+    if not os.path.isfile(os.path.join(directory, CONFIG_FILE)):
+        raise ModelError(name, f"{os.path.join(name, CONFIG_FILE)} does not exist: {name} is not a model directory "
+                               "(save_pretrained writes config.json, the weights and the tokenizer files)")
+    if not any(os.path.isfile(os.path.join(directory, file)) for file in TOKENIZER_FILES):
+        raise ModelError(name, f"{name} has no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, ...): save the "
+                               "model's tokenizer there too (tokenizer.save_pretrained)")
 
 
 def check_device(device: str) -> None:

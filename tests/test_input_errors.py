@@ -168,6 +168,39 @@ def _tokenless(tmp: Path, models: dict[str, Path]) -> tuple[list[str], str]:
             "high priest, and the elder brother of Moses.'): it cannot encode passages")
 
 
+def _without_config(tmp: Path, models: dict[str, Path]) -> Path:
+    """The tiny BERT's directory without its config.json (weights and tokenizer files still there)."""
+    directory = Path(shutil.copytree(models["tiny"], tmp / "no-config"))
+    (directory / "config.json").unlink()
+    return directory
+
+
+def _no_config_message(directory: Path) -> str:
+    return (f"error: {directory / 'config.json'} does not exist: {directory} is not a model directory "
+            "(save_pretrained writes config.json, the weights and the tokenizer files)")
+
+
+def _encoder_without_config(tmp: Path, models: dict[str, Path]) -> tuple[list[str], str]:
+    directory = _without_config(tmp, models)
+    return _index_command(tmp, directory, "mean"), _no_config_message(directory)
+
+
+def _encoder_without_tokenizer(tmp: Path, models: dict[str, Path]) -> tuple[list[str], str]:
+    directory = tmp / "no-tokenizer"
+    directory.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copyfile(models["tiny"] / name, directory / name)
+    return (_index_command(tmp, directory, "mean"),
+            f"error: {directory} has no tokenizer files (tokenizer.json, vocab.txt, ...): save the model's tokenizer "
+            "there too (tokenizer.save_pretrained)")
+
+
+def _all_model_without_config(tmp: Path, models: dict[str, Path]) -> tuple[list[str], str]:
+    directory = _without_config(tmp, models)
+    return (["all", "--dump", str(BUNDLED_SAMPLE), "--output", str(tmp / "out"), "--model", str(directory),
+             "--encoder", str(models["tiny"]), "--encoder-type", "mean"], _no_config_message(directory))
+
+
 def _all_with_gpt2(tmp: Path, models: dict[str, Path]) -> tuple[list[str], str]:
     return (["all", "--dump", str(BUNDLED_SAMPLE), "--output", str(tmp / "out"), "--model", str(models["tiny"]),
              "--encoder", str(models["gpt2"])], _no_cls_message(models["gpt2"], "dpr"))
@@ -272,6 +305,10 @@ CASES = [Case("xml-that-is-not-a-dump", _not_a_dump), Case("text-that-is-not-xml
          Case("all-preflight-unknown-index-factory", _all_with_unknown_factory),
          Case("all-preflight-corpus-without-header", _all_with_corpus_without_header),
          Case("header-only-corpus", _header_only_corpus),
+         # issue 28
+         Case("encoder-without-config-json", _encoder_without_config),
+         Case("encoder-without-tokenizer-files", _encoder_without_tokenizer),
+         Case("all-preflight-model-without-config-json", _all_model_without_config),
          *(Case(f"questions-{name}", _questions(name, content)) for name, content in QUESTION_FILES.items())]
 
 
