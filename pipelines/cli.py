@@ -21,7 +21,7 @@ from artifacts.errors import (
     mentions_input_error,
 )
 from pipelines import disk_space, flags
-from pipelines.commands import COMMANDS, Command
+from pipelines.commands import COMMANDS
 from pipelines.console import own_lines_only
 from pipelines.interrupt import (
     INTERRUPTED_EXIT,
@@ -82,13 +82,6 @@ def build_parser() -> argparse.ArgumentParser:
         flags.add_groups(sub, command.groups)
         mark_required(sub, tuple(flags.flag_of(dest) for dest, _ in command.required))
     return parser
-
-
-def check_required(command: Command, args: argparse.Namespace) -> None:
-    """The flags a command cannot run without (checked here, with a line saying what to give, not by argparse)."""
-    for dest, line in command.required:
-        if not getattr(args, dest):
-            raise InputError(line)
 
 
 def beam_flags() -> set[str]:
@@ -211,7 +204,7 @@ def main(argv: Sequence[str] | None = None, exit_at_ctrl_c: bool = False) -> int
     with (watching_sigint() as sigint, ending_processes_after(sigint),
           own_lines_only(args.verbose, beam_args, sigint) as stderr):
         try:
-            check_required(COMMANDS[args.command], args)
+            COMMANDS[args.command].check(args)
             check_unknown_flags(parser, args.command, beam_args)
             if beam_args:
                 from pipelines.runners import check_runner

@@ -5,9 +5,11 @@ about arguments come before anything heavy is imported; ``implementation`` is im
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from artifacts import layout
+from artifacts.errors import InputError
 from artifacts.faiss.choice import DEFAULT_EF_SEARCH, DEFAULT_NPROBE, DEFAULT_SHARD_MEMORY_GB, SHARD_GROWTH
 from artifacts.names import DOC_UNITS
 from artifacts.run.report.recall import MAX_EXACT, QUERIES
@@ -24,8 +26,9 @@ SAMPLE_DUMP = "samples/enwiki-sample-pages-articles-multistream.xml.bz2"
 @dataclass(frozen=True)
 class Command:
     """One command: ``summary`` (its --help and the command list), ``example`` (the end of its --help),
-    ``groups`` (its flags), ``required`` ((flag destination, the line when it is missing)), ``implementation``
-    ("module:attribute": a stage, run with resume and commit, or a command with ``main``)."""
+    ``groups`` (its flags), ``required`` ((flag destination, the line when it is missing)), ``checks`` (rules
+    between flags, an ``InputError`` when one is broken), ``implementation`` ("module:attribute": a stage, run
+    with resume and commit, or a command with ``main``)."""
 
     name: str
     summary: str
@@ -33,6 +36,20 @@ class Command:
     implementation: str
     groups: tuple[FlagGroup, ...]
     required: tuple[tuple[str, str], ...] = ()
+    checks: tuple[Callable[[argparse.Namespace], None], ...] = ()
+
+    def check(self, args: argparse.Namespace) -> None:
+        """The flags it cannot run without, then the rules between flags (before anything heavy is imported)."""
+        for dest, line in self.required:
+            if not getattr(args, dest):
+                raise InputError(line)
+        for check in self.checks:
+            check(args)
+
+
+def one_index_per_dump(args: argparse.Namespace) -> None:
+    if args.dump_index and len(args.dump_index) != len(args.dump):
+        raise InputError(f"--dump-index names {len(args.dump_index)} files for {len(args.dump)} dumps")
 
 
 def _parse(group: argparse._ArgumentGroup) -> None:
@@ -220,7 +237,7 @@ ENCODER_NEEDED = ("encoder", "index needs --encoder NAME_OR_PATH (a dense retrie
 def _stage(name: str, summary: str, example: str, implementation: str,
            required: tuple[tuple[str, str], ...] = ()) -> Command:
     return Command(name, summary, example, implementation, (OUTPUT, PROGRESS, *STAGE_GROUPS[name], STAGE_FORCE),
-                   required)
+                   required, (one_index_per_dump,) if name == "parse" else ())
 
 
 COMMANDS: dict[str, Command] = {command.name: command for command in (
@@ -248,7 +265,7 @@ COMMANDS: dict[str, Command] = {command.name: command for command in (
             (OUTPUT, PROGRESS, *(group for groups in STAGE_GROUPS.values() for group in groups),
              FlagGroup("all", _all)),
             (DUMP, ("model", "all needs --model NAME_OR_PATH for embed-entities (a BERT-family model with [MASK])"),
-             ENCODER_NEEDED)),
+             ENCODER_NEEDED), (one_index_per_dump,)),
     Command("validate", "check every artifact under OUT against the manifest, its schema and the other artifacts.",
             "run_pipeline.py validate --output out/s", "pipelines.validate:COMMAND",
             (FlagGroup("validate", _validate),)),

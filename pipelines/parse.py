@@ -45,8 +45,6 @@ class ParseStage:
     counters = COUNTERS
 
     def config(self, args: argparse.Namespace) -> ParseConfig:
-        if args.dump_index and len(args.dump_index) != len(args.dump):
-            raise InputError(f"--dump-index names {len(args.dump_index)} files for {len(args.dump)} dumps")
         wikitext = WikitextOptions(keep_section_links=args.keep_section_links,
                                    first_bold_as_link=args.first_bold_as_link, use_prepass=not args.no_prepass)
         return ParseConfig(dumps=tuple(args.dump), dump_indexes=tuple(args.dump_index or ()),

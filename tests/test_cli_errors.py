@@ -158,11 +158,12 @@ def test_help_and_argument_errors_come_before_anything_heavy_is_imported(tmp_pat
              ["index", "--output", out, "--encoder", "m", "--device", "tpu"],
              ["search", "--output", out, "--query", "q", "-k", "0"], ["report", "--output", out, "--max-exact", "0"],
              ["dictionary", "--output", out, "--min-link-count", "many"], ["validate"], ["nosuch"],
-             ["evaluate", "--output", out, "--questions", "q.tsv", "-k", "1", "0"]]
+             ["evaluate", "--output", out, "--questions", "q.tsv", "-k", "1", "0"],
+             ["parse", "--output", out, "--dump", "a.xml", "b.xml", "--dump-index", "a.txt"]]
     result = subprocess.run([sys.executable, "-c", f"ARGVS = {argvs!r}\n{IMPORTS_AFTER}"], cwd=REPO,
                             capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
     imported = [line for line in result.stdout.splitlines() if line.startswith("imported after ")]
-    assert imported == ["imported after 0 []"] * 6 + ["imported after 2 []"] * 11, result.stderr
+    assert imported == ["imported after 0 []"] * 6 + ["imported after 2 []"] * 12, result.stderr
     assert [line for line in result.stderr.splitlines() if line.startswith("error: ")] == [
         "error: --min-commonness is a probability, from 0 to 1: got 5.0", MAX_SEQ_LENGTH_3,
         "error: parse needs --dump FILE [FILE ...]",
@@ -174,7 +175,7 @@ def test_help_and_argument_errors_come_before_anything_heavy_is_imported(tmp_pat
         "error: argument COMMAND: invalid choice: 'nosuch' (choose from 'parse', 'dictionary', 'mentions', "
         "'embed-entities', 'index', 'search', 'evaluate', 'all', 'validate', 'export-kpr', 'publish', 'report', "
         "'diff') (see run_pipeline.py --help)",
-        "error: -k must be at least 1, got 0"]
+        "error: -k must be at least 1, got 0", "error: --dump-index names 1 files for 2 dumps"]
     assert not (tmp_path / "out").exists()
 
 
