@@ -40,8 +40,8 @@ STAGE_OUTPUTS = {PARSE_STAGE: (ARTICLES, REDIRECTS), DICTIONARY_STAGE: (ENTITIES
 
 def command_of(stage: str) -> str:
     """The command that runs ``stage``: the one name a person reads for it (``embed-entities``, recorded as
-    ``embed_entities``); a name it does not know as it is."""
-    return STAGE_COMMANDS.get(stage, stage)
+    ``embed_entities``); a name it does not know spelled as commands are (``-`` for ``_``)."""
+    return STAGE_COMMANDS.get(stage, stage.replace("_", "-"))
 
 
 def stage_rank(stage: str) -> int:

@@ -16,8 +16,18 @@ from artifacts.run.report.recall import MAX_EXACT, QUERIES
 from encoders.mask_inputs import MASK_WINDOWS
 from encoders.models import DTYPES, STORED_DTYPES
 from encoders.retrievers import KINDS, SIMILARITIES, TITLE_MODES
-from pipelines.flags import DEVICE, OUTPUT, PROGRESS, REFRESH, RUNTIME, SEQUENCE, FlagGroup, at_least, probability
-from pipelines.flags import positive as positive_number
+from pipelines.flags import (
+    DEVICE,
+    OUTPUT,
+    PROGRESS,
+    REFRESH,
+    RUNTIME,
+    SEQUENCE,
+    FlagGroup,
+    at_least,
+    positive,
+    probability,
+)
 from transforms.passages import DUPLICATE_KEEPS
 
 SAMPLE_DUMP = "samples/enwiki-sample-pages-articles-multistream.xml.bz2"
@@ -127,7 +137,7 @@ def _index(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--shards", type=at_least("shards", 1),
                        help="FAISS shards (passages hashed by id); default: the fewest (a power of two) such "
                        "that building one takes at most --shard-memory-gb")
-    group.add_argument("--shard-memory-gb", type=positive_number("shard_memory_gb"), default=DEFAULT_SHARD_MEMORY_GB,
+    group.add_argument("--shard-memory-gb", type=positive("shard_memory_gb"), default=DEFAULT_SHARD_MEMORY_GB,
                        help="memory one worker may take to build a shard: its float32 vectors are at most "
                        f"1/{SHARD_GROWTH} of it (default %(default)s; DPR's 21M x 768 -> 16 shards)")
     group.add_argument("--index-factory", help="FAISS factory string (default: chosen by corpus size)")

@@ -101,6 +101,18 @@ def test_the_ticker_writes_every_interval_while_active_and_nothing_while_paused(
     assert len(lines) == stopped and all(line.startswith("[parse] 3 pages in ") for line in lines)
 
 
+def test_a_bundle_shorter_than_the_interval_ends_with_its_line_at_most_once_an_interval():
+    lines: list[str] = []
+    meter = ProgressMeter("mentions", "articles")
+    ticker = ProgressTicker(meter, 60, lines.append)
+    for _ in range(3):  # three short bundles: the first one's end is due, the others' come too soon
+        ticker.resume()
+        meter.add(2)
+        ticker.pause()
+    ticker.stop()
+    assert len(lines) == 1 and lines[0].startswith("[mentions] 2 articles in ")
+
+
 def slow(element: int) -> int:
     time.sleep(0.6)  # a batch that takes longer than the interval
     return element

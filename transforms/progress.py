@@ -84,10 +84,13 @@ class ProgressMeter:
 
 class ProgressTicker:
     """Writes ``meter.line()`` every ``interval`` seconds while it is active (between ``resume`` and ``pause``: a
-    bundle being processed), from a daemon thread of its own; ``write`` takes the line."""
+    bundle being processed), from a daemon thread of its own, and at ``pause`` when a line is due (a bundle's last
+    count): at most one line an interval. ``write`` takes the line."""
 
     def __init__(self, meter: ProgressMeter, interval: float, write: Callable[[str], None]) -> None:
         self._meter, self._interval, self._write = meter, max(interval, MIN_TICK_S), write
+        self._last_line = -float("inf")
+        self._lock = threading.Lock()
         self._active = threading.Event()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"progress-{meter.stage}", daemon=True)
@@ -99,6 +102,14 @@ class ProgressTicker:
 
     def pause(self) -> None:
         self._active.clear()
+        self._write_if_due()
+
+    def _write_if_due(self) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if now - self._last_line >= self._interval:
+                self._last_line = now
+                self._write(self._meter.line())
 
     def stop(self) -> None:
         self._stopped.set()
@@ -108,7 +119,7 @@ class ProgressTicker:
     def _run(self) -> None:
         while self._active.wait() and not self._stopped.wait(self._interval):
             if self._active.is_set():
-                self._write(self._meter.line())
+                self._write_if_due()
 
 
 def write_stderr(line: str) -> None:
