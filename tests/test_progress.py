@@ -101,16 +101,24 @@ def test_the_ticker_writes_every_interval_while_active_and_nothing_while_paused(
     assert len(lines) == stopped and all(line.startswith("[parse] 3 pages in ") for line in lines)
 
 
-def test_a_bundle_shorter_than_the_interval_ends_with_its_line_at_most_once_an_interval():
+def test_a_bundle_ends_with_its_line_when_one_is_due_and_a_short_step_writes_none():
+    clock = FakeClock()
     lines: list[str] = []
-    meter = ProgressMeter("mentions", "articles")
-    ticker = ProgressTicker(meter, 60, lines.append)
-    for _ in range(3):  # three short bundles: the first one's end is due, the others' come too soon
+    meter = ProgressMeter("mentions", "articles", clock=clock)
+    ticker = ProgressTicker(meter, 30, lines.append, clock)
+
+    def bundle(items: int, seconds: float) -> None:
         ticker.resume()
-        meter.add(2)
+        meter.add(items)
+        clock.now += seconds
         ticker.pause()
+
+    bundle(2, 10)
+    assert lines == [], "a step shorter than the interval writes nothing"
+    bundle(3, 25)  # 35 s since the start: its end is due
+    bundle(4, 1)  # 1 s after the last line: not due
     ticker.stop()
-    assert len(lines) == 1 and lines[0].startswith("[mentions] 2 articles in ")
+    assert lines == ["[mentions] 5 articles in 35s (0.1/s)"]
 
 
 def slow(element: int) -> int:

@@ -85,11 +85,12 @@ class ProgressMeter:
 class ProgressTicker:
     """Writes ``meter.line()`` every ``interval`` seconds while it is active (between ``resume`` and ``pause``: a
     bundle being processed), from a daemon thread of its own, and at ``pause`` when a line is due (a bundle's last
-    count): at most one line an interval. ``write`` takes the line."""
+    count): at most one line an interval, none for a step shorter than one. ``write`` takes the line."""
 
-    def __init__(self, meter: ProgressMeter, interval: float, write: Callable[[str], None]) -> None:
-        self._meter, self._interval, self._write = meter, max(interval, MIN_TICK_S), write
-        self._last_line = -float("inf")
+    def __init__(self, meter: ProgressMeter, interval: float, write: Callable[[str], None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._meter, self._interval, self._write, self._clock = meter, max(interval, MIN_TICK_S), write, clock
+        self._last_line: float | None = None  # the start counts as a line: the first is due an interval later
         self._lock = threading.Lock()
         self._active = threading.Event()
         self._stopped = threading.Event()
@@ -98,6 +99,8 @@ class ProgressTicker:
 
     def resume(self) -> None:
         self._meter.start()
+        if self._last_line is None:
+            self._last_line = self._clock()
         self._active.set()
 
     def pause(self) -> None:
@@ -106,8 +109,8 @@ class ProgressTicker:
 
     def _write_if_due(self) -> None:
         with self._lock:
-            now = time.monotonic()
-            if now - self._last_line >= self._interval:
+            now = self._clock()
+            if self._last_line is not None and now - self._last_line >= self._interval:
                 self._last_line = now
                 self._write(self._meter.line())
 
