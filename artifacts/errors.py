@@ -7,6 +7,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from artifacts.layout import command_of
+
 _MARKER = "KPR-INPUT-ERROR: "
 _PATTERN = re.compile(r"(?:" + re.escape(_MARKER) + r")+([^\n]*)")
 _BEAM_CONTEXT = re.compile(r"\s*\[while running '[^\n]*'\]\s*$")
@@ -56,6 +58,41 @@ def refuse_without_room(destination: str, free: int | None, need: Callable[[], i
     needed = need()
     if needed > free:
         raise NoRoomError(destination, needed, free)
+
+
+class DamagedManifestError(InputError):
+    """A manifest (``path``) that cannot be read as one: cut short, not JSON, JSON of another shape, a missing or
+    mistyped field; ``problem`` says which. Nothing was written: the command line words what to do."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path, self.problem = path, problem
+        super().__init__(f"{path} is damaged: {problem}")
+
+    def __reduce__(self):
+        return type(self), (self.path, self.problem)
+
+
+class InvalidRunError(InputError):
+    """The run under ``output`` does not validate (``problems``, the first named): publish and export refuse it."""
+
+    def __init__(self, output: str, problems: list[str]) -> None:
+        self.output, self.problems = output, tuple(problems)
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        super().__init__(f"{output} does not validate ({problems[0]}{more})")
+
+    def __reduce__(self):
+        return type(self), (self.output, list(self.problems))
+
+
+class IncompleteRunError(InputError):
+    """A file that the ``stage`` of the run under ``output`` recorded is gone or resized since (``problem``)."""
+
+    def __init__(self, output: str, stage: str, problem: str) -> None:
+        self.output, self.stage, self.problem = output, stage, problem
+        super().__init__(f"{output} is incomplete ({problem}, written by its '{command_of(stage)}' stage)")
+
+    def __reduce__(self):
+        return type(self), (self.output, self.stage, self.problem)
 
 
 # Where a SettingError's template names the setting.

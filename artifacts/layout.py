@@ -32,6 +32,21 @@ STAGE_ORDER = (PARSE_STAGE, DICTIONARY_STAGE, MENTIONS_STAGE, EMBED_ENTITIES_STA
 # ... and the command that runs each.
 STAGE_COMMANDS = {PARSE_STAGE: "parse", DICTIONARY_STAGE: "dictionary", MENTIONS_STAGE: "mentions",
                   EMBED_ENTITIES_STAGE: "embed-entities", INDEX_STAGE: "index"}
+# The artifact directories each stage writes (besides its dead letters, errors/STAGE).
+STAGE_OUTPUTS = {PARSE_STAGE: (ARTICLES, REDIRECTS), DICTIONARY_STAGE: (ENTITIES, DICTIONARY),
+                 MENTIONS_STAGE: (MENTIONS,), EMBED_ENTITIES_STAGE: (ENTITY_EMBEDDINGS, ENTITY_ID_MAP),
+                 INDEX_STAGE: (INDEX, PASSAGES)}
+
+
+def command_of(stage: str) -> str:
+    """The command that runs ``stage``: the one name a person reads for it (``embed-entities``, recorded as
+    ``embed_entities``); a name it does not know spelled as commands are (``-`` for ``_``)."""
+    return STAGE_COMMANDS.get(stage, stage.replace("_", "-"))
+
+
+def stage_rank(stage: str) -> int:
+    """Where ``stage`` comes in the pipeline (a name it does not know: after every stage), to sort stage names."""
+    return STAGE_ORDER.index(stage) if stage in STAGE_ORDER else len(STAGE_ORDER)
 
 
 def errors_of(stage: str) -> str:

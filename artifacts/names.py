@@ -7,6 +7,8 @@ import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+DOC_UNITS = ("paragraph", "page")  # what doc_count counts a name once in
+
 _PARENTHETICAL = re.compile(r"\s+\([^()]*\)$")
 _SPACES = re.compile(r"\s+")
 

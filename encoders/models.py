@@ -17,6 +17,11 @@ from artifacts.errors import ModelError, SettingError
 from encoders import kpr_config
 
 DTYPES = ("float32", "bfloat16", "float16")
+STORED_DTYPES = ("float32", "float16")  # what vectors may be stored as (Parquet has no bfloat16)
+CONFIG_FILE = "config.json"
+# the files a tokenizer is read from (a fast tokenizer's, a WordPiece, BPE or SentencePiece vocabulary)
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model",
+                   "tokenizer.model")  # what every model directory has (save_pretrained writes it)
 DEVICES = "cpu, cuda or cuda:N"  # what --device accepts (torch has more device types; the models run on these)
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 # Model types of this project's own checkpoints, which transformers does not know, by the type they extend.
@@ -58,12 +63,26 @@ def check_model_spec(spec: ModelSpec, device_here: bool = True) -> None:
         raise ModelError(name, f"model path {name} does not exist")
     if not os.path.isdir(os.path.expanduser(name)):
         check_hub_reachable(name)
+    else:
+        check_model_directory(name)
     if device_here and spec.device.startswith("cuda"):
         import torch
 
         if not torch.cuda.is_available():
             raise SettingError("device", spec.device,
                                f"{{name}} {spec.device} was asked for but no CUDA device is available")
+
+
+def check_model_directory(name: str) -> None:
+    """A ``ModelError`` for a local directory that lacks config.json or every tokenizer file (transformers would
+    load a tokenizer of its 5 special tokens from it, and every word would be [UNK])."""
+    directory = os.path.expanduser(name)
+    if not os.path.isfile(os.path.join(directory, CONFIG_FILE)):
+        raise ModelError(name, f"{os.path.join(name, CONFIG_FILE)} does not exist: {name} is not a model directory "
+                               "(save_pretrained writes config.json, the weights and the tokenizer files)")
+    if not any(os.path.isfile(os.path.join(directory, file)) for file in TOKENIZER_FILES):
+        raise ModelError(name, f"{name} has no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, ...): save the "
+                               "model's tokenizer there too (tokenizer.save_pretrained)")
 
 
 def check_device(device: str) -> None:
@@ -77,7 +96,7 @@ def check_hub_reachable(name: str, timeout_s: float = 3.0) -> None:
     """A hub model that is not in the local cache needs the hub: one line now instead of a minute of retries."""
     from huggingface_hub import constants, try_to_load_from_cache
 
-    if isinstance(try_to_load_from_cache(name, "config.json"), str):
+    if isinstance(try_to_load_from_cache(name, CONFIG_FILE), str):
         return  # cached: loads offline too
     advice = "download it first or pass a local directory"
     if constants.HF_HUB_OFFLINE:
@@ -114,7 +133,7 @@ def model_kind(name_or_path: str) -> ModelKind:
     type is unknown to transformers and to this project, and it names code of its own), code never run here."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
-    config = _json_file(name_or_path, "config.json")
+    config = _json_file(name_or_path, CONFIG_FILE)
     kind = ModelKind(str(config.get("model_type", "")),
                      "auto_map" in config or "auto_map" in _json_file(name_or_path, "tokenizer_config.json"))
     if kind.own_code and kind.base_type and kind.base_type not in CONFIG_MAPPING_NAMES:
@@ -197,8 +216,8 @@ def mean_input_embedding_norm(model) -> float:
 
 
 def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+    """The error's message as one line (transformers words some over several: the first alone stops mid-sentence)."""
+    return " ".join(str(error).split()) or type(error).__name__
 
 
 def input_embedding_norm(spec: ModelSpec) -> float:

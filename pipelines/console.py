@@ -17,11 +17,11 @@ from collections.abc import Iterator
 
 from numpy.exceptions import RankWarning
 
+from pipelines.environment import environment_variable
 from pipelines.interrupt import SigintWatch
-from pipelines.stage import environment_variable
 from pipelines.worker_output import WORKER_START_UP_LINES, ForwardedStderr, forwarded_stderr, starts_worker_processes
 
-OWN_LOGGER = "kpr"  # ours and its children (kpr.progress, kpr.report)
+OWN_LOGGER = "kpr"  # ours and its children (kpr.report)
 # beam.BatchElements (ours in embed-entities, RunInference's in embed-entities and index) fits batch time against
 # batch size over the few sizes it has tried: numpy then warns from this module about a division by zero in the
 # outlier test (Cook's distance), its 0 * inf, or a poorly conditioned fit. They say nothing about our data.

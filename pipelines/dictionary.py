@@ -13,7 +13,6 @@ from pipelines.stage import StageContext, run_beam
 from transforms.dead_letters import WriteDeadLetters
 from transforms.dictionary import (
     COUNTERS,
-    DOC_UNITS,
     BuildDictionary,
     DictionaryConfig,
     buckets_for,
@@ -28,22 +27,8 @@ class DictionaryStage:
     """Build the anchor dictionary, the entity vocabulary and the entity linker from parsed articles."""
 
     name = layout.DICTIONARY_STAGE
-    outputs = (layout.ENTITIES, layout.DICTIONARY)
-    flag_groups = ()
+    outputs = layout.STAGE_OUTPUTS[layout.DICTIONARY_STAGE]
     counters = COUNTERS
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        group = parser.add_argument_group("dictionary")
-        group.add_argument("--min-link-prob", type=float, default=0.05, help="keep a name if link_prob >= this")
-        group.add_argument("--min-commonness", type=float, default=0.3,
-                           help="keep a candidate if commonness >= this")
-        group.add_argument("--min-link-count", type=int, default=1, help="keep a candidate with this many links")
-        group.add_argument("--max-mention-length", type=int, default=100, help="longest name, in characters")
-        group.add_argument("--case-sensitive", action="store_true", help="names keep their case")
-        group.add_argument("--doc-unit", choices=DOC_UNITS, default="paragraph",
-                           help="doc_count counts a name once per paragraph or once per page")
-        group.add_argument("--include-red-links", action="store_true",
-                           help="every link target is an entity, also those with no article in the dump")
 
     def config(self, args: argparse.Namespace) -> DictionaryConfig:
         return DictionaryConfig(

@@ -38,17 +38,15 @@ def render_text(diff: RunDiff) -> str:
                      "cosine old vs new:")
         lines += [f"  {label:<16} {count:>10,}" for label, count in diff.entity_vectors.as_dict().items()]
     lines += _reuse_line("passages", diff.passage_reuse, "encoded")
+    if diff.passage_sources is not None:
+        lines.append("passages: the indexed ones, matched by id, title and text compared; old: "
+                     f"{diff.passage_sources[0]}; new: {diff.passage_sources[1]}")
     return "\n".join(lines)
 
 
 class DiffCommand:
     """diff: articles, redirects, entities, names and passages added/removed/changed between two runs, entity
     vectors and passages reused vs recomputed, and how far the entity vectors moved (cosine histogram)."""
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--old", required=True, metavar="OLD_OUT", help="the earlier run")
-        parser.add_argument("--new", required=True, metavar="NEW_OUT", help="the later run")
-        parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
         diff = diff_runs(args.old, args.new)

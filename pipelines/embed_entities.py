@@ -10,15 +10,12 @@ import apache_beam as beam
 from artifacts import fs, layout, schemas, tables
 from artifacts.errors import InputError
 from artifacts.run import manifest
-from encoders.mask_inputs import MASK_WINDOWS
 from encoders.models import model_files
-from pipelines import flags
 from pipelines.refresh import RefreshConfig, fingerprint_changes, previous_options, reusable_previous
 from pipelines.stage import StageContext, run_beam
 from transforms.dead_letters import WriteDeadLetters
 from transforms.embed_entities import (
     COUNTERS,
-    EMBEDDING_DTYPES,
     EmbedConfig,
     EmbedEntities,
     EmbedInputs,
@@ -35,25 +32,10 @@ class EmbedEntitiesStage:
     """Embed every entity from its sampled mentions with a BERT-family model ([MASK] in place of the mention)."""
 
     name = layout.EMBED_ENTITIES_STAGE
-    outputs = (layout.ENTITY_EMBEDDINGS, layout.ENTITY_ID_MAP)
-    flag_groups = (flags.RUNTIME, flags.SEQUENCE, flags.REFRESH)
+    outputs = layout.STAGE_OUTPUTS[layout.EMBED_ENTITIES_STAGE]
     counters = COUNTERS
 
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        group = parser.add_argument_group("embed-entities")
-        group.add_argument("--model", type=flags.name_or_path,
-                           help="local directory or hub name of a BERT-family model with [MASK]")
-        group.add_argument("--layer", type=int, default=-1, help="hidden layer whose [MASK] output is used")
-        group.add_argument("--embedding-dtype", choices=sorted(EMBEDDING_DTYPES), default="float32",
-                           help="value type of the stored vectors")
-        group.add_argument("--mask-window", choices=MASK_WINDOWS, default="reference",
-                           help="context split around [MASK]: the paper's (larger half before) or centered")
-
     def config(self, args: argparse.Namespace) -> EmbedConfig:
-        if not args.model:
-            raise InputError("embed-entities needs --model NAME_OR_PATH (a BERT-family model with [MASK])")
-        if args.batch_tokens < 1:
-            raise InputError(f"--batch-tokens must be at least 1, got {args.batch_tokens}")
         refresh = RefreshConfig.from_args(args)
         return EmbedConfig(
             model=str(args.model), layer=args.layer, max_seq_length=args.max_seq_length, device=args.device,

@@ -23,7 +23,7 @@ import regex
 
 from artifacts import fs
 from artifacts.errors import InputError
-from pipelines.search import Retriever, add_search_arguments
+from pipelines.search import Retriever
 
 _TOKEN = regex.compile(r"[\p{L}\p{N}\p{M}]+|[^\p{Z}\p{C}]", flags=regex.IGNORECASE | regex.UNICODE | regex.MULTILINE)
 
@@ -169,27 +169,28 @@ def evaluate_file(retriever: Retriever, questions: QuestionFile, ks: Sequence[in
             "bad_lines": questions.bad_lines, "accuracy": top_k_accuracy(ranks, ks)}
 
 
+def check_report_target(path: str) -> None:
+    """--report names a file that can be written, checked before the search (the write itself refuses a directory
+    too): not a directory, nor a name ending in a separator, in a directory that is or can be created."""
+    if fs.is_directory(path):
+        raise InputError(f"--report {path} is a directory: name the JSON file to write (the directory is left as it "
+                         "is)")
+    if path.endswith(("/", os.sep)):
+        raise InputError(f"--report {path} names a directory (it ends with /): name the JSON file to write, e.g. "
+                         f"{path}evaluation.json")
+    fs.require_writable_directory(os.path.dirname(path) or ".", "--report's directory")
+
+
 class EvaluateCommand:
     """evaluate: top-k retrieval accuracy (DPR's has-answer rule) for DPR qas and EntityQuestions files."""
 
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        add_search_arguments(parser)
-        parser.add_argument("--questions", nargs="+", required=True,
-                            help="DPR qas files (question<TAB>['answer', ...]) or EntityQuestions *.json files")
-        parser.add_argument("-k", dest="ks", type=int, nargs="+", default=[1, 5, 20, 100],
-                            help="accuracy within the first k passages, for each k")
-        parser.add_argument("--report", metavar="FILE",
-                            help="also write the results as JSON to this file (replaced whole; never a directory)")
-
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
         ks = sorted(set(args.ks))
-        if min(ks) < 1:
-            raise InputError(f"-k values must be at least 1, got {ks}")
-        if args.report and fs.is_directory(args.report):  # before the search; the write itself refuses too
-            raise InputError(f"--report {args.report} is a directory: name the JSON file to write (the directory "
-                             "is left as it is)")
+        if args.report:
+            check_report_target(args.report)
         files = [read_questions(path) for path in args.questions]
-        retriever = Retriever(args.output, args.device, args.dtype, args.query_encoder, args.nprobe, args.ef_search)
+        retriever = Retriever(args.output, args.device, args.dtype, args.query_encoder, args.nprobe, args.ef_search,
+                              args.verify)
         rows = [evaluate_file(retriever, questions, ks, args.batch_size) for questions in files]
         print(format_table(rows, ks))
         for row in rows:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from artifacts import layout
 from artifacts.errors import InputError, NoRoomError
 from artifacts.run.kpr_export import (
     EMBEDDINGS_FILE,
@@ -17,17 +18,12 @@ from artifacts.run.kpr_export import (
     export_kpr,
 )
 from artifacts.run.owned import ForeignFileError
-from pipelines import disk_space, flags
+from pipelines import disk_space
 
 
 class ExportKprCommand:
     """export-kpr: write entity_vocab.tsv, entity_embeddings.npy, embeddings.pt and entity_linker/ for KPR into
     DIR."""
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--output", required=True, help="OUT: the run to export (local path or Beam URL)")
-        parser.add_argument("--to", required=True, metavar="DIR", type=flags.local_path,
-                            help="export directory (local path or Beam URL)")
 
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
         space = disk_space.space_of(args.to)
@@ -37,9 +33,10 @@ class ExportKprCommand:
             raise disk_space.no_room_error("export-kpr", args.to, "--to", error.need, "to write the export", space
                                            ) from error
         except MissingStagesError as error:
-            raise InputError(f"{error.output} has no completed {' or '.join(error.missing)} stage: export-kpr needs "
-                             "the entity linker and the entity embeddings (run `python run_pipeline.py dictionary` "
-                             "and `embed-entities` first)") from error
+            stages = " or ".join(map(layout.command_of, error.missing))
+            raise InputError(f"{error.output} has no completed {stages} stage: export-kpr needs the entity linker and "
+                             "the entity embeddings (run `python run_pipeline.py dictionary` and `embed-entities` "
+                             "first)") from error
         except OverlappingExportError as error:
             raise InputError(f"--to {error.directory} overlaps --output {error.output}: export to a place outside "
                              "the run") from error

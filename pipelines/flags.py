@@ -1,7 +1,9 @@
-"""Flags shared by several commands, each defined once as a group and added once to a parser.
+"""Flags shared by several commands, each defined once as a group and added once to a parser, and the types that
+check a flag's value while the arguments are parsed.
 
-A stage lists the groups it reads in ``flag_groups``; `all` adds the union of its stages' groups, so a shared
-flag (``--device``) has one definition, one default and one meaning wherever it appears.
+A command lists the groups it reads (``pipelines.commands``); `all` adds the union of its stages' groups, so a
+shared flag (``--device``) has one definition, one default and one meaning wherever it appears. Nothing here
+imports Beam, torch or pyarrow: the command line checks its arguments before it imports them.
 """
 
 from __future__ import annotations
@@ -10,10 +12,14 @@ import argparse
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
-from artifacts.errors import InputError, SettingError
-from encoders.models import DTYPES
-from transforms.progress import DEFAULT_INTERVAL_S
+from artifacts.errors import SETTING_NAME, BelowMinimumError, InputError, OutsideRangeError, SettingError
+from encoders.mask_inputs import check_max_seq_length
+from encoders.models import DTYPES, check_device
+
+T = TypeVar("T")
+DEFAULT_INTERVAL_S = 30.0  # --progress-interval
 
 
 @dataclass(frozen=True)
@@ -31,6 +37,58 @@ def add_groups(parser: argparse.ArgumentParser, groups: Iterable[FlagGroup]) -> 
         if group.title not in added:
             added.add(group.title)
             group.add(parser.add_argument_group(group.title))
+
+
+# --- value types: a value out of range is a SettingError, worded with its flag like the library's own -----------
+
+
+def checked(convert: Callable[[str], T], check: Callable[[T], None]) -> Callable[[str], T]:
+    """An argparse type: ``convert`` the text (argparse words a text it cannot convert), then ``check`` the value
+    (a ``SettingError``, worded with the flag by the command line)."""
+
+    def parse(text: str) -> T:
+        value = convert(text)
+        check(value)
+        return value
+
+    parse.__name__ = convert.__name__  # argparse names the type in "invalid int value"
+    return parse
+
+
+def at_least(setting: str, minimum: int) -> Callable[[str], int]:
+    """An integer of at least ``minimum``."""
+
+    def check(value: int) -> None:
+        if value < minimum:
+            raise BelowMinimumError(setting, value, minimum)
+
+    return checked(int, check)
+
+
+def probability(setting: str) -> Callable[[str], float]:
+    """A number from 0 to 1."""
+
+    def check(value: float) -> None:
+        if not 0 <= value <= 1:
+            raise OutsideRangeError(setting, value, 0, 1, "a probability")
+
+    return checked(float, check)
+
+
+def positive(setting: str) -> Callable[[str], float]:
+    """A number above 0."""
+
+    def check(value: float) -> None:
+        if not value > 0:
+            raise SettingError(setting, value, f"{SETTING_NAME} must be positive, got {value}")
+
+    return checked(float, check)
+
+
+DEVICE = checked(str, check_device)
+
+
+# --- paths: made absolute, so that workers elsewhere read what was meant ----------------------------------------
 
 
 def local_path(value: str) -> str:
@@ -59,6 +117,9 @@ def local_paths(parser: argparse.ArgumentParser, args: argparse.Namespace) -> li
     return found
 
 
+# --- groups ---------------------------------------------------------------------------------------------------
+
+
 def _output(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--output", required=True, type=local_path, help="OUT: local path or Beam filesystem URL")
 
@@ -69,14 +130,15 @@ def _progress(group: argparse._ArgumentGroup) -> None:
 
 
 def _runtime(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--device", default="cpu", help="where models run: cpu, cuda or cuda:N")
+    group.add_argument("--device", type=DEVICE, default="cpu", help="where models run: cpu, cuda or cuda:N")
     group.add_argument("--dtype", choices=DTYPES, default="float32",
                        help="model weights and compute (bfloat16/float16 on GPUs)")
-    group.add_argument("--batch-tokens", type=int, default=16384, help="padded tokens per forward pass")
+    group.add_argument("--batch-tokens", type=at_least("batch_tokens", 1), default=16384,
+                       help="padded tokens per forward pass")
 
 
 def _sequence(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--max-seq-length", type=int, default=512,
+    group.add_argument("--max-seq-length", type=checked(int, check_max_seq_length), default=512,
                        help="model tokens per mention input ([CLS], context with [MASK], [SEP])")
 
 
@@ -95,8 +157,8 @@ REFRESH = FlagGroup("refresh", _refresh)
 
 
 def flag_of(setting: str) -> str:
-    """The flag of a config setting: ``max_seq_length`` -> ``--max-seq-length``."""
-    return "--" + setting.replace("_", "-")
+    """The flag of a config setting: ``max_seq_length`` -> ``--max-seq-length``, ``k`` -> ``-k``."""
+    return f"-{setting}" if len(setting) == 1 else "--" + setting.replace("_", "-")
 
 
 def worded(error: BaseException, flags: Mapping[str, str] | None = None) -> BaseException:

@@ -24,7 +24,7 @@ from artifacts.run import manifest
 from encoders.errors import MissingRunArtifactError
 from encoders.loading import check_encoder_options
 from encoders.models import check_device, model_files
-from encoders.retrievers import KINDS, SIMILARITIES, TITLE_MODES, EncoderOptions, dense_dim, recorded_encoder
+from encoders.retrievers import EncoderOptions, dense_dim, recorded_encoder
 from pipelines import disk_space, flags
 from pipelines.refresh import RefreshConfig, fingerprint_changes, previous_options, reusable_previous
 from pipelines.stage import StageContext, run_beam
@@ -39,7 +39,6 @@ from transforms.index import (
     ListBucketFiles,
     WriteBuckets,
 )
-from transforms.passages import DUPLICATE_KEEPS
 from transforms.refresh import option_changes
 
 # The flags of the encoder options not named after them, for messages (the library names options by field).
@@ -48,28 +47,8 @@ ENCODER_FLAGS = {"kind": "--encoder-type", "title": "--title-mode"}
 KPR_INPUTS = {"linker": layout.LINKER, "entity_embeddings": layout.ENTITY_EMBEDDINGS}
 
 
-def add_encoder_arguments(parser: argparse.ArgumentParser) -> None:
-    """The encoder options (shared with search and evaluate, which may override the runtime ones)."""
-    group = parser.add_argument_group("encoder")
-    group.add_argument("--encoder", type=flags.name_or_path, help="local directory or hub name of the passage encoder")
-    group.add_argument("--encoder-type", choices=KINDS, default="dpr",
-                       help="dpr: [CLS] title [SEP] text [SEP], CLS, dot; bge: CLS, cosine, query instruction; "
-                       "mean: mean pooling, cosine; kpr: KPR checkpoint with entity fusion")
-    group.add_argument("--query-encoder", type=flags.name_or_path,
-                       help="a separate question encoder (default: --encoder)")
-    group.add_argument("--similarity", choices=SIMILARITIES, help="override the encoder type's similarity")
-    group.add_argument("--title-mode", choices=TITLE_MODES,
-                       help="pair: title and text as a sentence pair; join: 'title text'; none: text only")
-    group.add_argument("--query-prefix", help="text put before every query (bge: its instruction)")
-    group.add_argument("--passage-prefix", default="", help="text put before every passage")
-    group.add_argument("--max-length", type=int, default=256, help="tokens per passage or query")
-    group.add_argument("--max-entities", type=int, default=128, help="kpr: entity inputs per text")
-
-
 def encoder_options(args: argparse.Namespace) -> EncoderOptions:
     """The encoder of the flags; a KPR encoder names this run's linker and entity embeddings relative to OUT."""
-    if not args.encoder:
-        raise InputError("index needs --encoder NAME_OR_PATH (a dense retriever or a KPR checkpoint)")
     check_device(args.device)  # a name no worker can run on, wherever the workers run
     run_inputs = KPR_INPUTS if args.encoder_type == "kpr" else {}
     return EncoderOptions(
@@ -106,37 +85,11 @@ class IndexStage:
     """Encode a passage corpus with a dense retriever and build sharded FAISS indexes."""
 
     name = layout.INDEX_STAGE
-    outputs = (layout.INDEX, layout.PASSAGES)
-    flag_groups = (flags.RUNTIME, flags.REFRESH)
+    outputs = layout.STAGE_OUTPUTS[layout.INDEX_STAGE]
     counters = COUNTERS
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        add_encoder_arguments(parser)
-        group = parser.add_argument_group("index")
-        group.add_argument("--corpus", type=flags.local_path,
-                           help="DPR passage file(s) (psgs_w100.tsv; a path or glob, .gz allowed); "
-                           "default: passages cut from OUT/articles")
-        group.add_argument("--words-per-passage", type=int, default=100, help="without --corpus: words per passage")
-        group.add_argument("--on-duplicate-id", choices=DUPLICATE_KEEPS, default="first",
-                           help="of corpus rows sharing an id, keep the first or the last (file and line order); "
-                           "the others are dead-lettered")
-        group.add_argument("--shards", type=int,
-                           help="FAISS shards (passages hashed by id); default: the fewest (a power of two) such "
-                           "that building one takes at most --shard-memory-gb")
-        group.add_argument("--shard-memory-gb", type=float, default=choice.DEFAULT_SHARD_MEMORY_GB,
-                           help="memory one worker may take to build a shard: its float32 vectors are at most "
-                           f"1/{choice.SHARD_GROWTH} of it (default %(default)s; DPR's 21M x 768 -> 16 shards)")
-        group.add_argument("--index-factory", help="FAISS factory string (default: chosen by corpus size)")
-        group.add_argument("--no-faiss-gpu", action="store_true", help="train and add on the CPU even with a GPU")
 
     def config(self, args: argparse.Namespace) -> IndexConfig:
         encoder = encoder_options(args)
-        if args.shards is not None and args.shards < 1:
-            raise InputError(f"--shards must be at least 1, got {args.shards}")
-        if args.shard_memory_gb <= 0:
-            raise InputError(f"--shard-memory-gb must be positive, got {args.shard_memory_gb}")
-        if args.words_per_passage < 1:
-            raise InputError(f"--words-per-passage must be at least 1, got {args.words_per_passage}")
         refresh = RefreshConfig.from_args(args)
         return IndexConfig(encoder=encoder, corpus=args.corpus, words_per_passage=args.words_per_passage,
                            on_duplicate_id=args.on_duplicate_id, shards=args.shards,

@@ -8,9 +8,7 @@ from typing import Any
 import apache_beam as beam
 
 from artifacts import fs, layout, schemas, tables
-from artifacts.errors import InputError
 from artifacts.run import manifest
-from pipelines import flags
 from pipelines.stage import StageContext, run_beam
 from transforms.article_shards import row_group_count
 from transforms.mentions import COUNTERS, MentionsConfig, MentionsInputs, SampleMentions, sample_buckets
@@ -21,18 +19,10 @@ class MentionsStage:
     """Sample up to --max-mentions linked passages per entity, deterministically."""
 
     name = layout.MENTIONS_STAGE
-    outputs = (layout.MENTIONS,)
-    flag_groups = (flags.SEQUENCE,)
+    outputs = layout.STAGE_OUTPUTS[layout.MENTIONS_STAGE]
     counters = COUNTERS
 
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        group = parser.add_argument_group("mentions")
-        group.add_argument("--max-mentions", type=int, default=128, help="mentions sampled per entity")
-        group.add_argument("--seed", type=int, default=0, help="seed of the sampling hash")
-
     def config(self, args: argparse.Namespace) -> MentionsConfig:
-        if args.max_mentions < 1:
-            raise InputError(f"--max-mentions must be at least 1, got {args.max_mentions}")
         return MentionsConfig(max_mentions=args.max_mentions, seed=args.seed, max_seq_length=args.max_seq_length)
 
     def upstream(self, config: MentionsConfig) -> tuple[str, ...]:

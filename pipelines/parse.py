@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import collections
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import apache_beam as beam
 
 from artifacts import fs, layout, schemas, tables
 from artifacts.errors import InputError
-from pipelines import flags
 from pipelines.stage import StageContext, run_beam
 from transforms.dead_letters import WriteDeadLetters
 from transforms.dump_reader import read_siteinfo
@@ -41,35 +41,10 @@ class ParseStage:
     """Parse Wikipedia dump(s) into articles with resolved links, and redirects."""
 
     name = layout.PARSE_STAGE
-    outputs = (layout.ARTICLES, layout.REDIRECTS)
-    flag_groups = ()
+    outputs = layout.STAGE_OUTPUTS[layout.PARSE_STAGE]
     counters = COUNTERS
 
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        group = parser.add_argument_group("parse")
-        group.add_argument("--dump", nargs="+", type=flags.local_path,
-                           help="dump file(s): .xml, .xml.bz2, .xml.gz, multistream or parts")
-        group.add_argument("--dump-index", nargs="+", type=flags.local_path,
-                           help="multistream index file(s), one per dump (default: found beside the dump)")
-        group.add_argument("--redirects-sql", nargs="+", type=flags.local_path,
-                           help="redirect table dump(s) (.sql[.gz])")
-        group.add_argument("--page-sql", nargs="+", type=flags.local_path,
-                           help="page table dump(s): names the source pages of --redirects-sql rows")
-        group.add_argument("--page-props-sql", nargs="+", type=flags.local_path,
-                           help="page_props table dump(s): wikibase_item gives each article its Wikidata QID")
-        group.add_argument("--skip-bad-streams", action="store_true",
-                           help="count and skip a corrupt multistream stream instead of stopping")
-        group.add_argument("--keep-section-links", action="store_true",
-                           help="keep [[Page#Section]] links as links to Page")
-        group.add_argument("--first-bold-as-link", action="store_true",
-                           help="the first bold text of the lead links to the page itself")
-        group.add_argument("--no-prepass", action="store_true",
-                           help="parse the full wikitext without the fast markup-removal pre-pass")
-
     def config(self, args: argparse.Namespace) -> ParseConfig:
-        require_dumps(args)
-        if args.dump_index and len(args.dump_index) != len(args.dump):
-            raise InputError(f"--dump-index names {len(args.dump_index)} files for {len(args.dump)} dumps")
         wikitext = WikitextOptions(keep_section_links=args.keep_section_links,
                                    first_bold_as_link=args.first_bold_as_link, use_prepass=not args.no_prepass)
         return ParseConfig(dumps=tuple(args.dump), dump_indexes=tuple(args.dump_index or ()),
@@ -115,13 +90,22 @@ class ParseStage:
             _ = resolved["dead_letters"] | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("articles"))
 
         totals = collections.Counter(run_beam(ctx, convert))
+        if not tables.total_rows(ctx.staging_root, STAGED_ARTICLES):
+            raise InputError(no_article_message(config, totals, ctx.staged_errors))
         totals.update(run_beam(ctx, resolve))
         return dict(sorted(totals.items()))
 
 
-def require_dumps(args: argparse.Namespace) -> None:
-    if not args.dump:
-        raise InputError("parse needs --dump FILE [FILE ...]")
+def no_article_message(config: ParseConfig, counters: Mapping[str, int], dead_letters: str) -> str:
+    """Why a dump gave no article, from what converting it counted (nothing is committed: the next stage would
+    have nothing to read)."""
+    parts = [f"{label}: {counters.get(name, 0):,}" for name, label in
+             (("redirect_pages", "redirects"), ("non_article_pages", "outside the article namespace"))]
+    dropped = sum(counters.get(name, 0) for name, counter in COUNTERS.items() if counter.dead_lettered)
+    if dropped:
+        parts.append(f"dead-lettered: {dropped:,}, see {dead_letters}")
+    return (f"no article in {', '.join(config.dumps)}: {counters.get('pages_read', 0):,} pages read, none an "
+            f"article ({', '.join(parts)}); give a dump with articles (namespace 0)")
 
 
 STAGE = ParseStage()

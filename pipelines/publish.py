@@ -13,19 +13,11 @@ from artifacts.run.publish import (
     OverlappingDestinationError,
     publish_run,
 )
-from pipelines import disk_space, flags
+from pipelines import disk_space
 
 
 class PublishCommand:
     """publish: copy a validated run (every manifest file and report/) to DEST, manifest.json written last."""
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--output", required=True, help="OUT: the run to publish (local path or Beam URL)")
-        parser.add_argument("--to", required=True, metavar="DEST", type=flags.local_path,
-                            help="destination (local path or Beam URL)")
-        parser.add_argument("--latest", action="store_true",
-                            help="for DEST = ROOT/NAME: after the manifest, point ROOT/LATEST at NAME (a JSON "
-                                 "file with the name and the manifest's sha256, replaced atomically)")
 
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
         space = disk_space.space_of(args.to)

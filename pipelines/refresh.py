@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from artifacts import fs
+from artifacts import fs, layout
 from artifacts.errors import InputError
 from artifacts.run import manifest
 from artifacts.run.validation import validate_run
@@ -30,7 +30,10 @@ class RefreshConfig:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RefreshConfig:
+        """The flags; a damaged manifest of the previous run stops the stage (and `all`) before it starts."""
         previous = getattr(args, "previous", None)
+        if previous:
+            manifest.load(str(previous))
         return cls(str(previous) if previous else None, bool(getattr(args, "require_reuse", False)))
 
 
@@ -53,7 +56,7 @@ def previous_problem(previous: str, stages: tuple[str, ...], compatible: Compati
     records = manifest.load(previous)
     missing = [name for name in stages if name not in records]
     if missing:
-        return f"{previous} is incomplete (no '{missing[0]}' stage)"
+        return f"{previous} is incomplete (no '{layout.command_of(missing[0])}' stage)"
     return compatible(records)
 
 
@@ -64,11 +67,12 @@ def reusable_previous(refresh: RefreshConfig, stage: str, stages: tuple[str, ...
         return None
     problem = previous_problem(refresh.previous, stages, compatible)
     if problem is None:
-        print(f"[{stage}] reusing vectors of {refresh.previous} where nothing changed", file=sys.stderr)
+        print(f"[{layout.command_of(stage)}] reusing vectors of {refresh.previous} where nothing changed",
+              file=sys.stderr)
         return refresh.previous
     if refresh.require_reuse:
         raise ReuseRefusedError(f"cannot reuse the previous run: {problem}")
-    print(f"[{stage}] recomputing everything: {problem}", file=sys.stderr)
+    print(f"[{layout.command_of(stage)}] recomputing everything: {problem}", file=sys.stderr)
     return None
 
 

@@ -14,11 +14,10 @@ from dataclasses import dataclass
 
 from artifacts import layout
 from artifacts.counters import Counter
-from artifacts.errors import InputError
 from artifacts.run import lock
-from artifacts.run.report import write_report
+from artifacts.run.report.build import write_report
 from artifacts.run.validation import validate_run
-from pipelines import dictionary, embed_entities, flags, index, mentions, parse
+from pipelines import dictionary, embed_entities, index, mentions, parse
 from pipelines import stage as stage_runner
 
 # (command name, stage) in pipeline order.
@@ -46,15 +45,6 @@ class StageTiming:
     seconds: float
 
 
-def add_stage_arguments(parser: argparse.ArgumentParser) -> None:
-    """Every stage's options on one parser: each shared group (--device, --max-seq-length, ...) once, one value
-    serving every stage that reads it, then each stage's own flags."""
-    flags.add_groups(parser, (flags.OUTPUT, flags.PROGRESS, *(group for _, stage in PIPELINE
-                                                              for group in stage.flag_groups)))
-    for _, stage in PIPELINE:
-        stage.add_arguments(parser)
-
-
 def forced_stages(force: list[str] | None) -> set[str]:
     """Stage names to rerun: none without --force, every stage for a bare --force, else the named ones."""
     if force is None:
@@ -64,13 +54,11 @@ def forced_stages(force: list[str] | None) -> set[str]:
 
 
 def preflight(args: argparse.Namespace, beam_args: list[str]) -> None:
-    """Fail before hour one, not at hour nine: every stage's config is built (each flag checked), every model,
+    """Fail before hour one, not at hour nine: every stage's config is built (the flags are checked already), every
+    model,
     the corpus and the index factory are checked (and the device, when the workers run on this machine)."""
     from encoders.mask_encoder import check_mask_model
 
-    parse.require_dumps(args)
-    if not args.model:
-        raise InputError("all needs --model NAME_OR_PATH for embed-entities (a BERT-family model with [MASK])")
     configs = {stage.name: stage.config(args) for _, stage in PIPELINE}
     device_here = stage_runner.workers_run_here(beam_args)
     embed = configs[layout.EMBED_ENTITIES_STAGE]
@@ -110,13 +98,6 @@ def validate_and_report(args: argparse.Namespace) -> int:
 
 class RunAllCommand:
     """Run every stage (parse -> dictionary -> mentions -> embed-entities -> index), then validate and report."""
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--force", nargs="*", choices=STAGE_COMMANDS, metavar="STAGE",
-                            help="rerun these stages even if up to date (no name: every stage); stages "
-                            "downstream rerun when what they read changed")
-        parser.add_argument("--no-report", action="store_true", help="skip the HTML report at the end")
-        add_stage_arguments(parser)
 
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
         preflight(args, beam_args)

@@ -13,13 +13,15 @@ from artifacts import fs, layout
 from artifacts.errors import InputError
 from artifacts.faiss import info
 from artifacts.faiss.info import MissingIndexError
-from artifacts.faiss.search import DEFAULT_EF_SEARCH, DEFAULT_NPROBE, DamagedShardError, PassageLookup, ShardedIndex
+from artifacts.faiss.search import DamagedShardError, PassageLookup, ShardedIndex
 from artifacts.faiss.storage import MissingIndexFileError
 from artifacts.run import manifest, verified
 from encoders.loading import load_retriever
-from encoders.models import DTYPES
 from encoders.retrievers import DenseEncoder, EncoderOptions
 from pipelines.index import check_encoder, index_inputs
+
+# the recorded files search reads: the index's and the passage texts (a --verify hashes them all)
+READ_BY_SEARCH = (f"{layout.INDEX}/", f"{layout.PASSAGES}/")
 
 
 @dataclass(frozen=True)
@@ -28,18 +30,6 @@ class Hit:
     score: float
     title: str
     text: str
-
-
-def add_search_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options shared by search and evaluate: where the index is and how to run the query encoder."""
-    parser.add_argument("--output", required=True, help="OUT: the directory the index stage wrote")
-    parser.add_argument("--nprobe", type=int,
-                        help=f"IVF lists visited per query (default {DEFAULT_NPROBE})")
-    parser.add_argument("--ef-search", type=int, help=f"HNSW search breadth (default {DEFAULT_EF_SEARCH})")
-    parser.add_argument("--device", help="run the query encoder on cpu, cuda or cuda:N (default: as indexed)")
-    parser.add_argument("--dtype", choices=DTYPES, help="query encoder weights (default: as indexed)")
-    parser.add_argument("--query-encoder", help="a separate question encoder (default: the index's)")
-    parser.add_argument("--batch-size", type=int, default=256, help="queries encoded per call")
 
 
 def recorded_index_files(output: str) -> frozenset[str]:
@@ -61,12 +51,14 @@ def index_changed(output: str, problem: str) -> InputError:
                       f"`python run_pipeline.py index --output {output} ... --force`")
 
 
-def check_shard_contents(output: str, shards: list[str]) -> None:
+def check_index_contents(output: str, shards: list[str], verify: bool = False) -> None:
     """The shards (paths relative to OUT) hold what the index stage wrote: their sha256, hashed when a shard is
-    first opened and then remembered by size and modification time (``artifacts.run.verified``)."""
+    first opened and then remembered by size and modification time (``artifacts.run.verified``); with ``verify``
+    every file of the index and the passages is hashed again, whatever was remembered."""
     wanted = set(shards)
-    items = [item for item in manifest.load(output)[layout.INDEX_STAGE].outputs if item.path in wanted]
-    problem = verified.changed_content(output, items)
+    items = [item for item in manifest.load(output)[layout.INDEX_STAGE].outputs
+             if item.path in wanted or (verify and item.path.startswith(READ_BY_SEARCH))]
+    problem = verified.changed_content(output, items, trust_remembered=not verify)
     if problem:
         raise index_changed(output, problem)
 
@@ -85,7 +77,8 @@ class Retriever:
     """The index under OUT and its query encoder, loaded once."""
 
     def __init__(self, output: str, device: str | None = None, dtype: str | None = None,
-                 query_model: str | None = None, nprobe: int | None = None, ef_search: int | None = None) -> None:
+                 query_model: str | None = None, nprobe: int | None = None, ef_search: int | None = None,
+                 verify: bool = False) -> None:
         from transformers.utils import logging as transformers_logging
 
         transformers_logging.disable_progress_bar()  # the weight-loading bar would garble the printed results
@@ -101,7 +94,8 @@ class Retriever:
         if unrecorded:
             raise InputError(f"{fs.join(index_dir, unrecorded[0])} is not recorded in the manifest of {output}: "
                              f"run `python run_pipeline.py validate --output {output}`")
-        check_shard_contents(output, [fs.join(layout.INDEX, shard["index"]) for shard in self.index.info.shard_files])
+        check_index_contents(output, [fs.join(layout.INDEX, shard["index"]) for shard in self.index.info.shard_files],
+                             verify)
         options = EncoderOptions.from_json(self.index.info.encoder).with_runtime(device, dtype, query_model)
         check_run_inputs(output, self.index.info, options)
         options = options.located(output)
@@ -119,8 +113,6 @@ class Retriever:
 
     def search_ids(self, queries: list[str], k: int, batch_size: int = 256) -> tuple[np.ndarray, np.ndarray]:
         """(scores, passage ids) of shape (queries, k); missing places are (-inf, -1)."""
-        if k < 1:
-            raise InputError(f"-k must be at least 1, got {k}")
         vectors = self.encode(queries, batch_size)
         try:
             return self.index.search(vectors, k)
@@ -139,26 +131,22 @@ class Retriever:
 
 
 def format_hits(query: str, hits: list[Hit], width: int = 100) -> str:
-    lines = [f"query: {query}"]
+    """A query's hits as a table with a header: rank, score, passage id, title and the start of the text."""
+    lines = [f"query: {query}", f"{'rank':>4}  {'score':>8}  {'passage id':>10}  title | text"]
     for rank, hit in enumerate(hits, 1):
         text = hit.text if len(hit.text) <= width else hit.text[:width - 3] + "..."
-        lines.append(f"{rank:3d}  {hit.score:8.4f}  {hit.passage_id:>10}  {hit.title} | {text}")
+        lines.append(f"{rank:4d}  {hit.score:8.4f}  {hit.passage_id:>10}  {hit.title} | {text}")
     return "\n".join(lines)
 
 
 class SearchCommand:
     """search: the top-k passages of the index under OUT for each --query."""
 
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        add_search_arguments(parser)
-        parser.add_argument("-k", type=int, default=20, help="passages per query")
-        parser.add_argument("--query", action="append", required=True, help="a query (repeat for several)")
-        parser.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
-
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
         if any(not query.strip() for query in args.query):
             raise InputError("--query is empty: give the text to search for")
-        retriever = Retriever(args.output, args.device, args.dtype, args.query_encoder, args.nprobe, args.ef_search)
+        retriever = Retriever(args.output, args.device, args.dtype, args.query_encoder, args.nprobe, args.ef_search,
+                              args.verify)
         for query, hits in zip(args.query, retriever.search(args.query, args.k, args.batch_size), strict=True):
             if args.json:
                 print(json.dumps({"query": query, "hits": [asdict(hit) for hit in hits]}, ensure_ascii=False))

@@ -26,9 +26,11 @@ from artifacts.counters import Counter
 from artifacts.errors import InputError
 from artifacts.run import lock, manifest
 from pipelines import disk_space, local_workers
-from pipelines.flags import FlagGroup
+from pipelines.environment import environment_variable, environment_variables
+from pipelines.flags import DEFAULT_INTERVAL_S
+from pipelines.interrupt import INTERRUPTED_STEP
 from transforms.dead_letters import COUNTER_NAMESPACE
-from transforms.progress import DEFAULT_INTERVAL_S, LogProgress, worker_count
+from transforms.progress import LogProgress, worker_count
 
 LOG = logging.getLogger("kpr")
 STAGING_DIR = layout.STAGING
@@ -85,24 +87,20 @@ class StageContext:
 
     def progress(self, unit: str, total: int | None = None) -> LogProgress:
         """A pass-through step that logs how many ``unit`` this worker has done, its rate and the ETA."""
-        return LogProgress(self.stage, unit, total, worker_count(self.beam_args), self.progress_interval)
+        return LogProgress(layout.command_of(self.stage), unit, total, worker_count(self.beam_args),
+                           self.progress_interval)
 
 
 class Stage(Protocol[ConfigT]):
     """A pipeline stage: reads what its ``upstream`` stages wrote under OUT, writes ``outputs``.
 
-    The flags become one frozen config (``config``), built and checked once before OUT is touched; every
-    other method reads that config, never the flags.
+    The flags (``pipelines.commands``) become one frozen config (``config``), built and checked once before OUT
+    is touched; every other method reads that config, never the flags.
     """
 
     name: str
     outputs: tuple[str, ...]
-    flag_groups: tuple[FlagGroup, ...]  # shared flags the stage reads (pipelines.flags); added once each
     counters: Mapping[str, Counter]  # every counter the stage counts, declared in its transforms module(s)
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        """The stage's own flags (not those of its ``flag_groups``)."""
-        ...
 
     def config(self, args: argparse.Namespace) -> ConfigT:
         """The stage's frozen config from the flags; an ``InputError`` names a missing or invalid flag."""
@@ -173,29 +171,6 @@ def private_tempdir() -> Iterator[str]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-@contextlib.contextmanager
-def environment_variable(name: str, value: str) -> Iterator[None]:
-    """Set ``name`` in this process's environment (and its children's) while the block runs, then restore it."""
-    previous = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = previous
-
-
-@contextlib.contextmanager
-def environment_variables(values: Mapping[str, str]) -> Iterator[None]:
-    """``environment_variable`` for each of ``values`` while the block runs."""
-    with contextlib.ExitStack() as stack:
-        for name, value in values.items():
-            stack.enter_context(environment_variable(name, value))
-        yield
-
-
 def collect_counters(result: Any) -> dict[str, int]:
     counters: dict[str, int] = {}
     for item in result.metrics().query(MetricsFilter().with_namespace(COUNTER_NAMESPACE))["counters"]:
@@ -211,24 +186,24 @@ def input_fingerprints(stage: Stage[ConfigT], config: ConfigT, output: str,
               for role, pattern in sorted(stage.external_inputs(config).items()) if pattern}
     for upstream in stage.upstream(config):
         record = completed.get(upstream)
-        command = upstream.replace("_", "-")  # the stage's command-line name
+        command = layout.command_of(upstream)
         if record is None:
             raise InputError(
-                f"{output} has no completed '{upstream}' stage, which '{stage.name}' reads: "
+                f"{output} has no completed '{command}' stage, which '{layout.command_of(stage.name)}' reads: "
                 f"run `python run_pipeline.py {command} --output {output} ...` first"
             )
         problems = manifest.missing_or_changed(output, record)
         if problems:
             raise InputError(
-                f"the outputs of '{upstream}' under {output} changed after it ran ({problems[0]}): rerun "
+                f"the outputs of '{command}' under {output} changed after it ran ({problems[0]}): rerun "
                 f"`python run_pipeline.py {command} --output {output} --force ...` first"
             )
         strays = manifest.unrecorded_files(output, record)
         if strays:
             raise InputError(
-                f"{fs.join(output, strays[0])} is not an output of '{upstream}' (its manifest record does not list "
-                f"it) and '{stage.name}' would read it: remove it, or rerun `python run_pipeline.py {command} "
-                f"--output {output} --force ...`"
+                f"{fs.join(output, strays[0])} is not an output of '{command}' (its manifest record does not list "
+                f"it) and '{layout.command_of(stage.name)}' would read it: remove it, or rerun `python run_pipeline.py "
+                f"{command} --output {output} --force ...`"
             )
         inputs[f"stage:{upstream}"] = record.outputs_digest()
     return inputs
@@ -313,10 +288,10 @@ def execute(stage: Stage, args: argparse.Namespace, beam_args: Sequence[str],
     except StageInterrupted:
         raise
     except KeyboardInterrupt:
-        raise StageInterrupted(stage.name.replace("_", "-")) from None
+        raise StageInterrupted(layout.command_of(stage.name)) from None
     except Exception as error:
         if interrupted_in_a_step(error):
-            raise StageInterrupted(stage.name.replace("_", "-")) from None
+            raise StageInterrupted(layout.command_of(stage.name)) from None
         raise
 
 
@@ -328,14 +303,10 @@ def _execute_within_space(stage: Stage[ConfigT], config: ConfigT, ctx: StageCont
         return _execute(stage, config, ctx, options, force)
     except Exception as error:
         if disk_space.out_of_space(error):
-            raise disk_space.disk_full_error(stage.name.replace("_", "-"), ctx.output, ctx.staging_root,
+            raise disk_space.disk_full_error(layout.command_of(stage.name), ctx.output, ctx.staging_root,
                                              at_start) from error
         raise
 
-
-# Beam re-raises an exception raised inside a step as one of its type (a RuntimeError for Ctrl-C) whose message
-# names the step, and logs it first.
-INTERRUPTED_STEP = "KeyboardInterrupt [while running"
 
 
 def interrupted_in_a_step(error: BaseException) -> bool:
@@ -358,11 +329,11 @@ def _execute(stage: Stage[ConfigT], config: ConfigT, ctx: StageContext, options:
     inputs = input_fingerprints(stage, config, output, completed)
     reason = None if force else skip_reason(stage, completed.get(stage.name), options, inputs, output)
     if reason is not None:
-        print(f"[{stage.name}] skipped: {reason}", file=sys.stderr)
+        print(f"[{layout.command_of(stage.name)}] skipped: {reason}", file=sys.stderr)
         return completed[stage.name], False
     fs.delete_tree(ctx.staging_root)
     started = time.time()
-    print(f"[{stage.name}] running", file=sys.stderr)
+    print(f"[{layout.command_of(stage.name)}] running", file=sys.stderr)
     counters = stage.run(ctx, config)
     record = manifest.StageRecord(
         stage=stage.name, options=options, inputs=inputs, outputs=[], counters=counters,
@@ -379,7 +350,7 @@ def print_summary(record: manifest.StageRecord) -> None:
     for item in record.outputs:
         if item.rows is not None:
             rows[item.path.split("/")[0]] += item.rows
-    lines = [f"[{record.stage}] done in {record.wall_time_s:.1f}s"]
+    lines = [f"[{layout.command_of(record.stage)}] done in {record.wall_time_s:.1f}s"]
     lines += [f"  {artifact}: {count:,} rows" for artifact, count in sorted(rows.items())]
     # A counter named like an artifact with the same count repeats its row count: printed once, as rows.
     lines += [f"  {name}: {value:,}" for name, value in record.counters.items() if rows.get(name) != value]

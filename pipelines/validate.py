@@ -5,18 +5,16 @@ from __future__ import annotations
 import argparse
 import sys
 
+from artifacts import layout
 from artifacts.run.validation import check_run
 
 
 class ValidateCommand:
     """validate: check every artifact under OUT against the manifest, its schema and the other artifacts."""
 
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--output", required=True, help="OUT: local path or Beam filesystem URL")
-
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
         result = check_run(args.output)
-        stages = ", ".join(result.stages) or "none"
+        stages = ", ".join(map(layout.command_of, result.stages)) or "none"
         if result.valid:
             print(f"valid: {args.output} (stages: {stages})")
             return 0

@@ -133,6 +133,52 @@ def test_argparse_errors_are_one_line_with_exit_2(capsys):
         "error: the following arguments are required: --output (see run_pipeline.py dictionary --help)"]
 
 
+# Run as the command line runs them, one after the other in one process; after each, the heavy libraries imported.
+IMPORTS_AFTER = """
+import runpy, sys
+for argv in ARGVS:
+    sys.argv = ["run_pipeline.py", *argv]
+    try:
+        runpy.run_path("run_pipeline.py", run_name="__main__")
+    except SystemExit as exit:
+        code = exit.code
+    heavy = sorted(name for name in ("apache_beam", "torch", "transformers", "pyarrow", "faiss") if name in sys.modules)
+    print("imported after", code, heavy, flush=True)
+"""
+
+
+def test_help_and_argument_errors_come_before_anything_heavy_is_imported(tmp_path):
+    """--help, COMMAND --help and the errors about arguments (values, missing flags) import no Beam, torch,
+    transformers, pyarrow or FAISS: they answer in a fraction of a second."""
+    out = str(tmp_path / "out")
+    argvs = [["--help"], *[[command, "--help"] for command in ("all", "index", "search", "report", "diff")],
+             ["dictionary", "--output", out, "--min-commonness", "5"], ["mentions", "--output", out,
+                                                                        "--max-seq-length", "3"],
+             ["parse", "--output", out], ["all", "--dump", SAMPLE, "--output", out, "--model", "m"],
+             ["index", "--output", out, "--encoder", "m", "--device", "tpu"],
+             ["search", "--output", out, "--query", "q", "-k", "0"], ["report", "--output", out, "--max-exact", "0"],
+             ["dictionary", "--output", out, "--min-link-count", "many"], ["validate"], ["nosuch"],
+             ["evaluate", "--output", out, "--questions", "q.tsv", "-k", "1", "0"],
+             ["parse", "--output", out, "--dump", "a.xml", "b.xml", "--dump-index", "a.txt"]]
+    result = subprocess.run([sys.executable, "-c", f"ARGVS = {argvs!r}\n{IMPORTS_AFTER}"], cwd=REPO,
+                            capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    imported = [line for line in result.stdout.splitlines() if line.startswith("imported after ")]
+    assert imported == ["imported after 0 []"] * 6 + ["imported after 2 []"] * 12, result.stderr
+    assert [line for line in result.stderr.splitlines() if line.startswith("error: ")] == [
+        "error: --min-commonness is a probability, from 0 to 1: got 5.0", MAX_SEQ_LENGTH_3,
+        "error: parse needs --dump FILE [FILE ...]",
+        "error: index needs --encoder NAME_OR_PATH (a dense retriever or a KPR checkpoint)",
+        "error: --device tpu is not a device: use cpu, cuda or cuda:N", "error: -k must be at least 1, got 0",
+        "error: --max-exact must be at least 1, got 0",
+        "error: argument --min-link-count: invalid int value: 'many' (see run_pipeline.py dictionary --help)",
+        "error: the following arguments are required: --output (see run_pipeline.py validate --help)",
+        "error: argument COMMAND: invalid choice: 'nosuch' (choose from 'parse', 'dictionary', 'mentions', "
+        "'embed-entities', 'index', 'search', 'evaluate', 'all', 'validate', 'export-kpr', 'publish', 'report', "
+        "'diff') (see run_pipeline.py --help)",
+        "error: -k must be at least 1, got 0", "error: --dump-index names 1 files for 2 dumps"]
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("flags", [
     ["--runner=DirectRunner", "--direct_num_workers=2", "--direct_running_mode=multi_processing"],
     ["--runner", "DirectRunner", "--temp_location", "/tmp/x", "--project", "p", "--region=europe-west4"],
@@ -283,7 +329,7 @@ def test_ctrl_c_prints_one_line_exits_130_and_the_rerun_resumes(full_run, tiny_b
 
     result = interrupted.rerun()
     assert result.returncode == 0, result.stderr
-    assert "[mentions] skipped" in result.stderr and "[embed_entities] running" in result.stderr
+    assert "[mentions] skipped" in result.stderr and "[embed-entities] running" in result.stderr
     assert set(manifest.load(str(output))) == {"parse", "dictionary", "mentions", "embed_entities", "index"}
 
 
@@ -303,7 +349,7 @@ UP_TO_MENTIONS = ("parse", "dictionary", "mentions")
 COMPUTING = [
     Computing("parse", (), "parse", "pages"),
     # Windows of 16 tokens, not full_run's 64: the rerun embeds every mention, in half the time.
-    Computing("embed-entities", UP_TO_MENTIONS, "embed_entities", "mentions", ("--max-seq-length", "16")),
+    Computing("embed-entities", UP_TO_MENTIONS, "embed-entities", "mentions", ("--max-seq-length", "16")),
     Computing("index", (*UP_TO_MENTIONS, "embed_entities"), "index", "passages"),
     Computing("all", (*UP_TO_MENTIONS, "embed_entities"), "index", "passages"),
 ]
@@ -324,9 +370,10 @@ def test_ctrl_c_while_a_stage_computes_prints_one_line_exits_130_and_the_rerun_r
     run = signal_when(arguments, lambda lines: any(progress.match(line) for line in lines), signal.SIGINT)
 
     assert run.returncode == 130, run.stderr
-    skipped = [f"[{name}] skipped: outputs complete, inputs and options unchanged" for name in case.copied]
+    skipped = [f"[{layout.command_of(name)}] skipped: outputs complete, inputs and options unchanged"
+               for name in case.copied]
     started = [*(skipped if case.command == "all" else []), f"[{case.stage}] running"]
-    last = f"interrupted during {case.stage.replace('_', '-')}; rerun the same command to resume"
+    last = f"interrupted during {case.stage}; rerun the same command to resume"
     lines = [*run.before, *run.after]
     assert lines[:len(started)] == started and lines[-1] == last, run.stderr
     computed = lines[len(started):-1]  # progress lines only, written before the signal
@@ -337,7 +384,7 @@ def test_ctrl_c_while_a_stage_computes_prints_one_line_exits_130_and_the_rerun_r
 
     assert main(arguments) == 0
     assert f"[{case.stage}] running" in capsys.readouterr().err
-    assert case.stage in manifest.load(str(output))
+    assert case.stage in map(layout.command_of, manifest.load(str(output)))
 
 
 def test_ctrl_c_while_worker_processes_compute_prints_only_the_one_line(tmp_path, capsys):

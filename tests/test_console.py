@@ -93,9 +93,9 @@ def test_our_records_print_as_plain_lines_and_the_logger_is_restored(capsys, cap
     logger = logging.getLogger("kpr")
     handlers = list(logger.handlers)
     with plain_own_lines():
-        logging.getLogger("kpr.progress").info("[embed_entities] 64 mentions in 1s (64.0/s)")
+        logging.getLogger("kpr.progress").info("[embed-entities] 64 mentions in 1s (64.0/s)")
         logging.getLogger("kpr.report").warning("report: plots: no rows")
-    assert capsys.readouterr().err == "[embed_entities] 64 mentions in 1s (64.0/s)\nwarning: report: plots: no rows\n"
+    assert capsys.readouterr().err == "[embed-entities] 64 mentions in 1s (64.0/s)\nwarning: report: plots: no rows\n"
     assert logger.handlers == handlers and logger.propagate
 
 
@@ -119,9 +119,9 @@ def test_an_embed_run_prints_plain_progress_lines_and_nothing_else(tiny_bert, tm
                             env={**os.environ, "PYTHONPATH": str(REPO)})
     assert result.returncode == 0, result.stderr
     lines = result.stderr.splitlines()
-    assert lines[0] == "[embed_entities] running" and lines[-1].startswith("  mentions_embedded: ")
+    assert lines[0] == "[embed-entities] running" and lines[-1].startswith("  mentions_embedded: ")
     progress = [line for line in lines if " mentions in " in line]
-    assert progress and all(line.startswith("[embed_entities] ") for line in progress), result.stderr
+    assert progress and all(line.startswith("[embed-entities] ") for line in progress), result.stderr
     assert [line for line in lines if any(noise in line for noise in NOISE)] == []
 
 

@@ -19,6 +19,7 @@ import pytest
 from artifacts.run import manifest
 from pipelines.cli import main
 from tests.builders import artifact_rows as rows
+from tests.conftest import BUNDLED_PASSAGES, DIRECT
 from tests.dump_versions import DumpVersions
 from tests.run_fixtures import DumpRuns
 
@@ -110,7 +111,9 @@ def expected_diff(old: Path, new: Path) -> dict:
         "names": counts(name_tops(old), name_tops(new), "top_candidate_changed"),
         "entity_vectors": {"reused": None, "recomputed": None, "matched": len(vectors[0].keys() & vectors[1].keys()),
                            "cosine_histogram": cosine_histogram(*vectors)},
-        "passages": counts(*passages, "changed") | {"reused": None, "encoded": encoded},
+        "passages": counts(*passages, "changed") | {"reused": None, "encoded": encoded,
+                                                    "old_source": "passages of 100 words cut from articles/",
+                                                    "new_source": "passages of 100 words cut from articles/"},
     }
 
 
@@ -148,7 +151,8 @@ def test_diff_of_a_run_with_itself(runs: Runs,
     result = json.loads(capsys.readouterr().out)
     for part in ("articles", "redirects", "entities", "names", "passages"):
         assert result[part]["old"] == result[part]["new"] > 0
-        assert all(result[part][key] == 0 for key in result[part] if key not in ("old", "new", "encoded", "reused"))
+        assert all(result[part][key] == 0 for key in result[part]
+                   if key not in ("old", "new", "encoded", "reused", "old_source", "new_source"))
     embedded = len(entity_vectors(new))
     assert result["entity_vectors"]["matched"] == embedded
     assert result["entity_vectors"]["cosine_histogram"] == {"[0.9999, 1]": embedded, "[0.999, 0.9999)": 0,
@@ -194,13 +198,15 @@ def test_bad_runs_are_one_line_errors(runs: Runs, tmp_path: Path,
     broken = Path(shutil.copytree(new, tmp_path / "broken"))
     (broken / "manifest.json").write_text("{not json")
     assert main(["diff", "--old", str(new), "--new", str(broken)]) == 2
-    assert capsys.readouterr().err.startswith(f"error: {broken / 'manifest.json'} is not a readable manifest (")
+    assert capsys.readouterr().err.startswith(f"error: {broken / 'manifest.json'} is damaged: it is not JSON (")
 
     incomplete = Path(shutil.copytree(new, tmp_path / "incomplete"))
     victims = sorted((incomplete / "redirects").glob("*.parquet"))
     victims[0].unlink()
     assert main(["diff", "--old", str(new), "--new", str(incomplete), "--json"]) == 2
-    assert capsys.readouterr() == ("", f"error: {incomplete} is incomplete: redirects/{victims[0].name}: missing\n")
+    assert capsys.readouterr() == ("", f"error: {incomplete} is incomplete (redirects/{victims[0].name}: missing, "
+                                       "written by its 'parse' stage): restore the file, or rerun `python "
+                                       f"run_pipeline.py parse --output {incomplete} --force ...`\n")
 
     (tmp_path / "empty").mkdir()
     manifest.save(str(tmp_path / "empty"), {})
@@ -289,3 +295,42 @@ def test_report_section_from_the_manifest(runs: Runs, tmp_path: Path) -> None:
     page = (new / "report" / "index.html").read_text()
     assert (f'<p class="warn">Could not compare: {tmp_path / "gone"} is not a run: it has no manifest.json</p>'
             in page)
+
+
+def corpus_file(path: Path, rows: list[str]) -> Path:
+    path.write_text("\n".join([BUNDLED_PASSAGES.read_text(encoding="utf-8").splitlines()[0], *rows]) + "\n",
+                    encoding="utf-8")
+    return path
+
+
+def test_runs_built_from_a_dpr_corpus_are_compared_by_their_indexed_passages(tiny_bert: Path, tmp_path: Path,
+                                                                            capsys: pytest.CaptureFixture[str]
+                                                                            ) -> None:
+    """The DPR setup: index --corpus, then a refresh of a newer corpus (--previous). diff compares the passages the
+    index holds (a corpus run writes no passages/), and the refreshed run's report has its changes section."""
+    lines = BUNDLED_PASSAGES.read_text(encoding="utf-8").splitlines()[1:]
+    edited = lines[60].split("\t")
+    newer = [*lines[50:60], "\t".join([edited[0], "A passage rewritten in the newer corpus.", edited[2]]),
+             *lines[61:150]]
+    corpora = corpus_file(tmp_path / "old.tsv", lines[:100]), corpus_file(tmp_path / "new.tsv", newer)
+    old, new = tmp_path / "old", tmp_path / "new"
+    index = ["index", "--encoder", str(tiny_bert), "--encoder-type", "mean", "--max-length", "32", *DIRECT]
+    assert main([*index, "--output", str(old), "--corpus", str(corpora[0])]) == 0
+    assert main([*index, "--output", str(new), "--corpus", str(corpora[1]), "--previous", str(old)]) == 0
+    capsys.readouterr()
+
+    assert main(["diff", "--old", str(old), "--new", str(new), "--json"]) == 0
+    passages = json.loads(capsys.readouterr().out)["passages"]
+    assert passages == {"old": 100, "new": 100, "added": 50, "removed": 50, "changed": 1, "reused": 49,
+                        "encoded": 51, "old_source": f"the corpus {corpora[0]}",
+                        "new_source": f"the corpus {corpora[1]}"}
+    assert main(["diff", "--old", str(old), "--new", str(old)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert re.split(r"\s{2,}", next(line for line in table if line.startswith("passages "))) == [
+        "passages", "100", "100", "0", "0", "0", "(changed)"]
+    assert table[-1] == (f"passages: the indexed ones, matched by id, title and text compared; old: the corpus "
+                         f"{corpora[0]}; new: the corpus {corpora[0]}")
+
+    assert main(["report", "--output", str(new), "--recall-queries", "5"]) == 0
+    assert changes_rows(new)["passages"] == ["100", "100", "50", "50", "1 changed"]
+    assert "encoded 51 · reused 49" in (new / "report" / "index.html").read_text()

@@ -14,7 +14,6 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from artifacts import schemas
-from artifacts.errors import InputError
 from encoders.models import ModelSpec, input_embedding_norm
 from pipelines.cli import build_parser, main
 from pipelines.embed_entities import STAGE
@@ -220,13 +219,14 @@ def test_a_previous_run_is_carried_and_recorded_by_manifest_digest(tmp_path):
                                      "previous": str(tmp_path), "previous_manifest_sha256": ""}
 
 
-def test_missing_or_bad_flags_are_one_line_errors_naming_the_flag():
-    with pytest.raises(InputError) as raised:
-        STAGE.config(stage_args())
-    assert raised.value.message == "embed-entities needs --model NAME_OR_PATH (a BERT-family model with [MASK])"
-    with pytest.raises(InputError) as raised:
-        STAGE.config(stage_args("--model", "m", "--batch-tokens", "0"))
-    assert raised.value.message == "--batch-tokens must be at least 1, got 0"
+def test_missing_or_bad_flags_are_one_line_errors_naming_the_flag(tmp_path, capsys):
+    """Refused by the command line as it reads the flags; the library's config refuses the value too."""
+    command = ["embed-entities", "--output", str(tmp_path / "out")]
+    for extra, line in (((), "error: embed-entities needs --model NAME_OR_PATH (a BERT-family model with [MASK])"),
+                        (("--model", "m", "--batch-tokens", "0"), "error: --batch-tokens must be at least 1, got 0")):
+        assert main([*command, *extra]) == 2
+        assert capsys.readouterr().err.splitlines() == [line]
+    assert not (tmp_path / "out").exists()
     with pytest.raises(ValueError, match="batch_tokens must be at least 1, got 0"):
         EmbedConfig(model="m", batch_tokens=0)
 

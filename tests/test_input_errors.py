@@ -168,6 +168,39 @@ def _tokenless(tmp: Path, models: dict[str, Path]) -> tuple[list[str], str]:
             "high priest, and the elder brother of Moses.'): it cannot encode passages")
 
 
+def _without_config(tmp: Path, models: dict[str, Path]) -> Path:
+    """The tiny BERT's directory without its config.json (weights and tokenizer files still there)."""
+    directory = Path(shutil.copytree(models["tiny"], tmp / "no-config"))
+    (directory / "config.json").unlink()
+    return directory
+
+
+def _no_config_message(directory: Path) -> str:
+    return (f"error: {directory / 'config.json'} does not exist: {directory} is not a model directory "
+            "(save_pretrained writes config.json, the weights and the tokenizer files)")
+
+
+def _encoder_without_config(tmp: Path, models: dict[str, Path]) -> tuple[list[str], str]:
+    directory = _without_config(tmp, models)
+    return _index_command(tmp, directory, "mean"), _no_config_message(directory)
+
+
+def _encoder_without_tokenizer(tmp: Path, models: dict[str, Path]) -> tuple[list[str], str]:
+    directory = tmp / "no-tokenizer"
+    directory.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copyfile(models["tiny"] / name, directory / name)
+    return (_index_command(tmp, directory, "mean"),
+            f"error: {directory} has no tokenizer files (tokenizer.json, vocab.txt, ...): save the model's tokenizer "
+            "there too (tokenizer.save_pretrained)")
+
+
+def _all_model_without_config(tmp: Path, models: dict[str, Path]) -> tuple[list[str], str]:
+    directory = _without_config(tmp, models)
+    return (["all", "--dump", str(BUNDLED_SAMPLE), "--output", str(tmp / "out"), "--model", str(directory),
+             "--encoder", str(models["tiny"]), "--encoder-type", "mean"], _no_config_message(directory))
+
+
 def _all_with_gpt2(tmp: Path, models: dict[str, Path]) -> tuple[list[str], str]:
     return (["all", "--dump", str(BUNDLED_SAMPLE), "--output", str(tmp / "out"), "--model", str(models["tiny"]),
              "--encoder", str(models["gpt2"])], _no_cls_message(models["gpt2"], "dpr"))
@@ -272,6 +305,10 @@ CASES = [Case("xml-that-is-not-a-dump", _not_a_dump), Case("text-that-is-not-xml
          Case("all-preflight-unknown-index-factory", _all_with_unknown_factory),
          Case("all-preflight-corpus-without-header", _all_with_corpus_without_header),
          Case("header-only-corpus", _header_only_corpus),
+         # issue 28
+         Case("encoder-without-config-json", _encoder_without_config),
+         Case("encoder-without-tokenizer-files", _encoder_without_tokenizer),
+         Case("all-preflight-model-without-config-json", _all_model_without_config),
          *(Case(f"questions-{name}", _questions(name, content)) for name, content in QUESTION_FILES.items())]
 
 
@@ -333,15 +370,20 @@ def test_multistream_is_told_by_its_name_or_by_its_streams(tmp_path: Path, singl
     assert looks_multistream(str(named)) and not looks_multistream(str(tmp_path / "x.xml"))
 
 
-def test_an_export_without_articles_is_still_a_dump_and_leaves_no_temp_dirs(tmp_path: Path,
-                                                                            system_temp: Path) -> None:
-    """A MediaWiki export whose pages are all outside ns 0 (like the aawiki edge case) parses to 0 articles,
-    exit 0; and the Beam run leaves nothing (no beam-temp*) in the system temp directory."""
+def test_an_export_without_articles_is_one_line_and_leaves_no_temp_dirs(tmp_path: Path, system_temp: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A MediaWiki export whose pages are all outside ns 0 or redirects parses to 0 articles: one line saying what
+    it held, exit 2, nothing committed (the next stage would have nothing to read); and the Beam run leaves nothing
+    (no beam-temp*) in the system temp directory."""
     dump = tmp_path / "talk-only.xml"
-    dump.write_text(TALK_ONLY_DUMP, encoding="utf-8")
-    assert main(["parse", "--dump", str(dump), "--output", str(tmp_path / "out"), *DIRECT]) == 0
-    counters = manifest.load(str(tmp_path / "out"))["parse"].counters
-    assert (counters["pages_read"], counters["non_article_pages"], counters.get("articles", 0)) == (1, 1, 0)
+    redirect = ('<page><title>Pyrus</title><ns>0</ns><id>8</id><redirect title="Pear" /><revision><id>80</id>'
+                '<text xml:space="preserve">#REDIRECT [[Pear]]</text></revision></page></mediawiki>')
+    dump.write_text(TALK_ONLY_DUMP.replace("</mediawiki>", redirect), encoding="utf-8")
+    assert main(["parse", "--dump", str(dump), "--output", str(tmp_path / "out"), *DIRECT]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "[parse] running", f"error: no article in {dump}: 2 pages read, none an article (redirects: 1, outside the "
+                           "article namespace: 1); give a dump with articles (namespace 0)"]
+    assert not (tmp_path / "out" / "manifest.json").exists() and not (tmp_path / "out" / "articles").exists()
     assert sorted(path.name for path in system_temp.iterdir()) == []
 
 
@@ -416,6 +458,36 @@ def test_a_verified_shard_is_not_hashed_again_until_it_changes(small_index: Path
     flip_a_byte(shard)
     assert main(search) == 2
     assert "index/shard-00000.faiss: its sha256 differs" in capsys.readouterr().err
+
+
+def test_verify_catches_a_changed_byte_that_kept_size_and_modification_time(small_index: Path, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """What the default trusts (a shard hashed once, while its size and modification time stay) and what --verify
+    adds: every file search reads is hashed again, the passages too."""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "verified.json"))
+    output = Path(shutil.copytree(small_index, tmp_path / "out"))
+    search = ["search", "--output", str(output), "--query", "Moses", "-k", "1"]
+    assert main(search) == 0
+    stored = next((output / "index" / "embeddings").rglob("*.parquet")).relative_to(output)
+    for relative in (SHARD, str(stored)):
+        changed = output / relative
+        stamp = changed.stat()
+        flip_a_byte(changed)
+        os.utime(changed, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+        capsys.readouterr()
+        if relative == SHARD:
+            assert main(search) == 0, "the default trusts the remembered check"
+        for command in (search, ["evaluate", "--output", str(output), "--questions", str(tmp_path / "q.tsv")]):
+            (tmp_path / "q.tsv").write_text("who was Moses\t['Moses']\n", encoding="utf-8")
+            capsys.readouterr()
+            assert main([*command, "--verify"]) == 2
+            assert capsys.readouterr().err.splitlines() == [
+                f"error: the index under {output} changed after it was recorded ({relative}: its sha256 differs "
+                f"from the manifest's): rerun `python run_pipeline.py index --output {output} ... --force`"]
+        flip_a_byte(changed)  # back as it was
+        os.utime(changed, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    assert main([*search, "--verify"]) == 0
 
 
 def test_a_full_disk_is_one_line_leaves_no_staged_files_and_a_rerun_resumes(

@@ -127,3 +127,11 @@ def test_shards_are_stable_and_balanced_on_real_ids():
     assert all(shard_of(passage_id, 1) == 0 for passage_id in ids)
     keys = [sample_key(passage_id) for passage_id in ids]
     assert len(set(keys)) == 751 and all(0 <= key < 2**63 for key in keys)
+
+
+def test_a_passage_of_a_megabyte_is_a_passage_not_bad_quoting():
+    """csv's field size limit (128 KiB) is not a limit of the corpus format."""
+    text = 'He said "hello" ' + "word " * 200_000
+    line = format_dpr_row(Passage(7, "A long page", text))
+    assert len(line) > 1_000_000
+    assert parse_dpr_row(line) == Passage(7, "A long page", text)

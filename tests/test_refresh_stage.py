@@ -167,8 +167,8 @@ def test_a_changed_option_recomputes_everything(runs, tiny_bert, tmp_path, capsy
     old, scratch, _ = runs
     output = upstream_of(scratch, tmp_path / "out")
     assert embed(output, tiny_bert, old, "--layer", "1") == 0
-    assert stderr_line(capsys, "[embed_entities] re") == (
-        "[embed_entities] recomputing everything: it was built with other options (layer: -1 -> 1)")
+    assert stderr_line(capsys, "[embed-entities] re") == (
+        "[embed-entities] recomputing everything: it was built with other options (layer: -1 -> 1)")
     found = counters(output, "embed_entities")
     assert (found["entities_reused"], found["entities_recomputed"]) == (0, entities_with_mentions(output))
     assert not list((output / "entity_id_map").glob("*.parquet"))
@@ -187,7 +187,7 @@ def test_a_corrupt_previous_run_is_refused(runs, tiny_bert, tmp_path, capsys):
     assert embed(output, tiny_bert, corrupt, "--require-reuse") == 2
     assert stderr_line(capsys, "error:") == f"error: cannot reuse the previous run: {reason}"
     assert embed(output, tiny_bert, corrupt) == 0
-    assert stderr_line(capsys, "[embed_entities] re") == f"[embed_entities] recomputing everything: {reason}"
+    assert stderr_line(capsys, "[embed-entities] re") == f"[embed-entities] recomputing everything: {reason}"
     found = counters(output, "embed_entities")
     assert (found["entities_reused"], found["entities_recomputed"]) == (0, entities_with_mentions(output))
 
@@ -200,7 +200,7 @@ def test_an_incomplete_previous_run_is_refused(runs, tiny_bert, tmp_path, capsys
     output = upstream_of(scratch, tmp_path / "out")
     assert embed(output, tiny_bert, partial, "--require-reuse") == 2
     assert stderr_line(capsys, "error:") == (
-        f"error: cannot reuse the previous run: {partial} is incomplete (no 'embed_entities' stage)")
+        f"error: cannot reuse the previous run: {partial} is incomplete (no 'embed-entities' stage)")
 
 
 def test_a_previous_run_of_another_model_is_not_reused(runs, tiny_bert, tmp_path, capsys):

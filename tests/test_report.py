@@ -21,8 +21,9 @@ from artifacts.counters import declare, dropped
 from artifacts.run import manifest
 from artifacts.run.report import counters as counter_info
 from artifacts.run.report import gather, plots, stages
-from artifacts.run.report import write_report as write_report_declared
+from artifacts.run.report.build import write_report as write_report_declared
 from artifacts.run.report.dictionary import dictionary_stats
+from artifacts.run.report.markup import duration
 from artifacts.run.report.recall import index_recall
 from artifacts.run.report.stats import TopK, ValueCounts, integer_log_edges
 from pipelines.cli import main
@@ -74,7 +75,8 @@ def test_report_shows_each_stage_with_its_exact_wall_time_outputs_and_counters(r
     for name, record in records.items():
         section = by_stage[name]
         assert f"<h2>{name.replace('_', '-')} " in section and "not run" not in section
-        assert f"wall time <b>{record.wall_time_s:,.3f} s" in section
+        assert (f'wall time <b><span title="{record.wall_time_s:,.3f} s">{duration(record.wall_time_s)}</span>'
+                in section)
         assert record.counters, name
         for counter, value in record.counters.items():
             row = re.search(rf"<code>{counter}</code></td><td>.*?</td><td class=\"num\">([\d,]+)</td>", section)
@@ -201,7 +203,7 @@ def test_a_run_with_only_parse_says_not_run_for_the_other_stages(run_copy):
         shutil.rmtree(run_copy / artifact)
     page = Path(write_report(str(run_copy))).read_text(encoding="utf-8")
     by_stage = sections(page)
-    assert f"wall time <b>{records['parse'].wall_time_s:,.3f} s" in by_stage["parse"]
+    assert f'wall time <b><span title="{records["parse"].wall_time_s:,.3f} s">' in by_stage["parse"]
     for stage in ("dictionary", "mentions", "embed_entities", "index"):
         assert "not run" in by_stage[stage] and "<table" not in by_stage[stage]
     assert re.findall(r'<img class="plot" src="([^"]+)"', page) == ["timings.png"]
@@ -356,3 +358,18 @@ def test_a_stray_unrecorded_parquet_file_is_not_read(run_copy):
     page = Path(write_report(str(run_copy))).read_text(encoding="utf-8")
     assert f"<tr><td>entities</td><td>{entities.num_rows:,}</td></tr>" in page
     assert "Could not read" not in page
+
+
+def test_durations_read_as_people_write_them():
+    assert [duration(seconds) for seconds in (0.483, 59.94, 59.96, 1638.483, 3600, 11_100)] == [
+        "0.5 s", "59.9 s", "1 min 00 s", "27 min 18 s", "1 h 00 min", "3 h 05 min"]
+
+
+def test_an_option_left_to_its_default_says_so(run_copy):
+    """The index's encoder records "" for a setting the encoder type decides (similarity, title): shown as such,
+    beside the metric the index was built with."""
+    page = Path(write_report(str(run_copy))).read_text(encoding="utf-8")
+    index = sections(page)["index"]
+    assert '<span>similarity</span> <span class="muted">default</span>' in index
+    assert '<code>""</code>' not in page
+    assert re.search(r"<td>metric</td><td>cosine</td>", index)

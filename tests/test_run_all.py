@@ -2,29 +2,23 @@
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
 import shutil
 import signal
 from pathlib import Path
 
-import apache_beam as beam
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
-from apache_beam.testing.test_pipeline import TestPipeline
-from apache_beam.testing.util import assert_that, equal_to
 
 from artifacts import layout
 from artifacts.errors import SettingError
 from artifacts.run import manifest
 from pipelines import run_all, stage
-from pipelines.cli import build_parser, main
+from pipelines.cli import build_parser, command_parser, main
 from tests.builders import all_command, artifact_rows, signal_all_in_embed_entities
 from tests.conftest import BUNDLED_SAMPLE, DIRECT, copy_stages
-from transforms.progress import LOGGER_NAME, LogProgress, ProgressMeter, format_duration
 
 # Artifacts compared row by row; the key columns give the order rows are compared in.
 ARTIFACT_KEYS = {
@@ -87,7 +81,7 @@ def test_a_second_run_skips_every_stage(all_run, tiny_bert, capsys):
     before = finished_at(all_run)
     assert main(all_command(all_run, tiny_bert, "--no-report")) == 0
     err = capsys.readouterr().err
-    for name in ("parse", "dictionary", "mentions", "embed_entities", "index"):
+    for name in ("parse", "dictionary", "mentions", "embed-entities", "index"):
         assert f"[{name}] skipped: outputs complete, inputs and options unchanged" in err
         assert f"[{name}] running" not in err
     assert finished_at(all_run) == before
@@ -129,7 +123,7 @@ def test_a_run_killed_inside_a_stage_resumes_to_the_same_artifacts(all_run, full
     assert result.returncode == 0, result.stderr
     for name in ("parse", "dictionary", "mentions"):
         assert f"[{name}] skipped" in result.stderr
-    for name in ("embed_entities", "index"):
+    for name in ("embed-entities", "index"):
         assert f"[{name}] running" in result.stderr
     assert not (output / stage.STAGING_DIR / "embed_entities").exists()
     assert_same_artifacts(output, all_run)
@@ -165,17 +159,17 @@ def test_a_crash_while_committing_leaves_the_stage_unfinished_and_a_rerun_repair
 # --- options and preflight -------------------------------------------------------------------------------------
 
 
-def test_shared_stage_options_mean_the_same_in_every_stage():
-    """`all` gives one value to an option several stages define, so their defaults must agree."""
-    defaults: dict[str, set[str]] = {}
-    for _, each in run_all.PIPELINE:
-        parser = argparse.ArgumentParser()
-        each.add_arguments(parser)
-        for action in parser._actions:
-            for option in action.option_strings:
-                defaults.setdefault(option, set()).add(repr(action.default))
-    assert {option for option, values in defaults.items() if len(values) > 1} == set()
-    args, _ = build_parser().parse_known_args(["all", "--output", "o", "--device", "cuda", "--max-seq-length", "96"])
+def test_all_takes_every_flag_of_every_stage_with_its_default():
+    """`all` gives one value to an option several stages define: one definition, the same flag and default as in
+    the stage's own command."""
+    parser = build_parser()
+    in_all = {flag: action.default for action in command_parser(parser, "all")._actions
+              for flag in action.option_strings}
+    for command in layout.STAGE_COMMANDS.values():
+        for action in command_parser(parser, command)._actions:
+            for flag in set(action.option_strings) - {"--force"}:
+                assert in_all[flag] == action.default, (command, flag)
+    args, _ = parser.parse_known_args(["all", "--output", "o", "--device", "cuda", "--max-seq-length", "96"])
     assert (args.device, args.max_seq_length, args.batch_tokens) == ("cuda", 96, 16384)
 
 
@@ -217,48 +211,6 @@ def test_cuda_is_checked_here_only_when_the_workers_run_here(tiny_bert, tmp_path
     assert not stage.workers_run_here(["--runner", "apache_beam.runners.portability.flink_runner.FlinkRunner"])
 
 
-# --- progress --------------------------------------------------------------------------------------------------
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_progress_lines_give_count_rate_and_eta_at_most_every_interval():
-    clock = FakeClock()
-    meter = ProgressMeter("embed_entities", "mentions", total=1000, workers=2, interval=30, clock=clock)
-    assert meter.add(10) is None  # the first item starts the clock
-    clock.now += 29
-    assert meter.add(40) is None
-    clock.now += 1
-    assert meter.add(10) == ("[embed_entities] 60 mentions in 30s (2.0/s), 1,000 in the stage over 2 worker(s): "
-                             "ETA 3m40s")
-    clock.now += 10
-    assert meter.add(5) is None
-    unknown = ProgressMeter("index", "passages", clock=clock, interval=0)
-    unknown.add(3)
-    clock.now += 2
-    assert unknown.add(1) == "[index] 4 passages in 2s (2.0/s)"
-
-
-def test_durations_read_naturally():
-    assert [format_duration(s) for s in (0.4, 42, 185, 3720, 90000)] == ["0s", "42s", "3m05s", "1h02m", "25h00m"]
-
-
-def test_log_progress_passes_elements_through_and_logs(caplog):
-    caplog.set_level(logging.INFO, logger=LOGGER_NAME)
-    with TestPipeline(runner="DirectRunner") as pipeline:
-        output = (pipeline | beam.Create(list(range(5)))
-                  | LogProgress("parse", "pages", total=5, interval=0.0))
-        assert_that(output, equal_to(list(range(5))))
-    lines = [record.getMessage() for record in caplog.records if record.name == LOGGER_NAME]
-    assert lines and all(line.startswith("[parse] ") and " pages in " in line for line in lines)
-    assert lines[-1].startswith("[parse] 5 pages in ")
-
 
 def test_a_stage_whose_inputs_vanished_names_the_stage_to_rerun(full_run, tiny_bert, tmp_path, capsys):
     output = tmp_path / "out"
@@ -267,7 +219,7 @@ def test_a_stage_whose_inputs_vanished_names_the_stage_to_rerun(full_run, tiny_b
     argv = ["index", "--output", str(output), "--encoder", str(tiny_bert), "--encoder-type", "kpr", *DIRECT]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: the outputs of 'embed_entities' under ") and "missing" in err
+    assert err.startswith("error: the outputs of 'embed-entities' under ") and "missing" in err
     assert f"rerun `python run_pipeline.py embed-entities --output {output} --force ...` first" in err
 
 

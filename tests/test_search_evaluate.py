@@ -102,6 +102,19 @@ def test_a_report_path_that_names_a_directory_is_refused_before_searching(minilm
     assert files_below(tmp_path / "sample") == before
 
 
+@pytest.mark.parametrize(("target", "line"), [
+    ("new/", "error: --report new/ names a directory (it ends with /): name the JSON file to write, e.g. "
+             "new/evaluation.json"),
+    ("file/results.json", "error: --report's directory file is not a directory")])
+def test_a_report_path_that_cannot_be_written_is_refused_before_searching(minilm_index, tmp_path, monkeypatch,
+                                                                          capsys, target, line):
+    (tmp_path / "file").write_text("a file")
+    monkeypatch.chdir(tmp_path)
+    assert main(["evaluate", "--output", str(minilm_index), "--questions", str(NQ_5), "--report", target]) == 2
+    assert capsys.readouterr() == ("", f"{line}\n")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["file"]
+
+
 def test_a_report_file_is_replaced(minilm_index, tmp_path):
     report = tmp_path / "results.json"
     report.write_text("an earlier report")
@@ -137,7 +150,11 @@ def test_search_prints_the_best_passages(minilm_index, capsys):
                for result in results)
     assert main(["search", "--output", str(minilm_index), "--query", "great lakes ocean", "-k", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "query: great lakes ocean" and lines[1].startswith("  1  ")
+    assert lines[:2] == ["query: great lakes ocean", "rank     score  passage id  title | text"]
+    rank, score, passage_id, title_and_text = lines[2].split(maxsplit=3)
+    row = stored_rows(minilm_index)[int(passage_id)]
+    assert rank == "1" and title_and_text.startswith(f"{row['title']} | {row['text'][:20]}")
+    assert float(score) > 0 and lines[2].index(score) + len(score) == lines[1].index("score") + len("score")
 
 
 def test_entity_questions_and_malformed_lines(minilm_index, tmp_path, capsys):

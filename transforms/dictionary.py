@@ -32,6 +32,7 @@ from artifacts import fs, tables
 from artifacts.counters import declare, dropped, error
 from artifacts.errors import BelowMinimumError, OutsideRangeError
 from artifacts.names import (
+    DOC_UNITS,
     NameRules,
     name_problem,
     normalize_name,
@@ -62,7 +63,6 @@ from transforms.name_occurrences import CountNameDocs
 from transforms.per_worker import PerProcess
 from transforms.spill import Part, SpillAndGroup
 
-DOC_UNITS = ("paragraph", "page")
 LINK_COLUMNS = ["page_id", "title", "text", "links", "qid"]
 TEXT_COLUMNS = ["text"]
 # Buckets: a power of two from the article count (results do not depend on it), so that a bucket holds about

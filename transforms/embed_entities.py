@@ -17,7 +17,7 @@ from artifacts import layout, schemas, tables
 from artifacts.counters import declare, error, processed
 from encoders.mask_encoder import MaskEncoderHandler, check_mask_model
 from encoders.mask_inputs import MASK_WINDOWS, check_max_seq_length
-from encoders.models import ModelSpec, check_device, hidden_size, input_embedding_norm
+from encoders.models import STORED_DTYPES, ModelSpec, check_device, hidden_size, input_embedding_norm
 from transforms import entity_refresh, entity_vectors, mention_windows
 from transforms.dead_letters import DEAD_LETTER_TAG, count, dead_letter
 from transforms.entity_refresh import RefreshSplit
@@ -25,7 +25,7 @@ from transforms.entity_vectors import EntityVectors, ModelFacts, vector_buckets
 from transforms.mention_windows import REF_COLUMNS, CutMentionWindows, ref_array
 from transforms.packed import CountEntities
 
-EMBEDDING_DTYPES = {"float32": pa.float32(), "float16": pa.float16()}
+EMBEDDING_DTYPES = {name: pa.type_for_alias(name) for name in STORED_DTYPES}
 
 COUNTERS = declare(
     processed("mentions_embedded", "mentions embedded"),

@@ -41,6 +41,10 @@ def parse_dpr_row(line: str, columns: tuple[int, int, int] = (0, 1, 2)) -> Passa
     doubled (csv's ``excel-tab`` rules). Wrong column counts, broken quoting, bad ids and empty text are BadRows."""
     line = line.rstrip("\r\n")
     shown = line[:MAX_REPORTED_CHARS]
+    # csv refuses a field longer than its limit (128 KiB unless raised; one setting per process): no field is longer
+    # than its line
+    if len(line) > csv.field_size_limit():
+        csv.field_size_limit(len(line))
     try:
         fields = next(csv.reader([line], delimiter="\t", quotechar='"', doublequote=True, strict=True))
     except csv.Error as error:

@@ -1,12 +1,17 @@
-"""Progress a person can follow on long stages: a Beam counter plus a periodic log line with rate and ETA.
+"""Progress a person can follow on long stages: a line with count, rate and ETA every ``interval`` seconds.
 
 Beam's own counters show progress in a runner's UI (Dataflow, Flink) but only reach the driver at the end of a
-local run, so each worker also logs one line every ``interval`` seconds about what it has done.
+local run, so each worker also writes a line every ``interval`` seconds about what it has done. A timer thread
+writes it, not the elements passing by: a step after a batched model sees its elements a batch at a time, and a
+batch may take longer than the interval. The lines go to the process's stderr: the launcher's, which Beam's local
+worker processes inherit (their log records go to the runner's log service, not to the user), and a remote
+worker's log.
 """
 
 from __future__ import annotations
 
-import logging
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -14,8 +19,7 @@ from typing import Any
 
 import apache_beam as beam
 
-LOGGER_NAME = "kpr.progress"
-DEFAULT_INTERVAL_S = 30.0
+MIN_TICK_S = 0.05  # the timer's shortest wait (an interval of 0: a line as often as that)
 
 
 def format_duration(seconds: float) -> str:
@@ -30,35 +34,45 @@ def format_duration(seconds: float) -> str:
 
 @dataclass
 class ProgressMeter:
-    """Items done by one worker; ``add`` returns a progress line when ``interval`` seconds have passed.
+    """Items done by one worker since it started on them, and the line that says so.
 
     ``total`` is the stage's whole count (None if unknown) and ``workers`` how many workers share it, so the
-    ETA is this worker's share left at this worker's pace.
+    ETA is this worker's share left at this worker's rate. The rate is measured from the first line that saw
+    items done, not from the first item: a step after a batched model gets a whole batch at once, and counting
+    that batch without the time it took made early ETAs several times too short; the start-up before it (model
+    loading, reading) is left out too. Until a later line sees more items, it is the rate since the start.
     """
 
     stage: str
     unit: str
     total: int | None = None
     workers: int = 1
-    interval: float = DEFAULT_INTERVAL_S
     clock: Callable[[], float] = time.monotonic
     done: int = 0
     started: float = field(default=-1.0)
-    last_line: float = field(default=-1.0)
+    base: tuple[float, int] | None = None  # (time, items done) at the first line that saw items done
 
-    def add(self, items: int = 1) -> str | None:
-        now = self.clock()
+    def start(self) -> None:
+        """Start the clock (once: a later bundle of the same worker goes on counting)."""
         if self.started < 0:
-            self.started = self.last_line = now
-        self.done += items
-        if now - self.last_line < self.interval:
-            return None
-        self.last_line = now
-        return self.line(now)
+            self.started = self.clock()
 
-    def line(self, now: float) -> str:
+    def add(self, items: int = 1) -> None:
+        self.start()
+        self.done += items
+
+    def rate(self, now: float) -> float:
+        """Items a second: since the first line that saw items done, when more came since; else since the start."""
+        if self.base is not None and self.done > self.base[1] and now > self.base[0]:
+            return (self.done - self.base[1]) / (now - self.base[0])
+        return self.done / max(now - self.started, 1e-9)
+
+    def line(self) -> str:
+        now = self.clock()
+        if self.base is None and self.done:
+            self.base = (now, self.done)
         elapsed = max(now - self.started, 1e-9)
-        rate = self.done / elapsed
+        rate = self.rate(now)
         text = f"[{self.stage}] {self.done:,} {self.unit} in {format_duration(elapsed)} ({rate:,.1f}/s)"
         if self.total:
             share = self.total / max(self.workers, 1)
@@ -68,30 +82,83 @@ class ProgressMeter:
         return text
 
 
+class ProgressTicker:
+    """Writes ``meter.line()`` every ``interval`` seconds while it is active (between ``resume`` and ``pause``: a
+    bundle being processed), from a daemon thread of its own, and at ``pause`` when a line is due (a bundle's last
+    count): at most one line an interval, none for a step shorter than one. ``write`` takes the line."""
+
+    def __init__(self, meter: ProgressMeter, interval: float, write: Callable[[str], None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._meter, self._interval, self._write, self._clock = meter, max(interval, MIN_TICK_S), write, clock
+        self._last_line: float | None = None  # the start counts as a line: the first is due an interval later
+        self._lock = threading.Lock()
+        self._active = threading.Event()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"progress-{meter.stage}", daemon=True)
+        self._thread.start()
+
+    def resume(self) -> None:
+        self._meter.start()
+        if self._last_line is None:
+            self._last_line = self._clock()
+        self._active.set()
+
+    def pause(self) -> None:
+        self._active.clear()
+        self._write_if_due()
+
+    def _write_if_due(self) -> None:
+        with self._lock:
+            now = self._clock()
+            if self._last_line is not None and now - self._last_line >= self._interval:
+                self._last_line = now
+                self._write(self._meter.line())
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._active.set()  # wakes a thread waiting to become active, so that it sees the stop
+        self._thread.join()
+
+    def _run(self) -> None:
+        while self._active.wait() and not self._stopped.wait(self._interval):
+            if self._active.is_set():
+                self._write_if_due()
+
+
+def write_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 class _LogProgress(beam.DoFn):
     def __init__(self, stage: str, unit: str, total: int | None, workers: int, interval: float) -> None:
         self._settings = (stage, unit, total, workers, interval)
 
     def setup(self) -> None:
         stage, unit, total, workers, interval = self._settings
-        self._meter = ProgressMeter(stage, unit, total, workers, interval)
-        self._logger = logging.getLogger(LOGGER_NAME)
+        self._meter = ProgressMeter(stage, unit, total, workers)
+        self._ticker = ProgressTicker(self._meter, interval, write_stderr)
+
+    def start_bundle(self) -> None:
+        self._ticker.resume()
 
     def process(self, element: Any) -> Iterator[Any]:
-        line = self._meter.add()
-        if line is not None:
-            self._logger.info(line)
+        self._meter.add()
         yield element
+
+    def finish_bundle(self) -> None:
+        self._ticker.pause()
+
+    def teardown(self) -> None:
+        self._ticker.stop()
 
 
 class LogProgress(beam.PTransform):
-    """Pass elements through unchanged, logging this worker's count, rate and ETA every ``interval`` seconds.
+    """Pass elements through unchanged, writing this worker's count, rate and ETA every ``interval`` seconds.
 
     (The stages' own counters, e.g. ``pages_read`` or ``mentions_embedded``, count the same items for the
     runner's UI and the manifest.)"""
 
-    def __init__(self, stage: str, unit: str, total: int | None = None, workers: int = 1,
-                 interval: float = DEFAULT_INTERVAL_S) -> None:
+    def __init__(self, stage: str, unit: str, total: int | None, workers: int, interval: float) -> None:
         super().__init__()
         self._do_fn = _LogProgress(stage, unit, total, workers, interval)
 

@@ -15,52 +15,34 @@ Only inner-product metrics: ``dot`` and ``cosine`` (vectors already L2-normalize
 One concept per module: ``files`` (names inside index/), ``vectors`` (the vector tables), ``buckets`` (encoded
 rows staged by hash bucket, then sorted into shard files), ``choice`` (which index, how many shards, how much
 memory), ``storage`` (FAISS and numpy files on any Beam filesystem), ``build`` (train and add),
-``info`` (index.json), ``search`` (shard-by-shard search and passage lookup). This package re-exports their
-public names for readers that take the index as one thing.
+``info`` (index.json), ``search`` (shard-by-shard search and passage lookup). This package gives their
+public names to readers that take the index as one thing, each module imported when one of its names is first
+asked for (PEP 562): a reader of one module (the command line, of ``choice``'s defaults) does not import FAISS,
+pyarrow and Beam.
 """
 
-from artifacts.faiss.build import add_batches, build_shard, gpu_count, new_index, read_train_sample, train_index
-from artifacts.faiss.choice import (
-    MAX_TRAIN_SAMPLE,
-    MemoryEstimate,
-    check_factory,
-    default_factory,
-    ivf_lists,
-    memory_estimate,
-    needs_training,
-    training_sample_size,
-)
-from artifacts.faiss.files import (
-    EMBEDDINGS_DIR,
-    INDEX_JSON,
-    TRAINED_NAME,
-    shard_embedding_files,
-    shard_name,
-)
-from artifacts.faiss.info import IndexInfo, load_index_info
-from artifacts.faiss.search import DEFAULT_EF_SEARCH, DEFAULT_NPROBE, PassageLookup, ShardedIndex, merge_top_k
-from artifacts.faiss.storage import (
-    DamagedIndexError,
-    read_index,
-    read_npy,
-    upload,
-    write_index,
-    write_npy,
-)
-from artifacts.faiss.vectors import (
-    ADD_CHUNK,
-    embedding_schema,
-    embedding_table,
-    iter_parquet_batches,
-    table_vectors,
-)
+from importlib import import_module
+from typing import Any
 
-__all__ = [
-    "ADD_CHUNK", "DEFAULT_EF_SEARCH", "DEFAULT_NPROBE", "EMBEDDINGS_DIR", "INDEX_JSON", "MAX_TRAIN_SAMPLE",
-    "TRAINED_NAME", "DamagedIndexError", "IndexInfo", "MemoryEstimate", "PassageLookup",
-    "ShardedIndex", "add_batches", "build_shard", "check_factory", "default_factory",
-    "embedding_schema", "embedding_table", "gpu_count", "iter_parquet_batches", "ivf_lists", "load_index_info",
-    "memory_estimate", "merge_top_k", "needs_training", "new_index", "read_index", "read_npy", "read_train_sample",
-    "shard_embedding_files", "shard_name", "table_vectors", "train_index", "training_sample_size", "upload",
-    "write_index", "write_npy",
-]
+# module -> the public names it gives the package
+_NAMES = {
+    "build": ("add_batches", "build_shard", "gpu_count", "new_index", "read_train_sample", "train_index"),
+    "choice": ("DEFAULT_EF_SEARCH", "DEFAULT_NPROBE", "MAX_TRAIN_SAMPLE", "MemoryEstimate", "check_factory",
+               "default_factory", "ivf_lists", "memory_estimate", "needs_training", "training_sample_size"),
+    "files": ("EMBEDDINGS_DIR", "INDEX_JSON", "TRAINED_NAME", "shard_embedding_files", "shard_name"),
+    "info": ("IndexInfo", "load_index_info"),
+    "search": ("PassageLookup", "ShardedIndex", "merge_top_k"),
+    "storage": ("DamagedIndexError", "read_index", "read_npy", "upload", "write_index", "write_npy"),
+    "vectors": ("ADD_CHUNK", "embedding_schema", "embedding_table", "iter_parquet_batches", "table_vectors"),
+}
+_MODULE_OF = {name: module for module, names in _NAMES.items() for name in names}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str) -> Any:
+    """A public name (or a module) of the package, importing its module on first use."""
+    if name in _NAMES:
+        return import_module(f"{__name__}.{name}")
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{_MODULE_OF[name]}"), name)

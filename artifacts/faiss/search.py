@@ -15,14 +15,12 @@ from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs
 from artifacts.errors import InputError
+from artifacts.faiss.choice import DEFAULT_EF_SEARCH, DEFAULT_NPROBE
 from artifacts.faiss.files import shard_embedding_files, shard_name
 from artifacts.faiss.info import IndexInfo, load_index_info
 from artifacts.faiss.storage import DamagedIndexError, read_index
 from artifacts.faiss.vectors import iter_parquet_batches
 from artifacts.passages import shard_of
-
-DEFAULT_NPROBE = 32  # IVF lists searched unless told: recall@10 ~0.98 for IVF-Flat/SQ8 in bench/index.py
-DEFAULT_EF_SEARCH = 128
 
 
 class DamagedShardError(InputError):

@@ -56,8 +56,9 @@ class MissingStagesError(InputError):
     """The run has not completed the stages an export needs."""
 
     def __init__(self, output: str, missing: list[str]) -> None:
-        super().__init__(f"{output} has no completed {' or '.join(missing)} stage: an export needs the entity "
-                         "linker and the entity embeddings")
+        stages = " or ".join(map(layout.command_of, missing))
+        super().__init__(f"{output} has no completed {stages} stage: an export needs the entity linker and the entity "
+                         "embeddings")
         self.output = output
         self.missing = tuple(missing)
 

@@ -19,6 +19,7 @@ import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs, layout, tables
+from artifacts.errors import DamagedManifestError
 
 MANIFEST_NAME = layout.MANIFEST
 _VERSIONED_PACKAGES = (
@@ -49,11 +50,6 @@ class StageRecord:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
-    @classmethod
-    def from_json(cls, value: dict[str, Any]) -> StageRecord:
-        outputs = [OutputFile(**item) for item in value.get("outputs", [])]
-        return cls(**{**value, "outputs": outputs})
-
     def outputs_digest(self) -> str:
         """One hash over the stage's output checksums: the fingerprint downstream stages record."""
         digest = hashlib.sha256()
@@ -67,12 +63,81 @@ def manifest_path(output: str) -> str:
 
 
 def load(output: str) -> dict[str, StageRecord]:
-    """The completed stages recorded under ``output`` (empty if there is no manifest yet)."""
+    """The completed stages recorded under ``output`` (empty if there is no manifest yet); a
+    ``DamagedManifestError`` when the file is there but is not a manifest."""
     path = manifest_path(output)
     if not fs.exists(path):
         return {}
-    raw = fs.read_json(path)
-    return {name: StageRecord.from_json(record) for name, record in raw.get("stages", {}).items()}
+    return parse(path, fs.read_bytes(path))
+
+
+# The fields of a stage record and of an output file, with the JSON types they must have; the first ones required.
+_RECORD_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "stage": str, "options": dict, "inputs": dict, "outputs": list, "counters": dict, "versions": dict,
+    "wall_time_s": (int, float), "finished_at": str}
+_RECORD_REQUIRED = ("stage", "options", "inputs", "outputs")
+_OUTPUT_FIELDS: dict[str, type | tuple[type, ...]] = {"path": str, "bytes": int, "sha256": str,
+                                                      "rows": (int, type(None))}
+_OUTPUT_REQUIRED = ("path", "bytes", "sha256")
+
+
+def parse(path: str, data: bytes) -> dict[str, StageRecord]:
+    """The stage records of the manifest ``data`` read from ``path``; ``DamagedManifestError`` saying what is
+    wrong when it is not one."""
+    try:
+        document = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise DamagedManifestError(path, f"byte {error.start:,} is not UTF-8 text") from error
+    except json.JSONDecodeError as error:
+        if not data.strip():
+            raise DamagedManifestError(path, "it is empty") from error
+        # the text ended inside a value (strings hold no raw line breaks: one left open ran to the end)
+        if error.pos >= len(data.rstrip()) or error.msg.startswith("Unterminated string"):
+            raise DamagedManifestError(path, f"it is cut short (its JSON ends after {len(data):,} bytes)") from error
+        raise DamagedManifestError(path, f"it is not JSON ({error.msg} at line {error.lineno}, column "
+                                         f"{error.colno})") from error
+    if not isinstance(document, dict):
+        raise DamagedManifestError(path, f"it holds {_json_type(document)}, not a manifest (an object with "
+                                         "\"stages\")")
+    if not isinstance(document.get("stages"), dict):
+        shape = "has no \"stages\"" if "stages" not in document else (
+            f"has \"stages\" as {_json_type(document['stages'])}, not an object")
+        raise DamagedManifestError(path, f"it {shape}")
+    return {name: _record(path, name, value) for name, value in document["stages"].items()}
+
+
+def _record(path: str, name: str, value: Any) -> StageRecord:
+    problem = _shape_problem(value, _RECORD_FIELDS, _RECORD_REQUIRED)
+    for index, item in enumerate(value.get("outputs", []) if problem is None else []):
+        item_problem = _shape_problem(item, _OUTPUT_FIELDS, _OUTPUT_REQUIRED)
+        if item_problem:
+            problem = f"outputs[{index}] {item_problem}"
+            break
+    if problem:
+        raise DamagedManifestError(path, f"its stage {name!r} {problem}")
+    known = {key: field_value for key, field_value in value.items() if key in _RECORD_FIELDS}
+    outputs = [OutputFile(**{key: item[key] for key in _OUTPUT_FIELDS if key in item}) for item in value["outputs"]]
+    return StageRecord(**{**known, "outputs": outputs})
+
+
+def _shape_problem(value: Any, fields: Mapping[str, type | tuple[type, ...]], required: tuple[str, ...]) -> str | None:
+    """What keeps ``value`` from being an object with ``fields`` of their types (``required`` present), or None."""
+    if not isinstance(value, dict):
+        return f"is {_json_type(value)}, not an object"
+    missing = [key for key in required if key not in value]
+    if missing:
+        return f"has no \"{missing[0]}\""
+    for key, expected in fields.items():
+        wrong_bool = isinstance(value.get(key), bool) and expected is not bool
+        if key in value and (wrong_bool or not isinstance(value[key], expected)):
+            return f"has \"{key}\" as {_json_type(value[key])}"
+    return None
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
+             float: "a number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
 
 
 def save(output: str, stages: dict[str, StageRecord]) -> None:

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from artifacts import layout
+from artifacts.faiss.files import EMBEDDINGS_DIR
 from artifacts.run import manifest
 from artifacts.run.diff.keyed import DIGEST_DTYPE, Keyed, concatenate, key_hash, row_digest
 
@@ -62,9 +63,14 @@ def redirects(output: str) -> Keyed:
                   lambda values: ([target] for target in values["target"]))
 
 
+# What the index stage stored of every passage it indexed (id, title, text, vector), from a DPR corpus or cut from
+# the articles alike (passages/ holds only the latter).
+INDEXED_PASSAGES = f"{layout.INDEX}/{EMBEDDINGS_DIR}"
+
+
 def passages(output: str) -> Keyed:
-    """Passages by id; the digest covers title and text."""
-    return _keyed(output, layout.PASSAGES, ["passage_id", "title", "text"], _int_keys("passage_id"),
+    """The indexed passages by id; the digest covers title and text."""
+    return _keyed(output, INDEXED_PASSAGES, ["passage_id", "title", "text"], _int_keys("passage_id"),
                   lambda values: ([title, text] for title, text in zip(values["title"], values["text"], strict=True)))
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from artifacts import fs, layout
-from artifacts.errors import InputError
+from artifacts.errors import IncompleteRunError, InputError
 from artifacts.run import manifest
 from artifacts.run.diff import rows
 from artifacts.run.diff.keyed import Change, compare
@@ -25,7 +25,7 @@ PARTS = (("articles", "articles", "changed"), ("redirects", "redirects", "retarg
 
 
 class NotARunError(InputError):
-    """OLD or NEW is not a complete run (no manifest, or files the manifest lists are missing or resized)."""
+    """OLD or NEW is not a run (no manifest, or one with no stage) or has no stage in common with the other."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,7 @@ class RunDiff:
     entity_reuse: VectorReuse | None = None
     passages: Change | None = None
     passage_reuse: VectorReuse | None = None
+    passage_sources: tuple[str, str] | None = None  # where OLD's and NEW's indexed passages came from
 
     def to_json(self) -> dict[str, Any]:
         """One JSON object with fixed keys (a part not compared is null)."""
@@ -58,7 +59,7 @@ class RunDiff:
             "entities": _counts(self.entities, None),
             "names": _counts(self.names, "top_candidate_changed"),
             "entity_vectors": _vectors_json(self.entity_vectors, self.entity_reuse),
-            "passages": _passages_json(self.passages, self.passage_reuse),
+            "passages": _passages_json(self.passages, self.passage_reuse, self.passage_sources),
         }
 
 
@@ -76,28 +77,40 @@ def _vectors_json(histogram: CosineHistogram | None, reuse: VectorReuse | None) 
             "cosine_histogram": histogram.as_dict()}
 
 
-def _passages_json(change: Change | None, reuse: VectorReuse | None) -> dict[str, Any] | None:
+def _passages_json(change: Change | None, reuse: VectorReuse | None,
+                   sources: tuple[str, str] | None) -> dict[str, Any] | None:
     counts = _counts(change, "changed")
-    if counts is None:
+    if counts is None or reuse is None or sources is None:
         return None
-    return counts | {"reused": reuse.reused, "encoded": reuse.computed}
+    return counts | {"reused": reuse.reused, "encoded": reuse.computed, "old_source": sources[0],
+                     "new_source": sources[1]}
+
+
+def passage_source(record: manifest.StageRecord) -> str:
+    """Where the passages of a recorded index stage came from, as a person reads it."""
+    corpus = record.options.get("corpus")
+    if corpus:
+        return f"the corpus {corpus}"
+    return f"passages of {record.options.get('words_per_passage')} words cut from {layout.ARTICLES}/"
 
 
 def complete_records(output: str) -> dict[str, manifest.StageRecord]:
     """The manifest's stages of a run whose recorded files are all there; else a one-line error."""
     if not fs.exists(manifest.manifest_path(output)):
         raise NotARunError(f"{output} is not a run: it has no {manifest.MANIFEST_NAME}")
-    try:
-        records = manifest.load(output)
-    except (ValueError, TypeError, KeyError) as error:
-        raise NotARunError(f"{manifest.manifest_path(output)} is not a readable manifest ({error})") from error
+    records = manifest.load(output)
     if not records:
         raise NotARunError(f"{output} is not a run: its {manifest.MANIFEST_NAME} records no stage")
-    problems = [problem for record in records.values() for problem in manifest.missing_or_changed(output, record)]
-    if problems:
-        raise NotARunError(f"{output} is incomplete: {problems[0]}"
-                           + (f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""))
+    require_complete(output, records)
     return records
+
+
+def require_complete(output: str, records: dict[str, manifest.StageRecord]) -> None:
+    """``IncompleteRunError`` for the first recorded file of ``output`` that is gone or resized since."""
+    for name in sorted(records, key=layout.stage_rank):
+        problems = manifest.missing_or_changed(output, records[name])
+        if problems:
+            raise IncompleteRunError(output, name, problems[0])
 
 
 def _reuse(record: manifest.StageRecord, reused: str, computed: str) -> VectorReuse:
@@ -127,4 +140,6 @@ def diff_runs(old: str, new: str, vector_budget: int = VECTOR_BUDGET) -> RunDiff
     if layout.INDEX_STAGE in both:
         parts["passages"] = compare(rows.passages(old), rows.passages(new))
         parts["passage_reuse"] = _reuse(new_records[layout.INDEX_STAGE], "passages_reused", "passages_encoded")
+        parts["passage_sources"] = (passage_source(old_records[layout.INDEX_STAGE]),
+                                    passage_source(new_records[layout.INDEX_STAGE]))
     return RunDiff(old, new, **parts)

@@ -2,8 +2,5 @@
 
 ``gather`` reads the manifest and streams the artifacts into small aggregates, ``recall`` measures the index
 against exact search, ``plots`` draws the PNGs and ``page`` writes the HTML; ``build`` ties them together.
+(Nothing is imported here: the command line reads ``recall``'s defaults without pyarrow.)
 """
-
-from artifacts.run.report.build import write_report
-
-__all__ = ["write_report"]

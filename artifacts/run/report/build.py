@@ -12,9 +12,9 @@ import pyarrow as pa
 from artifacts import faiss as faiss_shards
 from artifacts import fs, layout, tables
 from artifacts.counters import Counter
-from artifacts.errors import InputError
+from artifacts.errors import DamagedManifestError, InputError
 from artifacts.run import manifest
-from artifacts.run.diff.runs import diff_runs
+from artifacts.run.diff.runs import diff_runs, require_complete
 from artifacts.run.report import changes, dictionary, gather, page, plots, stages
 from artifacts.run.report.data import ReportData
 from artifacts.run.report.recall import MAX_EXACT, QUERIES, index_recall
@@ -35,6 +35,8 @@ _READ_ERRORS = (tables.MissingArtifactError, InputError, OSError, ValueError, Ke
 def _attempt(data: ReportData, section: str, compute: Callable[[], T]) -> T | None:
     try:
         return compute()
+    except DamagedManifestError:
+        raise  # not a section's problem: the command says it in one line
     except _READ_ERRORS as error:
         message = getattr(error, "message", None) or str(error) or type(error).__name__
         data.problems[section] = message.splitlines()[0]
@@ -51,14 +53,14 @@ class NoManifestError(InputError):
 
 
 def load_records(output: str) -> dict[str, manifest.StageRecord]:
-    """The manifest's stage records; a one-line error when OUT has no (readable) manifest."""
+    """The manifest's stage records; a one-line error when OUT has no (readable) manifest or a file it records is
+    gone or resized (``IncompleteRunError``)."""
     path = manifest.manifest_path(output)
     if not fs.exists(path):
         raise NoManifestError(output)
-    try:
-        return manifest.load(output)
-    except (ValueError, TypeError, KeyError) as error:
-        raise InputError(f"{path} is not a readable manifest: {error}") from error
+    records = manifest.load(output)
+    require_complete(output, records)
+    return records
 
 
 def collect(output: str, declared: Mapping[str, Counter], recall_queries: int = QUERIES,

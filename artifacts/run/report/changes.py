@@ -65,4 +65,13 @@ def changes_section(previous: str, diff: RunDiff | None, problem: str | None) ->
                     ' id="changes-table"')
     reuse = kv([("entity vectors", _reuse(diff.entity_reuse, "recomputed")),
                  ("passage vectors", _reuse(diff.passage_reuse, "encoded"))])
-    return head + numbers + "<h3>Reused from the previous run</h3>" + reuse + _cosines(diff) + "</section>"
+    return head + numbers + _sources(diff) + "<h3>Reused from the previous run</h3>" + reuse + _cosines(diff) + (
+        "</section>")
+
+
+def _sources(diff: RunDiff) -> str:
+    if diff.passage_sources is None:
+        return ""
+    old, new = diff.passage_sources
+    return (f'<p class="muted">Passages: the indexed ones, matched by id, their title and text compared; old: '
+            f"{esc(old)}; new: {esc(new)}.</p>")

@@ -87,14 +87,17 @@ def size(count: int) -> str:
 
 
 def duration(seconds: float) -> str:
-    """The exact recorded wall time, plus minutes/hours when that reads better."""
-    exact = f"{seconds:,.3f} s"
-    if seconds < 60:
-        return exact
+    """A wall time as a person reads it: ``4.2 s``, ``27 min 18 s``, ``3 h 05 min``."""
+    if seconds < 59.95:
+        return f"{seconds:.1f} s"
     minutes, secs = divmod(round(seconds), 60)
     hours, minutes = divmod(minutes, 60)
-    human = f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s"
-    return f"{exact} ({human})"
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s"
+
+
+def exact_duration(seconds: float) -> str:
+    """``duration`` with the recorded seconds, exact, on hover."""
+    return f'<span title="{seconds:,.3f} s">{esc(duration(seconds))}</span>'
 
 
 def percent(fraction: float) -> str:
@@ -131,5 +134,7 @@ def option_value(value: Any) -> str:
         return f"<code>{esc(json.dumps(value))}</code>"
     if value is None:
         return '<span class="muted">none</span>'
+    if value == "":
+        return '<span class="muted">default</span>'
     return f"<code>{esc(json.dumps(value))}</code>" if isinstance(value, str) else esc(value)
 

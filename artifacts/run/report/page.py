@@ -9,7 +9,18 @@ from artifacts import layout
 from artifacts.run.report import analyses
 from artifacts.run.report.counters import bad_input_summary, counters_section
 from artifacts.run.report.data import ReportData
-from artifacts.run.report.markup import CSS, duration, esc, kv, number, option_value, plot, size, table
+from artifacts.run.report.markup import (
+    CSS,
+    duration,
+    esc,
+    exact_duration,
+    kv,
+    number,
+    option_value,
+    plot,
+    size,
+    table,
+)
 from artifacts.run.report.stages import ArtifactSummary, StageView
 
 _PACKAGE_ORDER = ("python", "kpr-pipeline", "apache-beam", "pyarrow", "numpy", "torch", "transformers",
@@ -38,7 +49,7 @@ def _rows_of(view: StageView | None, artifact: str) -> int | None:
 def _header(data: ReportData) -> str:
     done = [view for view in data.views if view.record is not None]
     total = sum(view.record.wall_time_s for view in done)
-    cards = [("stages run", f"{len(done)} of {len(data.views)}"), ("total wall time", duration(total).split(" (")[0])]
+    cards = [("stages run", f"{len(done)} of {len(data.views)}"), ("total wall time", duration(total))]
     for stage, artifact, label in ((layout.PARSE_STAGE, layout.ARTICLES, "articles"),
                                    (layout.DICTIONARY_STAGE, layout.ENTITIES, "entities"),
                                    (layout.DICTIONARY_STAGE, layout.NAMES, "name-entity pairs"),
@@ -70,7 +81,7 @@ def _timings(data: ReportData) -> str:
     if not done:
         return '<section id="timings"><h2>Timings</h2><p class="muted">No stage has run yet.</p></section>'
     rows = [f'<tr><td><a href="#stage-{esc(view.name)}">{esc(view.command)}</a></td>'
-            f'<td class="num">{esc(duration(view.record.wall_time_s))}</td>'
+            f'<td class="num">{exact_duration(view.record.wall_time_s)}</td>'
             f"<td>{esc(view.record.finished_at)}</td></tr>" for view in done]
     return (f'<section id="timings"><h2>Timings</h2>{plot(data, "timings", "wall time per stage")}'
             f'{table(["stage", "wall time", "finished (UTC)"], rows, [False, True])}</section>')
@@ -83,7 +94,7 @@ def _stage(view: StageView, data: ReportData) -> str:
                 f'<p class="muted">not run: OUT/manifest.json has no record of this stage.</p></section>')
     record = view.record
     parts = [f'<h2>{esc(view.command)} <span class="badge ok">done</span></h2>',
-             f'<p class="meta">wall time <b>{esc(duration(record.wall_time_s))}</b> · finished '
+             f'<p class="meta">wall time <b>{exact_duration(record.wall_time_s)}</b> · finished '
              f'{esc(record.finished_at)} UTC</p>',
              '<div class="grid2"><div>', _read(view, data), _options(record.options), "</div><div>",
              _written(view.artifacts), "</div></div>", counters_section(record.counters, data.declared),
@@ -104,7 +115,7 @@ def _read(view: StageView, data: ReportData) -> str:
             upstream = data.view(item.name)
             written = ", ".join(f"{esc(artifact.name)} ({number(artifact.rows)} rows)" if artifact.rows is not None
                                 else esc(artifact.name) for artifact in (upstream.artifacts if upstream else []))
-            items.append(f'<li{title}>outputs of <a href="#stage-{esc(item.name)}">{esc(item.name.replace("_", "-"))}'
+            items.append(f'<li{title}>outputs of <a href="#stage-{esc(item.name)}">{esc(layout.command_of(item.name))}'
                          f"</a>{': ' + written if written else ''}</li>")
         else:
             rows = _rows_of(data.view(layout.PARSE_STAGE), item.name) if item.name == layout.ARTICLES else None

@@ -9,6 +9,7 @@ import numpy as np
 
 from artifacts.run.report.dictionary import DictionaryStats
 from artifacts.run.report.gather import EmbeddingStats, EntityStats
+from artifacts.run.report.markup import duration
 from artifacts.run.report.stages import StageView
 from artifacts.run.report.stats import integer_log_edges
 
@@ -69,7 +70,7 @@ def timings(views: Sequence[StageView]) -> bytes:
     top = max(seconds, default=1.0) or 1.0
     axis.set_xlim(0, top * 1.18)
     for position, value in zip(positions, seconds, strict=True):
-        axis.text(value + top * 0.01, position, f"{value:,.1f} s", va="center", fontsize=9)
+        axis.text(value + top * 0.01, position, duration(value), va="center", fontsize=9)
     return _png(figure)
 
 

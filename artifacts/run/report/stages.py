@@ -40,7 +40,7 @@ class StageView:
 
     @property
     def command(self) -> str:
-        return layout.STAGE_COMMANDS.get(self.name, self.name.replace("_", "-"))
+        return layout.command_of(self.name)
 
 
 def artifact_of(path: str) -> str:

@@ -1,8 +1,8 @@
 """Validation of a run under OUT, for every stage its manifest records (a stage not run is not an error).
 
 Checked: every recorded file is there with its recorded size and sha256; Parquet files open, have the recorded
-rows and the contract schema; no unrecorded file sits in a recorded artifact directory (a published copy
-would carry it);
+rows and the contract schema; no unrecorded file sits in an artifact directory (a published copy would carry
+it; a stage killed while it committed leaves its files unrecorded);
 no stage was built from other upstream outputs than the recorded ones; entity ids agree across ``entities/``,
 ``dictionary/names/``, the linker's ``kb_id.trie`` and ``entity_embeddings/``; entity vectors are finite and
 have the file's ``target_norm``; FAISS shards load and agree with their id maps and ``index.json``.
@@ -15,15 +15,7 @@ load), so each corruption is reported once, naming its file.
 vectors; ``index``: the FAISS shards; ``recorded``: what they share.
 """
 
-from artifacts.run.validation.check import (
-    InvalidRunError,
-    Validation,
-    check_run,
-    describe_problems,
-    require_valid,
-    validate_run,
-)
+from artifacts.run.validation.check import Validation, check_run, require_valid, validate_run
 from artifacts.run.validation.recorded import parquet_footer
 
-__all__ = ["InvalidRunError", "Validation", "check_run", "describe_problems", "parquet_footer", "require_valid",
-           "validate_run"]
+__all__ = ["Validation", "check_run", "parquet_footer", "require_valid", "validate_run"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from artifacts import layout
-from artifacts.errors import InputError
+from artifacts.errors import InvalidRunError
 from artifacts.run import manifest
 from artifacts.run.validation.entities import check_embeddings, check_entities, check_names
 from artifacts.run.validation.files import integrity_problems, parquet_problems, stale_stages, stray_files
@@ -33,10 +33,7 @@ def validate_run(output: str) -> list[str]:
 
 def check_run(output: str) -> Validation:
     """Validate every stage recorded in ``output``'s manifest."""
-    try:
-        stages = manifest.load(output)
-    except (ValueError, KeyError, TypeError) as error:
-        return Validation(output, (), (f"{manifest.MANIFEST_NAME}: unreadable ({error})",))
+    stages = manifest.load(output)  # a damaged manifest is not a run to validate: DamagedManifestError
     if not stages:
         return Validation(output, (), (f"{manifest.MANIFEST_NAME}: missing or empty, no stage has completed "
                                        f"under {output}",))
@@ -47,23 +44,6 @@ def check_run(output: str) -> Validation:
     problems += stray_files(run)
     problems += semantic_problems(run)
     return Validation(output, tuple(sorted(stages)), tuple(problems))
-
-
-def describe_problems(output: str, problems: list[str], limit: int = 10) -> str:
-    """Why a command refuses the run: the first ``limit`` problems, one per line."""
-    lines = [f"{output} does not validate ({len(problems)} problem(s)):", *problems[:limit]]
-    if len(problems) > limit:
-        lines.append(f"... and {len(problems) - limit} more (the validate command lists them all)")
-    return "\n  ".join(lines)
-
-
-class InvalidRunError(InputError):
-    """The run under ``output`` does not validate: publish and export refuse it."""
-
-    def __init__(self, output: str, problems: list[str]) -> None:
-        super().__init__(describe_problems(output, problems))
-        self.output = output
-        self.problems = tuple(problems)
 
 
 def require_valid(output: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from artifacts import fs
+from artifacts import fs, layout
 from artifacts.run import manifest
 from artifacts.run.validation.contracts import contract_problems
 from artifacts.run.validation.recorded import RecordedRun, message, parquet_footer
@@ -14,15 +14,18 @@ from artifacts.run.validation.recorded import RecordedRun, message, parquet_foot
 def stale_stages(stages: dict[str, manifest.StageRecord]) -> list[str]:
     """Stages whose recorded upstream fingerprints are not those of the recorded upstream outputs."""
     problems = []
-    for name, record in sorted(stages.items()):
+    for stage, record in sorted(stages.items()):
+        name = layout.command_of(stage)
         for key, digest in sorted(record.inputs.items()):
             upstream = key.removeprefix("stage:")
             if upstream == key:
                 continue  # an input file outside OUT: not part of the run
             if upstream not in stages:
-                problems.append(f"{manifest.MANIFEST_NAME}: stage {name} read stage {upstream}, which is not recorded")
+                problems.append(f"{manifest.MANIFEST_NAME}: stage {name} read stage {layout.command_of(upstream)}, "
+                                "which is not recorded")
             elif stages[upstream].outputs_digest() != digest:
-                problems.append(f"{manifest.MANIFEST_NAME}: stage {name} was built from other {upstream} outputs "
+                problems.append(f"{manifest.MANIFEST_NAME}: stage {name} was built from other "
+                                f"{layout.command_of(upstream)} outputs "
                                 f"than the recorded ones: rerun {name}")
     return problems
 
@@ -60,15 +63,24 @@ def parquet_problems(run: RecordedRun) -> list[str]:
 
 
 def stray_files(run: RecordedRun) -> list[str]:
-    """Files in a recorded artifact directory that the manifest does not list: a stage reading its upstream
-    artifact globs ``*.parquet`` (a stale or partial write would be read as part of it; the report, export and
-    search read only recorded files), and a published copy would carry the rest."""
+    """Files in an artifact directory (a recorded one, or one a stage writes) that the manifest does not list: a
+    stage reading its upstream artifact globs ``*.parquet`` (a stale or partial write would be read as part of
+    it; the report, export and search read only recorded files), and a published copy would carry the rest. A
+    stage killed while it committed leaves its files with no record at all."""
+    writers = {directory: stage for stage, directories in layout.STAGE_OUTPUTS.items() for directory in
+               (*directories, layout.errors_of(stage))}
+    directories = {manifest.artifact_directory(path) for path in run.files if "/" in path} | set(writers)
     problems = []
-    for directory in sorted({manifest.artifact_directory(path) for path in run.files if "/" in path}):
+    for directory in sorted(directories):
         for path in fs.list_tree(run.path(directory)):
             relative = fs.relative(path, run.output)
-            if relative not in run.files:
+            if relative in run.files:
+                continue
+            if writers.get(directory) not in (None, *run.stages):
+                command = layout.command_of(writers[directory])
+                why = f"no '{command}' stage is recorded: one cut off before its commit ended"
+            else:
                 why = "a stale or partial write" if relative.endswith(".parquet") else "no stage recorded it"
-                problems.append(f"{relative}: not in the manifest ({why})")
+            problems.append(f"{relative}: not in the manifest ({why})")
     return problems
 

@@ -1,0 +1,213 @@
+"""OUT/manifest.json: a damaged one (cut short, not JSON, JSON of another shape, a missing or mistyped field) is met
+by every command that reads it with one line naming the file, what is wrong and what to do, exit 2, and is left
+byte for byte as it was; a recorded file that is gone is named with the stage to rerun."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from artifacts.errors import DamagedManifestError
+from artifacts.run import manifest
+from pipelines.cli import main
+from tests.builders import all_command, stage_command
+from tests.conftest import BUNDLED_SAMPLE, DIRECT
+
+
+def manifest_bytes(damage: str, data: bytes) -> bytes:
+    """The recorded manifest ``data`` damaged as ``damage`` says."""
+    if damage == "cut short":
+        return data[:len(data) // 2]
+    if damage == "not JSON":
+        return b"<html><body>502 Bad Gateway</body></html>\n"
+    if damage == "another shape":
+        return json.dumps({"format": 1, "stages": [{"stage": "parse"}]}).encode()
+    document = json.loads(data)
+    if damage == "a missing field":
+        del document["stages"]["dictionary"]["outputs"]
+    else:  # a mistyped field
+        document["stages"]["mentions"]["outputs"][0]["bytes"] = "1,024"
+    return json.dumps(document).encode()
+
+
+# what each damage is called in the line (after "OUT/manifest.json is damaged: "), from the damaged bytes
+PROBLEMS: dict[str, Callable[[bytes], str]] = {
+    "cut short": lambda damaged: f"it is cut short (its JSON ends after {len(damaged):,} bytes)",
+    "not JSON": lambda _: "it is not JSON (Expecting value at line 1, column 1)",
+    "another shape": lambda _: 'it has "stages" as a list, not an object',
+    "a missing field": lambda _: "its stage 'dictionary' has no \"outputs\"",
+    "a mistyped field": lambda _: "its stage 'mentions' outputs[0] has \"bytes\" as a string",
+}
+HINT = ("it is left as it is: restore it from a copy of the run (one that `publish` wrote), or delete it and run "
+        "the stages again (they recompute everything)")
+DAMAGES = list(PROBLEMS)
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_each_damage_is_named(full_run: Path, damage: str) -> None:
+    damaged = manifest_bytes(damage, (full_run / "manifest.json").read_bytes())
+    with pytest.raises(DamagedManifestError) as raised:
+        manifest.parse("OUT/manifest.json", damaged)
+    assert raised.value.message == f"OUT/manifest.json is damaged: {PROBLEMS[damage](damaged)}"
+
+
+def test_other_damages_are_named() -> None:
+    cases = {b"": "it is empty", b"\xff\xfe{}": "byte 0 is not UTF-8 text",
+             b'{"stages": {"parse": {"stage": "parse", "opt': "it is cut short (its JSON ends after 44 bytes)",
+             b'{"stages": {"parse": [1]}}': "its stage 'parse' is a list, not an object",
+             b'[]': 'it holds a list, not a manifest (an object with "stages")',
+             b'{"format": 1}': 'it has no "stages"',
+             b'{"stages": {"parse": {"stage": "parse", "options": {}, "inputs": {}, "outputs": [], '
+             b'"wall_time_s": true}}}': "its stage 'parse' has \"wall_time_s\" as a boolean"}
+    for data, problem in cases.items():
+        with pytest.raises(DamagedManifestError) as raised:
+            manifest.parse("m.json", data)
+        assert raised.value.message == f"m.json is damaged: {problem}", data
+
+
+def test_a_record_with_fields_of_a_later_version_reads() -> None:
+    data = {"format": 1, "stages": {"parse": {"stage": "parse", "options": {"a": 1}, "inputs": {}, "outputs": [
+        {"path": "articles/a.parquet", "bytes": 3, "sha256": "ab", "rows": 1, "codec": "zstd"}], "new": True}}}
+    records = manifest.parse("m.json", json.dumps(data).encode())
+    assert records["parse"].options == {"a": 1}
+    assert records["parse"].outputs == [manifest.OutputFile("articles/a.parquet", 3, "ab", 1)]
+
+
+def command_lines(out: Path, fresh: Path, work: Path, model: Path) -> dict[str, list[str]]:
+    """Every command that reads OUT's manifest, as a user runs it on the full run in ``out`` (``--previous``: a
+    stage of the intact copy ``fresh`` that names ``out`` as the previous run; ``work``: where evaluate's questions
+    are and where export-kpr and publish would write)."""
+    return {
+        "parse": ["parse", "--dump", str(BUNDLED_SAMPLE), "--output", str(out), *DIRECT],
+        **{command: stage_command(command, out, model) for command in
+           ("dictionary", "mentions", "embed-entities", "index")},
+        "all": all_command(out, model),
+        "all --force": all_command(out, model, "--force"),
+        "search": ["search", "--output", str(out), "--query", "Greek philosopher"],
+        "evaluate": ["evaluate", "--output", str(out), "--questions", str(work / "questions.tsv")],
+        "export-kpr": ["export-kpr", "--output", str(out), "--to", str(work / "kpr")],
+        "validate": ["validate", "--output", str(out)],
+        "diff --old": ["diff", "--old", str(out), "--new", str(fresh)],
+        "diff --new": ["diff", "--old", str(fresh), "--new", str(out)],
+        "report": ["report", "--output", str(out)],
+        "report --previous": ["report", "--output", str(fresh), "--previous", str(out)],
+        "publish": ["publish", "--output", str(out), "--to", str(work / "published")],
+        "embed-entities --previous": stage_command("embed-entities", fresh, model, "--previous", str(out)),
+        "index --previous": stage_command("index", fresh, model, "--previous", str(out)),
+        "all --previous": all_command(fresh, model, "--previous", str(out)),
+    }
+
+
+COMMANDS = list(command_lines(Path("o"), Path("f"), Path("w"), Path("m")))
+
+
+def files_and_bytes(directory: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(directory)): path.read_bytes() for path in sorted(directory.rglob("*"))
+            if path.is_file()}
+
+
+@pytest.fixture(scope="module")
+def damaged_runs(full_run: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A copy of the full run per damage, its manifest damaged so (read-only to the tests: none may write)."""
+    runs = {}
+    for damage in DAMAGES:
+        out = Path(shutil.copytree(full_run, tmp_path_factory.mktemp("damaged") / "out"))
+        (out / "manifest.json").write_bytes(manifest_bytes(damage, (full_run / "manifest.json").read_bytes()))
+        runs[damage] = out
+    return runs
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_damaged_manifest_is_one_line_exit_2_and_left_as_it_was(command: str, damage: str,
+                                                                  damaged_runs: dict[str, Path], full_run: Path,
+                                                                  tiny_bert: Path, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    out = damaged_runs[damage]
+    fresh = Path(shutil.copytree(full_run, tmp_path / "fresh"))
+    (tmp_path / "questions.tsv").write_text("who was Aristotle\t['philosopher']\n", encoding="utf-8")
+    argv = command_lines(out, fresh, tmp_path, tiny_bert)[command]
+    before, fresh_before = files_and_bytes(out), files_and_bytes(fresh)
+    assert main(argv) == 2
+    path = out / "manifest.json"
+    problem = PROBLEMS[damage](path.read_bytes())
+    assert capsys.readouterr().err.splitlines() == [f"error: {path} is damaged: {problem}; {HINT}"]
+    assert files_and_bytes(out) == before, "nothing under the damaged run changed"
+    assert files_and_bytes(fresh) == fresh_before, "nothing under the other run changed"
+    assert not (tmp_path / "kpr").exists() and not (tmp_path / "published").exists()
+
+
+ARTICLES = "articles/part-00000-of-00001.parquet"
+EMBEDDINGS = "entity_embeddings/part-00000-of-00001.parquet"
+SHARD = "index/shard-00000.faiss"
+PARSE_CHANGED = ["error: the outputs of 'parse' under {out} changed after it ran ({file}: missing): rerun `python "
+                 "run_pipeline.py parse --output {out} --force ...` first"]
+INDEX_CHANGED = ["error: the index under {out} changed after it was recorded ({file}: missing): rerun `python "
+                 "run_pipeline.py index --output {out} ... --force`"]
+INVALID = ["error: {out} does not validate ({file}: missing): `python run_pipeline.py validate --output {out}` lists "
+           "every problem"]
+# command -> (the recorded file removed: one it reads, its exit status, its stderr with {out} and {file})
+GONE = {
+    "dictionary": (ARTICLES, 2, PARSE_CHANGED),
+    "embed-entities": (ARTICLES, 2, PARSE_CHANGED),
+    "search": (SHARD, 2, INDEX_CHANGED),
+    "evaluate": (SHARD, 2, INDEX_CHANGED),
+    "export-kpr": (EMBEDDINGS, 2, INVALID),
+    "publish": (SHARD, 2, INVALID),
+    "validate": (SHARD, 1, ["{file}: missing", "invalid: {out} (stages: dictionary, embed-entities, index, mentions, "
+                                               "parse): 1 problem(s)"]),
+    "diff --old": (EMBEDDINGS, 2, ["error: {out} is incomplete ({file}: missing, written by its 'embed-entities' "
+                                   "stage): restore the file, or rerun `python run_pipeline.py embed-entities --output "
+                                   "{out} --force ...`"]),
+    "report": (SHARD, 2, ["error: {out} is incomplete ({file}: missing, written by its 'index' stage): restore the "
+                          "file, or rerun `python run_pipeline.py index --output {out} --force ...`"]),
+}
+
+
+@pytest.mark.parametrize("command", list(GONE))
+def test_a_recorded_file_that_is_gone_is_named_with_what_to_do(command: str, full_run: Path, tiny_bert: Path,
+                                                               tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    out = Path(shutil.copytree(full_run, tmp_path / "out"))
+    relative, status, expected = GONE[command]
+    (out / relative).unlink()
+    (tmp_path / "questions.tsv").write_text("who was Aristotle\t['philosopher']\n", encoding="utf-8")
+    before = files_and_bytes(out)
+    assert main(command_lines(out, full_run, tmp_path, tiny_bert)[command]) == status
+    assert capsys.readouterr().err.splitlines() == [line.format(out=out, file=relative) for line in expected]
+    assert files_and_bytes(out) == before
+
+
+def test_a_stage_whose_own_recorded_file_is_gone_runs_again(full_run: Path, tiny_bert: Path, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """The resume rule: `all` skips the stages whose recorded outputs are there and reruns the one whose are not
+    (and those that read what it rewrote, when it changed)."""
+    out = Path(shutil.copytree(full_run, tmp_path / "out"))
+    (out / SHARD).unlink()
+    assert main(all_command(out, tiny_bert, "--no-report")) == 0
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if line.endswith(("] running", "] skipped: outputs complete, inputs "
+                                                                "and options unchanged"))] == [
+        f"[{command}] skipped: outputs complete, inputs and options unchanged"
+        for command in ("parse", "dictionary", "mentions", "embed-entities")] + ["[index] running"]
+    assert (out / SHARD).read_bytes() == (full_run / SHARD).read_bytes()
+
+
+def test_a_previous_run_with_a_file_gone_is_recomputed_saying_why(full_run: Path, tiny_bert: Path, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """--previous: a previous run that does not validate is not reused (the refresh rule), and the line names the
+    file; with --require-reuse it is one line and exit 2."""
+    previous = Path(shutil.copytree(full_run, tmp_path / "previous"))
+    (previous / SHARD).unlink()
+    out = Path(shutil.copytree(full_run, tmp_path / "out"))
+    argv = stage_command("index", out, tiny_bert, "--previous", str(previous))
+    assert main([*argv, "--require-reuse"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "[index] running", f"error: cannot reuse the previous run: {previous} does not validate ({SHARD}: missing)"]
+    assert main(argv) == 0
+    assert (f"[index] recomputing everything: {previous} does not validate ({SHARD}: missing)"
+            in capsys.readouterr().err.splitlines())
