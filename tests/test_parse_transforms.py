@@ -283,3 +283,22 @@ def test_outputs_past_the_launchers_share_are_described_by_the_workers(tmp_path:
     assert {item.path for item in outputs[1]} >= {"articles/part-00000-of-00001.parquet",
                                                   "redirects/part-00000-of-00001.parquet"}
     assert not (by_workers / ".staging" / "parse").exists()
+
+
+def test_article_positions_are_read_back_by_index_in_any_order(tmp_path: Path):
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from artifacts import schemas
+    from transforms.parse import article_positions, read_kind, title_record
+
+    rows = [title_record("article" if index % 3 else "redirect", f"T{index}", index, position=f"f@{index}#0",
+                         target=None if index % 3 else "T1") for index in range(300)]
+    path = tmp_path / "records.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=schemas.TITLE_RECORDS), path, row_group_size=17)
+    articles = [row for row in rows if row["kind"] == "article"]
+    assert read_kind([str(path)], "articles").column("title").to_pylist() == [row["title"] for row in articles]
+    indices = np.array([150, 3, 199, 0, 77])
+    assert article_positions([str(path)], indices).to_pylist() == [articles[index]["position"] for index in indices]
+    assert article_positions([str(path)], np.array([], dtype=np.int64)).to_pylist() == []

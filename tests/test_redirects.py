@@ -19,10 +19,11 @@ def records(articles: list[tuple[str, int]], redirects: list[tuple[str, str]],
             pages: list[tuple[int, str]] = (), sql_redirects: list[tuple[int, str]] = (),
             qids: list[tuple[int, str]] = ()) -> TitleRecords:
     """Title records; an article's position is its title and id."""
+    positions = pa.array([f"{title}#{page_id}" for title, page_id in articles], pa.string())
     return TitleRecords(
-        articles=pa.table({"position": [f"{title}#{page_id}" for title, page_id in articles],
-                           "title": [title for title, _ in articles],
+        articles=pa.table({"title": [title for title, _ in articles],
                            "page_id": pa.array([page_id for _, page_id in articles], pa.int64())}),
+        positions_of=lambda indices: positions.take(pa.array(indices, pa.int64())),
         redirects=pa.table({"title": pa.array([t for t, _ in redirects], pa.string()),
                             "target": pa.array([t for _, t in redirects], pa.string())}),
         pages=pa.table({"page_id": pa.array([p for p, _ in pages], pa.int64()),
@@ -130,3 +131,21 @@ def test_a_remote_title_map_is_read_through_copies_that_are_removed(tmp_path: Pa
     titles = TitleMap.load(mirrored(tmp_path / "map"))
     assert titles.resolve("A").target == "Article" and len(titles) == 2
     assert list(scratch.iterdir()) == []  # each copy removed once mapped
+
+
+def test_positions_are_read_only_for_pages_sharing_an_id_and_break_ties_as_strings():
+    positions = pa.array(["p#9", "p#1", "p#10", "p#2", "p#3"], pa.string())
+    asked: list[int] = []
+
+    def positions_of(indices) -> pa.Array:
+        asked.extend(int(index) for index in indices)
+        return positions.take(pa.array(indices, pa.int64()))
+
+    empty = records([], [])
+    build = build_title_map(TitleRecords(
+        articles=pa.table({"title": ["A", "B", "A", "C", "D"], "page_id": pa.array([1, 2, 1, 2, 3], pa.int64())}),
+        positions_of=positions_of, redirects=empty.redirects, pages=empty.pages,
+        sql_redirects=empty.sql_redirects, qids=empty.qids))
+    # of the two copies of (1, "A") the smaller position as a string ("p#10" < "p#9") is kept
+    assert rows(build.dropped) == [("p#2", "duplicate_page_ids"), ("p#9", "duplicate_page_ids")]
+    assert set(asked) == {0, 1, 2, 3}  # never the page that shares nothing

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import apache_beam as beam
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -172,9 +174,11 @@ class ConvertPages(beam.PTransform):
         return {"articles": classified.articles, "records": records, "dead_letters": dead_letters}
 
 
-# What each kind of title record contributes to TitleRecords: (field, record column) pairs.
+# Title records read at a time (their columns of one kind kept).
+RECORD_BATCH_ROWS = 1 << 14
+# What each kind of title record contributes to TitleRecords: (record kind, {record column: field}).
 RECORD_FIELDS = {
-    "articles": (ARTICLE_RECORD, {"position": "position", "title": "title", "page_id": "page_id"}),
+    "articles": (ARTICLE_RECORD, {"title": "title", "page_id": "page_id"}),
     "redirects": (REDIRECT_RECORD, {"title": "title", "target": "target"}),
     "pages": (PAGE_RECORD, {"page_id": "page_id", "title": "title"}),
     "sql_redirects": (SQL_REDIRECT_RECORD, {"page_id": "page_id", "target": "target"}),
@@ -182,24 +186,43 @@ RECORD_FIELDS = {
 }
 
 
+def record_batches(files: list[str], kind: str, columns: list[str]) -> Iterator[pa.RecordBatch]:
+    """The ``columns`` of the title records of ``kind`` in ``files``, a batch at a time (only they are read)."""
+    for batch in tables.iter_file_batches(files, ["kind", *columns], batch_size=RECORD_BATCH_ROWS):
+        chosen = batch.filter(pc.equal(batch.column("kind"), kind))
+        if chosen.num_rows:
+            yield chosen.select(columns)
+
+
+def read_kind(files: list[str], name: str) -> pa.Table:
+    """The records of one field of TitleRecords, its columns renamed."""
+    kind, columns = RECORD_FIELDS[name]
+    schema = pa.schema([schemas.TITLE_RECORDS.field(column).with_name(field) for column, field in columns.items()])
+    return pa.Table.from_batches([batch.rename_columns(list(columns.values()))
+                                  for batch in record_batches(files, kind, list(columns))], schema)
+
+
+def article_positions(files: list[str], indices: np.ndarray) -> pa.Array:
+    """The positions of the article records at ``indices`` (in the order ``read_kind`` reads them), read again
+    from ``files``: only the few the title map drops or ties are ever asked for."""
+    order = np.argsort(indices, kind="stable")
+    wanted, found, seen = np.asarray(indices)[order], [], 0
+    for batch in record_batches(files, ARTICLE_RECORD, ["position"]):
+        low, high = np.searchsorted(wanted, [seen, seen + batch.num_rows])
+        found.append(batch.column(0).take(pa.array(wanted[low:high] - seen)))
+        seen += batch.num_rows
+        if high == len(wanted):
+            break
+    positions = pa.concat_arrays(found) if found else pa.array([], pa.string())
+    return positions.take(pa.array(np.argsort(order)))
+
+
 def read_records(records_dir: str) -> TitleRecords:
-    """Every title record written under ``records_dir``, by kind (read a batch at a time: only the columns of
-    each kind are kept)."""
-    parts: dict[str, list[pa.RecordBatch]] = {name: [] for name in RECORD_FIELDS}
-    for batch in tables.iter_file_batches(fs.list_files(records_dir, "*.parquet")):
-        kinds = batch.column("kind")
-        for name, (kind, columns) in RECORD_FIELDS.items():
-            chosen = batch.filter(pc.equal(kinds, kind))
-            if chosen.num_rows:
-                parts[name].append(chosen.select(list(columns)).rename_columns(list(columns.values())))
-
-    def of_kind(name: str) -> pa.Table:
-        columns = RECORD_FIELDS[name][1]
-        schema = pa.schema([schemas.TITLE_RECORDS.field(column).with_name(field)
-                            for column, field in columns.items()])
-        return pa.Table.from_batches(parts.pop(name), schema)
-
-    return TitleRecords(**{name: of_kind(name) for name in RECORD_FIELDS})
+    """The title records written under ``records_dir``, by kind (each kind's columns read a batch at a time; the
+    articles' positions left in the files until asked for)."""
+    files = fs.list_files(records_dir, "*.parquet")
+    return TitleRecords(positions_of=partial(article_positions, files),
+                        **{name: read_kind(files, name) for name in RECORD_FIELDS})
 
 
 def build_title_map_once(_: Any, records_dir: str, map_dir: str, redirects_file: str) -> Iterator[Any]:

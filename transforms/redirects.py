@@ -9,6 +9,7 @@ of ``current = current[current]`` follow chains of up to 64 hops for all ~10M re
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import marisa_trie
@@ -34,13 +35,19 @@ COUNTERS = declare(
 )
 
 
+# The positions (where each was read) of the article records at the given indices of ``TitleRecords.articles``.
+PositionsOf = Callable[[np.ndarray], pa.Array]
+
+
 @dataclass(frozen=True)
 class TitleRecords:
-    """What the title map is built from, as Arrow tables: ``articles`` (position, title, page_id) of every converted
-    article page; ``redirects`` (title, target) of redirect pages; ``pages`` (page_id, title) of every page that can
-    name an SQL redirect's source; ``sql_redirects`` (page_id, target); ``qids`` (page_id, qid)."""
+    """What the title map is built from, as Arrow tables: ``articles`` (title, page_id) of every converted article
+    page, and ``positions_of`` their positions by index (only duplicate pages need one: they are read when asked
+    for, not held); ``redirects`` (title, target) of redirect pages; ``pages`` (page_id, title) of every page that
+    can name an SQL redirect's source; ``sql_redirects`` (page_id, target); ``qids`` (page_id, qid)."""
 
     articles: pa.Table
+    positions_of: PositionsOf
     redirects: pa.Table
     pages: pa.Table
     sql_redirects: pa.Table
@@ -70,36 +77,51 @@ class TitleMapBuild:
     counts: RedirectCounts
 
 
-def first_of_runs(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """Whether each value of a sorted array starts a run of equal values."""
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    starts = np.ones(len(values), dtype=bool)
-    if len(values) > 1:
-        starts[1:] = pc.not_equal(values.slice(1), values.slice(0, len(values) - 1)).to_numpy(zero_copy_only=False)
-    return starts
+def group_starts(sorted_values: np.ndarray) -> np.ndarray:
+    """Whether each value of a sorted numpy array starts a run of equal values."""
+    return np.r_[True, sorted_values[1:] != sorted_values[:-1]] if len(sorted_values) else np.zeros(0, dtype=bool)
 
 
-def kept_articles(articles: pa.Table) -> tuple[pa.Table, pa.Table]:
-    """(kept articles: title and page_id, dropped positions with their counter): of pages sharing a page id the
-    smallest title is kept (ties: the first position), then of pages sharing a title the smallest page id.
-    Sorted by indices: the articles (positions are most of their bytes) are never copied whole."""
-    by_id = pc.sort_indices(articles, [("page_id", "ascending"), ("title", "ascending"), ("position", "ascending")])
-    unique_id = first_of_runs(articles.column("page_id").take(by_id))
-    distinct_ids = by_id.filter(pa.array(unique_id))
-    candidates = articles.select(["title", "page_id"]).take(distinct_ids)
-    by_title = pc.sort_indices(candidates, [("title", "ascending"), ("page_id", "ascending")])
-    unique_title = first_of_runs(candidates.column("title").take(by_title))
-    kept = candidates.take(by_title.filter(pa.array(unique_title)))
-    duplicate_ids = by_id.filter(pa.array(~unique_id))
-    duplicate_titles = distinct_ids.take(by_title.filter(pa.array(~unique_title)))
-    positions = articles.column("position")
-    dropped_positions = pa.table({
-        "position": pa.chunked_array([positions.take(duplicate_ids), positions.take(duplicate_titles)],
+def in_repeated_runs(sorted_values: np.ndarray) -> np.ndarray:
+    """Whether each value of a sorted numpy array has an equal neighbour (its run holds more than one)."""
+    starts = group_starts(sorted_values)
+    run = np.cumsum(starts) - 1
+    return np.bincount(run)[run] > 1 if len(run) else np.zeros(0, dtype=bool)
+
+
+def smallest_by_strings(rows: np.ndarray, groups: np.ndarray, *keys: pa.Array) -> np.ndarray:
+    """For each group (``groups[i]`` of ``rows[i]``, sorted), its row whose ``keys`` (strings, compared in order)
+    are smallest: Python comparisons, for the few rows that share a page id or a title."""
+    best: dict[int, tuple] = {}
+    for row, group, *values in zip(rows.tolist(), groups.tolist(), *(key.to_pylist() for key in keys), strict=True):
+        if group not in best or tuple(values) < best[group][1:]:
+            best[group] = (row, *values)
+    return np.array(sorted(found[0] for found in best.values()), dtype=np.int64)
+
+
+def kept_article_rows(records: TitleRecords, title_keys: np.ndarray) -> tuple[np.ndarray, pa.Table]:
+    """(whether each article record is kept, dropped positions with their counter): of pages sharing a page id the
+    smallest title is kept (ties: the smallest position), then of pages sharing a title the smallest page id.
+    Numbers only (page ids, the titles' trie key ids): strings and positions are read for duplicates alone."""
+    articles, kept = records.articles, np.ones(records.articles.num_rows, dtype=bool)
+    page_ids = articles.column("page_id").to_numpy()
+    by_id = np.argsort(page_ids, kind="stable")
+    shared = by_id[in_repeated_runs(page_ids[by_id])]
+    if len(shared):
+        kept[shared] = False
+        titles = articles.column("title").take(pa.array(shared))
+        kept[smallest_by_strings(shared, page_ids[shared], titles, records.positions_of(shared))] = True
+    duplicate_ids = np.setdiff1d(shared, np.flatnonzero(kept))
+    remaining = np.flatnonzero(kept)
+    by_title = remaining[np.lexsort((page_ids[remaining], title_keys[remaining]))]
+    duplicate_titles = by_title[~group_starts(title_keys[by_title])]
+    kept[duplicate_titles] = False
+    dropped = pa.table({
+        "position": pa.chunked_array([records.positions_of(duplicate_ids), records.positions_of(duplicate_titles)],
                                      pa.string()),
         "kind": pa.array([DUPLICATE_PAGE_IDS] * len(duplicate_ids) + [DUPLICATE_TITLES] * len(duplicate_titles),
                          pa.string())})
-    return kept, dropped_positions
+    return kept, dropped
 
 
 def sql_redirect_pairs(records: TitleRecords) -> pa.Table:
@@ -112,12 +134,20 @@ def sql_redirect_pairs(records: TitleRecords) -> pa.Table:
 
 
 def redirect_pairs(dump_pairs: pa.Table, sql_pairs: pa.Table) -> pa.Table:
-    """One target per redirect title: where the dump and the SQL table disagree, the smallest. (Sorted, not
-    grouped: Arrow's hash aggregation of a string minimum holds several times the pairs.)"""
-    pairs = pa.concat_tables([dump_pairs.select(["title", "target"]), sql_pairs])
-    order = pc.sort_indices(pairs, [("title", "ascending"), ("target", "ascending")])
-    first = first_of_runs(pairs.column("title").take(order))
-    return pairs.take(order.filter(pa.array(first)))
+    """Every (title, target) redirect pair, the dump's and the SQL table's (not copied)."""
+    return pa.concat_tables([dump_pairs.select(["title", "target"]), sql_pairs])
+
+
+def one_target_each(pairs: pa.Table, sources: np.ndarray) -> np.ndarray:
+    """Whether each pair is kept: one per redirect (``sources``: its title's key id); where several give a
+    redirect a target (the dump and the SQL table disagree, or a duplicate page), the smallest target."""
+    kept = np.ones(len(sources), dtype=bool)
+    by_source = np.argsort(sources, kind="stable")
+    shared = by_source[in_repeated_runs(sources[by_source])]
+    if len(shared):
+        kept[shared] = False
+        kept[smallest_by_strings(shared, sources[shared], pairs.column("target").take(pa.array(shared)))] = True
+    return kept
 
 
 def jump(successor: np.ndarray, rounds: int = JUMP_ROUNDS) -> np.ndarray:
@@ -151,20 +181,26 @@ def article_qids(kept: pa.Table, qids: pa.Table, trie: marisa_trie.Trie) -> pa.A
 
 
 def build_title_map(records: TitleRecords, rounds: int = JUMP_ROUNDS) -> TitleMapBuild:
-    """The title map of a dump from its title records (see ``TitleRecords``). Titles stay in Arrow arrays: the
-    trie is built from slices of them, never from a list of all of them."""
-    kept, dropped_positions = kept_articles(records.articles)
+    """The title map of a dump from its title records (see ``TitleRecords``). Titles stay in Arrow arrays (the
+    trie is built from slices of them) and duplicates are found on key ids: no title is copied."""
     sql_pairs = sql_redirect_pairs(records)
     named = pc.is_valid(sql_pairs.column("title"))
-    pairs = redirect_pairs(records.redirects, sql_pairs.filter(named))
+    all_pairs = redirect_pairs(records.redirects, sql_pairs.filter(named))
+    articles = records.articles
     trie = marisa_trie.Trie(itertools.chain(*(iter_strings(titles) for titles in (
-        kept.column("title"), pairs.column("title"), pairs.column("target")))))  # the trie keeps each title once
-    sources, targets = trie_key_ids(trie, pairs.column("title")), trie_key_ids(trie, pairs.column("target"))
+        articles.column("title"), all_pairs.column("title"), all_pairs.column("target")))))  # each title once
+    title_keys = trie_key_ids(trie, articles.column("title")).astype(np.int32)
+    kept_rows, dropped_positions = kept_article_rows(records, title_keys)
+    all_sources = trie_key_ids(trie, all_pairs.column("title")).astype(np.int32)
+    one_each = one_target_each(all_pairs, all_sources)
+    pairs = all_pairs.filter(pa.array(one_each)) if not one_each.all() else all_pairs
+    sources = all_sources[one_each]
+    targets = trie_key_ids(trie, pairs.column("target")).astype(np.int32)
     is_article = np.zeros(len(trie), dtype=bool)
-    is_article[trie_key_ids(trie, kept.column("title"))] = True
+    is_article[title_keys[kept_rows]] = True
     is_redirect = np.zeros(len(trie), dtype=bool)
     is_redirect[sources] = True
-    successor = np.arange(len(trie))
+    successor = np.arange(len(trie), dtype=np.int32)
     successor[sources] = targets
     final = jump(successor, rounds)
     in_cycle = is_redirect & is_redirect[final] & ~is_article[final]
@@ -178,5 +214,6 @@ def build_title_map(records: TitleRecords, rounds: int = JUMP_ROUNDS) -> TitleMa
                           "target": restored_strings(trie, final[resolved_sources])},
                          schema=pa.schema([("title", pa.string()), ("target", pa.string())]))
     cycles = [(trie.restore_key(int(key)), trie.restore_key(int(final[key]))) for key in sources[~resolved_pairs]]
+    kept = articles if kept_rows.all() else articles.filter(pa.array(kept_rows))
     arrays = TitleArrays(resolved, flags, article_qids(kept, records.qids, trie))
     return TitleMapBuild(trie, arrays, dropped_positions, redirects, sorted(cycles), counts)
