@@ -91,11 +91,11 @@ def write_linker_columns(directory: str, names: pa.Array | pa.ChunkedArray | Seq
     total_link_count, doc_count) of pair i. Arrays, not per-row objects, so millions of pairs stay small."""
     names = string_array(names)
     trie = marisa_trie.Trie(iter_strings(names))
-    name_ids = trie_key_ids(trie, names)
-    data = counts.astype(np.uint32).reshape(len(names), 4)
+    name_ids = trie_key_ids(trie, names).astype(np.uint32)
+    data = counts.astype(np.uint32, copy=False).reshape(len(names), 4)
     data[:, 0] -= 1  # entity_id -> kb_index
     # By name id, then most linked first, then by entity: the same bytes whatever order the rows came in.
-    order = np.lexsort((data[:, 0], -data[:, 1].astype(np.int64), name_ids))
+    order = np.lexsort((data[:, 0], np.iinfo(np.uint32).max - data[:, 1], name_ids))
     data = data[order]
     offsets = np.zeros(len(trie) + 1, dtype=np.uint32)
     np.cumsum(np.bincount(name_ids, minlength=len(trie)), out=offsets[1:])

@@ -23,10 +23,11 @@ def write_linker(entity_files: Sequence[str], name_files: Sequence[str], linker_
     entities = tables.read_files(entity_files, schemas.ENTITIES, ["entity_id", "title", "qid"]).sort_by("entity_id")
     kb_keys = build_kb_trie(iter_strings(entity_keys(entities)))
     titles = entities.column("title")  # ids are 1..N: position i is entity i + 1
-    columns = ["name", "entity_id", "link_count", "total_link_count", "doc_count"]
-    names = tables.read_files(name_files, schemas.NAMES, columns)
-    counts = np.stack([names.column(column).to_numpy() for column in columns[1:]], axis=1) \
-        if names.num_rows else np.zeros((0, 4), dtype=np.int64)
+    counted = ["entity_id", "link_count", "total_link_count", "doc_count"]
+    names = tables.read_files(name_files, schemas.NAMES, ["name", *counted])
+    counts = np.empty((names.num_rows, len(counted)), dtype=np.uint32)  # the linker's own width, filled a column
+    for index, column in enumerate(counted):  # at a time (int64 columns of 20M pairs stacked would take 640 MB)
+        counts[:, index] = names.column(column).to_numpy()
     write_linker_columns(linker_dir, names.column("name"), counts, kb_keys, titles, config)
 
 
