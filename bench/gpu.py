@@ -26,6 +26,12 @@ from):
 
 and once more with 8 worker processes feeding the one shared model (each tokenizes, and for KPR links, its own
 passages): add --beam=--direct_running_mode=multi_processing --beam=--direct_num_workers=8.
+
+The kit has no spaCy, which the dictionary stage needs (the sample is built first): add spacy==3.8.18 and what it
+needs that such a machine lacks (thinc, blis, cymem, preshed, murmurhash, srsly, wasabi, catalogue, confection,
+weasel, spacy-legacy, spacy-loggers, pydantic, pydantic-core, annotated-types, typing-inspection, cloudpathlib,
+smart-open), unpacked, their .so files stripped and packed as a tar.xz (~10 MB) unpacked into /tmp/site there;
+the Beam wheel treated the same way (~3 MB instead of 19) keeps the whole within the 64 MiB that travels.
 """
 
 from __future__ import annotations

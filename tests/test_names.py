@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import spacy
 from spacy.attrs import IDX, LENGTH
 
 from artifacts.names import TokenSpans
+from tests.conftest import REPO
 
 
 def test_spans_are_spacy_blank_english_tokens():
@@ -25,3 +29,18 @@ def test_the_vocabulary_stays_within_its_bound_whatever_the_words():
         sizes.append(len(spans._nlp.vocab))
     assert max(sizes) <= 2_000 + 4  # made anew past the bound (a text adds at most its own words)
     assert max(sizes) > 1_900  # and not before: the cache of repeated words is kept until then
+
+
+def test_the_tokenizer_loads_without_torch_and_torch_still_loads_after():
+    # thinc (spaCy's ML library) imports torch when it can: 180 MB (CPU build) to ~550 MB (CUDA) per dictionary
+    # worker for a tokenizer. A fresh interpreter, as a worker process is.
+    script = (
+        "import sys\n"
+        "from artifacts.names import TokenSpans\n"
+        "assert TokenSpans()('Mercury (planet)') == [(0, 7), (8, 9), (9, 15), (15, 16)]\n"
+        "print('torch' in sys.modules)\n"
+        "import torch\n"
+        "print(torch.ones(2).sum().item())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, check=True)
+    assert done.stdout.split() == ["False", "2.0"]

@@ -121,6 +121,20 @@ def test_a_bundle_ends_with_its_line_when_one_is_due_and_a_short_step_writes_non
     assert lines == ["[mentions] 5 articles in 35s (0.1/s)"]
 
 
+def test_an_interval_of_0_writes_at_every_bundles_end():
+    clock = FakeClock()
+    lines: list[str] = []
+    meter = ProgressMeter("embed-entities", "mentions", clock=clock)
+    ticker = ProgressTicker(meter, 0, lines.append, clock)
+    for items in (6, 2):
+        ticker.resume()
+        meter.add(items)
+        clock.now += 0.01  # shorter than the timer's shortest wait
+        ticker.pause()
+    ticker.stop()
+    assert [line.split(" in ")[0] for line in lines] == ["[embed-entities] 6 mentions", "[embed-entities] 8 mentions"]
+
+
 def slow(element: int) -> int:
     time.sleep(0.6)  # a batch that takes longer than the interval
     return element

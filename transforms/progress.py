@@ -89,7 +89,8 @@ class ProgressTicker:
 
     def __init__(self, meter: ProgressMeter, interval: float, write: Callable[[str], None],
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self._meter, self._interval, self._write, self._clock = meter, max(interval, MIN_TICK_S), write, clock
+        self._meter, self._interval, self._write, self._clock = meter, interval, write, clock
+        self._tick = max(interval, MIN_TICK_S)  # the thread's wait; an interval of 0 writes at every bundle's end
         self._last_line: float | None = None  # the start counts as a line: the first is due an interval later
         self._lock = threading.Lock()
         self._active = threading.Event()
@@ -120,7 +121,7 @@ class ProgressTicker:
         self._thread.join()
 
     def _run(self) -> None:
-        while self._active.wait() and not self._stopped.wait(self._interval):
+        while self._active.wait() and not self._stopped.wait(self._tick):
             if self._active.is_set():
                 self._write_if_due()
 
