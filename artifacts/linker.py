@@ -91,7 +91,7 @@ def write_linker_columns(directory: str, names: pa.Array | pa.ChunkedArray | Seq
     total_link_count, doc_count) of pair i. Arrays, not per-row objects, so millions of pairs stay small."""
     names = string_array(names)
     trie = marisa_trie.Trie(iter_strings(names))
-    name_ids = trie_key_ids(trie, names).astype(np.uint32)
+    name_ids = trie_key_ids(trie, names, np.uint32)
     data = counts.astype(np.uint32, copy=False).reshape(len(names), 4)
     data[:, 0] -= 1  # entity_id -> kb_index
     # By name id, then most linked first, then by entity: the same bytes whatever order the rows came in.

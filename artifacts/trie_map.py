@@ -36,9 +36,9 @@ def restored_strings(trie: marisa_trie.Trie, key_ids: np.ndarray) -> pa.ChunkedA
                                       pa.string()) for start in range(0, len(key_ids), STRING_SLICE)], pa.string())
 
 
-def trie_key_ids(trie: marisa_trie.Trie, strings: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """The key id of each string of an Arrow array in ``trie`` (int64; every string must be a key)."""
-    return np.fromiter((trie[key] for key in iter_strings(strings)), dtype=np.int64, count=len(strings))
+def trie_key_ids(trie: marisa_trie.Trie, strings: pa.Array | pa.ChunkedArray, dtype=np.int64) -> np.ndarray:
+    """The key id of each string of an Arrow array in ``trie`` (every string must be a key)."""
+    return np.fromiter((trie[key] for key in iter_strings(strings)), dtype=dtype, count=len(strings))
 
 
 @dataclass(frozen=True)

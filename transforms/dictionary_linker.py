@@ -28,7 +28,9 @@ def write_linker(entity_files: Sequence[str], name_files: Sequence[str], linker_
     counts = np.empty((names.num_rows, len(counted)), dtype=np.uint32)  # the linker's own width, filled a column
     for index, column in enumerate(counted):  # at a time (int64 columns of 20M pairs stacked would take 640 MB)
         counts[:, index] = names.column(column).to_numpy()
-    write_linker_columns(linker_dir, names.column("name"), counts, kb_keys, titles, config)
+    name_column = names.column("name")
+    del names  # its int64 count columns (32 bytes a pair) are not held while the tries are built
+    write_linker_columns(linker_dir, name_column, counts, kb_keys, titles, config)
 
 
 def build_linker(_: None, entity_files: list[str], name_files: list[str], linker_dir: str,
