@@ -24,7 +24,6 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from apache_beam.transforms.window import GlobalWindows
 
 from artifacts import fs, layout, tables
 from artifacts.counters import declare, dropped, processed
@@ -36,7 +35,7 @@ from transforms.mention_sampling import CHARS_PER_TOKEN, LinkRef, link_ordinals,
 from transforms.packed import group_starts, rank_in_group, split_by_bucket
 from transforms.parquet_rows import ReadParquetRowGroups, ReadParquetRows
 from transforms.per_worker import PerProcess
-from transforms.spill import Part, SpillAndGroup, reduce_parts
+from transforms.spill import GatheringDoFn, Part, SpillAndGroup, reduce_parts
 from transforms.worker_files import load_array, save_array
 
 COUNTERS = declare(
@@ -195,7 +194,7 @@ def load_thresholds(directory: str) -> Thresholds:
 # --- DoFns ------------------------------------------------------------------------------------------------------
 
 
-class LinkOrdersByBucket(beam.DoFn):
+class LinkOrdersByBucket(GatheringDoFn):
     """Tables of articles' ``page_id, links`` -> (bucket, ``order_table`` of their links to entities), gathered
     until ``batch_orders`` before they are split by bucket; links to no entity are counted."""
 
@@ -220,10 +219,6 @@ class LinkOrdersByBucket(beam.DoFn):
         count_some("links_to_non_entities", non_entity)
         if len(self._rows) >= self._batch_orders:
             yield from self._flush()
-
-    def finish_bundle(self) -> Iterator[object]:
-        for element in self._flush():
-            yield GlobalWindows.windowed_value(element)
 
     def _flush(self) -> list[tuple[int, pa.Table]]:
         rows, self._rows = self._rows, []

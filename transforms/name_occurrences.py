@@ -8,15 +8,14 @@ from array import array
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import apache_beam as beam
 import numpy as np
 import pyarrow as pa
-from apache_beam.transforms.window import GlobalWindows
 
 from artifacts.names import NameRules, TokenSpans, find_names, fold_case, paragraphs
 from artifacts.trie_map import TrieMap, load_trie_map
 from transforms.dictionary_tables import doc_count_tables
 from transforms.per_worker import PerProcess
+from transforms.spill import GatheringDoFn
 
 BATCH_NAME_IDS = 1 << 20  # name occurrences a worker gathers before counting them into per-bucket tables
 
@@ -33,7 +32,7 @@ def name_ids_in(text: str, token_spans: Callable[[str], list[tuple[int, int]]], 
     return found
 
 
-class CountNameDocs(beam.DoFn):
+class CountNameDocs(GatheringDoFn):
     """Articles -> (name bucket, table of paragraph counts per name id), summed over batches of occurrences."""
 
     def __init__(self, rules: NameRules, per_page: bool, batch_ids: int = BATCH_NAME_IDS) -> None:
@@ -51,10 +50,6 @@ class CountNameDocs(beam.DoFn):
         self._ids.extend(name_ids_in(article["text"], self._token_spans, self._names, self._rules, self._per_page))
         if len(self._ids) >= self._batch_ids:
             yield from self._flush()
-
-    def finish_bundle(self) -> Iterator[Any]:
-        for element in self._flush():
-            yield GlobalWindows.windowed_value(element)
 
     def _flush(self) -> list[tuple[int, pa.Table]]:
         ids, self._ids = np.frombuffer(self._ids, dtype=np.int64), array("q")

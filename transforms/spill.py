@@ -15,6 +15,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import apache_beam as beam
 import pyarrow as pa
@@ -82,7 +83,19 @@ def reduce_parts(parts: Iterable[Part], compact: Compact, compact_rows: int = CO
     return kept
 
 
-class SpillByBucket(beam.DoFn):
+class GatheringDoFn(beam.DoFn):
+    """A DoFn that gathers what it is given and emits it in batches: ``_flush()`` empties what was gathered into
+    its outputs, which ``process`` yields when a batch is full and the bundle's end yields for the rest."""
+
+    def _flush(self) -> list[Any]:
+        raise NotImplementedError
+
+    def finish_bundle(self) -> Iterator[object]:
+        for element in self._flush():
+            yield GlobalWindows.windowed_value(element)
+
+
+class SpillByBucket(GatheringDoFn):
     """(bucket, Arrow table) -> (bucket, ``Part``): a worker's tables gathered until ``spill_rows``, each
     bucket's ``compact``ed, then written as one part file under ``directory``."""
 
@@ -98,13 +111,9 @@ class SpillByBucket(beam.DoFn):
         self._tables.setdefault(bucket, []).append(table)
         self._rows += table.num_rows
         if self._rows >= self._spill_rows:
-            yield from self._spill()
+            yield from self._flush()
 
-    def finish_bundle(self) -> Iterator[object]:
-        for element in self._spill():
-            yield GlobalWindows.windowed_value(element)
-
-    def _spill(self) -> list[tuple[int, Part]]:
+    def _flush(self) -> list[tuple[int, Part]]:
         tables, self._tables, self._rows = self._tables, {}, 0
         compacted = [(bucket, self._compact(pa.concat_tables(tables[bucket]))) for bucket in sorted(tables)]
         return write_part(fs.join(self._directory, f"part-{uuid.uuid4().hex}.arrow"), compacted)
