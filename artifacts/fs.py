@@ -252,6 +252,20 @@ def local_copy(path: str) -> Iterator[str]:
         os.unlink(local)
 
 
+@contextlib.contextmanager
+def local_target(path: str) -> Iterator[str]:
+    """A local path to write ``path`` through: ``path`` itself when it is local (nothing copied), else a file in a
+    temporary directory, uploaded to ``path`` when the block ends."""
+    if "://" not in path:
+        ensure_parent(path)
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="kpr-upload-") as local:
+        local_path = os.path.join(local, os.path.basename(path))
+        yield local_path
+        upload(local_path, path)
+
+
 def human_size(size: float) -> str:
     """A byte count for people: ``512 B``, ``1.5 KB``, ``3.2 GB`` (powers of 1024)."""
     for unit in ("B", "KB", "MB", "GB", "TB"):

@@ -82,10 +82,11 @@ def test_the_command_line_gives_arrow_the_system_allocator_unless_set_and_freed_
     script = ("import runpy, sys\nsys.argv = ['run_pipeline.py', '--help']\ntry:\n"
               "    runpy.run_path('run_pipeline.py', run_name='__main__')\nexcept SystemExit:\n    pass\n"
               "import os, pyarrow\nprint('POOL', pyarrow.default_memory_pool().backend_name, "
-              "os.environ.get('MALLOC_MMAP_THRESHOLD_'))\n")
-    env = {name: value for name, value in os.environ.items() if name != "ARROW_DEFAULT_MEMORY_POOL"}
+              "os.environ.get('MALLOC_MMAP_THRESHOLD_'), os.environ.get('MALLOC_ARENA_MAX'))\n")
+    env = {name: value for name, value in os.environ.items()
+           if name not in ("ARROW_DEFAULT_MEMORY_POOL", "MALLOC_MMAP_THRESHOLD_", "MALLOC_ARENA_MAX")}
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     chosen = [subprocess.run([sys.executable, "-c", script], cwd=repo, env={**env, **extra}, capture_output=True,
                              text=True, timeout=120).stdout.split("POOL ")[-1].strip()
               for extra in ({}, {"ARROW_DEFAULT_MEMORY_POOL": "jemalloc"})]
-    assert chosen == ["system 131072", "jemalloc 131072"]  # the C library's threshold, inherited by workers
+    assert chosen == ["system 131072 2", "jemalloc 131072 2"]  # the C library's settings, inherited by workers

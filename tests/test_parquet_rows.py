@@ -31,8 +31,16 @@ def parquet_file(tmp_path) -> str:
 
 def test_cut_row_groups_covers_every_row_once():
     ranges = list(cut_row_groups("f", [5, 0, 3], 2))
-    assert ranges == [RowRange("f", 0, 0, 2), RowRange("f", 0, 2, 4), RowRange("f", 0, 4, 5),
-                      RowRange("f", 2, 0, 2), RowRange("f", 2, 2, 3)]
+    assert ranges == [RowRange("f", 0, 0, 1), RowRange("f", 0, 1, 3), RowRange("f", 0, 3, 5),
+                      RowRange("f", 2, 0, 1), RowRange("f", 2, 1, 3)]
+
+
+def test_cut_row_groups_gives_equal_ranges():
+    """Workers are dealt ranges in turn: a row group's ranges must not alternate long and short."""
+    sizes = [unit.stop - unit.start for unit in cut_row_groups("f", [384] * 4, 256)]
+    assert sizes == [192] * 8
+    sizes = [unit.stop - unit.start for unit in cut_row_groups("f", [1000], 256)]
+    assert sizes == [250] * 4
 
 
 def test_batch_rows_takes_a_range_across_batches():

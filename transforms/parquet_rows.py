@@ -41,10 +41,13 @@ def _open(path: str):
 
 
 def cut_row_groups(path: str, row_group_rows: Sequence[int], unit_rows: int) -> Iterator[RowRange]:
-    """Ranges of at most ``unit_rows`` rows covering every row group (of ``row_group_rows[i]`` rows) once."""
+    """Ranges of at most ``unit_rows`` rows covering every row group (of ``row_group_rows[i]`` rows) once, a row
+    group's ranges of equal size (within a row). Beam's local runner deals the ranges to its workers in turn: a
+    384-row group cut 256 + 128 gave one of two workers every long range and twice the other's work."""
     for row_group, rows in enumerate(row_group_rows):
-        for start in range(0, rows, unit_rows):
-            yield RowRange(path, row_group, start, min(start + unit_rows, rows))
+        pieces = -(-rows // unit_rows)
+        for piece in range(pieces):
+            yield RowRange(path, row_group, rows * piece // pieces, rows * (piece + 1) // pieces)
 
 
 def row_ranges(path: str, unit_rows: int = UNIT_ROWS) -> Iterator[RowRange]:

@@ -149,8 +149,9 @@ def read_bucket(paths: Sequence[str], dim: int) -> pa.Table:
 
 def write_shard_bucket(index_dir: str, shard: str, bucket: int, paths: Sequence[str], dim: int) -> int:
     """Write one bucket's rows, sorted by passage id, as ``embeddings/SHARD/bucket-NNNNN.parquet``; its row count.
-    Holds the bucket once and one row group of it sorted (taken row group by row group)."""
-    table = read_bucket(paths, dim)
+    Holds the bucket twice while its staged files' chunks are combined (a take from a table of many chunks costs
+    ~10 times more: 3.5 of 68 s of an index of 307,087 passages), then once, and one row group of it sorted."""
+    table = read_bucket(paths, dim).combine_chunks()
     order = pc.sort_indices(table.column("passage_id"))
     path = fs.join(index_dir, EMBEDDINGS_DIR, shard, f"{bucket_name(bucket)}.parquet")
     with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle, \

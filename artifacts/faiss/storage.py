@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import io
-import os
-import shutil
-import tempfile
 
 import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
@@ -24,13 +21,11 @@ class MissingIndexFileError(InputError):
 
 
 def write_index(index, path: str) -> None:
-    """Write a FAISS index to a local path or any Beam filesystem URL (through a local temporary file)."""
+    """Write a FAISS index to a local path (in place) or any Beam filesystem URL (through a local temporary file)."""
     import faiss
 
-    with tempfile.TemporaryDirectory() as local:
-        local_path = os.path.join(local, "index.faiss")
+    with fs.local_target(path) as local_path:
         faiss.write_index(index, local_path)
-        upload(local_path, path)
 
 
 def read_index(path: str, mmap: bool = True):
@@ -74,17 +69,9 @@ def _faiss_reason(error: RuntimeError) -> str:
     return text.rsplit(": ", 1)[-1]
 
 
-def upload(local_path: str, path: str) -> None:
-    with open(local_path, "rb") as source, FileSystems.create(
-            path, compression_type=CompressionTypes.UNCOMPRESSED) as target:
-        shutil.copyfileobj(source, target, 1 << 22)
-
-
 def write_npy(path: str, array: np.ndarray) -> None:
-    with tempfile.TemporaryDirectory() as local:
-        local_path = os.path.join(local, "array.npy")
-        np.save(local_path, array)
-        upload(local_path, path)
+    with fs.local_target(path) as local_path, open(local_path, "wb") as handle:
+        np.save(handle, array)
 
 
 def read_npy(path: str) -> np.ndarray:

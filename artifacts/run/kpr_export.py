@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -34,7 +33,7 @@ from artifacts import fs, layout
 from artifacts.errors import InputError, refuse_without_room
 from artifacts.linker import EntityLinker
 from artifacts.run import manifest, owned
-from artifacts.run.publish import copy_file, is_local, overlaps
+from artifacts.run.publish import copy_file, overlaps
 from artifacts.run.validation import parquet_footer, require_valid
 
 VOCAB_FILE = "entity_vocab.tsv"
@@ -183,20 +182,6 @@ def write_vocab(path: str, keys: pa.StringArray, kb_keys: marisa_trie.Trie) -> N
             handle.write("".join(vocab_lines(chunk, start + 1, kb_keys)).encode("utf-8"))
 
 
-@contextlib.contextmanager
-def local_file(path: str) -> Iterator[str]:
-    """A local path to write ``path`` through: ``path`` itself on a local disk, else a temporary file that is
-    uploaded when the block ends (the array is memory-mapped: 7M x 768 float16 is 11 GB)."""
-    if is_local(path):
-        fs.ensure_parent(path)
-        yield path
-        return
-    with tempfile.TemporaryDirectory(prefix="kpr-export-") as local:
-        local_path = os.path.join(local, os.path.basename(path))
-        yield local_path
-        faiss_shards.upload(local_path, path)
-
-
 def embeddings_dim(files: list[str]) -> int:
     _, schema = parquet_footer(files[0])
     return schema.field("embedding").type.list_size
@@ -207,8 +192,8 @@ def write_embeddings(output: str, staging: str, keys: pa.StringArray) -> tuple[i
     ``embeddings.pt`` (float32); returns D and the number of entities without an embedding."""
     files = manifest.recorded_files(output, layout.ENTITY_EMBEDDINGS)
     dim = embeddings_dim(files)
-    with (local_file(fs.join(staging, TENSOR_FILE)) as tensor_path,
-          local_file(fs.join(staging, EMBEDDINGS_FILE)) as half_path,
+    with (fs.local_target(fs.join(staging, TENSOR_FILE)) as tensor_path,
+          fs.local_target(fs.join(staging, EMBEDDINGS_FILE)) as half_path,
           scratch_rows(f"{tensor_path}.float32", (len(keys) + 1, dim)) as vectors):
         filled = fill_rows(files, vectors, keys)
         save_tensor(vectors, tensor_path)
