@@ -23,10 +23,11 @@ ARROW_MEMORY_POOL = ("ARROW_DEFAULT_MEMORY_POOL", "system")
 # - A fixed 128 KB mmap threshold: glibc serves blocks below it from the heap and raises it (up to 32 MB) as large
 #   blocks are freed, so freed Arrow buffers stayed in the process (-24 MB in the dictionary stage at 40,000
 #   articles, same CPU).
-# - At most 2 arenas: glibc gives threads arenas of their own (up to 8 a core), and a Beam worker's gRPC and bundle
-#   threads kept what each had freed: embed-entities' largest worker process held 758 MB with 2 workers at 40,000
-#   articles against 722 MB with 2 arenas (the single process of 1 worker: 736 MB against 729 MB), at less CPU.
-MALLOC_SETTINGS = (("MALLOC_MMAP_THRESHOLD_", -3, 128 << 10), ("MALLOC_ARENA_MAX", -8, 2))
+# - An arena a core (at least 2): glibc gives threads arenas of their own (up to 8 a core), and a Beam worker's gRPC
+#   and bundle threads kept what each had freed: embed-entities' largest worker process held 758 MB with 2 workers
+#   at 40,000 articles on 2 cores against 722 MB with 2 arenas (the single process of 1 worker: 736 MB against
+#   729 MB), at less CPU. A core's worth keeps the fast tokenizer's threads (one a core) from sharing arenas.
+MALLOC_SETTINGS = (("MALLOC_MMAP_THRESHOLD_", -3, 128 << 10), ("MALLOC_ARENA_MAX", -8, max(2, os.cpu_count() or 1)))
 
 
 def return_freed_memory() -> None:

@@ -89,4 +89,5 @@ def test_the_command_line_gives_arrow_the_system_allocator_unless_set_and_freed_
     chosen = [subprocess.run([sys.executable, "-c", script], cwd=repo, env={**env, **extra}, capture_output=True,
                              text=True, timeout=120).stdout.split("POOL ")[-1].strip()
               for extra in ({}, {"ARROW_DEFAULT_MEMORY_POOL": "jemalloc"})]
-    assert chosen == ["system 131072 2", "jemalloc 131072 2"]  # the C library's settings, inherited by workers
+    arenas = max(2, os.cpu_count() or 1)
+    assert chosen == [f"system 131072 {arenas}", f"jemalloc 131072 {arenas}"]  # the C library's, inherited by workers
