@@ -71,7 +71,7 @@ def size(path: str) -> int:
 
 def open_read(path: str) -> IO[bytes]:
     """A seekable binary stream of the file at ``path``."""
-    if "://" not in path:  # plain local paths need no Beam (the runtime linker reads its files here)
+    if _is_plain_path(path):  # plain local paths need no Beam (the runtime linker reads its files here)
         return open(path, "rb")
     return _filesystems().open(path, compression_type=_uncompressed())
 
@@ -239,7 +239,7 @@ def _read_only(directory: str) -> bool:
 def local_copy(path: str) -> Iterator[str]:
     """A local path with the content of ``path``, to memory-map: ``path`` itself when it is local, else a temporary
     copy removed when the block ends (on POSIX a mapping made inside the block stays valid after the removal)."""
-    if "://" not in path:
+    if _is_plain_path(path):
         yield path
         return
     handle, local = tempfile.mkstemp(prefix="kpr-copy-", suffix=os.path.basename(path))
@@ -256,7 +256,7 @@ def local_copy(path: str) -> Iterator[str]:
 def local_target(path: str) -> Iterator[str]:
     """A local path to write ``path`` through: ``path`` itself when it is local (nothing copied), else a file in a
     temporary directory, uploaded to ``path`` when the block ends."""
-    if "://" not in path:
+    if _is_plain_path(path):
         ensure_parent(path)
         yield path
         return
