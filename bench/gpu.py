@@ -24,8 +24,8 @@ from):
       && export PYTHONPATH=/tmp/site:$PWD/.gpu-kit/stub:$PWD HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 \\
       && python3 -m bench.gpu --device cuda --dtype bfloat16 --model random-bert-base --batch-tokens 65536
 
-and once more with 8 worker processes feeding the one shared model (each tokenizes, and for KPR links, its own
-passages): add --beam=--direct_running_mode=multi_processing --beam=--direct_num_workers=8.
+and once more with 8 worker processes on the one GPU (each loads its own model, tokenizes, and for KPR links, its
+own passages): add --beam=--direct_running_mode=multi_processing --beam=--direct_num_workers=8.
 
 The kit has no spaCy, which the dictionary stage needs (the sample is built first): add spacy==3.8.18 and what it
 needs that such a machine lacks (thinc, blis, cymem, preshed, murmurhash, srsly, wasabi, catalogue, confection,

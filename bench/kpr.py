@@ -39,7 +39,7 @@ def kpr_checkpoint(model_path: str, output: str, directory: str) -> str:
 
 def linker_rate(linker_path: str, passages: list) -> Rate:
     """Passages/s of the linker alone (title and text, one CPU thread): what each worker process adds to a
-    dense encoder's inputs (the workers link in parallel; the model may be shared by them)."""
+    dense encoder's inputs (the workers link in parallel, each beside its own model)."""
     from artifacts.linker import EntityLinker
 
     linker = EntityLinker.load(linker_path)

@@ -15,7 +15,7 @@ from apache_beam.ml.inference.base import ModelHandler, PredictionResult
 from artifacts.errors import BelowMinimumError, SettingError
 from artifacts.passages import Passage
 from encoders.batching import estimated_tokens
-from encoders.kpr import KPREncoder, KPRInputs, check_kpr_options
+from encoders.kpr import KPREncoder, check_kpr_options
 from encoders.models import DTYPES, check_model_spec, usable_positions
 from encoders.retrievers import (
     KINDS,
@@ -25,7 +25,6 @@ from encoders.retrievers import (
     CountFn,
     DenseEncoder,
     EncoderOptions,
-    TextInputs,
     check_tokenizer,
     ignore_count,
 )
@@ -68,13 +67,6 @@ def load_retriever(options: EncoderOptions, role: str = "passage") -> DenseEncod
     return DenseEncoder(options, role)
 
 
-def load_inputs(options: EncoderOptions, role: str = "passage") -> TextInputs:
-    """The CPU side of the encoder of ``options``: what turns texts into its model's inputs (no model)."""
-    if options.kind == "kpr":
-        return KPRInputs(options, role)
-    return TextInputs(options, role)
-
-
 def passage_tokens(max_length: int, passage: Passage) -> int:
     """Estimated tokens of one passage (title and text), for batching RunInference elements by tokens."""
     return estimated_tokens(max_length, len(passage.title) + len(passage.text))
@@ -82,39 +74,24 @@ def passage_tokens(max_length: int, passage: Passage) -> int:
 
 class PassageEncoderHandler(ModelHandler[Passage, PredictionResult, DenseEncoder]):
     """RunInference handler: elements batched by estimated tokens here (``batch_weight``, larger batches give
-    better length bucketing), then by token budget inside ``encode_features``. ``share_model``: one encoder per
-    machine shared by the worker processes; by default only on CUDA (one copy per GPU).
-
-    Each worker process turns its passages into model inputs itself (``load_inputs``: tokenizing, and for KPR
-    the linker, on the worker's CPU, in parallel across workers) and counts them in its own thread, where Beam
-    counters count; only the model's work goes to the model, which may live in another process."""
+    better length bucketing), then by token budget inside ``encode_features``. Each worker process loads its own
+    encoder (on CUDA too: see ``MaskEncoderHandler``), turns its passages into model inputs (tokenizing, and for
+    KPR the linker) and counts them in its own thread, where Beam counters count."""
 
     def __init__(self, options: EncoderOptions, batch_weight: int | None = None,
-                 share_model: bool | None = None, count: CountFn = ignore_count) -> None:
+                 count: CountFn = ignore_count) -> None:
         super().__init__()
         self._options = options
         self._count = count  # what the inputs hold goes to the pipeline's counters through this
-        self._inputs: TextInputs | None = None  # loaded in the worker process on first use
         self.batch_weight = batch_weight or 16 * options.batch_tokens  # estimated tokens per run_inference call
-        self._share = options.device.startswith("cuda") if share_model is None else share_model
 
     def load_model(self) -> DenseEncoder:
         return load_retriever(self._options, "passage")
 
-    def inputs_for(self, model: DenseEncoder) -> TextInputs:
-        """The model's own inputs when the model lives in this process; with a shared model, this worker's own
-        (loaded once per handler in the worker)."""
-        if not self._share:
-            return model.inputs
-        if self._inputs is None:
-            self._inputs = load_inputs(self._options, "passage")
-        return self._inputs
-
     def run_inference(self, batch: Sequence[Passage], model: DenseEncoder,
                       inference_args: dict[str, Any] | None = None) -> Iterable[PredictionResult]:
-        inputs = self.inputs_for(model)
-        features = inputs.passages(batch)
-        inputs.count(features, self._count)
+        features = model.inputs.passages(batch)
+        model.inputs.count(features, self._count)
         vectors = model.encode_features(features)
         return [PredictionResult(passage, vector) for passage, vector in zip(batch, vectors, strict=True)]
 
@@ -125,8 +102,3 @@ class PassageEncoderHandler(ModelHandler[Passage, PredictionResult, DenseEncoder
                 "max_batch_size": self.batch_weight,
                 "element_size_fn": partial(passage_tokens, self._options.max_length)}
 
-    def share_model_across_processes(self) -> bool:
-        return self._share
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_inputs": None}  # a worker loads its own

@@ -131,13 +131,14 @@ class MaskEncoderHandler(ModelHandler[Any, PredictionResult, MaskEncoder]):
     ``max_seq_length`` is given: those are tokenized chunk by chunk in a prefetch thread, overlapping the forward
     passes. Elements are batched by estimated tokens (``batch_weight`` per call), then by ``max_tokens`` per forward.
     ``window``: the context split around [MASK] (``context_split``) of rows tokenized here.
-    ``share_model``: one model per machine shared by the worker processes; by default only on CUDA (one copy
-    per GPU instead of one per process; on the CPU each process computing on its own copy is faster). With a
-    shared model each worker tokenizes its own rows (in parallel across workers) and sends the model the inputs
-    chunk by chunk; otherwise the model's own prefetch thread tokenizes them."""
+
+    Each worker process loads its own model, on CUDA too: a model shared by the processes (Beam's
+    ``share_model_across_processes``) is served from one worker process, whose threads then run every worker's
+    forward passes beside that worker's own tokenizing under one GIL; on an H100, 8 workers sharing one model
+    ran 1.8 to 4.8 times slower than 1 worker (README, "At full scale")."""
 
     def __init__(self, spec: ModelSpec, layer: int = -1, max_tokens: int = 16384, max_seq_length: int | None = None,
-                 batch_weight: int | None = None, share_model: bool | None = None, window: str = "reference") -> None:
+                 batch_weight: int | None = None, window: str = "reference") -> None:
         super().__init__()
         if max_tokens < 1:  # checked here, on the driver: a worker would fail on every batch
             raise BelowMinimumError("batch_tokens", max_tokens, 1)
@@ -147,8 +148,6 @@ class MaskEncoderHandler(ModelHandler[Any, PredictionResult, MaskEncoder]):
         self._max_seq_length = max_seq_length
         self._window = window
         self.batch_weight = batch_weight or 16 * max_tokens  # tokens per run_inference call
-        self._share = spec.device.startswith("cuda") if share_model is None else share_model
-        self._tokenizer = None  # a worker's own, loaded on first use when the model is shared
 
     def load_model(self) -> MaskEncoder:
         return MaskEncoder(self._spec, self._layer, self._max_tokens)
@@ -157,25 +156,9 @@ class MaskEncoderHandler(ModelHandler[Any, PredictionResult, MaskEncoder]):
                       inference_args: dict[str, Any] | None = None) -> Iterable[PredictionResult]:
         if self._max_seq_length is None:
             vectors = model.encode(batch)
-        elif not self._share:
-            vectors = model.encode_rows(batch, self._max_seq_length, self._window)
         else:
-            vectors = self.encode_rows_here(batch, model, self._max_seq_length)
+            vectors = model.encode_rows(batch, self._max_seq_length, self._window)
         return [PredictionResult(item, vector) for item, vector in zip(batch, vectors, strict=True)]
-
-    def encode_rows_here(self, rows: Sequence[dict[str, Any]], model: MaskEncoder, max_seq_length: int) -> np.ndarray:
-        """Mention rows tokenized in this process (the worker's prefetch thread), chunk by chunk as
-        ``MaskEncoder.encode_rows`` does (the same batches, the same vectors); each chunk encoded by ``model``."""
-        if not rows:
-            return model.encode([])
-        if self._tokenizer is None:
-            self._tokenizer = load_tokenizer(self._spec.name_or_path)
-        per_forward = self._max_tokens // max_seq_length
-        chunks = tokenized_chunks(rows, self._tokenizer, max_seq_length, self._window, per_forward)
-        return np.concatenate([model.encode(inputs) for _, inputs in prefetched(chunks)])
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_tokenizer": None}  # a worker loads its own
 
     def batch_elements_kwargs(self) -> dict[str, Any]:
         cap = self._max_seq_length or self._max_tokens  # MaskInputs are counted exactly, the cap is unused
@@ -184,9 +167,6 @@ class MaskEncoderHandler(ModelHandler[Any, PredictionResult, MaskEncoder]):
         return {"min_batch_size": min(max(self._max_tokens, self.batch_weight // 4), self.batch_weight),
                 "max_batch_size": self.batch_weight,
                 "element_size_fn": partial(mask_element_tokens, cap)}
-
-    def share_model_across_processes(self) -> bool:
-        return self._share
 
 
 def check_mask_model(spec: ModelSpec, layer: int = -1, max_seq_length: int | None = None,

@@ -232,7 +232,7 @@ def ignore_count(name: str, value: int = 1) -> None:
 
 class TextInputs:
     """What an encoder's model reads, built from texts on the CPU (token ids; KPR adds entity inputs). It loads
-    no model: a worker process builds its own inputs while the model it feeds may be shared by the processes."""
+    no model (``DenseEncoder`` holds one beside its model)."""
 
     def __init__(self, options: EncoderOptions, role: str = "passage") -> None:
         self.options = options.resolved()

@@ -159,8 +159,7 @@ def private_tempdir() -> Iterator[str]:
     """Run with a private temporary root, removed afterwards, in this process (``tempfile``) and in the worker
     processes it starts (``TMPDIR``, which they inherit). Left in the system temp directory otherwise: the
     runner's empty ``beam-temp*`` (its job server's, when that server does not start) and SDK-dependency ``tmp*``
-    directories on every run; with a model shared by the worker processes (the CUDA default), each worker's
-    ``<tag>.lock``/``.address`` files of Beam's MultiProcessShared and torch's ``torchinductor_<user>``."""
+    directories on every run, torch's ``torchinductor_<user>`` in each worker."""
     root = tempfile.mkdtemp(prefix="kpr-run-")
     previous, tempfile.tempdir = tempfile.tempdir, root
     try:

@@ -3,7 +3,6 @@ vectors of a plain forward pass; token-weighted element batches; zstd Parquet ou
 
 from __future__ import annotations
 
-import pickle
 import threading
 import time
 from pathlib import Path
@@ -13,13 +12,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
-from apache_beam.ml.inference.base import RunInference
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that
 
 from artifacts import schemas, tables
 from encoders.batching import estimated_tokens, padded, prefetched, token_budget_batches
-from encoders.loading import PassageEncoderHandler
 from encoders.mask_encoder import (
     MaskEncoder,
     MaskEncoderHandler,
@@ -97,11 +94,6 @@ def test_rows_tokenized_in_the_handler_give_the_vectors_of_pretokenized_inputs(m
     results = list(handler.run_inference(rows[:16], minilm_mask_encoder))
     assert [result.example for result in results] == rows[:16]
     assert np.array_equal(np.stack([result.inference for result in results]), one_chunk)
-    shared = MaskEncoderHandler(ModelSpec(minilm_mask_encoder.spec.name_or_path), max_tokens=2048,
-                                max_seq_length=128, share_model=True)  # rows tokenized in the worker
-    results = list(shared.run_inference(rows, minilm_mask_encoder))
-    assert np.array_equal(np.stack([result.inference for result in results]), from_rows)  # the same chunks
-    assert shared._tokenizer is not None and pickle.loads(pickle.dumps(shared))._tokenizer is None
 
 
 def main_batched_passage_vectors(encoder: DenseEncoder, passages: list) -> np.ndarray:
@@ -203,14 +195,6 @@ def test_element_batches_are_bounded_by_tokens():
         assert_that(batches, check)
 
 
-def test_one_model_per_gpu_is_shared_by_the_processes_and_not_on_the_cpu():
-    assert MaskEncoderHandler(ModelSpec("m", device="cuda")).share_model_across_processes()
-    assert not MaskEncoderHandler(ModelSpec("m")).share_model_across_processes()
-    assert not MaskEncoderHandler(ModelSpec("m", device="cuda"), share_model=False).share_model_across_processes()
-    assert PassageEncoderHandler(EncoderOptions("dpr", "m", device="cuda:1")).share_model_across_processes()
-    assert not PassageEncoderHandler(EncoderOptions("dpr", "m")).share_model_across_processes()
-
-
 def codecs(path: str) -> set[str]:
     metadata = pq.ParquetFile(path).metadata
     return {metadata.row_group(group).column(column).compression
@@ -233,19 +217,3 @@ def test_every_parquet_output_is_zstd_and_reads_back(tiny_bert, tmp_path: Path):
     assert tables.read_table(str(tmp_path), "mentions").num_rows == tables.total_rows(str(tmp_path), "mentions") == 6
     assert main(["validate", "--output", str(tmp_path)]) == 0
 
-
-def test_a_model_shared_across_processes_gives_the_same_vectors(tiny_bert):
-    """share_model: Beam serves one model from its own process and the workers call it through a proxy."""
-    inputs = [MaskInput(index, (101, 1000 + index, 103, 1200 + index, 102), 2) for index in range(8)]
-    expected = MaskEncoder(ModelSpec(str(tiny_bert)), -1, 16384).encode(inputs)
-
-    def check(results):
-        got = dict(results)
-        assert sorted(got) == list(range(8))
-        assert all(np.array_equal(got[index], expected[index]) for index in range(8))
-
-    with TestPipeline(argv=DIRECT) as pipeline:
-        results = (pipeline | beam.Create(inputs)
-                   | RunInference(MaskEncoderHandler(ModelSpec(str(tiny_bert)), share_model=True))
-                   | beam.Map(lambda result: (result.example.entity_id, np.asarray(result.inference))))
-        assert_that(results, check)

@@ -388,8 +388,8 @@ def test_an_export_without_articles_is_one_line_and_leaves_no_temp_dirs(tmp_path
 
 
 def test_a_beam_run_and_its_worker_processes_get_a_private_temp_dir_removed_afterwards(system_temp: Path) -> None:
-    """What Beam's worker processes leave in their temp directory (a shared model's lock and address files,
-    torch's caches) goes with the run's private one."""
+    """What Beam's worker processes leave in their temp directory (lock files, torch's caches) goes with the
+    run's private one."""
     worker = [sys.executable, "-c", "import tempfile; print(tempfile.gettempdir())"]
     with private_tempdir() as root:
         started = subprocess.run(worker, capture_output=True, text=True, check=True).stdout.strip()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import pickle
 import shutil
 import threading
 from functools import partial
@@ -352,9 +351,8 @@ def counted_in(counted: list, name: str, value: int) -> None:
 
 
 def test_kpr_vectors_are_mains_exactly_and_counted_where_the_passages_are(tiny_bert, tmp_path):
-    """The library path and the RunInference handler (its own inputs in the worker, as with a model shared by
-    the worker processes, or the model's) give main's vectors exactly; the handler counts the entity inputs in
-    its own thread (Beam counts only there), and a pickled handler carries no loaded inputs."""
+    """The library path and the RunInference handler give main's vectors exactly; the handler counts the entity
+    inputs in its own thread (Beam counts only there)."""
     write_entity_artifacts(tmp_path)
     init_kpr_checkpoint(str(tiny_bert), str(tmp_path / "kpr"),
                         KPRSettings(entity_embedding_size=ENTITY_DIM, num_entity_fusion_attention_heads=2))
@@ -365,24 +363,18 @@ def test_kpr_vectors_are_mains_exactly_and_counted_where_the_passages_are(tiny_b
     assert expected.shape == (40, 32) and counts["kpr_entities"] > 40
     assert counts["kpr_entities_truncated"] > 0 and counts["kpr_entities_over_max"] > 0
     assert np.array_equal(encoder.encode_passages(passages), expected)
-    for share in (True, False):
-        counted: list[tuple[str, int, threading.Thread]] = []
-        handler = PassageEncoderHandler(options, share_model=share, count=partial(counted_in, counted))
-        model = handler.load_model()
-        results = handler.run_inference(passages, model)
-        assert np.array_equal(np.array([result.inference for result in results]), expected)
-        assert (handler.inputs_for(model) is model.inputs) is not share  # shared: the worker's own inputs
-        assert {thread for _, _, thread in counted} == {threading.main_thread()}
-        assert {name: sum(value for other, value, _ in counted if other == name) for name, _, _ in counted} == counts
-    handler = PassageEncoderHandler(options, share_model=True)
-    assert handler.inputs_for(model) is not None and pickle.loads(pickle.dumps(handler))._inputs is None
+    counted: list[tuple[str, int, threading.Thread]] = []
+    handler = PassageEncoderHandler(options, count=partial(counted_in, counted))
+    results = handler.run_inference(passages, handler.load_model())
+    assert np.array_equal(np.array([result.inference for result in results]), expected)
+    assert {thread for _, _, thread in counted} == {threading.main_thread()}
+    assert {name: sum(value for other, value, _ in counted if other == name) for name, _, _ in counted} == counts
     one_by_one = np.concatenate([encoder.encode_passages([passage]) for passage in passages])
     np.testing.assert_allclose(expected, one_by_one, rtol=0, atol=1e-5)  # batching and order change nothing else
 
 
-def test_a_model_shared_by_the_workers_encodes_and_the_counters_still_count(tiny_bert, tmp_path):
-    """RunInference with the model in Beam's shared-model process (the CUDA default): the worker links and
-    counts, the shared model only encodes; vectors and counters as without sharing."""
+def test_run_inference_encodes_and_the_pipeline_counters_count(tiny_bert, tmp_path):
+    """RunInference in a pipeline: the worker links, counts and encodes; vectors and counters as the library's."""
     write_entity_artifacts(tmp_path)
     init_kpr_checkpoint(str(tiny_bert), str(tmp_path / "kpr"),
                         KPRSettings(entity_embedding_size=ENTITY_DIM, num_entity_fusion_attention_heads=2))
@@ -394,7 +386,7 @@ def test_a_model_shared_by_the_workers_encodes_and_the_counters_still_count(tiny
 
     def build(pipeline: beam.Pipeline) -> None:
         vectors = (pipeline | beam.Create(passages)
-                   | RunInference(PassageEncoderHandler(options, share_model=True, count=count))
+                   | RunInference(PassageEncoderHandler(options, count=count))
                    | beam.Map(lambda result: (result.example.passage_id, result.inference.tolist())))
         assert_that(vectors, equal_to(list(by_id.items())))
 

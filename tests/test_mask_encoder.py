@@ -220,13 +220,12 @@ def test_vectors_do_not_depend_on_batching(tiny_bert):
     assert not np.allclose(middle, batched)
 
 
-def test_a_model_shared_by_the_workers_gets_rows_tokenized_by_the_worker(pages, tiny_bert):
-    """RunInference with the model in Beam's shared-model process (the CUDA default): the worker tokenizes the
-    mention rows and sends the model their inputs; the vectors are those of an unshared model, exactly."""
+def test_run_inference_on_mention_rows_gives_the_encoders_vectors(pages, tiny_bert):
+    """RunInference on mention rows in a pipeline: each row's vector is the one ``encode_rows`` gives, exactly."""
     anarchism = pages["Anarchism"]
     rows = [{**row(anarchism.text, link), "entity_id": index} for index, link in enumerate(anarchism.links[:60])]
     expected = MaskEncoder(ModelSpec(str(tiny_bert)), layer=-1, max_tokens=1024).encode_rows(rows, 64)
-    handler = MaskEncoderHandler(ModelSpec(str(tiny_bert)), max_tokens=1024, max_seq_length=64, share_model=True)
+    handler = MaskEncoderHandler(ModelSpec(str(tiny_bert)), max_tokens=1024, max_seq_length=64)
     pipeline = TestPipeline(argv=DIRECT)
     vectors = (pipeline | beam.Create(rows) | RunInference(handler)
                | beam.Map(lambda result: (result.example["entity_id"], result.inference.tolist())))

@@ -148,7 +148,6 @@ def test_handler_loads_the_encoder_itself_and_keeps_examples(tiny_bert):
     assert (kwargs["min_batch_size"], kwargs["max_batch_size"]) == (175, 700)  # tokens: a quarter of the weight
     assert [kwargs["element_size_fn"](passage) for passage in passages] == [4, 3]  # 11 and 6 characters / 4 + 2
     assert kwargs["element_size_fn"](Passage(3, "T", "x" * 1000)) == 64  # capped at max_length
-    assert not handler.share_model_across_processes()  # CPU: one model per process
 
 
 def test_bad_encoder_options_fail_before_any_work(tiny_bert, tmp_path):
