@@ -88,7 +88,7 @@ def whole_side_inputs(rows: list[dict], tokenizer, max_seq_length: int, window: 
 
 
 class RecordingTokenizer:
-    """A tokenizer that records how many characters it was given."""
+    """A tokenizer that records how many characters it was given, itself or through its fast backend."""
 
     def __init__(self, tokenizer) -> None:
         self._tokenizer = tokenizer
@@ -98,8 +98,27 @@ class RecordingTokenizer:
         self.characters += sum(len(text) for text in texts)
         return self._tokenizer(texts, **kwargs)
 
+    @property
+    def backend_tokenizer(self):
+        return RecordingBackend(self._tokenizer.backend_tokenizer, self)
+
     def __getattr__(self, name):
         return getattr(self._tokenizer, name)
+
+
+class RecordingBackend:
+    """A fast tokenizer's backend whose ``encode_batch`` adds its texts' characters to ``recording``."""
+
+    def __init__(self, backend, recording: RecordingTokenizer) -> None:
+        self._backend = backend
+        self._recording = recording
+
+    def encode_batch(self, texts, **kwargs):
+        self._recording.characters += sum(len(text) for text in texts)
+        return self._backend.encode_batch(texts, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._backend, name)
 
 
 def assert_as_whole_sides(rows: list[dict], tokenizer, length: int, window: str = "reference") -> float:
