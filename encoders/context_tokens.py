@@ -15,6 +15,8 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from encoders.models import encodings, plain_token_ids
+
 # English WordPiece takes 4.9 characters per token on Wikipedia text (median of the sample's mention contexts,
 # 5.4 at the 95th percentile): a slice rarely yields too few tokens, and is tokenized again whole when it does.
 CHARS_PER_TOKEN_GUESS = 6
@@ -63,23 +65,13 @@ def last_token_before_break(encoding, text: str) -> int | None:
     return None
 
 
-def encodings(tokenizer, texts: Sequence[str]) -> list:
-    """The fast tokenizer's own ``Encoding`` of each text (no special tokens, truncation or padding): token ids
-    and the character-to-token map, without transformers' conversion of every text's encoding to Python lists
-    (a fifth of the tokenizing time, and held under the GIL)."""
-    backend = tokenizer.backend_tokenizer
-    backend.no_truncation()  # transformers sets both again on its own next call
-    backend.no_padding()
-    return backend.encode_batch(list(texts), add_special_tokens=False)
-
-
 def tokenized_sides(tokenizer, texts: Sequence[str], limits: Sequence[int | None],
                     from_end: Sequence[bool]) -> list[Side]:
     """Each text tokenized whole (limit None, or a text no longer than its limit) or sliced to ``limit``
     characters at its end (``from_end``: a left side) or start (a right side), in one batch call. A slow
     tokenizer (no character offsets) tokenizes whole texts."""
     if not tokenizer.is_fast:
-        return [Side(ids, True) for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+        return [Side(ids, True) for ids in plain_token_ids(tokenizer, texts)]
     sliced = [limit is not None and len(text) > limit for text, limit in zip(texts, limits, strict=True)]
     inputs = [text if not cut else text[len(text) - limit:] if end else text[:limit]
               for text, limit, cut, end in zip(texts, limits, sliced, from_end, strict=True)]

@@ -30,7 +30,7 @@ from encoders.kpr_inputs import (
     pair_token_types,
     text_pieces,
 )
-from encoders.models import ModelSpec
+from encoders.models import ModelSpec, plain_token_ids
 from encoders.retrievers import CountFn, DenseEncoder, EncoderOptions, TextInputs, passage_segments
 
 # The counters of the entities an input drops, by the key that holds their number.
@@ -90,7 +90,7 @@ class KPRInputs(TextInputs):
         """The model inputs of texts of one segment (``firsts``) or two (``seconds``: after [SEP]), ``prefix``
         tokenized on its own and put first; every segment linked alone."""
         columns = [self.segments(texts) for texts in ([firsts] if seconds is None else [firsts, seconds])]
-        prefix_ids = self.tokenizer(prefix, add_special_tokens=False)["input_ids"] if prefix else []
+        prefix_ids = plain_token_ids(self.tokenizer, [prefix])[0] if prefix else []
         return [self._item(kpr_sequence([column[index] for column in columns], prefix_ids,
                                         self.tokenizer.cls_token_id, self.tokenizer.sep_token_id,
                                         self.options.max_length, self.options.max_entities))
@@ -103,7 +103,7 @@ class KPRInputs(TextInputs):
         bounds = [mention_bounds(mentions) for mentions in linked]
         pieces = [text_pieces(text, cuts) for text, cuts in zip(texts, bounds, strict=True)]
         flat = [piece for parts in pieces for piece in parts]
-        ids = self.tokenizer(flat, add_special_tokens=False)["input_ids"] if flat else []
+        ids = plain_token_ids(self.tokenizer, flat) if flat else []
         segments, start = [], 0
         for parts, cuts, mentions in zip(pieces, bounds, linked, strict=True):
             segments.append(joined_segment(ids[start:start + len(parts)], cuts, mentions))

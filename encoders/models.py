@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from artifacts.errors import ModelError, SettingError
@@ -193,6 +194,23 @@ def load_tokenizer(name_or_path: str):
     # (model_max_length, which truncation reads, stays as it is).
     tokenizer.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True
     return tokenizer
+
+
+def encodings(tokenizer, texts: Sequence[str]) -> list:
+    """A fast tokenizer's own ``Encoding`` of each text (no special tokens, truncation or padding): token ids and
+    the character-to-token map, without transformers' conversion of every text's encoding to Python lists (a
+    fifth to a third of the tokenizing time, held under the GIL)."""
+    backend = tokenizer.backend_tokenizer
+    backend.no_truncation()  # transformers sets both again on its own next call
+    backend.no_padding()
+    return backend.encode_batch(list(texts), add_special_tokens=False)
+
+
+def plain_token_ids(tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """The token ids of each text, no special tokens (through ``encodings`` for a fast tokenizer)."""
+    if not tokenizer.is_fast:
+        return tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+    return [encoding.ids for encoding in encodings(tokenizer, texts)]
 
 
 def load_encoder(spec: ModelSpec):

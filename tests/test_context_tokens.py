@@ -13,6 +13,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from encoders.context_tokens import Side, context_sides, enough, tokenized_sides
 from encoders.mask_inputs import MASK_WINDOWS, context_split, mask_inputs, masked_ids, special_ids, tokens_needed
+from encoders.models import plain_token_ids
 from tests.conftest import BUNDLED_SAMPLE
 from transforms.dump_reader import RawPage, iter_pages, read_siteinfo
 from transforms.mention_sampling import context_window
@@ -211,3 +212,17 @@ def test_no_rows_no_tokenizer_call(minilm_path):
     recording = RecordingTokenizer(AutoTokenizer.from_pretrained(minilm_path))
     assert mask_inputs([], recording, 128) == [] and recording.characters == 0
     assert context_sides(recording, [], [], partial(tokens_needed, 10)) == []
+
+
+def test_plain_token_ids_are_the_tokenizers_own_even_after_a_truncating_call(minilm_path, other_tokenizers):
+    """The fast backend's ids equal transformers' call, also when an earlier call left the backend truncating
+    (transformers keeps its truncation and padding settings on the backend between calls); a slow tokenizer is
+    called as it is."""
+    texts = ["alpha beta gamma delta " * 8, "éclair 東京都 tab\tbed", "", "42,000 new\nline"]
+    tokenizers = (AutoTokenizer.from_pretrained(minilm_path), *other_tokenizers.values())
+    for tokenizer in (*tokenizers, WithoutOffsets(tokenizers[0])):
+        expected = tokenizer(texts, add_special_tokens=False)["input_ids"]
+        assert max(len(ids) for ids in expected) > 8
+        tokenizer(texts, truncation=True, max_length=8, padding=True)
+        assert plain_token_ids(tokenizer, texts) == expected
+        assert max(len(ids) for ids in tokenizer(texts, truncation=True, max_length=8)["input_ids"]) == 8
