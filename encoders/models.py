@@ -196,14 +196,23 @@ def load_tokenizer(name_or_path: str):
     return tokenizer
 
 
-def encodings(tokenizer, texts: Sequence[str]) -> list:
-    """A fast tokenizer's own ``Encoding`` of each text (no special tokens, truncation or padding): token ids and
-    the character-to-token map, without transformers' conversion of every text's encoding to Python lists (a
-    fifth to a third of the tokenizing time, held under the GIL)."""
+def fast_backend(tokenizer, max_length: int | None = None):
+    """A fast tokenizer's own backend, set to truncate at ``max_length`` (longest first, transformers'
+    ``truncation=True``; None: not at all) and not to pad: transformers leaves its last call's settings there.
+    Calling it directly skips transformers' conversion of every text's encoding to Python lists (a fifth to a
+    third of the tokenizing time, held under the GIL)."""
     backend = tokenizer.backend_tokenizer
-    backend.no_truncation()  # transformers sets both again on its own next call
+    if max_length is None:
+        backend.no_truncation()
+    else:
+        backend.enable_truncation(max_length, strategy="longest_first", direction=tokenizer.truncation_side)
     backend.no_padding()
-    return backend.encode_batch(list(texts), add_special_tokens=False)
+    return backend
+
+
+def encodings(tokenizer, texts: Sequence[str]) -> list:
+    """A fast tokenizer's ``Encoding`` of each text, no special tokens: ids and the character-to-token map."""
+    return fast_backend(tokenizer).encode_batch(list(texts), add_special_tokens=False)
 
 
 def plain_token_ids(tokenizer, texts: Sequence[str]) -> list[list[int]]:
@@ -211,6 +220,20 @@ def plain_token_ids(tokenizer, texts: Sequence[str]) -> list[list[int]]:
     if not tokenizer.is_fast:
         return tokenizer(list(texts), add_special_tokens=False)["input_ids"]
     return [encoding.ids for encoding in encodings(tokenizer, texts)]
+
+
+def model_token_ids(tokenizer, firsts: Sequence[str], seconds: Sequence[str] | None,
+                    max_length: int) -> tuple[list[list[int]], list[list[int]] | None]:
+    """(input ids, token type ids) of each text, or of each pair (``seconds``), special tokens added and
+    truncated to ``max_length`` as transformers' ``truncation=True`` does (types: None where a slow tokenizer
+    makes none)."""
+    if not tokenizer.is_fast:
+        encoded = tokenizer(list(firsts), None if seconds is None else list(seconds), truncation=True,
+                            max_length=max_length)
+        return encoded["input_ids"], encoded.get("token_type_ids")
+    texts = list(firsts) if seconds is None else list(zip(firsts, seconds, strict=True))
+    encoded = fast_backend(tokenizer, max_length).encode_batch(texts, add_special_tokens=True)
+    return [encoding.ids for encoding in encoded], [encoding.type_ids for encoding in encoded]
 
 
 def load_encoder(spec: ModelSpec):

@@ -40,6 +40,7 @@ from encoders.models import (
     load_encoder,
     load_tokenizer,
     model_config,
+    model_token_ids,
 )
 
 KINDS = ("dpr", "bge", "mean", "kpr")
@@ -252,14 +253,10 @@ class TextInputs:
     def features(self, firsts: list[str], seconds: list[str] | None) -> list[dict[str, Any]]:
         """One dict of model inputs per text: ``input_ids``, and ``token_type_ids`` where the encoder feeds the
         tokenizer's (``options.token_types``) and the tokenizer makes them."""
-        encoded = self.tokenize(firsts, seconds)
-        with_types = self.options.feeds_token_types and "token_type_ids" in encoded
-        names = ("input_ids", "token_type_ids") if with_types else ("input_ids",)
-        return [{name: encoded[name][index] for name in names} for index in range(len(firsts))]
-
-    def tokenize(self, firsts: list[str], seconds: list[str] | None, offsets: bool = False):
-        return self.tokenizer(firsts, seconds, truncation=True, max_length=self.options.max_length,
-                              return_offsets_mapping=offsets)
+        ids, types = model_token_ids(self.tokenizer, firsts, seconds, self.options.max_length)
+        if self.options.feeds_token_types and "token_type_ids" in self.tokenizer.model_input_names and types:
+            return [{"input_ids": item, "token_type_ids": kinds} for item, kinds in zip(ids, types, strict=True)]
+        return [{"input_ids": item} for item in ids]
 
     def count(self, features: Sequence[dict[str, Any]], count: CountFn) -> None:
         """Count what ``features`` hold for the pipeline's counters (plain token ids: nothing)."""
@@ -267,7 +264,7 @@ class TextInputs:
     def token_count(self, passages: Sequence[Passage]) -> int:
         """Tokens the model reads for these passages (after truncation), for throughput figures."""
         firsts, seconds = passage_segments(passages, self.options.title, self.options.passage_prefix)
-        return sum(len(ids) for ids in self.tokenize(firsts, seconds)["input_ids"])
+        return sum(len(ids) for ids in model_token_ids(self.tokenizer, firsts, seconds, self.options.max_length)[0])
 
 
 class DenseEncoder:

@@ -13,7 +13,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from encoders.context_tokens import Side, context_sides, enough, tokenized_sides
 from encoders.mask_inputs import MASK_WINDOWS, context_split, mask_inputs, masked_ids, special_ids, tokens_needed
-from encoders.models import plain_token_ids
+from encoders.models import model_token_ids, plain_token_ids
 from tests.conftest import BUNDLED_SAMPLE
 from transforms.dump_reader import RawPage, iter_pages, read_siteinfo
 from transforms.mention_sampling import context_window
@@ -95,9 +95,9 @@ class RecordingTokenizer:
         self._tokenizer = tokenizer
         self.characters = 0
 
-    def __call__(self, texts, **kwargs):
+    def __call__(self, texts, *pairs, **kwargs):
         self.characters += sum(len(text) for text in texts)
-        return self._tokenizer(texts, **kwargs)
+        return self._tokenizer(texts, *pairs, **kwargs)
 
     @property
     def backend_tokenizer(self):
@@ -226,3 +226,19 @@ def test_plain_token_ids_are_the_tokenizers_own_even_after_a_truncating_call(min
         tokenizer(texts, truncation=True, max_length=8, padding=True)
         assert plain_token_ids(tokenizer, texts) == expected
         assert max(len(ids) for ids in tokenizer(texts, truncation=True, max_length=8)["input_ids"]) == 8
+
+
+def test_model_token_ids_are_transformers_truncated_inputs_whatever_the_call_before(minilm_path, other_tokenizers):
+    """Texts and pairs, special tokens added and truncated longest first: transformers' own ids and token
+    types, also after a call that set no truncation or another length."""
+    firsts = ["Paris", "alpha beta gamma delta " * 8, "éclair", ""]
+    seconds = ["the capital of France " * 9, "short", "東京都 tab\tbed " * 5, "42,000"]
+    tokenizers = (AutoTokenizer.from_pretrained(minilm_path), *other_tokenizers.values())
+    for tokenizer in (*tokenizers, WithoutOffsets(tokenizers[0])):
+        for pair in (None, seconds):
+            tokenizer(firsts, add_special_tokens=False)
+            expected = tokenizer(firsts, pair, truncation=True, max_length=16)
+            tokenizer(firsts, truncation=True, max_length=5, padding=True)
+            ids, types = model_token_ids(tokenizer, firsts, pair, 16)
+            assert ids == expected["input_ids"] and max(len(item) for item in ids) == 16
+            assert types == expected.get("token_type_ids", types)
