@@ -13,3 +13,36 @@ class MissingRunArtifactError(InputError):
     def __init__(self, message: str, stage: str) -> None:
         super().__init__(message)
         self.stage = stage
+
+
+# torch.OutOfMemoryError's own text (in the error itself, from a step in this process, or in the text of the error
+# that carries a worker process's traceback), and Beam's warning as RunInference frees the cache after it.
+GPU_OUT_OF_MEMORY = ("CUDA out of memory", "CUDA OOM")
+
+
+def mentions_gpu_out_of_memory(text: str) -> bool:
+    return any(words in text for words in GPU_OUT_OF_MEMORY)
+
+
+def gpu_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error``, or an error that led to it, is torch running out of GPU memory."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if mentions_gpu_out_of_memory(str(current)):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+class GpuMemoryError(InputError):
+    """A stage's model ran out of GPU memory: what to change, in one line."""
+
+    def __init__(self, command: str) -> None:
+        super().__init__(f"{command}: the GPU ran out of memory: lower --batch-tokens, or start fewer worker "
+                         "processes on each GPU (each loads its own model and holds its own batches)")
+        self.command = command
+
+    def __reduce__(self):
+        return type(self), (self.command,)

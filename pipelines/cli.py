@@ -20,6 +20,7 @@ from artifacts.errors import (
     input_error_message,
     mentions_input_error,
 )
+from encoders.errors import mentions_gpu_out_of_memory
 from pipelines import disk_space, flags
 from pipelines.commands import COMMANDS
 from pipelines.console import own_lines_only
@@ -157,11 +158,13 @@ def configure_logging(verbose: bool, beam_args: list[str]) -> None:
     if verbose:
         return
     # Beam logs a failed worker's traceback before re-raising; an InputError is shown once, as one line, and
-    # Ctrl-C inside a step as the one line of an interrupted stage, a full disk as the one line of its stage.
+    # Ctrl-C inside a step as the one line of an interrupted stage, a full disk or a GPU out of memory as the one
+    # line of its stage.
     for handler in logging.getLogger().handlers:
         handler.addFilter(lambda record: not mentions_input_error(record.getMessage()))
         handler.addFilter(lambda record: not record.getMessage().startswith(INTERRUPTED_STEP))
         handler.addFilter(lambda record: not disk_space.mentions_out_of_space(record.getMessage()))
+        handler.addFilter(lambda record: not mentions_gpu_out_of_memory(record.getMessage()))
     if not any(arg.startswith("--default_sdk_harness_log_level") for arg in beam_args):
         beam_args.append("--default_sdk_harness_log_level=ERROR")
     # No weight-loading progress bars: read by huggingface_hub/transformers on import, here and in Beam's

@@ -25,6 +25,7 @@ from artifacts import fs, layout
 from artifacts.counters import Counter
 from artifacts.errors import InputError
 from artifacts.run import lock, manifest
+from encoders.errors import GpuMemoryError, gpu_out_of_memory
 from pipelines import disk_space, local_workers
 from pipelines.environment import environment_variable, environment_variables
 from pipelines.flags import DEFAULT_INTERVAL_S
@@ -283,7 +284,7 @@ def execute(stage: Stage, args: argparse.Namespace, beam_args: Sequence[str],
                            progress_interval=getattr(args, "progress_interval", DEFAULT_INTERVAL_S))
     try:
         with lock.hold(args.output, command_line()):
-            return _execute_within_space(stage, config, context, options, force)
+            return _execute_within_limits(stage, config, context, options, force)
     except StageInterrupted:
         raise
     except KeyboardInterrupt:
@@ -294,9 +295,10 @@ def execute(stage: Stage, args: argparse.Namespace, beam_args: Sequence[str],
         raise
 
 
-def _execute_within_space(stage: Stage[ConfigT], config: ConfigT, ctx: StageContext, options: dict[str, Any],
-                          force: bool) -> tuple[manifest.StageRecord, bool]:
-    """``_execute``; a full filesystem is one line and leaves no staged files (removed under the lock)."""
+def _execute_within_limits(stage: Stage[ConfigT], config: ConfigT, ctx: StageContext, options: dict[str, Any],
+                           force: bool) -> tuple[manifest.StageRecord, bool]:
+    """``_execute``; a full filesystem or a GPU out of memory is one line, and a full filesystem leaves no staged
+    files (removed under the lock)."""
     at_start = disk_space.space_of(ctx.output)
     try:
         return _execute(stage, config, ctx, options, force)
@@ -304,6 +306,8 @@ def _execute_within_space(stage: Stage[ConfigT], config: ConfigT, ctx: StageCont
         if disk_space.out_of_space(error):
             raise disk_space.disk_full_error(layout.command_of(stage.name), ctx.output, ctx.staging_root,
                                              at_start) from error
+        if gpu_out_of_memory(error):
+            raise GpuMemoryError(layout.command_of(stage.name)) from error
         raise
 
 

@@ -29,6 +29,7 @@ from artifacts.run import manifest
 from artifacts.run.kpr_export import TORCH_SAVE_BYTES, entity_keys, export_bytes, export_kpr, scratch_bytes
 from artifacts.run.publish import publish_run
 from artifacts.run.verified import CACHE_ENV
+from encoders.errors import mentions_gpu_out_of_memory
 from pipelines import disk_space
 from pipelines.cli import main
 from pipelines.disk_space import mount_point, out_of_space
@@ -532,6 +533,34 @@ def test_out_of_space_is_told_by_errno_or_by_beams_rewording() -> None:
         assert out_of_space(wrapped)
     assert not out_of_space(OSError(errno.EACCES, "Permission denied"))
 
+
+
+def test_a_gpu_out_of_memory_is_one_line_naming_what_to_lower(
+        tmp_path: Path, full_run: Path, tiny_bert: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """torch's OutOfMemoryError from a forward pass (as CUDA raises it; here a CPU run made to raise it): one line,
+    exit 2, no traceback; nothing recorded for the stage, and the rerun runs."""
+    import torch
+
+    from encoders.mask_encoder import MaskEncoder
+
+    output = tmp_path / "out"
+    copy_stages(full_run, output, ("parse", "dictionary", "mentions"))
+    command = ["embed-entities", "--output", str(output), "--model", str(tiny_bert), "--max-seq-length", "64", *DIRECT]
+
+    def out_of_memory(*_args, **_kwargs) -> None:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.1 GiB total)")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(MaskEncoder, "_forward_host", out_of_memory)
+        assert main(command) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == ("error: embed-entities: the GPU ran out of memory: lower --batch-tokens, or start fewer worker "
+                       "processes on each GPU (each loads its own model and holds its own batches)")
+    assert "Traceback" not in "\n".join(err)
+    assert mentions_gpu_out_of_memory("Caught CUDA OOM during operation. Cleaning memory.")  # Beam's, hidden
+    assert sorted(manifest.load(str(output))) == ["dictionary", "mentions", "parse"]
+    assert main(command) == 0
 
 # --- too little free space, known before writing ------------------------------------------------------------
 
