@@ -19,6 +19,12 @@ equal unit vectors of the right size, so those stages measure what the host side
     python -m bench.scale --articles 2000 8000 --stages parse dictionary mentions      # a quick check
     python -m bench.scale --report FILE FILE2     # the tables of several saved runs together
 
+On a GPU server, the GPU stages with a real BERT-base forward and more worker processes on the one GPU (each loads
+its own model):
+
+    python -m bench.scale --articles 10000 --workers 1 4 8 16 --stages embed-entities index \
+        --model random-bert-base --device cuda --work DIR --json FILE
+
 Memory figures do not depend on the machine's load; wall times and speed-ups do (the CPU seconds beside them help
 to tell).
 """
@@ -36,6 +42,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from bench.common import RANDOM_BERT_BASE, chosen_model
 from bench.memory import run_measured
 from bench.paths import REPO, minilm_path
 from bench.scale_report import StageRun, describe, print_report, summary
@@ -178,7 +185,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--work", type=Path, help="cache of dumps, outputs and logs (default: a temporary directory)")
     parser.add_argument("--max-mentions", type=int, default=128)
     parser.add_argument("--max-seq-length", type=int, default=128)
-    parser.add_argument("--model", help="[MASK] model and passage encoder (default: the packaged MiniLM)")
+    parser.add_argument("--model", help=f"[MASK] model and passage encoder: 'minilm' (the packaged MiniLM, the "
+                                        f"default), '{RANDOM_BERT_BASE}' (built in --work) or a path")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--no-op-model", action="store_true", help="model forward replaced by equal unit vectors")
     parser.add_argument("--stage-timeout", type=float, help="seconds before a stage run is killed (default: none)")
@@ -192,8 +200,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def benchmark(args: argparse.Namespace, work: Path) -> list[StageRun]:
     """Every chosen stage on every size and worker count, in the order given; dumps built or reused in ``work``."""
-    settings = Settings(work, args.max_mentions, args.max_seq_length, args.model or minilm_path(), args.device,
-                        args.no_op_model, args.stage_timeout, args.checkout.resolve())
+    model = chosen_model(args.model, str(work)) if args.model else minilm_path()
+    settings = Settings(work, args.max_mentions, args.max_seq_length, model, args.device, args.no_op_model,
+                        args.stage_timeout, args.checkout.resolve())
     stages = [stage for stage in STAGES if stage in args.stages]
     runs: list[StageRun] = []
     for articles in args.articles:
