@@ -4,7 +4,7 @@ whose fields let the command line word the hint (a flag name) that library code 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from artifacts.layout import command_of
@@ -139,15 +139,21 @@ class OutsideRangeError(SettingError):
         return type(self), (self.setting, self.value, self.low, self.high, self.what)
 
 
-def input_error_message(error: BaseException) -> str | None:
-    """The one-line message of an ``InputError`` somewhere in ``error`` (or its text), else None."""
+def error_chain(error: BaseException) -> Iterator[BaseException]:
+    """``error``, then what it was raised from or during, each once (a cycle ends the chain)."""
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
         seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def input_error_message(error: BaseException) -> str | None:
+    """The one-line message of an ``InputError`` somewhere in ``error`` (or its text), else None."""
+    for current in error_chain(error):
         if isinstance(current, InputError):
             return current.message
-        current = current.__cause__ or current.__context__
     match = _PATTERN.search(str(error))
     return _BEAM_CONTEXT.sub("", match.group(1)).strip() if match else None
 

@@ -3,7 +3,7 @@ line by pipelines/."""
 
 from __future__ import annotations
 
-from artifacts.errors import InputError
+from artifacts.errors import InputError, error_chain
 
 
 class MissingRunArtifactError(InputError):
@@ -26,23 +26,12 @@ def mentions_gpu_out_of_memory(text: str) -> bool:
 
 def gpu_out_of_memory(error: BaseException) -> bool:
     """Whether ``error``, or an error that led to it, is torch running out of GPU memory."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        if mentions_gpu_out_of_memory(str(current)):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
+    return any(mentions_gpu_out_of_memory(str(current)) for current in error_chain(error))
 
 
 class GpuMemoryError(InputError):
-    """A stage's model ran out of GPU memory: what to change, in one line."""
+    """A stage's model ran out of GPU memory: what to change, in one line (raised in the launcher only)."""
 
     def __init__(self, command: str) -> None:
         super().__init__(f"{command}: the GPU ran out of memory: lower --batch-tokens, or start fewer worker "
                          "processes on each GPU (each loads its own model and holds its own batches)")
-        self.command = command
-
-    def __reduce__(self):
-        return type(self), (self.command,)

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 
 from artifacts import fs
-from artifacts.errors import InputError
+from artifacts.errors import InputError, error_chain
 
 # How an out-of-space error reads once Beam has re-raised a worker's OSError as its own exception.
 OUT_OF_SPACE_TEXT = f"[Errno {errno.ENOSPC}]"
@@ -54,14 +54,8 @@ def mentions_out_of_space(text: str) -> bool:
 def out_of_space(error: BaseException) -> bool:
     """Whether ``error`` (or what it was raised from) is a full disk: an ``OSError`` ENOSPC, or its text after
     Beam re-raised it."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        if (isinstance(current, OSError) and current.errno == errno.ENOSPC) or mentions_out_of_space(str(current)):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
+    return any((isinstance(current, OSError) and current.errno == errno.ENOSPC) or mentions_out_of_space(str(current))
+               for current in error_chain(error))
 
 
 def staged_bytes(staging_root: str) -> int:

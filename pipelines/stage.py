@@ -23,7 +23,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from artifacts import fs, layout
 from artifacts.counters import Counter
-from artifacts.errors import InputError
+from artifacts.errors import InputError, error_chain
 from artifacts.run import lock, manifest
 from encoders.errors import GpuMemoryError, gpu_out_of_memory
 from pipelines import disk_space, local_workers
@@ -315,14 +315,8 @@ def _execute_within_limits(stage: Stage[ConfigT], config: ConfigT, ctx: StageCon
 def interrupted_in_a_step(error: BaseException) -> bool:
     """Whether ``error`` is Ctrl-C that reached a step running in this process (re-raised by Beam as another
     exception, the KeyboardInterrupt as its context)."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        if isinstance(current, KeyboardInterrupt) or str(current).startswith(INTERRUPTED_STEP):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
+    return any(isinstance(current, KeyboardInterrupt) or str(current).startswith(INTERRUPTED_STEP)
+               for current in error_chain(error))
 
 
 def _execute(stage: Stage[ConfigT], config: ConfigT, ctx: StageContext, options: dict[str, Any],
