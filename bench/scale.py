@@ -23,7 +23,7 @@ On a GPU server, the GPU stages with a real BERT-base forward and more worker pr
 its own model):
 
     python -m bench.scale --articles 10000 --workers 1 4 8 16 --stages embed-entities index \
-        --model random-bert-base --device cuda --work DIR --json FILE
+        --model random-bert-base --device cuda --dtype bfloat16 --batch-tokens 65536 --work DIR --json FILE
 
 Memory figures do not depend on the machine's load; wall times and speed-ups do (the CPU seconds beside them help
 to tell).
@@ -64,6 +64,7 @@ class Settings:
     max_seq_length: int
     model: str
     device: str
+    runtime: tuple[str, ...]  # the GPU stages' --dtype, --batch-tokens and --progress-interval
     no_op_model: bool
     timeout_s: float | None
     checkout: Path  # the code measured: this repository, or another checkout of it (an older commit)
@@ -79,9 +80,9 @@ def stage_flags(stage: str, dump: SyntheticDump, settings: Settings) -> list[str
         return ["--max-mentions", str(settings.max_mentions), "--max-seq-length", str(settings.max_seq_length)]
     if stage == "embed-entities":
         return ["--model", settings.model, "--max-seq-length", str(settings.max_seq_length), "--device",
-                settings.device]
+                settings.device, *settings.runtime]
     return ["--encoder", settings.model, "--encoder-type", "mean", "--max-length", "128", "--index-factory", "Flat",
-            "--device", settings.device]
+            "--device", settings.device, *settings.runtime]
 
 
 def beam_flags(workers: int) -> list[str]:
@@ -188,6 +189,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", help=f"[MASK] model and passage encoder: 'minilm' (the packaged MiniLM, the "
                                         f"default), '{RANDOM_BERT_BASE}' (built in --work) or a path")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", help="the GPU stages' weights and compute")
+    parser.add_argument("--batch-tokens", type=int, default=16384, help="the GPU stages' padded tokens per forward")
     parser.add_argument("--no-op-model", action="store_true", help="model forward replaced by equal unit vectors")
     parser.add_argument("--stage-timeout", type=float, help="seconds before a stage run is killed (default: none)")
     parser.add_argument("--checkout", type=Path, default=REPO,
@@ -201,7 +204,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def benchmark(args: argparse.Namespace, work: Path) -> list[StageRun]:
     """Every chosen stage on every size and worker count, in the order given; dumps built or reused in ``work``."""
     model = chosen_model(args.model, str(work)) if args.model else minilm_path()
-    settings = Settings(work, args.max_mentions, args.max_seq_length, model, args.device, args.no_op_model,
+    # progress lines every 5 s: each worker's steady rate, in the stage's log
+    runtime = ("--dtype", args.dtype, "--batch-tokens", str(args.batch_tokens), "--progress-interval", "5")
+    settings = Settings(work, args.max_mentions, args.max_seq_length, model, args.device, runtime, args.no_op_model,
                         args.stage_timeout, args.checkout.resolve())
     stages = [stage for stage in STAGES if stage in args.stages]
     runs: list[StageRun] = []
