@@ -25,7 +25,9 @@ from):
       && python3 -m bench.gpu --device cuda --dtype bfloat16 --model random-bert-base --batch-tokens 65536
 
 and once more with 8 worker processes on the one GPU (each loads its own model, tokenizes, and for KPR links, its
-own passages): add --beam=--direct_running_mode=multi_processing --beam=--direct_num_workers=8.
+own passages): add --beam=--direct_running_mode=multi_processing --beam=--direct_num_workers=8. The sample's mentions
+are 2 buckets (its articles are 2 row groups), so at most 2 of the 8 encode them; the worker series of the GPU stages
+on a dump where work spreads is ``bench/scale.py``'s (its docstring).
 
 The kit has no spaCy, which the dictionary stage needs (the sample is built first): add spacy==3.8.18 and what it
 needs that such a machine lacks (thinc, blis, cymem, preshed, murmurhash, srsly, wasabi, catalogue, confection,

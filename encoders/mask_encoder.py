@@ -132,10 +132,9 @@ class MaskEncoderHandler(ModelHandler[Any, PredictionResult, MaskEncoder]):
     passes. Elements are batched by estimated tokens (``batch_weight`` per call), then by ``max_tokens`` per forward.
     ``window``: the context split around [MASK] (``context_split``) of rows tokenized here.
 
-    Each worker process loads its own model, on CUDA too: a model shared by the processes (Beam's
-    ``share_model_across_processes``) is served from one worker process, whose threads then run every worker's
-    forward passes beside that worker's own tokenizing under one GIL; on an H100, 8 workers sharing one model
-    ran 1.8 to 4.8 times slower than 1 worker (README, "At full scale")."""
+    Each worker process loads its own model, on CUDA too (Beam's default). One model shared by the processes
+    (``share_model_across_processes``) bought nothing: on one GPU, 8 worker processes ran slower than 1 whether
+    they shared a model (an H100) or each had its own (an H200) (README, "At full scale")."""
 
     def __init__(self, spec: ModelSpec, layer: int = -1, max_tokens: int = 16384, max_seq_length: int | None = None,
                  batch_weight: int | None = None, window: str = "reference") -> None:
