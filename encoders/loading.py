@@ -16,7 +16,7 @@ from artifacts.errors import BelowMinimumError, SettingError
 from artifacts.passages import Passage
 from encoders.batching import estimated_tokens
 from encoders.kpr import KPREncoder, check_kpr_options
-from encoders.models import DTYPES, check_model_spec, usable_positions
+from encoders.models import DTYPES, check_model_spec, usable_positions, worker_device
 from encoders.retrievers import (
     KINDS,
     SIMILARITIES,
@@ -86,7 +86,7 @@ class PassageEncoderHandler(ModelHandler[Passage, PredictionResult, DenseEncoder
         self.batch_weight = batch_weight or 16 * options.batch_tokens  # estimated tokens per run_inference call
 
     def load_model(self) -> DenseEncoder:
-        return load_retriever(self._options, "passage")
+        return load_retriever(self._options.with_runtime(device=worker_device(self._options.device)), "passage")
 
     def run_inference(self, batch: Sequence[Passage], model: DenseEncoder,
                       inference_args: dict[str, Any] | None = None) -> Iterable[PredictionResult]:

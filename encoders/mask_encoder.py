@@ -6,6 +6,7 @@ The batched forward pass and the Beam RunInference handler; the inputs are built
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from functools import partial
 from itertools import pairwise
 from typing import Any
@@ -31,6 +32,7 @@ from encoders.models import (
     load_tokenizer,
     model_config,
     usable_positions,
+    worker_device,
 )
 
 
@@ -149,7 +151,8 @@ class MaskEncoderHandler(ModelHandler[Any, PredictionResult, MaskEncoder]):
         self.batch_weight = batch_weight or 16 * max_tokens  # tokens per run_inference call
 
     def load_model(self) -> MaskEncoder:
-        return MaskEncoder(self._spec, self._layer, self._max_tokens)
+        return MaskEncoder(replace(self._spec, device=worker_device(self._spec.device)), self._layer,
+                           self._max_tokens)
 
     def run_inference(self, batch: Sequence[Any], model: MaskEncoder,
                       inference_args: dict[str, Any] | None = None) -> Iterable[PredictionResult]:

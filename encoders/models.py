@@ -86,6 +86,27 @@ def check_model_directory(name: str) -> None:
                                "model's tokenizer there too (tokenizer.save_pretrained)")
 
 
+def worker_device(device: str, worker: str | None = None, gpus: int | None = None) -> str:
+    """The device of this worker process's model, made the process's current CUDA device. ``cuda`` on a machine
+    with several GPUs spreads the worker processes over them: Beam numbers the processes it starts on a machine
+    (``WORKER_ID``: worker_0, worker_1, ... over the launcher's life), and worker n takes GPU n mod the number of
+    GPUs, so any run of consecutive workers is spread evenly. ``cuda:N``, ``cpu``, one GPU, or a process Beam did
+    not number (a run in the launcher's own process): the device as given. ``worker`` and ``gpus`` default to
+    this process's ``WORKER_ID`` and torch's count of the GPUs it sees."""
+    if device != "cuda":
+        return device
+    import torch
+
+    gpus = torch.cuda.device_count() if gpus is None else gpus
+    number = re.search(r"\d+$", os.environ.get("WORKER_ID", "") if worker is None else worker)
+    if gpus <= 1 or number is None:
+        return device
+    chosen = f"cuda:{int(number.group()) % gpus}"
+    if torch.cuda.is_available():
+        torch.cuda.set_device(chosen)  # pinned host memory and streams then belong to it, not to GPU 0
+    return chosen
+
+
 def check_device(device: str) -> None:
     """A ``SettingError`` for a device name the models cannot run on (checked wherever the workers run: it is a
     name, not this machine's hardware)."""

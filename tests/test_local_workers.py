@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import apache_beam as beam
 
+from encoders.models import worker_device
 from pipelines.local_workers import (
     THREAD_VARIABLES,
     at_most_workers,
@@ -50,7 +52,9 @@ def test_a_step_with_fewer_pieces_than_workers_starts_fewer():
 def seen_by_workers(ctx: StageContext, path: Path) -> list[dict]:
     """Run a pipeline whose elements report the process and thread settings they ran with."""
     def report(_: int) -> str:
-        return json.dumps({"pid": os.getpid(), **{name: os.environ.get(name) for name in THREAD_VARIABLES}})
+        return json.dumps({"pid": os.getpid(), "worker": os.environ.get("WORKER_ID"),
+                           "gpu": worker_device("cuda", gpus=2),
+                           **{name: os.environ.get(name) for name in THREAD_VARIABLES}})
 
     run_beam(ctx, lambda pipeline: (pipeline | beam.Create(range(4)) | beam.Map(report)
                                     | beam.io.WriteToText(str(path / "seen"), file_name_suffix=".jsonl")))
@@ -65,6 +69,9 @@ def test_worker_processes_inherit_their_thread_share_and_one_piece_runs_here(tmp
     many = seen_by_workers(ctx, tmp_path / "many")
     share = str(threads_per_worker(2, os.cpu_count() or 1))
     assert len(many) == 4 and all(row["pid"] != os.getpid() for row in many)
+    # Beam numbers its worker processes, and `--device cuda` takes one of 2 GPUs by that number
+    numbers = [int(re.fullmatch(r"worker_(\d+)", row["worker"]).group(1)) for row in many]
+    assert [row["gpu"] for row in many] == [f"cuda:{number % 2}" for number in numbers]
     assert all(row[name] == share for row in many for name in THREAD_VARIABLES)
     assert all(name not in os.environ for name in THREAD_VARIABLES)  # restored after the run
 
@@ -72,6 +79,7 @@ def test_worker_processes_inherit_their_thread_share_and_one_piece_runs_here(tmp
     one = seen_by_workers(ctx.with_workers_at_most(1), tmp_path / "one")
     assert [row["pid"] for row in one] == [os.getpid()] * 4
     assert all(row[name] is None for row in one for name in THREAD_VARIABLES)
+    assert all(row["worker"] is None and row["gpu"] == "cuda" for row in one)
 
 
 def test_the_command_line_gives_arrow_the_system_allocator_unless_set_and_freed_memory_back(tmp_path):
@@ -91,3 +99,43 @@ def test_the_command_line_gives_arrow_the_system_allocator_unless_set_and_freed_
               for extra in ({}, {"ARROW_DEFAULT_MEMORY_POOL": "jemalloc"})]
     arenas = max(2, os.cpu_count() or 1)
     assert chosen == [f"system 131072 {arenas}", f"jemalloc 131072 {arenas}"]  # the C library's, inherited by workers
+
+
+def test_cuda_spreads_a_run_of_workers_evenly_over_the_gpus():
+    for first in (0, 3, 17):
+        devices = [worker_device("cuda", f"worker_{first + offset}", 4) for offset in range(8)]
+        assert sorted(devices) == [f"cuda:{gpu}" for gpu in range(4) for _ in range(2)]
+    three = [worker_device("cuda", f"worker_{number}", 2) for number in (5, 6, 7)]
+    assert sorted(three) == ["cuda:0", "cuda:1", "cuda:1"]
+
+
+def test_a_device_that_names_one_place_stays_where_it_is():
+    assert worker_device("cuda:3", "worker_1", 4) == "cuda:3"
+    assert worker_device("cpu", "worker_1", 4) == "cpu"
+    assert worker_device("cuda", "worker_5", 1) == "cuda"  # one GPU
+    assert worker_device("cuda", "", 4) == "cuda"  # the launcher's own process: Beam did not number it
+
+
+def test_each_handler_loads_its_model_on_its_workers_gpu(monkeypatch, tiny_bert):
+    import torch
+
+    from encoders import loading, mask_encoder
+    from encoders.mask_encoder import MaskEncoderHandler
+    from encoders.models import ModelSpec
+    from encoders.retrievers import EncoderOptions
+
+    loaded = []
+    monkeypatch.setattr(mask_encoder, "MaskEncoder", lambda spec, *_: loaded.append(spec.device))
+    monkeypatch.setattr(loading, "load_retriever", lambda options, _role: loaded.append(options.device))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # no GPU here to make current
+    handlers = (MaskEncoderHandler(ModelSpec(str(tiny_bert), "cuda")),
+                loading.PassageEncoderHandler(EncoderOptions(model=str(tiny_bert), kind="mean", device="cuda")))
+    for worker in ("worker_6", None):
+        if worker is None:
+            monkeypatch.delenv("WORKER_ID", raising=False)
+        else:
+            monkeypatch.setenv("WORKER_ID", worker)
+        for handler in handlers:
+            handler.load_model()
+    assert loaded == ["cuda:2", "cuda:2", "cuda", "cuda"]
