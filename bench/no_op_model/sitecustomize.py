@@ -24,8 +24,12 @@ MARKERS = "KPR_NO_OP_MODEL_MARKERS"
 
 
 def _equal_unit_vectors(torch, rows: int, dim: int):
-    """A batch of unit-length vectors, all equal (cosine-ready, never a zero vector)."""
-    return torch.full((rows, dim), dim ** -0.5, dtype=torch.float32)
+    """A batch of unit-length vectors, all equal (cosine-ready, never a zero vector). Filled by numpy: torch's
+    fill runs on its OpenMP threads, which spin waiting for cores the tokenizer's threads hold (5% of
+    embed-entities' host side with one worker on 2 cores; the same with OMP_NUM_THREADS=1)."""
+    import numpy
+
+    return torch.from_numpy(numpy.full((rows, dim), dim ** -0.5, dtype=numpy.float32))
 
 
 def _no_op_mask_forward(self, host: tuple):
