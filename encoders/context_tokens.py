@@ -21,7 +21,8 @@ from encoders.models import encodings, plain_token_ids
 # 5.4 at the 95th percentile): a slice rarely yields too few tokens, and is tokenized again whole when it does.
 CHARS_PER_TOKEN_GUESS = 6
 SLICE_MARGIN = 32  # characters: the cut word and a little slack
-_WORD_BREAK = re.compile(r"[ \t\n]")  # whitespace every tokenizer splits words at (not control characters)
+WORD_BREAKS = " \t\n"  # whitespace every tokenizer splits words at (not control characters)
+_WORD_BREAK = re.compile(f"[{WORD_BREAKS}]")
 
 # needed(other): tokens a sliced side must yield, given the other side's token count (None: sliced too)
 Needed = Callable[[int | None], int]
@@ -55,8 +56,8 @@ def first_token_after_break(encoding, text: str) -> int | None:
 
 def last_token_before_break(encoding, text: str) -> int | None:
     """The last token before the last word break of a right slice (tokens after it may belong to a cut word)."""
-    end = max((found.start() for found in _WORD_BREAK.finditer(text)), default=None)
-    if end is None:
+    end = max(map(text.rfind, WORD_BREAKS))  # searched from the end: a right slice holds hundreds of breaks
+    if end < 0:
         return None
     for position in range(end - 1, -1, -1):
         token = encoding.char_to_token(position)
