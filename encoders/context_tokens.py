@@ -2,27 +2,27 @@
 
 A mention's window holds about 6 characters per model token on each side, while its [MASK] input keeps at most
 the budget of both sides together (about half on each side). Each side is first tokenized from a slice of
-about the characters its share needs, taken at the end nearest the mention. The slice cuts a word: the tokens of
-that word are dropped, and the rest equal the whole side's tokens nearest the mention, because tokenizers split
-words at plain whitespace (WordPiece, byte-level BPE and SentencePiece alike) and normalize character by
-character. When a slice yields fewer tokens than the caller ``needed`` to decide its split exactly, that side is
+about the characters its share needs, taken at the end nearest the mention. The slice cuts a word: the slice's
+text before its first space (a left side) or after its last (a right side) is dropped before tokenizing, and the
+tokens of the rest equal the whole side's tokens nearest the mention, because tokenizers split words at spaces
+(WordPiece, byte-level BPE and SentencePiece alike) and normalize character by character. When a slice yields fewer tokens than the caller ``needed`` to decide its split exactly, that side is
 tokenized whole. The kept tokens are therefore exactly those that tokenizing whole sides would keep.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from encoders.models import encodings, plain_token_ids
+from encoders.models import plain_token_ids
 
 # English WordPiece takes 4.9 characters per token on Wikipedia text (median of the sample's mention contexts,
 # 5.4 at the 95th percentile): a slice rarely yields too few tokens, and is tokenized again whole when it does.
 CHARS_PER_TOKEN_GUESS = 6
 SLICE_MARGIN = 32  # characters: the cut word and a little slack
-WORD_BREAKS = " \t\n"  # whitespace every tokenizer splits words at (not control characters)
-_WORD_BREAK = re.compile(f"[{WORD_BREAKS}]")
+# Where a slice is cut: the space, which every tokenizer family here splits words at (a SentencePiece Metaspace
+# does not split at tabs or newlines; control characters Python calls whitespace are deleted inside words).
+WORD_BREAK = " "
 
 # needed(other): tokens a sliced side must yield, given the other side's token count (None: sliced too)
 Needed = Callable[[int | None], int]
@@ -42,28 +42,15 @@ def slice_chars(needed: Needed, other_chars: int) -> int:
     return CHARS_PER_TOKEN_GUESS * needed(other_chars // CHARS_PER_TOKEN_GUESS) + SLICE_MARGIN
 
 
-def first_token_after_break(encoding, text: str) -> int | None:
-    """The first token after the first word break of a left slice (tokens before it may belong to a cut word)."""
-    found = _WORD_BREAK.search(text)
-    if found is None:
-        return None
-    for position in range(found.end(), len(text)):
-        token = encoding.char_to_token(position)
-        if token is not None:
-            return token
-    return None
-
-
-def last_token_before_break(encoding, text: str) -> int | None:
-    """The last token before the last word break of a right slice (tokens after it may belong to a cut word)."""
-    end = max(map(text.rfind, WORD_BREAKS))  # searched from the end: a right slice holds hundreds of breaks
-    if end < 0:
-        return None
-    for position in range(end - 1, -1, -1):
-        token = encoding.char_to_token(position)
-        if token is not None:
-            return token
-    return None
+def without_cut_word(text: str, from_end: bool) -> str:
+    """A slice without the word it may have cut: a left slice (``from_end``) from its first word break on, the
+    break kept (a byte-level BPE puts a space into the next word's token), a right slice up to its last break;
+    empty when the slice has no break. Its tokens are then those of the whole side around the same words."""
+    if from_end:
+        start = text.find(WORD_BREAK)
+        return text[start:] if start >= 0 else ""
+    end = text.rfind(WORD_BREAK)
+    return text[:end] if end >= 0 else ""
 
 
 def tokenized_sides(tokenizer, texts: Sequence[str], limits: Sequence[int | None],
@@ -74,20 +61,9 @@ def tokenized_sides(tokenizer, texts: Sequence[str], limits: Sequence[int | None
     if not tokenizer.is_fast:
         return [Side(ids, True) for ids in plain_token_ids(tokenizer, texts)]
     sliced = [limit is not None and len(text) > limit for text, limit in zip(texts, limits, strict=True)]
-    inputs = [text if not cut else text[len(text) - limit:] if end else text[:limit]
+    inputs = [text if not cut else without_cut_word(text[len(text) - limit:] if end else text[:limit], end)
               for text, limit, cut, end in zip(texts, limits, sliced, from_end, strict=True)]
-    sides = []
-    for encoding, text, cut, end in zip(encodings(tokenizer, inputs), inputs, sliced, from_end, strict=True):
-        ids = encoding.ids
-        if not cut:
-            sides.append(Side(ids, True))
-        elif end:
-            first = first_token_after_break(encoding, text)
-            sides.append(Side(ids[first:] if first is not None else [], False))
-        else:
-            last = last_token_before_break(encoding, text)
-            sides.append(Side(ids[:last + 1] if last is not None else [], False))
-    return sides
+    return [Side(ids, not cut) for ids, cut in zip(plain_token_ids(tokenizer, inputs), sliced, strict=True)]
 
 
 def enough(side: Side, other: Side, needed: Needed) -> bool:
