@@ -7,6 +7,7 @@ import itertools
 import queue
 import threading
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import pairwise
 from typing import TypeVar
 
 import numpy as np
@@ -70,6 +71,17 @@ def to_host(tensors: Sequence) -> np.ndarray:
         raise ValueError("no result tensors to copy back")
     joined = torch.cat(list(tensors)) if len(tensors) > 1 else tensors[0]
     return joined.to("cpu").float().numpy()
+
+
+def tokenizing_chunks(size: int, per_forward: int) -> list[tuple[int, int]]:
+    """(first, last) ranges of ``size`` items whose inputs are built one after the other (in the prefetch thread):
+    the first about one forward pass's worth, so the device starts early (nothing overlaps it), the others 4
+    passes' worth (better length bucketing)."""
+    first_size, size_after = max(4, per_forward), max(16, 4 * per_forward)
+    bounds = [0, min(size, first_size)]
+    while bounds[-1] < size:
+        bounds.append(min(size, bounds[-1] + size_after))
+    return [(first, last) for first, last in pairwise(bounds) if last > first]
 
 
 _DONE = object()

@@ -5,8 +5,9 @@ the budget of both sides together (about half on each side). Each side is first 
 about the characters its share needs, taken at the end nearest the mention. The slice cuts a word: the slice's
 text before its first space (a left side) or after its last (a right side) is dropped before tokenizing, and the
 tokens of the rest equal the whole side's tokens nearest the mention, because tokenizers split words at spaces
-(WordPiece, byte-level BPE and SentencePiece alike) and normalize character by character. When a slice yields fewer tokens than the caller ``needed`` to decide its split exactly, that side is
-tokenized whole. The kept tokens are therefore exactly those that tokenizing whole sides would keep.
+(WordPiece, byte-level BPE and SentencePiece alike) and normalize character by character. When a slice yields
+fewer tokens than the caller ``needed`` to decide its split exactly, that side is tokenized whole. The kept
+tokens are therefore exactly those that tokenizing whole sides would keep.
 """
 
 from __future__ import annotations

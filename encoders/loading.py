@@ -74,7 +74,7 @@ def passage_tokens(max_length: int, passage: Passage) -> int:
 
 class PassageEncoderHandler(ModelHandler[Passage, PredictionResult, DenseEncoder]):
     """RunInference handler: elements batched by estimated tokens here (``batch_weight``, larger batches give
-    better length bucketing), then by token budget inside ``encode_features``. Each worker process loads its own
+    better length bucketing), then by token budget inside ``encode_passages``. Each worker process loads its own
     encoder (on CUDA too: see ``MaskEncoderHandler``), turns its passages into model inputs (tokenizing, and for
     KPR the linker) and counts them in its own thread, where Beam counters count."""
 
@@ -90,9 +90,7 @@ class PassageEncoderHandler(ModelHandler[Passage, PredictionResult, DenseEncoder
 
     def run_inference(self, batch: Sequence[Passage], model: DenseEncoder,
                       inference_args: dict[str, Any] | None = None) -> Iterable[PredictionResult]:
-        features = model.inputs.passages(batch)
-        model.inputs.count(features, self._count)
-        vectors = model.encode_features(features)
+        vectors = model.encode_passages(batch, self._count)
         return [PredictionResult(passage, vector) for passage, vector in zip(batch, vectors, strict=True)]
 
     def batch_elements_kwargs(self) -> dict[str, Any]:

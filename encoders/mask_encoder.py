@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from functools import partial
-from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -23,6 +22,7 @@ from encoders.batching import (
     to_device,
     to_host,
     token_budget_batches,
+    tokenizing_chunks,
 )
 from encoders.mask_inputs import MIN_SEQ_LENGTH, MaskInput, check_max_seq_length, mask_inputs, special_ids
 from encoders.models import (
@@ -101,16 +101,6 @@ class MaskEncoder:
     def _forward(self, batch: Sequence[MaskInput]) -> np.ndarray:
         """float32 vectors of one batch (no prefetch): the building block for benchmarks."""
         return to_host([self._forward_host(self._prepare(batch))])
-
-
-def tokenizing_chunks(size: int, per_forward: int) -> list[tuple[int, int]]:
-    """(first, last) row ranges tokenized one after the other: the first about one forward pass's worth, so the
-    device starts early (nothing overlaps it), the others 4 passes' worth (better length bucketing)."""
-    first_size, size_after = max(4, per_forward), max(16, 4 * per_forward)
-    bounds = [0, min(size, first_size)]
-    while bounds[-1] < size:
-        bounds.append(min(size, bounds[-1] + size_after))
-    return [(first, last) for first, last in pairwise(bounds) if last > first]
 
 
 def tokenized_chunks(rows: Sequence[dict[str, Any]], tokenizer, max_seq_length: int, window: str,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, NamedTuple
 
@@ -269,8 +269,7 @@ class TextInputs:
 
 class DenseEncoder:
     """A loaded retriever (one model: the passage or the question side); what the RunInference handler's
-    ``load_model`` returns. ``encode_passages`` / ``encode_queries`` give float32 rows in input order;
-    ``encode_features`` encodes inputs built elsewhere (by a worker's own ``TextInputs``)."""
+    ``load_model`` returns. ``encode_passages`` / ``encode_queries`` give float32 rows in input order."""
 
     def __init__(self, options: EncoderOptions, role: str = "passage") -> None:
         import torch
@@ -293,26 +292,48 @@ class DenseEncoder:
         config = self.model.config
         return int(getattr(config, "projection_dim", 0) or config.hidden_size)
 
-    def encode_passages(self, passages: Sequence[Passage]) -> np.ndarray:
-        return self.encode_features(self.inputs.passages(passages))
+    def encode_passages(self, passages: Sequence[Passage], count: CountFn = ignore_count) -> np.ndarray:
+        """float32 rows of ``passages``, in order; what their inputs hold (KPR's entity inputs) goes to ``count``
+        in the caller's thread, where Beam's counters count."""
+        return self._encode(passages, self.inputs.passages, count)
 
     def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
-        return self.encode_features(self.inputs.queries(queries))
+        return self._encode(queries, self.inputs.queries, ignore_count)
 
     def token_count(self, passages: Sequence[Passage]) -> int:
         return self.inputs.token_count(passages)
 
-    def encode_features(self, features: Sequence[dict[str, Any]]) -> np.ndarray:
-        """float32 vectors of model inputs (``TextInputs.features``), in order; batches by token budget."""
-        vectors = np.zeros((len(features), self.dim), dtype=np.float32)
-        lengths = [len(item["input_ids"]) for item in features]
-        batches = batching.token_budget_batches(lengths, self.options.batch_tokens)
-        # Padding and pinning in the prefetch thread; results stay on the device and come back in one copy.
-        host = batching.prefetched(self._host_inputs([features[index] for index in batch]) for batch in batches)
-        results = [self._forward_inputs(self._device_inputs(inputs)) for inputs in host]
+    def _encode(self, items: Sequence[Any], build: Callable[[Sequence[Any]], list[dict[str, Any]]],
+                count: CountFn) -> np.ndarray:
+        """float32 rows of ``items``, in order. Their model inputs are built (``build``: tokenizing, and KPR's
+        linking), padded and pinned chunk by chunk in the prefetch thread while the forward passes of the chunk
+        before run; batches by token budget; the results stay on the device and come back in one copy."""
+        def prepared() -> Iterator[tuple[list[int], Any, list[tuple[str, int]]]]:
+            per_forward = max(1, self.options.batch_tokens // self.options.max_length)
+            for first, last in batching.tokenizing_chunks(len(items), per_forward):
+                features = build(items[first:last])
+                counted = self._counted(features)
+                lengths = [len(item["input_ids"]) for item in features]
+                for batch in batching.token_budget_batches(lengths, self.options.batch_tokens):
+                    yield [first + index for index in batch], self._host_inputs([features[i] for i in batch]), counted
+                    counted = []
+
+        vectors = np.zeros((len(items), self.dim), dtype=np.float32)
+        order, results = [], []
+        for batch, host, counted in batching.prefetched(prepared()):
+            for name, value in counted:
+                count(name, value)
+            order.extend(batch)
+            results.append(self._forward_inputs(self._device_inputs(host)))
         if results:
-            vectors[[index for batch in batches for index in batch]] = batching.to_host(results)
+            vectors[order] = batching.to_host(results)
         return vectors
+
+    def _counted(self, features: Sequence[dict[str, Any]]) -> list[tuple[str, int]]:
+        """(counter, value) pairs of what ``features`` hold, to be counted in the thread where counters count."""
+        found: list[tuple[str, int]] = []
+        self.inputs.count(features, lambda name, value=1: found.append((name, value)))
+        return found
 
     def _host_inputs(self, batch: list[dict[str, list]]) -> Any:
         """Padded CPU tensors of one batch, built with numpy (pinned when bound for CUDA), in the prefetch thread."""
