@@ -16,13 +16,8 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that
 
 from artifacts import schemas, tables
-from encoders.batching import estimated_tokens, padded, prefetched, token_budget_batches
-from encoders.mask_encoder import (
-    MaskEncoder,
-    MaskEncoderHandler,
-    mask_element_tokens,
-    tokenizing_chunks,
-)
+from encoders.batching import estimated_tokens, padded, prefetched, token_budget_batches, tokenizing_chunks
+from encoders.mask_encoder import MaskEncoder, MaskEncoderHandler, mask_element_tokens
 from encoders.mask_inputs import MaskInput, mask_inputs
 from encoders.models import ModelSpec
 from encoders.retrievers import DenseEncoder, EncoderOptions, passage_segments
