@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import pairwise
 from typing import TypeVar
 
@@ -82,6 +82,32 @@ def tokenizing_chunks(size: int, per_forward: int) -> list[tuple[int, int]]:
     while bounds[-1] < size:
         bounds.append(min(size, bounds[-1] + size_after))
     return [(first, last) for first, last in pairwise(bounds) if last > first]
+
+
+def chunk_batches(items: Sequence[T], per_forward: int, max_tokens: int, build: Callable[[Sequence[T]], list],
+                  length: Callable[[object], int]) -> Iterator[tuple[list[int], list]]:
+    """(indices into ``items``, their built inputs) of each forward batch: the items built (``build``: tokenizing,
+    linking) chunk by chunk (``tokenizing_chunks``), each chunk's inputs batched by token budget (``length``:
+    tokens of one input). A generator: iterated in the prefetch thread, the building overlaps the forwards."""
+    for first, last in tokenizing_chunks(len(items), per_forward):
+        inputs = build(items[first:last])
+        for batch in token_budget_batches([length(item) for item in inputs], max_tokens):
+            yield [first + index for index in batch], [inputs[index] for index in batch]
+
+
+def forward_in_order(size: int, dim: int, prepared: Iterable[tuple[list[int], T]],
+                     forward: Callable[[T], object]) -> np.ndarray:
+    """float32 rows (``size`` x ``dim``) in row order: ``forward`` on each prepared (row indices, host inputs)
+    batch, built ahead in the prefetch thread; the results stay on the device and come back in one copy."""
+    order: list[int] = []
+    results = []
+    for batch, host in prefetched(prepared):
+        order.extend(batch)
+        results.append(forward(host))
+    vectors = np.zeros((size, dim), dtype=np.float32)
+    if results:
+        vectors[order] = to_host(results)
+    return vectors
 
 
 _DONE = object()

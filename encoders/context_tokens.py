@@ -58,7 +58,7 @@ def tokenized_sides(tokenizer, texts: Sequence[str], limits: Sequence[int | None
                     from_end: Sequence[bool]) -> list[Side]:
     """Each text tokenized whole (limit None, or a text no longer than its limit) or sliced to ``limit``
     characters at its end (``from_end``: a left side) or start (a right side), in one batch call. A slow
-    tokenizer (no character offsets) tokenizes whole texts."""
+    tokenizer tokenizes whole texts (slicing is checked on the fast families only)."""
     if not tokenizer.is_fast:
         return [Side(ids, True) for ids in plain_token_ids(tokenizer, texts)]
     sliced = [limit is not None and len(text) > limit for text, limit in zip(texts, limits, strict=True)]
@@ -75,7 +75,7 @@ def enough(side: Side, other: Side, needed: Needed) -> bool:
 def context_sides(tokenizer, lefts: Sequence[str], rights: Sequence[str],
                   needed: Needed) -> list[tuple[Side, Side]]:
     """(left, right) Sides of each mention, sliced where that is exact, else whole. ``lefts``: the text before
-    each mention, ``rights``: the text after it. A slow tokenizer (no character offsets) tokenizes whole sides."""
+    each mention, ``rights``: the text after it. A slow tokenizer tokenizes whole sides."""
     count = len(lefts)
     if not count:
         return []

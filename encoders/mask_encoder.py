@@ -5,7 +5,7 @@ The batched forward pass and the Beam RunInference handler; the inputs are built
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -15,14 +15,14 @@ from apache_beam.ml.inference.base import ModelHandler, PredictionResult
 
 from artifacts.errors import BelowMinimumError, SettingError
 from encoders.batching import (
+    chunk_batches,
     estimated_tokens,
+    forward_in_order,
     host_tensor,
     padded,
-    prefetched,
     to_device,
     to_host,
     token_budget_batches,
-    tokenizing_chunks,
 )
 from encoders.mask_inputs import MIN_SEQ_LENGTH, MaskInput, check_max_seq_length, mask_inputs, special_ids
 from encoders.models import (
@@ -57,31 +57,17 @@ class MaskEncoder:
         """float32 vectors, one per input, in input order; batches by token budget, sorted by length."""
         batches = token_budget_batches([len(item.input_ids) for item in inputs], self.max_tokens)
         prepared = ((batch, self._prepare([inputs[index] for index in batch])) for batch in batches)
-        return self._run(len(inputs), prepared)
+        return forward_in_order(len(inputs), self.model.config.hidden_size, prepared, self._forward_host)
 
     def encode_rows(self, rows: Sequence[dict[str, Any]], max_seq_length: int,
                     window: str = "reference") -> np.ndarray:
         """float32 vectors of mention rows (entity_id, text, start, end), in row order. The rows are tokenized
         chunk by chunk in the prefetch thread, overlapping the forward passes of the previous chunk."""
-        def prepared() -> Iterator[tuple[list[int], tuple]]:
-            chunks = tokenized_chunks(rows, self.tokenizer, max_seq_length, window, self.max_tokens // max_seq_length)
-            for first, inputs in chunks:
-                for batch in token_budget_batches([len(item.input_ids) for item in inputs], self.max_tokens):
-                    yield [first + index for index in batch], self._prepare([inputs[index] for index in batch])
-
-        return self._run(len(rows), prepared())
-
-    def _run(self, size: int, prepared: Iterable[tuple[list[int], tuple]]) -> np.ndarray:
-        """Forward every prepared batch (built in the prefetch thread) and scatter the rows back in order."""
-        order: list[int] = []
-        results = []
-        for batch, host in prefetched(prepared):
-            order.extend(batch)
-            results.append(self._forward_host(host))
-        vectors = np.zeros((size, self.model.config.hidden_size), dtype=np.float32)
-        if results:
-            vectors[order] = to_host(results)
-        return vectors
+        batches = chunk_batches(rows, self.max_tokens // max_seq_length, self.max_tokens,
+                                partial(mask_inputs, tokenizer=self.tokenizer, max_seq_length=max_seq_length,
+                                        window=window), partial(mask_element_tokens, max_seq_length))
+        prepared = ((batch, self._prepare(inputs)) for batch, inputs in batches)
+        return forward_in_order(len(rows), self.model.config.hidden_size, prepared, self._forward_host)
 
     def _prepare(self, batch: Sequence[MaskInput]) -> tuple:
         """Host tensors of one batch: padded ids, attention mask, [MASK] positions (pinned for CUDA)."""
@@ -101,13 +87,6 @@ class MaskEncoder:
     def _forward(self, batch: Sequence[MaskInput]) -> np.ndarray:
         """float32 vectors of one batch (no prefetch): the building block for benchmarks."""
         return to_host([self._forward_host(self._prepare(batch))])
-
-
-def tokenized_chunks(rows: Sequence[dict[str, Any]], tokenizer, max_seq_length: int, window: str,
-                     per_forward: int) -> Iterator[tuple[int, list[MaskInput]]]:
-    """(first row, MaskInputs) of each chunk of ``rows`` (``tokenizing_chunks``), tokenized one after the other."""
-    for first, last in tokenizing_chunks(len(rows), per_forward):
-        yield first, mask_inputs(rows[first:last], tokenizer, max_seq_length, window)
 
 
 def mask_element_tokens(max_seq_length: int, element: MaskInput | dict[str, Any]) -> int:

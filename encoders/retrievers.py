@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, NamedTuple
 
@@ -267,6 +267,11 @@ class TextInputs:
         return sum(len(ids) for ids in model_token_ids(self.tokenizer, firsts, seconds, self.options.max_length)[0])
 
 
+def feature_tokens(features: dict[str, Any]) -> int:
+    """Tokens of one text's model inputs (``TextInputs.features``)."""
+    return len(features["input_ids"])
+
+
 class DenseEncoder:
     """A loaded retriever (one model: the passage or the question side); what the RunInference handler's
     ``load_model`` returns. ``encode_passages`` / ``encode_queries`` give float32 rows in input order."""
@@ -307,27 +312,18 @@ class DenseEncoder:
                 count: CountFn) -> np.ndarray:
         """float32 rows of ``items``, in order. Their model inputs are built (``build``: tokenizing, and KPR's
         linking), padded and pinned chunk by chunk in the prefetch thread while the forward passes of the chunk
-        before run; batches by token budget; the results stay on the device and come back in one copy."""
-        def prepared() -> Iterator[tuple[list[int], Any, list[tuple[str, int]]]]:
-            per_forward = max(1, self.options.batch_tokens // self.options.max_length)
-            for first, last in batching.tokenizing_chunks(len(items), per_forward):
-                features = build(items[first:last])
-                counted = self._counted(features)
-                lengths = [len(item["input_ids"]) for item in features]
-                for batch in batching.token_budget_batches(lengths, self.options.batch_tokens):
-                    yield [first + index for index in batch], self._host_inputs([features[i] for i in batch]), counted
-                    counted = []
+        before run; what they hold is counted in this thread, where counters count."""
+        per_forward = max(1, self.options.batch_tokens // self.options.max_length)
+        batches = batching.chunk_batches(items, per_forward, self.options.batch_tokens, build, feature_tokens)
+        prepared = ((batch, (self._host_inputs(features), self._counted(features))) for batch, features in batches)
+        return batching.forward_in_order(len(items), self.dim, prepared,
+                                         lambda entry: self._forward_counted(*entry, count))
 
-        vectors = np.zeros((len(items), self.dim), dtype=np.float32)
-        order, results = [], []
-        for batch, host, counted in batching.prefetched(prepared()):
-            for name, value in counted:
-                count(name, value)
-            order.extend(batch)
-            results.append(self._forward_inputs(self._device_inputs(host)))
-        if results:
-            vectors[order] = batching.to_host(results)
-        return vectors
+    def _forward_counted(self, host: Any, counted: list[tuple[str, int]], count: CountFn):
+        """Count what a batch's inputs hold, then start its forward pass (in the caller's thread)."""
+        for name, value in counted:
+            count(name, value)
+        return self._forward_inputs(self._device_inputs(host))
 
     def _counted(self, features: Sequence[dict[str, Any]]) -> list[tuple[str, int]]:
         """(counter, value) pairs of what ``features`` hold, to be counted in the thread where counters count."""
