@@ -108,15 +108,12 @@ class RecordingTokenizer:
 
 
 class RecordingBackend:
-    """A fast tokenizer's backend whose batch calls add their texts' characters to ``recording``."""
+    """A fast tokenizer's backend whose ``encode_batch_fast`` (the only batch call the encoders make) adds its
+    texts' characters to ``recording``."""
 
     def __init__(self, backend, recording: RecordingTokenizer) -> None:
         self._backend = backend
         self._recording = recording
-
-    def encode_batch(self, texts, **kwargs):
-        self._recording.characters += sum(len(text) for text in texts)
-        return self._backend.encode_batch(texts, **kwargs)
 
     def encode_batch_fast(self, texts, **kwargs):
         self._recording.characters += sum(len(text) for text in texts)
