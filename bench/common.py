@@ -132,7 +132,7 @@ def mention_windows(output: str, refs: list[dict]) -> list[dict]:
     """The mention rows embed-entities encodes for ``refs`` (mentions/ rows): windows cut from articles/."""
     from artifacts import tables
     from artifacts.run import manifest
-    from transforms.mention_sampling import CHARS_PER_TOKEN, mention_window
+    from transforms.common.mention_sampling import CHARS_PER_TOKEN, mention_window
 
     pages = {ref["page_id"] for ref in refs}
     texts = {row["page_id"]: row["text"] for batch in tables.iter_batches(output, "articles", ["page_id", "text"])

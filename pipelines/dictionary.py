@@ -10,7 +10,8 @@ import apache_beam as beam
 from artifacts import fs, layout, schemas, tables
 from artifacts.errors import InputError
 from pipelines.stage import StageContext, run_beam
-from transforms.dead_letters import WriteDeadLetters
+from transforms.common.dead_letters import WriteDeadLetters
+from transforms.common.parquet_rows import ReadParquetRows
 from transforms.dictionary import (
     COUNTERS,
     BuildDictionary,
@@ -18,7 +19,6 @@ from transforms.dictionary import (
     buckets_for,
 )
 from transforms.dictionary_linker import WriteLinker
-from transforms.parquet_rows import ReadParquetRows
 
 WORK_DIR = "work"  # intermediate files under the stage's staging directory (removed when the stage commits)
 

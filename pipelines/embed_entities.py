@@ -13,7 +13,8 @@ from artifacts.run import manifest
 from encoders.models import model_files
 from pipelines.refresh import RefreshConfig, fingerprint_changes, previous_options, reusable_previous
 from pipelines.stage import StageContext, run_beam
-from transforms.dead_letters import WriteDeadLetters
+from transforms.common.dead_letters import WriteDeadLetters
+from transforms.common.mention_sampling import CHARS_PER_TOKEN
 from transforms.embed_entities import (
     COUNTERS,
     EmbedConfig,
@@ -22,7 +23,6 @@ from transforms.embed_entities import (
     model_facts,
     reuse_counters,
 )
-from transforms.mention_sampling import CHARS_PER_TOKEN
 from transforms.refresh import option_changes
 
 PREVIOUS_STAGES = (layout.DICTIONARY_STAGE, layout.MENTIONS_STAGE, layout.EMBED_ENTITIES_STAGE)

@@ -28,8 +28,8 @@ from encoders.retrievers import EncoderOptions, dense_dim, recorded_encoder
 from pipelines import disk_space, flags
 from pipelines.refresh import RefreshConfig, fingerprint_changes, previous_options, reusable_previous
 from pipelines.stage import StageContext, run_beam
+from transforms.common.dead_letters import WriteDeadLetters
 from transforms.corpus import ReadPassages, check_corpus, estimated_passages
-from transforms.dead_letters import WriteDeadLetters
 from transforms.index import (
     COUNTERS,
     BuildIndex,

@@ -13,10 +13,10 @@ import apache_beam as beam
 from artifacts import fs, layout, schemas, tables
 from artifacts.errors import InputError
 from pipelines.stage import StageContext, run_beam
-from transforms.dead_letters import WriteDeadLetters
+from transforms.common.dead_letters import WriteDeadLetters
+from transforms.common.parquet_rows import write_parquet_rows
 from transforms.dump_reader import read_siteinfo
 from transforms.multistream import find_multistream_index, looks_multistream
-from transforms.parquet_rows import write_parquet_rows
 from transforms.parse import COUNTERS, ConvertPages, ParseConfig, ResolveStagedArticles
 from transforms.wikitext import WikitextOptions
 

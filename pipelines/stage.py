@@ -30,8 +30,8 @@ from pipelines import disk_space, local_workers
 from pipelines.environment import environment_variable, environment_variables
 from pipelines.flags import DEFAULT_INTERVAL_S
 from pipelines.interrupt import INTERRUPTED_STEP
-from transforms.dead_letters import COUNTER_NAMESPACE
-from transforms.progress import LogProgress, worker_count
+from transforms.common.dead_letters import COUNTER_NAMESPACE
+from transforms.common.progress import LogProgress, worker_count
 
 LOG = logging.getLogger("kpr")
 STAGING_DIR = layout.STAGING

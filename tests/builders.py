@@ -31,7 +31,7 @@ from artifacts import layout, schemas, tables
 from artifacts.passages import Passage, shard_of
 from artifacts.run import manifest
 from tests.conftest import BUNDLED_PASSAGES, BUNDLED_SAMPLE, DIRECT, REPO, copy_stages, stage_options
-from transforms.dead_letters import COUNTER_NAMESPACE
+from transforms.common.dead_letters import COUNTER_NAMESPACE
 from transforms.passages import parse_dpr_row
 
 # --- articles and a parsed OUT ----------------------------------------------------------------------------------

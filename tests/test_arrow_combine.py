@@ -24,7 +24,7 @@ from transforms.arrow_combine import (
     sum_by,
     summed_by,
 )
-from transforms.spill import SpillAndGroup, reduce_parts, write_part
+from transforms.common.spill import SpillAndGroup, reduce_parts, write_part
 
 SCHEMA = pa.schema([("name", pa.string()), ("target", pa.string()), ("count", pa.int64()), ("weight", pa.int64())])
 KEYS, VALUES = ("name", "target"), ("count", "weight")

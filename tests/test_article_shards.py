@@ -1,4 +1,4 @@
-"""transforms/article_shards.py: the page map of articles/ (page -> file and row group) and reading one shard."""
+"""transforms/common/article_shards.py: the page map of articles/ (page -> file and row group) and reading one shard."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 
 from artifacts import schemas
 from tests.builders import article
-from transforms.article_shards import load_page_map, page_map, read_row_group, row_group_count, save_page_map
+from transforms.common.article_shards import load_page_map, page_map, read_row_group, row_group_count, save_page_map
 
 
 def write_articles(path: Path, page_ids: list[int], row_group_size: int) -> str:

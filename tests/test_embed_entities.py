@@ -20,6 +20,7 @@ from pipelines.embed_entities import STAGE
 from pipelines.stage import collect_counters
 from tests.builders import article, artifact_rows, write_entities, write_parsed
 from tests.conftest import BUNDLED_SAMPLE, DIRECT
+from transforms.common.mention_sampling import window_digest
 from transforms.embed_entities import EmbedConfig, EmbedEntities, EmbedInputs, embeddable, reuse_counters
 from transforms.entity_vectors import (
     MENTION_KEY,
@@ -33,7 +34,6 @@ from transforms.entity_vectors import (
     vector_buckets,
     write_bucketed_part,
 )
-from transforms.mention_sampling import window_digest
 
 
 def vector(*values: float) -> np.ndarray:

@@ -25,9 +25,9 @@ from encoders.models import ModelSpec, input_embedding_norm
 from pipelines.cli import main
 from tests.builders import CAPITALS, article, article_texts, write_parsed
 from tests.conftest import DIRECT, MULTI_PROCESS, copy_stages
+from transforms.common.mention_sampling import CHARS_PER_TOKEN, mention_ref, mention_window, window_digest
 from transforms.embed_entities import finite_vector
 from transforms.entity_vectors import norm_matched
-from transforms.mention_sampling import CHARS_PER_TOKEN, mention_ref, mention_window, window_digest
 from transforms.mention_windows import CutMentionWindows, ref_rows
 
 

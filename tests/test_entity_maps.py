@@ -1,5 +1,5 @@
-"""transforms/entity_maps.py and transforms/worker_files.py: the title map, the entity rows and arrays, written by one
-worker and read back memory-mapped."""
+"""transforms/common/entity_maps.py and transforms/common/worker_files.py: the title map, the entity rows and
+arrays, written by one worker and read back memory-mapped."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 
 from artifacts.trie_map import load_trie_map
 from tests.builders import write_entities
-from transforms.entity_maps import build_entity_rows, build_title_ids, load_entity_rows
-from transforms.worker_files import load_array, save_array
+from transforms.common.entity_maps import build_entity_rows, build_title_ids, load_entity_rows
+from transforms.common.worker_files import load_array, save_array
 
 
 def test_maps_written_by_a_worker_are_read_back_memory_mapped(tmp_path: Path):

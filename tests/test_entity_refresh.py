@@ -13,6 +13,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from artifacts import schemas
 from tests.builders import artifact_rows, run_counting
+from transforms.common.mention_sampling import window_digest
 from transforms.entity_refresh import (
     DIGEST,
     RefreshSplit,
@@ -23,7 +24,6 @@ from transforms.entity_refresh import (
     sum_digests,
 )
 from transforms.entity_vectors import ModelFacts, read_reused_vectors
-from transforms.mention_sampling import window_digest
 from transforms.mention_windows import ref_rows
 
 

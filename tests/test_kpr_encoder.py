@@ -37,7 +37,7 @@ from pipelines.cli import main
 from pipelines.index import check_encoder
 from tests.builders import dpr_passages, mirrored, run_counting
 from tests.conftest import BUNDLED_SAMPLE, DIRECT
-from transforms.dead_letters import count
+from transforms.common.dead_letters import count
 
 ENTITY_DIM = 8
 PUBLISHED_FUSION_NAMES = {

@@ -1,9 +1,9 @@
-"""transforms/mention_sampling.py: seeded sample keys, per-page link numbering, context windows."""
+"""transforms/common/mention_sampling.py: seeded sample keys, per-page link numbering, context windows."""
 
 from __future__ import annotations
 
 from tests.builders import article
-from transforms.mention_sampling import context_window, link_refs, sample_key
+from transforms.common.mention_sampling import context_window, link_refs, sample_key
 
 
 def test_sample_key_is_seeded_and_stable():

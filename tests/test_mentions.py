@@ -11,8 +11,8 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
 from tests.builders import article, run_counting, write_entities, write_parsed
-from transforms import packed
-from transforms.mention_sampling import link_refs, mention_ref
+from transforms.common import packed
+from transforms.common.mention_sampling import link_refs, mention_ref
 from transforms.mentions import (
     LINKS_PER_BUCKET,
     NO_THRESHOLD,

@@ -9,7 +9,7 @@ from artifacts import tables
 from pipelines.cli import main
 from tests.builders import article, article_texts, write_parsed
 from tests.conftest import BUNDLED_SAMPLE, DIRECT, MULTI_PROCESS, copy_stages
-from transforms.mention_sampling import CHARS_PER_TOKEN, context_window, sample_key, window_digest
+from transforms.common.mention_sampling import CHARS_PER_TOKEN, context_window, sample_key, window_digest
 from transforms.mention_windows import ref_rows, shard_windows
 
 

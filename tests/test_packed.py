@@ -1,4 +1,4 @@
-"""transforms/packed.py: splitting record arrays by bucket, ranks in groups, the packed combine (compacting as it
+"""transforms/common/packed.py: splitting record arrays by bucket, ranks in groups, the packed combine (compacting as it
 goes equals compacting once), distinct counts."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from tests.builders import run_counting
-from transforms import packed
-from transforms.packed import ENTITY_ID, CountEntities, PackedCombineFn, rank_in_group, split_by, split_by_bucket
+from transforms.common import packed
+from transforms.common.packed import ENTITY_ID, CountEntities, PackedCombineFn, rank_in_group, split_by, split_by_bucket
 
 ROW = np.dtype([("entity_id", "<i4"), ("value", "<i8")])
 

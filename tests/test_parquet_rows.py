@@ -9,7 +9,7 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from transforms.parquet_rows import (
+from transforms.common.parquet_rows import (
     ReadParquetRowGroups,
     ReadParquetRows,
     RowRange,

@@ -15,7 +15,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from tests.conftest import BUNDLED_SAMPLE, MULTI_PROCESS, REPO
-from transforms.progress import LogProgress, ProgressMeter, ProgressTicker, format_duration
+from transforms.common.progress import LogProgress, ProgressMeter, ProgressTicker, format_duration
 
 
 class FakeClock:

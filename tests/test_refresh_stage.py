@@ -18,7 +18,7 @@ from pipelines.cli import main
 from tests.builders import artifact_rows as rows
 from tests.conftest import DIRECT, copy_stages, write_tiny_bert
 from tests.run_fixtures import DumpRuns
-from transforms.mention_sampling import CHARS_PER_TOKEN, context_window
+from transforms.common.mention_sampling import CHARS_PER_TOKEN, context_window
 
 ROW_ARTIFACTS = ("articles", "redirects", "entities", "dictionary/names", "mentions", "passages")
 UPSTREAM = ("parse", "dictionary", "mentions")

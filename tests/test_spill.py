@@ -8,7 +8,7 @@ import pyarrow as pa
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from transforms.spill import Part, SpillAndGroup, read_parts, reduce_parts, write_part
+from transforms.common.spill import Part, SpillAndGroup, read_parts, reduce_parts, write_part
 
 SCHEMA = pa.schema([("key", pa.int64()), ("value", pa.int64())])
 

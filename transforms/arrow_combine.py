@@ -4,7 +4,7 @@ A count over millions of keys (anchor pairs, link targets, name occurrences) is 
 keys: Beam's local runner pre-combines at most 100,000 keys per bundle and sends the evicted accumulators on one
 by one, so the shuffle grows with the rows read. Here the rows of a batch are summed into an Arrow table and split
 by a stable hash of their key into a few hundred buckets; the tables of a bucket are summed where they are made and
-spilled (``transforms/spill.py``), then each bucket's parts are summed on their own (``bucket_sums``).
+spilled (``transforms/common/spill.py``), then each bucket's parts are summed on their own (``bucket_sums``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from transforms.spill import Part, reduce_parts
+from transforms.common.spill import Part, reduce_parts
 
 
 def sum_by(table: pa.Table, keys: Sequence[str], values: Sequence[str]) -> pa.Table:

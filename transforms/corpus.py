@@ -24,11 +24,11 @@ from apache_beam.io.filesystems import FileSystems
 from artifacts import fs, layout, tables
 from artifacts.errors import InputError
 from artifacts.passages import Passage
-from transforms.dead_letters import count, dead_letter
+from transforms.common.dead_letters import count, dead_letter
+from transforms.common.parquet_rows import ReadParquetRows
 from transforms.dump_reader import ARCHIVE_ERRORS, open_xml
 from transforms.duplicate_ids import IdBlock, duplicate_drops, grouped_blocks
 from transforms.line_ranges import LineRange, numbered, numbered_lines, range_lines, split_file
-from transforms.parquet_rows import ReadParquetRows
 from transforms.passages import (
     MAX_REPORTED_CHARS,
     BadRow,

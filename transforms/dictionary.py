@@ -40,7 +40,9 @@ from artifacts.names import (
 )
 from artifacts.trie_map import load_trie_map, save_trie_map
 from transforms.arrow_combine import bucket_sums, bucketed_sums, summed_by
-from transforms.dead_letters import DEAD_LETTER_TAG, count, count_fields, dead_letter
+from transforms.common.dead_letters import DEAD_LETTER_TAG, count, count_fields, dead_letter
+from transforms.common.per_worker import PerProcess
+from transforms.common.spill import Part, SpillAndGroup
 from transforms.dictionary_tables import (
     CANDIDATES,
     DOC_KEYS,
@@ -60,8 +62,6 @@ from transforms.dictionary_tables import (
     title_entity_ids,
 )
 from transforms.name_occurrences import CountNameDocs
-from transforms.per_worker import PerProcess
-from transforms.spill import Part, SpillAndGroup
 
 LINK_COLUMNS = ["page_id", "title", "text", "links", "qid"]
 TEXT_COLUMNS = ["text"]

@@ -25,12 +25,12 @@ import pyarrow.compute as pc
 
 from artifacts import fs, layout, schemas, tables
 from artifacts.counters import declare, processed
-from transforms.dead_letters import count_some
+from transforms.common.dead_letters import count_some
+from transforms.common.mention_sampling import window_digest
+from transforms.common.packed import PackedCombineFn, group_starts, split_by_bucket
+from transforms.common.per_worker import PerProcess
+from transforms.common.worker_files import load_array, save_array
 from transforms.entity_vectors import ModelFacts, Part, vector_column, write_bucketed_part, write_parquet_file
-from transforms.mention_sampling import window_digest
-from transforms.packed import PackedCombineFn, group_starts, split_by_bucket
-from transforms.per_worker import PerProcess
-from transforms.worker_files import load_array, save_array
 
 ENTITY_COUNTERS = declare(
     processed("entities_reused", "entities reused"),

@@ -27,11 +27,11 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from artifacts import fs, layout, schemas, tables
 from artifacts.counters import declare, dropped, processed
-from transforms.article_shards import parquet_file
-from transforms.dead_letters import DEAD_LETTER_TAG, count_some, dead_letter
-from transforms.entity_maps import EntityRows, build_entity_rows, load_entity_rows
-from transforms.packed import bucket_of, group_starts, split_by
-from transforms.per_worker import PerProcess
+from transforms.common.article_shards import parquet_file
+from transforms.common.dead_letters import DEAD_LETTER_TAG, count_some, dead_letter
+from transforms.common.entity_maps import EntityRows, build_entity_rows, load_entity_rows
+from transforms.common.packed import bucket_of, group_starts, split_by
+from transforms.common.per_worker import PerProcess
 
 COUNTERS = declare(
     processed("entities_embedded", "entities embedded"),

@@ -27,7 +27,7 @@ from artifacts.counters import declare, dropped, error, processed
 from artifacts.faiss import buckets, build, choice, files, info, storage
 from encoders.loading import PassageEncoderHandler
 from encoders.retrievers import EncoderOptions
-from transforms.dead_letters import count, dead_letter
+from transforms.common.dead_letters import count, dead_letter
 from transforms.passage_refresh import SplitPassagesForRefresh
 from transforms.passages import DUPLICATE_KEEPS
 

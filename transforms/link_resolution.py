@@ -10,8 +10,8 @@ import apache_beam as beam
 
 from artifacts.counters import declare, dropped, processed
 from artifacts.title_map import TitleMap
-from transforms.dead_letters import count, dead_letter
-from transforms.per_worker import PerProcess
+from transforms.common.dead_letters import count, dead_letter
+from transforms.common.per_worker import PerProcess
 from transforms.redirects import DUPLICATE_PAGE_IDS, DUPLICATE_TITLES
 
 COUNTERS = declare(

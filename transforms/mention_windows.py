@@ -2,7 +2,7 @@
 
 ``mentions/`` holds references into the articles. They are joined with the article text by article shard (a row
 group of an articles/ file, found with the page map): refs are spilled to part files by bucket of shards where they
-are read (``transforms/spill.py``), and each bucket's reduce reads its refs and, shard by shard, that one row
+are read (``transforms/common/spill.py``), and each bucket's reduce reads its refs and, shard by shard, that one row
 group's ``page_id, text`` and cuts its windows. No article text goes through a shuffle, and no process holds the
 refs of more than one bucket (~80-112M refs for English Wikipedia).
 """
@@ -19,12 +19,12 @@ import pyarrow as pa
 
 from artifacts import fs, layout, tables
 from artifacts.counters import declare, dropped
-from transforms.article_shards import PageMap, load_page_map, page_map, read_row_group, save_page_map
-from transforms.dead_letters import DEAD_LETTER_TAG, dead_letter
-from transforms.mention_sampling import mention_window
-from transforms.packed import split_by
-from transforms.per_worker import PerProcess
-from transforms.spill import Part, SpillAndGroup, reduce_parts
+from transforms.common.article_shards import PageMap, load_page_map, page_map, read_row_group, save_page_map
+from transforms.common.dead_letters import DEAD_LETTER_TAG, dead_letter
+from transforms.common.mention_sampling import mention_window
+from transforms.common.packed import split_by
+from transforms.common.per_worker import PerProcess
+from transforms.common.spill import Part, SpillAndGroup, reduce_parts
 
 COUNTERS = declare(
     dropped("mention_pages_missing", "mentions whose page is not in articles/", dead_lettered=True),

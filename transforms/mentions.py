@@ -3,7 +3,7 @@
 Two passes over ``articles/`` instead of a join of sampled refs with whole articles (the way wikipedia2vec builds
 its mention database): pass 1 reads only the links and orders each link to an entity by ``ref_order``; each
 worker keeps per entity the k smallest orders it saw and spills them to part files by bucket of entity ids
-(``transforms/spill.py``); then each bucket is reduced on its own from its parts to every entity's k smallest,
+(``transforms/common/spill.py``); then each bucket is reduced on its own from its parts to every entity's k smallest,
 from which its threshold is written (the order of its k-th link; none when it has fewer than k links). Only
 descriptors of part files are grouped, so no process holds more than one bucket's orders (~100M sampled links of
 English Wikipedia would be 2.7 GB packed). Pass 2 reads the articles where they lie and writes the ref of every
@@ -29,14 +29,14 @@ from artifacts import fs, layout, tables
 from artifacts.counters import declare, dropped, processed
 from artifacts.trie_map import TrieMap, load_trie_map
 from encoders.mask_inputs import check_max_seq_length
-from transforms.dead_letters import count_some
-from transforms.entity_maps import build_title_ids
-from transforms.mention_sampling import CHARS_PER_TOKEN, LinkRef, link_ordinals, mention_ref, sample_key
-from transforms.packed import group_starts, rank_in_group, split_by_bucket
-from transforms.parquet_rows import ReadParquetRowGroups, ReadParquetRows
-from transforms.per_worker import PerProcess
-from transforms.spill import GatheringDoFn, Part, SpillAndGroup, reduce_parts
-from transforms.worker_files import load_array, save_array
+from transforms.common.dead_letters import count_some
+from transforms.common.entity_maps import build_title_ids
+from transforms.common.mention_sampling import CHARS_PER_TOKEN, LinkRef, link_ordinals, mention_ref, sample_key
+from transforms.common.packed import group_starts, rank_in_group, split_by_bucket
+from transforms.common.parquet_rows import ReadParquetRowGroups, ReadParquetRows
+from transforms.common.per_worker import PerProcess
+from transforms.common.spill import GatheringDoFn, Part, SpillAndGroup, reduce_parts
+from transforms.common.worker_files import load_array, save_array
 
 COUNTERS = declare(
     processed("entities_with_mentions", "entities with sampled mentions"),

@@ -19,12 +19,12 @@ from artifacts import fs, schemas, tables
 from artifacts.counters import declare, dropped, error, processed
 from artifacts.title_map import write_title_map
 from transforms import dump_io, link_resolution, redirects
-from transforms.dead_letters import DEAD_LETTER_TAG, count, count_fields, dead_letter
+from transforms.common.dead_letters import DEAD_LETTER_TAG, count, count_fields, dead_letter
+from transforms.common.parquet_rows import ReadParquetRows
 from transforms.dump_io import ReadDumpPages, ReadSqlRows
 from transforms.dump_reader import RawPage, SiteInfo
 from transforms.link_resolution import ResolveArticles
 from transforms.namespaces import ARTICLE
-from transforms.parquet_rows import ReadParquetRows
 from transforms.redirects import TitleRecords, build_title_map
 from transforms.titles import normalize_title
 from transforms.wikitext import WikitextError, WikitextOptions, redirect_target_from_text, wikitext_to_text

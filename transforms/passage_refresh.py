@@ -24,8 +24,8 @@ from artifacts.faiss.info import load_index_info
 from artifacts.faiss.storage import write_npy
 from artifacts.faiss.vectors import VECTOR_BATCH, iter_parquet_batches, table_vectors
 from artifacts.passages import Passage, shard_of
-from transforms.dead_letters import count
-from transforms.per_worker import PerProcess
+from transforms.common.dead_letters import count
+from transforms.common.per_worker import PerProcess
 
 REUSED_TAG = "reused"
 PACKED_IDS = 1 << 20  # reused ids a worker holds per old shard before it sends them on (8 MB)

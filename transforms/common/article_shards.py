@@ -16,7 +16,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs
-from transforms.worker_files import load_array, save_array
+from transforms.common.worker_files import load_array, save_array
 
 PAGE_IDS_FILE, SHARDS_FILE, FILES_FILE = "page_ids.npy", "page_shards.npy", "files.json"
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 import apache_beam as beam
 import numpy as np
 
-from transforms.dead_letters import count_some
+from transforms.common.dead_letters import count_some
 
 # A bucket's pending (not yet compacted) rows may reach this many before compacting, or as many as it keeps.
 MIN_PENDING_ROWS = 1 << 18
