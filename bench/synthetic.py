@@ -118,8 +118,8 @@ class Material:
 
 def sample_material(source: Path = SAMPLE) -> Material:
     """Sentences of the sample's articles as the project converts them, and the words titles are made of."""
-    from transforms.dump_reader import RawPage, iter_pages, read_siteinfo
-    from transforms.wikitext import wikitext_to_text
+    from transforms.parse.dump_reader import RawPage, iter_pages, read_siteinfo
+    from transforms.parse.wikitext import wikitext_to_text
 
     xml = bz2.decompress(source.read_bytes())
     first, last = xml.index(b"  <page>"), xml.rindex(b"</page>\n") + len(b"</page>\n")

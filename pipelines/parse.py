@@ -15,10 +15,10 @@ from artifacts.errors import InputError
 from pipelines.stage import StageContext, run_beam
 from transforms.common.dead_letters import WriteDeadLetters
 from transforms.common.parquet_rows import write_parquet_rows
-from transforms.dump_reader import read_siteinfo
-from transforms.multistream import find_multistream_index, looks_multistream
-from transforms.parse import COUNTERS, ConvertPages, ParseConfig, ResolveStagedArticles
-from transforms.wikitext import WikitextOptions
+from transforms.parse.dump_reader import read_siteinfo
+from transforms.parse.graph import COUNTERS, ConvertPages, ParseConfig, ResolveStagedArticles
+from transforms.parse.multistream import find_multistream_index, looks_multistream
+from transforms.parse.wikitext import WikitextOptions
 
 # Intermediates under OUT/.staging/parse/ (removed when the stage commits).
 STAGED_ARTICLES = "staged_articles"

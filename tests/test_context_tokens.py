@@ -16,8 +16,8 @@ from encoders.mask_inputs import MASK_WINDOWS, context_split, mask_inputs, maske
 from encoders.models import model_token_ids, plain_token_ids
 from tests.conftest import BUNDLED_SAMPLE
 from transforms.common.mention_sampling import context_window
-from transforms.dump_reader import RawPage, iter_pages, read_siteinfo
-from transforms.wikitext import wikitext_to_text
+from transforms.parse.dump_reader import RawPage, iter_pages, read_siteinfo
+from transforms.parse.wikitext import wikitext_to_text
 
 LENGTHS = (512, 128, 24, 6)  # --max-seq-length: the budget is 3 less
 CHARS_PER_TOKEN = 6  # the window the mentions stage cuts (transforms.common.mention_sampling.CHARS_PER_TOKEN)

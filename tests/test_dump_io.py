@@ -12,10 +12,10 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from artifacts.errors import input_error_message
 from tests.conftest import BUNDLED_INDEX, BUNDLED_SAMPLE, DIRECT, GENSIM_SAMPLE, MINI
-from transforms.dump_io import ReadDumpPages, ReadSqlRows
-from transforms.dump_reader import RawPage, iter_pages, read_siteinfo
-from transforms.multistream import read_stream_ranges
-from transforms.sql_dump import iter_sql_rows
+from transforms.parse.dump_io import ReadDumpPages, ReadSqlRows
+from transforms.parse.dump_reader import RawPage, iter_pages, read_siteinfo
+from transforms.parse.multistream import read_stream_ranges
+from transforms.parse.sql_dump import iter_sql_rows
 
 pytestmark = pytest.mark.usefixtures("shared_data")
 RAW = MINI / "inputs" / "wikipedia-raw-20210701"

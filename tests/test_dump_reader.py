@@ -13,8 +13,8 @@ import pytest
 
 from artifacts.errors import InputError
 from tests.conftest import BUNDLED_INDEX, BUNDLED_SAMPLE, GENSIM_SAMPLE, MINI, WIKIPEDIA
-from transforms.dump_reader import PageProblem, RawPage, iter_page_fragment_bytes, iter_pages, read_siteinfo
-from transforms.multistream import StreamRange, find_multistream_index, iter_stream_pages, read_stream_ranges
+from transforms.parse.dump_reader import PageProblem, RawPage, iter_page_fragment_bytes, iter_pages, read_siteinfo
+from transforms.parse.multistream import StreamRange, find_multistream_index, iter_stream_pages, read_stream_ranges
 
 pytestmark = pytest.mark.usefixtures("shared_data")
 EDGE = WIKIPEDIA / "edge-cases"

@@ -96,9 +96,9 @@ def test_float16_output_and_bfloat16_compute(tiny_bert, tmp_path):
 
 
 def test_a_link_trail_stays_outside_the_mask_from_parse_to_model_input(tiny_bert, single_stream_sample):
-    from transforms.dump_reader import iter_pages, read_siteinfo
-    from transforms.parse import classify_page
-    from transforms.wikitext import WikitextOptions
+    from transforms.parse.dump_reader import iter_pages, read_siteinfo
+    from transforms.parse.graph import classify_page
+    from transforms.parse.wikitext import WikitextOptions
 
     siteinfo = read_siteinfo(str(single_stream_sample))
     page = next(page for page in iter_pages(str(single_stream_sample), siteinfo)

@@ -36,7 +36,7 @@ from pipelines.disk_space import mount_point, out_of_space
 from pipelines.stage import private_tempdir
 from tests.builders import stage_command
 from tests.conftest import BUNDLED_SAMPLE, DIRECT, copy_stages
-from transforms.multistream import has_several_bz2_streams, looks_multistream
+from transforms.parse.multistream import has_several_bz2_streams, looks_multistream
 
 CORPUS = "id\ttext\ttitle\n1\tAaron is a prophet and high priest\tAaron\n2\tMoses led the people\tMoses\n"
 SHARD = "index/shard-00000.faiss"

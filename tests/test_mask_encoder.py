@@ -22,11 +22,11 @@ from pipelines.flags import worded
 from pipelines.index import check_encoder
 from tests.conftest import DIRECT
 from transforms.common.mention_sampling import mention_ref, mention_window
-from transforms.dump_reader import RawPage, SiteInfo, iter_pages, read_siteinfo
 from transforms.embed_entities import mention_problem
-from transforms.namespaces import Namespaces
-from transforms.parse import classify_page
-from transforms.wikitext import Link, ParsedText, WikitextOptions, wikitext_to_text
+from transforms.parse.dump_reader import RawPage, SiteInfo, iter_pages, read_siteinfo
+from transforms.parse.graph import classify_page
+from transforms.parse.namespaces import Namespaces
+from transforms.parse.wikitext import Link, ParsedText, WikitextOptions, wikitext_to_text
 
 TITLES = ("Anarchism", "Algorithms (journal)")
 

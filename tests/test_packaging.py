@@ -26,7 +26,7 @@ def test_beam_builds_an_installable_sdist_of_every_package(tmp_path):
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
                     "--target", str(target), tarball], check=True)
-    probe = ("import pipelines.parse, transforms.redirects, artifacts.run.manifest, encoders.models; "
+    probe = ("import pipelines.parse, transforms.parse.redirects, artifacts.run.manifest, encoders.models; "
              "print(pipelines.parse.__file__)")
     printed = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env={"PYTHONPATH": str(target)},
                              capture_output=True, text=True, check=True).stdout

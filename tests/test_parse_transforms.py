@@ -26,12 +26,14 @@ from pipelines import stage as stage_runner
 from pipelines.cli import build_parser, main
 from tests.builders import artifact_rows, run_counting
 from tests.conftest import DIRECT
-from transforms import dictionary, dump_io, link_resolution, parse, redirects
+from transforms import dictionary
 from transforms.dictionary import BuildDictionary, DictionaryConfig
 from transforms.dictionary_tables import ScoreDrops
-from transforms.dump_reader import read_siteinfo
-from transforms.parse import ConvertPages, ParseConfig
-from transforms.redirects import RedirectCounts
+from transforms.parse import dump_io, link_resolution, redirects
+from transforms.parse import graph as parse
+from transforms.parse.dump_reader import read_siteinfo
+from transforms.parse.graph import ConvertPages, ParseConfig
+from transforms.parse.redirects import RedirectCounts
 
 DUMP = """<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/" version="0.10">
   <siteinfo><dbname>enwiki</dbname><namespaces><namespace key="0" /><namespace key="1">Talk</namespace></namespaces>
@@ -291,7 +293,7 @@ def test_article_positions_are_read_back_by_index_in_any_order(tmp_path: Path):
     import pyarrow.parquet as pq
 
     from artifacts import schemas
-    from transforms.parse import article_positions, read_kind, title_record
+    from transforms.parse.graph import article_positions, read_kind, title_record
 
     rows = [title_record("article" if index % 3 else "redirect", f"T{index}", index, position=f"f@{index}#0",
                          target=None if index % 3 else "T1") for index in range(300)]

@@ -11,8 +11,8 @@ import pyarrow as pa
 
 from artifacts.title_map import Resolution, TitleMap, write_title_map
 from tests.builders import mirrored
-from transforms.link_resolution import final_article, resolve_links
-from transforms.redirects import TitleRecords, build_title_map, jump
+from transforms.parse.link_resolution import final_article, resolve_links
+from transforms.parse.redirects import TitleRecords, build_title_map, jump
 
 
 def records(articles: list[tuple[str, int]], redirects: list[tuple[str, str]],

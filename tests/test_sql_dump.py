@@ -9,7 +9,7 @@ import pytest
 
 from artifacts.errors import InputError
 from tests.conftest import MINI
-from transforms.sql_dump import SqlSyntaxError, iter_sql_rows, parse_values, unescape
+from transforms.parse.sql_dump import SqlSyntaxError, iter_sql_rows, parse_values, unescape
 
 pytestmark = pytest.mark.usefixtures("shared_data")
 RAW = MINI / "inputs" / "wikipedia-raw-20210701"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import WIKIPEDIA
-from transforms.dump_reader import RawPage, iter_pages, read_siteinfo
-from transforms.namespaces import Namespaces
-from transforms.titles import normalize_title, split_namespace
-from transforms.wikitext import WikitextError, WikitextOptions, redirect_target_from_text, wikitext_to_text
+from transforms.parse.dump_reader import RawPage, iter_pages, read_siteinfo
+from transforms.parse.namespaces import Namespaces
+from transforms.parse.titles import normalize_title, split_namespace
+from transforms.parse.wikitext import WikitextError, WikitextOptions, redirect_target_from_text, wikitext_to_text
 
 ENGLISH = Namespaces.english_defaults()
 ITALIAN = ENGLISH.with_names({"Categoria": 14, "File": 6, "Immagine": 6, "Discussione": 1})
@@ -129,7 +129,7 @@ def test_prepass_path_equals_full_parse_or_repairs_it():
     On a few real pages the full parse gives up on a construct (a huge table, a <ref> with unbalanced ''),
     leaving raw markup in the text or swallowing the prose after it. There the pre-pass text must carry less raw
     markup, or keep the prose the full parse swallowed (one itwiki sample page is cut mid-<ref> at its source).
-    Since apostrophe runs are read line by line before either parse (transforms/wikitext_quotes.py), the paths
+    Since apostrophe runs are read line by line before either parse (transforms/parse/wikitext_quotes.py), the paths
     differ on 2 of 721 pages, each a repair by the rule above; '' counts as raw markup (a run left unpaired).
     """
     pages = identical = 0
@@ -147,7 +147,7 @@ def test_prepass_path_equals_full_parse_or_repairs_it():
 
 
 def test_prepass_cuts_only_what_the_text_drops():
-    from transforms.wikitext_prepass import strip_dropped_markup
+    from transforms.parse.wikitext_prepass import strip_dropped_markup
 
     assert strip_dropped_markup("a{{b|{{c}}}}d<ref name=x/>e<ref>f</ref>g<!-- h -->i\n{|\n|j\n|}\nk") == "adegi\n\nk"
     assert strip_dropped_markup("{{{param}}}") is None

@@ -8,9 +8,9 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transforms.dump_reader import RawPage, iter_pages
-from transforms.namespaces import Namespaces
-from transforms.wikitext import WikitextError, WikitextOptions, wikitext_to_text
+from transforms.parse.dump_reader import RawPage, iter_pages
+from transforms.parse.namespaces import Namespaces
+from transforms.parse.wikitext import WikitextError, WikitextOptions, wikitext_to_text
 
 ENGLISH = Namespaces.english_defaults()
 TOKENS = ["[[", "]]", "{{", "}}", "{|", "|}", "|", "'''", "''", "<ref>", "</ref>", "<ref name=a/>", "<!--", "-->",

@@ -26,9 +26,9 @@ from artifacts.errors import InputError
 from artifacts.passages import Passage
 from transforms.common.dead_letters import count, dead_letter
 from transforms.common.parquet_rows import ReadParquetRows
-from transforms.dump_reader import ARCHIVE_ERRORS, open_xml
 from transforms.duplicate_ids import IdBlock, duplicate_drops, grouped_blocks
 from transforms.line_ranges import LineRange, numbered, numbered_lines, range_lines, split_file
+from transforms.parse.dump_reader import ARCHIVE_ERRORS, open_xml
 from transforms.passages import (
     MAX_REPORTED_CHARS,
     BadRow,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from apache_beam.io.filesystems import FileSystems
 
 from artifacts.errors import InputError
-from transforms.dump_reader import (
+from transforms.parse.dump_reader import (
     ARCHIVE_ERRORS,
     PageProblem,
     RawPage,

@@ -1,7 +1,7 @@
 """Reading MediaWiki XML export dumps: plain, bz2 (single or multistream) and gzip, schemas 0.3 to 0.11.
 
 Everything streams with bounded memory: a real dump is 20+ GB of bz2. Multistream dumps read by byte ranges
-are in transforms/multistream.py.
+are in transforms/parse/multistream.py.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from artifacts.errors import InputError
-from transforms.namespaces import ARTICLE, Namespaces, legacy_file_aliases
+from transforms.parse.namespaces import ARTICLE, Namespaces, legacy_file_aliases
 
 _SCHEMA = re.compile(r"export-(\d+\.\d+)")
 _SITEINFO_END = b"</siteinfo>"

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from artifacts.errors import InputError
-from transforms.dump_reader import ARCHIVE_ERRORS, open_xml
+from transforms.parse.dump_reader import ARCHIVE_ERRORS, open_xml
 
 _CREATE = re.compile(r"CREATE TABLE `([^`]+)`")
 _COLUMN = re.compile(r"^\s*`([^`]+)`\s")

@@ -18,16 +18,16 @@ import pyarrow.compute as pc
 from artifacts import fs, schemas, tables
 from artifacts.counters import declare, dropped, error, processed
 from artifacts.title_map import write_title_map
-from transforms import dump_io, link_resolution, redirects
 from transforms.common.dead_letters import DEAD_LETTER_TAG, count, count_fields, dead_letter
 from transforms.common.parquet_rows import ReadParquetRows
-from transforms.dump_io import ReadDumpPages, ReadSqlRows
-from transforms.dump_reader import RawPage, SiteInfo
-from transforms.link_resolution import ResolveArticles
-from transforms.namespaces import ARTICLE
-from transforms.redirects import TitleRecords, build_title_map
-from transforms.titles import normalize_title
-from transforms.wikitext import WikitextError, WikitextOptions, redirect_target_from_text, wikitext_to_text
+from transforms.parse import dump_io, link_resolution, redirects
+from transforms.parse.dump_io import ReadDumpPages, ReadSqlRows
+from transforms.parse.dump_reader import RawPage, SiteInfo
+from transforms.parse.link_resolution import ResolveArticles
+from transforms.parse.namespaces import ARTICLE
+from transforms.parse.redirects import TitleRecords, build_title_map
+from transforms.parse.titles import normalize_title
+from transforms.parse.wikitext import WikitextError, WikitextOptions, redirect_target_from_text, wikitext_to_text
 
 RECORD_TAG = "record"
 # Title record kinds (schemas.TITLE_RECORDS): what the title map is built from.

@@ -24,10 +24,10 @@ from mwparserfromhell.nodes import (
 )
 from mwparserfromhell.wikicode import Wikicode
 
-from transforms.namespaces import CATEGORY, FILE, MEDIA, Namespaces
-from transforms.titles import normalize_title
-from transforms.wikitext_prepass import strip_dropped_markup
-from transforms.wikitext_quotes import balance_quotes
+from transforms.parse.namespaces import CATEGORY, FILE, MEDIA, Namespaces
+from transforms.parse.titles import normalize_title
+from transforms.parse.wikitext_prepass import strip_dropped_markup
+from transforms.parse.wikitext_quotes import balance_quotes
 
 # Tags whose content a reader never sees as article prose.
 _INVISIBLE_TAGS = frozenset({
@@ -298,7 +298,7 @@ def wikitext_to_text(wikitext: str, title: str, namespaces: Namespaces,
     """Plain text and links of an article's wikitext.
 
     With ``options.use_prepass`` the markup the text drops is cut by a fast scanner first (see
-    transforms/wikitext_prepass.py); the page falls back to the full parse wherever the scanner is unsure.
+    transforms/parse/wikitext_prepass.py); the page falls back to the full parse wherever the scanner is unsure.
     """
     # MediaWiki renders an indented table (":{|") as a table: unindent it so that both paths see (and drop) one
     wikitext = _INDENTED_TABLE.sub("", wikitext)

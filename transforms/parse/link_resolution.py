@@ -12,7 +12,7 @@ from artifacts.counters import declare, dropped, processed
 from artifacts.title_map import TitleMap
 from transforms.common.dead_letters import count, dead_letter
 from transforms.common.per_worker import PerProcess
-from transforms.redirects import DUPLICATE_PAGE_IDS, DUPLICATE_TITLES
+from transforms.parse.redirects import DUPLICATE_PAGE_IDS, DUPLICATE_TITLES
 
 COUNTERS = declare(
     processed("articles", "articles written"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 import re
 
-from transforms.namespaces import Namespaces
+from transforms.parse.namespaces import Namespaces
 
 _SPACES = re.compile(r"[\s_]+")
 

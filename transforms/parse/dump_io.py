@@ -11,9 +11,9 @@ from apache_beam.io.filesystems import FileSystems
 from artifacts.counters import ERROR, Counter, declare, error, processed
 from artifacts.errors import InputError
 from transforms.common.dead_letters import DEAD_LETTER_TAG, count, dead_letter
-from transforms.dump_reader import PageProblem, RawPage, SiteInfo, iter_pages
-from transforms.multistream import StreamRange, index_page_count, iter_stream_pages, read_stream_ranges
-from transforms.sql_dump import iter_sql_rows
+from transforms.parse.dump_reader import PageProblem, RawPage, SiteInfo, iter_pages
+from transforms.parse.multistream import StreamRange, index_page_count, iter_stream_pages, read_stream_ranges
+from transforms.parse.sql_dump import iter_sql_rows
 
 COUNTERS = declare(
     processed("files_read", "dump files read"),
