@@ -12,13 +12,13 @@ from artifacts.errors import InputError
 from pipelines.stage import StageContext, run_beam
 from transforms.common.dead_letters import WriteDeadLetters
 from transforms.common.parquet_rows import ReadParquetRows
-from transforms.dictionary import (
+from transforms.dictionary.graph import (
     COUNTERS,
     BuildDictionary,
     DictionaryConfig,
     buckets_for,
 )
-from transforms.dictionary_linker import WriteLinker
+from transforms.dictionary.linker import WriteLinker
 
 WORK_DIR = "work"  # intermediate files under the stage's staging directory (removed when the stage commits)
 

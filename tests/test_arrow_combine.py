@@ -15,7 +15,8 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from transforms.arrow_combine import (
+from transforms.common.spill import SpillAndGroup, reduce_parts, write_part
+from transforms.dictionary.arrow_combine import (
     bucket_sums,
     bucketed_sums,
     split_by_bucket,
@@ -24,7 +25,6 @@ from transforms.arrow_combine import (
     sum_by,
     summed_by,
 )
-from transforms.common.spill import SpillAndGroup, reduce_parts, write_part
 
 SCHEMA = pa.schema([("name", pa.string()), ("target", pa.string()), ("count", pa.int64()), ("weight", pa.int64())])
 KEYS, VALUES = ("name", "target"), ("count", "weight")
@@ -78,7 +78,7 @@ def test_bucket_sums_equal_a_dict_count_in_any_order_of_parts(seed, tmp_path):
         parts += [part for _, part in write_part(str(tmp_path / f"part-{index}.arrow"),
                                                  [(0, sum_by(table, KEYS, VALUES))])]
     rng.shuffle(parts)
-    with mock.patch("transforms.arrow_combine.reduce_parts",
+    with mock.patch("transforms.dictionary.arrow_combine.reduce_parts",
                     partial(reduce_parts, compact_rows=rng.choice([1, 7, 50]))):
         result = bucket_sums(parts, KEYS, VALUES)
     assert table_sums(result) == dict_sums(rows)

@@ -20,9 +20,9 @@ from artifacts.trie_map import build_trie_map
 from pipelines.cli import main
 from tests.builders import article, write_parsed
 from tests.conftest import DIRECT, MINI, MULTI_PROCESS, PASSAGES, copy_stages
-from transforms import dictionary
-from transforms.dictionary import DictionaryConfig, anchor_names
-from transforms.dictionary_tables import (
+from transforms.dictionary import graph as dictionary
+from transforms.dictionary.graph import DictionaryConfig, anchor_names
+from transforms.dictionary.tables import (
     DOC_COUNTS,
     NAME_CANDIDATES,
     PAIRS,

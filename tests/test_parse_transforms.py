@@ -26,9 +26,9 @@ from pipelines import stage as stage_runner
 from pipelines.cli import build_parser, main
 from tests.builders import artifact_rows, run_counting
 from tests.conftest import DIRECT
-from transforms import dictionary
-from transforms.dictionary import BuildDictionary, DictionaryConfig
-from transforms.dictionary_tables import ScoreDrops
+from transforms.dictionary import graph as dictionary
+from transforms.dictionary.graph import BuildDictionary, DictionaryConfig
+from transforms.dictionary.tables import ScoreDrops
 from transforms.parse import dump_io, link_resolution, redirects
 from transforms.parse import graph as parse
 from transforms.parse.dump_reader import read_siteinfo

@@ -2,7 +2,7 @@
 entity candidates, the candidates the entity table (ids from the kb trie), anchor pairs name candidates, and
 a name bucket's candidates with their paragraph counts the scored dictionary rows.
 
-What a filter removes is returned as counts; the Beam adapters in ``transforms.dictionary`` count them.
+What a filter removes is returned as counts; the Beam adapters in ``transforms.dictionary.graph`` count them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from artifacts import schemas
 from artifacts.linker import build_kb_trie
 from artifacts.trie_map import TrieMap, build_trie_map, iter_strings, string_array, trie_key_ids
-from transforms.arrow_combine import split_by_bucket
+from transforms.dictionary.arrow_combine import split_by_bucket
 
 # Anchor pairs: anchors with text ``name`` linking to ``target`` (and article titles as links to themselves).
 PAIRS = pa.schema([("name", pa.string()), ("target", pa.string()), ("count", pa.int64())])

@@ -39,11 +39,12 @@ from artifacts.names import (
     title_name,
 )
 from artifacts.trie_map import load_trie_map, save_trie_map
-from transforms.arrow_combine import bucket_sums, bucketed_sums, summed_by
 from transforms.common.dead_letters import DEAD_LETTER_TAG, count, count_fields, dead_letter
 from transforms.common.per_worker import PerProcess
 from transforms.common.spill import Part, SpillAndGroup
-from transforms.dictionary_tables import (
+from transforms.dictionary.arrow_combine import bucket_sums, bucketed_sums, summed_by
+from transforms.dictionary.name_occurrences import CountNameDocs
+from transforms.dictionary.tables import (
     CANDIDATES,
     DOC_KEYS,
     DOC_VALUES,
@@ -61,7 +62,6 @@ from transforms.dictionary_tables import (
     score_names,
     title_entity_ids,
 )
-from transforms.name_occurrences import CountNameDocs
 
 LINK_COLUMNS = ["page_id", "title", "text", "links", "qid"]
 TEXT_COLUMNS = ["text"]

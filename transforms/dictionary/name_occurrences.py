@@ -15,7 +15,7 @@ from artifacts.names import NameRules, TokenSpans, find_names, fold_case, paragr
 from artifacts.trie_map import TrieMap, load_trie_map
 from transforms.common.per_worker import PerProcess
 from transforms.common.spill import GatheringDoFn
-from transforms.dictionary_tables import doc_count_tables
+from transforms.dictionary.tables import doc_count_tables
 
 BATCH_NAME_IDS = 1 << 20  # name occurrences a worker gathers before counting them into per-bucket tables
 

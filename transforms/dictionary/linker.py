@@ -12,7 +12,7 @@ import numpy as np
 from artifacts import schemas, tables
 from artifacts.linker import build_kb_trie, write_linker_columns
 from artifacts.trie_map import iter_strings
-from transforms.dictionary_tables import entity_keys
+from transforms.dictionary.tables import entity_keys
 
 
 def write_linker(entity_files: Sequence[str], name_files: Sequence[str], linker_dir: str,
