@@ -12,7 +12,7 @@ from artifacts.run import manifest
 from pipelines.stage import StageContext, run_beam
 from transforms.common.article_shards import row_group_count
 from transforms.common.parquet_rows import write_parquet_rows
-from transforms.mentions import COUNTERS, MentionsConfig, MentionsInputs, SampleMentions, sample_buckets
+from transforms.mentions.graph import COUNTERS, MentionsConfig, MentionsInputs, SampleMentions, sample_buckets
 
 
 class MentionsStage:

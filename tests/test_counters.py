@@ -66,7 +66,7 @@ something_else("nope")
 def test_the_scan_sees_the_counters_of_the_converted_stage() -> None:
     counted = counted_in_repository()
     assert {"entities_with_mentions", "mentions_sampled", "links_to_non_entities"} <= set(counted)
-    assert counted["mentions_sampled"] == ["transforms/mentions.py"]
+    assert counted["mentions_sampled"] == ["transforms/mentions/graph.py"]
 
 
 def test_every_counted_name_is_declared_by_a_stage() -> None:

@@ -1,4 +1,4 @@
-"""transforms/mentions.py: link orders, bottom-k, per-entity thresholds (the sample they select is exactly the
+"""transforms/mentions/graph.py: link orders, bottom-k, per-entity thresholds (the sample they select is exactly the
 bottom-k, ties included), and SampleMentions against a plain Python bottom-k of every entity's links."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from tests.builders import article, run_counting, write_entities, write_parsed
 from transforms.common import packed
 from transforms.common.mention_sampling import link_refs, mention_ref
-from transforms.mentions import (
+from transforms.mentions.graph import (
     LINKS_PER_BUCKET,
     NO_THRESHOLD,
     ORDER,

@@ -335,7 +335,7 @@ def test_a_counter_shows_its_declared_label_and_kind_and_an_undeclared_one_its_n
 
 
 def test_the_report_command_shows_the_labels_the_stages_declare(run_copy):
-    from transforms.mentions import COUNTERS
+    from transforms.mentions.graph import COUNTERS
 
     assert main(["report", "--output", str(run_copy)]) == 0
     section = sections((run_copy / "report" / "index.html").read_text(encoding="utf-8"))["mentions"]
