@@ -149,7 +149,7 @@ def bench_encoder(args, model_path: str, output: str, peak_tflops: float | None,
           f"{model.model.config.num_hidden_layers} layers, hidden {model.model.config.hidden_size}; "
           f"{args.device} {args.dtype}, --batch-tokens {args.batch_tokens}, "
           f"{handler.batch_weight} tokens per run_inference call")
-    from transforms.embed_entities import mention_problem
+    from transforms.embed_entities.graph import mention_problem
 
     rows = [row for row in mention_pool(output, args.limit) if mention_problem(row) is None]  # as the stage does
     warmup = args.warmup if args.warmup is not None else (

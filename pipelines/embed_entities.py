@@ -15,7 +15,7 @@ from pipelines.refresh import RefreshConfig, fingerprint_changes, previous_optio
 from pipelines.stage import StageContext, run_beam
 from transforms.common.dead_letters import WriteDeadLetters
 from transforms.common.mention_sampling import CHARS_PER_TOKEN
-from transforms.embed_entities import (
+from transforms.embed_entities.graph import (
     COUNTERS,
     EmbedConfig,
     EmbedEntities,

@@ -1,5 +1,5 @@
-"""transforms/embed_entities.py and transforms/entity_vectors.py in memory (hand-written vectors), and the
-embed-entities stage's config."""
+"""transforms/embed_entities/graph.py and transforms/embed_entities/entity_vectors.py in memory (hand-written
+vectors), and the embed-entities stage's config."""
 
 from __future__ import annotations
 
@@ -21,8 +21,7 @@ from pipelines.stage import collect_counters
 from tests.builders import article, artifact_rows, write_entities, write_parsed
 from tests.conftest import BUNDLED_SAMPLE, DIRECT
 from transforms.common.mention_sampling import window_digest
-from transforms.embed_entities import EmbedConfig, EmbedEntities, EmbedInputs, embeddable, reuse_counters
-from transforms.entity_vectors import (
+from transforms.embed_entities.entity_vectors import (
     MENTION_KEY,
     EntityVectors,
     ModelFacts,
@@ -34,6 +33,7 @@ from transforms.entity_vectors import (
     vector_buckets,
     write_bucketed_part,
 )
+from transforms.embed_entities.graph import EmbedConfig, EmbedEntities, EmbedInputs, embeddable, reuse_counters
 
 
 def vector(*values: float) -> np.ndarray:

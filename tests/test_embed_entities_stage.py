@@ -26,9 +26,9 @@ from pipelines.cli import main
 from tests.builders import CAPITALS, article, article_texts, write_parsed
 from tests.conftest import DIRECT, MULTI_PROCESS, copy_stages
 from transforms.common.mention_sampling import CHARS_PER_TOKEN, mention_ref, mention_window, window_digest
-from transforms.embed_entities import finite_vector
-from transforms.entity_vectors import norm_matched
-from transforms.mention_windows import CutMentionWindows, ref_rows
+from transforms.embed_entities.entity_vectors import norm_matched
+from transforms.embed_entities.graph import finite_vector
+from transforms.embed_entities.mention_windows import CutMentionWindows, ref_rows
 
 
 def test_non_finite_vectors_are_dead_lettered():
@@ -168,6 +168,6 @@ def test_entity_embeddings_are_the_same_for_one_and_two_workers(tiny_bert, tmp_p
 
 
 def test_shards_are_cut_into_buckets_of_at_most_64_and_at_least_16_buckets():
-    from transforms.mention_windows import shards_per_bucket
+    from transforms.embed_entities.mention_windows import shards_per_bucket
 
     assert [shards_per_bucket(shards) for shards in (0, 1, 15, 16, 160, 1024, 22_000)] == [1, 1, 1, 1, 10, 64, 64]

@@ -1,4 +1,4 @@
-"""transforms/entity_refresh.py: sample digests (packed, summed per entity), the refresh decision, and the split
+"""transforms/embed_entities/refresh.py: sample digests (packed, summed per entity), the refresh decision, and the split
 in a pipeline (old vectors written as reused parts under their new ids, the id map written)."""
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from apache_beam.testing.util import assert_that, equal_to
 from artifacts import schemas
 from tests.builders import artifact_rows, run_counting
 from transforms.common.mention_sampling import window_digest
-from transforms.entity_refresh import (
+from transforms.embed_entities.entity_vectors import ModelFacts, read_reused_vectors
+from transforms.embed_entities.mention_windows import ref_rows
+from transforms.embed_entities.refresh import (
     DIGEST,
     RefreshSplit,
     decide,
@@ -23,8 +25,6 @@ from transforms.entity_refresh import (
     mention_digest,
     sum_digests,
 )
-from transforms.entity_vectors import ModelFacts, read_reused_vectors
-from transforms.mention_windows import ref_rows
 
 
 def mention(entity_id: int, page_id: int, text: str = "see Paris here", start: int = 4, end: int = 9) -> dict:

@@ -22,7 +22,7 @@ from pipelines.flags import worded
 from pipelines.index import check_encoder
 from tests.conftest import DIRECT
 from transforms.common.mention_sampling import mention_ref, mention_window
-from transforms.embed_entities import mention_problem
+from transforms.embed_entities.graph import mention_problem
 from transforms.parse.dump_reader import RawPage, SiteInfo, iter_pages, read_siteinfo
 from transforms.parse.graph import classify_page
 from transforms.parse.namespaces import Namespaces

@@ -30,7 +30,13 @@ from transforms.common.mention_sampling import window_digest
 from transforms.common.packed import PackedCombineFn, group_starts, split_by_bucket
 from transforms.common.per_worker import PerProcess
 from transforms.common.worker_files import load_array, save_array
-from transforms.entity_vectors import ModelFacts, Part, vector_column, write_bucketed_part, write_parquet_file
+from transforms.embed_entities.entity_vectors import (
+    ModelFacts,
+    Part,
+    vector_column,
+    write_bucketed_part,
+    write_parquet_file,
+)
 
 ENTITY_COUNTERS = declare(
     processed("entities_reused", "entities reused"),

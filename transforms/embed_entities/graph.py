@@ -18,12 +18,12 @@ from artifacts.counters import declare, error, processed
 from encoders.mask_encoder import MaskEncoderHandler, check_mask_model
 from encoders.mask_inputs import MASK_WINDOWS, check_max_seq_length
 from encoders.models import STORED_DTYPES, ModelSpec, check_device, hidden_size, input_embedding_norm
-from transforms import entity_refresh, entity_vectors, mention_windows
 from transforms.common.dead_letters import DEAD_LETTER_TAG, count, dead_letter
 from transforms.common.packed import CountEntities
-from transforms.entity_refresh import RefreshSplit
-from transforms.entity_vectors import EntityVectors, ModelFacts, vector_buckets
-from transforms.mention_windows import REF_COLUMNS, CutMentionWindows, ref_array
+from transforms.embed_entities import entity_vectors, mention_windows, refresh
+from transforms.embed_entities.entity_vectors import EntityVectors, ModelFacts, vector_buckets
+from transforms.embed_entities.mention_windows import REF_COLUMNS, CutMentionWindows, ref_array
+from transforms.embed_entities.refresh import RefreshSplit
 
 EMBEDDING_DTYPES = {name: pa.type_for_alias(name) for name in STORED_DTYPES}
 
@@ -34,7 +34,7 @@ COUNTERS = declare(
     error("non_finite_vectors", "vectors with NaN or inf (or a zero mean)"),
     *mention_windows.COUNTERS.values(),
     *entity_vectors.COUNTERS.values(),
-    *entity_refresh.ENTITY_COUNTERS.values(),
+    *refresh.ENTITY_COUNTERS.values(),
 )
 
 
