@@ -142,7 +142,7 @@ def mention_windows(output: str, refs: list[dict]) -> list[dict]:
 
 
 def real_passages() -> list:
-    from transforms.passages import parse_dpr_row
+    from transforms.index.passages import parse_dpr_row
 
     return [parse_dpr_row(line) for line in PASSAGES.read_text(encoding="utf-8").splitlines()[1:]]
 

@@ -30,7 +30,7 @@ from pipelines.flags import (
     positive,
     probability,
 )
-from transforms.passages import DUPLICATE_KEEPS
+from transforms.index.passages import DUPLICATE_KEEPS
 
 SAMPLE_DUMP = "samples/enwiki-sample-pages-articles-multistream.xml.bz2"
 

@@ -1,6 +1,6 @@
 """index: a passage corpus encoded by a dense retriever into sharded FAISS indexes under OUT/index/.
 
-Flags -> ``IndexConfig``; then two Beam pipelines (transforms/index.py): ``ReadPassages | EncodePassages |
+Flags -> ``IndexConfig``; then two Beam pipelines (transforms/index/graph.py): ``ReadPassages | EncodePassages |
 WriteBuckets`` (rows staged by hash bucket as they come), and, once the exact count has decided the number of
 shards and the index type, ``BuildIndex``.
 """
@@ -29,8 +29,8 @@ from pipelines import disk_space, flags
 from pipelines.refresh import RefreshConfig, fingerprint_changes, previous_options, reusable_previous
 from pipelines.stage import StageContext, run_beam
 from transforms.common.dead_letters import WriteDeadLetters
-from transforms.corpus import ReadPassages, check_corpus, estimated_passages
-from transforms.index import (
+from transforms.index.corpus import ReadPassages, check_corpus, estimated_passages
+from transforms.index.graph import (
     COUNTERS,
     BuildIndex,
     EncodePassages,

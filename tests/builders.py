@@ -32,7 +32,7 @@ from artifacts.passages import Passage, shard_of
 from artifacts.run import manifest
 from tests.conftest import BUNDLED_PASSAGES, BUNDLED_SAMPLE, DIRECT, REPO, copy_stages, stage_options
 from transforms.common.dead_letters import COUNTER_NAMESPACE
-from transforms.passages import parse_dpr_row
+from transforms.index.passages import parse_dpr_row
 
 # --- articles and a parsed OUT ----------------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from transforms.duplicate_ids import IdBlock, duplicate_drops, grouped_blocks, id_groups
+from transforms.index.duplicate_ids import IdBlock, duplicate_drops, grouped_blocks, id_groups
 
 # (file, range start, [(id, line)]): id 5 in three places, id 9 twice in one range, id 1 once
 BLOCKS = [("b.tsv", 0, [(5, 2), (1, 3)]), ("a.tsv", 100, [(5, 9), (9, 10), (9, 12)]), ("a.tsv", 0, [(5, 4)])]

@@ -20,10 +20,10 @@ from artifacts.passages import Passage, shard_of
 from artifacts.run import manifest
 from encoders.retrievers import EncoderOptions
 from pipelines.index import STAGE, incompatibility
-from transforms import line_ranges
-from transforms.corpus import ReadPassages
-from transforms.index import COUNTERS, IndexConfig, ListBucketFiles, WriteBuckets, encoded_row
-from transforms.passages import corpus_row
+from transforms.index import line_ranges
+from transforms.index.corpus import ReadPassages
+from transforms.index.graph import COUNTERS, IndexConfig, ListBucketFiles, WriteBuckets, encoded_row
+from transforms.index.passages import corpus_row
 
 CORPUS = ("id\ttext\ttitle\n"
           "1\tfirst text\tOne\n"

@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from transforms import line_ranges
-from transforms.line_ranges import LineRange, numbered, numbered_lines, range_lines, split_file
+from transforms.index import line_ranges
+from transforms.index.line_ranges import LineRange, numbered, numbered_lines, range_lines, split_file
 
 
 def contents() -> list[bytes]:

@@ -1,4 +1,4 @@
-"""transforms/passage_refresh.py: unchanged passages found from the old shards' digest tables, their old rows read
+"""transforms/index/refresh.py: unchanged passages found from the old shards' digest tables, their old rows read
 from their old shard, in memory."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from artifacts.passages import Passage
 from tests.builders import clustered, write_index_dir
-from transforms.passage_refresh import DigestTable, SplitPassagesForRefresh, passage_digest
+from transforms.index.refresh import DigestTable, SplitPassagesForRefresh, passage_digest
 
 
 def test_split_passages_reuses_same_id_title_and_text(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 
 from artifacts.passages import Passage, sample_key, shard_of
 from tests.conftest import PASSAGES
-from transforms.passages import (
+from transforms.index.passages import (
     PASSAGES_PER_PAGE,
     BadRow,
     article_passages,

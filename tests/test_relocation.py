@@ -21,7 +21,7 @@ from encoders.retrievers import EncoderOptions
 from pipelines.cli import main
 from pipelines.index import index_inputs
 from tests.conftest import DIRECT, copy_stages
-from transforms.index import COUNTERS
+from transforms.index.graph import COUNTERS
 
 QUERIES = ["Anarchism", "Autism", "Albedo", "political philosophy"]
 BEFORE_INDEX = (layout.PARSE_STAGE, layout.DICTIONARY_STAGE, layout.MENTIONS_STAGE, layout.EMBED_ENTITIES_STAGE)

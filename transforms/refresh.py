@@ -1,6 +1,6 @@
 """Dump refreshes: what makes a previous run's recorded options differ from this run's. Which vectors a previous
 run lends this one: entity vectors in transforms/embed_entities/refresh.py, passage vectors in
-transforms/passage_refresh.py.
+transforms/index/refresh.py.
 """
 
 from __future__ import annotations

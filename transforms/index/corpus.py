@@ -3,7 +3,7 @@ OUT/articles; malformed rows (invalid UTF-8 included) and duplicate ids are coun
 file and line.
 
 Passage text never goes through a shuffle. A corpus file is cut into byte ranges aligned on line starts
-(transforms/line_ranges.py; a compressed file is one range, read by one worker from its start); only range
+(transforms/index/line_ranges.py; a compressed file is one range, read by one worker from its start); only range
 descriptors, line counts, packed (id, line) arrays and the duplicate decisions travel between workers:
 
     files -> ranges -> CountLines -> NumberLines (prefix sums per file) -> ScanIds -> FindDuplicates (by id group)
@@ -26,10 +26,9 @@ from artifacts.errors import InputError
 from artifacts.passages import Passage
 from transforms.common.dead_letters import count, dead_letter
 from transforms.common.parquet_rows import ReadParquetRows
-from transforms.duplicate_ids import IdBlock, duplicate_drops, grouped_blocks
-from transforms.line_ranges import LineRange, numbered, numbered_lines, range_lines, split_file
-from transforms.parse.dump_reader import ARCHIVE_ERRORS, open_xml
-from transforms.passages import (
+from transforms.index.duplicate_ids import IdBlock, duplicate_drops, grouped_blocks
+from transforms.index.line_ranges import LineRange, numbered, numbered_lines, range_lines, split_file
+from transforms.index.passages import (
     MAX_REPORTED_CHARS,
     BadRow,
     article_passages,
@@ -37,6 +36,7 @@ from transforms.passages import (
     header_columns,
     too_many_chunks,
 )
+from transforms.parse.dump_reader import ARCHIVE_ERRORS, open_xml
 
 COMPRESSED_SUFFIXES = (".bz2", ".gz")  # what open_xml decompresses (Python's own readers: a cut archive raises)
 HEADER_LINE = 1

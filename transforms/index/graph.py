@@ -28,8 +28,8 @@ from artifacts.faiss import buckets, build, choice, files, info, storage
 from encoders.loading import PassageEncoderHandler
 from encoders.retrievers import EncoderOptions
 from transforms.common.dead_letters import count, dead_letter
-from transforms.passage_refresh import SplitPassagesForRefresh
-from transforms.passages import DUPLICATE_KEEPS
+from transforms.index.passages import DUPLICATE_KEEPS
+from transforms.index.refresh import SplitPassagesForRefresh
 
 COUNTERS = declare(
     processed("passages_read", "passages read"),

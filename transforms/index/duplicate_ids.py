@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from transforms.passages import DUPLICATE_KEEPS
+from transforms.index.passages import DUPLICATE_KEEPS
 
 ID_GROUPS = 64  # groups of ids found duplicate together: a group of DPR's 21M ids is ~330K (id, line) pairs
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: sequential ids spread evenly over the groups
