@@ -6,7 +6,7 @@ import logging
 import os
 import sys
 
-from pipelines.interrupt import INTERRUPTED_EXIT, interrupted_line
+from pipelines.launcher.interrupt import INTERRUPTED_EXIT, interrupted_line
 
 
 def _not_optional_gcp_noise(record: logging.LogRecord) -> bool:
@@ -45,7 +45,7 @@ if __name__ == "__main__":
     return_freed_memory()
     logging.getLogger().addFilter(_not_optional_gcp_noise)
     try:
-        from pipelines.cli import main
+        from pipelines.launcher.cli import main
 
         code = main(exit_at_ctrl_c=True)
     except KeyboardInterrupt:  # before main() took Ctrl-C over: while the libraries and commands are imported

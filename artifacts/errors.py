@@ -103,7 +103,7 @@ class SettingError(InputError):
     """A setting's value the library cannot use: ``setting`` (its field name in a stage's config or in
     ``EncoderOptions``, e.g. ``max_seq_length``), ``value``, and ``template``, the message with ``{name}`` where
     the setting is named. The library's message names the field; the command line words it with its flag
-    (``worded``, applied by ``pipelines.flags.worded``)."""
+    (``worded``, applied by ``pipelines.launcher.flags.worded``)."""
 
     def __init__(self, setting: str, value: Any, template: str) -> None:
         self.setting, self.value, self.template = setting, value, template

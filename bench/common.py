@@ -19,9 +19,9 @@ RANDOM_BERT_BASE = "random-bert-base"
 
 
 def run_cli(*argv: str) -> float:
-    """One pipeline command in this process through `pipelines.cli.main` (DirectRunner), its chatter kept unless
-    it fails; returns its wall time in seconds."""
-    from pipelines.cli import main
+    """One pipeline command in this process through `pipelines.launcher.cli.main` (DirectRunner), its chatter kept
+    unless it fails; returns its wall time in seconds."""
+    from pipelines.launcher.cli import main
 
     captured = io.StringIO()
     started = time.perf_counter()

@@ -1,7 +1,7 @@
 """Benchmark the [MASK] entity encoder and the embed-entities stage.
 
 Builds real mentions from the bundled sample dump (parse, dictionary --include-red-links, mentions, run through
-`pipelines.cli.main` into a temporary or --work directory), or reads an existing OUT (--output). Then prints:
+`pipelines.launcher.cli.main` into a temporary or --work directory), or reads an existing OUT (--output). Then prints:
 
 - the encoder itself, on --limit mentions at each --max-seq-length: tokenization rate, then
   `MaskEncoderHandler.run_inference` over chunks of the handler's batch size (token-budget batches inside,

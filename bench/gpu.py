@@ -251,7 +251,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     import os
 
-    from pipelines.cli import configure_logging
+    from pipelines.launcher.cli import configure_logging
 
     args = parse_args()
     configure_logging(False, [])  # as each stage run here does; first, so no weight-loading progress bars either

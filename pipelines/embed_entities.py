@@ -11,8 +11,8 @@ from artifacts import fs, layout, schemas, tables
 from artifacts.errors import InputError
 from artifacts.run import manifest
 from encoders.models import model_files
+from pipelines.launcher.stage import StageContext, run_beam
 from pipelines.refresh import RefreshConfig, fingerprint_changes, previous_options, reusable_previous
-from pipelines.stage import StageContext, run_beam
 from transforms.common.dead_letters import WriteDeadLetters
 from transforms.common.mention_sampling import CHARS_PER_TOKEN
 from transforms.embed_entities.graph import (

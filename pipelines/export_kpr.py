@@ -18,7 +18,7 @@ from artifacts.run.kpr_export import (
     export_kpr,
 )
 from artifacts.run.owned import ForeignFileError
-from pipelines import disk_space
+from pipelines.launcher import disk_space
 
 
 class ExportKprCommand:

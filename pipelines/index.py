@@ -25,9 +25,9 @@ from encoders.errors import MissingRunArtifactError
 from encoders.loading import check_encoder_options
 from encoders.models import check_device, model_files
 from encoders.retrievers import EncoderOptions, dense_dim, recorded_encoder
-from pipelines import disk_space, flags
+from pipelines.launcher import disk_space, flags
+from pipelines.launcher.stage import StageContext, run_beam
 from pipelines.refresh import RefreshConfig, fingerprint_changes, previous_options, reusable_previous
-from pipelines.stage import StageContext, run_beam
 from transforms.common.dead_letters import WriteDeadLetters
 from transforms.index.corpus import ReadPassages, check_corpus, estimated_passages
 from transforms.index.graph import (

@@ -9,7 +9,7 @@ import apache_beam as beam
 
 from artifacts import fs, layout, schemas, tables
 from artifacts.run import manifest
-from pipelines.stage import StageContext, run_beam
+from pipelines.launcher.stage import StageContext, run_beam
 from transforms.common.article_shards import row_group_count
 from transforms.common.parquet_rows import write_parquet_rows
 from transforms.mentions.graph import COUNTERS, MentionsConfig, MentionsInputs, SampleMentions, sample_buckets

@@ -12,7 +12,7 @@ import apache_beam as beam
 
 from artifacts import fs, layout, schemas, tables
 from artifacts.errors import InputError
-from pipelines.stage import StageContext, run_beam
+from pipelines.launcher.stage import StageContext, run_beam
 from transforms.common.dead_letters import WriteDeadLetters
 from transforms.common.parquet_rows import write_parquet_rows
 from transforms.parse.dump_reader import read_siteinfo

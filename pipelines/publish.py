@@ -13,7 +13,7 @@ from artifacts.run.publish import (
     OverlappingDestinationError,
     publish_run,
 )
-from pipelines import disk_space
+from pipelines.launcher import disk_space
 
 
 class PublishCommand:

@@ -18,7 +18,7 @@ from artifacts.run import lock
 from artifacts.run.report.build import write_report
 from artifacts.run.validation import validate_run
 from pipelines import dictionary, embed_entities, index, mentions, parse
-from pipelines import stage as stage_runner
+from pipelines.launcher import stage as stage_runner
 
 # (command name, stage) in pipeline order.
 PIPELINE: tuple[tuple[str, stage_runner.Stage], ...] = tuple(

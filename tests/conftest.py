@@ -194,7 +194,7 @@ def stage_options(model: Path) -> dict[str, list[str]]:
 
 
 def run_every_stage(output: Path, model: Path) -> None:
-    from pipelines.cli import main
+    from pipelines.launcher.cli import main
 
     for command, options in stage_options(model).items():
         assert main([command, "--output", str(output), *options, *DIRECT]) == 0, command

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.cli import main
+from pipelines.launcher.cli import main
 from tests.builders import all_command
 from tests.conftest import DIRECT, PASSAGES, built_once
 from tests.dump_versions import DumpVersions, write_dump_versions

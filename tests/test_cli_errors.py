@@ -20,10 +20,10 @@ import pytest
 
 from artifacts import layout
 from artifacts.run import lock, manifest
-from pipelines.cli import build_parser, check_unknown_flags, main
+from pipelines.launcher.cli import build_parser, check_unknown_flags, main
+from pipelines.launcher.runners import available_runners, check_runner
+from pipelines.launcher.stage import interrupted_in_a_step
 from pipelines.parse import STAGED_ARTICLES
-from pipelines.runners import available_runners, check_runner
-from pipelines.stage import interrupted_in_a_step
 from tests.builders import all_command, signal_all_in_embed_entities, signal_when, stage_command
 from tests.conftest import BUNDLED_SAMPLE, DIRECT, MULTI_PROCESS, REPO, copy_stages
 
@@ -441,7 +441,7 @@ def test_whole_windows_are_tokenized_without_the_length_warning(tiny_bert, caplo
 
 
 def test_a_stage_summary_prints_each_row_count_once(capsys):
-    from pipelines.stage import print_summary
+    from pipelines.launcher.stage import print_summary
 
     record = manifest.StageRecord(
         stage="parse", options={}, inputs={}, counters={"articles": 106, "links": 22408, "redirects": 98},
@@ -458,7 +458,7 @@ def test_a_setting_is_named_by_its_field_in_the_library_and_by_its_flag_on_the_c
     import pickle
 
     from artifacts.errors import BelowMinimumError, SettingError
-    from pipelines.flags import worded
+    from pipelines.launcher.flags import worded
 
     error = SettingError("max_length", 600, "{name} 600: /models/{odd} takes at most 512 tokens")
     assert error.message == "max_length 600: /models/{odd} takes at most 512 tokens"  # other braces stay as they are

@@ -13,15 +13,15 @@ from pathlib import Path
 import numpy as np
 from apache_beam.transforms.util import _BatchSizeEstimator
 
-from pipelines.cli import main
-from pipelines.console import (
+from pipelines.launcher.cli import main
+from pipelines.launcher.console import (
     BATCH_SIZE_ESTIMATOR_MODULE,
     WORKER_NOISE,
     plain_own_lines,
     warnings_option,
     without_batch_size_estimator_warnings,
 )
-from pipelines.worker_output import forward_lines
+from pipelines.launcher.worker_output import forward_lines
 from tests.builders import CAPITALS, write_parsed
 from tests.conftest import DIRECT, REPO
 

@@ -17,7 +17,7 @@ from artifacts.linker import LINKER_FILES, EntityLinker
 from artifacts.names import NameRules, find_names, fold_case, title_name
 from artifacts.run import manifest
 from artifacts.trie_map import build_trie_map
-from pipelines.cli import main
+from pipelines.launcher.cli import main
 from tests.builders import article, write_parsed
 from tests.conftest import DIRECT, MINI, MULTI_PROCESS, PASSAGES, copy_stages
 from transforms.dictionary import graph as dictionary

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from artifacts.run import manifest
-from pipelines.cli import main
+from pipelines.launcher.cli import main
 from tests.builders import artifact_rows as rows
 from tests.conftest import BUNDLED_PASSAGES, DIRECT
 from tests.dump_versions import DumpVersions

@@ -15,9 +15,9 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from artifacts import schemas
 from encoders.models import ModelSpec, input_embedding_norm
-from pipelines.cli import build_parser, main
 from pipelines.embed_entities import STAGE
-from pipelines.stage import collect_counters
+from pipelines.launcher.cli import build_parser, main
+from pipelines.launcher.stage import collect_counters
 from tests.builders import article, artifact_rows, write_entities, write_parsed
 from tests.conftest import BUNDLED_SAMPLE, DIRECT
 from transforms.common.mention_sampling import window_digest

@@ -22,7 +22,7 @@ from artifacts import tables
 from artifacts.errors import InputError
 from encoders.mask_inputs import MaskInput, mask_inputs
 from encoders.models import ModelSpec, input_embedding_norm
-from pipelines.cli import main
+from pipelines.launcher.cli import main
 from tests.builders import CAPITALS, article, article_texts, write_parsed
 from tests.conftest import DIRECT, MULTI_PROCESS, copy_stages
 from transforms.common.mention_sampling import CHARS_PER_TOKEN, mention_ref, mention_window, window_digest

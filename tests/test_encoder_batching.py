@@ -21,7 +21,7 @@ from encoders.mask_encoder import MaskEncoder, MaskEncoderHandler, mask_element_
 from encoders.mask_inputs import MaskInput, mask_inputs
 from encoders.models import ModelSpec
 from encoders.retrievers import DenseEncoder, EncoderOptions, passage_segments
-from pipelines.cli import main
+from pipelines.launcher.cli import main
 from tests.builders import CAPITALS, dpr_passages, write_parsed
 from tests.conftest import DIRECT
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines import flags
-from pipelines.cli import build_parser, command_parser
+from pipelines.launcher import flags
+from pipelines.launcher.cli import build_parser, command_parser
 
 
 @pytest.fixture()

@@ -18,8 +18,8 @@ from artifacts.passages import Passage, shard_of
 from artifacts.run import manifest
 from encoders.loading import load_retriever
 from encoders.retrievers import EncoderOptions
-from pipelines.cli import main
 from pipelines.index import check_encoder
+from pipelines.launcher.cli import main
 from tests.builders import article, dpr_passages, stored_rows, write_parsed
 from tests.conftest import BUNDLED_PASSAGES, DIRECT, MULTI_PROCESS, PASSAGES
 

@@ -30,10 +30,10 @@ from artifacts.run.kpr_export import TORCH_SAVE_BYTES, entity_keys, export_bytes
 from artifacts.run.publish import publish_run
 from artifacts.run.verified import CACHE_ENV
 from encoders.errors import mentions_gpu_out_of_memory
-from pipelines import disk_space
-from pipelines.cli import main
-from pipelines.disk_space import mount_point, out_of_space
-from pipelines.stage import private_tempdir
+from pipelines.launcher import disk_space
+from pipelines.launcher.cli import main
+from pipelines.launcher.disk_space import mount_point, out_of_space
+from pipelines.launcher.stage import private_tempdir
 from tests.builders import stage_command
 from tests.conftest import BUNDLED_SAMPLE, DIRECT, copy_stages
 from transforms.parse.multistream import has_several_bz2_streams, looks_multistream

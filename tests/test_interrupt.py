@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.interrupt import SigintWatch, descendants, ending_processes_after, interrupted_line
+from pipelines.launcher.interrupt import SigintWatch, descendants, ending_processes_after, interrupted_line
 from tests.builders import process_of
 from tests.conftest import REPO
 
@@ -76,7 +76,7 @@ def test_without_sigint_or_after_the_block_nothing_is_killed(watch):
 
 
 def test_exit_with_descendants_ends_the_process_and_every_one_it_started():
-    code = ("import subprocess, sys; from pipelines.interrupt import exit_with_descendants; "
+    code = ("import subprocess, sys; from pipelines.launcher.interrupt import exit_with_descendants; "
             f"child = subprocess.Popen({SLEEPER!r}); print(child.pid, flush=True); exit_with_descendants(130)")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                             capture_output=True, text=True, timeout=60)

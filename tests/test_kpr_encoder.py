@@ -33,8 +33,8 @@ from encoders.kpr_entities import EntityTable
 from encoders.kpr_model import KPRModel
 from encoders.loading import PassageEncoderHandler, check_encoder_options, load_retriever
 from encoders.retrievers import EncoderOptions
-from pipelines.cli import main
 from pipelines.index import check_encoder
+from pipelines.launcher.cli import main
 from tests.builders import dpr_passages, mirrored, run_counting
 from tests.conftest import BUNDLED_SAMPLE, DIRECT
 from transforms.common.dead_letters import count

@@ -122,7 +122,7 @@ def test_imports_are_read_at_any_depth() -> None:
     # A package's own import, a function-local import and a "module:ATTR" string are all seen.
     assert "artifacts.run.validation.check" in graph["artifacts.run.validation"]
     assert "encoders.mask_encoder" in graph["pipelines.run_all"]
-    assert "pipelines.parse" in graph["pipelines.commands"]
+    assert "pipelines.parse" in graph["pipelines.launcher.commands"]
     assert len(graph) >= 50
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from artifacts import layout
 from artifacts.run.report.stages import StageView
-from pipelines import cli, run_all
+from pipelines import run_all
+from pipelines.launcher import cli
 
 
 def test_all_runs_the_stages_in_the_declared_order_under_their_commands() -> None:

@@ -11,14 +11,14 @@ from pathlib import Path
 import apache_beam as beam
 
 from encoders.models import worker_device
-from pipelines.local_workers import (
+from pipelines.launcher.local_workers import (
     THREAD_VARIABLES,
     at_most_workers,
     local_worker_processes,
     threads_per_worker,
     worker_thread_variables,
 )
-from pipelines.stage import StageContext, run_beam
+from pipelines.launcher.stage import StageContext, run_beam
 from tests.conftest import DIRECT, MULTI_PROCESS
 
 

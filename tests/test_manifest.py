@@ -13,7 +13,7 @@ import pytest
 
 from artifacts.errors import DamagedManifestError
 from artifacts.run import manifest
-from pipelines.cli import main
+from pipelines.launcher.cli import main
 from tests.builders import all_command, stage_command
 from tests.conftest import BUNDLED_SAMPLE, DIRECT
 

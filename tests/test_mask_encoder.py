@@ -18,8 +18,8 @@ from encoders.mask_encoder import MaskEncoder, MaskEncoderHandler, check_mask_mo
 from encoders.mask_inputs import MaskInput, TokenIds, context_split, mask_inputs, masked_ids
 from encoders.models import ModelSpec
 from encoders.retrievers import EncoderOptions
-from pipelines.flags import worded
 from pipelines.index import check_encoder
+from pipelines.launcher.flags import worded
 from tests.conftest import DIRECT
 from transforms.common.mention_sampling import mention_ref, mention_window
 from transforms.embed_entities.graph import mention_problem

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from artifacts import tables
-from pipelines.cli import main
+from pipelines.launcher.cli import main
 from tests.builders import article, article_texts, write_parsed
 from tests.conftest import BUNDLED_SAMPLE, DIRECT, MULTI_PROCESS, copy_stages
 from transforms.common.mention_sampling import CHARS_PER_TOKEN, context_window, sample_key, window_digest

@@ -12,7 +12,7 @@ import pytest
 
 from artifacts import tables
 from artifacts.run import manifest
-from pipelines.cli import main
+from pipelines.launcher.cli import main
 from tests.conftest import BUNDLED_INDEX, BUNDLED_SAMPLE, DIRECT, MINI, MULTI_PROCESS, REPO, WIKIPEDIA
 
 

@@ -22,8 +22,8 @@ from artifacts.counters import Counter
 from artifacts.run import manifest
 from pipelines import dictionary as dictionary_stage
 from pipelines import parse as parse_stage
-from pipelines import stage as stage_runner
-from pipelines.cli import build_parser, main
+from pipelines.launcher import stage as stage_runner
+from pipelines.launcher.cli import build_parser, main
 from tests.builders import artifact_rows, run_counting
 from tests.conftest import DIRECT
 from transforms.dictionary import graph as dictionary

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from artifacts.run import manifest
-from pipelines.cli import main
+from pipelines.launcher.cli import main
 from tests.builders import artifact_rows, free_port
 from tests.conftest import REPO, stage_options
 

@@ -12,7 +12,7 @@ import pytest
 from artifacts import fs
 from artifacts.run import publish as publish_module
 from artifacts.run.validation import validate_run
-from pipelines.cli import main
+from pipelines.launcher.cli import main
 from tests.builders import files_below, fill_with_files
 
 

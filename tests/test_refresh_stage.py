@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from artifacts.run import manifest
-from pipelines.cli import main
+from pipelines.launcher.cli import main
 from tests.builders import artifact_rows as rows
 from tests.conftest import DIRECT, copy_stages, write_tiny_bert
 from tests.run_fixtures import DumpRuns

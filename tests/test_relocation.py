@@ -18,8 +18,8 @@ from artifacts.run.validation import validate_run
 from encoders.kpr_checkpoint import init_kpr_checkpoint
 from encoders.kpr_config import KPRSettings
 from encoders.retrievers import EncoderOptions
-from pipelines.cli import main
 from pipelines.index import index_inputs
+from pipelines.launcher.cli import main
 from tests.conftest import DIRECT, copy_stages
 from transforms.index.graph import COUNTERS
 

@@ -26,7 +26,7 @@ from artifacts.run.report.dictionary import dictionary_stats
 from artifacts.run.report.markup import duration
 from artifacts.run.report.recall import index_recall
 from artifacts.run.report.stats import TopK, ValueCounts, integer_log_edges
-from pipelines.cli import main
+from pipelines.launcher.cli import main
 from pipelines.run_all import declared_counters
 from tests.builders import brute_force, clustered, files_below, fill_with_files, write_index_dir
 

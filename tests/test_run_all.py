@@ -15,8 +15,9 @@ import torch
 from artifacts import layout
 from artifacts.errors import SettingError
 from artifacts.run import manifest
-from pipelines import run_all, stage
-from pipelines.cli import build_parser, command_parser, main
+from pipelines import run_all
+from pipelines.launcher import stage
+from pipelines.launcher.cli import build_parser, command_parser, main
 from tests.builders import all_command, artifact_rows, signal_all_in_embed_entities
 from tests.conftest import BUNDLED_SAMPLE, DIRECT, copy_stages
 

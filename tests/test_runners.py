@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from artifacts.errors import InputError
-from pipelines.cli import main
-from pipelines.runners import (
+from pipelines.launcher.cli import main
+from pipelines.launcher.runners import (
     local_paths_warning,
     project_setup_file,
     shipping_flags,

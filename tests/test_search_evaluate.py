@@ -8,7 +8,6 @@ import json
 import numpy as np
 import pytest
 
-from pipelines.cli import main
 from pipelines.evaluate import (
     answer_tokens,
     first_hit_ranks,
@@ -19,6 +18,7 @@ from pipelines.evaluate import (
     read_questions,
     top_k_accuracy,
 )
+from pipelines.launcher.cli import main
 from pipelines.search import Retriever
 from tests.builders import files_below, fill_with_files, stored_rows
 from tests.conftest import PASSAGES, QUESTIONS

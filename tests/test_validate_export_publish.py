@@ -26,7 +26,7 @@ from artifacts import fs, tables
 from artifacts.run import kpr_export, manifest, owned
 from artifacts.run import publish as publish_module
 from artifacts.run.validation import validate_run
-from pipelines.cli import main
+from pipelines.launcher.cli import main
 from tests.builders import files_below, fill_with_files, mirrored
 
 EMBEDDINGS = "entity_embeddings/part-00000-of-00001.parquet"

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from pipelines.interrupt import SigintWatch, watching_sigint
-from pipelines.worker_output import WORKER_START_UP_LINES, forward_lines, forwarded_stderr
+from pipelines.launcher.interrupt import SigintWatch, watching_sigint
+from pipelines.launcher.worker_output import WORKER_START_UP_LINES, forward_lines, forwarded_stderr
 from tests.conftest import BUNDLED_SAMPLE, MULTI_PROCESS, REPO
 
 

@@ -1,7 +1,7 @@
 """Flags shared by several commands, each defined once as a group and added once to a parser, and the types that
 check a flag's value while the arguments are parsed.
 
-A command lists the groups it reads (``pipelines.commands``); `all` adds the union of its stages' groups, so a
+A command lists the groups it reads (``pipelines.launcher.commands``); `all` adds the union of its stages' groups, so a
 shared flag (``--device``) has one definition, one default and one meaning wherever it appears. Nothing here
 imports Beam, torch or pyarrow: the command line checks its arguments before it imports them.
 """

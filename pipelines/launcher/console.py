@@ -17,9 +17,14 @@ from collections.abc import Iterator
 
 from numpy.exceptions import RankWarning
 
-from pipelines.environment import environment_variable
-from pipelines.interrupt import SigintWatch
-from pipelines.worker_output import WORKER_START_UP_LINES, ForwardedStderr, forwarded_stderr, starts_worker_processes
+from pipelines.launcher.environment import environment_variable
+from pipelines.launcher.interrupt import SigintWatch
+from pipelines.launcher.worker_output import (
+    WORKER_START_UP_LINES,
+    ForwardedStderr,
+    forwarded_stderr,
+    starts_worker_processes,
+)
 
 OWN_LOGGER = "kpr"  # ours and its children (kpr.report)
 # beam.BatchElements (ours in embed-entities, RunInference's in embed-entities and index) fits batch time against

@@ -26,10 +26,10 @@ from artifacts.counters import Counter
 from artifacts.errors import InputError, error_chain
 from artifacts.run import lock, manifest
 from encoders.errors import GpuMemoryError, gpu_out_of_memory
-from pipelines import disk_space, local_workers
-from pipelines.environment import environment_variable, environment_variables
-from pipelines.flags import DEFAULT_INTERVAL_S
-from pipelines.interrupt import INTERRUPTED_STEP
+from pipelines.launcher import disk_space, local_workers
+from pipelines.launcher.environment import environment_variable, environment_variables
+from pipelines.launcher.flags import DEFAULT_INTERVAL_S
+from pipelines.launcher.interrupt import INTERRUPTED_STEP
 from transforms.common.dead_letters import COUNTER_NAMESPACE
 from transforms.common.progress import LogProgress, worker_count
 
@@ -95,7 +95,7 @@ class StageContext:
 class Stage(Protocol[ConfigT]):
     """A pipeline stage: reads what its ``upstream`` stages wrote under OUT, writes ``outputs``.
 
-    The flags (``pipelines.commands``) become one frozen config (``config``), built and checked once before OUT
+    The flags (``pipelines.launcher.commands``) become one frozen config (``config``), built and checked once before OUT
     is touched; every other method reads that config, never the flags.
     """
 

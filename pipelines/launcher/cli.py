@@ -21,10 +21,10 @@ from artifacts.errors import (
     mentions_input_error,
 )
 from encoders.errors import mentions_gpu_out_of_memory
-from pipelines import disk_space, flags
-from pipelines.commands import COMMANDS
-from pipelines.console import own_lines_only
-from pipelines.interrupt import (
+from pipelines.launcher import disk_space, flags
+from pipelines.launcher.commands import COMMANDS
+from pipelines.launcher.console import own_lines_only
+from pipelines.launcher.interrupt import (
     INTERRUPTED_EXIT,
     INTERRUPTED_STEP,
     ending_processes_after,
@@ -32,7 +32,7 @@ from pipelines.interrupt import (
     interrupted_line,
     watching_sigint,
 )
-from pipelines.worker_output import ForwardedStderr
+from pipelines.launcher.worker_output import ForwardedStderr
 
 # Commands that write OUT: it must be a writable directory before they start.
 WRITERS = (*layout.STAGE_COMMANDS.values(), "all")
@@ -68,7 +68,7 @@ def mark_required(parser: argparse.ArgumentParser, flags: tuple[str, ...]) -> No
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Every command's flags (``pipelines.commands``): built without importing the code that runs them."""
+    """Every command's flags (``pipelines.launcher.commands``): built without importing the code that runs them."""
     parser = OneLineParser(
         prog="run_pipeline.py",
         description="Wikipedia dump -> entity resources and indexes for KPR. "
@@ -135,7 +135,7 @@ def dispatch(args: argparse.Namespace, beam_args: list[str]) -> int:
     """Import the command's code (Beam, torch, ...: the arguments are checked) and run it."""
     from apache_beam.io.filesystems import FileSystems
 
-    from pipelines import stage as stage_runner
+    from pipelines.launcher import stage as stage_runner
 
     command = load_command(args.command)
     # Filesystem flags (e.g. --s3_access_key_id) also reach what the driver itself reads and writes under OUT.
@@ -185,7 +185,7 @@ def worded(error: BaseException) -> BaseException:
         return InputError(f"{error.message}: `python run_pipeline.py validate --output {error.output}` lists every "
                           "problem")
     if isinstance(error, RuntimeError):  # Beam's, from a run (e.g. a job server jar it cannot download)
-        from pipelines import runners
+        from pipelines.launcher import runners
 
         return runners.worded(error)
     return flags.worded(error)
@@ -214,7 +214,7 @@ def main(argv: Sequence[str] | None = None, exit_at_ctrl_c: bool = False) -> int
             COMMANDS[args.command].check(args)
             check_unknown_flags(parser, args.command, beam_args)
             if beam_args or args.command in WRITERS:
-                from pipelines import runners  # Beam: imported once the arguments are checked
+                from pipelines.launcher import runners  # Beam: imported once the arguments are checked
 
                 runners.check_runner(beam_args)
                 if args.command in WRITERS:  # the commands that run Beam pipelines

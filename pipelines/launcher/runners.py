@@ -18,12 +18,12 @@ from apache_beam.runners.runner import create_runner
 from apache_beam.transforms import environments
 
 from artifacts.errors import InputError
-from pipelines.stage import beam_pipeline_options, workers_run_here
+from pipelines.launcher.stage import beam_pipeline_options, workers_run_here
 
 # Beam's worker environments that run in this process (as threads of it): they have its code and files.
 IN_THIS_PROCESS = (environments.PythonLoopbackEnvironment, environments.EmbeddedPythonEnvironment,
                    environments.EmbeddedPythonGrpcEnvironment)
-PROJECT_ROOT = Path(__file__).resolve().parent.parent  # a checkout (or editable install) has setup.py here
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # a checkout (or editable install) has setup.py here
 # The flags naming the job server jar that FlinkRunner and SparkRunner start (else Beam downloads it from Maven).
 JAR_FLAGS = ("flink_job_server_jar", "spark_job_server_jar")
 _UNFETCHED_JAR = re.compile(r"Unable to fetch remote job server jar at (\S+): ")

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 
-from pipelines.worker_output import starts_worker_processes
+from pipelines.launcher.worker_output import starts_worker_processes
 
 # torch (OpenMP, MKL) and the fast tokenizers (Rayon) read these when a worker process starts.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "RAYON_NUM_THREADS")

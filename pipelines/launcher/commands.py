@@ -16,7 +16,7 @@ from artifacts.run.report.recall import MAX_EXACT, QUERIES
 from encoders.mask_inputs import MASK_WINDOWS
 from encoders.models import DTYPES, STORED_DTYPES
 from encoders.retrievers import KINDS, SIMILARITIES, TITLE_MODES
-from pipelines.flags import (
+from pipelines.launcher.flags import (
     DEVICE,
     OUTPUT,
     PROGRESS,

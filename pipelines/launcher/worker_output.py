@@ -7,8 +7,8 @@ the parent routes descriptor 2 through a pipe for the run and forwards every lin
 
 Ctrl-C in a terminal reaches the whole process group: every worker process, and every thread of Beam's here that
 loses its worker, prints a traceback as it stops (100 to 300 lines) while the command unwinds to its one line.
-The forwarder learns of SIGINT the moment it is delivered here (``pipelines.interrupt.SigintWatch``), or sees it
-pending before that (its own thread blocks SIGINT: on a busy machine a worker may print its traceback before the
+The forwarder learns of SIGINT the moment it is delivered here (``pipelines.launcher.interrupt.SigintWatch``), or sees
+it pending before that (its own thread blocks SIGINT: on a busy machine a worker may print its traceback before the
 thread that takes the signal here runs), and forwards nothing from then on; the command's own last line goes past
 it (``ForwardedStderr.write_past``).
 """
@@ -23,7 +23,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from pipelines.interrupt import SigintWatch
+from pipelines.launcher.interrupt import SigintWatch
 
 # Lines Beam's SDK worker prints while it starts (the second one because the first configured logging).
 WORKER_START_UP_LINES = (
