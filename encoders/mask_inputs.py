@@ -85,7 +85,7 @@ def tokens_needed(budget: int, other: int | None) -> int:
     Proof sketch: a side's kept count is its length only when that length is below its share; above, it is
     min(length, c) for a c that depends on the other side alone and is at most ``budget - min(other, half)``, and
     the comparisons with half agree too. Both sides partial: each has at least ``budget - half`` >= half tokens,
-    so both keep their fixed shares. tests/test_context_tokens.py checks it exhaustively on small budgets.
+    so both keep their fixed shares. tests/encoders/test_context_tokens.py checks it exhaustively on small budgets.
     """
     half = budget // 2
     return budget - (half if other is None else min(other, half))

@@ -4,14 +4,13 @@ kind) instead of guessing from the name, so an undeclared counter would show as 
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
 
 from artifacts.counters import Counter, declare, dropped, error, processed
 from pipelines.run_all import PIPELINE, declared_counters
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 COUNTING_LAYERS = ("pipelines", "transforms", "encoders")
 COUNTING_CALLS = {"count", "count_some", "dead_letter"}
 

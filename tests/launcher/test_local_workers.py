@@ -19,7 +19,7 @@ from pipelines.launcher.local_workers import (
     worker_thread_variables,
 )
 from pipelines.launcher.stage import StageContext, run_beam
-from tests.conftest import DIRECT, MULTI_PROCESS
+from tests.conftest import DIRECT, MULTI_PROCESS, REPO
 
 
 def test_workers_started_here_are_counted_from_the_direct_runner_flags_only():
@@ -93,8 +93,7 @@ def test_the_command_line_gives_arrow_the_system_allocator_unless_set_and_freed_
               "os.environ.get('MALLOC_MMAP_THRESHOLD_'), os.environ.get('MALLOC_ARENA_MAX'))\n")
     env = {name: value for name, value in os.environ.items()
            if name not in ("ARROW_DEFAULT_MEMORY_POOL", "MALLOC_MMAP_THRESHOLD_", "MALLOC_ARENA_MAX")}
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    chosen = [subprocess.run([sys.executable, "-c", script], cwd=repo, env={**env, **extra}, capture_output=True,
+    chosen = [subprocess.run([sys.executable, "-c", script], cwd=REPO, env={**env, **extra}, capture_output=True,
                              text=True, timeout=120).stdout.split("POOL ")[-1].strip()
               for extra in ({}, {"ARROW_DEFAULT_MEMORY_POOL": "jemalloc"})]
     arenas = max(2, os.cpu_count() or 1)

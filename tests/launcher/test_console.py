@@ -44,7 +44,7 @@ def estimator_warnings() -> list[str]:
 
 def worker_stderr() -> str:
     """What a new Python process (as Beam starts its local workers) prints while it runs ``fit``."""
-    worker = subprocess.run([sys.executable, "-c", "from tests.test_console import fit; fit()"], cwd=REPO,
+    worker = subprocess.run([sys.executable, "-c", "from tests.launcher.test_console import fit; fit()"], cwd=REPO,
                             capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert worker.returncode == 0, worker.stderr
     return worker.stderr

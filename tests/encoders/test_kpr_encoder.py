@@ -446,7 +446,8 @@ def test_kpr_runs_end_to_end_on_this_projects_own_linker_and_entity_embeddings(t
     table = {item["entity_id"]: item["embedding"] for item in
              tables.read_table(str(output), "entity_embeddings").to_pylist()}
     [item] = encoder.inputs.features([row["title"]], [row["text"]])
-    with torch.inference_mode():  # the ids as the reference builds them (tests/test_kpr_inputs.py), token types 0
+    # the ids as the reference builds them (tests/encoders/test_kpr_inputs.py), token types 0
+    with torch.inference_mode():
         cls = model.bert(input_ids=torch.tensor([item["input_ids"]])).last_hidden_state[0, 0]
         embeds = torch.tensor([table[entity_id] for entity_id in features.entity_ids])
         expected = fusion_by_hand(model, cls, embeds, [list(tokens) for tokens in features.positions])
