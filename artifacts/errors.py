@@ -139,6 +139,12 @@ class OutsideRangeError(SettingError):
         return type(self), (self.setting, self.value, self.low, self.high, self.what)
 
 
+def first_line(error: BaseException) -> str:
+    """The first line of an error message (its type when it has none), for one-line InputErrors."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def error_chain(error: BaseException) -> Iterator[BaseException]:
     """``error``, then what it was raised from or during, each once (a cycle ends the chain)."""
     seen: set[int] = set()

@@ -6,19 +6,24 @@ load without Beam.
 
 from __future__ import annotations
 
+import bz2
 import contextlib
 import errno
+import gzip
 import hashlib
 import json
 import os
 import tempfile
 import uuid
+import zlib
 from collections.abc import Iterator
 from typing import IO, Any
 
-from artifacts.errors import InputError
+from artifacts.errors import InputError, first_line
 
 _CHUNK = 1 << 20
+# What a truncated or corrupt archive raises while it is being read (bz2: OSError/EOFError; gzip: also zlib.error).
+ARCHIVE_ERRORS = (OSError, EOFError, zlib.error)
 
 
 def _filesystems() -> Any:
@@ -74,6 +79,41 @@ def open_read(path: str) -> IO[bytes]:
     if _is_plain_path(path):  # plain local paths need no Beam (the runtime linker reads its files here)
         return open(path, "rb")
     return _filesystems().open(path, compression_type=_uncompressed())
+
+
+def matching(pattern: str) -> list[Any]:
+    """The files (Beam FileMetadata: path, size) a path or glob names on any Beam filesystem, by path; a
+    one-line InputError when it cannot be listed."""
+    try:
+        found = _filesystems().match([pattern])[0].metadata_list
+    except Exception as error:  # Beam wraps every filesystem's own error type in its own
+        raise InputError(f"cannot list {pattern}: {first_line(error)}") from error
+    return sorted(found, key=lambda item: item.path)
+
+
+def open_input(path: str) -> IO[bytes]:
+    """An input file's bytes as stored (a dump, a corpus, an SQL table); a one-line InputError if it cannot be
+    opened."""
+    try:
+        return _filesystems().open(path, compression_type=_uncompressed())
+    except Exception as error:  # Beam wraps every filesystem's own error type in its own
+        raise InputError(f"cannot open {path}: {first_line(error)}") from error
+
+
+def open_decompressed(path: str) -> IO[bytes]:
+    """An input file's content, decompressed by its suffix (.bz2 with any number of streams, .gz); reading a cut
+    or corrupt archive raises one of ``ARCHIVE_ERRORS``."""
+    raw = open_input(path)
+    if path.endswith(".bz2"):
+        return bz2.BZ2File(raw)
+    if path.endswith(".gz"):
+        return gzip.GzipFile(fileobj=raw)
+    return raw
+
+
+def is_compressed(path: str) -> bool:
+    """Whether ``open_decompressed`` decompresses the file (Python's own readers: a cut archive raises)."""
+    return path.endswith((".bz2", ".gz"))
 
 
 def read_bytes(path: str) -> bytes:

@@ -9,7 +9,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs
-from artifacts.errors import InputError
+from artifacts.errors import InputError, first_line
 
 
 class MissingIndexFileError(InputError):
@@ -63,7 +63,7 @@ class DamagedIndexError(InputError):
 
 def _faiss_reason(error: RuntimeError) -> str:
     """The readable end of FAISS's 'Error in <C++ signature> at <file>:<line>: <reason>' message."""
-    text = str(error).strip().splitlines()[0]
+    text = first_line(error)
     if "read error" in text:
         return "the file ends before the index does (cut short?)"
     return text.rsplit(": ", 1)[-1]

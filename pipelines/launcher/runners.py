@@ -17,7 +17,7 @@ from apache_beam.options.pipeline_options import PortableOptions, SetupOptions, 
 from apache_beam.runners.runner import create_runner
 from apache_beam.transforms import environments
 
-from artifacts.errors import InputError
+from artifacts.errors import InputError, first_line
 from pipelines.launcher.stage import beam_pipeline_options, workers_run_here
 
 # Beam's worker environments that run in this process (as threads of it): they have its code and files.
@@ -44,7 +44,7 @@ def load_problem(path: str) -> str | None:
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:  # e.g. DataflowRunner without apache-beam[gcp]
-        return f"cannot be loaded: {type(error).__name__}: {str(error).strip().splitlines()[0]}"
+        return f"cannot be loaded: {type(error).__name__}: {first_line(error)}"
     return None if hasattr(module, class_name) else f"cannot be loaded: {module_name} has no {class_name}"
 
 

@@ -22,7 +22,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs, layout, tables
-from artifacts.errors import InputError
+from artifacts.errors import InputError, first_line
 from artifacts.passages import Passage
 from transforms.common.dead_letters import count, dead_letter
 from transforms.common.parquet_rows import ReadParquetRows
@@ -36,9 +36,7 @@ from transforms.index.passages import (
     header_columns,
     too_many_chunks,
 )
-from transforms.parse.dump_reader import ARCHIVE_ERRORS, open_xml
 
-COMPRESSED_SUFFIXES = (".bz2", ".gz")  # what open_xml decompresses (Python's own readers: a cut archive raises)
 HEADER_LINE = 1
 # Bytes of input per passage, on the low side (DPR's psgs_w100.tsv: ~620 per line), to estimate the count from the
 # file sizes before reading: the estimate only sizes the hash buckets, the exact count chooses the shards.
@@ -49,13 +47,10 @@ CHARS_PER_WORD = 6
 
 def corpus_files(pattern: str) -> list[Any]:
     """The files (Beam FileMetadata: path, size) a corpus pattern names, by path; InputError when there is none."""
-    try:
-        matches = FileSystems.match([pattern])[0].metadata_list
-    except Exception as error:  # Beam wraps every filesystem's own error type in its own
-        raise InputError(f"cannot list {pattern}: {str(error).strip().splitlines()[0]}") from error
+    matches = fs.matching(pattern)
     if not matches:
         raise InputError(f"corpus {pattern} not found")
-    return sorted(matches, key=lambda item: item.path)
+    return matches
 
 
 def check_corpus(pattern: str) -> tuple[int, int, int]:
@@ -78,7 +73,7 @@ def estimated_passages(corpus: str | None, articles_dir: str, words_per_passage:
     """About how many passages the corpus files (or, without them, the articles cut into passages) hold, from their
     sizes alone (listed, not read)."""
     if corpus:
-        return sum(match.size_in_bytes * (COMPRESSION_RATIO if match.path.endswith(COMPRESSED_SUFFIXES) else 1)
+        return sum(match.size_in_bytes * (COMPRESSION_RATIO if fs.is_compressed(match.path) else 1)
                    for match in corpus_files(corpus)) // TSV_BYTES_PER_PASSAGE
     text_bytes = sum(fs.size(path) for path in fs.list_files(articles_dir, "*.parquet")) * COMPRESSION_RATIO
     return text_bytes // (CHARS_PER_WORD * words_per_passage)
@@ -87,7 +82,7 @@ def estimated_passages(corpus: str | None, articles_dir: str, words_per_passage:
 def corpus_ranges(pattern: str) -> list[LineRange]:
     """The line ranges of every file of the corpus (compressed files whole)."""
     return [line_range for match in corpus_files(pattern)
-            for line_range in split_file(match.path, match.size_in_bytes, match.path.endswith(COMPRESSED_SUFFIXES))]
+            for line_range in split_file(match.path, match.size_in_bytes, fs.is_compressed(match.path))]
 
 
 def lines_of(line_range: LineRange) -> Iterator[bytes]:
@@ -101,15 +96,15 @@ def lines_of(line_range: LineRange) -> Iterator[bytes]:
 
 def archive_lines(path: str) -> Iterator[bytes]:
     """Every line of a compressed corpus file; a cut-short or corrupt archive stops with its file and line."""
-    with open_xml(path) as handle:
+    with fs.open_decompressed(path) as handle:
         number = 0
         try:
             while raw := handle.readline():
                 number += 1
                 yield raw
-        except ARCHIVE_ERRORS as error:
+        except fs.ARCHIVE_ERRORS as error:
             raise InputError(f"{path}: truncated or corrupt archive after line {number}: "
-                             f"{str(error).strip().splitlines()[0]}") from error
+                             f"{first_line(error)}") from error
 
 
 def count_lines(line_range: LineRange) -> tuple[str, tuple[LineRange, int]]:

@@ -6,8 +6,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 
+from artifacts import fs
 from artifacts.counters import ERROR, Counter, declare, error, processed
 from artifacts.errors import InputError
 from transforms.common.dead_letters import DEAD_LETTER_TAG, count, dead_letter
@@ -121,10 +121,7 @@ def read_table_rows(path: str) -> Iterator[dict[str, Any]]:
 
 def matching_files(pattern: str) -> list[str]:
     """The files a path or glob names (on any Beam filesystem); a one-line InputError when there is none."""
-    try:
-        found = sorted(metadata.path for metadata in FileSystems.match([pattern])[0].metadata_list)
-    except Exception as error:  # Beam wraps every filesystem's own error type in its own
-        raise InputError(f"cannot list {pattern}: {str(error).strip().splitlines()[0]}") from error
+    found = [metadata.path for metadata in fs.matching(pattern)]
     if not found:
         raise InputError(f"no file matches {pattern}")
     return found

@@ -6,27 +6,20 @@ are in transforms/parse/multistream.py.
 
 from __future__ import annotations
 
-import bz2
-import gzip
 import re
 import xml.etree.ElementTree as ElementTree
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO
 
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
-
-from artifacts.errors import InputError
+from artifacts import fs
+from artifacts.errors import InputError, first_line
 from transforms.parse.namespaces import ARTICLE, Namespaces, legacy_file_aliases
 
 _SCHEMA = re.compile(r"export-(\d+\.\d+)")
 _SITEINFO_END = b"</siteinfo>"
 _HOST_LANGUAGE = re.compile(r"^[a-z]+://([a-z-]+)\.wikipedia\.org")
 _HEAD_LIMIT = 1 << 20  # <siteinfo> sits in the first few KB; stop looking after 1 MB of XML
-# What a truncated or corrupt archive raises while it is being read (bz2: OSError/EOFError; gzip: also zlib.error).
-ARCHIVE_ERRORS = (OSError, EOFError, zlib.error)
 _READ_CHUNK = 1 << 20
 _PAGE_END = b"</page>"  # safe to split on: a literal "<" inside page text is always escaped as &lt;
 _FRAGMENT_ID = re.compile(rb"<id>\s*(\d+)\s*</id>")
@@ -64,24 +57,6 @@ class PageProblem:
     page_id: int | None
     title: str | None
     reason: str
-
-
-def open_raw(path: str) -> IO[bytes]:
-    """The file's bytes as stored; a one-line InputError if it cannot be opened."""
-    try:
-        return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
-    except Exception as error:  # Beam wraps every filesystem's own error type in its own
-        raise InputError(f"cannot open {path}: {first_line(error)}") from error
-
-
-def open_xml(path: str) -> IO[bytes]:
-    """The uncompressed XML of a dump file (.xml, .bz2 with any number of streams, .gz)."""
-    raw = open_raw(path)
-    if path.endswith(".bz2"):
-        return bz2.BZ2File(raw)
-    if path.endswith(".gz"):
-        return gzip.GzipFile(fileobj=raw)
-    return raw
 
 
 def _local(tag: str) -> str:
@@ -129,14 +104,14 @@ def wiki_language(dbname: str | None, base_url: str | None) -> str | None:
 def read_siteinfo(path: str) -> SiteInfo:
     """The <siteinfo> of a dump, reading only its head (for multistream: stream 0)."""
     head = b""
-    with open_xml(path) as stream:
+    with fs.open_decompressed(path) as stream:
         try:
             while _SITEINFO_END not in head and len(head) < _HEAD_LIMIT:
                 chunk = stream.read(64 * 1024)
                 if not chunk:
                     break
                 head += chunk
-        except ARCHIVE_ERRORS as error:
+        except fs.ARCHIVE_ERRORS as error:
             raise InputError(f"{path}: cannot decompress the start of the dump: {first_line(error)}") from error
     require_export(path, head)
     match = _SCHEMA.search(head[:4096].decode("utf-8", "replace"))
@@ -238,11 +213,11 @@ def iter_pages(path: str, siteinfo: SiteInfo | None = None) -> Iterator[RawPage 
     """Every page of a whole dump file, in file order. Each page is parsed on its own, so broken page XML
     costs only that page (a PageProblem); an unreadable or cut-short file is an InputError."""
     info = siteinfo or read_siteinfo(path)
-    with open_xml(path) as stream:
+    with fs.open_decompressed(path) as stream:
         try:
             for ordinal, fragment in enumerate(iter_page_fragment_bytes(stream)):
                 yield page_from_fragment(fragment, info, path, ordinal)
-        except ARCHIVE_ERRORS as error:
+        except fs.ARCHIVE_ERRORS as error:
             raise InputError(f"{path}: truncated or corrupt archive: {first_line(error)}") from error
         except ValueError as error:
             raise InputError(f"{path}: truncated dump: {error}") from error
@@ -263,9 +238,3 @@ def page_from_fragment(fragment: bytes, siteinfo: SiteInfo, source: str, ordinal
         return PageProblem(source, int(found_id.group(1)) if found_id else None,
                            found_title.group(1).decode("utf-8", "replace") if found_title else None,
                            f"malformed page XML: {error}")
-
-
-def first_line(error: BaseException) -> str:
-    """The first line of an error message (its type when it has none), for one-line InputErrors."""
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__

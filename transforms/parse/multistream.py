@@ -15,15 +15,12 @@ from dataclasses import dataclass
 
 from apache_beam.io.filesystems import FileSystems
 
-from artifacts.errors import InputError
+from artifacts import fs
+from artifacts.errors import InputError, first_line
 from transforms.parse.dump_reader import (
-    ARCHIVE_ERRORS,
     PageProblem,
     RawPage,
     SiteInfo,
-    first_line,
-    open_raw,
-    open_xml,
     page_fragments,
     page_from_fragment,
 )
@@ -59,12 +56,12 @@ def has_several_bz2_streams(path: str, limit: int = 1 << 20) -> bool:
     """Whether a bz2 file's first stream ends within its first ``limit`` bytes and another one follows (a
     multistream dump: its stream 0 is the few-KB <siteinfo>). Reads at most ``limit`` bytes."""
     decompressor, read = bz2.BZ2Decompressor(), 0
-    with open_raw(path) as raw:
+    with fs.open_input(path) as raw:
         try:
             while not decompressor.eof and read < limit and (chunk := raw.read(64 * 1024)):
                 read += len(chunk)
                 decompressor.decompress(chunk)
-        except ARCHIVE_ERRORS:
+        except fs.ARCHIVE_ERRORS:
             return False  # reading it will say what is wrong
     return decompressor.eof and decompressor.unused_data.startswith(b"BZh")
 
@@ -76,7 +73,7 @@ def looks_multistream(path: str) -> bool:
 
 def iter_index_entries(index_path: str) -> Iterator[tuple[int, int]]:
     """(stream offset, page id) of every line of a multistream index ('offset:page_id:title'), streaming."""
-    with open_xml(index_path) as stream:
+    with fs.open_decompressed(index_path) as stream:
         try:
             for number, line in enumerate(io.TextIOWrapper(stream, encoding="utf-8"), start=1):
                 if not line.strip():
@@ -85,7 +82,7 @@ def iter_index_entries(index_path: str) -> Iterator[tuple[int, int]]:
                 if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
                     raise InputError(f"{index_path}: line {number} is not 'offset:page_id:title'")
                 yield int(parts[0]), int(parts[1])
-        except ARCHIVE_ERRORS as error:
+        except fs.ARCHIVE_ERRORS as error:
             raise InputError(f"{index_path}: truncated or corrupt archive: {first_line(error)}") from error
 
 
@@ -113,7 +110,7 @@ def read_stream_ranges(dump_path: str, index_path: str) -> list[StreamRange]:
 def decompress_range(stream: StreamRange) -> bytes:
     """The XML of one stream range; InputError naming file and offset if it is no whole bz2 stream."""
     where = f"{stream.path} at byte {stream.start}"
-    with open_raw(stream.path) as handle:
+    with fs.open_input(stream.path) as handle:
         handle.seek(stream.start)
         data = handle.read(_LAST_RANGE_LIMIT + 1) if stream.end is None else handle.read(stream.end - stream.start)
     if stream.end is None and len(data) > _LAST_RANGE_LIMIT:

@@ -7,8 +7,8 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from artifacts import fs
 from artifacts.errors import InputError
-from transforms.parse.dump_reader import ARCHIVE_ERRORS, open_xml
 
 _CREATE = re.compile(r"CREATE TABLE `([^`]+)`")
 _COLUMN = re.compile(r"^\s*`([^`]+)`\s")
@@ -78,7 +78,7 @@ def iter_sql_rows(path: str, on_bad_statement: Callable[[int, str], None] | None
     """
     columns: list[str] = []
     in_create = False
-    with open_xml(path) as raw:
+    with fs.open_decompressed(path) as raw:
         lines = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="\n")
         try:
             for number, line in enumerate(lines, start=1):
@@ -105,7 +105,7 @@ def iter_sql_rows(path: str, on_bad_statement: Callable[[int, str], None] | None
                     on_bad_statement(number, str(error))
                     continue
                 yield from rows
-        except ARCHIVE_ERRORS as error:
+        except fs.ARCHIVE_ERRORS as error:
             raise InputError(f"{path}: truncated or corrupt archive: {error}") from error
 
 
