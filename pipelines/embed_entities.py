@@ -12,7 +12,7 @@ from artifacts.errors import InputError
 from artifacts.run import manifest
 from encoders.models import model_files
 from pipelines.launcher.stage import StageContext, run_beam
-from pipelines.refresh import RefreshConfig, fingerprint_changes, previous_options, reusable_previous
+from pipelines.refresh import RefreshConfig, fingerprint_changes, option_changes, previous_options, reusable_previous
 from transforms.common.dead_letters import WriteDeadLetters
 from transforms.common.mention_sampling import CHARS_PER_TOKEN
 from transforms.embed_entities.graph import (
@@ -23,7 +23,6 @@ from transforms.embed_entities.graph import (
     model_facts,
     reuse_counters,
 )
-from transforms.refresh import option_changes
 
 PREVIOUS_STAGES = (layout.DICTIONARY_STAGE, layout.MENTIONS_STAGE, layout.EMBED_ENTITIES_STAGE)
 

@@ -27,7 +27,7 @@ from encoders.models import check_device, model_files
 from encoders.retrievers import EncoderOptions, dense_dim, recorded_encoder
 from pipelines.launcher import disk_space, flags
 from pipelines.launcher.stage import StageContext, run_beam
-from pipelines.refresh import RefreshConfig, fingerprint_changes, previous_options, reusable_previous
+from pipelines.refresh import RefreshConfig, fingerprint_changes, option_changes, previous_options, reusable_previous
 from transforms.common.dead_letters import WriteDeadLetters
 from transforms.index.corpus import ReadPassages, check_corpus, estimated_passages
 from transforms.index.graph import (
@@ -39,7 +39,6 @@ from transforms.index.graph import (
     ListBucketFiles,
     WriteBuckets,
 )
-from transforms.refresh import option_changes
 
 # The flags of the encoder options not named after them, for messages (the library names options by field).
 ENCODER_FLAGS = {"kind": "--encoder-type", "title": "--title-mode"}

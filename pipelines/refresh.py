@@ -1,4 +1,6 @@
-"""--previous OLD_OUT: whether a stage may take vectors from a previous run, said in one line when it may not."""
+"""--previous OLD_OUT: whether a stage may take vectors from a previous run (its records and options compared with
+this run's), said in one line when it may not. Which vectors it lends: transforms/embed_entities/refresh.py and
+transforms/index/refresh.py."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from artifacts.run.validation import validate_run
 
 # Why a previous run cannot be reused, from its records and this run's: None when it can.
 Compatibility = Callable[[dict[str, manifest.StageRecord]], str | None]
+# Recorded options that name the previous run or say how to treat it: no change of them changes a vector.
+RUNTIME_OPTIONS = ("previous", "previous_manifest_sha256", "require_reuse")
 
 
 class ReuseRefusedError(InputError):
@@ -74,6 +78,12 @@ def reusable_previous(refresh: RefreshConfig, stage: str, stages: tuple[str, ...
         raise ReuseRefusedError(f"cannot reuse the previous run: {problem}")
     print(f"[{layout.command_of(stage)}] recomputing everything: {problem}", file=sys.stderr)
     return None
+
+
+def option_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``name: old -> new`` for every recorded option that differs (runtime-only options are ignored)."""
+    names = sorted((set(old) | set(new)) - set(RUNTIME_OPTIONS))
+    return [f"{name}: {old.get(name)!r} -> {new.get(name)!r}" for name in names if old.get(name) != new.get(name)]
 
 
 def fingerprint_changes(old: manifest.StageRecord, files: dict[str, str]) -> list[str]:

@@ -1,8 +1,8 @@
-"""transforms/refresh.py: how a previous run's recorded options are compared with this run's."""
+"""pipelines/refresh.py: how a previous run's recorded options are compared with this run's."""
 
 from __future__ import annotations
 
-from transforms.refresh import option_changes
+from pipelines.refresh import option_changes
 
 
 def test_option_changes_names_each_difference_and_ignores_the_previous_run():

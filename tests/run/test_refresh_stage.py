@@ -1,7 +1,7 @@
 """Refreshes end to end: ``all --previous OLD_OUT`` on a newer dump (tests/dump_versions.py) equals a run of that
 dump from scratch, reuses exactly what did not change, and refuses previous runs it cannot trust.
 
-Every expected number is computed here from the rows the runs wrote, without transforms/refresh.py."""
+Every expected number is computed here from the rows the runs wrote, without pipelines/refresh.py."""
 
 from __future__ import annotations
 
