@@ -21,7 +21,8 @@ from pipelines.launcher.cli import main
 from tests.builders import article, write_parsed
 from tests.conftest import DIRECT, MINI, MULTI_PROCESS, PASSAGES, copy_stages
 from transforms.dictionary import graph as dictionary
-from transforms.dictionary.graph import DictionaryConfig, anchor_names
+from transforms.dictionary.graph import DictionaryConfig
+from transforms.dictionary.links import anchor_names
 from transforms.dictionary.tables import (
     DOC_COUNTS,
     NAME_CANDIDATES,

@@ -26,6 +26,7 @@ from pipelines.launcher import stage as stage_runner
 from pipelines.launcher.cli import build_parser, main
 from tests.builders import artifact_rows, run_counting
 from tests.conftest import DIRECT
+from transforms.dictionary import candidates, links
 from transforms.dictionary import graph as dictionary
 from transforms.dictionary.graph import BuildDictionary, DictionaryConfig
 from transforms.dictionary.tables import ScoreDrops
@@ -266,8 +267,8 @@ def counted_names(*modules: ModuleType, counts: tuple[type, ...] = ()) -> set[st
 @pytest.mark.parametrize(("stage", "found"), [
     (parse_stage.STAGE, counted_names(parse, dump_io, redirects, link_resolution, counts=(RedirectCounts,))),
     # Anchor names are dead-lettered (or counted) under the problem names.name_problem returns.
-    (dictionary_stage.STAGE, counted_names(dictionary, counts=(ScoreDrops,)) | set(re.findall(r'return "([a-z_]+)"',
-                                                                        inspect.getsource(names.name_problem)))),
+    (dictionary_stage.STAGE, counted_names(links, candidates, counts=(ScoreDrops,))
+     | set(re.findall(r'return "([a-z_]+)"', inspect.getsource(names.name_problem)))),
 ])
 def test_a_stage_declares_exactly_the_counters_it_counts(stage, found: set[str]):
     assert found == set(stage.counters), sorted(found ^ set(stage.counters))
