@@ -1,4 +1,5 @@
-"""The four layers import one way (pipelines -> transforms -> encoders -> artifacts) and without cycles.
+"""The four layers import one way (pipelines -> transforms -> encoders -> artifacts) and without cycles, and inside
+transforms/ a stage's folder imports only itself and transforms/common/ (which imports no stage's folder).
 
 Imports are read with ``ast`` at any depth (function-local and ``TYPE_CHECKING`` imports count too), and so are
 "package.module:ATTR" strings, which the CLI resolves with ``importlib``.
@@ -68,6 +69,19 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
                   if rank(target) < rank(source))
 
 
+def transforms_folder(module: str) -> str | None:
+    """The folder of transforms/ that ``module`` lies in (``transforms.parse.graph`` -> ``parse``), else None."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "transforms" and len(parts) > 2 else None
+
+
+def cross_stage_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Imports from one stage's folder of transforms/ into another's, or from common/ into a stage's."""
+    return sorted(f"{source} -> {target}" for source, found in graph.items() for target in found
+                  if (folder := transforms_folder(source))
+                  and transforms_folder(target) not in (None, folder, "common"))
+
+
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components with more than one module (Tarjan, iterative)."""
     index: dict[str, int] = {}
@@ -115,6 +129,12 @@ def test_the_checks_see_what_they_should() -> None:
              "artifacts.c": {"encoders.d"}, "encoders.d": {"artifacts.c"}, "artifacts.e": set()}
     assert upward_imports(graph) == ["artifacts.c -> encoders.d", "transforms.b -> pipelines.a"]
     assert cycles(graph) == [["artifacts.c", "encoders.d"], ["pipelines.a", "transforms.b"]]
+    folders = {"transforms.parse.graph": {"transforms.parse.wikitext", "transforms.common.spill", "artifacts.fs"},
+               "transforms.index.corpus": {"transforms.parse.dump_reader", "transforms.common.spill"},
+               "transforms.common.spill": {"transforms.dictionary.tables"},
+               "pipelines.parse": {"transforms.parse.graph"}}
+    assert cross_stage_imports(folders) == ["transforms.common.spill -> transforms.dictionary.tables",
+                                            "transforms.index.corpus -> transforms.parse.dump_reader"]
 
 
 def test_imports_are_read_at_any_depth() -> None:
@@ -128,6 +148,12 @@ def test_imports_are_read_at_any_depth() -> None:
 
 def test_no_upward_imports() -> None:
     violations = upward_imports(import_graph())
+    print("\n".join(violations))
+    assert violations == []
+
+
+def test_a_stage_folder_imports_only_itself_and_common() -> None:
+    violations = cross_stage_imports(import_graph())
     print("\n".join(violations))
     assert violations == []
 
