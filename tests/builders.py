@@ -32,9 +32,27 @@ from artifacts.passages import Passage, shard_of
 from artifacts.run import manifest
 from tests.conftest import BUNDLED_PASSAGES, BUNDLED_SAMPLE, DIRECT, REPO, copy_stages, stage_options
 from transforms.common.dead_letters import COUNTER_NAMESPACE
+from transforms.embed_entities.mention_windows import REF
 from transforms.index.passages import parse_dpr_row
 
 # --- articles and a parsed OUT ----------------------------------------------------------------------------------
+
+
+def ref_rows(refs: list[dict]) -> np.ndarray:
+    """The ``REF`` rows (embed-entities' packed refs) of ``mentions/`` rows given as dicts."""
+    return np.array([tuple(ref[name] for name in REF.names) for ref in refs], dtype=REF)
+
+
+def format_dpr_row(passage: Passage) -> str:
+    """The DPR file line of a passage (the inverse of ``parse_dpr_row``: fields with a quote, tab or line break
+    quoted, inner quotes doubled)."""
+    return "\t".join(quoted_field(field) for field in (str(passage.passage_id), passage.text, passage.title))
+
+
+def quoted_field(field: str) -> str:
+    if any(character in field for character in '"\t\n\r'):
+        return '"' + field.replace('"', '""') + '"'
+    return field
 
 
 def article(page_id: int, title: str, text: str, links: list[tuple[str, str]], qid: str | None = None) -> dict:

@@ -23,12 +23,12 @@ from artifacts.errors import InputError
 from encoders.mask_inputs import MaskInput, mask_inputs
 from encoders.models import ModelSpec, input_embedding_norm
 from pipelines.launcher.cli import main
-from tests.builders import CAPITALS, article, article_texts, write_parsed
+from tests.builders import CAPITALS, article, article_texts, ref_rows, write_parsed
 from tests.conftest import DIRECT, MULTI_PROCESS, copy_stages
 from transforms.common.mention_sampling import CHARS_PER_TOKEN, mention_ref, mention_window, window_digest
 from transforms.embed_entities.entity_vectors import norm_matched
 from transforms.embed_entities.graph import finite_vector
-from transforms.embed_entities.mention_windows import CutMentionWindows, ref_rows
+from transforms.embed_entities.mention_windows import CutMentionWindows
 
 
 def test_non_finite_vectors_are_dead_lettered():

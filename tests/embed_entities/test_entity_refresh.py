@@ -12,10 +12,9 @@ import pyarrow.parquet as pq
 from apache_beam.testing.util import assert_that, equal_to
 
 from artifacts import schemas
-from tests.builders import artifact_rows, run_counting
+from tests.builders import artifact_rows, ref_rows, run_counting
 from transforms.common.mention_sampling import window_digest
 from transforms.embed_entities.entity_vectors import ModelFacts, read_reused_vectors
-from transforms.embed_entities.mention_windows import ref_rows
 from transforms.embed_entities.refresh import (
     DIGEST,
     RefreshSplit,

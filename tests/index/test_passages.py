@@ -7,6 +7,7 @@ from collections import Counter
 import pytest
 
 from artifacts.passages import Passage, sample_key, shard_of
+from tests.builders import format_dpr_row
 from tests.conftest import PASSAGES
 from transforms.index.passages import (
     PASSAGES_PER_PAGE,
@@ -14,7 +15,6 @@ from transforms.index.passages import (
     article_passages,
     corpus_row,
     decode_corpus_line,
-    format_dpr_row,
     header_columns,
     parse_dpr_row,
     passage_id_of,

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from artifacts import tables
 from pipelines.launcher.cli import main
-from tests.builders import article, article_texts, write_parsed
+from tests.builders import article, article_texts, ref_rows, write_parsed
 from tests.conftest import BUNDLED_SAMPLE, DIRECT, MULTI_PROCESS, copy_stages
 from transforms.common.mention_sampling import CHARS_PER_TOKEN, context_window, sample_key, window_digest
-from transforms.embed_entities.mention_windows import ref_rows, shard_windows
+from transforms.embed_entities.mention_windows import shard_windows
 
 
 def test_mentions_are_the_same_for_one_and_two_workers(tmp_path):

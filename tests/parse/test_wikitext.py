@@ -7,7 +7,7 @@ import pytest
 from tests.conftest import WIKIPEDIA
 from transforms.parse.dump_reader import RawPage, iter_pages, read_siteinfo
 from transforms.parse.namespaces import Namespaces
-from transforms.parse.titles import normalize_title, split_namespace
+from transforms.parse.titles import normalize_title
 from transforms.parse.wikitext import WikitextError, WikitextOptions, redirect_target_from_text, wikitext_to_text
 
 ENGLISH = Namespaces.english_defaults()
@@ -27,10 +27,10 @@ def test_normalize_title(raw, expected):
     assert normalize_title(raw) == expected
 
 
-def test_split_namespace():
-    assert split_namespace("Category:Foo", ENGLISH) == (14, "Foo")
-    assert split_namespace("categoria:Foo", ITALIAN) == (14, "Foo")
-    assert split_namespace("Star Trek: Voyager", ENGLISH) == (0, "Star Trek: Voyager")
+def test_namespace_prefixes_are_this_wikis_own():
+    assert ENGLISH.lookup("Category") == ITALIAN.lookup("categoria") == 14
+    assert ENGLISH.lookup(" file_") == 6
+    assert ENGLISH.lookup("Star Trek") is None and ENGLISH.lookup("categoria") is None
 
 
 def test_templates_refs_and_bold_are_dropped_link_text_kept():

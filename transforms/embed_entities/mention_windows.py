@@ -62,11 +62,6 @@ def same_rows(table: pa.Table) -> pa.Table:
     return table
 
 
-def ref_rows(refs: list[dict[str, Any]]) -> np.ndarray:
-    """The ``REF`` rows of ``mentions/`` rows given as dicts."""
-    return np.array([tuple(ref[name] for name in REF.names) for ref in refs], dtype=REF)
-
-
 def shard_windows(refs: np.ndarray, texts: dict[int, str], chars: int) -> Iterator[dict[str, Any]]:
     """The mention rows (entity_id, page_id, link_index, text, start, end) of a shard's refs, in (page, link,
     entity) order; ``texts``: the shard's article text by page."""

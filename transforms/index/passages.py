@@ -69,17 +69,6 @@ def parse_passage_id(raw: str) -> int | None:
     return int(raw)
 
 
-def format_dpr_row(passage: Passage) -> str:
-    """The DPR file line of a passage (the inverse of ``parse_dpr_row``)."""
-    return "\t".join(_quoted(field) for field in (str(passage.passage_id), passage.text, passage.title))
-
-
-def _quoted(field: str) -> str:
-    if any(character in field for character in '"\t\n\r'):
-        return '"' + field.replace('"', '""') + '"'
-    return field
-
-
 def word_chunks(text: str, words_per_passage: int) -> Iterator[str]:
     """Non-overlapping chunks of ``words_per_passage`` whitespace-separated words (the last may be shorter),
     words joined by one space, as DPR cut Wikipedia into ``psgs_w100``."""

@@ -5,8 +5,6 @@ from __future__ import annotations
 import html
 import re
 
-from transforms.parse.namespaces import Namespaces
-
 _SPACES = re.compile(r"[\s_]+")
 
 
@@ -18,12 +16,3 @@ def normalize_title(title: str) -> str:
     title = _SPACES.sub(" ", title).strip()
     return title[:1].upper() + title[1:]
 
-
-def split_namespace(title: str, namespaces: Namespaces) -> tuple[int, str]:
-    """``'Category:Foo'`` -> ``(14, 'Foo')``; ``(0, title)`` when the prefix is no namespace of this wiki."""
-    prefix, separator, rest = title.partition(":")
-    if separator:
-        namespace = namespaces.lookup(prefix)
-        if namespace is not None:
-            return namespace, rest.strip()
-    return 0, title
