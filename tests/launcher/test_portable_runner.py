@@ -27,6 +27,9 @@ from tests.conftest import REPO, stage_options
 
 BOOT = REPO / "tests" / "sdk_worker_boot.py"
 START_TIMEOUT_S = 120
+# How every Python process on the workers' side starts: isolated (-I), so that no PYTHONPATH, PYTHONHOME or user
+# site directory of the caller's environment lends it this project, as none would on a cluster's workers.
+ISOLATED = "-I"
 
 
 @dataclass(frozen=True)
@@ -89,14 +92,14 @@ def external_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exter
     workdir.mkdir()
     python = environment_without_the_project(root / "env")
     boot = root / "boot"
-    boot.write_text(f'#!/bin/sh\nexec "{python}" -I "{BOOT}" --semi_persist_dir "{workdir}" "$@"\n')
+    boot.write_text(f'#!/bin/sh\nexec "{python}" {ISOLATED} "{BOOT}" --semi_persist_dir "{workdir}" "$@"\n')
     boot.chmod(0o755)
     pool_port, job_port_file = free_port(), root / "job.port"
     logs = (root / "job-service.log", root / "worker-pool.log")
-    job_service = start([str(python), "-m", "apache_beam.runners.portability.local_job_service_main", "--port", "0",
-                         "--port_file", str(job_port_file)], workdir, logs[0])
-    pool = start([str(python), "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={pool_port}",
-                  f"--container_executable={boot}"], workdir, logs[1])
+    job_service = start([str(python), ISOLATED, "-m", "apache_beam.runners.portability.local_job_service_main",
+                         "--port", "0", "--port_file", str(job_port_file)], workdir, logs[0])
+    pool = start([str(python), ISOLATED, "-m", "apache_beam.runners.worker.worker_pool_main",
+                  f"--service_port={pool_port}", f"--container_executable={boot}"], workdir, logs[1])
     services = dict(zip(logs, (job_service, pool), strict=True))
     try:
         wait_for(job_port_file.exists, "the job service", services)
@@ -123,8 +126,12 @@ def rows(output: Path, artifact: str) -> list[str]:
     return sorted(map(repr, artifact_rows(output, artifact)))
 
 
-def test_the_workers_environment_has_no_project_code(external_workers):
-    probe = subprocess.run([str(external_workers.python), "-c", "import apache_beam, torch, faiss; import pipelines"],
+def test_the_workers_environment_has_no_project_code(external_workers, monkeypatch):
+    # Started as the workers are, it imports the third-party packages but not the project, even where the caller's
+    # environment points PYTHONPATH at the checkout.
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    probe = subprocess.run([str(external_workers.python), ISOLATED, "-c",
+                            "import apache_beam, torch, faiss; import pipelines"],
                            cwd=external_workers.workdir, capture_output=True, text=True)
     assert "No module named 'pipelines'" in probe.stderr
 
