@@ -17,8 +17,9 @@ from artifacts.run.verified import CACHE_ENV
 
 pytest_plugins = ["tests.run_fixtures"]  # session fixtures: runs that several modules read
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# Offline whatever the caller's environment says: no test may download (the processes tests start inherit it).
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 REPO = Path(__file__).resolve().parent.parent
 # KPR_SHARED_DATA: another place for the shared data; a missing directory shows what a fresh clone runs
