@@ -100,15 +100,20 @@ def open_input(path: str) -> IO[bytes]:
         raise InputError(f"cannot open {path}: {first_line(error)}") from error
 
 
-def open_decompressed(path: str) -> IO[bytes]:
-    """An input file's content, decompressed by its suffix (.bz2 with any number of streams, .gz); reading a cut
-    or corrupt archive raises one of ``ARCHIVE_ERRORS``."""
-    raw = open_input(path)
-    if path.endswith(".bz2"):
-        return bz2.BZ2File(raw)
-    if path.endswith(".gz"):
-        return gzip.GzipFile(fileobj=raw)
-    return raw
+@contextlib.contextmanager
+def open_decompressed(path: str) -> Iterator[IO[bytes]]:
+    """An input file's content, decompressed by its suffix (.bz2 with any number of streams, .gz), as a context:
+    the file is closed with the decompressor (which leaves a file object it was handed open). Reading a cut or
+    corrupt archive raises one of ``ARCHIVE_ERRORS``."""
+    with open_input(path) as raw:
+        if path.endswith(".bz2"):
+            with bz2.BZ2File(raw) as stream:
+                yield stream
+        elif path.endswith(".gz"):
+            with gzip.GzipFile(fileobj=raw) as stream:
+                yield stream
+        else:
+            yield raw
 
 
 def is_compressed(path: str) -> bool:

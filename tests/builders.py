@@ -167,6 +167,7 @@ def signal_when(arguments: list[str], ready: Callable[[list[str]], bool], signal
         os.killpg(process.pid, signal_number)
     process.wait(timeout=120)
     reader.join(timeout=60)  # to EOF: when every process that shares its stderr (Beam's workers) has exited
+    process.stderr.close()
     return SignalledRun(command, environment, process.returncode, lines[:read_before], lines[read_before:],
                         running_in_group(process.pid))
 

@@ -1,8 +1,11 @@
 """artifacts.fs: a file is replaced by rename on a local disk (one write on object stores), and a directory where
-a file goes is refused and left with all its files; nothing is ever deleted as a tree."""
+a file goes is refused and left with all its files; nothing is ever deleted as a tree; an input file is closed with
+its decompressor."""
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import os
 from pathlib import Path
 
@@ -92,3 +95,19 @@ def test_delete_file_removes_a_file_and_ignores_a_missing_one(tmp_path: Path) ->
     fs.delete_file(str(target))
     fs.delete_file(str(target))
     assert not target.exists()
+
+
+@pytest.mark.parametrize(("name", "compress"), [("lines.bz2", bz2.compress), ("lines.gz", gzip.compress),
+                                                ("lines.tsv", bytes)])
+def test_a_decompressed_input_closes_its_file_with_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str,
+                                                       compress) -> None:
+    path = tmp_path / name
+    path.write_bytes(compress(b"first\nsecond\n"))
+    opened = []
+    real_open = fs.open_input
+    monkeypatch.setattr(fs, "open_input", lambda where: opened.append(real_open(where)) or opened[-1])
+    with fs.open_decompressed(str(path)) as stream:
+        assert stream.readline() == b"first\n"
+        assert not opened[0].closed
+    assert opened[0].closed  # bz2 and gzip leave a file object they are handed open
+    assert fs.is_compressed(str(path)) == (compress is not bytes)
