@@ -80,10 +80,14 @@ def iter_batches(output: str, name: str, columns: list[str] | None = None,
 
 def iter_file_batches(files: Iterable[str], columns: list[str] | None = None,
                       batch_size: int = 65536) -> Iterator[pa.RecordBatch]:
-    """Stream the given Parquet files batch by batch with bounded memory."""
+    """Stream the given Parquet files batch by batch, one row group decoded at a time: what is held is one row
+    group, which every writer here keeps small (pyarrow's own batch reader reads ahead over several row groups:
+    3 times the memory on the index's shard files, a share of the shard that grew with it)."""
     for path in files:
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-            yield from pq.ParquetFile(handle).iter_batches(batch_size=batch_size, columns=columns)
+            parquet = pq.ParquetFile(handle)
+            for group in range(parquet.num_row_groups):
+                yield from parquet.read_row_group(group, columns=columns).to_batches(max_chunksize=batch_size)
 
 
 def file_schema(path: str) -> pa.Schema:

@@ -33,7 +33,7 @@ _NAMES = {
     "info": ("IndexInfo", "load_index_info"),
     "search": ("PassageLookup", "ShardedIndex", "merge_top_k"),
     "storage": ("DamagedIndexError", "read_index", "read_npy", "write_index", "write_npy"),
-    "vectors": ("ADD_CHUNK", "embedding_schema", "embedding_table", "iter_parquet_batches", "table_vectors"),
+    "vectors": ("embedding_schema", "embedding_table", "table_vectors"),
 }
 _MODULE_OF = {name: module for module, names in _NAMES.items() for name in names}
 __all__ = sorted(_MODULE_OF)

@@ -7,11 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from artifacts import fs
+from artifacts import fs, tables
 from artifacts.faiss.files import EMBEDDINGS_DIR, shard_embedding_files, shard_ids_name, shard_index_name
 from artifacts.faiss.storage import read_index, write_index, write_npy
-from artifacts.faiss.vectors import VECTOR_BATCH, iter_parquet_batches, table_vectors
-from artifacts.tables import parquet_row_count
+from artifacts.faiss.vectors import VECTOR_BATCH, table_vectors
 
 
 def gpu_count() -> int:
@@ -89,9 +88,9 @@ def build_shard(index_dir: str, shard: str, trained_path: str, use_gpu: bool = F
     and id map. Holds the index and one batch of vectors."""
     files = shard_embedding_files(index_dir, shard)
     batches = ((batch.column(0).to_numpy(), table_vectors(batch))
-               for batch in iter_parquet_batches(files, ["passage_id", "embedding"], VECTOR_BATCH))
+               for batch in tables.iter_file_batches(files, ["passage_id", "embedding"], VECTOR_BATCH))
     index = read_index(trained_path, mmap=False)
-    reserve(index, sum(parquet_row_count(path) for path in files))
+    reserve(index, sum(tables.parquet_row_count(path) for path in files))
     index, ids = add_batches(index, batches, use_gpu)
     write_index(index, fs.join(index_dir, shard_index_name(shard)))
     write_npy(fs.join(index_dir, shard_ids_name(shard)), ids)
@@ -114,13 +113,13 @@ def read_train_sample(files: Sequence[str], size: int) -> np.ndarray:
     whatever the files): the keys alone first, then only the chosen rows' vectors are kept."""
     if not files or size == 0:
         return np.zeros((0, 0), dtype=np.float32)
-    chosen_keys = smallest_keys((batch.column(0).to_numpy() for batch in iter_parquet_batches(files, ["sample_key"])),
-                                size)
+    keys = (batch.column(0).to_numpy() for batch in tables.iter_file_batches(files, ["sample_key"]))
+    chosen_keys = smallest_keys(keys, size)
     if len(chosen_keys) == 0:
         return np.zeros((0, 0), dtype=np.float32)
     threshold = chosen_keys[-1]
     kept_keys, kept = [], []
-    for batch in iter_parquet_batches(files, ["sample_key", "embedding"], VECTOR_BATCH):
+    for batch in tables.iter_file_batches(files, ["sample_key", "embedding"], VECTOR_BATCH):
         batch_keys = batch.column(0).to_numpy()
         chosen = np.flatnonzero(batch_keys <= threshold)
         if len(chosen):

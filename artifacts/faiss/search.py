@@ -13,13 +13,12 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from artifacts import fs
+from artifacts import fs, tables
 from artifacts.errors import InputError
 from artifacts.faiss.choice import DEFAULT_EF_SEARCH, DEFAULT_NPROBE
 from artifacts.faiss.files import shard_embedding_files, shard_name
 from artifacts.faiss.info import IndexInfo, load_index_info
 from artifacts.faiss.storage import DamagedIndexError, read_index
-from artifacts.faiss.vectors import iter_parquet_batches
 from artifacts.passages import shard_of
 
 
@@ -104,7 +103,7 @@ class PassageLookup:
     def _shard_ids(self, shard: str) -> list[tuple[str, np.ndarray]]:
         if shard not in self._ids:
             self._ids[shard] = [(path, np.concatenate(
-                [batch.column(0).to_numpy() for batch in iter_parquet_batches([path], ["passage_id"])]
+                [batch.column(0).to_numpy() for batch in tables.iter_file_batches([path], ["passage_id"])]
                 or [np.zeros(0, np.int64)])) for path in shard_embedding_files(self.directory, shard)
                 if self.files is None or path in self.files]
         return self._ids[shard]

@@ -3,15 +3,11 @@ back as float32 matrices."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
-ADD_CHUNK = 65_536  # rows per batch read back
 VECTOR_BATCH = 8192  # vectors read back at a time where a worker holds a shard or a sample (~25 MB at 768 dims)
 
 
@@ -40,12 +36,6 @@ def table_vectors(table: pa.Table | pa.RecordBatch, column: str = "embedding") -
     dim = values.type.list_size
     return values.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(len(values), dim)
 
-
-def iter_parquet_batches(files: Sequence[str], columns: list[str],
-                         batch_size: int = ADD_CHUNK) -> Iterator[pa.RecordBatch]:
-    for path in files:
-        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-            yield from pq.ParquetFile(handle).iter_batches(batch_size=batch_size, columns=columns)
 
 
 

@@ -29,7 +29,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from artifacts import faiss as faiss_shards
-from artifacts import fs, layout
+from artifacts import fs, layout, tables
 from artifacts.errors import InputError, refuse_without_room
 from artifacts.linker import EntityLinker
 from artifacts.run import manifest, owned
@@ -216,7 +216,7 @@ def fill_rows(files: list[str], vectors: np.ndarray, keys: pa.StringArray) -> in
     """Set row i of ``vectors`` to entity i's embedding; returns how many entities have one (the other rows and
     row 0 stay as they are: zero)."""
     filled = np.zeros(len(vectors), dtype=bool)
-    for batch in faiss_shards.iter_parquet_batches(files, ["entity_id", "title", "qid", "embedding"]):
+    for batch in tables.iter_file_batches(files, ["entity_id", "title", "qid", "embedding"]):
         ids = batch.column("entity_id").to_numpy(zero_copy_only=False).astype(np.int64)
         check_embedding_keys(batch, ids, keys)
         vectors[ids] = faiss_shards.table_vectors(batch)

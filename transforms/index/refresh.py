@@ -18,11 +18,11 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.transforms.window import GlobalWindows
 
-from artifacts import fs
+from artifacts import fs, tables
 from artifacts.faiss.files import shard_embedding_files, shard_name
 from artifacts.faiss.info import load_index_info
 from artifacts.faiss.storage import write_npy
-from artifacts.faiss.vectors import VECTOR_BATCH, iter_parquet_batches, table_vectors
+from artifacts.faiss.vectors import VECTOR_BATCH, table_vectors
 from artifacts.passages import Passage, shard_of
 from transforms.common.dead_letters import count
 from transforms.common.per_worker import PerProcess
@@ -67,7 +67,7 @@ class DigestTable:
 def old_shard_table(old_index: str, shard: str) -> DigestTable:
     """The digest table of one shard of a previous run's index (its ids, titles and texts read batch by batch)."""
     ids, digests = [], []
-    for batch in iter_parquet_batches(shard_embedding_files(old_index, shard), ["passage_id", "title", "text"]):
+    for batch in tables.iter_file_batches(shard_embedding_files(old_index, shard), ["passage_id", "title", "text"]):
         ids.append(batch.column(0).to_numpy())
         digests += [passage_digest(title, text) for title, text in zip(
             batch.column(1).to_pylist(), batch.column(2).to_pylist(), strict=True)]
@@ -139,7 +139,7 @@ def reused_rows(shard: str, packed: Iterable[np.ndarray], old_index: str = "") -
     """The rows (passage_id, title, text, vector) of the ids ``packed`` from old shard ``shard``."""
     wanted = np.unique(np.concatenate(list(packed)))
     columns = ["passage_id", "title", "text", "embedding"]
-    for batch in iter_parquet_batches(shard_embedding_files(old_index, shard), columns, VECTOR_BATCH):
+    for batch in tables.iter_file_batches(shard_embedding_files(old_index, shard), columns, VECTOR_BATCH):
         chosen = np.flatnonzero(np.isin(batch.column(0).to_numpy(), wanted))
         if len(chosen) == 0:
             continue

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from artifacts import faiss as faiss_shards
-from artifacts import fs
+from artifacts import fs, tables
 from artifacts.run.report.stats import splitmix64
 
 QUERIES = 200
@@ -52,7 +52,7 @@ def _stored_vectors(stored: dict[str, list[str]], limit: int) -> Iterator[tuple[
     """(shard name, passage ids, vectors) batches of the first ``limit`` stored vectors, shard by shard."""
     left = limit
     for shard, files in stored.items():
-        for batch in faiss_shards.iter_parquet_batches(files, ["passage_id", "embedding"], 16384):
+        for batch in tables.iter_file_batches(files, ["passage_id", "embedding"], 16384):
             if left <= 0:
                 return
             batch = batch.slice(0, left)

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from artifacts import faiss as faiss_shards
-from artifacts import layout
+from artifacts import layout, tables
 from artifacts.errors import InputError
 from artifacts.linker import EntityLinker
 from artifacts.run.validation.recorded import (
@@ -92,7 +92,7 @@ def check_entities(run: RecordedRun) -> tuple[EntitySet | None, list[str]]:
 
 def scan_entities(path: str, where: str, entities: EntitySet, tally: Tally) -> None:
     everything = np.ones(entities.count + 1, dtype=bool)
-    for batch in faiss_shards.iter_parquet_batches([path], ["entity_id", "title", "qid"]):
+    for batch in tables.iter_file_batches([path], ["entity_id", "title", "qid"]):
         ids = entity_ids(batch)
         fine = mark_ids(ids, entities.present, everything, where, tally, f"entity ids outside 1..{entities.count}")
         entities.has_qid[ids[fine]] = pc.is_valid(batch.column("qid")).to_numpy(zero_copy_only=False)[fine]
@@ -150,7 +150,7 @@ def check_names(run: RecordedRun) -> list[str]:
 
 
 def scan_names(path: str, where: str, count: int, tally: Tally) -> None:
-    for batch in faiss_shards.iter_parquet_batches([path], ["entity_id"]):
+    for batch in tables.iter_file_batches([path], ["entity_id"]):
         ids = entity_ids(batch)
         tally.add_ids(f"{where}: entity ids outside 1..{count}", ids[(ids < 1) | (ids > count)])
 
@@ -212,7 +212,7 @@ def scan_embeddings(path: str, where: str, entities: EntitySet, embedded: np.nda
     _, schema = parquet_footer(path)
     norm = target_norm(schema)
     tolerance = NORM_TOLERANCE[schema.field(VECTOR_COLUMN).type.value_type]
-    for batch in faiss_shards.iter_parquet_batches([path], ["entity_id", "title", "qid", VECTOR_COLUMN]):
+    for batch in tables.iter_file_batches([path], ["entity_id", "title", "qid", VECTOR_COLUMN]):
         ids = entity_ids(batch)
         fine = mark_ids(ids, embedded, entities.present, where, tally, "entity ids not in entities/")
         if entities.linker is not None:
