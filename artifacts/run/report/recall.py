@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from artifacts import faiss as faiss_shards
-from artifacts import fs, tables
+from artifacts import fs
 from artifacts.run.report.stats import splitmix64
 
 QUERIES = 200
@@ -50,6 +50,8 @@ def stored_files(index_dir: str, info: faiss_shards.IndexInfo,
 
 def _stored_vectors(stored: dict[str, list[str]], limit: int) -> Iterator[tuple[str, np.ndarray, np.ndarray]]:
     """(shard name, passage ids, vectors) batches of the first ``limit`` stored vectors, shard by shard."""
+    from artifacts import tables  # pyarrow and Beam: not imported with this module's defaults (the command line)
+
     left = limit
     for shard, files in stored.items():
         for batch in tables.iter_file_batches(files, ["passage_id", "embedding"], 16384):
