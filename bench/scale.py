@@ -49,6 +49,10 @@ from bench.scale_report import StageRun, describe, print_report, summary
 from bench.synthetic import Shape, SyntheticDump, synthetic_dump
 
 STAGES = ("parse", "dictionary", "mentions", "embed-entities", "index")
+# What each stage reads, as the benchmark runs it (the index cuts its passages from parse's articles and encodes
+# them with a mean-pooling encoder): a measured stage is run after these, unmeasured.
+NEEDS = {"parse": (), "dictionary": ("parse",), "mentions": ("parse", "dictionary"),
+         "embed-entities": ("parse", "dictionary", "mentions"), "index": ("parse",)}
 NO_OP_MODEL = REPO / "bench" / "no_op_model"
 MARKERS = "KPR_NO_OP_MODEL_MARKERS"  # read by bench/no_op_model/sitecustomize.py
 MODEL_STAGES = ("embed-entities", "index")
@@ -117,17 +121,17 @@ def stage_outputs(stage: str, output: Path, dump: SyntheticDump) -> dict[str, fl
         parse = records["parse"]
         return {**found, "titles": float(output_rows(parse, "articles") + output_rows(parse, "redirects")),
                 "links": float(parse.counters.get("links", 0))}
+    if stage == "index":
+        passages = float(output_rows(records["index"], "passages"))
+        dim = json.loads((output / "index" / "index.json").read_text())["dim"]
+        return {**found, "vector MB": passages * dim * 4 / 1e6, "passages": passages}
     entities = float(output_rows(records["dictionary"], "entities"))
     if stage == "dictionary":
         return {**found, "names": float(output_rows(records["dictionary"], "dictionary/names")), "entities": entities}
     if stage == "mentions":
         return {**found, "mentions": float(output_rows(records["mentions"], "mentions")), "entities": entities}
-    if stage == "embed-entities":
-        return {**found, "mentions": float(records["embed_entities"].counters.get("mentions_embedded", 0)),
-                "entities": entities}
-    passages = float(output_rows(records["index"], "passages"))
-    dim = json.loads((output / "index" / "index.json").read_text())["dim"]
-    return {**found, "vector MB": passages * dim * 4 / 1e6, "passages": passages}
+    return {**found, "mentions": float(records["embed_entities"].counters.get("mentions_embedded", 0)),
+            "entities": entities}
 
 
 def log_tail(log: Path) -> str:
@@ -158,12 +162,12 @@ def run_stage(stage: str, dump: SyntheticDump, workers: int, output: Path, setti
 
 
 def run_size(dump: SyntheticDump, workers: int, stages: Sequence[str], settings: Settings) -> list[StageRun]:
-    """The chosen stages (and any earlier stage they need, unmeasured) on one dump with one worker count; stops
+    """The chosen stages (and the earlier stages they read, unmeasured) on one dump with one worker count; stops
     at the first failure."""
     output = settings.work / "out" / settings.checkout.name / f"a{dump.articles}-w{workers}"
-    last = max(STAGES.index(stage) for stage in stages)
+    needed = {stage for chosen in stages for stage in (chosen, *NEEDS[chosen])}
     runs = []
-    for stage in STAGES[:last + 1]:
+    for stage in (stage for stage in STAGES if stage in needed):
         run = run_stage(stage, dump, workers, output, settings, measured=stage in stages)
         if stage in stages:
             runs.append(run)
