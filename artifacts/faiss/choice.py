@@ -16,7 +16,11 @@ IVF_SQ8_UP_TO = 50_000_000  # passages: below this 8-bit scalar quantization; ab
 _IVF = re.compile(r"IVF(\d+)")
 _FAISS_LOCATION = re.compile(r"^Error in .*? at \S+:\d+: ")
 _FAISS_ASSERTION = re.compile(r"^Error: '.*?' failed: ")
-SHARD_GROWTH = 1.5  # building a shard holds its vectors and at most half as much again (tests/test_index_memory.py)
+# Building a shard holds the worker's own memory and its float32 vectors once, streamed from its bucket files into
+# the index: at most SHARD_GROWTH bytes a byte of vectors (1.02-1.03 measured: tests/index/test_index_memory.py,
+# bench/scale.py) above WORKER_BASE_GB (0.58 GB measured in the one process of a local run, model loaded).
+SHARD_GROWTH = 1.2
+WORKER_BASE_GB = 1.0
 DEFAULT_SHARD_MEMORY_GB = 8.0  # per worker building a shard: DPR's 21M x 768 -> 16 shards of 4 GB of vectors
 MIN_BUCKETS_PER_SHARD = 8  # a bucket is sorted in memory while its shard is written: at most 1/8 of the shard
 MAX_BUCKETS = 512  # a worker keeps one staged file open per bucket (and its buffer: artifacts/faiss/buckets.py)
@@ -56,9 +60,12 @@ def vector_bytes(count: int, dim: int) -> int:
 
 
 def shards_for_memory(count: int, dim: int, memory_bytes: int) -> int:
-    """The fewest shards, a power of two, such that building one (its float32 vectors held at most SHARD_GROWTH
-    times) fits in ``memory_bytes``."""
-    needed = max(1, math.ceil(vector_bytes(count, dim) * SHARD_GROWTH / memory_bytes))
+    """The fewest shards, a power of two, such that building one fits in ``memory_bytes``: the worker's own
+    WORKER_BASE_GB and its float32 vectors SHARD_GROWTH times."""
+    room = memory_bytes - WORKER_BASE_GB * GB
+    if room <= 0:
+        raise ValueError(f"{memory_bytes} bytes leave no room for vectors beside a worker's own {WORKER_BASE_GB} GB")
+    needed = max(1, math.ceil(vector_bytes(count, dim) * SHARD_GROWTH / room))
     return 1 << (needed - 1).bit_length()
 
 

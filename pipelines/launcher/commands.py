@@ -10,7 +10,13 @@ from dataclasses import dataclass
 
 from artifacts import layout
 from artifacts.errors import InputError
-from artifacts.faiss.choice import DEFAULT_EF_SEARCH, DEFAULT_NPROBE, DEFAULT_SHARD_MEMORY_GB, SHARD_GROWTH
+from artifacts.faiss.choice import (
+    DEFAULT_EF_SEARCH,
+    DEFAULT_NPROBE,
+    DEFAULT_SHARD_MEMORY_GB,
+    SHARD_GROWTH,
+    WORKER_BASE_GB,
+)
 from artifacts.names import DOC_UNITS
 from artifacts.run.report.recall import MAX_EXACT, QUERIES
 from encoders.mask_inputs import MASK_WINDOWS
@@ -26,8 +32,8 @@ from pipelines.launcher.flags import (
     FlagGroup,
     at_least,
     local_path,
+    more_than,
     name_or_path,
-    positive,
     probability,
 )
 from transforms.index.passages import DUPLICATE_KEEPS
@@ -142,9 +148,10 @@ def _index(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--shards", type=at_least("shards", 1),
                        help="FAISS shards (passages hashed by id); default: the fewest (a power of two) such "
                        "that building one takes at most --shard-memory-gb")
-    group.add_argument("--shard-memory-gb", type=positive("shard_memory_gb"), default=DEFAULT_SHARD_MEMORY_GB,
-                       help="memory one worker may take to build a shard: its float32 vectors are at most "
-                       f"1/{SHARD_GROWTH} of it (default %(default)s; DPR's 21M x 768 -> 16 shards)")
+    room = more_than("shard_memory_gb", WORKER_BASE_GB, "a worker's own memory before any vector, in GB")
+    group.add_argument("--shard-memory-gb", type=room, default=DEFAULT_SHARD_MEMORY_GB,
+                       help=f"memory one worker may take to build a shard: its own {WORKER_BASE_GB:g} GB and its "
+                       f"float32 vectors {SHARD_GROWTH} times (default %(default)s; DPR's 21M x 768 -> 16 shards)")
     group.add_argument("--index-factory", help="FAISS factory string (default: chosen by corpus size)")
     group.add_argument("--no-faiss-gpu", action="store_true", help="train and add on the CPU even with a GPU")
 

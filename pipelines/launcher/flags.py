@@ -75,12 +75,12 @@ def probability(setting: str) -> Callable[[str], float]:
     return checked(float, check)
 
 
-def positive(setting: str) -> Callable[[str], float]:
-    """A number above 0."""
+def more_than(setting: str, floor: float, why: str) -> Callable[[str], float]:
+    """A number above ``floor`` (``why``: what the floor is)."""
 
     def check(value: float) -> None:
-        if not value > 0:
-            raise SettingError(setting, value, f"{SETTING_NAME} must be positive, got {value}")
+        if not value > floor:
+            raise SettingError(setting, value, f"{SETTING_NAME} must be more than {floor:g} ({why}), got {value:g}")
 
     return checked(float, check)
 

@@ -165,10 +165,13 @@ def test_a_flat_index_is_allocated_once_for_the_vectors_it_will_hold():
 
 def test_the_number_of_shards_comes_from_the_memory_budget():
     gb = choice.GB
-    assert choice.shards_for_memory(21_015_324, 768, 8 * gb) == 16  # 64.5 GB of vectors x 1.5 / 8 GB = 12.1
+    assert choice.shards_for_memory(21_015_324, 768, 8 * gb) == 16  # 64.5 GB of vectors x 1.2 / (8 - 1) GiB = 10.3
     assert choice.shards_for_memory(21_015_324, 768, 100 * gb) == 1
     assert choice.shards_for_memory(751, 384, 8 * gb) == 1
-    assert choice.shards_for_memory(1_000_000, 1024, gb) == 8  # 4.1 GB x 1.5 / 1 GB = 6.1 -> a power of two
+    assert choice.shards_for_memory(1_000_000, 1024, 2 * gb) == 8  # 4.1 GB x 1.2 / 1 GiB = 4.6 -> a power of two
+    assert choice.shards_for_memory(1_000_000, 1024, 4 * gb) == 2  # 4.1 GB x 1.2 / 3 GiB = 1.5
+    with pytest.raises(ValueError, match="no room for vectors"):
+        choice.shards_for_memory(751, 384, gb)
     assert choice.bucket_count(3, 21_015_324, 768, 8 * gb) == 24
     assert choice.bucket_count(100, 21_015_324, 768, 8 * gb) == 500  # at most MAX_BUCKETS open files per writer
     assert choice.bucket_count(1000, 21_015_324, 768, 8 * gb) == 1000

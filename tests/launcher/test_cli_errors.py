@@ -71,6 +71,8 @@ BAD_INPUTS = [
      "error: --device tpu is not a device: use cpu, cuda or cuda:N"),
     (["index", "--output", "{tmp}/out", "--encoder", "m", "--device", "cuda0"],
      "error: --device cuda0 is not a device: use cpu, cuda or cuda:N"),
+    (["index", "--output", "{tmp}/out", "--encoder", "m", "--shard-memory-gb", "0.5"],
+     "error: --shard-memory-gb must be more than 1 (a worker's own memory before any vector, in GB), got 0.5"),
     # `all` builds every stage's config before its first stage (parse would run first otherwise)
     (["all", "--dump", SAMPLE, "--output", "{tmp}/out", "--model", "m", "--encoder", "m", "--max-mentions", "-3"],
      "error: --max-mentions must be at least 1, got -3"),

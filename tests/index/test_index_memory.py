@@ -1,0 +1,73 @@
+"""Building a shard holds its vectors once: the peak memory of the step that builds one shard (its buckets sorted
+into the shard's files, then its vectors streamed from them into the index) grows by at most SHARD_GROWTH bytes a
+byte of the shard's float32 vectors, measured in a child process (its own peak) at two sizes, with the allocator
+settings that the command line gives every worker process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from artifacts.faiss import buckets, build, choice, storage
+from run_pipeline import ARROW_MEMORY_POOL, MALLOC_SETTINGS
+from tests.conftest import REPO
+
+DIM = 768
+SIZES = (16_384, 65_536)  # 48 and 192 MiB of vectors: far above the allocator's noise
+# Buckets of at least 4,096 rows at both sizes: the row groups read back then have their full size (what a shard
+# of a real corpus reads), so the transient of reading one is the same at both sizes.
+BUCKETS = 4
+
+BUILD_ONE_SHARD = """
+import json, resource, sys
+from transforms.index.graph import BuildShard
+index_dir, dim, spec, trained = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
+name, shard_buckets = spec
+shard = (name, tuple((bucket, tuple(paths)) for bucket, paths in shard_buckets))
+[summary] = BuildShard(index_dir, dim, False).process(shard, trained)
+print(json.dumps({"count": summary["count"], "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+"""
+
+
+def staged_shard(directory: Path, rows: int, factory: str) -> tuple[list, str]:
+    """``rows`` random vectors staged in BUCKETS bucket files as the encoding writes them, and the trained index;
+    returns the one shard's (name, buckets) spec and the trained index's path."""
+    writer = buckets.BucketWriter(str(directory / "staged"), BUCKETS, DIM)
+    vectors = np.random.default_rng(rows).standard_normal((rows, DIM), dtype=np.float32)
+    for passage_id, vector in enumerate(vectors):
+        writer.add((passage_id, "title", "text", vector))
+    [shard_buckets] = buckets.shard_buckets(writer.close(), 1).values()
+    trained = str(directory / "trained.faiss")
+    storage.write_index(build.train_index(factory, DIM, vectors[:4096]), trained)
+    return ["shard-00000", shard_buckets], trained
+
+
+def peak_building(directory: Path, rows: int, factory: str) -> int:
+    """The peak RSS (bytes) of a fresh process that builds a shard of ``rows`` vectors."""
+    spec, trained = staged_shard(directory, rows, factory)
+    index_dir = directory / "index"
+    index_dir.mkdir()
+    allocator = {ARROW_MEMORY_POOL[0]: ARROW_MEMORY_POOL[1],
+                 **{variable: str(value) for variable, _, value in MALLOC_SETTINGS}}
+    done = subprocess.run([sys.executable, "-c", BUILD_ONE_SHARD, str(index_dir), str(DIM), json.dumps(spec), trained],
+                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), **allocator}, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["count"] == rows
+    return result["peak"]
+
+
+@pytest.mark.parametrize("factory", ["Flat", "IVF64,Flat"])
+def test_building_a_shard_holds_its_vectors_once(tmp_path: Path, factory: str) -> None:
+    small, large = (peak_building(tmp_path / str(rows), rows, factory) for rows in SIZES)
+    more_vectors = choice.vector_bytes(SIZES[1], DIM) - choice.vector_bytes(SIZES[0], DIM)
+    growth = (large - small) / more_vectors
+    print(f"{factory}: peak {small / 2**20:.0f} -> {large / 2**20:.0f} MiB, {growth:.2f} bytes a byte of vectors")
+    assert growth <= choice.SHARD_GROWTH
