@@ -12,7 +12,10 @@ speed-up with more workers; a projection for English Wikipedia on one 16-core 12
 
 ``--no-op-model`` puts ``bench/no_op_model`` first on the children's PYTHONPATH: its ``sitecustomize`` replaces
 the model forward of embed-entities and index in every interpreter of the run (the worker subprocesses too) by
-equal unit vectors of the right size, so those stages measure what the host side can feed.
+equal unit vectors of the right size, so those stages measure what the host side can feed. ``--stand-in RATE``
+also paces that forward as ONE GPU of RATE padded tokens a second shared by every process of the stage (an H200's
+ceilings: 4,326 mentions a second at 512 tokens = 2,214,912; 18,498 at 128 = 2,367,744; 15,560 DPR passages of
+141 tokens = 2,193,960), waiting without CPU; ``--cores N`` runs each stage on the first N cores (taskset).
 
     python -m bench.scale --articles 2500 10000 40000 160000 --workers 1 --no-op-model --work DIR --json FILE
     python -m bench.scale --articles 40000 --workers 1 2 --no-op-model --work DIR --json FILE2
@@ -55,6 +58,7 @@ NEEDS = {"parse": (), "dictionary": ("parse",), "mentions": ("parse", "dictionar
          "embed-entities": ("parse", "dictionary", "mentions"), "index": ("parse",)}
 NO_OP_MODEL = REPO / "bench" / "no_op_model"
 MARKERS = "KPR_NO_OP_MODEL_MARKERS"  # read by bench/no_op_model/sitecustomize.py
+STAND_IN = "KPR_STAND_IN"  # the same: TOKENS_PER_SECOND:CLOCK_FILE
 MODEL_STAGES = ("embed-entities", "index")
 _LOG_TAIL_LINES = 15
 
@@ -71,6 +75,8 @@ class Settings:
     runtime: tuple[str, ...]  # the GPU stages' --dtype, --batch-tokens and --progress-interval
     no_op_model: bool
     timeout_s: float | None
+    stand_in: float | None  # padded tokens a second of the one stand-in GPU (no-op model only)
+    cores: int | None  # the stages run on this many cores
     checkout: Path  # the code measured: this repository, or another checkout of it (an older commit)
 
 
@@ -96,12 +102,20 @@ def beam_flags(workers: int) -> list[str]:
 
 
 def child_env(settings: Settings, markers: Path) -> dict[str, str]:
-    """The children's environment: offline models, and the no-op model first on PYTHONPATH when asked for."""
+    """The children's environment: offline models, and the no-op model first on PYTHONPATH when asked for (paced
+    as one GPU with a stand-in rate: its clock file beside the markers)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     if settings.no_op_model:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(NO_OP_MODEL), env.get("PYTHONPATH")]))
         env[MARKERS] = str(markers)
+    if settings.stand_in:
+        env[STAND_IN] = f"{settings.stand_in}:{markers.parent / (markers.name + '.gpu-clock')}"
     return env
+
+
+def on_cores(command: list[str], cores: int | None) -> list[str]:
+    """``command`` restricted to the first ``cores`` cores (all when None)."""
+    return ["taskset", "-c", f"0-{cores - 1}", *command] if cores else command
 
 
 def output_rows(record, artifact: str) -> int:
@@ -150,7 +164,7 @@ def run_stage(stage: str, dump: SyntheticDump, workers: int, output: Path, setti
     markers.mkdir(parents=True)
     command = [sys.executable, str(settings.checkout / "run_pipeline.py"), stage, "--output", str(output),
                *stage_flags(stage, dump, settings), *(["--force"] if measured else []), *beam_flags(workers)]
-    result = run_measured(command, log, child_env(settings, markers), settings.checkout,
+    result = run_measured(on_cores(command, settings.cores), log, child_env(settings, markers), settings.checkout,
                           timeout_s=settings.timeout_s)
     run = StageRun(stage, dump.articles, dump.xml_bytes, workers, result.returncode == 0, result.wall_s,
                    result.cpu_s, result.peak_rss_bytes, result.processes, result.max_process_rss_bytes, log=str(log))
@@ -196,6 +210,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dtype", default="float32", help="the GPU stages' weights and compute")
     parser.add_argument("--batch-tokens", type=int, default=16384, help="the GPU stages' padded tokens per forward")
     parser.add_argument("--no-op-model", action="store_true", help="model forward replaced by equal unit vectors")
+    parser.add_argument("--stand-in", type=float, metavar="TOKENS_PER_S",
+                        help="the no-op forward paced as one GPU of this many padded tokens a second")
+    parser.add_argument("--cores", type=int, help="run each stage on the first N cores (default: all)")
     parser.add_argument("--stage-timeout", type=float, help="seconds before a stage run is killed (default: none)")
     parser.add_argument("--checkout", type=Path, default=REPO,
                         help="measure the code of this checkout (e.g. a git worktree of an older commit)")
@@ -210,8 +227,9 @@ def benchmark(args: argparse.Namespace, work: Path) -> list[StageRun]:
     model = chosen_model(args.model, str(work)) if args.model else minilm_path()
     # progress lines every 5 s: each worker's steady rate, in the stage's log
     runtime = ("--dtype", args.dtype, "--batch-tokens", str(args.batch_tokens), "--progress-interval", "5")
-    settings = Settings(work, args.max_mentions, args.max_seq_length, model, args.device, runtime, args.no_op_model,
-                        args.stage_timeout, args.checkout.resolve())
+    settings = Settings(work, args.max_mentions, args.max_seq_length, model, args.device, runtime,
+                        args.no_op_model or bool(args.stand_in), args.stage_timeout, args.stand_in, args.cores,
+                        args.checkout.resolve())
     stages = [stage for stage in STAGES if stage in args.stages]
     runs: list[StageRun] = []
     for articles in args.articles:
@@ -248,8 +266,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         runs, settings = saved_runs(args.report)
         print_report(runs, settings["no_op_model"])
         return
-    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start; "
-          f"no-op model: {'on' if args.no_op_model else 'off'}", flush=True)
+    print(f"{os.cpu_count()} CPUs (stages on {args.cores or 'all'}), load average {os.getloadavg()[0]:.1f} at start; "
+          f"no-op model: {'on' if args.no_op_model or args.stand_in else 'off'}"
+          + (f", paced as one GPU of {args.stand_in:,.0f} tokens a second" if args.stand_in else ""), flush=True)
     if args.work:
         args.work.mkdir(parents=True, exist_ok=True)
         runs = benchmark(args, args.work.resolve())

@@ -208,3 +208,32 @@ def test_no_op_model_replaces_the_forward_in_beam_worker_processes(tmp_path: Pat
     assert vectors == pytest.approx([32 ** -0.5] * 32 * 8)  # the tiny BERT's hidden size, equal unit vectors
     patched = {int(marker.name.split("-")[0]) for marker in markers.iterdir() if marker.name.endswith("mask_encoder")}
     assert workers <= patched
+
+
+STAND_IN_CALLER = """
+import importlib.util, json, sys, time
+spec = importlib.util.spec_from_file_location("no_op_model", sys.argv[1])
+model = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(model)
+start, cpu = time.time(), time.process_time()
+waited = sum(model.stand_in_wait(int(sys.argv[3]), sys.argv[2]) for _ in range(int(sys.argv[4])))
+print(json.dumps({"start": start, "end": time.time(), "cpu": time.process_time() - cpu, "waited": waited}))
+"""
+
+
+def test_the_stand_in_gpu_paces_the_forwards_of_every_process_on_one_clock(tmp_path: Path) -> None:
+    """Two processes' forwards queue on one stand-in GPU: together they take their tokens over its rate, not half
+    of it, and they wait without using the CPU."""
+    rate, tokens, calls = 200_000, 10_000, 10  # 0.05 s a call, 1.0 s for both processes' 20 calls
+    setting = f"{rate}:{tmp_path / 'gpu-clock'}"
+    children = [subprocess.Popen([sys.executable, "-c", STAND_IN_CALLER, str(NO_OP_MODEL / "sitecustomize.py"),
+                                  setting, str(tokens), str(calls)], stdout=subprocess.PIPE, text=True)
+                for _ in range(2)]
+    results = [json.loads(child.communicate(timeout=60)[0]) for child in children]
+    busy = max(result["end"] for result in results) - min(result["start"] for result in results)
+    assert busy == pytest.approx(2 * calls * tokens / rate, rel=0.1)
+    assert all(result["cpu"] < 0.1 * (result["end"] - result["start"]) for result in results)
+    # Without a stand-in the forward does not wait.
+    assert subprocess.run([sys.executable, "-c", STAND_IN_CALLER, str(NO_OP_MODEL / "sitecustomize.py"), "",
+                           str(tokens), str(calls)], capture_output=True, text=True,
+                          check=True).stdout.count('"waited": 0.0') == 1

@@ -9,18 +9,50 @@ vector would be dead-lettered): every [MASK] vector, entity embedding and passag
 
 With ``KPR_NO_OP_MODEL_MARKERS`` set to a directory, each process that patches an encoder writes a file there
 named ``PID-MODULE``, so a benchmark can count the processes the no-op forward reached.
+
+With ``KPR_STAND_IN`` set to ``TOKENS_PER_SECOND:CLOCK_FILE`` the forward also stands in for ONE GPU of that speed:
+each call waits as long as the GPU would take for its padded tokens, and every process of the run shares the
+GPU's clock (the file holds when the GPU is next free, read and moved on under a lock), so calls from several
+processes queue as they would on one device. It waits by sleeping: no CPU. A real card's rate is its ceiling at
+a path's length in sequences a second times that length (README "GPUs").
 """
 
 from __future__ import annotations
 
+import fcntl
 import importlib.abc
 import importlib.machinery
 import os
+import struct
 import sys
+import time
 from collections.abc import Callable
 from types import ModuleType
 
 MARKERS = "KPR_NO_OP_MODEL_MARKERS"
+STAND_IN = "KPR_STAND_IN"
+_FREE_AT = struct.Struct("<d")  # the clock file: when the stand-in GPU is next free (seconds since the epoch)
+
+
+def stand_in_wait(tokens: int, setting: str | None = None) -> float:
+    """With ``KPR_STAND_IN`` (or ``setting``) as ``TOKENS_PER_SECOND:CLOCK_FILE``: book ``tokens`` on the shared
+    GPU's clock and sleep until that work would be done; returns the seconds slept (0 without a stand-in)."""
+    setting = os.environ.get(STAND_IN) if setting is None else setting
+    if not setting:
+        return 0.0
+    rate, clock = setting.split(":", 1)
+    descriptor = os.open(clock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        stored = os.pread(descriptor, _FREE_AT.size, 0)
+        free_at = _FREE_AT.unpack(stored)[0] if len(stored) == _FREE_AT.size else 0.0
+        done = max(time.time(), free_at) + tokens / float(rate)
+        os.pwrite(descriptor, _FREE_AT.pack(done), 0)
+    finally:
+        os.close(descriptor)  # the lock goes with it
+    wait = max(0.0, done - time.time())
+    time.sleep(wait)
+    return wait
 
 
 def _equal_unit_vectors(torch, rows: int, dim: int):
@@ -34,12 +66,16 @@ def _equal_unit_vectors(torch, rows: int, dim: int):
 
 def _no_op_mask_forward(self, host: tuple):
     """MaskEncoder._forward_host: (padded ids, attention, [MASK] positions) -> one vector per row."""
-    return _equal_unit_vectors(self._torch, len(host[0]), self.model.config.hidden_size)
+    rows, longest = host[0].shape
+    stand_in_wait(rows * longest)
+    return _equal_unit_vectors(self._torch, rows, self.model.config.hidden_size)
 
 
 def _no_op_dense_forward(self, inputs: dict):
     """DenseEncoder._forward_inputs (and KPR's): device inputs of a batch -> one vector per row."""
-    return _equal_unit_vectors(self._torch, len(inputs["input_ids"]), self.dim)
+    rows, longest = inputs["input_ids"].shape
+    stand_in_wait(rows * longest)
+    return _equal_unit_vectors(self._torch, rows, self.dim)
 
 
 # module -> (class, method, replacement)
