@@ -45,6 +45,11 @@ def join(base: str, *parts: str) -> str:
     return os.path.join(base, *parts) if "://" not in base else _filesystems().join(base, *parts)
 
 
+def basename(path: str) -> str:
+    """The last part of a local path or a URL."""
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
 def located(base: str, name: str) -> str:
     """``name`` relative to ``base`` (how artifacts refer to each other) as a path under ``base``; an absolute
     path or URL (as older artifacts stored) and the empty name stay as they are."""

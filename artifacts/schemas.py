@@ -60,6 +60,18 @@ MENTIONS = pa.schema(
     ]
 )
 
+# embed-entities' model inputs, between the part that builds them (every core) and the part that holds the GPU:
+# scratch files of the stage (removed at its commit), one row a mention, its [MASK] token ids.
+MENTION_INPUTS = pa.schema(
+    [
+        ("entity_id", pa.int32()),
+        ("page_id", pa.int64()),
+        ("link_index", pa.int32()),
+        ("mask_position", pa.int32()),
+        ("input_ids", pa.list_(pa.int32())),
+    ]
+)
+
 
 def entity_embeddings(dim: int, value_type: pa.DataType | None = None) -> pa.Schema:
     """Schema of ``entity_embeddings/`` for vectors of ``dim`` values (float32 unless ``value_type``)."""

@@ -50,6 +50,13 @@ def read_file(path: str, columns: list[str] | None = None) -> pa.Table:
         return pq.read_table(handle, columns=columns)
 
 
+def parquet_bytes(table: pa.Table) -> bytes:
+    """``table`` as the bytes of one Parquet file, compressed as every artifact (to be written in one piece)."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression=PARQUET_CODEC)
+    return sink.getvalue().to_pybytes()
+
+
 def write_file(path: str, table: pa.Table, schema: pa.Schema | None = None) -> None:
     """One Parquet file at ``path`` (any Beam filesystem), compressed as every artifact; with ``schema``, the
     table's columns are chosen and cast to it."""

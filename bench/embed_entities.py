@@ -3,9 +3,9 @@
 Builds real mentions from the bundled sample dump (parse, dictionary --include-red-links, mentions, run through
 `pipelines.launcher.cli.main` into a temporary or --work directory), or reads an existing OUT (--output). Then prints:
 
-- the encoder itself, on --limit mentions at each --max-seq-length: tokenization rate, then
-  `MaskEncoderHandler.run_inference` over chunks of the handler's batch size (token-budget batches inside,
-  exactly the stage's code path): mentions/s, real (non-pad) tokens/s, padded tokens/s, padding efficiency,
+- the encoder itself, on --limit mentions at each --max-seq-length: the inputs built (``mask_inputs``, what every
+  core runs), then ``MaskEncoder.encode_packed`` on files' worth of ready inputs (token-budget batches inside,
+  exactly the model's part of the stage): mentions/s, real (non-pad) tokens/s, padded tokens/s, padding efficiency,
   achieved model TFLOP/s and, on a GPU (or with --peak-tflops), model FLOP utilization, counted on real and on
   padded tokens: 2 x non-embedding parameters x tokens + attention 4 x layers x seq^2 x hidden per sequence;
 - the projected hours for 7M entities x the sample's mean sampled mentions per entity, the full 128 cap, and
@@ -79,36 +79,35 @@ def mention_pool(output: str, limit: int) -> list[dict[str, Any]]:
     return mention_windows(output, rows[::step][:limit])
 
 
-def time_encoder(handler, model, inputs: Sequence, device: str) -> Timing:
-    """``handler.run_inference`` over chunks of the handler's batch size, as RunInference calls it."""
+def time_encoder(encoder, inputs: Sequence, device: str) -> Timing:
+    """``encoder.encode_packed`` over parts of up to ``INPUT_FILE_ROWS`` inputs, as the model's part of the stage
+    encodes each file of ready inputs."""
     from encoders.batching import token_budget_batches
+    from encoders.mask_inputs import PackedMaskInputs
+    from transforms.embed_entities.inputs import INPUT_FILE_ROWS
 
-    chunk = elements_per_call(handler, inputs)
-    config = model.model.config
-    parameters = non_embedding_parameters(model.model)
+    parts = [inputs[begin:begin + INPUT_FILE_ROWS] for begin in range(0, len(inputs), INPUT_FILE_ROWS)]
+    config = encoder.model.config
+    parameters = non_embedding_parameters(encoder.model)
     real_tokens = padded_tokens = 0
     real_flops = padded_flops = 0.0
-    for begin in range(0, len(inputs), chunk):
-        lengths = [len(item.input_ids) for item in inputs[begin:begin + chunk]]
+    for part in parts:
+        lengths = [len(item.input_ids) for item in part]
         real_tokens += sum(lengths)
         real_flops += sum(sequence_flops(n, parameters, config.num_hidden_layers, config.hidden_size)
                           for n in lengths)
-        for batch in token_budget_batches(lengths, model.max_tokens):  # the batches MaskEncoder.encode runs
+        for batch in token_budget_batches(lengths, encoder.max_tokens):  # the batches encode_packed runs
             longest = max(lengths[index] for index in batch)
             padded_tokens += len(batch) * longest
             padded_flops += len(batch) * sequence_flops(longest, parameters, config.num_hidden_layers,
                                                         config.hidden_size)
+    packed = [PackedMaskInputs.of(part) for part in parts]
     synchronize(device)
     started = time.perf_counter()
-    for begin in range(0, len(inputs), chunk):
-        handler.run_inference(inputs[begin:begin + chunk], model)
+    for part in packed:
+        encoder.encode_packed(part)
     synchronize(device)
     return Timing(len(inputs), time.perf_counter() - started, real_tokens, padded_tokens, real_flops, padded_flops)
-
-
-def elements_per_call(handler, inputs: Sequence) -> int:
-    """MaskInputs per run_inference call, as Beam's token-weighted BatchElements would group them."""
-    return max(1, handler.batch_weight // max(len(item.input_ids) for item in inputs))
 
 
 def report(label: str, timing: Timing, peak_tflops: float | None) -> None:
@@ -134,35 +133,32 @@ def project(rate: float, mean_mentions: float) -> None:
 
 
 def bench_encoder(args, model_path: str, output: str, peak_tflops: float | None, mean_mentions: float) -> None:
-    from encoders.mask_encoder import MaskEncoderHandler, check_mask_model
+    from encoders.mask_encoder import MaskEncoder, check_mask_model
     from encoders.mask_inputs import mask_inputs
     from encoders.models import ModelSpec, load_tokenizer
+    from transforms.embed_entities.inputs import mention_problem
 
     spec = ModelSpec(model_path, args.device, args.dtype)
     check_mask_model(spec, args.layer, max(args.max_seq_length))
     tokenizer = load_tokenizer(model_path)
-    handler = MaskEncoderHandler(spec, args.layer, args.batch_tokens)
     started = time.perf_counter()
-    model = handler.load_model()
+    encoder = MaskEncoder(spec, args.layer, args.batch_tokens)
     print(f"model {args.model} loaded in {time.perf_counter() - started:.1f} s: "
-          f"{non_embedding_parameters(model.model) / 1e6:.1f}M non-embedding parameters, "
-          f"{model.model.config.num_hidden_layers} layers, hidden {model.model.config.hidden_size}; "
-          f"{args.device} {args.dtype}, --batch-tokens {args.batch_tokens}, "
-          f"{handler.batch_weight} tokens per run_inference call")
-    from transforms.embed_entities.graph import mention_problem
-
+          f"{non_embedding_parameters(encoder.model) / 1e6:.1f}M non-embedding parameters, "
+          f"{encoder.model.config.num_hidden_layers} layers, hidden {encoder.model.config.hidden_size}; "
+          f"{args.device} {args.dtype}, --batch-tokens {args.batch_tokens}")
     rows = [row for row in mention_pool(output, args.limit) if mention_problem(row) is None]  # as the stage does
     warmup = args.warmup if args.warmup is not None else (
-        handler.batch_weight // max(args.max_seq_length) if args.device.startswith("cuda") else 8)
+        args.batch_tokens // max(args.max_seq_length) if args.device.startswith("cuda") else 8)
     for max_seq_length in args.max_seq_length:
         started = time.perf_counter()
         inputs = mask_inputs(rows, tokenizer, max_seq_length)
         tokenize = time.perf_counter() - started
-        print(f"--max-seq-length {max_seq_length}: tokenization {len(rows) / tokenize:,.0f} mentions/s "
-              "(mask_inputs, one worker)")
-        handler.run_inference(inputs[:warmup], model)  # first-call costs (allocations, kernels) untimed
-        timing = time_encoder(handler, model, inputs, args.device)
-        report("encoder (MaskEncoderHandler.run_inference)", timing, peak_tflops)
+        print(f"--max-seq-length {max_seq_length}: inputs built {len(rows) / tokenize:,.0f} mentions/s "
+              "(mask_inputs, one process)")
+        encoder.encode(inputs[:warmup])  # first-call costs (allocations, kernels) untimed
+        timing = time_encoder(encoder, inputs, args.device)
+        report("encoder (MaskEncoder.encode_packed on ready inputs)", timing, peak_tflops)
         project(timing.mentions / timing.seconds, mean_mentions)
         if args.device == "cpu" and max_seq_length == 512 and args.model == "minilm":
             print(f"    the paper's reference scripts: ~{REFERENCE_CPU_RATE:g} mentions/s here, this encoder "

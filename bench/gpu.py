@@ -1,15 +1,15 @@
 """The GPU stages against what the hardware can do (issue 10), in one run.
 
-Prints: the ceiling (a plain transformers BertModel forward over fixed-shape batches of random ids: no
-tokenization, no padding, no copies back; same weights, dtype and length) at 512 and 128 tokens for mentions and
-at the real passages' mean length; the [MASK] encoder path (MaskEncoderHandler.run_inference on mention rows,
-tokenizing included) and the passage encoder path (PassageEncoderHandler.run_inference, DPR kind); each stage
-end to end (embed-entities on the bundled sample's mentions, index on the 751 real DPR passages repeated with
-new ids; model load included); the ratios; the GPU busy share during the stages; projected hours for 7M
-entities and 21M passages; the KPR encoder (bench/kpr.py: the same model with random fusion weights, the first
-embed-entities OUT's own linker and entity embeddings) on the same passages: the linker alone (one CPU thread),
-the KPR passage path and the index stage with --encoder-type kpr, against the passages' ceiling; bytes per row
-of every artifact and the projection for English Wikipedia.
+Prints: the ceiling (a plain transformers BertModel forward over fixed-shape batches of random ids: no tokenization,
+no padding, no copies back; same weights, dtype and length) at 512 and 128 tokens for mentions and at the real
+passages' mean length; the [MASK] paths (the inputs built from mention rows in one process, as every core builds
+them, and the forward on ready inputs, as the GPU's process runs it) and the passage encoder path
+(PassageEncoderHandler.run_inference, DPR kind); each stage end to end (embed-entities on the bundled sample's
+mentions, index on the 751 real DPR passages repeated with new ids; model load included); the ratios; the GPU busy
+share during the stages; projected hours for 7M entities and 21M passages; the KPR encoder (bench/kpr.py: the same
+model with random fusion weights, the first embed-entities OUT's own linker and entity embeddings) on the same
+passages: the linker alone (one CPU thread), the KPR passage path and the index stage with --encoder-type kpr,
+against the passages' ceiling; bytes per row of every artifact and the projection for English Wikipedia.
 
 CPU (the packaged MiniLM; counts large enough that Beam start-up and model load do not dominate, about 10
 minutes on 2 cores; the stage / encoder ratio is the figure that matters here):
@@ -93,17 +93,24 @@ def ceiling(model_path: str, device: str, dtype: str, length: int, batch_tokens:
     return Rate(rows * runs, time.perf_counter() - started)
 
 
-def mask_path(args, model_path: str, rows: list[dict], length: int) -> Rate:
-    """MaskEncoderHandler.run_inference on mention rows (the stage's path: tokenized in the handler)."""
-    from encoders.mask_encoder import MaskEncoderHandler
+def mask_paths(args, model_path: str, rows: list[dict], length: int) -> tuple[Rate, Rate]:
+    """The stage's two [MASK] paths: the inputs built from mention rows (``mask_inputs`` in the stage's calls of
+    up to 512 rows, as every core runs it, here in this one process) and the forward on ready inputs
+    (``MaskEncoder.encode_packed`` on the model's part of up to 8,192 inputs, as the GPU's process runs it)."""
+    from encoders.mask_encoder import MaskEncoder
+    from encoders.mask_inputs import PackedMaskInputs, mask_inputs
     from encoders.models import ModelSpec
+    from transforms.embed_entities.inputs import INPUT_FILE_ROWS, ROWS_PER_CALL
 
-    handler = MaskEncoderHandler(ModelSpec(model_path, args.device, args.dtype), -1, args.batch_tokens,
-                                 max_seq_length=length)
-    model = handler.load_model()
-    calls = in_calls(rows, max(1, handler.batch_weight // length))
-    handler.run_inference(calls[0][:max(1, args.batch_tokens // length)], model)  # warm-up
-    return timed(lambda: [handler.run_inference(call, model) for call in calls], len(rows), args.device)
+    encoder = MaskEncoder(ModelSpec(model_path, args.device, args.dtype), -1, args.batch_tokens)
+    calls = in_calls(rows, ROWS_PER_CALL[1])
+    built: list = []
+    inputs = timed(lambda: [built.extend(mask_inputs(call, encoder.tokenizer, length)) for call in calls], len(rows),
+                   "cpu")
+    parts = [PackedMaskInputs.of(part) for part in in_calls(built, INPUT_FILE_ROWS)]
+    encoder.encode_packed(PackedMaskInputs.of(built[:max(1, args.batch_tokens // length)]))  # warm-up
+    forward = timed(lambda: [encoder.encode_packed(part) for part in parts], len(rows), args.device)
+    return inputs, forward
 
 
 def passage_options(args, model_path: str):
@@ -183,11 +190,12 @@ def report_mentions(args, model_path: str, sample: str, work: str, mean_mentions
     lengths = [length for length in (512, 128) if length <= usable_positions(ModelSpec(model_path))]
     for length in lengths:
         top = ceiling(model_path, args.device, args.dtype, length, args.batch_tokens, args.ceiling_seconds)
-        path = mask_path(args, model_path, rows, length)
+        inputs, path = mask_paths(args, model_path, rows, length)
         stage, busy, target = embed_stage(args, model_path, sample, work, length)
         outputs.append((target, "entity_embeddings"))
-        print(f"mentions at {length} tokens: ceiling {top.per_second:,.1f} seq/s | [MASK] path "
-              f"{path.per_second:,.1f}/s ({len(rows):,}) | embed-entities stage {stage.per_second:,.1f}/s "
+        print(f"mentions at {length} tokens: ceiling {top.per_second:,.1f} seq/s | [MASK] inputs built "
+              f"{inputs.per_second:,.1f}/s (one process) | [MASK] forward path {path.per_second:,.1f}/s "
+              f"({len(rows):,}) | embed-entities stage {stage.per_second:,.1f}/s "
               f"({stage.items:,} mentions, {stage.seconds:.1f} s, model load included)")
         print(f"  ratios: path/ceiling {path.per_second / top.per_second:.0%}, stage/ceiling "
               f"{stage.per_second / top.per_second:.0%}, stage/encoder {stage.per_second / path.per_second:.2f}; "

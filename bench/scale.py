@@ -88,11 +88,12 @@ def stage_flags(stage: str, dump: SyntheticDump, settings: Settings) -> list[str
         return []
     if stage == "mentions":
         return ["--max-mentions", str(settings.max_mentions), "--max-seq-length", str(settings.max_seq_length)]
+    one_gpu = ["--model-workers", "1"] if settings.stand_in else []  # the stand-in is one GPU: one process holds it
     if stage == "embed-entities":
         return ["--model", settings.model, "--max-seq-length", str(settings.max_seq_length), "--device",
-                settings.device, *settings.runtime]
+                settings.device, *settings.runtime, *one_gpu]
     return ["--encoder", settings.model, "--encoder-type", "mean", "--max-length", "128", "--index-factory", "Flat",
-            "--device", settings.device, *settings.runtime]
+            "--device", settings.device, *settings.runtime, *one_gpu]
 
 
 def beam_flags(workers: int) -> list[str]:

@@ -48,6 +48,18 @@ def padded(sequences: Sequence[Sequence[int]], pad: int) -> tuple[np.ndarray, np
     return ids, attention
 
 
+def padded_packed(values: np.ndarray, offsets: np.ndarray, rows: np.ndarray, pad: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, attention mask) int64 arrays of the sequences ``rows`` of a packed column (sequence i is
+    ``values[offsets[i]:offsets[i + 1]]``, as an Arrow list column stores it), gathered with numpy in one pass."""
+    starts = offsets[rows]
+    lengths = offsets[rows + 1] - starts
+    longest = int(lengths.max()) if len(rows) else 0
+    present = np.arange(longest) < lengths[:, None]
+    ids = np.full((len(rows), longest), pad, dtype=np.int64)
+    ids[present] = values[(starts[:, None] + np.arange(longest))[present]]
+    return ids, present.astype(np.int64)
+
+
 def host_tensor(array: np.ndarray, device: str):
     """A CPU tensor over ``array``; in pinned memory when it will be copied to a CUDA device (so the copy can be
     asynchronous). Meant for the prefetch thread: pinning costs host time that should not stall the GPU."""

@@ -6,7 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
+from itertools import chain
 from typing import Any
+
+import numpy as np
 
 from artifacts.errors import ModelError, SettingError
 from encoders.context_tokens import context_sides
@@ -19,6 +22,38 @@ class MaskInput:
     entity_id: int
     input_ids: tuple[int, ...]
     mask_position: int
+
+
+@dataclass(frozen=True)
+class PackedMaskInputs:
+    """The inputs of many mentions as arrays, as an Arrow list column stores them: mention i's token ids are
+    ``ids[offsets[i]:offsets[i + 1]]``, its [MASK] at ``positions[i]``."""
+
+    ids: np.ndarray  # int32
+    offsets: np.ndarray  # int64, one more than the mentions
+    positions: np.ndarray  # int32
+
+    @classmethod
+    def of(cls, inputs: Sequence[MaskInput]) -> PackedMaskInputs:
+        lengths = np.fromiter((len(item.input_ids) for item in inputs), dtype=np.int64, count=len(inputs))
+        ids = np.fromiter(chain.from_iterable(item.input_ids for item in inputs), dtype=np.int32,
+                          count=int(lengths.sum()))
+        positions = np.fromiter((item.mask_position for item in inputs), dtype=np.int32, count=len(inputs))
+        return cls(ids, np.concatenate([[0], np.cumsum(lengths)]), positions)
+
+    @classmethod
+    def joined(cls, parts: Sequence[PackedMaskInputs]) -> PackedMaskInputs:
+        """The inputs of ``parts`` one after the other."""
+        lengths = np.concatenate([part.lengths for part in parts])
+        return cls(np.concatenate([part.ids for part in parts]), np.concatenate([[0], np.cumsum(lengths)]),
+                   np.concatenate([part.positions for part in parts]))
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
 
 
 @dataclass(frozen=True)

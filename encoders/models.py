@@ -107,6 +107,18 @@ def worker_device(device: str, worker: str | None = None, gpus: int | None = Non
     return chosen
 
 
+def model_processes(device: str) -> int | None:
+    """How many processes of a local run should hold the model: one per GPU this machine has for ``cuda``, one
+    for ``cuda:N``; None on the CPU (every worker process holds one)."""
+    if not device.startswith("cuda"):
+        return None
+    if device != "cuda":
+        return 1
+    import torch
+
+    return max(1, torch.cuda.device_count())
+
+
 def check_device(device: str) -> None:
     """A ``SettingError`` for a device name the models cannot run on (checked wherever the workers run: it is a
     name, not this machine's hardware)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from functools import partial
 from typing import Any
 
 import apache_beam as beam
@@ -10,17 +11,23 @@ import apache_beam as beam
 from artifacts import fs, layout, schemas, tables
 from artifacts.errors import InputError
 from artifacts.run import manifest
-from encoders.models import model_files
-from pipelines.launcher.stage import StageContext, run_beam
+from encoders.models import model_files, model_processes
+from pipelines.launcher.stage import Build, StageContext, run_beam, run_beams_together
 from pipelines.refresh import RefreshConfig, fingerprint_changes, option_changes, previous_options, reusable_previous
 from transforms.common.dead_letters import WriteDeadLetters
 from transforms.common.mention_sampling import CHARS_PER_TOKEN
+from transforms.common.progress import worker_count
 from transforms.embed_entities.graph import (
     COUNTERS,
     EmbedConfig,
-    EmbedEntities,
     EmbedInputs,
+    EncodeMentions,
+    PrepareMentions,
+    ReduceEntities,
+    inputs_ended,
+    listed_parts,
     model_facts,
+    read_facts,
     reuse_counters,
 )
 
@@ -39,7 +46,8 @@ class EmbedEntitiesStage:
         return EmbedConfig(
             model=str(args.model), layer=args.layer, max_seq_length=args.max_seq_length, device=args.device,
             dtype=args.dtype, batch_tokens=args.batch_tokens, embedding_dtype=args.embedding_dtype,
-            mask_window=args.mask_window, previous=refresh.previous, require_reuse=refresh.require_reuse)
+            mask_window=args.mask_window, previous=refresh.previous, require_reuse=refresh.require_reuse,
+            model_workers=args.model_workers)
 
     def upstream(self, config: EmbedConfig) -> tuple[str, ...]:
         # parse: articles/, where the mention windows are cut
@@ -61,14 +69,44 @@ class EmbedEntitiesStage:
         inputs = EmbedInputs(output=ctx.output, mentions=mentions, embeddings=ctx.staged(layout.ENTITY_EMBEDDINGS),
                              scratch=fs.join(ctx.staging_root, "work"), id_map=ctx.staged(layout.ENTITY_ID_MAP),
                              previous=previous)
-        embed = EmbedEntities(config, inputs, facts, context_chars(ctx.output), ctx.progress("mentions", mentions))
-
-        def build(pipeline: beam.Pipeline) -> None:
-            dead = pipeline | "EmbedEntities" >> embed
-            _ = dead | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("mentions"))
-
-        counters = run_beam(ctx, build)
+        prepare = PrepareMentions(config, inputs, facts, context_chars(ctx.output),
+                                  ctx.progress("mentions prepared", mentions))
+        followers = model_workers(ctx, config)
+        forward = ctx.with_workers_at_most(followers)
+        encode = EncodeMentions(config, inputs, followers, forward.progress("mentions encoded", mentions, int))
+        # The GPU's pipeline runs beside the inputs' one, encoding the inputs as they are written.
+        prepared, encoded = run_beams_together((ctx, with_dead_letters(ctx, "PrepareMentions", prepare, "mentions")),
+                                               (forward, with_dead_letters(forward, "EncodeMentions", encode,
+                                                                           "vectors")),
+                                               partial(inputs_ended, inputs))
+        counters = summed(prepared, encoded)
+        facts = read_facts(inputs)
+        reduce = ReduceEntities(config, inputs, listed_parts(inputs), facts)
+        reducing = ctx.with_workers_at_most(facts.buckets)  # a bucket is a unit of work: no idle worker to start
+        counters = summed(counters, run_beam(reducing, with_dead_letters(reducing, "ReduceEntities", reduce,
+                                                                         "entities")))
         return reuse_counters(counters) if config.previous else counters
+
+
+def with_dead_letters(ctx: StageContext, name: str, transform: beam.PTransform, kind: str) -> Build:
+    """One of the stage's pipelines: ``transform`` from the root, its dead letters written as ``kind``."""
+    def build(pipeline: beam.Pipeline) -> None:
+        dead = pipeline | name >> transform
+        _ = dead | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix(kind))
+
+    return build
+
+
+def summed(first: dict[str, int], second: dict[str, int]) -> dict[str, int]:
+    """Two pipelines' counters added, by name (as ``collect_counters`` gives one pipeline's)."""
+    return {name: first.get(name, 0) + second.get(name, 0) for name in sorted({*first, *second})}
+
+
+def model_workers(ctx: StageContext, config: EmbedConfig) -> int:
+    """How many processes hold the model: ``--model-workers``, else on a local runner one per GPU (more would share
+    a GPU: slower, README "GPUs"), else the run's workers."""
+    local = model_processes(config.device) if ctx.workers_run_here() else None
+    return config.model_workers or local or worker_count(ctx.beam_args)
 
 
 def refresh_of(config: EmbedConfig) -> RefreshConfig:

@@ -177,11 +177,12 @@ class Encode(beam.DoFn):
 
     def process(self, element):
         from encoders.mask_encoder import MaskEncoder
+        from encoders.mask_inputs import mask_inputs
         from encoders.models import ModelSpec
         encoder = MaskEncoder(ModelSpec(self.model), -1, 256)
         rows = [{"entity_id": 1, "text": "Plato taught Aristotle in Athens.", "start": 13, "end": 22},
                 {"entity_id": 2, "text": "Socrates was a philosopher.", "start": 0, "end": 8}]
-        vectors = encoder.encode_rows(rows, 16)
+        vectors = encoder.encode(mask_inputs(rows, encoder.tokenizer, 16))
         with open(os.path.join(self.results, f"{element}.json"), "w") as handle:
             json.dump({"pid": os.getpid(), "vectors": vectors.tolist()}, handle)
         yield element

@@ -135,6 +135,9 @@ def _runtime(group: argparse._ArgumentGroup) -> None:
                        help="model weights and compute (bfloat16/float16 on GPUs)")
     group.add_argument("--batch-tokens", type=at_least("batch_tokens", 1), default=16384,
                        help="padded tokens per forward pass")
+    group.add_argument("--model-workers", type=at_least("model_workers", 1), metavar="N",
+                       help="worker processes of a local run that hold the model (default: one per GPU with --device "
+                       "cuda, else as many as the run's workers); the model's inputs are built by every worker")
 
 
 def _sequence(group: argparse._ArgumentGroup) -> None:

@@ -11,6 +11,7 @@ import shlex
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -86,10 +87,11 @@ class StageContext:
         than that, none for one (``local_workers.at_most_workers``)."""
         return replace(self, beam_args=local_workers.at_most_workers(self.beam_args, count))
 
-    def progress(self, unit: str, total: int | None = None) -> LogProgress:
-        """A pass-through step that logs how many ``unit`` this worker has done, its rate and the ETA."""
+    def progress(self, unit: str, total: int | None = None, weight: Callable[[Any], int] | None = None) -> LogProgress:
+        """A pass-through step that logs how many ``unit`` this worker has done (an element: ``weight(element)``
+        of them, else 1), its rate and the ETA."""
         return LogProgress(layout.command_of(self.stage), unit, total, worker_count(self.beam_args),
-                           self.progress_interval)
+                           self.progress_interval, weight)
 
 
 class Stage(Protocol[ConfigT]):
@@ -143,16 +145,68 @@ def workers_run_here(beam_args: Sequence[str]) -> bool:
     return str(runner).rsplit(".", 1)[-1] in LOCAL_RUNNERS
 
 
-def run_beam(ctx: StageContext, build: Callable[[beam.Pipeline], None]) -> dict[str, int]:
+Build = Callable[[beam.Pipeline], None]
+
+
+def run_beam(ctx: StageContext, build: Build) -> dict[str, int]:
     """Build a pipeline with ``build``, run it to the end and return its ``kpr`` counters. Local worker processes
     share this machine's cores (``local_workers``)."""
     threads = local_workers.worker_thread_variables(ctx.beam_args, os.cpu_count() or 1, os.environ)
     with private_tempdir(), environment_variables(threads):
-        pipeline = beam.Pipeline(options=ctx.pipeline_options())
-        build(pipeline)
-        result = pipeline.run()
-        result.wait_until_finish()
+        return run_built(ctx, build)
+
+
+def run_built(ctx: StageContext, build: Build) -> dict[str, int]:
+    return finished(started(ctx, build))
+
+
+def started(ctx: StageContext, build: Build) -> Any:
+    """The result of the pipeline ``build`` builds, submitted (a local runner runs it to the end here)."""
+    pipeline = beam.Pipeline(options=ctx.pipeline_options())
+    build(pipeline)
+    return pipeline.run()
+
+
+def finished(result: Any) -> dict[str, int]:
+    result.wait_until_finish()
     return collect_counters(result)
+
+
+def run_beams_together(first: tuple[StageContext, Build], second: tuple[StageContext, Build],
+                       first_ended: Callable[[BaseException | None], None]) -> tuple[dict[str, int], dict[str, int]]:
+    """Run two pipelines at the same time, ``second`` in a thread of its own, each to the end; their counters.
+    ``first_ended(error)`` is called once ``first`` has ended (``error``: what it raised, or None), so that a
+    second that follows the first's outputs learns that there will be no more. The first's error is raised
+    before the second's. The worker processes of both share this machine's cores as the first's do."""
+    threads = local_workers.worker_thread_variables(first[0].beam_args, os.cpu_count() or 1, os.environ)
+    ended: dict[str, Any] = {}
+
+    def run_second() -> None:
+        try:
+            ended["counters"] = run_built(*second)
+        except BaseException as error:  # raised in the caller's thread, after the first's
+            ended["error"] = error
+
+    with private_tempdir(), environment_variables(threads):
+        beside = threading.Thread(target=run_second, name="second-pipeline", daemon=True)
+        try:
+            if first[0].workers_run_here():  # a local runner runs the first to the end as it is submitted
+                beside.start()
+                counters = run_built(*first)
+            else:  # submitted one after the other: each stages the project (an sdist built in the checkout)
+                result = started(*first)
+                beside.start()
+                counters = finished(result)
+        except BaseException as error:
+            first_ended(error)
+            if beside.is_alive():
+                beside.join()
+            raise
+        first_ended(None)
+        beside.join()
+    if "error" in ended:
+        raise ended["error"]
+    return counters, ended["counters"]
 
 
 @contextlib.contextmanager

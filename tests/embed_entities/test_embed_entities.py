@@ -1,5 +1,5 @@
-"""transforms/embed_entities/graph.py and transforms/embed_entities/entity_vectors.py in memory (hand-written
-vectors), and the embed-entities stage's config."""
+"""transforms/embed_entities/graph.py, inputs.py and entity_vectors.py in memory (hand-written vectors), the
+stage's three pipelines on a tiny model, and the embed-entities stage's config."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from artifacts import schemas
+from artifacts.errors import BelowMinimumError
 from encoders.models import ModelSpec, input_embedding_norm
 from pipelines.embed_entities import STAGE
 from pipelines.launcher.cli import build_parser, main
@@ -25,6 +26,7 @@ from transforms.embed_entities.entity_vectors import (
     MENTION_KEY,
     EntityVectors,
     ModelFacts,
+    PartWriter,
     entity_sums,
     mention_vector_table,
     norm_matched,
@@ -33,7 +35,18 @@ from transforms.embed_entities.entity_vectors import (
     vector_buckets,
     write_bucketed_part,
 )
-from transforms.embed_entities.graph import EmbedConfig, EmbedEntities, EmbedInputs, embeddable, reuse_counters
+from transforms.embed_entities.graph import (
+    EmbedConfig,
+    EmbedInputs,
+    EncodeMentions,
+    PrepareMentions,
+    ReduceEntities,
+    inputs_ended,
+    listed_parts,
+    read_facts,
+    reuse_counters,
+)
+from transforms.embed_entities.inputs import embeddable
 
 
 def vector(*values: float) -> np.ndarray:
@@ -112,9 +125,13 @@ def test_entity_vectors_are_norm_matched_means_with_unknown_and_zero_means_dead_
     facts = ModelFacts(dim=2, target_norm=10.0, buckets=2)
     schema = schemas.entity_embeddings(2)
 
+    keys = np.array([(entity_id, page_id, 0) for page_id, (entity_id, _) in enumerate(vectors)], dtype=MENTION_KEY)
+    writer = PartWriter(str(tmp_path / "parts"), facts.buckets)
+    parts = writer.add(keys[:3], np.stack([value for _, value in vectors[:3]]))
+    parts += writer.add(keys[3:], np.stack([value for _, value in vectors[3:]])) + writer.flush()
+
     def build(pipeline: beam.Pipeline) -> None:
-        keyed = [((entity_id, page_id, 0), value) for page_id, (entity_id, value) in enumerate(vectors)]
-        dead = ({"vectors": pipeline | "Vectors" >> beam.Create(keyed),
+        dead = ({"parts": pipeline | "Parts" >> beam.Create(parts),
                  "facts": pipeline | "Facts" >> beam.Create([facts])}
                 | EntityVectors(str(tmp_path), str(tmp_path / "scratch"), str(tmp_path / "entity_embeddings"),
                                 lambda _: schema))
@@ -141,7 +158,7 @@ def test_rows_that_cannot_be_embedded_are_dead_lettered_and_the_others_counted()
     def build(pipeline: beam.Pipeline) -> None:
         out = (pipeline | beam.Create([[good, outside, alone, good]])
                | beam.FlatMap(embeddable).with_outputs("dead_letter", main="rows"))
-        assert_that(out.rows, equal_to([good, good]), label="Rows")
+        assert_that(out.rows, equal_to([[good, good]]), label="Rows")
         assert_that(out.dead_letter, equal_to([
             {"kind": "bad_mention_spans", "reason": "mention cannot be embedded", "entity_id": 2, "page_id": 5,
              "start": 9, "end": 20},
@@ -170,14 +187,21 @@ def test_embed_entities_with_model_facts_from_a_worker_and_a_refused_previous_ru
     inputs = EmbedInputs(str(tmp_path), mentions=4, embeddings=str(tmp_path / "entity_embeddings"),
                          scratch=str(tmp_path / "scratch"))
 
-    def build(pipeline: beam.Pipeline) -> None:
-        dead = pipeline | EmbedEntities(config, inputs, facts=None, context_chars=100)
+    def prepare(pipeline: beam.Pipeline) -> None:
+        dead = pipeline | PrepareMentions(config, inputs, facts=None, context_chars=100)
         assert_that(dead, equal_to([
             {"kind": "mention_pages_missing", "reason": "the page of a sampled mention is not in articles/",
              "entity_id": 2, "page_id": 8, "link_index": 0}]))
 
-    assert run_counted(build) == {"entities_embedded": 2, "entities_recomputed": 2, "entities_without_mentions": 1,
-                                  "mentions_embedded": 3, "mention_pages_missing": 1}
+    assert run_counted(prepare) == {"entities_recomputed": 2, "mentions_embedded": 3, "mention_pages_missing": 1}
+    facts = read_facts(inputs)
+    assert facts == ModelFacts(32, input_embedding_norm(ModelSpec(str(tiny_bert))), 1)
+    inputs_ended(inputs, None)  # the launcher's word that the inputs' pipeline has ended: the followers stop
+    assert run_counted(lambda pipeline: pipeline | EncodeMentions(config, inputs, followers=2)) == {}
+    parts = listed_parts(inputs)
+    assert [bucket for bucket, _ in parts] == [0] and not parts[0][1].reused
+    reduced = run_counted(lambda pipeline: pipeline | ReduceEntities(config, inputs, parts, facts))
+    assert reduced == {"entities_embedded": 2, "entities_without_mentions": 1}
     norm = input_embedding_norm(ModelSpec(str(tiny_bert)))
     assert [(row["entity_id"], row["title"], row["qid"], row["mention_count"], len(row["embedding"]),
              round(float(np.linalg.norm(row["embedding"])), 4)) for row in entity_rows(tmp_path)] == [
@@ -227,7 +251,7 @@ def test_missing_or_bad_flags_are_one_line_errors_naming_the_flag(tmp_path, caps
         assert main([*command, *extra]) == 2
         assert capsys.readouterr().err.splitlines() == [line]
     assert not (tmp_path / "out").exists()
-    with pytest.raises(ValueError, match="batch_tokens must be at least 1, got 0"):
+    with pytest.raises(BelowMinimumError, match="batch_tokens must be at least 1, got 0"):
         EmbedConfig(model="m", batch_tokens=0)
 
 

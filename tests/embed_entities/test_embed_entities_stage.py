@@ -13,27 +13,27 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from apache_beam.ml.inference.base import PredictionResult
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from transformers import AutoModel, AutoTokenizer
 
 from artifacts import tables
 from artifacts.errors import InputError
-from encoders.mask_inputs import MaskInput, mask_inputs
+from encoders.mask_inputs import mask_inputs
 from encoders.models import ModelSpec, input_embedding_norm
 from pipelines.launcher.cli import main
 from tests.builders import CAPITALS, article, article_texts, ref_rows, write_parsed
 from tests.conftest import DIRECT, MULTI_PROCESS, copy_stages
 from transforms.common.mention_sampling import CHARS_PER_TOKEN, mention_ref, mention_window, window_digest
-from transforms.embed_entities.entity_vectors import norm_matched
-from transforms.embed_entities.graph import finite_vector
+from transforms.embed_entities.entity_vectors import MENTION_KEY, norm_matched
+from transforms.embed_entities.forward import finite_rows
 from transforms.embed_entities.mention_windows import CutMentionWindows
 
 
 def test_non_finite_vectors_are_dead_lettered():
-    nan = PredictionResult(MaskInput(5, (101, 103, 102), 1), np.array([np.nan, 1.0]))
-    [record] = list(finite_vector(nan))
+    keys = np.array([(5, 1, 0), (6, 1, 1)], dtype=MENTION_KEY)
+    finite, [record] = finite_rows(keys, np.array([[np.nan, 1.0], [0.5, 1.0]], dtype=np.float32))
+    assert finite.tolist() == [False, True]
     assert record.value["kind"] == "non_finite_vectors" and record.value["entity_id"] == 5
     assert norm_matched(np.zeros(3), 2, 1.0) is None
     np.testing.assert_allclose(norm_matched(np.array([3.0, 4.0]), 2, 2.0), [1.2, 1.6])

@@ -1,21 +1,26 @@
 """encoders/context_tokens.py and mask_inputs' split rule: tokenizing only the characters a [MASK] input needs
 keeps exactly the tokens that tokenizing whole sides keeps, for WordPiece, byte-level BPE and SentencePiece-style
-tokenizers, on real pages of the bundled sample and on text built to break a careless cut."""
+tokenizers, on real pages of the bundled sample and on text built to break a careless cut; and the inputs that
+embed-entities' CPU part writes for the model are exactly those."""
 
 from __future__ import annotations
 
 import itertools
 from functools import partial
 
+import apache_beam as beam
 import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+from artifacts import tables
 from encoders.context_tokens import Side, context_sides, enough, shared_token_ids, tokenized_sides
 from encoders.mask_inputs import MASK_WINDOWS, context_split, mask_inputs, masked_ids, special_ids, tokens_needed
 from encoders.models import model_token_ids, plain_token_ids
 from tests.conftest import BUNDLED_SAMPLE
 from transforms.common.mention_sampling import context_window
+from transforms.embed_entities.inputs import PrepareMentionInputs, table_inputs
 from transforms.parse.dump_reader import RawPage, iter_pages, read_siteinfo
 from transforms.parse.wikitext import wikitext_to_text
 
@@ -259,3 +264,36 @@ def test_model_token_ids_are_transformers_truncated_inputs_whatever_the_call_bef
             ids, types = model_token_ids(tokenizer, firsts, pair, 16)
             assert ids == expected["input_ids"] and max(len(item) for item in ids) == 16
             assert types == expected.get("token_type_ids", types)
+
+
+def prepared_inputs(rows: list[dict], model: str, length: int, directory) -> list[tuple[tuple[int, ...], int]]:
+    """(token ids, [MASK] position) of ``rows`` as embed-entities' CPU part writes them for the model (a pipeline
+    with its real files), by entity id."""
+    keyed = [{**row, "page_id": 1, "link_index": row["entity_id"]} for row in rows]
+    pipeline = TestPipeline(runner="DirectRunner")
+    _ = pipeline | beam.Create(keyed) | PrepareMentionInputs(model, length, "reference", str(directory))
+    pipeline.run().wait_until_finish()
+    found = {}
+    for path in sorted(directory.iterdir()):
+        keys, packed = table_inputs(tables.read_file(str(path)))
+        for index, entity_id in enumerate(keys["entity_id"].tolist()):
+            ids = packed.ids[packed.offsets[index]:packed.offsets[index + 1]]
+            found[entity_id] = (tuple(ids.tolist()), int(packed.positions[index]))
+    return [found[row["entity_id"]] for row in rows]
+
+
+@pytest.mark.parametrize("kind", ["WordPiece", "byte-level BPE", "unigram"])
+def test_the_inputs_the_cpu_part_writes_are_todays_ids_for_every_family(real_mentions, minilm_path,
+                                                                         other_tokenizers, kind, tmp_path):
+    """embed-entities' model inputs, built by the part that every core runs and read back from its files by the
+    part that holds the GPU, are exactly ``mask_inputs``' ids (the window rule, trails, cut words)."""
+    if kind == "WordPiece":
+        model = minilm_path
+    else:
+        model = str(tmp_path / "tokenizer")
+        other_tokenizers[kind].save_pretrained(model)
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    for length in (512, 24):
+        rows = real_mentions[length][:150]
+        expected = [(item.input_ids, item.mask_position) for item in mask_inputs(rows, tokenizer, length)]
+        assert prepared_inputs(rows, model, length, tmp_path / f"inputs-{length}") == expected

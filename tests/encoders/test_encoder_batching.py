@@ -1,5 +1,5 @@
-"""The encoders' fast path (numpy batches, prefetch thread, one copy back, tokenizing in the handler) gives the
-vectors of a plain forward pass; token-weighted element batches; zstd Parquet outputs that read back unchanged."""
+"""The encoders' fast path (numpy batches, prefetch thread, one copy back) gives the vectors of a plain forward
+pass; token-weighted element batches; zstd Parquet outputs that read back unchanged."""
 
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that
 
 from artifacts import schemas, tables
-from encoders.batching import estimated_tokens, padded, prefetched, token_budget_batches, tokenizing_chunks
-from encoders.mask_encoder import MaskEncoder, MaskEncoderHandler, mask_element_tokens
+from artifacts.passages import Passage
+from encoders.batching import estimated_tokens, padded, prefetched, token_budget_batches
+from encoders.loading import PassageEncoderHandler
+from encoders.mask_encoder import MaskEncoder
 from encoders.mask_inputs import MaskInput, mask_inputs
 from encoders.models import ModelSpec
 from encoders.retrievers import DenseEncoder, EncoderOptions, passage_segments
@@ -72,23 +74,6 @@ def test_mask_vectors_are_mains_exactly_and_a_plain_forward_pass(minilm_mask_enc
     assert vectors.dtype == np.float32 and vectors.shape == (40, 384)
     assert np.array_equal(vectors, main_batched_mask_vectors(minilm_mask_encoder, inputs))
     np.testing.assert_allclose(vectors, one_by_one_mask_vectors(minilm_mask_encoder, inputs), rtol=0, atol=1e-5)
-
-
-def test_rows_tokenized_in_the_handler_give_the_vectors_of_pretokenized_inputs(minilm_mask_encoder):
-    rows = mention_rows(150)  # tokenized in chunks of rows 0-16, 16-80, 80-144, 144-150 (2048 // 128 = 16)
-    assert tokenizing_chunks(150, 2048 // 128) == [(0, 16), (16, 80), (80, 144), (144, 150)]
-    inputs = mask_inputs(rows, minilm_mask_encoder.tokenizer, 128)
-    from_rows = minilm_mask_encoder.encode_rows(rows, 128)
-    assert np.array_equal(from_rows[16:80], minilm_mask_encoder.encode(inputs[16:80]))  # a chunk: same batches
-    one_chunk = minilm_mask_encoder.encode(inputs[:16])
-    assert np.array_equal(from_rows[:16], one_chunk)
-    assert np.array_equal(minilm_mask_encoder.encode_rows(rows[:16], 128), one_chunk)
-    np.testing.assert_allclose(from_rows, minilm_mask_encoder.encode(inputs), rtol=0, atol=1e-5)
-    handler = MaskEncoderHandler(ModelSpec(minilm_mask_encoder.spec.name_or_path), max_tokens=2048,
-                                 max_seq_length=128)
-    results = list(handler.run_inference(rows[:16], minilm_mask_encoder))
-    assert [result.example for result in results] == rows[:16]
-    assert np.array_equal(np.stack([result.inference for result in results]), one_chunk)
 
 
 def main_batched_passage_vectors(encoder: DenseEncoder, passages: list) -> np.ndarray:
@@ -172,21 +157,21 @@ def test_a_consumer_that_stops_early_stops_the_producer():
 
 
 def test_element_batches_are_bounded_by_tokens():
-    rows = [{"entity_id": index, "text": "w" * (40 * (index % 7 + 1)), "start": 0, "end": 1} for index in range(60)]
-    handler = MaskEncoderHandler(ModelSpec("unused"), max_tokens=32, max_seq_length=64, batch_weight=200)
+    passages = [Passage(index, "", "w" * (40 * (index % 7 + 1))) for index in range(60)]
+    handler = PassageEncoderHandler(EncoderOptions("mean", "unused", max_length=64, batch_tokens=32), batch_weight=200)
     kwargs = handler.batch_elements_kwargs()
     weight = kwargs["element_size_fn"]
     assert (kwargs["min_batch_size"], kwargs["max_batch_size"]) == (50, 200)  # tokens: a quarter of the weight
-    assert [weight(row) for row in rows[:7]] == [12, 22, 32, 42, 52, 62, 64]  # chars / 4 + 2, capped at 64
-    assert mask_element_tokens(64, MaskInput(1, (101, 103, 102), 1)) == 3 and estimated_tokens(1, 0) == 1
+    assert [weight(passage) for passage in passages[:7]] == [12, 22, 32, 42, 52, 62, 64]  # chars / 4 + 2, capped
+    assert estimated_tokens(1, 0) == 1
 
     def check(batches):
-        assert sorted(row["entity_id"] for batch in batches for row in batch) == list(range(60))
-        assert all(sum(weight(row) for row in batch) <= 200 + 64 for batch in batches)  # one element over at most
+        assert sorted(passage.passage_id for batch in batches for passage in batch) == list(range(60))
+        assert all(sum(weight(passage) for passage in batch) <= 200 + 64 for batch in batches)  # one over at most
         assert max(len(batch) for batch in batches) > 1
 
     with TestPipeline(argv=DIRECT) as pipeline:
-        batches = pipeline | beam.Create(rows) | beam.BatchElements(**kwargs)
+        batches = pipeline | beam.Create(passages) | beam.BatchElements(**kwargs)
         assert_that(batches, check)
 
 

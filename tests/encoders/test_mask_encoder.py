@@ -5,24 +5,20 @@ from __future__ import annotations
 
 import json
 
-import apache_beam as beam
 import numpy as np
 import pytest
-from apache_beam.ml.inference.base import RunInference
-from apache_beam.testing.test_pipeline import TestPipeline
-from apache_beam.testing.util import assert_that, equal_to
 from transformers import AutoTokenizer
 
 from artifacts.errors import BelowMinimumError, InputError, SettingError
-from encoders.mask_encoder import MaskEncoder, MaskEncoderHandler, check_mask_model
-from encoders.mask_inputs import MaskInput, TokenIds, context_split, mask_inputs, masked_ids
+from encoders.mask_encoder import MaskEncoder, check_mask_model
+from encoders.mask_inputs import MaskInput, PackedMaskInputs, TokenIds, context_split, mask_inputs, masked_ids
 from encoders.models import ModelSpec
 from encoders.retrievers import EncoderOptions
 from pipelines.index import check_encoder
 from pipelines.launcher.flags import worded
-from tests.conftest import DIRECT
 from transforms.common.mention_sampling import mention_ref, mention_window
-from transforms.embed_entities.graph import mention_problem
+from transforms.embed_entities.graph import EmbedConfig
+from transforms.embed_entities.inputs import mention_problem
 from transforms.parse.dump_reader import RawPage, SiteInfo, iter_pages, read_siteinfo
 from transforms.parse.graph import classify_page
 from transforms.parse.namespaces import Namespaces
@@ -220,17 +216,18 @@ def test_vectors_do_not_depend_on_batching(tiny_bert):
     assert not np.allclose(middle, batched)
 
 
-def test_run_inference_on_mention_rows_gives_the_encoders_vectors(pages, tiny_bert):
-    """RunInference on mention rows in a pipeline: each row's vector is the one ``encode_rows`` gives, exactly."""
+def test_packed_inputs_give_the_vectors_of_the_inputs_themselves(pages, tiny_bert):
+    """The model part encodes inputs as the CPU part packs them (flat ids and offsets, padded with numpy): the
+    vectors of encoding each input alone, in their order."""
     anarchism = pages["Anarchism"]
     rows = [{**row(anarchism.text, link), "entity_id": index} for index, link in enumerate(anarchism.links[:60])]
-    expected = MaskEncoder(ModelSpec(str(tiny_bert)), layer=-1, max_tokens=1024).encode_rows(rows, 64)
-    handler = MaskEncoderHandler(ModelSpec(str(tiny_bert)), max_tokens=1024, max_seq_length=64)
-    pipeline = TestPipeline(argv=DIRECT)
-    vectors = (pipeline | beam.Create(rows) | RunInference(handler)
-               | beam.Map(lambda result: (result.example["entity_id"], result.inference.tolist())))
-    assert_that(vectors, equal_to([(index, vector.tolist()) for index, vector in enumerate(expected)]))
-    pipeline.run().wait_until_finish()
+    encoder = MaskEncoder(ModelSpec(str(tiny_bert)), layer=-1, max_tokens=1024)
+    inputs = mask_inputs(rows, encoder.tokenizer, 64)
+    packed = PackedMaskInputs.joined([PackedMaskInputs.of(inputs[:25]), PackedMaskInputs.of(inputs[25:])])
+    assert [tuple(packed.ids[start:end]) for start, end in zip(packed.offsets, packed.offsets[1:], strict=False)] == [
+        item.input_ids for item in inputs]
+    alone = np.concatenate([encoder._forward([item]) for item in inputs])
+    np.testing.assert_allclose(encoder.encode_packed(packed), alone, rtol=1e-5, atol=1e-5)
 
 
 def test_layer_and_sequence_length_are_checked_before_any_work(tiny_bert):
@@ -255,7 +252,7 @@ def test_layer_and_sequence_length_are_checked_before_any_work(tiny_bert):
 
 def test_a_batch_token_budget_below_one_is_refused_on_the_driver(tiny_bert):
     with pytest.raises(BelowMinimumError) as raised:
-        MaskEncoderHandler(ModelSpec(str(tiny_bert)), max_tokens=0)
+        EmbedConfig(str(tiny_bert), batch_tokens=0)
     assert worded(raised.value).message == "--batch-tokens must be at least 1, got 0"
     with pytest.raises(InputError, match="--batch-tokens must be at least 1, got 0"):
         check_encoder(EncoderOptions("mean", str(tiny_bert), batch_tokens=0))

@@ -115,26 +115,26 @@ def test_a_device_that_names_one_place_stays_where_it_is():
     assert worker_device("cuda", "", 4) == "cuda"  # the launcher's own process: Beam did not number it
 
 
-def test_each_handler_loads_its_model_on_its_workers_gpu(monkeypatch, tiny_bert):
+def test_each_model_is_loaded_on_its_workers_gpu(monkeypatch, tiny_bert):
     import torch
 
-    from encoders import loading, mask_encoder
-    from encoders.mask_encoder import MaskEncoderHandler
+    from encoders import loading
     from encoders.models import ModelSpec
     from encoders.retrievers import EncoderOptions
+    from transforms.embed_entities import forward
 
     loaded = []
-    monkeypatch.setattr(mask_encoder, "MaskEncoder", lambda spec, *_: loaded.append(spec.device))
+    monkeypatch.setattr(forward, "MaskEncoder", lambda spec, *_: loaded.append(spec.device))
     monkeypatch.setattr(loading, "load_retriever", lambda options, _role: loaded.append(options.device))
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # no GPU here to make current
-    handlers = (MaskEncoderHandler(ModelSpec(str(tiny_bert), "cuda")),
-                loading.PassageEncoderHandler(EncoderOptions(model=str(tiny_bert), kind="mean", device="cuda")))
+    loads = (lambda: forward.load_encoder(forward.encoder_key(ModelSpec(str(tiny_bert), "cuda"), -1, 1024)),
+             loading.PassageEncoderHandler(EncoderOptions(model=str(tiny_bert), kind="mean", device="cuda")).load_model)
     for worker in ("worker_6", None):
         if worker is None:
             monkeypatch.delenv("WORKER_ID", raising=False)
         else:
             monkeypatch.setenv("WORKER_ID", worker)
-        for handler in handlers:
-            handler.load_model()
+        for load in loads:
+            load()
     assert loaded == ["cuda:2", "cuda:2", "cuda", "cuda"]

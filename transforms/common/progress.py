@@ -131,8 +131,10 @@ def write_stderr(line: str) -> None:
 
 
 class _LogProgress(beam.DoFn):
-    def __init__(self, stage: str, unit: str, total: int | None, workers: int, interval: float) -> None:
+    def __init__(self, stage: str, unit: str, total: int | None, workers: int, interval: float,
+                 weight: Callable[[Any], int] | None = None) -> None:
         self._settings = (stage, unit, total, workers, interval)
+        self._weight = weight
 
     def setup(self) -> None:
         stage, unit, total, workers, interval = self._settings
@@ -143,7 +145,7 @@ class _LogProgress(beam.DoFn):
         self._ticker.resume()
 
     def process(self, element: Any) -> Iterator[Any]:
-        self._meter.add()
+        self._meter.add(1 if self._weight is None else self._weight(element))
         yield element
 
     def finish_bundle(self) -> None:
@@ -154,14 +156,16 @@ class _LogProgress(beam.DoFn):
 
 
 class LogProgress(beam.PTransform):
-    """Pass elements through unchanged, writing this worker's count, rate and ETA every ``interval`` seconds.
+    """Pass elements through unchanged, writing this worker's count, rate and ETA every ``interval`` seconds; an
+    element counts ``weight(element)`` items (1 without a weight).
 
     (The stages' own counters, e.g. ``pages_read`` or ``mentions_embedded``, count the same items for the
     runner's UI and the manifest.)"""
 
-    def __init__(self, stage: str, unit: str, total: int | None, workers: int, interval: float) -> None:
+    def __init__(self, stage: str, unit: str, total: int | None, workers: int, interval: float,
+                 weight: Callable[[Any], int] | None = None) -> None:
         super().__init__()
-        self._do_fn = _LogProgress(stage, unit, total, workers, interval)
+        self._do_fn = _LogProgress(stage, unit, total, workers, interval, weight)
 
     def expand(self, elements: beam.PCollection) -> beam.PCollection:
         return elements | "CountAndLog" >> beam.ParDo(self._do_fn)

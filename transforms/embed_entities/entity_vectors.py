@@ -10,10 +10,11 @@ norm and writes its own ``entity_embeddings/`` file.
 
 from __future__ import annotations
 
+import json
 import math
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import apache_beam as beam
@@ -22,8 +23,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.windowed_value import WindowedValue
 
 from artifacts import fs, layout, schemas, tables
 from artifacts.counters import declare, dropped, processed
@@ -76,6 +75,18 @@ class Part:
     path: str
     row_group: int
     reused: bool = False
+
+
+def part_line(keyed: tuple[int, Part]) -> str:
+    """A (bucket, Part) as one JSON line (how the parts are listed between the stage's pipelines)."""
+    bucket, part = keyed
+    return json.dumps({"bucket": bucket, **asdict(part)}, sort_keys=True)
+
+
+def line_part(line: str) -> tuple[int, Part]:
+    """The (bucket, Part) of a ``part_line``."""
+    fields = json.loads(line)
+    return fields.pop("bucket"), Part(**fields)
 
 
 # --- elements ---------------------------------------------------------------------------------------------------
@@ -238,37 +249,28 @@ def write_parquet_file(path: str, table: pa.Table) -> str:
 # --- DoFns ------------------------------------------------------------------------------------------------------
 
 
-class WriteMentionVectors(beam.DoFn):
-    """((entity_id, page_id, link_index), float32 vector) -> (bucket, Part): vectors written to
-    part files of ``part_bytes`` under ``directory``, one row group per bucket of entity ids."""
+class PartWriter:
+    """Mention vectors -> part files of ``part_bytes`` under ``directory``, one row group per bucket of entity ids
+    (a part file as large as that, so that a bucket's reduce reads few row groups, whatever the callers' batches);
+    ``add`` and ``flush`` return the (bucket, Part) of what they wrote."""
 
-    def __init__(self, directory: str) -> None:
-        self._directory = directory
-
-    def start_bundle(self) -> None:
-        self._keys: list[tuple[int, int, int]] = []
+    def __init__(self, directory: str, buckets: int) -> None:
+        self._directory, self._buckets = directory, buckets
+        self._keys: list[np.ndarray] = []
         self._vectors: list[np.ndarray] = []
         self._bytes = 0
-        self._buckets = 1
 
-    def process(self, element: tuple[tuple[int, int, int], np.ndarray],
-                facts: ModelFacts) -> Iterator[tuple[int, Part]]:
-        key, vector = element
-        self._buckets = facts.buckets
-        self._keys.append(key)
-        self._vectors.append(vector)
-        self._bytes += vector.nbytes
-        if self._bytes >= part_bytes(self._buckets):
-            yield from self._flush()
+    def add(self, keys: np.ndarray, vectors: np.ndarray) -> list[tuple[int, Part]]:
+        """Buffer ``MENTION_KEY`` rows ``keys`` and their float32 ``vectors``; write a part once enough is held."""
+        self._keys.append(keys)
+        self._vectors.append(vectors)
+        self._bytes += vectors.nbytes
+        return self.flush() if self._bytes >= part_bytes(self._buckets) else []
 
-    def finish_bundle(self) -> Iterator[WindowedValue]:
-        for written in self._flush():
-            yield WindowedValue(written, GlobalWindow().max_timestamp(), [GlobalWindow()])
-
-    def _flush(self) -> list[tuple[int, Part]]:
-        if not self._keys:
+    def flush(self) -> list[tuple[int, Part]]:
+        if not self._bytes:
             return []
-        keys, vectors = np.array(self._keys, dtype=MENTION_KEY), np.stack(self._vectors)
+        keys, vectors = np.concatenate(self._keys), np.concatenate(self._vectors)
         self._keys, self._vectors, self._bytes = [], [], 0
         path = fs.join(self._directory, f"part-{uuid.uuid4().hex}.parquet")
         return write_bucketed_part(path, mention_vector_table(keys, vectors), self._buckets)
@@ -321,11 +323,11 @@ def every_bucket(facts: ModelFacts) -> Iterator[tuple[int, None]]:
 
 
 class EntityVectors(beam.PTransform):
-    """``vectors`` (((entity_id, page_id, link_index), float32 vector)) -> one ``entity_embeddings/`` file per
-    bucket of entity ids under ``destination`` (rows: the norm-matched mean of each entity of ``output``'s
-    entities/ with mentions; ``schema_of(facts)``: their schema), and the ``reused`` (bucket, Part) of a refresh.
-    Returns the dead letters (mentions of unknown entities, zero or non-finite means). ``facts``: a singleton
-    PCollection of ``ModelFacts``; ``scratch``: a directory for the part files."""
+    """``parts`` ((bucket, Part) of mention vectors: ``PartWriter``'s) -> one ``entity_embeddings/`` file per bucket
+    of entity ids under ``destination`` (rows: the norm-matched mean of each entity of ``output``'s entities/ with
+    mentions; ``schema_of(facts)``: their schema), with the ``reused`` (bucket, Part) of a refresh. Returns the dead
+    letters (mentions of unknown entities, zero or non-finite means). ``facts``: a singleton PCollection of
+    ``ModelFacts``; ``scratch``: a directory for the entity rows the workers share."""
 
     def __init__(self, output: str, scratch: str, destination: str,
                  schema_of: Callable[[ModelFacts], pa.Schema]) -> None:
@@ -333,15 +335,12 @@ class EntityVectors(beam.PTransform):
         self._output, self._scratch, self._destination, self._schema_of = output, scratch, destination, schema_of
 
     def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection:
-        work = fs.join(self._scratch, f"vectors-{uuid.uuid4().hex[:12]}")  # per run: a per-process object's tag
-        entities = fs.join(work, "entities")
+        entities = fs.join(self._scratch, f"entities-{uuid.uuid4().hex[:12]}")  # per run: a per-process object's tag
         facts = beam.pvalue.AsSingleton(inputs["facts"])
         built = (inputs["facts"].pipeline | "Entities" >> beam.Create([self._output])
                  | "BuildEntityRows" >> beam.Map(build_entities_rows, entities))
-        parts = inputs["vectors"] | "WriteMentionVectors" >> beam.ParDo(WriteMentionVectors(fs.join(work, "parts")),
-                                                                        facts)
         buckets = inputs["facts"] | "EveryBucket" >> beam.FlatMap(every_bucket)
-        keyed = [parts, buckets]
+        keyed = [inputs["parts"], buckets]
         if "reused" in inputs:
             keyed.append(inputs["reused"])
         reduced = (keyed | "WithEveryBucket" >> beam.Flatten() | "PartsByBucket" >> beam.GroupByKey()

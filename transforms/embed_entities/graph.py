@@ -1,37 +1,50 @@
 """embed-entities: each entity's vector, the mean of its sampled mentions' [MASK] vectors matched to the model's
-mean input-embedding norm; with a previous run to reuse, unchanged entities keep their old vectors."""
+mean input-embedding norm; with a previous run to reuse, unchanged entities keep their old vectors.
+
+Three Beam pipelines, so that each part runs where it should (every core for the CPU work, one process per GPU
+for the model): ``PrepareMentions`` cuts the windows and builds the model's inputs (``inputs``), written as files
+and listed; ``EncodeMentions`` reads them, runs the model and writes the vectors as parts bucketed by entity
+(``forward``), listed; ``ReduceEntities`` reduces each bucket to its entities' vectors (``entity_vectors``). What
+travels between them is listed files, read by the launcher to start the next pipeline.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import partial
-from typing import Any
 
 import apache_beam as beam
-import numpy as np
 import pyarrow as pa
-from apache_beam.ml.inference.base import PredictionResult, RunInference
 
-from artifacts import layout, schemas, tables
-from artifacts.counters import declare, error, processed
-from encoders.mask_encoder import MaskEncoderHandler, check_mask_model
+from artifacts import fs, layout, schemas, tables
+from artifacts.counters import declare
+from artifacts.errors import BelowMinimumError, first_line
+from encoders.mask_encoder import check_mask_model
 from encoders.mask_inputs import MASK_WINDOWS, check_max_seq_length
 from encoders.models import STORED_DTYPES, ModelSpec, check_device, hidden_size, input_embedding_norm
-from transforms.common.dead_letters import DEAD_LETTER_TAG, count, dead_letter
+from transforms.common.dead_letters import DEAD_LETTER_TAG
 from transforms.common.packed import CountEntities
 from transforms.embed_entities import entity_vectors, mention_windows, refresh
-from transforms.embed_entities.entity_vectors import EntityVectors, ModelFacts, vector_buckets
+from transforms.embed_entities.entity_vectors import (
+    EntityVectors,
+    ModelFacts,
+    Part,
+    line_part,
+    part_line,
+    vector_buckets,
+)
+from transforms.embed_entities.forward import COUNTERS as FORWARD_COUNTERS
+from transforms.embed_entities.forward import EncodeMentionInputs, InputFiles
+from transforms.embed_entities.inputs import COUNTERS as INPUT_COUNTERS
+from transforms.embed_entities.inputs import PrepareMentionInputs
 from transforms.embed_entities.mention_windows import REF_COLUMNS, CutMentionWindows, ref_array
 from transforms.embed_entities.refresh import RefreshSplit
 
 EMBEDDING_DTYPES = {name: pa.type_for_alias(name) for name in STORED_DTYPES}
 
 COUNTERS = declare(
-    processed("mentions_embedded", "mentions embedded"),
-    error("bad_mention_spans", "mentions whose span lies outside their text"),
-    error("empty_contexts", "mentions without any context around them"),
-    error("non_finite_vectors", "vectors with NaN or inf (or a zero mean)"),
+    *INPUT_COUNTERS.values(),
+    *FORWARD_COUNTERS.values(),
     *mention_windows.COUNTERS.values(),
     *entity_vectors.COUNTERS.values(),
     *refresh.ENTITY_COUNTERS.values(),
@@ -44,7 +57,8 @@ class EmbedConfig:
     the hidden ``layer`` read at the [MASK] position, inputs of at most ``max_seq_length`` tokens with the
     context split ``mask_window``, run on ``device`` in ``dtype`` with ``batch_tokens`` padded tokens per forward
     pass; vectors stored as ``embedding_dtype``. ``previous``: a run whose vectors may be reused (refused with
-    an error instead of recomputing when ``require_reuse``)."""
+    an error instead of recomputing when ``require_reuse``). ``model_workers``: how many worker processes of a
+    local run hold the model (None: one per GPU, or every worker on the CPU)."""
 
     model: str
     layer: int = -1
@@ -56,12 +70,13 @@ class EmbedConfig:
     mask_window: str = "reference"
     previous: str | None = None
     require_reuse: bool = False
+    model_workers: int | None = None
 
     def __post_init__(self) -> None:
         if not self.model:
             raise ValueError("model is required")
-        if self.batch_tokens < 1:
-            raise ValueError(f"batch_tokens must be at least 1, got {self.batch_tokens}")
+        if self.batch_tokens < 1:  # checked here, on the driver: the model's part would fail on every batch
+            raise BelowMinimumError("batch_tokens", self.batch_tokens, 1)
         if self.embedding_dtype not in EMBEDDING_DTYPES:
             raise ValueError(f"embedding_dtype must be one of {', '.join(EMBEDDING_DTYPES)}")
         if self.mask_window not in MASK_WINDOWS:
@@ -73,10 +88,6 @@ class EmbedConfig:
     def spec(self) -> ModelSpec:
         return ModelSpec(self.model, self.device, self.dtype)
 
-    def handler(self) -> MaskEncoderHandler:
-        """The RunInference handler that tokenizes mention rows and returns their [MASK] vectors."""
-        return MaskEncoderHandler(self.spec, self.layer, self.batch_tokens, max_seq_length=self.max_seq_length,
-                                  window=self.mask_window)
 
 
 def embeddings_schema(config: EmbedConfig, dim: int, target_norm: float) -> pa.Schema:
@@ -88,49 +99,6 @@ def embeddings_schema(config: EmbedConfig, dim: int, target_norm: float) -> pa.S
 
 
 # --- elements -------------------------------------------------------------------------------------------------
-
-
-def mention_problem(row: dict[str, Any]) -> str | None:
-    """Why a mention row cannot be embedded, or None."""
-    text, start, end = row["text"], row["start"], row["end"]
-    if not 0 <= start < end <= len(text):
-        return "bad_mention_spans"
-    if not (text[:start].strip() or text[end:].strip()):
-        return "empty_contexts"
-    return None
-
-
-def embeddable(rows: list[dict[str, Any]]) -> Iterator[Any]:
-    """Mention rows the model can embed (tokenized later, inside the RunInference handler, where tokenizing
-    overlaps the forward passes); the others dead-lettered."""
-    good = 0
-    for row in rows:
-        problem = mention_problem(row)
-        if problem is None:
-            good += 1
-            yield row
-        else:
-            yield dead_letter(problem, "mention cannot be embedded", entity_id=row["entity_id"],
-                              page_id=row["page_id"], start=row["start"], end=row["end"])
-    if good:
-        count("mentions_embedded", good)
-
-
-def mention_key(example: Any) -> tuple[int, int, int]:
-    """(entity_id, page_id, link_index) of an inference example: a mention row, or a MaskInput (entity only)."""
-    if isinstance(example, dict):
-        return example["entity_id"], example.get("page_id", -1), example.get("link_index", -1)
-    return example.entity_id, -1, -1
-
-
-def finite_vector(result: PredictionResult) -> Iterator[Any]:
-    """(mention key, float32 vector) of one inference result; a vector with NaN or inf is dead-lettered."""
-    vector = np.asarray(result.inference, dtype=np.float32)
-    key = mention_key(result.example)
-    if np.all(np.isfinite(vector)):
-        yield key, vector
-    else:
-        yield dead_letter("non_finite_vectors", "the model returned NaN or inf", entity_id=key[0])
 
 
 def model_facts(config: EmbedConfig, mentions: int) -> ModelFacts:
@@ -147,38 +115,40 @@ def reuse_counters(counters: dict[str, int]) -> dict[str, int]:
     return {"entities_reused": 0, "entities_recomputed": 0, **counters}
 
 
+def write_facts(facts: ModelFacts, path: str) -> ModelFacts:
+    """Save ``facts`` where the stage's later pipelines read them."""
+    fs.write_json_atomic(path, asdict(facts))
+    return facts
+
+
+def listed(prefix: str) -> list[str]:
+    """The lines of the text files a pipeline listed under ``prefix`` (``beam.io.WriteToText``), in file order."""
+    directory, name = prefix.rsplit("/", 1)
+    return [line for path in fs.list_files(directory, f"{name}*")
+            for line in fs.read_bytes(path).decode("utf-8").splitlines() if line]
+
+
+def facts_schema(config: EmbedConfig, facts: ModelFacts) -> pa.Schema:
+    """The ``entity_embeddings/`` schema of vectors of ``facts``' model."""
+    return embeddings_schema(config, facts.dim, facts.target_norm)
+
+
+def read_refs(pipeline: beam.pvalue.PBegin, output: str, label: str) -> beam.PCollection:
+    """``output``'s mentions/ as packed refs (one array per row group)."""
+    return (pipeline | label >> beam.io.ReadFromParquetBatched(tables.parquet_pattern(output, layout.MENTIONS),
+                                                               columns=REF_COLUMNS)
+            | f"{label}Packed" >> beam.Map(ref_array))
+
+
 # --- transforms -----------------------------------------------------------------------------------------------
-
-
-class EncodeMentions(beam.PTransform):
-    """Mention rows (entity_id, page_id, link_index, text, start, end) -> ((entity_id, page_id, link_index),
-    [MASK] vector) (main ``vectors``);
-    rows that cannot be embedded and non-finite vectors go to ``dead_letter``. ``progress``: an optional
-    pass-through step after the model (a progress log)."""
-
-    def __init__(self, config: EmbedConfig, progress: beam.PTransform | None = None) -> None:
-        super().__init__()
-        self._config = config
-        self._progress = progress
-
-    def expand(self, mentions: beam.PCollection) -> dict[str, beam.PCollection]:
-        inputs = (mentions
-                  | "BatchMentions" >> beam.BatchElements(min_batch_size=64, max_batch_size=512)
-                  | "Embeddable" >> beam.FlatMap(embeddable).with_outputs(DEAD_LETTER_TAG, main="inputs"))
-        results = inputs.inputs | "EncodeMasks" >> RunInference(self._config.handler())
-        if self._progress is not None:
-            results = results | "Progress" >> self._progress
-        vectors = results | "KeepFinite" >> beam.FlatMap(finite_vector).with_outputs(DEAD_LETTER_TAG, main="vectors")
-        dead = (inputs[DEAD_LETTER_TAG], vectors[DEAD_LETTER_TAG]) | "EncodeDeadLetters" >> beam.Flatten()
-        return {"vectors": vectors.vectors, DEAD_LETTER_TAG: dead}
 
 
 @dataclass(frozen=True)
 class EmbedInputs:
-    """Where EmbedEntities reads and writes: ``output`` (the OUT with articles/, entities/ and mentions/ and how
-    many ``mentions`` it holds), ``embeddings`` and ``id_map`` (the directories of the entity_embeddings/ and, in
-    a refresh, entity_id_map/ files), ``scratch`` (a directory for files the workers share) and ``previous`` (an
-    OUT whose vectors may be reused, or None)."""
+    """Where the stage reads and writes: ``output`` (the OUT with articles/, entities/ and mentions/ and how many
+    ``mentions`` it holds), ``embeddings`` and ``id_map`` (the directories of the entity_embeddings/ and, in a
+    refresh, entity_id_map/ files), ``scratch`` (a directory for the files its pipelines and workers share) and
+    ``previous`` (an OUT whose vectors may be reused, or None)."""
 
     output: str
     mentions: int
@@ -187,14 +157,22 @@ class EmbedInputs:
     id_map: str = ""
     previous: str | None = None
 
+    def under_scratch(self, name: str) -> str:
+        return fs.join(self.scratch, name)
 
-class EmbedEntities(beam.PTransform):
-    """``EmbedInputs`` -> the ``entity_embeddings/`` files (written by the buckets' reduce) and, when reusing a
-    previous run, the ``entity_id_map/`` file; returns the dead letters.
+    @property
+    def files(self) -> InputFiles:
+        return InputFiles(self.under_scratch("model-facts.json"), self.under_scratch("inputs"),
+                          self.under_scratch("inputs.ended"), self.under_scratch("parts"))
 
-    Windows of ``context_chars`` characters per side are cut around each mention, encoded, averaged per entity
-    and scaled to the model's target norm. ``facts``: the model's ``ModelFacts`` when the launcher computed them
-    (a local run), else None (a worker computes them)."""
+
+class PrepareMentions(beam.PTransform):
+    """A pipeline's root -> the model inputs of every mention to encode, written under the scratch directory and
+    listed (``inputs.list``); the model's facts saved (``model-facts.json``); in a refresh, the reused vectors'
+    parts listed (``reused.list``). Returns the dead letters (refs of missing pages, rows that cannot be embedded).
+
+    ``facts``: the model's ``ModelFacts`` when the launcher computed them (a local run), else None (a worker
+    computes them). ``context_chars``: characters of window per side of a mention."""
 
     def __init__(self, config: EmbedConfig, inputs: EmbedInputs, facts: ModelFacts | None, context_chars: int,
                  progress: beam.PTransform | None = None) -> None:
@@ -204,15 +182,17 @@ class EmbedEntities(beam.PTransform):
         self._progress = progress
 
     def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
-        inputs = self._inputs
-        facts = self._model_facts(pipeline)
+        config, inputs = self._config, self._inputs
+        facts = self._model_facts(pipeline) | "SaveModelFacts" >> beam.Map(write_facts, inputs.files.facts)
         refs, reused = self._split_for_refresh(read_refs(pipeline, inputs.output, "ReadMentions"), facts)
         mentions = refs | "CutMentionWindows" >> CutMentionWindows(inputs.output, inputs.scratch, self._chars)
-        vectors = mentions["mentions"] | "EncodeMentions" >> EncodeMentions(self._config, self._progress)
-        reduced = {"vectors": vectors["vectors"], "facts": facts, **({} if reused is None else {"reused": reused})}
-        reduce_dead = reduced | "EntityVectors" >> EntityVectors(inputs.output, inputs.scratch, inputs.embeddings,
-                                                                 partial(facts_schema, self._config))
-        return (mentions[DEAD_LETTER_TAG], vectors[DEAD_LETTER_TAG], reduce_dead) | "AllDeadLetters" >> beam.Flatten()
+        prepared = mentions["mentions"] | "PrepareInputs" >> PrepareMentionInputs(
+            config.model, config.max_seq_length, config.mask_window, inputs.files.inputs, self._progress)
+        _ = prepared["files"] | "ListInputFiles" >> beam.io.WriteToText(inputs.under_scratch("inputs.list"))
+        if reused is not None:
+            _ = (reused | "ReusedLines" >> beam.Map(part_line)
+                 | "ListReused" >> beam.io.WriteToText(inputs.under_scratch("reused.list")))
+        return (mentions[DEAD_LETTER_TAG], prepared[DEAD_LETTER_TAG]) | "AllDeadLetters" >> beam.Flatten()
 
     def _model_facts(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
         if self._facts is not None:
@@ -234,13 +214,58 @@ class EmbedEntities(beam.PTransform):
         return split["encode"], split["reused"]
 
 
-def facts_schema(config: EmbedConfig, facts: ModelFacts) -> pa.Schema:
-    """The ``entity_embeddings/`` schema of vectors of ``facts``' model."""
-    return embeddings_schema(config, facts.dim, facts.target_norm)
+class EncodeMentions(beam.PTransform):
+    """A pipeline's root, run beside ``PrepareMentions``' -> the [MASK] vectors of the inputs it writes, encoded as
+    they appear by ``followers`` followers (one per process that holds the model), written as parts bucketed by
+    entity under the scratch directory and listed (``parts.list``). Returns the dead letters (non-finite vectors).
+    The launcher ends it (``inputs_ended``) once the inputs' pipeline has ended."""
+
+    def __init__(self, config: EmbedConfig, inputs: EmbedInputs, followers: int,
+                 progress: beam.PTransform | None = None) -> None:
+        super().__init__()
+        self._config, self._inputs, self._followers = config, inputs, followers
+        self._progress = progress
+
+    def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
+        config, inputs = self._config, self._inputs
+        encoded = pipeline | "Encode" >> EncodeMentionInputs(config.spec, config.layer, config.batch_tokens,
+                                                             inputs.files, self._followers, self._progress)
+        _ = (encoded["parts"] | "PartLines" >> beam.Map(part_line)
+             | "ListParts" >> beam.io.WriteToText(inputs.under_scratch("parts.list")))
+        return encoded[DEAD_LETTER_TAG]
 
 
-def read_refs(pipeline: beam.pvalue.PBegin, output: str, label: str) -> beam.PCollection:
-    """``output``'s mentions/ as packed refs (one array per row group)."""
-    return (pipeline | label >> beam.io.ReadFromParquetBatched(tables.parquet_pattern(output, layout.MENTIONS),
-                                                               columns=REF_COLUMNS)
-            | f"{label}Packed" >> beam.Map(ref_array))
+class ReduceEntities(beam.PTransform):
+    """A pipeline's root -> the ``entity_embeddings/`` files (one per bucket of entity ids) from the listed
+    ``parts`` of mention vectors and reused vectors. Returns the dead letters (unknown entities, zero means)."""
+
+    def __init__(self, config: EmbedConfig, inputs: EmbedInputs, parts: list[tuple[int, Part]],
+                 facts: ModelFacts) -> None:
+        super().__init__()
+        self._config, self._inputs, self._parts, self._facts = config, inputs, parts, facts
+
+    def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
+        inputs = self._inputs
+        return ({"parts": pipeline | "Parts" >> beam.Create(self._parts),
+                 "facts": pipeline | "ModelFacts" >> beam.Create([self._facts])}
+                | "EntityVectors" >> EntityVectors(inputs.output, inputs.scratch, inputs.embeddings,
+                                                   partial(facts_schema, self._config)))
+
+
+def read_facts(inputs: EmbedInputs) -> ModelFacts:
+    """The facts ``PrepareMentions`` saved."""
+    return ModelFacts(**fs.read_json(inputs.files.facts))
+
+
+def listed_parts(inputs: EmbedInputs) -> list[tuple[int, Part]]:
+    """The parts ``EncodeMentions`` listed, and the reused ones ``PrepareMentions`` listed."""
+    return [line_part(line) for name in ("parts.list", "reused.list") for line in listed(inputs.under_scratch(name))]
+
+
+def inputs_ended(inputs: EmbedInputs, error: BaseException | None) -> None:
+    """Tell ``EncodeMentions``' followers that ``PrepareMentions`` has ended: every input file it listed, or why
+    it failed (``error``)."""
+    if error is not None:
+        fs.write_json_atomic(inputs.files.ended, {"failed": first_line(error)})
+    else:
+        fs.write_json_atomic(inputs.files.ended, {"files": listed(inputs.under_scratch("inputs.list"))})

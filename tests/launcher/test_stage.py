@@ -1,0 +1,66 @@
+"""pipelines/launcher/stage.py: two pipelines run together (the model's beside the inputs'), the second told when
+the first has ended, errors raised in order."""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from pathlib import Path
+
+import apache_beam as beam
+import pytest
+
+from pipelines.launcher.stage import StageContext, run_beams_together
+from tests.conftest import DIRECT
+from transforms.common.dead_letters import count
+
+
+def counted(name: str, element: object) -> object:
+    count(name)
+    return element
+
+
+def wait_for(element: object, marker: str) -> object:
+    """Until the first pipeline has ended (its marker), as a follower of its outputs waits."""
+    deadline = time.monotonic() + 60
+    while not Path(marker).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(marker)
+        time.sleep(0.05)
+    if Path(marker).read_text() == "failed":
+        raise RuntimeError("the first pipeline failed")
+    count("followed")
+    return element
+
+
+def mark_ended(marker: Path, ended: list, error: BaseException | None) -> None:
+    """What the launcher does when the first pipeline ends: the second learns of it (here by a marker file)."""
+    ended.append(error)
+    marker.write_text("failed" if error else "done")
+
+
+def fail(element: object) -> object:
+    raise ValueError("the first pipeline's own error")
+
+
+def test_the_second_pipeline_runs_beside_the_first_and_learns_when_it_ends(tmp_path):
+    marker, ended = tmp_path / "ended", []
+    ctx = StageContext(output=str(tmp_path), stage="probe", beam_args=tuple(DIRECT))
+    first_ended = partial(mark_ended, marker, ended)
+
+    first = (ctx, lambda pipeline: pipeline | beam.Create([1, 2, 3]) | beam.Map(lambda item: counted("first", item)))
+    second = (ctx, lambda pipeline: pipeline | beam.Create([None]) | beam.Map(wait_for, str(marker)))
+    assert run_beams_together(first, second, first_ended) == ({"first": 3}, {"followed": 1})
+    assert ended == [None]
+
+
+def test_the_first_pipelines_error_is_raised_once_the_second_has_stopped(tmp_path):
+    marker, ended = tmp_path / "ended", []
+    ctx = StageContext(output=str(tmp_path), stage="probe", beam_args=tuple(DIRECT))
+    first_ended = partial(mark_ended, marker, ended)
+
+    first = (ctx, lambda pipeline: pipeline | beam.Create([1]) | beam.Map(fail))
+    second = (ctx, lambda pipeline: pipeline | beam.Create([None]) | beam.Map(wait_for, str(marker)))
+    with pytest.raises(ValueError, match="the first pipeline's own error"):
+        run_beams_together(first, second, first_ended)
+    assert len(ended) == 1 and "the first pipeline's own error" in str(ended[0])

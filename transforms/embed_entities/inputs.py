@@ -1,0 +1,144 @@
+"""embed-entities' first part, run by every core: the sampled mentions' windows turned into the model's inputs
+([MASK] token ids, ``encoders.mask_inputs``) and written as packed files for the part that holds the GPU.
+
+A worker tokenizes the rows it is given (chunks of one article bucket's windows, in page order, so that nearby
+mentions share their sentences' tokens) and buffers their inputs; every ``INPUT_FILE_ROWS`` it writes one Parquet
+file (one row group) under the stage's scratch directory and emits its path. Nothing goes through a shuffle.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+from apache_beam.transforms.window import GlobalWindows
+
+from artifacts import fs, schemas, tables
+from artifacts.counters import declare, error, processed
+from encoders.mask_inputs import PackedMaskInputs, mask_inputs
+from encoders.models import load_tokenizer
+from transforms.common.dead_letters import DEAD_LETTER_TAG, count, dead_letter
+from transforms.common.per_worker import PerProcess
+from transforms.embed_entities.entity_vectors import MENTION_KEY
+
+COUNTERS = declare(
+    processed("mentions_embedded", "mentions embedded"),
+    error("bad_mention_spans", "mentions whose span lies outside their text"),
+    error("empty_contexts", "mentions without any context around them"),
+)
+
+INPUT_PREFIX = "inputs-"  # the input files' names: a follower of the model's part looks for these
+INPUT_FILE_ROWS = 8192  # mentions a worker buffers before writing a file (~16 MB of ids at 512 tokens)
+ROWS_PER_CALL = (64, 512)  # mention rows a tokenizer call takes (Beam's BatchElements bounds)
+
+
+def mention_problem(row: dict[str, Any]) -> str | None:
+    """Why a mention row cannot be embedded, or None."""
+    text, start, end = row["text"], row["start"], row["end"]
+    if not 0 <= start < end <= len(text):
+        return "bad_mention_spans"
+    if not (text[:start].strip() or text[end:].strip()):
+        return "empty_contexts"
+    return None
+
+
+def embeddable(rows: list[dict[str, Any]]) -> Iterator[Any]:
+    """The list of mention rows the model can embed (one element); the others dead-lettered."""
+    good = []
+    for row in rows:
+        problem = mention_problem(row)
+        if problem is None:
+            good.append(row)
+        else:
+            yield dead_letter(problem, "mention cannot be embedded", entity_id=row["entity_id"],
+                              page_id=row["page_id"], start=row["start"], end=row["end"])
+    if good:
+        count("mentions_embedded", len(good))
+        yield good
+
+
+def mention_keys(rows: Sequence[dict[str, Any]]) -> np.ndarray:
+    """The ``MENTION_KEY`` rows (entity, page, link) of mention rows."""
+    return np.array([(row["entity_id"], row["page_id"], row["link_index"]) for row in rows], dtype=MENTION_KEY)
+
+
+def inputs_table(keys: np.ndarray, packed: PackedMaskInputs) -> pa.Table:
+    """Mentions' keys and their ready inputs as a ``schemas.MENTION_INPUTS`` table."""
+    ids = pa.ListArray.from_arrays(pa.array(packed.offsets.astype(np.int32)), pa.array(packed.ids, pa.int32()))
+    return pa.table({"entity_id": keys["entity_id"], "page_id": keys["page_id"], "link_index": keys["link_index"],
+                     "mask_position": packed.positions, "input_ids": ids}, schema=schemas.MENTION_INPUTS)
+
+
+def table_inputs(table: pa.Table | pa.RecordBatch) -> tuple[np.ndarray, PackedMaskInputs]:
+    """The keys and packed inputs of a ``schemas.MENTION_INPUTS`` table (the inverse of ``inputs_table``)."""
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
+    keys = np.empty(table.num_rows, dtype=MENTION_KEY)
+    for name in MENTION_KEY.names:
+        keys[name] = table.column(name).to_numpy()
+    ids = table.column("input_ids").combine_chunks()
+    offsets = ids.offsets.to_numpy().astype(np.int64)
+    packed = PackedMaskInputs(ids.flatten().to_numpy(), offsets - offsets[0],
+                              table.column("mask_position").to_numpy().astype(np.int32))
+    return keys, packed
+
+
+class BuildMentionInputs(beam.DoFn):
+    """Lists of mention rows -> paths of the Parquet files their inputs were written to under ``directory``."""
+
+    def __init__(self, model: str, max_seq_length: int, window: str, directory: str) -> None:
+        self._model, self._max_seq_length, self._window = model, max_seq_length, window
+        self._directory = directory
+        self._tokenizers = PerProcess(load_tokenizer)
+
+    def setup(self) -> None:
+        self._tokenizer = self._tokenizers.get(self._model)
+
+    def start_bundle(self) -> None:
+        self._keys: list[np.ndarray] = []
+        self._inputs: list[PackedMaskInputs] = []
+        self._rows = 0
+
+    def process(self, rows: list[dict[str, Any]]) -> Iterator[str]:
+        inputs = mask_inputs(rows, self._tokenizer, self._max_seq_length, self._window)
+        self._keys.append(mention_keys(rows))
+        self._inputs.append(PackedMaskInputs.of(inputs))
+        self._rows += len(rows)
+        if self._rows >= INPUT_FILE_ROWS:
+            yield self._flush()
+
+    def finish_bundle(self) -> Iterator[Any]:
+        if self._rows:
+            yield GlobalWindows.windowed_value(self._flush())
+
+    def _flush(self) -> str:
+        keys, packed = np.concatenate(self._keys), PackedMaskInputs.joined(self._inputs)
+        self.start_bundle()
+        path = fs.join(self._directory, f"{INPUT_PREFIX}{uuid.uuid4().hex}.parquet")
+        fs.write_bytes_atomic(path, tables.parquet_bytes(inputs_table(keys, packed)))  # seen whole or not at all
+        return path
+
+
+class PrepareMentionInputs(beam.PTransform):
+    """Mention rows (entity_id, page_id, link_index, text, start, end) -> the paths of the files holding their
+    model inputs (main output ``files``); rows that cannot be embedded go to ``dead_letter``."""
+
+    def __init__(self, model: str, max_seq_length: int, window: str, directory: str,
+                 progress: beam.PTransform | None = None) -> None:
+        super().__init__()
+        self._build = BuildMentionInputs(model, max_seq_length, window, directory)
+        self._progress = progress
+
+    def expand(self, mentions: beam.PCollection) -> dict[str, beam.PCollection]:
+        if self._progress is not None:
+            mentions = mentions | "Progress" >> self._progress
+        chunks = (mentions
+                  | "BatchMentions" >> beam.BatchElements(min_batch_size=ROWS_PER_CALL[0],
+                                                          max_batch_size=ROWS_PER_CALL[1])
+                  | "Embeddable" >> beam.FlatMap(embeddable).with_outputs(DEAD_LETTER_TAG, main="rows"))
+        files = chunks.rows | "BuildInputs" >> beam.ParDo(self._build)
+        return {"files": files, DEAD_LETTER_TAG: chunks[DEAD_LETTER_TAG]}
