@@ -60,6 +60,21 @@ MENTIONS = pa.schema(
     ]
 )
 
+# the index's model inputs, between the part that builds them (every core) and the part that holds the GPU: scratch
+# files of the stage, one row a passage (its row in the index too) and what the encoder's model reads: token ids,
+# token types where the encoder feeds them, and a KPR encoder's entities and their token positions.
+PASSAGE_INPUTS = pa.schema(
+    [
+        ("passage_id", pa.int64()),
+        ("title", pa.string()),
+        ("text", pa.string()),
+        ("input_ids", pa.list_(pa.int32())),
+        ("token_type_ids", pa.list_(pa.int8())),
+        ("entity_ids", pa.list_(pa.int64())),
+        ("entity_positions", pa.list_(pa.list_(pa.int32()))),
+    ]
+)
+
 # embed-entities' model inputs, between the part that builds them (every core) and the part that holds the GPU:
 # scratch files of the stage (removed at its commit), one row a mention, its [MASK] token ids.
 MENTION_INPUTS = pa.schema(

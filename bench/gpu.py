@@ -2,13 +2,13 @@
 
 Prints: the ceiling (a plain transformers BertModel forward over fixed-shape batches of random ids: no tokenization,
 no padding, no copies back; same weights, dtype and length) at 512 and 128 tokens for mentions and at the real
-passages' mean length; the [MASK] paths (the inputs built from mention rows in one process, as every core builds
-them, and the forward on ready inputs, as the GPU's process runs it) and the passage encoder path
-(PassageEncoderHandler.run_inference, DPR kind); each stage end to end (embed-entities on the bundled sample's
-mentions, index on the 751 real DPR passages repeated with new ids; model load included); the ratios; the GPU busy
-share during the stages; projected hours for 7M entities and 21M passages; the KPR encoder (bench/kpr.py: the same
-model with random fusion weights, the first embed-entities OUT's own linker and entity embeddings) on the same
-passages: the linker alone (one CPU thread), the KPR passage path and the index stage with --encoder-type kpr,
+passages' mean length; the [MASK] paths and the passage paths (DPR kind), each as the stage splits it: the inputs
+built in one process, as every core builds them, and the forward on ready inputs, as the GPU's process runs it;
+each stage end to end (embed-entities on the bundled sample's mentions, or those of ``--mentions-out``, index on
+the 751 real DPR passages repeated with new ids; model load included); the ratios; the GPU busy share during the
+stages; projected hours for 7M entities and 21M passages; the KPR encoder (bench/kpr.py: the same model with random
+fusion weights, the first embed-entities OUT's own linker and entity embeddings) on the same passages: the linker
+alone (one CPU thread), the KPR paths and the index stage with --encoder-type kpr,
 against the passages' ceiling; bytes per row of every artifact and the projection for English Wikipedia.
 
 CPU (the packaged MiniLM; counts large enough that Beam start-up and model load do not dominate, about 10
@@ -57,7 +57,7 @@ from bench.common import (
     synchronize,
 )
 from bench.kpr import DenseRun, report_kpr
-from bench.measure import Rate, in_calls, index_stage, passage_path, timed, write_corpus
+from bench.measure import Rate, in_calls, index_stage, passage_paths, timed, write_corpus
 from bench.paths import PASSAGES
 
 ENTITIES = 7_000_000
@@ -120,10 +120,15 @@ def passage_options(args, model_path: str):
 
 
 def embed_stage(args, model_path: str, sample: str, work: str, length: int) -> tuple[Rate, str, str]:
-    target = str(Path(work) / f"embed-{length}")
-    mentions = subset_output(sample, target, args.mentions)
+    """embed-entities end to end on ``args.mentions`` of the sample's mentions (0: all, in the sample's own OUT,
+    its mentions files as the mentions stage wrote them)."""
+    if args.mentions:
+        target = str(Path(work) / f"embed-{length}")
+        mentions = subset_output(sample, target, args.mentions)
+    else:
+        target, mentions = sample, row_count(sample, "mentions")
     flags = ["--device", args.device, "--dtype", args.dtype, "--batch-tokens", str(args.batch_tokens),
-             "--max-seq-length", str(length), *args.beam]
+             "--max-seq-length", str(length), "--force", *args.beam]
     with BusySampler(args.device) as busy:
         rate = timed(lambda: run_cli("embed-entities", "--output", target, "--model", model_path, *flags),
                      mentions, args.device)
@@ -169,15 +174,17 @@ def storage_line(name: str, size: int, rows: int) -> str:
     return f"  {name:<28} {rows:>9,} rows {size / 1e6:9.2f} MB {per_row:9.1f} B/row   {projected}"
 
 
-def print_storage(outputs: list[tuple[str, str]], windows: tuple[int, int]) -> None:
+def print_storage(outputs: list[tuple[str, str]], windows: tuple[int, int] | None) -> None:
     """Bytes per row of the artifacts of each (OUT, artifact prefix: "" for all) and the Wikipedia projection;
-    ``windows``: (bytes, rows) of the mentions had they stored their context windows (as before)."""
+    ``windows``: (bytes, rows) of the mentions had they stored their context windows (as before), if measured."""
     print("storage (zstd Parquet): bytes per row; projection for English Wikipedia")
     for output, prefix in outputs:
         for name, (size, rows) in artifact_sizes(output).items():
             if name.startswith(prefix):
                 print(storage_line(name, size, rows))
-    print(storage_line("mentions (with windows)", *windows) + "   (as stored before windows were cut at embed time)")
+    if windows:
+        print(storage_line("mentions (with windows)", *windows) + "   (as stored before windows were cut at embed "
+                                                                   "time)")
 
 
 def report_mentions(args, model_path: str, sample: str, work: str, mean_mentions: float) -> list[tuple[str, str]]:
@@ -185,9 +192,9 @@ def report_mentions(args, model_path: str, sample: str, work: str, mean_mentions
     from encoders.models import ModelSpec, usable_positions
 
     rows = tables.read_table(sample, "mentions").to_pylist()
-    rows = mention_windows(sample, rows[:args.mentions] if args.mentions else rows)
+    rows = mention_windows(sample, rows[:args.path_mentions])
     outputs = []
-    lengths = [length for length in (512, 128) if length <= usable_positions(ModelSpec(model_path))]
+    lengths = [length for length in args.lengths if length <= usable_positions(ModelSpec(model_path))]
     for length in lengths:
         top = ceiling(model_path, args.device, args.dtype, length, args.batch_tokens, args.ceiling_seconds)
         inputs, path = mask_paths(args, model_path, rows, length)
@@ -212,14 +219,15 @@ def report_passages(args, model_path: str, work: str) -> tuple[str, DenseRun]:
 
     passages = real_passages()
     timed_passages = [passages[index % len(passages)] for index in range(args.passages)]
-    path, mean_length = passage_path(passage_options(args, model_path), timed_passages)
+    inputs, path, mean_length = passage_paths(passage_options(args, model_path), timed_passages)
     top = ceiling(model_path, args.device, args.dtype, math.ceil(mean_length), args.batch_tokens,
                   args.ceiling_seconds)
     corpus, target = Path(work) / "corpus.tsv", str(Path(work) / "index-out")
     write_corpus(corpus, args.passages)
     stage, busy = index_stage(args, model_path, corpus, args.passages, target, "--encoder-type", "dpr")
-    print(f"passages at {mean_length:.0f} tokens (mean): ceiling {top.per_second:,.1f} seq/s | passage path "
-          f"{path.per_second:,.1f}/s ({path.items:,}) | index stage {stage.per_second:,.1f}/s "
+    print(f"passages at {mean_length:.0f} tokens (mean): ceiling {top.per_second:,.1f} seq/s | inputs built "
+          f"{inputs.per_second:,.1f}/s (one process) | forward path {path.per_second:,.1f}/s ({path.items:,}) | "
+          f"index stage {stage.per_second:,.1f}/s "
           f"({stage.items:,} passages, Flat, {stage.seconds:.1f} s, model load included)")
     print(f"  ratios: path/ceiling {path.per_second / top.per_second:.0%}, stage/ceiling "
           f"{stage.per_second / top.per_second:.0%}, stage/encoder {stage.per_second / path.per_second:.2f}; "
@@ -243,6 +251,12 @@ def parse_args() -> argparse.Namespace:
                                                                        "16384 on cpu, 65536 on cuda)")
     parser.add_argument("--ceiling-seconds", type=float, default=None, help="time per ceiling (default 3 cpu, 10 gpu)")
     parser.add_argument("--work", help="where the sample OUT is built (kept and resumed; default: a temp dir)")
+    parser.add_argument("--mentions-out", help="the mentions of this OUT (e.g. bench.scale's, of a synthetic dump) "
+                        "instead of the bundled sample's")
+    parser.add_argument("--path-mentions", type=int, default=20_000, help="mentions of the [MASK] paths' lines")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[512, 128], help="the mentions' token lengths")
+    parser.add_argument("--paths", nargs="+", choices=("mentions", "passages"), default=["mentions", "passages"],
+                        help="what to measure: the [MASK] mentions; the DPR and KPR passages")
     parser.add_argument("--beam", action="append", default=[], help="an extra Beam option for the stages, e.g. "
                         "--beam=--direct_running_mode=multi_processing --beam=--direct_num_workers=4")
     args = parser.parse_args()
@@ -271,17 +285,20 @@ def main() -> None:
     print(f"torch {torch.__version__}, {gpu}, {args.device} {args.dtype}, --batch-tokens {args.batch_tokens}, "
           f"{os.cpu_count()} CPUs (load average {os.getloadavg()[0]:.1f}), passages from {PASSAGES}")
     with tempfile.TemporaryDirectory() as directory:
-        sample = args.work or str(Path(directory) / "sample")
-        seconds = build_sample(sample, 512)
+        sample = args.mentions_out or args.work or str(Path(directory) / "sample")
+        seconds = 0.0 if args.mentions_out else build_sample(sample, 512)
         mean = mean_mentions_per_entity(sample)
         model_path = chosen_model(args.model, directory)
         print(f"sample OUT (parse, dictionary, mentions) in {seconds:.1f} s: {row_count(sample, 'mentions'):,} "
               f"mentions, {mean:.2f} per entity; model {args.model}")
-        outputs = report_mentions(args, model_path, sample, directory, mean)
-        target, dense = report_passages(args, model_path, directory)
-        report_kpr(args, passage_options(args, model_path), model_path, outputs[0][0], dense)
-        outputs.append((target, ""))
-        print_storage([(sample, ""), *outputs], stored_windows_size(sample, directory))
+        outputs = report_mentions(args, model_path, sample, directory, mean) if "mentions" in args.paths else []
+        if "passages" in args.paths:
+            target, dense = report_passages(args, model_path, directory)
+            if outputs:  # the KPR lines take the first embed-entities OUT's linker and entity embeddings
+                report_kpr(args, passage_options(args, model_path), model_path, outputs[0][0], dense)
+            outputs.append((target, ""))
+        windows = None if args.mentions_out else stored_windows_size(sample, directory)
+        print_storage([(sample, ""), *outputs], windows)
 
 
 if __name__ == "__main__":

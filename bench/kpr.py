@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from bench.measure import Rate, index_stage, passage_path, timed
+from bench.measure import Rate, index_stage, passage_paths, timed
 
 
 @dataclass(frozen=True)
@@ -57,11 +57,12 @@ def report_kpr(args, options, model_path: str, output: str, dense: DenseRun) -> 
     kpr = replace(options, kind="kpr", model=checkpoint, linker=layout.LINKER,
                   entity_embeddings=layout.ENTITY_EMBEDDINGS).located(output)
     linker = linker_rate(kpr.linker, dense.passages)
-    path, _ = passage_path(kpr, dense.passages)
+    inputs, path, _ = passage_paths(kpr, dense.passages)
     stage, busy = index_stage(args, checkpoint, dense.corpus, args.passages, output, "--encoder-type", "kpr")
     top = dense.ceiling.per_second
     print(f"kpr passages at {dense.mean_length:.0f} tokens (mean): ceiling {top:,.1f} seq/s | linker alone "
-          f"{linker.per_second:,.1f} passages/s (1 CPU thread) | KPR passage path {path.per_second:,.1f}/s "
+          f"{linker.per_second:,.1f} passages/s (1 CPU thread) | KPR inputs built {inputs.per_second:,.1f}/s (one "
+          f"process) | KPR forward path {path.per_second:,.1f}/s "
           f"({path.items:,}) | index stage --encoder-type kpr {stage.per_second:,.1f}/s ({stage.items:,} passages, "
           f"Flat, {stage.seconds:.1f} s, model load included)")
     print(f"  ratios: path/ceiling {path.per_second / top:.0%}, stage/ceiling {stage.per_second / top:.0%}, "

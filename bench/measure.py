@@ -32,17 +32,22 @@ def in_calls(items: list, per_call: int) -> list[list]:
     return [items[begin:begin + per_call] for begin in range(0, len(items), per_call)]
 
 
-def passage_path(options, passages: list) -> tuple[Rate, float]:
-    """(PassageEncoderHandler.run_inference rate for the encoder of ``options``, mean tokens per passage)."""
-    from encoders.loading import PassageEncoderHandler
+def passage_paths(options, passages: list) -> tuple[Rate, Rate, float]:
+    """The index's two paths for the encoder of ``options``: the model inputs built from passages (tokenizing, a
+    KPR encoder's linking; in this one process, as every core builds them) and the forward on ready inputs (as the
+    GPU's process runs it, on files of ``INPUT_FILE_ROWS``); and the mean tokens per passage."""
+    from encoders.loading import load_inputs, load_retriever
+    from transforms.index.inputs import INPUT_FILE_ROWS, PASSAGES_PER_CALL
 
-    handler = PassageEncoderHandler(options)
-    model = handler.load_model()
+    inputs, model = load_inputs(options), load_retriever(options)
     mean_length = model.token_count(passages[:751]) / min(len(passages), 751)
-    calls = in_calls(passages, max(1, int(handler.batch_weight // mean_length)))
-    handler.run_inference(calls[0][:64], model)  # warm-up
-    return timed(lambda: [handler.run_inference(call, model) for call in calls], len(passages), options.device), \
-        mean_length
+    built: list = []
+    rate = timed(lambda: [built.extend(inputs.passages(call)) for call in in_calls(passages, PASSAGES_PER_CALL[1])],
+                 len(passages), "cpu")
+    model.encode_features(built[:64])  # warm-up
+    forward = timed(lambda: [model.encode_features(part) for part in in_calls(built, INPUT_FILE_ROWS)],
+                    len(passages), options.device)
+    return rate, forward, mean_length
 
 
 def write_corpus(path: Path, count: int) -> None:

@@ -77,6 +77,7 @@ class Settings:
     timeout_s: float | None
     stand_in: float | None  # padded tokens a second of the one stand-in GPU (no-op model only)
     cores: int | None  # the stages run on this many cores
+    model_workers: int | None  # the GPU stages' --model-workers
     checkout: Path  # the code measured: this repository, or another checkout of it (an older commit)
 
 
@@ -88,7 +89,7 @@ def stage_flags(stage: str, dump: SyntheticDump, settings: Settings) -> list[str
         return []
     if stage == "mentions":
         return ["--max-mentions", str(settings.max_mentions), "--max-seq-length", str(settings.max_seq_length)]
-    one_gpu = ["--model-workers", "1"] if settings.stand_in else []  # the stand-in is one GPU: one process holds it
+    one_gpu = ["--model-workers", str(settings.model_workers)] if settings.model_workers else []
     if stage == "embed-entities":
         return ["--model", settings.model, "--max-seq-length", str(settings.max_seq_length), "--device",
                 settings.device, *settings.runtime, *one_gpu]
@@ -214,6 +215,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--stand-in", type=float, metavar="TOKENS_PER_S",
                         help="the no-op forward paced as one GPU of this many padded tokens a second")
     parser.add_argument("--cores", type=int, help="run each stage on the first N cores (default: all)")
+    parser.add_argument("--model-workers", type=int,
+                        help="the GPU stages' --model-workers (1 with a stand-in GPU: one process holds it)")
     parser.add_argument("--stage-timeout", type=float, help="seconds before a stage run is killed (default: none)")
     parser.add_argument("--checkout", type=Path, default=REPO,
                         help="measure the code of this checkout (e.g. a git worktree of an older commit)")
@@ -230,7 +233,7 @@ def benchmark(args: argparse.Namespace, work: Path) -> list[StageRun]:
     runtime = ("--dtype", args.dtype, "--batch-tokens", str(args.batch_tokens), "--progress-interval", "5")
     settings = Settings(work, args.max_mentions, args.max_seq_length, model, args.device, runtime,
                         args.no_op_model or bool(args.stand_in), args.stage_timeout, args.stand_in, args.cores,
-                        args.checkout.resolve())
+                        args.model_workers, args.checkout.resolve())
     stages = [stage for stage in STAGES if stage in args.stages]
     runs: list[StageRun] = []
     for articles in args.articles:

@@ -165,9 +165,3 @@ def _put(results: queue.Queue, entry: tuple, stop: threading.Event) -> bool:
         except queue.Full:
             continue
     return False
-
-
-def estimated_tokens(cap: int, characters: int) -> int:
-    """A cheap token count for batching elements before tokenization: about 4 characters per token, at
-    least 1, at most ``cap`` (the truncation length)."""
-    return max(1, min(cap, characters // 4 + 2))

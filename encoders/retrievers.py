@@ -303,23 +303,29 @@ class DenseEncoder:
         return self._encode(passages, self.inputs.passages, count)
 
     def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
-        return self._encode(queries, self.inputs.queries, ignore_count)
+        return self._encode(queries, self.inputs.queries, None)
+
+    def encode_features(self, features: Sequence[dict[str, Any]]) -> np.ndarray:
+        """float32 rows of ready model inputs (``inputs.passages``' dicts, built by another process), in order:
+        only batched, padded and run here."""
+        return self._encode(features, list, None)  # counted where they were built
 
     def token_count(self, passages: Sequence[Passage]) -> int:
         return self.inputs.token_count(passages)
 
     def _encode(self, items: Sequence[Any], build: Callable[[Sequence[Any]], list[dict[str, Any]]],
-                count: CountFn) -> np.ndarray:
+                count: CountFn | None) -> np.ndarray:
         """float32 rows of ``items``, in order. Their model inputs are built (``build``: tokenizing, and KPR's
         linking), padded and pinned chunk by chunk in the prefetch thread while the forward passes of the chunk
-        before run; what they hold is counted in this thread, where counters count."""
+        before run; what they hold is counted (``count``, unless None) in this thread, where counters count."""
         per_forward = max(1, self.options.batch_tokens // self.options.max_length)
         batches = batching.chunk_batches(items, per_forward, self.options.batch_tokens, build, feature_tokens)
-        prepared = ((batch, (self._host_inputs(features), self._counted(features))) for batch, features in batches)
+        prepared = ((batch, (self._host_inputs(features), self._counted(features) if count else []))
+                    for batch, features in batches)
         return batching.forward_in_order(len(items), self.dim, prepared,
                                          lambda entry: self._forward_counted(*entry, count))
 
-    def _forward_counted(self, host: Any, counted: list[tuple[str, int]], count: CountFn):
+    def _forward_counted(self, host: Any, counted: list[tuple[str, int]], count: CountFn | None):
         """Count what a batch's inputs hold, then start its forward pass (in the caller's thread)."""
         for name, value in counted:
             count(name, value)

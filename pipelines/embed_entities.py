@@ -6,17 +6,21 @@ import argparse
 from functools import partial
 from typing import Any
 
-import apache_beam as beam
-
 from artifacts import fs, layout, schemas, tables
 from artifacts.errors import InputError
 from artifacts.run import manifest
-from encoders.models import model_files, model_processes
-from pipelines.launcher.stage import Build, StageContext, run_beam, run_beams_together
+from encoders.models import model_files
+from pipelines.launcher.stage import (
+    StageContext,
+    model_workers,
+    run_beam,
+    run_beams_together,
+    summed,
+    with_dead_letters,
+)
 from pipelines.refresh import RefreshConfig, fingerprint_changes, option_changes, previous_options, reusable_previous
-from transforms.common.dead_letters import WriteDeadLetters
+from transforms.common.follow import mark_ended
 from transforms.common.mention_sampling import CHARS_PER_TOKEN
-from transforms.common.progress import worker_count
 from transforms.embed_entities.graph import (
     COUNTERS,
     EmbedConfig,
@@ -24,7 +28,6 @@ from transforms.embed_entities.graph import (
     EncodeMentions,
     PrepareMentions,
     ReduceEntities,
-    inputs_ended,
     listed_parts,
     model_facts,
     read_facts,
@@ -71,14 +74,14 @@ class EmbedEntitiesStage:
                              previous=previous)
         prepare = PrepareMentions(config, inputs, facts, context_chars(ctx.output),
                                   ctx.progress("mentions prepared", mentions))
-        followers = model_workers(ctx, config)
+        followers = model_workers(ctx, config.device, config.model_workers)
         forward = ctx.with_workers_at_most(followers)
         encode = EncodeMentions(config, inputs, followers, forward.progress("mentions encoded", mentions, int))
         # The GPU's pipeline runs beside the inputs' one, encoding the inputs as they are written.
         prepared, encoded = run_beams_together((ctx, with_dead_letters(ctx, "PrepareMentions", prepare, "mentions")),
                                                (forward, with_dead_letters(forward, "EncodeMentions", encode,
                                                                            "vectors")),
-                                               partial(inputs_ended, inputs))
+                                               partial(mark_ended, inputs.files.followed))
         counters = summed(prepared, encoded)
         facts = read_facts(inputs)
         reduce = ReduceEntities(config, inputs, listed_parts(inputs), facts)
@@ -86,27 +89,6 @@ class EmbedEntitiesStage:
         counters = summed(counters, run_beam(reducing, with_dead_letters(reducing, "ReduceEntities", reduce,
                                                                          "entities")))
         return reuse_counters(counters) if config.previous else counters
-
-
-def with_dead_letters(ctx: StageContext, name: str, transform: beam.PTransform, kind: str) -> Build:
-    """One of the stage's pipelines: ``transform`` from the root, its dead letters written as ``kind``."""
-    def build(pipeline: beam.Pipeline) -> None:
-        dead = pipeline | name >> transform
-        _ = dead | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix(kind))
-
-    return build
-
-
-def summed(first: dict[str, int], second: dict[str, int]) -> dict[str, int]:
-    """Two pipelines' counters added, by name (as ``collect_counters`` gives one pipeline's)."""
-    return {name: first.get(name, 0) + second.get(name, 0) for name in sorted({*first, *second})}
-
-
-def model_workers(ctx: StageContext, config: EmbedConfig) -> int:
-    """How many processes hold the model: ``--model-workers``, else on a local runner one per GPU (more would share
-    a GPU: slower, README "GPUs"), else the run's workers."""
-    local = model_processes(config.device) if ctx.workers_run_here() else None
-    return config.model_workers or local or worker_count(ctx.beam_args)
 
 
 def refresh_of(config: EmbedConfig) -> RefreshConfig:

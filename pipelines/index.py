@@ -1,8 +1,9 @@
 """index: a passage corpus encoded by a dense retriever into sharded FAISS indexes under OUT/index/.
 
-Flags -> ``IndexConfig``; then two Beam pipelines (transforms/index/graph.py): ``ReadPassages | EncodePassages |
-WriteBuckets`` (rows staged by hash bucket as they come), and, once the exact count has decided the number of
-shards and the index type, ``BuildIndex``.
+Flags -> ``IndexConfig``; then three Beam pipelines (transforms/index/graph.py): ``ReadPassages | PreparePassages``
+(the model's inputs built by every worker, written as files) and, beside it, ``EncodePassages`` (the processes
+that hold the model encode the files as they come and stage the rows by hash bucket); once the exact count has
+decided the number of shards and the index type, ``BuildIndex``.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import apache_beam as beam
@@ -26,19 +28,28 @@ from encoders.loading import check_encoder_options
 from encoders.models import check_device, model_files
 from encoders.retrievers import EncoderOptions, dense_dim, recorded_encoder
 from pipelines.launcher import disk_space, flags
-from pipelines.launcher.stage import StageContext, run_beam
+from pipelines.launcher.stage import (
+    StageContext,
+    model_workers,
+    run_beam,
+    run_beams_together,
+    summed,
+    with_dead_letters,
+)
 from pipelines.refresh import RefreshConfig, fingerprint_changes, option_changes, previous_options, reusable_previous
 from transforms.common.dead_letters import WriteDeadLetters
+from transforms.common.follow import FollowedFiles, mark_ended
 from transforms.index.corpus import ReadPassages, check_corpus, estimated_passages
 from transforms.index.graph import (
     COUNTERS,
     BuildIndex,
     EncodePassages,
+    EncodingFiles,
     IndexConfig,
     IndexPlan,
-    ListBucketFiles,
-    WriteBuckets,
+    PreparePassages,
 )
+from transforms.index.inputs import INPUT_PREFIX
 
 # The flags of the encoder options not named after them, for messages (the library names options by field).
 ENCODER_FLAGS = {"kind": "--encoder-type", "title": "--title-mode"}
@@ -94,7 +105,7 @@ class IndexStage:
                            on_duplicate_id=args.on_duplicate_id, shards=args.shards,
                            shard_memory_gb=args.shard_memory_gb, index_factory=args.index_factory,
                            faiss_gpu=not args.no_faiss_gpu, previous=refresh.previous,
-                           require_reuse=refresh.require_reuse)
+                           require_reuse=refresh.require_reuse, model_workers=args.model_workers)
 
     def upstream(self, config: IndexConfig) -> tuple[str, ...]:
         """Passages cut from the dump read parse's articles; a KPR encoder reads the linker and embeddings."""
@@ -124,8 +135,7 @@ class IndexStage:
         estimate = estimated_passages(config.corpus, tables.artifact_dir(ctx.output, layout.ARTICLES),
                                       config.words_per_passage)
         bucket_count = choice.bucket_count(config.shards, estimate, dim, config.shard_memory_bytes)
-        counters = run_beam(ctx, lambda pipeline: encode(pipeline, ctx, config, located, dim, columns, bucket_count,
-                                                         previous))
+        counters = encode(ctx, config, located, Encoding(dim, columns, bucket_count, estimate, previous))
         counters = {**counters, **build_index(ctx, config, located, dim, bucket_count, counters, previous)}
         return {"passages_reused": 0, "passages_encoded": 0, **counters} if config.previous else counters
 
@@ -173,26 +183,54 @@ def buckets_dir(ctx: StageContext) -> str:
     return fs.join(ctx.staging_root, files.BUCKETS_DIR)
 
 
-def encode(pipeline: beam.Pipeline, ctx: StageContext, config: IndexConfig, encoder: EncoderOptions, dim: int,
-           columns: tuple[int, int, int] | None, bucket_count: int, previous: str | None = None) -> None:
-    """ReadPassages | EncodePassages | WriteBuckets, plus the passages cut from articles and the dead letters."""
-    passages, dead = pipeline | "ReadPassages" >> ReadPassages(config.corpus, columns, ctx.output,
+@dataclass(frozen=True)
+class Encoding:
+    """What the encoding pipelines are given: the vectors' size, the corpus's columns (None: passages cut from
+    articles), the buckets to stage by, the passages expected (for progress) and the previous run to reuse."""
+
+    dim: int
+    columns: tuple[int, int, int] | None
+    bucket_count: int
+    estimate: int
+    previous: str | None
+
+
+def encoding_files(ctx: StageContext) -> EncodingFiles:
+    work = fs.join(ctx.staging_root, "work")
+    inputs = FollowedFiles(fs.join(work, "inputs"), INPUT_PREFIX, fs.join(work, "inputs.list"),
+                           fs.join(work, "inputs.ended"))
+    return EncodingFiles(inputs, buckets_dir(ctx))
+
+
+def encode(ctx: StageContext, config: IndexConfig, encoder: EncoderOptions, encoding: Encoding) -> dict[str, int]:
+    """The passages read and their inputs built by every worker (``prepare``), encoded beside it by the processes
+    that hold the model (``EncodePassages``); the counters of both."""
+    files = encoding_files(ctx)
+    followers = model_workers(ctx, encoder.device, config.model_workers)
+    forward = ctx.with_workers_at_most(followers)
+    encode_passages = EncodePassages(encoder, files, encoding.bucket_count, encoding.dim, followers,
+                                     forward.progress("passages encoded", encoding.estimate, int))
+    prepared, encoded = run_beams_together(
+        (ctx, lambda pipeline: prepare(pipeline, ctx, config, encoder, encoding, files)),
+        (forward, with_dead_letters(forward, "EncodePassages", encode_passages, "vectors")),
+        partial(mark_ended, files.inputs))
+    return summed(prepared, encoded)
+
+
+def prepare(pipeline: beam.Pipeline, ctx: StageContext, config: IndexConfig, encoder: EncoderOptions,
+            encoding: Encoding, files: EncodingFiles) -> None:
+    """ReadPassages | PreparePassages, plus the passages cut from articles and the dead letters."""
+    passages, dead = pipeline | "ReadPassages" >> ReadPassages(config.corpus, encoding.columns, ctx.output,
                                                                config.words_per_passage, config.on_duplicate_id)
-    if columns is None:
+    if encoding.columns is None:
         _ = (passages | "PassageRows" >> beam.Map(Passage.to_row)
              | "WritePassages" >> beam.io.WriteToParquet(ctx.staged_prefix(layout.PASSAGES), schemas.PASSAGES,
                                                          file_name_suffix=".parquet", codec=schemas.PARQUET_CODEC,
                                                          row_group_buffer_size=PASSAGES_ROW_GROUP_BYTES))
-    encoded = passages | "EncodePassages" >> EncodePassages(encoder, ctx.progress("passages"), previous,
-                                                            fs.join(ctx.staging_root, PREVIOUS_DIGESTS_DIR))
-    staged = buckets_dir(ctx)
-    records = [encoded["rows"] | "WriteBuckets" >> WriteBuckets(staged, bucket_count, dim)]
-    if encoded["reused"] is not None:
-        records.append(encoded["reused"] | "WriteReusedBuckets" >> WriteBuckets(staged, bucket_count, dim))
-    _ = (records | "AllBucketFiles" >> beam.Flatten()
-         | "ListBucketFiles" >> ListBucketFiles(fs.join(staged, files.BUCKET_LIST_NAME)))
-    _ = ((dead, encoded["dead_letter"]) | "AllDeadLetters" >> beam.Flatten()
-         | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("passages")))
+    _ = passages | "PreparePassages" >> PreparePassages(
+        encoder, files, encoding.bucket_count, encoding.dim, ctx.progress("passages prepared", encoding.estimate),
+        encoding.previous, fs.join(ctx.staging_root, PREVIOUS_DIGESTS_DIR))
+    _ = dead | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("passages"))
 
 
 def shard_count(config: IndexConfig, total: int, dim: int, bucket_count: int) -> int:

@@ -71,6 +71,9 @@ def group_rows(buckets: int) -> int:
     return min(MAX_GROUP_ROWS, max(MIN_GROUP_ROWS, BUFFERED_ROWS // buckets))
 
 
+Row = tuple[int, str, str, np.ndarray]  # a staged row: (passage_id, title, text, vector)
+
+
 class BucketWriter:
     """Rows hashed into ``buckets`` buckets under ``directory`` (``bucket-NNNNN/<unique>.parquet``, one file per
     bucket per writer); ``close`` returns the files written."""
@@ -83,7 +86,7 @@ class BucketWriter:
         self._files: dict[int, tuple[str, object, pq.ParquetWriter]] = {}  # bucket -> (path, handle, writer)
         self._rows: dict[int, int] = {}
 
-    def add(self, row: tuple[int, str, str, np.ndarray]) -> None:
+    def add(self, row: Row) -> None:
         bucket = shard_of(row[0], self._buckets)
         buffer = self._buffers.setdefault(bucket, [])
         buffer.append(row)

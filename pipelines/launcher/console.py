@@ -27,7 +27,7 @@ from pipelines.launcher.worker_output import (
 )
 
 OWN_LOGGER = "kpr"  # ours and its children (kpr.report)
-# beam.BatchElements (ours in embed-entities, RunInference's in embed-entities and index) fits batch time against
+# beam.BatchElements (ours, where the model inputs of embed-entities and index are built) fits batch time against
 # batch size over the few sizes it has tried: numpy then warns from this module about a division by zero in the
 # outlier test (Cook's distance), its 0 * inf, or a poorly conditioned fit. They say nothing about our data.
 BATCH_SIZE_ESTIMATOR_MODULE = "apache_beam.transforms.util"

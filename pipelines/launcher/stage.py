@@ -27,11 +27,12 @@ from artifacts.counters import Counter
 from artifacts.errors import InputError, error_chain
 from artifacts.run import lock, manifest
 from encoders.errors import GpuMemoryError, gpu_out_of_memory
+from encoders.models import model_processes
 from pipelines.launcher import disk_space, local_workers
 from pipelines.launcher.environment import environment_variable, environment_variables
 from pipelines.launcher.flags import DEFAULT_INTERVAL_S
 from pipelines.launcher.interrupt import INTERRUPTED_STEP
-from transforms.common.dead_letters import COUNTER_NAMESPACE
+from transforms.common.dead_letters import COUNTER_NAMESPACE, WriteDeadLetters
 from transforms.common.progress import LogProgress, worker_count
 
 LOG = logging.getLogger("kpr")
@@ -207,6 +208,27 @@ def run_beams_together(first: tuple[StageContext, Build], second: tuple[StageCon
     if "error" in ended:
         raise ended["error"]
     return counters, ended["counters"]
+
+
+def with_dead_letters(ctx: StageContext, name: str, transform: beam.PTransform, kind: str) -> Build:
+    """One of a stage's pipelines: ``transform`` from the root (it returns its dead letters), written as ``kind``."""
+    def build(pipeline: beam.Pipeline) -> None:
+        dead = pipeline | name >> transform
+        _ = dead | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix(kind))
+
+    return build
+
+
+def summed(first: Mapping[str, int], second: Mapping[str, int]) -> dict[str, int]:
+    """Two pipelines' counters added, by name (as ``collect_counters`` gives one pipeline's)."""
+    return {name: first.get(name, 0) + second.get(name, 0) for name in sorted({*first, *second})}
+
+
+def model_workers(ctx: StageContext, device: str, configured: int | None) -> int:
+    """How many processes hold the model: ``--model-workers``, else on a local runner one per GPU (more would share
+    a GPU: slower, README "GPUs"), else the run's workers."""
+    local = model_processes(device) if ctx.workers_run_here() else None
+    return configured or local or worker_count(ctx.beam_args)
 
 
 @contextlib.contextmanager

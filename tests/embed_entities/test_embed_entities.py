@@ -21,6 +21,7 @@ from pipelines.launcher.cli import build_parser, main
 from pipelines.launcher.stage import collect_counters
 from tests.builders import article, artifact_rows, write_entities, write_parsed
 from tests.conftest import BUNDLED_SAMPLE, DIRECT
+from transforms.common.follow import mark_ended
 from transforms.common.mention_sampling import window_digest
 from transforms.embed_entities.entity_vectors import (
     MENTION_KEY,
@@ -41,7 +42,6 @@ from transforms.embed_entities.graph import (
     EncodeMentions,
     PrepareMentions,
     ReduceEntities,
-    inputs_ended,
     listed_parts,
     read_facts,
     reuse_counters,
@@ -196,7 +196,7 @@ def test_embed_entities_with_model_facts_from_a_worker_and_a_refused_previous_ru
     assert run_counted(prepare) == {"entities_recomputed": 2, "mentions_embedded": 3, "mention_pages_missing": 1}
     facts = read_facts(inputs)
     assert facts == ModelFacts(32, input_embedding_norm(ModelSpec(str(tiny_bert))), 1)
-    inputs_ended(inputs, None)  # the launcher's word that the inputs' pipeline has ended: the followers stop
+    mark_ended(inputs.files.followed, None)  # the launcher: the inputs have ended, the followers stop
     assert run_counted(lambda pipeline: pipeline | EncodeMentions(config, inputs, followers=2)) == {}
     parts = listed_parts(inputs)
     assert [bucket for bucket, _ in parts] == [0] and not parts[0][1].reused

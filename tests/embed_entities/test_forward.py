@@ -1,5 +1,6 @@
-"""transforms/embed_entities/forward.py: the model's part follows the input files as the inputs' pipeline writes
-them, each follower its share, and stops when the launcher says the inputs have ended (or failed)."""
+"""transforms/embed_entities/forward.py: the model's part encodes the input files as the inputs' pipeline writes
+them and stops when the launcher says the inputs have ended (or failed); how followers share the files:
+tests/common/test_follow.py."""
 
 from __future__ import annotations
 
@@ -16,20 +17,16 @@ from artifacts import fs, tables
 from encoders.mask_encoder import MaskEncoder
 from encoders.mask_inputs import MaskInput, PackedMaskInputs
 from encoders.models import ModelSpec
+from transforms.common.follow import FollowedFiles, InputsFailedError
 from transforms.embed_entities.entity_vectors import MENTION_KEY, ModelFacts, read_mention_vectors
-from transforms.embed_entities.forward import (
-    ENCODED_TAG,
-    FollowInputFiles,
-    InputFiles,
-    InputsFailedError,
-    taken_by,
-)
+from transforms.embed_entities.forward import ENCODED_TAG, FollowInputFiles, InputFiles
 from transforms.embed_entities.inputs import INPUT_PREFIX, inputs_table
 
 
 def input_files(directory: Path) -> InputFiles:
-    return InputFiles(str(directory / "facts.json"), str(directory / "inputs"), str(directory / "ended.json"),
-                      str(directory / "parts"))
+    followed = FollowedFiles(str(directory / "inputs"), INPUT_PREFIX, str(directory / "inputs.list"),
+                             str(directory / "ended.json"))
+    return InputFiles(str(directory / "facts.json"), followed, str(directory / "parts"))
 
 
 def mention_inputs(first: int, count: int) -> tuple[np.ndarray, list[MaskInput]]:
@@ -41,7 +38,7 @@ def mention_inputs(first: int, count: int) -> tuple[np.ndarray, list[MaskInput]]
 
 
 def write_input_file(files: InputFiles, name: str, keys: np.ndarray, inputs: list[MaskInput]) -> str:
-    path = fs.join(files.inputs, f"{INPUT_PREFIX}{name}.parquet")
+    path = fs.join(files.followed.directory, f"{INPUT_PREFIX}{name}.parquet")
     fs.write_bytes_atomic(path, tables.parquet_bytes(inputs_table(keys, PackedMaskInputs.of(inputs))))
     return path
 
@@ -66,7 +63,7 @@ def test_a_follower_encodes_the_files_as_they_come_and_stops_when_the_inputs_hav
             written.append(write_input_file(files, str(part), keys, inputs))
         time.sleep(0.3)
         ended_at.append(time.monotonic())
-        fs.write_json_atomic(files.ended, {"files": written})
+        fs.write_json_atomic(files.followed.ended, {"files": written})
 
     writer = threading.Thread(target=inputs_pipeline)
     writer.start()
@@ -86,22 +83,9 @@ def test_a_follower_encodes_the_files_as_they_come_and_stops_when_the_inputs_hav
     np.testing.assert_allclose(vectors, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_followers_share_the_files_by_name_and_each_takes_its_own(tmp_path, tiny_bert):
-    files, spec = input_files(tmp_path), ModelSpec(str(tiny_bert))
-    fs.write_json_atomic(files.facts, asdict(ModelFacts(32, 1.0, 1)))
-    written = [write_input_file(files, f"f{part}", *mention_inputs(1 + 3 * part, 3)) for part in range(12)]
-    fs.write_json_atomic(files.ended, {"files": written})
-    shares = [sorted(path for path in written if taken_by(path, 3) == index) for index in range(3)]
-    assert sorted(path for share in shares for path in share) == sorted(written) and all(shares)
-    encoded = [sum(output.value for output in follow(files, spec, index, 3)
-                   if isinstance(output, beam.pvalue.TaggedOutput) and output.tag == ENCODED_TAG)
-               for index in range(3)]
-    assert encoded == [3 * len(share) for share in shares]
-
-
 def test_a_failed_inputs_pipeline_stops_the_followers(tmp_path, tiny_bert):
     files, spec = input_files(tmp_path), ModelSpec(str(tiny_bert))
-    fs.write_json_atomic(files.ended, {"failed": "no space left on device"})
+    fs.write_json_atomic(files.followed.ended, {"failed": "no space left on device"})
     with pytest.raises(InputsFailedError, match="no space left on device"):
         follow(files, spec)  # still waiting for the model's facts when it learns of the failure
     fs.write_json_atomic(files.facts, asdict(ModelFacts(32, 1.0, 1)))

@@ -7,18 +7,13 @@ import threading
 import time
 from pathlib import Path
 
-import apache_beam as beam
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
-from apache_beam.testing.test_pipeline import TestPipeline
-from apache_beam.testing.util import assert_that
 
 from artifacts import schemas, tables
-from artifacts.passages import Passage
-from encoders.batching import estimated_tokens, padded, prefetched, token_budget_batches
-from encoders.loading import PassageEncoderHandler
+from encoders.batching import padded, prefetched, token_budget_batches
 from encoders.mask_encoder import MaskEncoder
 from encoders.mask_inputs import MaskInput, mask_inputs
 from encoders.models import ModelSpec
@@ -154,25 +149,6 @@ def test_a_consumer_that_stops_early_stops_the_producer():
     assert [next(iterator) for _ in range(3)] == [0, 1, 2]
     iterator.close()  # joins the producer thread
     assert threading.active_count() == before and len(produced) <= 3 + 2 + 1
-
-
-def test_element_batches_are_bounded_by_tokens():
-    passages = [Passage(index, "", "w" * (40 * (index % 7 + 1))) for index in range(60)]
-    handler = PassageEncoderHandler(EncoderOptions("mean", "unused", max_length=64, batch_tokens=32), batch_weight=200)
-    kwargs = handler.batch_elements_kwargs()
-    weight = kwargs["element_size_fn"]
-    assert (kwargs["min_batch_size"], kwargs["max_batch_size"]) == (50, 200)  # tokens: a quarter of the weight
-    assert [weight(passage) for passage in passages[:7]] == [12, 22, 32, 42, 52, 62, 64]  # chars / 4 + 2, capped
-    assert estimated_tokens(1, 0) == 1
-
-    def check(batches):
-        assert sorted(passage.passage_id for batch in batches for passage in batch) == list(range(60))
-        assert all(sum(weight(passage) for passage in batch) <= 200 + 64 for batch in batches)  # one over at most
-        assert max(len(batch) for batch in batches) > 1
-
-    with TestPipeline(argv=DIRECT) as pipeline:
-        batches = pipeline | beam.Create(passages) | beam.BatchElements(**kwargs)
-        assert_that(batches, check)
 
 
 def codecs(path: str) -> set[str]:

@@ -7,8 +7,6 @@ import json
 import math
 import os
 import shutil
-import threading
-from functools import partial
 from pathlib import Path
 
 import apache_beam as beam
@@ -17,8 +15,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from apache_beam.ml.inference.base import RunInference
-from apache_beam.testing.util import assert_that, equal_to
 from transformers import AutoModel, AutoTokenizer
 
 from artifacts import schemas, tables
@@ -31,13 +27,15 @@ from encoders.kpr_checkpoint import from_bert, init_kpr_checkpoint, load_checkpo
 from encoders.kpr_config import KPRSettings, read_kpr_settings
 from encoders.kpr_entities import EntityTable
 from encoders.kpr_model import KPRModel
-from encoders.loading import PassageEncoderHandler, check_encoder_options, load_retriever
+from encoders.loading import check_encoder_options, load_inputs, load_retriever
 from encoders.retrievers import EncoderOptions
 from pipelines.index import check_encoder
 from pipelines.launcher.cli import main
 from tests.builders import dpr_passages, mirrored, run_counting
 from tests.conftest import BUNDLED_SAMPLE, DIRECT
-from transforms.common.dead_letters import count
+from transforms.common.follow import FollowedFiles, mark_ended
+from transforms.index.forward import EncodePassageInputs
+from transforms.index.inputs import INPUT_PREFIX, PreparePassageInputs, inputs_table, table_features
 
 ENTITY_DIM = 8
 PUBLISHED_FUSION_NAMES = {
@@ -262,18 +260,21 @@ ERIE_TOKENS = ["[CLS]", "erie", "canal", "[SEP]", "elevation", "of", ".", "lake"
 
 @pytest.mark.parametrize("max_length", [22, 21])
 def test_the_index_stage_feeds_a_real_titled_passage_as_the_reference_does(tiny_bert, tmp_path, max_length):
-    """The index stage's RunInference handler in the default title mode (pair) gives the model [CLS] title [SEP]
-    text [SEP] cut to max_length, no token types (all 0), and the entities of every linked mention (title first)
-    at their token positions. The text's second "Erie Canal" is at 19, 20: with max_length 22 it ends right before
-    the final [SEP] (19 + 2 <= 22 - 1) and is kept; with 21 it runs past max_length - 1 and is dropped."""
+    """The index stage's two parts (the inputs built by a CPU worker and written to a file, the file read back and
+    encoded by the model's process), in the default title mode (pair), give the model [CLS] title [SEP] text [SEP]
+    cut to max_length, no token types (all 0), and the entities of every linked mention (title first) at their
+    token positions. The text's second "Erie Canal" is at 19, 20: with max_length 22 it ends right before the
+    final [SEP] (19 + 2 <= 22 - 1) and is kept; with 21 it runs past max_length - 1 and is dropped."""
     [passage] = dpr_passages(count=1)
     vectors = write_entity_artifacts(tmp_path, names=ERIE_CANAL, unembedded=())
     init_kpr_checkpoint(str(tiny_bert), str(tmp_path / "kpr"),
                         KPRSettings(entity_embedding_size=ENTITY_DIM, num_entity_fusion_attention_heads=2))
-    handler = PassageEncoderHandler(kpr_options(tmp_path / "kpr", tmp_path, max_length=max_length))
-    encoder = handler.load_model()
+    options = kpr_options(tmp_path / "kpr", tmp_path, max_length=max_length)
+    read_back, features = through_an_input_file([passage], load_inputs(options).passages([passage]))
+    assert read_back == [passage]
+    encoder = load_retriever(options)
     encoder.model = RecordedModel(encoder.model)
-    [result] = handler.run_inference([passage], encoder)
+    [result] = encoder.encode_features(features)
     [fed] = encoder.model.calls
     vocabulary = AutoTokenizer.from_pretrained(tiny_bert).get_vocab()
     assert set(fed) == {"input_ids", "attention_mask", "entity_ids", "entity_embeds", "entity_position_ids"}
@@ -286,7 +287,7 @@ def test_the_index_stage_feeds_a_real_titled_passage_as_the_reference_does(tiny_
     assert fed["entity_ids"].tolist() == [[entity_id for entity_id, _ in kept]]
     assert fed["entity_position_ids"].tolist() == [[positions for _, positions in kept]]
     np.testing.assert_array_equal(fed["entity_embeds"][0].numpy(), [vectors[entity_id] for entity_id, _ in kept])
-    np.testing.assert_allclose(result.inference, encoder.encode_passages([passage])[0], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(result, encoder.encode_passages([passage])[0], rtol=0, atol=1e-6)
 
 
 def test_a_kpr_query_is_cls_query_sep_with_its_entities(tiny_bert, tmp_path):
@@ -351,13 +352,14 @@ def mains_kpr_vectors(encoder, passages: list[Passage]) -> tuple[np.ndarray, dic
     return vectors, {name: value for name, value in counted.items() if value}
 
 
-def counted_in(counted: list, name: str, value: int) -> None:
-    counted.append((name, value, threading.current_thread()))
+def through_an_input_file(passages: list[Passage], features: list[dict]) -> tuple[list[Passage], list[dict]]:
+    """Passages and their model inputs as the index's model part reads them back from an input file."""
+    return table_features(pq.read_table(pa.BufferReader(tables.parquet_bytes(inputs_table(passages, features)))))
 
 
-def test_kpr_vectors_are_mains_exactly_and_counted_where_the_passages_are(tiny_bert, tmp_path):
-    """The library path and the RunInference handler give main's vectors exactly; the handler counts the entity
-    inputs in its own thread (Beam counts only there)."""
+def test_kpr_vectors_are_mains_exactly_through_the_stages_input_files(tiny_bert, tmp_path):
+    """The library path and the index stage's split (inputs built and counted where the passages are, written to
+    a file, read back and encoded by the model's process) give main's vectors exactly, and count what main counts."""
     write_entity_artifacts(tmp_path)
     init_kpr_checkpoint(str(tiny_bert), str(tmp_path / "kpr"),
                         KPRSettings(entity_embedding_size=ENTITY_DIM, num_entity_fusion_attention_heads=2))
@@ -368,34 +370,42 @@ def test_kpr_vectors_are_mains_exactly_and_counted_where_the_passages_are(tiny_b
     assert expected.shape == (40, 32) and counts["kpr_entities"] > 40
     assert counts["kpr_entities_truncated"] > 0 and counts["kpr_entities_over_max"] > 0
     assert np.array_equal(encoder.encode_passages(passages), expected)
-    counted: list[tuple[str, int, threading.Thread]] = []
-    handler = PassageEncoderHandler(options, count=partial(counted_in, counted))
-    results = handler.run_inference(passages, handler.load_model())
-    assert np.array_equal(np.array([result.inference for result in results]), expected)
-    assert {thread for _, _, thread in counted} == {threading.main_thread()}
-    assert {name: sum(value for other, value, _ in counted if other == name) for name, _, _ in counted} == counts
+    inputs, counted = load_inputs(options), {}
+    features = inputs.passages(passages)
+    inputs.count(features, lambda name, value=1: counted.update({name: counted.get(name, 0) + value}))
+    assert counted == counts
+    read_back, features = through_an_input_file(passages, features)
+    assert read_back == passages
+    assert np.array_equal(encoder.encode_features(features), expected)
     one_by_one = np.concatenate([encoder.encode_passages([passage]) for passage in passages])
     np.testing.assert_allclose(expected, one_by_one, rtol=0, atol=1e-5)  # batching and order change nothing else
 
 
-def test_run_inference_encodes_and_the_pipeline_counters_count(tiny_bert, tmp_path):
-    """RunInference in a pipeline: the worker links, counts and encodes; vectors and counters as the library's."""
+def test_the_index_pipelines_encode_and_count_as_the_library(tiny_bert, tmp_path):
+    """The inputs' pipeline links, counts and writes input files; the model's pipeline, with two followers, encodes
+    them and stages every passage's row once, with the library's vector."""
     write_entity_artifacts(tmp_path)
     init_kpr_checkpoint(str(tiny_bert), str(tmp_path / "kpr"),
                         KPRSettings(entity_embedding_size=ENTITY_DIM, num_entity_fusion_attention_heads=2))
     options = kpr_options(tmp_path / "kpr", tmp_path, max_length=32, batch_tokens=160, max_entities=6)
     passages = linked_passages(24)
-    encoder = load_retriever(options, "passage")
-    expected, counts = mains_kpr_vectors(encoder, passages)
-    by_id = {passage.passage_id: vector.tolist() for passage, vector in zip(passages, expected, strict=True)}
+    expected, counts = mains_kpr_vectors(load_retriever(options, "passage"), passages)
+    files = FollowedFiles(str(tmp_path / "inputs"), INPUT_PREFIX, str(tmp_path / "inputs.list"),
+                          str(tmp_path / "ended"))
 
-    def build(pipeline: beam.Pipeline) -> None:
-        vectors = (pipeline | beam.Create(passages)
-                   | RunInference(PassageEncoderHandler(options, count=count))
-                   | beam.Map(lambda result: (result.example.passage_id, result.inference.tolist())))
-        assert_that(vectors, equal_to(list(by_id.items())))
+    def prepare(pipeline: beam.Pipeline) -> None:
+        _ = (pipeline | beam.Create(passages) | PreparePassageInputs(options, files.directory)
+             | beam.io.WriteToText(files.listing))
 
-    assert run_counting(build) == counts
+    assert run_counting(prepare) == counts
+    mark_ended(files, None)
+    staged = str(tmp_path / "staged")
+    encoded = run_counting(lambda pipeline: pipeline | EncodePassageInputs(options, files, staged, 4, 32, 2))
+    assert encoded == {"passages_encoded": 24}
+    rows = pa.concat_tables([pq.read_table(path) for path in sorted(Path(staged).rglob("*.parquet"))])
+    by_id = dict(zip(rows.column("passage_id").to_pylist(), rows.column("embedding").to_pylist(), strict=True))
+    assert sorted(by_id) == [passage.passage_id for passage in passages]
+    np.testing.assert_array_equal([by_id[passage.passage_id] for passage in passages], expected)
 
 
 def test_kpr_needs_its_linker_and_matching_entity_sizes(tiny_bert, tmp_path):

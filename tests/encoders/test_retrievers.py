@@ -4,17 +4,18 @@ DPR checkpoints, the RunInference handler, early errors."""
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch
-from apache_beam.ml.inference.base import PredictionResult
 from transformers import AutoModel, AutoTokenizer
 
+from artifacts import tables
 from artifacts.errors import InputError, SettingError
 from artifacts.passages import Passage
-from encoders.loading import PassageEncoderHandler, check_encoder_options, load_retriever
+from encoders.loading import check_encoder_options, load_inputs, load_retriever
 from encoders.retrievers import (
     BGE_QUERY_PREFIX,
-    DenseEncoder,
     EncoderOptions,
     TextInputs,
     dense_dim,
@@ -22,6 +23,7 @@ from encoders.retrievers import (
 )
 from pipelines.index import check_encoder
 from tests.builders import dpr_passages
+from transforms.index.inputs import inputs_table, table_features
 
 QUERIES = ["who sings does he love me with reba", "where do the great lakes meet the ocean"]
 
@@ -134,20 +136,20 @@ def test_hugging_face_dpr_context_encoders_load_as_context_encoders(tiny_bert, t
     np.testing.assert_allclose(encoder.encode_passages([passage])[0], expected, atol=1e-5)
 
 
-def test_handler_loads_the_encoder_itself_and_keeps_examples(tiny_bert):
-    handler = PassageEncoderHandler(EncoderOptions("mean", str(tiny_bert), max_length=64, batch_tokens=50),
-                                    batch_weight=700)
-    model = handler.load_model()
-    assert isinstance(model, DenseEncoder)
-    passages = [Passage(1, "A", "alpha beta"), Passage(2, "B", "gamma")]
-    results = list(handler.run_inference(passages, model))
-    assert all(isinstance(result, PredictionResult) for result in results)
-    assert [result.example for result in results] == passages
-    np.testing.assert_allclose(np.array([result.inference for result in results]), model.encode_passages(passages))
-    kwargs = handler.batch_elements_kwargs()
-    assert (kwargs["min_batch_size"], kwargs["max_batch_size"]) == (175, 700)  # tokens: a quarter of the weight
-    assert [kwargs["element_size_fn"](passage) for passage in passages] == [4, 3]  # 11 and 6 characters / 4 + 2
-    assert kwargs["element_size_fn"](Passage(3, "T", "x" * 1000)) == 64  # capped at max_length
+@pytest.mark.parametrize("kind, title", [("mean", "pair"), ("dpr", "")])
+def test_inputs_built_elsewhere_and_read_back_from_a_file_give_the_same_vectors(tiny_bert, kind, title):
+    """The index's split: a CPU worker builds the inputs (token types too, where the encoder feeds them) and writes
+    them to a file; the model's process reads them back and encodes them: the library's vectors."""
+    options = EncoderOptions(kind, str(tiny_bert), title=title, max_length=64, batch_tokens=50)
+    passages = [Passage(1, "A", "alpha beta"), Passage(2, "B", "gamma delta " * 20), Passage(3, "", "epsilon")]
+    features = load_inputs(options).passages(passages)
+    assert ("token_type_ids" in features[0]) == (kind == "mean")  # a pair: the tokenizer's types, 1 after [SEP]
+    table = pq.read_table(pa.BufferReader(tables.parquet_bytes(inputs_table(passages, features))))
+    read_back, ready = table_features(table)
+    assert read_back == passages and ready == [{name: list(value) for name, value in item.items()}
+                                               for item in features]
+    encoder = load_retriever(options)
+    np.testing.assert_allclose(encoder.encode_features(ready), encoder.encode_passages(passages), rtol=0, atol=1e-6)
 
 
 def test_bad_encoder_options_fail_before_any_work(tiny_bert, tmp_path):

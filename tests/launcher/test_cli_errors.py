@@ -352,8 +352,8 @@ COMPUTING = [
     Computing("parse", (), "parse", "pages"),
     # Windows of 16 tokens, not full_run's 64: the rerun embeds every mention, in half the time.
     Computing("embed-entities", UP_TO_MENTIONS, "embed-entities", "mentions prepared", ("--max-seq-length", "16")),
-    Computing("index", (*UP_TO_MENTIONS, "embed_entities"), "index", "passages"),
-    Computing("all", (*UP_TO_MENTIONS, "embed_entities"), "index", "passages"),
+    Computing("index", (*UP_TO_MENTIONS, "embed_entities"), "index", "passages prepared"),
+    Computing("all", (*UP_TO_MENTIONS, "embed_entities"), "index", "passages prepared"),
 ]
 
 

@@ -118,18 +118,20 @@ def test_a_device_that_names_one_place_stays_where_it_is():
 def test_each_model_is_loaded_on_its_workers_gpu(monkeypatch, tiny_bert):
     import torch
 
-    from encoders import loading
     from encoders.models import ModelSpec
     from encoders.retrievers import EncoderOptions
     from transforms.embed_entities import forward
+    from transforms.index import forward as index_forward
+    from transforms.index.inputs import encoder_key
 
     loaded = []
     monkeypatch.setattr(forward, "MaskEncoder", lambda spec, *_: loaded.append(spec.device))
-    monkeypatch.setattr(loading, "load_retriever", lambda options, _role: loaded.append(options.device))
+    monkeypatch.setattr(index_forward, "load_retriever", lambda options, _role: loaded.append(options.device))
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # no GPU here to make current
+    passages = EncoderOptions(model=str(tiny_bert), kind="mean", device="cuda")
     loads = (lambda: forward.load_encoder(forward.encoder_key(ModelSpec(str(tiny_bert), "cuda"), -1, 1024)),
-             loading.PassageEncoderHandler(EncoderOptions(model=str(tiny_bert), kind="mean", device="cuda")).load_model)
+             lambda: index_forward.load_keyed_encoder(encoder_key(passages)))
     for worker in ("worker_6", None):
         if worker is None:
             monkeypatch.delenv("WORKER_ID", raising=False)

@@ -9,8 +9,6 @@ launcher has written that the inputs' pipeline ended (the full list of files) or
 from __future__ import annotations
 
 import json
-import time
-import zlib
 from collections.abc import Iterator
 from dataclasses import astuple, dataclass
 from typing import Any
@@ -23,25 +21,23 @@ from artifacts.counters import declare, error
 from encoders.mask_encoder import MaskEncoder
 from encoders.models import ModelSpec, worker_device
 from transforms.common.dead_letters import DEAD_LETTER_TAG, dead_letter
+from transforms.common.follow import FollowedFiles, follow, wait_for
 from transforms.common.per_worker import PerProcess
 from transforms.embed_entities.entity_vectors import ModelFacts, PartWriter
-from transforms.embed_entities.inputs import INPUT_PREFIX, table_inputs
+from transforms.embed_entities.inputs import table_inputs
 
 COUNTERS = declare(error("non_finite_vectors", "vectors with NaN or inf (or a zero mean)"))
 
 ENCODED_TAG = "encoded"  # how many mentions each step encoded (for the progress line)
-FOLLOW_POLL_S = 0.2  # a follower with nothing to encode looks for new input files this often
 
 
 @dataclass(frozen=True)
 class InputFiles:
-    """Where the two parts meet: ``facts`` (the model's ``ModelFacts``, saved by the inputs' pipeline), ``inputs``
-    (the directory the input files are written to), ``ended`` (the file the launcher writes once the inputs'
-    pipeline has ended: every input file, or why it failed) and ``parts`` (the directory of the vectors' parts)."""
+    """Where the two parts meet: ``facts`` (the model's ``ModelFacts``, saved by the inputs' pipeline), the input
+    files (``followed``) and ``parts`` (the directory of the vectors' parts)."""
 
     facts: str
-    inputs: str
-    ended: str
+    followed: FollowedFiles
     parts: str
 
 
@@ -65,10 +61,9 @@ def finite_rows(keys: np.ndarray, vectors: np.ndarray) -> tuple[np.ndarray, list
 
 
 class FollowInputFiles(beam.DoFn):
-    """(index, followers) -> (bucket, Part) of the mention vectors of the input files this follower takes (those
-    whose name hashes to ``index``), encoded as the inputs' pipeline writes them into ``inputs``, running beside
-    it, until the ``ended`` file says that pipeline has ended (with the list of every file) or failed. Non-finite
-    vectors are dead-lettered; how many each file held is tagged ``encoded``."""
+    """(index, followers) -> (bucket, Part) of the mention vectors of the input files this follower takes
+    (``follow``), encoded as the inputs' pipeline writes them, until it has ended. Non-finite vectors are
+    dead-lettered; how many each file held is tagged ``encoded``."""
 
     def __init__(self, spec: ModelSpec, layer: int, max_tokens: int, files: InputFiles) -> None:
         self._key, self._files = encoder_key(spec, layer, max_tokens), files
@@ -80,18 +75,10 @@ class FollowInputFiles(beam.DoFn):
     def process(self, element: tuple[int, int]) -> Iterator[Any]:
         index, followers = element
         files = self._files
-        writer, done = PartWriter(files.parts, saved_facts(files).buckets), set()
-        while True:
-            ended = inputs_ended(files.ended)
-            listed = ended if ended is not None else fs.list_files(files.inputs, f"{INPUT_PREFIX}*.parquet")
-            mine = [path for path in listed if taken_by(path, followers) == index and fs.basename(path) not in done]
-            for path in mine:
-                yield from self._encode(path, writer)
-                done.add(fs.basename(path))
-            if ended is not None and not mine:
-                break
-            if not mine:
-                time.sleep(FOLLOW_POLL_S)
+        wait_for(files.facts, files.followed)  # the inputs' pipeline measures the model first
+        writer = PartWriter(files.parts, ModelFacts(**fs.read_json(files.facts)).buckets)
+        for path in follow(files.followed, index, followers):
+            yield from self._encode(path, writer)
         yield from writer.flush()
 
     def _encode(self, path: str, writer: PartWriter) -> Iterator[Any]:
@@ -102,35 +89,6 @@ class FollowInputFiles(beam.DoFn):
             yield from dead
             yield from writer.add(keys[finite], vectors[finite])
             yield beam.pvalue.TaggedOutput(ENCODED_TAG, len(keys))
-
-
-def taken_by(path: str, followers: int) -> int:
-    """The follower that encodes the input file ``path`` (a hash of its name: the same in every process)."""
-    return zlib.crc32(fs.basename(path).encode()) % followers
-
-
-def saved_facts(files: InputFiles) -> ModelFacts:
-    """The model's facts, once the inputs' pipeline has saved them (it measures the model first)."""
-    while not fs.exists(files.facts):
-        inputs_ended(files.ended)  # an inputs' pipeline that failed before saving them ends the wait
-        time.sleep(FOLLOW_POLL_S)
-    return ModelFacts(**fs.read_json(files.facts))
-
-
-def inputs_ended(path: str) -> list[str] | None:
-    """The input files of an inputs' pipeline that has ended (its ``ended`` file), None while it runs; an
-    ``InputsFailedError`` if it failed."""
-    if not fs.exists(path):
-        return None
-    ended = fs.read_json(path)
-    if "failed" in ended:
-        raise InputsFailedError(ended["failed"])
-    return list(ended["files"])
-
-
-class InputsFailedError(RuntimeError):
-    """The pipeline that builds the model's inputs failed: the one that follows it stops (its error is the one
-    the stage reports)."""
 
 
 class EncodeMentionInputs(beam.PTransform):

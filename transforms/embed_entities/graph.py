@@ -18,11 +18,12 @@ import pyarrow as pa
 
 from artifacts import fs, layout, schemas, tables
 from artifacts.counters import declare
-from artifacts.errors import BelowMinimumError, first_line
+from artifacts.errors import BelowMinimumError
 from encoders.mask_encoder import check_mask_model
 from encoders.mask_inputs import MASK_WINDOWS, check_max_seq_length
 from encoders.models import STORED_DTYPES, ModelSpec, check_device, hidden_size, input_embedding_norm
 from transforms.common.dead_letters import DEAD_LETTER_TAG
+from transforms.common.follow import FollowedFiles, listed
 from transforms.common.packed import CountEntities
 from transforms.embed_entities import entity_vectors, mention_windows, refresh
 from transforms.embed_entities.entity_vectors import (
@@ -36,7 +37,7 @@ from transforms.embed_entities.entity_vectors import (
 from transforms.embed_entities.forward import COUNTERS as FORWARD_COUNTERS
 from transforms.embed_entities.forward import EncodeMentionInputs, InputFiles
 from transforms.embed_entities.inputs import COUNTERS as INPUT_COUNTERS
-from transforms.embed_entities.inputs import PrepareMentionInputs
+from transforms.embed_entities.inputs import INPUT_PREFIX, PrepareMentionInputs
 from transforms.embed_entities.mention_windows import REF_COLUMNS, CutMentionWindows, ref_array
 from transforms.embed_entities.refresh import RefreshSplit
 
@@ -121,13 +122,6 @@ def write_facts(facts: ModelFacts, path: str) -> ModelFacts:
     return facts
 
 
-def listed(prefix: str) -> list[str]:
-    """The lines of the text files a pipeline listed under ``prefix`` (``beam.io.WriteToText``), in file order."""
-    directory, name = prefix.rsplit("/", 1)
-    return [line for path in fs.list_files(directory, f"{name}*")
-            for line in fs.read_bytes(path).decode("utf-8").splitlines() if line]
-
-
 def facts_schema(config: EmbedConfig, facts: ModelFacts) -> pa.Schema:
     """The ``entity_embeddings/`` schema of vectors of ``facts``' model."""
     return embeddings_schema(config, facts.dim, facts.target_norm)
@@ -162,8 +156,9 @@ class EmbedInputs:
 
     @property
     def files(self) -> InputFiles:
-        return InputFiles(self.under_scratch("model-facts.json"), self.under_scratch("inputs"),
-                          self.under_scratch("inputs.ended"), self.under_scratch("parts"))
+        followed = FollowedFiles(self.under_scratch("inputs"), INPUT_PREFIX, self.under_scratch("inputs.list"),
+                                 self.under_scratch("inputs.ended"))
+        return InputFiles(self.under_scratch("model-facts.json"), followed, self.under_scratch("parts"))
 
 
 class PrepareMentions(beam.PTransform):
@@ -187,8 +182,8 @@ class PrepareMentions(beam.PTransform):
         refs, reused = self._split_for_refresh(read_refs(pipeline, inputs.output, "ReadMentions"), facts)
         mentions = refs | "CutMentionWindows" >> CutMentionWindows(inputs.output, inputs.scratch, self._chars)
         prepared = mentions["mentions"] | "PrepareInputs" >> PrepareMentionInputs(
-            config.model, config.max_seq_length, config.mask_window, inputs.files.inputs, self._progress)
-        _ = prepared["files"] | "ListInputFiles" >> beam.io.WriteToText(inputs.under_scratch("inputs.list"))
+            config.model, config.max_seq_length, config.mask_window, inputs.files.followed.directory, self._progress)
+        _ = prepared["files"] | "ListInputFiles" >> beam.io.WriteToText(inputs.files.followed.listing)
         if reused is not None:
             _ = (reused | "ReusedLines" >> beam.Map(part_line)
                  | "ListReused" >> beam.io.WriteToText(inputs.under_scratch("reused.list")))
@@ -218,7 +213,7 @@ class EncodeMentions(beam.PTransform):
     """A pipeline's root, run beside ``PrepareMentions``' -> the [MASK] vectors of the inputs it writes, encoded as
     they appear by ``followers`` followers (one per process that holds the model), written as parts bucketed by
     entity under the scratch directory and listed (``parts.list``). Returns the dead letters (non-finite vectors).
-    The launcher ends it (``inputs_ended``) once the inputs' pipeline has ended."""
+    The launcher ends it (``follow.mark_ended``) once the inputs' pipeline has ended."""
 
     def __init__(self, config: EmbedConfig, inputs: EmbedInputs, followers: int,
                  progress: beam.PTransform | None = None) -> None:
@@ -260,12 +255,3 @@ def read_facts(inputs: EmbedInputs) -> ModelFacts:
 def listed_parts(inputs: EmbedInputs) -> list[tuple[int, Part]]:
     """The parts ``EncodeMentions`` listed, and the reused ones ``PrepareMentions`` listed."""
     return [line_part(line) for name in ("parts.list", "reused.list") for line in listed(inputs.under_scratch(name))]
-
-
-def inputs_ended(inputs: EmbedInputs, error: BaseException | None) -> None:
-    """Tell ``EncodeMentions``' followers that ``PrepareMentions`` has ended: every input file it listed, or why
-    it failed (``error``)."""
-    if error is not None:
-        fs.write_json_atomic(inputs.files.ended, {"failed": first_line(error)})
-    else:
-        fs.write_json_atomic(inputs.files.ended, {"files": listed(inputs.under_scratch("inputs.list"))})

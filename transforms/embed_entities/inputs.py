@@ -3,25 +3,24 @@
 
 A worker tokenizes the rows it is given (chunks of one article bucket's windows, in page order, so that nearby
 mentions share their sentences' tokens) and buffers their inputs; every ``INPUT_FILE_ROWS`` it writes one Parquet
-file (one row group) under the stage's scratch directory and emits its path. Nothing goes through a shuffle.
+file (one row group) under the stage's scratch directory and emits its path (``follow.WriteFollowedFiles``).
 """
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
-from apache_beam.transforms.window import GlobalWindows
 
-from artifacts import fs, schemas, tables
+from artifacts import schemas
 from artifacts.counters import declare, error, processed
 from encoders.mask_inputs import PackedMaskInputs, mask_inputs
 from encoders.models import load_tokenizer
 from transforms.common.dead_letters import DEAD_LETTER_TAG, count, dead_letter
+from transforms.common.follow import WriteFollowedFiles
 from transforms.common.per_worker import PerProcess
 from transforms.embed_entities.entity_vectors import MENTION_KEY
 
@@ -87,40 +86,20 @@ def table_inputs(table: pa.Table | pa.RecordBatch) -> tuple[np.ndarray, PackedMa
     return keys, packed
 
 
-class BuildMentionInputs(beam.DoFn):
+class BuildMentionInputs(WriteFollowedFiles):
     """Lists of mention rows -> paths of the Parquet files their inputs were written to under ``directory``."""
 
     def __init__(self, model: str, max_seq_length: int, window: str, directory: str) -> None:
+        super().__init__(directory, INPUT_PREFIX, INPUT_FILE_ROWS)
         self._model, self._max_seq_length, self._window = model, max_seq_length, window
-        self._directory = directory
         self._tokenizers = PerProcess(load_tokenizer)
 
     def setup(self) -> None:
         self._tokenizer = self._tokenizers.get(self._model)
 
-    def start_bundle(self) -> None:
-        self._keys: list[np.ndarray] = []
-        self._inputs: list[PackedMaskInputs] = []
-        self._rows = 0
-
-    def process(self, rows: list[dict[str, Any]]) -> Iterator[str]:
+    def table(self, rows: list[dict[str, Any]]) -> pa.Table:
         inputs = mask_inputs(rows, self._tokenizer, self._max_seq_length, self._window)
-        self._keys.append(mention_keys(rows))
-        self._inputs.append(PackedMaskInputs.of(inputs))
-        self._rows += len(rows)
-        if self._rows >= INPUT_FILE_ROWS:
-            yield self._flush()
-
-    def finish_bundle(self) -> Iterator[Any]:
-        if self._rows:
-            yield GlobalWindows.windowed_value(self._flush())
-
-    def _flush(self) -> str:
-        keys, packed = np.concatenate(self._keys), PackedMaskInputs.joined(self._inputs)
-        self.start_bundle()
-        path = fs.join(self._directory, f"{INPUT_PREFIX}{uuid.uuid4().hex}.parquet")
-        fs.write_bytes_atomic(path, tables.parquet_bytes(inputs_table(keys, packed)))  # seen whole or not at all
-        return path
+        return inputs_table(mention_keys(rows), PackedMaskInputs.of(inputs))
 
 
 class PrepareMentionInputs(beam.PTransform):

@@ -1,10 +1,13 @@
 """index: a passage corpus encoded by a dense retriever, staged in hash buckets, then built into sharded FAISS
 indexes.
 
-Two Beam pipelines. ``EncodePassages`` encodes every passage through RunInference (or takes the vector of an
-unchanged passage from a previous run) and ``WriteBuckets`` writes the rows as they come into files by hash bucket
-(artifacts/faiss/buckets.py), listing the files written. Between the two, the exact count decides the number of
-shards (from the memory budget, unless given), the index type and its training sample. ``BuildIndex`` trains the
+Three Beam pipelines, so that each part runs where it should (every core for the CPU work, one process per GPU
+for the model). ``PreparePassages`` reads the passages and builds the model's inputs (``inputs``: tokenizing, a KPR
+encoder's linking), written as files (or takes the vector of an unchanged passage from a previous run, staged
+right away); ``EncodePassages`` runs beside it, reads the inputs as they are written, runs the model and stages
+the rows as they come into files by hash bucket (``forward``, artifacts/faiss/buckets.py), listing the files
+written. Then the exact count decides the number of shards (from the memory budget, unless given), the index type
+and its training sample. ``BuildIndex`` trains the
 index once, in one worker, on the rows with the smallest sample keys of the staged files (the keys first, then only
 the chosen vectors), then builds every shard in parallel: each of its buckets sorted by passage id and written as
 one of the shard's files, then added to a copy of the trained index (FAISS ids = passage ids) in that order; then
@@ -18,16 +21,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import apache_beam as beam
-import numpy as np
-from apache_beam.ml.inference.base import PredictionResult, RunInference
 from apache_beam.transforms.window import GlobalWindows
 
 from artifacts import fs, layout
 from artifacts.counters import declare, dropped, error, processed
 from artifacts.faiss import buckets, build, choice, files, info, storage
-from encoders.loading import PassageEncoderHandler
 from encoders.retrievers import EncoderOptions
-from transforms.common.dead_letters import count, dead_letter
+from transforms.common.dead_letters import DEAD_LETTER_TAG, count
+from transforms.common.follow import FollowedFiles
+from transforms.index.forward import EncodePassageInputs
+from transforms.index.inputs import PreparePassageInputs
 from transforms.index.passages import DUPLICATE_KEEPS
 from transforms.index.refresh import SplitPassagesForRefresh
 
@@ -53,7 +56,6 @@ COUNTERS = declare(
     processed("passages_indexed", "passages in the index"),
     processed("train_sample", "vectors the index was trained on"),
 )
-Row = tuple[int, str, str, np.ndarray]  # (passage_id, title, text, vector)
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ class IndexConfig:
     faiss_gpu: bool = True
     previous: str | None = None  # --previous OLD_OUT: reuse the vectors of unchanged passages
     require_reuse: bool = False
+    model_workers: int | None = None  # processes of a local run that hold the model (None: one per GPU, or all)
 
     def __post_init__(self) -> None:
         if self.shards is not None and self.shards < 1:
@@ -105,41 +108,64 @@ class IndexConfig:
                 "shard_memory_gb": self.shard_memory_gb, "index_factory": self.index_factory}
 
 
-# --- encoding ------------------------------------------------------------------------------------------------
+# --- encoding: the inputs' pipeline and the model's, side by side --------------------------------------------
 
 
-def encoded_row(result: PredictionResult) -> Iterator[Any]:
-    """An encoded passage as a row (passage_id, title, text, vector), or a dead letter for a non-finite vector."""
-    passage, vector = result.example, np.asarray(result.inference, dtype=np.float32)
-    if not np.all(np.isfinite(vector)):
-        yield dead_letter("non_finite_vectors", "the encoder returned NaN or inf", passage_id=passage.passage_id)
-        return
-    count("passages_encoded")
-    yield passage.passage_id, passage.title, passage.text, vector
+@dataclass(frozen=True)
+class EncodingFiles:
+    """Where the two encoding pipelines write: the model inputs (``inputs``, followed by the model's part) and the
+    staged rows by bucket (``staged``, with the records of their files listed under ``staged``/bucket-files*)."""
+
+    inputs: FollowedFiles
+    staged: str
+
+    def bucket_list(self, source: str) -> str:
+        """The prefix of the records of the staged files one part writes (``source``: encoded or reused)."""
+        return fs.join(self.staged, f"{files.BUCKET_LIST_NAME}-{source}")
 
 
-class EncodePassages(beam.PTransform):
-    """Passages -> ``rows`` (passage_id, title, text, vector), tagged ``dead_letter``: vectors with NaN or inf. With
-    ``previous`` (a previous run's OUT), unchanged passages take their old vector instead of being encoded (tagged
-    ``reused``; the old shards' digest tables are written under ``scratch``); ``progress`` is a pass-through step
-    that logs the encoding rate."""
+class PreparePassages(beam.PTransform):
+    """Passages -> their model inputs, written as files under ``files.inputs`` and listed there for the model's
+    part. With ``previous`` (a previous run's OUT), unchanged passages take their old vector instead, staged by
+    bucket right away (the old shards' digest tables are written under ``scratch``); ``progress`` is a
+    pass-through step that logs the rate."""
 
-    def __init__(self, encoder: EncoderOptions, progress: beam.PTransform, previous: str | None = None,
-                 scratch: str = "") -> None:
+    def __init__(self, encoder: EncoderOptions, files: EncodingFiles, bucket_count: int, dim: int,
+                 progress: beam.PTransform | None = None, previous: str | None = None, scratch: str = "") -> None:
         super().__init__()
-        self._encoder, self._progress, self._previous, self._scratch = encoder, progress, previous, scratch
+        self._encoder, self._files, self._buckets, self._dim = encoder, files, bucket_count, dim
+        self._progress, self._previous, self._scratch = progress, previous, scratch
 
-    def expand(self, passages: beam.PCollection) -> dict[str, beam.PCollection]:
-        reused = None
+    def expand(self, passages: beam.PCollection) -> beam.pvalue.PDone:
+        encoding = self._files
         if self._previous is not None:
             split = passages | "SplitForRefresh" >> SplitPassagesForRefresh(fs.join(self._previous, layout.INDEX),
                                                                             self._scratch)
-            passages, reused = split["encode"], split["reused"]
-        encoded = (passages
-                   | "Encode" >> RunInference(PassageEncoderHandler(self._encoder, count=count))
-                   | "Progress" >> self._progress
-                   | "KeepFinite" >> beam.FlatMap(encoded_row).with_outputs("dead_letter", main="rows"))
-        return {"rows": encoded.rows, "reused": reused, "dead_letter": encoded.dead_letter}
+            passages = split["encode"]
+            _ = (split["reused"] | "WriteReusedBuckets" >> WriteBuckets(encoding.staged, self._buckets, self._dim)
+                 | "ListReused" >> ListBucketFiles(encoding.bucket_list("reused")))
+        paths = passages | "PrepareInputs" >> PreparePassageInputs(self._encoder, encoding.inputs.directory,
+                                                                   self._progress)
+        return paths | "ListInputFiles" >> beam.io.WriteToText(encoding.inputs.listing)
+
+
+class EncodePassages(beam.PTransform):
+    """A pipeline's root, run beside ``PreparePassages``' -> the rows (passage_id, title, text, vector) of the
+    inputs it writes, encoded as they appear by ``followers`` followers (one per process that holds the model),
+    staged by bucket and their files listed. Returns the dead letters (non-finite vectors). The launcher ends it
+    (``follow.mark_ended``) once the inputs' pipeline has ended."""
+
+    def __init__(self, encoder: EncoderOptions, files: EncodingFiles, bucket_count: int, dim: int, followers: int,
+                 progress: beam.PTransform | None = None) -> None:
+        super().__init__()
+        self._encode = EncodePassageInputs(encoder, files.inputs, files.staged, bucket_count, dim, followers,
+                                           progress)
+        self._list = files.bucket_list("encoded")
+
+    def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
+        encoded = pipeline | "Encode" >> self._encode
+        _ = encoded["records"] | "ListBucketFiles" >> ListBucketFiles(self._list)
+        return encoded[DEAD_LETTER_TAG]
 
 
 # --- staging the vectors by bucket ---------------------------------------------------------------------------
@@ -155,7 +181,7 @@ class WriteBucketFilesFn(beam.DoFn):
     def start_bundle(self) -> None:
         self._writer = buckets.BucketWriter(self._directory, self._buckets, self._dim)
 
-    def process(self, row: Row) -> None:
+    def process(self, row: buckets.Row) -> None:
         self._writer.add(row)
 
     def finish_bundle(self) -> Iterator[Any]:

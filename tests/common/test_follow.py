@@ -1,0 +1,81 @@
+"""transforms/common/follow.py: followers share the files by name, each takes every file of its share once as it
+appears, and they stop only once the launcher says the first pipeline has ended, or as soon as it says it failed."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from artifacts import fs
+from transforms.common.follow import FollowedFiles, InputsFailedError, follow, mark_ended, taken_by, wait_for
+
+
+def followed(directory: Path) -> FollowedFiles:
+    return FollowedFiles(str(directory / "inputs"), "inputs-", str(directory / "inputs.list"),
+                         str(directory / "ended.json"))
+
+
+def write_file(files: FollowedFiles, name: str) -> str:
+    path = fs.join(files.directory, f"{files.prefix}{name}.parquet")
+    fs.write_bytes_atomic(path, name.encode())
+    return path
+
+
+def list_files(files: FollowedFiles, paths: list[str]) -> None:
+    """What the first pipeline's WriteToText writes (two shards of the listing)."""
+    half = len(paths) // 2
+    fs.write_bytes_atomic(f"{files.listing}-00000-of-00002", "".join(f"{path}\n" for path in paths[:half]).encode())
+    fs.write_bytes_atomic(f"{files.listing}-00001-of-00002", "".join(f"{path}\n" for path in paths[half:]).encode())
+
+
+def test_followers_take_their_share_as_the_files_come_and_stop_after_the_end(tmp_path):
+    files = followed(tmp_path)
+    written: list[str] = []
+    ended_at: list[float] = []
+
+    def first_pipeline() -> None:
+        for part in range(9):
+            time.sleep(0.05)
+            written.append(write_file(files, f"f{part}"))
+        list_files(files, written)
+        time.sleep(0.5)  # no new file for a while: the followers must not stop
+        ended_at.append(time.monotonic())
+        mark_ended(files, None)
+
+    writer = threading.Thread(target=first_pipeline)
+    writer.start()
+    taken: list[list[str]] = [[] for _ in range(3)]
+    readers = [threading.Thread(target=lambda index=index: taken[index].extend(follow(files, index, 3)))
+               for index in range(3)]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join()
+    stopped_at = time.monotonic()
+    writer.join()
+    assert stopped_at >= ended_at[0]
+    assert sorted(path for share in taken for path in share) == sorted(written)  # each file once, none missed
+    assert [sorted(share) for share in taken] == [sorted(path for path in written if taken_by(path, 3) == index)
+                                                  for index in range(3)]
+    assert sum(1 for share in taken if share) >= 2  # the names spread the files
+
+
+def test_a_listed_file_is_taken_even_when_the_end_comes_before_the_follower_saw_it(tmp_path):
+    files = followed(tmp_path)
+    written = [write_file(files, f"f{part}") for part in range(4)]
+    list_files(files, written)
+    mark_ended(files, None)
+    assert sorted(follow(files, 0, 1)) == sorted(written)
+
+
+def test_a_failed_first_pipeline_stops_the_followers_and_their_wait(tmp_path):
+    files = followed(tmp_path)
+    write_file(files, "f0")
+    mark_ended(files, OSError("no space left on device\nmore detail"))
+    with pytest.raises(InputsFailedError, match=r"^no space left on device$"):
+        list(follow(files, 0, 1))
+    with pytest.raises(InputsFailedError, match="no space left on device"):
+        wait_for(str(tmp_path / "facts.json"), files)

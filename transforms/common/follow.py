@@ -1,0 +1,132 @@
+"""Two pipelines of one stage run side by side: the first, on every core, writes ready files (the model's inputs)
+and lists them; the second, one process per GPU, follows them: each of its followers takes the files whose name
+hashes to it as they appear, until the launcher writes that the first pipeline ended (with every file it listed)
+or failed. A file is written whole (``fs.write_bytes_atomic``), so a follower never reads one half written."""
+
+from __future__ import annotations
+
+import time
+import uuid
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import apache_beam as beam
+import pyarrow as pa
+from apache_beam.transforms.window import GlobalWindows
+
+from artifacts import fs, tables
+from artifacts.errors import first_line
+
+FOLLOW_POLL_S = 0.2  # a follower with nothing to take looks for new files this often
+
+
+@dataclass(frozen=True)
+class FollowedFiles:
+    """Where the two pipelines meet: ``directory`` (the files, named ``prefix``*``.parquet``), ``listing`` (the
+    prefix of the text files the first pipeline lists them in) and ``ended`` (the file the launcher writes once
+    the first pipeline has ended: every file it listed, or why it failed)."""
+
+    directory: str
+    prefix: str
+    listing: str
+    ended: str
+
+    def pattern(self) -> str:
+        return f"{self.prefix}*.parquet"
+
+
+class InputsFailedError(RuntimeError):
+    """The pipeline that writes the followed files failed: the one that follows it stops (the first pipeline's
+    error is the one the stage reports)."""
+
+
+def listed(prefix: str) -> list[str]:
+    """The lines of the text files a pipeline listed under ``prefix`` (``beam.io.WriteToText``), in file order."""
+    directory, name = prefix.rsplit("/", 1)
+    return [line for path in fs.list_files(directory, f"{name}*")
+            for line in fs.read_bytes(path).decode("utf-8").splitlines() if line]
+
+
+def mark_ended(files: FollowedFiles, error: BaseException | None) -> None:
+    """Tell the followers that the first pipeline has ended: every file it listed, or why it failed
+    (``error``). Called by the launcher."""
+    if error is not None:
+        fs.write_json_atomic(files.ended, {"failed": first_line(error)})
+    else:
+        fs.write_json_atomic(files.ended, {"files": listed(files.listing)})
+
+
+def ended_files(files: FollowedFiles) -> list[str] | None:
+    """Every file of a first pipeline that has ended, None while it runs; an ``InputsFailedError`` if it failed."""
+    if not fs.exists(files.ended):
+        return None
+    ended = fs.read_json(files.ended)
+    if "failed" in ended:
+        raise InputsFailedError(ended["failed"])
+    return list(ended["files"])
+
+
+def taken_by(path: str, followers: int) -> int:
+    """The follower that takes the file ``path`` (a hash of its name: the same in every process)."""
+    return zlib.crc32(fs.basename(path).encode()) % followers
+
+
+def follow(files: FollowedFiles, index: int, followers: int) -> Iterator[str]:
+    """The paths of the files follower ``index`` of ``followers`` takes, each once, as they appear; ends once the
+    first pipeline has ended and every one of its files was given (raises ``InputsFailedError`` if it failed)."""
+    done: set[str] = set()
+    while True:
+        ended = ended_files(files)
+        present = ended if ended is not None else fs.list_files(files.directory, files.pattern())
+        mine = [path for path in present if taken_by(path, followers) == index and fs.basename(path) not in done]
+        for path in mine:
+            yield path
+            done.add(fs.basename(path))
+        if ended is not None and not mine:
+            return
+        if not mine:
+            time.sleep(FOLLOW_POLL_S)
+
+
+def wait_for(path: str, files: FollowedFiles) -> None:
+    """Wait until ``path`` exists (written by the first pipeline before its files); a first pipeline that failed
+    before writing it ends the wait with its ``InputsFailedError``."""
+    while not fs.exists(path):
+        ended_files(files)
+        time.sleep(FOLLOW_POLL_S)
+
+
+class WriteFollowedFiles(beam.DoFn):
+    """Batches of elements -> the paths of the files their tables (``table``, a subclass's) are written to under
+    ``directory``: a file every ``rows_per_file`` rows or so, and one at the end of a bundle, each one row group,
+    written whole. Nothing goes through a shuffle."""
+
+    def __init__(self, directory: str, prefix: str, rows_per_file: int) -> None:
+        self._directory, self._prefix, self._rows_per_file = directory, prefix, rows_per_file
+
+    def table(self, batch: Any) -> pa.Table:
+        raise NotImplementedError
+
+    def start_bundle(self) -> None:
+        self._tables: list[pa.Table] = []
+        self._rows = 0
+
+    def process(self, batch: Any) -> Iterator[str]:
+        table = self.table(batch)
+        self._tables.append(table)
+        self._rows += table.num_rows
+        if self._rows >= self._rows_per_file:
+            yield self._flush()
+
+    def finish_bundle(self) -> Iterator[Any]:
+        if self._rows:
+            yield GlobalWindows.windowed_value(self._flush())
+
+    def _flush(self) -> str:
+        table = pa.concat_tables(self._tables).combine_chunks()
+        self.start_bundle()
+        path = fs.join(self._directory, f"{self._prefix}{uuid.uuid4().hex}.parquet")
+        fs.write_bytes_atomic(path, tables.parquet_bytes(table))  # seen whole or not at all
+        return path

@@ -1,0 +1,93 @@
+"""index's first part, run by every core: passages turned into the encoder's model inputs (token ids, and a KPR
+encoder's entities, found by the dictionary stage's linker) and written as Parquet files for the part that holds
+the GPU (``forward``), with the passages themselves: their rows in the index come from these files.
+
+A worker builds the inputs of the passages it is given, in calls of up to ``PASSAGES_PER_CALL[1]``, counts what
+they hold (a KPR encoder's entities) and writes a file every ``INPUT_FILE_ROWS`` passages
+(``follow.WriteFollowedFiles``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import apache_beam as beam
+import pyarrow as pa
+
+from artifacts import schemas
+from artifacts.passages import Passage
+from encoders.loading import load_inputs
+from encoders.retrievers import EncoderOptions, TextInputs
+from transforms.common.dead_letters import count
+from transforms.common.follow import WriteFollowedFiles
+from transforms.common.per_worker import PerProcess
+
+INPUT_PREFIX = "inputs-"  # the input files' names: the model's part follows these
+INPUT_FILE_ROWS = 4096  # passages a worker buffers before writing a file
+PASSAGES_PER_CALL = (64, 512)  # passages an input call takes (Beam's BatchElements bounds)
+FEATURES = ("input_ids", "token_type_ids", "entity_ids", "entity_positions")  # what the model reads, if present
+
+
+def inputs_table(passages: Sequence[Passage], features: Sequence[dict[str, Any]]) -> pa.Table:
+    """Passages and their model inputs (``TextInputs.passages``' dicts) as a ``schemas.PASSAGE_INPUTS`` table;
+    what an encoder does not make is null."""
+    columns: dict[str, list] = {"passage_id": [passage.passage_id for passage in passages],
+                                "title": [passage.title for passage in passages],
+                                "text": [passage.text for passage in passages]}
+    for name in FEATURES:
+        columns[name] = [item.get(name) for item in features]
+    return pa.table(columns, schema=schemas.PASSAGE_INPUTS)
+
+
+def table_features(table: pa.Table | pa.RecordBatch) -> tuple[list[Passage], list[dict[str, Any]]]:
+    """The passages and model inputs of a ``schemas.PASSAGE_INPUTS`` table (the inverse of ``inputs_table``)."""
+    passages = [Passage(*row) for row in zip(*(table.column(name).to_pylist()
+                                               for name in ("passage_id", "title", "text")), strict=True)]
+    present = [name for name in FEATURES if table.column(name).null_count < table.num_rows]
+    values = zip(*(table.column(name).to_pylist() for name in present), strict=True)
+    return passages, [dict(zip(present, row, strict=True)) for row in values]
+
+
+def encoder_key(options: EncoderOptions) -> str:
+    """What identifies an encoder's inputs or model (the key of the one a worker process holds)."""
+    return json.dumps(options.to_json(), sort_keys=True)
+
+
+def load_keyed_inputs(key: str) -> TextInputs:
+    return load_inputs(EncoderOptions.from_json(json.loads(key)))
+
+
+class BuildPassageInputs(WriteFollowedFiles):
+    """Lists of passages -> paths of the Parquet files holding them and their model inputs, under ``directory``;
+    what the inputs hold is counted (a KPR encoder's entities)."""
+
+    def __init__(self, encoder: EncoderOptions, directory: str) -> None:
+        super().__init__(directory, INPUT_PREFIX, INPUT_FILE_ROWS)
+        self._key = encoder_key(encoder)
+        self._loaded = PerProcess(load_keyed_inputs)
+
+    def setup(self) -> None:
+        self._inputs = self._loaded.get(self._key)
+
+    def table(self, passages: list[Passage]) -> pa.Table:
+        features = self._inputs.passages(passages)
+        self._inputs.count(features, count)
+        return inputs_table(passages, features)
+
+
+class PreparePassageInputs(beam.PTransform):
+    """Passages -> the paths of the files holding them and their model inputs (written under ``directory``)."""
+
+    def __init__(self, encoder: EncoderOptions, directory: str, progress: beam.PTransform | None = None) -> None:
+        super().__init__()
+        self._build = BuildPassageInputs(encoder, directory)
+        self._progress = progress
+
+    def expand(self, passages: beam.PCollection) -> beam.PCollection:
+        if self._progress is not None:
+            passages = passages | "Progress" >> self._progress
+        return (passages
+                | "BatchPassages" >> beam.BatchElements(min_batch_size=PASSAGES_PER_CALL[0],
+                                                        max_batch_size=PASSAGES_PER_CALL[1])
+                | "BuildInputs" >> beam.ParDo(self._build))
