@@ -222,10 +222,10 @@ class EntityLinker:
 
     def detect(self, text: str) -> list[Mention]:
         """Mentions of dictionary names in ``text`` with every candidate entity that passes the thresholds."""
-        tokens = self._token_spans(text)
+        bounds = self._token_spans.bounds(text)
         folded = text if self.rules.case_sensitive else fold_case(text)
         found = (Mention(match.start, match.end, text[match.start:match.end], self.candidates(match.name))
-                 for match in find_names(folded, tokens, self._prefix_finder, self.rules.max_length,
+                 for match in find_names(folded, bounds, self._prefix_finder, self.rules.max_length,
                                          longest_only=True))
         return [mention for mention in found if mention.candidates]  # a blocked span without one: no mention
 

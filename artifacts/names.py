@@ -7,6 +7,10 @@ import sys
 import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    import numpy as np
 
 DOC_UNITS = ("paragraph", "page")  # what doc_count counts a name once in
 
@@ -76,6 +80,13 @@ class Match:
 MAX_VOCABULARY = 200_000
 
 
+class TokenBounds(NamedTuple):
+    """Where a text's tokens start (in order) and end."""
+
+    starts: list[int]
+    ends: set[int]
+
+
 class TokenSpans:
     """Text -> (start, end) character offsets of its tokens by spaCy's blank English tokenizer, in bounded memory."""
 
@@ -87,13 +98,21 @@ class TokenSpans:
     def _blank():
         return spacy_without_torch().blank("en")
 
-    def __call__(self, text: str) -> list[tuple[int, int]]:
+    def _offsets(self, text: str) -> np.ndarray:
+        """(start, length) of each token, one row a token."""
         from spacy.attrs import IDX, LENGTH
 
         if len(self._nlp.vocab) > self._max_vocabulary:
             self._nlp = self._blank()
-        found = self._nlp.tokenizer(text).to_array([IDX, LENGTH]).tolist()
-        return [(start, start + length) for start, length in found]
+        return self._nlp.tokenizer(text).to_array([IDX, LENGTH]).reshape(-1, 2)
+
+    def __call__(self, text: str) -> list[tuple[int, int]]:
+        return [(start, start + length) for start, length in self._offsets(text).tolist()]
+
+    def bounds(self, text: str) -> TokenBounds:
+        """The tokens' starts and ends, built with numpy (what ``find_names`` reads)."""
+        offsets = self._offsets(text)
+        return TokenBounds(offsets[:, 0].tolist(), set((offsets[:, 0] + offsets[:, 1]).tolist()))
 
 
 def spacy_without_torch():
@@ -112,24 +131,27 @@ def spacy_without_torch():
     return spacy
 
 
-def token_bounds(tokens: Sequence[tuple[int, int]]) -> tuple[list[int], set[int]]:
-    return [start for start, _ in tokens], {end for _, end in tokens}
+def token_bounds(tokens: Sequence[tuple[int, int]]) -> TokenBounds:
+    """The ``TokenBounds`` of (start, end) spans."""
+    return TokenBounds([start for start, _ in tokens], {end for _, end in tokens})
 
 
-def find_names(folded: str, tokens: Sequence[tuple[int, int]], prefixes, max_length: int,
-               longest_only: bool) -> Iterator[Match]:
+def find_names(folded: str, bounds: TokenBounds, prefixes, max_length: int, longest_only: bool) -> Iterator[Match]:
     """Dictionary names in ``folded`` text that start at a token start and end at a token end.
 
     ``prefixes(text)`` returns the dictionary names that are prefixes of ``text`` (a marisa-trie method).
     With ``longest_only`` the longest name at each token start is taken and matches never overlap (the
     linker); otherwise every name at every token start is reported (document counting).
     """
-    starts, ends = token_bounds(tokens)
-    covered_until = -1
+    starts, ends = bounds
+    covered_until = -1  # stays -1 unless longest_only
     for start in starts:
-        if longest_only and start < covered_until:
+        if start < covered_until:
             continue
-        found = [name for name in prefixes(folded[start:start + max_length]) if start + len(name) in ends]
+        names = prefixes(folded[start:start + max_length])
+        if not names:  # most tokens start no name
+            continue
+        found = [name for name in names if start + len(name) in ends]
         if not found:
             continue
         if longest_only:

@@ -8,7 +8,7 @@ import sys
 import spacy
 from spacy.attrs import IDX, LENGTH
 
-from artifacts.names import TokenSpans
+from artifacts.names import TokenSpans, token_bounds
 from tests.conftest import REPO
 
 
@@ -18,6 +18,8 @@ def test_spans_are_spacy_blank_english_tokens():
     expected = [(start, start + length) for start, length in doc.to_array([IDX, LENGTH]).tolist()]
     assert TokenSpans()(text) == expected
     assert [text[start:end] for start, end in expected][:4] == ["Mercury", "(", "planet", ")"]
+    assert TokenSpans().bounds(text) == token_bounds(expected)  # what find_names reads, built with numpy
+    assert TokenSpans().bounds("") == ([], set()) and TokenSpans()("") == []
 
 
 def test_the_vocabulary_stays_within_its_bound_whatever_the_words():

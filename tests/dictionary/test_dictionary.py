@@ -14,7 +14,7 @@ import pytest
 
 from artifacts import tables
 from artifacts.linker import LINKER_FILES, EntityLinker
-from artifacts.names import NameRules, find_names, fold_case, title_name
+from artifacts.names import NameRules, find_names, fold_case, title_name, token_bounds
 from artifacts.run import manifest
 from artifacts.trie_map import build_trie_map
 from pipelines.launcher.cli import main
@@ -132,7 +132,7 @@ def test_name_candidates_attach_entity_ids_by_target():
 def test_find_names_on_token_boundaries():
     trie = marisa_trie.Trie(["new york", "new york city", "york", "ne"])
     text = "in new york city, newer york"
-    tokens = [(match.start(), match.end()) for match in re.finditer(r"\w+|[^\w\s]", text)]
+    tokens = token_bounds([(match.start(), match.end()) for match in re.finditer(r"\w+|[^\w\s]", text)])
     longest = [(m.start, m.end, m.name) for m in find_names(text, tokens, trie.prefixes, 100, longest_only=True)]
     assert longest == [(3, 16, "new york city"), (24, 28, "york")]
     every = sorted(m.name for m in find_names(text, tokens, trie.prefixes, 100, longest_only=False))

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from artifacts.names import NameRules, TokenSpans, find_names, fold_case, paragraphs
+from artifacts.names import NameRules, TokenBounds, TokenSpans, find_names, fold_case, paragraphs
 from artifacts.trie_map import TrieMap, load_trie_map
 from transforms.common.per_worker import PerProcess
 from transforms.common.spill import GatheringDoFn
@@ -20,13 +20,13 @@ from transforms.dictionary.tables import doc_count_tables
 BATCH_NAME_IDS = 1 << 20  # name occurrences a worker gathers before counting them into per-bucket tables
 
 
-def name_ids_in(text: str, token_spans: Callable[[str], list[tuple[int, int]]], names: TrieMap, rules: NameRules,
+def name_ids_in(text: str, token_bounds: Callable[[str], TokenBounds], names: TrieMap, rules: NameRules,
                 per_page: bool) -> list[int]:
     """The id of every name of ``names`` occurring on token boundaries, once per paragraph (or page) it occurs in."""
     found: list[int] = []
     for unit in paragraphs(text, per_page):
         folded = unit if rules.case_sensitive else fold_case(unit)
-        matches = find_names(folded, token_spans(unit), names.keys.prefixes, rules.max_length,
+        matches = find_names(folded, token_bounds(unit), names.keys.prefixes, rules.max_length,
                              longest_only=False)
         found.extend(names.keys[name] for name in {match.name for match in matches})
     return found
@@ -47,7 +47,8 @@ class CountNameDocs(GatheringDoFn):
 
     def process(self, article: dict[str, Any], names_dir: str) -> Iterator[tuple[int, pa.Table]]:
         self._names = self._maps.get(names_dir)  # kept: Shared frees what nothing refers to
-        self._ids.extend(name_ids_in(article["text"], self._token_spans, self._names, self._rules, self._per_page))
+        self._ids.extend(name_ids_in(article["text"], self._token_spans.bounds, self._names, self._rules,
+                                     self._per_page))
         if len(self._ids) >= self._batch_ids:
             yield from self._flush()
 
