@@ -20,20 +20,24 @@ H100 / H200 (a bare CUDA machine with PyTorch; build the kit first here with ../
 --with-faiss, which also writes the tokenizer-only MiniLM stand-in that random-bert-base takes its vocabulary
 from):
 
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu-kit/whl/*.whl \\
+    mkdir -p /tmp/site && tar xJf .gpu-kit/site.tar.xz -C /tmp/site \\
       && export PYTHONPATH=/tmp/site:$PWD/.gpu-kit/stub:$PWD HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 \\
       && python3 -m bench.gpu --device cuda --dtype bfloat16 --model random-bert-base --batch-tokens 65536
 
-and once more with 8 worker processes on the one GPU (each loads its own model, tokenizes, and for KPR links, its
-own passages): add --beam=--direct_running_mode=multi_processing --beam=--direct_num_workers=8. The sample's mentions
-are 2 buckets (its articles are 2 row groups), so at most 2 of the 8 encode them; the worker series of the GPU stages
-on a dump where work spreads is ``bench/scale.py``'s (its docstring).
+with every core building the inputs and one process holding the model (the stages' split): add
+--beam=--direct_running_mode=multi_processing --beam=--direct_num_workers=16 (--model-workers stays one per GPU).
+The sample's mentions are too few for the [MASK] stage's start to weigh little: build a synthetic dump's first
+(``python3 -m bench.scale --articles 40000 --workers 16 --stages parse dictionary mentions --max-seq-length 512
+--work W``, ~500,000 mentions) and measure on them: ``--mentions-out W/out/CHECKOUT/a40000-w16 --paths mentions
+--lengths 512 --mentions 200000``, then ``--lengths 128 --mentions 0`` (0: every mention, in that OUT itself).
 
 The kit has no spaCy, which the dictionary stage needs (the sample is built first): add spacy==3.8.18 and what it
 needs that such a machine lacks (thinc, blis, cymem, preshed, murmurhash, srsly, wasabi, catalogue, confection,
 weasel, spacy-legacy, spacy-loggers, pydantic, pydantic-core, annotated-types, typing-inspection, cloudpathlib,
-smart-open), unpacked, their .so files stripped and packed as a tar.xz (~10 MB) unpacked into /tmp/site there;
-the Beam wheel treated the same way (~3 MB instead of 19) keeps the whole within the 64 MiB that travels.
+smart-open), installed here for the machine's Python (``pip install --no-deps --only-binary=:all: --python-version
+3.12 --platform manylinux... --target DIR``) together with the kit's wheels, spaCy's other languages, ``tests``
+folders and Beam's ``*_test.py`` removed, the .so files stripped, packed as one tar.xz (~30 MB with faiss-cpu)
+and unpacked into /tmp/site there: within the 64 MiB that travels.
 """
 
 from __future__ import annotations
