@@ -33,8 +33,8 @@ from pipelines.index import check_encoder
 from pipelines.launcher.cli import main
 from tests.builders import dpr_passages, mirrored, run_counting
 from tests.conftest import BUNDLED_SAMPLE, DIRECT
-from transforms.common.follow import FollowedFiles, mark_ended
-from transforms.index.forward import EncodePassageInputs
+from transforms.common.follow import FollowedFiles, RunFollowers, mark_ended
+from transforms.index.forward import FollowPassageInputs
 from transforms.index.inputs import INPUT_PREFIX, PreparePassageInputs, inputs_table, table_features
 
 ENTITY_DIM = 8
@@ -400,7 +400,8 @@ def test_the_index_pipelines_encode_and_count_as_the_library(tiny_bert, tmp_path
     assert run_counting(prepare) == counts
     mark_ended(files, None)
     staged = str(tmp_path / "staged")
-    encoded = run_counting(lambda pipeline: pipeline | EncodePassageInputs(options, files, staged, 4, 32, 2))
+    follower = FollowPassageInputs(options, files, staged, 4, 32)
+    encoded = run_counting(lambda pipeline: pipeline | RunFollowers(follower, 2, "records"))
     assert encoded == {"passages_encoded": 24}
     rows = pa.concat_tables([pq.read_table(path) for path in sorted(Path(staged).rglob("*.parquet"))])
     by_id = dict(zip(rows.column("passage_id").to_pylist(), rows.column("embedding").to_pylist(), strict=True))

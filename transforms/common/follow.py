@@ -18,8 +18,10 @@ from apache_beam.transforms.window import GlobalWindows
 
 from artifacts import fs, tables
 from artifacts.errors import first_line
+from transforms.common.dead_letters import DEAD_LETTER_TAG
 
 FOLLOW_POLL_S = 0.2  # a follower with nothing to take looks for new files this often
+ENCODED_TAG = "encoded"  # a follower's output: how many items a step of it encoded (for the progress line)
 
 
 @dataclass(frozen=True)
@@ -130,3 +132,23 @@ class WriteFollowedFiles(beam.DoFn):
         path = fs.join(self._directory, f"{self._prefix}{uuid.uuid4().hex}.parquet")
         fs.write_bytes_atomic(path, tables.parquet_bytes(table))  # seen whole or not at all
         return path
+
+
+class RunFollowers(beam.PTransform):
+    """A pipeline's root -> the outputs of ``follower`` (a DoFn of (index, followers) that follows the first
+    pipeline's files, ``follow``) run as ``followers`` followers, one per process that holds the model:
+    {``main``: its main output, "dead_letter": its dead letters}; ``progress``: an optional step that counts
+    what it tags ``ENCODED_TAG``."""
+
+    def __init__(self, follower: beam.DoFn, followers: int, main: str, progress: beam.PTransform | None = None) -> None:
+        super().__init__()
+        self._follower, self._followers, self._main, self._progress = follower, followers, main, progress
+
+    def expand(self, pipeline: beam.pvalue.PBegin) -> dict[str, beam.PCollection]:
+        followers = [(index, self._followers) for index in range(self._followers)]
+        outputs = (pipeline | "Followers" >> beam.Create(followers) | "Spread" >> beam.Reshuffle()
+                   | "Follow" >> beam.ParDo(self._follower).with_outputs(DEAD_LETTER_TAG, ENCODED_TAG,
+                                                                         main=self._main))
+        if self._progress is not None:
+            _ = outputs[ENCODED_TAG] | "Progress" >> self._progress
+        return {self._main: outputs[self._main], DEAD_LETTER_TAG: outputs[DEAD_LETTER_TAG]}

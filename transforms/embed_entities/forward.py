@@ -20,15 +20,14 @@ from artifacts import fs, tables
 from artifacts.counters import declare, error
 from encoders.mask_encoder import MaskEncoder
 from encoders.models import ModelSpec, worker_device
-from transforms.common.dead_letters import DEAD_LETTER_TAG, dead_letter
-from transforms.common.follow import FollowedFiles, follow, wait_for
+from transforms.common.dead_letters import dead_letter
+from transforms.common.follow import ENCODED_TAG, FollowedFiles, follow, wait_for
 from transforms.common.per_worker import PerProcess
 from transforms.embed_entities.entity_vectors import ModelFacts, PartWriter
 from transforms.embed_entities.inputs import table_inputs
 
 COUNTERS = declare(error("non_finite_vectors", "vectors with NaN or inf (or a zero mean)"))
 
-ENCODED_TAG = "encoded"  # how many mentions each step encoded (for the progress line)
 
 
 @dataclass(frozen=True)
@@ -89,23 +88,3 @@ class FollowInputFiles(beam.DoFn):
             yield from dead
             yield from writer.add(keys[finite], vectors[finite])
             yield beam.pvalue.TaggedOutput(ENCODED_TAG, len(keys))
-
-
-class EncodeMentionInputs(beam.PTransform):
-    """A pipeline's root -> {"parts": (bucket, Part) of the mention vectors of every input file, "dead_letter":
-    non-finite vectors}, encoded by ``followers`` followers (one per process that holds the model) beside the
-    inputs' pipeline; ``progress``: an optional step that counts the mentions encoded."""
-
-    def __init__(self, spec: ModelSpec, layer: int, max_tokens: int, files: InputFiles, followers: int,
-                 progress: beam.PTransform | None = None) -> None:
-        super().__init__()
-        self._follow = FollowInputFiles(spec, layer, max_tokens, files)
-        self._followers, self._progress = followers, progress
-
-    def expand(self, pipeline: beam.pvalue.PBegin) -> dict[str, beam.PCollection]:
-        followers = [(index, self._followers) for index in range(self._followers)]
-        encoded = (pipeline | "Followers" >> beam.Create(followers) | "Spread" >> beam.Reshuffle()
-                   | "Follow" >> beam.ParDo(self._follow).with_outputs(DEAD_LETTER_TAG, ENCODED_TAG, main="parts"))
-        if self._progress is not None:
-            _ = encoded[ENCODED_TAG] | "Progress" >> self._progress
-        return {"parts": encoded.parts, DEAD_LETTER_TAG: encoded[DEAD_LETTER_TAG]}

@@ -23,7 +23,7 @@ from encoders.mask_encoder import check_mask_model
 from encoders.mask_inputs import MASK_WINDOWS, check_max_seq_length
 from encoders.models import STORED_DTYPES, ModelSpec, check_device, hidden_size, input_embedding_norm
 from transforms.common.dead_letters import DEAD_LETTER_TAG
-from transforms.common.follow import FollowedFiles, listed
+from transforms.common.follow import FollowedFiles, RunFollowers, listed
 from transforms.common.packed import CountEntities
 from transforms.embed_entities import entity_vectors, mention_windows, refresh
 from transforms.embed_entities.entity_vectors import (
@@ -35,7 +35,7 @@ from transforms.embed_entities.entity_vectors import (
     vector_buckets,
 )
 from transforms.embed_entities.forward import COUNTERS as FORWARD_COUNTERS
-from transforms.embed_entities.forward import EncodeMentionInputs, InputFiles
+from transforms.embed_entities.forward import FollowInputFiles, InputFiles
 from transforms.embed_entities.inputs import COUNTERS as INPUT_COUNTERS
 from transforms.embed_entities.inputs import INPUT_PREFIX, PrepareMentionInputs
 from transforms.embed_entities.mention_windows import REF_COLUMNS, CutMentionWindows, ref_array
@@ -223,8 +223,8 @@ class EncodeMentions(beam.PTransform):
 
     def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
         config, inputs = self._config, self._inputs
-        encoded = pipeline | "Encode" >> EncodeMentionInputs(config.spec, config.layer, config.batch_tokens,
-                                                             inputs.files, self._followers, self._progress)
+        follower = FollowInputFiles(config.spec, config.layer, config.batch_tokens, inputs.files)
+        encoded = pipeline | "Encode" >> RunFollowers(follower, self._followers, "parts", self._progress)
         _ = (encoded["parts"] | "PartLines" >> beam.Map(part_line)
              | "ListParts" >> beam.io.WriteToText(inputs.under_scratch("parts.list")))
         return encoded[DEAD_LETTER_TAG]

@@ -18,12 +18,10 @@ from artifacts.passages import Passage
 from encoders.loading import load_retriever
 from encoders.models import worker_device
 from encoders.retrievers import DenseEncoder, EncoderOptions
-from transforms.common.dead_letters import DEAD_LETTER_TAG, count, dead_letter
-from transforms.common.follow import FollowedFiles, follow
+from transforms.common.dead_letters import count, dead_letter
+from transforms.common.follow import ENCODED_TAG, FollowedFiles, follow
 from transforms.common.per_worker import PerProcess
 from transforms.index.inputs import encoder_key, table_features
-
-ENCODED_TAG = "encoded"  # how many passages each step encoded (for the progress line)
 
 
 def load_keyed_encoder(key: str) -> DenseEncoder:
@@ -69,24 +67,3 @@ class FollowPassageInputs(beam.DoFn):
                 yield beam.pvalue.TaggedOutput(ENCODED_TAG, len(passages))
         for record in writer.close():
             yield record.to_json()
-
-
-class EncodePassageInputs(beam.PTransform):
-    """A pipeline's root -> {"records": the staged files' records, "dead_letter": non-finite vectors}, encoded by
-    ``followers`` followers (one per process that holds the model) beside the inputs' pipeline; ``progress``: an
-    optional step that counts the passages encoded."""
-
-    def __init__(self, encoder: EncoderOptions, files: FollowedFiles, directory: str, bucket_count: int, dim: int,
-                 followers: int, progress: beam.PTransform | None = None) -> None:
-        super().__init__()
-        self._follow = FollowPassageInputs(encoder, files, directory, bucket_count, dim)
-        self._followers, self._progress = followers, progress
-
-    def expand(self, pipeline: beam.pvalue.PBegin) -> dict[str, beam.PCollection]:
-        followers = [(index, self._followers) for index in range(self._followers)]
-        encoded = (pipeline | "Followers" >> beam.Create(followers) | "Spread" >> beam.Reshuffle()
-                   | "Follow" >> beam.ParDo(self._follow).with_outputs(DEAD_LETTER_TAG, ENCODED_TAG,
-                                                                       main="records"))
-        if self._progress is not None:
-            _ = encoded[ENCODED_TAG] | "Progress" >> self._progress
-        return {"records": encoded.records, DEAD_LETTER_TAG: encoded[DEAD_LETTER_TAG]}

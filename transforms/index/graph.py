@@ -28,8 +28,8 @@ from artifacts.counters import declare, dropped, error, processed
 from artifacts.faiss import buckets, build, choice, files, info, storage
 from encoders.retrievers import EncoderOptions
 from transforms.common.dead_letters import DEAD_LETTER_TAG, count
-from transforms.common.follow import FollowedFiles
-from transforms.index.forward import EncodePassageInputs
+from transforms.common.follow import FollowedFiles, RunFollowers
+from transforms.index.forward import FollowPassageInputs
 from transforms.index.inputs import PreparePassageInputs
 from transforms.index.passages import DUPLICATE_KEEPS
 from transforms.index.refresh import SplitPassagesForRefresh
@@ -158,8 +158,8 @@ class EncodePassages(beam.PTransform):
     def __init__(self, encoder: EncoderOptions, files: EncodingFiles, bucket_count: int, dim: int, followers: int,
                  progress: beam.PTransform | None = None) -> None:
         super().__init__()
-        self._encode = EncodePassageInputs(encoder, files.inputs, files.staged, bucket_count, dim, followers,
-                                           progress)
+        follower = FollowPassageInputs(encoder, files.inputs, files.staged, bucket_count, dim)
+        self._encode = RunFollowers(follower, followers, "records", progress)
         self._list = files.bucket_list("encoded")
 
     def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
