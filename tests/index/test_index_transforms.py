@@ -21,7 +21,7 @@ from encoders.retrievers import EncoderOptions
 from pipelines.index import STAGE, incompatibility
 from transforms.index import line_ranges
 from transforms.index.corpus import ReadPassages
-from transforms.index.forward import encoded_row
+from transforms.index.forward import encoded_rows
 from transforms.index.graph import COUNTERS, IndexConfig, ListBucketFiles, WriteBuckets
 from transforms.index.passages import corpus_row
 
@@ -97,11 +97,11 @@ def test_byte_ranges_read_what_whole_files_give(tmp_path, monkeypatch, keep, ran
 
 
 def test_encoded_rows_keep_their_passage_and_non_finite_vectors_are_dead_lettered():
-    row = encoded_row(Passage(7, "T", "text"), np.array([1.0, 2.0], np.float32))
-    assert (row[0], row[1], row[2], row[3].tolist()) == (7, "T", "text", [1.0, 2.0])
-    dead = encoded_row(Passage(8, "U", "more"), np.array([np.nan, 1.0], np.float32))
-    assert isinstance(dead, beam.pvalue.TaggedOutput) and dead.tag == "dead_letter"
-    assert (dead.value["kind"], dead.value["passage_id"]) == ("non_finite_vectors", 8)
+    passages = [Passage(7, "T", "text"), Passage(8, "U", "more"), Passage(9, "V", "last")]
+    rows, dead = encoded_rows(passages, np.array([[1.0, 2.0], [np.nan, 1.0], [3.0, np.inf]], np.float32))
+    assert [(row[0], row[1], row[2], row[3].tolist()) for row in rows] == [(7, "T", "text", [1.0, 2.0])]
+    assert [(letter.tag, letter.value["kind"], letter.value["passage_id"]) for letter in dead] == [
+        ("dead_letter", "non_finite_vectors", 8), ("dead_letter", "non_finite_vectors", 9)]
 
 
 def test_staged_rows_are_in_the_bucket_files_their_records_list(tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import astuple, dataclass
 from typing import Any
 
@@ -18,7 +19,9 @@ import numpy as np
 
 from artifacts import fs, tables
 from artifacts.counters import declare, error
+from encoders.batching import prefetched
 from encoders.mask_encoder import MaskEncoder
+from encoders.mask_inputs import PackedMaskInputs
 from encoders.models import ModelSpec, worker_device
 from transforms.common.dead_letters import dead_letter
 from transforms.common.follow import ENCODED_TAG, FollowedFiles, follow, wait_for
@@ -62,7 +65,8 @@ def finite_rows(keys: np.ndarray, vectors: np.ndarray) -> tuple[np.ndarray, list
 class FollowInputFiles(beam.DoFn):
     """(index, followers) -> (bucket, Part) of the mention vectors of the input files this follower takes
     (``follow``), encoded as the inputs' pipeline writes them, until it has ended. Non-finite vectors are
-    dead-lettered; how many each file held is tagged ``encoded``."""
+    dead-lettered; how many each row group held is tagged ``encoded``. While the model runs, the next row group is
+    read in a thread (``read_inputs``) and the last one's vectors written in another."""
 
     def __init__(self, spec: ModelSpec, layer: int, max_tokens: int, files: InputFiles) -> None:
         self._key, self._files = encoder_key(spec, layer, max_tokens), files
@@ -76,15 +80,22 @@ class FollowInputFiles(beam.DoFn):
         files = self._files
         wait_for(files.facts, files.followed)  # the inputs' pipeline measures the model first
         writer = PartWriter(files.parts, ModelFacts(**fs.read_json(files.facts)).buckets)
-        for path in follow(files.followed, index, followers):
-            yield from self._encode(path, writer)
+        # the next row group is read in a thread, and the last one's vectors written in another, while the model runs
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="write-parts") as behind:
+            writing = behind.submit(list)
+            for keys, packed in prefetched(read_inputs(follow(files.followed, index, followers)), depth=1):
+                vectors = self._encoder.encode_packed(packed)
+                finite, dead = finite_rows(keys, vectors)
+                yield from dead
+                yield from writing.result()  # one row group in flight at most
+                writing = behind.submit(writer.add, keys[finite], vectors[finite])
+                yield beam.pvalue.TaggedOutput(ENCODED_TAG, len(keys))
+            yield from writing.result()
         yield from writer.flush()
 
-    def _encode(self, path: str, writer: PartWriter) -> Iterator[Any]:
-        for table in tables.iter_file_batches([path], batch_size=1 << 30):  # a row group at a time
-            keys, packed = table_inputs(table)
-            vectors = self._encoder.encode_packed(packed)
-            finite, dead = finite_rows(keys, vectors)
-            yield from dead
-            yield from writer.add(keys[finite], vectors[finite])
-            yield beam.pvalue.TaggedOutput(ENCODED_TAG, len(keys))
+
+def read_inputs(paths: Iterator[str]) -> Iterator[tuple[np.ndarray, PackedMaskInputs]]:
+    """The keys and ready inputs of the input files ``paths``, a row group at a time."""
+    for path in paths:
+        for table in tables.iter_file_batches([path], batch_size=1 << 30):
+            yield table_inputs(table)
