@@ -227,10 +227,6 @@ def load_dense_model(spec: ModelSpec):
 CountFn = Callable[[str, int], None]
 
 
-def ignore_count(name: str, value: int = 1) -> None:
-    """The default ``CountFn`` outside a pipeline (search, evaluate): nothing is counted."""
-
-
 class TextInputs:
     """What an encoder's model reads, built from texts on the CPU (token ids; KPR adds entity inputs). It loads
     no model (``DenseEncoder`` holds one beside its model)."""
@@ -297,7 +293,7 @@ class DenseEncoder:
         config = self.model.config
         return int(getattr(config, "projection_dim", 0) or config.hidden_size)
 
-    def encode_passages(self, passages: Sequence[Passage], count: CountFn = ignore_count) -> np.ndarray:
+    def encode_passages(self, passages: Sequence[Passage], count: CountFn | None = None) -> np.ndarray:
         """float32 rows of ``passages``, in order; what their inputs hold (KPR's entity inputs) goes to ``count``
         in the caller's thread, where Beam's counters count."""
         return self._encode(passages, self.inputs.passages, count)

@@ -3,23 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from functools import partial
 from typing import Any
 
 from artifacts import fs, layout, schemas, tables
 from artifacts.errors import InputError
 from artifacts.run import manifest
 from encoders.models import model_files
-from pipelines.launcher.stage import (
-    StageContext,
-    model_workers,
-    run_beam,
-    run_beams_together,
-    summed,
-    with_dead_letters,
-)
+from pipelines.launcher.stage import Build, StageContext, run_beam, run_model_beside, summed, with_dead_letters
 from pipelines.refresh import RefreshConfig, fingerprint_changes, option_changes, previous_options, reusable_previous
-from transforms.common.follow import mark_ended
 from transforms.common.mention_sampling import CHARS_PER_TOKEN
 from transforms.embed_entities.graph import (
     COUNTERS,
@@ -74,15 +65,14 @@ class EmbedEntitiesStage:
                              previous=previous)
         prepare = PrepareMentions(config, inputs, facts, context_chars(ctx.output),
                                   ctx.progress("mentions prepared", mentions))
-        followers = model_workers(ctx, config.device, config.model_workers)
-        forward = ctx.with_workers_at_most(followers)
-        encode = EncodeMentions(config, inputs, followers, forward.progress("mentions encoded", mentions, int))
+
+        def model(forward: StageContext, followers: int) -> Build:
+            encode = EncodeMentions(config, inputs, followers, forward.progress("mentions encoded", mentions, int))
+            return with_dead_letters(forward, "EncodeMentions", encode, "vectors")
+
         # The GPU's pipeline runs beside the inputs' one, encoding the inputs as they are written.
-        prepared, encoded = run_beams_together((ctx, with_dead_letters(ctx, "PrepareMentions", prepare, "mentions")),
-                                               (forward, with_dead_letters(forward, "EncodeMentions", encode,
-                                                                           "vectors")),
-                                               partial(mark_ended, inputs.files.followed))
-        counters = summed(prepared, encoded)
+        counters = run_model_beside(ctx, with_dead_letters(ctx, "PrepareMentions", prepare, "mentions"), model,
+                                    inputs.files.followed, config.device, config.model_workers)
         facts = read_facts(inputs)
         reduce = ReduceEntities(config, inputs, listed_parts(inputs), facts)
         reducing = ctx.with_workers_at_most(facts.buckets)  # a bucket is a unit of work: no idle worker to start

@@ -12,7 +12,6 @@ import argparse
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from functools import partial
 from typing import Any
 
 import apache_beam as beam
@@ -28,17 +27,10 @@ from encoders.loading import check_encoder_options
 from encoders.models import check_device, model_files
 from encoders.retrievers import EncoderOptions, dense_dim, recorded_encoder
 from pipelines.launcher import disk_space, flags
-from pipelines.launcher.stage import (
-    StageContext,
-    model_workers,
-    run_beam,
-    run_beams_together,
-    summed,
-    with_dead_letters,
-)
+from pipelines.launcher.stage import Build, StageContext, run_beam, run_model_beside, with_dead_letters
 from pipelines.refresh import RefreshConfig, fingerprint_changes, option_changes, previous_options, reusable_previous
 from transforms.common.dead_letters import WriteDeadLetters
-from transforms.common.follow import FollowedFiles, mark_ended
+from transforms.common.follow import FollowedFiles
 from transforms.index.corpus import ReadPassages, check_corpus, estimated_passages
 from transforms.index.graph import (
     COUNTERS,
@@ -206,15 +198,14 @@ def encode(ctx: StageContext, config: IndexConfig, encoder: EncoderOptions, enco
     """The passages read and their inputs built by every worker (``prepare``), encoded beside it by the processes
     that hold the model (``EncodePassages``); the counters of both."""
     files = encoding_files(ctx)
-    followers = model_workers(ctx, encoder.device, config.model_workers)
-    forward = ctx.with_workers_at_most(followers)
-    encode_passages = EncodePassages(encoder, files, encoding.bucket_count, encoding.dim, followers,
-                                     forward.progress("passages encoded", encoding.estimate, int))
-    prepared, encoded = run_beams_together(
-        (ctx, lambda pipeline: prepare(pipeline, ctx, config, encoder, encoding, files)),
-        (forward, with_dead_letters(forward, "EncodePassages", encode_passages, "vectors")),
-        partial(mark_ended, files.inputs))
-    return summed(prepared, encoded)
+
+    def model(forward: StageContext, followers: int) -> Build:
+        encode_passages = EncodePassages(encoder, files, encoding.bucket_count, encoding.dim, followers,
+                                         forward.progress("passages encoded", encoding.estimate, int))
+        return with_dead_letters(forward, "EncodePassages", encode_passages, "vectors")
+
+    return run_model_beside(ctx, lambda pipeline: prepare(pipeline, ctx, config, encoder, encoding, files), model,
+                            files.inputs, encoder.device, config.model_workers)
 
 
 def prepare(pipeline: beam.Pipeline, ctx: StageContext, config: IndexConfig, encoder: EncoderOptions,

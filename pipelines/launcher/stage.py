@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from typing import Any, Protocol, TypeVar
 
 import apache_beam as beam
@@ -33,6 +34,7 @@ from pipelines.launcher.environment import environment_variable, environment_var
 from pipelines.launcher.flags import DEFAULT_INTERVAL_S
 from pipelines.launcher.interrupt import INTERRUPTED_STEP
 from transforms.common.dead_letters import COUNTER_NAMESPACE, WriteDeadLetters
+from transforms.common.follow import FollowedFiles, mark_ended
 from transforms.common.progress import LogProgress, worker_count
 
 LOG = logging.getLogger("kpr")
@@ -222,6 +224,18 @@ def with_dead_letters(ctx: StageContext, name: str, transform: beam.PTransform, 
 def summed(first: Mapping[str, int], second: Mapping[str, int]) -> dict[str, int]:
     """Two pipelines' counters added, by name (as ``collect_counters`` gives one pipeline's)."""
     return {name: first.get(name, 0) + second.get(name, 0) for name in sorted({*first, *second})}
+
+
+def run_model_beside(ctx: StageContext, prepare: Build, model: Callable[[StageContext, int], Build],
+                     followed: FollowedFiles, device: str, configured: int | None) -> dict[str, int]:
+    """A GPU stage's encoding: the inputs' pipeline ``prepare`` on every worker and, beside it, the model's
+    (``model(its context, followers)``) in the processes that hold the model (``model_workers``), told when the
+    first has ended; the two pipelines' counters summed."""
+    followers = model_workers(ctx, device, configured)
+    forward = ctx.with_workers_at_most(followers)
+    prepared, encoded = run_beams_together((ctx, prepare), (forward, model(forward, followers)),
+                                           partial(mark_ended, followed))
+    return summed(prepared, encoded)
 
 
 def model_workers(ctx: StageContext, device: str, configured: int | None) -> int:
