@@ -13,12 +13,14 @@ LINKER = f"{DICTIONARY}/linker"
 MENTIONS = "mentions"
 ENTITY_EMBEDDINGS = "entity_embeddings"
 ENTITY_ID_MAP = "entity_id_map"
+MENTION_VECTORS = "mention_vectors"
 INDEX = "index"
 PASSAGES = "passages"
 ERRORS = "errors"  # OUT/errors/STAGE/: one artifact directory per stage
 REPORT = "report"
 MANIFEST = "manifest.json"
 STAGING = ".staging"  # OUT/.staging/STAGE/: a running stage's outputs before they are committed
+KEPT = ".kept"  # OUT/.staging/STAGE.kept/: what a killed run of a stage leaves for its rerun (removed at its commit)
 LOCK = ".lock"
 
 # Stages: the name recorded in the manifest (and used in OUT/errors/STAGE/) ...
@@ -34,7 +36,7 @@ STAGE_COMMANDS = {PARSE_STAGE: "parse", DICTIONARY_STAGE: "dictionary", MENTIONS
                   EMBED_ENTITIES_STAGE: "embed-entities", INDEX_STAGE: "index"}
 # The artifact directories each stage writes (besides its dead letters, errors/STAGE).
 STAGE_OUTPUTS = {PARSE_STAGE: (ARTICLES, REDIRECTS), DICTIONARY_STAGE: (ENTITIES, DICTIONARY),
-                 MENTIONS_STAGE: (MENTIONS,), EMBED_ENTITIES_STAGE: (ENTITY_EMBEDDINGS, ENTITY_ID_MAP),
+                 MENTIONS_STAGE: (MENTIONS,), EMBED_ENTITIES_STAGE: (ENTITY_EMBEDDINGS, ENTITY_ID_MAP, MENTION_VECTORS),
                  INDEX_STAGE: (INDEX, PASSAGES)}
 
 

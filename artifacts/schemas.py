@@ -82,6 +82,7 @@ MENTION_INPUTS = pa.schema(
         ("entity_id", pa.int32()),
         ("page_id", pa.int64()),
         ("link_index", pa.int32()),
+        ("window_key", pa.uint64()),
         ("mask_position", pa.int32()),
         ("input_ids", pa.list_(pa.int32())),
     ]
@@ -99,6 +100,13 @@ def entity_embeddings(dim: int, value_type: pa.DataType | None = None) -> pa.Sch
             ("mention_count", pa.int32()),
         ]
     )
+
+# mention_vectors/: embed-entities' store of [MASK] vectors, one a distinct model input, keyed by a digest of the
+# input and the model (transforms/embed_entities/window_store.py); float16.
+def mention_vectors(dim: int) -> pa.Schema:
+    """Schema of ``mention_vectors/`` for vectors of ``dim`` values."""
+    return pa.schema([("window_key", pa.uint64()), ("embedding", pa.list_(pa.float16(), dim))])
+
 
 # entity_id_map/: a refresh's old -> new entity ids of the entities in both runs (by key: QID, else title).
 ENTITY_ID_MAP = pa.schema([("key", pa.string()), ("old_entity_id", pa.int32()), ("new_entity_id", pa.int32())])

@@ -51,6 +51,14 @@ class PackedMaskInputs:
     def __len__(self) -> int:
         return len(self.positions)
 
+    def take(self, rows: np.ndarray) -> PackedMaskInputs:
+        """The inputs of ``rows``, in that order."""
+        lengths = self.lengths[rows]
+        starts = self.offsets[rows]
+        spans = np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+        ids = self.ids[np.arange(int(lengths.sum())) + spans]
+        return PackedMaskInputs(ids, np.concatenate([[0], np.cumsum(lengths)]), self.positions[rows])
+
     @property
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)

@@ -12,6 +12,8 @@ from encoders.models import model_files
 from pipelines.launcher.stage import Build, StageContext, run_beam, run_model_beside, summed, with_dead_letters
 from pipelines.refresh import RefreshConfig, fingerprint_changes, option_changes, previous_options, reusable_previous
 from transforms.common.mention_sampling import CHARS_PER_TOKEN
+from transforms.common.worker_files import save_array
+from transforms.embed_entities.gather import save_store_index
 from transforms.embed_entities.graph import (
     COUNTERS,
     EmbedConfig,
@@ -24,6 +26,7 @@ from transforms.embed_entities.graph import (
     read_facts,
     reuse_counters,
 )
+from transforms.embed_entities.window_store import known_keys, model_salt, store_files
 
 PREVIOUS_STAGES = (layout.DICTIONARY_STAGE, layout.MENTIONS_STAGE, layout.EMBED_ENTITIES_STAGE)
 
@@ -41,7 +44,7 @@ class EmbedEntitiesStage:
             model=str(args.model), layer=args.layer, max_seq_length=args.max_seq_length, device=args.device,
             dtype=args.dtype, batch_tokens=args.batch_tokens, embedding_dtype=args.embedding_dtype,
             mask_window=args.mask_window, previous=refresh.previous, require_reuse=refresh.require_reuse,
-            model_workers=args.model_workers)
+            model_workers=args.model_workers, keep_mention_vectors=getattr(args, "keep_mention_vectors", True))
 
     def upstream(self, config: EmbedConfig) -> tuple[str, ...]:
         # parse: articles/, where the mention windows are cut
@@ -50,6 +53,7 @@ class EmbedEntitiesStage:
     def options(self, config: EmbedConfig) -> dict[str, Any]:
         return {"model": config.model, "layer": config.layer, "max_seq_length": config.max_seq_length,
                 "dtype": config.dtype, "embedding_dtype": config.embedding_dtype, "mask_window": config.mask_window,
+                **({} if config.keep_mention_vectors else {"keep_mention_vectors": False}),
                 **previous_options(refresh_of(config))}
 
     def external_inputs(self, config: EmbedConfig) -> dict[str, str]:
@@ -58,11 +62,16 @@ class EmbedEntitiesStage:
     def run(self, ctx: StageContext, config: EmbedConfig) -> dict[str, int]:
         mentions = tables.total_rows(ctx.output, layout.MENTIONS)
         facts = model_facts(config, mentions) if ctx.workers_run_here() else None
+        salt = window_salt(config)
         previous = reusable_previous(refresh_of(config), self.name, PREVIOUS_STAGES,
-                                     lambda old: incompatibility(old, ctx.output, config))
+                                     lambda old: incompatibility(old, ctx.output, config, salt))
         inputs = EmbedInputs(output=ctx.output, mentions=mentions, embeddings=ctx.staged(layout.ENTITY_EMBEDDINGS),
-                             scratch=fs.join(ctx.staging_root, "work"), id_map=ctx.staged(layout.ENTITY_ID_MAP),
+                             scratch=fs.join(ctx.staging_root, "work"), pending=ctx.kept_root, salt=salt,
+                             store=ctx.staged(layout.MENTION_VECTORS), id_map=ctx.staged(layout.ENTITY_ID_MAP),
                              previous=previous)
+        # the windows stored before (a previous run's, this OUT's, a killed run's) are not encoded again
+        stores = store_directories(ctx, previous)
+        save_array(inputs.files.known, known_keys(store_files(stores, salt)))
         prepare = PrepareMentions(config, inputs, facts, context_chars(ctx.output),
                                   ctx.progress("mentions prepared", mentions))
 
@@ -74,11 +83,25 @@ class EmbedEntitiesStage:
         counters = run_model_beside(ctx, with_dead_letters(ctx, "PrepareMentions", prepare, "mentions"), model,
                                     inputs.files.followed, config.device, config.model_workers)
         facts = read_facts(inputs)
+        save_store_index(inputs.store_index, store_files(stores, salt))
         reduce = ReduceEntities(config, inputs, listed_parts(inputs), facts)
         reducing = ctx.with_workers_at_most(facts.buckets)  # a bucket is a unit of work: no idle worker to start
         counters = summed(counters, run_beam(reducing, with_dead_letters(reducing, "ReduceEntities", reduce,
                                                                          "entities")))
         return reuse_counters(counters) if config.previous else counters
+
+
+def window_salt(config: EmbedConfig) -> str:
+    """The model's part of every window key: the model, its files (paths, sizes, times), the layer and dtype."""
+    files = {role: manifest.file_fingerprint(pattern) for role, pattern in STAGE.external_inputs(config).items()}
+    return model_salt([config.model, files, config.layer, config.dtype])
+
+
+def store_directories(ctx: StageContext, previous: str | None) -> list[str]:
+    """Where windows encoded before may be stored: what a killed run kept, this OUT's store (an earlier run of
+    the stage) and the previous run's in a refresh."""
+    return [ctx.kept_root, ctx.final(layout.MENTION_VECTORS),
+            *([fs.join(previous, layout.MENTION_VECTORS)] if previous else [])]
 
 
 def refresh_of(config: EmbedConfig) -> RefreshConfig:
@@ -96,14 +119,20 @@ def context_chars(output: str) -> int:
     return int(manifest.load(output)[layout.MENTIONS_STAGE].options["max_seq_length"]) * CHARS_PER_TOKEN
 
 
-def incompatibility(old: dict[str, manifest.StageRecord], output: str, config: EmbedConfig) -> str | None:
-    """Why the previous run's vectors differ from what this run would compute (None: they do not)."""
+def incompatibility(old: dict[str, manifest.StageRecord], output: str, config: EmbedConfig,
+                    salt: str) -> str | None:
+    """Why the previous run's vectors differ from what this run would compute, or it kept none (None: they do
+    not)."""
     stage, mentions = layout.EMBED_ENTITIES_STAGE, layout.MENTIONS_STAGE
     changes = option_changes(old[stage].options, STAGE.options(config))
     changes += option_changes(old[mentions].options, manifest.load(output)[mentions].options)
     changes += [f"{role}: model files changed" for role in
                 fingerprint_changes(old[stage], STAGE.external_inputs(config))]
-    return f"it was built with other options ({'; '.join(changes)})" if changes else None
+    if changes:
+        return f"it was built with other options ({'; '.join(changes)})"
+    if not store_files([fs.join(str(config.previous), layout.MENTION_VECTORS)], salt):
+        return "it kept no mention vectors (built with --no-mention-vectors, or by an older version)"
+    return None
 
 
 STAGE = EmbedEntitiesStage()

@@ -17,8 +17,9 @@ from artifacts.run.validation import validate_run
 
 # Why a previous run cannot be reused, from its records and this run's: None when it can.
 Compatibility = Callable[[dict[str, manifest.StageRecord]], str | None]
-# Recorded options that name the previous run or say how to treat it: no change of them changes a vector.
-RUNTIME_OPTIONS = ("previous", "previous_manifest_sha256", "require_reuse")
+# Recorded options that name the previous run or say how to treat it, or what is kept: no change of them changes a
+# vector.
+RUNTIME_OPTIONS = ("previous", "previous_manifest_sha256", "require_reuse", "keep_mention_vectors")
 
 
 class ReuseRefusedError(InputError):

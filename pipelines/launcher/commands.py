@@ -119,6 +119,9 @@ def _embed_entities(group: argparse._ArgumentGroup) -> None:
                        help="value type of the stored vectors")
     group.add_argument("--mask-window", choices=MASK_WINDOWS, default="reference",
                        help="context split around [MASK]: the paper's (larger half before) or centered")
+    group.add_argument("--no-mention-vectors", dest="keep_mention_vectors", action="store_false",
+                       help="do not keep the mention windows' vectors (mention_vectors/, ~1.5 KB a mention at 768 "
+                       "dimensions): a later refresh of this run encodes every mention again")
 
 
 def _encoder(group: argparse._ArgumentGroup) -> None:

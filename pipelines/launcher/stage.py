@@ -59,6 +59,12 @@ class StageContext:
     def staging_root(self) -> str:
         return fs.join(self.output, STAGING_DIR, self.stage)
 
+    @property
+    def kept_root(self) -> str:
+        """What a run of the stage keeps for its rerun if it is killed (encoded vectors): not removed when the stage
+        starts again, removed once it commits."""
+        return fs.join(self.output, STAGING_DIR, f"{self.stage}{layout.KEPT}")
+
     def staged(self, artifact: str) -> str:
         """The staging directory of ``artifact`` (e.g. ``articles``); committed to OUT/artifact on success."""
         return fs.join(self.staging_root, artifact)
@@ -326,6 +332,7 @@ def commit(ctx: StageContext, stage: Stage, record: manifest.StageRecord) -> man
     completed[stage.name] = record
     manifest.save(ctx.output, completed)
     fs.delete_tree(ctx.staging_root)
+    fs.delete_tree(ctx.kept_root)
     return record
 
 

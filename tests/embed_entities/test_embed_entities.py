@@ -23,6 +23,8 @@ from tests.builders import article, artifact_rows, write_entities, write_parsed
 from tests.conftest import BUNDLED_SAMPLE, DIRECT
 from transforms.common.follow import mark_ended
 from transforms.common.mention_sampling import window_digest
+from transforms.common.packed import bucket_of
+from transforms.common.worker_files import save_array
 from transforms.embed_entities.entity_vectors import (
     MENTION_KEY,
     EntityVectors,
@@ -36,6 +38,7 @@ from transforms.embed_entities.entity_vectors import (
     vector_buckets,
     write_bucketed_part,
 )
+from transforms.embed_entities.gather import save_store_index
 from transforms.embed_entities.graph import (
     EmbedConfig,
     EmbedInputs,
@@ -47,6 +50,7 @@ from transforms.embed_entities.graph import (
     reuse_counters,
 )
 from transforms.embed_entities.inputs import embeddable
+from transforms.embed_entities.window_store import MIN_BITS, model_salt, read_bucket, store_files
 
 
 def vector(*values: float) -> np.ndarray:
@@ -94,8 +98,10 @@ def test_entity_sums_add_in_page_and_link_order_whatever_order_the_vectors_come_
 
 def test_a_bucket_reduce_of_vector_parts_equals_a_plain_mean(tmp_path: Path):
     keys, vectors = random_mentions(300, 20, 6, seed=2)
-    parts = (write_bucketed_part(str(tmp_path / "a.parquet"), mention_vector_table(keys[:100], vectors[:100]), 3)
-             + write_bucketed_part(str(tmp_path / "b.parquet"), mention_vector_table(keys[100:], vectors[100:]), 3))
+    parts = (write_bucketed_part(str(tmp_path / "a.parquet"), mention_vector_table(keys[:100], vectors[:100]),
+                                 bucket_of(keys["entity_id"][:100], 3))
+             + write_bucketed_part(str(tmp_path / "b.parquet"), mention_vector_table(keys[100:], vectors[100:]),
+                                   bucket_of(keys["entity_id"][100:], 3)))
     for bucket in range(3):
         mine = [part for key, part in parts if key == bucket]
         found = list(entity_sums(*read_mention_vectors(mine, 6)))
@@ -122,7 +128,7 @@ def test_entity_vectors_are_norm_matched_means_with_unknown_and_zero_means_dead_
     vectors = [(1, vector(3, 4)), (1, vector(3, 4)), (3, vector(1, -1)), (3, vector(-1, 1)), (9, vector(1, 0)),
                (9, vector(0, 1))]
     write_entities(tmp_path, ["Paris", "Lyon", "Nice"], {"Paris": "Q90", "Nice": "Q33959"})
-    facts = ModelFacts(dim=2, target_norm=10.0, buckets=2)
+    facts = ModelFacts(dim=2, target_norm=10.0, buckets=2, store_bits=4)
     schema = schemas.entity_embeddings(2)
 
     keys = np.array([(entity_id, page_id, 0) for page_id, (entity_id, _) in enumerate(vectors)], dtype=MENTION_KEY)
@@ -185,7 +191,9 @@ def test_embed_entities_with_model_facts_from_a_worker_and_a_refused_previous_ru
     pq.write_table(pa.Table.from_pylist(refs, schema=schemas.MENTIONS), tmp_path / "mentions" / "part-0.parquet")
     config = EmbedConfig(model=str(tiny_bert), max_seq_length=32, previous="/refused/run")
     inputs = EmbedInputs(str(tmp_path), mentions=4, embeddings=str(tmp_path / "entity_embeddings"),
-                         scratch=str(tmp_path / "scratch"))
+                         scratch=str(tmp_path / "scratch"), pending=str(tmp_path / "pending"), salt=model_salt(["m"]),
+                         store=str(tmp_path / "mention_vectors"))
+    save_array(inputs.files.known, np.zeros(0, np.uint64))  # the launcher: no window stored before
 
     def prepare(pipeline: beam.Pipeline) -> None:
         dead = pipeline | PrepareMentions(config, inputs, facts=None, context_chars=100)
@@ -195,13 +203,18 @@ def test_embed_entities_with_model_facts_from_a_worker_and_a_refused_previous_ru
 
     assert run_counted(prepare) == {"entities_recomputed": 2, "mentions_embedded": 3, "mention_pages_missing": 1}
     facts = read_facts(inputs)
-    assert facts == ModelFacts(32, input_embedding_norm(ModelSpec(str(tiny_bert))), 1)
+    assert facts == ModelFacts(32, input_embedding_norm(ModelSpec(str(tiny_bert))), 1, MIN_BITS)
     mark_ended(inputs.files.followed, None)  # the launcher: the inputs have ended, the followers stop
-    assert run_counted(lambda pipeline: pipeline | EncodeMentions(config, inputs, followers=2)) == {}
+    # the two refs of page 6 at 16-20 have the same window, whatever their entity: encoded once
+    assert run_counted(lambda pipeline: pipeline | EncodeMentions(config, inputs, followers=2)) == {
+        "mentions_encoded": 2, "mentions_reused": 1}
     parts = listed_parts(inputs)
-    assert [bucket for bucket, _ in parts] == [0] and not parts[0][1].reused
+    assert {bucket for bucket, _ in parts} <= set(range(1 << MIN_BITS))
+    save_store_index(inputs.store_index, store_files([inputs.pending], inputs.salt))  # the launcher
     reduced = run_counted(lambda pipeline: pipeline | ReduceEntities(config, inputs, parts, facts))
     assert reduced == {"entities_embedded": 2, "entities_without_mentions": 1}
+    stored = store_files([inputs.store], inputs.salt)  # the run's store: its 2 windows, a file per bucket
+    assert sum(len(read_bucket(stored, bucket, MIN_BITS, 32)[0]) for bucket in range(1 << MIN_BITS)) == 2
     norm = input_embedding_norm(ModelSpec(str(tiny_bert)))
     assert [(row["entity_id"], row["title"], row["qid"], row["mention_count"], len(row["embedding"]),
              round(float(np.linalg.norm(row["embedding"])), 4)) for row in entity_rows(tmp_path)] == [

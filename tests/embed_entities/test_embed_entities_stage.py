@@ -26,15 +26,17 @@ from tests.builders import CAPITALS, article, article_texts, ref_rows, write_par
 from tests.conftest import DIRECT, MULTI_PROCESS, copy_stages
 from transforms.common.mention_sampling import CHARS_PER_TOKEN, mention_ref, mention_window, window_digest
 from transforms.embed_entities.entity_vectors import MENTION_KEY, norm_matched
-from transforms.embed_entities.forward import finite_rows
+from transforms.embed_entities.forward import storable_rows
 from transforms.embed_entities.mention_windows import CutMentionWindows
 
 
 def test_non_finite_vectors_are_dead_lettered():
-    keys = np.array([(5, 1, 0), (6, 1, 1)], dtype=MENTION_KEY)
-    finite, [record] = finite_rows(keys, np.array([[np.nan, 1.0], [0.5, 1.0]], dtype=np.float32))
-    assert finite.tolist() == [False, True]
-    assert record.value["kind"] == "non_finite_vectors" and record.value["entity_id"] == 5
+    keys = np.array([(5, 1, 0), (6, 1, 1), (7, 1, 2)], dtype=MENTION_KEY)
+    vectors = np.array([[np.nan, 1.0], [0.5, 1.0], [1e5, 1.0]], dtype=np.float32)  # 1e5: beyond the store's float16
+    finite, records = storable_rows(keys, vectors)
+    assert finite.tolist() == [False, True, False]
+    assert [(record.value["kind"], record.value["entity_id"]) for record in records] == [
+        ("non_finite_vectors", 5), ("non_finite_vectors", 7)]
     assert norm_matched(np.zeros(3), 2, 1.0) is None
     np.testing.assert_allclose(norm_matched(np.array([3.0, 4.0]), 2, 2.0), [1.2, 1.6])
 
@@ -81,7 +83,9 @@ def test_embed_entities_hand_checked(minilm_path, tmp_path):
         mean = np.mean(vectors, axis=0)
         expected = mean / np.linalg.norm(mean) * expected_norm
         stored = np.array(embeddings[entity_id]["embedding"])
-        np.testing.assert_allclose(stored, expected, rtol=1e-4, atol=1e-5)
+        # from mention vectors kept as float16 (the window store): within its rounding, the same direction
+        np.testing.assert_allclose(stored, expected, rtol=2e-3, atol=2e-3 * float(np.abs(expected).max()))
+        assert float(stored @ expected / np.linalg.norm(stored) / np.linalg.norm(expected)) >= 0.99999
         assert embeddings[entity_id]["mention_count"] == len(rows)
         assert math.isclose(float(np.linalg.norm(stored)), expected_norm, rel_tol=1e-5)
 

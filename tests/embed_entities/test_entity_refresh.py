@@ -1,5 +1,5 @@
-"""transforms/embed_entities/refresh.py: sample digests (packed, summed per entity), the refresh decision, and the split
-in a pipeline (old vectors written as reused parts under their new ids, the id map written)."""
+"""transforms/embed_entities/refresh.py: sample digests (packed, summed per entity), the refresh decision, and the
+decision in a pipeline (the id map written, the entities counted)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,13 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from apache_beam.testing.util import assert_that, equal_to
 
 from artifacts import schemas
-from tests.builders import artifact_rows, ref_rows, run_counting
+from tests.builders import artifact_rows, run_counting
 from transforms.common.mention_sampling import window_digest
-from transforms.embed_entities.entity_vectors import ModelFacts, read_reused_vectors
 from transforms.embed_entities.refresh import (
     DIGEST,
-    RefreshSplit,
+    DecideRefresh,
     decide,
     digest_rows,
     entity_key,
@@ -123,25 +121,14 @@ def write_run(output: Path, entities: list[dict], mentions: list[dict], vectors:
                        output / "entity_embeddings" / "part-0.parquet")
 
 
-def test_refresh_split_encodes_the_changed_and_writes_old_vectors_under_new_ids(tmp_path: Path):
+def test_the_refresh_decision_writes_the_id_map_and_counts_the_unchanged_entities(tmp_path: Path):
     old, new = tmp_path / "old", tmp_path / "new"
     write_run(old, OLD_ENTITIES, OLD_MENTIONS, {1: 0.1, 2: 2.0, 3: 3.0, 5: 5.0})
     write_run(new, NEW_ENTITIES, NEW_MENTIONS)
 
-    def reused_rows(bucket_part) -> list[tuple]:
-        bucket, part = bucket_part
-        ids, vectors, counts = read_reused_vectors([part], 2)
-        return [(bucket, *row) for row in zip(ids.tolist(), vectors.tolist(), counts.tolist(), strict=True)]
-
     def build(pipeline: beam.Pipeline) -> None:
-        facts = pipeline | "Facts" >> beam.Create([ModelFacts(dim=2, target_norm=1.0, buckets=2)])
-        split = (pipeline | beam.Create([ref_rows(NEW_MENTIONS[:4]), ref_rows(NEW_MENTIONS[4:])])
-                 | RefreshSplit(str(old), str(new), str(tmp_path / "scratch"), str(new / "entity_id_map"), facts))
-        encoded = split["encode"] | beam.FlatMap(lambda refs: refs["entity_id"].tolist())
-        assert_that(encoded, equal_to([1, 3, 4, 7, 8]), label="Encode")
-        # Oslo (new id 2) and Paris (5) in their buckets; float16 values kept exactly, mention counts the old ones
-        assert_that(split["reused"] | beam.FlatMap(reused_rows),
-                    equal_to([(0, 2, [3.0, 3.0], 3), (1, 5, [float(np.float16(0.1))] * 2, 1)]), label="Reused")
+        _ = pipeline | DecideRefresh(str(old), str(new), str(tmp_path / "scratch"), str(new / "entity_id_map"))
 
+    # Oslo and Paris: their samples unchanged (their windows are all in the old run's store)
     assert run_counting(build) == {"entities_reused": 2, "entities_recomputed": 5}
     assert sorted(artifact_rows(new, "entity_id_map"), key=lambda row: row["old_entity_id"]) == ID_MAP

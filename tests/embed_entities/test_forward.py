@@ -18,15 +18,23 @@ from encoders.mask_encoder import MaskEncoder
 from encoders.mask_inputs import MaskInput, PackedMaskInputs
 from encoders.models import ModelSpec
 from transforms.common.follow import FollowedFiles, InputsFailedError
-from transforms.embed_entities.entity_vectors import MENTION_KEY, ModelFacts, read_mention_vectors
+from transforms.common.worker_files import save_array
+from transforms.embed_entities.entity_vectors import MENTION_KEY, ModelFacts
 from transforms.embed_entities.forward import ENCODED_TAG, FollowInputFiles, InputFiles
+from transforms.embed_entities.gather import mention_keys, read_refs
 from transforms.embed_entities.inputs import INPUT_PREFIX, inputs_table
+from transforms.embed_entities.window_store import key_buckets, model_salt, read_bucket, store_files, window_keys
+
+SALT = model_salt(["a model"])
 
 
-def input_files(directory: Path) -> InputFiles:
+def input_files(directory: Path, known: np.ndarray | None = None) -> InputFiles:
+    """Where a follower meets the inputs' pipeline, with ``known`` keys (stored before; none by default)."""
     followed = FollowedFiles(str(directory / "inputs"), INPUT_PREFIX, str(directory / "inputs.list"),
                              str(directory / "ended.json"))
-    return InputFiles(str(directory / "facts.json"), followed, str(directory / "parts"))
+    known_path = save_array(str(directory / "known.npy"), np.zeros(0, np.uint64) if known is None else known)
+    return InputFiles(str(directory / "facts.json"), followed, known_path, str(directory / "pending"),
+                      str(directory / "refs"))
 
 
 def mention_inputs(first: int, count: int) -> tuple[np.ndarray, list[MaskInput]]:
@@ -39,12 +47,12 @@ def mention_inputs(first: int, count: int) -> tuple[np.ndarray, list[MaskInput]]
 
 def write_input_file(files: InputFiles, name: str, keys: np.ndarray, inputs: list[MaskInput]) -> str:
     path = fs.join(files.followed.directory, f"{INPUT_PREFIX}{name}.parquet")
-    fs.write_bytes_atomic(path, tables.parquet_bytes(inputs_table(keys, PackedMaskInputs.of(inputs))))
+    fs.write_bytes_atomic(path, tables.parquet_bytes(inputs_table(keys, PackedMaskInputs.of(inputs), SALT)))
     return path
 
 
 def follow(files: InputFiles, spec: ModelSpec, index: int = 0, followers: int = 1) -> list:
-    follower = FollowInputFiles(spec, -1, 256, files)
+    follower = FollowInputFiles(spec, -1, 256, files, SALT, mentions=40)
     follower.setup()
     return list(follower.process((index, followers)))
 
@@ -56,7 +64,7 @@ def test_a_follower_encodes_the_files_as_they_come_and_stops_when_the_inputs_hav
 
     def inputs_pipeline() -> None:  # what PrepareMentions and the launcher do, slowly
         time.sleep(0.3)
-        fs.write_json_atomic(files.facts, asdict(ModelFacts(32, 1.0, 2)))
+        fs.write_json_atomic(files.facts, asdict(ModelFacts(32, 1.0, 2, store_bits=1)))
         written = []
         for part, (keys, inputs) in enumerate(batches):
             time.sleep(0.3)
@@ -75,12 +83,35 @@ def test_a_follower_encodes_the_files_as_they_come_and_stops_when_the_inputs_hav
                and output.tag == ENCODED_TAG]
     assert sorted(encoded) == [10, 10, 10]
     parts = [output for output in outputs if not isinstance(output, beam.pvalue.TaggedOutput)]
-    assert sorted({bucket for bucket, _ in parts}) == [0, 1]  # buckets of entity ids, from the saved facts
-    keys, vectors = read_mention_vectors([part for _, part in parts], 32)
+    refs = read_refs([part for _, part in parts])
+    assert all(key_buckets(read_refs([part])["window_key"], 1).tolist() == [bucket] * len(read_refs([part]))
+               for bucket, part in parts)  # bucketed as the store, from the saved facts
     expected_keys = np.concatenate([keys for keys, _ in batches])
-    assert keys.tolist() == expected_keys.tolist()
-    expected = MaskEncoder(spec, -1, 256).encode([item for _, inputs in batches for item in inputs])
-    np.testing.assert_allclose(vectors, expected, rtol=1e-5, atol=1e-5)
+    assert sorted(mention_keys(refs).tolist()) == sorted(expected_keys.tolist())
+    inputs = [item for _, batch in batches for item in batch]
+    assert sorted(refs["window_key"].tolist()) == sorted(window_keys(SALT, PackedMaskInputs.of(inputs)).tolist())
+    # every window stored (pending files, several: a kill loses little), with the encoder's vector
+    stored = store_files([files.pending], SALT)
+    assert len(stored) >= 2
+    store = {key: vector for bucket in (0, 1) for key, vector in zip(*read_bucket(stored, bucket, 1, 32), strict=True)}
+    expected = MaskEncoder(spec, -1, 256).encode(inputs)
+    found = np.array([store[key] for key in window_keys(SALT, PackedMaskInputs.of(inputs)).tolist()], np.float32)
+    np.testing.assert_allclose(found, expected.astype(np.float16), rtol=1e-3, atol=1e-3)
+
+
+def test_windows_stored_before_are_not_encoded_again(tmp_path, tiny_bert):
+    keys, inputs = mention_inputs(1, 12)
+    window = window_keys(SALT, PackedMaskInputs.of(inputs))
+    files = input_files(tmp_path, known=np.sort(window[:5]))
+    fs.write_json_atomic(files.facts, asdict(ModelFacts(32, 1.0, 1, store_bits=0)))
+    written = write_input_file(files, "0", keys, inputs)
+    fs.write_json_atomic(files.followed.ended, {"files": [written]})
+    outputs = follow(files, ModelSpec(str(tiny_bert)))
+    parts = [output for output in outputs if not isinstance(output, beam.pvalue.TaggedOutput)]
+    assert sorted(read_refs([part for _, part in parts])["window_key"].tolist()) == sorted(window.tolist())
+    stored, _ = read_bucket(store_files([files.pending], SALT), 0, 0, 32)
+    # only the windows not stored before were encoded, each once (the made-up inputs repeat every 7 entities)
+    assert stored.tolist() == sorted(set(window.tolist()) - set(window[:5].tolist()))
 
 
 def test_a_failed_inputs_pipeline_stops_the_followers(tmp_path, tiny_bert):
@@ -88,6 +119,6 @@ def test_a_failed_inputs_pipeline_stops_the_followers(tmp_path, tiny_bert):
     fs.write_json_atomic(files.followed.ended, {"failed": "no space left on device"})
     with pytest.raises(InputsFailedError, match="no space left on device"):
         follow(files, spec)  # still waiting for the model's facts when it learns of the failure
-    fs.write_json_atomic(files.facts, asdict(ModelFacts(32, 1.0, 1)))
+    fs.write_json_atomic(files.facts, asdict(ModelFacts(32, 1.0, 1, store_bits=0)))
     with pytest.raises(InputsFailedError, match="no space left on device"):
         follow(files, spec)

@@ -20,7 +20,8 @@ from encoders.mask_inputs import MASK_WINDOWS, context_split, mask_inputs, maske
 from encoders.models import model_token_ids, plain_token_ids
 from tests.conftest import BUNDLED_SAMPLE
 from transforms.common.mention_sampling import context_window
-from transforms.embed_entities.inputs import PrepareMentionInputs, table_inputs
+from transforms.embed_entities.inputs import INPUT_FILE_ROWS, BuildMentionInputs, PrepareMentionInputs, table_inputs
+from transforms.embed_entities.window_store import model_salt
 from transforms.parse.dump_reader import RawPage, iter_pages, read_siteinfo
 from transforms.parse.wikitext import wikitext_to_text
 
@@ -271,7 +272,8 @@ def prepared_inputs(rows: list[dict], model: str, length: int, directory) -> lis
     with its real files), by entity id."""
     keyed = [{**row, "page_id": 1, "link_index": row["entity_id"]} for row in rows]
     pipeline = TestPipeline(runner="DirectRunner")
-    _ = pipeline | beam.Create(keyed) | PrepareMentionInputs(model, length, "reference", str(directory))
+    build = BuildMentionInputs(model, length, "reference", model_salt([str(model)]), str(directory), INPUT_FILE_ROWS)
+    _ = pipeline | beam.Create(keyed) | PrepareMentionInputs(build)
     pipeline.run().wait_until_finish()
     found = {}
     for path in sorted(directory.iterdir()):

@@ -50,11 +50,13 @@ PART_BYTES_PER_BUCKET, MIN_PART_BYTES, MAX_PART_BYTES = 256 << 10, 32 << 20, 256
 @dataclass(frozen=True)
 class ModelFacts:
     """What the workers must know of the model: ``dim`` (hidden size), ``target_norm`` (mean input-embedding
-    norm), and how many ``buckets`` of entity ids the mention vectors are reduced in."""
+    norm), how many ``buckets`` of entity ids the mention vectors are reduced in, and the bucket bits of the
+    window vectors' store (``window_store``)."""
 
     dim: int
     target_norm: float
     buckets: int
+    store_bits: int
 
 
 def part_bytes(buckets: int) -> int:
@@ -69,12 +71,11 @@ def vector_buckets(mentions: int, dim: int) -> int:
 
 @dataclass(frozen=True)
 class Part:
-    """One bucket's row group of a part file: mention vectors (entity_id, page_id, link_index, vector) or, when
-    ``reused``, a refresh's old entity vectors under their new ids (entity_id, mention_count, vector)."""
+    """One bucket's row group of a part file (mention vectors: entity_id, page_id, link_index, vector; or the
+    mentions' window keys)."""
 
     path: str
     row_group: int
-    reused: bool = False
 
 
 def part_line(keyed: tuple[int, Part]) -> str:
@@ -109,16 +110,15 @@ def mention_vector_table(keys: np.ndarray, vectors: np.ndarray) -> pa.Table:
                      "vector": vector_column(vectors)})
 
 
-def write_bucketed_part(path: str, table: pa.Table, buckets: int, reused: bool = False) -> list[tuple[int, Part]]:
-    """Write the part ``table`` (with an ``entity_id`` column) to the Parquet file ``path``, one row group per
-    bucket of entity ids; returns (bucket, its Part) of each."""
+def write_bucketed_part(path: str, table: pa.Table, of_rows: np.ndarray) -> list[tuple[int, Part]]:
+    """Write the part ``table`` to the Parquet file ``path``, one row group per bucket (``of_rows``: each row's);
+    returns (bucket, its Part) of each."""
     written = []
-    of_rows = bucket_of(table.column("entity_id").to_numpy(), buckets)
     with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle, \
             pq.ParquetWriter(handle, table.schema) as writer:
         for row_group, (bucket, rows) in enumerate(split_by(np.arange(table.num_rows), of_rows)):
             writer.write_table(table.take(rows), row_group_size=len(rows))
-            written.append((bucket, Part(path, row_group, reused)))
+            written.append((bucket, Part(path, row_group)))
     return written
 
 
@@ -151,16 +151,6 @@ def read_mention_vectors(parts: Sequence[Part], dim: int) -> tuple[np.ndarray, n
         vectors[place[done:done + table.num_rows]] = column_vectors(table, dim)
         done += table.num_rows
     return found[order], vectors
-
-
-def read_reused_vectors(parts: Iterable[Part], dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(entity ids, float32 vectors, mention counts) of reused vector parts."""
-    found = list(read_parts(parts))
-    if not found:
-        return np.zeros(0, dtype=np.int32), np.zeros((0, dim), dtype=np.float32), np.zeros(0, dtype=np.int64)
-    return (np.concatenate([table.column("entity_id").to_numpy() for table in found]),
-            np.concatenate([column_vectors(table, dim) for table in found]),
-            np.concatenate([table.column("mention_count").to_numpy() for table in found]))
 
 
 def entity_sums(keys: np.ndarray, vectors: np.ndarray) -> Iterator[tuple[int, np.ndarray, int]]:
@@ -273,13 +263,13 @@ class PartWriter:
         keys, vectors = np.concatenate(self._keys), np.concatenate(self._vectors)
         self._keys, self._vectors, self._bytes = [], [], 0
         path = fs.join(self._directory, f"part-{uuid.uuid4().hex}.parquet")
-        return write_bucketed_part(path, mention_vector_table(keys, vectors), self._buckets)
+        return write_bucketed_part(path, mention_vector_table(keys, vectors),
+                                   bucket_of(keys["entity_id"], self._buckets))
 
 
 class ReduceEntityBucket(beam.DoFn):
     """(bucket, [Part or None, ...]) -> writes the bucket's ``entity_embeddings/`` file under ``destination`` (the
-    mean of each entity's mention vectors, and the reused vectors of a refresh) and yields its path; its dead
-    letters are tagged."""
+    mean of each entity's mention vectors) and yields its path; its dead letters are tagged."""
 
     def __init__(self, entities: str, destination: str, schema_of: Callable[[ModelFacts], pa.Schema]) -> None:
         self._entities, self._destination, self._schema_of = entities, destination, schema_of
@@ -290,20 +280,15 @@ class ReduceEntityBucket(beam.DoFn):
 
     def process(self, element: tuple[int, Sequence[Part | None]], facts: ModelFacts, _built: str) -> Iterator[Any]:
         bucket, items = element
-        parts = [item for item in items if item is not None]
-        keys, vectors = read_mention_vectors([part for part in parts if not part.reused], facts.dim)
+        keys, vectors = read_mention_vectors([item for item in items if item is not None], facts.dim)
         found = reduce_bucket(self._rows.entity_ids, keys, vectors, facts.target_norm)
         del keys, vectors
         yield from found.dead
-        reused_ids, reused_vectors, reused_counts = read_reused_vectors([part for part in parts if part.reused],
-                                                                        facts.dim)
         entities = self._rows.of_bucket(bucket, facts.buckets)
         count_some("entities_embedded", len(found.ids))
-        count_some("entities_without_mentions", entities.num_rows - found.known - len(reused_ids))
-        vectors = np.concatenate([found.computed, reused_vectors])
-        table = embedding_table(entities, np.concatenate([np.array(found.ids, dtype=np.int32), reused_ids]), vectors,
-                                np.concatenate([np.array(found.counts, dtype=np.int64), reused_counts]),
-                                self._schema_of(facts))
+        count_some("entities_without_mentions", entities.num_rows - found.known)
+        table = embedding_table(entities, np.array(found.ids, dtype=np.int32), found.computed,
+                                np.array(found.counts, dtype=np.int64), self._schema_of(facts))
         yield write_parquet_file(fs.join(self._destination, f"part-{bucket:05d}-of-{facts.buckets:05d}.parquet"),
                                  table)
 
@@ -325,7 +310,7 @@ def every_bucket(facts: ModelFacts) -> Iterator[tuple[int, None]]:
 class EntityVectors(beam.PTransform):
     """``parts`` ((bucket, Part) of mention vectors: ``PartWriter``'s) -> one ``entity_embeddings/`` file per bucket
     of entity ids under ``destination`` (rows: the norm-matched mean of each entity of ``output``'s entities/ with
-    mentions; ``schema_of(facts)``: their schema), with the ``reused`` (bucket, Part) of a refresh. Returns the dead
+    mentions; ``schema_of(facts)``: their schema). Returns the dead
     letters (mentions of unknown entities, zero or non-finite means). ``facts``: a singleton PCollection of
     ``ModelFacts``; ``scratch``: a directory for the entity rows the workers share."""
 
@@ -340,10 +325,8 @@ class EntityVectors(beam.PTransform):
         built = (inputs["facts"].pipeline | "Entities" >> beam.Create([self._output])
                  | "BuildEntityRows" >> beam.Map(build_entities_rows, entities))
         buckets = inputs["facts"] | "EveryBucket" >> beam.FlatMap(every_bucket)
-        keyed = [inputs["parts"], buckets]
-        if "reused" in inputs:
-            keyed.append(inputs["reused"])
-        reduced = (keyed | "WithEveryBucket" >> beam.Flatten() | "PartsByBucket" >> beam.GroupByKey()
+        reduced = ((inputs["parts"], buckets) | "WithEveryBucket" >> beam.Flatten()
+                   | "PartsByBucket" >> beam.GroupByKey()
                    | "ReduceBuckets" >> beam.ParDo(ReduceEntityBucket(entities, self._destination, self._schema_of),
                                                    facts, beam.pvalue.AsSingleton(built)).with_outputs(
                        DEAD_LETTER_TAG, main="written"))

@@ -1,6 +1,7 @@
-"""embed-entities' second part, one process per GPU: ready inputs read back (``inputs``), padded, encoded, and
-their [MASK] vectors written as parts bucketed by entity for the reduce (``entity_vectors``). It tokenizes and
-cuts nothing: what it does beside the forward is reading Parquet row groups, numpy padding and writing.
+"""embed-entities' second part, one process per GPU: ready inputs read back (``inputs``); those whose window is not
+stored yet (``window_store``) padded, encoded and their [MASK] vectors stored; every mention's window key written,
+bucketed as the store, for the reduce (``gather``). It tokenizes and cuts nothing: what it does beside the forward
+is reading Parquet row groups, a sorted lookup, numpy padding and writing.
 
 It runs beside the inputs' pipeline, not after it: each follower (one per process that holds a model) encodes
 the input files of its share as they appear, so the GPU works while the inputs are built, and stops once the
@@ -9,6 +10,7 @@ launcher has written that the inputs' pipeline ended (the full list of files) or
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import astuple, dataclass
@@ -16,30 +18,49 @@ from typing import Any
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
 
 from artifacts import fs, tables
-from artifacts.counters import declare, error
+from artifacts.counters import declare, error, processed
 from encoders.batching import prefetched
 from encoders.mask_encoder import MaskEncoder
 from encoders.mask_inputs import PackedMaskInputs
 from encoders.models import ModelSpec, worker_device
-from transforms.common.dead_letters import dead_letter
+from transforms.common.dead_letters import count_some, dead_letter
 from transforms.common.follow import ENCODED_TAG, FollowedFiles, follow, wait_for
 from transforms.common.per_worker import PerProcess
-from transforms.embed_entities.entity_vectors import ModelFacts, PartWriter
-from transforms.embed_entities.inputs import table_inputs
+from transforms.common.worker_files import load_array
+from transforms.embed_entities.entity_vectors import ModelFacts, Part, write_bucketed_part
+from transforms.embed_entities.inputs import WINDOW_REF, table_inputs
+from transforms.embed_entities.window_store import (
+    STORE_DTYPE,
+    found_in,
+    key_buckets,
+    pending_path,
+    pending_rows,
+    write_store_file,
+)
 
-COUNTERS = declare(error("non_finite_vectors", "vectors with NaN or inf (or a zero mean)"))
+COUNTERS = declare(
+    error("non_finite_vectors", "vectors with NaN or inf (or a zero mean)"),
+    processed("mentions_encoded", "mentions whose window was encoded"),
+    processed("mentions_reused", "mentions whose window's vector was stored before"),
+)
+REF_ROWS = 1 << 20  # mentions' window keys a follower buffers before writing a part (24 MB)
 
 
 
 @dataclass(frozen=True)
 class InputFiles:
     """Where the two parts meet: ``facts`` (the model's ``ModelFacts``, saved by the inputs' pipeline), the input
-    files (``followed``) and ``parts`` (the directory of the vectors' parts)."""
+    files (``followed``), ``known`` (the sorted keys of the windows stored before: not encoded again), ``pending``
+    (the directory of the store files of what is encoded, kept if the stage is killed) and ``parts`` (the directory
+    of the mentions' window keys, bucketed as the store)."""
 
     facts: str
     followed: FollowedFiles
+    known: str
+    pending: str
     parts: str
 
 
@@ -54,22 +75,83 @@ def load_encoder(key: str) -> MaskEncoder:
     return MaskEncoder(ModelSpec(name, worker_device(device), dtype), layer, max_tokens)
 
 
-def finite_rows(keys: np.ndarray, vectors: np.ndarray) -> tuple[np.ndarray, list[Any]]:
-    """Which rows have finite vectors, and a dead letter for each of the others."""
-    finite = np.isfinite(vectors).all(axis=1)
-    dead = [dead_letter("non_finite_vectors", "the model returned NaN or inf", entity_id=int(entity_id))
-            for entity_id in keys["entity_id"][~finite].tolist()]
+def storable_rows(refs: np.ndarray, vectors: np.ndarray) -> tuple[np.ndarray, list[Any]]:
+    """Which rows have vectors the store can hold (finite as ``STORE_DTYPE``), and a dead letter for the others."""
+    finite = (np.abs(vectors) <= np.finfo(STORE_DTYPE).max).all(axis=1)  # NaN compares False
+    dead = [dead_letter("non_finite_vectors", "the model returned NaN or inf (or beyond float16)",
+                        entity_id=int(entity_id)) for entity_id in refs["entity_id"][~finite].tolist()]
     return finite, dead
 
 
-class FollowInputFiles(beam.DoFn):
-    """(index, followers) -> (bucket, Part) of the mention vectors of the input files this follower takes
-    (``follow``), encoded as the inputs' pipeline writes them, until it has ended. Non-finite vectors are
-    dead-lettered; how many each row group held is tagged ``encoded``. While the model runs, the next row group is
-    read in a thread (``read_inputs``) and the last one's vectors written in another."""
+def rows_to_encode(known: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """The rows whose window is not among the ``known`` keys, the first of each key."""
+    stored, _ = found_in(known, keys)
+    _, first = np.unique(keys, return_index=True)
+    return np.sort(first[~stored[first]])
 
-    def __init__(self, spec: ModelSpec, layer: int, max_tokens: int, files: InputFiles) -> None:
+
+class RefWriter:
+    """Mentions' ``WINDOW_REF`` rows -> part files under ``directory``, one row group per bucket of their window
+    keys (``bits``), written every ``REF_ROWS`` rows; ``add`` and ``flush`` return the (bucket, Part) written."""
+
+    def __init__(self, directory: str, bits: int) -> None:
+        self._directory, self._bits, self._held = directory, bits, []
+
+    def add(self, refs: np.ndarray) -> list[tuple[int, Part]]:
+        self._held.append(refs)
+        return self.flush() if sum(map(len, self._held)) >= REF_ROWS else []
+
+    def flush(self) -> list[tuple[int, Part]]:
+        if not self._held:
+            return []
+        refs, self._held = np.concatenate(self._held), []
+        table = pa.table({name: refs[name] for name in WINDOW_REF.names})
+        path = fs.join(self._directory, f"refs-{uuid.uuid4().hex}.parquet")
+        return write_bucketed_part(path, table, key_buckets(refs["window_key"], self._bits))
+
+
+class PendingWriter:
+    """Encoded windows (keys, vectors) -> store files under ``directory`` (``window_store.pending_path``), one
+    every ``rows`` windows and at the end: what a rerun after a kill finds encoded."""
+
+    def __init__(self, directory: str, salt: str, bits: int, rows: int) -> None:
+        self._directory, self._salt, self._bits, self._rows = directory, salt, bits, rows
+        self._keys: list[np.ndarray] = []
+        self._vectors: list[np.ndarray] = []
+
+    def add(self, keys: np.ndarray, vectors: np.ndarray) -> None:
+        self._keys.append(keys)
+        self._vectors.append(vectors.astype(STORE_DTYPE))
+        if sum(map(len, self._keys)) >= self._rows:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._keys:
+            keys, vectors = np.concatenate(self._keys), np.concatenate(self._vectors)
+            self._keys, self._vectors = [], []
+            write_store_file(pending_path(self._directory), keys, vectors, self._salt, self._bits)
+
+
+def write_encoded(refs: RefWriter, pending: PendingWriter, mentions: np.ndarray, keys: np.ndarray,
+                  vectors: np.ndarray) -> list[tuple[int, Part]]:
+    """Store the encoded windows, then list the mentions that refer to windows (both written in that order: a
+    listed mention's window is stored)."""
+    pending.add(keys, vectors)
+    return refs.add(mentions)
+
+
+class FollowInputFiles(beam.DoFn):
+    """(index, followers) -> (bucket, Part) of the window keys of the mentions in the input files this follower
+    takes (``follow``), as the inputs' pipeline writes them, until it has ended. Windows not stored before (not
+    among the ``known`` keys) are encoded and stored (pending files, every ``pending_rows``); non-finite vectors
+    are dead-lettered (their mentions dropped); how many mentions each row group held is tagged ``encoded``.
+    While the model runs, the next row group is read in a thread (``read_inputs``) and the last one's vectors
+    written in another."""
+
+    def __init__(self, spec: ModelSpec, layer: int, max_tokens: int, files: InputFiles, salt: str,
+                 mentions: int) -> None:
         self._key, self._files = encoder_key(spec, layer, max_tokens), files
+        self._salt, self._mentions = salt, mentions
         self._encoders = PerProcess(load_encoder)
 
     def setup(self) -> None:
@@ -79,23 +161,32 @@ class FollowInputFiles(beam.DoFn):
         index, followers = element
         files = self._files
         wait_for(files.facts, files.followed)  # the inputs' pipeline measures the model first
-        writer = PartWriter(files.parts, ModelFacts(**fs.read_json(files.facts)).buckets)
+        facts = ModelFacts(**fs.read_json(files.facts))
+        known = load_array(files.known)
+        refs = RefWriter(files.parts, facts.store_bits)
+        pending = PendingWriter(files.pending, self._salt, facts.store_bits, pending_rows(self._mentions, facts.dim))
         # the next row group is read in a thread, and the last one's vectors written in another, while the model runs
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="write-parts") as behind:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="write-vectors") as behind:
             writing = behind.submit(list)
-            for keys, packed in prefetched(read_inputs(follow(files.followed, index, followers)), depth=1):
-                vectors = self._encoder.encode_packed(packed)
-                finite, dead = finite_rows(keys, vectors)
+            for mentions, packed in prefetched(read_inputs(follow(files.followed, index, followers)), depth=1):
+                rows = rows_to_encode(known, mentions["window_key"])
+                vectors = self._encoder.encode_packed(packed.take(rows))
+                finite, dead = storable_rows(mentions[rows], vectors)
                 yield from dead
+                failed = np.isin(mentions["window_key"], mentions["window_key"][rows[~finite]])
+                count_some("mentions_encoded", len(rows))
+                count_some("mentions_reused", len(mentions) - len(rows))
                 yield from writing.result()  # one row group in flight at most
-                writing = behind.submit(writer.add, keys[finite], vectors[finite])
-                yield beam.pvalue.TaggedOutput(ENCODED_TAG, len(keys))
+                writing = behind.submit(write_encoded, refs, pending, mentions[~failed],
+                                        mentions["window_key"][rows[finite]], vectors[finite])
+                yield beam.pvalue.TaggedOutput(ENCODED_TAG, len(mentions))
             yield from writing.result()
-        yield from writer.flush()
+        pending.flush()
+        yield from refs.flush()
 
 
 def read_inputs(paths: Iterator[str]) -> Iterator[tuple[np.ndarray, PackedMaskInputs]]:
-    """The keys and ready inputs of the input files ``paths``, a row group at a time."""
+    """The ``WINDOW_REF`` rows and ready inputs of the input files ``paths``, a row group at a time."""
     for path in paths:
         for table in tables.iter_file_batches([path], batch_size=1 << 30):
             yield table_inputs(table)

@@ -1,11 +1,14 @@
 """embed-entities: each entity's vector, the mean of its sampled mentions' [MASK] vectors matched to the model's
-mean input-embedding norm; with a previous run to reuse, unchanged entities keep their old vectors.
+mean input-embedding norm. A mention window is encoded once: its vector is kept in a store keyed by the model's
+input (``window_store``), which the rerun of a killed stage and a refresh with a previous run read.
 
 Three Beam pipelines, so that each part runs where it should (every core for the CPU work, one process per GPU
-for the model): ``PrepareMentions`` cuts the windows and builds the model's inputs (``inputs``), written as files
-and listed; ``EncodeMentions`` reads them, runs the model and writes the vectors as parts bucketed by entity
-(``forward``), listed; ``ReduceEntities`` reduces each bucket to its entities' vectors (``entity_vectors``). What
-travels between them is listed files, read by the launcher to start the next pipeline.
+for the model): ``PrepareMentions`` cuts the windows and builds the model's inputs and their keys (``inputs``),
+written as files and listed; ``EncodeMentions`` reads them, encodes the windows not stored yet and stores them,
+and writes every mention's window key bucketed as the store (``forward``), listed; ``ReduceEntities`` finds each
+mention's vector in the store bucket by bucket, writing this run's store (``gather``), and reduces each bucket of
+entities to their vectors (``entity_vectors``). What travels between them is listed files, read by the launcher
+to start the next pipeline.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from encoders.models import STORED_DTYPES, ModelSpec, check_device, hidden_size,
 from transforms.common.dead_letters import DEAD_LETTER_TAG
 from transforms.common.follow import FollowedFiles, RunFollowers, listed
 from transforms.common.packed import CountEntities
-from transforms.embed_entities import entity_vectors, mention_windows, refresh
+from transforms.embed_entities import entity_vectors, gather, mention_windows, refresh
 from transforms.embed_entities.entity_vectors import (
     EntityVectors,
     ModelFacts,
@@ -36,10 +39,12 @@ from transforms.embed_entities.entity_vectors import (
 )
 from transforms.embed_entities.forward import COUNTERS as FORWARD_COUNTERS
 from transforms.embed_entities.forward import FollowInputFiles, InputFiles
+from transforms.embed_entities.gather import GatherMentionVectors
 from transforms.embed_entities.inputs import COUNTERS as INPUT_COUNTERS
-from transforms.embed_entities.inputs import INPUT_PREFIX, PrepareMentionInputs
+from transforms.embed_entities.inputs import INPUT_PREFIX, BuildMentionInputs, PrepareMentionInputs, input_file_rows
 from transforms.embed_entities.mention_windows import REF_COLUMNS, CutMentionWindows, ref_array
-from transforms.embed_entities.refresh import RefreshSplit
+from transforms.embed_entities.refresh import DecideRefresh
+from transforms.embed_entities.window_store import store_bits
 
 EMBEDDING_DTYPES = {name: pa.type_for_alias(name) for name in STORED_DTYPES}
 
@@ -48,6 +53,7 @@ COUNTERS = declare(
     *FORWARD_COUNTERS.values(),
     *mention_windows.COUNTERS.values(),
     *entity_vectors.COUNTERS.values(),
+    *gather.COUNTERS.values(),
     *refresh.ENTITY_COUNTERS.values(),
 )
 
@@ -59,7 +65,8 @@ class EmbedConfig:
     context split ``mask_window``, run on ``device`` in ``dtype`` with ``batch_tokens`` padded tokens per forward
     pass; vectors stored as ``embedding_dtype``. ``previous``: a run whose vectors may be reused (refused with
     an error instead of recomputing when ``require_reuse``). ``model_workers``: how many worker processes of a
-    local run hold the model (None: one per GPU, or every worker on the CPU)."""
+    local run hold the model (None: one per GPU, or every worker on the CPU). ``keep_mention_vectors``: whether
+    the window vectors' store is kept with the run (``mention_vectors/``) for a later refresh."""
 
     model: str
     layer: int = -1
@@ -72,6 +79,7 @@ class EmbedConfig:
     previous: str | None = None
     require_reuse: bool = False
     model_workers: int | None = None
+    keep_mention_vectors: bool = True
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -108,7 +116,7 @@ def model_facts(config: EmbedConfig, mentions: int) -> ModelFacts:
     model will run: by the launcher of a local run, by a worker otherwise."""
     check_mask_model(config.spec, config.layer, config.max_seq_length)
     dim = hidden_size(config.spec)
-    return ModelFacts(dim, input_embedding_norm(config.spec), vector_buckets(mentions, dim))
+    return ModelFacts(dim, input_embedding_norm(config.spec), vector_buckets(mentions, dim), store_bits(mentions, dim))
 
 
 def reuse_counters(counters: dict[str, int]) -> dict[str, int]:
@@ -140,14 +148,19 @@ def read_refs(pipeline: beam.pvalue.PBegin, output: str, label: str) -> beam.PCo
 @dataclass(frozen=True)
 class EmbedInputs:
     """Where the stage reads and writes: ``output`` (the OUT with articles/, entities/ and mentions/ and how many
-    ``mentions`` it holds), ``embeddings`` and ``id_map`` (the directories of the entity_embeddings/ and, in a
-    refresh, entity_id_map/ files), ``scratch`` (a directory for the files its pipelines and workers share) and
-    ``previous`` (an OUT whose vectors may be reused, or None)."""
+    ``mentions`` it holds), ``embeddings``, ``id_map`` and ``store`` (the directories of the entity_embeddings/,
+    entity_id_map/ and mention_vectors/ files it writes), ``scratch`` (a directory for the files its pipelines and
+    workers share), ``pending`` (where the windows it encodes are stored until it commits: kept if it is killed),
+    ``salt`` (the model's part of every window key) and ``previous`` (an OUT whose vectors may be reused, or
+    None)."""
 
     output: str
     mentions: int
     embeddings: str
     scratch: str
+    pending: str
+    salt: str
+    store: str
     id_map: str = ""
     previous: str | None = None
 
@@ -158,13 +171,20 @@ class EmbedInputs:
     def files(self) -> InputFiles:
         followed = FollowedFiles(self.under_scratch("inputs"), INPUT_PREFIX, self.under_scratch("inputs.list"),
                                  self.under_scratch("inputs.ended"))
-        return InputFiles(self.under_scratch("model-facts.json"), followed, self.under_scratch("parts"))
+        return InputFiles(self.under_scratch("model-facts.json"), followed, self.under_scratch("known-keys.npy"),
+                          self.pending, self.under_scratch("refs"))
+
+    @property
+    def store_index(self) -> str:
+        """The list of store files the reduce reads (``gather.save_store_index``)."""
+        return self.under_scratch("store-index.json")
 
 
 class PrepareMentions(beam.PTransform):
-    """A pipeline's root -> the model inputs of every mention to encode, written under the scratch directory and
-    listed (``inputs.list``); the model's facts saved (``model-facts.json``); in a refresh, the reused vectors'
-    parts listed (``reused.list``). Returns the dead letters (refs of missing pages, rows that cannot be embedded).
+    """A pipeline's root -> the model inputs of every mention, with their window keys, written under the scratch
+    directory and listed (``inputs.list``); the model's facts saved (``model-facts.json``); in a refresh, the
+    refresh decided (``refresh.DecideRefresh``). Returns the dead letters (refs of missing pages, rows that cannot
+    be embedded).
 
     ``facts``: the model's ``ModelFacts`` when the launcher computed them (a local run), else None (a worker
     computes them). ``context_chars``: characters of window per side of a mention."""
@@ -178,15 +198,18 @@ class PrepareMentions(beam.PTransform):
 
     def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
         config, inputs = self._config, self._inputs
-        facts = self._model_facts(pipeline) | "SaveModelFacts" >> beam.Map(write_facts, inputs.files.facts)
-        refs, reused = self._split_for_refresh(read_refs(pipeline, inputs.output, "ReadMentions"), facts)
+        _ = self._model_facts(pipeline) | "SaveModelFacts" >> beam.Map(write_facts, inputs.files.facts)
+        refs = read_refs(pipeline, inputs.output, "ReadMentions")
+        if inputs.previous is not None:
+            _ = pipeline | "DecideRefresh" >> DecideRefresh(inputs.previous, inputs.output, inputs.scratch,
+                                                            inputs.id_map)
+        elif config.previous:  # named but refused: every entity is recomputed
+            _ = refs | "CountRecomputed" >> CountEntities("entities_recomputed")
         mentions = refs | "CutMentionWindows" >> CutMentionWindows(inputs.output, inputs.scratch, self._chars)
-        prepared = mentions["mentions"] | "PrepareInputs" >> PrepareMentionInputs(
-            config.model, config.max_seq_length, config.mask_window, inputs.files.followed.directory, self._progress)
+        build = BuildMentionInputs(config.model, config.max_seq_length, config.mask_window, inputs.salt,
+                                   inputs.files.followed.directory, input_file_rows(inputs.mentions))
+        prepared = mentions["mentions"] | "PrepareInputs" >> PrepareMentionInputs(build, self._progress)
         _ = prepared["files"] | "ListInputFiles" >> beam.io.WriteToText(inputs.files.followed.listing)
-        if reused is not None:
-            _ = (reused | "ReusedLines" >> beam.Map(part_line)
-                 | "ListReused" >> beam.io.WriteToText(inputs.under_scratch("reused.list")))
         return (mentions[DEAD_LETTER_TAG], prepared[DEAD_LETTER_TAG]) | "AllDeadLetters" >> beam.Flatten()
 
     def _model_facts(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
@@ -195,25 +218,13 @@ class PrepareMentions(beam.PTransform):
         return (pipeline | "Model" >> beam.Create([self._config])
                 | "ModelFacts" >> beam.Map(model_facts, self._inputs.mentions))
 
-    def _split_for_refresh(self, refs: beam.PCollection,
-                           facts: beam.PCollection) -> tuple[beam.PCollection, beam.PCollection | None]:
-        """(packed refs to encode, (bucket, Part) of reused old vectors or None). Without a previous run every
-        entity is encoded; when a previous run was named but refused, each is counted as recomputed."""
-        inputs = self._inputs
-        if inputs.previous is None:
-            if self._config.previous:
-                _ = refs | "CountRecomputed" >> CountEntities("entities_recomputed")
-            return refs, None
-        split = refs | "SplitForRefresh" >> RefreshSplit(inputs.previous, inputs.output, inputs.scratch,
-                                                         inputs.id_map, facts)
-        return split["encode"], split["reused"]
-
 
 class EncodeMentions(beam.PTransform):
-    """A pipeline's root, run beside ``PrepareMentions``' -> the [MASK] vectors of the inputs it writes, encoded as
-    they appear by ``followers`` followers (one per process that holds the model), written as parts bucketed by
-    entity under the scratch directory and listed (``parts.list``). Returns the dead letters (non-finite vectors).
-    The launcher ends it (``follow.mark_ended``) once the inputs' pipeline has ended."""
+    """A pipeline's root, run beside ``PrepareMentions``' -> the window keys of the mentions of the inputs it
+    writes, the windows not stored before encoded and stored (pending files) as they appear by ``followers``
+    followers (one per process that holds the model); the keys written as parts bucketed as the store under the
+    scratch directory and listed (``refs.list``). Returns the dead letters (non-finite vectors). The launcher ends
+    it (``follow.mark_ended``) once the inputs' pipeline has ended."""
 
     def __init__(self, config: EmbedConfig, inputs: EmbedInputs, followers: int,
                  progress: beam.PTransform | None = None) -> None:
@@ -223,16 +234,18 @@ class EncodeMentions(beam.PTransform):
 
     def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
         config, inputs = self._config, self._inputs
-        follower = FollowInputFiles(config.spec, config.layer, config.batch_tokens, inputs.files)
+        follower = FollowInputFiles(config.spec, config.layer, config.batch_tokens, inputs.files, inputs.salt,
+                                    inputs.mentions)
         encoded = pipeline | "Encode" >> RunFollowers(follower, self._followers, "parts", self._progress)
         _ = (encoded["parts"] | "PartLines" >> beam.Map(part_line)
-             | "ListParts" >> beam.io.WriteToText(inputs.under_scratch("parts.list")))
+             | "ListRefs" >> beam.io.WriteToText(inputs.under_scratch("refs.list")))
         return encoded[DEAD_LETTER_TAG]
 
 
 class ReduceEntities(beam.PTransform):
     """A pipeline's root -> the ``entity_embeddings/`` files (one per bucket of entity ids) from the listed
-    ``parts`` of mention vectors and reused vectors. Returns the dead letters (unknown entities, zero means)."""
+    ``parts`` of mentions' window keys and the stored vectors; the run's store written (unless not kept). Returns
+    the dead letters (mentions without a vector, unknown entities, zero means)."""
 
     def __init__(self, config: EmbedConfig, inputs: EmbedInputs, parts: list[tuple[int, Part]],
                  facts: ModelFacts) -> None:
@@ -241,10 +254,15 @@ class ReduceEntities(beam.PTransform):
 
     def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
         inputs = self._inputs
-        return ({"parts": pipeline | "Parts" >> beam.Create(self._parts),
-                 "facts": pipeline | "ModelFacts" >> beam.Create([self._facts])}
+        facts = pipeline | "ModelFacts" >> beam.Create([self._facts])
+        store = inputs.store if self._config.keep_mention_vectors else None
+        gathered = ({"refs": pipeline | "Refs" >> beam.Create(self._parts), "facts": facts}
+                    | "GatherVectors" >> GatherMentionVectors(inputs.store_index, inputs.under_scratch("parts"),
+                                                              store, inputs.salt))
+        dead = ({"parts": gathered["parts"], "facts": facts}
                 | "EntityVectors" >> EntityVectors(inputs.output, inputs.scratch, inputs.embeddings,
                                                    partial(facts_schema, self._config)))
+        return (gathered[DEAD_LETTER_TAG], dead) | "AllDeadLetters" >> beam.Flatten()
 
 
 def read_facts(inputs: EmbedInputs) -> ModelFacts:
@@ -253,5 +271,5 @@ def read_facts(inputs: EmbedInputs) -> ModelFacts:
 
 
 def listed_parts(inputs: EmbedInputs) -> list[tuple[int, Part]]:
-    """The parts ``EncodeMentions`` listed, and the reused ones ``PrepareMentions`` listed."""
-    return [line_part(line) for name in ("parts.list", "reused.list") for line in listed(inputs.under_scratch(name))]
+    """The parts of window keys ``EncodeMentions`` listed."""
+    return [line_part(line) for line in listed(inputs.under_scratch("refs.list"))]

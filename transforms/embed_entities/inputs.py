@@ -23,6 +23,10 @@ from transforms.common.dead_letters import DEAD_LETTER_TAG, count, dead_letter
 from transforms.common.follow import WriteFollowedFiles
 from transforms.common.per_worker import PerProcess
 from transforms.embed_entities.entity_vectors import MENTION_KEY
+from transforms.embed_entities.window_store import window_keys
+
+# A mention's keys as the model's part reads them: which mention (``MENTION_KEY``) and its window's key.
+WINDOW_REF = np.dtype([*MENTION_KEY.descr, ("window_key", "<u8")])
 
 COUNTERS = declare(
     processed("mentions_embedded", "mentions embedded"),
@@ -31,8 +35,14 @@ COUNTERS = declare(
 )
 
 INPUT_PREFIX = "inputs-"  # the input files' names: a follower of the model's part looks for these
-INPUT_FILE_ROWS = 8192  # mentions a worker buffers before writing a file (~16 MB of ids at 512 tokens)
+INPUT_FILE_ROWS = 8192  # mentions a worker buffers before writing a file (~16 MB of ids at 512 tokens), at most
+FILES_PER_STAGE = 400  # ... and at most a 1/400th of the stage's mentions: a killed stage loses little in flight
 ROWS_PER_CALL = (64, 512)  # mention rows a tokenizer call takes (Beam's BatchElements bounds)
+
+
+def input_file_rows(mentions: int) -> int:
+    """Mentions an input file holds when the stage embeds ``mentions``."""
+    return max(1, min(INPUT_FILE_ROWS, mentions // FILES_PER_STAGE))
 
 
 def mention_problem(row: dict[str, Any]) -> str | None:
@@ -65,19 +75,22 @@ def mention_keys(rows: Sequence[dict[str, Any]]) -> np.ndarray:
     return np.array([(row["entity_id"], row["page_id"], row["link_index"]) for row in rows], dtype=MENTION_KEY)
 
 
-def inputs_table(keys: np.ndarray, packed: PackedMaskInputs) -> pa.Table:
-    """Mentions' keys and their ready inputs as a ``schemas.MENTION_INPUTS`` table."""
+def inputs_table(keys: np.ndarray, packed: PackedMaskInputs, salt: str) -> pa.Table:
+    """Mentions' keys and their ready inputs, each with its ``window_key`` under the model of ``salt``, as a
+    ``schemas.MENTION_INPUTS`` table."""
     ids = pa.ListArray.from_arrays(pa.array(packed.offsets.astype(np.int32)), pa.array(packed.ids, pa.int32()))
     return pa.table({"entity_id": keys["entity_id"], "page_id": keys["page_id"], "link_index": keys["link_index"],
-                     "mask_position": packed.positions, "input_ids": ids}, schema=schemas.MENTION_INPUTS)
+                     "window_key": window_keys(salt, packed), "mask_position": packed.positions, "input_ids": ids},
+                    schema=schemas.MENTION_INPUTS)
 
 
 def table_inputs(table: pa.Table | pa.RecordBatch) -> tuple[np.ndarray, PackedMaskInputs]:
-    """The keys and packed inputs of a ``schemas.MENTION_INPUTS`` table (the inverse of ``inputs_table``)."""
+    """The keys (``WINDOW_REF``) and packed inputs of a ``schemas.MENTION_INPUTS`` table (the inverse of
+    ``inputs_table``)."""
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
-    keys = np.empty(table.num_rows, dtype=MENTION_KEY)
-    for name in MENTION_KEY.names:
+    keys = np.empty(table.num_rows, dtype=WINDOW_REF)
+    for name in WINDOW_REF.names:
         keys[name] = table.column(name).to_numpy()
     ids = table.column("input_ids").combine_chunks()
     offsets = ids.offsets.to_numpy().astype(np.int64)
@@ -89,9 +102,10 @@ def table_inputs(table: pa.Table | pa.RecordBatch) -> tuple[np.ndarray, PackedMa
 class BuildMentionInputs(WriteFollowedFiles):
     """Lists of mention rows -> paths of the Parquet files their inputs were written to under ``directory``."""
 
-    def __init__(self, model: str, max_seq_length: int, window: str, directory: str) -> None:
-        super().__init__(directory, INPUT_PREFIX, INPUT_FILE_ROWS)
-        self._model, self._max_seq_length, self._window = model, max_seq_length, window
+    def __init__(self, model: str, max_seq_length: int, window: str, salt: str, directory: str,
+                 rows_per_file: int) -> None:
+        super().__init__(directory, INPUT_PREFIX, rows_per_file)
+        self._model, self._max_seq_length, self._window, self._salt = model, max_seq_length, window, salt
         self._tokenizers = PerProcess(load_tokenizer)
 
     def setup(self) -> None:
@@ -99,17 +113,16 @@ class BuildMentionInputs(WriteFollowedFiles):
 
     def table(self, rows: list[dict[str, Any]]) -> pa.Table:
         inputs = mask_inputs(rows, self._tokenizer, self._max_seq_length, self._window)
-        return inputs_table(mention_keys(rows), PackedMaskInputs.of(inputs))
+        return inputs_table(mention_keys(rows), PackedMaskInputs.of(inputs), self._salt)
 
 
 class PrepareMentionInputs(beam.PTransform):
     """Mention rows (entity_id, page_id, link_index, text, start, end) -> the paths of the files holding their
     model inputs (main output ``files``); rows that cannot be embedded go to ``dead_letter``."""
 
-    def __init__(self, model: str, max_seq_length: int, window: str, directory: str,
-                 progress: beam.PTransform | None = None) -> None:
+    def __init__(self, build: BuildMentionInputs, progress: beam.PTransform | None = None) -> None:
         super().__init__()
-        self._build = BuildMentionInputs(model, max_seq_length, window, directory)
+        self._build = build
         self._progress = progress
 
     def expand(self, mentions: beam.PCollection) -> dict[str, beam.PCollection]:

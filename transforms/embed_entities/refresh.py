@@ -1,13 +1,13 @@
-"""Dump refreshes of embed-entities: which entity vectors of a previous run can be taken as they are.
+"""Dump refreshes of embed-entities: which entities of a previous run are the same, and under which new ids.
 
-An entity's vector is a function of its sampled mentions' windows and the model options only, so an entity (by key:
-QID, else title, because entity ids are renumbered per run) whose sample digest is unchanged keeps its old vector.
+The vectors themselves are reused per mention window (``window_store``: a refresh encodes only the windows whose
+model input is new). What is decided here, per entity (by key: QID, else title, because entity ids are renumbered
+per run), is the ``entity_id_map/`` of the refresh and its entity counters: an entity whose sample digest is
+unchanged is counted reused (every window of its sample is in the previous run's store), the others recomputed.
 
 At scale: each run's sample digests are summed per entity in a combine over a few buckets of entity ids (packed
 arrays) and written as files; one worker step reads them with both runs' entity keys (entity-sized, ~1-2 GB for
-English Wikipedia), decides, writes ``entity_id_map/`` itself and leaves two dense arrays for the workers: the new
-id of each reused old entity and whether each new entity is encoded. Old vectors are read where they lie (the old
-run's files) and written, under their new ids, into the same bucket parts as the new mention vectors.
+English Wikipedia), decides and writes ``entity_id_map/`` itself.
 """
 
 from __future__ import annotations
@@ -28,13 +28,8 @@ from artifacts.counters import declare, processed
 from transforms.common.dead_letters import count_some
 from transforms.common.mention_sampling import window_digest
 from transforms.common.packed import PackedCombineFn, group_starts, split_by_bucket
-from transforms.common.per_worker import PerProcess
 from transforms.common.worker_files import load_array, save_array
 from transforms.embed_entities.entity_vectors import (
-    ModelFacts,
-    Part,
-    vector_column,
-    write_bucketed_part,
     write_parquet_file,
 )
 
@@ -47,7 +42,6 @@ ENTITY_COUNTERS = declare(
 # does not matter, a repeated mention does not cancel out), and the number of mentions.
 DIGEST = np.dtype([("entity_id", "<i4"), ("low", "<u8"), ("high", "<u8"), ("mentions", "<i8")])
 DIGEST_BUCKETS = 16
-REUSE_FILE, ENCODE_FILE = "reuse.npy", "encode.npy"
 ENTITY_COLUMNS = ["entity_id", "title", "qid"]
 
 
@@ -132,13 +126,6 @@ def decide(old_entities: pa.Table, new_entities: pa.Table, old_digests: np.ndarr
     return RefreshDecision(pairs, old_ids[reused], new_ids[reused], encode)
 
 
-def dense(indexes: np.ndarray, values: np.ndarray | None, fill: Any, dtype: Any) -> np.ndarray:
-    """An array over 0..max(indexes) holding ``values`` at ``indexes`` (True when None), ``fill`` elsewhere."""
-    array = np.full(int(indexes.max()) + 1 if len(indexes) else 0, fill, dtype=dtype)
-    array[indexes] = True if values is None else values
-    return array
-
-
 # --- files and DoFns --------------------------------------------------------------------------------------------
 
 
@@ -157,49 +144,16 @@ def entity_table(output: str) -> pa.Table:
     return tables.read_table(output, layout.ENTITIES, ENTITY_COLUMNS)
 
 
-def decide_runs(previous: str, output: str, old_digests: list[str], new_digests: list[str], directory: str,
-                id_map: str) -> str:
+def decide_runs(previous: str, output: str, old_digests: list[str], new_digests: list[str], id_map: str) -> str:
     """Decide a refresh of ``previous`` by ``output`` (in the one worker that runs this): write the id map under
-    ``id_map`` and the reuse and encode arrays under ``directory``; count the reused and recomputed entities."""
+    ``id_map``; count the reused and recomputed entities. Returns the id map's path."""
     old_vectors = tables.read_table(previous, layout.ENTITY_EMBEDDINGS, ["entity_id"]).column("entity_id")
     decision = decide(entity_table(previous), entity_table(output), read_digests(old_digests),
                       read_digests(new_digests), old_vectors.to_numpy())
     count_some("entities_reused", len(decision.reuse_new))
     count_some("entities_recomputed", len(decision.encode))
-    write_parquet_file(fs.join(id_map, "part-00000-of-00001.parquet"),
-                       decision.id_map.cast(schemas.ENTITY_ID_MAP))
-    save_array(fs.join(directory, REUSE_FILE), dense(decision.reuse_old, decision.reuse_new, -1, np.int32))
-    save_array(fs.join(directory, ENCODE_FILE), dense(decision.encode, None, False, bool))
-    return directory
-
-
-@dataclass(frozen=True)
-class Decided:
-    """A refresh decision as the workers read it: the new id of each old id (-1: not reused), and whether each
-    new id is encoded."""
-
-    reuse: np.ndarray
-    encode: np.ndarray
-
-    def new_ids(self, old_ids: np.ndarray) -> np.ndarray:
-        """The new id of each old id whose vector is reused, -1 for the others."""
-        return looked_up(self.reuse, old_ids, -1)
-
-    def encoded(self, new_ids: np.ndarray) -> np.ndarray:
-        """Whether each new id is encoded."""
-        return looked_up(self.encode, new_ids, False)
-
-
-def looked_up(array: np.ndarray, indexes: np.ndarray, missing: Any) -> np.ndarray:
-    """``array[indexes]``, ``missing`` where an index lies outside ``array``."""
-    inside = (indexes >= 0) & (indexes < len(array))
-    found = np.full(len(indexes), missing, dtype=array.dtype)
-    found[inside] = array[indexes[inside]]
-    return found
-
-
-def load_decided(directory: str) -> Decided:
-    return Decided(load_array(fs.join(directory, REUSE_FILE)), load_array(fs.join(directory, ENCODE_FILE)))
+    return write_parquet_file(fs.join(id_map, "part-00000-of-00001.parquet"),
+                              decision.id_map.cast(schemas.ENTITY_ID_MAP))
 
 
 class WriteDigests(beam.DoFn):
@@ -232,68 +186,19 @@ class SampleDigests(beam.PTransform):
                 | "Write" >> beam.ParDo(WriteDigests(self._directory)))
 
 
-class KeepEncoded(beam.DoFn):
-    """Packed refs -> those of entities the refresh encodes."""
+class DecideRefresh(beam.PTransform):
+    """A pipeline's root -> the refresh of ``previous`` by ``output`` decided: the id map written under ``id_map``,
+    the entities whose sample is unchanged counted as reused (every window of theirs is in the previous run's
+    store), the others as recomputed. ``scratch``: a directory for the digests and the decision."""
 
-    def __init__(self, decided: str) -> None:
-        self._decided, self._loader = decided, PerProcess(load_decided)
-
-    def setup(self) -> None:
-        self._decision: Decided = self._loader.get(self._decided)
-
-    def process(self, refs: np.ndarray, _decided: str) -> Iterator[np.ndarray]:
-        kept = refs[self._decision.encoded(refs["entity_id"])]
-        if len(kept):
-            yield kept
-
-
-class ReusedVectorParts(beam.DoFn):
-    """Tables of the previous run's entity_embeddings/ rows -> (bucket, Part) of the reused vectors, under their new
-    ids, written to part files under ``directory`` (old values as float32: exact for float16 and float32)."""
-
-    def __init__(self, decided: str, directory: str) -> None:
-        self._decided, self._directory, self._loader = decided, directory, PerProcess(load_decided)
-
-    def setup(self) -> None:
-        self._decision: Decided = self._loader.get(self._decided)
-
-    def process(self, table: pa.Table, _decided: str, facts: ModelFacts) -> Iterator[tuple[int, Part]]:
-        new_ids = self._decision.new_ids(table.column("entity_id").to_numpy())
-        kept = np.flatnonzero(new_ids >= 0)
-        if not len(kept):
-            return
-        vectors = table.column("embedding").combine_chunks().flatten().to_numpy().astype(np.float32)
-        part = pa.table({"entity_id": pa.array(new_ids[kept], pa.int32()),
-                         "mention_count": table.column("mention_count").take(kept),
-                         "vector": vector_column(vectors.reshape(table.num_rows, -1)[kept])})
-        path = fs.join(self._directory, f"reused-{uuid.uuid4().hex}.parquet")
-        yield from write_bucketed_part(path, part, facts.buckets, reused=True)
-
-
-class RefreshSplit(beam.PTransform):
-    """Packed refs of ``output`` -> ``encode`` (the refs of entities to encode) and ``reused`` ((bucket, Part) of
-    the old vectors kept), deciding a refresh of ``previous``; the id map is written under ``id_map``.
-    ``facts``: the singleton ``ModelFacts``; ``scratch``: a directory for digests, decision and reused parts."""
-
-    def __init__(self, previous: str, output: str, scratch: str, id_map: str, facts: beam.PCollection) -> None:
+    def __init__(self, previous: str, output: str, scratch: str, id_map: str) -> None:
         super().__init__()
         self._previous, self._output, self._scratch, self._id_map = previous, output, scratch, id_map
-        self._facts = facts
 
-    def expand(self, refs: beam.PCollection) -> dict[str, beam.PCollection]:
-        work = fs.join(self._scratch, f"refresh-{uuid.uuid4().hex[:12]}")  # per run: a per-process object's tag
-        pipeline = refs.pipeline
+    def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
+        work = fs.join(self._scratch, f"refresh-{uuid.uuid4().hex[:12]}")
         old = pipeline | "OldDigests" >> SampleDigests(self._previous, fs.join(work, "old"))
         new = pipeline | "NewDigests" >> SampleDigests(self._output, fs.join(work, "new"))
-        decided = (pipeline | "Runs" >> beam.Create([self._previous])
-                   | "Decide" >> beam.Map(decide_runs, self._output, beam.pvalue.AsList(old), beam.pvalue.AsList(new),
-                                          fs.join(work, "decided"), self._id_map))
-        decided_path = beam.pvalue.AsSingleton(decided)
-        encode = refs | "KeepEncoded" >> beam.ParDo(KeepEncoded(fs.join(work, "decided")), decided_path)
-        old_vectors = pipeline | "ReadOldVectors" >> beam.io.ReadFromParquetBatched(
-            tables.parquet_pattern(self._previous, layout.ENTITY_EMBEDDINGS),
-            columns=["entity_id", "embedding", "mention_count"])
-        reused = old_vectors | "ReusedVectors" >> beam.ParDo(
-            ReusedVectorParts(fs.join(work, "decided"), fs.join(work, "reused")), decided_path,
-            beam.pvalue.AsSingleton(self._facts))
-        return {"encode": encode, "reused": reused}
+        return (pipeline | "Runs" >> beam.Create([self._previous])
+                | "Decide" >> beam.Map(decide_runs, self._output, beam.pvalue.AsList(old), beam.pvalue.AsList(new),
+                                       self._id_map))

@@ -25,6 +25,7 @@ def _without_vector(schema: pa.Schema) -> pa.Schema:
 
 
 _ENTITY_VECTORS = Contract(_without_vector(schemas.entity_embeddings(1)), (pa.float32(), pa.float16()))
+_MENTION_VECTORS = Contract(_without_vector(schemas.mention_vectors(1)), (pa.float16(),))
 _PASSAGE_VECTORS = Contract(_without_vector(faiss_shards.embedding_schema(1)), (pa.float32(),))
 # artifact directory ("NAME/") -> the contract of its files
 CONTRACTS: dict[str, Contract] = {
@@ -35,6 +36,7 @@ CONTRACTS: dict[str, Contract] = {
     f"{layout.MENTIONS}/": Contract(schemas.MENTIONS),
     f"{layout.ENTITY_ID_MAP}/": Contract(schemas.ENTITY_ID_MAP),
     f"{layout.ENTITY_EMBEDDINGS}/": _ENTITY_VECTORS,
+    f"{layout.MENTION_VECTORS}/": _MENTION_VECTORS,
     f"{layout.INDEX}/{faiss_shards.EMBEDDINGS_DIR}/": _PASSAGE_VECTORS,
 }
 

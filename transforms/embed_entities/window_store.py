@@ -1,0 +1,182 @@
+"""embed-entities' store of mention-window vectors: one [MASK] vector per distinct model input, kept so that no
+window is encoded twice, neither by the rerun of a killed stage nor by a refresh of the next dump.
+
+A vector is keyed by ``window_key``: 64 bits of blake2b over the model's identity (``salt``: the model, its files,
+the layer and the dtype) and the model's input itself (token ids and [MASK] position). It changes exactly when the
+input would (a character outside the token budget changes nothing) or the model would. 64 bits: the odds that
+two of English Wikipedia's 112M windows share a key are ~3e-4 per store, and such a pair costs one mention vector.
+
+Every store file holds rows (``window_key``, ``embedding``: float16) sorted by key, one row group per bucket of keys
+(the key's top ``bits`` bits: the buckets of stores of other sizes nest), its buckets and salt in its metadata.
+A stage's committed store (``mention_vectors/``) has one file per bucket; the followers of a running stage write
+``pending`` files as they encode (each written whole: a kill loses only what was not yet written), which its
+rerun reads as a store. A bucket is read from every file that has it, and written, one at a time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from artifacts import fs, schemas
+from encoders.mask_inputs import PackedMaskInputs
+from transforms.common.article_shards import parquet_file
+
+KEY, VECTOR = schemas.mention_vectors(1).names
+STORE_DTYPE = np.float16  # stored vectors: entity vectors from them keep a cosine >= 0.99999 (README "Resume")
+MIN_BITS = 4  # buckets of a store at least 2**MIN_BITS: the units of work of the reduce
+BUCKET_BYTES = 64 << 20  # stored vectors of one bucket, at most about (the reduce holds them as float32: x2)
+PENDING_BYTES, PENDING_SHARE = 256 << 20, 400  # a pending file: at most this many bytes, and this share of a stage
+SALT, BITS, BUCKETS = b"kpr_store_salt", b"kpr_store_bits", b"kpr_store_buckets"  # file metadata keys
+PENDING_PREFIX = "pending-"
+
+
+def model_salt(identity: Sequence[object]) -> str:
+    """What a model contributes to every key (hex): the JSON of ``identity`` (model, files, layer, dtype) hashed."""
+    return hashlib.blake2b(json.dumps(list(identity), sort_keys=True).encode(), digest_size=16).hexdigest()
+
+
+def window_keys(salt: str, packed: PackedMaskInputs) -> np.ndarray:
+    """The ``window_key`` (uint64) of each of ``packed``'s inputs under the model of ``salt``."""
+    seed = hashlib.blake2b(bytes.fromhex(salt), digest_size=8)
+    ids = packed.ids.astype("<i4", copy=False)
+    keys = np.empty(len(packed), dtype=np.uint64)
+    for row, (start, stop, position) in enumerate(zip(packed.offsets[:-1].tolist(), packed.offsets[1:].tolist(),
+                                                      packed.positions.tolist(), strict=True)):
+        digest = seed.copy()
+        digest.update(position.to_bytes(4, "little"))
+        digest.update(ids[start:stop].tobytes())
+        keys[row] = int.from_bytes(digest.digest(), "little")
+    return keys
+
+
+def store_bits(mentions: int, dim: int) -> int:
+    """The bucket bits of a store of ``mentions`` vectors of ``dim``: a bucket within ``BUCKET_BYTES``."""
+    buckets = mentions * dim * np.dtype(STORE_DTYPE).itemsize / BUCKET_BYTES
+    return max(MIN_BITS, math.ceil(math.log2(buckets)) if buckets > 1 else 0)
+
+
+def pending_rows(mentions: int, dim: int) -> int:
+    """Windows a follower stores per pending file when the stage embeds ``mentions``: what a kill may lose."""
+    return max(1, min(PENDING_BYTES // (dim * np.dtype(STORE_DTYPE).itemsize), mentions // PENDING_SHARE))
+
+
+def key_buckets(keys: np.ndarray, bits: int) -> np.ndarray:
+    """The bucket of each key: its top ``bits`` bits."""
+    return (keys >> np.uint64(64 - bits)).astype(np.int64) if bits else np.zeros(len(keys), dtype=np.int64)
+
+
+def covers(bucket: int, bits: int, other: int, other_bits: int) -> bool:
+    """Whether bucket ``other`` of a store of ``other_bits`` holds keys of bucket ``bucket`` of ``bits``."""
+    shift = min(bits, other_bits)
+    return bucket >> (bits - shift) == other >> (other_bits - shift)
+
+
+def store_table(keys: np.ndarray, vectors: np.ndarray) -> pa.Table:
+    """Rows (``window_key``, ``embedding`` as ``STORE_DTYPE``: ``schemas.mention_vectors``), sorted by key."""
+    order = np.argsort(keys, kind="stable")
+    values = pa.array(np.ascontiguousarray(vectors[order], dtype=STORE_DTYPE).reshape(-1))
+    return pa.table({KEY: pa.array(keys[order], pa.uint64()),
+                     VECTOR: pa.FixedSizeListArray.from_arrays(values, vectors.shape[1])},
+                    schema=schemas.mention_vectors(vectors.shape[1]))
+
+
+def store_bytes(keys: np.ndarray, vectors: np.ndarray, salt: str, bits: int) -> bytes:
+    """A store file's bytes: the rows sorted by key, a row group per bucket that has rows."""
+    table = store_table(keys, vectors)
+    buckets = key_buckets(table.column(KEY).to_numpy(), bits)
+    starts = np.flatnonzero(np.r_[True, buckets[1:] != buckets[:-1]]) if len(buckets) else np.zeros(0, np.int64)
+    present = buckets[starts].tolist()
+    schema = table.schema.with_metadata({SALT: salt.encode(), BITS: str(bits).encode(),
+                                         BUCKETS: json.dumps(present).encode()})
+    sink = pa.BufferOutputStream()
+    with pq.ParquetWriter(sink, schema, compression=schemas.PARQUET_CODEC, use_compliant_nested_type=False) as writer:
+        for start, stop in zip(starts.tolist(), [*starts[1:].tolist(), len(buckets)], strict=True):
+            writer.write_table(table.slice(start, stop - start), row_group_size=stop - start)
+    return sink.getvalue().to_pybytes()
+
+
+def write_store_file(path: str, keys: np.ndarray, vectors: np.ndarray, salt: str, bits: int) -> str:
+    """Write a store file at ``path``, whole or not at all; returns ``path``."""
+    fs.write_bytes_atomic(path, store_bytes(keys, vectors, salt, bits))
+    return path
+
+
+def pending_path(directory: str) -> str:
+    return fs.join(directory, f"{PENDING_PREFIX}{uuid.uuid4().hex}.parquet")
+
+
+@dataclass(frozen=True)
+class StoreFile:
+    """A store file: its ``path``, key ``bits`` and the bucket of each of its row groups."""
+
+    path: str
+    bits: int
+    buckets: tuple[int, ...]
+
+    def row_groups(self, bucket: int, bits: int) -> list[int]:
+        """Its row groups that hold keys of ``bucket`` of a store of ``bits``."""
+        return [group for group, own in enumerate(self.buckets) if covers(bucket, bits, own, self.bits)]
+
+
+def store_file(path: str) -> tuple[str, StoreFile] | None:
+    """(salt, StoreFile) of a store file; None for a file that is not one."""
+    with parquet_file(path) as opened:
+        metadata = opened.schema_arrow.metadata or {}
+    if SALT not in metadata:
+        return None
+    return metadata[SALT].decode(), StoreFile(path, int(metadata[BITS]), tuple(json.loads(metadata[BUCKETS])))
+
+
+def store_files(directories: Iterable[str], salt: str) -> list[StoreFile]:
+    """The store files under ``directories`` whose vectors are those of the model of ``salt`` (others ignored)."""
+    found = []
+    for directory in directories:
+        for path in fs.list_files(directory, "*.parquet") if fs.exists(directory) else []:
+            described = store_file(path)
+            if described is not None and described[0] == salt:
+                found.append(described[1])
+    return found
+
+
+def known_keys(files: Iterable[StoreFile]) -> np.ndarray:
+    """Every key of ``files``, sorted, each once."""
+    keys = [np.zeros(0, dtype=np.uint64)]
+    for item in files:
+        with parquet_file(item.path) as opened:
+            keys.append(opened.read(columns=[KEY]).column(KEY).to_numpy())
+    return np.unique(np.concatenate(keys))
+
+
+def read_bucket(files: Iterable[StoreFile], bucket: int, bits: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """(keys sorted, each once; their vectors) of bucket ``bucket`` of a store of ``bits`` from ``files``."""
+    keys, vectors = [np.zeros(0, dtype=np.uint64)], [np.zeros((0, dim), dtype=STORE_DTYPE)]
+    for item in files:
+        groups = item.row_groups(bucket, bits)
+        if not groups:
+            continue
+        with parquet_file(item.path) as opened:
+            table = opened.read_row_groups(groups)
+        found = table.column(KEY).to_numpy()
+        inside = key_buckets(found, bits) == bucket
+        keys.append(found[inside])
+        vectors.append(table.column(VECTOR).combine_chunks().flatten().to_numpy().reshape(-1, dim)[inside])
+    found, rows = np.unique(np.concatenate(keys), return_index=True)
+    return found, np.concatenate(vectors)[rows]
+
+
+def found_in(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(whether each of ``keys`` is in ``sorted_keys``, its position there where it is)."""
+    where = np.searchsorted(sorted_keys, keys)
+    inside = where < len(sorted_keys)
+    found = np.zeros(len(keys), dtype=bool)
+    found[inside] = sorted_keys[where[inside]] == keys[inside]
+    return found, where
