@@ -88,6 +88,7 @@ class EmbedEntitiesStage:
         reducing = ctx.with_workers_at_most(facts.buckets)  # a bucket is a unit of work: no idle worker to start
         counters = summed(counters, run_beam(reducing, with_dead_letters(reducing, "ReduceEntities", reduce,
                                                                          "entities")))
+        counters = summed({"mentions_encoded": 0, "mentions_reused": 0}, counters)  # said also when none
         return reuse_counters(counters) if config.previous else counters
 
 

@@ -22,7 +22,8 @@ class PublishCommand:
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
         space = disk_space.space_of(args.to)
         try:
-            summary = publish_run(args.output, args.to, latest=args.latest, free_bytes=space.free)
+            summary = publish_run(args.output, args.to, latest=args.latest, free_bytes=space.free,
+                                  kept=args.with_mention_vectors)
         except NoRoomError as error:
             raise disk_space.no_room_error("publish", args.to, "--to", error.need, "to copy the run", space) from error
         except LatestLocationError as error:

@@ -28,6 +28,15 @@ _VERSIONED_PACKAGES = (
 )
 
 
+# Outputs that keep a stage's work for its reruns and refreshes, read by no other stage and not published unless asked.
+KEPT_ARTIFACTS = (layout.MENTION_VECTORS,)
+
+
+def is_kept_work(path: str) -> bool:
+    """Whether the output ``path`` (relative to OUT) is kept work (``KEPT_ARTIFACTS``)."""
+    return path.split("/", 1)[0] in KEPT_ARTIFACTS
+
+
 @dataclass(frozen=True)
 class OutputFile:
     path: str  # relative to OUT, forward slashes
@@ -51,9 +60,12 @@ class StageRecord:
         return asdict(self)
 
     def outputs_digest(self) -> str:
-        """One hash over the stage's output checksums: the fingerprint downstream stages record."""
+        """One hash over the stage's output checksums: the fingerprint downstream stages record (kept work that no
+        stage reads, ``KEPT_ARTIFACTS``, left out: a run published without it is the same to its readers)."""
         digest = hashlib.sha256()
         for item in sorted(self.outputs, key=lambda output: output.path):
+            if is_kept_work(item.path):
+                continue
             digest.update(f"{item.path}\t{item.sha256}\n".encode())
         return digest.hexdigest()
 

@@ -1,7 +1,8 @@
-"""Publishing a validated run: every file its manifest lists (plus ``report/``) copied to DEST on any Beam
-filesystem, each copy checked, and ``DEST/manifest.json`` deleted first and written last, so a reader never
-takes a partial copy for a complete one. With ``latest``, ``DEST/../LATEST`` then names DEST (scheduled
-refreshes publish each run to ``ROOT/NAME`` and readers follow ``ROOT/LATEST``).
+"""Publishing a validated run: every file its manifest lists (plus ``report/``; the stages' kept work, the window
+vectors' store, only when asked) copied to DEST on any Beam filesystem, each copy checked, and ``DEST/manifest.json``
+deleted first and written last, so a reader never takes a partial copy for a complete one. With ``latest``,
+``DEST/../LATEST`` then names DEST (scheduled refreshes publish each run to ``ROOT/NAME`` and readers follow
+``ROOT/LATEST``).
 
 ``DEST/.kpr-publish.json`` records the files a publish wrote: a later publish replaces or removes only those and
 refuses, before copying anything, a DEST holding a file in its way that no publish wrote (artifacts.run.owned);
@@ -12,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
@@ -105,6 +106,14 @@ def overlaps(first: str, second: str) -> bool:
     """Whether one path is the other or lies inside it."""
     first, second = _resolved(first), _resolved(second)
     return first == second or first.startswith(second + "/") or second.startswith(first + "/")
+
+
+def published_stages(stages: dict[str, manifest.StageRecord], kept: bool) -> dict[str, manifest.StageRecord]:
+    """The records as published: without the outputs of kept work (``manifest.KEPT_ARTIFACTS``) unless ``kept``."""
+    if kept:
+        return stages
+    return {name: replace(record, outputs=[item for item in record.outputs if not manifest.is_kept_work(item.path)])
+            for name, record in stages.items()}
 
 
 def planned_files(output: str, stages: dict[str, manifest.StageRecord]) -> list[PublishedFile]:
@@ -207,16 +216,18 @@ def bytes_to_copy(destination: str, files: list[PublishedFile], earlier: frozens
     return max(sum(item.bytes for item in files) - freed, 0)
 
 
-def publish_run(output: str, destination: str, latest: bool = False, free_bytes: int | None = None) -> PublishSummary:
+def publish_run(output: str, destination: str, latest: bool = False, free_bytes: int | None = None,
+                kept: bool = False) -> PublishSummary:
     """Copy the validated run under ``output`` to ``destination``; its manifest.json is written last, then
     with ``latest`` the LATEST pointer beside ``destination``. A copy that needs more than ``free_bytes`` (the
-    free space of the destination's filesystem, where known) is refused before anything is written."""
+    free space of the destination's filesystem, where known) is refused before anything is written. The kept
+    work of its stages (``mention_vectors/``) is copied only when ``kept``."""
     if latest:
         require_replaceable_latest(destination)  # refuse before copying anything
     if overlaps(output, destination):
         raise OverlappingDestinationError(output, destination)
     require_valid(output)
-    stages = manifest.load(output)
+    stages = published_stages(manifest.load(output), kept)
     files = planned_files(output, stages)
     earlier = require_publishable(destination, files)
     refuse_without_room(destination, free_bytes, lambda: bytes_to_copy(destination, files, earlier))

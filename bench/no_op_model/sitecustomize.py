@@ -15,6 +15,9 @@ each call waits as long as the GPU would take for its padded tokens, and every p
 GPU's clock (the file holds when the GPU is next free, read and moved on under a lock), so calls from several
 processes queue as they would on one device. It waits by sleeping: no CPU. A real card's rate is its ceiling at
 a path's length in sequences a second times that length (README "GPUs").
+
+With ``KPR_PACED_REAL`` set as well, the real forward runs after the wait: real vectors at no more than the stand-in
+GPU's speed (the tests that kill a stage mid-encoding use it to have a middle to kill it in).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from types import ModuleType
 
 MARKERS = "KPR_NO_OP_MODEL_MARKERS"
 STAND_IN = "KPR_STAND_IN"
+PACED_REAL = "KPR_PACED_REAL"
 _FREE_AT = struct.Struct("<d")  # the clock file: when the stand-in GPU is next free (seconds since the epoch)
 
 
@@ -78,6 +82,16 @@ def _no_op_dense_forward(self, inputs: dict):
     return _equal_unit_vectors(self._torch, rows, self.dim)
 
 
+def _paced(forward: Callable) -> Callable:
+    """``forward`` (a batch's host tuple or device inputs -> vectors) run after the stand-in GPU's wait."""
+    def paced(self, batch):
+        rows, longest = (batch[0] if isinstance(batch, tuple) else batch["input_ids"]).shape
+        stand_in_wait(rows * longest)
+        return forward(self, batch)
+
+    return paced
+
+
 # module -> (class, method, replacement)
 PATCHES: dict[str, tuple[str, str, Callable]] = {
     "encoders.mask_encoder": ("MaskEncoder", "_forward_host", _no_op_mask_forward),
@@ -87,13 +101,13 @@ PATCHES: dict[str, tuple[str, str, Callable]] = {
 
 
 def patch(module: ModuleType) -> None:
-    """Replace the forward method PATCHES names for ``module``; fail loudly if the encoder no longer has it
-    (the benchmark would otherwise measure the real model)."""
+    """Replace the forward method PATCHES names for ``module`` (with ``KPR_PACED_REAL``: pace it); fail loudly if
+    the encoder no longer has it (the benchmark would otherwise measure the real model)."""
     class_name, method, replacement = PATCHES[module.__name__]
     owner = getattr(module, class_name, None)
     if owner is None or method not in vars(owner):
         raise AttributeError(f"no-op model: {module.__name__}.{class_name}.{method} is gone; update {__file__}")
-    setattr(owner, method, replacement)
+    setattr(owner, method, _paced(vars(owner)[method]) if os.environ.get(PACED_REAL) else replacement)
     markers = os.environ.get(MARKERS)
     if markers:
         open(os.path.join(markers, f"{os.getpid()}-{module.__name__}"), "w").close()

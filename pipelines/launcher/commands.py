@@ -220,6 +220,9 @@ def _publish(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--latest", action="store_true",
                        help="for DEST = ROOT/NAME: after the manifest, point ROOT/LATEST at NAME (a JSON file with "
                        "the name and the manifest's sha256, replaced atomically)")
+    group.add_argument("--with-mention-vectors", action="store_true",
+                       help="also copy mention_vectors/ (embed-entities' window vectors, ~1.5 KB a mention at 768 "
+                       "dimensions), so that a refresh of the published run reuses them")
 
 
 def _report(group: argparse._ArgumentGroup) -> None:

@@ -25,7 +25,7 @@ def test_stages_write_the_declared_artifacts() -> None:
         "parse": (layout.ARTICLES, layout.REDIRECTS),
         "dictionary": (layout.ENTITIES, layout.DICTIONARY),
         "mentions": (layout.MENTIONS,),
-        "embed_entities": (layout.ENTITY_EMBEDDINGS, layout.ENTITY_ID_MAP),
+        "embed_entities": (layout.ENTITY_EMBEDDINGS, layout.ENTITY_ID_MAP, layout.MENTION_VECTORS),
         "index": (layout.INDEX, layout.PASSAGES),
     }
     assert (layout.NAMES, layout.LINKER) == ("dictionary/names", "dictionary/linker")

@@ -119,7 +119,7 @@ def test_an_embed_run_prints_plain_progress_lines_and_nothing_else(tiny_bert, tm
                             env={**os.environ, "PYTHONPATH": str(REPO)})
     assert result.returncode == 0, result.stderr
     lines = result.stderr.splitlines()
-    assert lines[0] == "[embed-entities] running" and lines[-1].startswith("  mentions_embedded: ")
+    assert lines[0] == "[embed-entities] running" and lines[-1].startswith("  mentions_reused: ")
     for unit in ("mentions prepared", "mentions encoded"):  # by the inputs' part, then by the model's
         progress = [line for line in lines if f" {unit} in " in line]
         assert progress and all(line.startswith("[embed-entities] ") for line in progress), result.stderr

@@ -91,7 +91,8 @@ def test_valid_run_validates(full_run: Path, capsys: pytest.CaptureFixture[str])
 def test_only_recorded_stages_are_checked(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
     stages = manifest.load(str(run))
     manifest.save(str(run), {name: stages[name] for name in ("parse", "dictionary")})
-    for directory in ("mentions", "entity_embeddings", "index", "passages", "errors/embed_entities", "errors/index"):
+    for directory in ("mentions", "entity_embeddings", "mention_vectors", "index", "passages", "errors/embed_entities",
+                      "errors/index"):
         shutil.rmtree(run / directory)  # as a run that has got to dictionary has them
     assert main(["validate", "--output", str(run)]) == 0
     assert capsys.readouterr().out == f"valid: {run} (stages: dictionary, parse)\n"
@@ -295,21 +296,30 @@ def test_entity_ids_outside_1_to_n(run: Path) -> None:
 # --- publish -------------------------------------------------------------------------------------------------
 
 
-def test_publish_copies_everything(run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("with_vectors", [False, True])
+def test_publish_copies_everything(run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                   with_vectors: bool) -> None:
+    """Every recorded file and the report; embed-entities' kept window vectors only when asked (without them the
+    published manifest does not list them, and the copy validates)."""
     (run / "report").mkdir()
     (run / "report" / "index.html").write_text("<html>report</html>")
     destination = tmp_path / "published"
-    assert main(["publish", "--output", str(run), "--to", str(destination)]) == 0
+    assert main(["publish", "--output", str(run), "--to", str(destination),
+                 *(["--with-mention-vectors"] if with_vectors else [])]) == 0
     out = capsys.readouterr().out
 
-    listed = sorted(item.path for stage in manifest.load(str(run)).values() for item in stage.outputs)
+    recorded = sorted(item.path for stage in manifest.load(str(run)).values() for item in stage.outputs)
+    assert any(path.startswith("mention_vectors/") for path in recorded)
+    listed = [path for path in recorded if with_vectors or not path.startswith("mention_vectors/")]
     copied = sorted(str(path.relative_to(destination)) for path in destination.rglob("*") if path.is_file())
     assert copied == sorted([*listed, "report/index.html", "manifest.json", ".kpr-publish.json"])
     assert owned.load_record(str(destination), ".kpr-publish.json") == {*listed, "report/index.html",
                                                                          "manifest.json"}
+    assert sorted(item.path for stage in manifest.load(str(destination)).values() for item in stage.outputs) == listed
     copied.remove(".kpr-publish.json")
     for relative in copied:
-        assert filecmp.cmp(run / relative, destination / relative, shallow=False), relative
+        assert filecmp.cmp(run / relative, destination / relative, shallow=False) or (
+            relative == "manifest.json" and not with_vectors), relative
         assert f"  {relative} (" in out or relative == "manifest.json"
     data_bytes = sum((run / relative).stat().st_size for relative in copied if relative != "manifest.json")
     assert out.splitlines()[-2:] == ["  manifest.json (written last)",
@@ -335,9 +345,10 @@ def test_publish_writes_the_manifest_last(run: Path, tmp_path: Path, monkeypatch
 
     monkeypatch.setattr(publish_module, "copy_file", watched_copy)
     assert main(["publish", "--output", str(run), "--to", str(destination)]) == 0
-    assert len(copies) == sum(len(stage.outputs) for stage in manifest.load(str(run)).values())
+    published = publish_module.published_stages(manifest.load(str(run)), kept=False)  # without mention_vectors/
+    assert len(copies) == sum(len(stage.outputs) for stage in published.values())
     assert not stale.exists()
-    assert manifest.load(str(destination)) == manifest.load(str(run))
+    assert manifest.load(str(destination)) == published
     assert validate_run(str(destination)) == []
 
     def failing_copy(source: str, target: str) -> None:

@@ -120,6 +120,8 @@ class PendingWriter:
         self._vectors: list[np.ndarray] = []
 
     def add(self, keys: np.ndarray, vectors: np.ndarray) -> None:
+        if not len(keys):
+            return
         self._keys.append(keys)
         self._vectors.append(vectors.astype(STORE_DTYPE))
         if sum(map(len, self._keys)) >= self._rows:
