@@ -9,12 +9,15 @@ decided the number of shards and the index type, ``BuildIndex``.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs, layout, schemas, tables
@@ -27,11 +30,13 @@ from encoders.loading import check_encoder_options
 from encoders.models import check_device, model_files
 from encoders.retrievers import EncoderOptions, dense_dim, recorded_encoder
 from pipelines.launcher import disk_space, flags
-from pipelines.launcher.stage import Build, StageContext, run_beam, run_model_beside, with_dead_letters
+from pipelines.launcher.stage import Build, StageContext, run_beam, run_model_beside, summed, with_dead_letters
 from pipelines.refresh import RefreshConfig, fingerprint_changes, option_changes, previous_options, reusable_previous
 from transforms.common.dead_letters import WriteDeadLetters
-from transforms.common.follow import FollowedFiles
+from transforms.common.follow import FollowedFiles, rows_per_file
+from transforms.common.worker_files import load_array, save_array
 from transforms.index.corpus import ReadPassages, check_corpus, estimated_passages
+from transforms.index.forward import KeptPassages, kept_files, kept_keys
 from transforms.index.graph import (
     COUNTERS,
     BuildIndex,
@@ -40,8 +45,9 @@ from transforms.index.graph import (
     IndexConfig,
     IndexPlan,
     PreparePassages,
+    StageKeptPassages,
 )
-from transforms.index.inputs import INPUT_PREFIX
+from transforms.index.inputs import INPUT_FILE_ROWS, INPUT_PREFIX
 
 # The flags of the encoder options not named after them, for messages (the library names options by field).
 ENCODER_FLAGS = {"kind": "--encoder-type", "title": "--title-mode"}
@@ -127,9 +133,17 @@ class IndexStage:
         estimate = estimated_passages(config.corpus, tables.artifact_dir(ctx.output, layout.ARTICLES),
                                       config.words_per_passage)
         bucket_count = choice.bucket_count(config.shards, estimate, dim, config.shard_memory_bytes)
-        counters = encode(ctx, config, located, Encoding(dim, columns, bucket_count, estimate, previous))
+        encoding = Encoding(dim, columns, bucket_count, estimate, previous)
+        kept = kept_passages(ctx, self.options(config), self.external_inputs(config), self.upstream(config))
+        killed = kept_files(kept.directory)  # what a killed run kept: its passages are not encoded again
+        save_array(kept.known, kept_keys(killed))
+        counters = encode(ctx, config, located, encoding, kept)
+        if killed:
+            run_beam(ctx, lambda pipeline: pipeline | "StageKept" >> StageKeptPassages(
+                killed, save_array(fs.join(kept.reused, "all.npy"), reused_keys(kept)), encoding_files(ctx),
+                bucket_count, dim))
         counters = {**counters, **build_index(ctx, config, located, dim, bucket_count, counters, previous)}
-        return {"passages_reused": 0, "passages_encoded": 0, **counters} if config.previous else counters
+        return summed({"passages_reused": 0, "passages_encoded": 0}, counters)  # said also when none
 
 
 def factory_flag_error(error: choice.FactoryError) -> InputError:
@@ -187,20 +201,43 @@ class Encoding:
     previous: str | None
 
 
-def encoding_files(ctx: StageContext) -> EncodingFiles:
+def kept_passages(ctx: StageContext, options: dict[str, Any], external: dict[str, str],
+                  upstream: tuple[str, ...]) -> KeptPassages:
+    """Where the stage keeps what it encodes for a rerun, with the encoder's part of every passage key: the
+    recorded options, the model files' fingerprints and the outputs of the stages it reads (a KPR encoder's
+    entity embeddings)."""
+    records = manifest.load(ctx.output)
+    identity = [manifest.canonical_options(options),
+                {role: manifest.file_fingerprint(pattern) for role, pattern in sorted(external.items()) if pattern},
+                [records[name].outputs_digest() for name in upstream if name in records]]
+    salt = hashlib.blake2b(json.dumps(identity, sort_keys=True).encode(), digest_size=16).hexdigest()
+    work = fs.join(ctx.staging_root, "work")
+    return KeptPassages(ctx.kept_root, fs.join(work, "known-keys.npy"), fs.join(work, "reused"), salt)
+
+
+def reused_keys(kept: KeptPassages) -> np.ndarray:
+    """The keys every follower saved of the passages it did not encode, sorted."""
+    return np.sort(np.concatenate([np.zeros(0, np.uint64),
+                                   *(load_array(path) for path in fs.list_files(kept.reused, "reused-*.npy"))]))
+
+
+def encoding_files(ctx: StageContext, estimate: int = 0) -> EncodingFiles:
+    """Where the encoding pipelines write, with input files for ``estimate`` passages (0: as many as read)."""
     work = fs.join(ctx.staging_root, "work")
     inputs = FollowedFiles(fs.join(work, "inputs"), INPUT_PREFIX, fs.join(work, "inputs.list"),
                            fs.join(work, "inputs.ended"))
-    return EncodingFiles(inputs, buckets_dir(ctx))
+    return EncodingFiles(inputs, buckets_dir(ctx), rows_per_file(estimate, INPUT_FILE_ROWS) if estimate else
+                         INPUT_FILE_ROWS)
 
 
-def encode(ctx: StageContext, config: IndexConfig, encoder: EncoderOptions, encoding: Encoding) -> dict[str, int]:
+def encode(ctx: StageContext, config: IndexConfig, encoder: EncoderOptions, encoding: Encoding,
+           kept: KeptPassages) -> dict[str, int]:
     """The passages read and their inputs built by every worker (``prepare``), encoded beside it by the processes
     that hold the model (``EncodePassages``); the counters of both."""
-    files = encoding_files(ctx)
+    files = encoding_files(ctx, encoding.estimate)
 
     def model(forward: StageContext, followers: int) -> Build:
-        encode_passages = EncodePassages(encoder, files, encoding.bucket_count, encoding.dim, followers,
+        encode_passages = EncodePassages(encoder, files, encoding.bucket_count, encoding.dim, followers, kept,
                                          forward.progress("passages encoded", encoding.estimate, int))
         return with_dead_letters(forward, "EncodePassages", encode_passages, "vectors")
 

@@ -4,8 +4,9 @@ Python imports ``sitecustomize`` at start-up from its path, so putting this dire
 reaches every interpreter of a run: the stage's process and Beam's worker subprocesses (multi_processing starts
 fresh interpreters, which inherit the environment). Nothing is imported here until the pipeline imports the
 encoder modules itself: an import hook patches them as they load. What stays real: reading, tokenizing,
-batching, Beam, writing, and the model's loading. The forward returns equal unit vectors (ones, scaled; a zero
-vector would be dead-lettered): every [MASK] vector, entity embedding and passage vector is the same.
+batching, Beam, writing, and the model's loading. The forward returns unit vectors that depend on the input's
+token ids only (equal entries but one, which the ids' sum picks; a zero vector would be dead-lettered): equal for
+equal inputs, and a run's entity embeddings tell entities apart as `validate` requires.
 
 With ``KPR_NO_OP_MODEL_MARKERS`` set to a directory, each process that patches an encoder writes a file there
 named ``PID-MODULE``, so a benchmark can count the processes the no-op forward reached.
@@ -59,27 +60,31 @@ def stand_in_wait(tokens: int, setting: str | None = None) -> float:
     return wait
 
 
-def _equal_unit_vectors(torch, rows: int, dim: int):
-    """A batch of unit-length vectors, all equal (cosine-ready, never a zero vector). Filled by numpy: torch's
-    fill runs on its OpenMP threads, which spin waiting for cores the tokenizer's threads hold (5% of
-    embed-entities' host side with one worker on 2 cores; the same with OMP_NUM_THREADS=1)."""
+def _unit_vectors(torch, ids, dim: int):
+    """A unit-length vector per row of the padded ``ids`` (a CPU tensor): all entries equal but the one the row's
+    id sum picks (cosine-ready, never a zero vector, equal for equal inputs). Made by numpy: torch's fill runs on
+    its OpenMP threads, which spin waiting for cores the tokenizer's threads hold (5% of embed-entities' host side
+    with one worker on 2 cores; the same with OMP_NUM_THREADS=1)."""
     import numpy
 
-    return torch.from_numpy(numpy.full((rows, dim), dim ** -0.5, dtype=numpy.float32))
+    picked = ids.numpy().astype(numpy.int64).sum(axis=1) % dim
+    vectors = numpy.ones((len(picked), dim), dtype=numpy.float32)
+    vectors[numpy.arange(len(picked)), picked] = 2.0
+    return torch.from_numpy(vectors / numpy.float32(numpy.sqrt(dim + 3)))
 
 
 def _no_op_mask_forward(self, host: tuple):
     """MaskEncoder._forward_host: (padded ids, attention, [MASK] positions) -> one vector per row."""
     rows, longest = host[0].shape
     stand_in_wait(rows * longest)
-    return _equal_unit_vectors(self._torch, rows, self.model.config.hidden_size)
+    return _unit_vectors(self._torch, host[0], self.model.config.hidden_size)
 
 
 def _no_op_dense_forward(self, inputs: dict):
     """DenseEncoder._forward_inputs (and KPR's): device inputs of a batch -> one vector per row."""
     rows, longest = inputs["input_ids"].shape
     stand_in_wait(rows * longest)
-    return _equal_unit_vectors(self._torch, rows, self.dim)
+    return _unit_vectors(self._torch, inputs["input_ids"].cpu(), self.dim)
 
 
 def _paced(forward: Callable) -> Callable:

@@ -98,8 +98,9 @@ def test_byte_ranges_read_what_whole_files_give(tmp_path, monkeypatch, keep, ran
 
 def test_encoded_rows_keep_their_passage_and_non_finite_vectors_are_dead_lettered():
     passages = [Passage(7, "T", "text"), Passage(8, "U", "more"), Passage(9, "V", "last")]
-    rows, dead = encoded_rows(passages, np.array([[1.0, 2.0], [np.nan, 1.0], [3.0, np.inf]], np.float32))
+    rows, finite, dead = encoded_rows(passages, np.array([[1.0, 2.0], [np.nan, 1.0], [3.0, np.inf]], np.float32))
     assert [(row[0], row[1], row[2], row[3].tolist()) for row in rows] == [(7, "T", "text", [1.0, 2.0])]
+    assert finite.tolist() == [True, False, False]
     assert [(letter.tag, letter.value["kind"], letter.value["passage_id"]) for letter in dead] == [
         ("dead_letter", "non_finite_vectors", 8), ("dead_letter", "non_finite_vectors", 9)]
 

@@ -20,6 +20,7 @@ from artifacts import fs, tables
 from artifacts.errors import first_line
 from transforms.common.dead_letters import DEAD_LETTER_TAG
 
+FILES_PER_STAGE = 400  # a stage's input files, at least (when it has the rows): a killed stage loses little in flight
 FOLLOW_POLL_S = 0.2  # a follower with nothing to take looks for new files this often
 ENCODED_TAG = "encoded"  # a follower's output: how many items a step of it encoded (for the progress line)
 
@@ -42,6 +43,12 @@ class FollowedFiles:
 class InputsFailedError(RuntimeError):
     """The pipeline that writes the followed files failed: the one that follows it stops (the first pipeline's
     error is the one the stage reports)."""
+
+
+def rows_per_file(total: int, most: int) -> int:
+    """Rows an input file holds when a stage has about ``total``: ``most``, or fewer so that there are
+    ``FILES_PER_STAGE`` files (what a follower has in flight when the stage is killed is encoded again)."""
+    return max(1, min(most, total // FILES_PER_STAGE))
 
 
 def listed(prefix: str) -> list[str]:

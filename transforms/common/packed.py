@@ -41,6 +41,15 @@ def group_starts(ids: np.ndarray) -> np.ndarray:
     return np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if len(ids) else np.zeros(0, dtype=np.int64)
 
 
+def found_in(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(whether each of ``keys`` is in ``sorted_keys``, its position there where it is)."""
+    where = np.searchsorted(sorted_keys, keys)
+    inside = where < len(sorted_keys)
+    found = np.zeros(len(keys), dtype=bool)
+    found[inside] = sorted_keys[where[inside]] == keys[inside]
+    return found, where
+
+
 def rank_in_group(ids: np.ndarray) -> np.ndarray:
     """For sorted ``ids``: each position's rank among the positions of the same id (0, 1, 2, ...)."""
     starts = group_starts(ids)

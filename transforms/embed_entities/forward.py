@@ -28,13 +28,13 @@ from encoders.mask_inputs import PackedMaskInputs
 from encoders.models import ModelSpec, worker_device
 from transforms.common.dead_letters import count_some, dead_letter
 from transforms.common.follow import ENCODED_TAG, FollowedFiles, follow, wait_for
+from transforms.common.packed import found_in
 from transforms.common.per_worker import PerProcess
 from transforms.common.worker_files import load_array
 from transforms.embed_entities.entity_vectors import ModelFacts, Part, write_bucketed_part
 from transforms.embed_entities.inputs import WINDOW_REF, table_inputs
 from transforms.embed_entities.window_store import (
     STORE_DTYPE,
-    found_in,
     key_buckets,
     pending_path,
     pending_rows,

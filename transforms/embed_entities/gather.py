@@ -20,10 +20,11 @@ from apache_beam.transforms.window import GlobalWindows
 from artifacts import fs
 from artifacts.counters import declare, dropped
 from transforms.common.dead_letters import DEAD_LETTER_TAG, dead_letter
+from transforms.common.packed import found_in
 from transforms.common.per_worker import PerProcess
 from transforms.embed_entities.entity_vectors import MENTION_KEY, ModelFacts, Part, PartWriter, read_parts
 from transforms.embed_entities.inputs import WINDOW_REF
-from transforms.embed_entities.window_store import StoreFile, found_in, read_bucket, write_store_file
+from transforms.embed_entities.window_store import StoreFile, read_bucket, write_store_file
 
 COUNTERS = declare(
     dropped("mention_vectors_missing", "mentions whose window has no stored vector", dead_lettered=True),

@@ -26,7 +26,7 @@ from encoders.mask_encoder import check_mask_model
 from encoders.mask_inputs import MASK_WINDOWS, check_max_seq_length
 from encoders.models import STORED_DTYPES, ModelSpec, check_device, hidden_size, input_embedding_norm
 from transforms.common.dead_letters import DEAD_LETTER_TAG
-from transforms.common.follow import FollowedFiles, RunFollowers, listed
+from transforms.common.follow import FollowedFiles, RunFollowers, listed, rows_per_file
 from transforms.common.packed import CountEntities
 from transforms.embed_entities import entity_vectors, gather, mention_windows, refresh
 from transforms.embed_entities.entity_vectors import (
@@ -41,7 +41,7 @@ from transforms.embed_entities.forward import COUNTERS as FORWARD_COUNTERS
 from transforms.embed_entities.forward import FollowInputFiles, InputFiles
 from transforms.embed_entities.gather import GatherMentionVectors
 from transforms.embed_entities.inputs import COUNTERS as INPUT_COUNTERS
-from transforms.embed_entities.inputs import INPUT_PREFIX, BuildMentionInputs, PrepareMentionInputs, input_file_rows
+from transforms.embed_entities.inputs import INPUT_FILE_ROWS, INPUT_PREFIX, BuildMentionInputs, PrepareMentionInputs
 from transforms.embed_entities.mention_windows import REF_COLUMNS, CutMentionWindows, ref_array
 from transforms.embed_entities.refresh import DecideRefresh
 from transforms.embed_entities.window_store import store_bits
@@ -207,7 +207,8 @@ class PrepareMentions(beam.PTransform):
             _ = refs | "CountRecomputed" >> CountEntities("entities_recomputed")
         mentions = refs | "CutMentionWindows" >> CutMentionWindows(inputs.output, inputs.scratch, self._chars)
         build = BuildMentionInputs(config.model, config.max_seq_length, config.mask_window, inputs.salt,
-                                   inputs.files.followed.directory, input_file_rows(inputs.mentions))
+                                   inputs.files.followed.directory,
+                                   rows_per_file(inputs.mentions, INPUT_FILE_ROWS))
         prepared = mentions["mentions"] | "PrepareInputs" >> PrepareMentionInputs(build, self._progress)
         _ = prepared["files"] | "ListInputFiles" >> beam.io.WriteToText(inputs.files.followed.listing)
         return (mentions[DEAD_LETTER_TAG], prepared[DEAD_LETTER_TAG]) | "AllDeadLetters" >> beam.Flatten()

@@ -36,13 +36,7 @@ COUNTERS = declare(
 
 INPUT_PREFIX = "inputs-"  # the input files' names: a follower of the model's part looks for these
 INPUT_FILE_ROWS = 8192  # mentions a worker buffers before writing a file (~16 MB of ids at 512 tokens), at most
-FILES_PER_STAGE = 400  # ... and at most a 1/400th of the stage's mentions: a killed stage loses little in flight
 ROWS_PER_CALL = (64, 512)  # mention rows a tokenizer call takes (Beam's BatchElements bounds)
-
-
-def input_file_rows(mentions: int) -> int:
-    """Mentions an input file holds when the stage embeds ``mentions``."""
-    return max(1, min(INPUT_FILE_ROWS, mentions // FILES_PER_STAGE))
 
 
 def mention_problem(row: dict[str, Any]) -> str | None:

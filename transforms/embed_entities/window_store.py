@@ -171,12 +171,3 @@ def read_bucket(files: Iterable[StoreFile], bucket: int, bits: int, dim: int) ->
         vectors.append(table.column(VECTOR).combine_chunks().flatten().to_numpy().reshape(-1, dim)[inside])
     found, rows = np.unique(np.concatenate(keys), return_index=True)
     return found, np.concatenate(vectors)[rows]
-
-
-def found_in(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(whether each of ``keys`` is in ``sorted_keys``, its position there where it is)."""
-    where = np.searchsorted(sorted_keys, keys)
-    inside = where < len(sorted_keys)
-    found = np.zeros(len(keys), dtype=bool)
-    found[inside] = sorted_keys[where[inside]] == keys[inside]
-    return found, where

@@ -1,29 +1,92 @@
 """index's second part, one process per GPU: the passages' ready inputs read back (``inputs``), batched, padded
 and encoded, and each passage's row (id, title, text, vector) staged by hash bucket for the build. It tokenizes
 and links nothing. It runs beside the inputs' pipeline, each follower taking the files of its share as they
-appear (``follow``)."""
+appear (``follow``).
+
+What a follower encodes is also kept, a file per row group written whole (``KeptPassages``), where the stage's
+rerun after a kill finds it: a passage is known there by ``passage_key`` (the encoder and the passage's id, title
+and text), and a rerun's followers do not encode the passages kept before; their rows are staged from the kept
+files instead (``StageKeptRows``)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Iterator
+import uuid
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
 
-from artifacts import tables
+from artifacts import fs, tables
 from artifacts.faiss import buckets
+from artifacts.faiss.vectors import embedding_table, table_vectors
 from artifacts.passages import Passage
 from encoders.batching import prefetched
 from encoders.loading import load_retriever
 from encoders.models import worker_device
 from encoders.retrievers import DenseEncoder, EncoderOptions
-from transforms.common.dead_letters import count, dead_letter
+from transforms.common.dead_letters import count, count_some, dead_letter
 from transforms.common.follow import ENCODED_TAG, FollowedFiles, follow
+from transforms.common.packed import found_in
 from transforms.common.per_worker import PerProcess
+from transforms.common.worker_files import load_array, save_array
 from transforms.index.inputs import encoder_key, table_features
+from transforms.index.refresh import passage_digest
+
+KEY = "passage_key"
+KEPT_PREFIX = "encoded-"
+
+
+@dataclass(frozen=True)
+class KeptPassages:
+    """Where encoded passages are kept for a rerun: ``directory`` (kept files, ``KEPT_PREFIX``*), ``known`` (the
+    sorted keys of the passages kept before this run started: not encoded again), ``reused`` (where each
+    follower saves the keys it did not encode) and ``salt`` (the encoder's part of every key, hex)."""
+
+    directory: str
+    known: str
+    reused: str
+    salt: str
+
+
+def passage_keys(salt: str, passages: Sequence[Passage]) -> np.ndarray:
+    """The ``passage_key`` (uint64) of each passage under the encoder of ``salt``: 64 bits of blake2b over it, the
+    passage's id and the digest of its title and text."""
+    seed = hashlib.blake2b(bytes.fromhex(salt), digest_size=8)
+    keys = np.empty(len(passages), dtype=np.uint64)
+    for row, passage in enumerate(passages):
+        digest = seed.copy()
+        digest.update(passage.passage_id.to_bytes(8, "little", signed=True))
+        digest.update(passage_digest(passage.title, passage.text))
+        keys[row] = int.from_bytes(digest.digest(), "little")
+    return keys
+
+
+def kept_table(keys: np.ndarray, rows: list[buckets.Row], dim: int) -> pa.Table:
+    """Encoded rows (passage_id, title, text, vector) with their keys, as a kept file holds them."""
+    return embedding_table(rows, dim).append_column(pa.field(KEY, pa.uint64()), pa.array(keys, pa.uint64()))
+
+
+def keep_rows(kept: KeptPassages, keys: np.ndarray, rows: list[buckets.Row], dim: int) -> None:
+    """Write encoded rows to a kept file, whole or not at all."""
+    if rows:
+        path = fs.join(kept.directory, f"{KEPT_PREFIX}{uuid.uuid4().hex}.parquet")
+        fs.write_bytes_atomic(path, tables.parquet_bytes(kept_table(keys, rows, dim)))
+
+
+def kept_files(directory: str) -> list[str]:
+    return fs.list_files(directory, f"{KEPT_PREFIX}*.parquet") if fs.exists(directory) else []
+
+
+def kept_keys(paths: Sequence[str]) -> np.ndarray:
+    """The keys of the kept files ``paths``, sorted, each once."""
+    return np.unique(np.concatenate([np.zeros(0, np.uint64),
+                                     *(tables.read_file(path, [KEY]).column(KEY).to_numpy() for path in paths)]))
 
 
 def load_keyed_encoder(key: str) -> DenseEncoder:
@@ -32,19 +95,22 @@ def load_keyed_encoder(key: str) -> DenseEncoder:
     return load_retriever(options.with_runtime(device=worker_device(options.device)), "passage")
 
 
-def encoded_rows(passages: list[Passage], vectors: np.ndarray) -> tuple[list[buckets.Row], list[Any]]:
-    """The rows (passage_id, title, text, vector) of encoded passages, and a dead letter for each non-finite
-    vector; the rows counted."""
+def encoded_rows(passages: list[Passage], vectors: np.ndarray) -> tuple[list[buckets.Row], np.ndarray, list[Any]]:
+    """The rows (passage_id, title, text, vector) of encoded passages, which passages they are, and a dead letter
+    for each non-finite vector; the rows counted."""
     finite = np.isfinite(vectors).all(axis=1)
     rows = [(passage.passage_id, passage.title, passage.text, vector)
             for passage, vector, kept in zip(passages, vectors, finite.tolist(), strict=True) if kept]
     dead = [dead_letter("non_finite_vectors", "the encoder returned NaN or inf", passage_id=passage.passage_id)
             for passage, kept in zip(passages, finite.tolist(), strict=True) if not kept]
     count("passages_encoded", len(rows))
-    return rows, dead
+    return rows, finite, dead
 
 
-def add_rows(writer: buckets.BucketWriter, rows: list[buckets.Row]) -> None:
+def add_rows(writer: buckets.BucketWriter, rows: list[buckets.Row], kept: KeptPassages, keys: np.ndarray,
+             dim: int) -> None:
+    """Keep the rows (a file written whole), then stage them by bucket."""
+    keep_rows(kept, keys, rows, dim)
     for row in rows:
         writer.add(row)
 
@@ -58,14 +124,15 @@ def read_inputs(paths: Iterator[str]) -> Iterator[tuple[list[Passage], list[dict
 
 class FollowPassageInputs(beam.DoFn):
     """(index, followers) -> the records (``BucketFile`` JSON) of the staged files of the passages of the input
-    files this follower takes, encoded as the inputs' pipeline writes them, until it has ended. Non-finite vectors
-    are dead-lettered; how many passages each row group held is tagged ``encoded``. While the model runs, the next
-    row group is read in a thread (``read_inputs``) and the last one's rows staged in another."""
+    files this follower takes, encoded as the inputs' pipeline writes them, until it has ended; those kept before
+    (``kept.known``) are not encoded, their keys saved for ``StageKeptRows``. Non-finite vectors are
+    dead-lettered; how many passages each row group held is tagged ``encoded``. While the model runs, the next
+    row group is read in a thread (``read_inputs``) and the last one's rows kept and staged in another."""
 
     def __init__(self, encoder: EncoderOptions, files: FollowedFiles, directory: str, bucket_count: int,
-                 dim: int) -> None:
+                 dim: int, kept: KeptPassages) -> None:
         self._key, self._files = encoder_key(encoder), files
-        self._directory, self._buckets, self._dim = directory, bucket_count, dim
+        self._directory, self._buckets, self._dim, self._kept = directory, bucket_count, dim, kept
         self._encoders = PerProcess(load_keyed_encoder)
 
     def setup(self) -> None:
@@ -74,15 +141,42 @@ class FollowPassageInputs(beam.DoFn):
     def process(self, element: tuple[int, int]) -> Iterator[Any]:
         index, followers = element
         writer = buckets.BucketWriter(self._directory, self._buckets, self._dim)
+        known, skipped = load_array(self._kept.known), [np.zeros(0, np.uint64)]
         # the next row group is read in a thread, and the last one's rows staged in another, while the model runs
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="stage-rows") as behind:
             staging = behind.submit(lambda: None)
             for passages, features in prefetched(read_inputs(follow(self._files, index, followers)), depth=1):
-                rows, dead = encoded_rows(passages, self._encoder.encode_features(features))
+                keys = passage_keys(self._kept.salt, passages)
+                done, _ = found_in(known, keys)
+                skipped.append(keys[done])
+                count_some("passages_reused", int(done.sum()))
+                todo = np.flatnonzero(~done).tolist()
+                vectors = (self._encoder.encode_features([features[at] for at in todo]) if todo
+                           else np.zeros((0, self._dim), np.float32))
+                rows, finite, dead = encoded_rows([passages[at] for at in todo], vectors)
                 yield from dead
                 staging.result()  # one row group in flight at most
-                staging = behind.submit(add_rows, writer, rows)
+                staging = behind.submit(add_rows, writer, rows, self._kept, keys[todo][finite], self._dim)
                 yield beam.pvalue.TaggedOutput(ENCODED_TAG, len(passages))
             staging.result()
+        save_array(fs.join(self._kept.reused, f"reused-{index:05d}.npy"), np.concatenate(skipped))
         for record in writer.close():
             yield record.to_json()
+
+
+class StageKeptRows(beam.DoFn):
+    """A kept file of a killed run -> its rows (passage_id, title, text, vector) whose keys are among the sorted
+    ``reused`` keys (the passages of this run its followers did not encode)."""
+
+    def __init__(self, reused: str) -> None:
+        self._reused, self._loader = reused, PerProcess(load_array)
+
+    def setup(self) -> None:
+        self._keys: np.ndarray = self._loader.get(self._reused)
+
+    def process(self, path: str) -> Iterator[buckets.Row]:
+        table = tables.read_file(path)
+        wanted, _ = found_in(self._keys, table.column(KEY).to_numpy())
+        picked = table.filter(pa.array(wanted))
+        yield from zip(picked.column("passage_id").to_pylist(), picked.column("title").to_pylist(),
+                       picked.column("text").to_pylist(), table_vectors(picked), strict=True)

@@ -29,8 +29,8 @@ from artifacts.faiss import buckets, build, choice, files, info, storage
 from encoders.retrievers import EncoderOptions
 from transforms.common.dead_letters import DEAD_LETTER_TAG, count
 from transforms.common.follow import FollowedFiles, RunFollowers
-from transforms.index.forward import FollowPassageInputs
-from transforms.index.inputs import PreparePassageInputs
+from transforms.index.forward import FollowPassageInputs, KeptPassages, StageKeptRows
+from transforms.index.inputs import INPUT_FILE_ROWS, PreparePassageInputs
 from transforms.index.passages import DUPLICATE_KEEPS
 from transforms.index.refresh import SplitPassagesForRefresh
 
@@ -113,11 +113,13 @@ class IndexConfig:
 
 @dataclass(frozen=True)
 class EncodingFiles:
-    """Where the two encoding pipelines write: the model inputs (``inputs``, followed by the model's part) and the
-    staged rows by bucket (``staged``, with the records of their files listed under ``staged``/bucket-files*)."""
+    """Where the two encoding pipelines write: the model inputs (``inputs``, followed by the model's part, up to
+    ``input_rows`` passages a file) and the staged rows by bucket (``staged``, with the records of their files
+    listed under ``staged``/bucket-files*)."""
 
     inputs: FollowedFiles
     staged: str
+    input_rows: int = INPUT_FILE_ROWS
 
     def bucket_list(self, source: str) -> str:
         """The prefix of the records of the staged files one part writes (``source``: encoded or reused)."""
@@ -145,20 +147,21 @@ class PreparePassages(beam.PTransform):
             _ = (split["reused"] | "WriteReusedBuckets" >> WriteBuckets(encoding.staged, self._buckets, self._dim)
                  | "ListReused" >> ListBucketFiles(encoding.bucket_list("reused")))
         paths = passages | "PrepareInputs" >> PreparePassageInputs(self._encoder, encoding.inputs.directory,
-                                                                   self._progress)
+                                                                   self._progress, encoding.input_rows)
         return paths | "ListInputFiles" >> beam.io.WriteToText(encoding.inputs.listing)
 
 
 class EncodePassages(beam.PTransform):
     """A pipeline's root, run beside ``PreparePassages``' -> the rows (passage_id, title, text, vector) of the
     inputs it writes, encoded as they appear by ``followers`` followers (one per process that holds the model),
-    staged by bucket and their files listed. Returns the dead letters (non-finite vectors). The launcher ends it
-    (``follow.mark_ended``) once the inputs' pipeline has ended."""
+    kept (``kept``: those kept by a killed run are not encoded again), staged by bucket and their files listed.
+    Returns the dead letters (non-finite vectors). The launcher ends it (``follow.mark_ended``) once the inputs'
+    pipeline has ended."""
 
     def __init__(self, encoder: EncoderOptions, files: EncodingFiles, bucket_count: int, dim: int, followers: int,
-                 progress: beam.PTransform | None = None) -> None:
+                 kept: KeptPassages, progress: beam.PTransform | None = None) -> None:
         super().__init__()
-        follower = FollowPassageInputs(encoder, files.inputs, files.staged, bucket_count, dim)
+        follower = FollowPassageInputs(encoder, files.inputs, files.staged, bucket_count, dim, kept)
         self._encode = RunFollowers(follower, followers, "records", progress)
         self._list = files.bucket_list("encoded")
 
@@ -166,6 +169,22 @@ class EncodePassages(beam.PTransform):
         encoded = pipeline | "Encode" >> self._encode
         _ = encoded["records"] | "ListBucketFiles" >> ListBucketFiles(self._list)
         return encoded[DEAD_LETTER_TAG]
+
+
+class StageKeptPassages(beam.PTransform):
+    """A pipeline's root -> the rows of the kept files ``paths`` (a killed run's) whose keys are among the sorted
+    keys saved at ``reused`` (passages of this run not encoded again), staged by bucket and their files listed."""
+
+    def __init__(self, paths: list[str], reused: str, files: EncodingFiles, bucket_count: int, dim: int) -> None:
+        super().__init__()
+        self._paths, self._reused, self._files = paths, reused, files
+        self._buckets, self._dim = bucket_count, dim
+
+    def expand(self, pipeline: beam.pvalue.PBegin) -> beam.pvalue.PDone:
+        return (pipeline | "KeptFiles" >> beam.Create(self._paths) | "Spread" >> beam.Reshuffle()
+                | "KeptRows" >> beam.ParDo(StageKeptRows(self._reused))
+                | "WriteKeptBuckets" >> WriteBuckets(self._files.staged, self._buckets, self._dim)
+                | "ListKept" >> ListBucketFiles(self._files.bucket_list("kept")))
 
 
 # --- staging the vectors by bucket ---------------------------------------------------------------------------

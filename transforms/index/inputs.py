@@ -62,8 +62,8 @@ class BuildPassageInputs(WriteFollowedFiles):
     """Lists of passages -> paths of the Parquet files holding them and their model inputs, under ``directory``;
     what the inputs hold is counted (a KPR encoder's entities)."""
 
-    def __init__(self, encoder: EncoderOptions, directory: str) -> None:
-        super().__init__(directory, INPUT_PREFIX, INPUT_FILE_ROWS)
+    def __init__(self, encoder: EncoderOptions, directory: str, rows_per_file: int = INPUT_FILE_ROWS) -> None:
+        super().__init__(directory, INPUT_PREFIX, rows_per_file)
         self._key = encoder_key(encoder)
         self._loaded = PerProcess(load_keyed_inputs)
 
@@ -77,11 +77,13 @@ class BuildPassageInputs(WriteFollowedFiles):
 
 
 class PreparePassageInputs(beam.PTransform):
-    """Passages -> the paths of the files holding them and their model inputs (written under ``directory``)."""
+    """Passages -> the paths of the files holding them and their model inputs (written under ``directory``, up to
+    ``rows_per_file`` passages a file)."""
 
-    def __init__(self, encoder: EncoderOptions, directory: str, progress: beam.PTransform | None = None) -> None:
+    def __init__(self, encoder: EncoderOptions, directory: str, progress: beam.PTransform | None = None,
+                 rows_per_file: int = INPUT_FILE_ROWS) -> None:
         super().__init__()
-        self._build = BuildPassageInputs(encoder, directory)
+        self._build = BuildPassageInputs(encoder, directory, rows_per_file)
         self._progress = progress
 
     def expand(self, passages: beam.PCollection) -> beam.PCollection:

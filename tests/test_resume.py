@@ -1,0 +1,150 @@
+"""A killed GPU stage starts where it stopped: the process tree of a real embed-entities or index run is killed
+(SIGKILL, or Ctrl-C's SIGINT) once about 50% or 90% of what it encodes is kept (mention windows, passages), with one
+and with two workers; the rerun encodes at most the unfinished work plus 5% of the stage's total, ends with the
+artifacts of an uninterrupted run, and validates. The forward is the real model's, paced by the benchmarks'
+stand-in GPU so that the encoding has a middle to kill it in (bench/no_op_model: ``KPR_STAND_IN`` with
+``KPR_PACED_REAL``)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from artifacts import layout, tables
+from artifacts.run import manifest
+from pipelines.launcher.cli import main
+from tests.conftest import DIRECT, MULTI_PROCESS, copy_stages, stage_options
+
+REPO = Path(__file__).resolve().parents[1]
+STAND_IN = REPO / "bench" / "no_op_model"
+ENCODING_S = 8.0  # how long the paced forward takes for everything the stage encodes
+KILLS = [(0.5, 1, signal.SIGKILL), (0.9, 1, signal.SIGKILL), (0.5, 2, signal.SIGKILL), (0.9, 2, signal.SIGKILL),
+         (0.5, 1, signal.SIGINT)]
+KILL_IDS = ["kill-50%-1-worker", "kill-90%-1-worker", "kill-50%-2-workers", "kill-90%-2-workers",
+            "ctrl-c-50%-1-worker"]
+
+
+def stage_args(command: str, output: Path, model: Path) -> list[str]:
+    return [command, "--output", str(output), *stage_options(model)[command]]
+
+
+def kept_rows(output: Path, stage: str) -> int:
+    """What a running stage has kept so far (its kept files, each written whole)."""
+    kept = output / layout.STAGING / f"{stage}{layout.KEPT}"
+    return sum(pq.ParquetFile(path).metadata.num_rows for path in kept.glob("*.parquet")) if kept.exists() else 0
+
+
+def interrupted_run(command: str, output: Path, model: Path, beam: list[str], share: float, total: int,
+                    sig: signal.Signals) -> int:
+    """Start the stage ``command`` in a process group of its own, paced to ``ENCODING_S`` for ``total`` inputs of
+    up to 64 tokens; send ``sig`` to the whole group once ``share`` of them are kept. Returns how many were kept
+    when it was sent."""
+    stage = command.replace("-", "_")
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(STAND_IN), str(REPO)]),
+                   "KPR_STAND_IN": f"{total * 64 / ENCODING_S}:{output.parent / 'gpu-clock'}",
+                   "KPR_PACED_REAL": "1"}
+    process = subprocess.Popen([sys.executable, str(REPO / "run_pipeline.py"), *stage_args(command, output, model),
+                                *beam],
+                               env=environ_without_coverage(environment), cwd=REPO, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 180
+    try:
+        while (stored := kept_rows(output, stage)) < share * total:
+            assert process.poll() is None, process.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline, "the run stored too little in 180 s"
+            time.sleep(0.05)
+    finally:
+        os.killpg(process.pid, sig)
+        process.wait(timeout=60)
+        with contextlib.suppress(ProcessLookupError):  # after Ctrl-C: any worker still there
+            os.killpg(process.pid, signal.SIGKILL)
+    return stored
+
+
+def environ_without_coverage(environment: dict[str, str]) -> dict[str, str]:
+    return {name: value for name, value in environment.items() if not name.startswith("COV_CORE")}
+
+
+def entity_vectors(output: Path) -> dict[int, np.ndarray]:
+    rows = tables.read_table(str(output), layout.ENTITY_EMBEDDINGS, ["entity_id", "embedding"]).to_pylist()
+    return {row["entity_id"]: np.array(row["embedding"], dtype=np.float64) for row in rows}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory, full_run: Path, tiny_bert: Path) -> Path:
+    """embed-entities run to the end on the full run's mentions."""
+    output = tmp_path_factory.mktemp("uninterrupted") / "out"
+    copy_stages(full_run, output, (layout.PARSE_STAGE, layout.DICTIONARY_STAGE, layout.MENTIONS_STAGE))
+    assert main([*stage_args("embed-entities", output, tiny_bert), *DIRECT]) == 0
+    return output
+
+
+@pytest.mark.parametrize(("share", "workers", "sig"), KILLS, ids=KILL_IDS)
+def test_a_killed_embed_entities_encodes_only_what_it_had_not_stored(uninterrupted, full_run, tiny_bert, tmp_path,
+                                                                     share, workers, sig):
+    output = tmp_path / "out"
+    copy_stages(full_run, output, (layout.PARSE_STAGE, layout.DICTIONARY_STAGE, layout.MENTIONS_STAGE))
+    mentions = tables.total_rows(str(output), layout.MENTIONS)
+    beam = DIRECT if workers == 1 else MULTI_PROCESS
+    stored = interrupted_run("embed-entities", output, tiny_bert, beam, share, mentions, sig)
+    assert layout.EMBED_ENTITIES_STAGE not in manifest.load(str(output))
+
+    assert main([*stage_args("embed-entities", output, tiny_bert), *beam]) == 0
+    counters = manifest.load(str(output))[layout.EMBED_ENTITIES_STAGE].counters
+    encoded, reused = counters["mentions_encoded"], counters["mentions_reused"]
+    assert encoded + reused == counters["mentions_embedded"]
+    print(f"{mentions} mentions, {stored} windows stored when stopped; the rerun encoded {encoded}, reused {reused}")
+    assert encoded <= mentions - stored + 0.05 * mentions, (encoded, stored, mentions)
+    assert reused >= stored
+    # the artifacts of a run that was never interrupted, and nothing kept for a rerun
+    expected, found = entity_vectors(uninterrupted), entity_vectors(output)
+    assert sorted(found) == sorted(expected)
+    cosines = [found[key] @ expected[key] / np.linalg.norm(found[key]) / np.linalg.norm(expected[key])
+               for key in expected]
+    assert min(cosines) >= 0.99999
+    assert tables.total_rows(str(output), layout.MENTION_VECTORS) == tables.total_rows(
+        str(uninterrupted), layout.MENTION_VECTORS)
+    assert kept_rows(output, layout.EMBED_ENTITIES_STAGE) == 0
+    assert main(["validate", "--output", str(output)]) == 0
+
+
+def passage_vectors(output: Path) -> dict[int, np.ndarray]:
+    found = {}
+    for path in sorted((output / layout.INDEX / "embeddings").rglob("*.parquet")):
+        table = pq.read_table(path, columns=["passage_id", "embedding"])
+        found.update(zip(table.column("passage_id").to_pylist(), np.array(table.column("embedding").to_pylist()),
+                         strict=True))
+    return found
+
+
+@pytest.mark.parametrize(("share", "workers", "sig"), KILLS, ids=KILL_IDS)
+def test_a_killed_index_encodes_only_the_passages_it_had_not_kept(full_run, tiny_bert, tmp_path, share, workers,
+                                                                   sig):
+    output = tmp_path / "out"
+    copy_stages(full_run, output, (layout.PARSE_STAGE, layout.DICTIONARY_STAGE, layout.MENTIONS_STAGE,
+                                   layout.EMBED_ENTITIES_STAGE))
+    passages = manifest.load(str(full_run))[layout.INDEX_STAGE].counters["passages_indexed"]
+    beam = DIRECT if workers == 1 else MULTI_PROCESS
+    kept = interrupted_run("index", output, tiny_bert, beam, share, passages, sig)
+    assert layout.INDEX_STAGE not in manifest.load(str(output))
+
+    assert main([*stage_args("index", output, tiny_bert), *beam]) == 0
+    counters = manifest.load(str(output))[layout.INDEX_STAGE].counters
+    encoded, reused = counters["passages_encoded"], counters["passages_reused"]
+    print(f"{passages} passages, {kept} kept when stopped; the rerun encoded {encoded}, reused {reused}")
+    assert (encoded + reused, counters["passages_indexed"]) == (passages, passages)
+    assert reused == kept and encoded <= passages - kept + 0.05 * passages
+    expected, found = passage_vectors(full_run), passage_vectors(output)
+    assert sorted(found) == sorted(expected)
+    assert max(float(np.abs(found[key] - expected[key]).max()) for key in expected) < 1e-4
+    assert kept_rows(output, layout.INDEX_STAGE) == 0
+    assert main(["validate", "--output", str(output)]) == 0
