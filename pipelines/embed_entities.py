@@ -12,7 +12,6 @@ from encoders.models import model_files
 from pipelines.launcher.stage import Build, StageContext, run_beam, run_model_beside, summed, with_dead_letters
 from pipelines.refresh import RefreshConfig, fingerprint_changes, option_changes, previous_options, reusable_previous
 from transforms.common.mention_sampling import CHARS_PER_TOKEN
-from transforms.common.worker_files import save_array
 from transforms.embed_entities.gather import save_store_index
 from transforms.embed_entities.graph import (
     COUNTERS,
@@ -26,7 +25,7 @@ from transforms.embed_entities.graph import (
     read_facts,
     reuse_counters,
 )
-from transforms.embed_entities.window_store import known_keys, model_salt, store_files
+from transforms.embed_entities.window_store import model_salt, store_files, write_known_keys
 
 PREVIOUS_STAGES = (layout.DICTIONARY_STAGE, layout.MENTIONS_STAGE, layout.EMBED_ENTITIES_STAGE)
 
@@ -71,7 +70,7 @@ class EmbedEntitiesStage:
                              previous=previous)
         # the windows stored before (a previous run's, this OUT's, a killed run's) are not encoded again
         stores = store_directories(ctx, previous)
-        save_array(inputs.files.known, known_keys(store_files(stores, salt)))
+        write_known_keys(store_files(stores, salt), inputs.files.known)
         prepare = PrepareMentions(config, inputs, facts, context_chars(ctx.output),
                                   ctx.progress("mentions prepared", mentions))
 

@@ -24,7 +24,6 @@ from tests.conftest import BUNDLED_SAMPLE, DIRECT
 from transforms.common.follow import mark_ended
 from transforms.common.mention_sampling import window_digest
 from transforms.common.packed import bucket_of
-from transforms.common.worker_files import save_array
 from transforms.embed_entities.entity_vectors import (
     MENTION_KEY,
     EntityVectors,
@@ -50,7 +49,7 @@ from transforms.embed_entities.graph import (
     reuse_counters,
 )
 from transforms.embed_entities.inputs import embeddable
-from transforms.embed_entities.window_store import MIN_BITS, model_salt, read_bucket, store_files
+from transforms.embed_entities.window_store import MIN_BITS, model_salt, read_bucket, store_files, write_known_keys
 
 
 def vector(*values: float) -> np.ndarray:
@@ -193,7 +192,7 @@ def test_embed_entities_with_model_facts_from_a_worker_and_a_refused_previous_ru
     inputs = EmbedInputs(str(tmp_path), mentions=4, embeddings=str(tmp_path / "entity_embeddings"),
                          scratch=str(tmp_path / "scratch"), pending=str(tmp_path / "pending"), salt=model_salt(["m"]),
                          store=str(tmp_path / "mention_vectors"))
-    save_array(inputs.files.known, np.zeros(0, np.uint64))  # the launcher: no window stored before
+    write_known_keys([], inputs.files.known)  # the launcher: no window stored before
 
     def prepare(pipeline: beam.Pipeline) -> None:
         dead = pipeline | PrepareMentions(config, inputs, facts=None, context_chars=100)

@@ -18,7 +18,6 @@ from encoders.mask_encoder import MaskEncoder
 from encoders.mask_inputs import MaskInput, PackedMaskInputs
 from encoders.models import ModelSpec
 from transforms.common.follow import FollowedFiles, InputsFailedError
-from transforms.common.worker_files import save_array
 from transforms.embed_entities.entity_vectors import MENTION_KEY, ModelFacts
 from transforms.embed_entities.forward import ENCODED_TAG, FollowInputFiles, InputFiles
 from transforms.embed_entities.gather import mention_keys, read_refs
@@ -32,7 +31,8 @@ def input_files(directory: Path, known: np.ndarray | None = None) -> InputFiles:
     """Where a follower meets the inputs' pipeline, with ``known`` keys (stored before; none by default)."""
     followed = FollowedFiles(str(directory / "inputs"), INPUT_PREFIX, str(directory / "inputs.list"),
                              str(directory / "ended.json"))
-    known_path = save_array(str(directory / "known.npy"), np.zeros(0, np.uint64) if known is None else known)
+    known_path = str(directory / "known.u64")  # as write_known_keys writes them: sorted raw uint64
+    np.sort(np.zeros(0, np.uint64) if known is None else known).astype("<u8").tofile(known_path)
     return InputFiles(str(directory / "facts.json"), followed, known_path, str(directory / "pending"),
                       str(directory / "refs"))
 

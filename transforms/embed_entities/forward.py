@@ -30,12 +30,12 @@ from transforms.common.dead_letters import count_some, dead_letter
 from transforms.common.follow import ENCODED_TAG, FollowedFiles, follow, wait_for
 from transforms.common.packed import found_in
 from transforms.common.per_worker import PerProcess
-from transforms.common.worker_files import load_array
 from transforms.embed_entities.entity_vectors import ModelFacts, Part, write_bucketed_part
 from transforms.embed_entities.inputs import WINDOW_REF, table_inputs
 from transforms.embed_entities.window_store import (
     STORE_DTYPE,
     key_buckets,
+    load_known,
     pending_path,
     pending_rows,
     write_store_file,
@@ -164,7 +164,7 @@ class FollowInputFiles(beam.DoFn):
         files = self._files
         wait_for(files.facts, files.followed)  # the inputs' pipeline measures the model first
         facts = ModelFacts(**fs.read_json(files.facts))
-        known = load_array(files.known)
+        known = load_known(files.known)
         refs = RefWriter(files.parts, facts.store_bits)
         pending = PendingWriter(files.pending, self._salt, facts.store_bits, pending_rows(self._mentions, facts.dim))
         # the next row group is read in a thread, and the last one's vectors written in another, while the model runs

@@ -171,7 +171,7 @@ class EmbedInputs:
     def files(self) -> InputFiles:
         followed = FollowedFiles(self.under_scratch("inputs"), INPUT_PREFIX, self.under_scratch("inputs.list"),
                                  self.under_scratch("inputs.ended"))
-        return InputFiles(self.under_scratch("model-facts.json"), followed, self.under_scratch("known-keys.npy"),
+        return InputFiles(self.under_scratch("model-facts.json"), followed, self.under_scratch("known-keys.u64"),
                           self.pending, self.under_scratch("refs"))
 
     @property

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from transforms.common.article_shards import parquet_file
 
 KEY, VECTOR = schemas.mention_vectors(1).names
 STORE_DTYPE = np.float16  # stored vectors: entity vectors from them keep a cosine >= 0.99999 (README "Resume")
+KNOWN_BITS = 6  # the known keys are gathered a 64th of the key range at a time
 MIN_BITS = 4  # buckets of a store at least 2**MIN_BITS: the units of work of the reduce
 BUCKET_BYTES = 64 << 20  # stored vectors of one bucket, at most about (the reduce holds them as float32: x2)
 PENDING_BYTES, PENDING_SHARE = 256 << 20, 400  # a pending file: at most this many bytes, and this share of a stage
@@ -147,13 +149,33 @@ def store_files(directories: Iterable[str], salt: str) -> list[StoreFile]:
     return found
 
 
-def known_keys(files: Iterable[StoreFile]) -> np.ndarray:
-    """Every key of ``files``, sorted, each once."""
+def bucket_keys(files: Sequence[StoreFile], bucket: int, bits: int) -> np.ndarray:
+    """The keys of bucket ``bucket`` of a store of ``bits`` in ``files``, sorted, each once."""
     keys = [np.zeros(0, dtype=np.uint64)]
     for item in files:
-        with parquet_file(item.path) as opened:
-            keys.append(opened.read(columns=[KEY]).column(KEY).to_numpy())
+        groups = item.row_groups(bucket, bits)
+        if groups:
+            with parquet_file(item.path) as opened:
+                found = opened.read_row_groups(groups, columns=[KEY]).column(KEY).to_numpy()
+            keys.append(found[key_buckets(found, bits) == bucket])
     return np.unique(np.concatenate(keys))
+
+
+def write_known_keys(files: Sequence[StoreFile], path: str) -> str:
+    """Write every key of ``files``, sorted and each once, as raw little-endian uint64 at ``path`` (``load_known``
+    maps it), a range of keys at a time (``KNOWN_BITS``: what is held is 1/64th of the keys); returns ``path``."""
+    with fs.local_target(path) as local, open(local, "wb") as out:
+        for part in range(1 << KNOWN_BITS):
+            out.write(bucket_keys(files, part, KNOWN_BITS).astype("<u8").tobytes())
+    return path
+
+
+def load_known(path: str) -> np.ndarray:
+    """The keys ``write_known_keys`` wrote, memory-mapped (a remote file from a local copy, removed once mapped)."""
+    with fs.local_copy(path) as local:
+        if not os.path.getsize(local):
+            return np.zeros(0, dtype=np.uint64)
+        return np.memmap(local, dtype="<u8", mode="r")
 
 
 def read_bucket(files: Iterable[StoreFile], bucket: int, bits: int, dim: int) -> tuple[np.ndarray, np.ndarray]:

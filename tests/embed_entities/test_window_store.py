@@ -1,0 +1,94 @@
+"""transforms/embed_entities/window_store.py: a window's key changes exactly when the model's input does (a word
+changed just inside the token budget changes it, one just outside does not), and with the model; store files keep
+their rows by bucket of keys, read back bucket by bucket whatever the bucket bits they were written with."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from encoders.mask_inputs import PackedMaskInputs, mask_inputs
+from encoders.models import load_tokenizer
+from transforms.common.packed import found_in
+from transforms.embed_entities.window_store import (
+    bucket_keys,
+    key_buckets,
+    load_known,
+    model_salt,
+    read_bucket,
+    store_files,
+    window_keys,
+    write_known_keys,
+    write_store_file,
+)
+
+WORDS = (
+    "apple", "river", "house", "green", "music", "table", "winter", "stone", "paper", "light", "water", "horse",
+    "city", "garden", "money", "field", "summer", "window", "doctor", "forest", "train", "bridge", "island",
+    "mountain", "school", "letter", "market", "castle", "village", "ocean", "engine", "flower", "silver", "animal",
+    "battle", "camera", "dinner", "energy", "family",
+)
+LENGTH = 16  # 13 tokens of context: the reference rule keeps 7 before the [MASK] and 6 after (both sides long)
+
+
+def mention_row(left: list[str], mention: str, right: list[str]) -> dict:
+    text = f"{' '.join(left)} {mention} {' '.join(right)}"
+    start = len(" ".join(left)) + 1
+    return {"entity_id": 1, "page_id": 5, "link_index": 0, "text": text, "start": start,
+            "end": start + len(mention)}
+
+
+def key_of(tokenizer, row: dict, salt: str) -> int:
+    return int(window_keys(salt, PackedMaskInputs.of(mask_inputs([row], tokenizer, LENGTH)))[0])
+
+
+def test_a_window_key_changes_exactly_when_the_models_input_does(tiny_bert):
+    tokenizer = load_tokenizer(str(tiny_bert))
+    assert all(len(tokenizer.tokenize(word)) == 1 for word in WORDS)  # one token a word: the budget in words
+    left, right, salt = WORDS[:20], WORDS[20:], model_salt(["model"])
+    original = key_of(tokenizer, mention_row(left, "Paris", right), salt)
+
+    def changed(side: str, index: int) -> int:
+        words = {"left": list(left), "right": list(right)}
+        words[side][index] = "banana"
+        return key_of(tokenizer, mention_row(words["left"], "Paris", words["right"]), salt)
+
+    # kept: the 7 words before the mention (left[13:]) and the 6 after it (right[:6])
+    assert changed("left", 13) != original and changed("right", 5) != original  # just inside the budget
+    assert changed("left", 12) == original and changed("right", 6) == original  # just outside it
+    assert changed("right", -1) == original
+    # the mention itself is replaced by [MASK]: another anchor text is the same input
+    assert key_of(tokenizer, mention_row(left, "the French capital", right), salt) == original
+    # another model (or layer, dtype, model files) never shares a key
+    assert key_of(tokenizer, mention_row(left, "Paris", right), model_salt(["other model"])) != original
+
+
+def test_store_files_are_read_bucket_by_bucket_whatever_their_bucket_bits(tmp_path):
+    rng = np.random.default_rng(3)
+    keys = rng.integers(0, np.iinfo(np.uint64).max, 500, dtype=np.uint64)
+    vectors = rng.normal(size=(500, 8)).astype(np.float32)
+    salt = model_salt(["m"])
+    write_store_file(str(tmp_path / "coarse.parquet"), keys[:300], vectors[:300], salt, bits=2)
+    write_store_file(str(tmp_path / "fine.parquet"), keys[200:], vectors[200:], salt, bits=5)  # 100 keys in both
+    write_store_file(str(tmp_path / "other.parquet"), keys[:10], vectors[:10], model_salt(["another"]), bits=2)
+    files = store_files([str(tmp_path)], salt)
+    assert sorted(item.bits for item in files) == [2, 5]  # another model's file is not read
+    seen = []
+    for bucket in range(16):  # read as a store of 4 bits
+        found, stored = read_bucket(files, bucket, 4, 8)
+        assert (key_buckets(found, 4) == bucket).all() and list(found) == sorted(set(found.tolist()))
+        where = {int(key): row for row, key in enumerate(keys.tolist())}
+        np.testing.assert_allclose(stored.astype(np.float32), vectors[[where[int(key)] for key in found]],
+                                   rtol=1e-3, atol=1e-3)  # float16
+        seen += found.tolist()
+        assert bucket_keys(files, bucket, 4).tolist() == found.tolist()
+    assert sorted(seen) == sorted(keys.tolist())
+    write_known_keys(files, str(tmp_path / "known.u64"))
+    known = load_known(str(tmp_path / "known.u64"))
+    assert known.tolist() == sorted(keys.tolist())
+    present, _ = found_in(known, np.array([keys[7], keys[7] ^ np.uint64(1)], dtype=np.uint64))
+    assert present.tolist() == [True, False]
+
+
+def test_no_known_keys_is_an_empty_array(tmp_path):
+    write_known_keys([], str(tmp_path / "known.u64"))
+    assert load_known(str(tmp_path / "known.u64")).tolist() == []
