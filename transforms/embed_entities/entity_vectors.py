@@ -1,8 +1,9 @@
 """embed-entities: mention vectors -> one vector per entity, reduced per bucket of entity ids from files.
 
-The mention vectors (~80M x 768 floats for English Wikipedia, ~250 GB) never go through a shuffle: each worker
-writes the vectors it computed to Parquet part files under the stage's scratch directory, one row group per
-bucket (``entity_id % buckets``); only (bucket, file, row group) triples are grouped. Each bucket then reads its
+The mention vectors (~112M x 768 float16 values for English Wikipedia, ~172 GB) never go through a shuffle: the
+reduce's first half (``gather``) writes each mention's stored vector to Parquet part files under the stage's scratch
+directory, one row group per bucket (``entity_id % buckets``); only (bucket, file, row group) triples are
+grouped. Each bucket then reads its
 row groups (at most ``VECTOR_BUCKET_BYTES`` of vectors), sums every entity's vectors in float64 in (page,
 link) order, so the result does not depend on the runner or the worker count, scales the mean to the target
 norm and writes its own ``entity_embeddings/`` file.
@@ -94,18 +95,20 @@ def line_part(line: str) -> tuple[int, Part]:
 
 
 def vector_column(vectors: np.ndarray) -> pa.FixedSizeListArray:
-    """float32 rows as a fixed-size list column."""
-    flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1))
+    """Rows as a fixed-size list column: float16 kept as it is (the window store's values), else float32."""
+    dtype = np.float16 if vectors.dtype == np.float16 else np.float32
+    flat = pa.array(np.ascontiguousarray(vectors, dtype=dtype).reshape(-1))
     return pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1])
 
 
 def column_vectors(table: pa.Table, dim: int) -> np.ndarray:
     """The ``vector`` column of a part table as float32 rows."""
-    return table.column("vector").combine_chunks().flatten().to_numpy().reshape(-1, dim)
+    return table.column("vector").combine_chunks().flatten().to_numpy().reshape(-1, dim).astype(np.float32,
+                                                                                               copy=False)
 
 
 def mention_vector_table(keys: np.ndarray, vectors: np.ndarray) -> pa.Table:
-    """A part table of mention vectors: ``MENTION_KEY`` rows ``keys`` and their float32 ``vectors``."""
+    """A part table of mention vectors: ``MENTION_KEY`` rows ``keys`` and their ``vectors`` (``vector_column``)."""
     return pa.table({"entity_id": keys["entity_id"], "page_id": keys["page_id"], "link_index": keys["link_index"],
                      "vector": vector_column(vectors)})
 

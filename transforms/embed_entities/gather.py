@@ -67,7 +67,7 @@ def missing_vector(ref: tuple) -> beam.pvalue.TaggedOutput:
 
 
 class GatherBucketVectors(beam.DoFn):
-    """(store bucket, parts of its mentions' window keys) -> (entity bucket, Part) of the mentions' float32 vectors
+    """(store bucket, parts of its mentions' window keys) -> (entity bucket, Part) of the mentions' vectors
     under ``parts`` (written as part files of ``entity_vectors.PartWriter``); with a ``destination``, the bucket's
     vectors the mentions use are written there as the bucket's store file. Mentions whose window has no vector
     are dead-lettered."""
@@ -97,7 +97,7 @@ class GatherBucketVectors(beam.DoFn):
                              facts.store_bits)
         if self._writer is None:
             self._writer = PartWriter(self._parts, facts.buckets)
-        yield from self._writer.add(mention_keys(refs[found]), vectors[rows].astype(np.float32))
+        yield from self._writer.add(mention_keys(refs[found]), vectors[rows])  # float16, as stored
 
     def finish_bundle(self) -> Iterator[Any]:
         for item in self._writer.flush() if self._writer is not None else []:
