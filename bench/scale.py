@@ -12,7 +12,8 @@ speed-up with more workers; a projection for English Wikipedia on one 16-core 12
 
 ``--no-op-model`` puts ``bench/no_op_model`` first on the children's PYTHONPATH: its ``sitecustomize`` replaces
 the model forward of embed-entities and index in every interpreter of the run (the worker subprocesses too) by
-equal unit vectors of the right size, so those stages measure what the host side can feed. ``--stand-in RATE``
+unit vectors of the right size (from the input's ids, at no cost), so those stages measure what the host side can
+feed. ``--stand-in RATE``
 also paces that forward as ONE GPU of RATE padded tokens a second shared by every process of the stage (an H200's
 ceilings: 4,326 mentions a second at 512 tokens = 2,214,912; 18,498 at 128 = 2,367,744; 15,560 DPR passages of
 141 tokens = 2,193,960), waiting without CPU; ``--cores N`` runs each stage on the first N cores (taskset).
@@ -211,7 +212,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", help="the GPU stages' weights and compute")
     parser.add_argument("--batch-tokens", type=int, default=16384, help="the GPU stages' padded tokens per forward")
-    parser.add_argument("--no-op-model", action="store_true", help="model forward replaced by equal unit vectors")
+    parser.add_argument("--no-op-model", action="store_true", help="model forward replaced by cheap unit vectors")
     parser.add_argument("--stand-in", type=float, metavar="TOKENS_PER_S",
                         help="the no-op forward paced as one GPU of this many padded tokens a second")
     parser.add_argument("--cores", type=int, help="run each stage on the first N cores (default: all)")

@@ -34,7 +34,8 @@ from pipelines.launcher.cli import main
 from tests.builders import dpr_passages, mirrored, run_counting
 from tests.conftest import BUNDLED_SAMPLE, DIRECT
 from transforms.common.follow import FollowedFiles, RunFollowers, mark_ended
-from transforms.index.forward import FollowPassageInputs
+from transforms.common.worker_files import save_array
+from transforms.index.forward import FollowPassageInputs, KeptPassages
 from transforms.index.inputs import INPUT_PREFIX, PreparePassageInputs, inputs_table, table_features
 
 ENTITY_DIM = 8
@@ -400,9 +401,12 @@ def test_the_index_pipelines_encode_and_count_as_the_library(tiny_bert, tmp_path
     assert run_counting(prepare) == counts
     mark_ended(files, None)
     staged = str(tmp_path / "staged")
-    follower = FollowPassageInputs(options, files, staged, 4, 32)
+    kept = KeptPassages(str(tmp_path / "kept"), save_array(str(tmp_path / "known.npy"), np.zeros(0, np.uint64)),
+                        str(tmp_path / "reused"), "00")
+    follower = FollowPassageInputs(options, files, staged, 4, 32, kept)
     encoded = run_counting(lambda pipeline: pipeline | RunFollowers(follower, 2, "records"))
     assert encoded == {"passages_encoded": 24}
+    assert sum(pq.read_metadata(path).num_rows for path in (tmp_path / "kept").glob("*.parquet")) == 24
     rows = pa.concat_tables([pq.read_table(path) for path in sorted(Path(staged).rglob("*.parquet"))])
     by_id = dict(zip(rows.column("passage_id").to_pylist(), rows.column("embedding").to_pylist(), strict=True))
     assert sorted(by_id) == [passage.passage_id for passage in passages]

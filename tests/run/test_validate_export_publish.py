@@ -248,10 +248,23 @@ def redirects_break_contract(out: Path) -> list[str]:
             f"{REDIRECTS}: column target is large_string, the contract says string"]
 
 
+def mention_vectors_break_contract(out: Path) -> list[str]:
+    """A file of embed-entities' window store rewritten with float32 vectors: a change no stage reads (kept work is
+    not in the fingerprint downstream stages record), and the contract still flags it."""
+    relative = str(sorted((out / "mention_vectors").glob("*.parquet"))[0].relative_to(out))
+
+    def change(table: pa.Table) -> pa.Table:
+        return table.set_column(1, "embedding", table.column(1).cast(pa.list_(pa.float32(), 32)))
+
+    rewrite_parquet(out, relative, change)
+    return [f"{relative}: column embedding is fixed_size_list<element: float>[32], the contract says "
+            "fixed_size_list<halffloat>[D]"]
+
+
 CORRUPTIONS = [truncate_articles, flip_shard_bytes, non_finite_embedding, wrong_norm_embedding,
                one_vector_for_every_entity, unknown_entity_embedding, repeated_entity_embedding, stray_parquet,
                stray_other_files, unreadable_recorded_parquet,
-               repeated_passage_id, title_differs, redirects_break_contract]
+               repeated_passage_id, title_differs, redirects_break_contract, mention_vectors_break_contract]
 
 
 @pytest.mark.parametrize("corrupt", CORRUPTIONS, ids=lambda corrupt: corrupt.__name__)

@@ -2,7 +2,7 @@
 
 A part is compared when the stage that writes it is recorded in both manifests (else it is None). Reuse
 counters (``entities_reused``, ``passages_encoded``, ...) are read from NEW's manifest, where a refresh with
-``--previous`` records them; they are None for a run built from scratch.
+``--previous`` records them; they are None for a run built without ``--previous``.
 """
 
 from __future__ import annotations
@@ -114,7 +114,10 @@ def require_complete(output: str, records: dict[str, manifest.StageRecord]) -> N
 
 
 def _reuse(record: manifest.StageRecord, reused: str, computed: str) -> VectorReuse:
-    return VectorReuse(record.counters.get(reused), record.counters.get(computed))
+    """What a refresh reused and computed; reused is None in a run without --previous (whose reuse counter says
+    what a resumed run took from its killed one, not from OLD)."""
+    taken = record.counters.get(reused) if "previous" in record.options else None
+    return VectorReuse(taken, record.counters.get(computed))
 
 
 def diff_runs(old: str, new: str, vector_budget: int = VECTOR_BUDGET) -> RunDiff:
