@@ -21,6 +21,7 @@ from artifacts.errors import first_line
 from transforms.common.dead_letters import DEAD_LETTER_TAG
 
 FILES_PER_STAGE = 400  # a stage's input files, at least (when it has the rows): a killed stage loses little in flight
+MIN_FILE_ROWS = 256  # ... but an input file holds at least a forward batch's rows (the model batches within a file)
 FOLLOW_POLL_S = 0.2  # a follower with nothing to take looks for new files this often
 ENCODED_TAG = "encoded"  # a follower's output: how many items a step of it encoded (for the progress line)
 
@@ -47,8 +48,9 @@ class InputsFailedError(RuntimeError):
 
 def rows_per_file(total: int, most: int) -> int:
     """Rows an input file holds when a stage has about ``total``: ``most``, or fewer so that there are
-    ``FILES_PER_STAGE`` files (what a follower has in flight when the stage is killed is encoded again)."""
-    return max(1, min(most, total // FILES_PER_STAGE))
+    ``FILES_PER_STAGE`` files (what a follower has in flight when the stage is killed is encoded again), but not
+    fewer than ``MIN_FILE_ROWS`` (smaller files would make smaller forward batches)."""
+    return min(most, max(MIN_FILE_ROWS, total // FILES_PER_STAGE))
 
 
 def listed(prefix: str) -> list[str]:
