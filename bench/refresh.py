@@ -37,9 +37,9 @@ from artifacts.run import manifest
 from bench.paths import minilm_path
 from bench.synthetic import (
     Material,
+    Page,
     Shape,
     link_graph,
-    page_xml,
     pages,
     sample_material,
     synthetic_dump,
@@ -50,8 +50,6 @@ REPO = Path(__file__).resolve().parents[1]
 NO_OP_MODEL = REPO / "bench" / "no_op_model"
 MENTIONS, PASSAGES = 112_000_000, 21_015_324  # English Wikipedia's sampled mentions, DPR's passages (README)
 H200_MENTIONS_512, H200_DPR_PASSAGES = 4_326.0, 15_560.0  # forwards a second at the ceiling (README "GPUs")
-_FIELDS = re.compile(rb"<title>(.*?)</title>\n    <ns>(\d+)</ns>\n    <id>(\d+)</id>\n"
-                     rb"(    <redirect title=\"(.*?)\" />\n)?.*?<text xml:space=\"preserve\">(.*?)</text>", re.S)
 _SENTENCE = re.compile(r"(?<=[.!?]) (?=[A-Z])")
 
 
@@ -68,28 +66,6 @@ class EditModel:
     deleted: float = 0.0005
     redirects: float = 0.001
     seed: int = 1
-
-
-@dataclass(frozen=True)
-class Page:
-    page_id: int
-    title: str
-    namespace: int
-    text: str
-    redirect: str | None
-
-    def xml(self) -> bytes:
-        return page_xml(self.page_id, self.title, self.namespace, self.text, self.redirect)
-
-
-def parsed(page: bytes) -> Page:
-    """A page of bench/synthetic's XML (its own format: no other page is read here)."""
-    from xml.sax.saxutils import unescape
-
-    title, namespace, page_id, _, redirect, text = _FIELDS.search(page).groups()
-    decode = {"&quot;": '"'}
-    return Page(int(page_id), unescape(title.decode()), int(namespace), unescape(text.decode()),
-                unescape(redirect.decode(), decode) if redirect is not None else None)
 
 
 def edited_text(rng: np.random.Generator, text: str, edits: int, model: EditModel, material: Material,
@@ -235,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         material = sample_material()
         shape = Shape(args.articles)
         base_dump = synthetic_dump(shape, root / "dump-0", material)
-        base = [parsed(page) for page in pages(shape, link_graph(shape, material.words), material)]
+        base = list(pages(shape, link_graph(shape, material.words), material))
         old = root / "run-0"
         shutil.rmtree(old, ignore_errors=True)
         scratch = run_stages(base_dump.dump, old)

@@ -288,23 +288,36 @@ def page_xml(page_id: int, title: str, namespace: int, text: str, redirect: str 
             f"    </revision>\n  </page>\n").encode()
 
 
-def pages(shape: Shape, graph: Graph, material: Material) -> Iterator[bytes]:
+@dataclass(frozen=True)
+class Page:
+    """One page of the dump, before it is written (``xml``)."""
+
+    page_id: int
+    title: str
+    namespace: int
+    text: str
+    redirect: str | None = None
+
+    def xml(self) -> bytes:
+        return page_xml(self.page_id, self.title, self.namespace, self.text, self.redirect)
+
+
+def pages(shape: Shape, graph: Graph, material: Material) -> Iterator[Page]:
     """Every page in page-id order: each article, then its redirects, then its share of non-article pages."""
     rng = np.random.default_rng([shape.seed, 1])
     non_article = rng.poisson(shape.non_article_pages_per_article, shape.articles)
     page_id = 10
     for article, title in enumerate(graph.titles):
-        yield page_xml(page_id, title, 0, article_text(rng, title, graph.links[article], material, shape))
+        yield Page(page_id, title, 0, article_text(rng, title, graph.links[article], material, shape))
         page_id += 1
         for redirect in graph.redirects[article]:
             target = graph.redirect_target[redirect]
-            yield page_xml(page_id, redirect, 0, f"#REDIRECT [[{target}]]\n\n{{{{R from alternative name}}}}",
-                           redirect=target)
+            yield Page(page_id, redirect, 0, f"#REDIRECT [[{target}]]\n\n{{{{R from alternative name}}}}", target)
             page_id += 1
         for extra in range(int(non_article[article])):
             prefix = NON_ARTICLE_NAMESPACES[(article + extra) % len(NON_ARTICLE_NAMESPACES)]
             namespace = {"Wikipedia": 4, "Template": 10, "Category": 14, "File": 6}[prefix]
-            yield page_xml(page_id, f"{prefix}:{title} {extra}", namespace, f"About [[{title}]].")
+            yield Page(page_id, f"{prefix}:{title} {extra}", namespace, f"About [[{title}]].")
             page_id += 1
 
 
@@ -360,7 +373,8 @@ def synthetic_dump(shape: Shape, directory: Path, material: Material | None = No
     directory.mkdir(parents=True, exist_ok=True)
     material = material or sample_material()
     graph = link_graph(shape, material.words)
-    count, size = write_multistream(material.header, pages(shape, graph, material), material.footer, directory)
+    count, size = write_multistream(material.header, (page.xml() for page in pages(shape, graph, material)),
+                                    material.footer, directory)
     non_article = count - graph.counts.articles - graph.counts.redirect_pages
     counts = Counts(**{**asdict(graph.counts), "pages_read": count, "non_article_pages": non_article,
                        "xml_bytes": size})
