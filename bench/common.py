@@ -21,6 +21,11 @@ RANDOM_BERT_BASE = "random-bert-base"
 def run_cli(*argv: str) -> float:
     """One pipeline command in this process through `pipelines.launcher.cli.main` (DirectRunner), its chatter kept
     unless it fails; returns its wall time in seconds."""
+    return run_cli_logged(*argv)[0]
+
+
+def run_cli_logged(*argv: str) -> tuple[float, str]:
+    """``run_cli``, and what the command wrote to stderr."""
     from pipelines.launcher.cli import main
 
     captured = io.StringIO()
@@ -30,7 +35,15 @@ def run_cli(*argv: str) -> float:
     if code != 0:
         sys.stderr.write(captured.getvalue())
         raise SystemExit(f"`{' '.join(argv)}` failed with exit code {code}")
-    return time.perf_counter() - started
+    return time.perf_counter() - started, captured.getvalue()
+
+
+PHASE_MARKS = ("model process", "inputs' pipeline ended")  # a GPU stage's lines on where its time went
+
+
+def phase_lines(log: str) -> list[str]:
+    """A GPU stage's lines on where its time went (its model processes' and its pipelines' ends), from its log."""
+    return [line for line in log.splitlines() if any(mark in line for mark in PHASE_MARKS)]
 
 
 def build_sample(output: str, max_seq_length: int) -> float:

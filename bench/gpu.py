@@ -49,19 +49,17 @@ from pathlib import Path
 
 from bench.common import (
     RANDOM_BERT_BASE,
-    BusySampler,
     build_sample,
     chosen_model,
     mean_mentions_per_entity,
     mention_windows,
     real_passages,
     row_count,
-    run_cli,
     subset_output,
     synchronize,
 )
 from bench.kpr import DenseRun, report_kpr
-from bench.measure import Rate, in_calls, index_stage, passage_paths, timed, write_corpus
+from bench.measure import Rate, in_calls, index_stage, passage_paths, timed, timed_stage, write_corpus
 from bench.paths import PASSAGES
 
 ENTITIES = 7_000_000
@@ -133,10 +131,9 @@ def embed_stage(args, model_path: str, sample: str, work: str, length: int) -> t
         target, mentions = sample, row_count(sample, "mentions")
     flags = ["--device", args.device, "--dtype", args.dtype, "--batch-tokens", str(args.batch_tokens),
              "--max-seq-length", str(length), "--force", *args.beam]
-    with BusySampler(args.device) as busy:
-        rate = timed(lambda: run_cli("embed-entities", "--output", target, "--model", model_path, *flags),
-                     mentions, args.device)
-    return rate, busy.describe(), target
+    rate, busy = timed_stage(args.device, mentions, "embed-entities", "--output", target, "--model", model_path,
+                             *flags)
+    return rate, busy, target
 
 
 def artifact_sizes(output: str) -> dict[str, tuple[int, int]]:

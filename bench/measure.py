@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.common import BusySampler, real_passages, run_cli, synchronize
+from bench.common import BusySampler, phase_lines, real_passages, run_cli_logged, synchronize
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,14 @@ def index_stage(args, encoder: str, corpus: Path, passages: int, target: str, *e
     (``--encoder-type kpr``; default dpr)."""
     flags = ["--device", args.device, "--dtype", args.dtype, "--batch-tokens", str(args.batch_tokens),
              "--index-factory", "Flat", *args.beam, *extra]
-    with BusySampler(args.device) as busy:
-        rate = timed(lambda: run_cli("index", "--output", target, "--encoder", encoder, "--corpus", str(corpus),
-                                     *flags), passages, args.device)
-    return rate, busy.describe()
+    return timed_stage(args.device, passages, "index", "--output", target, "--encoder", encoder, "--corpus",
+                       str(corpus), *flags)
+
+
+def timed_stage(device: str, items: int, *argv: str) -> tuple[Rate, str]:
+    """(rate, GPU busy share) of a GPU stage's command ``argv`` on ``items``; the busy share is followed by the
+    stage's own lines on where its time went (its model processes' parts, its pipelines' ends)."""
+    logs: list[str] = []
+    with BusySampler(device) as busy:
+        rate = timed(lambda: logs.append(run_cli_logged(*argv)[1]), items, device)
+    return rate, "\n    ".join([busy.describe(), *phase_lines(logs[0])])

@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from functools import partial
 from typing import Any, Protocol, TypeVar
 
 import apache_beam as beam
@@ -239,8 +238,15 @@ def run_model_beside(ctx: StageContext, prepare: Build, model: Callable[[StageCo
     first has ended; the two pipelines' counters summed."""
     followers = model_workers(ctx, device, configured)
     forward = ctx.with_workers_at_most(followers)
-    prepared, encoded = run_beams_together((ctx, prepare), (forward, model(forward, followers)),
-                                           partial(mark_ended, followed))
+    started, ended = time.perf_counter(), []
+
+    def inputs_ended(error: BaseException | None) -> None:
+        ended.append(time.perf_counter() - started)
+        mark_ended(followed, error)
+
+    prepared, encoded = run_beams_together((ctx, prepare), (forward, model(forward, followers)), inputs_ended)
+    print(f"[{layout.command_of(ctx.stage)}] inputs' pipeline ended after {ended[0]:.1f}s, the model's after "
+          f"{time.perf_counter() - started:.1f}s", file=sys.stderr, flush=True)
     return summed(prepared, encoded)
 
 

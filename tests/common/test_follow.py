@@ -10,7 +10,15 @@ from pathlib import Path
 import pytest
 
 from artifacts import fs
-from transforms.common.follow import FollowedFiles, InputsFailedError, follow, mark_ended, taken_by, wait_for
+from transforms.common.follow import (
+    FollowedFiles,
+    FollowerClock,
+    InputsFailedError,
+    follow,
+    mark_ended,
+    taken_by,
+    wait_for,
+)
 
 
 def followed(directory: Path) -> FollowedFiles:
@@ -79,3 +87,27 @@ def test_a_failed_first_pipeline_stops_the_followers_and_their_wait(tmp_path):
         list(follow(files, 0, 1))
     with pytest.raises(InputsFailedError, match="no space left on device"):
         wait_for(str(tmp_path / "facts.json"), files)
+
+
+def test_a_follower_clock_splits_its_time_into_waiting_for_items_the_parts_timed_and_the_rest():
+    clock = FollowerClock()
+
+    def slow_items():
+        for item in range(3):
+            time.sleep(0.05)  # the inputs are not ready yet
+            yield item
+
+    taken = []
+    for item in clock.waited("waiting for inputs", slow_items()):
+        taken.append(item)
+        with clock.timing("model"):
+            time.sleep(0.02)
+        time.sleep(0.03)  # neither: "other"
+    assert taken == [0, 1, 2]
+    assert 0.15 <= clock.seconds["waiting for inputs"] < 0.3
+    assert 0.06 <= clock.seconds["model"] < 0.15
+    line = clock.line("embed-entities", "1 of 2", "3 windows encoded")
+    assert line.startswith("[embed-entities] model process 1 of 2: 3 windows encoded in ")
+    assert "waiting for inputs 0." in line and "model 0." in line
+    other = float(line.rsplit("other ", 1)[1].rstrip("s"))
+    assert 0.08 <= other < 0.2

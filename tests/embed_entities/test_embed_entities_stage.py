@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 
 import apache_beam as beam
@@ -56,9 +57,14 @@ def build_embeddings(output: Path, model: Path, *extra: str) -> None:
                  *extra, *DIRECT]) == 0
 
 
-def test_embed_entities_hand_checked(minilm_path, tmp_path):
+def test_embed_entities_hand_checked(minilm_path, tmp_path, capfd):
     build_embeddings(tmp_path, minilm_path)
     mentions = mention_windows(tmp_path)
+    log = capfd.readouterr().err  # where the stage's time went: its model process, its two pipelines' ends
+    windows = len({(row["text"][:row["start"]], row["text"][row["end"]:]) for row in mentions})
+    assert re.search(rf"\[embed-entities\] model process 1 of 1: {windows:,} windows encoded for {len(mentions):,} "
+                     r"mentions in [\d.]+s: waiting for inputs [\d.]+s \(\d+%\), model [\d.]+s", log), log
+    assert re.search(r"\[embed-entities\] inputs' pipeline ended after [\d.]+s, the model's after [\d.]+s", log), log
     per_entity = {}
     for row in mentions:
         per_entity.setdefault(row["entity_id"], []).append(row)

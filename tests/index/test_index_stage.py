@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -158,12 +159,16 @@ def test_one_and_two_workers_store_the_same_rows(bad_corpus_runs):
         np.testing.assert_allclose(vector, other[3], atol=1e-6)
 
 
-def test_passages_cut_from_articles(tiny_bert, tmp_path):
+def test_passages_cut_from_articles(tiny_bert, tmp_path, capfd):
     articles = [article(7, "Seven", "one two three four five six seven", []),
                 article(9, "Nine", "alpha beta", []), article(11, "Empty", "   ", [])]
     write_parsed(tmp_path, articles)
     assert main(["index", "--output", str(tmp_path), "--encoder", str(tiny_bert), "--encoder-type", "bge",
                  "--words-per-passage", "3", *DIRECT]) == 0
+    log = capfd.readouterr().err  # where the stage's time went: its model process, its two pipelines' ends
+    assert re.search(r"\[index\] model process 1 of 1: 4 passages encoded of 4 in [\d.]+s: waiting for inputs "
+                     r"[\d.]+s \(\d+%\), model [\d.]+s", log), log
+    assert re.search(r"\[index\] inputs' pipeline ended after [\d.]+s, the model's after [\d.]+s", log), log
     passages = sorted(tables.read_table(str(tmp_path), "passages").to_pylist(), key=lambda row: row["passage_id"])
     assert passages == [{"passage_id": 700000, "title": "Seven", "text": "one two three"},
                         {"passage_id": 700001, "title": "Seven", "text": "four five six"},

@@ -5,12 +5,14 @@ or failed. A file is written whole (``fs.write_bytes_atomic``), so a follower ne
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import time
 import uuid
 import zlib
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import apache_beam as beam
 import pyarrow as pa
@@ -24,6 +26,9 @@ FILES_PER_STAGE = 400  # a stage's input files, at least (when it has the rows):
 MIN_FILE_ROWS = 256  # ... but an input file holds at least a forward batch's rows (the model batches within a file)
 FOLLOW_POLL_S = 0.2  # a follower with nothing to take looks for new files this often
 ENCODED_TAG = "encoded"  # a follower's output: how many items a step of it encoded (for the progress line)
+
+T = TypeVar("T")
+_END = object()  # the end of an iterator (``FollowerClock.waited``)
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,43 @@ def wait_for(path: str, files: FollowedFiles) -> None:
     while not fs.exists(path):
         ended_files(files)
         time.sleep(FOLLOW_POLL_S)
+
+
+@dataclass
+class FollowerClock:
+    """Where a follower's time goes, by part (``timing``); its one-line summary (``line``) is written when it ends,
+    so that a GPU that is not kept busy says why: waiting for inputs (the inputs' pipeline is the limit), the
+    model (padding, the forward, the copy back: the GPU), writing behind (the disk)."""
+
+    started: float = field(default_factory=time.perf_counter)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def timing(self, part: str) -> Iterator[None]:
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[part] = self.seconds.get(part, 0.0) + time.perf_counter() - began
+
+    def waited(self, part: str, items: Iterable[T]) -> Iterator[T]:
+        """``items``, the time spent waiting for each counted as ``part``."""
+        iterator = iter(items)
+        while True:
+            with self.timing(part):
+                item = next(iterator, _END)
+            if item is _END:
+                return
+            yield item
+
+    def line(self, stage: str, follower: str, done: str) -> str:
+        total = time.perf_counter() - self.started
+        parts = [f"{part} {seconds:.1f}s ({seconds / total:.0%})" for part, seconds in self.seconds.items()]
+        other = max(0.0, total - sum(self.seconds.values()))
+        return f"[{stage}] model process {follower}: {done} in {total:.1f}s: {', '.join(parts)}, other {other:.1f}s"
+
+    def write(self, stage: str, follower: str, done: str) -> None:
+        print(self.line(stage, follower, done), file=sys.stderr, flush=True)
 
 
 class WriteFollowedFiles(beam.DoFn):

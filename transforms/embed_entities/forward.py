@@ -20,14 +20,14 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
-from artifacts import fs, tables
+from artifacts import fs, layout, tables
 from artifacts.counters import declare, error, processed
 from encoders.batching import prefetched
 from encoders.mask_encoder import MaskEncoder
 from encoders.mask_inputs import PackedMaskInputs
 from encoders.models import ModelSpec, worker_device
 from transforms.common.dead_letters import count_some, dead_letter
-from transforms.common.follow import ENCODED_TAG, FollowedFiles, follow, wait_for
+from transforms.common.follow import ENCODED_TAG, FollowedFiles, FollowerClock, follow, wait_for
 from transforms.common.packed import found_in
 from transforms.common.per_worker import PerProcess
 from transforms.embed_entities.entity_vectors import ModelFacts, Part, write_bucketed_part
@@ -46,6 +46,7 @@ COUNTERS = declare(
     processed("mentions_encoded", "mentions whose window was encoded"),
     processed("mentions_reused", "mentions whose window's vector was stored before"),
 )
+STAGE = layout.command_of(layout.EMBED_ENTITIES_STAGE)  # the follower's summary line names it
 REF_ROWS = 1 << 20  # mentions' window keys a follower buffers before writing a part (24 MB)
 
 
@@ -167,24 +168,31 @@ class FollowInputFiles(beam.DoFn):
         known = load_known(files.known)
         refs = RefWriter(files.parts, facts.store_bits)
         pending = PendingWriter(files.pending, self._salt, facts.store_bits, pending_rows(self._mentions, facts.dim))
+        clock, seen, encoded = FollowerClock(), 0, 0
         # the next row group is read in a thread, and the last one's vectors written in another, while the model runs
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="write-vectors") as behind:
             writing = behind.submit(list)
-            for mentions, packed in prefetched(read_inputs(follow(files.followed, index, followers)), depth=1):
+            inputs = prefetched(read_inputs(follow(files.followed, index, followers)), depth=1)
+            for mentions, packed in clock.waited("waiting for inputs", inputs):
                 rows = rows_to_encode(known, mentions["window_key"])
-                vectors = self._encoder.encode_packed(packed.take(rows))
+                with clock.timing("model"):
+                    vectors = self._encoder.encode_packed(packed.take(rows))
                 finite, dead = storable_rows(mentions[rows], vectors)
                 yield from dead
                 failed = np.isin(mentions["window_key"], mentions["window_key"][rows[~finite]])
                 count_some("mentions_encoded", len(rows))
                 count_some("mentions_reused", len(mentions) - len(rows))
-                yield from writing.result()  # one row group in flight at most
+                seen, encoded = seen + len(mentions), encoded + len(rows)
+                with clock.timing("writing behind"):
+                    written = writing.result()  # one row group in flight at most
+                yield from written
                 writing = behind.submit(write_encoded, refs, pending, mentions[~failed],
                                         mentions["window_key"][rows[finite]], vectors[finite])
                 yield beam.pvalue.TaggedOutput(ENCODED_TAG, len(mentions))
             yield from writing.result()
         pending.flush()
         yield from refs.flush()
+        clock.write(STAGE, f"{index + 1} of {followers}", f"{encoded:,} windows encoded for {seen:,} mentions")
 
 
 def read_inputs(paths: Iterator[str]) -> Iterator[tuple[np.ndarray, PackedMaskInputs]]:

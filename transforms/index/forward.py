@@ -22,7 +22,7 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
-from artifacts import fs, tables
+from artifacts import fs, layout, tables
 from artifacts.faiss import buckets
 from artifacts.faiss.vectors import embedding_table, table_vectors
 from artifacts.passages import Passage
@@ -31,13 +31,14 @@ from encoders.loading import load_retriever
 from encoders.models import worker_device
 from encoders.retrievers import DenseEncoder, EncoderOptions
 from transforms.common.dead_letters import count, count_some, dead_letter
-from transforms.common.follow import ENCODED_TAG, FollowedFiles, follow
+from transforms.common.follow import ENCODED_TAG, FollowedFiles, FollowerClock, follow
 from transforms.common.packed import found_in
 from transforms.common.per_worker import PerProcess
 from transforms.common.worker_files import load_array, save_array
 from transforms.index.inputs import encoder_key, table_features
 from transforms.index.refresh import passage_digest
 
+STAGE = layout.command_of(layout.INDEX_STAGE)  # the follower's summary line names it
 KEY = "passage_key"
 KEPT_PREFIX = "encoded-"
 
@@ -142,26 +143,32 @@ class FollowPassageInputs(beam.DoFn):
         index, followers = element
         writer = buckets.BucketWriter(self._directory, self._buckets, self._dim)
         known, skipped = load_array(self._kept.known), [np.zeros(0, np.uint64)]
+        clock, seen, encoded = FollowerClock(), 0, 0
         # the next row group is read in a thread, and the last one's rows staged in another, while the model runs
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="stage-rows") as behind:
             staging = behind.submit(lambda: None)
-            for passages, features in prefetched(read_inputs(follow(self._files, index, followers)), depth=1):
+            inputs = prefetched(read_inputs(follow(self._files, index, followers)), depth=1)
+            for passages, features in clock.waited("waiting for inputs", inputs):
                 keys = passage_keys(self._kept.salt, passages)
                 done, _ = found_in(known, keys)
                 skipped.append(keys[done])
                 count_some("passages_reused", int(done.sum()))
                 todo = np.flatnonzero(~done).tolist()
-                vectors = (self._encoder.encode_features([features[at] for at in todo]) if todo
-                           else np.zeros((0, self._dim), np.float32))
+                with clock.timing("model"):
+                    vectors = (self._encoder.encode_features([features[at] for at in todo]) if todo
+                               else np.zeros((0, self._dim), np.float32))
                 rows, finite, dead = encoded_rows([passages[at] for at in todo], vectors)
                 yield from dead
-                staging.result()  # one row group in flight at most
+                seen, encoded = seen + len(passages), encoded + len(todo)
+                with clock.timing("writing behind"):
+                    staging.result()  # one row group in flight at most
                 staging = behind.submit(add_rows, writer, rows, self._kept, keys[todo][finite], self._dim)
                 yield beam.pvalue.TaggedOutput(ENCODED_TAG, len(passages))
             staging.result()
         save_array(fs.join(self._kept.reused, f"reused-{index:05d}.npy"), np.concatenate(skipped))
         for record in writer.close():
             yield record.to_json()
+        clock.write(STAGE, f"{index + 1} of {followers}", f"{encoded:,} passages encoded of {seen:,}")
 
 
 class StageKeptRows(beam.DoFn):
