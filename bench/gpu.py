@@ -37,7 +37,13 @@ weasel, spacy-legacy, spacy-loggers, pydantic, pydantic-core, annotated-types, t
 smart-open), installed here for the machine's Python (``pip install --no-deps --only-binary=:all: --python-version
 3.12 --platform manylinux... --target DIR``) together with the kit's wheels, spaCy's other languages, ``tests``
 folders and Beam's ``*_test.py`` removed, the .so files stripped, packed as one tar.xz (~30 MB with faiss-cpu)
-and unpacked into /tmp/site there: within the 64 MiB that travels.
+and unpacked into /tmp/site there: within the 64 MiB that travels. spaCy imports ``spacy.lang.xx`` (and registers
+ja, ko, th, vi, zh): carry those language folders too (~240 KB) and copy them into /tmp/site/spacy/lang. The real
+DPR passages come from ``../shared/data``, which does not travel: carry the passages file and copy it to
+``shared/data/passages/`` in the checkout there (``bench.paths`` looks there too).
+
+Each stage prints where its time went (its model process: waiting for inputs, model, writing behind; when each of
+its two pipelines ended): printed under the stage's line.
 """
 
 from __future__ import annotations
