@@ -202,3 +202,16 @@ class BusySampler:
             return "n/a"
         busy = sum(value >= 80 for value in self._samples) / len(self._samples)
         return f"mean {sum(self._samples) / len(self._samples):.0f}%, >= 80% in {busy:.0%} of samples"
+
+
+def forget_kept_work(output: Path | str, stage: str) -> None:
+    """Remove what an earlier run of ``stage`` kept for reuse (embed-entities' committed window store, a killed
+    run's kept vectors), so that a measured run encodes everything, as a first run does."""
+    from artifacts import layout
+    from artifacts.run import manifest
+
+    name = stage.replace("-", "_")
+    kept = [artifact for artifact in layout.STAGE_OUTPUTS[name] if artifact in manifest.KEPT_ARTIFACTS]
+    output = Path(output)
+    for path in [*(output / artifact for artifact in kept), output / layout.STAGING / f"{name}{layout.KEPT}"]:
+        shutil.rmtree(path, ignore_errors=True)

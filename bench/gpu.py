@@ -57,6 +57,7 @@ from bench.common import (
     RANDOM_BERT_BASE,
     build_sample,
     chosen_model,
+    forget_kept_work,
     mean_mentions_per_entity,
     mention_windows,
     real_passages,
@@ -135,6 +136,7 @@ def embed_stage(args, model_path: str, sample: str, work: str, length: int) -> t
         mentions = subset_output(sample, target, args.mentions)
     else:
         target, mentions = sample, row_count(sample, "mentions")
+        forget_kept_work(target, "embed-entities")  # a window stored by an earlier run here is not encoded again
     flags = ["--device", args.device, "--dtype", args.dtype, "--batch-tokens", str(args.batch_tokens),
              "--max-seq-length", str(length), "--force", *args.beam]
     rate, busy = timed_stage(args.device, mentions, "embed-entities", "--output", target, "--model", model_path,

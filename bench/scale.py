@@ -46,7 +46,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench.common import RANDOM_BERT_BASE, chosen_model
+from bench.common import RANDOM_BERT_BASE, chosen_model, forget_kept_work
 from bench.memory import run_measured
 from bench.paths import REPO, minilm_path
 from bench.scale_report import StageRun, describe, print_report, summary
@@ -165,6 +165,8 @@ def run_stage(stage: str, dump: SyntheticDump, workers: int, output: Path, setti
     log.parent.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(markers, ignore_errors=True)
     markers.mkdir(parents=True)
+    if measured:
+        forget_kept_work(output, stage)
     command = [sys.executable, str(settings.checkout / "run_pipeline.py"), stage, "--output", str(output),
                *stage_flags(stage, dump, settings), *(["--force"] if measured else []), *beam_flags(workers)]
     result = run_measured(on_cores(command, settings.cores), log, child_env(settings, markers), settings.checkout,
