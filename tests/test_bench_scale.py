@@ -241,3 +241,18 @@ def test_the_stand_in_gpu_paces_the_forwards_of_every_process_on_one_clock(tmp_p
     assert subprocess.run([sys.executable, "-c", STAND_IN_CALLER, str(NO_OP_MODEL / "sitecustomize.py"), "",
                            str(tokens), str(calls)], capture_output=True, text=True,
                           check=True).stdout.count('"waited": 0.0') == 1
+
+
+def test_a_measured_run_starts_from_scratch_without_what_earlier_runs_kept(tmp_path: Path) -> None:
+    from bench.common import forget_kept_work
+
+    for folder in ("mention_vectors", "entity_embeddings", "mentions", ".staging/embed_entities.kept",
+                   ".staging/index.kept"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "part.parquet").write_bytes(b"x")
+    forget_kept_work(tmp_path, "mentions")  # keeps nothing for reuse: nothing removed
+    forget_kept_work(tmp_path, "embed-entities")
+    left = {str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*.parquet")}
+    assert left == {"entity_embeddings/part.parquet", "mentions/part.parquet", ".staging/index.kept/part.parquet"}
+    forget_kept_work(tmp_path, "index")
+    assert not (tmp_path / ".staging" / "index.kept").exists()
