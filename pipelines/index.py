@@ -33,7 +33,7 @@ from pipelines.launcher import disk_space, flags
 from pipelines.launcher.stage import Build, StageContext, run_beam, run_model_beside, summed, with_dead_letters
 from pipelines.refresh import RefreshConfig, fingerprint_changes, option_changes, previous_options, reusable_previous
 from transforms.common.dead_letters import WriteDeadLetters
-from transforms.common.follow import FollowedFiles, rows_per_file
+from transforms.common.follow import FollowedFiles, files_per_step, rows_per_file
 from transforms.common.worker_files import load_array, save_array
 from transforms.index.corpus import ReadPassages, check_corpus, estimated_passages
 from transforms.index.forward import KeptPassages, kept_files, kept_keys
@@ -224,10 +224,10 @@ def reused_keys(kept: KeptPassages) -> np.ndarray:
 def encoding_files(ctx: StageContext, estimate: int = 0) -> EncodingFiles:
     """Where the encoding pipelines write, with input files for ``estimate`` passages (0: as many as read)."""
     work = fs.join(ctx.staging_root, "work")
+    rows = rows_per_file(estimate, INPUT_FILE_ROWS) if estimate else INPUT_FILE_ROWS
     inputs = FollowedFiles(fs.join(work, "inputs"), INPUT_PREFIX, fs.join(work, "inputs.list"),
-                           fs.join(work, "inputs.ended"))
-    return EncodingFiles(inputs, buckets_dir(ctx), rows_per_file(estimate, INPUT_FILE_ROWS) if estimate else
-                         INPUT_FILE_ROWS)
+                           fs.join(work, "inputs.ended"), files_per_step(rows, INPUT_FILE_ROWS))
+    return EncodingFiles(inputs, buckets_dir(ctx), rows)
 
 
 def encode(ctx: StageContext, config: IndexConfig, encoder: EncoderOptions, encoding: Encoding,

@@ -14,7 +14,9 @@ from transforms.common.follow import (
     FollowedFiles,
     FollowerClock,
     InputsFailedError,
+    files_per_step,
     follow,
+    follow_steps,
     mark_ended,
     taken_by,
     wait_for,
@@ -111,3 +113,18 @@ def test_a_follower_clock_splits_its_time_into_waiting_for_items_the_parts_timed
     assert "waiting for inputs 0." in line and "model 0." in line
     other = float(line.rsplit("other ", 1)[1].rstrip("s"))
     assert 0.08 <= other < 0.2
+
+
+def test_a_follower_takes_the_files_present_in_steps_of_at_most_files_per_step(tmp_path):
+    files = FollowedFiles(**{**followed(tmp_path).__dict__, "files_per_step": 3})
+    written = [write_file(files, f"{part:02d}") for part in range(7)]  # all present at the first look
+    list_files(files, written)
+    mark_ended(files, None)
+    steps = list(follow_steps(files, 0, 1))
+    assert [len(step) for step in steps] == [3, 3, 1]
+    assert sorted(path for step in steps for path in step) == sorted(written)
+
+
+def test_a_step_holds_about_as_many_rows_as_the_largest_input_file():
+    assert files_per_step(500, 8192) == 16 and files_per_step(8192, 8192) == 1
+    assert files_per_step(5000, 4096) == 1 and files_per_step(0, 4096) == 4096

@@ -41,6 +41,7 @@ class FollowedFiles:
     prefix: str
     listing: str
     ended: str
+    files_per_step: int = 1  # present files a follower takes at once (``follow_steps``)
 
     def pattern(self) -> str:
         return f"{self.prefix}*.parquet"
@@ -56,6 +57,12 @@ def rows_per_file(total: int, most: int) -> int:
     ``FILES_PER_STAGE`` files (what a follower has in flight when the stage is killed is encoded again), but not
     fewer than ``MIN_FILE_ROWS`` (smaller files would make smaller forward batches)."""
     return min(most, max(MIN_FILE_ROWS, total // FILES_PER_STAGE))
+
+
+def files_per_step(rows_per_file: int, most: int) -> int:
+    """Files of ``rows_per_file`` rows a follower may take at once so that one step (one model call, after which
+    the GPU waits for its vectors to come back) holds up to ``most`` rows, as one file of a large stage does."""
+    return max(1, most // max(rows_per_file, 1))
 
 
 def listed(prefix: str) -> list[str]:
@@ -92,14 +99,22 @@ def taken_by(path: str, followers: int) -> int:
 def follow(files: FollowedFiles, index: int, followers: int) -> Iterator[str]:
     """The paths of the files follower ``index`` of ``followers`` takes, each once, as they appear; ends once the
     first pipeline has ended and every one of its files was given (raises ``InputsFailedError`` if it failed)."""
+    for step in follow_steps(files, index, followers):
+        yield from step
+
+
+def follow_steps(files: FollowedFiles, index: int, followers: int) -> Iterator[list[str]]:
+    """``follow``'s paths as steps: the files of the follower's share present when it looks, up to
+    ``files.files_per_step`` a step (never waiting for more: a follower ahead of its inputs takes one at a time)."""
     done: set[str] = set()
     while True:
         ended = ended_files(files)
         present = ended if ended is not None else fs.list_files(files.directory, files.pattern())
         mine = [path for path in present if taken_by(path, followers) == index and fs.basename(path) not in done]
-        for path in mine:
-            yield path
-            done.add(fs.basename(path))
+        for begin in range(0, len(mine), files.files_per_step):
+            step = mine[begin:begin + files.files_per_step]
+            yield step
+            done.update(fs.basename(path) for path in step)
         if ended is not None and not mine:
             return
         if not mine:

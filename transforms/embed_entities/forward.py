@@ -27,7 +27,7 @@ from encoders.mask_encoder import MaskEncoder
 from encoders.mask_inputs import PackedMaskInputs
 from encoders.models import ModelSpec, worker_device
 from transforms.common.dead_letters import count_some, dead_letter
-from transforms.common.follow import ENCODED_TAG, FollowedFiles, FollowerClock, follow, wait_for
+from transforms.common.follow import ENCODED_TAG, FollowedFiles, FollowerClock, follow_steps, wait_for
 from transforms.common.packed import found_in
 from transforms.common.per_worker import PerProcess
 from transforms.embed_entities.entity_vectors import ModelFacts, Part, write_bucketed_part
@@ -145,11 +145,12 @@ def write_encoded(refs: RefWriter, pending: PendingWriter, mentions: np.ndarray,
 
 class FollowInputFiles(beam.DoFn):
     """(index, followers) -> (bucket, Part) of the window keys of the mentions in the input files this follower
-    takes (``follow``), as the inputs' pipeline writes them, until it has ended. Windows not stored before (not
-    among the ``known`` keys) are encoded and stored (pending files, every ``pending_rows``); non-finite vectors
-    are dead-lettered (their mentions dropped); how many mentions each row group held is tagged ``encoded``.
-    While the model runs, the next row group is read in a thread (``read_inputs``) and the last one's vectors
-    written in another."""
+    takes, as the inputs' pipeline writes them, until it has ended, a step of present files at a time
+    (``follow_steps``: one model call, whose vectors come back before the next starts). Windows not stored before
+    (not among the ``known`` keys) are encoded and stored (pending files, every ``pending_rows``); non-finite
+    vectors are dead-lettered (their mentions dropped); how many mentions each step held is tagged ``encoded``.
+    While the model runs, the next step is read in a thread (``read_inputs``) and the last one's vectors written
+    in another."""
 
     def __init__(self, spec: ModelSpec, layer: int, max_tokens: int, files: InputFiles, salt: str,
                  mentions: int) -> None:
@@ -169,10 +170,10 @@ class FollowInputFiles(beam.DoFn):
         refs = RefWriter(files.parts, facts.store_bits)
         pending = PendingWriter(files.pending, self._salt, facts.store_bits, pending_rows(self._mentions, facts.dim))
         clock, seen, encoded = FollowerClock(), 0, 0
-        # the next row group is read in a thread, and the last one's vectors written in another, while the model runs
+        # the next step is read in a thread, and the last one's vectors written in another, while the model runs
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="write-vectors") as behind:
             writing = behind.submit(list)
-            inputs = prefetched(read_inputs(follow(files.followed, index, followers)), depth=1)
+            inputs = prefetched(read_inputs(follow_steps(files.followed, index, followers)), depth=1)
             for mentions, packed in clock.waited("waiting for inputs", inputs):
                 rows = rows_to_encode(known, mentions["window_key"])
                 with clock.timing("model"):
@@ -195,8 +196,8 @@ class FollowInputFiles(beam.DoFn):
         clock.write(STAGE, f"{index + 1} of {followers}", f"{encoded:,} windows encoded for {seen:,} mentions")
 
 
-def read_inputs(paths: Iterator[str]) -> Iterator[tuple[np.ndarray, PackedMaskInputs]]:
-    """The ``WINDOW_REF`` rows and ready inputs of the input files ``paths``, a row group at a time."""
-    for path in paths:
-        for table in tables.iter_file_batches([path], batch_size=1 << 30):
-            yield table_inputs(table)
+def read_inputs(steps: Iterator[list[str]]) -> Iterator[tuple[np.ndarray, PackedMaskInputs]]:
+    """The ``WINDOW_REF`` rows and ready inputs of the input files of each step (``follow_steps``), a step at a
+    time."""
+    for step in steps:
+        yield table_inputs(pa.Table.from_batches(list(tables.iter_file_batches(step, batch_size=1 << 30))))

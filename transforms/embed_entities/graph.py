@@ -26,7 +26,7 @@ from encoders.mask_encoder import check_mask_model
 from encoders.mask_inputs import MASK_WINDOWS, check_max_seq_length
 from encoders.models import STORED_DTYPES, ModelSpec, check_device, hidden_size, input_embedding_norm
 from transforms.common.dead_letters import DEAD_LETTER_TAG
-from transforms.common.follow import FollowedFiles, RunFollowers, listed, rows_per_file
+from transforms.common.follow import FollowedFiles, RunFollowers, files_per_step, listed, rows_per_file
 from transforms.common.packed import CountEntities
 from transforms.embed_entities import entity_vectors, gather, mention_windows, refresh
 from transforms.embed_entities.entity_vectors import (
@@ -169,8 +169,9 @@ class EmbedInputs:
 
     @property
     def files(self) -> InputFiles:
+        step = files_per_step(rows_per_file(self.mentions, INPUT_FILE_ROWS), INPUT_FILE_ROWS)
         followed = FollowedFiles(self.under_scratch("inputs"), INPUT_PREFIX, self.under_scratch("inputs.list"),
-                                 self.under_scratch("inputs.ended"))
+                                 self.under_scratch("inputs.ended"), step)
         return InputFiles(self.under_scratch("model-facts.json"), followed, self.under_scratch("known-keys.u64"),
                           self.pending, self.under_scratch("refs"))
 

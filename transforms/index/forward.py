@@ -3,7 +3,7 @@ and encoded, and each passage's row (id, title, text, vector) staged by hash buc
 and links nothing. It runs beside the inputs' pipeline, each follower taking the files of its share as they
 appear (``follow``).
 
-What a follower encodes is also kept, a file per row group written whole (``KeptPassages``), where the stage's
+What a follower encodes is also kept, a file per step written whole (``KeptPassages``), where the stage's
 rerun after a kill finds it: a passage is known there by ``passage_key`` (the encoder and the passage's id, title
 and text), and a rerun's followers do not encode the passages kept before; their rows are staged from the kept
 files instead (``StageKeptRows``)."""
@@ -31,7 +31,7 @@ from encoders.loading import load_retriever
 from encoders.models import worker_device
 from encoders.retrievers import DenseEncoder, EncoderOptions
 from transforms.common.dead_letters import count, count_some, dead_letter
-from transforms.common.follow import ENCODED_TAG, FollowedFiles, FollowerClock, follow
+from transforms.common.follow import ENCODED_TAG, FollowedFiles, FollowerClock, follow_steps
 from transforms.common.packed import found_in
 from transforms.common.per_worker import PerProcess
 from transforms.common.worker_files import load_array, save_array
@@ -116,19 +116,20 @@ def add_rows(writer: buckets.BucketWriter, rows: list[buckets.Row], kept: KeptPa
         writer.add(row)
 
 
-def read_inputs(paths: Iterator[str]) -> Iterator[tuple[list[Passage], list[dict[str, Any]]]]:
-    """The passages and ready model inputs of the input files ``paths``, a row group at a time."""
-    for path in paths:
-        for table in tables.iter_file_batches([path], batch_size=1 << 30):
-            yield table_features(table)
+def read_inputs(steps: Iterator[list[str]]) -> Iterator[tuple[list[Passage], list[dict[str, Any]]]]:
+    """The passages and ready model inputs of the input files of each step (``follow_steps``), a step at a
+    time."""
+    for step in steps:
+        yield table_features(pa.Table.from_batches(list(tables.iter_file_batches(step, batch_size=1 << 30))))
 
 
 class FollowPassageInputs(beam.DoFn):
     """(index, followers) -> the records (``BucketFile`` JSON) of the staged files of the passages of the input
     files this follower takes, encoded as the inputs' pipeline writes them, until it has ended; those kept before
     (``kept.known``) are not encoded, their keys saved for ``StageKeptRows``. Non-finite vectors are
-    dead-lettered; how many passages each row group held is tagged ``encoded``. While the model runs, the next
-    row group is read in a thread (``read_inputs``) and the last one's rows kept and staged in another."""
+    dead-lettered; how many passages each step (``follow_steps``: present files, one model call) held is tagged
+    ``encoded``. While the model runs, the next step is read in a thread (``read_inputs``) and the last one's rows
+    kept and staged in another."""
 
     def __init__(self, encoder: EncoderOptions, files: FollowedFiles, directory: str, bucket_count: int,
                  dim: int, kept: KeptPassages) -> None:
@@ -144,10 +145,10 @@ class FollowPassageInputs(beam.DoFn):
         writer = buckets.BucketWriter(self._directory, self._buckets, self._dim)
         known, skipped = load_array(self._kept.known), [np.zeros(0, np.uint64)]
         clock, seen, encoded = FollowerClock(), 0, 0
-        # the next row group is read in a thread, and the last one's rows staged in another, while the model runs
+        # the next step is read in a thread, and the last one's rows staged in another, while the model runs
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="stage-rows") as behind:
             staging = behind.submit(lambda: None)
-            inputs = prefetched(read_inputs(follow(self._files, index, followers)), depth=1)
+            inputs = prefetched(read_inputs(follow_steps(self._files, index, followers)), depth=1)
             for passages, features in clock.waited("waiting for inputs", inputs):
                 keys = passage_keys(self._kept.salt, passages)
                 done, _ = found_in(known, keys)
