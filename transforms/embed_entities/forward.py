@@ -20,7 +20,7 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
-from artifacts import fs, layout, tables
+from artifacts import fs, layout, schemas, tables
 from artifacts.counters import declare, error, processed
 from encoders.batching import prefetched
 from encoders.mask_encoder import MaskEncoder
@@ -200,4 +200,4 @@ def read_inputs(steps: Iterator[list[str]]) -> Iterator[tuple[np.ndarray, Packed
     """The ``WINDOW_REF`` rows and ready inputs of the input files of each step (``follow_steps``), a step at a
     time."""
     for step in steps:
-        yield table_inputs(pa.Table.from_batches(list(tables.iter_file_batches(step, batch_size=1 << 30))))
+        yield table_inputs(tables.read_files(step, schemas.MENTION_INPUTS))

@@ -168,8 +168,13 @@ class EmbedInputs:
         return fs.join(self.scratch, name)
 
     @property
+    def rows_per_file(self) -> int:
+        """Mentions an input file holds (``follow.rows_per_file``)."""
+        return rows_per_file(self.mentions, INPUT_FILE_ROWS)
+
+    @property
     def files(self) -> InputFiles:
-        step = files_per_step(rows_per_file(self.mentions, INPUT_FILE_ROWS), INPUT_FILE_ROWS)
+        step = files_per_step(self.rows_per_file, INPUT_FILE_ROWS)
         followed = FollowedFiles(self.under_scratch("inputs"), INPUT_PREFIX, self.under_scratch("inputs.list"),
                                  self.under_scratch("inputs.ended"), step)
         return InputFiles(self.under_scratch("model-facts.json"), followed, self.under_scratch("known-keys.u64"),
@@ -208,8 +213,7 @@ class PrepareMentions(beam.PTransform):
             _ = refs | "CountRecomputed" >> CountEntities("entities_recomputed")
         mentions = refs | "CutMentionWindows" >> CutMentionWindows(inputs.output, inputs.scratch, self._chars)
         build = BuildMentionInputs(config.model, config.max_seq_length, config.mask_window, inputs.salt,
-                                   inputs.files.followed.directory,
-                                   rows_per_file(inputs.mentions, INPUT_FILE_ROWS))
+                                   inputs.files.followed.directory, inputs.rows_per_file)
         prepared = mentions["mentions"] | "PrepareInputs" >> PrepareMentionInputs(build, self._progress)
         _ = prepared["files"] | "ListInputFiles" >> beam.io.WriteToText(inputs.files.followed.listing)
         return (mentions[DEAD_LETTER_TAG], prepared[DEAD_LETTER_TAG]) | "AllDeadLetters" >> beam.Flatten()

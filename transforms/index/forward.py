@@ -22,7 +22,7 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
-from artifacts import fs, layout, tables
+from artifacts import fs, layout, schemas, tables
 from artifacts.faiss import buckets
 from artifacts.faiss.vectors import embedding_table, table_vectors
 from artifacts.passages import Passage
@@ -120,7 +120,7 @@ def read_inputs(steps: Iterator[list[str]]) -> Iterator[tuple[list[Passage], lis
     """The passages and ready model inputs of the input files of each step (``follow_steps``), a step at a
     time."""
     for step in steps:
-        yield table_features(pa.Table.from_batches(list(tables.iter_file_batches(step, batch_size=1 << 30))))
+        yield table_features(tables.read_files(step, schemas.PASSAGE_INPUTS))
 
 
 class FollowPassageInputs(beam.DoFn):
