@@ -8,6 +8,14 @@ import pyarrow as pa
 # articles several times over and reads back faster than the disk delivers the uncompressed bytes.
 PARQUET_CODEC = "zstd"
 
+
+def dictionary_columns(schema: pa.Schema) -> list[str]:
+    """The columns a Parquet writer should try to dictionary-encode: all but vectors (fixed-size lists of floats),
+    whose values rarely repeat: the writer would hash every value until the dictionary's page limit, then write
+    them plain anyway (~40% of the time of writing a table of encoded passages)."""
+    return [field.name for field in schema
+            if not (pa.types.is_fixed_size_list(field.type) and pa.types.is_floating(field.type.value_type))]
+
 # trail: characters of link trail at the anchor's end ("s" of [[lichen]]s): the anchor is text[start:end],
 # the link's own text (what embed-entities masks) is text[start:end - trail].
 LINK = pa.struct([("start", pa.int32()), ("end", pa.int32()), ("target", pa.string()), ("trail", pa.int32())])

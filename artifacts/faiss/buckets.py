@@ -28,7 +28,7 @@ from artifacts import fs
 from artifacts.faiss.files import EMBEDDINGS_DIR
 from artifacts.faiss.vectors import embedding_schema, embedding_table
 from artifacts.passages import sample_key, shard_of
-from artifacts.schemas import PARQUET_CODEC
+from artifacts.schemas import PARQUET_CODEC, dictionary_columns
 
 BUFFERED_ROWS = 16_384  # rows a writer holds over all its buckets (~60 MB at 768 dims)
 MIN_GROUP_ROWS, MAX_GROUP_ROWS = 64, 4096  # rows per row group of a staged file
@@ -104,8 +104,9 @@ class BucketWriter:
         if bucket not in self._files:
             path = fs.join(self._directory, bucket_name(bucket), f"{uuid.uuid4().hex}.parquet")
             handle = FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
-            self._files[bucket] = path, handle, pq.ParquetWriter(handle, staged_schema(self._dim),
-                                                                 compression=PARQUET_CODEC)
+            schema = staged_schema(self._dim)
+            self._files[bucket] = path, handle, pq.ParquetWriter(handle, schema, compression=PARQUET_CODEC,
+                                                                 use_dictionary=dictionary_columns(schema))
         self._files[bucket][2].write_table(staged_table(rows, self._dim))
         self._rows[bucket] = self._rows.get(bucket, 0) + len(rows)
 
@@ -158,7 +159,8 @@ def write_shard_bucket(index_dir: str, shard: str, bucket: int, paths: Sequence[
     order = pc.sort_indices(table.column("passage_id"))
     path = fs.join(index_dir, EMBEDDINGS_DIR, shard, f"{bucket_name(bucket)}.parquet")
     with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle, \
-            pq.ParquetWriter(handle, embedding_schema(dim), compression=PARQUET_CODEC) as writer:
+            pq.ParquetWriter(handle, embedding_schema(dim), compression=PARQUET_CODEC,
+                             use_dictionary=dictionary_columns(embedding_schema(dim))) as writer:
         for start in range(0, table.num_rows, MAX_GROUP_ROWS):
             writer.write_table(table.take(order[start:start + MAX_GROUP_ROWS]))
     rows = table.num_rows

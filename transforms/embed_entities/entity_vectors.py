@@ -235,7 +235,8 @@ def write_parquet_file(path: str, table: pa.Table) -> str:
     """Write an artifact file as Beam's WriteToParquet does (zstd, lists not in the "compliant" nested layout, so
     a vector column reads back as ``fixed_size_list<item: ...>``); returns ``path``."""
     with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        pq.write_table(table, handle, compression=schemas.PARQUET_CODEC, use_compliant_nested_type=False)
+        pq.write_table(table, handle, compression=schemas.PARQUET_CODEC, use_compliant_nested_type=False,
+                       use_dictionary=schemas.dictionary_columns(table.schema))
     return path
 
 

@@ -100,7 +100,8 @@ def store_bytes(keys: np.ndarray, vectors: np.ndarray, salt: str, bits: int) -> 
     schema = table.schema.with_metadata({SALT: salt.encode(), BITS: str(bits).encode(),
                                          BUCKETS: json.dumps(present).encode()})
     sink = pa.BufferOutputStream()
-    with pq.ParquetWriter(sink, schema, compression=schemas.PARQUET_CODEC, use_compliant_nested_type=False) as writer:
+    with pq.ParquetWriter(sink, schema, compression=schemas.PARQUET_CODEC, use_compliant_nested_type=False,
+                          use_dictionary=schemas.dictionary_columns(schema)) as writer:
         for start, stop in zip(starts.tolist(), [*starts[1:].tolist(), len(buckets)][:len(starts)], strict=True):
             writer.write_table(table.slice(start, stop - start), row_group_size=stop - start)
     return sink.getvalue().to_pybytes()

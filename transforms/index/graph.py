@@ -17,6 +17,7 @@ index.json.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -233,6 +234,9 @@ class ListBucketFiles(beam.PTransform):
 
 # --- building the index --------------------------------------------------------------------------------------
 
+# A shard's buckets sorted at once, each held twice while it is sorted: with MIN_BUCKETS_PER_SHARD, half the shard's
+# vectors at most, below the index they are then added to.
+SORTING_THREADS = 2
 ShardSpec = tuple[str, tuple[tuple[int, tuple[str, ...]], ...]]  # (shard name, ((bucket, its staged files), ...))
 
 
@@ -255,16 +259,22 @@ class IndexPlan:
 
 
 class BuildShard(beam.DoFn):
-    """One shard: each of its buckets sorted and written as one of its files, then the trained index with the
-    shard's vectors added in that order, the shard file and its id map."""
+    """One shard: each of its buckets sorted and written as one of its files (``SORTING_THREADS`` at a time: Arrow's
+    reading, sorting and writing run outside the GIL), then the trained index with the shard's vectors added in
+    that order, the shard file and its id map."""
 
     def __init__(self, index_dir: str, dim: int, use_gpu: bool) -> None:
         self._index_dir, self._dim, self._use_gpu = index_dir, dim, use_gpu
 
     def process(self, shard: ShardSpec, trained_path: str) -> Iterator[dict[str, Any]]:
         name, shard_buckets = shard
-        for bucket, paths in shard_buckets:
-            buckets.write_shard_bucket(self._index_dir, name, bucket, paths, self._dim)
+
+        def write_bucket(item: tuple[int, tuple[str, ...]]) -> int:
+            return buckets.write_shard_bucket(self._index_dir, name, item[0], item[1], self._dim)
+
+        with ThreadPoolExecutor(max_workers=SORTING_THREADS, thread_name_prefix="sort-bucket") as pool:
+            for _ in pool.map(write_bucket, shard_buckets):
+                pass  # raises the first error
         summary = build.build_shard(self._index_dir, name, trained_path, self._use_gpu)
         count("shards_built")
         yield summary

@@ -1,0 +1,38 @@
+"""How artifact files are written: every column dictionary-encoded where values repeat, vectors never."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from artifacts import schemas, tables
+from artifacts.faiss.vectors import embedding_schema
+
+
+def column_encodings(data: bytes) -> dict[str, tuple[str, ...]]:
+    metadata = pq.ParquetFile(io.BytesIO(data)).metadata.row_group(0)
+    return {metadata.column(i).path_in_schema.split(".")[0]: metadata.column(i).encodings
+            for i in range(metadata.num_columns)}
+
+
+def test_vectors_are_not_dictionary_encoded_and_other_columns_are() -> None:
+    vectors = np.random.default_rng(0).standard_normal((300, 8)).astype(np.float32)
+    table = pa.Table.from_arrays(
+        [pa.array(range(300), pa.int64()), pa.array(["title"] * 300), pa.array(["text"] * 300),
+         pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), 8)], schema=embedding_schema(8))
+    assert schemas.dictionary_columns(table.schema) == ["passage_id", "title", "text"]
+    data = tables.parquet_bytes(table)
+    encodings = column_encodings(data)
+    assert "RLE_DICTIONARY" not in encodings["embedding"]
+    assert all("RLE_DICTIONARY" in encodings[name] for name in ("passage_id", "title", "text"))
+    assert pq.read_table(io.BytesIO(data)).equals(table)
+
+
+def test_lists_of_integers_and_float16_vectors() -> None:
+    schema = pa.schema([("ids", pa.list_(pa.int32())), ("half", pa.list_(pa.float16(), 4)),
+                        ("scores", pa.list_(pa.float32()))])
+    # token ids repeat (a vocabulary): kept; a variable-length list of floats is not a vector column
+    assert schemas.dictionary_columns(schema) == ["ids", "scores"]
