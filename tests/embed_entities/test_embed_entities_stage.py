@@ -177,7 +177,8 @@ def test_entity_embeddings_are_the_same_for_one_and_two_workers(tiny_bert, tmp_p
     assert os.listdir(system_temp) == []
 
 
-def test_shards_are_cut_into_buckets_of_at_most_64_and_at_least_16_buckets():
+def test_shards_are_cut_into_buckets_of_at_most_64_and_at_least_64_buckets():
     from transforms.embed_entities.mention_windows import shards_per_bucket
 
-    assert [shards_per_bucket(shards) for shards in (0, 1, 15, 16, 160, 1024, 22_000)] == [1, 1, 1, 1, 10, 64, 64]
+    assert ([shards_per_bucket(shards) for shards in (0, 1, 63, 64, 160, 1024, 4096, 22_000)]
+            == [1, 1, 1, 1, 2, 16, 64, 64])
