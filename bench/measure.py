@@ -37,16 +37,17 @@ def passage_paths(options, passages: list) -> tuple[Rate, Rate, float]:
     KPR encoder's linking; in this one process, as every core builds them) and the forward on ready inputs (as the
     GPU's process runs it, on files of ``INPUT_FILE_ROWS``); and the mean tokens per passage."""
     from encoders.loading import load_inputs, load_retriever
-    from transforms.index.inputs import INPUT_FILE_ROWS, PASSAGES_PER_CALL
+    from transforms.index.inputs import INPUT_FILE_ROWS, PASSAGES_PER_CALL, inputs_table, table_inputs
 
     inputs, model = load_inputs(options), load_retriever(options)
     mean_length = model.token_count(passages[:751]) / min(len(passages), 751)
     built: list = []
     rate = timed(lambda: [built.extend(inputs.passages(call)) for call in in_calls(passages, PASSAGES_PER_CALL[1])],
                  len(passages), "cpu")
-    model.encode_features(built[:64])  # warm-up
-    forward = timed(lambda: [model.encode_features(part) for part in in_calls(built, INPUT_FILE_ROWS)],
-                    len(passages), options.device)
+    files = [table_inputs(inputs_table(part_passages, part)) for part_passages, part in
+             zip(in_calls(passages, INPUT_FILE_ROWS), in_calls(built, INPUT_FILE_ROWS), strict=True)]
+    model.encode_ready(files[0][1], list(range(min(64, len(passages)))))  # warm-up
+    forward = timed(lambda: [model.encode_ready(ready) for _, ready in files], len(passages), options.device)
     return rate, forward, mean_length
 
 

@@ -7,10 +7,12 @@ import itertools
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from itertools import pairwise
 from typing import TypeVar
 
 import numpy as np
+import pyarrow as pa
 
 T = TypeVar("T")
 
@@ -37,15 +39,34 @@ def token_budget_batches(lengths: Sequence[int], max_tokens: int, max_batch_size
     return batches
 
 
-def padded(sequences: Sequence[Sequence[int]], pad: int) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, attention mask) int64 arrays of shape (batch, longest), built with numpy in one pass per batch."""
-    lengths = np.fromiter((len(sequence) for sequence in sequences), dtype=np.int64, count=len(sequences))
-    longest = int(lengths.max()) if len(sequences) else 0
-    attention = (np.arange(longest) < lengths[:, None]).astype(np.int64)
-    ids = np.full((len(sequences), longest), pad, dtype=np.int64)
-    ids[attention.astype(bool)] = np.fromiter(itertools.chain.from_iterable(sequences), dtype=np.int64,
-                                             count=int(lengths.sum()))
-    return ids, attention
+@dataclass(frozen=True)
+class PackedLists:
+    """Many integer sequences as an Arrow list column stores them: sequence i is ``values[offsets[i]:offsets[i +
+    1]]`` (``offsets`` int64, from 0)."""
+
+    values: np.ndarray
+    offsets: np.ndarray
+
+    @classmethod
+    def of(cls, sequences: Sequence[Sequence[int]], dtype: type = np.int32) -> PackedLists:
+        lengths = np.fromiter((len(sequence) for sequence in sequences), dtype=np.int64, count=len(sequences))
+        values = np.fromiter(itertools.chain.from_iterable(sequences), dtype=dtype, count=int(lengths.sum()))
+        return cls(values, np.concatenate([[0], np.cumsum(lengths)]))
+
+    @classmethod
+    def of_column(cls, column: pa.Array | pa.ChunkedArray) -> PackedLists:
+        """An Arrow list column's values and offsets, without converting a value to Python."""
+        array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        offsets = array.offsets.to_numpy().astype(np.int64)
+        return cls(array.flatten().to_numpy(zero_copy_only=False), offsets - offsets[0])
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def padded(self, rows: np.ndarray, pad: int) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, attention mask) of the sequences ``rows``: ``padded_packed``."""
+        return padded_packed(self.values, self.offsets, rows, pad)
 
 
 def padded_packed(values: np.ndarray, offsets: np.ndarray, rows: np.ndarray, pad: int) -> tuple[np.ndarray, np.ndarray]:

@@ -31,7 +31,7 @@ from encoders.kpr_inputs import (
     text_pieces,
 )
 from encoders.models import ModelSpec, plain_token_ids
-from encoders.retrievers import CountFn, DenseEncoder, EncoderOptions, TextInputs, passage_segments
+from encoders.retrievers import CountFn, DenseEncoder, EncoderOptions, ReadyInputs, TextInputs, passage_segments
 
 # The counters of the entities an input drops, by the key that holds their number.
 DROPPED_ENTITIES = (("kpr_entities_truncated", "entities_truncated"), ("kpr_entities_over_max", "entities_over_max"))
@@ -147,10 +147,11 @@ class KPREncoder(DenseEncoder):
     def linked_entities(self, firsts: list[str], seconds: list[str] | None) -> list[EntityInputs]:
         return self.inputs.linked_entities(firsts, seconds)
 
-    def _host_inputs(self, batch: list[dict[str, Any]]) -> dict[str, Any]:
-        ids, positions = entity_arrays([EntityInputs(item["entity_ids"], item["entity_positions"]) for item in batch])
+    def _host_inputs(self, ready: ReadyInputs, rows: np.ndarray) -> dict[str, Any]:
+        entity_ids, entity_positions = ready.others["entity_ids"], ready.others["entity_positions"]
+        ids, positions = entity_arrays([EntityInputs(entity_ids[row], entity_positions[row]) for row in rows.tolist()])
         arrays = {"entity_ids": ids, "entity_embeds": self.entities.lookup(ids), "entity_position_ids": positions}
-        return {**super()._host_inputs(batch),
+        return {**super()._host_inputs(ready, rows),
                 **{name: batching.host_tensor(array, self.options.device) for name, array in arrays.items()}}
 
     def _forward_inputs(self, inputs: dict[str, Any]):

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, NamedTuple
 
 import numpy as np
+import pyarrow as pa
 
 from artifacts import fs
 from artifacts.errors import InputError, SettingError
@@ -268,6 +269,43 @@ def feature_tokens(features: dict[str, Any]) -> int:
     return len(features["input_ids"])
 
 
+TOKEN_COLUMNS = ("input_ids", "token_type_ids")  # the inputs every encoder may feed, packed (``ReadyInputs``)
+
+
+@dataclass(frozen=True)
+class ReadyInputs:
+    """The model inputs of many texts: the token id sequences packed (``batching.PackedLists``: padded with numpy,
+    never turned into Python lists when read from a table) and an encoder's other inputs (KPR's entities) as a list
+    per input. ``token_type_ids`` is None where the encoder does not feed them."""
+
+    input_ids: batching.PackedLists
+    token_type_ids: batching.PackedLists | None
+    others: dict[str, list]
+
+    @classmethod
+    def of_features(cls, features: Sequence[dict[str, Any]]) -> ReadyInputs:
+        """From ``TextInputs.passages``' (or ``queries``') dicts."""
+        types = [item["token_type_ids"] for item in features] if features and "token_type_ids" in features[0] else None
+        others = {name: [item[name] for item in features] for name in (features[0] if features else ())
+                  if name not in TOKEN_COLUMNS}
+        return cls(batching.PackedLists.of([item["input_ids"] for item in features]),
+                   batching.PackedLists.of(types, np.int8) if types is not None else None, others)
+
+    @classmethod
+    def of_table(cls, table: pa.Table, others: Sequence[str]) -> ReadyInputs:
+        """From a table of their columns (``schemas.PASSAGE_INPUTS``: what the inputs' pipeline writes);
+        ``others``: the non-token columns to read (those that are not all null)."""
+        def present(name: str) -> bool:
+            return table.column(name).null_count < table.num_rows
+
+        types = batching.PackedLists.of_column(table.column("token_type_ids")) if present("token_type_ids") else None
+        return cls(batching.PackedLists.of_column(table.column("input_ids")), types,
+                   {name: table.column(name).to_pylist() for name in others if present(name)})
+
+    def __len__(self) -> int:
+        return len(self.input_ids.offsets) - 1
+
+
 class DenseEncoder:
     """A loaded retriever (one model: the passage or the question side); what the RunInference handler's
     ``load_model`` returns. ``encode_passages`` / ``encode_queries`` give float32 rows in input order."""
@@ -301,10 +339,18 @@ class DenseEncoder:
     def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
         return self._encode(queries, self.inputs.queries, None)
 
-    def encode_features(self, features: Sequence[dict[str, Any]]) -> np.ndarray:
-        """float32 rows of ready model inputs (``inputs.passages``' dicts, built by another process), in order:
-        only batched, padded and run here."""
-        return self._encode(features, list, None)  # counted where they were built
+    def encode_ready(self, ready: ReadyInputs, rows: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
+        """float32 rows of ready model inputs (built by another process; ``rows``: those of them to encode, all
+        when None), in order: only batched as ``encode_passages`` batches them, padded from the packed sequences
+        and run here."""
+        rows = np.arange(len(ready)) if rows is None else np.asarray(rows, dtype=np.int64)
+        per_forward = max(1, self.options.batch_tokens // self.options.max_length)
+        lengths = ready.input_ids.lengths[rows].tolist()
+        batches = batching.chunk_batches(range(len(rows)), per_forward, self.options.batch_tokens, list,
+                                         lengths.__getitem__)
+        prepared = ((batch, self._host_inputs(ready, rows[batch])) for batch, _ in batches)
+        return batching.forward_in_order(len(rows), self.dim, prepared,
+                                         lambda host: self._forward_inputs(self._device_inputs(host)))
 
     def token_count(self, passages: Sequence[Passage]) -> int:
         return self.inputs.token_count(passages)
@@ -316,7 +362,8 @@ class DenseEncoder:
         before run; what they hold is counted (``count``, unless None) in this thread, where counters count."""
         per_forward = max(1, self.options.batch_tokens // self.options.max_length)
         batches = batching.chunk_batches(items, per_forward, self.options.batch_tokens, build, feature_tokens)
-        prepared = ((batch, (self._host_inputs(features), self._counted(features) if count else []))
+        prepared = ((batch, (self._host_inputs(ReadyInputs.of_features(features), np.arange(len(batch))),
+                             self._counted(features) if count else []))
                     for batch, features in batches)
         return batching.forward_in_order(len(items), self.dim, prepared,
                                          lambda entry: self._forward_counted(*entry, count))
@@ -333,12 +380,13 @@ class DenseEncoder:
         self.inputs.count(features, lambda name, value=1: found.append((name, value)))
         return found
 
-    def _host_inputs(self, batch: list[dict[str, list]]) -> Any:
-        """Padded CPU tensors of one batch, built with numpy (pinned when bound for CUDA), in the prefetch thread."""
-        ids, attention = batching.padded([item["input_ids"] for item in batch], self.tokenizer.pad_token_id or 0)
+    def _host_inputs(self, ready: ReadyInputs, rows: np.ndarray) -> Any:
+        """Padded CPU tensors of the inputs ``rows`` (one batch), built with numpy (pinned when bound for CUDA), in
+        the prefetch thread."""
+        ids, attention = ready.input_ids.padded(rows, self.tokenizer.pad_token_id or 0)
         arrays = {"input_ids": ids, "attention_mask": attention}
-        if "token_type_ids" in batch[0]:
-            arrays["token_type_ids"] = batching.padded([item["token_type_ids"] for item in batch], 0)[0]
+        if ready.token_type_ids is not None:
+            arrays["token_type_ids"] = ready.token_type_ids.padded(rows, 0)[0]
         return {name: batching.host_tensor(array, self.options.device) for name, array in arrays.items()}
 
     def _device_inputs(self, host: Any) -> dict[str, Any]:

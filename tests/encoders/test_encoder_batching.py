@@ -8,12 +8,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
 
 from artifacts import schemas, tables
-from encoders.batching import padded, prefetched, token_budget_batches
+from encoders.batching import PackedLists, prefetched, token_budget_batches
 from encoders.mask_encoder import MaskEncoder
 from encoders.mask_inputs import MaskInput, mask_inputs
 from encoders.models import ModelSpec
@@ -102,10 +103,19 @@ def test_passage_vectors_are_mains_exactly_and_a_plain_forward_pass(minilm_path)
     np.testing.assert_allclose(vectors, one_by_one, rtol=0, atol=1e-5)
 
 
-def test_padded_builds_ids_and_mask_with_numpy():
-    ids, attention = padded([(5, 6, 7), (8,), ()], pad=1)
+def test_packed_sequences_are_padded_with_numpy_from_lists_and_from_an_arrow_column():
+    sequences = [(9,), (5, 6, 7), (8,), (), (4, 4)]
+    from_lists = PackedLists.of(sequences)
+    # a sliced chunk of a chunked column: its offsets do not start at 0 and its values hold rows outside the slice
+    column = pa.chunked_array([pa.array([[1, 2]], pa.list_(pa.int32())),
+                               pa.array([list(item) for item in sequences], pa.list_(pa.int32())).slice(1)])
+    from_column = PackedLists.of_column(column.chunks[1])
+    assert from_lists.lengths.tolist() == [1, 3, 1, 0, 2] and from_column.lengths.tolist() == [3, 1, 0, 2]
+    ids, attention = from_lists.padded(np.array([1, 2, 3]), pad=1)
     assert ids.tolist() == [[5, 6, 7], [8, 1, 1], [1, 1, 1]] and ids.dtype == np.int64
     assert attention.tolist() == [[1, 1, 1], [1, 0, 0], [0, 0, 0]]
+    assert np.array_equal(from_column.padded(np.array([0, 1, 2]), pad=1)[0], ids)
+    assert PackedLists.of_column(column).lengths.tolist() == [2, 3, 1, 0, 2]
 
 
 def test_prefetch_keeps_order_and_runs_ahead_in_another_thread():

@@ -28,7 +28,7 @@ from encoders.kpr_config import KPRSettings, read_kpr_settings
 from encoders.kpr_entities import EntityTable
 from encoders.kpr_model import KPRModel
 from encoders.loading import check_encoder_options, load_inputs, load_retriever
-from encoders.retrievers import EncoderOptions
+from encoders.retrievers import EncoderOptions, ReadyInputs
 from pipelines.index import check_encoder
 from pipelines.launcher.cli import main
 from tests.builders import dpr_passages, mirrored, run_counting
@@ -36,7 +36,7 @@ from tests.conftest import BUNDLED_SAMPLE, DIRECT
 from transforms.common.follow import FollowedFiles, RunFollowers, mark_ended
 from transforms.common.worker_files import save_array
 from transforms.index.forward import FollowPassageInputs, KeptPassages
-from transforms.index.inputs import INPUT_PREFIX, PreparePassageInputs, inputs_table, table_features
+from transforms.index.inputs import INPUT_PREFIX, PreparePassageInputs, inputs_table, table_inputs
 
 ENTITY_DIM = 8
 PUBLISHED_FUSION_NAMES = {
@@ -271,11 +271,11 @@ def test_the_index_stage_feeds_a_real_titled_passage_as_the_reference_does(tiny_
     init_kpr_checkpoint(str(tiny_bert), str(tmp_path / "kpr"),
                         KPRSettings(entity_embedding_size=ENTITY_DIM, num_entity_fusion_attention_heads=2))
     options = kpr_options(tmp_path / "kpr", tmp_path, max_length=max_length)
-    read_back, features = through_an_input_file([passage], load_inputs(options).passages([passage]))
+    read_back, ready = through_an_input_file([passage], load_inputs(options).passages([passage]))
     assert read_back == [passage]
     encoder = load_retriever(options)
     encoder.model = RecordedModel(encoder.model)
-    [result] = encoder.encode_features(features)
+    [result] = encoder.encode_ready(ready)
     [fed] = encoder.model.calls
     vocabulary = AutoTokenizer.from_pretrained(tiny_bert).get_vocab()
     assert set(fed) == {"input_ids", "attention_mask", "entity_ids", "entity_embeds", "entity_position_ids"}
@@ -353,9 +353,9 @@ def mains_kpr_vectors(encoder, passages: list[Passage]) -> tuple[np.ndarray, dic
     return vectors, {name: value for name, value in counted.items() if value}
 
 
-def through_an_input_file(passages: list[Passage], features: list[dict]) -> tuple[list[Passage], list[dict]]:
+def through_an_input_file(passages: list[Passage], features: list[dict]) -> tuple[list[Passage], ReadyInputs]:
     """Passages and their model inputs as the index's model part reads them back from an input file."""
-    return table_features(pq.read_table(pa.BufferReader(tables.parquet_bytes(inputs_table(passages, features)))))
+    return table_inputs(pq.read_table(pa.BufferReader(tables.parquet_bytes(inputs_table(passages, features)))))
 
 
 def test_kpr_vectors_are_mains_exactly_through_the_stages_input_files(tiny_bert, tmp_path):
@@ -375,9 +375,9 @@ def test_kpr_vectors_are_mains_exactly_through_the_stages_input_files(tiny_bert,
     features = inputs.passages(passages)
     inputs.count(features, lambda name, value=1: counted.update({name: counted.get(name, 0) + value}))
     assert counted == counts
-    read_back, features = through_an_input_file(passages, features)
+    read_back, ready = through_an_input_file(passages, features)
     assert read_back == passages
-    assert np.array_equal(encoder.encode_features(features), expected)
+    assert np.array_equal(encoder.encode_ready(ready), expected)
     one_by_one = np.concatenate([encoder.encode_passages([passage]) for passage in passages])
     np.testing.assert_allclose(expected, one_by_one, rtol=0, atol=1e-5)  # batching and order change nothing else
 

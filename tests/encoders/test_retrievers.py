@@ -3,6 +3,8 @@ DPR checkpoints, the RunInference handler, early errors."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -23,7 +25,7 @@ from encoders.retrievers import (
 )
 from pipelines.index import check_encoder
 from tests.builders import dpr_passages
-from transforms.index.inputs import inputs_table, table_features
+from transforms.index.inputs import inputs_table, table_inputs
 
 QUERIES = ["who sings does he love me with reba", "where do the great lakes meet the ocean"]
 
@@ -145,11 +147,16 @@ def test_inputs_built_elsewhere_and_read_back_from_a_file_give_the_same_vectors(
     features = load_inputs(options).passages(passages)
     assert ("token_type_ids" in features[0]) == (kind == "mean")  # a pair: the tokenizer's types, 1 after [SEP]
     table = pq.read_table(pa.BufferReader(tables.parquet_bytes(inputs_table(passages, features))))
-    read_back, ready = table_features(table)
-    assert read_back == passages and ready == [{name: list(value) for name, value in item.items()}
-                                               for item in features]
+    read_back, ready = table_inputs(table)
+    assert read_back == passages and len(ready) == len(passages)
+    ids, offsets = ready.input_ids.values, ready.input_ids.offsets
+    assert [ids[start:stop].tolist() for start, stop in pairwise(offsets)] == [item["input_ids"] for item in features]
+    assert (ready.token_type_ids is not None) == (kind == "mean") and ready.others == {}
     encoder = load_retriever(options)
-    np.testing.assert_allclose(encoder.encode_features(ready), encoder.encode_passages(passages), rtol=0, atol=1e-6)
+    library = encoder.encode_passages(passages)
+    np.testing.assert_allclose(encoder.encode_ready(ready), library, rtol=0, atol=1e-6)
+    # a subset of them (those not kept by an earlier run), in the order asked for
+    np.testing.assert_allclose(encoder.encode_ready(ready, np.array([2, 0])), library[[2, 0]], rtol=0, atol=1e-6)
 
 
 def test_bad_encoder_options_fail_before_any_work(tiny_bert, tmp_path):

@@ -29,13 +29,13 @@ from artifacts.passages import Passage
 from encoders.batching import prefetched
 from encoders.loading import load_retriever
 from encoders.models import worker_device
-from encoders.retrievers import DenseEncoder, EncoderOptions
+from encoders.retrievers import DenseEncoder, EncoderOptions, ReadyInputs
 from transforms.common.dead_letters import count, count_some, dead_letter
 from transforms.common.follow import ENCODED_TAG, FollowedFiles, FollowerClock, follow_steps
 from transforms.common.packed import found_in
 from transforms.common.per_worker import PerProcess
 from transforms.common.worker_files import load_array, save_array
-from transforms.index.inputs import encoder_key, table_features
+from transforms.index.inputs import encoder_key, table_inputs
 from transforms.index.refresh import passage_digest
 
 STAGE = layout.command_of(layout.INDEX_STAGE)  # the follower's summary line names it
@@ -116,11 +116,11 @@ def add_rows(writer: buckets.BucketWriter, rows: list[buckets.Row], kept: KeptPa
         writer.add(row)
 
 
-def read_inputs(steps: Iterator[list[str]]) -> Iterator[tuple[list[Passage], list[dict[str, Any]]]]:
+def read_inputs(steps: Iterator[list[str]]) -> Iterator[tuple[list[Passage], ReadyInputs]]:
     """The passages and ready model inputs of the input files of each step (``follow_steps``), a step at a
     time."""
     for step in steps:
-        yield table_features(tables.read_files(step, schemas.PASSAGE_INPUTS))
+        yield table_inputs(tables.read_files(step, schemas.PASSAGE_INPUTS))
 
 
 class FollowPassageInputs(beam.DoFn):
@@ -149,14 +149,14 @@ class FollowPassageInputs(beam.DoFn):
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="stage-rows") as behind:
             staging = behind.submit(lambda: None)
             inputs = prefetched(read_inputs(follow_steps(self._files, index, followers)), depth=1)
-            for passages, features in clock.waited("waiting for inputs", inputs):
+            for passages, ready in clock.waited("waiting for inputs", inputs):
                 keys = passage_keys(self._kept.salt, passages)
                 done, _ = found_in(known, keys)
                 skipped.append(keys[done])
                 count_some("passages_reused", int(done.sum()))
                 todo = np.flatnonzero(~done).tolist()
                 with clock.timing("model"):
-                    vectors = (self._encoder.encode_features([features[at] for at in todo]) if todo
+                    vectors = (self._encoder.encode_ready(ready, np.asarray(todo)) if todo
                                else np.zeros((0, self._dim), np.float32))
                 rows, finite, dead = encoded_rows([passages[at] for at in todo], vectors)
                 yield from dead

@@ -18,7 +18,7 @@ import pyarrow as pa
 from artifacts import schemas
 from artifacts.passages import Passage
 from encoders.loading import load_inputs
-from encoders.retrievers import EncoderOptions, TextInputs
+from encoders.retrievers import TOKEN_COLUMNS, EncoderOptions, ReadyInputs, TextInputs
 from transforms.common.dead_letters import count
 from transforms.common.follow import WriteFollowedFiles
 from transforms.common.per_worker import PerProcess
@@ -40,13 +40,12 @@ def inputs_table(passages: Sequence[Passage], features: Sequence[dict[str, Any]]
     return pa.table(columns, schema=schemas.PASSAGE_INPUTS)
 
 
-def table_features(table: pa.Table | pa.RecordBatch) -> tuple[list[Passage], list[dict[str, Any]]]:
-    """The passages and model inputs of a ``schemas.PASSAGE_INPUTS`` table (the inverse of ``inputs_table``)."""
+def table_inputs(table: pa.Table) -> tuple[list[Passage], ReadyInputs]:
+    """The passages and ready model inputs of a ``schemas.PASSAGE_INPUTS`` table (the inverse of
+    ``inputs_table``): the token ids stay packed arrays."""
     passages = [Passage(*row) for row in zip(*(table.column(name).to_pylist()
                                                for name in ("passage_id", "title", "text")), strict=True)]
-    present = [name for name in FEATURES if table.column(name).null_count < table.num_rows]
-    values = zip(*(table.column(name).to_pylist() for name in present), strict=True)
-    return passages, [dict(zip(present, row, strict=True)) for row in values]
+    return passages, ReadyInputs.of_table(table, [name for name in FEATURES if name not in TOKEN_COLUMNS])
 
 
 def encoder_key(options: EncoderOptions) -> str:
