@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -26,7 +26,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs
 from artifacts.faiss.files import EMBEDDINGS_DIR
-from artifacts.faiss.vectors import embedding_schema, embedding_table
+from artifacts.faiss.vectors import embedding_schema
 from artifacts.passages import sample_key, shard_of
 from artifacts.schemas import PARQUET_CODEC, dictionary_columns
 
@@ -44,10 +44,15 @@ def staged_schema(dim: int) -> pa.Schema:
     return embedding_schema(dim).append(pa.field(SAMPLE_KEY, pa.int64()))
 
 
-def staged_table(rows: Sequence[tuple[int, str, str, np.ndarray]], dim: int) -> pa.Table:
-    """(passage_id, title, text, vector) rows with their sample keys, as one Arrow table."""
-    keys = pa.array([sample_key(row[0]) for row in rows], pa.int64())
-    return embedding_table(rows, dim).append_column(pa.field(SAMPLE_KEY, pa.int64()), keys)
+def bucket_rows(buckets: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """(bucket, the positions of its rows, in row order) for every bucket of ``buckets`` (one per row)."""
+    if not len(buckets):
+        return
+    order = np.argsort(buckets, kind="stable")
+    ordered = buckets[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    for start, stop in zip(starts, [*starts[1:], len(ordered)], strict=True):
+        yield int(ordered[start]), order[start:stop]
 
 
 @dataclass(frozen=True)
@@ -81,34 +86,42 @@ class BucketWriter:
     def __init__(self, directory: str, buckets: int, dim: int) -> None:
         self._directory, self._buckets, self._dim = directory, buckets, dim
         self._group_rows = group_rows(buckets)
-        self._buffers: dict[int, list] = {}
+        self._buffers: dict[int, list[pa.Table]] = {}
+        self._held: dict[int, int] = {}  # rows in each bucket's buffer
         self._buffered = 0  # rows in all buffers
         self._files: dict[int, tuple[str, object, pq.ParquetWriter]] = {}  # bucket -> (path, handle, writer)
         self._rows: dict[int, int] = {}
 
-    def add(self, row: Row) -> None:
-        bucket = shard_of(row[0], self._buckets)
-        buffer = self._buffers.setdefault(bucket, [])
-        buffer.append(row)
-        self._buffered += 1
-        if len(buffer) >= self._group_rows:
-            self._flush(bucket)
-        elif self._buffered >= BUFFERED_ROWS:  # many buckets: the fullest goes, so the writer never holds more
-            self._flush(max(self._buffers, key=lambda key: len(self._buffers[key])))
+    def add_table(self, table: pa.Table) -> None:
+        """Stage rows (an ``embedding_schema`` table), each in its bucket with its sample key: a bucket's buffer is
+        written as a row group once it holds a row group's rows, and the fullest whenever the writer holds
+        ``BUFFERED_ROWS``, so that it never holds more."""
+        ids = table.column("passage_id").to_pylist()
+        staged = table.append_column(pa.field(SAMPLE_KEY, pa.int64()),
+                                     pa.array([sample_key(passage_id) for passage_id in ids], pa.int64()))
+        of_row = np.fromiter((shard_of(passage_id, self._buckets) for passage_id in ids), np.int64, len(ids))
+        for bucket, rows in bucket_rows(of_row):
+            self._buffers.setdefault(bucket, []).append(staged.take(rows))
+            self._held[bucket] = self._held.get(bucket, 0) + len(rows)
+            self._buffered += len(rows)
+            if self._held[bucket] >= self._group_rows:
+                self._flush(bucket)
+        while self._buffered >= BUFFERED_ROWS:  # many buckets: the fullest goes
+            self._flush(max(self._held, key=self._held.__getitem__))
 
     def _flush(self, bucket: int) -> None:
-        rows = self._buffers.pop(bucket, [])
-        if not rows:
+        parts, held = self._buffers.pop(bucket, []), self._held.pop(bucket, 0)
+        if not held:
             return
-        self._buffered -= len(rows)
+        self._buffered -= held
         if bucket not in self._files:
             path = fs.join(self._directory, bucket_name(bucket), f"{uuid.uuid4().hex}.parquet")
             handle = FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
             schema = staged_schema(self._dim)
             self._files[bucket] = path, handle, pq.ParquetWriter(handle, schema, compression=PARQUET_CODEC,
                                                                  use_dictionary=dictionary_columns(schema))
-        self._files[bucket][2].write_table(staged_table(rows, self._dim))
-        self._rows[bucket] = self._rows.get(bucket, 0) + len(rows)
+        self._files[bucket][2].write_table(pa.concat_tables(parts), row_group_size=self._group_rows)
+        self._rows[bucket] = self._rows.get(bucket, 0) + held
 
     def close(self) -> list[BucketFile]:
         for bucket in list(self._buffers):

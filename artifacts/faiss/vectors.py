@@ -19,10 +19,19 @@ def embedding_schema(dim: int) -> pa.Schema:
 def embedding_table(rows: Sequence[tuple[int, str, str, np.ndarray]], dim: int) -> pa.Table:
     """(passage_id, title, text, vector) rows as one Arrow table (vectors as one flat float32 buffer)."""
     vectors = np.asarray([row[3] for row in rows], dtype=np.float32).reshape(len(rows), dim)
-    return pa.Table.from_arrays(
-        [pa.array([row[0] for row in rows], pa.int64()), pa.array([row[1] for row in rows], pa.string()),
-         pa.array([row[2] for row in rows], pa.string()), _vector_array(vectors, dim)],
-        schema=embedding_schema(dim))
+    return with_vectors(pa.table([pa.array([row[0] for row in rows], pa.int64()),
+                                  pa.array([row[1] for row in rows], pa.string()),
+                                  pa.array([row[2] for row in rows], pa.string())],
+                                 names=["passage_id", "title", "text"]), vectors)
+
+
+def with_vectors(passages: pa.Table, vectors: np.ndarray) -> pa.Table:
+    """The ``embedding_schema`` table of passages (a table with their passage_id, title and text columns) and
+    their vectors (rows of ``vectors``, float32)."""
+    dim = vectors.shape[1]
+    columns = [passages.column(name) for name in ("passage_id", "title", "text")]
+    return pa.Table.from_arrays([*columns, _vector_array(np.asarray(vectors, dtype=np.float32), dim)],
+                                schema=embedding_schema(dim))
 
 
 def _vector_array(vectors: np.ndarray, dim: int) -> pa.FixedSizeListArray:

@@ -14,6 +14,7 @@ from artifacts.errors import InputError
 from artifacts.faiss import buckets as buckets_module
 from artifacts.faiss import choice
 from artifacts.faiss.build import reserve
+from artifacts.faiss.vectors import embedding_table
 from artifacts.passages import sample_key, shard_of
 from tests.builders import DIM, brute_force, clustered, mirrored, write_index_dir
 
@@ -97,8 +98,9 @@ def stage(directory, rows, writers: int, buckets: int = 8) -> list[buckets_modul
     records = []
     for writer_index in range(writers):
         writer = buckets_module.BucketWriter(str(directory), buckets, DIM)
-        for row in rows[writer_index::writers][::-1 if writer_index % 2 else 1]:
-            writer.add(row)
+        mine = rows[writer_index::writers][::-1 if writer_index % 2 else 1]
+        for start in range(0, len(mine), 37):  # tables of a few rows, as a model process's steps
+            writer.add_table(embedding_table(mine[start:start + 37], DIM))
         records += writer.close()
     return records
 
@@ -119,9 +121,11 @@ def test_a_bucket_writer_holds_at_most_its_buffer_whatever_the_number_of_buckets
     monkeypatch.setattr(buckets_module, "BUFFERED_ROWS", 100)
     writer = buckets_module.BucketWriter(str(tmp_path), 50, DIM)  # 64 rows per row group: 50 x 64 > 100
     held = []
-    for row in staged_rows(1000):
-        writer.add(row)
-        held.append(sum(len(rows) for rows in writer._buffers.values()))
+    rows = staged_rows(1000)
+    for start in range(0, 1000, 7):
+        writer.add_table(embedding_table(rows[start:start + 7], DIM))
+        held.append(sum(table.num_rows for tables in writer._buffers.values() for table in tables))
+    writer.add_table(embedding_table([], DIM))  # a step whose passages were all kept before: nothing staged
     records = writer.close()
     assert max(held) <= 100 and sum(record.rows for record in records) == 1000
     assert sorted(row for record in records for row in pq.read_table(record.path).column(0).to_pylist()) == [

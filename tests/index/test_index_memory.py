@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from artifacts.faiss import buckets, build, choice, storage
+from artifacts.faiss.vectors import embedding_table
 from run_pipeline import ARROW_MEMORY_POOL, MALLOC_SETTINGS
 from tests.conftest import REPO
 
@@ -40,8 +41,9 @@ def staged_shard(directory: Path, rows: int, factory: str) -> tuple[list, str]:
     returns the one shard's (name, buckets) spec and the trained index's path."""
     writer = buckets.BucketWriter(str(directory / "staged"), BUCKETS, DIM)
     vectors = np.random.default_rng(rows).standard_normal((rows, DIM), dtype=np.float32)
-    for passage_id, vector in enumerate(vectors):
-        writer.add((passage_id, "title", "text", vector))
+    for start in range(0, rows, 4096):  # as a model process stages them: a step's rows at a time
+        writer.add_table(embedding_table([(passage_id, "title", "text", vectors[passage_id])
+                                          for passage_id in range(start, min(rows, start + 4096))], DIM))
     [shard_buckets] = buckets.shard_buckets(writer.close(), 1).values()
     trained = str(directory / "trained.faiss")
     storage.write_index(build.train_index(factory, DIM, vectors[:4096]), trained)

@@ -8,6 +8,7 @@ import gzip
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
@@ -15,6 +16,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from artifacts import layout
 from artifacts.faiss import buckets
+from artifacts.faiss.vectors import embedding_schema
 from artifacts.passages import Passage, shard_of
 from artifacts.run import manifest
 from encoders.retrievers import EncoderOptions
@@ -97,10 +99,14 @@ def test_byte_ranges_read_what_whole_files_give(tmp_path, monkeypatch, keep, ran
 
 
 def test_encoded_rows_keep_their_passage_and_non_finite_vectors_are_dead_lettered():
-    passages = [Passage(7, "T", "text"), Passage(8, "U", "more"), Passage(9, "V", "last")]
-    rows, finite, dead = encoded_rows(passages, np.array([[1.0, 2.0], [np.nan, 1.0], [3.0, np.inf]], np.float32))
-    assert [(row[0], row[1], row[2], row[3].tolist()) for row in rows] == [(7, "T", "text", [1.0, 2.0])]
-    assert finite.tolist() == [True, False, False]
+    passages = pa.table({"passage_id": [7, 8, 9, 10], "title": ["T", "U", "V", "W"],
+                         "text": ["text", "more", "last", "end"]})
+    vectors = np.array([[1.0, 2.0], [np.nan, 1.0], [3.0, np.inf], [5.0, 6.0]], np.float32)
+    rows, finite, dead = encoded_rows(passages, vectors)
+    assert rows.schema == embedding_schema(2)
+    assert rows.to_pylist() == [{"passage_id": 7, "title": "T", "text": "text", "embedding": [1.0, 2.0]},
+                                {"passage_id": 10, "title": "W", "text": "end", "embedding": [5.0, 6.0]}]
+    assert finite.tolist() == [True, False, False, True]
     assert [(letter.tag, letter.value["kind"], letter.value["passage_id"]) for letter in dead] == [
         ("dead_letter", "non_finite_vectors", 8), ("dead_letter", "non_finite_vectors", 9)]
 

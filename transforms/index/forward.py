@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from artifacts import fs, layout, schemas, tables
 from artifacts.faiss import buckets
-from artifacts.faiss.vectors import embedding_table, table_vectors
+from artifacts.faiss.vectors import table_vectors, with_vectors
 from artifacts.passages import Passage
 from encoders.batching import prefetched
 from encoders.loading import load_retriever
@@ -68,16 +68,12 @@ def passage_keys(salt: str, passages: Sequence[Passage]) -> np.ndarray:
     return keys
 
 
-def kept_table(keys: np.ndarray, rows: list[buckets.Row], dim: int) -> pa.Table:
-    """Encoded rows (passage_id, title, text, vector) with their keys, as a kept file holds them."""
-    return embedding_table(rows, dim).append_column(pa.field(KEY, pa.uint64()), pa.array(keys, pa.uint64()))
-
-
-def keep_rows(kept: KeptPassages, keys: np.ndarray, rows: list[buckets.Row], dim: int) -> None:
-    """Write encoded rows to a kept file, whole or not at all."""
-    if rows:
+def keep_rows(kept: KeptPassages, keys: np.ndarray, rows: pa.Table) -> None:
+    """Write encoded rows (an ``embedding_schema`` table) with their keys to a kept file, whole or not at all."""
+    if rows.num_rows:
         path = fs.join(kept.directory, f"{KEPT_PREFIX}{uuid.uuid4().hex}.parquet")
-        fs.write_bytes_atomic(path, tables.parquet_bytes(kept_table(keys, rows, dim)))
+        keyed = rows.append_column(pa.field(KEY, pa.uint64()), pa.array(keys, pa.uint64()))
+        fs.write_bytes_atomic(path, tables.parquet_bytes(keyed))
 
 
 def kept_files(directory: str) -> list[str]:
@@ -96,31 +92,39 @@ def load_keyed_encoder(key: str) -> DenseEncoder:
     return load_retriever(options.with_runtime(device=worker_device(options.device)), "passage")
 
 
-def encoded_rows(passages: list[Passage], vectors: np.ndarray) -> tuple[list[buckets.Row], np.ndarray, list[Any]]:
-    """The rows (passage_id, title, text, vector) of encoded passages, which passages they are, and a dead letter
-    for each non-finite vector; the rows counted."""
+def encoded_rows(passages: pa.Table, vectors: np.ndarray) -> tuple[pa.Table, np.ndarray, list[Any]]:
+    """The rows (an ``embedding_schema`` table) of encoded passages (``passages``: a table of their passage_id,
+    title and text, a row per vector), which of them they are, and a dead letter for each non-finite vector; the
+    rows counted."""
     finite = np.isfinite(vectors).all(axis=1)
-    rows = [(passage.passage_id, passage.title, passage.text, vector)
-            for passage, vector, kept in zip(passages, vectors, finite.tolist(), strict=True) if kept]
-    dead = [dead_letter("non_finite_vectors", "the encoder returned NaN or inf", passage_id=passage.passage_id)
-            for passage, kept in zip(passages, finite.tolist(), strict=True) if not kept]
-    count("passages_encoded", len(rows))
+    rows = with_vectors(passages.filter(pa.array(finite)), vectors[finite])
+    dead = [dead_letter("non_finite_vectors", "the encoder returned NaN or inf", passage_id=passage_id)
+            for passage_id in passages.column("passage_id").filter(pa.array(~finite)).to_pylist()]
+    count("passages_encoded", rows.num_rows)
     return rows, finite, dead
 
 
-def add_rows(writer: buckets.BucketWriter, rows: list[buckets.Row], kept: KeptPassages, keys: np.ndarray,
-             dim: int) -> None:
+def add_rows(writer: buckets.BucketWriter, rows: pa.Table, kept: KeptPassages, keys: np.ndarray) -> None:
     """Keep the rows (a file written whole), then stage them by bucket."""
-    keep_rows(kept, keys, rows, dim)
-    for row in rows:
-        writer.add(row)
+    keep_rows(kept, keys, rows)
+    writer.add_table(rows)
 
 
-def read_inputs(steps: Iterator[list[str]]) -> Iterator[tuple[list[Passage], ReadyInputs]]:
-    """The passages and ready model inputs of the input files of each step (``follow_steps``), a step at a
-    time."""
+@dataclass(frozen=True)
+class InputStep:
+    """The input files of a step, read: the passages' columns (passage_id, title, text), the passages and their
+    ready model inputs."""
+
+    columns: pa.Table
+    passages: list[Passage]
+    ready: ReadyInputs
+
+
+def read_inputs(steps: Iterator[list[str]]) -> Iterator[InputStep]:
+    """The input files of each step (``follow_steps``), read a step at a time."""
     for step in steps:
-        yield table_inputs(tables.read_files(step, schemas.PASSAGE_INPUTS))
+        table = tables.read_files(step, schemas.PASSAGE_INPUTS)
+        yield InputStep(table.select(["passage_id", "title", "text"]), *table_inputs(table))
 
 
 class FollowPassageInputs(beam.DoFn):
@@ -149,22 +153,22 @@ class FollowPassageInputs(beam.DoFn):
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="stage-rows") as behind:
             staging = behind.submit(lambda: None)
             inputs = prefetched(read_inputs(follow_steps(self._files, index, followers)), depth=1)
-            for passages, ready in clock.waited("waiting for inputs", inputs):
-                keys = passage_keys(self._kept.salt, passages)
+            for step in clock.waited("waiting for inputs", inputs):
+                keys = passage_keys(self._kept.salt, step.passages)
                 done, _ = found_in(known, keys)
                 skipped.append(keys[done])
                 count_some("passages_reused", int(done.sum()))
-                todo = np.flatnonzero(~done).tolist()
+                todo = np.flatnonzero(~done)
                 with clock.timing("model"):
-                    vectors = (self._encoder.encode_ready(ready, np.asarray(todo)) if todo
+                    vectors = (self._encoder.encode_ready(step.ready, todo) if len(todo)
                                else np.zeros((0, self._dim), np.float32))
-                rows, finite, dead = encoded_rows([passages[at] for at in todo], vectors)
+                rows, finite, dead = encoded_rows(step.columns.take(todo), vectors)
                 yield from dead
-                seen, encoded = seen + len(passages), encoded + len(todo)
+                seen, encoded = seen + len(step.passages), encoded + len(todo)
                 with clock.timing("writing behind"):
                     staging.result()  # one row group in flight at most
-                staging = behind.submit(add_rows, writer, rows, self._kept, keys[todo][finite], self._dim)
-                yield beam.pvalue.TaggedOutput(ENCODED_TAG, len(passages))
+                staging = behind.submit(add_rows, writer, rows, self._kept, keys[todo][finite])
+                yield beam.pvalue.TaggedOutput(ENCODED_TAG, len(step.passages))
             staging.result()
         save_array(fs.join(self._kept.reused, f"reused-{index:05d}.npy"), np.concatenate(skipped))
         for record in writer.close():

@@ -27,6 +27,7 @@ from apache_beam.transforms.window import GlobalWindows
 from artifacts import fs, layout
 from artifacts.counters import declare, dropped, error, processed
 from artifacts.faiss import buckets, build, choice, files, info, storage
+from artifacts.faiss.vectors import embedding_table
 from encoders.retrievers import EncoderOptions
 from transforms.common.dead_letters import DEAD_LETTER_TAG, count
 from transforms.common.follow import FollowedFiles, RunFollowers
@@ -192,7 +193,10 @@ class StageKeptPassages(beam.PTransform):
 
 
 class WriteBucketFilesFn(beam.DoFn):
-    """Rows -> staged files by hash bucket (one writer per bundle); emits the records of the files it closed."""
+    """Rows -> staged files by hash bucket (one writer per bundle, given ``ROWS_PER_TABLE`` rows at a time); emits
+    the records of the files it closed."""
+
+    ROWS_PER_TABLE = 1024
 
     def __init__(self, directory: str, bucket_count: int, dim: int) -> None:
         self._directory, self._buckets, self._dim = directory, bucket_count, dim
@@ -200,11 +204,20 @@ class WriteBucketFilesFn(beam.DoFn):
 
     def start_bundle(self) -> None:
         self._writer = buckets.BucketWriter(self._directory, self._buckets, self._dim)
+        self._rows: list[buckets.Row] = []
 
     def process(self, row: buckets.Row) -> None:
-        self._writer.add(row)
+        self._rows.append(row)
+        if len(self._rows) >= self.ROWS_PER_TABLE:
+            self._add_rows()
+
+    def _add_rows(self) -> None:
+        if self._rows:
+            self._writer.add_table(embedding_table(self._rows, self._dim))
+        self._rows = []
 
     def finish_bundle(self) -> Iterator[Any]:
+        self._add_rows()
         for record in self._writer.close():
             yield GlobalWindows.windowed_value(record.to_json())
 
