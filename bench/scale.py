@@ -219,7 +219,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="the no-op forward paced as one GPU of this many padded tokens a second")
     parser.add_argument("--cores", type=int, help="run each stage on the first N cores (default: all)")
     parser.add_argument("--model-workers", type=int,
-                        help="the GPU stages' --model-workers (1 with a stand-in GPU: one process holds it)")
+                        help="the GPU stages' --model-workers (default: the stage's own; 1 with --stand-in, which "
+                             "stands in for one GPU: one process holds it)")
     parser.add_argument("--stage-timeout", type=float, help="seconds before a stage run is killed (default: none)")
     parser.add_argument("--checkout", type=Path, default=REPO,
                         help="measure the code of this checkout (e.g. a git worktree of an older commit)")
@@ -236,7 +237,7 @@ def benchmark(args: argparse.Namespace, work: Path) -> list[StageRun]:
     runtime = ("--dtype", args.dtype, "--batch-tokens", str(args.batch_tokens), "--progress-interval", "5")
     settings = Settings(work, args.max_mentions, args.max_seq_length, model, args.device, runtime,
                         args.no_op_model or bool(args.stand_in), args.stage_timeout, args.stand_in, args.cores,
-                        args.model_workers, args.checkout.resolve())
+                        args.model_workers or (1 if args.stand_in else None), args.checkout.resolve())
     stages = [stage for stage in STAGES if stage in args.stages]
     runs: list[StageRun] = []
     for articles in args.articles:
