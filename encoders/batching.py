@@ -9,10 +9,12 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
-import pyarrow as pa
+
+if TYPE_CHECKING:  # the command line imports the encoders' options: no Arrow before it needs it
+    import pyarrow as pa
 
 T = TypeVar("T")
 
@@ -56,7 +58,7 @@ class PackedLists:
     @classmethod
     def of_column(cls, column: pa.Array | pa.ChunkedArray) -> PackedLists:
         """An Arrow list column's values and offsets, without converting a value to Python."""
-        array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        array = column.combine_chunks() if hasattr(column, "combine_chunks") else column  # a ChunkedArray
         offsets = array.offsets.to_numpy().astype(np.int64)
         return cls(array.flatten().to_numpy(zero_copy_only=False), offsets - offsets[0])
 

@@ -26,10 +26,9 @@ import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
-import pyarrow as pa
 
 from artifacts import fs
 from artifacts.errors import InputError, SettingError
@@ -43,6 +42,9 @@ from encoders.models import (
     model_config,
     model_token_ids,
 )
+
+if TYPE_CHECKING:  # the command line imports the options: no Arrow before it needs it
+    import pyarrow as pa
 
 KINDS = ("dpr", "bge", "mean", "kpr")
 SIMILARITIES = ("dot", "cosine")
