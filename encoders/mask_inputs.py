@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from itertools import chain
 from typing import Any
 
 import numpy as np
 
 from artifacts.errors import ModelError, SettingError
+from encoders.batching import PackedLists
 from encoders.context_tokens import context_sides
 
 
@@ -35,11 +35,9 @@ class PackedMaskInputs:
 
     @classmethod
     def of(cls, inputs: Sequence[MaskInput]) -> PackedMaskInputs:
-        lengths = np.fromiter((len(item.input_ids) for item in inputs), dtype=np.int64, count=len(inputs))
-        ids = np.fromiter(chain.from_iterable(item.input_ids for item in inputs), dtype=np.int32,
-                          count=int(lengths.sum()))
+        ids = PackedLists.of([item.input_ids for item in inputs])
         positions = np.fromiter((item.mask_position for item in inputs), dtype=np.int32, count=len(inputs))
-        return cls(ids, np.concatenate([[0], np.cumsum(lengths)]), positions)
+        return cls(ids.values, ids.offsets, positions)
 
     @classmethod
     def joined(cls, parts: Sequence[PackedMaskInputs]) -> PackedMaskInputs:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -25,6 +25,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs
+from artifacts.arrays import split_by
 from artifacts.faiss.files import EMBEDDINGS_DIR
 from artifacts.faiss.vectors import embedding_schema
 from artifacts.passages import sample_key, shard_of
@@ -42,17 +43,6 @@ def bucket_name(bucket: int) -> str:
 def staged_schema(dim: int) -> pa.Schema:
     """The contract's embedding columns plus the row's training-sample key."""
     return embedding_schema(dim).append(pa.field(SAMPLE_KEY, pa.int64()))
-
-
-def bucket_rows(buckets: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
-    """(bucket, the positions of its rows, in row order) for every bucket of ``buckets`` (one per row)."""
-    if not len(buckets):
-        return
-    order = np.argsort(buckets, kind="stable")
-    ordered = buckets[order]
-    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-    for start, stop in zip(starts, [*starts[1:], len(ordered)], strict=True):
-        yield int(ordered[start]), order[start:stop]
 
 
 @dataclass(frozen=True)
@@ -100,7 +90,7 @@ class BucketWriter:
         staged = table.append_column(pa.field(SAMPLE_KEY, pa.int64()),
                                      pa.array([sample_key(passage_id) for passage_id in ids], pa.int64()))
         of_row = np.fromiter((shard_of(passage_id, self._buckets) for passage_id in ids), np.int64, len(ids))
-        for bucket, rows in bucket_rows(of_row):
+        for bucket, rows in split_by(np.arange(len(ids)), of_row):
             self._buffers.setdefault(bucket, []).append(staged.take(rows))
             self._held[bucket] = self._held.get(bucket, 0) + len(rows)
             self._buffered += len(rows)
@@ -171,9 +161,10 @@ def write_shard_bucket(index_dir: str, shard: str, bucket: int, paths: Sequence[
     table = read_bucket(paths, dim).combine_chunks()
     order = pc.sort_indices(table.column("passage_id"))
     path = fs.join(index_dir, EMBEDDINGS_DIR, shard, f"{bucket_name(bucket)}.parquet")
+    schema = embedding_schema(dim)
     with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle, \
-            pq.ParquetWriter(handle, embedding_schema(dim), compression=PARQUET_CODEC,
-                             use_dictionary=dictionary_columns(embedding_schema(dim))) as writer:
+            pq.ParquetWriter(handle, schema, compression=PARQUET_CODEC,
+                             use_dictionary=dictionary_columns(schema)) as writer:
         for start in range(0, table.num_rows, MAX_GROUP_ROWS):
             writer.write_table(table.take(order[start:start + MAX_GROUP_ROWS]))
     rows = table.num_rows

@@ -8,9 +8,10 @@ import numpy as np
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
+from artifacts.arrays import split_by
 from tests.builders import run_counting
 from transforms.common import packed
-from transforms.common.packed import ENTITY_ID, CountEntities, PackedCombineFn, rank_in_group, split_by, split_by_bucket
+from transforms.common.packed import ENTITY_ID, CountEntities, PackedCombineFn, rank_in_group, split_by_bucket
 
 ROW = np.dtype([("entity_id", "<i4"), ("value", "<i8")])
 

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 import apache_beam as beam
 import numpy as np
 
+from artifacts.arrays import group_starts, split_by
 from transforms.common.dead_letters import count_some
 
 # A bucket's pending (not yet compacted) rows may reach this many before compacting, or as many as it keeps.
@@ -20,25 +21,9 @@ def bucket_of(ids: np.ndarray, buckets: int) -> np.ndarray:
     return np.asarray(ids, dtype=np.int64) % buckets
 
 
-def split_by(rows: np.ndarray, keys: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
-    """(key, the rows of ``rows`` with that key) for every key of ``keys`` (one per row), keys ascending."""
-    if not len(rows):
-        return
-    order = np.argsort(keys, kind="stable")
-    rows, keys = rows[order], np.asarray(keys)[order]
-    starts = group_starts(keys)
-    for start, stop in zip(starts, [*starts[1:], len(rows)], strict=True):
-        yield int(keys[start]), rows[start:stop]
-
-
 def split_by_bucket(rows: np.ndarray, key: str, buckets: int) -> Iterator[tuple[int, np.ndarray]]:
     """(bucket, the rows of ``rows`` in it) for every bucket that has rows; ``key``: the field of the id."""
     return split_by(rows, bucket_of(rows[key], buckets))
-
-
-def group_starts(ids: np.ndarray) -> np.ndarray:
-    """Where each run of equal values of the sorted ``ids`` starts."""
-    return np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if len(ids) else np.zeros(0, dtype=np.int64)
 
 
 def found_in(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -26,11 +26,12 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs, layout, schemas, tables
+from artifacts.arrays import group_starts, split_by
 from artifacts.counters import declare, dropped, processed
 from transforms.common.article_shards import parquet_file
 from transforms.common.dead_letters import DEAD_LETTER_TAG, count_some, dead_letter
 from transforms.common.entity_maps import EntityRows, build_entity_rows, load_entity_rows
-from transforms.common.packed import bucket_of, group_starts, split_by
+from transforms.common.packed import bucket_of
 from transforms.common.per_worker import PerProcess
 
 COUNTERS = declare(

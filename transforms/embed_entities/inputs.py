@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from artifacts import schemas
 from artifacts.counters import declare, error, processed
+from encoders.batching import PackedLists
 from encoders.mask_inputs import PackedMaskInputs, mask_inputs
 from encoders.models import load_tokenizer
 from transforms.common.dead_letters import DEAD_LETTER_TAG, count, dead_letter
@@ -86,10 +87,8 @@ def table_inputs(table: pa.Table | pa.RecordBatch) -> tuple[np.ndarray, PackedMa
     keys = np.empty(table.num_rows, dtype=WINDOW_REF)
     for name in WINDOW_REF.names:
         keys[name] = table.column(name).to_numpy()
-    ids = table.column("input_ids").combine_chunks()
-    offsets = ids.offsets.to_numpy().astype(np.int64)
-    packed = PackedMaskInputs(ids.flatten().to_numpy(), offsets - offsets[0],
-                              table.column("mask_position").to_numpy().astype(np.int32))
+    ids = PackedLists.of_column(table.column("input_ids"))
+    packed = PackedMaskInputs(ids.values, ids.offsets, table.column("mask_position").to_numpy().astype(np.int32))
     return keys, packed
 
 

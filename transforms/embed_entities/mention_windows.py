@@ -18,11 +18,11 @@ import numpy as np
 import pyarrow as pa
 
 from artifacts import fs, layout, tables
+from artifacts.arrays import split_by
 from artifacts.counters import declare, dropped
 from transforms.common.article_shards import PageMap, load_page_map, page_map, read_row_group, save_page_map
 from transforms.common.dead_letters import DEAD_LETTER_TAG, dead_letter
 from transforms.common.mention_sampling import mention_window
-from transforms.common.packed import split_by
 from transforms.common.per_worker import PerProcess
 from transforms.common.spill import Part, SpillAndGroup, reduce_parts
 

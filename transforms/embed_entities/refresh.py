@@ -24,10 +24,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from artifacts import fs, layout, schemas, tables
+from artifacts.arrays import group_starts
 from artifacts.counters import declare, processed
 from transforms.common.dead_letters import count_some
 from transforms.common.mention_sampling import window_digest
-from transforms.common.packed import PackedCombineFn, group_starts, split_by_bucket
+from transforms.common.packed import PackedCombineFn, split_by_bucket
 from transforms.common.worker_files import load_array, save_array
 from transforms.embed_entities.entity_vectors import (
     write_parquet_file,

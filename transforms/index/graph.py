@@ -286,8 +286,7 @@ class BuildShard(beam.DoFn):
             return buckets.write_shard_bucket(self._index_dir, name, item[0], item[1], self._dim)
 
         with ThreadPoolExecutor(max_workers=SORTING_THREADS, thread_name_prefix="sort-bucket") as pool:
-            for _ in pool.map(write_bucket, shard_buckets):
-                pass  # raises the first error
+            list(pool.map(write_bucket, shard_buckets))  # every bucket written, or the first error raised
         summary = build.build_shard(self._index_dir, name, trained_path, self._use_gpu)
         count("shards_built")
         yield summary

@@ -26,13 +26,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from artifacts import fs, layout, tables
+from artifacts.arrays import group_starts
 from artifacts.counters import declare, dropped, processed
 from artifacts.trie_map import TrieMap, load_trie_map
 from encoders.mask_inputs import check_max_seq_length
 from transforms.common.dead_letters import count_some
 from transforms.common.entity_maps import build_title_ids
 from transforms.common.mention_sampling import CHARS_PER_TOKEN, LinkRef, link_ordinals, mention_ref, sample_key
-from transforms.common.packed import group_starts, rank_in_group, split_by_bucket
+from transforms.common.packed import rank_in_group, split_by_bucket
 from transforms.common.parquet_rows import ReadParquetRowGroups, ReadParquetRows
 from transforms.common.per_worker import PerProcess
 from transforms.common.spill import GatheringDoFn, Part, SpillAndGroup, reduce_parts
