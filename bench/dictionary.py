@@ -17,6 +17,7 @@ import statistics
 import tempfile
 import time
 
+from artifacts.names import spacy_without_torch
 from bench.common import run_cli
 from bench.paths import GENSIM, PASSAGES
 
@@ -60,9 +61,26 @@ def main() -> None:
         rate, found = linker_rate(linker, texts)
         print(f"linker on {len(texts)} DPR passages, cold (new words enter spaCy's vocabulary): {rate:,.0f} "
               f"passages/s, {sum(map(len, found)) / len(texts):.1f} mentions/passage")
-        rates = sorted(linker_rate(linker, texts)[0] for _ in range(max(args.warm_passes, 1)))
+        passes = max(args.warm_passes, 1)
+        rates = sorted(linker_rate(linker, texts)[0] for _ in range(passes))
         print(f"linker on {len(texts)} DPR passages, warm: median {statistics.median(rates):,.0f}, best "
               f"{rates[-1]:,.0f} passages/s over {len(rates)} passes")
+        shipped = spacy_without_torch().blank("en").tokenizer
+        for name, tokenizer in (("spaCy's blank English tokenizer as shipped", shipped),
+                                ("the linker's own tokenizer alone", linker._token_spans._nlp.tokenizer)):
+            tokenized = statistics.median(tokenizer_rate(tokenizer, texts) for _ in range(passes))
+            print(f"{name}: median {tokenized:,.0f} passages/s; the linker at "
+                  f"{statistics.median(rates) / tokenized:.0%} of it")
+
+
+def tokenizer_rate(tokenizer, texts: list[str]) -> float:
+    """Passages/s of one pass of a spaCy tokenizer over ``texts`` (after one pass to warm it)."""
+    for text in texts:
+        tokenizer(text)
+    started = time.perf_counter()
+    for text in texts:
+        tokenizer(text)
+    return len(texts) / (time.perf_counter() - started)
 
 
 def linker_rate(linker, texts: list[str]) -> tuple[float, list]:

@@ -8,7 +8,7 @@ import sys
 import spacy
 from spacy.attrs import IDX, LENGTH
 
-from artifacts.names import TokenSpans, token_bounds
+from artifacts.names import CACHED_PIECES, TokenSpans, token_bounds
 from tests.conftest import REPO
 
 
@@ -31,6 +31,9 @@ def test_the_vocabulary_stays_within_its_bound_whatever_the_words():
         sizes.append(len(spans._nlp.vocab))
     assert max(sizes) <= 2_000 + 4  # made anew past the bound (a text adds at most its own words)
     assert max(sizes) > 1_900  # and not before: the cache of repeated words is kept until then
+    # made anew, it still keeps the tokens of CACHED_PIECES pieces (spaCy's default, 10,000, is full within a few
+    # hundred passages of Wikipedia, and every later piece is cut by its affix rules again)
+    assert spans._nlp.tokenizer.max_cache_size == CACHED_PIECES > 10_000
 
 
 def test_the_tokenizer_loads_without_torch_and_torch_still_loads_after():
