@@ -145,7 +145,8 @@ def token_bounds(tokens: Sequence[tuple[int, int]]) -> TokenBounds:
 def find_names(folded: str, bounds: TokenBounds, prefixes, max_length: int, longest_only: bool) -> Iterator[Match]:
     """Dictionary names in ``folded`` text that start at a token start and end at a token end.
 
-    ``prefixes(text)`` returns the dictionary names that are prefixes of ``text`` (a marisa-trie method).
+    ``prefixes(text)`` returns the dictionary names that are prefixes of ``text``, shortest first (a marisa-trie
+    method, or the same filtered).
     With ``longest_only`` the longest name at each token start is taken and matches never overlap (the
     linker); otherwise every name at every token start is reported (document counting).
     """
@@ -157,13 +158,13 @@ def find_names(folded: str, bounds: TokenBounds, prefixes, max_length: int, long
         names = prefixes(folded[start:start + max_length])
         if not names:  # most tokens start no name
             continue
-        found = [name for name in names if start + len(name) in ends]
-        if not found:
-            continue
-        if longest_only:
-            name = max(found, key=len)
-            covered_until = start + len(name)
-            yield Match(start, start + len(name), name)
+        if longest_only:  # the longest name ending on a token end: names come shortest first (a trie's order)
+            for name in reversed(names):
+                if start + len(name) in ends:
+                    covered_until = start + len(name)
+                    yield Match(start, covered_until, name)
+                    break
         else:
-            for name in found:
-                yield Match(start, start + len(name), name)
+            for name in names:
+                if start + len(name) in ends:
+                    yield Match(start, start + len(name), name)
