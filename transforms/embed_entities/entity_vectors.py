@@ -116,10 +116,10 @@ def mention_vector_table(keys: np.ndarray, vectors: np.ndarray) -> pa.Table:
 
 def write_bucketed_part(path: str, table: pa.Table, of_rows: np.ndarray) -> list[tuple[int, Part]]:
     """Write the part ``table`` to the Parquet file ``path``, one row group per bucket (``of_rows``: each row's);
-    returns (bucket, its Part) of each."""
+    returns (bucket, its Part) of each. Snappy, Parquet's default: these files live until the stage commits."""
     written = []
     with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle, \
-            pq.ParquetWriter(handle, table.schema) as writer:
+            pq.ParquetWriter(handle, table.schema, use_dictionary=schemas.dictionary_columns(table.schema)) as writer:
         for row_group, (bucket, rows) in enumerate(split_by(np.arange(table.num_rows), of_rows)):
             writer.write_table(table.take(rows), row_group_size=len(rows))
             written.append((bucket, Part(path, row_group)))
