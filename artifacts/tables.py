@@ -11,7 +11,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs
 from artifacts.errors import InputError
-from artifacts.schemas import PARQUET_CODEC, dictionary_columns
+from artifacts.schemas import PARQUET_CODEC, writer_options
 
 
 class MissingArtifactError(InputError):
@@ -53,7 +53,7 @@ def read_file(path: str, columns: list[str] | None = None) -> pa.Table:
 def parquet_bytes(table: pa.Table) -> bytes:
     """``table`` as the bytes of one Parquet file, compressed as every artifact (to be written in one piece)."""
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression=PARQUET_CODEC, use_dictionary=dictionary_columns(table.schema))
+    pq.write_table(table, sink, compression=PARQUET_CODEC, **writer_options(table.schema))
     return sink.getvalue().to_pybytes()
 
 
@@ -63,7 +63,7 @@ def write_file(path: str, table: pa.Table, schema: pa.Schema | None = None) -> N
     if schema is not None:
         table = table.select(schema.names).cast(schema)
     with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        pq.write_table(table, handle, compression=PARQUET_CODEC, use_dictionary=dictionary_columns(table.schema))
+        pq.write_table(table, handle, compression=PARQUET_CODEC, **writer_options(table.schema))
 
 
 def read_table(output: str, name: str, columns: list[str] | None = None) -> pa.Table:

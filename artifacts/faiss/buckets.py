@@ -29,7 +29,7 @@ from artifacts.arrays import split_by
 from artifacts.faiss.files import EMBEDDINGS_DIR
 from artifacts.faiss.vectors import embedding_schema
 from artifacts.passages import sample_key, shard_of
-from artifacts.schemas import PARQUET_CODEC, dictionary_columns
+from artifacts.schemas import PARQUET_CODEC, writer_options
 
 BUFFERED_ROWS = 16_384  # rows a writer holds over all its buckets (~60 MB at 768 dims)
 MIN_GROUP_ROWS, MAX_GROUP_ROWS = 64, 4096  # rows per row group of a staged file
@@ -109,7 +109,7 @@ class BucketWriter:
             handle = FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
             schema = staged_schema(self._dim)
             self._files[bucket] = path, handle, pq.ParquetWriter(handle, schema, compression=PARQUET_CODEC,
-                                                                 use_dictionary=dictionary_columns(schema))
+                                                                 **writer_options(schema))
         self._files[bucket][2].write_table(pa.concat_tables(parts), row_group_size=self._group_rows)
         self._rows[bucket] = self._rows.get(bucket, 0) + held
 
@@ -164,7 +164,7 @@ def write_shard_bucket(index_dir: str, shard: str, bucket: int, paths: Sequence[
     schema = embedding_schema(dim)
     with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle, \
             pq.ParquetWriter(handle, schema, compression=PARQUET_CODEC,
-                             use_dictionary=dictionary_columns(schema)) as writer:
+                             **writer_options(schema)) as writer:
         for start in range(0, table.num_rows, MAX_GROUP_ROWS):
             writer.write_table(table.take(order[start:start + MAX_GROUP_ROWS]))
     rows = table.num_rows

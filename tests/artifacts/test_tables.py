@@ -1,4 +1,4 @@
-"""How artifact files are written: every column dictionary-encoded where values repeat, vectors never."""
+"""How artifact files are written: every column dictionary-encoded and with statistics, vectors never."""
 
 from __future__ import annotations
 
@@ -23,11 +23,16 @@ def test_vectors_are_not_dictionary_encoded_and_other_columns_are() -> None:
     table = pa.Table.from_arrays(
         [pa.array(range(300), pa.int64()), pa.array(["title"] * 300), pa.array(["text"] * 300),
          pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), 8)], schema=embedding_schema(8))
-    assert schemas.dictionary_columns(table.schema) == ["passage_id", "title", "text"]
+    assert schemas.writer_options(table.schema) == {"use_dictionary": ["passage_id", "title", "text"],
+                                                     "write_statistics": ["passage_id", "title", "text"]}
     data = tables.parquet_bytes(table)
     encodings = column_encodings(data)
     assert "RLE_DICTIONARY" not in encodings["embedding"]
     assert all("RLE_DICTIONARY" in encodings[name] for name in ("passage_id", "title", "text"))
+    group = pq.ParquetFile(io.BytesIO(data)).metadata.row_group(0)
+    with_statistics = {group.column(i).path_in_schema.split(".")[0]: group.column(i).is_stats_set
+                       for i in range(group.num_columns)}
+    assert with_statistics == {"passage_id": True, "title": True, "text": True, "embedding": False}
     assert pq.read_table(io.BytesIO(data)).equals(table)
 
 
@@ -35,4 +40,4 @@ def test_lists_of_integers_and_float16_vectors() -> None:
     schema = pa.schema([("ids", pa.list_(pa.int32())), ("half", pa.list_(pa.float16(), 4)),
                         ("scores", pa.list_(pa.float32()))])
     # token ids repeat (a vocabulary): kept; a variable-length list of floats is not a vector column
-    assert schemas.dictionary_columns(schema) == ["ids", "scores"]
+    assert schemas.writer_options(schema)["use_dictionary"] == ["ids", "scores"]

@@ -119,7 +119,7 @@ def write_bucketed_part(path: str, table: pa.Table, of_rows: np.ndarray) -> list
     returns (bucket, its Part) of each. Snappy, Parquet's default: these files live until the stage commits."""
     written = []
     with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle, \
-            pq.ParquetWriter(handle, table.schema, use_dictionary=schemas.dictionary_columns(table.schema)) as writer:
+            pq.ParquetWriter(handle, table.schema, **schemas.writer_options(table.schema)) as writer:
         for row_group, (bucket, rows) in enumerate(split_by(np.arange(table.num_rows), of_rows)):
             writer.write_table(table.take(rows), row_group_size=len(rows))
             written.append((bucket, Part(path, row_group)))
@@ -237,7 +237,7 @@ def write_parquet_file(path: str, table: pa.Table) -> str:
     a vector column reads back as ``fixed_size_list<item: ...>``); returns ``path``."""
     with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
         pq.write_table(table, handle, compression=schemas.PARQUET_CODEC, use_compliant_nested_type=False,
-                       use_dictionary=schemas.dictionary_columns(table.schema))
+                       **schemas.writer_options(table.schema))
     return path
 
 

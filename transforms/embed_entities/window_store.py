@@ -101,7 +101,7 @@ def store_bytes(keys: np.ndarray, vectors: np.ndarray, salt: str, bits: int) -> 
                                          BUCKETS: json.dumps(present).encode()})
     sink = pa.BufferOutputStream()
     with pq.ParquetWriter(sink, schema, compression=schemas.PARQUET_CODEC, use_compliant_nested_type=False,
-                          use_dictionary=schemas.dictionary_columns(schema)) as writer:
+                          **schemas.writer_options(schema)) as writer:
         for start, stop in zip(starts.tolist(), [*starts[1:].tolist(), len(buckets)][:len(starts)], strict=True):
             writer.write_table(table.slice(start, stop - start), row_group_size=stop - start)
     return sink.getvalue().to_pybytes()
