@@ -38,6 +38,13 @@ from transforms.index.passages import parse_dpr_row
 # --- articles and a parsed OUT ----------------------------------------------------------------------------------
 
 
+def first_row_group_columns(source) -> dict[str, pq.ColumnChunkMetaData]:
+    """The column chunks of a Parquet file's first row group (``source``: a path or a file-like), by top-level
+    column name: how each column was written (encodings, statistics)."""
+    group = pq.ParquetFile(source).metadata.row_group(0)
+    return {group.column(i).path_in_schema.split(".")[0]: group.column(i) for i in range(group.num_columns)}
+
+
 def ref_rows(refs: list[dict]) -> np.ndarray:
     """The ``REF`` rows (embed-entities' packed refs) of ``mentions/`` rows given as dicts."""
     return np.array([tuple(ref[name] for name in REF.names) for ref in refs], dtype=REF)

@@ -10,12 +10,7 @@ import pyarrow.parquet as pq
 
 from artifacts import schemas, tables
 from artifacts.faiss.vectors import embedding_schema
-
-
-def column_encodings(data: bytes) -> dict[str, tuple[str, ...]]:
-    metadata = pq.ParquetFile(io.BytesIO(data)).metadata.row_group(0)
-    return {metadata.column(i).path_in_schema.split(".")[0]: metadata.column(i).encodings
-            for i in range(metadata.num_columns)}
+from tests.builders import first_row_group_columns
 
 
 def test_vectors_are_not_dictionary_encoded_and_other_columns_are() -> None:
@@ -26,12 +21,11 @@ def test_vectors_are_not_dictionary_encoded_and_other_columns_are() -> None:
     assert schemas.writer_options(table.schema) == {"use_dictionary": ["passage_id", "title", "text"],
                                                      "write_statistics": ["passage_id", "title", "text"]}
     data = tables.parquet_bytes(table)
-    encodings = column_encodings(data)
+    columns = first_row_group_columns(io.BytesIO(data))
+    encodings = {name: column.encodings for name, column in columns.items()}
     assert "RLE_DICTIONARY" not in encodings["embedding"]
     assert all("RLE_DICTIONARY" in encodings[name] for name in ("passage_id", "title", "text"))
-    group = pq.ParquetFile(io.BytesIO(data)).metadata.row_group(0)
-    with_statistics = {group.column(i).path_in_schema.split(".")[0]: group.column(i).is_stats_set
-                       for i in range(group.num_columns)}
+    with_statistics = {name: column.is_stats_set for name, column in columns.items()}
     assert with_statistics == {"passage_id": True, "title": True, "text": True, "embedding": False}
     assert pq.read_table(io.BytesIO(data)).equals(table)
 

@@ -19,7 +19,7 @@ from encoders.models import ModelSpec, input_embedding_norm
 from pipelines.embed_entities import STAGE
 from pipelines.launcher.cli import build_parser, main
 from pipelines.launcher.stage import collect_counters
-from tests.builders import article, artifact_rows, write_entities, write_parsed
+from tests.builders import article, artifact_rows, first_row_group_columns, write_entities, write_parsed
 from tests.conftest import BUNDLED_SAMPLE, DIRECT
 from transforms.common.follow import mark_ended
 from transforms.common.mention_sampling import window_digest
@@ -101,9 +101,7 @@ def test_a_bucket_reduce_of_vector_parts_equals_a_plain_mean(tmp_path: Path):
                                  bucket_of(keys["entity_id"][:100], 3))
              + write_bucketed_part(str(tmp_path / "b.parquet"), mention_vector_table(keys[100:], vectors[100:]),
                                    bucket_of(keys["entity_id"][100:], 3)))
-    written = pq.ParquetFile(str(tmp_path / "a.parquet")).metadata.row_group(0)
-    encodings = {written.column(i).path_in_schema.split(".")[0]: written.column(i).encodings
-                 for i in range(written.num_columns)}
+    encodings = {name: column.encodings for name, column in first_row_group_columns(tmp_path / "a.parquet").items()}
     # the vectors' values never repeat: a dictionary would be tried on every float, then dropped (7 times the time)
     assert "RLE_DICTIONARY" not in encodings["vector"] and "RLE_DICTIONARY" in encodings["entity_id"]
     for bucket in range(3):
