@@ -19,6 +19,7 @@ from pipelines.launcher.local_workers import (
     worker_thread_variables,
 )
 from pipelines.launcher.stage import StageContext, run_beam
+from run_pipeline import MALLOC_SETTINGS
 from tests.conftest import DIRECT, MULTI_PROCESS, REPO
 
 
@@ -96,8 +97,10 @@ def test_the_command_line_gives_arrow_the_system_allocator_unless_set_and_freed_
     chosen = [subprocess.run([sys.executable, "-c", script], cwd=REPO, env={**env, **extra}, capture_output=True,
                              text=True, timeout=120).stdout.split("POOL ")[-1].strip()
               for extra in ({}, {"ARROW_DEFAULT_MEMORY_POOL": "jemalloc"})]
-    arenas = max(2, os.cpu_count() or 1)
-    assert chosen == [f"system 131072 {arenas}", f"jemalloc 131072 {arenas}"]  # the C library's, inherited by workers
+    (_, _, threshold), (_, _, arenas) = MALLOC_SETTINGS
+    assert threshold == 1 << 20 and arenas == max(2, os.cpu_count() or 1)
+    # the C library's settings, inherited by workers
+    assert chosen == [f"system {threshold} {arenas}", f"jemalloc {threshold} {arenas}"]
 
 
 def test_cuda_spreads_a_run_of_workers_evenly_over_the_gpus():
