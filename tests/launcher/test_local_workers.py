@@ -96,11 +96,11 @@ def test_the_command_line_gives_arrow_the_system_allocator_unless_set_and_freed_
            if name not in ("ARROW_DEFAULT_MEMORY_POOL", "MALLOC_MMAP_THRESHOLD_", "MALLOC_ARENA_MAX")}
     chosen = [subprocess.run([sys.executable, "-c", script], cwd=REPO, env={**env, **extra}, capture_output=True,
                              text=True, timeout=120).stdout.split("POOL ")[-1].strip()
-              for extra in ({}, {"ARROW_DEFAULT_MEMORY_POOL": "jemalloc"})]
+              for extra in ({}, {"ARROW_DEFAULT_MEMORY_POOL": "jemalloc"}, {"MALLOC_MMAP_THRESHOLD_": "131072"})]
     (_, _, threshold), (_, _, arenas) = MALLOC_SETTINGS
     assert threshold == 1 << 20 and arenas == max(2, os.cpu_count() or 1)
-    # the C library's settings, inherited by workers
-    assert chosen == [f"system {threshold} {arenas}", f"jemalloc {threshold} {arenas}"]
+    # the C library's settings, inherited by workers; a value the user set is left as it is
+    assert chosen == [f"system {threshold} {arenas}", f"jemalloc {threshold} {arenas}", f"system 131072 {arenas}"]
 
 
 def test_cuda_spreads_a_run_of_workers_evenly_over_the_gpus():
