@@ -20,12 +20,13 @@ def _not_optional_gcp_noise(record: logging.LogRecord) -> bool:
 ARROW_MEMORY_POOL = ("ARROW_DEFAULT_MEMORY_POOL", "system")
 # glibc's allocator, for this process (mallopt, where the C library has it) and the worker processes it starts
 # (which read the variables when they start): (variable, mallopt parameter, value).
-# - A fixed 1 MB mmap threshold: glibc serves blocks below it from the heap and raises it (up to 32 MB) as large
-#   blocks are freed, so freed Arrow buffers stayed in the process (-24 MB in the dictionary stage at 40,000
-#   articles against the moving threshold). At 128 KB every Parquet page buffer (~1 MB) was mapped, faulted in
-#   and unmapped anew. 40,000 articles, one core, 2026-11-28, 128 KB -> 1 MB: the index stage (writing its staged,
-#   kept and shard files) 89 -> 80-82 s and 1,001-1,010 -> 1,018-1,021 MB; the dictionary 279 -> 286 MB and
-#   mentions 197 -> 207 MB at the same CPU. At 4 MB the index took 76-77 s, but mentions held 214 MB.
+# - A fixed 1 MB mmap threshold: glibc serves blocks below the threshold from the heap and maps larger ones; left
+#   to itself it raises the threshold (up to 32 MB) as large blocks are freed, so freed Arrow buffers stayed in the
+#   process (-24 MB in the dictionary stage at 40,000 articles with a fixed one). Fixed at 128 KB, every Parquet
+#   page buffer (~1 MB) was mapped, faulted in and unmapped anew. 40,000 articles, one core, 2026-11-28,
+#   128 KB -> 1 MB: the index stage (writing its staged, kept and shard files) 89 -> 80-82 s and 1,001-1,010 ->
+#   1,018-1,021 MB; the dictionary 279 -> 286 MB and mentions 197 -> 207 MB at the same CPU. At 4 MB the index
+#   took 76-77 s, but mentions held 214 MB.
 # - An arena a core (at least 2): glibc gives threads arenas of their own (up to 8 a core), and a Beam worker's gRPC
 #   and bundle threads kept what each had freed: embed-entities' largest worker process held 758 MB with 2 workers
 #   at 40,000 articles on 2 cores against 722 MB with 2 arenas (the single process of 1 worker: 736 MB against

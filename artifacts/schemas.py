@@ -18,6 +18,7 @@ def writer_options(schema: pa.Schema) -> dict[str, list[str]]:
                if not (pa.types.is_fixed_size_list(field.type) and pa.types.is_floating(field.type.value_type))]
     return {"use_dictionary": scalars, "write_statistics": scalars}
 
+
 # trail: characters of link trail at the anchor's end ("s" of [[lichen]]s): the anchor is text[start:end],
 # the link's own text (what embed-entities masks) is text[start:end - trail].
 LINK = pa.struct([("start", pa.int32()), ("end", pa.int32()), ("target", pa.string()), ("trail", pa.int32())])
