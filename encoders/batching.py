@@ -99,13 +99,17 @@ def to_device(tensor, device: str):
 
 def to_host(tensors: Sequence) -> np.ndarray:
     """Device result tensors of several batches -> one float32 array, copied back once (after the last batch,
-    so the forward passes are queued without waiting for each result)."""
+    so the forward passes are queued without waiting for each result). Joined and made float32 on their device;
+    results already on the CPU are joined by numpy: torch would run the copy on its intra-op threads, which spin
+    for cores the inputs' workers need (3 CPU s of the index's model process on 2 cores with a stand-in GPU)."""
     import torch
 
     if not tensors:
         raise ValueError("no result tensors to copy back")
+    if all(tensor.device.type == "cpu" for tensor in tensors):
+        return np.concatenate([tensor.float().numpy() for tensor in tensors])
     joined = torch.cat(list(tensors)) if len(tensors) > 1 else tensors[0]
-    return joined.to("cpu").float().numpy()
+    return joined.float().to("cpu").numpy()
 
 
 def tokenizing_chunks(size: int, per_forward: int) -> list[tuple[int, int]]:

@@ -9,14 +9,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
 from artifacts import fs, layout, tables
 from artifacts.errors import InputError
 from artifacts.passages import Passage
 from encoders import batching
 from encoders.errors import MissingRunArtifactError
-from encoders.kpr_checkpoint import load_checkpoint
 from encoders.kpr_config import read_kpr_settings
 from encoders.kpr_entities import EntityTable, KnownEntities, embedding_files
 from encoders.kpr_inputs import (
@@ -69,10 +67,10 @@ class KPRInputs(TextInputs):
     ``entities_truncated``: cut off by ``max_length``, ``entities_over_max``: over ``max_entities``). Built where
     the texts are (a worker process), without the model or the entity vectors."""
 
-    def __init__(self, options: EncoderOptions, role: str = "passage") -> None:
+    def __init__(self, options: EncoderOptions, role: str = "passage", tokenizer: str = "") -> None:
         from artifacts.linker import EntityLinker
 
-        super().__init__(options, role)
+        super().__init__(options, role, tokenizer)
         self.linker = EntityLinker.load(self.options.linker)
         self.known = KnownEntities(self.options.entity_embeddings)
 
@@ -137,6 +135,8 @@ class KPREncoder(DenseEncoder):
         return KPRInputs(self.options, self.role)
 
     def _load_model(self, spec: ModelSpec):
+        from encoders.kpr_checkpoint import load_checkpoint  # torch: the model's process only, not the inputs'
+
         self.entities = EntityTable(self.options.entity_embeddings)
         model = load_checkpoint(spec.name_or_path, spec)
         if self.entities.dim != model.settings.entity_embedding_size:
@@ -156,5 +156,7 @@ class KPREncoder(DenseEncoder):
 
     def _forward_inputs(self, inputs: dict[str, Any]):
         """The fused vectors of one batch, left on the device (float32)."""
+        import torch
+
         with torch.inference_mode():
             return self.model(**inputs)

@@ -51,11 +51,12 @@ def _check_choices(options: EncoderOptions) -> None:
             raise SettingError(option, value, f"{{name}} {value!r} is not one of {', '.join(allowed)}")
 
 
-def load_inputs(options: EncoderOptions, role: str = "passage") -> TextInputs:
-    """What builds the model inputs of the encoder of ``options`` (no model loaded: a CPU worker's part)."""
+def load_inputs(options: EncoderOptions, role: str = "passage", tokenizer: str = "") -> TextInputs:
+    """What builds the model inputs of the encoder of ``options`` (no model loaded: a CPU worker's part);
+    ``tokenizer``: the role's tokenizer saved by ``models.save_tokenizer`` (else loaded by transformers)."""
     if options.kind == "kpr":
-        return KPRInputs(options, role)
-    return TextInputs(options, role)
+        return KPRInputs(options, role, tokenizer)
+    return TextInputs(options, role, tokenizer)
 
 
 def load_retriever(options: EncoderOptions, role: str = "passage") -> DenseEncoder:

@@ -41,6 +41,7 @@ from encoders.models import (
     load_tokenizer,
     model_config,
     model_token_ids,
+    read_tokenizer,
 )
 
 if TYPE_CHECKING:  # the command line imports the options: no Arrow before it needs it
@@ -234,13 +235,12 @@ class TextInputs:
     """What an encoder's model reads, built from texts on the CPU (token ids; KPR adds entity inputs). It loads
     no model (``DenseEncoder`` holds one beside its model)."""
 
-    def __init__(self, options: EncoderOptions, role: str = "passage") -> None:
+    def __init__(self, options: EncoderOptions, role: str = "passage", tokenizer: str = "") -> None:
+        """``tokenizer``: the role's tokenizer saved by ``models.save_tokenizer`` (else loaded by transformers)."""
         self.options = options.resolved()
         self.role = role
-        self.tokenizer = self._load_tokenizer(self.options.spec(role))
-
-    def _load_tokenizer(self, spec: ModelSpec):
-        return load_tokenizer(spec.name_or_path)
+        name = self.options.spec(role).name_or_path
+        self.tokenizer = read_tokenizer(tokenizer) if tokenizer else load_tokenizer(name)
 
     def passages(self, passages: Sequence[Passage]) -> list[dict[str, Any]]:
         """The model inputs of each passage (title and text as ``options.title`` says)."""

@@ -27,7 +27,7 @@ from artifacts.passages import Passage
 from artifacts.run import manifest
 from encoders.errors import MissingRunArtifactError
 from encoders.loading import check_encoder_options
-from encoders.models import check_device, model_files
+from encoders.models import TOKENIZER_FILE, check_device, model_files, save_tokenizer
 from encoders.retrievers import EncoderOptions, dense_dim, recorded_encoder
 from pipelines.launcher import disk_space, flags
 from pipelines.launcher.stage import Build, StageContext, run_beam, run_model_beside, summed, with_dead_letters
@@ -227,7 +227,9 @@ def encoding_files(ctx: StageContext, estimate: int = 0) -> EncodingFiles:
     rows = rows_per_file(estimate, INPUT_FILE_ROWS) if estimate else INPUT_FILE_ROWS
     inputs = FollowedFiles(fs.join(work, "inputs"), INPUT_PREFIX, fs.join(work, "inputs.list"),
                            fs.join(work, "inputs.ended"), files_per_step(rows, INPUT_FILE_ROWS))
-    return EncodingFiles(inputs, buckets_dir(ctx), rows)
+    # the launcher reads the model's files only where the workers run (a local run): elsewhere they load it
+    tokenizer = fs.join(work, TOKENIZER_FILE) if ctx.workers_run_here() else ""
+    return EncodingFiles(inputs, buckets_dir(ctx), rows, tokenizer)
 
 
 def encode(ctx: StageContext, config: IndexConfig, encoder: EncoderOptions, encoding: Encoding,
@@ -235,6 +237,8 @@ def encode(ctx: StageContext, config: IndexConfig, encoder: EncoderOptions, enco
     """The passages read and their inputs built by every worker (``prepare``), encoded beside it by the processes
     that hold the model (``EncodePassages``); the counters of both."""
     files = encoding_files(ctx, encoding.estimate)
+    if files.tokenizer:
+        save_tokenizer(encoder.spec("passage").name_or_path, files.tokenizer)
 
     def model(forward: StageContext, followers: int) -> Build:
         encode_passages = EncodePassages(encoder, files, encoding.bucket_count, encoding.dim, followers, kept,

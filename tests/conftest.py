@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bz2
+import contextlib
 import fcntl
 import os
 import shutil
@@ -37,6 +38,15 @@ MINI = WIKIPEDIA / "enwiki-20210701-mini"
 # Beam options for tests: always an explicit runner (the default would try to download Prism).
 DIRECT = ["--runner=DirectRunner"]
 MULTI_PROCESS = ["--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+
+
+@contextlib.contextmanager
+def torch_free_workers() -> Iterator[None]:
+    """Beam worker processes started meanwhile fail to import torch or transformers (tests/torch_free_workers)."""
+    guard = str(REPO / "tests" / "torch_free_workers")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (guard, os.environ.get("PYTHONPATH")))))
+        yield
 
 
 # Fixtures that read SHARED_DATA when it is there and something else when it is not.

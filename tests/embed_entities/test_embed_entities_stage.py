@@ -24,7 +24,7 @@ from encoders.mask_inputs import mask_inputs
 from encoders.models import ModelSpec, input_embedding_norm
 from pipelines.launcher.cli import main
 from tests.builders import CAPITALS, article, article_texts, ref_rows, write_parsed
-from tests.conftest import DIRECT, MULTI_PROCESS, copy_stages
+from tests.conftest import DIRECT, MULTI_PROCESS, copy_stages, torch_free_workers
 from transforms.common.mention_sampling import CHARS_PER_TOKEN, mention_ref, mention_window, window_digest
 from transforms.embed_entities.entity_vectors import MENTION_KEY, norm_matched
 from transforms.embed_entities.forward import storable_rows
@@ -157,13 +157,15 @@ def test_mentions_with_stored_windows_ask_for_a_rerun(tmp_path):
 
 
 def test_entity_embeddings_are_the_same_for_one_and_two_workers(tiny_bert, tmp_path, system_temp):
-    """One worker and two worker processes give the same rows; the run leaves nothing in the temp directory the
-    worker processes are started with (``system_temp``)."""
+    """One worker and two worker processes beside one model process (as on a GPU) give the same rows (the two build
+    the inputs and reduce without importing torch or transformers: the launcher saved the tokenizer for them); the
+    run leaves nothing in the temp directory the worker processes are started with (``system_temp``)."""
     one, two = tmp_path / "one", tmp_path / "two"
     build_embeddings(one, tiny_bert)  # one DirectRunner worker
     copy_stages(one, two, ("parse", "dictionary", "mentions"))
-    assert main(["embed-entities", "--output", str(two), "--model", str(tiny_bert), "--max-seq-length", "64",
-                 *MULTI_PROCESS]) == 0
+    with torch_free_workers():
+        assert main(["embed-entities", "--output", str(two), "--model", str(tiny_bert), "--max-seq-length", "64",
+                     "--model-workers", "1", *MULTI_PROCESS]) == 0
 
     def rows(output):
         return sorted(tables.read_table(str(output), "entity_embeddings").to_pylist(), key=lambda r: r["entity_id"])

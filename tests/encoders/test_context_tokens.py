@@ -15,9 +15,10 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from artifacts import tables
+from encoders import models as encoder_models
 from encoders.context_tokens import Side, context_sides, enough, shared_token_ids, tokenized_sides
 from encoders.mask_inputs import MASK_WINDOWS, context_split, mask_inputs, masked_ids, special_ids, tokens_needed
-from encoders.models import model_token_ids, plain_token_ids
+from encoders.models import SavedTokenizer, model_token_ids, plain_token_ids, read_tokenizer, save_tokenizer
 from tests.conftest import BUNDLED_SAMPLE
 from transforms.common.mention_sampling import context_window
 from transforms.embed_entities.inputs import INPUT_FILE_ROWS, BuildMentionInputs, PrepareMentionInputs, table_inputs
@@ -267,12 +268,14 @@ def test_model_token_ids_are_transformers_truncated_inputs_whatever_the_call_bef
             assert types == expected.get("token_type_ids", types)
 
 
-def prepared_inputs(rows: list[dict], model: str, length: int, directory) -> list[tuple[tuple[int, ...], int]]:
+def prepared_inputs(rows: list[dict], model: str, length: int, directory,
+                    tokenizer: str = "") -> list[tuple[tuple[int, ...], int]]:
     """(token ids, [MASK] position) of ``rows`` as embed-entities' CPU part writes them for the model (a pipeline
-    with its real files), by entity id."""
+    with its real files; ``tokenizer``: the saved tokenizer its workers read), by entity id."""
     keyed = [{**row, "page_id": 1, "link_index": row["entity_id"]} for row in rows]
     pipeline = TestPipeline(runner="DirectRunner")
-    build = BuildMentionInputs(model, length, "reference", model_salt([str(model)]), str(directory), INPUT_FILE_ROWS)
+    build = BuildMentionInputs(model, length, "reference", model_salt([str(model)]), str(directory), INPUT_FILE_ROWS,
+                               tokenizer)
     _ = pipeline | beam.Create(keyed) | PrepareMentionInputs(build)
     pipeline.run().wait_until_finish()
     found = {}
@@ -295,7 +298,51 @@ def test_the_inputs_the_cpu_part_writes_are_todays_ids_for_every_family(real_men
         model = str(tmp_path / "tokenizer")
         other_tokenizers[kind].save_pretrained(model)
     tokenizer = AutoTokenizer.from_pretrained(model)
+    saved = str(tmp_path / "saved-tokenizer.json")
+    save_tokenizer(model, saved)  # what the stage's launcher writes for its workers
     for length in (512, 24):
         rows = real_mentions[length][:150]
         expected = [(item.input_ids, item.mask_position) for item in mask_inputs(rows, tokenizer, length)]
         assert prepared_inputs(rows, model, length, tmp_path / f"inputs-{length}") == expected
+        assert prepared_inputs(rows, model, length, tmp_path / f"saved-{length}", saved) == expected
+
+
+def family_models(minilm_path, other_tokenizers, directory) -> dict[str, str]:
+    """A model directory of each tokenizer family: WordPiece, byte-level BPE, Unigram with Metaspace."""
+    found = {"WordPiece": str(minilm_path)}
+    for kind, tokenizer in other_tokenizers.items():
+        found[kind] = str(directory / kind.replace(" ", "-"))
+        tokenizer.save_pretrained(found[kind])
+    return found
+
+
+def test_a_saved_tokenizer_gives_transformers_ids_for_every_family(real_mentions, minilm_path, other_tokenizers,
+                                                                   tmp_path):
+    """What a worker reads back without transformers gives the ids, token types, special ids and [MASK] inputs
+    of the tokenizer transformers loads, texts and pairs, truncated and not."""
+    firsts = ["Paris", "alpha beta gamma delta " * 8, "éclair", "", "U.S. troops\tarrived. 東京都"]
+    seconds = ["the capital of France " * 9, "short", "東京都 tab\tbed " * 5, "42,000", "alpha\x1fbeta"]
+    for kind, model in family_models(minilm_path, other_tokenizers, tmp_path).items():
+        save_tokenizer(model, str(tmp_path / f"{kind}.json"))
+        saved, loaded = read_tokenizer(str(tmp_path / f"{kind}.json")), AutoTokenizer.from_pretrained(model)
+        assert isinstance(saved, SavedTokenizer), kind
+        assert special_ids(saved) == special_ids(loaded) and saved.model_input_names == tuple(loaded.model_input_names)
+        texts = firsts + seconds
+        assert plain_token_ids(saved, texts) == loaded(texts, add_special_tokens=False)["input_ids"]
+        for pair in (None, seconds):
+            expected = loaded(firsts, pair, truncation=True, max_length=16)
+            ids, types = model_token_ids(saved, firsts, pair, 16)
+            assert ids == expected["input_ids"] and types == expected.get("token_type_ids", types), kind
+        rows = real_mentions[128][:60]
+        assert mask_inputs(rows, saved, 128) == mask_inputs(rows, loaded, 128), kind
+
+
+def test_a_tokenizer_without_a_backend_is_saved_by_name_and_loaded_by_transformers(minilm_path, tmp_path,
+                                                                                  monkeypatch):
+    slow = WithoutOffsets(AutoTokenizer.from_pretrained(minilm_path))
+    with monkeypatch.context() as patched:
+        patched.setattr(encoder_models, "load_tokenizer", lambda name: slow)
+        save_tokenizer(str(minilm_path), str(tmp_path / "slow.json"))
+    read = read_tokenizer(str(tmp_path / "slow.json"))
+    assert not isinstance(read, SavedTokenizer) and read.name_or_path == str(minilm_path)
+    assert plain_token_ids(read, ["Erie Canal"]) == plain_token_ids(slow, ["Erie Canal"])

@@ -22,7 +22,7 @@ from encoders.retrievers import EncoderOptions
 from pipelines.index import check_encoder
 from pipelines.launcher.cli import main
 from tests.builders import article, dpr_passages, stored_rows, write_parsed
-from tests.conftest import BUNDLED_PASSAGES, DIRECT, MULTI_PROCESS, PASSAGES
+from tests.conftest import BUNDLED_PASSAGES, DIRECT, MULTI_PROCESS, PASSAGES, torch_free_workers
 
 SUBSET = PASSAGES / "psgs_w100_subset_from_haystack_nqdev.tsv"
 
@@ -97,14 +97,17 @@ def write_bad_corpus(path: Path) -> list[Passage]:
 
 @pytest.fixture(scope="module")
 def bad_corpus_runs(tiny_bert, tmp_path_factory) -> dict[str, Path]:
-    """The same corpus with bad rows indexed by one worker and by two worker processes."""
+    """The same corpus with bad rows indexed by one worker and by two worker processes beside one model process
+    (as on a GPU; the two build the inputs and the shards without importing torch or transformers: the launcher
+    saved the tokenizer for them)."""
     directory = tmp_path_factory.mktemp("bad-corpus")
     write_bad_corpus(directory / "bad.tsv")
     outputs = {}
-    for name, runner in (("one", DIRECT), ("two", MULTI_PROCESS)):
+    for name, runner in (("one", DIRECT), ("two", [*MULTI_PROCESS, "--model-workers", "1"])):
         outputs[name] = directory / name
-        assert main(["index", "--output", str(outputs[name]), "--encoder", str(tiny_bert), "--corpus",
-                     str(directory / "bad.tsv"), "--shards", "3", *runner]) == 0
+        with torch_free_workers():
+            assert main(["index", "--output", str(outputs[name]), "--encoder", str(tiny_bert), "--corpus",
+                         str(directory / "bad.tsv"), "--shards", "3", *runner]) == 0
     return outputs
 
 

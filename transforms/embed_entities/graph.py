@@ -151,8 +151,9 @@ class EmbedInputs:
     ``mentions`` it holds), ``embeddings``, ``id_map`` and ``store`` (the directories of the entity_embeddings/,
     entity_id_map/ and mention_vectors/ files it writes), ``scratch`` (a directory for the files its pipelines and
     workers share), ``pending`` (where the windows it encodes are stored until it commits: kept if it is killed),
-    ``salt`` (the model's part of every window key) and ``previous`` (an OUT whose vectors may be reused, or
-    None)."""
+    ``salt`` (the model's part of every window key), ``previous`` (an OUT whose vectors may be reused, or
+    None) and ``tokenizer`` (the model's tokenizer saved for the inputs' workers, ``models.save_tokenizer``; "":
+    each loads it with transformers)."""
 
     output: str
     mentions: int
@@ -163,6 +164,7 @@ class EmbedInputs:
     store: str
     id_map: str = ""
     previous: str | None = None
+    tokenizer: str = ""
 
     def under_scratch(self, name: str) -> str:
         return fs.join(self.scratch, name)
@@ -213,7 +215,7 @@ class PrepareMentions(beam.PTransform):
             _ = refs | "CountRecomputed" >> CountEntities("entities_recomputed")
         mentions = refs | "CutMentionWindows" >> CutMentionWindows(inputs.output, inputs.scratch, self._chars)
         build = BuildMentionInputs(config.model, config.max_seq_length, config.mask_window, inputs.salt,
-                                   inputs.files.followed.directory, inputs.rows_per_file)
+                                   inputs.files.followed.directory, inputs.rows_per_file, inputs.tokenizer)
         prepared = mentions["mentions"] | "PrepareInputs" >> PrepareMentionInputs(build, self._progress)
         _ = prepared["files"] | "ListInputFiles" >> beam.io.WriteToText(inputs.files.followed.listing)
         return (mentions[DEAD_LETTER_TAG], prepared[DEAD_LETTER_TAG]) | "AllDeadLetters" >> beam.Flatten()

@@ -117,11 +117,13 @@ class IndexConfig:
 class EncodingFiles:
     """Where the two encoding pipelines write: the model inputs (``inputs``, followed by the model's part, up to
     ``input_rows`` passages a file) and the staged rows by bucket (``staged``, with the records of their files
-    listed under ``staged``/bucket-files*)."""
+    listed under ``staged``/bucket-files*); ``tokenizer``: the passages' tokenizer saved for the inputs' workers
+    (``models.save_tokenizer``; "": each loads it with transformers)."""
 
     inputs: FollowedFiles
     staged: str
     input_rows: int = INPUT_FILE_ROWS
+    tokenizer: str = ""
 
     def bucket_list(self, source: str) -> str:
         """The prefix of the records of the staged files one part writes (``source``: encoded or reused)."""
@@ -149,7 +151,8 @@ class PreparePassages(beam.PTransform):
             _ = (split["reused"] | "WriteReusedBuckets" >> WriteBuckets(encoding.staged, self._buckets, self._dim)
                  | "ListReused" >> ListBucketFiles(encoding.bucket_list("reused")))
         paths = passages | "PrepareInputs" >> PreparePassageInputs(self._encoder, encoding.inputs.directory,
-                                                                   self._progress, encoding.input_rows)
+                                                                   self._progress, encoding.input_rows,
+                                                                   encoding.tokenizer)
         return paths | "ListInputFiles" >> beam.io.WriteToText(encoding.inputs.listing)
 
 

@@ -53,17 +53,25 @@ def encoder_key(options: EncoderOptions) -> str:
     return json.dumps(options.to_json(), sort_keys=True)
 
 
+def inputs_key(options: EncoderOptions, tokenizer: str) -> str:
+    """What identifies the inputs a worker process holds: the encoder and its saved tokenizer's file."""
+    return json.dumps({"encoder": options.to_json(), "tokenizer": tokenizer}, sort_keys=True)
+
+
 def load_keyed_inputs(key: str) -> TextInputs:
-    return load_inputs(EncoderOptions.from_json(json.loads(key)))
+    fields = json.loads(key)
+    return load_inputs(EncoderOptions.from_json(fields["encoder"]), tokenizer=fields["tokenizer"])
 
 
 class BuildPassageInputs(WriteFollowedFiles):
     """Lists of passages -> paths of the Parquet files holding them and their model inputs, under ``directory``;
-    what the inputs hold is counted (a KPR encoder's entities)."""
+    what the inputs hold is counted (a KPR encoder's entities). ``tokenizer``: the passages' tokenizer saved by
+    ``models.save_tokenizer`` ("": loaded by transformers in each worker)."""
 
-    def __init__(self, encoder: EncoderOptions, directory: str, rows_per_file: int = INPUT_FILE_ROWS) -> None:
+    def __init__(self, encoder: EncoderOptions, directory: str, rows_per_file: int = INPUT_FILE_ROWS,
+                 tokenizer: str = "") -> None:
         super().__init__(directory, INPUT_PREFIX, rows_per_file)
-        self._key = encoder_key(encoder)
+        self._key = inputs_key(encoder, tokenizer)
         self._loaded = PerProcess(load_keyed_inputs)
 
     def setup(self) -> None:
@@ -80,9 +88,9 @@ class PreparePassageInputs(beam.PTransform):
     ``rows_per_file`` passages a file)."""
 
     def __init__(self, encoder: EncoderOptions, directory: str, progress: beam.PTransform | None = None,
-                 rows_per_file: int = INPUT_FILE_ROWS) -> None:
+                 rows_per_file: int = INPUT_FILE_ROWS, tokenizer: str = "") -> None:
         super().__init__()
-        self._build = BuildPassageInputs(encoder, directory, rows_per_file)
+        self._build = BuildPassageInputs(encoder, directory, rows_per_file, tokenizer)
         self._progress = progress
 
     def expand(self, passages: beam.PCollection) -> beam.PCollection:
