@@ -5,8 +5,9 @@ reaches every interpreter of a run: the stage's process and Beam's worker subpro
 fresh interpreters, which inherit the environment). Nothing is imported here until the pipeline imports the
 encoder modules itself: an import hook patches them as they load. What stays real: reading, tokenizing,
 batching, Beam, writing, and the model's loading. The forward returns unit vectors that depend on the input's
-token ids only (equal entries but one, which the ids' sum picks; a zero vector would be dead-lettered): equal for
-equal inputs, and a run's entity embeddings tell entities apart as `validate` requires.
+token ids only (rows of a table of random ones, which the ids' sum picks; a zero vector would be dead-lettered):
+equal for equal inputs, as incompressible as a real model's, and a run's entity embeddings tell entities apart as
+`validate` requires.
 
 With ``KPR_NO_OP_MODEL_MARKERS`` set to a directory, each process that patches an encoder writes a file there
 named ``PID-MODULE``, so a benchmark can count the processes the no-op forward reached.
@@ -24,6 +25,7 @@ GPU's speed (the tests that kill a stage mid-encoding use it to have a middle to
 from __future__ import annotations
 
 import fcntl
+import functools
 import importlib.abc
 import importlib.machinery
 import os
@@ -60,17 +62,27 @@ def stand_in_wait(tokens: int, setting: str | None = None) -> float:
     return wait
 
 
-def _unit_vectors(torch, ids, dim: int):
-    """A unit-length vector per row of the padded ``ids`` (a CPU tensor): all entries equal but the one the row's
-    id sum picks (cosine-ready, never a zero vector, equal for equal inputs). Made by numpy: torch's fill runs on
-    its OpenMP threads, which spin waiting for cores the tokenizer's threads hold (5% of embed-entities' host side
-    with one worker on 2 cores; the same with OMP_NUM_THREADS=1)."""
+VECTOR_TABLE_ROWS = 8192  # distinct vectors the no-op forward returns (12 MB at 384 dims: beyond zstd's window)
+
+
+@functools.lru_cache(maxsize=4)
+def _vector_table(dim: int):
+    """VECTOR_TABLE_ROWS random unit vectors of ``dim`` values, the same in every process: as incompressible as a
+    real model's, so that writing and reading them costs what it costs with real vectors (the vectors returned
+    before, equal entries but one, compressed ~150-fold and made every Parquet write of them look free)."""
     import numpy
 
-    picked = ids.numpy().astype(numpy.int64).sum(axis=1) % dim
-    vectors = numpy.ones((len(picked), dim), dtype=numpy.float32)
-    vectors[numpy.arange(len(picked)), picked] = 2.0
-    return torch.from_numpy(vectors / numpy.float32(numpy.sqrt(dim + 3)))
+    vectors = numpy.random.default_rng(dim).standard_normal((VECTOR_TABLE_ROWS, dim), dtype=numpy.float32)
+    return vectors / numpy.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def _unit_vectors(torch, ids, dim: int):
+    """A unit-length vector per row of the padded ``ids`` (a CPU tensor): the table's row that the row's id sum
+    picks (never a zero vector, equal for equal inputs). Made by numpy: torch's ops run on its OpenMP threads, which
+    spin waiting for cores the tokenizer's threads hold (5% of embed-entities' host side with one worker on 2
+    cores; the same with OMP_NUM_THREADS=1)."""
+    picked = ids.numpy().astype("int64").sum(axis=1) % VECTOR_TABLE_ROWS
+    return torch.from_numpy(_vector_table(dim)[picked])
 
 
 def _no_op_mask_forward(self, host: tuple):
