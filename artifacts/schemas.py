@@ -14,9 +14,21 @@ def writer_options(schema: pa.Schema) -> dict[str, list[str]]:
     dictionary-encoded and with statistics. A vector's values rarely repeat: the writer would hash every value until
     the dictionary's page limit, then write them plain anyway (~40% of the time of writing a table of encoded
     passages); and no reader asks a vector column's minimum, which costs nearly half the writing of float16 ones."""
-    scalars = [field.name for field in schema
-               if not (pa.types.is_fixed_size_list(field.type) and pa.types.is_floating(field.type.value_type))]
+    scalars = [field.name for field in schema if not is_vector(field)]
     return {"use_dictionary": scalars, "write_statistics": scalars}
+
+
+def is_vector(field: pa.Field) -> bool:
+    """A vector column: a fixed-size list of floats."""
+    return pa.types.is_fixed_size_list(field.type) and pa.types.is_floating(field.type.value_type)
+
+
+def scratch_compression(schema: pa.Schema) -> dict[str, str]:
+    """Per-column compression of a file that a stage writes and reads back itself, not an artifact (the index's
+    kept and staged rows): zstd but for vectors, stored plain. zstd saves ~8% of a real model's float32 vectors for
+    three times the CPU of writing them (100,000 x 384 with their passages' text: 0.60 s against 0.20, reading 0.28
+    against 0.18)."""
+    return {field.name: "none" if is_vector(field) else PARQUET_CODEC for field in schema}
 
 
 # trail: characters of link trail at the anchor's end ("s" of [[lichen]]s): the anchor is text[start:end],

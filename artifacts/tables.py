@@ -50,10 +50,11 @@ def read_file(path: str, columns: list[str] | None = None) -> pa.Table:
         return pq.read_table(handle, columns=columns)
 
 
-def parquet_bytes(table: pa.Table) -> bytes:
-    """``table`` as the bytes of one Parquet file, compressed as every artifact (to be written in one piece)."""
+def parquet_bytes(table: pa.Table, compression: str | dict[str, str] = PARQUET_CODEC) -> bytes:
+    """``table`` as the bytes of one Parquet file (to be written in one piece), compressed as every artifact unless
+    told otherwise (``schemas.scratch_compression``)."""
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression=PARQUET_CODEC, **writer_options(table.schema))
+    pq.write_table(table, sink, compression=compression, **writer_options(table.schema))
     return sink.getvalue().to_pybytes()
 
 

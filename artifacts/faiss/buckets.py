@@ -29,7 +29,7 @@ from artifacts.arrays import split_by
 from artifacts.faiss.files import EMBEDDINGS_DIR
 from artifacts.faiss.vectors import embedding_schema
 from artifacts.passages import sample_key, shard_of
-from artifacts.schemas import PARQUET_CODEC, writer_options
+from artifacts.schemas import PARQUET_CODEC, scratch_compression, writer_options
 
 BUFFERED_ROWS = 16_384  # rows a writer holds over all its buckets (~60 MB at 768 dims)
 MIN_GROUP_ROWS, MAX_GROUP_ROWS = 64, 4096  # rows per row group of a staged file
@@ -108,7 +108,8 @@ class BucketWriter:
             path = fs.join(self._directory, bucket_name(bucket), f"{uuid.uuid4().hex}.parquet")
             handle = FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
             schema = staged_schema(self._dim)
-            self._files[bucket] = path, handle, pq.ParquetWriter(handle, schema, compression=PARQUET_CODEC,
+            self._files[bucket] = path, handle, pq.ParquetWriter(handle, schema,
+                                                                 compression=scratch_compression(schema),
                                                                  **writer_options(schema))
         self._files[bucket][2].write_table(pa.concat_tables(parts), row_group_size=self._group_rows)
         self._rows[bucket] = self._rows.get(bucket, 0) + held

@@ -73,7 +73,7 @@ def keep_rows(kept: KeptPassages, keys: np.ndarray, rows: pa.Table) -> None:
     if rows.num_rows:
         path = fs.join(kept.directory, f"{KEPT_PREFIX}{uuid.uuid4().hex}.parquet")
         keyed = rows.append_column(pa.field(KEY, pa.uint64()), pa.array(keys, pa.uint64()))
-        fs.write_bytes_atomic(path, tables.parquet_bytes(keyed))
+        fs.write_bytes_atomic(path, tables.parquet_bytes(keyed, schemas.scratch_compression(keyed.schema)))
 
 
 def kept_files(directory: str) -> list[str]:
