@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -229,3 +230,34 @@ def test_gpu_requests_fall_back_to_the_cpu_without_faiss_gpu():
 
     centroids = [faiss.extract_index_ivf(index).quantizer.reconstruct_n(0, 8) for index in (on_cpu, asked_gpu)]
     np.testing.assert_array_equal(*centroids)
+
+
+def column_codecs(path: str) -> dict[str, str]:
+    """Each column's compression in the first row group of the Parquet file ``path``."""
+    metadata = pq.ParquetFile(path).metadata.row_group(0)
+    return {metadata.column(index).path_in_schema.split(".")[0]: metadata.column(index).compression
+            for index in range(metadata.num_columns)}
+
+
+def test_rows_read_back_by_the_stage_store_vectors_plain_and_the_shard_files_compress_them(tmp_path):
+    """The staged and kept rows (scratch, read back once) keep their vectors without compression and the rest in
+    zstd; the shard's files, an artifact, are zstd throughout; every row the same after both."""
+    from transforms.index.forward import KeptPassages, keep_rows, kept_files
+
+    rows = staged_rows(200)
+    records = stage(tmp_path / "staged", rows, writers=1, buckets=2)
+    kept = KeptPassages(str(tmp_path / "kept"), "", "", "")
+    keep_rows(kept, np.arange(200, dtype=np.uint64), embedding_table(rows, DIM))
+    plain = {"passage_id": "ZSTD", "title": "ZSTD", "text": "ZSTD", "embedding": "UNCOMPRESSED"}
+    assert column_codecs(records[0].path) == {**plain, buckets_module.SAMPLE_KEY: "ZSTD"}
+    assert column_codecs(kept_files(kept.directory)[0]) == {**plain, "passage_key": "ZSTD"}
+    for record in records:
+        buckets_module.write_shard_bucket(str(tmp_path / "index"), "shard-00000", record.bucket, [record.path], DIM)
+    written = sorted((tmp_path / "index").rglob("*.parquet"))
+    assert {codec for path in written for codec in column_codecs(str(path)).values()} == {"ZSTD"}
+    read = pa.concat_tables(pq.read_table(path) for path in written)
+    assert sorted(read.column("passage_id").to_pylist()) == [row[0] for row in rows]
+    by_id = {row[0]: row[3] for row in rows}
+    for passage_id, vector in zip(read.column("passage_id").to_pylist(), read.column("embedding").to_pylist(),
+                                  strict=True):
+        np.testing.assert_array_equal(vector, by_id[passage_id])
