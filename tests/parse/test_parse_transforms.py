@@ -8,7 +8,7 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -279,13 +279,24 @@ def test_outputs_past_the_launchers_share_are_described_by_the_workers(tmp_path:
     dump = write_dump(tmp_path)
     by_launcher, by_workers = tmp_path / "launcher", tmp_path / "workers"
     assert main(["parse", "--dump", dump, "--output", str(by_launcher), *DIRECT]) == 0
-    monkeypatch.setattr(stage_runner, "LAUNCHER_HASH_BYTES", 0)
+    monkeypatch.setattr(stage_runner, "hashes_here", lambda ctx, paths: False)  # as a remote runner beyond the share
     assert main(["parse", "--dump", dump, "--output", str(by_workers), *DIRECT]) == 0
     outputs = [manifest.load(str(output))["parse"].outputs for output in (by_launcher, by_workers)]
     assert sorted(outputs[0], key=lambda item: item.path) == outputs[1]
     assert {item.path for item in outputs[1]} >= {"articles/part-00000-of-00001.parquet",
                                                   "redirects/part-00000-of-00001.parquet"}
     assert not (by_workers / ".staging" / "parse").exists()
+
+
+def test_the_launcher_hashes_a_local_runs_outputs_whatever_their_size_and_a_remote_ones_up_to_its_share(
+        tmp_path: Path, monkeypatch):
+    output = tmp_path / "file.bin"
+    output.write_bytes(b"x" * 100)
+    local = stage_runner.StageContext(output=str(tmp_path), stage="parse", beam_args=tuple(DIRECT))
+    remote = replace(local, beam_args=("--runner=DataflowRunner",))
+    assert stage_runner.hashes_here(local, [str(output)]) and stage_runner.hashes_here(remote, [str(output)])
+    monkeypatch.setattr(stage_runner, "LAUNCHER_HASH_BYTES", 99)
+    assert stage_runner.hashes_here(local, [str(output)]) and not stage_runner.hashes_here(remote, [str(output)])
 
 
 def test_article_positions_are_read_back_by_index_in_any_order(tmp_path: Path):
