@@ -101,7 +101,7 @@ def to_host(tensors: Sequence) -> np.ndarray:
     """Device result tensors of several batches -> one float32 array, copied back once (after the last batch,
     so the forward passes are queued without waiting for each result). Joined and made float32 on their device;
     results already on the CPU are joined by numpy: torch would run the copy on its intra-op threads, which spin
-    for cores the inputs' workers need (3 CPU s of the index's model process on 2 cores with a stand-in GPU)."""
+    for cores the inputs' workers need (3-4.5 CPU s of the index's model process on 2 cores, stand-in GPU)."""
     import torch
 
     if not tensors:
