@@ -8,8 +8,16 @@ from typing import Any
 from artifacts import fs, layout, schemas, tables
 from artifacts.errors import InputError
 from artifacts.run import manifest
-from encoders.models import TOKENIZER_FILE, model_files, save_tokenizer
-from pipelines.launcher.stage import Build, StageContext, run_beam, run_model_beside, summed, with_dead_letters
+from encoders.models import model_files
+from pipelines.launcher.stage import (
+    Build,
+    StageContext,
+    run_beam,
+    run_model_beside,
+    saved_tokenizer,
+    summed,
+    with_dead_letters,
+)
 from pipelines.refresh import RefreshConfig, fingerprint_changes, option_changes, previous_options, reusable_previous
 from transforms.common.mention_sampling import CHARS_PER_TOKEN
 from transforms.embed_entities.gather import save_store_index
@@ -65,14 +73,10 @@ class EmbedEntitiesStage:
         previous = reusable_previous(refresh_of(config), self.name, PREVIOUS_STAGES,
                                      lambda old: incompatibility(old, ctx.output, config, salt))
         scratch = fs.join(ctx.staging_root, "work")
-        # the launcher reads the model's files only where the workers run (a local run): elsewhere they load it
-        tokenizer = fs.join(scratch, TOKENIZER_FILE) if ctx.workers_run_here() else ""
-        if tokenizer:
-            save_tokenizer(config.model, tokenizer)
         inputs = EmbedInputs(output=ctx.output, mentions=mentions, embeddings=ctx.staged(layout.ENTITY_EMBEDDINGS),
                              scratch=scratch, pending=ctx.kept_root, salt=salt,
                              store=ctx.staged(layout.MENTION_VECTORS), id_map=ctx.staged(layout.ENTITY_ID_MAP),
-                             previous=previous, tokenizer=tokenizer)
+                             previous=previous, tokenizer=saved_tokenizer(ctx, config.model, scratch))
         # the windows stored before (a previous run's, this OUT's, a killed run's) are not encoded again
         stores = store_directories(ctx, previous)
         write_known_keys(store_files(stores, salt), inputs.files.known)

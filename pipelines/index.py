@@ -27,10 +27,18 @@ from artifacts.passages import Passage
 from artifacts.run import manifest
 from encoders.errors import MissingRunArtifactError
 from encoders.loading import check_encoder_options
-from encoders.models import TOKENIZER_FILE, check_device, model_files, save_tokenizer
+from encoders.models import check_device, model_files
 from encoders.retrievers import EncoderOptions, dense_dim, recorded_encoder
 from pipelines.launcher import disk_space, flags
-from pipelines.launcher.stage import Build, StageContext, run_beam, run_model_beside, summed, with_dead_letters
+from pipelines.launcher.stage import (
+    Build,
+    StageContext,
+    run_beam,
+    run_model_beside,
+    saved_tokenizer,
+    summed,
+    with_dead_letters,
+)
 from pipelines.refresh import RefreshConfig, fingerprint_changes, option_changes, previous_options, reusable_previous
 from transforms.common.dead_letters import WriteDeadLetters
 from transforms.common.follow import FollowedFiles, files_per_step, rows_per_file
@@ -184,6 +192,11 @@ PASSAGES_ROW_GROUP_BYTES = 8 << 20  # what the passages/ writer holds (Beam's de
 PREVIOUS_DIGESTS_DIR = "previous-digests"  # --previous: the old shards' (id, digest) tables, in the staging root
 
 
+def work_dir(ctx: StageContext) -> str:
+    """The encoding's own files (inputs, kept keys, the saved tokenizer): removed with the staging directory."""
+    return fs.join(ctx.staging_root, "work")
+
+
 def buckets_dir(ctx: StageContext) -> str:
     """Where encoded rows are staged by bucket (not an artifact: removed with the stage's staging directory)."""
     return fs.join(ctx.staging_root, files.BUCKETS_DIR)
@@ -211,7 +224,7 @@ def kept_passages(ctx: StageContext, options: dict[str, Any], external: dict[str
                 {role: manifest.file_fingerprint(pattern) for role, pattern in sorted(external.items()) if pattern},
                 [records[name].outputs_digest() for name in upstream if name in records]]
     salt = hashlib.blake2b(json.dumps(identity, sort_keys=True).encode(), digest_size=16).hexdigest()
-    work = fs.join(ctx.staging_root, "work")
+    work = work_dir(ctx)
     return KeptPassages(ctx.kept_root, fs.join(work, "known-keys.npy"), fs.join(work, "reused"), salt)
 
 
@@ -223,13 +236,11 @@ def reused_keys(kept: KeptPassages) -> np.ndarray:
 
 def encoding_files(ctx: StageContext, estimate: int = 0) -> EncodingFiles:
     """Where the encoding pipelines write, with input files for ``estimate`` passages (0: as many as read)."""
-    work = fs.join(ctx.staging_root, "work")
+    work = work_dir(ctx)
     rows = rows_per_file(estimate, INPUT_FILE_ROWS) if estimate else INPUT_FILE_ROWS
     inputs = FollowedFiles(fs.join(work, "inputs"), INPUT_PREFIX, fs.join(work, "inputs.list"),
                            fs.join(work, "inputs.ended"), files_per_step(rows, INPUT_FILE_ROWS))
-    # the launcher reads the model's files only where the workers run (a local run): elsewhere they load it
-    tokenizer = fs.join(work, TOKENIZER_FILE) if ctx.workers_run_here() else ""
-    return EncodingFiles(inputs, buckets_dir(ctx), rows, tokenizer)
+    return EncodingFiles(inputs, buckets_dir(ctx), rows)
 
 
 def encode(ctx: StageContext, config: IndexConfig, encoder: EncoderOptions, encoding: Encoding,
@@ -237,8 +248,7 @@ def encode(ctx: StageContext, config: IndexConfig, encoder: EncoderOptions, enco
     """The passages read and their inputs built by every worker (``prepare``), encoded beside it by the processes
     that hold the model (``EncodePassages``); the counters of both."""
     files = encoding_files(ctx, encoding.estimate)
-    if files.tokenizer:
-        save_tokenizer(encoder.spec("passage").name_or_path, files.tokenizer)
+    files = replace(files, tokenizer=saved_tokenizer(ctx, encoder.spec("passage").name_or_path, work_dir(ctx)))
 
     def model(forward: StageContext, followers: int) -> Build:
         encode_passages = EncodePassages(encoder, files, encoding.bucket_count, encoding.dim, followers, kept,

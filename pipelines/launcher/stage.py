@@ -29,7 +29,7 @@ from artifacts.counters import Counter
 from artifacts.errors import InputError, error_chain
 from artifacts.run import lock, manifest
 from encoders.errors import GpuMemoryError, gpu_out_of_memory
-from encoders.models import model_processes
+from encoders.models import TOKENIZER_FILE, model_processes, save_tokenizer
 from pipelines.launcher import disk_space, local_workers
 from pipelines.launcher.environment import environment_variable, environment_variables
 from pipelines.launcher.flags import DEFAULT_INTERVAL_S
@@ -153,6 +153,17 @@ def workers_run_here(beam_args: Sequence[str]) -> bool:
     and files (a CPU launcher may start a GPU job)."""
     runner = beam_pipeline_options(beam_args).view_as(StandardOptions).runner
     return str(runner).rsplit(".", 1)[-1] in LOCAL_RUNNERS
+
+
+def saved_tokenizer(ctx: StageContext, model: str, directory: str) -> str:
+    """The tokenizer of ``model`` saved under ``directory`` for the workers that build a GPU stage's inputs
+    (``models.save_tokenizer``), and its path; "" where the launcher does not read the model's files (a remote
+    runner: each worker loads the tokenizer itself)."""
+    if not ctx.workers_run_here():
+        return ""
+    path = fs.join(directory, TOKENIZER_FILE)
+    save_tokenizer(model, path)
+    return path
 
 
 Build = Callable[[beam.Pipeline], None]
