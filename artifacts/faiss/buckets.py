@@ -6,8 +6,9 @@ shard, whatever the number of shards chosen afterwards. Each writer (one per wor
 to its own Parquet file as small row groups, so a worker holds a few thousand rows, never a bucket; the files it
 closed are listed as ``BucketFile`` records, and only the listed files are used (a failed bundle's files are not).
 
-Once the shards are known, each bucket is read back whole, sorted by passage id and written as one file of its
-shard: the shard's files and its FAISS insertion order are then the same whatever the runner or worker count.
+Once the shards are known, each bucket is read back, sorted by passage id (its vectors put at their rows as its row
+groups are read) and written as one file of its shard: the shard's files and its FAISS insertion order are then the
+same whatever the runner or worker count.
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from artifacts import fs
+from artifacts import fs, tables
 from artifacts.arrays import split_by
 from artifacts.faiss.files import EMBEDDINGS_DIR
-from artifacts.faiss.vectors import embedding_schema
+from artifacts.faiss.vectors import embedding_schema, table_vectors, with_vectors
 from artifacts.passages import sample_key, shard_of
 from artifacts.schemas import PARQUET_CODEC, scratch_compression, writer_options
 
@@ -146,29 +147,52 @@ def shard_buckets(records: Iterable[BucketFile], shards: int) -> dict[int, list[
     return grouped
 
 
-def read_bucket(paths: Sequence[str], dim: int) -> pa.Table:
-    """A bucket's staged rows, with the contract's columns only."""
-    tables = []
+def read_bucket(paths: Sequence[str], columns: Sequence[str]) -> pa.Table:
+    """The ``columns`` of a bucket's staged rows."""
+    parts = []
     for path in paths:
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-            tables.append(pq.read_table(handle, columns=embedding_schema(dim).names))
-    return pa.concat_tables(tables)
+            parts.append(pq.read_table(handle, columns=list(columns)))
+    return pa.concat_tables(parts)
 
 
-def write_shard_bucket(index_dir: str, shard: str, bucket: int, paths: Sequence[str], dim: int) -> int:
-    """Write one bucket's rows, sorted by passage id, as ``embeddings/SHARD/bucket-NNNNN.parquet``; its row count.
-    Holds the bucket twice while its staged files' chunks are combined (a take from a table of many chunks costs
-    ~10 times more: 3.5 of 68 s of an index of 307,087 passages), then once, and one row group of it sorted."""
-    table = read_bucket(paths, dim).combine_chunks()
-    order = pc.sort_indices(table.column("passage_id"))
+class DuplicatePassageIdError(ValueError):
+    """A bucket staged a passage id twice (the corpus's duplicates are dropped before encoding: a bug, never input)."""
+
+
+def bucket_ids(paths: Sequence[str]) -> np.ndarray:
+    """A bucket's passage ids in order: the order of its rows in its shard's file and index."""
+    ids = np.sort(read_bucket(paths, ["passage_id"]).column(0).to_numpy())
+    repeated = ids[1:][ids[1:] == ids[:-1]]
+    if len(repeated):
+        raise DuplicatePassageIdError(f"passage id {repeated[0]} was staged twice (the bucket of {paths[0]})")
+    return ids
+
+
+def fill_bucket(paths: Sequence[str], ids: np.ndarray, vectors: np.ndarray) -> None:
+    """Each staged row's vector written at its passage id's row of ``vectors`` (a row per id of ``ids``, the
+    bucket's ids in order), one staged row group at a time: the bucket's vectors are held once, where they go."""
+    for batch in tables.iter_file_batches(paths, ["passage_id", "embedding"]):
+        vectors[np.searchsorted(ids, batch.column(0).to_numpy())] = table_vectors(batch)
+
+
+def write_shard_bucket(index_dir: str, shard: str, bucket: int, paths: Sequence[str], dim: int) -> np.ndarray:
+    """Write one bucket's rows, sorted by passage id, as ``embeddings/SHARD/bucket-NNNNN.parquet``; returns its
+    passage ids in that order. Holds the bucket's vectors once (put in order as they are read) and its other
+    columns twice while their chunks are combined (a take from many chunks costs ~20 times more), then once."""
+    ids = bucket_ids(paths)
+    vectors = np.empty((len(ids), dim), np.float32)
+    fill_bucket(paths, ids, vectors)
+    passages = read_bucket(paths, ["passage_id", "title", "text"]).combine_chunks()
+    order = pc.sort_indices(passages.column("passage_id"))
     path = fs.join(index_dir, EMBEDDINGS_DIR, shard, f"{bucket_name(bucket)}.parquet")
     schema = embedding_schema(dim)
     with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle, \
             pq.ParquetWriter(handle, schema, compression=PARQUET_CODEC,
                              **writer_options(schema)) as writer:
-        for start in range(0, table.num_rows, MAX_GROUP_ROWS):
-            writer.write_table(table.take(order[start:start + MAX_GROUP_ROWS]))
-    rows = table.num_rows
-    del table, order
+        for start in range(0, len(ids), MAX_GROUP_ROWS):
+            rows = slice(start, start + MAX_GROUP_ROWS)
+            writer.write_table(with_vectors(passages.take(order[rows]), vectors[rows]))
+    del passages, order, vectors
     pa.default_memory_pool().release_unused()  # Arrow's pool would keep the bucket's pages from the index build
-    return rows
+    return ids

@@ -83,15 +83,43 @@ def reserve(index, count: int) -> None:
         inner.codes.resize(inner.ntotal * inner.code_size)
 
 
+def flat_rows(index, count: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Room for ``count`` vectors in an empty exact index (a flat index under an IDMap: what ``Flat`` builds), as
+    writable views of its vectors (``count`` x dim float32, zeros) and ids, to be filled in place from any thread in
+    any order; None for other index types, which vectors are added to. (A flat index's add is a copy: a GPU would
+    only add two.)"""
+    import faiss
+
+    if type(index) is not faiss.IndexIDMap or index.ntotal:
+        return None
+    inner = faiss.downcast_index(index.index)
+    if type(inner) not in (faiss.IndexFlat, faiss.IndexFlatIP, faiss.IndexFlatL2) or not count:
+        return None
+    inner.codes.resize(count * inner.code_size)
+    index.id_map.resize(count)
+    inner.ntotal = index.ntotal = count
+    return (faiss.rev_swig_ptr(inner.get_xb(), count * inner.d).reshape(count, inner.d),
+            faiss.rev_swig_ptr(index.id_map.data(), count))
+
+
 def build_shard(index_dir: str, shard: str, trained_path: str, use_gpu: bool = False) -> dict[str, Any]:
     """Add one shard's embeddings (its files in name order) to a copy of the trained index; write its index file
     and id map. Holds the index and one batch of vectors."""
+    return add_shard_files(read_index(trained_path, mmap=False), index_dir, shard, use_gpu)
+
+
+def add_shard_files(index, index_dir: str, shard: str, use_gpu: bool = False) -> dict[str, Any]:
+    """Add one shard's embeddings (its files in name order) to ``index`` (the trained index, empty) and write it."""
     files = shard_embedding_files(index_dir, shard)
     batches = ((batch.column(0).to_numpy(), table_vectors(batch))
                for batch in tables.iter_file_batches(files, ["passage_id", "embedding"], VECTOR_BATCH))
-    index = read_index(trained_path, mmap=False)
     reserve(index, sum(tables.parquet_row_count(path) for path in files))
     index, ids = add_batches(index, batches, use_gpu)
+    return write_shard(index, ids, index_dir, shard)
+
+
+def write_shard(index, ids: np.ndarray, index_dir: str, shard: str) -> dict[str, Any]:
+    """Write a shard's index file and id map (its passage ids in insertion order); its index.json entry."""
     write_index(index, fs.join(index_dir, shard_index_name(shard)))
     write_npy(fs.join(index_dir, shard_ids_name(shard)), ids)
     return {"name": shard, "index": shard_index_name(shard), "ids": shard_ids_name(shard), "count": len(ids),

@@ -17,7 +17,7 @@ _IVF = re.compile(r"IVF(\d+)")
 _FAISS_LOCATION = re.compile(r"^Error in .*? at \S+:\d+: ")
 _FAISS_ASSERTION = re.compile(r"^Error: '.*?' failed: ")
 # Building a shard holds the worker's own memory and its float32 vectors once, streamed from its bucket files into
-# the index: at most SHARD_GROWTH bytes a byte of vectors (1.02-1.03 measured: tests/index/test_index_memory.py,
+# the index: at most SHARD_GROWTH bytes a byte of vectors (1.01-1.06 measured: tests/index/test_index_memory.py,
 # bench/scale.py) above WORKER_BASE_GB (0.58 GB measured in the one process of a local run, model loaded).
 SHARD_GROWTH = 1.2
 WORKER_BASE_GB = 1.0

@@ -145,13 +145,65 @@ def test_shards_written_from_buckets_are_the_same_whatever_the_writers(tmp_path)
             for bucket, paths in grouped:
                 buckets_module.write_shard_bucket(str(index_dir), name, bucket, paths, DIM)
             shards.build_shard(str(index_dir), name, f"{index_dir}/trained.faiss")
-        built[writers] = {path.relative_to(index_dir): path.read_bytes() for path in index_dir.rglob("*")
-                          if path.is_file()}
+        built[writers] = built_files(index_dir)
     assert built[1] == built[4]
     ids = {name: np.load(tmp_path / "index1" / name) for name in built[1] if str(name).endswith(".ids.npy")}
     assert sorted(np.concatenate(list(ids.values())).tolist()) == [row[0] for row in rows]
     assert all(shard_of(int(passage_id), 2) == int(str(name)[6:11]) for name, found in ids.items()
                for passage_id in found)
+
+
+def built_files(index_dir) -> dict:
+    return {path.relative_to(index_dir): path.read_bytes() for path in index_dir.rglob("*") if path.is_file()}
+
+
+@pytest.mark.parametrize("factory", ["Flat", "IVF4,Flat"])
+def test_a_shard_filled_in_place_is_the_shard_added_to_from_its_files(tmp_path, factory):
+    """BuildShard fills a flat index in place from the staged files (any other type is added to from the shard's
+    files): every file of the shard, index and id map included, is byte for byte what adding the shard's files in
+    order to the trained index gives."""
+    from transforms.index.graph import BuildShard
+
+    rows = staged_rows(700)
+    records = stage(tmp_path / "staged", rows, writers=3)
+    trained = shards.train_index(factory, DIM, np.array([row[3] for row in rows]))
+    built = {}
+    for way in ("in place", "added"):
+        index_dir = tmp_path / way
+        shards.write_index(trained, f"{index_dir}/trained.faiss")
+        for shard, grouped in buckets_module.shard_buckets(records, 2).items():
+            name = shards.shard_name(shard)
+            if way == "in place":
+                spec = (name, tuple((bucket, tuple(paths)) for bucket, paths in grouped))
+                [summary] = BuildShard(str(index_dir), DIM, False).process(spec, f"{index_dir}/trained.faiss")
+            else:
+                for bucket, paths in grouped:
+                    buckets_module.write_shard_bucket(str(index_dir), name, bucket, paths, DIM)
+                summary = shards.build_shard(str(index_dir), name, f"{index_dir}/trained.faiss")
+            assert summary["count"] == sum(shard_of(row[0], 2) == shard for row in rows)
+        built[way] = built_files(index_dir)
+    assert built["in place"] == built["added"]
+    assert len([name for name in built["added"] if str(name).endswith(".parquet")]) == 8
+
+
+def test_only_an_empty_flat_index_under_an_id_map_is_filled_in_place():
+    vectors = clustered(50)
+    room = shards.flat_rows(shards.new_index("Flat", DIM), 50)
+    assert room is not None and room[0].shape == (50, DIM) and room[1].shape == (50,)
+    for factory in ("IVF4,Flat", "HNSW8,Flat", "SQ8", "IDMap2,Flat"):
+        assert shards.flat_rows(shards.train_index(factory, DIM, vectors), 50) is None, factory
+    added = shards.new_index("Flat", DIM)
+    added.add_with_ids(vectors[:5], np.arange(5))
+    assert shards.flat_rows(added, 45) is None  # not empty: its rows come first
+
+
+def test_a_passage_id_staged_twice_is_an_error_not_a_row_lost(tmp_path):
+    rows = staged_rows(20)
+    writer = buckets_module.BucketWriter(str(tmp_path / "staged"), 1, DIM)
+    writer.add_table(embedding_table(rows + rows[3:4], DIM))
+    [record] = writer.close()
+    with pytest.raises(buckets_module.DuplicatePassageIdError, match="passage id 9 was staged twice"):
+        buckets_module.write_shard_bucket(str(tmp_path / "index"), "shard-00000", 0, [record.path], DIM)
 
 
 def test_a_flat_index_is_allocated_once_for_the_vectors_it_will_hold():

@@ -1,7 +1,8 @@
 """Building a shard holds its vectors once: the peak memory of the step that builds one shard (its buckets sorted
-into the shard's files, then its vectors streamed from them into the index) grows by at most SHARD_GROWTH bytes a
-byte of the shard's float32 vectors, measured in a child process (its own peak) at two sizes, with the allocator
-settings that the command line gives every worker process."""
+into the shard's files, then its vectors streamed into the index: a flat one filled in place from the staged files,
+an IVF one added to from the shard's files) grows by at most SHARD_GROWTH bytes a byte of the shard's float32
+vectors, measured in a child process (its own peak) at two sizes, with the allocator settings that the command line
+gives every worker process."""
 
 from __future__ import annotations
 
@@ -26,13 +27,15 @@ SIZES = (16_384, 65_536)  # 48 and 192 MiB of vectors: far above the allocator's
 BUCKETS = 4
 
 BUILD_ONE_SHARD = """
-import json, resource, sys
+import json, sys
 from transforms.index.graph import BuildShard
 index_dir, dim, spec, trained = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
 name, shard_buckets = spec
 shard = (name, tuple((bucket, tuple(paths)) for bucket, paths in shard_buckets))
 [summary] = BuildShard(index_dir, dim, False).process(shard, trained)
-print(json.dumps({"count": summary["count"], "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+# VmHWM, this process's own peak: ru_maxrss starts at the parent's (Linux keeps it across fork and exec)
+[peak_kb] = [line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")]
+print(json.dumps({"count": summary["count"], "peak": int(peak_kb) * 1024}))
 """
 
 

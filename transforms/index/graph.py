@@ -10,7 +10,8 @@ written. Then the exact count decides the number of shards (from the memory budg
 and its training sample. ``BuildIndex`` trains the
 index once, in one worker, on the rows with the smallest sample keys of the staged files (the keys first, then only
 the chosen vectors), then builds every shard in parallel: each of its buckets sorted by passage id and written as
-one of the shard's files, then added to a copy of the trained index (FAISS ids = passage ids) in that order; then
+one of the shard's files, then the shard's vectors put in a copy of the trained index (FAISS ids = passage ids) in
+that order (a flat index filled in place from the staged files, any other added to from the shard's files); then
 index.json.
 """
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.transforms.window import GlobalWindows
 
 from artifacts import fs, layout
@@ -250,8 +252,8 @@ class ListBucketFiles(beam.PTransform):
 
 # --- building the index --------------------------------------------------------------------------------------
 
-# A shard's buckets sorted at once, each held twice while it is sorted: with MIN_BUCKETS_PER_SHARD, half the shard's
-# vectors at most, below the index they are then added to.
+# A shard's buckets sorted at once, each holding its vectors once and its text twice while it is sorted: with
+# MIN_BUCKETS_PER_SHARD, a quarter of the shard's vectors (and half its text) at most, before the index exists.
 SORTING_THREADS = 2
 ShardSpec = tuple[str, tuple[tuple[int, tuple[str, ...]], ...]]  # (shard name, ((bucket, its staged files), ...))
 
@@ -276,8 +278,9 @@ class IndexPlan:
 
 class BuildShard(beam.DoFn):
     """One shard: each of its buckets sorted and written as one of its files (``SORTING_THREADS`` at a time: Arrow's
-    reading, sorting and writing run outside the GIL), then the trained index with the shard's vectors added in
-    that order, the shard file and its id map."""
+    reading and writing run outside the GIL), then the trained index with the shard's vectors in that order: a flat
+    index filled in place from the staged files (by the same threads: no copy, no read back), any other added to
+    from the shard's files; then the shard's index file and its id map."""
 
     def __init__(self, index_dir: str, dim: int, use_gpu: bool) -> None:
         self._index_dir, self._dim, self._use_gpu = index_dir, dim, use_gpu
@@ -285,14 +288,30 @@ class BuildShard(beam.DoFn):
     def process(self, shard: ShardSpec, trained_path: str) -> Iterator[dict[str, Any]]:
         name, shard_buckets = shard
 
-        def write_bucket(item: tuple[int, tuple[str, ...]]) -> int:
+        def write_bucket(item: tuple[int, tuple[str, ...]]) -> np.ndarray:
             return buckets.write_shard_bucket(self._index_dir, name, item[0], item[1], self._dim)
 
         with ThreadPoolExecutor(max_workers=SORTING_THREADS, thread_name_prefix="sort-bucket") as pool:
-            list(pool.map(write_bucket, shard_buckets))  # every bucket written, or the first error raised
-        summary = build.build_shard(self._index_dir, name, trained_path, self._use_gpu)
+            sorted_ids = list(pool.map(write_bucket, shard_buckets))  # every bucket written, or the first error
+            index = storage.read_index(trained_path, mmap=False)
+            room = build.flat_rows(index, sum(len(ids) for ids in sorted_ids))
+            if room is None:
+                summary = build.add_shard_files(index, self._index_dir, name, self._use_gpu)
+            else:
+                fill_in_place(pool, room, [paths for _, paths in shard_buckets], sorted_ids)
+                summary = build.write_shard(index, room[1], self._index_dir, name)
         count("shards_built")
         yield summary
+
+
+def fill_in_place(pool: ThreadPoolExecutor, room: tuple[np.ndarray, np.ndarray], staged: list[tuple[str, ...]],
+                  sorted_ids: list[np.ndarray]) -> None:
+    """A flat index's vectors and ids (``room``) filled with its buckets' rows, bucket after bucket, each in
+    passage id order (``sorted_ids``): every bucket's staged vectors read again straight into their rows."""
+    vectors, ids = room
+    ids[:] = np.concatenate(sorted_ids)
+    starts = np.cumsum([len(bucket) for bucket in sorted_ids])[:-1]
+    list(pool.map(buckets.fill_bucket, staged, sorted_ids, np.split(vectors, starts)))
 
 
 def train_once(_: Any, plan: IndexPlan) -> str:
