@@ -27,15 +27,15 @@ SIZES = (16_384, 65_536)  # 48 and 192 MiB of vectors: far above the allocator's
 BUCKETS = 4
 
 BUILD_ONE_SHARD = """
-import json, sys
+import json, os, sys
+from bench.memory import high_water_rss
 from transforms.index.graph import BuildShard
 index_dir, dim, spec, trained = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
 name, shard_buckets = spec
 shard = (name, tuple((bucket, tuple(paths)) for bucket, paths in shard_buckets))
 [summary] = BuildShard(index_dir, dim, False).process(shard, trained)
-# VmHWM, this process's own peak: ru_maxrss starts at the parent's (Linux keeps it across fork and exec)
-[peak_kb] = [line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")]
-print(json.dumps({"count": summary["count"], "peak": int(peak_kb) * 1024}))
+# this process's own peak (ru_maxrss would start at the parent's)
+print(json.dumps({"count": summary["count"], "peak": high_water_rss(os.getpid())}))
 """
 
 
