@@ -160,13 +160,11 @@ class DuplicatePassageIdError(ValueError):
     """A bucket staged a passage id twice (the corpus's duplicates are dropped before encoding: a bug, never input)."""
 
 
-def bucket_ids(paths: Sequence[str]) -> np.ndarray:
-    """A bucket's passage ids in order: the order of its rows in its shard's file and index."""
-    ids = np.sort(read_bucket(paths, ["passage_id"]).column(0).to_numpy())
+def check_unique(ids: np.ndarray, paths: Sequence[str]) -> None:
+    """A bucket's sorted passage ids, each once (a row staged twice would leave another row unfilled)."""
     repeated = ids[1:][ids[1:] == ids[:-1]]
     if len(repeated):
         raise DuplicatePassageIdError(f"passage id {repeated[0]} was staged twice (the bucket of {paths[0]})")
-    return ids
 
 
 def fill_bucket(paths: Sequence[str], ids: np.ndarray, vectors: np.ndarray) -> None:
@@ -180,11 +178,12 @@ def write_shard_bucket(index_dir: str, shard: str, bucket: int, paths: Sequence[
     """Write one bucket's rows, sorted by passage id, as ``embeddings/SHARD/bucket-NNNNN.parquet``; returns its
     passage ids in that order. Holds the bucket's vectors once (put in order as they are read) and its other
     columns twice while their chunks are combined (a take from many chunks costs ~20 times more), then once."""
-    ids = bucket_ids(paths)
-    vectors = np.empty((len(ids), dim), np.float32)
-    fill_bucket(paths, ids, vectors)
     passages = read_bucket(paths, ["passage_id", "title", "text"]).combine_chunks()
     order = pc.sort_indices(passages.column("passage_id"))
+    ids = passages.column("passage_id").take(order).to_numpy()
+    check_unique(ids, paths)
+    vectors = np.empty((len(ids), dim), np.float32)
+    fill_bucket(paths, ids, vectors)
     path = fs.join(index_dir, EMBEDDINGS_DIR, shard, f"{bucket_name(bucket)}.parquet")
     schema = embedding_schema(dim)
     with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle, \
