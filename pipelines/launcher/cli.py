@@ -36,12 +36,19 @@ from pipelines.launcher.worker_output import ForwardedStderr
 
 # Commands that write OUT: it must be a writable directory before they start.
 WRITERS = (*layout.STAGE_COMMANDS.values(), "all")
+# Beam options that the model's pipeline takes from the command, not from --model-pipeline-options.
+WHOLE_RUN_FLAGS = {"--runner": "both pipelines of a stage run on the command's runner",
+                   "--direct_num_workers": "--model-workers sets the processes that hold the model",
+                   "--direct_running_mode": "--model-workers sets the processes that hold the model"}
 
 
 class OneLineParser(argparse.ArgumentParser):
     """An argument parser whose errors are one line and exit 2."""
 
     def error(self, message: str) -> Any:
+        if message.endswith("expected one argument"):  # also a value that starts with "-", read as a flag
+            flag = message.removeprefix("argument ").split(":", 1)[0].split("/", 1)[0]
+            message += f" (a value that starts with '-' goes after '=': {flag}='...')"
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 
@@ -105,17 +112,44 @@ def beam_flags() -> set[str]:
 def check_unknown_flags(parser: argparse.ArgumentParser, command: str, unknown: list[str]) -> None:
     """Raise an InputError for the first unknown argument that is not a Beam pipeline option (Beam's flags are
     read only when there is an unknown flag)."""
-    for index, arg in enumerate(unknown):
-        if not arg.startswith("-") and not _is_flag_value(unknown, index):
-            raise InputError(f"unexpected argument {arg} for {command}")
-    beam = beam_flags() if any(arg.startswith("-") for arg in unknown) else set()
+    stray = stray_word(unknown)
+    if stray is not None:
+        raise InputError(f"unexpected argument {stray} for {command}")
     ours = [flag for action in command_parser(parser, command)._actions for flag in action.option_strings]
-    for arg in unknown:
-        flag = arg.split("=", 1)[0]
-        if arg.startswith("-") and flag not in beam:
-            close = difflib.get_close_matches(flag, [*ours, *sorted(beam)], n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            raise InputError(f"unknown option {flag}{hint}")
+    problem = unknown_option(unknown, ours)
+    if problem:
+        raise InputError(problem)
+
+
+def stray_word(words: Sequence[str]) -> str | None:
+    """The first of ``words`` that is neither a flag nor the value of the flag before it (None: there is none)."""
+    return next((word for index, word in enumerate(words)
+                 if not word.startswith("-") and not _is_flag_value(words, index)), None)
+
+
+def unknown_option(words: Sequence[str], suggested: Sequence[str]) -> str | None:
+    """``unknown option --flag`` for the first flag of ``words`` that Beam does not have, with the closest of
+    ``suggested`` and Beam's flags when one is close (None: every flag is Beam's)."""
+    beam = beam_flags() if any(word.startswith("-") for word in words) else set()
+    for word in words:
+        flag = word.split("=", 1)[0]
+        if word.startswith("-") and flag not in beam:
+            close = difflib.get_close_matches(flag, [*suggested, *sorted(beam)], n=1, cutoff=0.6)
+            return f"unknown option {flag}" + (f" (did you mean {close[0]}?)" if close else "")
+    return None
+
+
+def check_model_pipeline_options(args: argparse.Namespace) -> None:
+    """--model-pipeline-options: Beam options only, none that the two pipelines must share (``WHOLE_RUN_FLAGS``)."""
+    words = getattr(args, "model_pipeline_options", None) or ()
+    stray = stray_word(words)
+    problem = f"unexpected argument {stray}" if stray is not None else unknown_option(words, ())
+    if problem:
+        raise InputError(f"--model-pipeline-options: {problem}")
+    for word in words:
+        flag = word.split("=", 1)[0]
+        if flag in WHOLE_RUN_FLAGS:
+            raise InputError(f"--model-pipeline-options cannot set {flag}: {WHOLE_RUN_FLAGS[flag]}")
 
 
 def command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
@@ -146,7 +180,7 @@ def dispatch(args: argparse.Namespace, beam_args: list[str]) -> int:
     return command.main(args, beam_args)
 
 
-def _is_flag_value(args: list[str], index: int) -> bool:
+def _is_flag_value(args: Sequence[str], index: int) -> bool:
     """Whether ``args[index]`` is the value of a preceding ``--flag value`` pair."""
     return index > 0 and args[index - 1].startswith("--") and "=" not in args[index - 1]
 
@@ -213,10 +247,12 @@ def main(argv: Sequence[str] | None = None, exit_at_ctrl_c: bool = False) -> int
         try:
             COMMANDS[args.command].check(args)
             check_unknown_flags(parser, args.command, beam_args)
+            check_model_pipeline_options(args)
             if beam_args or args.command in WRITERS:
                 from pipelines.launcher import runners  # Beam: imported once the arguments are checked
 
                 runners.check_runner(beam_args)
+                runners.check_option_values([*beam_args, *(getattr(args, "model_pipeline_options", None) or ())])
                 if args.command in WRITERS:  # the commands that run Beam pipelines
                     paths = flags.local_paths(command_parser(parser, args.command), args)
                     beam_args += runners.prepare_workers(beam_args, paths)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
@@ -88,6 +89,15 @@ def more_than(setting: str, floor: float, why: str) -> Callable[[str], float]:
 DEVICE = checked(str, check_device)
 
 
+def option_words(text: str) -> tuple[str, ...]:
+    """Command-line options given as one value (``"--machine_type=g2-standard-8 --num_workers 4"``), split as a
+    shell splits them."""
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as error:  # an unclosed quote
+        raise argparse.ArgumentTypeError(f"{text!r}: {error}") from None
+
+
 # --- paths: made absolute, so that workers elsewhere read what was meant ----------------------------------------
 
 
@@ -138,6 +148,11 @@ def _runtime(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--model-workers", type=at_least("model_workers", 1), metavar="N",
                        help="worker processes of a local run that hold the model (default: one per GPU with --device "
                        "cuda, else as many as the run's workers); the model's inputs are built by every worker")
+    group.add_argument("--model-pipeline-options", type=option_words, metavar="'BEAM OPTIONS'",
+                       help="Beam pipeline options for the model's pipeline alone, after the command's own (which "
+                       "the inputs' and every other pipeline keep): its workers' machine, GPUs and image on a "
+                       "cluster, e.g. '--machine_type=g2-standard-8 "
+                       "--resource_hints=accelerator=type:nvidia-l4;count:1;install-nvidia-driver'")
 
 
 def _sequence(group: argparse._ArgumentGroup) -> None:

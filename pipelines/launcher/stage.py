@@ -55,6 +55,7 @@ class StageContext:
     stage: str
     beam_args: tuple[str, ...]
     progress_interval: float = DEFAULT_INTERVAL_S
+    model_beam_args: tuple[str, ...] = ()  # --model-pipeline-options: added for the model's pipeline alone
 
     @property
     def staging_root(self) -> str:
@@ -96,6 +97,11 @@ class StageContext:
         """This context for a step with ``count`` independent pieces of work: no more local worker processes
         than that, none for one (``local_workers.at_most_workers``)."""
         return replace(self, beam_args=local_workers.at_most_workers(self.beam_args, count))
+
+    def for_model(self, processes: int) -> StageContext:
+        """This context for the pipeline that runs the model in ``processes`` processes: no more local worker
+        processes, and the options of --model-pipeline-options after the command's (a later one wins)."""
+        return replace(self, beam_args=(*self.with_workers_at_most(processes).beam_args, *self.model_beam_args))
 
     def progress(self, unit: str, total: int | None = None, weight: Callable[[Any], int] | None = None) -> LogProgress:
         """A pass-through step that logs how many ``unit`` this worker has done (an element: ``weight(element)``
@@ -250,7 +256,7 @@ def run_model_beside(ctx: StageContext, prepare: Build, model: Callable[[StageCo
     (``model(its context, followers)``) in the processes that hold the model (``model_workers``), told when the
     first has ended; the two pipelines' counters summed."""
     followers = model_workers(ctx, device, configured)
-    forward = ctx.with_workers_at_most(followers)
+    forward = ctx.for_model(followers)
     started, ended = time.perf_counter(), []
 
     def inputs_ended(error: BaseException | None) -> None:
@@ -265,9 +271,9 @@ def run_model_beside(ctx: StageContext, prepare: Build, model: Callable[[StageCo
 
 def model_workers(ctx: StageContext, device: str, configured: int | None) -> int:
     """How many processes hold the model: ``--model-workers``, else on a local runner one per GPU (more would share
-    a GPU: slower, README "GPUs"), else the run's workers."""
+    a GPU: slower, README "GPUs"), else the workers of the model's pipeline."""
     local = model_processes(device) if ctx.workers_run_here() else None
-    return configured or local or worker_count(ctx.beam_args)
+    return configured or local or worker_count((*ctx.beam_args, *ctx.model_beam_args))
 
 
 @contextlib.contextmanager
@@ -406,6 +412,7 @@ def execute(stage: Stage, args: argparse.Namespace, beam_args: Sequence[str],
     options = manifest.canonical_options(stage.options(config))
     stage.external_inputs(config)
     context = StageContext(output=args.output, stage=stage.name, beam_args=tuple(beam_args),
+                           model_beam_args=tuple(getattr(args, "model_pipeline_options", None) or ()),
                            progress_interval=getattr(args, "progress_interval", DEFAULT_INTERVAL_S))
     try:
         with lock.hold(args.output, command_line()):

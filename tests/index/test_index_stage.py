@@ -20,6 +20,7 @@ from artifacts.run import manifest
 from encoders.loading import load_retriever
 from encoders.retrievers import EncoderOptions
 from pipelines.index import check_encoder
+from pipelines.launcher import stage as launcher_stage
 from pipelines.launcher.cli import main
 from tests.builders import article, dpr_passages, stored_rows, write_parsed
 from tests.conftest import BUNDLED_PASSAGES, DIRECT, MULTI_PROCESS, PASSAGES, torch_free_workers
@@ -180,6 +181,32 @@ def test_passages_cut_from_articles(tiny_bert, tmp_path, capfd):
     assert set(stored_rows(tmp_path)) == {700000, 700001, 700002, 900000}
     counters = manifest.load(str(tmp_path))["index"].counters
     assert counters["articles_without_text"] == 1 and counters["passages_indexed"] == 4
+
+
+def test_model_pipeline_options_reach_the_models_pipeline_alone(tiny_bert, tmp_path, monkeypatch):
+    """--model-pipeline-options (a cluster's GPU workers for the model, CPU workers for the rest): added to the
+    options of the pipeline that encodes, after the command's; the inputs' pipeline and the build keep the
+    command's own."""
+    write_parsed(tmp_path, [article(7, "Seven", "one two three four five six seven", [])])
+    started, start = [], launcher_stage.started
+
+    def recording(ctx, build):
+        def recorded(pipeline):
+            build(pipeline)
+            options = pipeline.options.get_all_options()
+            started.append(([part.full_label for part in pipeline.transforms_stack[0].parts],
+                             options["resource_hints"], options["experiments"]))
+        return start(ctx, recorded)
+
+    monkeypatch.setattr(launcher_stage, "started", recording)
+    assert main(["index", "--output", str(tmp_path), "--encoder", str(tiny_bert), "--words-per-passage", "3",
+                 "--experiments=command_wide", "--model-pipeline-options=--resource_hints=min_ram=3GB "
+                 "--experiments=model_only", *DIRECT]) == 0
+    options = {labels[0]: (hints or [], {"command_wide", "model_only"} & set(experiments))
+               for labels, hints, experiments in started}
+    assert options == {"ReadPassages": ([], {"command_wide"}), "EncodePassages": (["min_ram=3GB"],
+                       {"command_wide", "model_only"}), "BuildIndex": ([], {"command_wide"})}
+    assert len(stored_rows(tmp_path)) == 3
 
 
 @pytest.mark.usefixtures("shared_data")

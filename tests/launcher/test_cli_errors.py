@@ -48,6 +48,16 @@ BAD_INPUTS = [
      "error: unknown option --direct_num_worker (did you mean --direct_num_workers?)"),
     (["parse", "--dump", SAMPLE, "--output", "{tmp}/out", "--qqqqqqqq"], "error: unknown option --qqqqqqqq"),
     (["validate", "--output", "{tmp}/out", "stray"], "error: unexpected argument stray for validate"),
+    # --model-pipeline-options: Beam's options for the model's pipeline alone (its GPU workers on a cluster)
+    (["index", "--output", "{tmp}/out", "--encoder", "m", "--model-pipeline-options=--machine_typ=g2-standard-8"],
+     "error: --model-pipeline-options: unknown option --machine_typ (did you mean --machine_type?)"),
+    (["embed-entities", "--output", "{tmp}/out", "--model", "m", "--model-pipeline-options=--num_workers 4 gpu"],
+     "error: --model-pipeline-options: unexpected argument gpu"),
+    (["index", "--output", "{tmp}/out", "--encoder", "m", "--model-pipeline-options=--runner=DataflowRunner"],
+     "error: --model-pipeline-options cannot set --runner: both pipelines of a stage run on the command's runner"),
+    (["all", "--dump", SAMPLE, "--output", "{tmp}/out", "--model", "m", "--encoder", "m",
+      "--model-pipeline-options=--direct_num_workers=2"], "error: --model-pipeline-options cannot set "
+     "--direct_num_workers: --model-workers sets the processes that hold the model"),
     (["parse", "--dump", SAMPLE, "--output", "{file}/out"], "error: --output {file}/out is not a directory ({file} "
                                                             "is a file)"),
     (["dictionary", "--output", "{file}"], "error: --output {file} is not a directory"),
@@ -127,12 +137,24 @@ def test_a_read_only_output_is_refused_before_anything_is_created(tmp_path, caps
     assert files_under(tmp_path) == []
 
 
-def test_argparse_errors_are_one_line_with_exit_2(capsys):
+ARGPARSE_ERRORS = [
+    (["dictionary"], "error: the following arguments are required: --output (see run_pipeline.py dictionary --help)"),
+    # a value that starts with "-" is read as a flag unless it follows "=" (or has a space)
+    (["index", "--output", "out", "--encoder", "m", "--model-pipeline-options", "--num_workers=4"],
+     "error: argument --model-pipeline-options: expected one argument (a value that starts with '-' goes after "
+     "'=': --model-pipeline-options='...') (see run_pipeline.py index --help)"),
+    (["index", "--output", "out", "--encoder", "m", "--model-pipeline-options='--num_workers=4"],
+     "error: argument --model-pipeline-options: \"'--num_workers=4\": No closing quotation "
+     "(see run_pipeline.py index --help)"),
+]
+
+
+@pytest.mark.parametrize(("argv", "expected"), ARGPARSE_ERRORS, ids=[argv[-1] for argv, _ in ARGPARSE_ERRORS])
+def test_argparse_errors_are_one_line_with_exit_2(argv, expected, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["dictionary"])
+        main(argv)
     assert exit_info.value.code == 2
-    assert capsys.readouterr().err.splitlines() == [
-        "error: the following arguments are required: --output (see run_pipeline.py dictionary --help)"]
+    assert capsys.readouterr().err.splitlines() == [expected]
 
 
 # Run as the command line runs them, one after the other in one process; after each, the heavy libraries imported.

@@ -1,5 +1,5 @@
 """pipelines/launcher/stage.py: two pipelines run together (the model's beside the inputs'), the second told when
-the first has ended, errors raised in order."""
+the first has ended, errors raised in order; the model's pipeline with options of its own."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from pathlib import Path
 
 import apache_beam as beam
 import pytest
+from apache_beam.options.pipeline_options import WorkerOptions
 
-from pipelines.launcher.stage import StageContext, run_beams_together
+from pipelines.launcher.stage import StageContext, model_workers, run_beams_together
 from tests.conftest import DIRECT
 from transforms.common.dead_letters import count
 
@@ -64,3 +65,18 @@ def test_the_first_pipelines_error_is_raised_once_the_second_has_stopped(tmp_pat
     with pytest.raises(ValueError, match="the first pipeline's own error"):
         run_beams_together(first, second, first_ended)
     assert len(ended) == 1 and "the first pipeline's own error" in str(ended[0])
+
+
+def test_the_models_pipeline_takes_its_own_options_after_the_commands():
+    """--model-pipeline-options: the model's workers (machine, count) on a cluster; a later option wins."""
+    remote = StageContext(output="gs://b/out", stage="index", beam_args=(
+        "--runner=DataflowRunner", "--num_workers=16", "--machine_type=n2-standard-16"),
+        model_beam_args=("--num_workers=4", "--machine_type=g2-standard-8"))
+    assert model_workers(remote, "cuda", None) == 4  # one model process a worker of the model's pipeline
+    assert model_workers(remote, "cuda", 2) == 2  # --model-workers wins
+    assert remote.for_model(4).pipeline_options().view_as(WorkerOptions).machine_type == "g2-standard-8"
+    assert remote.pipeline_options().view_as(WorkerOptions).machine_type == "n2-standard-16"
+    local = StageContext(output="out", stage="index", beam_args=(
+        "--direct_running_mode=multi_processing", "--direct_num_workers=2"), model_beam_args=("--experiments=probe",))
+    assert local.for_model(1).beam_args == ("--experiments=probe",)  # one process: the launcher's own
+    assert local.for_model(2).beam_args == (*local.beam_args, "--experiments=probe")
