@@ -117,6 +117,18 @@ def verified_files_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
         yield path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def session_temp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The system temp directory of the whole test run, under pytest's own (which keeps the last three runs): what
+    Beam and torch leave in it (runners' empty ``beam-temp*``, the stager's ``tmp*``) stays out of /tmp."""
+    root = tmp_path_factory.getbasetemp() / "system-temp"
+    root.mkdir(exist_ok=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", str(root))
+        patch.setattr(tempfile, "tempdir", str(root))
+        yield root
+
+
 @pytest.fixture()
 def system_temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh, empty system temp directory for one test: ``tempfile``'s in this process, ``TMPDIR`` in the
