@@ -141,7 +141,7 @@ def unknown_option(words: Sequence[str], suggested: Sequence[str]) -> str | None
 
 def check_model_pipeline_options(args: argparse.Namespace) -> None:
     """--model-pipeline-options: Beam options only, none that the two pipelines must share (``WHOLE_RUN_FLAGS``)."""
-    words = getattr(args, "model_pipeline_options", None) or ()
+    words = flags.model_pipeline_options(args)
     stray = stray_word(words)
     problem = f"unexpected argument {stray}" if stray is not None else unknown_option(words, ())
     if problem:
@@ -251,8 +251,7 @@ def main(argv: Sequence[str] | None = None, exit_at_ctrl_c: bool = False) -> int
             if beam_args or args.command in WRITERS:
                 from pipelines.launcher import runners  # Beam: imported once the arguments are checked
 
-                runners.check_runner(beam_args)
-                runners.check_option_values([*beam_args, *(getattr(args, "model_pipeline_options", None) or ())])
+                runners.check_runner([*beam_args, *flags.model_pipeline_options(args)])  # the values of both
                 if args.command in WRITERS:  # the commands that run Beam pipelines
                     paths = flags.local_paths(command_parser(parser, args.command), args)
                     beam_args += runners.prepare_workers(beam_args, paths)

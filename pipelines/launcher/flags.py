@@ -98,6 +98,11 @@ def option_words(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(f"{text!r}: {error}") from None
 
 
+def model_pipeline_options(args: argparse.Namespace) -> tuple[str, ...]:
+    """The Beam options of --model-pipeline-options (none for a command without the flag, or without a value)."""
+    return tuple(getattr(args, "model_pipeline_options", None) or ())
+
+
 # --- paths: made absolute, so that workers elsewhere read what was meant ----------------------------------------
 
 

@@ -30,7 +30,7 @@ from artifacts.errors import InputError, error_chain
 from artifacts.run import lock, manifest
 from encoders.errors import GpuMemoryError, gpu_out_of_memory
 from encoders.models import TOKENIZER_FILE, model_processes, save_tokenizer
-from pipelines.launcher import disk_space, local_workers
+from pipelines.launcher import disk_space, flags, local_workers
 from pipelines.launcher.environment import environment_variable, environment_variables
 from pipelines.launcher.flags import DEFAULT_INTERVAL_S
 from pipelines.launcher.interrupt import INTERRUPTED_STEP
@@ -412,7 +412,7 @@ def execute(stage: Stage, args: argparse.Namespace, beam_args: Sequence[str],
     options = manifest.canonical_options(stage.options(config))
     stage.external_inputs(config)
     context = StageContext(output=args.output, stage=stage.name, beam_args=tuple(beam_args),
-                           model_beam_args=tuple(getattr(args, "model_pipeline_options", None) or ()),
+                           model_beam_args=flags.model_pipeline_options(args),
                            progress_interval=getattr(args, "progress_interval", DEFAULT_INTERVAL_S))
     try:
         with lock.hold(args.output, command_line()):
