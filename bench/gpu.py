@@ -16,31 +16,19 @@ minutes on 2 cores; the stage / encoder ratio is the figure that matters here):
 
     python -m bench.gpu --mentions 1024 --passages 2048
 
-H100 / H200 (a bare CUDA machine with PyTorch; build the kit first here with ../shared/tools/gpu-kit.sh
---with-faiss, which also writes the tokenizer-only MiniLM stand-in that random-bert-base takes its vocabulary
-from):
+H100 / H200 (a bare CUDA machine with PyTorch and no registry): build the kit here with ``bench/gpu_kit.sh`` (Beam,
+spaCy, FAISS and the rest for its Python 3.12, packed within the 64 MiB that travels, the tokenizer-only MiniLM that
+random-bert-base takes its vocabulary from, the real DPR passages), carry what it names, and run there
+``bash bench/gpu_run.sh gpu``: it unpacks the kit and runs
 
-    mkdir -p /tmp/site && tar xJf .gpu-kit/site.tar.xz -C /tmp/site \\
-      && export PYTHONPATH=/tmp/site:$PWD/.gpu-kit/stub:$PWD HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 \\
-      && python3 -m bench.gpu --device cuda --dtype bfloat16 --model random-bert-base --batch-tokens 65536
+    python3 -m bench.gpu --device cuda --dtype bfloat16 --model random-bert-base --batch-tokens 65536 \\
+      --beam=--direct_running_mode=multi_processing --beam=--direct_num_workers=16
 
-with every core building the inputs and one process holding the model (the stages' split): add
---beam=--direct_running_mode=multi_processing --beam=--direct_num_workers=16 (--model-workers stays one per GPU).
-The sample's mentions are too few for the [MASK] stage's start to weigh little: build a synthetic dump's first
-(``python3 -m bench.scale --articles 40000 --workers 16 --stages parse dictionary mentions --max-seq-length 512
---work W``, ~500,000 mentions) and measure on them: ``--mentions-out W/out/CHECKOUT/a40000-w16 --paths mentions
+(every core building the inputs, --model-workers one per GPU), then, as the sample's mentions are too few for the
+[MASK] stage's start to weigh little, the same on a synthetic dump's (``bench.scale --articles 40000 --workers 16
+--stages parse dictionary mentions --max-seq-length 512``, ~500,000 mentions): ``--mentions-out OUT --paths mentions
 --lengths 512 --mentions 200000``, then ``--lengths 128 --mentions 0`` (0: every mention, in that OUT itself).
-
-The kit has no spaCy, which the dictionary stage needs (the sample is built first): add spacy==3.8.18 and what it
-needs that such a machine lacks (thinc, blis, cymem, preshed, murmurhash, srsly, wasabi, catalogue, confection,
-weasel, spacy-legacy, spacy-loggers, pydantic, pydantic-core, annotated-types, typing-inspection, cloudpathlib,
-smart-open), installed here for the machine's Python (``pip install --no-deps --only-binary=:all: --python-version
-3.12 --platform manylinux... --target DIR``) together with the kit's wheels, spaCy's other languages, ``tests``
-folders and Beam's ``*_test.py`` removed, the .so files stripped, packed as one tar.xz (~30 MB with faiss-cpu)
-and unpacked into /tmp/site there: within the 64 MiB that travels. spaCy imports ``spacy.lang.xx`` (and registers
-ja, ko, th, vi, zh): carry those language folders too (~240 KB) and copy them into /tmp/site/spacy/lang. The real
-DPR passages come from ``../shared/data``, which does not travel: carry the passages file and copy it to
-``shared/data/passages/`` in the checkout there (``bench.paths`` looks there too).
+``bash bench/gpu_run.sh workers`` measures parse, dictionary and mentions at 1, 4, 8 and 16 workers.
 
 Each stage prints where its time went (its model process: waiting for inputs, model, writing behind; when each of
 its two pipelines ended): printed under the stage's line.

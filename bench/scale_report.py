@@ -125,18 +125,27 @@ def cpu_per_article(measured: Sequence[StageRun]) -> list[dict[str, float]]:
     return rows
 
 
+def serial_seconds(runs: Sequence[StageRun]) -> float:
+    """The seconds of a stage's runs on one input that do not spread over the workers (start-up, single-worker
+    steps): ``s`` of the least-squares fit of wall time = s + p / workers (Amdahl's law) over the runs' counts."""
+    _, serial = fit_line([1 / run.workers for run in runs], [run.wall_s for run in runs])
+    return serial
+
+
 def speedups(runs: Sequence[StageRun]) -> list[dict[str, Any]]:
-    """Per stage and size: wall time with the fewest workers over wall time with each larger count, CPU seconds
-    with more over with the fewest, and the largest process with more workers over the whole tree with the fewest
-    (what one process must hold)."""
+    """Per stage and size: wall time with the fewest workers over wall time with each larger count, the seconds that
+    do not spread (``serial_seconds``) and their share of each run, CPU seconds with more over with the fewest, and
+    the largest process with more workers over the whole tree with the fewest (what one process must hold)."""
     by_key = {(run.stage, run.articles, run.workers): run for run in runs if run.ok}
     found = []
     for (stage, articles, workers), run in sorted(by_key.items(), key=lambda item: stage_order(*item[0])):
-        fewest = min(count for (other, size, count) in by_key if (other, size) == (stage, articles))
-        if workers > fewest:
-            base = by_key[(stage, articles, fewest)]
-            found.append({"stage": stage, "articles": articles, "workers": workers, "base_workers": fewest,
-                          "speedup": base.wall_s / run.wall_s, "cpu_ratio": run.cpu_s / base.cpu_s,
+        counts = sorted(count for (other, size, count) in by_key if (other, size) == (stage, articles))
+        if workers > counts[0]:
+            base = by_key[(stage, articles, counts[0])]
+            serial = serial_seconds([by_key[(stage, articles, count)] for count in counts])
+            found.append({"stage": stage, "articles": articles, "workers": workers, "base_workers": counts[0],
+                          "speedup": base.wall_s / run.wall_s, "serial_s": serial, "serial_share": serial / run.wall_s,
+                          "cpu_ratio": run.cpu_s / base.cpu_s,
                           "largest_mb": run.largest_mb, "base_largest_mb": base.largest_mb})
     return found
 
@@ -252,13 +261,17 @@ def print_speedups(runs: Sequence[StageRun]) -> None:
     found = speedups(runs)
     if not found:
         return
-    print("\nMore workers (speed-up: wall time of the fewest / wall time; CPU s: with more / with the fewest; "
-          "largest process with more workers against the whole tree with the fewest)")
-    print(f"{'stage':<15} {'articles':>8} {'workers':>7} {'speed-up':>8} {'CPU s':>6} {'largest MB':>10} "
-          f"{'was (tree)':>10}")
+    print("\nMore workers (speed-up: wall time of the fewest / wall time; not parallel: s of wall = s + p / workers "
+          "fitted over the stage's worker counts on that dump, and its share of the run (meaningful with a core a "
+          "worker); CPU s: with more / with the fewest; largest process with more workers against the whole tree "
+          "with the fewest)")
+    print(f"{'stage':<15} {'articles':>8} {'workers':>7} {'speed-up':>8} {'not parallel':>18} {'CPU s':>6} "
+          f"{'largest MB':>10} {'was (tree)':>10}")
     for item in found:
         print(f"{item['stage']:<15} {item['articles']:8,} {item['base_workers']:>3} -> {item['workers']:<2}"
-              f" {item['speedup']:7.2f}x {item['cpu_ratio']:5.2f}x {item['largest_mb']:10.0f} "
+              f" {item['speedup']:7.2f}x {item['serial_s']:8.1f} s, {item['serial_share']:5.0%}"
+              f" {item['cpu_ratio']:5.2f}x "
+              f"{item['largest_mb']:10.0f} "
               f"{item['base_largest_mb']:10.0f}")
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from bench.memory import ProcessTreeSampler, run_measured
 from bench.scale import NO_OP_MODEL
-from bench.scale_report import StageRun, fit_line, projection
+from bench.scale_report import StageRun, fit_line, projection, speedups
 from bench.synthetic import (
     DUMP_NAME,
     INDEX_NAME,
@@ -167,6 +167,27 @@ def test_memory_is_projected_per_output_unit_and_the_index_by_one_dpr_shard() ->
     assert rows["mentions"]["hours"] == pytest.approx(6.7e6 / (40_000 / 10.0 * 16) / 3600)
     shard_mb = choice.vector_bytes(21_000_000, 768) / 16 / 1e6  # DPR within the default 8 GB: 16 shards
     assert rows["index"]["peak_memory_gb"] == pytest.approx((600.0 + 1.0 * shard_mb) / 1e3)
+
+
+def timed_run(stage: str, articles: int, workers: int, wall_s: float) -> StageRun:
+    return StageRun(stage, articles, articles * 7_000, workers, True, wall_s, wall_s * workers, int(1e8), workers,
+                    int(1e8))
+
+
+def test_the_speed_up_says_what_of_each_run_is_not_parallel() -> None:
+    """Runs of 10 s that do not spread and 90 s that do take 10 + 90 / N with N workers: 10 s come back at every count,
+    as that share of each run; a stage that scales perfectly has none; one with no gain at all is all serial."""
+    runs = [timed_run("parse", 40_000, workers, 10 + 90 / workers) for workers in (1, 4, 8, 16)]
+    runs += [timed_run("dictionary", 40_000, workers, 100 / workers) for workers in (1, 4)]
+    runs += [timed_run("dictionary", 10_000, 4, 30.0), timed_run("dictionary", 10_000, 16, 30.0)]
+    found = {(item["stage"], item["articles"], item["workers"]): item for item in speedups(runs)}
+    assert [found[("parse", 40_000, workers)]["serial_s"] for workers in (4, 8, 16)] == pytest.approx([10.0] * 3)
+    assert [found[("parse", 40_000, workers)]["serial_share"] for workers in (4, 8, 16)] == pytest.approx(
+        [10 / 32.5, 10 / 21.25, 10 / 15.625])
+    assert found[("parse", 40_000, 16)]["speedup"] == pytest.approx(100 / 15.625)
+    assert found[("dictionary", 40_000, 4)]["serial_s"] == pytest.approx(0.0, abs=1e-9)
+    assert found[("dictionary", 10_000, 16)]["serial_share"] == pytest.approx(1.0)  # fitted on 4 and 16 workers
+    assert ("parse", 40_000, 1) not in found
 
 
 WORKER_PIPELINE = """

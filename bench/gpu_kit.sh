@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# What a lent GPU machine needs to run bench/gpu_run.sh, built here in .gpu-kit/ (git-ignored), within the 64 MiB
+# that travels to it. That machine has Python 3.12 with PyTorch, transformers, pyarrow and numpy, and no registry.
+#
+#   bench/gpu_kit.sh          # in the project root; prints the device tool's carry list and the commands
+#
+# ../shared/tools/gpu-kit.sh downloads Beam's wheels and the rest (faiss-cpu included) and the tokenizer-only
+# MiniLM; this adds spaCy and what it needs that such a machine lacks, installs every wheel into one folder for
+# Python 3.12, drops what no run imports (tests, Beam's *_test.py, spaCy's other languages: it imports xx and
+# registers ja, ko, th, vi, zh), strips the shared objects and packs it as .gpu-kit/site.tar.xz (~30 MB); the real
+# DPR passages (../shared/data, which does not travel) are copied beside it.
+set -euo pipefail
+[ -f pyproject.toml ] || { echo "run this in the project root" >&2; exit 2; }
+KIT=.gpu-kit
+SHARED=${KPR_SHARED_DATA:-../shared/data}
+PASSAGES=psgs_w100_subset_from_haystack_nqdev.tsv
+SPACY=(spacy==3.8.18 thinc blis cymem preshed murmurhash srsly wasabi catalogue confection weasel spacy-legacy
+       spacy-loggers pydantic pydantic-core annotated-types typing-inspection cloudpathlib smart-open click)
+KEEP_LANGUAGES=(en xx ja ko th vi zh)
+
+[ -d "$KIT/whl" ] || ../shared/tools/gpu-kit.sh --with-faiss
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any \
+  -d "$KIT/spacy-whl" "${SPACY[@]}"
+site=$(mktemp -d)
+trap 'rm -rf "$site"' EXIT
+python3 -m pip install -q --no-deps --no-compile --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any \
+  --target "$site" "$KIT"/whl/*.whl "$KIT"/spacy-whl/*.whl
+find "$site" -depth -type d \( -name tests -o -name __pycache__ \) -exec rm -rf {} +
+find "$site/apache_beam" -name '*_test.py' -delete
+for language in "$site"/spacy/lang/*/; do
+  name=$(basename "$language")
+  [[ " ${KEEP_LANGUAGES[*]} " == *" $name "* ]] || rm -rf "$language"
+done
+find "$site" -name '*.so*' -type f -exec strip --strip-unneeded {} + 2>/dev/null || true
+tar -cJf "$KIT/site.tar.xz" -C "$site" .
+if [ -f "$SHARED/passages/$PASSAGES" ]; then cp "$SHARED/passages/$PASSAGES" "$KIT/"; fi
+du -sh "$KIT/site.tar.xz" "$KIT/stub" "$KIT"/*.tsv 2>/dev/null
+echo "carry: .gpu-kit/site.tar.xz .gpu-kit/stub$( [ -f "$KIT/$PASSAGES" ] && echo " .gpu-kit/$PASSAGES")"
+echo "run:   bash bench/gpu_run.sh gpu 2>&1 | tail -c 11000     then     bash bench/gpu_run.sh workers 2>&1 | tail -c 11000"

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The prepared GPU measurements (issue 37), on a lent GPU machine, with the kit of bench/gpu_kit.sh; two parts,
+# each within the device tool's 10 minutes a command:
+#
+#   bash bench/gpu_run.sh gpu       # bench.gpu: every path and stage, inputs on every core, one model process;
+#                                   # then the [MASK] stage on a synthetic dump's mentions at 512 and 128 tokens
+#   bash bench/gpu_run.sh workers   # parse, dictionary and mentions at 4, 8 and 16 workers, on the dump and on one
+#                                   # a quarter its size (how the part that is not parallel shrinks with the dump)
+#
+# Every output is written to $OUT (the folder the device tool brings back; ./gpu-run here) as well as printed.
+# The kit is unpacked into /tmp/site when Beam, spaCy or FAISS does not import. GPU_RUN_ARTICLES (default 40,000)
+# sizes the synthetic dump, GPU_RUN_DEVICE (default cuda) the device: `GPU_RUN_DEVICE=cpu GPU_RUN_ARTICLES=500`
+# runs the same steps on a CPU, small.
+set -euo pipefail
+[ -f pyproject.toml ] || { echo "run this in the project root" >&2; exit 2; }
+PART=${1:?which part: gpu or workers}
+OUT=${OUT:-$PWD/gpu-run}
+WORK=${GPU_RUN_WORK:-/tmp/kpr-gpu-run}
+ARTICLES=${GPU_RUN_ARTICLES:-40000}
+DEVICE=${GPU_RUN_DEVICE:-cuda}
+CORES=$(nproc)
+PASSAGES=psgs_w100_subset_from_haystack_nqdev.tsv
+mkdir -p "$OUT" "$WORK"
+
+if ! python3 -c "import apache_beam, spacy, faiss" 2>/dev/null; then
+  mkdir -p /tmp/site && tar -xJf .gpu-kit/site.tar.xz -C /tmp/site
+  export PYTHONPATH=/tmp/site:$PWD/.gpu-kit/stub${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
+if [ -f ".gpu-kit/$PASSAGES" ] && [ ! -f "shared/data/passages/$PASSAGES" ]; then
+  mkdir -p shared/data/passages && cp ".gpu-kit/$PASSAGES" shared/data/passages/
+fi
+if [ "$DEVICE" = cpu ]; then  # the packaged MiniLM on the CPU: counts that keep each step to a few minutes
+  MODEL=(--device cpu --mentions 256 --passages 512 --path-mentions 256 --ceiling-seconds 1)
+  AT_512=(--mentions 256) AT_128=(--mentions 256)
+else  # at least 100,000 mentions for the stage end to end; 0: every mention of the dump, in its own OUT
+  MODEL=(--device "$DEVICE" --dtype bfloat16 --model random-bert-base --batch-tokens 65536)
+  AT_512=(--mentions 200000) AT_128=(--mentions 0)
+fi
+EVERY_CORE=(--beam=--direct_running_mode=multi_processing "--beam=--direct_num_workers=$CORES")
+# bench.scale's outputs are named after the checkout's folder
+MENTIONS_OUT=$WORK/out/$(basename "$PWD")/a$ARTICLES-w$CORES
+
+run() {  # run NAME COMMAND...: the command's output printed and kept as $OUT/NAME.txt, with the time it took
+  echo "== $1: ${*:2} (load $(cut -d' ' -f1 /proc/loadavg))" | tee "$OUT/$1.txt"
+  local started=$SECONDS
+  "${@:2}" 2>&1 | tee -a "$OUT/$1.txt"
+  echo "== $1: $((SECONDS - started)) s" | tee -a "$OUT/$1.txt"
+}
+
+case $PART in
+  gpu)
+    (nvidia-smi -L 2>/dev/null || echo "no nvidia-smi") | tee "$OUT/device.txt"
+    run gpu python3 -m bench.gpu "${MODEL[@]}" "${EVERY_CORE[@]}" --work "$WORK/sample"
+    run synthetic-mentions python3 -m bench.scale --articles "$ARTICLES" --workers "$CORES" \
+      --stages parse dictionary mentions --max-seq-length 512 --work "$WORK"
+    run mask-512 python3 -m bench.gpu "${MODEL[@]}" "${EVERY_CORE[@]}" --work "$WORK/sample" \
+      --mentions-out "$MENTIONS_OUT" --paths mentions --lengths 512 "${AT_512[@]}"
+    run mask-128 python3 -m bench.gpu "${MODEL[@]}" "${EVERY_CORE[@]}" --work "$WORK/sample" \
+      --mentions-out "$MENTIONS_OUT" --paths mentions --lengths 128 "${AT_128[@]}"
+    ;;
+  workers)
+    # 1 worker took ~15 minutes at 40,000 articles on the H100 server (README "More workers"): past a command's 10
+    run workers python3 -m bench.scale --articles "$ARTICLES" $((ARTICLES / 4)) --workers 4 8 16 \
+      --stages parse dictionary mentions --work "$WORK" --json "$OUT/workers.json"
+    ;;
+  *) echo "unknown part $PART: gpu or workers" >&2; exit 2 ;;
+esac
