@@ -27,7 +27,8 @@ if ! python3 -c "import apache_beam, spacy, faiss" 2>/dev/null; then
   export PYTHONPATH=/tmp/site:$PWD/.gpu-kit/stub${PYTHONPATH:+:$PYTHONPATH}
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
-if [ -f ".gpu-kit/$PASSAGES" ] && [ ! -f "shared/data/passages/$PASSAGES" ]; then
+# bench.paths reads ../shared/data, else shared/data in the checkout: the real DPR passages go there when neither has them
+if [ -f ".gpu-kit/$PASSAGES" ] && [ ! -f "../shared/data/passages/$PASSAGES" ] && [ ! -f "shared/data/passages/$PASSAGES" ]; then
   mkdir -p shared/data/passages && cp ".gpu-kit/$PASSAGES" shared/data/passages/
 fi
 if [ "$DEVICE" = cpu ]; then  # the packaged MiniLM on the CPU: counts that keep each step to a few minutes
