@@ -24,11 +24,12 @@ random-bert-base takes its vocabulary from, the real DPR passages), carry what i
     python3 -m bench.gpu --device cuda --dtype bfloat16 --model random-bert-base --batch-tokens 65536 \\
       --beam=--direct_running_mode=multi_processing --beam=--direct_num_workers=16
 
-(every core building the inputs, --model-workers one per GPU), then, as the sample's mentions are too few for the
-[MASK] stage's start to weigh little, the same on a synthetic dump's (``bench.scale --articles 40000 --workers 16
---stages parse dictionary mentions --max-seq-length 512``, ~500,000 mentions): ``--mentions-out OUT --paths mentions
---lengths 512 --mentions 200000``, then ``--lengths 128 --mentions 0`` (0: every mention, in that OUT itself).
-``bash bench/gpu_run.sh workers`` measures parse, dictionary and mentions at 1, 4, 8 and 16 workers.
+(every core building the inputs, --model-workers one per GPU). The sample's mentions are too few for the [MASK]
+stage's start to weigh little: ``bash bench/gpu_run.sh mask`` measures it on a synthetic dump's (``bench.scale
+--articles 40000 --workers 16 --stages parse dictionary mentions --max-seq-length 512``, ~500,000 mentions) with
+``--mentions-out OUT --paths mentions --lengths 512 --mentions 200000``, then ``--lengths 128 --mentions 0`` (0: every
+mention, in that OUT itself). ``bash bench/gpu_run.sh workers`` measures parse, dictionary and mentions at 4, 8 and 16
+workers on that dump and on one a quarter its size.
 
 Each stage prints where its time went (its model process: waiting for inputs, model, writing behind; when each of
 its two pipelines ended): printed under the stage's line.

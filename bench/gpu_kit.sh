@@ -38,4 +38,4 @@ tar -cJf "$KIT/site.tar.xz" -C "$site" .
 if [ -f "$SHARED/passages/$PASSAGES" ]; then cp "$SHARED/passages/$PASSAGES" "$KIT/"; fi
 du -sh "$KIT/site.tar.xz" "$KIT/stub" "$KIT"/*.tsv 2>/dev/null
 echo "carry: .gpu-kit/site.tar.xz .gpu-kit/stub$( [ -f "$KIT/$PASSAGES" ] && echo " .gpu-kit/$PASSAGES")"
-echo "run:   bash bench/gpu_run.sh gpu 2>&1 | tail -c 11000     then     bash bench/gpu_run.sh workers 2>&1 | tail -c 11000"
+echo "run:   bash bench/gpu_run.sh gpu | tail -c 11000, then the same with mask, then workers (each in \$OUT)"

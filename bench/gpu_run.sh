@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The prepared GPU measurements (issue 37), on a lent GPU machine, with the kit of bench/gpu_kit.sh; two parts,
-# each within the device tool's 10 minutes a command:
+# The prepared GPU measurements (issue 37), on a lent GPU machine, with the kit of bench/gpu_kit.sh; three parts, in
+# the order they matter, each meant to end within the device tool's 10 minutes a command:
 #
-#   bash bench/gpu_run.sh gpu       # bench.gpu: every path and stage, inputs on every core, one model process;
-#                                   # then the [MASK] stage on a synthetic dump's mentions at 512 and 128 tokens
+#   bash bench/gpu_run.sh gpu       # bench.gpu: every path and stage, inputs on every core, one model process
+#   bash bench/gpu_run.sh mask      # the [MASK] stage on a synthetic dump's mentions at 512 and 128 tokens
 #   bash bench/gpu_run.sh workers   # parse, dictionary and mentions at 4, 8 and 16 workers, on the dump and on one
 #                                   # a quarter its size (how the part that is not parallel shrinks with the dump)
 #
@@ -13,7 +13,7 @@
 # runs the same steps on a CPU, small.
 set -euo pipefail
 [ -f pyproject.toml ] || { echo "run this in the project root" >&2; exit 2; }
-PART=${1:?which part: gpu or workers}
+PART=${1:?which part: gpu, mask or workers}
 OUT=${OUT:-$PWD/gpu-run}
 WORK=${GPU_RUN_WORK:-/tmp/kpr-gpu-run}
 ARTICLES=${GPU_RUN_ARTICLES:-40000}
@@ -53,6 +53,8 @@ case $PART in
   gpu)
     (nvidia-smi -L 2>/dev/null || echo "no nvidia-smi") | tee "$OUT/device.txt"
     run gpu python3 -m bench.gpu "${MODEL[@]}" "${EVERY_CORE[@]}" --work "$WORK/sample"
+    ;;
+  mask)
     run synthetic-mentions python3 -m bench.scale --articles "$ARTICLES" --workers "$CORES" \
       --stages parse dictionary mentions --max-seq-length 512 --work "$WORK"
     run mask-512 python3 -m bench.gpu "${MODEL[@]}" "${EVERY_CORE[@]}" --work "$WORK/sample" \
@@ -65,5 +67,5 @@ case $PART in
     run workers python3 -m bench.scale --articles "$ARTICLES" $((ARTICLES / 4)) --workers 4 8 16 \
       --stages parse dictionary mentions --work "$WORK" --json "$OUT/workers.json"
     ;;
-  *) echo "unknown part $PART: gpu or workers" >&2; exit 2 ;;
+  *) echo "unknown part $PART: gpu, mask or workers" >&2; exit 2 ;;
 esac
