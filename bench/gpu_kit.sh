@@ -17,16 +17,14 @@ PASSAGES=psgs_w100_subset_from_haystack_nqdev.tsv
 SPACY=(spacy==3.8.18 thinc blis cymem preshed murmurhash srsly wasabi catalogue confection weasel spacy-legacy
        spacy-loggers pydantic pydantic-core annotated-types typing-inspection cloudpathlib smart-open click)
 KEEP_LANGUAGES=(en xx ja ko th vi zh)
+FOR_THERE=(--no-deps --only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
+           --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any)  # the GPU machine's wheels
 
 [ -d "$KIT/whl" ] || ../shared/tools/gpu-kit.sh --with-faiss
-python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any \
-  -d "$KIT/spacy-whl" "${SPACY[@]}"
+python3 -m pip download -q "${FOR_THERE[@]}" -d "$KIT/spacy-whl" "${SPACY[@]}"
 site=$(mktemp -d)
 trap 'rm -rf "$site"' EXIT
-python3 -m pip install -q --no-deps --no-compile --only-binary=:all: --python-version 3.12 --implementation cp \
-  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any \
-  --target "$site" "$KIT"/whl/*.whl "$KIT"/spacy-whl/*.whl
+python3 -m pip install -q --no-compile "${FOR_THERE[@]}" --target "$site" "$KIT"/whl/*.whl "$KIT"/spacy-whl/*.whl
 find "$site" -depth -type d \( -name tests -o -name __pycache__ \) -exec rm -rf {} +
 find "$site/apache_beam" -name '*_test.py' -delete
 for language in "$site"/spacy/lang/*/; do

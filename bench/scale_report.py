@@ -136,17 +136,19 @@ def speedups(runs: Sequence[StageRun]) -> list[dict[str, Any]]:
     """Per stage and size: wall time with the fewest workers over wall time with each larger count, the seconds that
     do not spread (``serial_seconds``) and their share of each run, CPU seconds with more over with the fewest, and
     the largest process with more workers over the whole tree with the fewest (what one process must hold)."""
-    by_key = {(run.stage, run.articles, run.workers): run for run in runs if run.ok}
+    groups: dict[tuple[str, int], list[StageRun]] = {}
+    for run in runs:
+        if run.ok:
+            groups.setdefault((run.stage, run.articles), []).append(run)
     found = []
-    for (stage, articles, workers), run in sorted(by_key.items(), key=lambda item: stage_order(*item[0])):
-        counts = sorted(count for (other, size, count) in by_key if (other, size) == (stage, articles))
-        if workers > counts[0]:
-            base = by_key[(stage, articles, counts[0])]
-            serial = serial_seconds([by_key[(stage, articles, count)] for count in counts])
-            found.append({"stage": stage, "articles": articles, "workers": workers, "base_workers": counts[0],
-                          "speedup": base.wall_s / run.wall_s, "serial_s": serial, "serial_share": serial / run.wall_s,
-                          "cpu_ratio": run.cpu_s / base.cpu_s,
-                          "largest_mb": run.largest_mb, "base_largest_mb": base.largest_mb})
+    for (stage, articles), group in sorted(groups.items(), key=lambda item: stage_order(*item[0])):
+        by_workers = {run.workers: run for run in group}
+        base, *more = [by_workers[count] for count in sorted(by_workers)]
+        serial = serial_seconds([base, *more]) if more else 0.0
+        found += [{"stage": stage, "articles": articles, "workers": run.workers, "base_workers": base.workers,
+                   "speedup": base.wall_s / run.wall_s, "serial_s": serial, "serial_share": serial / run.wall_s,
+                   "cpu_ratio": run.cpu_s / base.cpu_s, "largest_mb": run.largest_mb,
+                   "base_largest_mb": base.largest_mb} for run in more]
     return found
 
 
