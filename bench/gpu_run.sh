@@ -9,7 +9,8 @@
 #
 # Every output is written to $OUT (the folder the device tool brings back; ./gpu-run here) as well as printed.
 # The kit is unpacked into /tmp/site when Beam, spaCy or FAISS does not import. GPU_RUN_ARTICLES (default 40,000)
-# sizes the synthetic dump, GPU_RUN_DEVICE (default cuda) the device: `GPU_RUN_DEVICE=cpu GPU_RUN_ARTICLES=500`
+# sizes the synthetic dump (GPU_RUN_MENTIONS_512, default 200,000, how many of its mentions the 512-token stage
+# encodes; 0: all), GPU_RUN_DEVICE (default cuda) the device: `GPU_RUN_DEVICE=cpu GPU_RUN_ARTICLES=500`
 # runs the same steps on a CPU, small.
 set -euo pipefail
 [ -f pyproject.toml ] || { echo "run this in the project root" >&2; exit 2; }
@@ -22,8 +23,8 @@ CORES=$(nproc)
 PASSAGES=psgs_w100_subset_from_haystack_nqdev.tsv
 mkdir -p "$OUT" "$WORK"
 
-if ! python3 -c "import apache_beam, spacy, faiss" 2>/dev/null; then
-  mkdir -p /tmp/site && tar -xJf .gpu-kit/site.tar.xz -C /tmp/site
+if ! python3 -c "import apache_beam, spacy, faiss" 2>/dev/null; then  # unpacked once, for every part after
+  [ -d /tmp/site/apache_beam ] || { mkdir -p /tmp/site && tar -xJf .gpu-kit/site.tar.xz -C /tmp/site; }
   export PYTHONPATH=/tmp/site:$PWD/.gpu-kit/stub${PYTHONPATH:+:$PYTHONPATH}
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -35,8 +36,9 @@ if [ "$DEVICE" = cpu ]; then  # the packaged MiniLM on the CPU: counts that keep
   MODEL=(--device cpu --mentions 256 --passages 512 --path-mentions 256 --ceiling-seconds 1)
   AT_512=(--mentions 256) AT_128=(--mentions 256)
 else  # at least 100,000 mentions for the stage end to end; 0: every mention of the dump, in its own OUT
-  MODEL=(--device "$DEVICE" --dtype bfloat16 --model random-bert-base --batch-tokens 65536)
-  AT_512=(--mentions 200000) AT_128=(--mentions 0)
+  MODEL=(--device "$DEVICE" --dtype bfloat16 --model random-bert-base --batch-tokens 65536
+         --ceiling-seconds "${GPU_RUN_CEILING_SECONDS:-10}")
+  AT_512=(--mentions "${GPU_RUN_MENTIONS_512:-200000}") AT_128=(--mentions 0)
 fi
 EVERY_CORE=(--beam=--direct_running_mode=multi_processing "--beam=--direct_num_workers=$CORES")
 # bench.scale's outputs are named after the checkout's folder
