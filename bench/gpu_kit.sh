@@ -14,8 +14,12 @@ set -euo pipefail
 KIT=.gpu-kit
 SHARED=${KPR_SHARED_DATA:-../shared/data}
 PASSAGES=psgs_w100_subset_from_haystack_nqdev.tsv
-SPACY=(spacy==3.8.18 thinc blis cymem preshed murmurhash srsly wasabi catalogue confection weasel spacy-legacy
-       spacy-loggers pydantic pydantic-core annotated-types typing-inspection cloudpathlib smart-open click)
+# the versions this project's environment resolves for spaCy 3.8.18 (an unpinned thinc is 9.x, which spaCy 3.8 does
+# not import: no thinc.backends.linalg)
+SPACY=(spacy==3.8.18 thinc==8.3.14 blis==1.3.4 cymem==2.0.16 preshed==3.0.15 murmurhash==1.0.16 srsly==2.5.6
+       wasabi==1.1.3 catalogue==2.0.10 confection==1.3.4 weasel==1.0.1 spacy-legacy==3.0.12 spacy-loggers==1.0.5
+       pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 cloudpathlib==0.26.0
+       smart-open==9.0.2 click==8.5.1)
 KEEP_LANGUAGES=(en xx ja ko th vi zh)
 FOR_THERE=(--no-deps --only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
            --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any)  # the GPU machine's wheels
