@@ -18,7 +18,8 @@ minutes on 2 cores; the stage / encoder ratio is the figure that matters here):
 
 H100 / H200 (a bare CUDA machine with PyTorch and no registry): build the kit here with ``bench/gpu_kit.sh`` (Beam,
 spaCy, FAISS and the rest for its Python 3.12, packed within the 64 MiB that travels, the tokenizer-only MiniLM that
-random-bert-base takes its vocabulary from, the real DPR passages), carry what it names, and run there
+random-bert-base takes its vocabulary from, the real DPR passages; ``KIT_CHECK_PYTHON=`` a Python 3.12 here runs
+the CPU stages on it before it travels), carry what it names, and run there
 ``bash bench/gpu_run.sh gpu``: it unpacks the kit and runs
 
     python3 -m bench.gpu --device cuda --dtype bfloat16 --model random-bert-base --batch-tokens 65536 \\
