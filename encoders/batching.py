@@ -97,19 +97,38 @@ def to_device(tensor, device: str):
     return tensor.to(device, non_blocking=True)
 
 
-def to_host(tensors: Sequence) -> np.ndarray:
+def to_host(tensors: Sequence, order: np.ndarray | None = None) -> np.ndarray:
     """Device result tensors of several batches -> one float32 array, copied back once (after the last batch,
-    so the forward passes are queued without waiting for each result). Joined and made float32 on their device;
-    results already on the CPU are joined by numpy: torch would run the copy on its intra-op threads, which spin
-    for cores the inputs' workers need (3-4.5 CPU s of the index's model process on 2 cores, stand-in GPU)."""
-    import torch
-
+    so the forward passes are queued without waiting for each result); with ``order`` (the row of each result row,
+    every row once), in row order. Joined, put in order and made float32 on their device (``in_row_order``), so
+    the host allocates and fills one array: fresh pages fault in slowly on some machines (~50 ms for 8,192
+    vectors of 768 on these), and the GPU waits for the host meanwhile. Results already on the CPU are put in place
+    by numpy: torch would run the copy on its intra-op threads, which spin for cores the inputs' workers need
+    (3-4.5 CPU s of the index's model process on 2 cores, stand-in GPU)."""
     if not tensors:
         raise ValueError("no result tensors to copy back")
     if all(tensor.device.type == "cpu" for tensor in tensors):
-        return np.concatenate([tensor.float().numpy() for tensor in tensors])
+        parts = [tensor.float().numpy() for tensor in tensors]
+        if order is None:
+            return np.concatenate(parts)
+        vectors = np.empty((len(order), parts[0].shape[1]), dtype=np.float32)
+        for part, rows in zip(parts, np.split(order, np.cumsum([len(part) for part in parts])[:-1]), strict=True):
+            vectors[rows] = part
+        return vectors
+    return in_row_order(tensors, order).float().to("cpu").numpy()
+
+
+def in_row_order(tensors: Sequence, order: np.ndarray | None):
+    """Result tensors of several batches joined where they are, in row order (``order``: the row of each result
+    row, every row once; None: as they come)."""
+    import torch
+
     joined = torch.cat(list(tensors)) if len(tensors) > 1 else tensors[0]
-    return joined.float().to("cpu").numpy()
+    if order is None:
+        return joined
+    place = np.empty_like(order)
+    place[order] = np.arange(len(order))
+    return joined[torch.from_numpy(place).to(joined.device)]
 
 
 def tokenizing_chunks(size: int, per_forward: int) -> list[tuple[int, int]]:
@@ -137,16 +156,25 @@ def chunk_batches(items: Sequence[T], per_forward: int, max_tokens: int, build: 
 def forward_in_order(size: int, dim: int, prepared: Iterable[tuple[list[int], T]],
                      forward: Callable[[T], object]) -> np.ndarray:
     """float32 rows (``size`` x ``dim``) in row order: ``forward`` on each prepared (row indices, host inputs)
-    batch, built ahead in the prefetch thread; the results stay on the device and come back in one copy."""
+    batch, built ahead in the prefetch thread; the results stay on the device and come back in one copy, put in
+    row order on their way (``to_host``). Every row is in exactly one batch."""
     order: list[int] = []
     results = []
     for batch, host in prefetched(prepared):
         order.extend(batch)
         results.append(forward(host))
-    vectors = np.zeros((size, dim), dtype=np.float32)
-    if results:
-        vectors[order] = to_host(results)
-    return vectors
+    rows = np.asarray(order, dtype=np.int64)
+    check_each_row_once(rows, size)
+    return to_host(results, rows) if results else np.zeros((0, dim), dtype=np.float32)
+
+
+def check_each_row_once(order: np.ndarray, size: int) -> None:
+    """A clear error unless the batches' rows (``order``) are each of the ``size`` rows once."""
+    seen = np.zeros(size, dtype=bool)
+    if len(order) == size and (size == 0 or (order.min() >= 0 and order.max() < size)):
+        seen[order] = True
+    if not seen.all():
+        raise ValueError(f"the batches hold {len(order)} rows, not each of the {size} rows once")
 
 
 _DONE = object()

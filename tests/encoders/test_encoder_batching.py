@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from artifacts import schemas, tables
-from encoders.batching import PackedLists, prefetched, token_budget_batches
+from encoders.batching import PackedLists, forward_in_order, in_row_order, prefetched, to_host, token_budget_batches
 from encoders.mask_encoder import MaskEncoder
 from encoders.mask_inputs import MaskInput, mask_inputs
 from encoders.models import ModelSpec
@@ -183,3 +183,29 @@ def test_every_parquet_output_is_zstd_and_reads_back(tiny_bert, tmp_path: Path):
     assert tables.read_table(str(tmp_path), "mentions").num_rows == tables.total_rows(str(tmp_path), "mentions") == 6
     assert main(["validate", "--output", str(tmp_path)]) == 0
 
+
+
+def batch_results(batches: list[list[int]]):
+    """What ``forward_in_order`` gets: each batch's rows, and a forward whose result rows are (row, -row)."""
+    prepared = [(batch, torch.tensor([[row, -row] for row in batch], dtype=torch.bfloat16)) for batch in batches]
+    return prepared, lambda host: host
+
+
+def test_results_come_back_in_row_order_whatever_the_batches_order():
+    batches = [[4, 0], [3], [1, 5, 2]]  # as token_budget_batches sorts rows by length
+    prepared, forward = batch_results(batches)
+    vectors = forward_in_order(6, 2, prepared, forward)
+    assert vectors.dtype == np.float32
+    assert vectors.tolist() == [[row, -row] for row in range(6)]
+    # the device's way (joined and put in order where the results are) gives the same rows
+    order = np.array([row for batch in batches for row in batch])
+    on_device = in_row_order([host for _, host in prepared], order).float().numpy()
+    assert np.array_equal(on_device, vectors)
+    assert to_host([host for _, host in prepared]).tolist() == [[row, -row] for row in [4, 0, 3, 1, 5, 2]]
+
+
+@pytest.mark.parametrize("batches", [[[0, 2]], [[0, 1], [1, 2]], [[0, 1, 2, 3]]])
+def test_batches_that_miss_or_repeat_a_row_are_an_error(batches: list[list[int]]):
+    prepared, forward = batch_results(batches)
+    with pytest.raises(ValueError, match="not each of the 3 rows once"):
+        forward_in_order(3, 2, prepared, forward)

@@ -177,7 +177,7 @@ class FollowInputFiles(beam.DoFn):
             for mentions, packed in clock.waited("waiting for inputs", inputs):
                 rows = rows_to_encode(known, mentions["window_key"])
                 with clock.timing("model"):
-                    vectors = self._encoder.encode_packed(packed.take(rows))
+                    vectors = self._encoder.encode_packed(packed if len(rows) == len(packed) else packed.take(rows))
                 finite, dead = storable_rows(mentions[rows], vectors)
                 yield from dead
                 failed = np.isin(mentions["window_key"], mentions["window_key"][rows[~finite]])
