@@ -78,7 +78,8 @@ def load_encoder(key: str) -> MaskEncoder:
 
 def storable_rows(refs: np.ndarray, vectors: np.ndarray) -> tuple[np.ndarray, list[Any]]:
     """Which rows have vectors the store can hold (finite as ``STORE_DTYPE``), and a dead letter for the others."""
-    finite = (np.abs(vectors) <= np.finfo(STORE_DTYPE).max).all(axis=1)  # NaN compares False
+    largest = np.finfo(STORE_DTYPE).max  # two reductions: no temporary array of the vectors' size (NaN compares False)
+    finite = (vectors.max(axis=1, initial=-np.inf) <= largest) & (vectors.min(axis=1, initial=np.inf) >= -largest)
     dead = [dead_letter("non_finite_vectors", "the model returned NaN or inf (or beyond float16)",
                         entity_id=int(entity_id)) for entity_id in refs["entity_id"][~finite].tolist()]
     return finite, dead
@@ -188,7 +189,7 @@ class FollowInputFiles(beam.DoFn):
                     written = writing.result()  # one row group in flight at most
                 yield from written
                 writing = behind.submit(write_encoded, refs, pending, mentions[~failed],
-                                        mentions["window_key"][rows[finite]], vectors[finite])
+                                        mentions["window_key"][rows[finite]], vectors[finite] if dead else vectors)
                 yield beam.pvalue.TaggedOutput(ENCODED_TAG, len(mentions))
             yield from writing.result()
         pending.flush()

@@ -97,7 +97,8 @@ def encoded_rows(passages: pa.Table, vectors: np.ndarray) -> tuple[pa.Table, np.
     title and text, a row per vector), which of them they are, and a dead letter for each non-finite vector; the
     rows counted."""
     finite = np.isfinite(vectors).all(axis=1)
-    rows = with_vectors(passages.filter(pa.array(finite)), vectors[finite])
+    rows = with_vectors(passages, vectors) if finite.all() else with_vectors(passages.filter(pa.array(finite)),
+                                                                             vectors[finite])
     dead = [dead_letter("non_finite_vectors", "the encoder returned NaN or inf", passage_id=passage_id)
             for passage_id in passages.column("passage_id").filter(pa.array(~finite)).to_pylist()]
     count("passages_encoded", rows.num_rows)
