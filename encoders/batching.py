@@ -97,25 +97,31 @@ def to_device(tensor, device: str):
     return tensor.to(device, non_blocking=True)
 
 
-def to_host(tensors: Sequence, order: np.ndarray | None = None) -> np.ndarray:
+def to_host(tensors: Sequence, order: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
     """Device result tensors of several batches -> one float32 array, copied back once (after the last batch,
     so the forward passes are queued without waiting for each result); with ``order`` (the row of each result row,
-    every row once), in row order. Joined, put in order and made float32 on their device (``in_row_order``), so
-    the host allocates and fills one array: fresh pages fault in slowly on some machines (~50 ms for 8,192
-    vectors of 768 on these), and the GPU waits for the host meanwhile. Results already on the CPU are put in place
-    by numpy: torch would run the copy on its intra-op threads, which spin for cores the inputs' workers need
-    (3-4.5 CPU s of the index's model process on 2 cores, stand-in GPU)."""
+    every row once), in row order; into ``out`` (as many rows) when given. Joined, put in order and made float32 on
+    their device (``in_row_order``), so the host fills one array, while the GPU waits. Results already on the CPU
+    are put in place by numpy: torch would run the copy on its intra-op threads, which spin for cores the inputs'
+    workers need (3-4.5 CPU s of the index's model process on 2 cores, stand-in GPU)."""
+    import torch
+
     if not tensors:
         raise ValueError("no result tensors to copy back")
     if all(tensor.device.type == "cpu" for tensor in tensors):
         parts = [tensor.float().numpy() for tensor in tensors]
-        if order is None:
+        if order is None and out is None:
             return np.concatenate(parts)
-        vectors = np.empty((len(order), parts[0].shape[1]), dtype=np.float32)
-        for part, rows in zip(parts, np.split(order, np.cumsum([len(part) for part in parts])[:-1]), strict=True):
-            vectors[rows] = part
+        rows = np.arange(sum(map(len, parts))) if order is None else order
+        vectors = np.empty((len(rows), parts[0].shape[1]), dtype=np.float32) if out is None else out
+        for part, place in zip(parts, np.split(rows, np.cumsum([len(part) for part in parts])[:-1]), strict=True):
+            vectors[place] = part
         return vectors
-    return in_row_order(tensors, order).float().to("cpu").numpy()
+    joined = in_row_order(tensors, order).float()
+    if out is None:
+        return joined.to("cpu").numpy()
+    torch.from_numpy(out).copy_(joined)
+    return out
 
 
 def in_row_order(tensors: Sequence, order: np.ndarray | None):
@@ -154,10 +160,11 @@ def chunk_batches(items: Sequence[T], per_forward: int, max_tokens: int, build: 
 
 
 def forward_in_order(size: int, dim: int, prepared: Iterable[tuple[list[int], T]],
-                     forward: Callable[[T], object]) -> np.ndarray:
+                     forward: Callable[[T], object], out: np.ndarray | None = None) -> np.ndarray:
     """float32 rows (``size`` x ``dim``) in row order: ``forward`` on each prepared (row indices, host inputs)
     batch, built ahead in the prefetch thread; the results stay on the device and come back in one copy, put in
-    row order on their way (``to_host``). Every row is in exactly one batch."""
+    row order on their way (``to_host``; into ``out`` when given, e.g. a ``HostBuffers`` array). Every row is in
+    exactly one batch."""
     order: list[int] = []
     results = []
     for batch, host in prefetched(prepared):
@@ -165,7 +172,7 @@ def forward_in_order(size: int, dim: int, prepared: Iterable[tuple[list[int], T]
         results.append(forward(host))
     rows = np.asarray(order, dtype=np.int64)
     check_each_row_once(rows, size)
-    return to_host(results, rows) if results else np.zeros((0, dim), dtype=np.float32)
+    return to_host(results, rows, out) if results else np.zeros((0, dim), dtype=np.float32)
 
 
 def check_each_row_once(order: np.ndarray, size: int) -> None:
@@ -175,6 +182,25 @@ def check_each_row_once(order: np.ndarray, size: int) -> None:
         seen[order] = True
     if not seen.all():
         raise ValueError(f"the batches hold {len(order)} rows, not each of the {size} rows once")
+
+
+class HostBuffers:
+    """The float32 arrays a model process's steps are copied back into, ``count`` of them in turn, each grown to
+    the largest step: their pages fault in once, not at every step (fresh pages fault in slowly on some machines:
+    ~20 ms for 8,192 vectors of 768 on these, while the GPU waits for the host). A step's array is overwritten
+    ``count`` steps later: whatever reads it (a writing thread) must be done by then."""
+
+    def __init__(self, count: int = 2) -> None:
+        self._arrays: list[np.ndarray] = [np.zeros((0, 0), np.float32)] * count
+        self._turn = 0
+
+    def take(self, rows: int, dim: int) -> np.ndarray:
+        """The next array in turn, as ``rows`` x ``dim``."""
+        array = self._arrays[self._turn]
+        if len(array) < rows or array.shape[1] != dim:
+            array = self._arrays[self._turn] = np.empty((rows, dim), dtype=np.float32)
+        self._turn = (self._turn + 1) % len(self._arrays)
+        return array[:rows]
 
 
 _DONE = object()

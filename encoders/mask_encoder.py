@@ -57,12 +57,13 @@ class MaskEncoder:
         """float32 vectors, one per input, in input order (``encode_packed`` of them)."""
         return self.encode_packed(PackedMaskInputs.of(inputs))
 
-    def encode_packed(self, packed: PackedMaskInputs) -> np.ndarray:
-        """float32 vectors of ready inputs (``PackedMaskInputs``), in their order: batched by token budget, sorted
-        by length, padded with numpy and pinned in the prefetch thread while the previous forward pass runs."""
+    def encode_packed(self, packed: PackedMaskInputs, out: np.ndarray | None = None) -> np.ndarray:
+        """float32 vectors of ready inputs (``PackedMaskInputs``), in their order (into ``out`` when given):
+        batched by token budget, sorted by length, padded with numpy and pinned in the prefetch thread while the
+        previous forward pass runs."""
         batches = token_budget_batches(packed.lengths.tolist(), self.max_tokens)
         prepared = ((batch, self._prepare_packed(packed, np.asarray(batch))) for batch in batches)
-        return forward_in_order(len(packed), self.model.config.hidden_size, prepared, self._forward_host)
+        return forward_in_order(len(packed), self.model.config.hidden_size, prepared, self._forward_host, out)
 
     def _prepare_packed(self, packed: PackedMaskInputs, rows: np.ndarray) -> tuple:
         """Host tensors of the rows ``rows`` of packed inputs: padded ids, attention mask, [MASK] positions."""

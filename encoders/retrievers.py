@@ -341,10 +341,11 @@ class DenseEncoder:
     def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
         return self._encode(queries, self.inputs.queries, None)
 
-    def encode_ready(self, ready: ReadyInputs, rows: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
+    def encode_ready(self, ready: ReadyInputs, rows: Sequence[int] | np.ndarray | None = None,
+                     out: np.ndarray | None = None) -> np.ndarray:
         """float32 rows of ready model inputs (built by another process; ``rows``: those of them to encode, all
-        when None), in order: only batched as ``encode_passages`` batches them, padded from the packed sequences
-        and run here."""
+        when None), in order (into ``out`` when given): only batched as ``encode_passages`` batches them, padded
+        from the packed sequences and run here."""
         rows = np.arange(len(ready)) if rows is None else np.asarray(rows, dtype=np.int64)
         per_forward = max(1, self.options.batch_tokens // self.options.max_length)
         lengths = ready.input_ids.lengths[rows].tolist()
@@ -352,7 +353,7 @@ class DenseEncoder:
                                          lengths.__getitem__)
         prepared = ((batch, self._host_inputs(ready, rows[batch])) for batch, _ in batches)
         return batching.forward_in_order(len(rows), self.dim, prepared,
-                                         lambda host: self._forward_inputs(self._device_inputs(host)))
+                                         lambda host: self._forward_inputs(self._device_inputs(host)), out)
 
     def token_count(self, passages: Sequence[Passage]) -> int:
         return self.inputs.token_count(passages)

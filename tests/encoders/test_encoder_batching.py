@@ -14,7 +14,15 @@ import pytest
 import torch
 
 from artifacts import schemas, tables
-from encoders.batching import PackedLists, forward_in_order, in_row_order, prefetched, to_host, token_budget_batches
+from encoders.batching import (
+    HostBuffers,
+    PackedLists,
+    forward_in_order,
+    in_row_order,
+    prefetched,
+    to_host,
+    token_budget_batches,
+)
 from encoders.mask_encoder import MaskEncoder
 from encoders.mask_inputs import MaskInput, mask_inputs
 from encoders.models import ModelSpec
@@ -209,3 +217,23 @@ def test_batches_that_miss_or_repeat_a_row_are_an_error(batches: list[list[int]]
     prepared, forward = batch_results(batches)
     with pytest.raises(ValueError, match="not each of the 3 rows once"):
         forward_in_order(3, 2, prepared, forward)
+
+
+def test_host_buffers_are_taken_in_turn_and_grow_to_the_largest_step():
+    buffers = HostBuffers(2)
+    first, second = buffers.take(3, 2), buffers.take(5, 2)
+    assert first.shape == (3, 2) and second.shape == (5, 2) and not np.shares_memory(first, second)
+    third = buffers.take(2, 2)  # the first's array again: a step's vectors last until the step after next
+    assert np.shares_memory(first, third) and third.shape == (2, 2)
+    assert not np.shares_memory(buffers.take(6, 2), second)  # grown: a new array
+
+
+def test_vectors_copied_back_into_a_given_array_are_in_row_order():
+    batches = [[2, 0], [1]]
+    prepared, forward = batch_results(batches)
+    out = np.full((3, 2), np.nan, dtype=np.float32)
+    vectors = forward_in_order(3, 2, prepared, forward, out)
+    assert vectors is out and out.tolist() == [[0, 0], [1, -1], [2, -2]]
+    again = np.full((3, 2), np.nan, dtype=np.float32)  # results as they come, into the array
+    assert to_host([host for _, host in prepared], out=again) is again
+    assert again.tolist() == [[2, -2], [0, 0], [1, -1]]

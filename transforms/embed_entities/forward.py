@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from artifacts import fs, layout, schemas, tables
 from artifacts.counters import declare, error, processed
-from encoders.batching import prefetched
+from encoders.batching import HostBuffers, prefetched
 from encoders.mask_encoder import MaskEncoder
 from encoders.mask_inputs import PackedMaskInputs
 from encoders.models import ModelSpec, worker_device
@@ -171,6 +171,7 @@ class FollowInputFiles(beam.DoFn):
         refs = RefWriter(files.parts, facts.store_bits)
         pending = PendingWriter(files.pending, self._salt, facts.store_bits, pending_rows(self._mentions, facts.dim))
         clock, seen, encoded = FollowerClock(), 0, 0
+        buffers = HostBuffers(2)  # a step's vectors are written (copied as STORE_DTYPE) before the step after next
         # the next step is read in a thread, and the last one's vectors written in another, while the model runs
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="write-vectors") as behind:
             writing = behind.submit(list)
@@ -178,7 +179,8 @@ class FollowInputFiles(beam.DoFn):
             for mentions, packed in clock.waited("waiting for inputs", inputs):
                 rows = rows_to_encode(known, mentions["window_key"])
                 with clock.timing("model"):
-                    vectors = self._encoder.encode_packed(packed if len(rows) == len(packed) else packed.take(rows))
+                    vectors = self._encoder.encode_packed(packed if len(rows) == len(packed) else packed.take(rows),
+                                                          buffers.take(len(rows), facts.dim))
                 finite, dead = storable_rows(mentions[rows], vectors)
                 yield from dead
                 failed = np.isin(mentions["window_key"], mentions["window_key"][rows[~finite]])

@@ -26,7 +26,7 @@ from artifacts import fs, layout, schemas, tables
 from artifacts.faiss import buckets
 from artifacts.faiss.vectors import table_vectors, with_vectors
 from artifacts.passages import Passage
-from encoders.batching import prefetched
+from encoders.batching import HostBuffers, prefetched
 from encoders.loading import load_retriever
 from encoders.models import worker_device
 from encoders.retrievers import DenseEncoder, EncoderOptions, ReadyInputs
@@ -150,6 +150,7 @@ class FollowPassageInputs(beam.DoFn):
         writer = buckets.BucketWriter(self._directory, self._buckets, self._dim)
         known, skipped = load_array(self._kept.known), [np.zeros(0, np.uint64)]
         clock, seen, encoded = FollowerClock(), 0, 0
+        buffers = HostBuffers(2)  # a step's rows are staged (copied by bucket) before the step after next
         # the next step is read in a thread, and the last one's rows staged in another, while the model runs
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="stage-rows") as behind:
             staging = behind.submit(lambda: None)
@@ -161,8 +162,8 @@ class FollowPassageInputs(beam.DoFn):
                 count_some("passages_reused", int(done.sum()))
                 todo = np.flatnonzero(~done)
                 with clock.timing("model"):
-                    vectors = (self._encoder.encode_ready(step.ready, todo) if len(todo)
-                               else np.zeros((0, self._dim), np.float32))
+                    vectors = (self._encoder.encode_ready(step.ready, todo, buffers.take(len(todo), self._dim))
+                               if len(todo) else np.zeros((0, self._dim), np.float32))
                 rows, finite, dead = encoded_rows(step.columns.take(todo), vectors)
                 yield from dead
                 seen, encoded = seen + len(step.passages), encoded + len(todo)
