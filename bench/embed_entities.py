@@ -82,7 +82,7 @@ def mention_pool(output: str, limit: int) -> list[dict[str, Any]]:
 def time_encoder(encoder, inputs: Sequence, device: str) -> Timing:
     """``encoder.encode_packed`` over parts of up to ``INPUT_FILE_ROWS`` inputs, as the model's part of the stage
     encodes each file of ready inputs."""
-    from encoders.batching import token_budget_batches
+    from encoders.batching import HostBuffers, token_budget_batches
     from encoders.mask_inputs import PackedMaskInputs
     from transforms.embed_entities.inputs import INPUT_FILE_ROWS
 
@@ -102,10 +102,11 @@ def time_encoder(encoder, inputs: Sequence, device: str) -> Timing:
             padded_flops += len(batch) * sequence_flops(longest, parameters, config.num_hidden_layers,
                                                         config.hidden_size)
     packed = [PackedMaskInputs.of(part) for part in parts]
+    buffers = HostBuffers()  # the arrays the stage's steps come back into
     synchronize(device)
     started = time.perf_counter()
     for part in packed:
-        encoder.encode_packed(part)
+        encoder.encode_packed(part, buffers.take(len(part), config.hidden_size))
     synchronize(device)
     return Timing(len(inputs), time.perf_counter() - started, real_tokens, padded_tokens, real_flops, padded_flops)
 

@@ -96,6 +96,7 @@ def mask_paths(args, model_path: str, rows: list[dict], length: int) -> tuple[Ra
     """The stage's two [MASK] paths: the inputs built from mention rows (``mask_inputs`` in the stage's calls of
     up to 512 rows, as every core runs it, here in this one process) and the forward on ready inputs
     (``MaskEncoder.encode_packed`` on the model's part of up to 8,192 inputs, as the GPU's process runs it)."""
+    from encoders.batching import HostBuffers
     from encoders.mask_encoder import MaskEncoder
     from encoders.mask_inputs import PackedMaskInputs, mask_inputs
     from encoders.models import ModelSpec
@@ -108,7 +109,9 @@ def mask_paths(args, model_path: str, rows: list[dict], length: int) -> tuple[Ra
                    "cpu")
     parts = [PackedMaskInputs.of(part) for part in in_calls(built, INPUT_FILE_ROWS)]
     encoder.encode_packed(PackedMaskInputs.of(built[:max(1, args.batch_tokens // length)]))  # warm-up
-    forward = timed(lambda: [encoder.encode_packed(part) for part in parts], len(rows), args.device)
+    buffers, dim = HostBuffers(), encoder.model.config.hidden_size  # the arrays the stage's steps come back into
+    forward = timed(lambda: [encoder.encode_packed(part, buffers.take(len(part), dim)) for part in parts], len(rows),
+                    args.device)
     return inputs, forward
 
 

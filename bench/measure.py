@@ -36,6 +36,7 @@ def passage_paths(options, passages: list) -> tuple[Rate, Rate, float]:
     """The index's two paths for the encoder of ``options``: the model inputs built from passages (tokenizing, a
     KPR encoder's linking; in this one process, as every core builds them) and the forward on ready inputs (as the
     GPU's process runs it, on files of ``INPUT_FILE_ROWS``); and the mean tokens per passage."""
+    from encoders.batching import HostBuffers
     from encoders.loading import load_inputs, load_retriever
     from transforms.index.inputs import INPUT_FILE_ROWS, PASSAGES_PER_CALL, inputs_table, table_inputs
 
@@ -47,7 +48,9 @@ def passage_paths(options, passages: list) -> tuple[Rate, Rate, float]:
     files = [table_inputs(inputs_table(part_passages, part)) for part_passages, part in
              zip(in_calls(passages, INPUT_FILE_ROWS), in_calls(built, INPUT_FILE_ROWS), strict=True)]
     model.encode_ready(files[0][1], list(range(min(64, len(passages)))))  # warm-up
-    forward = timed(lambda: [model.encode_ready(ready) for _, ready in files], len(passages), options.device)
+    buffers = HostBuffers()  # the arrays the stage's steps come back into
+    forward = timed(lambda: [model.encode_ready(ready, None, buffers.take(len(ready), model.dim))
+                             for _, ready in files], len(passages), options.device)
     return rate, forward, mean_length
 
 
