@@ -7,6 +7,13 @@
 #   bash bench/gpu_run.sh workers   # parse, dictionary and mentions at 4, 8 and 16 workers, on the dump and on one
 #                                   # a quarter its size (how the part that is not parallel shrinks with the dump)
 #
+# With a session's 15 minutes of device time (the machine's start ~30 s; it is given back 30 s after a command
+# ends, so the next command must follow at once): first one command of at most 600 s,
+#   export GPU_RUN_CEILING_SECONDS=6; bash bench/gpu_run.sh gpu; GPU_RUN_ARTICLES=10000 GPU_RUN_MENTIONS_512=0 \
+#     bash bench/gpu_run.sh mask         # ~155,000 mentions: the stage end to end on more than 100,000
+# then, with the time left as its limit, `bash bench/gpu_run.sh workers` (what it finishes comes back in $OUT).
+# Build and check the kit first (bench/gpu_kit.sh with KIT_CHECK_PYTHON): a kit that fails there costs the run.
+#
 # Every output is written to $OUT (the folder the device tool brings back; ./gpu-run here) as well as printed.
 # The kit is unpacked into /tmp/site when Beam, spaCy or FAISS does not import. GPU_RUN_ARTICLES (default 40,000)
 # sizes the synthetic dump (GPU_RUN_MENTIONS_512, default 200,000, how many of its mentions the 512-token stage
