@@ -164,7 +164,8 @@ class FollowPassageInputs(beam.DoFn):
                 with clock.timing("model"):
                     vectors = (self._encoder.encode_ready(step.ready, todo, buffers.take(len(todo), self._dim))
                                if len(todo) else np.zeros((0, self._dim), np.float32))
-                rows, finite, dead = encoded_rows(step.columns.take(todo), vectors)
+                rows, finite, dead = encoded_rows(step.columns if len(todo) == len(keys) else step.columns.take(todo),
+                                                  vectors)
                 yield from dead
                 seen, encoded = seen + len(step.passages), encoded + len(todo)
                 with clock.timing("writing behind"):
