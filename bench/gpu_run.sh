@@ -30,10 +30,11 @@ CORES=$(nproc)
 PASSAGES=psgs_w100_subset_from_haystack_nqdev.tsv
 mkdir -p "$OUT" "$WORK"
 
-if ! python3 -c "import apache_beam, spacy, faiss" 2>/dev/null; then  # unpacked once, for every part after
+KIT_IMPORTS="import apache_beam, faiss, spacy; spacy.blank('en')"  # what the stages need beside torch
+if ! python3 -c "$KIT_IMPORTS" 2>/dev/null; then  # unpacked once, for every part after
   [ -d /tmp/site/apache_beam ] || { mkdir -p /tmp/site && tar -xJf .gpu-kit/site.tar.xz -C /tmp/site; }
   export PYTHONPATH=/tmp/site:$PWD/.gpu-kit/stub${PYTHONPATH:+:$PYTHONPATH}
-  python3 -c "import apache_beam, faiss, spacy; spacy.blank('en')" || { echo "the kit does not import" >&2; exit 3; }
+  python3 -c "$KIT_IMPORTS" || { echo "the kit does not import" >&2; exit 3; }
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 # bench.paths reads ../shared/data, else shared/data in the checkout: the real DPR passages go there when neither has them

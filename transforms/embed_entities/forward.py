@@ -79,7 +79,7 @@ def load_encoder(key: str) -> MaskEncoder:
 def storable_rows(refs: np.ndarray, vectors: np.ndarray) -> tuple[np.ndarray, list[Any]]:
     """Which rows have vectors the store can hold (finite as ``STORE_DTYPE``), and a dead letter for the others."""
     largest = np.finfo(STORE_DTYPE).max  # two reductions: no temporary array of the vectors' size (NaN compares False)
-    finite = (vectors.max(axis=1, initial=-np.inf) <= largest) & (vectors.min(axis=1, initial=np.inf) >= -largest)
+    finite = (vectors.max(axis=1) <= largest) & (vectors.min(axis=1) >= -largest)
     dead = [dead_letter("non_finite_vectors", "the model returned NaN or inf (or beyond float16)",
                         entity_id=int(entity_id)) for entity_id in refs["entity_id"][~finite].tolist()]
     return finite, dead
@@ -179,8 +179,7 @@ class FollowInputFiles(beam.DoFn):
             for mentions, packed in clock.waited("waiting for inputs", inputs):
                 rows = rows_to_encode(known, mentions["window_key"])
                 with clock.timing("model"):
-                    vectors = self._encoder.encode_packed(packed if len(rows) == len(packed) else packed.take(rows),
-                                                          buffers.take(len(rows), facts.dim))
+                    vectors = self._encoder.encode_packed(packed.take(rows), buffers.take(len(rows), facts.dim))
                 finite, dead = storable_rows(mentions[rows], vectors)
                 yield from dead
                 failed = np.isin(mentions["window_key"], mentions["window_key"][rows[~finite]])
