@@ -3,7 +3,7 @@
 # that travels to it. That machine has Python 3.12 with PyTorch, transformers, pyarrow and numpy, and no registry.
 #
 #   bench/gpu_kit.sh          # in the project root; prints the device tool's carry list and the commands
-#   KIT_CHECK_PYTHON=/root/.pyenv/versions/3.12.1/bin/python bench/gpu_kit.sh   # and checks the kit on it first
+#   KIT_CHECK_PYTHON=/root/.pyenv/versions/3.12.1/bin/python bench/gpu_kit.sh   # and rehearses the run first
 #
 # ../shared/tools/gpu-kit.sh downloads Beam's wheels and the rest (faiss-cpu included) and the tokenizer-only
 # MiniLM; this adds spaCy and what it needs that such a machine lacks, installs every wheel into one folder for
@@ -22,9 +22,11 @@ SPACY=(spacy==3.8.18 thinc==8.3.14 blis==1.3.4 cymem==2.0.16 preshed==3.0.15 mur
        pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 cloudpathlib==0.26.0
        smart-open==9.0.2 click==8.5.1)
 KEEP_LANGUAGES=(en xx ja ko th vi zh)
-# what the GPU machine has (device KINDS.md) and the CPU stages import beside the kit: KIT_CHECK_PYTHON's venv
-THERE_ALREADY=(numpy pyarrow grpcio protobuf cloudpickle requests python-dateutil regex sortedcontainers
-               typing-extensions pyyaml packaging typer tqdm jinja2 httpx psutil tokenizers huggingface_hub)
+# what the GPU machine has (device KINDS.md: its pip list, versions where it gives them) and the stages import
+# beside the kit: KIT_CHECK_PYTHON's venv (torch's CUDA wheel: it runs on a CPU too)
+THERE_ALREADY=(torch==2.11.0 transformers==5.17.0 tokenizers==0.23.2 huggingface_hub==1.33.0 numpy==2.5.2
+               safetensors==0.8.0 pyarrow grpcio protobuf cloudpickle requests python-dateutil regex
+               sortedcontainers typing-extensions pyyaml packaging typer tqdm jinja2 httpx psutil)
 FOR_THERE=(--no-deps --only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
            --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any)  # the GPU machine's wheels
 
@@ -41,14 +43,15 @@ for language in "$site"/spacy/lang/*/; do
 done
 find "$site" -name '*.so*' -type f -exec strip --strip-unneeded {} + 2>/dev/null || true
 tar -cJf "$KIT/site.tar.xz" -C "$site" .
-if [ -n "${KIT_CHECK_PYTHON:-}" ]; then  # the kit imports and runs the CPU stages on a Python 3.12 of this machine
-  "$KIT_CHECK_PYTHON" -m venv "$site/.venv" && "$site/.venv/bin/pip" install -q "${THERE_ALREADY[@]}"
-  PYTHONPATH=$site:$PWD/$KIT/stub:$PWD PYTHONDONTWRITEBYTECODE=1 "$site/.venv/bin/python" -m bench.scale \
-    --articles 300 --workers 2 --stages parse dictionary mentions --work "$site/.check" >"$KIT/check.log" 2>&1 \
-    || { echo "the kit fails on $KIT_CHECK_PYTHON: $KIT/check.log" >&2; exit 3; }
-  echo "kit checked on $("$site/.venv/bin/python" --version): parse, dictionary and mentions of 300 articles ran"
-fi
 if [ -f "$SHARED/passages/$PASSAGES" ]; then cp "$SHARED/passages/$PASSAGES" "$KIT/"; fi
+if [ -n "${KIT_CHECK_PYTHON:-}" ]; then  # a rehearsal: gpu_run.sh's first part, on the CPU, small (~6 minutes), in a
+  # Python 3.12 venv holding what the GPU machine holds, the kit unpacked from its archive as it will be there
+  "$KIT_CHECK_PYTHON" -m venv "$site/.venv" && "$site/.venv/bin/pip" install -q "${THERE_ALREADY[@]}"
+  PATH=$site/.venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 OUT=$site/.out GPU_RUN_WORK=$site/.work \
+    GPU_RUN_SITE=$site/.unpacked GPU_RUN_DEVICE=cpu GPU_RUN_ARTICLES=300 bash bench/gpu_run.sh gpu \
+    >"$KIT/check.log" 2>&1 || { echo "the kit fails on $KIT_CHECK_PYTHON: $KIT/check.log" >&2; exit 3; }
+  echo "kit checked on $("$site/.venv/bin/python" --version): gpu_run.sh gpu ran on the CPU ($KIT/check.log)"
+fi
 du -sh "$KIT/site.tar.xz" "$KIT/stub" "$KIT"/*.tsv 2>/dev/null
 echo "carry: .gpu-kit/site.tar.xz .gpu-kit/stub$( [ -f "$KIT/$PASSAGES" ] && echo " .gpu-kit/$PASSAGES")"
 echo "run:   bash bench/gpu_run.sh gpu | tail -c 11000, then the same with mask, then workers (each in \$OUT)"

@@ -15,10 +15,10 @@
 # Build and check the kit first (bench/gpu_kit.sh with KIT_CHECK_PYTHON): a kit that fails there costs the run.
 #
 # Every output is written to $OUT (the folder the device tool brings back; ./gpu-run here) as well as printed.
-# The kit is unpacked into /tmp/site when Beam, spaCy or FAISS does not import. GPU_RUN_ARTICLES (default 40,000)
+# The kit is unpacked into GPU_RUN_SITE (default /tmp/site) when Beam, spaCy or FAISS does not import. GPU_RUN_ARTICLES (default 40,000)
 # sizes the synthetic dump (GPU_RUN_MENTIONS_512, default 200,000, how many of its mentions the 512-token stage
 # encodes; 0: all), GPU_RUN_DEVICE (default cuda) the device: `GPU_RUN_DEVICE=cpu GPU_RUN_ARTICLES=500`
-# runs the same steps on a CPU, small.
+# runs the same steps with the same model on a CPU, small (what bench/gpu_kit.sh's check rehearses).
 set -euo pipefail
 [ -f pyproject.toml ] || { echo "run this in the project root" >&2; exit 2; }
 PART=${1:?which part: gpu, mask or workers}
@@ -31,9 +31,10 @@ PASSAGES=psgs_w100_subset_from_haystack_nqdev.tsv
 mkdir -p "$OUT" "$WORK"
 
 KIT_IMPORTS="import apache_beam, faiss, spacy; spacy.blank('en')"  # what the stages need beside torch
+SITE=${GPU_RUN_SITE:-/tmp/site}
 if ! python3 -c "$KIT_IMPORTS" 2>/dev/null; then  # unpacked once, for every part after
-  [ -d /tmp/site/apache_beam ] || { mkdir -p /tmp/site && tar -xJf .gpu-kit/site.tar.xz -C /tmp/site; }
-  export PYTHONPATH=/tmp/site:$PWD/.gpu-kit/stub${PYTHONPATH:+:$PYTHONPATH}
+  [ -d "$SITE/apache_beam" ] || { mkdir -p "$SITE" && tar -xJf .gpu-kit/site.tar.xz -C "$SITE"; }
+  export PYTHONPATH=$SITE:$PWD/.gpu-kit/stub${PYTHONPATH:+:$PYTHONPATH}
   python3 -c "$KIT_IMPORTS" || { echo "the kit does not import" >&2; exit 3; }
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -41,9 +42,9 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 TRANSFORMERS_
 if [ -f ".gpu-kit/$PASSAGES" ] && [ ! -f "../shared/data/passages/$PASSAGES" ] && [ ! -f "shared/data/passages/$PASSAGES" ]; then
   mkdir -p shared/data/passages && cp ".gpu-kit/$PASSAGES" shared/data/passages/
 fi
-if [ "$DEVICE" = cpu ]; then  # the packaged MiniLM on the CPU: counts that keep each step to a few minutes
-  MODEL=(--device cpu --mentions 256 --passages 512 --path-mentions 256 --ceiling-seconds 1)
-  AT_512=(--mentions 256) AT_128=(--mentions 256)
+if [ "$DEVICE" = cpu ]; then  # the same model on the CPU (a rehearsal): counts that keep each step to a few minutes
+  MODEL=(--device cpu --model random-bert-base --mentions 32 --passages 64 --path-mentions 32 --ceiling-seconds 1)
+  AT_512=(--mentions 32) AT_128=(--mentions 32)
 else  # at least 100,000 mentions for the stage end to end; 0: every mention of the dump, in its own OUT
   MODEL=(--device "$DEVICE" --dtype bfloat16 --model random-bert-base --batch-tokens 65536
          --ceiling-seconds "${GPU_RUN_CEILING_SECONDS:-10}")
