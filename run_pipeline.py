@@ -2,6 +2,7 @@
 
 import contextlib
 import ctypes
+import gc
 import logging
 import os
 import sys
@@ -44,6 +45,15 @@ def return_freed_memory() -> None:
             ctypes.CDLL(None).mallopt(parameter, value)
 
 
+def exit_without_last_collections(code: int) -> None:
+    """Exit with ``code``, the objects alive now left out of the interpreter's last garbage collections
+    (``gc.freeze``): they walked every object torch and transformers made, ~0.9 s at the end of each command that
+    had loaded a model (2026-11-29, this machine: importing torch and transformers alone, 3.5 -> 2.6 s). The atexit
+    handlers run as before (Beam's stop its worker pools); what a command opened it has closed."""
+    gc.freeze()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
     os.environ.setdefault(*ARROW_MEMORY_POOL)
     return_freed_memory()
@@ -55,4 +65,4 @@ if __name__ == "__main__":
     except KeyboardInterrupt:  # before main() took Ctrl-C over: while the libraries and commands are imported
         print(interrupted_line(None), file=sys.stderr)
         code = INTERRUPTED_EXIT
-    sys.exit(code)
+    exit_without_last_collections(code)

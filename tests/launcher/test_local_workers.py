@@ -103,6 +103,22 @@ def test_the_command_line_gives_arrow_the_system_allocator_unless_set_and_freed_
     assert chosen == [f"system {threshold} {arenas}", f"jemalloc {threshold} {arenas}", f"system 131072 {arenas}"]
 
 
+def test_the_command_line_exits_with_its_code_after_the_atexit_handlers_without_collecting_what_is_alive():
+    import subprocess
+    import sys
+
+    # what is alive at the exit is frozen, so a cycle is left to the OS; the atexit handlers (Beam stops its worker
+    # pools in one) still run, and the code reaches the shell
+    script = ("import atexit, gc\nfrom run_pipeline import exit_without_last_collections\n"
+              "class Cycle:\n    def __del__(self):\n        print('COLLECTED', flush=True)\n"
+              "cycle = Cycle(); cycle.me = cycle; del cycle\n"
+              "atexit.register(lambda: print('ATEXIT', gc.get_freeze_count() > 0, flush=True))\n"
+              "exit_without_last_collections(3)\n")
+    run = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 3, run.stderr
+    assert run.stdout.split() == ["ATEXIT", "True"]
+
+
 def test_cuda_spreads_a_run_of_workers_evenly_over_the_gpus():
     for first in (0, 3, 17):
         devices = [worker_device("cuda", f"worker_{first + offset}", 4) for offset in range(8)]
