@@ -15,10 +15,11 @@
 # Build and check the kit first (bench/gpu_kit.sh with KIT_CHECK_PYTHON): a kit that fails there costs the run.
 #
 # Every output is written to $OUT (the folder the device tool brings back; ./gpu-run here) as well as printed.
-# The kit is unpacked into GPU_RUN_SITE (default /tmp/site) when Beam, spaCy or FAISS does not import. GPU_RUN_ARTICLES (default 40,000)
-# sizes the synthetic dump (GPU_RUN_MENTIONS_512, default 200,000, how many of its mentions the 512-token stage
-# encodes; 0: all), GPU_RUN_DEVICE (default cuda) the device: `GPU_RUN_DEVICE=cpu GPU_RUN_ARTICLES=500`
-# runs the same steps with the same model on a CPU, small (what bench/gpu_kit.sh's check rehearses).
+# The kit is unpacked into GPU_RUN_SITE (default /tmp/site) when Beam, spaCy or FAISS does not import.
+# GPU_RUN_ARTICLES (default 40,000) sizes the synthetic dump (GPU_RUN_MENTIONS_512, default 200,000, how many of
+# its mentions the 512-token stage encodes; 0: all), GPU_RUN_DEVICE (default cuda) the device:
+# `GPU_RUN_DEVICE=cpu GPU_RUN_ARTICLES=500` runs the same steps with the same model on a CPU, small (what
+# bench/gpu_kit.sh's check rehearses).
 set -euo pipefail
 [ -f pyproject.toml ] || { echo "run this in the project root" >&2; exit 2; }
 PART=${1:?which part: gpu, mask or workers}
