@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import hashlib
 import os
 from pathlib import Path
 
@@ -57,6 +58,16 @@ def test_a_new_file_gets_its_parent_and_the_usual_permissions(tmp_path: Path) ->
     umask = os.umask(0)
     os.umask(umask)
     assert target.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["local", "object-store"])
+def test_a_files_digest_covers_every_chunk_and_the_short_last_one(tmp_path: Path, remote: bool) -> None:
+    data = os.urandom(2 * fs._CHUNK + 12_345)  # two whole chunks read into the same buffer, then a part of one
+    path = tmp_path / "blob"
+    path.write_bytes(data)
+    assert fs.sha256(mirrored(path) if remote else str(path)) == hashlib.sha256(data).hexdigest()
+    path.write_bytes(b"")
+    assert fs.sha256(str(path)) == hashlib.sha256(b"").hexdigest()
 
 
 def test_a_similarly_named_file_of_the_user_is_not_the_temporary(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.transforms.window import GlobalWindows
 
-from artifacts import fs, layout
+from artifacts import allocator, fs, layout
 from artifacts.counters import declare, dropped, error, processed
 from artifacts.faiss import buckets, build, choice, files, info, storage
 from artifacts.faiss.vectors import embedding_table
@@ -280,7 +280,8 @@ class BuildShard(beam.DoFn):
     """One shard: each of its buckets sorted and written as one of its files (``SORTING_THREADS`` at a time: Arrow's
     reading and writing run outside the GIL), then the trained index with the shard's vectors in that order: a flat
     index filled in place from the staged files (by the same threads: no copy, no read back), any other added to
-    from the shard's files; then the shard's index file and its id map."""
+    from the shard's files; then the shard's index file and its id map. The buckets' row groups are read and
+    written with blocks from the heap (``allocator.blocks_from_the_heap``)."""
 
     def __init__(self, index_dir: str, dim: int, use_gpu: bool) -> None:
         self._index_dir, self._dim, self._use_gpu = index_dir, dim, use_gpu
@@ -292,7 +293,8 @@ class BuildShard(beam.DoFn):
             return buckets.write_shard_bucket(self._index_dir, name, item[0], item[1], self._dim)
 
         with ThreadPoolExecutor(max_workers=SORTING_THREADS, thread_name_prefix="sort-bucket") as pool:
-            sorted_ids = list(pool.map(write_bucket, shard_buckets))  # every bucket written, or the first error
+            with allocator.blocks_from_the_heap():
+                sorted_ids = list(pool.map(write_bucket, shard_buckets))  # every bucket written, or the first error
             index = storage.read_index(trained_path, mmap=False)
             room = build.flat_rows(index, sum(len(ids) for ids in sorted_ids))
             if room is None:
