@@ -91,6 +91,7 @@ PASSAGE_INPUTS = pa.schema(
         ("passage_id", pa.int64()),
         ("title", pa.string()),
         ("text", pa.string()),
+        ("passage_key", pa.uint64()),  # transforms.index.inputs.passage_keys: what a rerun finds kept
         ("input_ids", pa.list_(pa.int32())),
         ("token_type_ids", pa.list_(pa.int8())),
         ("entity_ids", pa.list_(pa.int64())),

@@ -45,7 +45,7 @@ def passage_paths(options, passages: list) -> tuple[Rate, Rate, float]:
     built: list = []
     rate = timed(lambda: [built.extend(inputs.passages(call)) for call in in_calls(passages, PASSAGES_PER_CALL[1])],
                  len(passages), "cpu")
-    files = [table_inputs(inputs_table(part_passages, part)) for part_passages, part in
+    files = [table_inputs(inputs_table(part_passages, part, "")) for part_passages, part in
              zip(in_calls(passages, INPUT_FILE_ROWS), in_calls(built, INPUT_FILE_ROWS), strict=True)]
     model.encode_ready(files[0][1], list(range(min(64, len(passages)))))  # warm-up
     buffers = HostBuffers()  # the arrays the stage's steps come back into

@@ -255,13 +255,14 @@ def encode(ctx: StageContext, config: IndexConfig, encoder: EncoderOptions, enco
                                          forward.progress("passages encoded", encoding.estimate, int))
         return with_dead_letters(forward, "EncodePassages", encode_passages, "vectors")
 
-    return run_model_beside(ctx, lambda pipeline: prepare(pipeline, ctx, config, encoder, encoding, files), model,
-                            files.inputs, encoder.device, config.model_workers)
+    return run_model_beside(ctx, lambda pipeline: prepare(pipeline, ctx, config, encoder, encoding, files, kept.salt),
+                            model, files.inputs, encoder.device, config.model_workers)
 
 
 def prepare(pipeline: beam.Pipeline, ctx: StageContext, config: IndexConfig, encoder: EncoderOptions,
-            encoding: Encoding, files: EncodingFiles) -> None:
-    """ReadPassages | PreparePassages, plus the passages cut from articles and the dead letters."""
+            encoding: Encoding, files: EncodingFiles, salt: str) -> None:
+    """ReadPassages | PreparePassages (each passage keyed under the encoder of ``salt``), plus the passages cut
+    from articles and the dead letters."""
     passages, dead = pipeline | "ReadPassages" >> ReadPassages(config.corpus, encoding.columns, ctx.output,
                                                                config.words_per_passage, config.on_duplicate_id)
     if encoding.columns is None:
@@ -270,7 +271,7 @@ def prepare(pipeline: beam.Pipeline, ctx: StageContext, config: IndexConfig, enc
                                                          file_name_suffix=".parquet", codec=schemas.PARQUET_CODEC,
                                                          row_group_buffer_size=PASSAGES_ROW_GROUP_BYTES))
     _ = passages | "PreparePassages" >> PreparePassages(
-        encoder, files, encoding.bucket_count, encoding.dim, ctx.progress("passages prepared", encoding.estimate),
+        encoder, files, encoding.bucket_count, encoding.dim, salt, ctx.progress("passages prepared", encoding.estimate),
         encoding.previous, fs.join(ctx.staging_root, PREVIOUS_DIGESTS_DIR))
     _ = dead | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("passages"))
 

@@ -36,7 +36,7 @@ from tests.conftest import BUNDLED_SAMPLE, DIRECT
 from transforms.common.follow import FollowedFiles, RunFollowers, mark_ended
 from transforms.common.worker_files import save_array
 from transforms.index.forward import FollowPassageInputs, KeptPassages
-from transforms.index.inputs import INPUT_PREFIX, PreparePassageInputs, inputs_table, table_inputs
+from transforms.index.inputs import INPUT_PREFIX, PreparePassageInputs, inputs_table, passage_keys, table_inputs
 
 ENTITY_DIM = 8
 PUBLISHED_FUSION_NAMES = {
@@ -271,8 +271,8 @@ def test_the_index_stage_feeds_a_real_titled_passage_as_the_reference_does(tiny_
     init_kpr_checkpoint(str(tiny_bert), str(tmp_path / "kpr"),
                         KPRSettings(entity_embedding_size=ENTITY_DIM, num_entity_fusion_attention_heads=2))
     options = kpr_options(tmp_path / "kpr", tmp_path, max_length=max_length)
-    read_back, ready = through_an_input_file([passage], load_inputs(options).passages([passage]))
-    assert read_back == [passage]
+    keys, ready = through_an_input_file([passage], load_inputs(options).passages([passage]))
+    assert keys.tolist() == passage_keys(SALT, [passage]).tolist()
     encoder = load_retriever(options)
     encoder.model = RecordedModel(encoder.model)
     [result] = encoder.encode_ready(ready)
@@ -353,9 +353,12 @@ def mains_kpr_vectors(encoder, passages: list[Passage]) -> tuple[np.ndarray, dic
     return vectors, {name: value for name, value in counted.items() if value}
 
 
-def through_an_input_file(passages: list[Passage], features: list[dict]) -> tuple[list[Passage], ReadyInputs]:
-    """Passages and their model inputs as the index's model part reads them back from an input file."""
-    return table_inputs(pq.read_table(pa.BufferReader(tables.parquet_bytes(inputs_table(passages, features)))))
+SALT = "00"  # the encoder's part of the passages' keys in these tests
+
+
+def through_an_input_file(passages: list[Passage], features: list[dict]) -> tuple[np.ndarray, ReadyInputs]:
+    """Passages' keys and their model inputs as the index's model part reads them back from an input file."""
+    return table_inputs(pq.read_table(pa.BufferReader(tables.parquet_bytes(inputs_table(passages, features, SALT)))))
 
 
 def test_kpr_vectors_are_mains_exactly_through_the_stages_input_files(tiny_bert, tmp_path):
@@ -375,8 +378,8 @@ def test_kpr_vectors_are_mains_exactly_through_the_stages_input_files(tiny_bert,
     features = inputs.passages(passages)
     inputs.count(features, lambda name, value=1: counted.update({name: counted.get(name, 0) + value}))
     assert counted == counts
-    read_back, ready = through_an_input_file(passages, features)
-    assert read_back == passages
+    keys, ready = through_an_input_file(passages, features)
+    assert keys.tolist() == passage_keys(SALT, passages).tolist()
     assert np.array_equal(encoder.encode_ready(ready), expected)
     one_by_one = np.concatenate([encoder.encode_passages([passage]) for passage in passages])
     np.testing.assert_allclose(expected, one_by_one, rtol=0, atol=1e-5)  # batching and order change nothing else
@@ -395,18 +398,22 @@ def test_the_index_pipelines_encode_and_count_as_the_library(tiny_bert, tmp_path
                           str(tmp_path / "ended"))
 
     def prepare(pipeline: beam.Pipeline) -> None:
-        _ = (pipeline | beam.Create(passages) | PreparePassageInputs(options, files.directory)
+        _ = (pipeline | beam.Create(passages) | PreparePassageInputs(options, files.directory, SALT)
              | beam.io.WriteToText(files.listing))
 
     assert run_counting(prepare) == counts
     mark_ended(files, None)
     staged = str(tmp_path / "staged")
     kept = KeptPassages(str(tmp_path / "kept"), save_array(str(tmp_path / "known.npy"), np.zeros(0, np.uint64)),
-                        str(tmp_path / "reused"), "00")
+                        str(tmp_path / "reused"), SALT)
     follower = FollowPassageInputs(options, files, staged, 4, 32, kept)
     encoded = run_counting(lambda pipeline: pipeline | RunFollowers(follower, 2, "records"))
     assert encoded == {"passages_encoded": 24}
-    assert sum(pq.read_metadata(path).num_rows for path in (tmp_path / "kept").glob("*.parquet")) == 24
+    kept_rows = pa.concat_tables([pq.read_table(path) for path in (tmp_path / "kept").glob("*.parquet")])
+    by_key = dict(zip(kept_rows.column("passage_id").to_pylist(), kept_rows.column("passage_key").to_pylist(),
+                      strict=True))  # each passage kept once, under the key its inputs were built with
+    assert by_key == dict(zip([passage.passage_id for passage in passages], passage_keys(SALT, passages).tolist(),
+                              strict=True)) and kept_rows.num_rows == 24
     rows = pa.concat_tables([pq.read_table(path) for path in sorted(Path(staged).rglob("*.parquet"))])
     by_id = dict(zip(rows.column("passage_id").to_pylist(), rows.column("embedding").to_pylist(), strict=True))
     assert sorted(by_id) == [passage.passage_id for passage in passages]

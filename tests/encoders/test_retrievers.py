@@ -25,7 +25,7 @@ from encoders.retrievers import (
 )
 from pipelines.index import check_encoder
 from tests.builders import dpr_passages
-from transforms.index.inputs import inputs_table, table_inputs
+from transforms.index.inputs import inputs_table, passage_keys, table_inputs
 
 QUERIES = ["who sings does he love me with reba", "where do the great lakes meet the ocean"]
 
@@ -146,9 +146,10 @@ def test_inputs_built_elsewhere_and_read_back_from_a_file_give_the_same_vectors(
     passages = [Passage(1, "A", "alpha beta"), Passage(2, "B", "gamma delta " * 20), Passage(3, "", "epsilon")]
     features = load_inputs(options).passages(passages)
     assert ("token_type_ids" in features[0]) == (kind == "mean")  # a pair: the tokenizer's types, 1 after [SEP]
-    table = pq.read_table(pa.BufferReader(tables.parquet_bytes(inputs_table(passages, features))))
-    read_back, ready = table_inputs(table)
-    assert read_back == passages and len(ready) == len(passages)
+    table = pq.read_table(pa.BufferReader(tables.parquet_bytes(inputs_table(passages, features, "ab12"))))
+    keys, ready = table_inputs(table)
+    assert keys.tolist() == passage_keys("ab12", passages).tolist() and len(ready) == len(passages)
+    assert table.select(["passage_id", "title", "text"]).to_pylist() == [passage.to_row() for passage in passages]
     ids, offsets = ready.input_ids.values, ready.input_ids.offsets
     assert [ids[start:stop].tolist() for start, stop in pairwise(offsets)] == [item["input_ids"] for item in features]
     assert (ready.token_type_ids is not None) == (kind == "mean") and ready.others == {}

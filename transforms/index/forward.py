@@ -5,12 +5,11 @@ appear (``follow``).
 
 What a follower encodes is also kept, a file per step written whole (``KeptPassages``), where the stage's
 rerun after a kill finds it: a passage is known there by ``passage_key`` (the encoder and the passage's id, title
-and text), and a rerun's followers do not encode the passages kept before; their rows are staged from the kept
-files instead (``StageKeptRows``)."""
+and text; computed where its inputs are built, ``inputs.passage_keys``), and a rerun's followers do not encode
+the passages kept before; their rows are staged from the kept files instead (``StageKeptRows``)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import uuid
 from collections.abc import Iterator, Sequence
@@ -25,7 +24,6 @@ import pyarrow as pa
 from artifacts import fs, layout, schemas, tables
 from artifacts.faiss import buckets
 from artifacts.faiss.vectors import table_vectors, with_vectors
-from artifacts.passages import Passage
 from encoders.batching import HostBuffers, prefetched
 from encoders.loading import load_retriever
 from encoders.models import worker_device
@@ -36,7 +34,6 @@ from transforms.common.packed import found_in
 from transforms.common.per_worker import PerProcess
 from transforms.common.worker_files import load_array, save_array
 from transforms.index.inputs import encoder_key, table_inputs
-from transforms.index.refresh import passage_digest
 
 STAGE = layout.command_of(layout.INDEX_STAGE)  # the follower's summary line names it
 KEY = "passage_key"
@@ -47,25 +44,13 @@ KEPT_PREFIX = "encoded-"
 class KeptPassages:
     """Where encoded passages are kept for a rerun: ``directory`` (kept files, ``KEPT_PREFIX``*), ``known`` (the
     sorted keys of the passages kept before this run started: not encoded again), ``reused`` (where each
-    follower saves the keys it did not encode) and ``salt`` (the encoder's part of every key, hex)."""
+    follower saves the keys it did not encode) and ``salt`` (the encoder's part of every key, hex: the inputs'
+    pipeline keys the passages with it)."""
 
     directory: str
     known: str
     reused: str
     salt: str
-
-
-def passage_keys(salt: str, passages: Sequence[Passage]) -> np.ndarray:
-    """The ``passage_key`` (uint64) of each passage under the encoder of ``salt``: 64 bits of blake2b over it, the
-    passage's id and the digest of its title and text."""
-    seed = hashlib.blake2b(bytes.fromhex(salt), digest_size=8)
-    keys = np.empty(len(passages), dtype=np.uint64)
-    for row, passage in enumerate(passages):
-        digest = seed.copy()
-        digest.update(passage.passage_id.to_bytes(8, "little", signed=True))
-        digest.update(passage_digest(passage.title, passage.text))
-        keys[row] = int.from_bytes(digest.digest(), "little")
-    return keys
 
 
 def keep_rows(kept: KeptPassages, keys: np.ndarray, rows: pa.Table) -> None:
@@ -113,11 +98,11 @@ def add_rows(writer: buckets.BucketWriter, rows: pa.Table, kept: KeptPassages, k
 
 @dataclass(frozen=True)
 class InputStep:
-    """The input files of a step, read: the passages' columns (passage_id, title, text), the passages and their
-    ready model inputs."""
+    """The input files of a step, read: the passages' columns (passage_id, title, text), their keys
+    (``inputs.passage_keys``) and their ready model inputs."""
 
     columns: pa.Table
-    passages: list[Passage]
+    keys: np.ndarray
     ready: ReadyInputs
 
 
@@ -156,7 +141,7 @@ class FollowPassageInputs(beam.DoFn):
             staging = behind.submit(lambda: None)
             inputs = prefetched(read_inputs(follow_steps(self._files, index, followers)), depth=1)
             for step in clock.waited("waiting for inputs", inputs):
-                keys = passage_keys(self._kept.salt, step.passages)
+                keys = step.keys
                 done, _ = found_in(known, keys)
                 skipped.append(keys[done])
                 count_some("passages_reused", int(done.sum()))
@@ -167,11 +152,11 @@ class FollowPassageInputs(beam.DoFn):
                 rows, finite, dead = encoded_rows(step.columns if len(todo) == len(keys) else step.columns.take(todo),
                                                   vectors)
                 yield from dead
-                seen, encoded = seen + len(step.passages), encoded + len(todo)
+                seen, encoded = seen + len(keys), encoded + len(todo)
                 with clock.timing("writing behind"):
                     staging.result()  # one row group in flight at most
                 staging = behind.submit(add_rows, writer, rows, self._kept, keys[todo][finite])
-                yield beam.pvalue.TaggedOutput(ENCODED_TAG, len(step.passages))
+                yield beam.pvalue.TaggedOutput(ENCODED_TAG, len(keys))
             staging.result()
         save_array(fs.join(self._kept.reused, f"reused-{index:05d}.npy"), np.concatenate(skipped))
         for record in writer.close():

@@ -133,15 +133,15 @@ class EncodingFiles:
 
 
 class PreparePassages(beam.PTransform):
-    """Passages -> their model inputs, written as files under ``files.inputs`` and listed there for the model's
-    part. With ``previous`` (a previous run's OUT), unchanged passages take their old vector instead, staged by
-    bucket right away (the old shards' digest tables are written under ``scratch``); ``progress`` is a
-    pass-through step that logs the rate."""
+    """Passages -> their keys under the encoder of ``salt`` (``KeptPassages.salt``) and their model inputs, written
+    as files under ``files.inputs`` and listed there for the model's part. With ``previous`` (a previous run's
+    OUT), unchanged passages take their old vector instead, staged by bucket right away (the old shards' digest
+    tables are written under ``scratch``); ``progress`` is a pass-through step that logs the rate."""
 
-    def __init__(self, encoder: EncoderOptions, files: EncodingFiles, bucket_count: int, dim: int,
+    def __init__(self, encoder: EncoderOptions, files: EncodingFiles, bucket_count: int, dim: int, salt: str,
                  progress: beam.PTransform | None = None, previous: str | None = None, scratch: str = "") -> None:
         super().__init__()
-        self._encoder, self._files, self._buckets, self._dim = encoder, files, bucket_count, dim
+        self._encoder, self._files, self._buckets, self._dim, self._salt = encoder, files, bucket_count, dim, salt
         self._progress, self._previous, self._scratch = progress, previous, scratch
 
     def expand(self, passages: beam.PCollection) -> beam.pvalue.PDone:
@@ -153,7 +153,7 @@ class PreparePassages(beam.PTransform):
             _ = (split["reused"] | "WriteReusedBuckets" >> WriteBuckets(encoding.staged, self._buckets, self._dim)
                  | "ListReused" >> ListBucketFiles(encoding.bucket_list("reused")))
         paths = passages | "PrepareInputs" >> PreparePassageInputs(self._encoder, encoding.inputs.directory,
-                                                                   self._progress, encoding.input_rows,
+                                                                   self._salt, self._progress, encoding.input_rows,
                                                                    encoding.tokenizer)
         return paths | "ListInputFiles" >> beam.io.WriteToText(encoding.inputs.listing)
 
