@@ -1,12 +1,11 @@
 """Entry point: `python run_pipeline.py STAGE [options] [Beam pipeline options]` (see README.md)."""
 
-import contextlib
-import ctypes
 import gc
 import logging
 import os
 import sys
 
+from artifacts import allocator
 from pipelines.launcher.interrupt import INTERRUPTED_EXIT, interrupted_line
 
 
@@ -32,17 +31,19 @@ ARROW_MEMORY_POOL = ("ARROW_DEFAULT_MEMORY_POOL", "system")
 #   and bundle threads kept what each had freed: embed-entities' largest worker process held 758 MB with 2 workers
 #   at 40,000 articles on 2 cores against 722 MB with 2 arenas (the single process of 1 worker: 736 MB against
 #   729 MB), at less CPU. A core's worth keeps the fast tokenizer's threads (one a core) from sharing arenas.
-MALLOC_SETTINGS = (("MALLOC_MMAP_THRESHOLD_", -3, 1 << 20), ("MALLOC_ARENA_MAX", -8, max(2, os.cpu_count() or 1)))
+MALLOC_SETTINGS = ((allocator.FIXED_THRESHOLD, allocator.M_MMAP_THRESHOLD, 1 << 20),
+                   (allocator.ARENA_MAX, allocator.M_ARENA_MAX, max(2, os.cpu_count() or 1)))
 
 
 def return_freed_memory() -> None:
     """glibc's MALLOC_SETTINGS, for this process and the worker processes it starts, unless the user set them."""
+    library = allocator.glibc()  # None: not glibc, its allocator has no such setting
     for variable, parameter, value in MALLOC_SETTINGS:
         if variable in os.environ:
             continue
         os.environ[variable] = str(value)
-        with contextlib.suppress(OSError, AttributeError):  # not glibc: its allocator has no such setting
-            ctypes.CDLL(None).mallopt(parameter, value)
+        if library is not None:
+            library.mallopt(parameter, value)
 
 
 def exit_without_last_collections(code: int) -> None:

@@ -18,8 +18,9 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8  # mallopt's parameters (malloc.h)
 FIXED_THRESHOLD = "MALLOC_MMAP_THRESHOLD_"  # set: the process started with a fixed mmap threshold
+ARENA_MAX = "MALLOC_ARENA_MAX"
 TRIM_THRESHOLD = "MALLOC_TRIM_THRESHOLD_"
 GLIBC_TRIM_THRESHOLD = 128 << 10  # glibc's own, where the process did not set one
 # Blocks up to 4 MB come from the heap and are reused once freed: a row group's text and Parquet's page and
