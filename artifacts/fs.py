@@ -180,22 +180,36 @@ def require_file_target(path: str) -> None:
 
 
 def write_bytes_atomic(path: str, data: bytes) -> None:
-    """Replace the file ``path`` so that a reader sees the old content or the new, never a part or none: on a
-    local disk a temporary sibling renamed over it, on object stores one write (an object is replaced whole).
+    """Replace the file ``path`` so that a reader sees the old content or the new, never a part or none
+    (``atomic_target``); on object stores one write."""
+    require_file_target(path)
+    if not _is_plain_path(path):
+        write_bytes(path, data)
+        return
+    with atomic_target(path) as local, open(local, "wb") as out:
+        out.write(data)
+
+
+@contextlib.contextmanager
+def atomic_target(path: str) -> Iterator[str]:
+    """A local path to write the file ``path`` through, so that a reader sees the old content or the new, never a
+    part or none: on a local disk a new temporary sibling, renamed over ``path`` when the block ends (removed if it
+    fails); elsewhere a local file uploaded then (an object is replaced whole). What is written streams to disk:
+    a large file is never held in memory whole.
 
     Nothing is deleted first: a directory at ``path`` raises a DirectoryTargetError and stays as it is.
     """
     require_file_target(path)
     if not _is_plain_path(path):
-        write_bytes(path, data)
+        with local_target(path) as local:
+            yield local
         return
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    # a new name ("x": never an existing file), created with the usual permissions (mkstemp's are 0600)
+    # a new name, created by the caller with the usual permissions (mkstemp's are 0600)
     temporary = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
     try:
-        with open(temporary, "xb") as out:
-            out.write(data)
+        yield temporary
         os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

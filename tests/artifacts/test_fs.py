@@ -100,6 +100,24 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path, mon
     assert sorted(os.listdir(tmp_path)) == ["results.json"]
 
 
+def test_a_file_written_through_an_atomic_target_appears_whole_or_not_at_all(tmp_path: Path) -> None:
+    target = tmp_path / "store.parquet"
+    target.write_bytes(b"old")
+    with fs.atomic_target(str(target)) as local, open(local, "wb") as out:
+        out.write(b"new, ")
+        assert target.read_bytes() == b"old"  # written beside it until the block ends
+        out.write(b"streamed")
+    assert target.read_bytes() == b"new, streamed"
+    with pytest.raises(ValueError, match="writer failed"), fs.atomic_target(str(target)) as local:
+        Path(local).write_bytes(b"half")
+        raise ValueError("writer failed")
+    assert target.read_bytes() == b"new, streamed"
+    assert sorted(os.listdir(tmp_path)) == ["store.parquet"]  # no temporary left
+    with fs.atomic_target(mirrored(target)) as local:
+        Path(local).write_bytes(b"uploaded")
+    assert target.read_bytes() == b"uploaded"
+
+
 def test_delete_file_removes_a_file_and_ignores_a_missing_one(tmp_path: Path) -> None:
     target = tmp_path / "LOCK"
     target.write_text("x")

@@ -5,12 +5,15 @@ their rows by bucket of keys, read back bucket by bucket whatever the bucket bit
 from __future__ import annotations
 
 import numpy as np
+import pyarrow.parquet as pq
 
 from encoders.mask_inputs import PackedMaskInputs, mask_inputs
 from encoders.models import load_tokenizer
 from transforms.common.packed import found_in
+from transforms.embed_entities import window_store
 from transforms.embed_entities.window_store import (
     bucket_keys,
+    group_bounds,
     key_buckets,
     load_known,
     model_salt,
@@ -87,6 +90,35 @@ def test_store_files_are_read_bucket_by_bucket_whatever_their_bucket_bits(tmp_pa
     assert known.tolist() == sorted(keys.tolist())
     present, _ = found_in(known, np.array([keys[7], keys[7] ^ np.uint64(1)], dtype=np.uint64))
     assert present.tolist() == [True, False]
+
+
+def test_a_buckets_rows_are_cut_into_row_groups_of_equal_size_within_the_bucket():
+    buckets = np.array([0] * 10 + [3] * 4 + [7])
+    assert group_bounds(buckets, 4) == [(0, 3), (3, 6), (6, 10), (10, 14), (14, 15)]
+    assert group_bounds(buckets, 100) == [(0, 10), (10, 14), (14, 15)]
+    assert group_bounds(np.zeros(0, dtype=np.int64), 4) == []
+
+
+def test_a_large_bucket_is_written_in_several_row_groups_and_read_back_whole(tmp_path, monkeypatch):
+    rng = np.random.default_rng(5)
+    keys = rng.integers(0, np.iinfo(np.uint64).max, 1000, dtype=np.uint64)
+    vectors = rng.normal(size=(1000, 8)).astype(np.float32)
+    salt = model_salt(["m"])
+    write_store_file(str(tmp_path / "whole.parquet"), keys, vectors, salt, bits=2)
+    monkeypatch.setattr(window_store, "ROW_GROUP_BYTES", 16 * 50)  # 50 rows of 8 float16 values
+    (tmp_path / "cut").mkdir()
+    write_store_file(str(tmp_path / "cut" / "cut.parquet"), keys, vectors, salt, bits=2)
+    metadata = pq.ParquetFile(tmp_path / "cut" / "cut.parquet").metadata
+    groups = [metadata.row_group(group).num_rows for group in range(metadata.num_row_groups)]
+    assert max(groups) <= 50 and sum(groups) == 1000 and len(groups) > 4 * 5
+    assert sorted(tmp_path.iterdir()) == [tmp_path / "cut", tmp_path / "whole.parquet"]  # no temporary left
+    whole, cut = store_files([str(tmp_path)], salt), store_files([str(tmp_path / "cut")], salt)
+    assert len(whole[0].buckets) == 4 and len(cut[0].buckets) == len(groups)
+    for bucket in range(8):  # read as a store of 3 bits
+        expected_keys, expected = read_bucket(whole, bucket, 3, 8)
+        found, stored = read_bucket(cut, bucket, 3, 8)
+        assert found.tolist() == expected_keys.tolist() and len(found) > 0
+        np.testing.assert_array_equal(stored, expected)
 
 
 def test_no_known_keys_is_an_empty_array(tmp_path):

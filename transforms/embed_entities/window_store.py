@@ -6,8 +6,9 @@ the layer and the dtype) and the model's input itself (token ids and [MASK] posi
 input would (a character outside the token budget changes nothing) or the model would. 64 bits: the odds that
 two of English Wikipedia's 112M windows share a key are ~3e-4 per store, and such a pair costs one mention vector.
 
-Every store file holds rows (``window_key``, ``embedding``: float16) sorted by key, one row group per bucket of keys
-(the key's top ``bits`` bits: the buckets of stores of other sizes nest), its buckets and salt in its metadata.
+Every store file holds rows (``window_key``, ``embedding``: float16) sorted by key in row groups of one bucket of
+keys each (the key's top ``bits`` bits: the buckets of stores of other sizes nest; a bucket's rows in groups of at
+most ``ROW_GROUP_BYTES`` of vectors), the bucket of each row group and the salt in its metadata.
 A stage's committed store (``mention_vectors/``) has one file per bucket; the followers of a running stage write
 ``pending`` files as they encode (each written whole: a kill loses only what was not yet written), which its
 rerun reads as a store. A bucket is read from every file that has it, and written, one at a time.
@@ -36,6 +37,9 @@ STORE_DTYPE = np.float16  # stored vectors: entity vectors from them keep a cosi
 KNOWN_BITS = 6  # the known keys are gathered a 64th of the key range at a time
 MIN_BITS = 4  # buckets of a store at least 2**MIN_BITS: the units of work of the reduce
 BUCKET_BYTES = 64 << 20  # stored vectors of one bucket, at most about (the reduce holds them as float32: x2)
+# Stored vectors of one row group, at most: Parquet's writer turns a row group's every float16 into two 16-bit
+# levels (a vector is a list) before it writes a page; a 52 MB bucket written as one group took 233 MB more.
+ROW_GROUP_BYTES = 8 << 20
 PENDING_BYTES, PENDING_SHARE = 256 << 20, 400  # a pending file: at most this many bytes, and this share of a stage
 SALT, BITS, BUCKETS = b"kpr_store_salt", b"kpr_store_bits", b"kpr_store_buckets"  # file metadata keys
 PENDING_PREFIX = "pending-"
@@ -83,33 +87,43 @@ def covers(bucket: int, bits: int, other: int, other_bits: int) -> bool:
 
 
 def store_table(keys: np.ndarray, vectors: np.ndarray) -> pa.Table:
-    """Rows (``window_key``, ``embedding`` as ``STORE_DTYPE``: ``schemas.mention_vectors``), sorted by key."""
-    order = np.argsort(keys, kind="stable")
-    values = pa.array(np.ascontiguousarray(vectors[order], dtype=STORE_DTYPE).reshape(-1))
-    return pa.table({KEY: pa.array(keys[order], pa.uint64()),
+    """Rows (``window_key``, ``embedding`` as ``STORE_DTYPE``: ``schemas.mention_vectors``), sorted by key (rows
+    already in key order, as a bucket read from the store, are not copied)."""
+    if len(keys) > 1 and not bool(np.all(keys[1:] >= keys[:-1])):
+        order = np.argsort(keys, kind="stable")
+        keys, vectors = keys[order], vectors[order]
+    values = pa.array(np.ascontiguousarray(vectors, dtype=STORE_DTYPE).reshape(-1))
+    return pa.table({KEY: pa.array(keys, pa.uint64()),
                      VECTOR: pa.FixedSizeListArray.from_arrays(values, vectors.shape[1])},
                     schema=schemas.mention_vectors(vectors.shape[1]))
 
 
-def store_bytes(keys: np.ndarray, vectors: np.ndarray, salt: str, bits: int) -> bytes:
-    """A store file's bytes: the rows sorted by key, a row group per bucket that has rows."""
-    table = store_table(keys, vectors)
-    buckets = key_buckets(table.column(KEY).to_numpy(), bits)
+def group_bounds(buckets: np.ndarray, most_rows: int) -> list[tuple[int, int]]:
+    """(start, stop) of each row group of rows of the given (sorted) ``buckets``: each within one bucket, at most
+    ``most_rows`` rows, a bucket's rows cut into groups of equal size (within a row)."""
     starts = np.flatnonzero(np.r_[True, buckets[1:] != buckets[:-1]]) if len(buckets) else np.zeros(0, np.int64)
-    present = buckets[starts].tolist()
-    schema = table.schema.with_metadata({SALT: salt.encode(), BITS: str(bits).encode(),
-                                         BUCKETS: json.dumps(present).encode()})
-    sink = pa.BufferOutputStream()
-    with pq.ParquetWriter(sink, schema, compression=schemas.PARQUET_CODEC, use_compliant_nested_type=False,
-                          **schemas.writer_options(schema)) as writer:
-        for start, stop in zip(starts.tolist(), [*starts[1:].tolist(), len(buckets)][:len(starts)], strict=True):
-            writer.write_table(table.slice(start, stop - start), row_group_size=stop - start)
-    return sink.getvalue().to_pybytes()
+    bounds = []
+    for start, stop in zip(starts.tolist(), [*starts[1:].tolist(), len(buckets)][:len(starts)], strict=True):
+        pieces = -(-(stop - start) // most_rows)
+        bounds += [(start + (stop - start) * piece // pieces, start + (stop - start) * (piece + 1) // pieces)
+                   for piece in range(pieces)]
+    return bounds
 
 
 def write_store_file(path: str, keys: np.ndarray, vectors: np.ndarray, salt: str, bits: int) -> str:
-    """Write a store file at ``path``, whole or not at all; returns ``path``."""
-    fs.write_bytes_atomic(path, store_bytes(keys, vectors, salt, bits))
+    """Write a store file at ``path``, whole or not at all: the rows sorted by key, in row groups of one bucket and
+    at most ``ROW_GROUP_BYTES`` (streamed to disk: the file is not held in memory); returns ``path``."""
+    table = store_table(keys, vectors)
+    buckets = key_buckets(table.column(KEY).to_numpy(), bits)
+    row_bytes = max(1, vectors.shape[1] * np.dtype(STORE_DTYPE).itemsize)
+    groups = group_bounds(buckets, max(1, ROW_GROUP_BYTES // row_bytes))
+    schema = table.schema.with_metadata({SALT: salt.encode(), BITS: str(bits).encode(),
+                                         BUCKETS: json.dumps([int(buckets[start]) for start, _ in groups]).encode()})
+    with fs.atomic_target(path) as local, pq.ParquetWriter(local, schema, compression=schemas.PARQUET_CODEC,
+                                                           use_compliant_nested_type=False,
+                                                           **schemas.writer_options(schema)) as writer:
+        for start, stop in groups:
+            writer.write_table(table.slice(start, stop - start), row_group_size=stop - start)
     return path
 
 
