@@ -182,12 +182,12 @@ def require_file_target(path: str) -> None:
 def write_bytes_atomic(path: str, data: bytes) -> None:
     """Replace the file ``path`` so that a reader sees the old content or the new, never a part or none
     (``atomic_target``); on object stores one write."""
-    require_file_target(path)
-    if not _is_plain_path(path):
-        write_bytes(path, data)
+    if _is_plain_path(path):
+        with atomic_target(path) as local, open(local, "xb") as out:  # "x": never an existing file
+            out.write(data)
         return
-    with atomic_target(path) as local, open(local, "wb") as out:
-        out.write(data)
+    require_file_target(path)
+    write_bytes(path, data)
 
 
 @contextlib.contextmanager

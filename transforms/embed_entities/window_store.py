@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from artifacts import fs, schemas
+from artifacts.arrays import group_starts
 from encoders.mask_inputs import PackedMaskInputs
 from transforms.common.article_shards import parquet_file
 
@@ -101,9 +102,9 @@ def store_table(keys: np.ndarray, vectors: np.ndarray) -> pa.Table:
 def group_bounds(buckets: np.ndarray, most_rows: int) -> list[tuple[int, int]]:
     """(start, stop) of each row group of rows of the given (sorted) ``buckets``: each within one bucket, at most
     ``most_rows`` rows, a bucket's rows cut into groups of equal size (within a row)."""
-    starts = np.flatnonzero(np.r_[True, buckets[1:] != buckets[:-1]]) if len(buckets) else np.zeros(0, np.int64)
+    starts = group_starts(buckets).tolist()
     bounds = []
-    for start, stop in zip(starts.tolist(), [*starts[1:].tolist(), len(buckets)][:len(starts)], strict=True):
+    for start, stop in zip(starts, [*starts[1:], len(buckets)][:len(starts)], strict=True):
         pieces = -(-(stop - start) // most_rows)
         bounds += [(start + (stop - start) * piece // pieces, start + (stop - start) * (piece + 1) // pieces)
                    for piece in range(pieces)]
@@ -115,8 +116,7 @@ def write_store_file(path: str, keys: np.ndarray, vectors: np.ndarray, salt: str
     at most ``ROW_GROUP_BYTES`` (streamed to disk: the file is not held in memory); returns ``path``."""
     table = store_table(keys, vectors)
     buckets = key_buckets(table.column(KEY).to_numpy(), bits)
-    row_bytes = max(1, vectors.shape[1] * np.dtype(STORE_DTYPE).itemsize)
-    groups = group_bounds(buckets, max(1, ROW_GROUP_BYTES // row_bytes))
+    groups = group_bounds(buckets, max(1, ROW_GROUP_BYTES // (vectors.shape[1] * np.dtype(STORE_DTYPE).itemsize)))
     schema = table.schema.with_metadata({SALT: salt.encode(), BITS: str(bits).encode(),
                                          BUCKETS: json.dumps([int(buckets[start]) for start, _ in groups]).encode()})
     with fs.atomic_target(path) as local, pq.ParquetWriter(local, schema, compression=schemas.PARQUET_CODEC,
