@@ -16,7 +16,9 @@ unit vectors of the right size (from the input's ids, at no cost), so those stag
 feed. ``--stand-in RATE``
 also paces that forward as ONE GPU of RATE padded tokens a second shared by every process of the stage (an H200's
 ceilings: 4,326 mentions a second at 512 tokens = 2,214,912; 18,498 at 128 = 2,367,744; 15,560 DPR passages of
-141 tokens = 2,193,960), waiting without CPU; ``--cores N`` runs each stage on the first N cores (taskset).
+141 tokens = 2,193,960), waiting without CPU; ``--cores N`` runs each stage on the first N cores (taskset). The
+stage ``index-kpr`` is the index with ``--encoder-type kpr``: a KPR checkpoint of the model (random fusion weights,
+made once in --work) that links the passages with the run's dictionary and injects its entity embeddings.
 
     python -m bench.scale --articles 2500 10000 40000 160000 --workers 1 --no-op-model --work DIR --json FILE
     python -m bench.scale --articles 40000 --workers 1 2 --no-op-model --work DIR --json FILE2
@@ -52,15 +54,17 @@ from bench.paths import REPO, minilm_path
 from bench.scale_report import StageRun, describe, print_report, summary
 from bench.synthetic import Shape, SyntheticDump, synthetic_dump
 
-STAGES = ("parse", "dictionary", "mentions", "embed-entities", "index")
+STAGES = ("parse", "dictionary", "mentions", "embed-entities", "index", "index-kpr")
 # What each stage reads, as the benchmark runs it (the index cuts its passages from parse's articles and encodes
-# them with a mean-pooling encoder): a measured stage is run after these, unmeasured.
+# them with a mean-pooling encoder; index-kpr is the index with a KPR encoder, which links them with the run's
+# dictionary and injects its entity embeddings): a measured stage is run after these, unmeasured.
 NEEDS = {"parse": (), "dictionary": ("parse",), "mentions": ("parse", "dictionary"),
-         "embed-entities": ("parse", "dictionary", "mentions"), "index": ("parse",)}
+         "embed-entities": ("parse", "dictionary", "mentions"), "index": ("parse",),
+         "index-kpr": ("parse", "dictionary", "mentions", "embed-entities")}
 NO_OP_MODEL = REPO / "bench" / "no_op_model"
 MARKERS = "KPR_NO_OP_MODEL_MARKERS"  # read by bench/no_op_model/sitecustomize.py
 STAND_IN = "KPR_STAND_IN"  # the same: TOKENS_PER_SECOND:CLOCK_FILE
-MODEL_STAGES = ("embed-entities", "index")
+MODEL_STAGES = ("embed-entities", "index", "index-kpr")
 _LOG_TAIL_LINES = 15
 
 
@@ -82,7 +86,23 @@ class Settings:
     checkout: Path  # the code measured: this repository, or another checkout of it (an older commit)
 
 
-def stage_flags(stage: str, dump: SyntheticDump, settings: Settings) -> list[str]:
+def command(stage: str) -> str:
+    """The pipeline command a benchmark stage runs."""
+    return "index" if stage == "index-kpr" else stage
+
+
+def kpr_encoder(settings: Settings, output: Path) -> str:
+    """A KPR checkpoint of the benchmark's model (random fusion weights) sized for ``output``'s entity embeddings,
+    made once in the work directory."""
+    from bench.kpr import kpr_checkpoint
+
+    checkpoint = settings.work / "kpr-checkpoints" / Path(settings.model).name
+    if not (checkpoint / "config.json").exists():
+        kpr_checkpoint(settings.model, str(output), str(checkpoint))
+    return str(checkpoint)
+
+
+def stage_flags(stage: str, dump: SyntheticDump, settings: Settings, output: Path) -> list[str]:
     """The stage's own options, as the benchmark runs it."""
     if stage == "parse":
         return ["--dump", str(dump.dump), "--dump-index", str(dump.index)]
@@ -94,8 +114,10 @@ def stage_flags(stage: str, dump: SyntheticDump, settings: Settings) -> list[str
     if stage == "embed-entities":
         return ["--model", settings.model, "--max-seq-length", str(settings.max_seq_length), "--device",
                 settings.device, *settings.runtime, *one_gpu]
-    return ["--encoder", settings.model, "--encoder-type", "mean", "--max-length", "128", "--index-factory", "Flat",
-            "--device", settings.device, *settings.runtime, *one_gpu]
+    encoder = ["--encoder", settings.model, "--encoder-type", "mean"] if stage == "index" else \
+        ["--encoder", kpr_encoder(settings, output), "--encoder-type", "kpr"]
+    return [*encoder, "--max-length", "128", "--index-factory", "Flat", "--device", settings.device,
+            *settings.runtime, *one_gpu]
 
 
 def beam_flags(workers: int) -> list[str]:
@@ -138,7 +160,7 @@ def stage_outputs(stage: str, output: Path, dump: SyntheticDump) -> dict[str, fl
         parse = records["parse"]
         return {**found, "titles": float(output_rows(parse, "articles") + output_rows(parse, "redirects")),
                 "links": float(parse.counters.get("links", 0))}
-    if stage == "index":
+    if command(stage) == "index":
         passages = float(output_rows(records["index"], "passages"))
         dim = json.loads((output / "index" / "index.json").read_text())["dim"]
         return {**found, "vector MB": passages * dim * 4 / 1e6, "passages": passages}
@@ -166,10 +188,10 @@ def run_stage(stage: str, dump: SyntheticDump, workers: int, output: Path, setti
     shutil.rmtree(markers, ignore_errors=True)
     markers.mkdir(parents=True)
     if measured:
-        forget_kept_work(output, stage)
-    command = [sys.executable, str(settings.checkout / "run_pipeline.py"), stage, "--output", str(output),
-               *stage_flags(stage, dump, settings), *(["--force"] if measured else []), *beam_flags(workers)]
-    result = run_measured(on_cores(command, settings.cores), log, child_env(settings, markers), settings.checkout,
+        forget_kept_work(output, command(stage))
+    line = [sys.executable, str(settings.checkout / "run_pipeline.py"), command(stage), "--output", str(output),
+            *stage_flags(stage, dump, settings, output), *(["--force"] if measured else []), *beam_flags(workers)]
+    result = run_measured(on_cores(line, settings.cores), log, child_env(settings, markers), settings.checkout,
                           timeout_s=settings.timeout_s)
     run = StageRun(stage, dump.articles, dump.xml_bytes, workers, result.returncode == 0, result.wall_s,
                    result.cpu_s, result.peak_rss_bytes, result.processes, result.max_process_rss_bytes, log=str(log))

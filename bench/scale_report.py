@@ -26,6 +26,7 @@ UNITS = {
     "mentions": ("mentions", "articles"),
     "embed-entities": ("mentions", "mentions"),
     "index": ("vector MB", "passages"),
+    "index-kpr": ("vector MB", "passages"),
 }
 
 

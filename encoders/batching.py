@@ -66,20 +66,61 @@ class PackedLists:
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
 
-    def padded(self, rows: np.ndarray, pad: int) -> tuple[np.ndarray, np.ndarray]:
+    def padded(self, rows: np.ndarray, pad: int, at_least: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """(ids, attention mask) of the sequences ``rows``: ``padded_packed``."""
-        return padded_packed(self.values, self.offsets, rows, pad)
+        return padded_packed(self.values, self.offsets, rows, pad, at_least)
 
 
-def padded_packed(values: np.ndarray, offsets: np.ndarray, rows: np.ndarray, pad: int) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, attention mask) int64 arrays of the sequences ``rows`` of a packed column (sequence i is
-    ``values[offsets[i]:offsets[i + 1]]``, as an Arrow list column stores it), gathered with numpy in one pass."""
+@dataclass(frozen=True)
+class PackedListsOfLists:
+    """Many sequences of integer sequences as an Arrow list<list<int>> column stores them: sequence i holds the
+    inner sequences ``offsets[i]`` to ``offsets[i + 1]`` of ``inner`` (``offsets`` int64, from 0)."""
+
+    inner: PackedLists
+    offsets: np.ndarray
+
+    @classmethod
+    def of(cls, sequences: Sequence[Sequence[Sequence[int]]], dtype: type = np.int32) -> PackedListsOfLists:
+        lengths = np.fromiter((len(sequence) for sequence in sequences), dtype=np.int64, count=len(sequences))
+        return cls(PackedLists.of(list(itertools.chain.from_iterable(sequences)), dtype),
+                   np.concatenate([[0], np.cumsum(lengths)]))
+
+    @classmethod
+    def of_column(cls, column: pa.Array | pa.ChunkedArray) -> PackedListsOfLists:
+        """An Arrow list<list<int>> column's values and both levels of offsets, without converting a value to
+        Python."""
+        array = column.combine_chunks() if hasattr(column, "combine_chunks") else column  # a ChunkedArray
+        offsets = array.offsets.to_numpy().astype(np.int64)
+        return cls(PackedLists.of_column(array.flatten()), offsets - offsets[0])
+
+    def padded(self, rows: np.ndarray, pad: int = 0) -> np.ndarray:
+        """(rows, longest sequence, longest inner sequence) int64 array of the sequences ``rows``, each at least 1
+        wide, ``pad`` where a sequence or an inner sequence is shorter."""
+        inner, present = padded_places(self.offsets, rows, 1)
+        values, _ = self.inner.padded(inner[present], pad, 1)
+        result = np.full((*inner.shape, values.shape[1]), pad, dtype=np.int64)
+        result[present] = values
+        return result
+
+
+def padded_places(offsets: np.ndarray, rows: np.ndarray, at_least: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(where each padded value of the sequences ``rows`` is in the packed values, which of them are present):
+    (rows, longest) arrays, the longest of the sequences ``rows`` (sequence i: ``offsets[i]`` to ``offsets[i + 1]``),
+    ``at_least`` wide."""
     starts = offsets[rows]
     lengths = offsets[rows + 1] - starts
-    longest = int(lengths.max()) if len(rows) else 0
-    present = np.arange(longest) < lengths[:, None]
-    ids = np.full((len(rows), longest), pad, dtype=np.int64)
-    ids[present] = values[(starts[:, None] + np.arange(longest))[present]]
+    longest = max(at_least, int(lengths.max()) if len(rows) else 0)
+    return starts[:, None] + np.arange(longest), np.arange(longest) < lengths[:, None]
+
+
+def padded_packed(values: np.ndarray, offsets: np.ndarray, rows: np.ndarray, pad: int,
+                  at_least: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, attention mask) int64 arrays of the sequences ``rows`` of a packed column (sequence i is
+    ``values[offsets[i]:offsets[i + 1]]``, as an Arrow list column stores it), gathered with numpy in one pass, at
+    least ``at_least`` wide."""
+    places, present = padded_places(offsets, rows, at_least)
+    ids = np.full(present.shape, pad, dtype=np.int64)
+    ids[present] = values[places[present]]
     return ids, present.astype(np.int64)
 
 

@@ -48,19 +48,6 @@ def check_kpr_options(options: EncoderOptions) -> None:
                          f"{options.model} expects entity_embedding_size {settings.entity_embedding_size}")
 
 
-def entity_arrays(found: list[EntityInputs]) -> tuple[np.ndarray, np.ndarray]:
-    """(entity ids (B, E), token positions (B, E, P)) int64, zero-padded; E and P at least 1."""
-    entities = max(1, max(len(item.entity_ids) for item in found))
-    span = max([1] + [len(tokens) for item in found for tokens in item.positions])
-    ids = np.zeros((len(found), entities), dtype=np.int64)
-    positions = np.zeros((len(found), entities, span), dtype=np.int64)
-    for row, item in enumerate(found):
-        ids[row, :len(item.entity_ids)] = item.entity_ids
-        for column, tokens in enumerate(item.positions):
-            positions[row, column, :len(tokens)] = tokens
-    return ids, positions
-
-
 class KPRInputs(TextInputs):
     """KPR model inputs as the reference builds them (``encoders/kpr_inputs.py``): token ids, and the dictionary
     stage's linker on each segment, every candidate with an entity embedding (``entity_ids``, ``entity_positions``;
@@ -148,8 +135,12 @@ class KPREncoder(DenseEncoder):
         return self.inputs.linked_entities(firsts, seconds)
 
     def _host_inputs(self, ready: ReadyInputs, rows: np.ndarray) -> dict[str, Any]:
-        entity_ids, entity_positions = ready.others["entity_ids"], ready.others["entity_positions"]
-        ids, positions = entity_arrays([EntityInputs(entity_ids[row], entity_positions[row]) for row in rows.tolist()])
+        """A batch's padded inputs (``DenseEncoder._host_inputs``) and its entities: ids (rows, E) and token
+        positions (rows, E, P) int64, zero-padded, E and P at least 1, and the entities' vectors."""
+        if ready.entity_ids is None or ready.entity_positions is None:
+            raise ValueError("a KPR encoder's ready inputs need their entity_ids and entity_positions")
+        ids = ready.entity_ids.padded(rows, 0, 1)[0]
+        positions = ready.entity_positions.padded(rows)
         arrays = {"entity_ids": ids, "entity_embeds": self.entities.lookup(ids), "entity_position_ids": positions}
         return {**super()._host_inputs(ready, rows),
                 **{name: batching.host_tensor(array, self.options.device) for name, array in arrays.items()}}

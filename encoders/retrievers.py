@@ -271,38 +271,42 @@ def feature_tokens(features: dict[str, Any]) -> int:
     return len(features["input_ids"])
 
 
-TOKEN_COLUMNS = ("input_ids", "token_type_ids")  # the inputs every encoder may feed, packed (``ReadyInputs``)
-
-
 @dataclass(frozen=True)
 class ReadyInputs:
-    """The model inputs of many texts: the token id sequences packed (``batching.PackedLists``: padded with numpy,
-    never turned into Python lists when read from a table) and an encoder's other inputs (KPR's entities) as a list
-    per input. ``token_type_ids`` is None where the encoder does not feed them."""
+    """The model inputs of many texts, packed (``batching.PackedLists``: padded with numpy, never turned into
+    Python lists when read from a table): the token id sequences, and a KPR encoder's entities and their token
+    positions. ``token_type_ids`` is None where the encoder does not feed them, the entities where it links none."""
 
     input_ids: batching.PackedLists
     token_type_ids: batching.PackedLists | None
-    others: dict[str, list]
+    entity_ids: batching.PackedLists | None = None
+    entity_positions: batching.PackedListsOfLists | None = None
 
     @classmethod
     def of_features(cls, features: Sequence[dict[str, Any]]) -> ReadyInputs:
         """From ``TextInputs.passages``' (or ``queries``') dicts."""
-        types = [item["token_type_ids"] for item in features] if features and "token_type_ids" in features[0] else None
-        others = {name: [item[name] for item in features] for name in (features[0] if features else ())
-                  if name not in TOKEN_COLUMNS}
-        return cls(batching.PackedLists.of([item["input_ids"] for item in features]),
-                   batching.PackedLists.of(types, np.int8) if types is not None else None, others)
+        def column(name: str) -> list | None:
+            return [item[name] for item in features] if features and name in features[0] else None
+
+        types, entity_ids, positions = column("token_type_ids"), column("entity_ids"), column("entity_positions")
+        return cls(batching.PackedLists.of(column("input_ids") or []),
+                   batching.PackedLists.of(types, np.int8) if types is not None else None,
+                   batching.PackedLists.of(entity_ids, np.int64) if entity_ids is not None else None,
+                   batching.PackedListsOfLists.of(positions) if positions is not None else None)
 
     @classmethod
-    def of_table(cls, table: pa.Table, others: Sequence[str]) -> ReadyInputs:
-        """From a table of their columns (``schemas.PASSAGE_INPUTS``: what the inputs' pipeline writes);
-        ``others``: the non-token columns to read (those that are not all null)."""
-        def present(name: str) -> bool:
-            return table.column(name).null_count < table.num_rows
+    def of_table(cls, table: pa.Table) -> ReadyInputs:
+        """From a table of their columns (``schemas.PASSAGE_INPUTS``: what the inputs' pipeline writes; a column
+        that is all null is one the encoder does not make)."""
+        def present(name: str) -> pa.ChunkedArray | None:
+            column = table.column(name)
+            return column if column.null_count < table.num_rows else None
 
-        types = batching.PackedLists.of_column(table.column("token_type_ids")) if present("token_type_ids") else None
-        return cls(batching.PackedLists.of_column(table.column("input_ids")), types,
-                   {name: table.column(name).to_pylist() for name in others if present(name)})
+        types, entity_ids, positions = present("token_type_ids"), present("entity_ids"), present("entity_positions")
+        return cls(batching.PackedLists.of_column(table.column("input_ids")),
+                   batching.PackedLists.of_column(types) if types is not None else None,
+                   batching.PackedLists.of_column(entity_ids) if entity_ids is not None else None,
+                   batching.PackedListsOfLists.of_column(positions) if positions is not None else None)
 
     def __len__(self) -> int:
         return len(self.input_ids.offsets) - 1

@@ -17,6 +17,7 @@ from artifacts import schemas, tables
 from encoders.batching import (
     HostBuffers,
     PackedLists,
+    PackedListsOfLists,
     forward_in_order,
     in_row_order,
     prefetched,
@@ -124,6 +125,27 @@ def test_packed_sequences_are_padded_with_numpy_from_lists_and_from_an_arrow_col
     assert attention.tolist() == [[1, 1, 1], [1, 0, 0], [0, 0, 0]]
     assert np.array_equal(from_column.padded(np.array([0, 1, 2]), pad=1)[0], ids)
     assert PackedLists.of_column(column).lengths.tolist() == [2, 3, 1, 0, 2]
+
+
+def test_packed_sequences_of_sequences_pad_as_the_kpr_model_reads_its_entities():
+    """Entities' token positions (a list of lists per text) from Python lists and from a sliced Arrow column: the
+    rows asked for, in their order, zero-padded to the most entities and the longest entity among them, at least
+    1 x 1 (a batch of texts without entities still gives the model one padding entity of one position)."""
+    texts = [((1, 2),), ((3,), (4, 5, 6)), (), ((7,),), ((8, 9),)]
+    from_lists = PackedListsOfLists.of(texts)
+    column = pa.chunked_array([pa.array([[[5]]], pa.list_(pa.list_(pa.int32()))),
+                               pa.array([[list(entity) for entity in text] for text in texts],
+                                        pa.list_(pa.list_(pa.int32()))).slice(1)])
+    from_column = PackedListsOfLists.of_column(column.chunks[1])
+    expected = [[[3, 0, 0], [4, 5, 6]], [[0, 0, 0], [0, 0, 0]], [[8, 9, 0], [0, 0, 0]], [[1, 2, 0], [0, 0, 0]]]
+    padded = from_lists.padded(np.array([1, 2, 4, 0]))
+    assert padded.dtype == np.int64 and padded.tolist() == expected
+    assert from_column.padded(np.array([0, 1, 3])).tolist() == [expected[0], expected[1], expected[2]]
+    assert from_lists.padded(np.array([2])).tolist() == [[[0]]] and from_lists.padded(np.array([3])).tolist() == [[[7]]]
+    assert PackedListsOfLists.of_column(column).padded(np.array([0, 4])).tolist() == [[[5, 0]], [[8, 9]]]
+    entities = PackedLists.of([[11], [12, 13], [], [14], [15]])  # their entity ids: as wide as the positions
+    assert entities.padded(np.array([2]), 0, 1)[0].tolist() == [[0]]
+    assert entities.padded(np.array([1, 2, 4, 0]), 0, 1)[0].tolist() == [[12, 13], [0, 0], [15, 0], [11, 0]]
 
 
 def test_prefetch_keeps_order_and_runs_ahead_in_another_thread():

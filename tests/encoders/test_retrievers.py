@@ -152,7 +152,8 @@ def test_inputs_built_elsewhere_and_read_back_from_a_file_give_the_same_vectors(
     assert table.select(["passage_id", "title", "text"]).to_pylist() == [passage.to_row() for passage in passages]
     ids, offsets = ready.input_ids.values, ready.input_ids.offsets
     assert [ids[start:stop].tolist() for start, stop in pairwise(offsets)] == [item["input_ids"] for item in features]
-    assert (ready.token_type_ids is not None) == (kind == "mean") and ready.others == {}
+    assert (ready.token_type_ids is not None) == (kind == "mean")
+    assert ready.entity_ids is None and ready.entity_positions is None
     encoder = load_retriever(options)
     library = encoder.encode_passages(passages)
     np.testing.assert_allclose(encoder.encode_ready(ready), library, rtol=0, atol=1e-6)

@@ -20,7 +20,7 @@ import pyarrow as pa
 from artifacts import schemas
 from artifacts.passages import Passage
 from encoders.loading import load_inputs
-from encoders.retrievers import TOKEN_COLUMNS, EncoderOptions, ReadyInputs, TextInputs
+from encoders.retrievers import EncoderOptions, ReadyInputs, TextInputs
 from transforms.common.dead_letters import count
 from transforms.common.follow import WriteFollowedFiles
 from transforms.common.per_worker import PerProcess
@@ -60,8 +60,7 @@ def inputs_table(passages: Sequence[Passage], features: Sequence[dict[str, Any]]
 def table_inputs(table: pa.Table) -> tuple[np.ndarray, ReadyInputs]:
     """The passages' keys and ready model inputs of a ``schemas.PASSAGE_INPUTS`` table (what the model's process
     needs of ``inputs_table``'s: no passage becomes a Python object there); the token ids stay packed arrays."""
-    return (table.column("passage_key").to_numpy(),
-            ReadyInputs.of_table(table, [name for name in FEATURES if name not in TOKEN_COLUMNS]))
+    return table.column("passage_key").to_numpy(), ReadyInputs.of_table(table)
 
 
 def encoder_key(options: EncoderOptions) -> str:
