@@ -7,7 +7,7 @@ bytes: that is what a stage must hold, and what grows from the synthetic dumps t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 # English Wikipedia and the DPR corpus (DESIGN.md, issue 26): the projection's assumed inputs. Sampled mentions:
@@ -115,11 +115,12 @@ def projection_fit(measured: Sequence[StageRun]) -> dict[str, Any] | None:
 
 
 def cpu_per_article(measured: Sequence[StageRun]) -> list[dict[str, float]]:
-    """CPU milliseconds per article at each size, and between consecutive sizes (the marginal cost)."""
+    """CPU milliseconds per article at each size, and between consecutive sizes (the marginal cost; none between
+    repeated runs of one size)."""
     rows, previous = [], None
     for run in measured:
         row = {"articles": run.articles, "cpu_ms_per_article": 1e3 * run.cpu_s / run.articles}
-        if previous is not None:
+        if previous is not None and run.articles != previous.articles:
             row["marginal_cpu_ms_per_article"] = 1e3 * (run.cpu_s - previous.cpu_s) / (run.articles - previous.articles)
         rows.append(row)
         previous = run
@@ -133,18 +134,30 @@ def serial_seconds(runs: Sequence[StageRun]) -> float:
     return serial
 
 
+def mean_run(runs: Sequence[StageRun]) -> StageRun:
+    """Repeated runs of one stage, size and worker count as one: their mean wall and CPU seconds, their largest
+    memory."""
+    return replace(runs[0], wall_s=sum(run.wall_s for run in runs) / len(runs),
+                   cpu_s=sum(run.cpu_s for run in runs) / len(runs),
+                   peak_rss_bytes=max(run.peak_rss_bytes for run in runs),
+                   max_process_rss_bytes=max(run.max_process_rss_bytes for run in runs))
+
+
 def speedups(runs: Sequence[StageRun]) -> list[dict[str, Any]]:
     """Per stage and size: wall time with the fewest workers over wall time with each larger count, the seconds that
     do not spread (``serial_seconds``) and their share of each run, CPU seconds with more over with the fewest, and
-    the largest process with more workers over the whole tree with the fewest (what one process must hold)."""
+    the largest process with more workers over the whole tree with the fewest (what one process must hold). Repeated
+    runs of one worker count (alternated rounds) count by their means."""
     groups: dict[tuple[str, int], list[StageRun]] = {}
     for run in runs:
         if run.ok:
             groups.setdefault((run.stage, run.articles), []).append(run)
     found = []
     for (stage, articles), group in sorted(groups.items(), key=lambda item: stage_order(*item[0])):
-        by_workers = {run.workers: run for run in group}
-        base, *more = [by_workers[count] for count in sorted(by_workers)]
+        by_workers: dict[int, list[StageRun]] = {}
+        for run in group:
+            by_workers.setdefault(run.workers, []).append(run)
+        base, *more = [mean_run(by_workers[count]) for count in sorted(by_workers)]
         serial = serial_seconds([base, *more]) if more else 0.0
         found += [{"stage": stage, "articles": articles, "workers": run.workers, "base_workers": base.workers,
                    "speedup": base.wall_s / run.wall_s, "serial_s": serial, "serial_share": serial / run.wall_s,

@@ -18,7 +18,7 @@ import pytest
 
 from bench.memory import ProcessTreeSampler, run_measured
 from bench.scale import NO_OP_MODEL
-from bench.scale_report import StageRun, fit_line, projection, speedups
+from bench.scale_report import StageRun, cpu_per_article, fit_line, projection, speedups
 from bench.synthetic import (
     DUMP_NAME,
     INDEX_NAME,
@@ -169,6 +169,18 @@ def test_memory_is_projected_per_output_unit_and_the_index_by_one_dpr_shard() ->
     assert rows["index"]["peak_memory_gb"] == pytest.approx((600.0 + 1.0 * shard_mb) / 1e3)
 
 
+def test_cpu_per_article_has_a_marginal_cost_only_between_sizes() -> None:
+    """Repeated runs of one size (alternated rounds, read back with --report) give each its own figure and no
+    marginal cost between them; the next size's marginal is taken from the last run before it."""
+    runs = [measured_run("index", articles, 500.0) for articles in (10_000, 10_000, 40_000)]
+    for run, cpu_s in zip(runs, (10.0, 12.0, 42.0), strict=True):
+        run.cpu_s = cpu_s
+    rows = cpu_per_article(runs)
+    assert [row["cpu_ms_per_article"] for row in rows] == pytest.approx([1.0, 1.2, 1.05])
+    assert "marginal_cpu_ms_per_article" not in rows[1]
+    assert rows[2]["marginal_cpu_ms_per_article"] == pytest.approx(1e3 * 30.0 / 30_000)
+
+
 def timed_run(stage: str, articles: int, workers: int, wall_s: float) -> StageRun:
     return StageRun(stage, articles, articles * 7_000, workers, True, wall_s, wall_s * workers, int(1e8), workers,
                     int(1e8))
@@ -188,6 +200,9 @@ def test_the_speed_up_says_what_of_each_run_is_not_parallel() -> None:
     assert found[("dictionary", 40_000, 4)]["serial_s"] == pytest.approx(0.0, abs=1e-9)
     assert found[("dictionary", 10_000, 16)]["serial_share"] == pytest.approx(1.0)  # fitted on 4 and 16 workers
     assert ("parse", 40_000, 1) not in found
+    rounds = [timed_run("index", 40_000, workers, wall_s) for workers, wall_s in ((1, 80), (2, 50), (1, 76), (2, 40))]
+    [alternated] = speedups(rounds)  # two rounds of 1 and 2 workers: the means, 78 s and 45 s
+    assert (alternated["workers"], alternated["speedup"]) == (2, pytest.approx(78 / 45))
 
 
 WORKER_PIPELINE = """
