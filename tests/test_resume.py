@@ -22,6 +22,7 @@ import pytest
 from artifacts import layout, tables
 from artifacts.run import manifest
 from pipelines.launcher.cli import main
+from tests.builders import default_interrupt
 from tests.conftest import DIRECT, MULTI_PROCESS, copy_stages, stage_options
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,6 +56,7 @@ def interrupted_run(command: str, output: Path, model: Path, beam: list[str], sh
     process = subprocess.Popen([sys.executable, str(REPO / "run_pipeline.py"), *stage_args(command, output, model),
                                 *beam],
                                env=environ_without_coverage(environment), cwd=REPO, start_new_session=True,
+                               preexec_fn=default_interrupt,  # a test runner's worker may ignore SIGINT: not the stage
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 180
     try:
