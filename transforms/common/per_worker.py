@@ -3,7 +3,6 @@ threshold table. Their path is all that travels with the DoFn; local files are m
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -19,22 +18,9 @@ class _Held(Generic[T]):
         self.value = value
 
 
-def out_of_collections(value: T) -> T:
-    """``value``, after every object alive now (what a worker has imported and loaded) is moved out of the cyclic
-    garbage collector's reach (``gc.freeze``): each full collection otherwise walks them all again (~100 ms each in
-    embed-entities' inputs' workers, 33 of them in a 40,000-article run). What was frozen before is collected
-    first (``gc.unfreeze`` and a full collection), so objects frozen at one load that die later are freed at the next
-    one, not kept for the life of the process."""
-    gc.unfreeze()
-    gc.collect()
-    gc.freeze()
-    return value
-
-
 class PerProcess(Generic[T]):
     """``load(path)``, called at most once per worker process (and again only for another path); the object
-    stays loaded while the DoFn holding this lives, out of the cyclic garbage collector's reach
-    (``out_of_collections``)."""
+    stays loaded while the DoFn holding this lives."""
 
     def __init__(self, load: Callable[[str], T]) -> None:
         self._load = load
@@ -42,7 +28,7 @@ class PerProcess(Generic[T]):
         self._held: _Held[T] | None = None
 
     def get(self, path: str) -> T:
-        held = self._shared.acquire(lambda: out_of_collections(_Held(self._load(path))), tag=path)
+        held = self._shared.acquire(lambda: _Held(self._load(path)), tag=path)
         self._held = held  # Shared refers to it weakly: this reference keeps it loaded between elements
         return held.value
 
