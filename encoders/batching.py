@@ -41,6 +41,14 @@ def token_budget_batches(lengths: Sequence[int], max_tokens: int, max_batch_size
     return batches
 
 
+def list_offsets(column: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, np.ndarray]:
+    """An Arrow list column as one array (its chunks combined) and its offsets as int64 from 0 (a sliced array's
+    start at its first row)."""
+    array = column.combine_chunks() if hasattr(column, "combine_chunks") else column  # a ChunkedArray
+    offsets = array.offsets.to_numpy().astype(np.int64)
+    return array, offsets - offsets[0]
+
+
 @dataclass(frozen=True)
 class PackedLists:
     """Many integer sequences as an Arrow list column stores them: sequence i is ``values[offsets[i]:offsets[i +
@@ -58,9 +66,8 @@ class PackedLists:
     @classmethod
     def of_column(cls, column: pa.Array | pa.ChunkedArray) -> PackedLists:
         """An Arrow list column's values and offsets, without converting a value to Python."""
-        array = column.combine_chunks() if hasattr(column, "combine_chunks") else column  # a ChunkedArray
-        offsets = array.offsets.to_numpy().astype(np.int64)
-        return cls(array.flatten().to_numpy(zero_copy_only=False), offsets - offsets[0])
+        array, offsets = list_offsets(column)
+        return cls(array.flatten().to_numpy(zero_copy_only=False), offsets)
 
     @property
     def lengths(self) -> np.ndarray:
@@ -89,9 +96,8 @@ class PackedListsOfLists:
     def of_column(cls, column: pa.Array | pa.ChunkedArray) -> PackedListsOfLists:
         """An Arrow list<list<int>> column's values and both levels of offsets, without converting a value to
         Python."""
-        array = column.combine_chunks() if hasattr(column, "combine_chunks") else column  # a ChunkedArray
-        offsets = array.offsets.to_numpy().astype(np.int64)
-        return cls(PackedLists.of_column(array.flatten()), offsets - offsets[0])
+        array, offsets = list_offsets(column)
+        return cls(PackedLists.of_column(array.flatten()), offsets)
 
     def padded(self, rows: np.ndarray, pad: int = 0) -> np.ndarray:
         """(rows, longest sequence, longest inner sequence) int64 array of the sequences ``rows``, each at least 1
