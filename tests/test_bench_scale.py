@@ -258,28 +258,48 @@ import importlib.util, json, sys, time
 spec = importlib.util.spec_from_file_location("no_op_model", sys.argv[1])
 model = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(model)
+card = model.StandInCard(sys.argv[2])
 start, cpu = time.time(), time.process_time()
-waited = sum(model.stand_in_wait(int(sys.argv[3]), sys.argv[2]) for _ in range(int(sys.argv[4])))
-print(json.dumps({"start": start, "end": time.time(), "cpu": time.process_time() - cpu, "waited": waited}))
+returned = []  # when each forward returned to the host
+for _ in range(int(sys.argv[4])):
+    card.forward(int(sys.argv[3]))
+    returned.append(time.time() - start)
+waited = card.synchronize()
+print(json.dumps({"start": start, "end": time.time(), "cpu": time.process_time() - cpu, "returned": returned,
+                  "waited": waited, "queued": model.QUEUED}))
 """
+
+
+def run_stand_in(sitecustomize: Path, setting: str, tokens: int, calls: int, processes: int) -> list[dict]:
+    children = [subprocess.Popen([sys.executable, "-c", STAND_IN_CALLER, str(sitecustomize), setting, str(tokens),
+                                  str(calls)], stdout=subprocess.PIPE, text=True) for _ in range(processes)]
+    return [json.loads(child.communicate(timeout=60)[0]) for child in children]
 
 
 def test_the_stand_in_gpu_paces_the_forwards_of_every_process_on_one_clock(tmp_path: Path) -> None:
     """Two processes' forwards queue on one stand-in GPU: together they take their tokens over its rate, not half
     of it, and they wait without using the CPU."""
     rate, tokens, calls = 200_000, 10_000, 10  # 0.05 s a call, 1.0 s for both processes' 20 calls
-    setting = f"{rate}:{tmp_path / 'gpu-clock'}"
-    children = [subprocess.Popen([sys.executable, "-c", STAND_IN_CALLER, str(NO_OP_MODEL / "sitecustomize.py"),
-                                  setting, str(tokens), str(calls)], stdout=subprocess.PIPE, text=True)
-                for _ in range(2)]
-    results = [json.loads(child.communicate(timeout=60)[0]) for child in children]
+    results = run_stand_in(NO_OP_MODEL / "sitecustomize.py", f"{rate}:{tmp_path / 'gpu-clock'}", tokens, calls, 2)
     busy = max(result["end"] for result in results) - min(result["start"] for result in results)
     assert busy == pytest.approx(2 * calls * tokens / rate, rel=0.1)
     assert all(result["cpu"] < 0.1 * (result["end"] - result["start"]) for result in results)
     # Without a stand-in the forward does not wait.
-    assert subprocess.run([sys.executable, "-c", STAND_IN_CALLER, str(NO_OP_MODEL / "sitecustomize.py"), "",
-                           str(tokens), str(calls)], capture_output=True, text=True,
-                          check=True).stdout.count('"waited": 0.0') == 1
+    alone = run_stand_in(NO_OP_MODEL / "sitecustomize.py", "", tokens, calls, 1)[0]
+    assert alone["waited"] == 0.0 and alone["end"] - alone["start"] < 0.05
+
+
+def test_a_stand_in_forward_returns_once_queued_and_reading_back_waits_for_the_card(tmp_path: Path) -> None:
+    """As on a CUDA device, the host runs ahead of the stand-in GPU by QUEUED forwards (their calls return at
+    once) and then at its pace; reading the results back waits for the last forward."""
+    rate, tokens, calls = 100_000, 10_000, 6  # 0.1 s a forward
+    result = run_stand_in(NO_OP_MODEL / "sitecustomize.py", f"{rate}:{tmp_path / 'gpu-clock'}", tokens, calls, 1)[0]
+    forward, queued = tokens / rate, result["queued"]
+    ahead, paced = result["returned"][:queued], result["returned"][queued:]
+    assert max(ahead) < 0.2 * forward
+    assert paced == pytest.approx([(index + 1) * forward for index in range(len(paced))], abs=0.3 * forward)
+    assert result["end"] - result["start"] == pytest.approx(calls * forward, abs=0.3 * forward)
+    assert result["waited"] == pytest.approx(queued * forward, abs=0.3 * forward)  # the last ones, when read back
 
 
 def test_a_measured_run_starts_from_scratch_without_what_earlier_runs_kept(tmp_path: Path) -> None:
