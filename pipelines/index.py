@@ -43,7 +43,7 @@ from pipelines.refresh import RefreshConfig, fingerprint_changes, option_changes
 from transforms.common.dead_letters import WriteDeadLetters
 from transforms.common.follow import FollowedFiles, files_per_step, rows_per_file
 from transforms.common.worker_files import load_array, save_array
-from transforms.index.corpus import ReadPassages, check_corpus, estimated_passages
+from transforms.index.corpus import ReadPassages, check_corpus, estimated_passages, expected_passages
 from transforms.index.forward import KeptPassages, kept_files, kept_keys
 from transforms.index.graph import (
     COUNTERS,
@@ -141,7 +141,9 @@ class IndexStage:
         estimate = estimated_passages(config.corpus, tables.artifact_dir(ctx.output, layout.ARTICLES),
                                       config.words_per_passage)
         bucket_count = choice.bucket_count(config.shards, estimate, dim, config.shard_memory_bytes)
-        encoding = Encoding(dim, columns, bucket_count, estimate, previous)
+        expected = expected_passages(config.corpus, tables.artifact_dir(ctx.output, layout.ARTICLES),
+                                     config.words_per_passage)
+        encoding = Encoding(dim, columns, bucket_count, estimate, expected, previous)
         kept = kept_passages(ctx, self.options(config), self.external_inputs(config), self.upstream(config))
         killed = kept_files(kept.directory)  # what a killed run kept: its passages are not encoded again
         save_array(kept.known, kept_keys(killed))
@@ -205,12 +207,14 @@ def buckets_dir(ctx: StageContext) -> str:
 @dataclass(frozen=True)
 class Encoding:
     """What the encoding pipelines are given: the vectors' size, the corpus's columns (None: passages cut from
-    articles), the buckets to stage by, the passages expected (for progress) and the previous run to reuse."""
+    articles), the buckets to stage by, the passages estimated on the high side (``estimate``: sizes the input
+    files) and as likely more as fewer (``expected``: for progress) and the previous run to reuse."""
 
     dim: int
     columns: tuple[int, int, int] | None
     bucket_count: int
     estimate: int
+    expected: int
     previous: str | None
 
 
@@ -252,7 +256,7 @@ def encode(ctx: StageContext, config: IndexConfig, encoder: EncoderOptions, enco
 
     def model(forward: StageContext, followers: int) -> Build:
         encode_passages = EncodePassages(encoder, files, encoding.bucket_count, encoding.dim, followers, kept,
-                                         forward.progress("passages encoded", encoding.estimate, int))
+                                         forward.progress("passages encoded", encoding.expected, int))
         return with_dead_letters(forward, "EncodePassages", encode_passages, "vectors")
 
     return run_model_beside(ctx, lambda pipeline: prepare(pipeline, ctx, config, encoder, encoding, files, kept.salt),
@@ -271,7 +275,7 @@ def prepare(pipeline: beam.Pipeline, ctx: StageContext, config: IndexConfig, enc
                                                          file_name_suffix=".parquet", codec=schemas.PARQUET_CODEC,
                                                          row_group_buffer_size=PASSAGES_ROW_GROUP_BYTES))
     _ = passages | "PreparePassages" >> PreparePassages(
-        encoder, files, encoding.bucket_count, encoding.dim, salt, ctx.progress("passages prepared", encoding.estimate),
+        encoder, files, encoding.bucket_count, encoding.dim, salt, ctx.progress("passages prepared", encoding.expected),
         encoding.previous, fs.join(ctx.staging_root, PREVIOUS_DIGESTS_DIR))
     _ = dead | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("passages"))
 

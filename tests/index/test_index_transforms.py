@@ -5,6 +5,7 @@ where they are counted."""
 from __future__ import annotations
 
 import gzip
+from pathlib import Path
 
 import apache_beam as beam
 import numpy as np
@@ -14,7 +15,7 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from artifacts import layout
+from artifacts import layout, tables
 from artifacts.faiss import buckets
 from artifacts.faiss.vectors import embedding_schema
 from artifacts.passages import Passage, shard_of
@@ -22,7 +23,7 @@ from artifacts.run import manifest
 from encoders.retrievers import EncoderOptions
 from pipelines.index import STAGE, incompatibility
 from transforms.index import line_ranges
-from transforms.index.corpus import ReadPassages
+from transforms.index.corpus import ReadPassages, estimated_passages, expected_passages
 from transforms.index.forward import encoded_rows
 from transforms.index.graph import COUNTERS, IndexConfig, ListBucketFiles, WriteBuckets
 from transforms.index.passages import corpus_row
@@ -172,3 +173,16 @@ def test_every_counter_of_a_recorded_index_run_is_declared(full_run):
     assert {"passages_read", "passages_encoded", "passages_indexed", "shards_built"} <= set(counted)
     assert set(counted) <= set(COUNTERS)
     assert STAGE.counters is COUNTERS
+
+
+def test_the_passages_a_progress_line_expects_are_about_the_passages_read(full_run):
+    """The progress lines' total is the count within 10%, from the articles' footers or the corpus's size; the
+    estimate that sizes the buckets stays above the count."""
+    passages = tables.total_rows(str(full_run), layout.PASSAGES)
+    articles = tables.artifact_dir(str(full_run), layout.ARTICLES)
+    assert expected_passages(None, articles, IndexConfig.words_per_passage) == pytest.approx(passages, rel=0.1)
+    assert estimated_passages(None, articles, IndexConfig.words_per_passage) > passages
+    corpus = str(Path(__file__).resolve().parents[2] / "samples" / "psgs_w100_sample.tsv")
+    lines = len(Path(corpus).read_text(encoding="utf-8").splitlines()) - 1  # the header
+    assert expected_passages(corpus, "", IndexConfig.words_per_passage) == pytest.approx(lines, rel=0.1)
+    assert estimated_passages(corpus, "", IndexConfig.words_per_passage) > lines

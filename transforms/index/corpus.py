@@ -24,6 +24,7 @@ from apache_beam.io.filesystems import FileSystems
 from artifacts import fs, layout, tables
 from artifacts.errors import InputError, first_line
 from artifacts.passages import Passage
+from transforms.common.article_shards import parquet_file
 from transforms.common.dead_letters import count, dead_letter
 from transforms.common.parquet_rows import ReadParquetRows
 from transforms.index.duplicate_ids import IdBlock, duplicate_drops, grouped_blocks
@@ -41,6 +42,9 @@ HEADER_LINE = 1
 # Bytes of input per passage, on the low side (DPR's psgs_w100.tsv: ~620 per line), to estimate the count from the
 # file sizes before reading: the estimate only sizes the hash buckets, the exact count chooses the shards.
 TSV_BYTES_PER_PASSAGE = 400
+# ... and as DPR's files have them (psgs_w100.tsv's lines: 631 bytes in the bundled sample, 637 in the shared
+# subset): what the progress lines expect.
+TYPICAL_TSV_BYTES_PER_PASSAGE = 630
 COMPRESSION_RATIO = 4  # of a .gz/.bz2 corpus, and of article text in Parquet
 CHARS_PER_WORD = 6
 
@@ -77,6 +81,26 @@ def estimated_passages(corpus: str | None, articles_dir: str, words_per_passage:
                    for match in corpus_files(corpus)) // TSV_BYTES_PER_PASSAGE
     text_bytes = sum(fs.size(path) for path in fs.list_files(articles_dir, "*.parquet")) * COMPRESSION_RATIO
     return text_bytes // (CHARS_PER_WORD * words_per_passage)
+
+
+def expected_passages(corpus: str | None, articles_dir: str, words_per_passage: int) -> int:
+    """About how many passages the corpus files (or the articles cut into passages) hold, as likely more as fewer:
+    the total of the progress lines (``estimated_passages`` errs high by design, about twice the count). The
+    corpus from its files' sizes; the articles from their text's bytes, which their Parquet footers give."""
+    if corpus:
+        return sum(match.size_in_bytes * (COMPRESSION_RATIO if fs.is_compressed(match.path) else 1)
+                   for match in corpus_files(corpus)) // TYPICAL_TSV_BYTES_PER_PASSAGE
+    text_bytes = sum(text_column_bytes(path) for path in fs.list_files(articles_dir, "*.parquet"))
+    return text_bytes // (CHARS_PER_WORD * words_per_passage)
+
+
+def text_column_bytes(path: str) -> int:
+    """The uncompressed bytes of an articles file's ``text`` column, from its footer."""
+    with parquet_file(path) as opened:
+        metadata = opened.metadata
+        return sum(chunk.total_uncompressed_size for group in range(metadata.num_row_groups)
+                   for chunk in map(metadata.row_group(group).column, range(metadata.num_columns))
+                   if chunk.path_in_schema == "text")
 
 
 def corpus_ranges(pattern: str) -> list[LineRange]:
