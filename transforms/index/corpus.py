@@ -77,8 +77,7 @@ def estimated_passages(corpus: str | None, articles_dir: str, words_per_passage:
     """About how many passages the corpus files (or, without them, the articles cut into passages) hold, from their
     sizes alone (listed, not read)."""
     if corpus:
-        return sum(match.size_in_bytes * (COMPRESSION_RATIO if fs.is_compressed(match.path) else 1)
-                   for match in corpus_files(corpus)) // TSV_BYTES_PER_PASSAGE
+        return corpus_bytes(corpus) // TSV_BYTES_PER_PASSAGE
     text_bytes = sum(fs.size(path) for path in fs.list_files(articles_dir, "*.parquet")) * COMPRESSION_RATIO
     return text_bytes // (CHARS_PER_WORD * words_per_passage)
 
@@ -88,10 +87,16 @@ def expected_passages(corpus: str | None, articles_dir: str, words_per_passage: 
     the total of the progress lines (``estimated_passages`` errs high by design, about twice the count). The
     corpus from its files' sizes; the articles from their text's bytes, which their Parquet footers give."""
     if corpus:
-        return sum(match.size_in_bytes * (COMPRESSION_RATIO if fs.is_compressed(match.path) else 1)
-                   for match in corpus_files(corpus)) // TYPICAL_TSV_BYTES_PER_PASSAGE
+        return corpus_bytes(corpus) // TYPICAL_TSV_BYTES_PER_PASSAGE
     text_bytes = sum(text_column_bytes(path) for path in fs.list_files(articles_dir, "*.parquet"))
     return text_bytes // (CHARS_PER_WORD * words_per_passage)
+
+
+def corpus_bytes(pattern: str) -> int:
+    """About the uncompressed bytes of the corpus files, from their sizes (a compressed file's times
+    ``COMPRESSION_RATIO``)."""
+    return sum(match.size_in_bytes * (COMPRESSION_RATIO if fs.is_compressed(match.path) else 1)
+               for match in corpus_files(pattern))
 
 
 def text_column_bytes(path: str) -> int:
