@@ -206,12 +206,24 @@ def chunk_batches(items: Sequence[T], per_forward: int, max_tokens: int, build: 
             yield [first + index for index in batch], [inputs[index] for index in batch]
 
 
-def forward_in_order(size: int, dim: int, prepared: Iterable[tuple[list[int], T]],
-                     forward: Callable[[T], object], out: np.ndarray | None = None) -> np.ndarray:
-    """float32 rows (``size`` x ``dim``) in row order: ``forward`` on each prepared (row indices, host inputs)
-    batch, built ahead in the prefetch thread; the results stay on the device and come back in one copy, put in
-    row order on their way (``to_host``; into ``out`` when given, e.g. a ``HostBuffers`` array). Every row is in
-    exactly one batch."""
+@dataclass(frozen=True)
+class QueuedForwards:
+    """The results of one call's forward passes, left where the model put them (on a GPU: queued there, the
+    device still running them) until ``collect`` copies them back: ``rows``, the row of each result row."""
+
+    dim: int
+    rows: np.ndarray
+    results: list
+
+    def collect(self, out: np.ndarray | None = None) -> np.ndarray:
+        """float32 rows in row order (``to_host``: waits for the device; into ``out`` when given)."""
+        return to_host(self.results, self.rows, out) if self.results else np.zeros((0, self.dim), dtype=np.float32)
+
+
+def queue_forwards(size: int, dim: int, prepared: Iterable[tuple[list[int], T]],
+                   forward: Callable[[T], object]) -> QueuedForwards:
+    """``forward`` on each prepared (row indices, host inputs) batch, built ahead in the prefetch thread; the results
+    stay on the device (``QueuedForwards.collect`` brings them back in one copy). Every row is in exactly one batch."""
     order: list[int] = []
     results = []
     for batch, host in prefetched(prepared):
@@ -219,7 +231,14 @@ def forward_in_order(size: int, dim: int, prepared: Iterable[tuple[list[int], T]
         results.append(forward(host))
     rows = np.asarray(order, dtype=np.int64)
     check_each_row_once(rows, size)
-    return to_host(results, rows, out) if results else np.zeros((0, dim), dtype=np.float32)
+    return QueuedForwards(dim, rows, results)
+
+
+def forward_in_order(size: int, dim: int, prepared: Iterable[tuple[list[int], T]],
+                     forward: Callable[[T], object], out: np.ndarray | None = None) -> np.ndarray:
+    """float32 rows (``size`` x ``dim``) in row order: ``queue_forwards``, then the results put in row order on
+    their way back (``to_host``; into ``out`` when given, e.g. a ``HostBuffers`` array)."""
+    return queue_forwards(size, dim, prepared, forward).collect(out)
 
 
 def check_each_row_once(order: np.ndarray, size: int) -> None:

@@ -12,9 +12,10 @@ import numpy as np
 
 from artifacts.errors import SettingError
 from encoders.batching import (
-    forward_in_order,
+    QueuedForwards,
     host_tensor,
     padded_packed,
+    queue_forwards,
     to_device,
     to_host,
     token_budget_batches,
@@ -58,12 +59,16 @@ class MaskEncoder:
         return self.encode_packed(PackedMaskInputs.of(inputs))
 
     def encode_packed(self, packed: PackedMaskInputs, out: np.ndarray | None = None) -> np.ndarray:
-        """float32 vectors of ready inputs (``PackedMaskInputs``), in their order (into ``out`` when given):
+        """float32 vectors of ready inputs (``PackedMaskInputs``), in their order (into ``out`` when given)."""
+        return self.queue_packed(packed).collect(out)
+
+    def queue_packed(self, packed: PackedMaskInputs) -> QueuedForwards:
+        """The forward passes of ready inputs, queued (their vectors collected later, in the inputs' order):
         batched by token budget, sorted by length, padded with numpy and pinned in the prefetch thread while the
         previous forward pass runs."""
         batches = token_budget_batches(packed.lengths.tolist(), self.max_tokens)
         prepared = ((batch, self._prepare_packed(packed, np.asarray(batch))) for batch in batches)
-        return forward_in_order(len(packed), self.model.config.hidden_size, prepared, self._forward_host, out)
+        return queue_forwards(len(packed), self.model.config.hidden_size, prepared, self._forward_host)
 
     def _prepare_packed(self, packed: PackedMaskInputs, rows: np.ndarray) -> tuple:
         """Host tensors of the rows ``rows`` of packed inputs: padded ids, attention mask, [MASK] positions."""

@@ -348,16 +348,22 @@ class DenseEncoder:
     def encode_ready(self, ready: ReadyInputs, rows: Sequence[int] | np.ndarray | None = None,
                      out: np.ndarray | None = None) -> np.ndarray:
         """float32 rows of ready model inputs (built by another process; ``rows``: those of them to encode, all
-        when None), in order (into ``out`` when given): only batched as ``encode_passages`` batches them, padded
-        from the packed sequences and run here."""
+        when None), in order (into ``out`` when given)."""
+        return self.queue_ready(ready, rows).collect(out)
+
+    def queue_ready(self, ready: ReadyInputs, rows: Sequence[int] | np.ndarray | None = None
+                    ) -> batching.QueuedForwards:
+        """The forward passes of ready model inputs (``rows`` of them, all when None), queued (their vectors
+        collected later, in order): only batched as ``encode_passages`` batches them, padded from the packed
+        sequences and run here."""
         rows = np.arange(len(ready)) if rows is None else np.asarray(rows, dtype=np.int64)
         per_forward = max(1, self.options.batch_tokens // self.options.max_length)
         lengths = ready.input_ids.lengths[rows].tolist()
         batches = batching.chunk_batches(range(len(rows)), per_forward, self.options.batch_tokens, list,
                                          lengths.__getitem__)
         prepared = ((batch, self._host_inputs(ready, rows[batch])) for batch, _ in batches)
-        return batching.forward_in_order(len(rows), self.dim, prepared,
-                                         lambda host: self._forward_inputs(self._device_inputs(host)), out)
+        return batching.queue_forwards(len(rows), self.dim, prepared,
+                                       lambda host: self._forward_inputs(self._device_inputs(host)))
 
     def token_count(self, passages: Sequence[Passage]) -> int:
         return self.inputs.token_count(passages)

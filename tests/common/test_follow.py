@@ -18,6 +18,7 @@ from transforms.common.follow import (
     follow,
     follow_steps,
     mark_ended,
+    one_step_ahead,
     taken_by,
     wait_for,
 )
@@ -128,3 +129,31 @@ def test_a_follower_takes_the_files_present_in_steps_of_at_most_files_per_step(t
 def test_a_step_holds_about_as_many_rows_as_the_largest_input_file():
     assert files_per_step(500, 8192) == 16 and files_per_step(8192, 8192) == 1
     assert files_per_step(5000, 4096) == 1 and files_per_step(0, 4096) == 4096
+
+
+def test_a_step_is_handed_on_once_the_next_one_has_started_and_its_own_work_finished_before():
+    """``one_step_ahead``: a step's work finished (its vectors copied back) before the next step's starts (on one
+    CUDA stream the copy would otherwise wait for the next step), and the step handed on only after that start,
+    so that the caller's work on it overlaps the device's on the next; the last finished at the end."""
+    events: list[str] = []
+
+    def steps():
+        for name in "abc":
+            events.append(f"{name} read")
+            yield name
+
+    def start(step: str) -> str:
+        events.append(f"{step} started")
+        return step.upper()
+
+    def finish(started: str) -> str:
+        events.append(f"{started.lower()} finished")
+        return started * 2
+
+    for step, finished in one_step_ahead(steps(), start, finish):
+        events.append(f"{step} handed on as {finished}")
+    assert events == ["a read", "a started",
+                      "b read", "a finished", "b started", "a handed on as AA",
+                      "c read", "b finished", "c started", "b handed on as BB",
+                      "c finished", "c handed on as CC"]
+    assert list(one_step_ahead([], start, finish)) == []

@@ -21,6 +21,7 @@ from encoders.batching import (
     forward_in_order,
     in_row_order,
     prefetched,
+    queue_forwards,
     to_host,
     token_budget_batches,
 )
@@ -259,3 +260,19 @@ def test_vectors_copied_back_into_a_given_array_are_in_row_order():
     again = np.full((3, 2), np.nan, dtype=np.float32)  # results as they come, into the array
     assert to_host([host for _, host in prepared], out=again) is again
     assert again.tolist() == [[2, -2], [0, 0], [1, -1]]
+
+
+def test_queued_forwards_run_every_batch_and_come_back_only_when_collected():
+    batches = [[1, 2], [0]]
+    prepared, forward = batch_results(batches)
+    ran: list[list[int]] = []
+
+    def counted(host):
+        ran.append([int(row) for row in host[:, 0].tolist()])
+        return forward(host)
+
+    queued = queue_forwards(3, 2, prepared, counted)
+    assert ran == [[1, 2], [0]] and queued.rows.tolist() == [1, 2, 0]
+    assert queued.results[0].dtype == torch.bfloat16  # as the model left them, not yet copied back
+    assert queued.collect().tolist() == [[0, 0], [1, -1], [2, -2]]
+    assert queue_forwards(0, 2, [], counted).collect().shape == (0, 2)

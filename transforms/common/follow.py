@@ -10,7 +10,7 @@ import sys
 import time
 import uuid
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -28,6 +28,8 @@ FOLLOW_POLL_S = 0.2  # a follower with nothing to take looks for new files this 
 ENCODED_TAG = "encoded"  # a follower's output: how many items a step of it encoded (for the progress line)
 
 T = TypeVar("T")
+Started = TypeVar("Started")
+Finished = TypeVar("Finished")
 _END = object()  # the end of an iterator (``FollowerClock.waited``)
 
 
@@ -127,6 +129,25 @@ def wait_for(path: str, files: FollowedFiles) -> None:
     while not fs.exists(path):
         ended_files(files)
         time.sleep(FOLLOW_POLL_S)
+
+
+def one_step_ahead(steps: Iterable[T], start: Callable[[T], Started],
+                   finish: Callable[[Started], Finished]) -> Iterator[tuple[T, Finished]]:
+    """(step, ``finish(start(step))``) of each step, a step handed on only once the next one has started: when
+    the next step is there, the step's work is finished (``finish``: its vectors copied back, which waits for its
+    forward passes), the next step's started (``start``: its forward passes queued on the device), and then the
+    step is handed on, so that what the caller does with it (checks, counters, writing) overlaps the device's work
+    on the next step instead of leaving the device idle between steps. Finishing before starting the next keeps
+    the copy back from waiting for the next step's work (a CUDA stream runs in order)."""
+    held: tuple[T, Started] | None = None
+    for step in steps:
+        finished = (held[0], finish(held[1])) if held is not None else None
+        started = start(step)
+        if finished is not None:
+            yield finished
+        held = (step, started)
+    if held is not None:
+        yield held[0], finish(held[1])
 
 
 @dataclass

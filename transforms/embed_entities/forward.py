@@ -22,12 +22,19 @@ import pyarrow as pa
 
 from artifacts import fs, layout, schemas, tables
 from artifacts.counters import declare, error, processed
-from encoders.batching import HostBuffers, prefetched
+from encoders.batching import HostBuffers, QueuedForwards, prefetched
 from encoders.mask_encoder import MaskEncoder
 from encoders.mask_inputs import PackedMaskInputs
 from encoders.models import ModelSpec, worker_device
 from transforms.common.dead_letters import count_some, dead_letter
-from transforms.common.follow import ENCODED_TAG, FollowedFiles, FollowerClock, follow_steps, wait_for
+from transforms.common.follow import (
+    ENCODED_TAG,
+    FollowedFiles,
+    FollowerClock,
+    follow_steps,
+    one_step_ahead,
+    wait_for,
+)
 from transforms.common.packed import found_in
 from transforms.common.per_worker import PerProcess
 from transforms.embed_entities.entity_vectors import ModelFacts, Part, write_bucketed_part
@@ -147,11 +154,12 @@ def write_encoded(refs: RefWriter, pending: PendingWriter, mentions: np.ndarray,
 class FollowInputFiles(beam.DoFn):
     """(index, followers) -> (bucket, Part) of the window keys of the mentions in the input files this follower
     takes, as the inputs' pipeline writes them, until it has ended, a step of present files at a time
-    (``follow_steps``: one model call, whose vectors come back before the next starts). Windows not stored before
-    (not among the ``known`` keys) are encoded and stored (pending files, every ``pending_rows``); non-finite
-    vectors are dead-lettered (their mentions dropped); how many mentions each step held is tagged ``encoded``.
-    While the model runs, the next step is read in a thread (``read_inputs``) and the last one's vectors written
-    in another."""
+    (``follow_steps``: one model call, whose vectors come back before the next step's forward passes are queued,
+    and are checked and written while they run: ``one_step_ahead``). Windows not stored before (not among the
+    ``known`` keys) are encoded and stored (pending files, every ``pending_rows``); non-finite vectors are
+    dead-lettered (their mentions dropped); how many mentions each step held is tagged ``encoded``. While the
+    model runs, the next step is read in a thread (``read_inputs``) and the last one's vectors written in
+    another."""
 
     def __init__(self, spec: ModelSpec, layer: int, max_tokens: int, files: InputFiles, salt: str,
                  mentions: int) -> None:
@@ -172,14 +180,24 @@ class FollowInputFiles(beam.DoFn):
         pending = PendingWriter(files.pending, self._salt, facts.store_bits, pending_rows(self._mentions, facts.dim))
         clock, seen, encoded = FollowerClock(), 0, 0
         buffers = HostBuffers(2)  # a step's vectors are written (copied as STORE_DTYPE) before the step after next
+
+        def start(step: tuple[np.ndarray, PackedMaskInputs]) -> tuple[np.ndarray, QueuedForwards]:
+            mentions, packed = step
+            rows = rows_to_encode(known, mentions["window_key"])
+            with clock.timing("model"):
+                return rows, self._encoder.queue_packed(packed.take(rows))
+
+        def finish(started: tuple[np.ndarray, QueuedForwards]) -> tuple[np.ndarray, np.ndarray]:
+            rows, queued = started
+            with clock.timing("model"):
+                return rows, queued.collect(buffers.take(len(rows), facts.dim))
+
         # the next step is read in a thread, and the last one's vectors written in another, while the model runs
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="write-vectors") as behind:
             writing = behind.submit(list)
             inputs = prefetched(read_inputs(follow_steps(files.followed, index, followers)), depth=1)
-            for mentions, packed in clock.waited("waiting for inputs", inputs):
-                rows = rows_to_encode(known, mentions["window_key"])
-                with clock.timing("model"):
-                    vectors = self._encoder.encode_packed(packed.take(rows), buffers.take(len(rows), facts.dim))
+            steps = one_step_ahead(clock.waited("waiting for inputs", inputs), start, finish)
+            for (mentions, _), (rows, vectors) in steps:
                 finite, dead = storable_rows(mentions[rows], vectors)
                 yield from dead
                 failed = np.isin(mentions["window_key"], mentions["window_key"][rows[~finite]])

@@ -24,12 +24,12 @@ import pyarrow as pa
 from artifacts import fs, layout, schemas, tables
 from artifacts.faiss import buckets
 from artifacts.faiss.vectors import table_vectors, with_vectors
-from encoders.batching import HostBuffers, prefetched
+from encoders.batching import HostBuffers, QueuedForwards, prefetched
 from encoders.loading import load_retriever
 from encoders.models import worker_device
 from encoders.retrievers import DenseEncoder, EncoderOptions, ReadyInputs
 from transforms.common.dead_letters import count, count_some, dead_letter
-from transforms.common.follow import ENCODED_TAG, FollowedFiles, FollowerClock, follow_steps
+from transforms.common.follow import ENCODED_TAG, FollowedFiles, FollowerClock, follow_steps, one_step_ahead
 from transforms.common.packed import found_in
 from transforms.common.per_worker import PerProcess
 from transforms.common.worker_files import load_array, save_array
@@ -118,8 +118,9 @@ class FollowPassageInputs(beam.DoFn):
     files this follower takes, encoded as the inputs' pipeline writes them, until it has ended; those kept before
     (``kept.known``) are not encoded, their keys saved for ``StageKeptRows``. Non-finite vectors are
     dead-lettered; how many passages each step (``follow_steps``: present files, one model call) held is tagged
-    ``encoded``. While the model runs, the next step is read in a thread (``read_inputs``) and the last one's rows
-    kept and staged in another."""
+    ``encoded``. While the model runs, the next step is read in a thread (``read_inputs``), the last one's vectors
+    checked (the next step's forward passes queued before: ``one_step_ahead``) and its rows kept and staged in
+    another."""
 
     def __init__(self, encoder: EncoderOptions, files: FollowedFiles, directory: str, bucket_count: int,
                  dim: int, kept: KeptPassages) -> None:
@@ -136,19 +137,26 @@ class FollowPassageInputs(beam.DoFn):
         known, skipped = load_array(self._kept.known), [np.zeros(0, np.uint64)]
         clock, seen, encoded = FollowerClock(), 0, 0
         buffers = HostBuffers(2)  # a step's rows are staged (copied by bucket) before the step after next
+
+        def start(step: InputStep) -> tuple[np.ndarray, QueuedForwards]:
+            done, _ = found_in(known, step.keys)
+            skipped.append(step.keys[done])
+            count_some("passages_reused", int(done.sum()))
+            todo = np.flatnonzero(~done)
+            with clock.timing("model"):
+                return todo, self._encoder.queue_ready(step.ready, todo)
+
+        def finish(started: tuple[np.ndarray, QueuedForwards]) -> tuple[np.ndarray, np.ndarray]:
+            todo, queued = started
+            with clock.timing("model"):
+                return todo, queued.collect(buffers.take(len(todo), self._dim))
+
         # the next step is read in a thread, and the last one's rows staged in another, while the model runs
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="stage-rows") as behind:
             staging = behind.submit(lambda: None)
             inputs = prefetched(read_inputs(follow_steps(self._files, index, followers)), depth=1)
-            for step in clock.waited("waiting for inputs", inputs):
+            for step, (todo, vectors) in one_step_ahead(clock.waited("waiting for inputs", inputs), start, finish):
                 keys = step.keys
-                done, _ = found_in(known, keys)
-                skipped.append(keys[done])
-                count_some("passages_reused", int(done.sum()))
-                todo = np.flatnonzero(~done)
-                with clock.timing("model"):
-                    vectors = (self._encoder.encode_ready(step.ready, todo, buffers.take(len(todo), self._dim))
-                               if len(todo) else np.zeros((0, self._dim), np.float32))
                 rows, finite, dead = encoded_rows(step.columns if len(todo) == len(keys) else step.columns.take(todo),
                                                   vectors)
                 yield from dead
