@@ -133,8 +133,8 @@ def test_a_step_holds_about_as_many_rows_as_the_largest_input_file():
 
 def test_a_step_is_handed_on_once_the_next_one_has_started_and_its_own_work_finished_before():
     """``one_step_ahead``: a step's work finished (its vectors copied back) before the next step's starts (on one
-    CUDA stream the copy would otherwise wait for the next step), and the step handed on only after that start,
-    so that the caller's work on it overlaps the device's on the next; the last finished at the end."""
+    CUDA stream the copy would otherwise wait for the next step), and handed on only after that start, so that the
+    caller's work on it overlaps the device's on the next; the last finished at the end."""
     events: list[str] = []
 
     def steps():
@@ -150,8 +150,8 @@ def test_a_step_is_handed_on_once_the_next_one_has_started_and_its_own_work_fini
         events.append(f"{started.lower()} finished")
         return started * 2
 
-    for step, finished in one_step_ahead(steps(), start, finish):
-        events.append(f"{step} handed on as {finished}")
+    for finished in one_step_ahead(steps(), start, finish):
+        events.append(f"{finished[0].lower()} handed on as {finished}")
     assert events == ["a read", "a started",
                       "b read", "a finished", "b started", "a handed on as AA",
                       "c read", "b finished", "c started", "b handed on as BB",

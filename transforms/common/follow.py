@@ -132,22 +132,20 @@ def wait_for(path: str, files: FollowedFiles) -> None:
 
 
 def one_step_ahead(steps: Iterable[T], start: Callable[[T], Started],
-                   finish: Callable[[Started], Finished]) -> Iterator[tuple[T, Finished]]:
-    """(step, ``finish(start(step))``) of each step, a step handed on only once the next one has started: when
-    the next step is there, the step's work is finished (``finish``: its vectors copied back, which waits for its
-    forward passes), the next step's started (``start``: its forward passes queued on the device), and then the
-    step is handed on, so that what the caller does with it (checks, counters, writing) overlaps the device's work
-    on the next step instead of leaving the device idle between steps. Finishing before starting the next keeps
-    the copy back from waiting for the next step's work (a CUDA stream runs in order)."""
-    held: tuple[T, Started] | None = None
+                   finish: Callable[[Started], Finished]) -> Iterator[Finished]:
+    """``finish(start(step))`` of each step, handed on only once the next step has started: when the next step is
+    there, the last one is finished (``finish``: its vectors copied back, which waits for its forward passes), the
+    next one started (``start``: its forward passes queued on the device), and then the last one is handed on, so
+    that what the caller does with it (checks, counters, writing) overlaps the device's work on the next instead of
+    leaving the device idle between steps. Finishing before starting the next keeps the copy back from waiting for
+    the next step's work (a CUDA stream runs in order). Only what ``start`` returns is held, not the step."""
+    held: list[Started] = []
     for step in steps:
-        finished = (held[0], finish(held[1])) if held is not None else None
-        started = start(step)
-        if finished is not None:
-            yield finished
-        held = (step, started)
-    if held is not None:
-        yield held[0], finish(held[1])
+        finished = [finish(held.pop())] if held else []
+        held.append(start(step))
+        yield from finished
+    if held:
+        yield finish(held.pop())
 
 
 @dataclass

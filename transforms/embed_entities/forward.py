@@ -181,23 +181,23 @@ class FollowInputFiles(beam.DoFn):
         clock, seen, encoded = FollowerClock(), 0, 0
         buffers = HostBuffers(2)  # a step's vectors are written (copied as STORE_DTYPE) before the step after next
 
-        def start(step: tuple[np.ndarray, PackedMaskInputs]) -> tuple[np.ndarray, QueuedForwards]:
+        def start(step: tuple[np.ndarray, PackedMaskInputs]) -> tuple[np.ndarray, np.ndarray, QueuedForwards]:
             mentions, packed = step
             rows = rows_to_encode(known, mentions["window_key"])
             with clock.timing("model"):
-                return rows, self._encoder.queue_packed(packed.take(rows))
+                return mentions, rows, self._encoder.queue_packed(packed.take(rows))
 
-        def finish(started: tuple[np.ndarray, QueuedForwards]) -> tuple[np.ndarray, np.ndarray]:
-            rows, queued = started
+        def finish(started: tuple[np.ndarray, np.ndarray, QueuedForwards]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            mentions, rows, queued = started
             with clock.timing("model"):
-                return rows, queued.collect(buffers.take(len(rows), facts.dim))
+                return mentions, rows, queued.collect(buffers.take(len(rows), facts.dim))
 
         # the next step is read in a thread, and the last one's vectors written in another, while the model runs
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="write-vectors") as behind:
             writing = behind.submit(list)
             inputs = prefetched(read_inputs(follow_steps(files.followed, index, followers)), depth=1)
             steps = one_step_ahead(clock.waited("waiting for inputs", inputs), start, finish)
-            for (mentions, _), (rows, vectors) in steps:
+            for mentions, rows, vectors in steps:
                 finite, dead = storable_rows(mentions[rows], vectors)
                 yield from dead
                 failed = np.isin(mentions["window_key"], mentions["window_key"][rows[~finite]])

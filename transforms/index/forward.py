@@ -138,27 +138,27 @@ class FollowPassageInputs(beam.DoFn):
         clock, seen, encoded = FollowerClock(), 0, 0
         buffers = HostBuffers(2)  # a step's rows are staged (copied by bucket) before the step after next
 
-        def start(step: InputStep) -> tuple[np.ndarray, QueuedForwards]:
+        def start(step: InputStep) -> tuple[pa.Table, np.ndarray, np.ndarray, QueuedForwards]:
             done, _ = found_in(known, step.keys)
             skipped.append(step.keys[done])
             count_some("passages_reused", int(done.sum()))
             todo = np.flatnonzero(~done)
             with clock.timing("model"):
-                return todo, self._encoder.queue_ready(step.ready, todo)
+                return step.columns, step.keys, todo, self._encoder.queue_ready(step.ready, todo)
 
-        def finish(started: tuple[np.ndarray, QueuedForwards]) -> tuple[np.ndarray, np.ndarray]:
-            todo, queued = started
+        def finish(started: tuple[pa.Table, np.ndarray, np.ndarray, QueuedForwards]
+                   ) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray]:
+            columns, keys, todo, queued = started
             with clock.timing("model"):
-                return todo, queued.collect(buffers.take(len(todo), self._dim))
+                return columns, keys, todo, queued.collect(buffers.take(len(todo), self._dim))
 
         # the next step is read in a thread, and the last one's rows staged in another, while the model runs
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="stage-rows") as behind:
             staging = behind.submit(lambda: None)
             inputs = prefetched(read_inputs(follow_steps(self._files, index, followers)), depth=1)
-            for step, (todo, vectors) in one_step_ahead(clock.waited("waiting for inputs", inputs), start, finish):
-                keys = step.keys
-                rows, finite, dead = encoded_rows(step.columns if len(todo) == len(keys) else step.columns.take(todo),
-                                                  vectors)
+            steps = one_step_ahead(clock.waited("waiting for inputs", inputs), start, finish)
+            for columns, keys, todo, vectors in steps:
+                rows, finite, dead = encoded_rows(columns if len(todo) == len(keys) else columns.take(todo), vectors)
                 yield from dead
                 seen, encoded = seen + len(keys), encoded + len(todo)
                 with clock.timing("writing behind"):
