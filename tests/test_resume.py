@@ -147,7 +147,8 @@ def test_a_killed_index_encodes_only_the_passages_it_had_not_kept(full_run, tiny
     encoded, reused = counters["passages_encoded"], counters["passages_reused"]
     print(f"{passages} passages, {kept} kept when stopped; the rerun encoded {encoded}, reused {reused}")
     assert (encoded + reused, counters["passages_indexed"]) == (passages, passages)
-    assert reused == kept and encoded <= passages - kept + 0.05 * passages
+    # what was kept is reused (a step's file being written when the signal came may be kept too, as for mentions)
+    assert reused >= kept and encoded <= passages - kept + 0.05 * passages
     expected, found = passage_vectors(full_run), passage_vectors(output)
     assert sorted(found) == sorted(expected)
     assert max(float(np.abs(found[key] - expected[key]).max()) for key in expected) < 1e-4
