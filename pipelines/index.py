@@ -43,7 +43,7 @@ from pipelines.refresh import RefreshConfig, fingerprint_changes, option_changes
 from transforms.common.dead_letters import WriteDeadLetters
 from transforms.common.follow import FollowedFiles, files_per_step, rows_per_file
 from transforms.common.worker_files import load_array, save_array
-from transforms.index.corpus import ReadPassages, check_corpus, estimated_passages, expected_passages
+from transforms.index.corpus import ReadPassages, check_corpus, passage_counts
 from transforms.index.forward import KeptPassages, kept_files, kept_keys
 from transforms.index.graph import (
     COUNTERS,
@@ -138,12 +138,10 @@ class IndexStage:
                              "run `python run_pipeline.py parse` first or pass --corpus psgs_w100.tsv")
         previous = reusable_previous(refresh_of(config), self.name, (layout.INDEX_STAGE,),
                                      lambda old: incompatibility(old, config, located))
-        estimate = estimated_passages(config.corpus, tables.artifact_dir(ctx.output, layout.ARTICLES),
-                                      config.words_per_passage)
-        bucket_count = choice.bucket_count(config.shards, estimate, dim, config.shard_memory_bytes)
-        expected = expected_passages(config.corpus, tables.artifact_dir(ctx.output, layout.ARTICLES),
-                                     config.words_per_passage)
-        encoding = Encoding(dim, columns, bucket_count, estimate, expected, previous)
+        counts = passage_counts(config.corpus, tables.artifact_dir(ctx.output, layout.ARTICLES),
+                                config.words_per_passage)
+        bucket_count = choice.bucket_count(config.shards, counts.high, dim, config.shard_memory_bytes)
+        encoding = Encoding(dim, columns, bucket_count, counts.high, counts.expected, previous)
         kept = kept_passages(ctx, self.options(config), self.external_inputs(config), self.upstream(config))
         killed = kept_files(kept.directory)  # what a killed run kept: its passages are not encoded again
         save_array(kept.known, kept_keys(killed))

@@ -175,8 +175,8 @@ def patch(module: ModuleType, card: StandInCard) -> None:
     class_name, name, replacement, is_forward = PATCHES[module.__name__]
     owner = getattr(module, class_name, None) if class_name else module
     if owner is None or name not in vars(owner):
-        raise AttributeError(f"no-op model: {module.__name__}.{class_name or ''}{'.' if class_name else ''}{name} "
-                             f"is gone; update {__file__}")
+        where = ".".join(filter(None, (module.__name__, class_name, name)))
+        raise AttributeError(f"no-op model: {where} is gone; update {__file__}")
     if is_forward and os.environ.get(PACED_REAL):
         replacement = _paced
     setattr(owner, name, replacement(card, vars(owner)[name]))

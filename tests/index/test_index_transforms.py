@@ -23,7 +23,7 @@ from artifacts.run import manifest
 from encoders.retrievers import EncoderOptions
 from pipelines.index import STAGE, incompatibility
 from transforms.index import line_ranges
-from transforms.index.corpus import ReadPassages, estimated_passages, expected_passages
+from transforms.index.corpus import ReadPassages, passage_counts
 from transforms.index.forward import encoded_rows
 from transforms.index.graph import COUNTERS, IndexConfig, ListBucketFiles, WriteBuckets
 from transforms.index.passages import corpus_row
@@ -180,9 +180,11 @@ def test_the_passages_a_progress_line_expects_are_about_the_passages_read(full_r
     estimate that sizes the buckets stays above the count."""
     passages = tables.total_rows(str(full_run), layout.PASSAGES)
     articles = tables.artifact_dir(str(full_run), layout.ARTICLES)
-    assert expected_passages(None, articles, IndexConfig.words_per_passage) == pytest.approx(passages, rel=0.1)
-    assert estimated_passages(None, articles, IndexConfig.words_per_passage) > passages
+    counts = passage_counts(None, articles, IndexConfig.words_per_passage)
+    assert counts.expected == pytest.approx(passages, rel=0.1)
+    assert counts.high > passages
     corpus = str(Path(__file__).resolve().parents[2] / "samples" / "psgs_w100_sample.tsv")
     lines = len(Path(corpus).read_text(encoding="utf-8").splitlines()) - 1  # the header
-    assert expected_passages(corpus, "", IndexConfig.words_per_passage) == pytest.approx(lines, rel=0.1)
-    assert estimated_passages(corpus, "", IndexConfig.words_per_passage) > lines
+    counts = passage_counts(corpus, "", IndexConfig.words_per_passage)
+    assert counts.expected == pytest.approx(lines, rel=0.1)
+    assert counts.high > lines

@@ -15,6 +15,7 @@ Passages cut from articles have unique ids by construction (page ids are unique 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import apache_beam as beam
@@ -73,23 +74,26 @@ def check_corpus(pattern: str) -> tuple[int, int, int]:
     return columns
 
 
-def estimated_passages(corpus: str | None, articles_dir: str, words_per_passage: int) -> int:
-    """About how many passages the corpus files (or, without them, the articles cut into passages) hold, from their
-    sizes alone (listed, not read)."""
-    if corpus:
-        return corpus_bytes(corpus) // TSV_BYTES_PER_PASSAGE
-    text_bytes = sum(fs.size(path) for path in fs.list_files(articles_dir, "*.parquet")) * COMPRESSION_RATIO
-    return text_bytes // (CHARS_PER_WORD * words_per_passage)
+@dataclass(frozen=True)
+class PassageCounts:
+    """About how many passages a corpus (or the articles cut into passages) holds, before it is read: ``high`` errs
+    on the high side by design (about twice the count: it sizes the hash buckets and the input files), ``expected``
+    as likely more as fewer (the progress lines' total)."""
+
+    high: int
+    expected: int
 
 
-def expected_passages(corpus: str | None, articles_dir: str, words_per_passage: int) -> int:
-    """About how many passages the corpus files (or the articles cut into passages) hold, as likely more as fewer:
-    the total of the progress lines (``estimated_passages`` errs high by design, about twice the count). The
-    corpus from its files' sizes; the articles from their text's bytes, which their Parquet footers give."""
+def passage_counts(corpus: str | None, articles_dir: str, words_per_passage: int) -> PassageCounts:
+    """``PassageCounts`` of the corpus files from their sizes, or of the articles from their files' sizes (high)
+    and their text's bytes, which their Parquet footers give (expected)."""
     if corpus:
-        return corpus_bytes(corpus) // TYPICAL_TSV_BYTES_PER_PASSAGE
-    text_bytes = sum(text_column_bytes(path) for path in fs.list_files(articles_dir, "*.parquet"))
-    return text_bytes // (CHARS_PER_WORD * words_per_passage)
+        size = corpus_bytes(corpus)
+        return PassageCounts(size // TSV_BYTES_PER_PASSAGE, size // TYPICAL_TSV_BYTES_PER_PASSAGE)
+    paths = fs.list_files(articles_dir, "*.parquet")
+    per_passage = CHARS_PER_WORD * words_per_passage
+    return PassageCounts(sum(map(fs.size, paths)) * COMPRESSION_RATIO // per_passage,
+                         sum(map(text_column_bytes, paths)) // per_passage)
 
 
 def corpus_bytes(pattern: str) -> int:
