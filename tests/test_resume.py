@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import pytest
 
@@ -41,7 +42,15 @@ def stage_args(command: str, output: Path, model: Path) -> list[str]:
 def kept_rows(output: Path, stage: str) -> int:
     """What a running stage has kept so far (its kept files, each written whole)."""
     kept = output / layout.STAGING / f"{stage}{layout.KEPT}"
-    return sum(pq.ParquetFile(path).metadata.num_rows for path in kept.glob("*.parquet")) if kept.exists() else 0
+    return sum(map(file_rows, [*kept.glob("*.parquet"), *kept.glob("*.arrow")])) if kept.exists() else 0
+
+
+def file_rows(path: Path) -> int:
+    """Rows of a Parquet file, or of an Arrow IPC file (embed-entities' pending files)."""
+    if path.suffix == ".arrow":
+        reader = ipc.open_file(path)
+        return sum(reader.get_batch(batch).num_rows for batch in range(reader.num_record_batches))
+    return pq.ParquetFile(path).metadata.num_rows
 
 
 def interrupted_run(command: str, output: Path, model: Path, beam: list[str], share: float, total: int,

@@ -92,7 +92,7 @@ def test_a_follower_encodes_the_files_as_they_come_and_stops_when_the_inputs_hav
     assert sorted(refs["window_key"].tolist()) == sorted(window_keys(SALT, PackedMaskInputs.of(inputs)).tolist())
     # every window stored (pending files, several: a kill loses little), with the encoder's vector
     stored = store_files([files.pending], SALT)
-    assert len(stored) >= 2
+    assert len(stored) >= 2 and all(item.path.endswith(".arrow") for item in stored)  # Arrow IPC: see window_store
     store = {key: vector for bucket in (0, 1) for key, vector in zip(*read_bucket(stored, bucket, 1, 32), strict=True)}
     expected = MaskEncoder(spec, -1, 256).encode(inputs)
     found = np.array([store[key] for key in window_keys(SALT, PackedMaskInputs.of(inputs)).tolist()], np.float32)

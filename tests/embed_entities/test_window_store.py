@@ -5,7 +5,9 @@ their rows by bucket of keys, read back bucket by bucket whatever the bucket bit
 from __future__ import annotations
 
 import numpy as np
+import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
+import pytest
 
 from encoders.mask_inputs import PackedMaskInputs, mask_inputs
 from encoders.models import load_tokenizer
@@ -65,14 +67,16 @@ def test_a_window_key_changes_exactly_when_the_models_input_does(tiny_bert):
     assert key_of(tokenizer, mention_row(left, "Paris", right), model_salt(["other model"])) != original
 
 
-def test_store_files_are_read_bucket_by_bucket_whatever_their_bucket_bits(tmp_path):
+@pytest.mark.parametrize("coarse, fine", [(".parquet", ".arrow"), (".arrow", ".parquet"), (".arrow", ".arrow")])
+def test_store_files_are_read_bucket_by_bucket_whatever_their_bucket_bits_and_format(tmp_path, coarse, fine):
     rng = np.random.default_rng(3)
     keys = rng.integers(0, np.iinfo(np.uint64).max, 500, dtype=np.uint64)
     vectors = rng.normal(size=(500, 8)).astype(np.float32)
     salt = model_salt(["m"])
-    write_store_file(str(tmp_path / "coarse.parquet"), keys[:300], vectors[:300], salt, bits=2)
-    write_store_file(str(tmp_path / "fine.parquet"), keys[200:], vectors[200:], salt, bits=5)  # 100 keys in both
-    write_store_file(str(tmp_path / "other.parquet"), keys[:10], vectors[:10], model_salt(["another"]), bits=2)
+    write_store_file(str(tmp_path / f"coarse{coarse}"), keys[:300], vectors[:300], salt, bits=2)
+    write_store_file(str(tmp_path / f"fine{fine}"), keys[200:], vectors[200:], salt, bits=5)  # 100 keys in both
+    write_store_file(str(tmp_path / f"other{fine}"), keys[:10], vectors[:10], model_salt(["another"]), bits=2)
+    (tmp_path / "notes.txt").write_text("not a store file")
     files = store_files([str(tmp_path)], salt)
     assert sorted(item.bits for item in files) == [2, 5]  # another model's file is not read
     seen = []
@@ -99,19 +103,28 @@ def test_a_buckets_rows_are_cut_into_row_groups_of_equal_size_within_the_bucket(
     assert group_bounds(np.zeros(0, dtype=np.int64), 4) == []
 
 
-def test_a_large_bucket_is_written_in_several_row_groups_and_read_back_whole(tmp_path, monkeypatch):
+def group_rows(path) -> list[int]:
+    """Rows of each row group of a Parquet file, or of each record batch of an Arrow IPC file."""
+    if path.suffix == ".arrow":
+        reader = ipc.open_file(path)
+        return [reader.get_batch(batch).num_rows for batch in range(reader.num_record_batches)]
+    metadata = pq.ParquetFile(path).metadata
+    return [metadata.row_group(group).num_rows for group in range(metadata.num_row_groups)]
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
+def test_a_large_bucket_is_written_in_several_row_groups_and_read_back_whole(tmp_path, monkeypatch, suffix):
     rng = np.random.default_rng(5)
     keys = rng.integers(0, np.iinfo(np.uint64).max, 1000, dtype=np.uint64)
     vectors = rng.normal(size=(1000, 8)).astype(np.float32)
     salt = model_salt(["m"])
-    write_store_file(str(tmp_path / "whole.parquet"), keys, vectors, salt, bits=2)
+    write_store_file(str(tmp_path / f"whole{suffix}"), keys, vectors, salt, bits=2)
     monkeypatch.setattr(window_store, "ROW_GROUP_BYTES", 16 * 50)  # 50 rows of 8 float16 values
     (tmp_path / "cut").mkdir()
-    write_store_file(str(tmp_path / "cut" / "cut.parquet"), keys, vectors, salt, bits=2)
-    metadata = pq.ParquetFile(tmp_path / "cut" / "cut.parquet").metadata
-    groups = [metadata.row_group(group).num_rows for group in range(metadata.num_row_groups)]
+    write_store_file(str(tmp_path / "cut" / f"cut{suffix}"), keys, vectors, salt, bits=2)
+    groups = group_rows(tmp_path / "cut" / f"cut{suffix}")
     assert max(groups) <= 50 and sum(groups) == 1000 and len(groups) > 4 * 5
-    assert sorted(tmp_path.iterdir()) == [tmp_path / "cut", tmp_path / "whole.parquet"]  # no temporary left
+    assert sorted(tmp_path.iterdir()) == [tmp_path / "cut", tmp_path / f"whole{suffix}"]  # no temporary left
     whole, cut = store_files([str(tmp_path)], salt), store_files([str(tmp_path / "cut")], salt)
     assert len(whole[0].buckets) == 4 and len(cut[0].buckets) == len(groups)
     for bucket in range(8):  # read as a store of 3 bits
