@@ -8,6 +8,7 @@ import pyarrow as pa
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
+from artifacts import fs
 from transforms.common.spill import Part, SpillAndGroup, read_parts, reduce_parts, write_part
 
 SCHEMA = pa.schema([("key", pa.int64()), ("value", pa.int64())])
@@ -34,6 +35,34 @@ def test_a_part_file_holds_a_batch_per_bucket_and_leaves_out_empty_ones(tmp_path
         [{"key": 1, "value": 5}], [{"key": 2, "value": 6}, {"key": 2, "value": 7}]]
     assert write_part(str(tmp_path / "none.arrow"), [(1, table([]))]) == []
     assert not (tmp_path / "none.arrow").exists()
+
+
+def test_a_part_is_read_with_the_columns_asked_only(tmp_path, monkeypatch):
+    """Only the asked columns' buffers are read from the file (a reduce reads the keys, then the vectors)."""
+    rng = np.random.default_rng(0)  # random bytes: the file's compression leaves them as large
+    wide = pa.table({"key": pa.array(range(1000), pa.int64()), "payload": [rng.bytes(1000) for _ in range(1000)]})
+    written = write_part(str(tmp_path / "part.arrow"), [(0, wide.slice(0, 10)), (1, wide.slice(10))])
+    read = []
+    opened = fs.open_read
+
+    def counted(path: str):
+        handle = opened(path)
+        original = handle.read
+
+        def read_counted(size: int = -1) -> bytes:
+            data = original(size)
+            read.append(len(data))
+            return data
+
+        handle.read = read_counted
+        return handle
+
+    monkeypatch.setattr(fs, "open_read", counted)
+    [keys] = read_parts([written[1][1]], ["key"])
+    assert keys.column_names == ["key"] and keys.column("key").to_pylist() == list(range(10, 1000))
+    assert sum(read) < 100_000  # the payload's ~1 MB was not read
+    [whole] = read_parts([written[1][1]])
+    assert whole.column_names == ["key", "payload"] and sum(read) > 990_000
 
 
 def test_reduce_compacts_as_it_reads_and_equals_one_compaction_of_all_rows(tmp_path):

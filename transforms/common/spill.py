@@ -53,16 +53,26 @@ def write_part(path: str, tables: Sequence[tuple[int, pa.Table]]) -> list[tuple[
     return written
 
 
-def read_parts(parts: Iterable[Part]) -> Iterator[pa.Table]:
-    """The tables of ``parts``, file by file, each file opened once."""
+def read_parts(parts: Iterable[Part], columns: Sequence[str] | None = None) -> Iterator[pa.Table]:
+    """``columns`` (None: all) of the tables of ``parts``, file by file, each file opened once."""
     by_file: dict[str, list[int]] = {}
     for part in parts:
         by_file.setdefault(part.path, []).append(part.batch)
     for path in sorted(by_file):
         with fs.open_read(path) as handle:
-            opened = pa.ipc.open_file(handle)
+            opened = open_ipc_file(handle, columns)
             for batch in sorted(by_file[path]):
                 yield pa.Table.from_batches([opened.get_batch(batch)])
+
+
+def open_ipc_file(handle: Any, columns: Sequence[str] | None = None) -> pa.ipc.RecordBatchFileReader:
+    """A reader of the Arrow IPC file open as ``handle`` whose batches hold ``columns`` only (None: all): only
+    their buffers are read."""
+    opened = pa.ipc.open_file(handle)
+    if columns is None:
+        return opened
+    fields = [opened.schema.get_field_index(name) for name in columns]
+    return pa.ipc.open_file(handle, options=pa.ipc.IpcReadOptions(included_fields=fields))
 
 
 def reduce_parts(parts: Iterable[Part], compact: Compact, compact_rows: int = COMPACT_ROWS) -> pa.Table | None:

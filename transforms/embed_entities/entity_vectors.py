@@ -1,9 +1,9 @@
 """embed-entities: mention vectors -> one vector per entity, reduced per bucket of entity ids from files.
 
 The mention vectors (~112M x 768 float16 values for English Wikipedia, ~172 GB) never go through a shuffle: the
-reduce's first half (``gather``) writes each mention's stored vector to Parquet part files under the stage's scratch
-directory, one row group per bucket (``entity_id % buckets``); only (bucket, file, row group) triples are
-grouped. Each bucket then reads its
+reduce's first half (``gather``) writes each mention's stored vector to part files under the stage's scratch
+directory (``spill.write_part``: Arrow IPC, a record batch per bucket, ``entity_id % buckets``); only (bucket,
+file, batch) triples are grouped. Each bucket then reads its
 row groups (at most ``VECTOR_BUCKET_BYTES`` of vectors), sums every entity's vectors in float64 in (page,
 link) order, so the result does not depend on the runner or the worker count, scales the mean to the target
 norm and writes its own ``entity_embeddings/`` file.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -28,11 +28,11 @@ from apache_beam.io.filesystems import FileSystems
 from artifacts import fs, layout, schemas, tables
 from artifacts.arrays import group_starts, split_by
 from artifacts.counters import declare, dropped, processed
-from transforms.common.article_shards import parquet_file
 from transforms.common.dead_letters import DEAD_LETTER_TAG, count_some, dead_letter
 from transforms.common.entity_maps import EntityRows, build_entity_rows, load_entity_rows
 from transforms.common.packed import bucket_of
 from transforms.common.per_worker import PerProcess
+from transforms.common.spill import Part, read_parts, write_part
 
 COUNTERS = declare(
     processed("entities_embedded", "entities embedded"),
@@ -71,15 +71,6 @@ def vector_buckets(mentions: int, dim: int) -> int:
     return max(1, math.ceil(mentions * dim * 4 / VECTOR_BUCKET_BYTES))
 
 
-@dataclass(frozen=True)
-class Part:
-    """One bucket's row group of a part file (mention vectors: entity_id, page_id, link_index, vector; or the
-    mentions' window keys)."""
-
-    path: str
-    row_group: int
-
-
 def part_line(keyed: tuple[int, Part]) -> str:
     """A (bucket, Part) as one JSON line (how the parts are listed between the stage's pipelines)."""
     bucket, part = keyed
@@ -115,26 +106,10 @@ def mention_vector_table(keys: np.ndarray, vectors: np.ndarray) -> pa.Table:
 
 
 def write_bucketed_part(path: str, table: pa.Table, of_rows: np.ndarray) -> list[tuple[int, Part]]:
-    """Write the part ``table`` to the Parquet file ``path``, one row group per bucket (``of_rows``: each row's);
-    returns (bucket, its Part) of each. Snappy, Parquet's default: these files live until the stage commits."""
-    written = []
-    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle, \
-            pq.ParquetWriter(handle, table.schema, **schemas.writer_options(table.schema)) as writer:
-        for row_group, (bucket, rows) in enumerate(split_by(np.arange(table.num_rows), of_rows)):
-            writer.write_table(table.take(rows), row_group_size=len(rows))
-            written.append((bucket, Part(path, row_group)))
-    return written
-
-
-def read_parts(parts: Iterable[Part], columns: list[str] | None = None) -> Iterator[pa.Table]:
-    """``columns`` of the given parts, file by file, each file's row groups in order."""
-    by_file: dict[str, list[int]] = {}
-    for part in parts:
-        by_file.setdefault(part.path, []).append(part.row_group)
-    for path in sorted(by_file):
-        with parquet_file(path) as opened:
-            for row_group in sorted(by_file[path]):
-                yield opened.read_row_group(row_group, columns=columns)
+    """Write the part ``table`` to the Arrow IPC file ``path`` (``spill.write_part``), one record batch per bucket
+    (``of_rows``: each row's); returns (bucket, its Part) of each."""
+    return write_part(path, [(bucket, table.take(rows)) for bucket, rows in split_by(np.arange(table.num_rows),
+                                                                                    of_rows)])
 
 
 def read_mention_vectors(parts: Sequence[Part], dim: int) -> tuple[np.ndarray, np.ndarray]:
@@ -267,7 +242,7 @@ class PartWriter:
             return []
         keys, vectors = np.concatenate(self._keys), np.concatenate(self._vectors)
         self._keys, self._vectors, self._bytes = [], [], 0
-        path = fs.join(self._directory, f"part-{uuid.uuid4().hex}.parquet")
+        path = fs.join(self._directory, f"part-{uuid.uuid4().hex}.arrow")
         return write_bucketed_part(path, mention_vector_table(keys, vectors),
                                    bucket_of(keys["entity_id"], self._buckets))
 

@@ -115,7 +115,7 @@ class RefWriter:
             return []
         refs, self._held = np.concatenate(self._held), []
         table = pa.table({name: refs[name] for name in WINDOW_REF.names})
-        path = fs.join(self._directory, f"refs-{uuid.uuid4().hex}.parquet")
+        path = fs.join(self._directory, f"refs-{uuid.uuid4().hex}.arrow")
         return write_bucketed_part(path, table, key_buckets(refs["window_key"], self._bits))
 
 

@@ -38,6 +38,7 @@ from artifacts import fs, schemas
 from artifacts.arrays import group_starts
 from encoders.mask_inputs import PackedMaskInputs
 from transforms.common.article_shards import parquet_file
+from transforms.common.spill import open_ipc_file
 
 KEY, VECTOR = schemas.mention_vectors(1).names
 STORE_DTYPE = np.float16  # stored vectors: entity vectors from them keep a cosine >= 0.99999 (README "Resume")
@@ -151,10 +152,8 @@ def read_groups(path: str, groups: Sequence[int], columns: Sequence[str]) -> pa.
         with parquet_file(path) as opened:
             return opened.read_row_groups(groups, columns=list(columns))
     with fs.open_read(path) as handle:
-        names = schemas.mention_vectors(1).names
-        options = ipc.IpcReadOptions(included_fields=[names.index(name) for name in columns])
-        reader = ipc.open_file(handle, options=options)  # only the columns' buffers are read
-        return pa.Table.from_batches([reader.get_batch(group) for group in groups], reader.schema)
+        opened = open_ipc_file(handle, columns)
+        return pa.Table.from_batches([opened.get_batch(group) for group in groups], opened.schema)
 
 
 def store_metadata(path: str) -> dict[bytes, bytes]:
