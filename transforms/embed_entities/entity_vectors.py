@@ -4,7 +4,7 @@ The mention vectors (~112M x 768 float16 values for English Wikipedia, ~172 GB) 
 reduce's first half (``gather``) writes each mention's stored vector to part files under the stage's scratch
 directory (``spill.write_part``: Arrow IPC, a record batch per bucket, ``entity_id % buckets``); only (bucket,
 file, batch) triples are grouped. Each bucket then reads its
-row groups (at most ``VECTOR_BUCKET_BYTES`` of vectors), sums every entity's vectors in float64 in (page,
+batches (at most ``VECTOR_BUCKET_BYTES`` of vectors), sums every entity's vectors in float64 in (page,
 link) order, so the result does not depend on the runner or the worker count, scales the mean to the target
 norm and writes its own ``entity_embeddings/`` file.
 """
