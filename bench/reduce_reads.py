@@ -99,14 +99,17 @@ def pending_files(work: Path, rng: np.random.Generator) -> tuple[str, int, int, 
 
 
 def part_files(work: Path, name: str, table: pa.Table, buckets: np.ndarray,
-               columns: list[str]) -> dict[str, tuple[Path, Callable]]:
+               passes: list[list[str]]) -> dict[str, tuple[Path, Callable]]:
+    """A part file of ``table`` by ``buckets`` in both formats, each read as the stage reads it: one pass over its
+    files per list of columns in ``passes`` (the vector parts: their keys, then their vectors)."""
     order = np.argsort(buckets, kind="stable")
     arrow = work / f"{name}.arrow"
     write_bucketed_part(str(arrow), table, buckets)
     parquet_by_bucket(work / f"{name}.parquet", table.take(order), buckets[order], "snappy")
-    return {"Arrow IPC": (arrow, lambda batch: sum(part.num_rows for part in read_parts([Part(str(arrow), batch)],
-                                                                                          columns))),
-            "Parquet": (work / f"{name}.parquet", parquet_read(work / f"{name}.parquet", columns))}
+    by_pass = [parquet_read(work / f"{name}.parquet", columns) for columns in passes]
+    return {"Arrow IPC": (arrow, lambda batch: sum(part.num_rows for columns in passes
+                                                   for part in read_parts([Part(str(arrow), batch)], columns))),
+            "Parquet": (work / f"{name}.parquet", lambda group: sum(read(group) for read in by_pass))}
 
 
 def ref_files(work: Path, rng: np.random.Generator) -> tuple[str, int, int, dict[str, tuple[Path, Callable]]]:
@@ -116,7 +119,7 @@ def ref_files(work: Path, rng: np.random.Generator) -> tuple[str, int, int, dict
     refs["window_key"] = random_keys(REF_ROWS, rng)
     table = pa.table({name: refs[name] for name in WINDOW_REF.names})
     return ("the mentions' window keys", math.ceil(MENTIONS / REF_ROWS), 1 << bits,
-            part_files(work, "refs", table, key_buckets(refs["window_key"], bits), list(WINDOW_REF.names)))
+            part_files(work, "refs", table, key_buckets(refs["window_key"], bits), [list(WINDOW_REF.names)]))
 
 
 def vector_files(work: Path, rng: np.random.Generator) -> tuple[str, int, int, dict[str, tuple[Path, Callable]]]:
@@ -126,7 +129,8 @@ def vector_files(work: Path, rng: np.random.Generator) -> tuple[str, int, int, d
     keys["entity_id"], keys["page_id"] = rng.integers(0, 7_000_000, rows), rng.integers(0, 70_000_000, rows)
     table = mention_vector_table(keys, random_vectors(rows, rng))
     return ("the mention vectors' parts", math.ceil(MENTIONS / rows), buckets,
-            part_files(work, "vectors", table, bucket_of(keys["entity_id"], buckets), ["vector"]))
+            part_files(work, "vectors", table, bucket_of(keys["entity_id"], buckets),
+                       [list(MENTION_KEY.names), ["vector"]]))
 
 
 def footer_bytes(path: Path) -> int:

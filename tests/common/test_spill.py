@@ -63,6 +63,8 @@ def test_a_part_is_read_with_the_columns_asked_only(tmp_path, monkeypatch):
     assert sum(read) < 100_000  # the payload's ~1 MB was not read
     [whole] = read_parts([written[1][1]])
     assert whole.column_names == ["key", "payload"] and sum(read) > 990_000
+    for columns in (["key", "payload"], ["payload", "key"]):  # in the file's order
+        assert next(read_parts([written[1][1]], columns)).equals(whole)
 
 
 def test_reduce_compacts_as_it_reads_and_equals_one_compaction_of_all_rows(tmp_path):

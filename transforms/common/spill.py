@@ -66,10 +66,10 @@ def read_parts(parts: Iterable[Part], columns: Sequence[str] | None = None) -> I
 
 
 def open_ipc_file(handle: Any, columns: Sequence[str] | None = None) -> pa.ipc.RecordBatchFileReader:
-    """A reader of the Arrow IPC file open as ``handle`` whose batches hold ``columns`` only (None: all): only
-    their buffers are read."""
+    """A reader of the Arrow IPC file open as ``handle`` whose batches hold ``columns`` only (None: all; in the
+    file's order): only their buffers are read."""
     opened = pa.ipc.open_file(handle)
-    if columns is None:
+    if columns is None or list(columns) == opened.schema.names:
         return opened
     fields = [opened.schema.get_field_index(name) for name in columns]
     return pa.ipc.open_file(handle, options=pa.ipc.IpcReadOptions(included_fields=fields))

@@ -16,7 +16,7 @@ rerun reads as a store. A bucket is read from every file that has it, and writte
 Pending files are Arrow IPC files (``PENDING_SUFFIX``), a record batch where a Parquet file has a row group: the
 reduce reads each bucket from every pending file, and a bucket's read from a Parquet file parses the file's whole
 footer (a row group per bucket: ~0.8 MB for English Wikipedia's 4,096 buckets, ~5 ms) where an IPC file's footer
-is a list of batch offsets (~0.1 MB; ~0.2 ms with the batch: ``bench/reduce_reads.py``).
+is a list of batch offsets (~0.1 MB; ~0.1 ms with the batch: ``bench/reduce_reads.py``).
 """
 
 from __future__ import annotations
