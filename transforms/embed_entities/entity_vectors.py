@@ -45,7 +45,7 @@ MENTION_KEY = np.dtype([("entity_id", "<i4"), ("page_id", "<i8"), ("link_index",
 # Vectors of one bucket held at once by the reduce (float32).
 VECTOR_BUCKET_BYTES = 128 << 20
 # Vectors a worker buffers before writing a part file: about this much per bucket (so a bucket's reduce reads
-# ~V / (buckets x 256 KiB) row groups), within these bounds.
+# ~V / (buckets x 256 KiB) record batches), within these bounds.
 PART_BYTES_PER_BUCKET, MIN_PART_BYTES, MAX_PART_BYTES = 256 << 10, 32 << 20, 256 << 20
 
 
@@ -62,7 +62,7 @@ class ModelFacts:
 
 
 def part_bytes(buckets: int) -> int:
-    """Vector bytes a worker buffers before writing a part file with one row group per bucket."""
+    """Vector bytes a worker buffers before writing a part file with one record batch per bucket."""
     return min(max(buckets * PART_BYTES_PER_BUCKET, MIN_PART_BYTES), MAX_PART_BYTES)
 
 
@@ -220,8 +220,8 @@ def write_parquet_file(path: str, table: pa.Table) -> str:
 
 
 class PartWriter:
-    """Mention vectors -> part files of ``part_bytes`` under ``directory``, one row group per bucket of entity ids
-    (a part file as large as that, so that a bucket's reduce reads few row groups, whatever the callers' batches);
+    """Mention vectors -> part files of ``part_bytes`` under ``directory``, one record batch per bucket of entity ids
+    (a part file as large as that, so that a bucket's reduce reads few batches, whatever the callers' batches);
     ``add`` and ``flush`` return the (bucket, Part) of what they wrote."""
 
     def __init__(self, directory: str, buckets: int) -> None:

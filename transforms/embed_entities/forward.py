@@ -100,7 +100,7 @@ def rows_to_encode(known: np.ndarray, keys: np.ndarray) -> np.ndarray:
 
 
 class RefWriter:
-    """Mentions' ``WINDOW_REF`` rows -> part files under ``directory``, one row group per bucket of their window
+    """Mentions' ``WINDOW_REF`` rows -> part files under ``directory``, one record batch per bucket of their window
     keys (``bits``), written every ``REF_ROWS`` rows; ``add`` and ``flush`` return the (bucket, Part) written."""
 
     def __init__(self, directory: str, bits: int) -> None:
