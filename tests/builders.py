@@ -5,6 +5,7 @@ files seen as a remote store."""
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import signal
@@ -16,12 +17,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from apache_beam.io.filesystem import FileMetadata
+from apache_beam.io.filesystem import CompressionTypes, FileMetadata, FileSystem
+from apache_beam.io.filesystemio import Downloader, DownloaderStream
 from apache_beam.io.localfilesystem import LocalFileSystem
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing.test_pipeline import TestPipeline
@@ -321,8 +324,35 @@ def _local(path: str) -> str:
     return path[len(MIRROR):] if path.startswith(MIRROR) else path
 
 
+# What Beam's S3 and Azure readers fetch at each read outside their buffer (``s3io.S3IO.open``'s default).
+OBJECT_STORE_READ_BUFFER = 16 << 20
+
+
+class MirrorDownloader(Downloader):
+    """A local file downloaded as Beam's S3 and Azure readers download an object: a request per ranged read, each
+    request's bytes appended to ``fetched``."""
+
+    def __init__(self, path: str, fetched: list[int]) -> None:
+        self._path, self._fetched = path, fetched
+
+    @property
+    def size(self) -> int:
+        return os.path.getsize(self._path)
+
+    def get_range(self, start: int, end: int) -> bytes:
+        with open(self._path, "rb") as handle:
+            handle.seek(start)
+            data = handle.read(end - start)
+        self._fetched.append(len(data))
+        return data
+
+
 class MirrorFileSystem(LocalFileSystem):
-    """The ``mirror://`` scheme: the local disk under URLs, so remote-path code runs without a cloud."""
+    """The ``mirror://`` scheme: the local disk under URLs, so remote-path code runs without a cloud. A file is
+    read as Beam reads an S3 object (a 16 MB buffer over ranged requests); ``fetched`` lists each request's bytes,
+    in this process (clear it first)."""
+
+    fetched: ClassVar[list[int]] = []
 
     @classmethod
     def scheme(cls) -> str:
@@ -353,8 +383,12 @@ class MirrorFileSystem(LocalFileSystem):
     def create(self, path: str, *args, **kwargs):
         return super().create(_local(path), *args, **kwargs)
 
-    def open(self, path: str, *args, **kwargs):
-        return super().open(_local(path), *args, **kwargs)
+    def open(self, path: str, mime_type: str = "application/octet-stream",
+             compression_type: str = CompressionTypes.AUTO):
+        if FileSystem._get_compression_type(path, compression_type) != CompressionTypes.UNCOMPRESSED:
+            return super().open(_local(path), mime_type, compression_type)
+        stream = DownloaderStream(MirrorDownloader(_local(path), MirrorFileSystem.fetched))
+        return io.BufferedReader(stream, buffer_size=OBJECT_STORE_READ_BUFFER)
 
 
 # --- a local port -----------------------------------------------------------------------------------------------

@@ -132,10 +132,12 @@ def session_temp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture()
 def system_temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh, empty system temp directory for one test: ``tempfile``'s in this process, ``TMPDIR`` in the
-    processes it starts (Beam's worker processes, commands run by subprocess)."""
+    processes it starts (Beam's worker processes, commands run by subprocess). Torch's own cache directory, which
+    it makes in the system temp directory the first time something asks for it, goes beside it."""
     root = tmp_path / "system-temp"
     root.mkdir()
     monkeypatch.setenv("TMPDIR", str(root))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "torchinductor"))
     monkeypatch.setattr(tempfile, "tempdir", str(root))
     return root
 

@@ -9,6 +9,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from artifacts import fs
+from tests.builders import MirrorFileSystem, mirrored
 from transforms.common.spill import Part, SpillAndGroup, read_parts, reduce_parts, write_part
 
 SCHEMA = pa.schema([("key", pa.int64()), ("value", pa.int64())])
@@ -37,34 +38,38 @@ def test_a_part_file_holds_a_batch_per_bucket_and_leaves_out_empty_ones(tmp_path
     assert not (tmp_path / "none.arrow").exists()
 
 
-def test_a_part_is_read_with_the_columns_asked_only(tmp_path, monkeypatch):
-    """Only the asked columns' buffers are read from the file (a reduce reads the keys, then the vectors)."""
+def test_a_part_is_read_with_the_columns_asked_only(tmp_path):
+    """Only the asked columns' buffers are fetched from the file (a reduce reads the keys, then the vectors)."""
     rng = np.random.default_rng(0)  # random bytes: the file's compression leaves them as large
     wide = pa.table({"key": pa.array(range(1000), pa.int64()), "payload": [rng.bytes(1000) for _ in range(1000)]})
     written = write_part(str(tmp_path / "part.arrow"), [(0, wide.slice(0, 10)), (1, wide.slice(10))])
-    read = []
-    opened = fs.open_read
-
-    def counted(path: str):
-        handle = opened(path)
-        original = handle.read
-
-        def read_counted(size: int = -1) -> bytes:
-            data = original(size)
-            read.append(len(data))
-            return data
-
-        handle.read = read_counted
-        return handle
-
-    monkeypatch.setattr(fs, "open_read", counted)
-    [keys] = read_parts([written[1][1]], ["key"])
+    part = Part(mirrored(written[1][1].path), written[1][1].batch)
+    MirrorFileSystem.fetched.clear()
+    [keys] = read_parts([part], ["key"])
     assert keys.column_names == ["key"] and keys.column("key").to_pylist() == list(range(10, 1000))
-    assert sum(read) < 100_000  # the payload's ~1 MB was not read
-    [whole] = read_parts([written[1][1]])
-    assert whole.column_names == ["key", "payload"] and sum(read) > 990_000
+    assert sum(MirrorFileSystem.fetched) < 100_000  # the payload's ~1 MB was not fetched
+    [whole] = read_parts([part])
+    assert whole.column_names == ["key", "payload"] and sum(MirrorFileSystem.fetched) > 990_000
     for columns in (["key", "payload"], ["payload", "key"]):  # in the file's order
-        assert next(read_parts([written[1][1]], columns)).equals(whole)
+        assert next(read_parts([part], columns)).equals(whole)
+
+
+def test_a_buckets_read_from_an_object_store_fetches_its_own_bytes(tmp_path):
+    """A reduce reads one bucket of each of hundreds of part files: from an object store each read fetches about
+    the bucket's bytes, not the 16 MB Beam's reader fetches at each read outside its buffer."""
+    rng = np.random.default_rng(0)
+    buckets = [(bucket, pa.table({"key": rng.integers(0, 1 << 62, 8192)})) for bucket in range(512)]  # 64 KB each
+    path = str(tmp_path / "part.arrow")
+    write_part(path, buckets)
+    MirrorFileSystem.fetched.clear()
+    [read] = read_parts([Part(mirrored(path), 300)])
+    assert read.equals(buckets[300][1])
+    ranged = sum(MirrorFileSystem.fetched)
+    assert ranged < 2 * 65_536 + 40_000  # the batch, the file's footer and its tail
+    MirrorFileSystem.fetched.clear()
+    with fs.open_read(mirrored(path)) as handle:  # Beam's reader as it is: what each read cost before
+        assert pa.ipc.open_file(handle).get_batch(300).equals(read.to_batches()[0])
+    assert sum(MirrorFileSystem.fetched) > 50 * ranged
 
 
 def test_reduce_compacts_as_it_reads_and_equals_one_compaction_of_all_rows(tmp_path):

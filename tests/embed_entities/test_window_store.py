@@ -11,6 +11,7 @@ import pytest
 
 from encoders.mask_inputs import PackedMaskInputs, mask_inputs
 from encoders.models import load_tokenizer
+from tests.builders import MirrorFileSystem, mirrored
 from transforms.common.packed import found_in
 from transforms.embed_entities import window_store
 from transforms.embed_entities.window_store import (
@@ -132,6 +133,23 @@ def test_a_large_bucket_is_written_in_several_row_groups_and_read_back_whole(tmp
         found, stored = read_bucket(cut, bucket, 3, 8)
         assert found.tolist() == expected_keys.tolist() and len(found) > 0
         np.testing.assert_array_equal(stored, expected)
+
+
+def test_a_pending_files_bucket_read_from_an_object_store_fetches_its_own_bytes(tmp_path):
+    """The gather reads one bucket of each of hundreds of pending files: from an object store it fetches about the
+    bucket's bytes (~64 KB here), not the 16 MB Beam's reader fetches at each read outside its buffer."""
+    rng = np.random.default_rng(6)
+    keys = rng.integers(0, np.iinfo(np.uint64).max, 64 * 500, dtype=np.uint64)
+    vectors = rng.normal(size=(len(keys), 64)).astype(np.float32)
+    salt = model_salt(["m"])
+    write_store_file(str(tmp_path / "pending.arrow"), keys, vectors, salt, bits=6)
+    [remote] = store_files([mirrored(tmp_path)], salt)
+    MirrorFileSystem.fetched.clear()
+    found, stored = read_bucket([remote], 10, 6, 64)
+    expected_keys, expected = read_bucket(store_files([str(tmp_path)], salt), 10, 6, 64)
+    assert found.tolist() == expected_keys.tolist() and len(found) > 400
+    np.testing.assert_array_equal(stored, expected)
+    assert sum(MirrorFileSystem.fetched) < 2 * len(found) * (8 + 64 * 2) + 20_000
 
 
 def test_no_known_keys_is_an_empty_array(tmp_path):

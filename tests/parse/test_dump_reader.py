@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from artifacts.errors import InputError
+from tests.builders import MirrorFileSystem, mirrored
 from tests.conftest import BUNDLED_INDEX, BUNDLED_SAMPLE, GENSIM_SAMPLE, MINI, WIKIPEDIA
 from transforms.parse.dump_reader import PageProblem, RawPage, iter_page_fragment_bytes, iter_pages, read_siteinfo
 from transforms.parse.multistream import StreamRange, find_multistream_index, iter_stream_pages, read_stream_ranges
@@ -230,6 +231,18 @@ def test_stream_that_runs_past_the_next_offset_or_holds_other_pages(tmp_path):
     short = StreamRange(str(dump), ranges[1].start, ranges[1].end - 10, ranges[1].packed_ids)
     with pytest.raises(InputError, match=rf"at byte {ranges[1].start}: the bz2 stream is truncated"):
         list(iter_stream_pages(short, siteinfo))
+
+
+def test_a_stream_read_from_an_object_store_fetches_its_own_bytes(tmp_path):
+    """Each worker reads its streams of the dump by byte range: from an object store a read fetches the stream,
+    not the 16 MB (here: the rest of the file) Beam's reader fetches at each read outside its buffer."""
+    dump, ranges = copy_sample(tmp_path)
+    stream = ranges[1]
+    local = [(page.page_id, page.text) for page in iter_stream_pages(stream, read_siteinfo(str(dump)))]
+    MirrorFileSystem.fetched.clear()
+    remote = StreamRange(mirrored(dump), stream.start, stream.end, stream.packed_ids)
+    assert [(page.page_id, page.text) for page in iter_stream_pages(remote, read_siteinfo(str(dump)))] == local
+    assert MirrorFileSystem.fetched == [stream.end - stream.start]
 
 
 def test_corrupt_bytes_inside_one_stream(tmp_path):

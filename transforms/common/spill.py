@@ -59,7 +59,7 @@ def read_parts(parts: Iterable[Part], columns: Sequence[str] | None = None) -> I
     for part in parts:
         by_file.setdefault(part.path, []).append(part.batch)
     for path in sorted(by_file):
-        with fs.open_read(path) as handle:
+        with fs.open_ranges(path) as handle:
             opened = open_ipc_file(handle, columns)
             for batch in sorted(by_file[path]):
                 yield pa.Table.from_batches([opened.get_batch(batch)])

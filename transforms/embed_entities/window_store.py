@@ -151,7 +151,7 @@ def read_groups(path: str, groups: Sequence[int], columns: Sequence[str]) -> pa.
     if not path.endswith(PENDING_SUFFIX):
         with parquet_file(path) as opened:
             return opened.read_row_groups(groups, columns=list(columns))
-    with fs.open_read(path) as handle:
+    with fs.open_ranges(path) as handle:
         opened = open_ipc_file(handle, columns)
         return pa.Table.from_batches([opened.get_batch(group) for group in groups], opened.schema)
 
@@ -161,7 +161,7 @@ def store_metadata(path: str) -> dict[bytes, bytes]:
     if not path.endswith(PENDING_SUFFIX):
         with parquet_file(path) as opened:
             return opened.schema_arrow.metadata or {}
-    with fs.open_read(path) as handle:
+    with fs.open_ranges(path) as handle:
         return ipc.open_file(handle).schema.metadata or {}
 
 
