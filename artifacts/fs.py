@@ -24,7 +24,7 @@ from typing import IO, Any
 from artifacts.errors import InputError, first_line
 
 _CHUNK = 1 << 20
-# What a read of scattered ranges from GCS fetches at least (Beam's reader fetches 16 MB, for sequential reads).
+# What a read of scattered ranges from an object store fetches at least (Beam's readers: 16 MB, for sequential reads).
 RANGE_READ_BYTES = 256 << 10
 # What a truncated or corrupt archive raises while it is being read (bz2: OSError/EOFError; gzip: also zlib.error).
 ARCHIVE_ERRORS = (OSError, EOFError, zlib.error)
@@ -99,24 +99,27 @@ def open_read(path: str) -> IO[bytes]:
     return _filesystems().open(path, compression_type=_uncompressed())
 
 
-def open_ranges(path: str) -> IO[bytes]:
+def open_ranges(path: str, read_ahead: int = RANGE_READ_BYTES) -> IO[bytes]:
     """A seekable binary stream of the file at ``path`` for reads of scattered byte ranges (one bucket's record
-    batch of a part file, one bz2 stream of a dump): a read fetches about what it asks, where Beam's object-store
-    readers fetch 16 MB at each read outside what they hold (they serve sequential reads), so that a 64 KB record
-    batch of a bucketed file cost 16 MB. GCS: Beam's reader with a 256 KB read buffer; a filesystem whose reader is
-    a buffer over a stream of ranged reads (S3, Azure): that stream; a local path: the file. A one-line InputError
-    if it cannot be opened."""
+    batch of a part file, one bz2 stream of a dump). Beam's object-store readers fetch 16 MB at each read outside
+    what they hold, which serves sequential reads but made a 64 KB record batch cost 16 MB; here a read outside the
+    buffer fetches what it asks or ``read_ahead`` bytes, whichever is more (256 KB: a record batch's metadata and
+    buffers in one request; 0 for reads of known sizes): on GCS Beam's own reader with that buffer, on a filesystem
+    whose reader is a buffer over ranged reads (S3, Azure) that stream under a buffer of that size. A local path is
+    the file. A one-line InputError if it cannot be opened."""
     try:
         if _is_plain_path(path):
             return open(path, "rb")
         if path.startswith("gs://"):
             from apache_beam.io.gcp.gcsio import GcsIO
 
-            return GcsIO().open(path, "rb", read_buffer_size=RANGE_READ_BYTES)
+            return GcsIO().open(path, "rb", read_buffer_size=max(read_ahead, 1))
         handle = _filesystems().open(path, compression_type=_uncompressed())
     except Exception as error:  # Beam wraps every filesystem's own error type in its own
         raise InputError(f"cannot open {path}: {first_line(error)}") from error
-    return handle.detach() if isinstance(handle, io.BufferedReader) else handle
+    if isinstance(handle, io.BufferedReader):  # over a stream of ranged reads: a smaller buffer over it
+        return io.BufferedReader(handle.detach(), buffer_size=max(read_ahead, 1))
+    return handle
 
 
 def matching(pattern: str) -> list[Any]:

@@ -9,6 +9,9 @@ file, at English Wikipedia's shapes (112M mentions, 768 dims), as Arrow IPC (wha
 Each kind's file is written once at its full-scale size (random keys: every file holds every bucket), then
 ``--reads`` buckets picked at random are read from it, the file opened anew each time as the stage does. Prints
 each format's time per read, its footer's size, and the reads and CPU hours of the whole reduce at that scale.
+Then the Arrow IPC file read as from an object store (``bench.object_store``: Beam's S3 reader over the local
+file, each request counted): the bytes and requests a read fetches through Beam's reader as it is (16 MB at each
+read outside its buffer) and through ``fs.open_ranges`` (what the stage reads with since 2026-11-29).
 
     python -m bench.reduce_reads [--reads 200] [--work DIR]
 """
@@ -17,9 +20,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from artifacts import fs, schemas
+from bench.object_store import MirrorFileSystem, mirrored
 from transforms.common.packed import bucket_of
 from transforms.common.spill import Part, read_parts
 from transforms.embed_entities.entity_vectors import (
@@ -70,67 +76,148 @@ def parquet_by_bucket(path: Path, table: pa.Table, buckets: np.ndarray, compress
             writer.write_table(table.slice(start, stop - start), row_group_size=stop - start)
 
 
-def parquet_read(path: Path, columns: list[str]) -> Callable[[int], int]:
-    def read(group: int) -> int:
-        with fs.open_read(str(path)) as handle:
-            return pq.ParquetFile(handle).read_row_groups([group], columns=columns).num_rows
-    return read
+Reader = Callable[[str], Callable[[int], int]]  # a file's path -> a read of one of its groups (-> the files read)
+# Copies (hard links) of a part file whose bucket a read takes at once, as the stage reads a bucket's parts of many
+# files in one call (the columns' indices looked up in its first file only).
+LINKS = 8
+
+
+def parquet_read(passes: list[list[str]]) -> Reader:
+    """A row group read once with each list of columns of ``passes``, the file opened anew each time."""
+    def reader(path: str) -> Callable[[int], int]:
+        def read(group: int) -> int:
+            for columns in passes:
+                with fs.open_read(path) as handle:
+                    pq.ParquetFile(handle).read_row_groups([group], columns=columns)
+            return 1
+        return read
+    return reader
+
+
+def ipc_part_read(passes: list[list[str]]) -> Reader:
+    """A bucket read from the ``LINKS`` copies of a part file at once (``read_parts``), once with each list of
+    columns of ``passes``."""
+    def reader(path: str) -> Callable[[int], int]:
+        def read(batch: int) -> int:
+            for columns in passes:
+                for _ in read_parts([Part(copy, batch) for copy in linked(path)], columns):
+                    pass
+            return LINKS
+        return read
+    return reader
+
+
+def linked(path: str) -> list[str]:
+    """``path`` and its ``LINKS - 1`` hard links (``link_copies``)."""
+    return [path, *(f"{path[:-len('.arrow')]}-{copy}.arrow" for copy in range(1, LINKS))]
+
+
+def link_copies(path: Path) -> None:
+    for copy in linked(str(path))[1:]:
+        os.link(path, copy)
 
 
 def timed(read: Callable[[int], int], groups: int, reads: int, rng: np.random.Generator) -> float:
-    """Seconds per read of a random group."""
+    """Seconds per file read of a random group."""
     picked = rng.integers(0, groups, reads).tolist()
     started = time.perf_counter()
-    for group in picked:
-        read(group)
-    return (time.perf_counter() - started) / reads
+    files = sum(read(group) for group in picked)
+    return (time.perf_counter() - started) / files
 
 
-def pending_files(work: Path, rng: np.random.Generator) -> tuple[str, int, int, dict[str, tuple[Path, Callable]]]:
+@dataclass(frozen=True)
+class Kind:
+    """A kind of file the reduce reads: ``files`` of ``buckets`` at full scale, each format's file and read, and
+    the passes the stage makes over each file (the vector parts: their keys, then their vectors)."""
+
+    what: str
+    files: int
+    buckets: int
+    formats: dict[str, tuple[Path, Reader]]
+    passes: int = 1
+
+
+def pending_read(path: str) -> Callable[[int], int]:
+    def read(group: int) -> int:
+        read_groups(path, [group], [KEY, VECTOR])
+        return 1
+    return read
+
+
+def pending_files(work: Path, rng: np.random.Generator) -> Kind:
     rows, bits = pending_rows(MENTIONS, DIM), store_bits(MENTIONS, DIM)
     keys, vectors = random_keys(rows, rng), random_vectors(rows, rng)
     arrow = Path(write_store_file(str(work / "pending.arrow"), keys, vectors, "salt", bits))
     table = store_table(keys, vectors)  # sorted by key
     parquet_by_bucket(work / "pending.parquet", table, key_buckets(table.column(KEY).to_numpy(), bits),
                       schemas.PARQUET_CODEC)
-    return ("pending files of the window store", math.ceil(MENTIONS / rows), 1 << bits,
-            {"Arrow IPC": (arrow, lambda group: read_groups(str(arrow), [group], [KEY, VECTOR]).num_rows),
-             "Parquet": (work / "pending.parquet", parquet_read(work / "pending.parquet", [KEY, VECTOR]))})
+    return Kind("pending files of the window store", math.ceil(MENTIONS / rows), 1 << bits,
+                {"Arrow IPC": (arrow, pending_read),
+                 "Parquet": (work / "pending.parquet", parquet_read([[KEY, VECTOR]]))})
 
 
 def part_files(work: Path, name: str, table: pa.Table, buckets: np.ndarray,
-               passes: list[list[str]]) -> dict[str, tuple[Path, Callable]]:
+               passes: list[list[str]]) -> dict[str, tuple[Path, Reader]]:
     """A part file of ``table`` by ``buckets`` in both formats, each read as the stage reads it: one pass over its
-    files per list of columns in ``passes`` (the vector parts: their keys, then their vectors)."""
+    files per list of columns in ``passes`` (the vector parts: their keys, then their vectors), the Arrow IPC file's
+    bucket from ``LINKS`` copies at once."""
     order = np.argsort(buckets, kind="stable")
     arrow = work / f"{name}.arrow"
     write_bucketed_part(str(arrow), table, buckets)
+    link_copies(arrow)
     parquet_by_bucket(work / f"{name}.parquet", table.take(order), buckets[order], "snappy")
-    by_pass = [parquet_read(work / f"{name}.parquet", columns) for columns in passes]
-    return {"Arrow IPC": (arrow, lambda batch: sum(part.num_rows for columns in passes
-                                                   for part in read_parts([Part(str(arrow), batch)], columns))),
-            "Parquet": (work / f"{name}.parquet", lambda group: sum(read(group) for read in by_pass))}
+    return {"Arrow IPC": (arrow, ipc_part_read(passes)), "Parquet": (work / f"{name}.parquet", parquet_read(passes))}
 
 
-def ref_files(work: Path, rng: np.random.Generator) -> tuple[str, int, int, dict[str, tuple[Path, Callable]]]:
+def ref_files(work: Path, rng: np.random.Generator) -> Kind:
     bits = store_bits(MENTIONS, DIM)
     refs = np.zeros(REF_ROWS, dtype=WINDOW_REF)
     refs["entity_id"], refs["page_id"] = rng.integers(0, 7_000_000, REF_ROWS), rng.integers(0, 70_000_000, REF_ROWS)
     refs["window_key"] = random_keys(REF_ROWS, rng)
     table = pa.table({name: refs[name] for name in WINDOW_REF.names})
-    return ("the mentions' window keys", math.ceil(MENTIONS / REF_ROWS), 1 << bits,
-            part_files(work, "refs", table, key_buckets(refs["window_key"], bits), [list(WINDOW_REF.names)]))
+    return Kind("the mentions' window keys", math.ceil(MENTIONS / REF_ROWS), 1 << bits,
+                part_files(work, "refs", table, key_buckets(refs["window_key"], bits), [list(WINDOW_REF.names)]))
 
 
-def vector_files(work: Path, rng: np.random.Generator) -> tuple[str, int, int, dict[str, tuple[Path, Callable]]]:
+def vector_files(work: Path, rng: np.random.Generator) -> Kind:
     buckets = vector_buckets(MENTIONS, DIM)
     rows = part_bytes(buckets) // (DIM * np.dtype(STORE_DTYPE).itemsize)
     keys = np.zeros(rows, dtype=MENTION_KEY)
     keys["entity_id"], keys["page_id"] = rng.integers(0, 7_000_000, rows), rng.integers(0, 70_000_000, rows)
     table = mention_vector_table(keys, random_vectors(rows, rng))
-    return ("the mention vectors' parts", math.ceil(MENTIONS / rows), buckets,
-            part_files(work, "vectors", table, bucket_of(keys["entity_id"], buckets),
-                       [list(MENTION_KEY.names), ["vector"]]))
+    passes = [list(MENTION_KEY.names), ["vector"]]
+    return Kind("the mention vectors' parts", math.ceil(MENTIONS / rows), buckets,
+                part_files(work, "vectors", table, bucket_of(keys["entity_id"], buckets), passes), len(passes))
+
+
+def beam_reader_read(path: str, passes: int) -> Callable[[int], int]:
+    """A batch of the Arrow IPC file at ``path`` read through Beam's reader as it is (``fs.open_read``), the file
+    opened anew for each of ``passes``."""
+    def read(batch: int) -> int:
+        for _ in range(passes):
+            with fs.open_read(path) as handle:
+                pa.ipc.open_file(handle).get_batch(batch)
+        return 1
+    return read
+
+
+def fetched_per_read(read: Callable[[int], int], groups: int, reads: int,
+                     rng: np.random.Generator) -> tuple[float, float]:
+    """(bytes, requests) an object store serves for a file's read of a random group, on average."""
+    MirrorFileSystem.fetched.clear()
+    files = sum(read(group) for group in rng.integers(0, groups, reads).tolist())
+    return sum(MirrorFileSystem.fetched) / files, len(MirrorFileSystem.fetched) / files
+
+
+def print_object_store_reads(kind: Kind, reads: int, rng: np.random.Generator) -> None:
+    path, reader = kind.formats["Arrow IPC"]
+    remote = mirrored(path)
+    files, buckets = kind.files, kind.buckets
+    for name, read in (("Beam's reader", beam_reader_read(remote, kind.passes)), ("ranged reads", reader(remote))):
+        fetched, requests = fetched_per_read(read, buckets, reads, rng)
+        print(f"  from an object store, {name:<13}: {fetched / 1e6:7.2f} MB and {requests:4.1f} requests a read, "
+              f"{files * buckets * fetched / 1e12:8.2f} TB and {files * buckets * requests / 1e6:5.1f}M requests "
+              "in all", flush=True)
 
 
 def footer_bytes(path: Path) -> int:
@@ -143,20 +230,24 @@ def footer_bytes(path: Path) -> int:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reads", type=int, default=200, help="buckets read from each file")
+    parser.add_argument("--store-reads", type=int, default=20,
+                        help="buckets read from each Arrow IPC file as from an object store")
     parser.add_argument("--work", type=Path, default=None, help="a directory for the files (default: a temporary one)")
     args = parser.parse_args(argv)
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory(dir=args.work) as directory:
         for build in (pending_files, ref_files, vector_files):
-            kind, files, buckets, formats = build(Path(directory), rng)
-            print(f"{kind}: {files:,} files of {buckets:,} buckets at {MENTIONS:,} mentions: "
+            kind = build(Path(directory), rng)
+            files, buckets = kind.files, kind.buckets
+            print(f"{kind.what}: {files:,} files of {buckets:,} buckets at {MENTIONS:,} mentions: "
                   f"{files * buckets:,} reads")
-            for name, (path, read) in formats.items():
-                seconds = timed(read, buckets, args.reads, rng)
+            for name, (path, reader) in kind.formats.items():
+                seconds = timed(reader(str(path)), buckets, args.reads, rng)
                 size, footer = path.stat().st_size / 1e6, footer_bytes(path) / 1e6
                 print(f"  {name:<9} {size:7.1f} MB file, footer {footer:5.2f} MB: {seconds * 1e3:6.2f} ms a read,"
                       f" {files * buckets * seconds / 3600:5.2f} CPU hours in all",
                       flush=True)
+            print_object_store_reads(kind, args.store_reads, rng)
 
 
 if __name__ == "__main__":

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import apache_beam as beam
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
+from artifacts import fs
+from tests.builders import MirrorFileSystem, mirrored
 from transforms.common.parquet_rows import (
     ReadParquetRowGroups,
     ReadParquetRows,
@@ -73,3 +76,21 @@ def test_row_groups_in_a_pipeline_one_table_each(parquet_file):
         found = (pipeline | ReadParquetRowGroups([parquet_file], ["page_id"])
                  | beam.Map(lambda table: table.column("page_id").to_pylist()))
         assert_that(found, equal_to([list(range(start, min(start + 300, 1000))) for start in range(0, 1000, 300)]))
+
+
+def test_a_row_range_read_from_an_object_store_fetches_its_row_group_not_the_file(tmp_path):
+    """A worker reads its ranges of articles/ by row group: from an object store a read fetches about the row
+    group's column chunks, not the 16 MB Beam's reader fetches at each read outside its buffer."""
+    rng = np.random.default_rng(0)
+    rows = pa.table({"page_id": np.arange(4096), "text": [rng.bytes(1000).hex() for _ in range(4096)]})
+    path = tmp_path / "articles.parquet"
+    pq.write_table(rows, path, row_group_size=128, compression="none")  # 32 row groups of ~256 KB of text
+    MirrorFileSystem.fetched.clear()
+    [read] = list(read_rows(RowRange(mirrored(path), 20, 32, 96), ["page_id", "text"]))[:1]
+    assert read == {"page_id": 20 * 128 + 32, "text": rows.column("text")[20 * 128 + 32].as_py()}
+    group_bytes = pq.ParquetFile(path).metadata.row_group(20).total_byte_size
+    assert sum(MirrorFileSystem.fetched) < group_bytes + 2 * fs.RANGE_READ_BYTES
+    MirrorFileSystem.fetched.clear()
+    with fs.open_read(mirrored(path)) as handle:  # Beam's reader as it is: what each read cost before
+        pq.ParquetFile(handle).read_row_group(20, columns=["page_id", "text"])
+    assert sum(MirrorFileSystem.fetched) > 10 * group_bytes

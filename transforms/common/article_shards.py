@@ -12,8 +12,6 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs
 from transforms.common.worker_files import load_array, save_array
@@ -23,8 +21,8 @@ PAGE_IDS_FILE, SHARDS_FILE, FILES_FILE = "page_ids.npy", "page_shards.npy", "fil
 
 @contextlib.contextmanager
 def parquet_file(path: str) -> Iterator[pq.ParquetFile]:
-    """A Parquet file opened for reading (its footer read), on any Beam filesystem."""
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+    """A Parquet file opened for reading (its footer read) by row groups and columns, on any Beam filesystem."""
+    with fs.open_ranges(path) as handle:
         yield pq.ParquetFile(handle)
 
 

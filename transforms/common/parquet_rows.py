@@ -16,9 +16,8 @@ from typing import Any
 import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
+from artifacts import fs
 from artifacts.schemas import PARQUET_CODEC
 
 UNIT_ROWS = 256  # rows per unit of work: small enough that a sample's few row groups still spread over workers
@@ -37,7 +36,7 @@ class RowRange:
 
 
 def _open(path: str):
-    return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    return fs.open_ranges(path)
 
 
 def cut_row_groups(path: str, row_group_rows: Sequence[int], unit_rows: int) -> Iterator[RowRange]:

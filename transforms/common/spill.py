@@ -58,21 +58,38 @@ def read_parts(parts: Iterable[Part], columns: Sequence[str] | None = None) -> I
     by_file: dict[str, list[int]] = {}
     for part in parts:
         by_file.setdefault(part.path, []).append(part.batch)
+    opener = IpcColumns(columns)
     for path in sorted(by_file):
         with fs.open_ranges(path) as handle:
-            opened = open_ipc_file(handle, columns)
+            opened = opener.open(handle)
             for batch in sorted(by_file[path]):
                 yield pa.Table.from_batches([opened.get_batch(batch)])
 
 
-def open_ipc_file(handle: Any, columns: Sequence[str] | None = None) -> pa.ipc.RecordBatchFileReader:
-    """A reader of the Arrow IPC file open as ``handle`` whose batches hold ``columns`` only (None: all; in the
-    file's order): only their buffers are read."""
-    opened = pa.ipc.open_file(handle)
-    if columns is None or list(columns) == opened.schema.names:
-        return opened
-    fields = [opened.schema.get_field_index(name) for name in columns]
-    return pa.ipc.open_file(handle, options=pa.ipc.IpcReadOptions(included_fields=fields))
+class IpcColumns:
+    """Opens Arrow IPC files for reading ``columns`` only (None: all; in the files' order): only their buffers are
+    read. The columns' indices are found in the first file's schema; a later file of the same schema has its footer
+    read once (from an object store each read is a request), one of another schema is looked up again."""
+
+    def __init__(self, columns: Sequence[str] | None) -> None:
+        self._columns = None if columns is None else list(columns)
+        self._fields: list[int] | None = None
+
+    def open(self, handle: Any) -> pa.ipc.RecordBatchFileReader:
+        if self._columns is None:
+            return pa.ipc.open_file(handle)
+        if self._fields is not None:
+            opened = self._with_fields(handle)
+            if opened.schema.names == self._columns:
+                return opened
+        whole = pa.ipc.open_file(handle)
+        if whole.schema.names == self._columns:
+            return whole
+        self._fields = [whole.schema.get_field_index(name) for name in self._columns]
+        return self._with_fields(handle)
+
+    def _with_fields(self, handle: Any) -> pa.ipc.RecordBatchFileReader:
+        return pa.ipc.open_file(handle, options=pa.ipc.IpcReadOptions(included_fields=self._fields))
 
 
 def reduce_parts(parts: Iterable[Part], compact: Compact, compact_rows: int = COMPACT_ROWS) -> pa.Table | None:

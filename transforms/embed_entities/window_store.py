@@ -38,7 +38,7 @@ from artifacts import fs, schemas
 from artifacts.arrays import group_starts
 from encoders.mask_inputs import PackedMaskInputs
 from transforms.common.article_shards import parquet_file
-from transforms.common.spill import open_ipc_file
+from transforms.common.spill import IpcColumns
 
 KEY, VECTOR = schemas.mention_vectors(1).names
 STORE_DTYPE = np.float16  # stored vectors: entity vectors from them keep a cosine >= 0.99999 (README "Resume")
@@ -152,7 +152,7 @@ def read_groups(path: str, groups: Sequence[int], columns: Sequence[str]) -> pa.
         with parquet_file(path) as opened:
             return opened.read_row_groups(groups, columns=list(columns))
     with fs.open_ranges(path) as handle:
-        opened = open_ipc_file(handle, columns)
+        opened = IpcColumns(columns).open(handle)
         return pa.Table.from_batches([opened.get_batch(group) for group in groups], opened.schema)
 
 

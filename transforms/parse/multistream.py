@@ -110,7 +110,7 @@ def read_stream_ranges(dump_path: str, index_path: str) -> list[StreamRange]:
 def decompress_range(stream: StreamRange) -> bytes:
     """The XML of one stream range; InputError naming file and offset if it is no whole bz2 stream."""
     where = f"{stream.path} at byte {stream.start}"
-    with fs.open_ranges(stream.path) as handle:
+    with fs.open_ranges(stream.path, read_ahead=0) as handle:
         handle.seek(stream.start)
         data = handle.read(_LAST_RANGE_LIMIT + 1) if stream.end is None else handle.read(stream.end - stream.start)
     if stream.end is None and len(data) > _LAST_RANGE_LIMIT:

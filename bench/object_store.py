@@ -1,0 +1,93 @@
+"""Local files seen as an object store: the ``mirror://`` scheme, read as Beam reads an S3 object, each request's
+bytes counted. The tests run remote-path code on it; ``bench.reduce_reads`` measures what a read fetches."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+from typing import ClassVar
+
+from apache_beam.io.filesystem import CompressionTypes, FileMetadata, FileSystem
+from apache_beam.io.filesystemio import Downloader, DownloaderStream
+from apache_beam.io.localfilesystem import LocalFileSystem
+
+MIRROR = "mirror://"
+
+
+def mirrored(path: Path | str) -> str:
+    """``path`` (a local absolute path) as a ``mirror://`` URL: the code sees a remote store and reads it through
+    Beam's FileSystems as it reads ``s3://`` (in this process only: Beam finds the filesystem among the loaded
+    subclasses of ``FileSystem``)."""
+    return MIRROR + str(path)
+
+
+def _local(path: str) -> str:
+    return path[len(MIRROR):] if path.startswith(MIRROR) else path
+
+
+# What Beam's S3 and Azure readers fetch at each read outside their buffer (``s3io.S3IO.open``'s default).
+OBJECT_STORE_READ_BUFFER = 16 << 20
+
+
+class MirrorDownloader(Downloader):
+    """A local file downloaded as Beam's S3 and Azure readers download an object: a request per ranged read, each
+    request's bytes appended to ``fetched``."""
+
+    def __init__(self, path: str, fetched: list[int]) -> None:
+        self._path, self._fetched = path, fetched
+
+    @property
+    def size(self) -> int:
+        return os.path.getsize(self._path)
+
+    def get_range(self, start: int, end: int) -> bytes:
+        with open(self._path, "rb") as handle:
+            handle.seek(start)
+            data = handle.read(end - start)
+        self._fetched.append(len(data))
+        return data
+
+
+class MirrorFileSystem(LocalFileSystem):
+    """The ``mirror://`` scheme: the local disk under URLs, so remote-path code runs without a cloud. A file is
+    read as Beam reads an S3 object (a 16 MB buffer over ranged requests); ``fetched`` lists each request's bytes,
+    in this process (clear it first)."""
+
+    fetched: ClassVar[list[int]] = []
+
+    @classmethod
+    def scheme(cls) -> str:
+        return "mirror"
+
+    def join(self, basepath: str, *paths: str) -> str:
+        return mirrored(os.path.join(_local(basepath), *paths))
+
+    def split(self, path: str) -> tuple[str, str]:
+        head, tail = os.path.split(_local(path))
+        return mirrored(head), tail
+
+    def _url_dirname(self, url_or_path: str) -> str:
+        return mirrored(os.path.dirname(_local(url_or_path)))
+
+    def _list(self, dir_or_prefix: str):
+        for directory, _, names in os.walk(_local(dir_or_prefix)):
+            for name in names:
+                yield self.metadata(mirrored(os.path.join(directory, name)))
+
+    def metadata(self, path: str) -> FileMetadata:
+        status = os.stat(_local(path))
+        return FileMetadata(path, status.st_size, status.st_mtime)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(_local(path))
+
+    def create(self, path: str, *args, **kwargs):
+        return super().create(_local(path), *args, **kwargs)
+
+    def open(self, path: str, mime_type: str = "application/octet-stream",
+             compression_type: str = CompressionTypes.AUTO):
+        if FileSystem._get_compression_type(path, compression_type) != CompressionTypes.UNCOMPRESSED:
+            return super().open(_local(path), mime_type, compression_type)
+        stream = DownloaderStream(MirrorDownloader(_local(path), MirrorFileSystem.fetched))
+        return io.BufferedReader(stream, buffer_size=OBJECT_STORE_READ_BUFFER)
