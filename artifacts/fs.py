@@ -18,12 +18,17 @@ import os
 import tempfile
 import uuid
 import zlib
-from collections.abc import Iterator
-from typing import IO, Any
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import IO, Any, TypeVar
 
 from artifacts.errors import InputError, first_line
 
 _CHUNK = 1 << 20
+# Reads of remote files that run at once in ``read_each`` (an object store answers a request after tens of ms).
+REMOTE_READS = 16
+T = TypeVar("T")
 # What a read of scattered ranges from an object store fetches at least (Beam's readers: 16 MB, for sequential reads).
 RANGE_READ_BYTES = 256 << 10
 # What a truncated or corrupt archive raises while it is being read (bz2: OSError/EOFError; gzip: also zlib.error).
@@ -120,6 +125,23 @@ def open_ranges(path: str, read_ahead: int = RANGE_READ_BYTES) -> IO[bytes]:
     if isinstance(handle, io.BufferedReader):  # over a stream of ranged reads: a smaller buffer over it
         return io.BufferedReader(handle.detach(), buffer_size=max(read_ahead, 1))
     return handle
+
+
+def read_each(paths: Sequence[str], read: Callable[[str], T]) -> Iterator[T]:
+    """``read(path)`` of each of ``paths``, in their order. Where some are remote, up to ``REMOTE_READS`` reads run
+    at once on threads (a reduce reads one bucket from each of hundreds of files, each read a few requests that an
+    object store answers after tens of milliseconds); local files are read one at a time."""
+    if len(paths) < 2 or all(map(_is_plain_path, paths)):
+        yield from map(read, paths)
+        return
+    with ThreadPoolExecutor(REMOTE_READS) as pool:
+        running: deque[Future[T]] = deque()
+        for path in paths:
+            running.append(pool.submit(read, path))
+            if len(running) == REMOTE_READS:
+                yield running.popleft().result()
+        while running:
+            yield running.popleft().result()
 
 
 def matching(pattern: str) -> list[Any]:

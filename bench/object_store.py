@@ -3,8 +3,13 @@ bytes counted. The tests run remote-path code on it; ``bench.reduce_reads`` meas
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
@@ -30,31 +35,60 @@ def _local(path: str) -> str:
 OBJECT_STORE_READ_BUFFER = 16 << 20
 
 
+@dataclass
+class RequestLog:
+    """The requests of the ``mirror://`` filesystem in this process: each one's bytes (``fetched``) and the most
+    that were under way at once; each is answered after ``delay`` seconds (an object store's latency)."""
+
+    fetched: list[int] = field(default_factory=list)
+    delay: float = 0.0
+    most_at_once: int = 0
+    _under_way: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def clear(self, delay: float = 0.0) -> None:
+        """Forget the requests so far; answer the next ones after ``delay`` seconds."""
+        self.fetched.clear()
+        self.delay, self.most_at_once = delay, 0
+
+    @contextlib.contextmanager
+    def request(self) -> Iterator[None]:
+        with self._lock:
+            self._under_way += 1
+            self.most_at_once = max(self.most_at_once, self._under_way)
+        try:
+            time.sleep(self.delay)
+            yield
+        finally:
+            with self._lock:
+                self._under_way -= 1
+
+
 class MirrorDownloader(Downloader):
     """A local file downloaded as Beam's S3 and Azure readers download an object: a request per ranged read, each
-    request's bytes appended to ``fetched``."""
+    one recorded in ``log``."""
 
-    def __init__(self, path: str, fetched: list[int]) -> None:
-        self._path, self._fetched = path, fetched
+    def __init__(self, path: str, log: RequestLog) -> None:
+        self._path, self._log = path, log
 
     @property
     def size(self) -> int:
         return os.path.getsize(self._path)
 
     def get_range(self, start: int, end: int) -> bytes:
-        with open(self._path, "rb") as handle:
+        with self._log.request(), open(self._path, "rb") as handle:
             handle.seek(start)
             data = handle.read(end - start)
-        self._fetched.append(len(data))
+        self._log.fetched.append(len(data))
         return data
 
 
 class MirrorFileSystem(LocalFileSystem):
     """The ``mirror://`` scheme: the local disk under URLs, so remote-path code runs without a cloud. A file is
-    read as Beam reads an S3 object (a 16 MB buffer over ranged requests); ``fetched`` lists each request's bytes,
-    in this process (clear it first)."""
+    read as Beam reads an S3 object (a 16 MB buffer over ranged requests), each request recorded in ``log`` (in this
+    process; ``log.clear()`` first)."""
 
-    fetched: ClassVar[list[int]] = []
+    log: ClassVar[RequestLog] = RequestLog()
 
     @classmethod
     def scheme(cls) -> str:
@@ -89,5 +123,5 @@ class MirrorFileSystem(LocalFileSystem):
              compression_type: str = CompressionTypes.AUTO):
         if FileSystem._get_compression_type(path, compression_type) != CompressionTypes.UNCOMPRESSED:
             return super().open(_local(path), mime_type, compression_type)
-        stream = DownloaderStream(MirrorDownloader(_local(path), MirrorFileSystem.fetched))
+        stream = DownloaderStream(MirrorDownloader(_local(path), MirrorFileSystem.log))
         return io.BufferedReader(stream, buffer_size=OBJECT_STORE_READ_BUFFER)

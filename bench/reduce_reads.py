@@ -11,7 +11,10 @@ Each kind's file is written once at its full-scale size (random keys: every file
 each format's time per read, its footer's size, and the reads and CPU hours of the whole reduce at that scale.
 Then the Arrow IPC file read as from an object store (``bench.object_store``: Beam's S3 reader over the local
 file, each request counted): the bytes and requests a read fetches through Beam's reader as it is (16 MB at each
-read outside its buffer) and through ``fs.open_ranges`` (what the stage reads with since 2026-11-29).
+read outside its buffer) and through ``fs.open_ranges`` (what the stage reads with since 2026-11-29), and the time
+a read takes when each request is answered after ``--latency`` seconds, one at a time and as the stage reads a
+bucket's files (``fs.read_each``). Buckets are read from ``LINKS`` hard links of each file at once, as the stage
+reads a bucket from many files.
 
     python -m bench.reduce_reads [--reads 200] [--work DIR]
 """
@@ -79,7 +82,7 @@ def parquet_by_bucket(path: Path, table: pa.Table, buckets: np.ndarray, compress
 Reader = Callable[[str], Callable[[int], int]]  # a file's path -> a read of one of its groups (-> the files read)
 # Copies (hard links) of a part file whose bucket a read takes at once, as the stage reads a bucket's parts of many
 # files in one call (the columns' indices looked up in its first file only).
-LINKS = 8
+LINKS = 32
 
 
 def parquet_read(passes: list[list[str]]) -> Reader:
@@ -138,9 +141,11 @@ class Kind:
 
 
 def pending_read(path: str) -> Callable[[int], int]:
+    """A bucket read from the ``LINKS`` copies of a pending file at once, as the gather reads a bucket's files."""
     def read(group: int) -> int:
-        read_groups(path, [group], [KEY, VECTOR])
-        return 1
+        for _ in fs.read_each(linked(path), lambda copy: read_groups(copy, [group], [KEY, VECTOR])):
+            pass
+        return LINKS
     return read
 
 
@@ -148,6 +153,7 @@ def pending_files(work: Path, rng: np.random.Generator) -> Kind:
     rows, bits = pending_rows(MENTIONS, DIM), store_bits(MENTIONS, DIM)
     keys, vectors = random_keys(rows, rng), random_vectors(rows, rng)
     arrow = Path(write_store_file(str(work / "pending.arrow"), keys, vectors, "salt", bits))
+    link_copies(arrow)
     table = store_table(keys, vectors)  # sorted by key
     parquet_by_bucket(work / "pending.parquet", table, key_buckets(table.column(KEY).to_numpy(), bits),
                       schemas.PARQUET_CODEC)
@@ -201,23 +207,32 @@ def beam_reader_read(path: str, passes: int) -> Callable[[int], int]:
     return read
 
 
-def fetched_per_read(read: Callable[[int], int], groups: int, reads: int,
-                     rng: np.random.Generator) -> tuple[float, float]:
-    """(bytes, requests) an object store serves for a file's read of a random group, on average."""
-    MirrorFileSystem.fetched.clear()
+def fetched_per_read(read: Callable[[int], int], groups: int, reads: int, rng: np.random.Generator,
+                     latency: float = 0.0) -> tuple[float, float, float]:
+    """(bytes, requests, seconds) of a file's read of a random group from an object store that answers each
+    request after ``latency`` seconds, on average."""
+    MirrorFileSystem.log.clear(delay=latency)
+    started = time.perf_counter()
     files = sum(read(group) for group in rng.integers(0, groups, reads).tolist())
-    return sum(MirrorFileSystem.fetched) / files, len(MirrorFileSystem.fetched) / files
+    seconds = time.perf_counter() - started
+    fetched, requests = sum(MirrorFileSystem.log.fetched), len(MirrorFileSystem.log.fetched)
+    MirrorFileSystem.log.clear()
+    return fetched / files, requests / files, seconds / files
 
 
-def print_object_store_reads(kind: Kind, reads: int, rng: np.random.Generator) -> None:
+def print_object_store_reads(kind: Kind, reads: int, latency: float, rng: np.random.Generator) -> None:
     path, reader = kind.formats["Arrow IPC"]
     remote = mirrored(path)
     files, buckets = kind.files, kind.buckets
     for name, read in (("Beam's reader", beam_reader_read(remote, kind.passes)), ("ranged reads", reader(remote))):
-        fetched, requests = fetched_per_read(read, buckets, reads, rng)
+        fetched, requests, _ = fetched_per_read(read, buckets, reads, rng)
         print(f"  from an object store, {name:<13}: {fetched / 1e6:7.2f} MB and {requests:4.1f} requests a read, "
               f"{files * buckets * fetched / 1e12:8.2f} TB and {files * buckets * requests / 1e6:5.1f}M requests "
               "in all", flush=True)
+    _, requests, seconds = fetched_per_read(reader(remote), buckets, max(1, reads // LINKS), rng, latency)
+    print(f"  at {latency * 1e3:.0f} ms a request: {requests * latency * 1e3:6.1f} ms a read one at a time, "
+          f"{seconds * 1e3:5.1f} ms as the stage reads a bucket's files ({fs.REMOTE_READS} at a time): "
+          f"{files * buckets * seconds / 3600:5.1f} hours of a worker thread in all", flush=True)
 
 
 def footer_bytes(path: Path) -> int:
@@ -232,6 +247,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reads", type=int, default=200, help="buckets read from each file")
     parser.add_argument("--store-reads", type=int, default=20,
                         help="buckets read from each Arrow IPC file as from an object store")
+    parser.add_argument("--latency", type=float, default=0.03,
+                        help="seconds an object store takes to answer a request (assumed)")
     parser.add_argument("--work", type=Path, default=None, help="a directory for the files (default: a temporary one)")
     args = parser.parse_args(argv)
     rng = np.random.default_rng(0)
@@ -247,7 +264,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"  {name:<9} {size:7.1f} MB file, footer {footer:5.2f} MB: {seconds * 1e3:6.2f} ms a read,"
                       f" {files * buckets * seconds / 3600:5.2f} CPU hours in all",
                       flush=True)
-            print_object_store_reads(kind, args.store_reads, rng)
+            print_object_store_reads(kind, args.store_reads, args.latency, rng)
 
 
 if __name__ == "__main__":

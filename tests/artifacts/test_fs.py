@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from artifacts import fs
-from tests.builders import files_below, fill_with_files, mirrored
+from tests.builders import MirrorFileSystem, files_below, fill_with_files, mirrored
 
 
 @pytest.mark.parametrize("remote", [False, True], ids=["local", "object-store"])
@@ -140,3 +140,37 @@ def test_a_decompressed_input_closes_its_file_with_it(tmp_path: Path, monkeypatc
         assert not opened[0].closed
     assert opened[0].closed  # bz2 and gzip leave a file object they are handed open
     assert fs.is_compressed(str(path)) == (compress is not bytes)
+
+
+def test_remote_files_are_read_several_at_a_time_in_their_order(tmp_path: Path) -> None:
+    """A reduce reads one bucket from each of hundreds of files: where they are remote, the reads overlap (an
+    object store answers each request after tens of ms); the results come in the files' order."""
+    paths = []
+    for index in range(40):
+        (tmp_path / f"{index}.bin").write_bytes(bytes([index]) * (index + 1))
+        paths.append(str(tmp_path / f"{index}.bin"))
+    MirrorFileSystem.log.clear(delay=0.02)
+    assert list(fs.read_each([mirrored(path) for path in paths], fs.read_bytes)) == [
+        bytes([index]) * (index + 1) for index in range(40)]
+    assert MirrorFileSystem.log.most_at_once == fs.REMOTE_READS
+    MirrorFileSystem.log.clear()
+    under_way, most = [0], [0]
+
+    def local_read(path: str) -> bytes:
+        under_way[0] += 1
+        most[0] = max(most[0], under_way[0])
+        data = fs.read_bytes(path)
+        under_way[0] -= 1
+        return data
+
+    assert list(fs.read_each(paths, local_read)) == [bytes([index]) * (index + 1) for index in range(40)]
+    assert most == [1]  # local files one at a time
+
+
+def test_a_failed_remote_read_is_raised_in_order(tmp_path: Path) -> None:
+    (tmp_path / "a.bin").write_bytes(b"a")
+    paths = [mirrored(tmp_path / "a.bin"), mirrored(tmp_path / "missing.bin"), mirrored(tmp_path / "a.bin")]
+    read = fs.read_each(paths, fs.read_bytes)
+    assert next(read) == b"a"
+    with pytest.raises(OSError, match="missing"):
+        next(read)

@@ -85,12 +85,12 @@ def test_a_row_range_read_from_an_object_store_fetches_its_row_group_not_the_fil
     rows = pa.table({"page_id": np.arange(4096), "text": [rng.bytes(1000).hex() for _ in range(4096)]})
     path = tmp_path / "articles.parquet"
     pq.write_table(rows, path, row_group_size=128, compression="none")  # 32 row groups of ~256 KB of text
-    MirrorFileSystem.fetched.clear()
+    MirrorFileSystem.log.clear()
     [read] = list(read_rows(RowRange(mirrored(path), 20, 32, 96), ["page_id", "text"]))[:1]
     assert read == {"page_id": 20 * 128 + 32, "text": rows.column("text")[20 * 128 + 32].as_py()}
     group_bytes = pq.ParquetFile(path).metadata.row_group(20).total_byte_size
-    assert sum(MirrorFileSystem.fetched) < group_bytes + 2 * fs.RANGE_READ_BYTES
-    MirrorFileSystem.fetched.clear()
+    assert sum(MirrorFileSystem.log.fetched) < group_bytes + 2 * fs.RANGE_READ_BYTES
+    MirrorFileSystem.log.clear()
     with fs.open_read(mirrored(path)) as handle:  # Beam's reader as it is: what each read cost before
         pq.ParquetFile(handle).read_row_group(20, columns=["page_id", "text"])
-    assert sum(MirrorFileSystem.fetched) > 10 * group_bytes
+    assert sum(MirrorFileSystem.log.fetched) > 10 * group_bytes

@@ -44,12 +44,12 @@ def test_a_part_is_read_with_the_columns_asked_only(tmp_path):
     wide = pa.table({"key": pa.array(range(1000), pa.int64()), "payload": [rng.bytes(4000) for _ in range(1000)]})
     written = write_part(str(tmp_path / "part.arrow"), [(0, wide.slice(0, 10)), (1, wide.slice(10))])
     part = Part(mirrored(written[1][1].path), written[1][1].batch)
-    MirrorFileSystem.fetched.clear()
+    MirrorFileSystem.log.clear()
     [keys] = read_parts([part], ["key"])
     assert keys.column_names == ["key"] and keys.column("key").to_pylist() == list(range(10, 1000))
-    assert sum(MirrorFileSystem.fetched) < 2 * fs.RANGE_READ_BYTES  # the payload's ~4 MB was not fetched
+    assert sum(MirrorFileSystem.log.fetched) < 2 * fs.RANGE_READ_BYTES  # the payload's ~4 MB was not fetched
     [whole] = read_parts([part])
-    assert whole.column_names == ["key", "payload"] and sum(MirrorFileSystem.fetched) > 3_960_000
+    assert whole.column_names == ["key", "payload"] and sum(MirrorFileSystem.log.fetched) > 3_960_000
     for columns in (["key", "payload"], ["payload", "key"]):  # in the file's order
         assert next(read_parts([part], columns)).equals(whole)
 
@@ -61,10 +61,10 @@ def test_columns_are_found_by_name_in_every_file_and_a_later_footer_read_once(tm
     same = write_part(str(tmp_path / "b.arrow"), [(0, table([(2, 20)]))])[0][1]
     swapped = write_part(str(tmp_path / "c.arrow"), [(0, pa.table({"value": [30], "key": [3]}))])[0][1]
     parts = [Part(mirrored(part.path), part.batch) for part in (first, same, swapped)]
-    MirrorFileSystem.fetched.clear()
+    MirrorFileSystem.log.clear()
     assert [piece.to_pylist() for piece in read_parts(parts, ["value"])] == [[{"value": 10}], [{"value": 20}],
                                                                               [{"value": 30}]]
-    footers = [size for size in MirrorFileSystem.fetched if size == 10]  # each open reads the file's last 10 bytes
+    footers = [size for size in MirrorFileSystem.log.fetched if size == 10]  # each open reads the file's last 10 bytes
     assert len(footers) == 2 + 1 + 3  # the last: opened as the one before, then whole, then with its own indices
 
 
@@ -75,15 +75,25 @@ def test_a_buckets_read_from_an_object_store_fetches_its_own_bytes(tmp_path):
     buckets = [(bucket, pa.table({"key": rng.integers(0, 1 << 62, 8192)})) for bucket in range(512)]  # 64 KB each
     path = str(tmp_path / "part.arrow")
     write_part(path, buckets)
-    MirrorFileSystem.fetched.clear()
+    MirrorFileSystem.log.clear()
     [read] = read_parts([Part(mirrored(path), 300)])
     assert read.equals(buckets[300][1])
-    ranged = sum(MirrorFileSystem.fetched)
+    ranged = sum(MirrorFileSystem.log.fetched)
     assert ranged < fs.RANGE_READ_BYTES + 65_536 + 40_000  # the batch (and what follows), the footer, its tail
-    MirrorFileSystem.fetched.clear()
+    MirrorFileSystem.log.clear()
     with fs.open_read(mirrored(path)) as handle:  # Beam's reader as it is: what each read cost before
         assert pa.ipc.open_file(handle).get_batch(300).equals(read.to_batches()[0])
-    assert sum(MirrorFileSystem.fetched) > 30 * ranged
+    assert sum(MirrorFileSystem.log.fetched) > 30 * ranged
+
+
+def test_a_buckets_parts_are_read_several_at_a_time_from_an_object_store_in_their_order(tmp_path):
+    parts = [part for index in range(24)
+             for _, part in write_part(str(tmp_path / f"{index:02d}.arrow"), [(0, table([(index, index)])),
+                                                                            (1, table([(index, -index)]))])]
+    MirrorFileSystem.log.clear(delay=0.01)
+    read = [piece.to_pylist() for piece in read_parts([Part(mirrored(part.path), part.batch) for part in parts])]
+    assert read == [[{"key": index, "value": value}] for index in range(24) for value in (index, -index)]
+    assert MirrorFileSystem.log.most_at_once > 4
 
 
 def test_reduce_compacts_as_it_reads_and_equals_one_compaction_of_all_rows(tmp_path):

@@ -146,12 +146,29 @@ def test_a_pending_files_bucket_read_from_an_object_store_fetches_its_own_bytes(
     salt = model_salt(["m"])
     write_store_file(str(tmp_path / "pending.arrow"), keys, vectors, salt, bits=6)
     [remote] = store_files([mirrored(tmp_path)], salt)
-    MirrorFileSystem.fetched.clear()
+    MirrorFileSystem.log.clear()
     found, stored = read_bucket([remote], 10, 6, 64)
     expected_keys, expected = read_bucket(store_files([str(tmp_path)], salt), 10, 6, 64)
     assert found.tolist() == expected_keys.tolist() and len(found) > 400
     np.testing.assert_array_equal(stored, expected)
-    assert sum(MirrorFileSystem.fetched) < fs.RANGE_READ_BYTES + len(found) * (8 + 64 * 2) + 20_000
+    assert sum(MirrorFileSystem.log.fetched) < fs.RANGE_READ_BYTES + len(found) * (8 + 64 * 2) + 20_000
+
+
+def test_a_buckets_pending_files_are_read_several_at_a_time_from_an_object_store(tmp_path):
+    rng = np.random.default_rng(7)
+    salt = model_salt(["m"])
+    for index in range(24):  # the follower's pending files, each with keys of every bucket
+        keys = rng.integers(0, np.iinfo(np.uint64).max, 64, dtype=np.uint64)
+        write_store_file(str(tmp_path / f"pending-{index}.arrow"), keys, rng.normal(size=(64, 4)), salt, bits=2)
+    local, remote = store_files([str(tmp_path)], salt), store_files([mirrored(tmp_path)], salt)
+    MirrorFileSystem.log.clear(delay=0.01)
+    for bucket in range(4):
+        expected_keys, expected = read_bucket(local, bucket, 2, 4)
+        found, stored = read_bucket(remote, bucket, 2, 4)
+        assert found.tolist() == expected_keys.tolist() and len(found) > 24 * 8
+        np.testing.assert_array_equal(stored, expected)
+        assert bucket_keys(remote, bucket, 2).tolist() == found.tolist()
+    assert MirrorFileSystem.log.most_at_once > 4
 
 
 def test_no_known_keys_is_an_empty_array(tmp_path):

@@ -239,10 +239,10 @@ def test_a_stream_read_from_an_object_store_fetches_its_own_bytes(tmp_path):
     dump, ranges = copy_sample(tmp_path)
     stream = ranges[1]
     local = [(page.page_id, page.text) for page in iter_stream_pages(stream, read_siteinfo(str(dump)))]
-    MirrorFileSystem.fetched.clear()
+    MirrorFileSystem.log.clear()
     remote = StreamRange(mirrored(dump), stream.start, stream.end, stream.packed_ids)
     assert [(page.page_id, page.text) for page in iter_stream_pages(remote, read_siteinfo(str(dump)))] == local
-    assert MirrorFileSystem.fetched == [stream.end - stream.start]  # one request, of the stream's bytes
+    assert MirrorFileSystem.log.fetched == [stream.end - stream.start]  # one request, of the stream's bytes
 
 
 def test_corrupt_bytes_inside_one_stream(tmp_path):

@@ -54,16 +54,20 @@ def write_part(path: str, tables: Sequence[tuple[int, pa.Table]]) -> list[tuple[
 
 
 def read_parts(parts: Iterable[Part], columns: Sequence[str] | None = None) -> Iterator[pa.Table]:
-    """``columns`` (None: all) of the tables of ``parts``, file by file, each file opened once."""
+    """``columns`` (None: all) of the tables of ``parts``, file by file, each file opened once (remote files several
+    at a time: ``fs.read_each``)."""
     by_file: dict[str, list[int]] = {}
     for part in parts:
         by_file.setdefault(part.path, []).append(part.batch)
     opener = IpcColumns(columns)
-    for path in sorted(by_file):
+
+    def read(path: str) -> list[pa.Table]:
         with fs.open_ranges(path) as handle:
             opened = opener.open(handle)
-            for batch in sorted(by_file[path]):
-                yield pa.Table.from_batches([opened.get_batch(batch)])
+            return [pa.Table.from_batches([opened.get_batch(batch)]) for batch in sorted(by_file[path])]
+
+    for tables in fs.read_each(sorted(by_file), read):
+        yield from tables
 
 
 class IpcColumns:

@@ -26,7 +26,7 @@ import json
 import math
 import os
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -197,15 +197,22 @@ def store_files(directories: Iterable[str], salt: str) -> list[StoreFile]:
     return found
 
 
+def bucket_rows(files: Sequence[StoreFile], bucket: int, bits: int, columns: Sequence[str]) -> Iterator[pa.Table]:
+    """``columns`` (``KEY`` among them) of the rows of bucket ``bucket`` of a store of ``bits`` in each of ``files``
+    that has some (remote files several at a time: ``fs.read_each``)."""
+    groups = {item.path: item.row_groups(bucket, bits) for item in files}
+
+    def read(path: str) -> pa.Table:
+        table = read_groups(path, groups[path], columns)
+        return table.filter(pa.array(key_buckets(table.column(KEY).to_numpy(), bits) == bucket))
+
+    yield from fs.read_each([path for path, own in groups.items() if own], read)
+
+
 def bucket_keys(files: Sequence[StoreFile], bucket: int, bits: int) -> np.ndarray:
     """The keys of bucket ``bucket`` of a store of ``bits`` in ``files``, sorted, each once."""
-    keys = [np.zeros(0, dtype=np.uint64)]
-    for item in files:
-        groups = item.row_groups(bucket, bits)
-        if groups:
-            found = read_groups(item.path, groups, [KEY]).column(KEY).to_numpy()
-            keys.append(found[key_buckets(found, bits) == bucket])
-    return np.unique(np.concatenate(keys))
+    keys = [table.column(KEY).to_numpy() for table in bucket_rows(files, bucket, bits, [KEY])]
+    return np.unique(np.concatenate([np.zeros(0, dtype=np.uint64), *keys]))
 
 
 def write_known_keys(files: Sequence[StoreFile], path: str) -> str:
@@ -225,17 +232,11 @@ def load_known(path: str) -> np.ndarray:
         return np.memmap(local, dtype="<u8", mode="r")
 
 
-def read_bucket(files: Iterable[StoreFile], bucket: int, bits: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
+def read_bucket(files: Sequence[StoreFile], bucket: int, bits: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
     """(keys sorted, each once; their vectors) of bucket ``bucket`` of a store of ``bits`` from ``files``."""
     keys, vectors = [np.zeros(0, dtype=np.uint64)], [np.zeros((0, dim), dtype=STORE_DTYPE)]
-    for item in files:
-        groups = item.row_groups(bucket, bits)
-        if not groups:
-            continue
-        table = read_groups(item.path, groups, [KEY, VECTOR])
-        found = table.column(KEY).to_numpy()
-        inside = key_buckets(found, bits) == bucket
-        keys.append(found[inside])
-        vectors.append(table.column(VECTOR).combine_chunks().flatten().to_numpy().reshape(-1, dim)[inside])
+    for table in bucket_rows(files, bucket, bits, [KEY, VECTOR]):
+        keys.append(table.column(KEY).to_numpy())
+        vectors.append(table.column(VECTOR).combine_chunks().flatten().to_numpy().reshape(-1, dim))
     found, rows = np.unique(np.concatenate(keys), return_index=True)
     return found, np.concatenate(vectors)[rows]
