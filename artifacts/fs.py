@@ -118,7 +118,8 @@ def open_ranges(path: str, read_ahead: int = RANGE_READ_BYTES) -> IO[bytes]:
         if path.startswith("gs://"):
             from apache_beam.io.gcp.gcsio import GcsIO
 
-            return GcsIO().open(path, "rb", read_buffer_size=max(read_ahead, 1))
+            # Options of their own (no flags: PipelineOptions() would parse this process's command line).
+            return GcsIO(pipeline_options={}).open(path, "rb", read_buffer_size=max(read_ahead, 1))
         handle = _filesystems().open(path, compression_type=_uncompressed())
     except Exception as error:  # Beam wraps every filesystem's own error type in its own
         raise InputError(f"cannot open {path}: {first_line(error)}") from error

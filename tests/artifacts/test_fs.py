@@ -174,3 +174,52 @@ def test_a_failed_remote_read_is_raised_in_order(tmp_path: Path) -> None:
     assert next(read) == b"a"
     with pytest.raises(OSError, match="missing"):
         next(read)
+
+
+@pytest.fixture()
+def gcs_bucket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """``gs://bucket/NAME`` read through Beam's GCS reader and google's ``BlobReader`` as they are, only their HTTP
+    requests answered from ``tmp_path/NAME``; returns the list each request's bytes are appended to."""
+    import google.auth
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud.storage import Blob
+
+    fetched: list[int] = []
+
+    def reload(blob: Blob, *args, **kwargs) -> None:
+        blob._properties.update(size=str((tmp_path / blob.name).stat().st_size), contentEncoding=None)
+
+    def download_as_bytes(blob: Blob, *args, start: int = 0, end: int | None = None, **kwargs) -> bytes:
+        with open(tmp_path / blob.name, "rb") as handle:
+            handle.seek(start or 0)
+            data = handle.read() if end is None else handle.read(end - (start or 0))
+        fetched.append(len(data))
+        return data
+
+    monkeypatch.setattr(Blob, "reload", reload)
+    monkeypatch.setattr(Blob, "download_as_bytes", download_as_bytes)
+    monkeypatch.setattr(google.auth, "default", lambda *args, **kwargs: (AnonymousCredentials(), "project"))
+    return fetched
+
+
+def test_a_scattered_read_from_gcs_fetches_about_what_it_asks(tmp_path: Path, gcs_bucket: list[int]) -> None:
+    """On GCS Beam's reader fetches 16 MB (or the rest of the file) at each read outside its buffer; a read through
+    ``fs.open_ranges`` fetches what it asks or 256 KB, and exactly what it asks with ``read_ahead=0``."""
+    data = os.urandom(20 << 20)
+    (tmp_path / "part.arrow").write_bytes(data)
+    with fs.open_ranges("gs://bucket/part.arrow") as handle:
+        handle.seek(1_000_000)
+        assert handle.read(65_536) == data[1_000_000:1_065_536]
+        handle.seek(5_000_000)
+        assert handle.read(400_000) == data[5_000_000:5_400_000]
+    assert gcs_bucket == [fs.RANGE_READ_BYTES, 400_000]
+    gcs_bucket.clear()
+    with fs.open_ranges("gs://bucket/part.arrow", read_ahead=0) as handle:
+        handle.seek(123)
+        assert handle.read(4_567) == data[123:4_690]
+    assert gcs_bucket == [4_567]
+    gcs_bucket.clear()
+    with fs.open_read("gs://bucket/part.arrow") as handle:  # Beam's reader as it is
+        handle.seek(1_000_000)
+        assert handle.read(65_536) == data[1_000_000:1_065_536]
+    assert gcs_bucket == [16 << 20]
