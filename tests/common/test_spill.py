@@ -10,7 +10,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from artifacts import fs
 from tests.builders import MirrorFileSystem, mirrored
-from transforms.common.spill import Part, SpillAndGroup, read_parts, reduce_parts, write_part
+from transforms.common.spill import IpcColumns, Part, SpillAndGroup, read_parts, reduce_parts, write_part
 
 SCHEMA = pa.schema([("key", pa.int64()), ("value", pa.int64())])
 
@@ -60,12 +60,16 @@ def test_columns_are_found_by_name_in_every_file_and_a_later_footer_read_once(tm
     first = write_part(str(tmp_path / "a.arrow"), [(0, table([(1, 10)]))])[0][1]
     same = write_part(str(tmp_path / "b.arrow"), [(0, table([(2, 20)]))])[0][1]
     swapped = write_part(str(tmp_path / "c.arrow"), [(0, pa.table({"value": [30], "key": [3]}))])[0][1]
+    opener, footers = IpcColumns(["value"]), []
+    for part, value in ((first, 10), (same, 20), (swapped, 30)):
+        MirrorFileSystem.log.clear()
+        with fs.open_ranges(mirrored(part.path)) as handle:
+            assert opener.open(handle).get_batch(0).to_pylist() == [{"value": value}]
+        footers.append(MirrorFileSystem.log.fetched.count(10))  # each open reads the file's last 10 bytes
+    assert footers == [2, 1, 3]  # the last: opened as the one before, then whole, then with its own indices
     parts = [Part(mirrored(part.path), part.batch) for part in (first, same, swapped)]
-    MirrorFileSystem.log.clear()
     assert [piece.to_pylist() for piece in read_parts(parts, ["value"])] == [[{"value": 10}], [{"value": 20}],
                                                                               [{"value": 30}]]
-    footers = [size for size in MirrorFileSystem.log.fetched if size == 10]  # each open reads the file's last 10 bytes
-    assert len(footers) == 2 + 1 + 3  # the last: opened as the one before, then whole, then with its own indices
 
 
 def test_a_buckets_read_from_an_object_store_fetches_its_own_bytes(tmp_path):

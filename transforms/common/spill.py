@@ -12,6 +12,7 @@ where a Parquet footer describes every column of every row group.)
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -66,8 +67,9 @@ def read_parts(parts: Iterable[Part], columns: Sequence[str] | None = None) -> I
             opened = opener.open(handle)
             return [pa.Table.from_batches([opened.get_batch(batch)]) for batch in sorted(by_file[path])]
 
-    for tables in fs.read_each(sorted(by_file), read):
-        yield from tables
+    paths = sorted(by_file)
+    for tables in itertools.chain([read(paths[0])] if paths else [], fs.read_each(paths[1:], read)):
+        yield from tables  # the first file alone: the others find the columns' indices it looked up
 
 
 class IpcColumns:
