@@ -5,6 +5,7 @@ from __future__ import annotations
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
+import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
@@ -112,14 +113,18 @@ def test_reduce_compacts_as_it_reads_and_equals_one_compaction_of_all_rows(tmp_p
     assert reduce_parts([], smallest_two_per_key) is None
 
 
-def test_spill_and_group_gives_every_bucket_its_parts_and_nothing_else_travels(tmp_path):
+@pytest.mark.parametrize("remote", [False, True], ids=["local", "object-store"])
+def test_spill_and_group_gives_every_bucket_its_parts_and_nothing_else_travels(tmp_path, remote):
     elements = [(bucket, table([(bucket * 100 + index, index)])) for index in range(40) for bucket in (0, 2)]
+    MirrorFileSystem.log.clear(delay=0.005 if remote else 0.0)
     with TestPipeline() as pipeline:
         reduced = (pipeline | beam.Create(elements)
-                   | SpillAndGroup(str(tmp_path), smallest_two_per_key, buckets=4, spill_rows=7)
+                   | SpillAndGroup(mirrored(tmp_path) if remote else str(tmp_path), smallest_two_per_key, buckets=4,
+                                   spill_rows=7)
                    | beam.MapTuple(lambda bucket, parts: (
                        bucket, all(isinstance(part, Part) for part in parts),
                        sorted((reduce_parts(parts, smallest_two_per_key) or table([])).column("key").to_pylist()))))
         assert_that(reduced, equal_to([(0, True, list(range(40))), (1, True, []),
                                        (2, True, list(range(200, 240))), (3, True, [])]))
     assert len(list(tmp_path.glob("part-*.arrow"))) >= 80 // 7  # spilled every 7 rows, not once at the end
+    assert (MirrorFileSystem.log.most_at_once > 1) == remote  # a bucket's parts read several at a time
