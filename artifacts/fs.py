@@ -112,6 +112,7 @@ def open_ranges(path: str, read_ahead: int = RANGE_READ_BYTES) -> IO[bytes]:
     buffers in one request; 0 for reads of known sizes): on GCS Beam's own reader with that buffer, on a filesystem
     whose reader is a buffer over ranged reads (S3, Azure) that stream under a buffer of that size. A local path is
     the file. A one-line InputError if it cannot be opened."""
+    buffer = max(read_ahead, 1)
     try:
         if _is_plain_path(path):
             return open(path, "rb")
@@ -119,12 +120,12 @@ def open_ranges(path: str, read_ahead: int = RANGE_READ_BYTES) -> IO[bytes]:
             from apache_beam.io.gcp.gcsio import GcsIO
 
             # Options of their own (no flags: PipelineOptions() would parse this process's command line).
-            return GcsIO(pipeline_options={}).open(path, "rb", read_buffer_size=max(read_ahead, 1))
+            return GcsIO(pipeline_options={}).open(path, "rb", read_buffer_size=buffer)
         handle = _filesystems().open(path, compression_type=_uncompressed())
     except Exception as error:  # Beam wraps every filesystem's own error type in its own
         raise InputError(f"cannot open {path}: {first_line(error)}") from error
     if isinstance(handle, io.BufferedReader):  # over a stream of ranged reads: a smaller buffer over it
-        return io.BufferedReader(handle.detach(), buffer_size=max(read_ahead, 1))
+        return io.BufferedReader(handle.detach(), buffer_size=buffer)
     return handle
 
 

@@ -120,12 +120,12 @@ def link_copies(path: Path) -> None:
         os.link(path, copy)
 
 
-def timed(read: Callable[[int], int], groups: int, reads: int, rng: np.random.Generator) -> float:
-    """Seconds per file read of a random group."""
+def timed(read: Callable[[int], int], groups: int, reads: int, rng: np.random.Generator) -> tuple[float, int]:
+    """(seconds per file read, files read) of ``reads`` reads of a random group."""
     picked = rng.integers(0, groups, reads).tolist()
     started = time.perf_counter()
     files = sum(read(group) for group in picked)
-    return (time.perf_counter() - started) / files
+    return (time.perf_counter() - started) / files, files
 
 
 @dataclass(frozen=True)
@@ -212,12 +212,10 @@ def fetched_per_read(read: Callable[[int], int], groups: int, reads: int, rng: n
     """(bytes, requests, seconds) of a file's read of a random group from an object store that answers each
     request after ``latency`` seconds, on average."""
     MirrorFileSystem.log.clear(delay=latency)
-    started = time.perf_counter()
-    files = sum(read(group) for group in rng.integers(0, groups, reads).tolist())
-    seconds = time.perf_counter() - started
+    seconds, files = timed(read, groups, reads, rng)
     fetched, requests = sum(MirrorFileSystem.log.fetched), len(MirrorFileSystem.log.fetched)
     MirrorFileSystem.log.clear()
-    return fetched / files, requests / files, seconds / files
+    return fetched / files, requests / files, seconds
 
 
 def print_object_store_reads(kind: Kind, reads: int, latency: float, rng: np.random.Generator) -> None:
@@ -259,7 +257,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{kind.what}: {files:,} files of {buckets:,} buckets at {MENTIONS:,} mentions: "
                   f"{files * buckets:,} reads")
             for name, (path, reader) in kind.formats.items():
-                seconds = timed(reader(str(path)), buckets, args.reads, rng)
+                seconds, _ = timed(reader(str(path)), buckets, args.reads, rng)
                 size, footer = path.stat().st_size / 1e6, footer_bytes(path) / 1e6
                 print(f"  {name:<9} {size:7.1f} MB file, footer {footer:5.2f} MB: {seconds * 1e3:6.2f} ms a read,"
                       f" {files * buckets * seconds / 3600:5.2f} CPU hours in all",

@@ -35,10 +35,6 @@ class RowRange:
     stop: int
 
 
-def _open(path: str):
-    return fs.open_ranges(path)
-
-
 def cut_row_groups(path: str, row_group_rows: Sequence[int], unit_rows: int) -> Iterator[RowRange]:
     """Ranges of at most ``unit_rows`` rows covering every row group (of ``row_group_rows[i]`` rows) once, a row
     group's ranges of equal size (within a row). Beam's local runner deals the ranges to its workers in turn: a
@@ -51,7 +47,7 @@ def cut_row_groups(path: str, row_group_rows: Sequence[int], unit_rows: int) -> 
 
 def row_ranges(path: str, unit_rows: int = UNIT_ROWS) -> Iterator[RowRange]:
     """The row ranges of one Parquet file, from its footer."""
-    with _open(path) as handle:
+    with fs.open_ranges(path) as handle:
         metadata = pq.ParquetFile(handle).metadata
     rows = [metadata.row_group(index).num_rows for index in range(metadata.num_row_groups)]
     return cut_row_groups(path, rows, unit_rows)
@@ -71,14 +67,14 @@ def batch_rows(batches: Iterator[pa.RecordBatch], start: int, stop: int) -> Iter
 
 def read_table(unit: RowRange, columns: list[str] | None) -> pa.Table:
     """The rows of one range as one Arrow table."""
-    with _open(unit.path) as handle:
+    with fs.open_ranges(unit.path) as handle:
         return pq.ParquetFile(handle).read_row_group(unit.row_group, columns=columns).slice(
             unit.start, unit.stop - unit.start)
 
 
 def read_rows(unit: RowRange, columns: list[str] | None, batch_size: int = BATCH_ROWS) -> Iterator[dict[str, Any]]:
     """The rows of one range as dicts (only the row group's pages up to ``stop`` are decoded)."""
-    with _open(unit.path) as handle:
+    with fs.open_ranges(unit.path) as handle:
         batches = pq.ParquetFile(handle).iter_batches(batch_size=batch_size, row_groups=[unit.row_group],
                                                       columns=columns)
         yield from batch_rows(batches, unit.start, unit.stop)

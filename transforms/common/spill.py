@@ -12,7 +12,6 @@ where a Parquet footer describes every column of every row group.)
 
 from __future__ import annotations
 
-import itertools
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -68,8 +67,10 @@ def read_parts(parts: Iterable[Part], columns: Sequence[str] | None = None) -> I
             return [pa.Table.from_batches([opened.get_batch(batch)]) for batch in sorted(by_file[path])]
 
     paths = sorted(by_file)
-    for tables in itertools.chain([read(paths[0])] if paths else [], fs.read_each(paths[1:], read)):
-        yield from tables  # the first file alone: the others find the columns' indices it looked up
+    if paths:  # the first file alone: the others find the columns' indices it looked up
+        yield from read(paths[0])
+    for tables in fs.read_each(paths[1:], read):
+        yield from tables
 
 
 class IpcColumns:
