@@ -23,7 +23,7 @@ from artifacts.errors import (
 from encoders.errors import mentions_gpu_out_of_memory
 from pipelines.launcher import disk_space, flags
 from pipelines.launcher.commands import COMMANDS
-from pipelines.launcher.console import own_lines_only
+from pipelines.launcher.console import output_closed, own_lines_only
 from pipelines.launcher.interrupt import (
     INTERRUPTED_EXIT,
     INTERRUPTED_STEP,
@@ -257,12 +257,16 @@ def main(argv: Sequence[str] | None = None, exit_at_ctrl_c: bool = False) -> int
                     beam_args += runners.prepare_workers(beam_args, paths)
             configure_logging(args.verbose, beam_args)
             check_destinations(args)
-            return dispatch(args, beam_args)
+            code = dispatch(args, beam_args)
+            sys.stdout.flush()  # the rest of its output: a reader gone is seen here, not as the interpreter exits
+            return code
         except KeyboardInterrupt as error:
             code = interrupted(error, stderr)
             if exit_at_ctrl_c:
                 exit_with_descendants(code)
             return code
+        except BrokenPipeError as error:
+            return output_closed(error)
         except Exception as error:
             return refused(error)
 

@@ -11,9 +11,12 @@ import contextlib
 import logging
 import os
 import re
+import select
+import signal
 import sys
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
 from numpy.exceptions import RankWarning
 
@@ -44,6 +47,7 @@ WORKER_NOISE = (*WORKER_START_UP_LINES, b"RankWarning: Polyfit may be poorly con
 # Beam builds the sdist of --setup_file (the project shipped to workers elsewhere) with `python -m build`, whose
 # progress lines reach our stderr before each pipeline runs.
 SDIST_BUILD_LINES = (b"* Getting build dependencies for sdist...", b"* Building sdist...")
+OUTPUT_CLOSED_EXIT = 128 + signal.SIGPIPE  # the status of a process that SIGPIPE ended, as a shell shows it
 
 
 class _CurrentStderrHandler(logging.StreamHandler):
@@ -124,3 +128,26 @@ def own_lines_only(verbose: bool, beam_args: list[str], sigint: SigintWatch | No
         workers = WORKER_NOISE if starts_worker_processes(beam_args) else ()
         noise = () if verbose else (*SDIST_BUILD_LINES, *workers)
         yield stack.enter_context(forwarded_stderr(noise, sigint))
+
+
+def output_closed(error: BrokenPipeError) -> int:
+    """A command whose stdout lost its reader (``search ... | head``) stops there: OUTPUT_CLOSED_EXIT, and stdout
+    pointed at /dev/null so that nothing raises again as the interpreter flushes it at exit. Any other broken pipe
+    is raised on."""
+    if not reader_gone(sys.__stdout__):
+        raise error
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.__stdout__.fileno())
+    os.close(devnull)
+    return OUTPUT_CLOSED_EXIT
+
+
+def reader_gone(stream: Any) -> bool:
+    """Whether ``stream`` is a pipe or socket that nothing reads any more (its descriptor polls as an error)."""
+    try:
+        descriptor = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # None, closed, or not backed by a descriptor
+        return False
+    poller = select.poll()
+    poller.register(descriptor, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))

@@ -11,6 +11,10 @@ The forwarder learns of SIGINT the moment it is delivered here (``pipelines.laun
 it pending before that (its own thread blocks SIGINT: on a busy machine a worker may print its traceback before the
 thread that takes the signal here runs), and forwards nothing from then on; the command's own last line goes past
 it (``ForwardedStderr.write_past``).
+
+When the real stderr cannot be written (its reader gone: ``| head``, a ``tee`` that ended, a closed terminal), the
+forwarder drops what comes and reads on: no process of the run gets EPIPE on its stderr, and the run goes on to its
+end, its exit status as it ends.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from pipelines.launcher.interrupt import SigintWatch
 
@@ -50,15 +55,27 @@ def forward_lines(source: int, target: int, dropped: tuple[bytes, ...], sigint: 
     def quiet() -> bool:
         return sigint is not None and sigint.sigint_arrived()
 
-    pending = b""
+    pending, writable = b"", True
     with os.fdopen(source, "rb", buffering=0) as pipe, os.fdopen(target, "wb", buffering=0) as out:
         while chunk := pipe.read(_READ_BYTES):
-            if quiet():
+            if quiet() or not writable:
                 continue  # read on to EOF: the writers never block on a full pipe or get EPIPE
             *lines, pending = (pending + chunk).split(b"\n")
-            out.write(b"".join(line + b"\n" for line in lines if not _contains_any(line, dropped)))
-        if pending and not quiet() and not _contains_any(pending, dropped):
-            out.write(pending)
+            writable = written(out, b"".join(line + b"\n" for line in lines if not _contains_any(line, dropped)))
+        if pending and writable and not quiet() and not _contains_any(pending, dropped):
+            written(out, pending)
+
+
+def written(out: BinaryIO, data: bytes) -> bool:
+    """``data`` written to ``out``; False when it cannot be: its reader is gone (``| head``, a ``tee`` that ended,
+    a closed terminal). The forwarder then drops the rest and the run goes on: a process of the run that got EPIPE
+    on its stderr would fail where it prints, and Beam's SDK worker, whose handler of a failed bundle prints the
+    traceback to stderr before it answers, would then never answer: the run would hang."""
+    try:
+        out.write(data)
+    except OSError:
+        return False
+    return True
 
 
 def _contains_any(line: bytes, patterns: tuple[bytes, ...]) -> bool:
@@ -75,7 +92,8 @@ class ForwardedStderr:
     def write_past(self, line: str) -> None:
         """``line`` on the real stderr at once, past the forwarder (which forwards nothing after Ctrl-C)."""
         sys.stderr.flush()
-        os.write(self.original, f"{line}\n".encode())
+        with contextlib.suppress(OSError):  # its reader gone: the line has nowhere to go
+            os.write(self.original, f"{line}\n".encode())
 
     def interrupted(self) -> bool:
         return self.sigint is not None and self.sigint.sigint_arrived()

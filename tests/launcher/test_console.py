@@ -11,12 +11,15 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import pytest
 from apache_beam.transforms.util import _BatchSizeEstimator
 
 from pipelines.launcher.cli import main
 from pipelines.launcher.console import (
     BATCH_SIZE_ESTIMATOR_MODULE,
+    OUTPUT_CLOSED_EXIT,
     WORKER_NOISE,
+    output_closed,
     plain_own_lines,
     warnings_option,
     without_batch_size_estimator_warnings,
@@ -138,3 +141,23 @@ def test_the_estimator_warnings_of_a_run_show_only_with_verbose(tiny_bert, tmp_p
             assert main([*verbose, *embed_command(output, tiny_bert, "--force")]) == 0
         shown[bool(verbose)] = {str(item.message) for item in caught if item.filename.endswith("transforms/util.py")}
     assert shown == {False: set(), True: {"divide by zero encountered in divide", "Polyfit may be poorly conditioned"}}
+
+
+def test_a_command_whose_stdout_nothing_reads_stops_there_without_a_traceback(full_run):
+    """``search ... | head``: the reader gone, the command stops with the status of a process SIGPIPE ended; nothing
+    on stderr (Python's own way: a traceback, or "Exception ignored" as it flushes stdout at exit)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run([sys.executable, "run_pipeline.py", "search", "--output", str(full_run), "--query",
+                                 "lakes", "-k", "3"], cwd=REPO, stdout=write_end, stderr=subprocess.PIPE, text=True,
+                                timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    finally:
+        os.close(write_end)
+    assert (result.returncode, result.stderr) == (OUTPUT_CLOSED_EXIT, "")
+    assert OUTPUT_CLOSED_EXIT == 141
+
+
+def test_a_broken_pipe_while_stdout_is_read_is_raised_on():
+    with pytest.raises(BrokenPipeError):
+        output_closed(BrokenPipeError(32, "Broken pipe"))

@@ -12,9 +12,12 @@ import time
 
 import pytest
 
+from artifacts import layout
+from artifacts.run import manifest
 from pipelines.launcher.interrupt import SigintWatch, watching_sigint
 from pipelines.launcher.worker_output import WORKER_START_UP_LINES, forward_lines, forwarded_stderr
-from tests.conftest import BUNDLED_SAMPLE, MULTI_PROCESS, REPO
+from tests.builders import stage_command
+from tests.conftest import BUNDLED_SAMPLE, DIRECT, MULTI_PROCESS, REPO, copy_stages
 
 
 def test_only_the_worker_start_up_lines_are_dropped():
@@ -45,6 +48,41 @@ def test_a_multi_process_run_prints_only_our_lines(tmp_path):
     assert lines[0] == "[parse] running" and lines[1].startswith("[parse] done in ")
     assert "  articles: 106 rows" in lines
     assert all(line.startswith("  ") for line in lines[2:]), result.stderr
+
+
+def test_a_stderr_nothing_reads_is_read_on_and_dropped():
+    """The real stderr's reader gone (``| head``, a ``tee`` that ended): the forwarder reads on to EOF, so that
+    the processes writing to it never get EPIPE, nor block on a full pipe."""
+    source_read, source_write = os.pipe()
+    out_read, out_write = os.pipe()
+    os.close(out_read)
+    forwarder = threading.Thread(target=forward_lines, args=(source_read, out_write, ()))
+    forwarder.start()
+    for count in range(4096):  # ~180 KB: more than a pipe holds
+        os.write(source_write, f"[embed-entities] {count:,} mentions encoded\n".encode())
+    os.close(source_write)
+    forwarder.join(10)
+    assert not forwarder.is_alive()
+
+
+def test_a_multi_process_gpu_stage_whose_stderr_nothing_reads_runs_to_its_end(full_run, tiny_bert, tmp_path):
+    """A model process that printed to a stderr without a reader failed its bundle, and Beam's worker, which
+    prints a failed bundle's traceback to stderr before it answers, never answered: the stage hung."""
+    output = tmp_path / "out"
+    copy_stages(full_run, output, (layout.PARSE_STAGE, layout.DICTIONARY_STAGE, layout.MENTIONS_STAGE))
+    arguments = stage_command("embed-entities", output, tiny_bert)
+    arguments = [*arguments[:-len(DIRECT)], *MULTI_PROCESS]
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run([sys.executable, "run_pipeline.py", *arguments], cwd=REPO, stdout=subprocess.DEVNULL,
+                                stderr=write_end, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    finally:
+        os.close(write_end)
+    assert result.returncode == 0
+    counters = manifest.load(str(output))[layout.EMBED_ENTITIES_STAGE].counters
+    assert counters["mentions_embedded"] == manifest.load(str(full_run))[layout.EMBED_ENTITIES_STAGE].counters[
+        "mentions_embedded"] > 0
 
 
 def read_until(descriptor: int, expected: bytes, timeout_s: float = 10.0) -> bytes:
