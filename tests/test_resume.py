@@ -81,6 +81,19 @@ def interrupted_run(command: str, output: Path, model: Path, beam: list[str], sh
     return stored
 
 
+def model_worker_processes(group: int) -> list[int]:
+    """The worker processes of process group ``group`` that hold the model (torch loaded: the inputs' workers
+    import neither torch nor transformers)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[2]) == group and \
+                    b"sdk_worker_main" in (stat.parent / "cmdline").read_bytes() and \
+                    "libtorch" in (stat.parent / "maps").read_text():
+                found.append(int(stat.parent.name))
+    return found
+
+
 def killed_and_rerun(command: str, output: Path, model: Path, workers: int, share: float, total: int,
                      sig: signal.Signals) -> tuple[int, dict[str, int]]:
     """The stage ``command`` stopped by ``sig`` once ``share`` of its ``total`` is kept, then rerun to the end
@@ -132,6 +145,44 @@ def test_a_killed_embed_entities_encodes_only_what_it_had_not_stored(uninterrupt
     assert tables.total_rows(str(output), layout.MENTION_VECTORS) == tables.total_rows(
         str(uninterrupted), layout.MENTION_VECTORS)
     assert kept_rows(output, layout.EMBED_ENTITIES_STAGE) == 0
+    assert main(["validate", "--output", str(output)]) == 0
+
+
+def test_a_model_process_killed_mid_stage_is_one_line_and_the_rerun_resumes(uninterrupted, full_run, tiny_bert,
+                                                                            tmp_path):
+    """One of two model processes killed (as the kernel's out-of-memory killer does) while the stage encodes:
+    Beam's runner raised "Channel closed prematurely" up to the command line; now one line, exit 2, and the rerun
+    ends with the artifacts of an uninterrupted run."""
+    output = tmp_path / "out"
+    copy_stages(full_run, output, (layout.PARSE_STAGE, layout.DICTIONARY_STAGE, layout.MENTIONS_STAGE))
+    total = tables.total_rows(str(output), layout.MENTIONS)
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(STAND_IN), str(REPO)]),
+                   "KPR_STAND_IN": f"{total * 64 / ENCODING_S}:{tmp_path / 'gpu-clock'}", "KPR_PACED_REAL": "1"}
+    arguments = [*stage_args("embed-entities", output, tiny_bert), "--model-workers", "2", *MULTI_PROCESS]
+    process = subprocess.Popen([sys.executable, str(REPO / "run_pipeline.py"), *arguments],
+                               env=environ_without_coverage(environment), cwd=REPO, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 180
+    try:
+        while kept_rows(output, layout.EMBED_ENTITIES_STAGE) < 0.3 * total:
+            assert process.poll() is None and time.monotonic() < deadline, "the run stored too little in 180 s"
+            time.sleep(0.05)
+        model = model_worker_processes(process.pid)
+        assert len(model) == 2, model
+        os.kill(model[0], signal.SIGKILL)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 2, stderr[-3000:]
+    assert stderr.rstrip().splitlines()[-1] == (
+        "error: embed-entities: a worker process ended in the middle of its work (killed: by the kernel's "
+        "out-of-memory killer when `dmesg` says so; or crashed); rerun the same command to resume")
+    assert main([*stage_args("embed-entities", output, tiny_bert), *MULTI_PROCESS]) == 0
+    expected, found = entity_vectors(uninterrupted), entity_vectors(output)
+    assert sorted(found) == sorted(expected)
+    assert min(found[key] @ expected[key] / np.linalg.norm(found[key]) / np.linalg.norm(expected[key])
+               for key in expected) >= 0.99999
     assert main(["validate", "--output", str(output)]) == 0
 
 

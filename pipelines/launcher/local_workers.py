@@ -18,11 +18,29 @@ from collections.abc import Mapping, Sequence
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 
+from artifacts.errors import InputError, error_chain
 from pipelines.launcher.worker_output import starts_worker_processes
 
 # torch (OpenMP, MKL) and the fast tokenizers (Rayon) read these when a worker process starts.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "RAYON_NUM_THREADS")
 WORKER_FLAGS = ("--direct_num_workers", "--direct_running_mode")
+# What Beam's local runner raises when a worker process it was waiting on has gone (killed, crashed): the data
+# channel to it closed, or the process's exit seen first.
+WORKER_LOST = ("Channel closed prematurely", "Worker subprocess exited with return code")
+
+
+class WorkerLostError(InputError):
+    """A worker process of a local run ended in the middle of its work: one line (raised in the launcher only)."""
+
+    def __init__(self, command: str) -> None:
+        super().__init__(f"{command}: a worker process ended in the middle of its work (killed: by the kernel's "
+                         "out-of-memory killer when `dmesg` says so; or crashed); rerun the same command to resume")
+
+
+def worker_lost(error: BaseException) -> bool:
+    """Whether ``error``, or an error that led to it, is Beam's local runner losing a worker process."""
+    return any(isinstance(current, RuntimeError) and str(current).startswith(WORKER_LOST)
+               for current in error_chain(error))
 
 
 def local_worker_processes(beam_args: Sequence[str]) -> int:

@@ -429,8 +429,8 @@ def execute(stage: Stage, args: argparse.Namespace, beam_args: Sequence[str],
 
 def _execute_within_limits(stage: Stage[ConfigT], config: ConfigT, ctx: StageContext, options: dict[str, Any],
                            force: bool) -> tuple[manifest.StageRecord, bool]:
-    """``_execute``; a full filesystem or a GPU out of memory is one line, and a full filesystem leaves no staged
-    files (removed under the lock)."""
+    """``_execute``; a full filesystem, a GPU out of memory or a lost worker process is one line, and a full
+    filesystem leaves no staged files (removed under the lock)."""
     at_start = disk_space.space_of(ctx.output)
     try:
         return _execute(stage, config, ctx, options, force)
@@ -440,6 +440,8 @@ def _execute_within_limits(stage: Stage[ConfigT], config: ConfigT, ctx: StageCon
                                              at_start) from error
         if gpu_out_of_memory(error):
             raise GpuMemoryError(layout.command_of(stage.name)) from error
+        if local_workers.worker_lost(error):
+            raise local_workers.WorkerLostError(layout.command_of(stage.name)) from error
         raise
 
 
