@@ -177,7 +177,7 @@ def test_a_model_process_killed_mid_stage_is_one_line_and_the_rerun_resumes(unin
     assert process.returncode == 2, stderr[-3000:]
     assert stderr.rstrip().splitlines()[-1] == (
         "error: embed-entities: a worker process ended in the middle of its work (killed: by the kernel's "
-        "out-of-memory killer when `dmesg` says so; or crashed); rerun the same command to resume")
+        "out-of-memory killer when dmesg says so; or crashed); rerun the same command to resume")
     assert main([*stage_args("embed-entities", output, tiny_bert), *MULTI_PROCESS]) == 0
     expected, found = entity_vectors(uninterrupted), entity_vectors(output)
     assert sorted(found) == sorted(expected)

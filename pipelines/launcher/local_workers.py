@@ -34,7 +34,7 @@ class WorkerLostError(InputError):
 
     def __init__(self, command: str) -> None:
         super().__init__(f"{command}: a worker process ended in the middle of its work (killed: by the kernel's "
-                         "out-of-memory killer when `dmesg` says so; or crashed); rerun the same command to resume")
+                         "out-of-memory killer when dmesg says so; or crashed); rerun the same command to resume")
 
 
 def worker_lost(error: BaseException) -> bool:
