@@ -23,6 +23,7 @@ import pytest
 from artifacts import layout, tables
 from artifacts.run import manifest
 from pipelines.launcher.cli import main
+from pipelines.launcher.interrupt import descendants
 from tests.builders import default_interrupt
 from tests.conftest import DIRECT, MULTI_PROCESS, copy_stages, stage_options
 
@@ -55,24 +56,11 @@ def file_rows(path: Path) -> int:
 
 def interrupted_run(command: str, output: Path, model: Path, beam: list[str], share: float, total: int,
                     sig: signal.Signals) -> int:
-    """Start the stage ``command`` in a process group of its own, paced to ``ENCODING_S`` for ``total`` inputs of
-    up to 64 tokens; send ``sig`` to the whole group once ``share`` of them are kept. Returns how many were kept
-    when it was sent."""
-    stage = command.replace("-", "_")
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(STAND_IN), str(REPO)]),
-                   "KPR_STAND_IN": f"{total * 64 / ENCODING_S}:{output.parent / 'gpu-clock'}",
-                   "KPR_PACED_REAL": "1"}
-    process = subprocess.Popen([sys.executable, str(REPO / "run_pipeline.py"), *stage_args(command, output, model),
-                                *beam],
-                               env=environ_without_coverage(environment), cwd=REPO, start_new_session=True,
-                               preexec_fn=default_interrupt,  # a test runner's worker may ignore SIGINT: not the stage
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 180
+    """Start the stage ``command`` paced (``paced_run``); send ``sig`` to its whole process group once ``share`` of
+    its ``total`` inputs are kept. Returns how many were kept when it was sent."""
+    process = paced_run([*stage_args(command, output, model), *beam], total, output.parent)
     try:
-        while (stored := kept_rows(output, stage)) < share * total:
-            assert process.poll() is None, process.stderr.read().decode()[-2000:]
-            assert time.monotonic() < deadline, "the run stored too little in 180 s"
-            time.sleep(0.05)
+        stored = wait_until_kept(process, output, command.replace("-", "_"), share * total)
     finally:
         os.killpg(process.pid, sig)
         process.wait(timeout=60)
@@ -81,16 +69,38 @@ def interrupted_run(command: str, output: Path, model: Path, beam: list[str], sh
     return stored
 
 
-def model_worker_processes(group: int) -> list[int]:
-    """The worker processes of process group ``group`` that hold the model (torch loaded: the inputs' workers
-    import neither torch nor transformers)."""
+def paced_run(arguments: list[str], total: int, clock_directory: Path) -> subprocess.Popen:
+    """`run_pipeline.py arguments` in a process group of its own, its forward paced to ``ENCODING_S`` for ``total``
+    inputs of up to 64 tokens (the stand-in's clock in ``clock_directory``); stderr piped as text."""
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(STAND_IN), str(REPO)]),
+                   "KPR_STAND_IN": f"{total * 64 / ENCODING_S}:{clock_directory / 'gpu-clock'}",
+                   "KPR_PACED_REAL": "1"}
+    return subprocess.Popen([sys.executable, str(REPO / "run_pipeline.py"), *arguments],
+                            env=environ_without_coverage(environment), cwd=REPO, start_new_session=True,
+                            preexec_fn=default_interrupt,  # a test runner's worker may ignore SIGINT: not the stage
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def wait_until_kept(process: subprocess.Popen, output: Path, stage: str, count: float) -> int:
+    """Wait (180 s at most) until the running ``stage`` has kept ``count`` rows; how many it had then."""
+    deadline = time.monotonic() + 180
+    while (stored := kept_rows(output, stage)) < count:
+        assert process.poll() is None, process.stderr.read()[-2000:]
+        assert time.monotonic() < deadline, "the run stored too little in 180 s"
+        time.sleep(0.05)
+    return stored
+
+
+def model_worker_processes(launcher: int) -> list[int]:
+    """The worker processes under ``launcher`` that hold the model (torch loaded: the inputs' workers import
+    neither torch nor transformers)."""
     found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError):
-            if int(stat.read_text().rsplit(")", 1)[1].split()[2]) == group and \
-                    b"sdk_worker_main" in (stat.parent / "cmdline").read_bytes() and \
-                    "libtorch" in (stat.parent / "maps").read_text():
-                found.append(int(stat.parent.name))
+    for pid in descendants(launcher):
+        with contextlib.suppress(OSError):
+            process = Path("/proc") / str(pid)
+            worker = b"sdk_worker_main" in (process / "cmdline").read_bytes()
+            if worker and "libtorch" in (process / "maps").read_text():
+                found.append(pid)
     return found
 
 
@@ -139,9 +149,7 @@ def test_a_killed_embed_entities_encodes_only_what_it_had_not_stored(uninterrupt
     # the artifacts of a run that was never interrupted, and nothing kept for a rerun
     expected, found = entity_vectors(uninterrupted), entity_vectors(output)
     assert sorted(found) == sorted(expected)
-    cosines = [found[key] @ expected[key] / np.linalg.norm(found[key]) / np.linalg.norm(expected[key])
-               for key in expected]
-    assert min(cosines) >= 0.99999
+    assert least_cosine(found, expected) >= 0.99999
     assert tables.total_rows(str(output), layout.MENTION_VECTORS) == tables.total_rows(
         str(uninterrupted), layout.MENTION_VECTORS)
     assert kept_rows(output, layout.EMBED_ENTITIES_STAGE) == 0
@@ -156,17 +164,10 @@ def test_a_model_process_killed_mid_stage_is_one_line_and_the_rerun_resumes(unin
     output = tmp_path / "out"
     copy_stages(full_run, output, (layout.PARSE_STAGE, layout.DICTIONARY_STAGE, layout.MENTIONS_STAGE))
     total = tables.total_rows(str(output), layout.MENTIONS)
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(STAND_IN), str(REPO)]),
-                   "KPR_STAND_IN": f"{total * 64 / ENCODING_S}:{tmp_path / 'gpu-clock'}", "KPR_PACED_REAL": "1"}
     arguments = [*stage_args("embed-entities", output, tiny_bert), "--model-workers", "2", *MULTI_PROCESS]
-    process = subprocess.Popen([sys.executable, str(REPO / "run_pipeline.py"), *arguments],
-                               env=environ_without_coverage(environment), cwd=REPO, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 180
+    process = paced_run(arguments, total, tmp_path)
     try:
-        while kept_rows(output, layout.EMBED_ENTITIES_STAGE) < 0.3 * total:
-            assert process.poll() is None and time.monotonic() < deadline, "the run stored too little in 180 s"
-            time.sleep(0.05)
+        wait_until_kept(process, output, layout.EMBED_ENTITIES_STAGE, 0.3 * total)
         model = model_worker_processes(process.pid)
         assert len(model) == 2, model
         os.kill(model[0], signal.SIGKILL)
@@ -181,9 +182,14 @@ def test_a_model_process_killed_mid_stage_is_one_line_and_the_rerun_resumes(unin
     assert main([*stage_args("embed-entities", output, tiny_bert), *MULTI_PROCESS]) == 0
     expected, found = entity_vectors(uninterrupted), entity_vectors(output)
     assert sorted(found) == sorted(expected)
-    assert min(found[key] @ expected[key] / np.linalg.norm(found[key]) / np.linalg.norm(expected[key])
-               for key in expected) >= 0.99999
+    assert least_cosine(found, expected) >= 0.99999
     assert main(["validate", "--output", str(output)]) == 0
+
+
+def least_cosine(found: dict[int, np.ndarray], expected: dict[int, np.ndarray]) -> float:
+    """The smallest cosine between the vectors of the same key in ``found`` and ``expected``."""
+    return min(found[key] @ expected[key] / np.linalg.norm(found[key]) / np.linalg.norm(expected[key])
+               for key in expected)
 
 
 def passage_vectors(output: Path) -> dict[int, np.ndarray]:

@@ -16,8 +16,7 @@ from artifacts import layout
 from artifacts.run import manifest
 from pipelines.launcher.interrupt import SigintWatch, watching_sigint
 from pipelines.launcher.worker_output import WORKER_START_UP_LINES, forward_lines, forwarded_stderr
-from tests.builders import stage_command
-from tests.conftest import BUNDLED_SAMPLE, DIRECT, MULTI_PROCESS, REPO, copy_stages
+from tests.conftest import BUNDLED_SAMPLE, MULTI_PROCESS, REPO, copy_stages, stage_options
 
 
 def test_only_the_worker_start_up_lines_are_dropped():
@@ -70,8 +69,8 @@ def test_a_multi_process_gpu_stage_whose_stderr_nothing_reads_runs_to_its_end(fu
     prints a failed bundle's traceback to stderr before it answers, never answered: the stage hung."""
     output = tmp_path / "out"
     copy_stages(full_run, output, (layout.PARSE_STAGE, layout.DICTIONARY_STAGE, layout.MENTIONS_STAGE))
-    arguments = stage_command("embed-entities", output, tiny_bert)
-    arguments = [*arguments[:-len(DIRECT)], *MULTI_PROCESS]
+    arguments = ["embed-entities", "--output", str(output), *stage_options(tiny_bert)["embed-entities"],
+                 *MULTI_PROCESS]
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
