@@ -13,12 +13,14 @@ Remote runners (Dataflow, Flink, Spark) size their own workers: nothing here app
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
+from apache_beam.runners.portability.fn_api_runner import worker_handlers
 
-from artifacts.errors import InputError, error_chain
+from artifacts.errors import InputError, error_chain, first_line
 from pipelines.launcher.worker_output import starts_worker_processes
 
 # torch (OpenMP, MKL) and the fast tokenizers (Rayon) read these when a worker process starts.
@@ -41,6 +43,33 @@ def worker_lost(error: BaseException) -> bool:
     """Whether ``error``, or an error that led to it, is Beam's local runner losing a worker process."""
     return any(isinstance(current, RuntimeError) and str(current).startswith(WORKER_LOST)
                for current in error_chain(error))
+
+
+@contextlib.contextmanager
+def lost_workers_fail_their_bundles() -> Iterator[None]:
+    """For the block: a worker process that dies fails the bundles it had not answered, instead of leaving Beam's
+    local runner waiting for their answers for ever. The runner's thread that reads a worker's control stream
+    (``ControlConnection._read``) ends with the stream's error when the process dies, and leaves the answers it
+    was waiting for unset: a bundle whose data had all come (the process killed after its last output, before its
+    answer) then waited for ever (seen here once in ~10 kills of a model process mid-stage). Each such answer is
+    failed with ``WORKER_LOST``'s message, so the stage ends with ``WorkerLostError``'s line."""
+    connection = worker_handlers.ControlConnection
+    read = connection._read
+
+    def read_failing_unanswered(self: worker_handlers.ControlConnection) -> None:
+        try:
+            read(self)
+        except Exception as error:
+            lost = RuntimeError(f"{WORKER_LOST[0]}: a worker's control stream broke ({first_line(error)})")
+            for future in list(self._futures_by_id.values()):
+                future.abort(lost)
+            raise
+
+    connection._read = read_failing_unanswered
+    try:
+        yield
+    finally:
+        connection._read = read
 
 
 def local_worker_processes(beam_args: Sequence[str]) -> int:

@@ -415,7 +415,7 @@ def execute(stage: Stage, args: argparse.Namespace, beam_args: Sequence[str],
                            model_beam_args=flags.model_pipeline_options(args),
                            progress_interval=getattr(args, "progress_interval", DEFAULT_INTERVAL_S))
     try:
-        with lock.hold(args.output, command_line()):
+        with lock.hold(args.output, command_line()), local_workers.lost_workers_fail_their_bundles():
             return _execute_within_limits(stage, config, context, options, force)
     except StageInterrupted:
         raise

@@ -6,16 +6,22 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import apache_beam as beam
+import pytest
+from apache_beam.portability.api import beam_fn_api_pb2
+from apache_beam.runners.portability.fn_api_runner import worker_handlers
 
 from encoders.models import worker_device
 from pipelines.launcher.local_workers import (
     THREAD_VARIABLES,
     at_most_workers,
     local_worker_processes,
+    lost_workers_fail_their_bundles,
     threads_per_worker,
+    worker_lost,
     worker_thread_variables,
 )
 from pipelines.launcher.stage import StageContext, run_beam
@@ -159,3 +165,28 @@ def test_each_model_is_loaded_on_its_workers_gpu(monkeypatch, tiny_bert):
         for load in loads:
             load()
     assert loaded == ["cuda:2", "cuda:2", "cuda", "cuda"]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_worker_whose_control_stream_breaks_fails_the_answers_it_owed():
+    """The runner's reader of a worker's control stream, the stream broken (the process died) with a request
+    unanswered: the request fails with a lost worker's error inside the block; Beam alone left it waiting."""
+
+    def broken_stream() -> Iterator[beam_fn_api_pb2.InstructionResponse]:
+        yield from ()
+        raise ConnectionError("Socket closed")
+
+    def unanswered() -> worker_handlers.ControlFuture:
+        connection = worker_handlers.ControlConnection()
+        future = connection.push(beam_fn_api_pb2.InstructionRequest())
+        connection.set_input(broken_stream())
+        connection._read_thread.join(10)
+        return future
+
+    with lost_workers_fail_their_bundles():
+        future = unanswered()
+        with pytest.raises(RuntimeError) as raised:
+            future.get(timeout=10)
+    assert worker_lost(raised.value)
+    outside = unanswered()  # Beam's own reader: the request is left waiting
+    assert not outside.is_done() and outside._exception is None
