@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import worker_handlers
@@ -47,29 +48,41 @@ def worker_lost(error: BaseException) -> bool:
 
 @contextlib.contextmanager
 def lost_workers_fail_their_bundles() -> Iterator[None]:
-    """For the block: a worker process that dies fails the bundles it had not answered, instead of leaving Beam's
-    local runner waiting for their answers for ever. The runner's thread that reads a worker's control stream
-    (``ControlConnection._read``) ends with the stream's error when the process dies, and leaves the answers it
-    was waiting for unset: a bundle whose data had all come (the process killed after its last output, before its
-    answer) then waited for ever (seen here once in ~10 kills of a model process mid-stage). Each such answer is
-    failed with ``WORKER_LOST``'s message, so the stage ends with ``WorkerLostError``'s line."""
+    """For the block: a worker process that dies fails what the runner asks of it, instead of leaving Beam's local
+    runner waiting for the answers for ever. The runner's thread that reads a worker's control stream
+    (``ControlConnection._read``) ends when the process dies, leaving unset the answers it was owed, and the runner
+    goes on asking the dead process (``push``) for the next bundles: a bundle that expects no more data then waited
+    for ever (seen about once in ten kills of a model process mid-stage). Here the reader, as it ends, fails what
+    was owed and marks the connection lost, and a request pushed after that fails at once, with ``WORKER_LOST``'s
+    message: the stage ends with ``WorkerLostError``'s line."""
     connection = worker_handlers.ControlConnection
-    read = connection._read
+    read, push = connection._read, connection.push
 
     def read_failing_unanswered(self: worker_handlers.ControlConnection) -> None:
+        ended: BaseException | None = None
         try:
             read(self)
         except Exception as error:
-            lost = RuntimeError(f"{WORKER_LOST[0]}: a worker's control stream broke ({first_line(error)})")
-            for future in list(self._futures_by_id.values()):
-                future.abort(lost)
+            ended = error
             raise
+        finally:
+            self._kpr_lost = RuntimeError(f"{WORKER_LOST[0]}: a worker's control stream ended"
+                                          + (f" ({first_line(ended)})" if ended else ""))
+            for future in list(self._futures_by_id.values()):
+                future.abort(self._kpr_lost)
 
-    connection._read = read_failing_unanswered
+    def push_failing_when_lost(self: worker_handlers.ControlConnection, request: Any) -> Any:
+        future = push(self, request)
+        lost = getattr(self, "_kpr_lost", None)
+        if future is not None and lost is not None:
+            future.abort(lost)
+        return future
+
+    connection._read, connection.push = read_failing_unanswered, push_failing_when_lost
     try:
         yield
     finally:
-        connection._read = read
+        connection._read, connection.push = read, push
 
 
 def local_worker_processes(beam_args: Sequence[str]) -> int:

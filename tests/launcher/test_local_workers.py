@@ -170,23 +170,26 @@ def test_each_model_is_loaded_on_its_workers_gpu(monkeypatch, tiny_bert):
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_a_worker_whose_control_stream_breaks_fails_the_answers_it_owed():
     """The runner's reader of a worker's control stream, the stream broken (the process died) with a request
-    unanswered: the request fails with a lost worker's error inside the block; Beam alone left it waiting."""
+    unanswered, and a request asked of it after: both fail with a lost worker's error inside the block; Beam alone
+    left them waiting."""
 
     def broken_stream() -> Iterator[beam_fn_api_pb2.InstructionResponse]:
         yield from ()
         raise ConnectionError("Socket closed")
 
-    def unanswered() -> worker_handlers.ControlFuture:
+    def unanswered() -> tuple[worker_handlers.ControlFuture, worker_handlers.ControlConnection]:
         connection = worker_handlers.ControlConnection()
         future = connection.push(beam_fn_api_pb2.InstructionRequest())
         connection.set_input(broken_stream())
         connection._read_thread.join(10)
-        return future
+        return future, connection
 
     with lost_workers_fail_their_bundles():
-        future = unanswered()
-        with pytest.raises(RuntimeError) as raised:
-            future.get(timeout=10)
-    assert worker_lost(raised.value)
-    outside = unanswered()  # Beam's own reader: the request is left waiting
+        owed, connection = unanswered()
+        asked_after = connection.push(beam_fn_api_pb2.InstructionRequest())  # the next bundle, to the dead worker
+        for future in (owed, asked_after):
+            with pytest.raises(RuntimeError) as raised:
+                future.get(timeout=10)
+            assert worker_lost(raised.value)
+    outside, _ = unanswered()  # Beam's own reader: the request is left waiting
     assert not outside.is_done() and outside._exception is None
