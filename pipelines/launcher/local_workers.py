@@ -14,10 +14,14 @@ Remote runners (Dataflow, Flink, Spark) size their own workers: nothing here app
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import sys
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import grpc
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import worker_handlers
 
@@ -46,17 +50,38 @@ def worker_lost(error: BaseException) -> bool:
                for current in error_chain(error))
 
 
+def stream_broken(error: BaseException) -> bool:
+    """Whether ``error``, or an error that led to it, is a worker lost (``worker_lost``) or a gRPC stream that
+    broke: what Beam's threads here raise and log as a worker process they talk to goes."""
+    return worker_lost(error) or any(isinstance(current, grpc.RpcError) for current in error_chain(error))
+
+
+@contextlib.contextmanager
+def lost_workers_handled(command: str) -> Iterator[None]:
+    """Around a stage's execution (``command``: its command-line name): a worker process that is lost fails the
+    bundles it was asked for (``lost_workers_fail_their_bundles``), and the tracebacks Beam's threads print as they
+    lose it are held (``lost_worker_tracebacks_held``). In this order: a thread's error goes to the first's hook,
+    which fails the worker's bundles, then to the second's, which holds it."""
+    with lost_worker_tracebacks_held(command), lost_workers_fail_their_bundles():
+        yield
+
+
 @contextlib.contextmanager
 def lost_workers_fail_their_bundles() -> Iterator[None]:
     """For the block: a worker process that dies fails what the runner asks of it, instead of leaving Beam's local
-    runner waiting for the answers for ever. The runner's thread that reads a worker's control stream
-    (``ControlConnection._read``) ends when the process dies, leaving unset the answers it was owed, and the runner
-    goes on asking the dead process (``push``) for the next bundles: a bundle that expects no more data then waited
-    for ever (seen about once in ten kills of a model process mid-stage). Here the reader, as it ends, fails what
-    was owed and marks the connection lost, and a request pushed after that fails at once, with ``WORKER_LOST``'s
-    message: the stage ends with ``WorkerLostError``'s line."""
-    connection = worker_handlers.ControlConnection
-    read, push = connection._read, connection.push
+    runner waiting for the answers for ever. Beam's runner learns of a worker's end in two threads, neither of which
+    fails its bundles: the one that reads the worker's control stream (``ControlConnection._read``), which ends
+    when the process dies and leaves unset the answers it was owed (the runner then goes on asking the dead
+    process, ``push``, for the next bundles: a bundle that expects no more data waited for ever, about once in ten
+    kills of a model process mid-stage), and the one that waits for the process's exit (``run_worker``), which
+    raises into nothing, the only sign of a worker that died before it connected (its requests queued for ever:
+    seen killing a parse worker as it started). Here either one, as it ends, fails what was owed and marks the
+    connection lost, and a request pushed after that fails at once, with ``WORKER_LOST``'s message: the stage ends
+    with ``WorkerLostError``'s line."""
+    connection, handler = worker_handlers.ControlConnection, worker_handlers.SubprocessSdkWorkerHandler
+    read, push, start_worker = connection._read, connection.push, handler.start_worker
+    thread_hook = threading.excepthook
+    exits: dict[threading.Thread, worker_handlers.SubprocessSdkWorkerHandler] = {}  # by the thread awaiting its exit
 
     def read_failing_unanswered(self: worker_handlers.ControlConnection) -> None:
         ended: BaseException | None = None
@@ -66,10 +91,8 @@ def lost_workers_fail_their_bundles() -> Iterator[None]:
             ended = error
             raise
         finally:
-            self._kpr_lost = RuntimeError(f"{WORKER_LOST[0]}: a worker's control stream ended"
-                                          + (f" ({first_line(ended)})" if ended else ""))
-            for future in list(self._futures_by_id.values()):
-                future.abort(self._kpr_lost)
+            lose(self, RuntimeError(f"{WORKER_LOST[0]}: a worker's control stream ended"
+                                    + (f" ({first_line(ended)})" if ended else "")))
 
     def push_failing_when_lost(self: worker_handlers.ControlConnection, request: Any) -> Any:
         future = push(self, request)
@@ -78,11 +101,91 @@ def lost_workers_fail_their_bundles() -> Iterator[None]:
             future.abort(lost)
         return future
 
-    connection._read, connection.push = read_failing_unanswered, push_failing_when_lost
+    def start_watched_worker(self: worker_handlers.SubprocessSdkWorkerHandler) -> None:
+        start_worker(self)
+        exits[self.worker_thread] = self
+
+    def exit_fails_its_bundles(args: Any) -> None:  # threading.ExceptHookArgs
+        lost = exits.get(args.thread)
+        if lost is not None and args.exc_value is not None and worker_lost(args.exc_value):
+            lose(lost.control_conn, args.exc_value)
+            # As the reader of its data stream marks it when the stream ends: the bundle's wait for the worker's
+            # output then fails (``input_elements`` checks it; a failed answer it does not see).
+            lost.data_conn._closed = True
+        thread_hook(args)
+
+    connection._read, connection.push, handler.start_worker = (read_failing_unanswered, push_failing_when_lost,
+                                                                start_watched_worker)
+    threading.excepthook = exit_fails_its_bundles
     try:
         yield
     finally:
-        connection._read, connection.push = read, push
+        connection._read, connection.push, handler.start_worker = read, push, start_worker
+        threading.excepthook = thread_hook
+
+
+def lose(connection: worker_handlers.ControlConnection, error: BaseException) -> None:
+    """Mark ``connection``'s worker lost with ``error``: what it owes fails with it, and so will what is asked
+    of it later (``lost_workers_fail_their_bundles``)."""
+    connection._kpr_lost = error
+    for future in list(connection._futures_by_id.values()):
+        future.abort(error)
+
+
+@contextlib.contextmanager
+def lost_worker_tracebacks_held(command: str) -> Iterator[None]:
+    """For the block: the tracebacks that Beam's threads here print as a worker process goes (its streams' readers,
+    the thread that waited for its exit, the closing of its handler: ~140 lines, within milliseconds of the loss,
+    in threads that learn of it before anything here can) are held, not printed. The block's ``WorkerLostError``
+    says it in one line (and Ctrl-C in its own); a block that ends well had a worker fail and Beam's runner redo its
+    work, and gets one warning line; a block that ends in any other error gets them printed as they came. What the
+    worker process itself printed as it ended (a crash's own lines) passes as it comes."""
+    held_records: list[logging.LogRecord] = []
+    held_errors: list[Any] = []  # threading.ExceptHookArgs
+    lock = threading.Lock()
+    thread_hook = threading.excepthook
+    handlers = list(logging.getLogger().handlers)
+
+    def hold_thread_error(args: Any) -> None:
+        if args.exc_value is None or not stream_broken(args.exc_value):
+            thread_hook(args)
+            return
+        with lock:
+            held_errors.append(args)
+
+    def hold_record(record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if error is None or not stream_broken(error):
+            return True
+        with lock:
+            held_records.append(record)
+        return False
+
+    threading.excepthook = hold_thread_error
+    for handler in handlers:
+        handler.addFilter(hold_record)
+    said, failed = False, False
+    try:
+        yield
+    except (WorkerLostError, KeyboardInterrupt):
+        said = True
+        raise
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        threading.excepthook = thread_hook
+        for handler in handlers:
+            handler.removeFilter(hold_record)
+        with lock:
+            if failed:
+                for record in held_records:
+                    logging.getLogger(record.name).handle(record)
+                for args in held_errors:
+                    thread_hook(args)
+            elif not said and (held_records or held_errors):
+                print(f"warning: {command}: a worker process ended during the stage (killed or crashed); Beam's "
+                      "runner did its work in another", file=sys.stderr)
 
 
 def local_worker_processes(beam_args: Sequence[str]) -> int:

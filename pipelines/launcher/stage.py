@@ -415,7 +415,8 @@ def execute(stage: Stage, args: argparse.Namespace, beam_args: Sequence[str],
                            model_beam_args=flags.model_pipeline_options(args),
                            progress_interval=getattr(args, "progress_interval", DEFAULT_INTERVAL_S))
     try:
-        with lock.hold(args.output, command_line()), local_workers.lost_workers_fail_their_bundles():
+        with (lock.hold(args.output, command_line()),
+              local_workers.lost_workers_handled(layout.command_of(stage.name))):
             return _execute_within_limits(stage, config, context, options, force)
     except StageInterrupted:
         raise

@@ -3,13 +3,19 @@ in this process."""
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import os
 import re
+import subprocess
+import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import apache_beam as beam
+import grpc
 import pytest
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability.fn_api_runner import worker_handlers
@@ -17,8 +23,10 @@ from apache_beam.runners.portability.fn_api_runner import worker_handlers
 from encoders.models import worker_device
 from pipelines.launcher.local_workers import (
     THREAD_VARIABLES,
+    WorkerLostError,
     at_most_workers,
     local_worker_processes,
+    lost_worker_tracebacks_held,
     lost_workers_fail_their_bundles,
     threads_per_worker,
     worker_lost,
@@ -26,7 +34,10 @@ from pipelines.launcher.local_workers import (
 )
 from pipelines.launcher.stage import StageContext, run_beam
 from run_pipeline import MALLOC_SETTINGS
-from tests.conftest import DIRECT, MULTI_PROCESS, REPO
+from tests.conftest import BUNDLED_SAMPLE, DIRECT, MULTI_PROCESS, REPO
+
+LOST_LINE = ("error: parse: a worker process ended in the middle of its work (killed: by the kernel's out-of-memory "
+             "killer when dmesg says so; or crashed); rerun the same command to resume")
 
 
 def test_workers_started_here_are_counted_from_the_direct_runner_flags_only():
@@ -90,10 +101,6 @@ def test_worker_processes_inherit_their_thread_share_and_one_piece_runs_here(tmp
 
 
 def test_the_command_line_gives_arrow_the_system_allocator_unless_set_and_freed_memory_back(tmp_path):
-    import os
-    import subprocess
-    import sys
-
     script = ("import runpy, sys\nsys.argv = ['run_pipeline.py', '--help']\ntry:\n"
               "    runpy.run_path('run_pipeline.py', run_name='__main__')\nexcept SystemExit:\n    pass\n"
               "import os, pyarrow\nprint('POOL', pyarrow.default_memory_pool().backend_name, "
@@ -110,9 +117,6 @@ def test_the_command_line_gives_arrow_the_system_allocator_unless_set_and_freed_
 
 
 def test_the_command_line_exits_with_its_code_after_the_atexit_handlers_without_collecting_what_is_alive():
-    import subprocess
-    import sys
-
     # what is alive at the exit is frozen, so a cycle is left to the OS; the atexit handlers (Beam stops its worker
     # pools in one) still run, and the code reaches the shell
     script = ("import atexit, gc\nfrom run_pipeline import exit_without_last_collections\n"
@@ -193,3 +197,88 @@ def test_a_worker_whose_control_stream_breaks_fails_the_answers_it_owed():
             assert worker_lost(raised.value)
     outside, _ = unanswered()  # Beam's own reader: the request is left waiting
     assert not outside.is_done() and outside._exception is None
+
+
+def test_a_worker_process_that_ends_before_it_connects_ends_its_stage_in_one_line(tmp_path):
+    """A worker whose Python cannot start (a broken environment; as one killed while it starts): its own lines,
+    then the stage's one line, exit 2. Beam's runner left its bundle waiting for ever for output from the process
+    that was gone (only the thread that awaited its exit saw it end, and raised into nothing)."""
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "sitecustomize.py").write_text(  # only Beam's worker processes have this variable
+        "import os, sys\nif os.environ.get('CONTROL_API_SERVICE_DESCRIPTOR'):\n"
+        "    sys.stderr.write('this worker cannot start\\n')\n    sys.exit(3)\n")
+    run = subprocess.run([sys.executable, "run_pipeline.py", "parse", "--dump", str(BUNDLED_SAMPLE), "--output",
+                          str(tmp_path / "out"), *MULTI_PROCESS], cwd=REPO, capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(broken), str(REPO)])})
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert run.stderr.splitlines()[-1] == LOST_LINE
+    assert "this worker cannot start" in run.stderr
+    assert "Exception in thread" not in run.stderr and "Worker subprocess exited" not in run.stderr
+
+
+def raised_in_a_thread(error: BaseException) -> None:
+    def target() -> None:
+        raise error
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+
+
+def logged_with(error: BaseException) -> None:
+    try:
+        raise error
+    except type(error):
+        logging.getLogger("apache_beam.runners.worker.data_plane").exception("Failed to read inputs in the data plane.")
+
+
+@pytest.fixture
+def thread_errors_and_log(monkeypatch) -> tuple[list[BaseException], io.StringIO]:
+    """The thread errors that reach the excepthook, and what the root logger's handler writes."""
+    seen: list[BaseException] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: seen.append(args.exc_value))
+    log = io.StringIO()
+    handler = logging.StreamHandler(log)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    yield seen, log
+    root.removeHandler(handler)
+
+
+def test_what_beams_threads_print_as_a_worker_goes_is_held_and_the_lost_workers_line_says_it(
+        thread_errors_and_log, capsys):
+    seen, log = thread_errors_and_log
+    hook = threading.excepthook
+    exited = RuntimeError("Worker subprocess exited with return code 137")
+    with pytest.raises(WorkerLostError), lost_worker_tracebacks_held("parse"):
+        raised_in_a_thread(exited)
+        logged_with(grpc.RpcError())
+        raised_in_a_thread(other := ValueError("a thread's own error"))
+        logging.getLogger("apache_beam").error("an error of its own")
+        raise WorkerLostError("parse")
+    assert seen == [other]  # as it came; the lost worker's never
+    assert "an error of its own" in log.getvalue() and "Failed to read inputs" not in log.getvalue()
+    assert capsys.readouterr().err == ""
+    assert threading.excepthook is hook
+    logged_with(grpc.RpcError())  # the filter is gone with the block
+    assert "Failed to read inputs" in log.getvalue()
+
+
+def test_a_stage_that_ends_well_after_losing_a_worker_says_so_in_one_line_and_another_error_shows_them_all(
+        thread_errors_and_log, capsys):
+    seen, log = thread_errors_and_log
+    lost = RuntimeError("Worker subprocess exited with return code 137")
+    with lost_worker_tracebacks_held("parse"):
+        raised_in_a_thread(lost)
+        logged_with(grpc.RpcError())
+    assert seen == [] and log.getvalue() == ""
+    assert capsys.readouterr().err == ("warning: parse: a worker process ended during the stage (killed or crashed); "
+                                       "Beam's runner did its work in another\n")
+    with pytest.raises(ValueError), lost_worker_tracebacks_held("parse"):
+        raised_in_a_thread(lost)
+        logged_with(grpc.RpcError())
+        assert seen == [] and log.getvalue() == ""
+        raise ValueError("the stage's own failure")
+    assert seen == [lost] and "Failed to read inputs" in log.getvalue()
+    assert capsys.readouterr().err == ""
