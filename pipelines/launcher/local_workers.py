@@ -137,9 +137,9 @@ def lost_worker_tracebacks_held(command: str) -> Iterator[None]:
     """For the block: the tracebacks that Beam's threads here print as a worker process goes (its streams' readers,
     the thread that waited for its exit, the closing of its handler: ~140 lines, within milliseconds of the loss,
     in threads that learn of it before anything here can) are held, not printed. The block's ``WorkerLostError``
-    says it in one line (and Ctrl-C in its own); a block that ends well had a worker fail and Beam's runner redo its
-    work, and gets one warning line; a block that ends in any other error gets them printed as they came. What the
-    worker process itself printed as it ended (a crash's own lines) passes as it comes."""
+    says it in one line (and Ctrl-C in its own); a block that ends well lost a worker that owed nothing (idle after
+    its last bundle), and gets one warning line; a block that ends in any other error gets them printed as they
+    came. What the worker process itself printed as it ended (a crash's own lines) passes as it comes."""
     held_records: list[logging.LogRecord] = []
     held_errors: list[Any] = []  # threading.ExceptHookArgs
     lock = threading.Lock()
@@ -184,8 +184,8 @@ def lost_worker_tracebacks_held(command: str) -> Iterator[None]:
                 for args in held_errors:
                     thread_hook(args)
             elif not said and (held_records or held_errors):
-                print(f"warning: {command}: a worker process ended during the stage (killed or crashed); Beam's "
-                      "runner did its work in another", file=sys.stderr)
+                print(f"warning: {command}: a worker process ended during the stage (killed or crashed); all of "
+                      "the stage's work was done all the same", file=sys.stderr)
 
 
 def local_worker_processes(beam_args: Sequence[str]) -> int:

@@ -274,7 +274,7 @@ def test_a_stage_that_ends_well_after_losing_a_worker_says_so_in_one_line_and_an
         logged_with(grpc.RpcError())
     assert seen == [] and log.getvalue() == ""
     assert capsys.readouterr().err == ("warning: parse: a worker process ended during the stage (killed or crashed); "
-                                       "Beam's runner did its work in another\n")
+                                       "all of the stage's work was done all the same\n")
     with pytest.raises(ValueError), lost_worker_tracebacks_held("parse"):
         raised_in_a_thread(lost)
         logged_with(grpc.RpcError())
