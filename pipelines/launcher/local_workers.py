@@ -57,12 +57,13 @@ def stream_broken(error: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def lost_workers_handled(command: str) -> Iterator[None]:
+def lost_workers_handled(command: str, verbose: bool = False) -> Iterator[None]:
     """Around a stage's execution (``command``: its command-line name): a worker process that is lost fails the
-    bundles it was asked for (``lost_workers_fail_their_bundles``), and the tracebacks Beam's threads print as they
-    lose it are held (``lost_worker_tracebacks_held``). In this order: a thread's error goes to the first's hook,
-    which fails the worker's bundles, then to the second's, which holds it."""
-    with lost_worker_tracebacks_held(command), lost_workers_fail_their_bundles():
+    bundles it was asked for (``lost_workers_fail_their_bundles``), and, unless ``verbose`` (everything shows as it
+    comes), the tracebacks Beam's threads print as they lose it are held (``lost_worker_tracebacks_held``). In this
+    order: a thread's error goes to the first's hook, which fails the worker's bundles, then to the second's."""
+    held = contextlib.nullcontext() if verbose else lost_worker_tracebacks_held(command)
+    with held, lost_workers_fail_their_bundles():
         yield
 
 

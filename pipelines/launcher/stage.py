@@ -416,7 +416,7 @@ def execute(stage: Stage, args: argparse.Namespace, beam_args: Sequence[str],
                            progress_interval=getattr(args, "progress_interval", DEFAULT_INTERVAL_S))
     try:
         with (lock.hold(args.output, command_line()),
-              local_workers.lost_workers_handled(layout.command_of(stage.name))):
+              local_workers.lost_workers_handled(layout.command_of(stage.name), getattr(args, "verbose", False))):
             return _execute_within_limits(stage, config, context, options, force)
     except StageInterrupted:
         raise

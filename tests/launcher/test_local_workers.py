@@ -28,6 +28,7 @@ from pipelines.launcher.local_workers import (
     local_worker_processes,
     lost_worker_tracebacks_held,
     lost_workers_fail_their_bundles,
+    lost_workers_handled,
     threads_per_worker,
     worker_lost,
     worker_thread_variables,
@@ -282,3 +283,17 @@ def test_a_stage_that_ends_well_after_losing_a_worker_says_so_in_one_line_and_an
         raise ValueError("the stage's own failure")
     assert seen == [lost] and "Failed to read inputs" in log.getvalue()
     assert capsys.readouterr().err == ""
+
+
+def test_with_verbose_what_beams_threads_print_as_a_worker_goes_shows_as_it_comes(thread_errors_and_log):
+    seen, log = thread_errors_and_log
+    lost = RuntimeError("Worker subprocess exited with return code 137")
+    with pytest.raises(WorkerLostError), lost_workers_handled("parse", verbose=True):
+        raised_in_a_thread(lost)
+        logged_with(grpc.RpcError())
+        assert seen == [lost] and "Failed to read inputs" in log.getvalue()
+        raise WorkerLostError("parse")
+    with pytest.raises(WorkerLostError), lost_workers_handled("parse"):
+        raised_in_a_thread(lost)
+        raise WorkerLostError("parse")
+    assert seen == [lost]
