@@ -57,12 +57,12 @@ def stream_broken(error: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def lost_workers_handled(command: str, verbose: bool = False) -> Iterator[None]:
+def lost_workers_handled(command: str, hold: bool = True) -> Iterator[None]:
     """Around a stage's execution (``command``: its command-line name): a worker process that is lost fails the
-    bundles it was asked for (``lost_workers_fail_their_bundles``), and, unless ``verbose`` (everything shows as it
-    comes), the tracebacks Beam's threads print as they lose it are held (``lost_worker_tracebacks_held``). In this
-    order: a thread's error goes to the first's hook, which fails the worker's bundles, then to the second's."""
-    held = contextlib.nullcontext() if verbose else lost_worker_tracebacks_held(command)
+    bundles it was asked for (``lost_workers_fail_their_bundles``), and with ``hold`` (a local run without
+    --verbose) the tracebacks Beam's threads print as they lose it are held (``lost_worker_tracebacks_held``). In
+    this order: a thread's error goes to the first's hook, which fails the worker's bundles, then to the second's."""
+    held = lost_worker_tracebacks_held(command) if hold else contextlib.nullcontext()
     with held, lost_workers_fail_their_bundles():
         yield
 

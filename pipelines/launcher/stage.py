@@ -414,9 +414,11 @@ def execute(stage: Stage, args: argparse.Namespace, beam_args: Sequence[str],
     context = StageContext(output=args.output, stage=stage.name, beam_args=tuple(beam_args),
                            model_beam_args=flags.model_pipeline_options(args),
                            progress_interval=getattr(args, "progress_interval", DEFAULT_INTERVAL_S))
+    # what Beam's threads print as they lose a local worker process is held back, as its other lines, unless --verbose
+    hold = workers_run_here(beam_args) and not getattr(args, "verbose", False)
     try:
         with (lock.hold(args.output, command_line()),
-              local_workers.lost_workers_handled(layout.command_of(stage.name), getattr(args, "verbose", False))):
+              local_workers.lost_workers_handled(layout.command_of(stage.name), hold)):
             return _execute_within_limits(stage, config, context, options, force)
     except StageInterrupted:
         raise

@@ -285,10 +285,10 @@ def test_a_stage_that_ends_well_after_losing_a_worker_says_so_in_one_line_and_an
     assert capsys.readouterr().err == ""
 
 
-def test_with_verbose_what_beams_threads_print_as_a_worker_goes_shows_as_it_comes(thread_errors_and_log):
+def test_unheld_what_beams_threads_print_as_a_worker_goes_shows_as_it_comes(thread_errors_and_log):
     seen, log = thread_errors_and_log
     lost = RuntimeError("Worker subprocess exited with return code 137")
-    with pytest.raises(WorkerLostError), lost_workers_handled("parse", verbose=True):
+    with pytest.raises(WorkerLostError), lost_workers_handled("parse", hold=False):
         raised_in_a_thread(lost)
         logged_with(grpc.RpcError())
         assert seen == [lost] and "Failed to read inputs" in log.getvalue()
