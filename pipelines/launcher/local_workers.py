@@ -127,7 +127,8 @@ def lost_workers_fail_their_bundles() -> Iterator[None]:
 
 def lose(connection: worker_handlers.ControlConnection, error: BaseException) -> None:
     """Mark ``connection``'s worker lost with ``error``: what it owes fails with it, and so will what is asked
-    of it later (``lost_workers_fail_their_bundles``)."""
+    of it later (``lost_workers_fail_their_bundles``). Beam's ``ControlConnection.abort`` but for the mark, and for
+    iterating a copy: the runner's threads may push while this runs in another."""
     connection._kpr_lost = error
     for future in list(connection._futures_by_id.values()):
         future.abort(error)

@@ -39,6 +39,7 @@ from tests.conftest import BUNDLED_SAMPLE, DIRECT, MULTI_PROCESS, REPO
 
 LOST_LINE = ("error: parse: a worker process ended in the middle of its work (killed: by the kernel's out-of-memory "
              "killer when dmesg says so; or crashed); rerun the same command to resume")
+EXITED = RuntimeError("Worker subprocess exited with return code 137")  # what Beam's run_worker thread raises
 
 
 def test_workers_started_here_are_counted_from_the_direct_runner_flags_only():
@@ -251,9 +252,8 @@ def test_what_beams_threads_print_as_a_worker_goes_is_held_and_the_lost_workers_
         thread_errors_and_log, capsys):
     seen, log = thread_errors_and_log
     hook = threading.excepthook
-    exited = RuntimeError("Worker subprocess exited with return code 137")
     with pytest.raises(WorkerLostError), lost_worker_tracebacks_held("parse"):
-        raised_in_a_thread(exited)
+        raised_in_a_thread(EXITED)
         logged_with(grpc.RpcError())
         raised_in_a_thread(other := ValueError("a thread's own error"))
         logging.getLogger("apache_beam").error("an error of its own")
@@ -269,31 +269,29 @@ def test_what_beams_threads_print_as_a_worker_goes_is_held_and_the_lost_workers_
 def test_a_stage_that_ends_well_after_losing_a_worker_says_so_in_one_line_and_another_error_shows_them_all(
         thread_errors_and_log, capsys):
     seen, log = thread_errors_and_log
-    lost = RuntimeError("Worker subprocess exited with return code 137")
     with lost_worker_tracebacks_held("parse"):
-        raised_in_a_thread(lost)
+        raised_in_a_thread(EXITED)
         logged_with(grpc.RpcError())
     assert seen == [] and log.getvalue() == ""
     assert capsys.readouterr().err == ("warning: parse: a worker process ended during the stage (killed or crashed); "
                                        "all of the stage's work was done all the same\n")
     with pytest.raises(ValueError), lost_worker_tracebacks_held("parse"):
-        raised_in_a_thread(lost)
+        raised_in_a_thread(EXITED)
         logged_with(grpc.RpcError())
         assert seen == [] and log.getvalue() == ""
         raise ValueError("the stage's own failure")
-    assert seen == [lost] and "Failed to read inputs" in log.getvalue()
+    assert seen == [EXITED] and "Failed to read inputs" in log.getvalue()
     assert capsys.readouterr().err == ""
 
 
 def test_unheld_what_beams_threads_print_as_a_worker_goes_shows_as_it_comes(thread_errors_and_log):
     seen, log = thread_errors_and_log
-    lost = RuntimeError("Worker subprocess exited with return code 137")
     with pytest.raises(WorkerLostError), lost_workers_handled("parse", hold=False):
-        raised_in_a_thread(lost)
+        raised_in_a_thread(EXITED)
         logged_with(grpc.RpcError())
-        assert seen == [lost] and "Failed to read inputs" in log.getvalue()
+        assert seen == [EXITED] and "Failed to read inputs" in log.getvalue()
         raise WorkerLostError("parse")
     with pytest.raises(WorkerLostError), lost_workers_handled("parse"):
-        raised_in_a_thread(lost)
+        raised_in_a_thread(EXITED)
         raise WorkerLostError("parse")
-    assert seen == [lost]
+    assert seen == [EXITED]
