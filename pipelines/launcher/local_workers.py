@@ -16,6 +16,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
+import signal
 import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -34,14 +36,54 @@ WORKER_FLAGS = ("--direct_num_workers", "--direct_running_mode")
 # What Beam's local runner raises when a worker process it was waiting on has gone (killed, crashed): the data
 # channel to it closed, or the process's exit seen first.
 WORKER_LOST = ("Channel closed prematurely", "Worker subprocess exited with return code")
+EXIT_STATUS = re.compile(r"Worker subprocess exited with return code (-?\d+)")
+SHELL_SIGNALLED = 128  # Beam starts a worker through the shell, which reports a child killed by signal N as 128 + N
 
 
 class WorkerLostError(InputError):
-    """A worker process of a local run ended in the middle of its work: one line (raised in the launcher only)."""
+    """A worker process of a local run ended in the middle of its work: one line (raised in the launcher only),
+    which says how when its exit status is known (``statuses``: those of the workers lost, as Beam saw them)."""
 
-    def __init__(self, command: str) -> None:
-        super().__init__(f"{command}: a worker process ended in the middle of its work (killed: by the kernel's "
-                         "out-of-memory killer when dmesg says so; or crashed); rerun the same command to resume")
+    def __init__(self, command: str, statuses: Sequence[int] = ()) -> None:
+        super().__init__(f"{command}: {lost_worker_cause(statuses[0] if statuses else None)}")
+
+
+def lost_worker_cause(status: int | None) -> str:
+    """What the line of a lost worker says of its exit ``status`` (None: not known) and what to do."""
+    resume = "rerun the same command to resume"
+    if status is None:
+        return ("a worker process ended in the middle of its work (killed: by the kernel's out-of-memory killer "
+                f"when dmesg says so; or crashed); {resume}")
+    ended_by = signal_of(status)
+    if ended_by == signal.SIGKILL:
+        return ("a worker process was killed (SIGKILL: by the kernel's out-of-memory killer when dmesg says so) in "
+                f"the middle of its work; {resume}")
+    if ended_by is not None:
+        return f"a worker process ended by {signal_name(ended_by)} in the middle of its work; {resume}"
+    return (f"a worker process exited with status {status} before its work was done (its own lines above say why); "
+            f"{resume} once that is fixed")
+
+
+def signal_of(status: int) -> int | None:
+    """The signal that ended a worker of exit ``status`` (Popen's -N, or the shell's 128 + N), if one did."""
+    if status < 0:
+        return -status
+    return status - SHELL_SIGNALLED if status > SHELL_SIGNALLED else None
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def exit_status(error: BaseException) -> int | None:
+    """The exit status in Beam's "Worker subprocess exited with return code N" of ``error``'s chain, if any."""
+    for current in error_chain(error):
+        if found := EXIT_STATUS.match(str(current)):
+            return int(found.group(1))
+    return None
 
 
 def worker_lost(error: BaseException) -> bool:
@@ -57,18 +99,19 @@ def stream_broken(error: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def lost_workers_handled(command: str, hold: bool = True) -> Iterator[None]:
+def lost_workers_handled(command: str, hold: bool = True) -> Iterator[list[int]]:
     """Around a stage's execution (``command``: its command-line name): a worker process that is lost fails the
-    bundles it was asked for (``lost_workers_fail_their_bundles``), and with ``hold`` (a local run without
-    --verbose) the tracebacks Beam's threads print as they lose it are held (``lost_worker_tracebacks_held``). In
-    this order: a thread's error goes to the first's hook, which fails the worker's bundles, then to the second's."""
+    bundles it was asked for (``lost_workers_fail_their_bundles``, whose exit statuses this yields), and with
+    ``hold`` (a local run without --verbose) the tracebacks Beam's threads print as they lose it are held
+    (``lost_worker_tracebacks_held``). In this order: a thread's error goes to the first's hook, which fails the
+    worker's bundles, then to the second's."""
     held = lost_worker_tracebacks_held(command) if hold else contextlib.nullcontext()
-    with held, lost_workers_fail_their_bundles():
-        yield
+    with held, lost_workers_fail_their_bundles() as statuses:
+        yield statuses
 
 
 @contextlib.contextmanager
-def lost_workers_fail_their_bundles() -> Iterator[None]:
+def lost_workers_fail_their_bundles() -> Iterator[list[int]]:
     """For the block: a worker process that dies fails what the runner asks of it, instead of leaving Beam's local
     runner waiting for the answers for ever. Beam's runner learns of a worker's end in two threads, neither of which
     fails its bundles: the one that reads the worker's control stream (``ControlConnection._read``), which ends
@@ -78,11 +121,13 @@ def lost_workers_fail_their_bundles() -> Iterator[None]:
     raises into nothing, the only sign of a worker that died before it connected (its requests queued for ever:
     seen killing a parse worker as it started). Here either one, as it ends, fails what was owed and marks the
     connection lost, and a request pushed after that fails at once, with ``WORKER_LOST``'s message: the stage ends
-    with ``WorkerLostError``'s line."""
+    with ``WorkerLostError``'s line. Yields the exit statuses of the workers lost, as their exits are seen (the
+    one known sign of how a worker ended; its streams' end may be seen first)."""
     connection, handler = worker_handlers.ControlConnection, worker_handlers.SubprocessSdkWorkerHandler
     read, push, start_worker = connection._read, connection.push, handler.start_worker
     thread_hook = threading.excepthook
     exits: dict[threading.Thread, worker_handlers.SubprocessSdkWorkerHandler] = {}  # by the thread awaiting its exit
+    statuses: list[int] = []
 
     def read_failing_unanswered(self: worker_handlers.ControlConnection) -> None:
         ended: BaseException | None = None
@@ -109,6 +154,8 @@ def lost_workers_fail_their_bundles() -> Iterator[None]:
     def exit_fails_its_bundles(args: Any) -> None:  # threading.ExceptHookArgs
         lost = exits.get(args.thread)
         if lost is not None and args.exc_value is not None and worker_lost(args.exc_value):
+            if (status := exit_status(args.exc_value)) is not None:
+                statuses.append(status)
             lose(lost.control_conn, args.exc_value)
             # As the reader of its data stream marks it when the stream ends: the bundle's wait for the worker's
             # output then fails (``input_elements`` checks it; a failed answer it does not see).
@@ -119,7 +166,7 @@ def lost_workers_fail_their_bundles() -> Iterator[None]:
                                                                 start_watched_worker)
     threading.excepthook = exit_fails_its_bundles
     try:
-        yield
+        yield statuses
     finally:
         connection._read, connection.push, handler.start_worker = read, push, start_worker
         threading.excepthook = thread_hook

@@ -13,6 +13,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import apache_beam as beam
 import grpc
@@ -37,8 +38,6 @@ from pipelines.launcher.stage import StageContext, run_beam
 from run_pipeline import MALLOC_SETTINGS
 from tests.conftest import BUNDLED_SAMPLE, DIRECT, MULTI_PROCESS, REPO
 
-LOST_LINE = ("error: parse: a worker process ended in the middle of its work (killed: by the kernel's out-of-memory "
-             "killer when dmesg says so; or crashed); rerun the same command to resume")
 EXITED = RuntimeError("Worker subprocess exited with return code 137")  # what Beam's run_worker thread raises
 
 
@@ -214,9 +213,58 @@ def test_a_worker_process_that_ends_before_it_connects_ends_its_stage_in_one_lin
                           str(tmp_path / "out"), *MULTI_PROCESS], cwd=REPO, capture_output=True, text=True,
                          timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(broken), str(REPO)])})
     assert run.returncode == 2, run.stderr[-3000:]
-    assert run.stderr.splitlines()[-1] == LOST_LINE
+    assert run.stderr.splitlines()[-1] == (  # Python's status after an error in sitecustomize
+        "error: parse: a worker process exited with status 1 before its work was done (its own lines above say "
+        "why); rerun the same command to resume once that is fixed")
     assert "this worker cannot start" in run.stderr
     assert "Exception in thread" not in run.stderr and "Worker subprocess exited" not in run.stderr
+
+
+@pytest.mark.parametrize(("statuses", "cause"), [
+    ((137,), "was killed (SIGKILL: by the kernel's out-of-memory killer when dmesg says so) in the middle of its "
+             "work; rerun the same command to resume"),  # through the shell Beam starts it with
+    ((-9, 1), "was killed (SIGKILL: by the kernel's out-of-memory killer when dmesg says so) in the middle of its "
+              "work; rerun the same command to resume"),  # the first worker lost says it
+    ((139,), "ended by SIGSEGV in the middle of its work; rerun the same command to resume"),
+    ((-6,), "ended by SIGABRT in the middle of its work; rerun the same command to resume"),
+    ((2,), "exited with status 2 before its work was done (its own lines above say why); rerun the same command to "
+           "resume once that is fixed"),
+    ((), "ended in the middle of its work (killed: by the kernel's out-of-memory killer when dmesg says so; or "
+         "crashed); rerun the same command to resume"),  # its exit not seen yet: its streams' end was
+])
+def test_the_lost_workers_line_says_how_it_ended_when_its_exit_status_is_known(statuses, cause):
+    assert WorkerLostError("parse", statuses).message == f"parse: a worker process {cause}"
+
+
+def test_the_exit_status_of_a_worker_lost_is_kept_from_the_thread_that_awaited_its_exit(monkeypatch,
+                                                                                        thread_errors_and_log):
+    """Beam's ``run_worker`` thread raises its worker's exit status into nothing: it is kept for the line, and the
+    worker's channels fail what it owed."""
+    exited = threading.Event()
+
+    def start_worker_that_is_killed(self: worker_handlers.SubprocessSdkWorkerHandler) -> None:
+        def run_worker() -> None:  # as Beam's: waits for the process, then raises its exit
+            exited.wait(10)
+            raise EXITED
+
+        self.worker_thread = threading.Thread(target=run_worker)
+        self.worker_thread.start()
+
+    seen, _ = thread_errors_and_log
+    monkeypatch.setattr(worker_handlers.SubprocessSdkWorkerHandler, "start_worker", start_worker_that_is_killed)
+    with lost_workers_fail_their_bundles() as statuses:
+        handler = object.__new__(worker_handlers.SubprocessSdkWorkerHandler)
+        handler.control_conn, handler.data_conn = worker_handlers.ControlConnection(), SimpleNamespace(_closed=False)
+        owed = handler.control_conn.push(beam_fn_api_pb2.InstructionRequest())
+        handler.start_worker()
+        exited.set()
+        handler.worker_thread.join(10)
+        raised_in_a_thread(other := ValueError("another thread's error"))
+    assert statuses == [137] and seen == [EXITED, other]
+    assert handler.data_conn._closed
+    with pytest.raises(RuntimeError) as raised:
+        owed.get(timeout=10)
+    assert worker_lost(raised.value)
 
 
 def raised_in_a_thread(error: BaseException) -> None:
