@@ -121,8 +121,9 @@ def lost_workers_fail_their_bundles() -> Iterator[list[int]]:
     raises into nothing, the only sign of a worker that died before it connected (its requests queued for ever:
     seen killing a parse worker as it started). Here either one, as it ends, fails what was owed and marks the
     connection lost, and a request pushed after that fails at once, with ``WORKER_LOST``'s message: the stage ends
-    with ``WorkerLostError``'s line. Yields the exit statuses of the workers lost, as their exits are seen (the
-    one known sign of how a worker ended; its streams' end may be seen first)."""
+    with ``WorkerLostError``'s line. Yields the exit statuses of the workers lost, as their exits are seen: the
+    one sign of how a worker ended, there before the stage's error (Beam's runner joins the thread that awaited a
+    worker's exit as it closes its workers, before its error leaves the pipeline)."""
     connection, handler = worker_handlers.ControlConnection, worker_handlers.SubprocessSdkWorkerHandler
     read, push, start_worker = connection._read, connection.push, handler.start_worker
     thread_hook = threading.excepthook
