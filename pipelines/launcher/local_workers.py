@@ -36,7 +36,7 @@ WORKER_FLAGS = ("--direct_num_workers", "--direct_running_mode")
 # What Beam's local runner raises when a worker process it was waiting on has gone (killed, crashed): the data
 # channel to it closed, or the process's exit seen first.
 WORKER_LOST = ("Channel closed prematurely", "Worker subprocess exited with return code")
-EXIT_STATUS = re.compile(r"Worker subprocess exited with return code (-?\d+)")
+EXIT_STATUS = re.compile(re.escape(WORKER_LOST[1]) + r" (-?\d+)")
 SHELL_SIGNALLED = 128  # Beam starts a worker through the shell, which reports a child killed by signal N as 128 + N
 
 
@@ -50,14 +50,12 @@ class WorkerLostError(InputError):
 
 def lost_worker_cause(status: int | None) -> str:
     """What the line of a lost worker says of its exit ``status`` (None: not known) and what to do."""
-    resume = "rerun the same command to resume"
+    resume, oom = "rerun the same command to resume", "by the kernel's out-of-memory killer when dmesg says so"
     if status is None:
-        return ("a worker process ended in the middle of its work (killed: by the kernel's out-of-memory killer "
-                f"when dmesg says so; or crashed); {resume}")
+        return f"a worker process ended in the middle of its work (killed: {oom}; or crashed); {resume}"
     ended_by = signal_of(status)
     if ended_by == signal.SIGKILL:
-        return ("a worker process was killed (SIGKILL: by the kernel's out-of-memory killer when dmesg says so) in "
-                f"the middle of its work; {resume}")
+        return f"a worker process was killed (SIGKILL: {oom}) in the middle of its work; {resume}"
     if ended_by is not None:
         return f"a worker process ended by {signal_name(ended_by)} in the middle of its work; {resume}"
     return (f"a worker process exited with status {status} before its work was done (its own lines above say why); "
@@ -99,15 +97,21 @@ def stream_broken(error: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def lost_workers_handled(command: str, hold: bool = True) -> Iterator[list[int]]:
+def lost_workers_handled(command: str, hold: bool = True) -> Iterator[None]:
     """Around a stage's execution (``command``: its command-line name): a worker process that is lost fails the
-    bundles it was asked for (``lost_workers_fail_their_bundles``, whose exit statuses this yields), and with
-    ``hold`` (a local run without --verbose) the tracebacks Beam's threads print as they lose it are held
-    (``lost_worker_tracebacks_held``). In this order: a thread's error goes to the first's hook, which fails the
-    worker's bundles, then to the second's."""
+    bundles it was asked for (``lost_workers_fail_their_bundles``) and the stage with ``WorkerLostError``'s line,
+    which says how it ended; with ``hold`` (a local run without --verbose) the tracebacks Beam's threads print as
+    they lose it are held (``lost_worker_tracebacks_held``). In this order: a thread's error goes to the first's
+    hook, which fails the worker's bundles, then to the second's. The block's own one-line errors (a full disk, a
+    GPU out of memory) stay as they are."""
     held = lost_worker_tracebacks_held(command) if hold else contextlib.nullcontext()
     with held, lost_workers_fail_their_bundles() as statuses:
-        yield statuses
+        try:
+            yield
+        except Exception as error:
+            if worker_lost(error) and not isinstance(error, InputError):
+                raise WorkerLostError(command, statuses) from error
+            raise
 
 
 @contextlib.contextmanager

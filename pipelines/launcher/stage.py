@@ -418,8 +418,8 @@ def execute(stage: Stage, args: argparse.Namespace, beam_args: Sequence[str],
     hold = workers_run_here(beam_args) and not getattr(args, "verbose", False)
     try:
         with (lock.hold(args.output, command_line()),
-              local_workers.lost_workers_handled(layout.command_of(stage.name), hold) as lost_statuses):
-            return _execute_within_limits(stage, config, context, options, force, lost_statuses)
+              local_workers.lost_workers_handled(layout.command_of(stage.name), hold)):
+            return _execute_within_limits(stage, config, context, options, force)
     except StageInterrupted:
         raise
     except KeyboardInterrupt:
@@ -431,10 +431,10 @@ def execute(stage: Stage, args: argparse.Namespace, beam_args: Sequence[str],
 
 
 def _execute_within_limits(stage: Stage[ConfigT], config: ConfigT, ctx: StageContext, options: dict[str, Any],
-                           force: bool, lost_statuses: Sequence[int]) -> tuple[manifest.StageRecord, bool]:
-    """``_execute``; a full filesystem, a GPU out of memory or a lost worker process is one line (saying how the
-    worker ended when ``lost_statuses``, its exit status as Beam saw it, has come), and a full filesystem leaves no
-    staged files (removed under the lock)."""
+                           force: bool) -> tuple[manifest.StageRecord, bool]:
+    """``_execute``; a full filesystem or a GPU out of memory is one line (a lost worker process too:
+    ``local_workers.lost_workers_handled``), and a full filesystem leaves no staged files (removed under the
+    lock)."""
     at_start = disk_space.space_of(ctx.output)
     try:
         return _execute(stage, config, ctx, options, force)
@@ -444,8 +444,6 @@ def _execute_within_limits(stage: Stage[ConfigT], config: ConfigT, ctx: StageCon
                                              at_start) from error
         if gpu_out_of_memory(error):
             raise GpuMemoryError(layout.command_of(stage.name)) from error
-        if local_workers.worker_lost(error):
-            raise local_workers.WorkerLostError(layout.command_of(stage.name), lost_statuses) from error
         raise
 
 
