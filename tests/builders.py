@@ -146,12 +146,13 @@ def default_interrupt() -> None:
 
 
 def signal_when(arguments: list[str], ready: Callable[[list[str]], bool], signal_number: int,
-                timeout_s: float = 300) -> SignalledRun:
-    """Run `run_pipeline.py arguments` as from a terminal, in a process group of its own, and send the whole group
-    ``signal_number`` (as Ctrl-C or a kill does) once ``ready`` says so of the stderr lines read so far (asked as
-    they come and every 20 ms). Not signalled if it ends first."""
+                timeout_s: float = 300, environment: dict[str, str] | None = None) -> SignalledRun:
+    """Run `run_pipeline.py arguments` as from a terminal, in a process group of its own (in ``environment``; by
+    default this one's with PYTHONPATH at the checkout), and send the whole group ``signal_number`` (as Ctrl-C or a
+    kill does) once ``ready`` says so of the stderr lines read so far (asked as they come and every 20 ms). Not
+    signalled if it ends first."""
     command = [sys.executable, str(REPO / "run_pipeline.py"), *arguments]
-    environment = {**os.environ, "PYTHONPATH": str(REPO)}
+    environment = environment or {**os.environ, "PYTHONPATH": str(REPO)}
     # As from a terminal: Python turns SIGINT into KeyboardInterrupt only if the parent did not ignore it, and a
     # test runner's worker process may ignore it.
     process = subprocess.Popen(command, cwd=REPO, env=environment, start_new_session=True,

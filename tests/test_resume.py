@@ -1,8 +1,10 @@
-"""A killed GPU stage starts where it stopped: the process tree of a real embed-entities or index run is killed
-(SIGKILL, or Ctrl-C's SIGINT) once it has kept its first encoded files (mention windows, passages), with one and with
-two workers; the rerun encodes at most the unfinished work plus 5% of the stage's total, ends with the artifacts of
-an uninterrupted run, and validates. The forward is the real model's, paced by the benchmarks' stand-in GPU so that
-the encoding has a middle to kill it in (bench/no_op_model: ``KPR_STAND_IN`` with ``KPR_PACED_REAL``).
+"""A killed GPU stage starts where it stopped: a real embed-entities or index run is stopped once it has kept its
+first encoded files (mention windows, passages): its whole process group by SIGKILL with two workers, or by Ctrl-C's
+SIGINT with one, or one of its two model processes by SIGKILL (as the kernel's out-of-memory killer does). It is
+rerun with one worker (what was kept is found by its content, whatever the worker count): the rerun encodes at most
+the work left unkept plus 5% of the stage's total, ends with the artifacts of an uninterrupted run (``full_run``'s),
+and validates. The forward is the real model's, paced by the benchmarks' stand-in GPU so that the encoding has a
+middle to stop it in (bench/no_op_model: ``KPR_STAND_IN`` with ``KPR_PACED_REAL``).
 
 A model process keeps what it encoded a step at a time (one model call: up to 8,192 mentions or 4,096 passages, all
 the files of its share that are present), so these small stages keep their work in a few large files, whose times
@@ -26,18 +28,17 @@ import pyarrow.parquet as pq
 import pytest
 
 from artifacts import layout, tables
-from artifacts.run import manifest
+from artifacts.run import lock, manifest
 from pipelines.launcher.cli import main
 from pipelines.launcher.interrupt import descendants
-from tests.builders import default_interrupt
-from tests.conftest import DIRECT, MULTI_PROCESS, copy_stages, stage_options
+from tests.builders import signal_when
+from tests.conftest import DIRECT, MULTI_PROCESS, REPO, copy_stages, stage_options
 
-REPO = Path(__file__).resolve().parents[1]
 STAND_IN = REPO / "bench" / "no_op_model"
 ENCODING_S = 8.0  # how long the paced forward takes for everything the stage encodes
-# Both worker counts, and Ctrl-C: each case costs a stage run, a kill and a rerun (up to a minute).
-KILLS = [(1, signal.SIGKILL), (2, signal.SIGKILL), (1, signal.SIGINT)]
-KILL_IDS = ["kill-1-worker", "kill-2-workers", "ctrl-c-1-worker"]
+# How a stage's process group is stopped (each case costs a stage run, a stop and a rerun: up to a minute).
+STOPS = [(2, signal.SIGKILL), (1, signal.SIGINT)]
+STOP_IDS = ["kill-2-workers", "ctrl-c-1-worker"]
 
 
 def stage_args(command: str, output: Path, model: Path) -> list[str]:
@@ -58,41 +59,36 @@ def file_rows(path: Path) -> int:
     return pq.ParquetFile(path).metadata.num_rows
 
 
-def interrupted_run(command: str, output: Path, model: Path, beam: list[str], total: int,
-                    sig: signal.Signals) -> int:
-    """Start the stage ``command`` paced (``paced_run``) for its ``total`` inputs; send ``sig`` to its whole process
-    group once it has kept some. Returns how many were kept when it was sent."""
-    process = paced_run([*stage_args(command, output, model), *beam], total, output.parent)
-    try:
-        stored = wait_until_kept(process, output, command.replace("-", "_"), 1)
-    finally:
-        os.killpg(process.pid, sig)
-        process.wait(timeout=60)
-        with contextlib.suppress(ProcessLookupError):  # after Ctrl-C: any worker still there
-            os.killpg(process.pid, signal.SIGKILL)
-    return stored
-
-
-def paced_run(arguments: list[str], total: int, clock_directory: Path) -> subprocess.Popen:
-    """`run_pipeline.py arguments` in a process group of its own, its forward paced to ``ENCODING_S`` for ``total``
-    inputs of up to 64 tokens (the stand-in's clock in ``clock_directory``); stderr piped as text."""
+def paced_environment(total: int, clock_directory: Path) -> dict[str, str]:
+    """This environment with the forward paced to ``ENCODING_S`` for ``total`` inputs of up to 64 tokens (the
+    stand-in's clock in ``clock_directory``)."""
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(STAND_IN), str(REPO)]),
                    "KPR_STAND_IN": f"{total * 64 / ENCODING_S}:{clock_directory / 'gpu-clock'}",
                    "KPR_PACED_REAL": "1"}
-    return subprocess.Popen([sys.executable, str(REPO / "run_pipeline.py"), *arguments],
-                            env=environ_without_coverage(environment), cwd=REPO, start_new_session=True,
-                            preexec_fn=default_interrupt,  # a test runner's worker may ignore SIGINT: not the stage
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return {name: value for name, value in environment.items() if not name.startswith("COV_CORE")}
 
 
-def wait_until_kept(process: subprocess.Popen, output: Path, stage: str, count: float) -> int:
-    """Wait (180 s at most) until the running ``stage`` has kept ``count`` rows; how many it had then."""
-    deadline = time.monotonic() + 180
-    while (stored := kept_rows(output, stage)) < count:
-        assert process.poll() is None, process.stderr.read()[-2000:]
-        assert time.monotonic() < deadline, "the run stored too little in 180 s"
-        time.sleep(0.05)
-    return stored
+def stopped_and_rerun(command: str, output: Path, model: Path, workers: int, total: int,
+                      sig: signal.Signals) -> tuple[int, dict[str, int]]:
+    """The stage ``command``, paced for its ``total`` inputs, its process group sent ``sig`` once it has kept
+    some; then rerun to the end with one worker: (what was kept, the rerun's counters)."""
+    stage = command.replace("-", "_")
+    stopped = signal_when([*stage_args(command, output, model), *(DIRECT if workers == 1 else MULTI_PROCESS)],
+                          lambda _: kept_rows(output, stage) > 0, sig,
+                          environment=paced_environment(total, output.parent))
+    assert stopped.left_running == []
+    if sig == signal.SIGINT:
+        assert stopped.returncode == 130, stopped.stderr[-3000:]
+        lines = [*stopped.before, *stopped.after]
+        assert lines[-1] == f"interrupted during {command}; rerun the same command to resume", stopped.stderr
+        assert all(line.startswith(f"[{command}] ") for line in lines[:-1]), stopped.stderr  # its own lines only
+        assert not (output / lock.LOCK_NAME).exists(), "the lock is released on Ctrl-C"
+    else:
+        assert stopped.returncode == -sig, stopped.stderr[-3000:]
+    assert stage not in manifest.load(str(output))
+    kept = kept_rows(output, stage)
+    assert main([*stage_args(command, output, model), *DIRECT]) == 0
+    return kept, manifest.load(str(output))[stage].counters
 
 
 def model_worker_processes(launcher: int) -> list[int]:
@@ -108,71 +104,62 @@ def model_worker_processes(launcher: int) -> list[int]:
     return found
 
 
-def killed_and_rerun(command: str, output: Path, model: Path, workers: int, total: int,
-                     sig: signal.Signals) -> tuple[int, dict[str, int]]:
-    """The stage ``command`` stopped by ``sig`` once it has kept some of its ``total``, then rerun to the end with
-    as many workers: (what was kept when it was stopped, the rerun's counters)."""
-    beam = DIRECT if workers == 1 else MULTI_PROCESS
-    kept = interrupted_run(command, output, model, beam, total, sig)
-    stage = command.replace("-", "_")
-    assert stage not in manifest.load(str(output))
-    assert main([*stage_args(command, output, model), *beam]) == 0
-    return kept, manifest.load(str(output))[stage].counters
-
-
-def environ_without_coverage(environment: dict[str, str]) -> dict[str, str]:
-    return {name: value for name, value in environment.items() if not name.startswith("COV_CORE")}
-
-
 def entity_vectors(output: Path) -> dict[int, np.ndarray]:
     rows = tables.read_table(str(output), layout.ENTITY_EMBEDDINGS, ["entity_id", "embedding"]).to_pylist()
     return {row["entity_id"]: np.array(row["embedding"], dtype=np.float64) for row in rows}
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory: pytest.TempPathFactory, full_run: Path, tiny_bert: Path) -> Path:
-    """embed-entities run to the end on the full run's mentions."""
-    output = tmp_path_factory.mktemp("uninterrupted") / "out"
-    copy_stages(full_run, output, (layout.PARSE_STAGE, layout.DICTIONARY_STAGE, layout.MENTIONS_STAGE))
-    assert main([*stage_args("embed-entities", output, tiny_bert), *DIRECT]) == 0
-    return output
+def least_cosine(found: dict[int, np.ndarray], expected: dict[int, np.ndarray]) -> float:
+    """The smallest cosine between the vectors of the same key in ``found`` and ``expected``."""
+    return min(found[key] @ expected[key] / np.linalg.norm(found[key]) / np.linalg.norm(expected[key])
+               for key in expected)
 
 
-@pytest.mark.parametrize(("workers", "sig"), KILLS, ids=KILL_IDS)
-def test_a_killed_embed_entities_encodes_only_what_it_had_not_stored(uninterrupted, full_run, tiny_bert, tmp_path,
-                                                                     workers, sig):
-    output = tmp_path / "out"
-    copy_stages(full_run, output, (layout.PARSE_STAGE, layout.DICTIONARY_STAGE, layout.MENTIONS_STAGE))
+def assert_entities_resumed(output: Path, full_run: Path, stored: int, counters: dict[str, int]) -> None:
+    """The rerun of embed-entities in ``output`` (its ``counters``) encoded at most what was not ``stored`` (+5%)
+    and ended with ``full_run``'s artifacts, nothing kept for another rerun."""
     mentions = tables.total_rows(str(output), layout.MENTIONS)
-    stored, counters = killed_and_rerun("embed-entities", output, tiny_bert, workers, mentions, sig)
-    assert 0 < stored < mentions  # killed in the middle: some work kept, some not
     encoded, reused = counters["mentions_encoded"], counters["mentions_reused"]
     assert encoded + reused == counters["mentions_embedded"]
     print(f"{mentions} mentions, {stored} windows stored when stopped; the rerun encoded {encoded}, reused {reused}")
     assert encoded <= mentions - stored + 0.05 * mentions, (encoded, stored, mentions)
     assert reused >= stored
-    # the artifacts of a run that was never interrupted, and nothing kept for a rerun
-    expected, found = entity_vectors(uninterrupted), entity_vectors(output)
+    expected, found = entity_vectors(full_run), entity_vectors(output)
     assert sorted(found) == sorted(expected)
     assert least_cosine(found, expected) >= 0.99999
     assert tables.total_rows(str(output), layout.MENTION_VECTORS) == tables.total_rows(
-        str(uninterrupted), layout.MENTION_VECTORS)
+        str(full_run), layout.MENTION_VECTORS)
     assert kept_rows(output, layout.EMBED_ENTITIES_STAGE) == 0
     assert main(["validate", "--output", str(output)]) == 0
 
 
-def test_a_model_process_killed_mid_stage_is_one_line_and_the_rerun_resumes(uninterrupted, full_run, tiny_bert,
-                                                                            tmp_path):
+def test_embed_entities_stopped_by_ctrl_c_encodes_only_what_it_had_not_stored(full_run, tiny_bert, tmp_path):
+    output = tmp_path / "out"
+    copy_stages(full_run, output, (layout.PARSE_STAGE, layout.DICTIONARY_STAGE, layout.MENTIONS_STAGE))
+    mentions = tables.total_rows(str(output), layout.MENTIONS)
+    stored, counters = stopped_and_rerun("embed-entities", output, tiny_bert, 1, mentions, signal.SIGINT)
+    assert 0 < stored < mentions  # stopped in the middle: some work kept, some not
+    assert_entities_resumed(output, full_run, stored, counters)
+
+
+def test_a_model_process_killed_mid_stage_is_one_line_and_the_rerun_resumes(full_run, tiny_bert, tmp_path):
     """One of two model processes killed (as the kernel's out-of-memory killer does) while the stage encodes:
     Beam's runner raised "Channel closed prematurely" up to the command line, after its threads' tracebacks; now
-    one line, exit 2, and the rerun ends with the artifacts of an uninterrupted run."""
+    one line, exit 2, and the rerun encodes only what was not stored (the other model process may have finished
+    its share meanwhile)."""
     output = tmp_path / "out"
     copy_stages(full_run, output, (layout.PARSE_STAGE, layout.DICTIONARY_STAGE, layout.MENTIONS_STAGE))
     total = tables.total_rows(str(output), layout.MENTIONS)
     arguments = [*stage_args("embed-entities", output, tiny_bert), "--model-workers", "2", *MULTI_PROCESS]
-    process = paced_run(arguments, total, tmp_path)
+    process = subprocess.Popen([sys.executable, str(REPO / "run_pipeline.py"), *arguments],
+                               env=paced_environment(total, tmp_path), cwd=REPO, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        wait_until_kept(process, output, layout.EMBED_ENTITIES_STAGE, 0.3 * total)
+        deadline = time.monotonic() + 180
+        while kept_rows(output, layout.EMBED_ENTITIES_STAGE) < 0.3 * total:
+            assert process.poll() is None, process.stderr.read()[-2000:]
+            assert time.monotonic() < deadline, "the run stored too little in 180 s"
+            time.sleep(0.05)
         model = model_worker_processes(process.pid)
         assert len(model) == 2, model
         os.kill(model[0], signal.SIGKILL)
@@ -185,17 +172,9 @@ def test_a_model_process_killed_mid_stage_is_one_line_and_the_rerun_resumes(unin
         "error: embed-entities: a worker process was killed (SIGKILL: by the kernel's out-of-memory killer when "
         "dmesg says so) in the middle of its work; rerun the same command to resume")
     assert "Traceback" not in stderr and "Exception in thread" not in stderr  # Beam's threads' ~140 lines held
-    assert main([*stage_args("embed-entities", output, tiny_bert), *MULTI_PROCESS]) == 0
-    expected, found = entity_vectors(uninterrupted), entity_vectors(output)
-    assert sorted(found) == sorted(expected)
-    assert least_cosine(found, expected) >= 0.99999
-    assert main(["validate", "--output", str(output)]) == 0
-
-
-def least_cosine(found: dict[int, np.ndarray], expected: dict[int, np.ndarray]) -> float:
-    """The smallest cosine between the vectors of the same key in ``found`` and ``expected``."""
-    return min(found[key] @ expected[key] / np.linalg.norm(found[key]) / np.linalg.norm(expected[key])
-               for key in expected)
+    stored = kept_rows(output, layout.EMBED_ENTITIES_STAGE)
+    assert main([*stage_args("embed-entities", output, tiny_bert), *DIRECT]) == 0
+    assert_entities_resumed(output, full_run, stored, manifest.load(str(output))[layout.EMBED_ENTITIES_STAGE].counters)
 
 
 def passage_vectors(output: Path) -> dict[int, np.ndarray]:
@@ -207,18 +186,17 @@ def passage_vectors(output: Path) -> dict[int, np.ndarray]:
     return found
 
 
-@pytest.mark.parametrize(("workers", "sig"), KILLS, ids=KILL_IDS)
-def test_a_killed_index_encodes_only_the_passages_it_had_not_kept(full_run, tiny_bert, tmp_path, workers, sig):
+@pytest.mark.parametrize(("workers", "sig"), STOPS, ids=STOP_IDS)
+def test_a_stopped_index_encodes_only_the_passages_it_had_not_kept(full_run, tiny_bert, tmp_path, workers, sig):
     output = tmp_path / "out"
     copy_stages(full_run, output, (layout.PARSE_STAGE, layout.DICTIONARY_STAGE, layout.MENTIONS_STAGE,
                                    layout.EMBED_ENTITIES_STAGE))
     passages = manifest.load(str(full_run))[layout.INDEX_STAGE].counters["passages_indexed"]
-    kept, counters = killed_and_rerun("index", output, tiny_bert, workers, passages, sig)
+    kept, counters = stopped_and_rerun("index", output, tiny_bert, workers, passages, sig)
     encoded, reused = counters["passages_encoded"], counters["passages_reused"]
     print(f"{passages} passages, {kept} kept when stopped; the rerun encoded {encoded}, reused {reused}")
     assert (encoded + reused, counters["passages_indexed"]) == (passages, passages)
-    # what was kept is reused (a step's file being written when the signal came may be kept too, as for mentions)
-    assert reused >= kept and encoded <= passages - kept + 0.05 * passages
+    assert kept > 0 and reused >= kept and encoded <= passages - kept + 0.05 * passages
     expected, found = passage_vectors(full_run), passage_vectors(output)
     assert sorted(found) == sorted(expected)
     assert max(float(np.abs(found[key] - expected[key]).max()) for key in expected) < 1e-4

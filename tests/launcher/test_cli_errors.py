@@ -24,7 +24,7 @@ from pipelines.launcher.cli import build_parser, check_unknown_flags, main
 from pipelines.launcher.runners import available_runners, check_runner
 from pipelines.launcher.stage import interrupted_in_a_step
 from pipelines.parse import STAGED_ARTICLES
-from tests.builders import all_command, signal_all_in_embed_entities, signal_when, stage_command
+from tests.builders import all_command, signal_when, stage_command
 from tests.conftest import BUNDLED_SAMPLE, DIRECT, MULTI_PROCESS, REPO, copy_stages
 
 SAMPLE = str(BUNDLED_SAMPLE)
@@ -338,25 +338,6 @@ def test_ctrl_c_inside_a_step_is_an_interruption_not_an_error():
     assert not interrupted_in_a_step(RuntimeError("ValueError [while running 'Step']"))
 
 
-def test_ctrl_c_prints_one_line_exits_130_and_the_rerun_resumes(full_run, tiny_bert, tmp_path):
-    """SIGINT to the process group (as Ctrl-C does) once embed-entities is writing into its staging area.
-    OUT starts with the first three stages of ``full_run``, so that the run gets to embed-entities at once."""
-    output = tmp_path / "out"
-    interrupted = signal_all_in_embed_entities(full_run, tiny_bert, output, signal.SIGINT)
-    stderr = interrupted.stderr
-    assert interrupted.returncode == 130, stderr
-    assert stderr.splitlines()[-1] == "interrupted during embed-entities; rerun the same command to resume"
-    assert "Traceback" not in stderr
-    assert "[mentions] skipped: outputs complete, inputs and options unchanged" in stderr
-    assert set(manifest.load(str(output))) == {"parse", "dictionary", "mentions"}
-    assert not (output / lock.LOCK_NAME).exists(), "the lock is released on Ctrl-C"
-
-    result = interrupted.rerun()
-    assert result.returncode == 0, result.stderr
-    assert "[mentions] skipped" in result.stderr and "[embed-entities] running" in result.stderr
-    assert set(manifest.load(str(output))) == {"parse", "dictionary", "mentions", "embed_entities", "index"}
-
-
 @dataclass(frozen=True)
 class Computing:
     """``command`` on an OUT with ``copied``, stages of ``full_run``: it computes ``stage`` at once, whose progress
@@ -366,15 +347,12 @@ class Computing:
     copied: tuple[str, ...]
     stage: str
     unit: str
-    extra: tuple[str, ...] = ()
 
 
 UP_TO_MENTIONS = ("parse", "dictionary", "mentions")
 COMPUTING = [
     Computing("parse", (), "parse", "pages"),
-    # Windows of 16 tokens, not full_run's 64: the rerun embeds every mention, in half the time.
-    Computing("embed-entities", UP_TO_MENTIONS, "embed-entities", "mentions prepared", ("--max-seq-length", "16")),
-    Computing("index", (*UP_TO_MENTIONS, "embed_entities"), "index", "passages prepared"),
+    # The GPU stages alone, stopped by Ctrl-C while they encode: tests/test_resume.py.
     Computing("all", (*UP_TO_MENTIONS, "embed_entities"), "index", "passages prepared"),
 ]
 
@@ -387,7 +365,7 @@ def test_ctrl_c_while_a_stage_computes_prints_one_line_exits_130_and_the_rerun_r
     output = tmp_path / "out"
     output.mkdir()
     copy_stages(full_run, output, case.copied)
-    extra = (*case.extra, "--progress-interval", "0")
+    extra = ("--progress-interval", "0")
     arguments = (all_command(output, tiny_bert, "--no-report", *extra) if case.command == "all"
                  else stage_command(case.command, output, tiny_bert, *extra))
     progress = re.compile(rf"\[{case.stage}\] [\d,]+ {case.unit} in \d")
