@@ -32,7 +32,7 @@ from encoders.retrievers import EncoderOptions, ReadyInputs
 from pipelines.index import check_encoder
 from pipelines.launcher.cli import main
 from tests.builders import dpr_passages, mirrored, run_counting
-from tests.conftest import BUNDLED_SAMPLE, DIRECT
+from tests.conftest import DIRECT, copy_stages
 from transforms.common.follow import FollowedFiles, RunFollowers, mark_ended
 from transforms.common.worker_files import save_array
 from transforms.index.forward import FollowPassageInputs, KeptPassages
@@ -437,11 +437,12 @@ def test_kpr_needs_its_linker_and_matching_entity_sizes(tiny_bert, tmp_path):
 
 
 @pytest.mark.usefixtures("shared_data")
-def test_kpr_runs_end_to_end_on_this_projects_own_linker_and_entity_embeddings(tiny_bert, tmp_path, system_temp):
-    """parse -> dictionary -> mentions -> embed-entities -> index with KPR on the bundled sample, then search; the
-    system temp directory is as empty afterwards as before."""
+def test_kpr_runs_end_to_end_on_this_projects_own_linker_and_entity_embeddings(tiny_bert, full_run, tmp_path,
+                                                                              system_temp):
+    """parse (``full_run``'s) -> dictionary -> mentions -> embed-entities -> index with KPR on the bundled sample,
+    then search; the system temp directory is as empty afterwards as before."""
     output = tmp_path / "out"
-    assert main(["parse", "--dump", str(BUNDLED_SAMPLE), "--output", str(output), *DIRECT]) == 0
+    copy_stages(full_run, output, ("parse",))
     assert main(["dictionary", "--output", str(output), *DIRECT]) == 0
     assert main(["mentions", "--output", str(output), "--max-mentions", "2", *DIRECT]) == 0
     assert main(["embed-entities", "--output", str(output), "--model", str(tiny_bert), "--max-seq-length", "64",

@@ -8,16 +8,15 @@ from pathlib import Path
 from artifacts import tables
 from pipelines.launcher.cli import main
 from tests.builders import article, article_texts, ref_rows, write_parsed
-from tests.conftest import BUNDLED_SAMPLE, DIRECT, MULTI_PROCESS, copy_stages
+from tests.conftest import DIRECT, MULTI_PROCESS, copy_stages
 from transforms.common.mention_sampling import CHARS_PER_TOKEN, context_window, sample_key, window_digest
 from transforms.embed_entities.mention_windows import shard_windows
 
 
-def test_mentions_are_the_same_for_one_and_two_workers(tmp_path):
+def test_mentions_are_the_same_for_one_and_two_workers(tmp_path, full_run):
     one, two = tmp_path / "one", tmp_path / "two"
-    assert main(["parse", "--output", str(one), "--dump", str(BUNDLED_SAMPLE), *DIRECT]) == 0
-    assert main(["dictionary", "--output", str(one), "--include-red-links", *DIRECT]) == 0
-    copy_stages(one, two, ("parse", "dictionary"))
+    for output in (one, two):  # the bundled sample parsed, every link target an entity (--include-red-links)
+        copy_stages(full_run, output, ("parse", "dictionary"))
     assert main(["mentions", "--output", str(one), "--max-mentions", "3", *DIRECT]) == 0
     assert main(["mentions", "--output", str(two), "--max-mentions", "3", *MULTI_PROCESS]) == 0
 
@@ -58,11 +57,11 @@ def todays_mention_rows(articles: dict[int, dict], refs: list[dict], chars: int)
     return rows
 
 
-def test_windows_cut_at_embed_time_are_todays_mention_rows(tmp_path):
-    """Every mention of the bundled sample (default options): the refs stored, the windows cut from articles/ at
-    embed time are exactly the rows the mentions stage stored before (same model input, same vectors)."""
-    assert main(["parse", "--output", str(tmp_path), "--dump", str(BUNDLED_SAMPLE), *DIRECT]) == 0
-    assert main(["dictionary", "--output", str(tmp_path), "--include-red-links", *DIRECT]) == 0
+def test_windows_cut_at_embed_time_are_todays_mention_rows(tmp_path, full_run):
+    """Every mention of the bundled sample (default options, every link target an entity): the refs stored, the
+    windows cut from articles/ at embed time are exactly the rows the mentions stage stored before (same model
+    input, same vectors)."""
+    copy_stages(full_run, tmp_path, ("parse", "dictionary"))
     assert main(["mentions", "--output", str(tmp_path), *DIRECT]) == 0
     refs = tables.read_table(str(tmp_path), "mentions").to_pylist()
     articles = {row["page_id"]: row for row in tables.read_table(str(tmp_path), "articles").to_pylist()}
