@@ -20,7 +20,7 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -38,6 +38,7 @@ WORKER_FLAGS = ("--direct_num_workers", "--direct_running_mode")
 WORKER_LOST = ("Channel closed prematurely", "Worker subprocess exited with return code")
 EXIT_STATUS = re.compile(re.escape(WORKER_LOST[1]) + r" (-?\d+)")
 SHELL_SIGNALLED = 128  # Beam starts a worker through the shell, which reports a child killed by signal N as 128 + N
+NOTICE_AFTER_S = 10.0  # a stage still running this long after a worker's work was lost says so (lost_worker_noticed)
 
 
 class WorkerLostError(InputError):
@@ -50,15 +51,21 @@ class WorkerLostError(InputError):
 
 def lost_worker_cause(status: int | None) -> str:
     """What the line of a lost worker says of its exit ``status`` (None: not known) and what to do."""
+    what, advice = how_the_worker_ended(status)
+    return f"{what}; {advice}"
+
+
+def how_the_worker_ended(status: int | None) -> tuple[str, str]:
+    """``lost_worker_cause``'s two parts: how a worker of exit ``status`` ended, and what to do."""
     resume, oom = "rerun the same command to resume", "by the kernel's out-of-memory killer when dmesg says so"
     if status is None:
-        return f"a worker process ended in the middle of its work (killed: {oom}; or crashed); {resume}"
+        return f"a worker process ended in the middle of its work (killed: {oom}; or crashed)", resume
     ended_by = signal_of(status)
     if ended_by == signal.SIGKILL:
-        return f"a worker process was killed (SIGKILL: {oom}) in the middle of its work; {resume}"
+        return f"a worker process was killed (SIGKILL: {oom}) in the middle of its work", resume
     if ended_by is not None:
-        return f"a worker process ended by {signal_name(ended_by)} in the middle of its work; {resume}"
-    return (f"a worker process exited with status {status} before its work was done (its own lines above say why); "
+        return f"a worker process ended by {signal_name(ended_by)} in the middle of its work", resume
+    return (f"a worker process exited with status {status} before its work was done (its own lines above say why)",
             f"{resume} once that is fixed")
 
 
@@ -97,15 +104,19 @@ def stream_broken(error: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def lost_workers_handled(command: str, hold: bool = True) -> Iterator[None]:
+def lost_workers_handled(command: str, hold: bool = True, notice_after_s: float = NOTICE_AFTER_S) -> Iterator[None]:
     """Around a stage's execution (``command``: its command-line name): a worker process that is lost fails the
     bundles it was asked for (``lost_workers_fail_their_bundles``) and the stage with ``WorkerLostError``'s line,
     which says how it ended; with ``hold`` (a local run without --verbose) the tracebacks Beam's threads print as
     they lose it are held (``lost_worker_tracebacks_held``). In this order: a thread's error goes to the first's
     hook, which fails the worker's bundles, then to the second's. The block's own one-line errors (a full disk, a
-    GPU out of memory) stay as they are."""
+    GPU out of memory) stay as they are. The stage's error comes once its other workers have ended what they hold
+    (a GPU stage's other model processes encode their shares: hours on a machine of several GPUs); a block still
+    running ``notice_after_s`` after a lost worker's work was failed says so at once (``lost_worker_noticed``)."""
     held = lost_worker_tracebacks_held(command) if hold else contextlib.nullcontext()
-    with held, lost_workers_fail_their_bundles() as statuses:
+    statuses: list[int] = []
+    with (held, lost_worker_noticed(command, statuses, notice_after_s) as noticed,
+          lost_workers_fail_their_bundles(statuses, noticed)):
         try:
             yield
         except Exception as error:
@@ -115,7 +126,38 @@ def lost_workers_handled(command: str, hold: bool = True) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def lost_workers_fail_their_bundles() -> Iterator[list[int]]:
+def lost_worker_noticed(command: str, statuses: Sequence[int], after_s: float) -> Iterator[Callable[[], None]]:
+    """For the block: yields what to call as a lost worker's work is failed (from any thread, any number of times);
+    if the block is still running ``after_s`` after the first call, one warning line says which worker was lost
+    (the first of ``statuses``, the exit statuses seen by then) and that the stage stops once the rest has
+    ended. A block that ends sooner says nothing here (its own error says it)."""
+    timer = threading.Timer(after_s, lambda: print(lost_worker_notice(command, statuses), file=sys.stderr,
+                                                   flush=True))
+    timer.daemon = True
+    lock = threading.Lock()
+
+    def failed() -> None:
+        with lock:
+            if not timer.is_alive() and not timer.finished.is_set():
+                timer.start()
+
+    try:
+        yield failed
+    finally:
+        with lock:
+            timer.cancel()
+
+
+def lost_worker_notice(command: str, statuses: Sequence[int]) -> str:
+    """The warning line of ``lost_worker_noticed``."""
+    what, advice = how_the_worker_ended(statuses[0] if statuses else None)
+    return (f"warning: {command}: {what}; the stage stops with an error once its other workers have ended the work "
+            f"they hold (Ctrl-C stops it now); {advice}")
+
+
+@contextlib.contextmanager
+def lost_workers_fail_their_bundles(statuses: list[int] | None = None,
+                                    failed: Callable[[], None] = lambda: None) -> Iterator[list[int]]:
     """For the block: a worker process that dies fails what the runner asks of it, instead of leaving Beam's local
     runner waiting for the answers for ever. Beam's runner learns of a worker's end in two threads, neither of which
     fails its bundles: the one that reads the worker's control stream (``ControlConnection._read``), which ends
@@ -125,14 +167,15 @@ def lost_workers_fail_their_bundles() -> Iterator[list[int]]:
     raises into nothing, the only sign of a worker that died before it connected (its requests queued for ever:
     seen killing a parse worker as it started). Here either one, as it ends, fails what was owed and marks the
     connection lost, and a request pushed after that fails at once, with ``WORKER_LOST``'s message: the stage ends
-    with ``WorkerLostError``'s line. Yields the exit statuses of the workers lost, as their exits are seen: the
-    one sign of how a worker ended, there before the stage's error (Beam's runner joins the thread that awaited a
-    worker's exit as it closes its workers, before its error leaves the pipeline)."""
+    with ``WorkerLostError``'s line. Yields ``statuses`` (a new list if None), to which the exit statuses of the
+    workers lost are added as their exits are seen: the one sign of how a worker ended, there before the stage's
+    error (Beam's runner joins the thread that awaited a worker's exit as it closes its workers, before its error
+    leaves the pipeline). ``failed`` is called each time something a lost worker was asked for is failed."""
     connection, handler = worker_handlers.ControlConnection, worker_handlers.SubprocessSdkWorkerHandler
     read, push, start_worker = connection._read, connection.push, handler.start_worker
     thread_hook = threading.excepthook
     exits: dict[threading.Thread, worker_handlers.SubprocessSdkWorkerHandler] = {}  # by the thread awaiting its exit
-    statuses: list[int] = []
+    statuses = [] if statuses is None else statuses
 
     def read_failing_unanswered(self: worker_handlers.ControlConnection) -> None:
         ended: BaseException | None = None
@@ -142,14 +185,16 @@ def lost_workers_fail_their_bundles() -> Iterator[list[int]]:
             ended = error
             raise
         finally:
-            lose(self, RuntimeError(f"{WORKER_LOST[0]}: a worker's control stream ended"
-                                    + (f" ({first_line(ended)})" if ended else "")))
+            if lose(self, RuntimeError(f"{WORKER_LOST[0]}: a worker's control stream ended"
+                                       + (f" ({first_line(ended)})" if ended else ""))):
+                failed()
 
     def push_failing_when_lost(self: worker_handlers.ControlConnection, request: Any) -> Any:
         future = push(self, request)
         lost = getattr(self, "_kpr_lost", None)
         if future is not None and lost is not None:
             future.abort(lost)
+            failed()
         return future
 
     def start_watched_worker(self: worker_handlers.SubprocessSdkWorkerHandler) -> None:
@@ -161,7 +206,8 @@ def lost_workers_fail_their_bundles() -> Iterator[list[int]]:
         if lost is not None and args.exc_value is not None and worker_lost(args.exc_value):
             if (status := exit_status(args.exc_value)) is not None:
                 statuses.append(status)
-            lose(lost.control_conn, args.exc_value)
+            if lose(lost.control_conn, args.exc_value):
+                failed()
             # As the reader of its data stream marks it when the stream ends: the bundle's wait for the worker's
             # output then fails (``input_elements`` checks it; a failed answer it does not see).
             lost.data_conn._closed = True
@@ -177,13 +223,15 @@ def lost_workers_fail_their_bundles() -> Iterator[list[int]]:
         threading.excepthook = thread_hook
 
 
-def lose(connection: worker_handlers.ControlConnection, error: BaseException) -> None:
+def lose(connection: worker_handlers.ControlConnection, error: BaseException) -> bool:
     """Mark ``connection``'s worker lost with ``error``: what it owes fails with it, and so will what is asked
-    of it later (``lost_workers_fail_their_bundles``). Beam's ``ControlConnection.abort`` but for the mark, and for
-    iterating a copy: the runner's threads may push while this runs in another."""
+    of it later (``lost_workers_fail_their_bundles``); whether it owed anything. Beam's ``ControlConnection.abort``
+    but for the mark, and for iterating a copy: the runner's threads may push while this runs in another."""
     connection._kpr_lost = error
-    for future in list(connection._futures_by_id.values()):
+    owed = list(connection._futures_by_id.values())
+    for future in owed:
         future.abort(error)
+    return bool(owed)
 
 
 @contextlib.contextmanager

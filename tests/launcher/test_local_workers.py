@@ -11,7 +11,8 @@ import re
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -27,6 +28,7 @@ from pipelines.launcher.local_workers import (
     WorkerLostError,
     at_most_workers,
     local_worker_processes,
+    lost_worker_notice,
     lost_worker_tracebacks_held,
     lost_workers_fail_their_bundles,
     lost_workers_handled,
@@ -172,32 +174,68 @@ def test_each_model_is_loaded_on_its_workers_gpu(monkeypatch, tiny_bert):
     assert loaded == ["cuda:2", "cuda:2", "cuda", "cuda"]
 
 
+def control_stream_broken(owing: bool) -> tuple[worker_handlers.ControlFuture | None,
+                                                worker_handlers.ControlConnection]:
+    """A control connection of a worker whose stream broke (the process died), with one request it owed an answer
+    to when ``owing`` (else none: as a worker closed at the stage's end); that request (None if not owing)."""
+    def broken_stream() -> Iterator[beam_fn_api_pb2.InstructionResponse]:
+        yield from ()
+        raise ConnectionError("Socket closed")
+
+    connection = worker_handlers.ControlConnection()
+    future = connection.push(beam_fn_api_pb2.InstructionRequest()) if owing else None
+    connection.set_input(broken_stream())
+    connection._read_thread.join(10)
+    return future, connection
+
+
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_a_worker_whose_control_stream_breaks_fails_the_answers_it_owed():
     """The runner's reader of a worker's control stream, the stream broken (the process died) with a request
     unanswered, and a request asked of it after: both fail with a lost worker's error inside the block; Beam alone
     left them waiting."""
-
-    def broken_stream() -> Iterator[beam_fn_api_pb2.InstructionResponse]:
-        yield from ()
-        raise ConnectionError("Socket closed")
-
-    def unanswered() -> tuple[worker_handlers.ControlFuture, worker_handlers.ControlConnection]:
-        connection = worker_handlers.ControlConnection()
-        future = connection.push(beam_fn_api_pb2.InstructionRequest())
-        connection.set_input(broken_stream())
-        connection._read_thread.join(10)
-        return future, connection
-
     with lost_workers_fail_their_bundles():
-        owed, connection = unanswered()
+        owed, connection = control_stream_broken(owing=True)
         asked_after = connection.push(beam_fn_api_pb2.InstructionRequest())  # the next bundle, to the dead worker
         for future in (owed, asked_after):
             with pytest.raises(RuntimeError) as raised:
                 future.get(timeout=10)
             assert worker_lost(raised.value)
-    outside, _ = unanswered()  # Beam's own reader: the request is left waiting
+    outside, _ = control_stream_broken(owing=True)  # Beam's own reader: the request is left waiting
     assert not outside.is_done() and outside._exception is None
+
+
+def stderr_within(capsys, seconds: float, until: Callable[[str], bool] = lambda _: False) -> str:
+    """What was written to stderr within ``seconds`` (sooner once ``until`` holds)."""
+    deadline, written = time.monotonic() + seconds, ""
+    while time.monotonic() < deadline and not until(written):
+        time.sleep(0.05)
+        written += capsys.readouterr().err
+    return written
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_stage_that_goes_on_after_losing_a_workers_work_says_so_at_once_in_one_line(capsys):
+    """A lost worker's bundle failed while the stage's other workers go on with theirs (a GPU stage's other model
+    processes encode their shares: hours with several GPUs, before the stage's error): one warning line once the
+    stage has gone on for the notice's delay, whatever else the lost worker is asked; none for a worker whose
+    stream ended owing nothing (closed at the stage's end), none for a stage that ends within the delay."""
+    notice = ("warning: embed-entities: a worker process ended in the middle of its work (killed: by the kernel's "
+              "out-of-memory killer when dmesg says so; or crashed); the stage stops with an error once its other "
+              "workers have ended the work they hold (Ctrl-C stops it now); rerun the same command to resume\n")
+    with pytest.raises(WorkerLostError), lost_workers_handled("embed-entities", notice_after_s=0.3):
+        control_stream_broken(owing=False)
+        assert stderr_within(capsys, 0.6) == ""
+        _, connection = control_stream_broken(owing=True)
+        connection.push(beam_fn_api_pb2.InstructionRequest())  # the next bundle, to the dead worker
+        assert stderr_within(capsys, 10, until=lambda written: written != "") == notice
+        connection.push(beam_fn_api_pb2.InstructionRequest())
+        assert stderr_within(capsys, 0.6) == ""
+        raise WorkerLostError("embed-entities")
+    with pytest.raises(WorkerLostError), lost_workers_handled("parse", notice_after_s=0.3):
+        control_stream_broken(owing=True)
+        raise WorkerLostError("parse")
+    assert stderr_within(capsys, 0.6) == ""
 
 
 def test_a_worker_process_that_ends_before_it_connects_ends_its_stage_in_one_line(tmp_path):
@@ -234,6 +272,10 @@ def test_a_worker_process_that_ends_before_it_connects_ends_its_stage_in_one_lin
 ])
 def test_the_lost_workers_line_says_how_it_ended_when_its_exit_status_is_known(statuses, cause):
     assert WorkerLostError("parse", statuses).message == f"parse: a worker process {cause}"
+    what, advice = cause.rsplit("; ", 1)  # the notice of a stage that goes on after the loss says the same
+    assert lost_worker_notice("parse", statuses) == (
+        f"warning: parse: a worker process {what}; the stage stops with an error once its other workers have ended "
+        f"the work they hold (Ctrl-C stops it now); {advice}")
 
 
 def test_the_exit_status_of_a_worker_lost_is_kept_from_the_thread_that_awaited_its_exit(monkeypatch,
