@@ -144,8 +144,7 @@ def lost_worker_noticed(command: str, statuses: Sequence[int], after_s: float) -
     try:
         yield failed
     finally:
-        with lock:
-            timer.cancel()
+        timer.cancel()  # a timer started after this never fires: it sees itself cancelled
 
 
 def lost_worker_notice(command: str, statuses: Sequence[int]) -> str:
