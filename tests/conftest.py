@@ -56,6 +56,8 @@ SHARED_DATA_FALLBACKS = frozenset({"single_stream_sample"})
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "reads_shared_data: the test, a fixture or a helper of it names a path "
                                        "under SHARED_DATA, or it asks for a fixture with a fallback for it")
+    config.addinivalue_line("markers", "long: a test of minutes, started before the others so that the xdist "
+                                       "workers do not end the run with it alone on one of them")
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects by the marker added here
@@ -66,6 +68,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.reads_shared_data)
         if "shared_data" in item.fixturenames and not SHARED_DATA.exists():
             item.add_marker(skip)
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)  # stable: the order is kept otherwise
 
 
 def reads_shared_data(item: pytest.Item) -> bool:

@@ -17,6 +17,7 @@ from bench.memory import run_measured
 from bench.synthetic import Shape, SyntheticDump, synthetic_dump
 from tests.conftest import DIRECT, REPO
 
+pytestmark = pytest.mark.long  # minutes: started first (conftest)
 SMALL, LARGE = 1_000, 4_000  # articles
 LINKS, REDIRECTS = 192.0, 16.0  # per article: ~75 sampled mentions and ~14 names
 # Bytes of peak RSS a stage may add per output unit (issue 26): mentions per sampled mention, dictionary per name.

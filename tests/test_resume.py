@@ -34,6 +34,7 @@ from pipelines.launcher.interrupt import descendants
 from tests.builders import signal_when
 from tests.conftest import DIRECT, MULTI_PROCESS, REPO, copy_stages, stage_options
 
+pytestmark = pytest.mark.long  # minutes: started first (conftest)
 STAND_IN = REPO / "bench" / "no_op_model"
 ENCODING_S = 8.0  # how long the paced forward takes for everything the stage encodes
 # How a stage's process group is stopped (each case costs a stage run, a stop and a rerun: up to a minute).

@@ -25,6 +25,7 @@ from pipelines.launcher.cli import main
 from tests.builders import artifact_rows, free_port
 from tests.conftest import REPO, stage_options
 
+pytestmark = pytest.mark.long  # minutes: started first (conftest)
 BOOT = REPO / "tests" / "sdk_worker_boot.py"
 GPU_STAGES = ("embed-entities", "index")  # the stages with a model's pipeline
 START_TIMEOUT_S = 120
