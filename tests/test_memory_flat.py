@@ -1,8 +1,11 @@
 """Memory bounded by what a stage outputs: parse, dictionary and mentions run as child processes on two synthetic
-dumps (``bench/synthetic.py``, with 8 times English Wikipedia's links and redirects per article so that names and
-sampled mentions grow fast for the time the stages take), and the peak RSS of each stage's process tree may grow by
-at most the stage's bound per output unit, plus a fixed allowance for noise. Before the bounds held, the same
-sizes grew mentions by ~70 MB (its bottom-k state in one grouping) and the dictionary by ~42 MB."""
+dumps (``bench/synthetic.py``) shaped so that names and sampled mentions grow fast for the time the stages take: 4
+times English Wikipedia's links per article, their targets spread more evenly (so that ~80% of them are sampled, not
+~60%) and ~20 times its redirects (each a name). The peak RSS of each stage's process tree may grow by at most the
+stage's bound per output unit, plus a fixed allowance for noise. Before the bounds held, mentions grew by ~70 MB
+from 1,000 to 4,000 articles of another shape (217k more sampled mentions: ~320 B each, its bottom-k state in one
+grouping) and the dictionary by ~42 MB (41k more names, ~1 KB each): ~50 and ~45 MB at this test's growth, where
+its bounds allow ~36 MB each."""
 
 from __future__ import annotations
 
@@ -18,8 +21,9 @@ from bench.synthetic import Shape, SyntheticDump, synthetic_dump
 from tests.conftest import DIRECT, REPO
 
 pytestmark = pytest.mark.long  # minutes: started first (conftest)
-SMALL, LARGE = 1_000, 4_000  # articles
-LINKS, REDIRECTS = 192.0, 16.0  # per article: ~75 sampled mentions and ~14 names
+SMALL, LARGE = 1_000, 3_000  # articles
+# Per article: ~78 sampled mentions and ~22 names (English Wikipedia: 24 links, 1.5 redirects, in-link alpha 1.2).
+LINKS, REDIRECTS, IN_LINK_ALPHA = 96.0, 32.0, 2.5
 # Bytes of peak RSS a stage may add per output unit (issue 26): mentions per sampled mention, dictionary per name.
 BOUNDS = {"dictionary": ("names", 150.0), "mentions": ("mentions", 40.0)}
 # What the peak of a stage varies between runs and sizes whatever the output (start-up, bounded buffers filling):
@@ -58,7 +62,8 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> dict[int, tuple[dict[s
     root = tmp_path_factory.mktemp("memory")
     found = {}
     for articles in (SMALL, LARGE):
-        dump = synthetic_dump(Shape(articles, links_per_article=LINKS, redirects_per_article=REDIRECTS),
+        dump = synthetic_dump(Shape(articles, links_per_article=LINKS, redirects_per_article=REDIRECTS,
+                                    in_link_alpha=IN_LINK_ALPHA),
                               root / f"dump{articles}")
         (root / f"logs{articles}").mkdir()
         peaks = run_stages(dump, root / f"out{articles}", root / f"logs{articles}")
