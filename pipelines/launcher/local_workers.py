@@ -138,7 +138,7 @@ def lost_worker_noticed(command: str, statuses: Sequence[int], after_s: float) -
 
     def failed() -> None:
         with lock:
-            if not timer.is_alive() and not timer.finished.is_set():
+            if timer.ident is None:  # not started yet (a thread starts once)
                 timer.start()
 
     try:
