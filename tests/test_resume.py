@@ -1,10 +1,11 @@
 """A killed GPU stage starts where it stopped: a real embed-entities or index run is stopped once it has kept its
-first encoded files (mention windows, passages): its whole process group by SIGKILL with two workers, or by Ctrl-C's
-SIGINT with one, or one of its two model processes by SIGKILL (as the kernel's out-of-memory killer does). It is
-rerun with one worker (what was kept is found by its content, whatever the worker count): the rerun encodes at most
-the work left unkept plus 5% of the stage's total, ends with the artifacts of an uninterrupted run (``full_run``'s),
-and validates. The forward is the real model's, paced by the benchmarks' stand-in GPU so that the encoding has a
-middle to stop it in (bench/no_op_model: ``KPR_STAND_IN`` with ``KPR_PACED_REAL``).
+first encoded files (mention windows, passages): embed-entities by Ctrl-C's SIGINT with one worker, or one of its two
+model processes by SIGKILL (as the kernel's out-of-memory killer does); the index's whole process group by SIGKILL
+with two workers (its Ctrl-C, while it prepares passages, is test_cli_errors' `all` case). It is rerun with one
+worker (what was kept is found by its content, whatever the worker count): the rerun encodes at most the work left
+unkept plus 5% of the stage's total, ends with the artifacts of an uninterrupted run (``full_run``'s), and
+validates. The forward is the real model's, paced by the benchmarks' stand-in GPU so that the encoding has a middle
+to stop it in (bench/no_op_model: ``KPR_STAND_IN`` with ``KPR_PACED_REAL``).
 
 A model process keeps what it encoded a step at a time (one model call: up to 8,192 mentions or 4,096 passages, all
 the files of its share that are present), so these small stages keep their work in a few large files, whose times
@@ -37,9 +38,6 @@ from tests.conftest import DIRECT, MULTI_PROCESS, REPO, copy_stages, stage_optio
 pytestmark = pytest.mark.long  # minutes: started first (conftest)
 STAND_IN = REPO / "bench" / "no_op_model"
 ENCODING_S = 8.0  # how long the paced forward takes for everything the stage encodes
-# How a stage's process group is stopped (each case costs a stage run, a stop and a rerun: up to a minute).
-STOPS = [(2, signal.SIGKILL), (1, signal.SIGINT)]
-STOP_IDS = ["kill-2-workers", "ctrl-c-1-worker"]
 
 
 def stage_args(command: str, output: Path, model: Path) -> list[str]:
@@ -187,13 +185,12 @@ def passage_vectors(output: Path) -> dict[int, np.ndarray]:
     return found
 
 
-@pytest.mark.parametrize(("workers", "sig"), STOPS, ids=STOP_IDS)
-def test_a_stopped_index_encodes_only_the_passages_it_had_not_kept(full_run, tiny_bert, tmp_path, workers, sig):
+def test_a_killed_index_encodes_only_the_passages_it_had_not_kept(full_run, tiny_bert, tmp_path):
     output = tmp_path / "out"
     copy_stages(full_run, output, (layout.PARSE_STAGE, layout.DICTIONARY_STAGE, layout.MENTIONS_STAGE,
                                    layout.EMBED_ENTITIES_STAGE))
     passages = manifest.load(str(full_run))[layout.INDEX_STAGE].counters["passages_indexed"]
-    kept, counters = stopped_and_rerun("index", output, tiny_bert, workers, passages, sig)
+    kept, counters = stopped_and_rerun("index", output, tiny_bert, 2, passages, signal.SIGKILL)
     encoded, reused = counters["passages_encoded"], counters["passages_reused"]
     print(f"{passages} passages, {kept} kept when stopped; the rerun encoded {encoded}, reused {reused}")
     assert (encoded + reused, counters["passages_indexed"]) == (passages, passages)
