@@ -169,6 +169,11 @@ def write_tiny_bert(directory: Path, hidden_size: int = 32, layers: int = 2, hea
     return directory
 
 
+def xdist_worker_number() -> int:
+    """This xdist worker's number (``gw1``: 1); 0 without xdist."""
+    return int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+
+
 def built_once(factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]) -> Path:
     """``factory``'s directory ``name``, built by ``build`` once per pytest session: the first xdist worker that
     asks builds it under a file lock, the others wait and read the same files (these are read-only to tests)."""
