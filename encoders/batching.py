@@ -220,15 +220,18 @@ class QueuedForwards:
         return to_host(self.results, self.rows, out) if self.results else np.zeros((0, self.dim), dtype=np.float32)
 
 
-def queue_forwards(size: int, dim: int, prepared: Iterable[tuple[list[int], T]],
-                   forward: Callable[[T], object]) -> QueuedForwards:
+def queue_forwards(size: int, dim: int, prepared: Iterable[tuple[list[int], T]], forward: Callable[[T], object],
+                   on_batch: Callable[[list[int]], None] | None = None) -> QueuedForwards:
     """``forward`` on each prepared (row indices, host inputs) batch, built ahead in the prefetch thread; the results
-    stay on the device (``QueuedForwards.collect`` brings them back in one copy). Every row is in exactly one batch."""
+    stay on the device (``QueuedForwards.collect`` brings them back in one copy). Every row is in exactly one batch.
+    ``on_batch`` (e.g. a progress count) gets each batch's rows once its forward pass has run (on a GPU: queued)."""
     order: list[int] = []
     results = []
     for batch, host in prefetched(prepared):
         order.extend(batch)
         results.append(forward(host))
+        if on_batch is not None:
+            on_batch(batch)
     rows = np.asarray(order, dtype=np.int64)
     check_each_row_once(rows, size)
     return QueuedForwards(dim, rows, results)

@@ -6,7 +6,7 @@ processes than the one that holds the model (``transforms/embed_entities/inputs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -62,13 +62,14 @@ class MaskEncoder:
         """float32 vectors of ready inputs (``PackedMaskInputs``), in their order (into ``out`` when given)."""
         return self.queue_packed(packed).collect(out)
 
-    def queue_packed(self, packed: PackedMaskInputs) -> QueuedForwards:
+    def queue_packed(self, packed: PackedMaskInputs, on_batch: Callable[[list[int]], None] | None = None
+                     ) -> QueuedForwards:
         """The forward passes of ready inputs, queued (their vectors collected later, in the inputs' order):
         batched by token budget, sorted by length, padded with numpy and pinned in the prefetch thread while the
-        previous forward pass runs."""
+        previous forward pass runs; ``on_batch`` gets each batch's rows as it is run (``queue_forwards``)."""
         batches = token_budget_batches(packed.lengths.tolist(), self.max_tokens)
         prepared = ((batch, self._prepare_packed(packed, np.asarray(batch))) for batch in batches)
-        return queue_forwards(len(packed), self.model.config.hidden_size, prepared, self._forward_host)
+        return queue_forwards(len(packed), self.model.config.hidden_size, prepared, self._forward_host, on_batch)
 
     def _prepare_packed(self, packed: PackedMaskInputs, rows: np.ndarray) -> tuple:
         """Host tensors of the rows ``rows`` of packed inputs: padded ids, attention mask, [MASK] positions."""

@@ -351,11 +351,11 @@ class DenseEncoder:
         when None), in order (into ``out`` when given)."""
         return self.queue_ready(ready, rows).collect(out)
 
-    def queue_ready(self, ready: ReadyInputs, rows: Sequence[int] | np.ndarray | None = None
-                    ) -> batching.QueuedForwards:
+    def queue_ready(self, ready: ReadyInputs, rows: Sequence[int] | np.ndarray | None = None,
+                    on_batch: Callable[[list[int]], None] | None = None) -> batching.QueuedForwards:
         """The forward passes of ready model inputs (``rows`` of them, all when None), queued (their vectors
         collected later, in order): only batched as ``encode_passages`` batches them, padded from the packed
-        sequences and run here."""
+        sequences and run here; ``on_batch`` gets each batch (positions in ``rows``) as it is run."""
         rows = np.arange(len(ready)) if rows is None else np.asarray(rows, dtype=np.int64)
         per_forward = max(1, self.options.batch_tokens // self.options.max_length)
         lengths = ready.input_ids.lengths[rows].tolist()
@@ -363,7 +363,7 @@ class DenseEncoder:
                                          lengths.__getitem__)
         prepared = ((batch, self._host_inputs(ready, rows[batch])) for batch, _ in batches)
         return batching.queue_forwards(len(rows), self.dim, prepared,
-                                       lambda host: self._forward_inputs(self._device_inputs(host)))
+                                       lambda host: self._forward_inputs(self._device_inputs(host)), on_batch)
 
     def token_count(self, passages: Sequence[Passage]) -> int:
         return self.inputs.token_count(passages)

@@ -84,7 +84,7 @@ class EmbedEntitiesStage:
                                   ctx.progress("mentions prepared", mentions))
 
         def model(forward: StageContext, followers: int) -> Build:
-            encode = EncodeMentions(config, inputs, followers, forward.progress("mentions encoded", mentions, int))
+            encode = EncodeMentions(config, inputs, followers, forward.progress_settings("mentions encoded", mentions))
             return with_dead_letters(forward, "EncodeMentions", encode, "vectors")
 
         # The GPU's pipeline runs beside the inputs' one, encoding the inputs as they are written.

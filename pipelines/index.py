@@ -254,7 +254,7 @@ def encode(ctx: StageContext, config: IndexConfig, encoder: EncoderOptions, enco
 
     def model(forward: StageContext, followers: int) -> Build:
         encode_passages = EncodePassages(encoder, files, encoding.bucket_count, encoding.dim, followers, kept,
-                                         forward.progress("passages encoded", encoding.expected, int))
+                                         forward.progress_settings("passages encoded", encoding.expected))
         return with_dead_letters(forward, "EncodePassages", encode_passages, "vectors")
 
     return run_model_beside(ctx, lambda pipeline: prepare(pipeline, ctx, config, encoder, encoding, files, kept.salt),

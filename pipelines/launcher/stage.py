@@ -36,7 +36,7 @@ from pipelines.launcher.flags import DEFAULT_INTERVAL_S
 from pipelines.launcher.interrupt import INTERRUPTED_STEP
 from transforms.common.dead_letters import COUNTER_NAMESPACE, WriteDeadLetters
 from transforms.common.follow import FollowedFiles, mark_ended
-from transforms.common.progress import LogProgress, worker_count
+from transforms.common.progress import LogProgress, ProgressSettings, worker_count
 
 LOG = logging.getLogger("kpr")
 STAGING_DIR = layout.STAGING
@@ -103,11 +103,15 @@ class StageContext:
         processes, and the options of --model-pipeline-options after the command's (a later one wins)."""
         return replace(self, beam_args=(*self.with_workers_at_most(processes).beam_args, *self.model_beam_args))
 
+    def progress_settings(self, unit: str, total: int | None = None) -> ProgressSettings:
+        """What this stage's progress lines about ``unit`` say (``total`` of them in the stage) and how often."""
+        return ProgressSettings(layout.command_of(self.stage), unit, total, worker_count(self.beam_args),
+                                self.progress_interval)
+
     def progress(self, unit: str, total: int | None = None, weight: Callable[[Any], int] | None = None) -> LogProgress:
         """A pass-through step that logs how many ``unit`` this worker has done (an element: ``weight(element)``
         of them, else 1), its rate and the ETA."""
-        return LogProgress(layout.command_of(self.stage), unit, total, worker_count(self.beam_args),
-                           self.progress_interval, weight)
+        return LogProgress(self.progress_settings(unit, total), weight)
 
 
 class Stage(Protocol[ConfigT]):

@@ -15,7 +15,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from tests.conftest import BUNDLED_SAMPLE, MULTI_PROCESS, REPO
-from transforms.common.progress import LogProgress, ProgressMeter, ProgressTicker, format_duration
+from transforms.common.progress import LogProgress, ProgressMeter, ProgressSettings, ProgressTicker, format_duration
 
 
 class FakeClock:
@@ -143,7 +143,7 @@ def slow(element: int) -> int:
 def test_lines_come_every_interval_while_a_slow_step_holds_the_elements(capsys):
     with TestPipeline(runner="DirectRunner") as pipeline:
         output = (pipeline | beam.Create([0, 1, 2]) | beam.Map(slow)
-                  | LogProgress("parse", "pages", total=3, workers=1, interval=0.1))
+                  | LogProgress(ProgressSettings("parse", "pages", total=3, workers=1, interval=0.1)))
         assert_that(output, equal_to([0, 1, 2]))
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[parse] ")]
     counts = [int(re.match(r"\[parse\] (\d+) pages in ", line).group(1)) for line in lines]

@@ -18,8 +18,9 @@ from encoders.mask_encoder import MaskEncoder
 from encoders.mask_inputs import MaskInput, PackedMaskInputs
 from encoders.models import ModelSpec
 from transforms.common.follow import FollowedFiles, InputsFailedError
+from transforms.common.progress import ProgressSettings
 from transforms.embed_entities.entity_vectors import MENTION_KEY, ModelFacts
-from transforms.embed_entities.forward import ENCODED_TAG, FollowInputFiles, InputFiles
+from transforms.embed_entities.forward import FollowInputFiles, InputFiles, mentions_of_rows
 from transforms.embed_entities.gather import mention_keys, read_refs
 from transforms.embed_entities.inputs import INPUT_PREFIX, inputs_table
 from transforms.embed_entities.window_store import key_buckets, model_salt, read_bucket, store_files, window_keys
@@ -51,13 +52,25 @@ def write_input_file(files: InputFiles, name: str, keys: np.ndarray, inputs: lis
     return path
 
 
-def follow(files: InputFiles, spec: ModelSpec, index: int = 0, followers: int = 1) -> list:
-    follower = FollowInputFiles(spec, -1, 256, files, SALT, mentions=40)
+def follow(files: InputFiles, spec: ModelSpec, index: int = 0, followers: int = 1, max_tokens: int = 256) -> list:
+    """The outputs of one follower; its progress lines (every 0.05 s at most) go to stderr."""
+    progress = ProgressSettings("embed-entities", "mentions encoded", total=40, interval=0)
+    follower = FollowInputFiles(spec, -1, max_tokens, files, SALT, mentions=40, progress=progress)
     follower.setup()
-    return list(follower.process((index, followers)))
+    try:
+        return list(follower.process((index, followers)))
+    finally:
+        follower.teardown()
 
 
-def test_a_follower_encodes_the_files_as_they_come_and_stops_when_the_inputs_have_ended(tmp_path, tiny_bert):
+def progress_counts(err: str) -> list[int]:
+    """The counts of the progress lines written to stderr (``err``)."""
+    return [int(line.split()[1].replace(",", "")) for line in err.splitlines() if line.startswith("[embed-entities] ")
+            and " mentions encoded in " in line]
+
+
+def test_a_follower_encodes_the_files_as_they_come_and_stops_when_the_inputs_have_ended(tmp_path, tiny_bert,
+                                                                                        capsys):
     files, spec = input_files(tmp_path), ModelSpec(str(tiny_bert))
     batches = [mention_inputs(1 + 10 * part, 10) for part in range(3)]
     ended_at = []
@@ -79,9 +92,8 @@ def test_a_follower_encodes_the_files_as_they_come_and_stops_when_the_inputs_hav
     stopped_at = time.monotonic()
     writer.join()
     assert stopped_at >= ended_at[0]  # it waited for the inputs' end, not for a moment without new files
-    encoded = [output.value for output in outputs if isinstance(output, beam.pvalue.TaggedOutput)
-               and output.tag == ENCODED_TAG]
-    assert sorted(encoded) == [10, 10, 10]
+    counts = progress_counts(capsys.readouterr().err)
+    assert counts == sorted(counts) and counts[-1] == 30, counts  # its lines count every mention
     parts = [output for output in outputs if not isinstance(output, beam.pvalue.TaggedOutput)]
     refs = read_refs([part for _, part in parts])
     assert all(key_buckets(read_refs([part])["window_key"], 1).tolist() == [bucket] * len(read_refs([part]))
@@ -99,19 +111,38 @@ def test_a_follower_encodes_the_files_as_they_come_and_stops_when_the_inputs_hav
     np.testing.assert_allclose(found, expected.astype(np.float16), rtol=1e-3, atol=1e-3)
 
 
-def test_windows_stored_before_are_not_encoded_again(tmp_path, tiny_bert):
+def test_windows_stored_before_are_not_encoded_again(tmp_path, tiny_bert, capsys, monkeypatch):
     keys, inputs = mention_inputs(1, 12)
     window = window_keys(SALT, PackedMaskInputs.of(inputs))
     files = input_files(tmp_path, known=np.sort(window[:5]))
     fs.write_json_atomic(files.facts, asdict(ModelFacts(32, 1.0, 1, store_bits=0)))
     written = write_input_file(files, "0", keys, inputs)
     fs.write_json_atomic(files.followed.ended, {"files": [written]})
-    outputs = follow(files, ModelSpec(str(tiny_bert)))
+    forward = MaskEncoder._forward_host
+
+    def slow_forward(encoder: MaskEncoder, host: tuple):
+        time.sleep(0.2)  # several progress lines a batch
+        return forward(encoder, host)
+
+    monkeypatch.setattr(MaskEncoder, "_forward_host", slow_forward)
+    outputs = follow(files, ModelSpec(str(tiny_bert)), max_tokens=16)  # a forward batch a window
     parts = [output for output in outputs if not isinstance(output, beam.pvalue.TaggedOutput)]
     assert sorted(read_refs([part for _, part in parts])["window_key"].tolist()) == sorted(window.tolist())
     stored, _ = read_bucket(store_files([files.pending], SALT), 0, 0, 32)
     # only the windows not stored before were encoded, each once (the made-up inputs repeat every 7 entities)
     assert stored.tolist() == sorted(set(window.tolist()) - set(window[:5].tolist()))
+    # the progress lines count the step's mentions as its batches run (here a window of one mention a batch),
+    # those stored before (10) first: not only once a step, which would go from 10 (or 0) to 12
+    reused = int(np.isin(window, window[:5]).sum())
+    counts = progress_counts(capsys.readouterr().err)
+    assert reused == 10 and counts == sorted(counts) and set(range(reused, 13)) <= set(counts), counts
+
+
+def test_each_encoded_row_counts_the_mentions_of_its_window():
+    keys = np.array([7, 3, 7, 9, 3, 7], np.uint64)
+    assert mentions_of_rows(keys, np.array([0, 1, 3])).tolist() == [3, 2, 1]
+    assert mentions_of_rows(keys, np.array([3])).tolist() == [1]
+    assert mentions_of_rows(keys, np.zeros(0, np.int64)).tolist() == []
 
 
 def test_a_failed_inputs_pipeline_stops_the_followers(tmp_path, tiny_bert):

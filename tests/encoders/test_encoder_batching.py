@@ -271,8 +271,10 @@ def test_queued_forwards_run_every_batch_and_come_back_only_when_collected():
         ran.append([int(row) for row in host[:, 0].tolist()])
         return forward(host)
 
-    queued = queue_forwards(3, 2, prepared, counted)
+    told: list[tuple[list[int], int]] = []  # each batch's rows as told, and how many forwards had run by then
+    queued = queue_forwards(3, 2, prepared, counted, lambda batch: told.append((batch, len(ran))))
     assert ran == [[1, 2], [0]] and queued.rows.tolist() == [1, 2, 0]
+    assert told == [([1, 2], 1), ([0], 2)]  # a batch is told once its forward has run, before the next one
     assert queued.results[0].dtype == torch.bfloat16  # as the model left them, not yet copied back
     assert queued.collect().tolist() == [[0, 0], [1, -1], [2, -2]]
     assert queue_forwards(0, 2, [], counted).collect().shape == (0, 2)

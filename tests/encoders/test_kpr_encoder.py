@@ -7,6 +7,8 @@ import json
 import math
 import os
 import shutil
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import apache_beam as beam
@@ -34,6 +36,7 @@ from pipelines.launcher.cli import main
 from tests.builders import dpr_passages, mirrored, run_counting
 from tests.conftest import DIRECT, copy_stages
 from transforms.common.follow import FollowedFiles, RunFollowers, mark_ended
+from transforms.common.progress import ProgressSettings
 from transforms.common.worker_files import save_array
 from transforms.index.forward import FollowPassageInputs, KeptPassages
 from transforms.index.inputs import INPUT_PREFIX, PreparePassageInputs, inputs_table, passage_keys, table_inputs
@@ -385,9 +388,10 @@ def test_kpr_vectors_are_mains_exactly_through_the_stages_input_files(tiny_bert,
     np.testing.assert_allclose(expected, one_by_one, rtol=0, atol=1e-5)  # batching and order change nothing else
 
 
-def test_the_index_pipelines_encode_and_count_as_the_library(tiny_bert, tmp_path):
+def test_the_index_pipelines_encode_and_count_as_the_library(tiny_bert, tmp_path, capsys, monkeypatch):
     """The inputs' pipeline links, counts and writes input files; the model's pipeline, with two followers, encodes
-    them and stages every passage's row once, with the library's vector."""
+    them and stages every passage's row once, with the library's vector. A follower's progress lines count the
+    passages kept before when their step starts, then the others as their forward batches run."""
     write_entity_artifacts(tmp_path)
     init_kpr_checkpoint(str(tiny_bert), str(tmp_path / "kpr"),
                         KPRSettings(entity_embedding_size=ENTITY_DIM, num_entity_fusion_attention_heads=2))
@@ -406,7 +410,7 @@ def test_the_index_pipelines_encode_and_count_as_the_library(tiny_bert, tmp_path
     staged = str(tmp_path / "staged")
     kept = KeptPassages(str(tmp_path / "kept"), save_array(str(tmp_path / "known.npy"), np.zeros(0, np.uint64)),
                         str(tmp_path / "reused"), SALT)
-    follower = FollowPassageInputs(options, files, staged, 4, 32, kept)
+    follower = FollowPassageInputs(options, files, staged, 4, 32, kept, ProgressSettings("index", "passages"))
     encoded = run_counting(lambda pipeline: pipeline | RunFollowers(follower, 2, "records"))
     assert encoded == {"passages_encoded": 24}
     kept_rows = pa.concat_tables([pq.read_table(path) for path in (tmp_path / "kept").glob("*.parquet")])
@@ -418,6 +422,30 @@ def test_the_index_pipelines_encode_and_count_as_the_library(tiny_bert, tmp_path
     by_id = dict(zip(rows.column("passage_id").to_pylist(), rows.column("embedding").to_pylist(), strict=True))
     assert sorted(by_id) == [passage.passage_id for passage in passages]
     np.testing.assert_array_equal([by_id[passage.passage_id] for passage in passages], expected)
+
+    again = replace(kept, known=save_array(str(tmp_path / "known-10.npy"), np.sort(passage_keys(SALT, passages[:10]))),
+                    reused=str(tmp_path / "reused-again"))
+    retriever = type(load_retriever(options, "passage"))
+    forward = retriever._forward_inputs
+
+    def slow_forward(encoder, inputs):
+        time.sleep(0.2)  # several progress lines a batch
+        return forward(encoder, inputs)
+
+    monkeypatch.setattr(retriever, "_forward_inputs", slow_forward)
+    capsys.readouterr()
+    follower = FollowPassageInputs(options, files, str(tmp_path / "staged-again"), 4, 32, again,
+                                   ProgressSettings("index", "passages", total=24, interval=0))
+    follower.setup()
+    try:
+        list(follower.process((0, 1)))
+    finally:
+        follower.teardown()
+    counts = [int(line.split()[1]) for line in capsys.readouterr().err.splitlines()
+              if line.startswith("[index] ") and " passages in " in line]
+    steps = len(list(Path(files.directory).glob("*.parquet")))  # one file a step (files_per_step)
+    assert counts == sorted(counts) and counts[-1] == 24 and 10 in counts, counts
+    assert len(set(counts) - {0}) > steps + 1, (steps, counts)  # a step's batches counted one by one
 
 
 def test_kpr_needs_its_linker_and_matching_entity_sizes(tiny_bert, tmp_path):

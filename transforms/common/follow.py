@@ -25,7 +25,6 @@ from transforms.common.dead_letters import DEAD_LETTER_TAG
 FILES_PER_STAGE = 400  # a stage's input files, at least (when it has the rows): a killed stage loses little in flight
 MIN_FILE_ROWS = 256  # ... but an input file holds at least a forward batch's rows (the model batches within a file)
 FOLLOW_POLL_S = 0.2  # a follower with nothing to take looks for new files this often
-ENCODED_TAG = "encoded"  # a follower's output: how many items a step of it encoded (for the progress line)
 
 T = TypeVar("T")
 Started = TypeVar("Started")
@@ -222,18 +221,14 @@ class WriteFollowedFiles(beam.DoFn):
 class RunFollowers(beam.PTransform):
     """A pipeline's root -> the outputs of ``follower`` (a DoFn of (index, followers) that follows the first
     pipeline's files, ``follow``) run as ``followers`` followers, one per process that holds the model:
-    {``main``: its main output, "dead_letter": its dead letters}; ``progress``: an optional step that counts
-    what it tags ``ENCODED_TAG``."""
+    {``main``: its main output, "dead_letter": its dead letters}."""
 
-    def __init__(self, follower: beam.DoFn, followers: int, main: str, progress: beam.PTransform | None = None) -> None:
+    def __init__(self, follower: beam.DoFn, followers: int, main: str) -> None:
         super().__init__()
-        self._follower, self._followers, self._main, self._progress = follower, followers, main, progress
+        self._follower, self._followers, self._main = follower, followers, main
 
     def expand(self, pipeline: beam.pvalue.PBegin) -> dict[str, beam.PCollection]:
         followers = [(index, self._followers) for index in range(self._followers)]
         outputs = (pipeline | "Followers" >> beam.Create(followers) | "Spread" >> beam.Reshuffle()
-                   | "Follow" >> beam.ParDo(self._follower).with_outputs(DEAD_LETTER_TAG, ENCODED_TAG,
-                                                                         main=self._main))
-        if self._progress is not None:
-            _ = outputs[ENCODED_TAG] | "Progress" >> self._progress
+                   | "Follow" >> beam.ParDo(self._follower).with_outputs(DEAD_LETTER_TAG, main=self._main))
         return {self._main: outputs[self._main], DEAD_LETTER_TAG: outputs[DEAD_LETTER_TAG]}

@@ -10,6 +10,7 @@ worker's log.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
@@ -130,42 +131,82 @@ def write_stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-class _LogProgress(beam.DoFn):
-    def __init__(self, stage: str, unit: str, total: int | None, workers: int, interval: float,
-                 weight: Callable[[Any], int] | None = None) -> None:
-        self._settings = (stage, unit, total, workers, interval)
-        self._weight = weight
+@dataclass(frozen=True)
+class ProgressSettings:
+    """What a worker's progress lines say (``stage``, ``unit``, the stage's ``total`` and the ``workers`` that
+    share it: ``ProgressMeter``) and how often (every ``interval`` seconds)."""
 
-    def setup(self) -> None:
-        stage, unit, total, workers, interval = self._settings
-        self._meter = ProgressMeter(stage, unit, total, workers)
-        self._ticker = ProgressTicker(self._meter, interval, write_stderr)
+    stage: str
+    unit: str
+    total: int | None = None
+    workers: int = 1
+    interval: float = 30.0
 
-    def start_bundle(self) -> None:
+
+class ProgressLog:
+    """A worker's count of ``settings.unit`` done and its ticker: a line on stderr every interval while ``active``
+    (what a DoFn opens in ``setup`` and stops in ``teardown``). ``add`` may be called wherever the work is done: a step
+    that runs a model counts each forward batch as it goes, not only the step's output."""
+
+    def __init__(self, settings: ProgressSettings) -> None:
+        self._meter = ProgressMeter(settings.stage, settings.unit, settings.total, settings.workers)
+        self._ticker = ProgressTicker(self._meter, settings.interval, write_stderr)
+
+    def add(self, items: int) -> None:
+        self._meter.add(items)
+
+    def resume(self) -> None:
+        """Lines every interval from now (a bundle or a follower at work)."""
         self._ticker.resume()
 
-    def process(self, element: Any) -> Iterator[Any]:
-        self._meter.add(1 if self._weight is None else self._weight(element))
-        yield element
-
-    def finish_bundle(self) -> None:
+    def pause(self) -> None:
+        """No lines until ``resume``, after one now if it is due."""
         self._ticker.pause()
 
-    def teardown(self) -> None:
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        """``resume``, then ``pause`` at the end, however it ends."""
+        self.resume()
+        try:
+            yield
+        finally:
+            self.pause()
+
+    def stop(self) -> None:
         self._ticker.stop()
 
 
+class _LogProgress(beam.DoFn):
+    def __init__(self, settings: ProgressSettings, weight: Callable[[Any], int] | None = None) -> None:
+        self._settings, self._weight = settings, weight
+
+    def setup(self) -> None:
+        self._log = ProgressLog(self._settings)
+
+    def start_bundle(self) -> None:
+        self._log.resume()
+
+    def process(self, element: Any) -> Iterator[Any]:
+        self._log.add(1 if self._weight is None else self._weight(element))
+        yield element
+
+    def finish_bundle(self) -> None:
+        self._log.pause()
+
+    def teardown(self) -> None:
+        self._log.stop()
+
+
 class LogProgress(beam.PTransform):
-    """Pass elements through unchanged, writing this worker's count, rate and ETA every ``interval`` seconds; an
-    element counts ``weight(element)`` items (1 without a weight).
+    """Pass elements through unchanged, writing this worker's count, rate and ETA every ``settings.interval``
+    seconds; an element counts ``weight(element)`` items (1 without a weight).
 
     (The stages' own counters, e.g. ``pages_read`` or ``mentions_embedded``, count the same items for the
     runner's UI and the manifest.)"""
 
-    def __init__(self, stage: str, unit: str, total: int | None, workers: int, interval: float,
-                 weight: Callable[[Any], int] | None = None) -> None:
+    def __init__(self, settings: ProgressSettings, weight: Callable[[Any], int] | None = None) -> None:
         super().__init__()
-        self._do_fn = _LogProgress(stage, unit, total, workers, interval, weight)
+        self._do_fn = _LogProgress(settings, weight)
 
     def expand(self, elements: beam.PCollection) -> beam.PCollection:
         return elements | "CountAndLog" >> beam.ParDo(self._do_fn)

@@ -28,7 +28,6 @@ from encoders.mask_inputs import PackedMaskInputs
 from encoders.models import ModelSpec, worker_device
 from transforms.common.dead_letters import count_some, dead_letter
 from transforms.common.follow import (
-    ENCODED_TAG,
     FollowedFiles,
     FollowerClock,
     follow_steps,
@@ -37,6 +36,7 @@ from transforms.common.follow import (
 )
 from transforms.common.packed import found_in
 from transforms.common.per_worker import PerProcess
+from transforms.common.progress import ProgressLog, ProgressSettings
 from transforms.embed_entities.entity_vectors import ModelFacts, Part, write_bucketed_part
 from transforms.embed_entities.inputs import WINDOW_REF, table_inputs
 from transforms.embed_entities.window_store import (
@@ -99,6 +99,12 @@ def rows_to_encode(known: np.ndarray, keys: np.ndarray) -> np.ndarray:
     return np.sort(first[~stored[first]])
 
 
+def mentions_of_rows(keys: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """How many of a step's mentions (their window ``keys``) each of its ``rows`` (one a window) stands for."""
+    unique, counts = np.unique(keys, return_counts=True)
+    return counts[np.searchsorted(unique, keys[rows])]
+
+
 class RefWriter:
     """Mentions' ``WINDOW_REF`` rows -> part files under ``directory``, one record batch per bucket of their window
     keys (``bits``), written every ``REF_ROWS`` rows; ``add`` and ``flush`` return the (bucket, Part) written."""
@@ -157,18 +163,22 @@ class FollowInputFiles(beam.DoFn):
     (``follow_steps``: one model call, whose vectors come back before the next step's forward passes are queued,
     and are checked and written while they run: ``one_step_ahead``). Windows not stored before (not among the
     ``known`` keys) are encoded and stored (pending files, every ``pending_rows``); non-finite vectors are
-    dead-lettered (their mentions dropped); how many mentions each step held is tagged ``encoded``. While the
-    model runs, the next step is read in a thread (``read_inputs``) and the last one's vectors written in
-    another."""
+    dead-lettered (their mentions dropped). Its progress lines (``progress``) count the mentions as their windows'
+    forward batches run, those stored before when their step starts. While the model runs, the next step is read
+    in a thread (``read_inputs``) and the last one's vectors written in another."""
 
     def __init__(self, spec: ModelSpec, layer: int, max_tokens: int, files: InputFiles, salt: str,
-                 mentions: int) -> None:
+                 mentions: int, progress: ProgressSettings) -> None:
         self._key, self._files = encoder_key(spec, layer, max_tokens), files
-        self._salt, self._mentions = salt, mentions
+        self._salt, self._mentions, self._settings = salt, mentions, progress
         self._encoders = PerProcess(load_encoder)
 
     def setup(self) -> None:
         self._encoder = self._encoders.get(self._key)
+        self._progress = ProgressLog(self._settings)
+
+    def teardown(self) -> None:
+        self._progress.stop()
 
     def process(self, element: tuple[int, int]) -> Iterator[Any]:
         index, followers = element
@@ -184,8 +194,11 @@ class FollowInputFiles(beam.DoFn):
         def start(step: tuple[np.ndarray, PackedMaskInputs]) -> tuple[np.ndarray, np.ndarray, QueuedForwards]:
             mentions, packed = step
             rows = rows_to_encode(known, mentions["window_key"])
+            weights = mentions_of_rows(mentions["window_key"], rows)
+            self._progress.add(len(mentions) - int(weights.sum()))  # their windows stored before
             with clock.timing("model"):
-                return mentions, rows, self._encoder.queue_packed(packed.take(rows))
+                return mentions, rows, self._encoder.queue_packed(
+                    packed.take(rows), lambda batch: self._progress.add(int(weights[batch].sum())))
 
         def finish(started: tuple[np.ndarray, np.ndarray, QueuedForwards]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             mentions, rows, queued = started
@@ -193,7 +206,7 @@ class FollowInputFiles(beam.DoFn):
                 return mentions, rows, queued.collect(buffers.take(len(rows), facts.dim))
 
         # the next step is read in a thread, and the last one's vectors written in another, while the model runs
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="write-vectors") as behind:
+        with self._progress.active(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="write-vectors") as behind:
             writing = behind.submit(list)
             inputs = prefetched(read_inputs(follow_steps(files.followed, index, followers)), depth=1)
             steps = one_step_ahead(clock.waited("waiting for inputs", inputs), start, finish)
@@ -209,7 +222,6 @@ class FollowInputFiles(beam.DoFn):
                 yield from written
                 writing = behind.submit(write_encoded, refs, pending, mentions[~failed],
                                         mentions["window_key"][rows[finite]], vectors[finite] if dead else vectors)
-                yield beam.pvalue.TaggedOutput(ENCODED_TAG, len(mentions))
             yield from writing.result()
         pending.flush()
         yield from refs.flush()

@@ -28,6 +28,7 @@ from encoders.models import STORED_DTYPES, ModelSpec, check_device, hidden_size,
 from transforms.common.dead_letters import DEAD_LETTER_TAG
 from transforms.common.follow import FollowedFiles, RunFollowers, files_per_step, listed, rows_per_file
 from transforms.common.packed import CountEntities
+from transforms.common.progress import ProgressSettings
 from transforms.embed_entities import entity_vectors, gather, mention_windows, refresh
 from transforms.embed_entities.entity_vectors import (
     EntityVectors,
@@ -234,8 +235,7 @@ class EncodeMentions(beam.PTransform):
     scratch directory and listed (``refs.list``). Returns the dead letters (non-finite vectors). The launcher ends
     it (``follow.mark_ended``) once the inputs' pipeline has ended."""
 
-    def __init__(self, config: EmbedConfig, inputs: EmbedInputs, followers: int,
-                 progress: beam.PTransform | None = None) -> None:
+    def __init__(self, config: EmbedConfig, inputs: EmbedInputs, followers: int, progress: ProgressSettings) -> None:
         super().__init__()
         self._config, self._inputs, self._followers = config, inputs, followers
         self._progress = progress
@@ -243,8 +243,8 @@ class EncodeMentions(beam.PTransform):
     def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
         config, inputs = self._config, self._inputs
         follower = FollowInputFiles(config.spec, config.layer, config.batch_tokens, inputs.files, inputs.salt,
-                                    inputs.mentions)
-        encoded = pipeline | "Encode" >> RunFollowers(follower, self._followers, "parts", self._progress)
+                                    inputs.mentions, self._progress)
+        encoded = pipeline | "Encode" >> RunFollowers(follower, self._followers, "parts")
         _ = (encoded["parts"] | "PartLines" >> beam.Map(part_line)
              | "ListRefs" >> beam.io.WriteToText(inputs.under_scratch("refs.list")))
         return encoded[DEAD_LETTER_TAG]

@@ -29,9 +29,10 @@ from encoders.loading import load_retriever
 from encoders.models import worker_device
 from encoders.retrievers import DenseEncoder, EncoderOptions, ReadyInputs
 from transforms.common.dead_letters import count, count_some, dead_letter
-from transforms.common.follow import ENCODED_TAG, FollowedFiles, FollowerClock, follow_steps, one_step_ahead
+from transforms.common.follow import FollowedFiles, FollowerClock, follow_steps, one_step_ahead
 from transforms.common.packed import found_in
 from transforms.common.per_worker import PerProcess
+from transforms.common.progress import ProgressLog, ProgressSettings
 from transforms.common.worker_files import load_array, save_array
 from transforms.index.inputs import encoder_key, table_inputs
 
@@ -117,19 +118,23 @@ class FollowPassageInputs(beam.DoFn):
     """(index, followers) -> the records (``BucketFile`` JSON) of the staged files of the passages of the input
     files this follower takes, encoded as the inputs' pipeline writes them, until it has ended; those kept before
     (``kept.known``) are not encoded, their keys saved for ``StageKeptRows``. Non-finite vectors are
-    dead-lettered; how many passages each step (``follow_steps``: present files, one model call) held is tagged
-    ``encoded``. While the model runs, the next step is read in a thread (``read_inputs``), the last one's vectors
-    checked (the next step's forward passes queued before: ``one_step_ahead``) and its rows kept and staged in
-    another."""
+    dead-lettered. Its progress lines (``progress``) count the passages as their forward batches run, those kept
+    before when their step (``follow_steps``: present files, one model call) starts. While the model runs, the
+    next step is read in a thread (``read_inputs``), the last one's vectors checked (the next step's forward
+    passes queued before: ``one_step_ahead``) and its rows kept and staged in another."""
 
     def __init__(self, encoder: EncoderOptions, files: FollowedFiles, directory: str, bucket_count: int,
-                 dim: int, kept: KeptPassages) -> None:
-        self._key, self._files = encoder_key(encoder), files
+                 dim: int, kept: KeptPassages, progress: ProgressSettings) -> None:
+        self._key, self._files, self._settings = encoder_key(encoder), files, progress
         self._directory, self._buckets, self._dim, self._kept = directory, bucket_count, dim, kept
         self._encoders = PerProcess(load_keyed_encoder)
 
     def setup(self) -> None:
         self._encoder = self._encoders.get(self._key)
+        self._progress = ProgressLog(self._settings)
+
+    def teardown(self) -> None:
+        self._progress.stop()
 
     def process(self, element: tuple[int, int]) -> Iterator[Any]:
         index, followers = element
@@ -143,8 +148,10 @@ class FollowPassageInputs(beam.DoFn):
             skipped.append(step.keys[done])
             count_some("passages_reused", int(done.sum()))
             todo = np.flatnonzero(~done)
+            self._progress.add(len(step.keys) - len(todo))
             with clock.timing("model"):
-                return step.columns, step.keys, todo, self._encoder.queue_ready(step.ready, todo)
+                return step.columns, step.keys, todo, self._encoder.queue_ready(
+                    step.ready, todo, lambda batch: self._progress.add(len(batch)))
 
         def finish(started: tuple[pa.Table, np.ndarray, np.ndarray, QueuedForwards]
                    ) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray]:
@@ -153,7 +160,7 @@ class FollowPassageInputs(beam.DoFn):
                 return columns, keys, todo, queued.collect(buffers.take(len(todo), self._dim))
 
         # the next step is read in a thread, and the last one's rows staged in another, while the model runs
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="stage-rows") as behind:
+        with self._progress.active(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="stage-rows") as behind:
             staging = behind.submit(lambda: None)
             inputs = prefetched(read_inputs(follow_steps(self._files, index, followers)), depth=1)
             steps = one_step_ahead(clock.waited("waiting for inputs", inputs), start, finish)
@@ -164,7 +171,6 @@ class FollowPassageInputs(beam.DoFn):
                 with clock.timing("writing behind"):
                     staging.result()  # one row group in flight at most
                 staging = behind.submit(add_rows, writer, rows, self._kept, keys[todo][finite])
-                yield beam.pvalue.TaggedOutput(ENCODED_TAG, len(keys))
             staging.result()
         save_array(fs.join(self._kept.reused, f"reused-{index:05d}.npy"), np.concatenate(skipped))
         for record in writer.close():

@@ -33,6 +33,7 @@ from artifacts.faiss.vectors import embedding_table
 from encoders.retrievers import EncoderOptions
 from transforms.common.dead_letters import DEAD_LETTER_TAG, count
 from transforms.common.follow import FollowedFiles, RunFollowers
+from transforms.common.progress import ProgressSettings
 from transforms.index.forward import FollowPassageInputs, KeptPassages, StageKeptRows
 from transforms.index.inputs import INPUT_FILE_ROWS, PreparePassageInputs
 from transforms.index.passages import DUPLICATE_KEEPS
@@ -166,10 +167,10 @@ class EncodePassages(beam.PTransform):
     pipeline has ended."""
 
     def __init__(self, encoder: EncoderOptions, files: EncodingFiles, bucket_count: int, dim: int, followers: int,
-                 kept: KeptPassages, progress: beam.PTransform | None = None) -> None:
+                 kept: KeptPassages, progress: ProgressSettings) -> None:
         super().__init__()
-        follower = FollowPassageInputs(encoder, files.inputs, files.staged, bucket_count, dim, kept)
-        self._encode = RunFollowers(follower, followers, "records", progress)
+        follower = FollowPassageInputs(encoder, files.inputs, files.staged, bucket_count, dim, kept, progress)
+        self._encode = RunFollowers(follower, followers, "records")
         self._list = files.bucket_list("encoded")
 
     def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
