@@ -207,7 +207,8 @@ def test_embed_entities_with_model_facts_from_a_worker_and_a_refused_previous_ru
     assert facts == ModelFacts(32, input_embedding_norm(ModelSpec(str(tiny_bert))), 1, MIN_BITS)
     mark_ended(inputs.files.followed, None)  # the launcher: the inputs have ended, the followers stop
     # the two refs of page 6 at 16-20 have the same window, whatever their entity: encoded once
-    encode = EncodeMentions(config, inputs, followers=2, progress=ProgressSettings("embed-entities", "mentions"))
+    progress = ProgressSettings("embed-entities", "mentions", total=4, workers=2, interval=3600)
+    encode = EncodeMentions(config, inputs, followers=2, progress=progress)
     assert run_counted(lambda pipeline: pipeline | encode) == {"mentions_encoded": 2, "mentions_reused": 1}
     parts = listed_parts(inputs)
     assert {bucket for bucket, _ in parts} <= set(range(1 << MIN_BITS))

@@ -54,7 +54,7 @@ def write_input_file(files: InputFiles, name: str, keys: np.ndarray, inputs: lis
 
 def follow(files: InputFiles, spec: ModelSpec, index: int = 0, followers: int = 1, max_tokens: int = 256) -> list:
     """The outputs of one follower; its progress lines (every 0.05 s at most) go to stderr."""
-    progress = ProgressSettings("embed-entities", "mentions encoded", total=40, interval=0)
+    progress = ProgressSettings("embed-entities", "mentions encoded", total=40, workers=1, interval=0)
     follower = FollowInputFiles(spec, -1, max_tokens, files, SALT, mentions=40, progress=progress)
     follower.setup()
     try:

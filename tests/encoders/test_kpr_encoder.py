@@ -410,7 +410,8 @@ def test_the_index_pipelines_encode_and_count_as_the_library(tiny_bert, tmp_path
     staged = str(tmp_path / "staged")
     kept = KeptPassages(str(tmp_path / "kept"), save_array(str(tmp_path / "known.npy"), np.zeros(0, np.uint64)),
                         str(tmp_path / "reused"), SALT)
-    follower = FollowPassageInputs(options, files, staged, 4, 32, kept, ProgressSettings("index", "passages"))
+    progress = ProgressSettings("index", "passages", total=24, workers=2, interval=3600)
+    follower = FollowPassageInputs(options, files, staged, 4, 32, kept, progress)
     encoded = run_counting(lambda pipeline: pipeline | RunFollowers(follower, 2, "records"))
     assert encoded == {"passages_encoded": 24}
     kept_rows = pa.concat_tables([pq.read_table(path) for path in (tmp_path / "kept").glob("*.parquet")])
@@ -435,7 +436,7 @@ def test_the_index_pipelines_encode_and_count_as_the_library(tiny_bert, tmp_path
     monkeypatch.setattr(retriever, "_forward_inputs", slow_forward)
     capsys.readouterr()
     follower = FollowPassageInputs(options, files, str(tmp_path / "staged-again"), 4, 32, again,
-                                   ProgressSettings("index", "passages", total=24, interval=0))
+                                   ProgressSettings("index", "passages", total=24, workers=1, interval=0))
     follower.setup()
     try:
         list(follower.process((0, 1)))

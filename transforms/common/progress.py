@@ -138,9 +138,9 @@ class ProgressSettings:
 
     stage: str
     unit: str
-    total: int | None = None
-    workers: int = 1
-    interval: float = 30.0
+    total: int | None
+    workers: int
+    interval: float
 
 
 class ProgressLog:
