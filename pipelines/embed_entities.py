@@ -12,6 +12,7 @@ from encoders.models import model_files
 from pipelines.launcher.stage import (
     Build,
     StageContext,
+    model_workers,
     run_beam,
     run_model_beside,
     saved_tokenizer,
@@ -76,20 +77,21 @@ class EmbedEntitiesStage:
         inputs = EmbedInputs(output=ctx.output, mentions=mentions, embeddings=ctx.staged(layout.ENTITY_EMBEDDINGS),
                              scratch=scratch, pending=ctx.kept_root, salt=salt,
                              store=ctx.staged(layout.MENTION_VECTORS), id_map=ctx.staged(layout.ENTITY_ID_MAP),
-                             previous=previous, tokenizer=saved_tokenizer(ctx, config.model, scratch))
+                             followers=model_workers(ctx, config.device, config.model_workers), previous=previous,
+                             tokenizer=saved_tokenizer(ctx, config.model, scratch))
         # the windows stored before (a previous run's, this OUT's, a killed run's) are not encoded again
         stores = store_directories(ctx, previous)
         write_known_keys(store_files(stores, salt), inputs.files.known)
         prepare = PrepareMentions(config, inputs, facts, context_chars(ctx.output),
                                   ctx.progress("mentions prepared", mentions))
 
-        def model(forward: StageContext, followers: int) -> Build:
-            encode = EncodeMentions(config, inputs, followers, forward.progress_settings("mentions encoded", mentions))
+        def model(forward: StageContext) -> Build:
+            encode = EncodeMentions(config, inputs, forward.progress_settings("mentions encoded", mentions))
             return with_dead_letters(forward, "EncodeMentions", encode, "vectors")
 
         # The GPU's pipeline runs beside the inputs' one, encoding the inputs as they are written.
         counters = run_model_beside(ctx, with_dead_letters(ctx, "PrepareMentions", prepare, "mentions"), model,
-                                    inputs.files.followed, config.device, config.model_workers)
+                                    inputs.files.followed)
         facts = read_facts(inputs)
         save_store_index(inputs.store_index, store_files(stores, salt))
         reduce = ReduceEntities(config, inputs, listed_parts(inputs), facts)

@@ -33,6 +33,7 @@ from pipelines.launcher import disk_space, flags
 from pipelines.launcher.stage import (
     Build,
     StageContext,
+    model_workers,
     run_beam,
     run_model_beside,
     saved_tokenizer,
@@ -145,11 +146,11 @@ class IndexStage:
         kept = kept_passages(ctx, self.options(config), self.external_inputs(config), self.upstream(config))
         killed = kept_files(kept.directory)  # what a killed run kept: its passages are not encoded again
         save_array(kept.known, kept_keys(killed))
-        counters = encode(ctx, config, located, encoding, kept)
+        files = encoding_files(ctx, model_workers(ctx, located.device, config.model_workers), encoding.estimate)
+        counters = encode(ctx, config, located, encoding, kept, files)
         if killed:
             run_beam(ctx, lambda pipeline: pipeline | "StageKept" >> StageKeptPassages(
-                killed, save_array(fs.join(kept.reused, "all.npy"), reused_keys(kept)), encoding_files(ctx),
-                bucket_count, dim))
+                killed, save_array(fs.join(kept.reused, "all.npy"), reused_keys(kept)), files, bucket_count, dim))
         counters = {**counters, **build_index(ctx, config, located, dim, bucket_count, counters, previous)}
         return summed({"passages_reused": 0, "passages_encoded": 0}, counters)  # said also when none
 
@@ -236,29 +237,29 @@ def reused_keys(kept: KeptPassages) -> np.ndarray:
                                    *(load_array(path) for path in fs.list_files(kept.reused, "reused-*.npy"))]))
 
 
-def encoding_files(ctx: StageContext, estimate: int = 0) -> EncodingFiles:
-    """Where the encoding pipelines write, with input files for ``estimate`` passages (0: as many as read)."""
+def encoding_files(ctx: StageContext, followers: int, estimate: int) -> EncodingFiles:
+    """Where the encoding pipelines write, with input files for ``estimate`` passages (0: as many as read) and
+    ``followers`` processes that hold the model."""
     work = work_dir(ctx)
     rows = rows_per_file(estimate, INPUT_FILE_ROWS) if estimate else INPUT_FILE_ROWS
     inputs = FollowedFiles(fs.join(work, "inputs"), INPUT_PREFIX, fs.join(work, "inputs.list"),
-                           fs.join(work, "inputs.ended"), files_per_step(rows, INPUT_FILE_ROWS))
+                           fs.join(work, "inputs.ended"), followers, files_per_step(rows, INPUT_FILE_ROWS))
     return EncodingFiles(inputs, buckets_dir(ctx), rows)
 
 
 def encode(ctx: StageContext, config: IndexConfig, encoder: EncoderOptions, encoding: Encoding,
-           kept: KeptPassages) -> dict[str, int]:
+           kept: KeptPassages, files: EncodingFiles) -> dict[str, int]:
     """The passages read and their inputs built by every worker (``prepare``), encoded beside it by the processes
     that hold the model (``EncodePassages``); the counters of both."""
-    files = encoding_files(ctx, encoding.estimate)
     files = replace(files, tokenizer=saved_tokenizer(ctx, encoder.spec("passage").name_or_path, work_dir(ctx)))
 
-    def model(forward: StageContext, followers: int) -> Build:
-        encode_passages = EncodePassages(encoder, files, encoding.bucket_count, encoding.dim, followers, kept,
+    def model(forward: StageContext) -> Build:
+        encode_passages = EncodePassages(encoder, files, encoding.bucket_count, encoding.dim, kept,
                                          forward.progress_settings("passages encoded", encoding.expected))
         return with_dead_letters(forward, "EncodePassages", encode_passages, "vectors")
 
     return run_model_beside(ctx, lambda pipeline: prepare(pipeline, ctx, config, encoder, encoding, files, kept.salt),
-                            model, files.inputs, encoder.device, config.model_workers)
+                            model, files.inputs)
 
 
 def prepare(pipeline: beam.Pipeline, ctx: StageContext, config: IndexConfig, encoder: EncoderOptions,

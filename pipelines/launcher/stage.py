@@ -254,20 +254,19 @@ def summed(first: Mapping[str, int], second: Mapping[str, int]) -> dict[str, int
     return {name: first.get(name, 0) + second.get(name, 0) for name in sorted({*first, *second})}
 
 
-def run_model_beside(ctx: StageContext, prepare: Build, model: Callable[[StageContext, int], Build],
-                     followed: FollowedFiles, device: str, configured: int | None) -> dict[str, int]:
+def run_model_beside(ctx: StageContext, prepare: Build, model: Callable[[StageContext], Build],
+                     followed: FollowedFiles) -> dict[str, int]:
     """A GPU stage's encoding: the inputs' pipeline ``prepare`` on every worker and, beside it, the model's
-    (``model(its context, followers)``) in the processes that hold the model (``model_workers``), told when the
-    first has ended; the two pipelines' counters summed."""
-    followers = model_workers(ctx, device, configured)
-    forward = ctx.for_model(followers)
+    (``model(its context)``) in the processes that hold the model (``followed.followers``, from
+    ``model_workers``), told when the first has ended; the two pipelines' counters summed."""
+    forward = ctx.for_model(followed.followers)
     started, ended = time.perf_counter(), []
 
     def inputs_ended(error: BaseException | None) -> None:
         ended.append(time.perf_counter() - started)
         mark_ended(followed, error)
 
-    prepared, encoded = run_beams_together((ctx, prepare), (forward, model(forward, followers)), inputs_ended)
+    prepared, encoded = run_beams_together((ctx, prepare), (forward, model(forward)), inputs_ended)
     print(f"[{layout.command_of(ctx.stage)}] inputs' pipeline ended after {ended[0]:.1f}s, the model's after "
           f"{time.perf_counter() - started:.1f}s", file=sys.stderr, flush=True)
     return summed(prepared, encoded)

@@ -1,5 +1,6 @@
-"""transforms/common/follow.py: followers share the files by name, each takes every file of its share once as it
-appears, and they stop only once the launcher says the first pipeline has ended, or as soon as it says it failed."""
+"""transforms/common/follow.py: a writer gives each file to the follower it has given the fewest rows, each follower
+takes every file of its share once as it appears, and they stop only once the launcher says the first pipeline has
+ended, or as soon as it says it failed."""
 
 from __future__ import annotations
 
@@ -7,32 +8,51 @@ import threading
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
-from artifacts import fs
+from artifacts import fs, tables
 from transforms.common.follow import (
     FollowedFiles,
     FollowerClock,
     InputsFailedError,
+    Shares,
+    WriteFollowedFiles,
     files_per_step,
     follow,
     follow_steps,
     mark_ended,
     one_step_ahead,
-    taken_by,
     wait_for,
 )
 
 
-def followed(directory: Path) -> FollowedFiles:
+def followed(directory: Path, followers: int = 1) -> FollowedFiles:
     return FollowedFiles(str(directory / "inputs"), "inputs-", str(directory / "inputs.list"),
-                         str(directory / "ended.json"))
+                         str(directory / "ended.json"), followers)
 
 
-def write_file(files: FollowedFiles, name: str) -> str:
-    path = fs.join(files.directory, f"{files.prefix}{name}.parquet")
+def write_file(files: FollowedFiles, name: str, follower: int = 0) -> str:
+    path = fs.join(files.directory, f"{files.share(follower)}{name}.parquet")
     fs.write_bytes_atomic(path, name.encode())
     return path
+
+
+class WriteNumbers(WriteFollowedFiles):
+    def table(self, batch: list[int]) -> pa.Table:
+        return pa.table({"n": batch})
+
+
+def written_rows(writer: WriteFollowedFiles, bundles: list[list[int]]) -> list[str]:
+    """The files ``writer`` writes for ``bundles`` of batches of that many rows (a worker's bundles, in order)."""
+    paths: list[str] = []
+    writer.setup()
+    for bundle in bundles:
+        writer.start_bundle()
+        for rows in bundle:
+            paths.extend(writer.process(list(range(rows))))
+        paths.extend(value.value for value in writer.finish_bundle())
+    return paths
 
 
 def list_files(files: FollowedFiles, paths: list[str]) -> None:
@@ -43,14 +63,14 @@ def list_files(files: FollowedFiles, paths: list[str]) -> None:
 
 
 def test_followers_take_their_share_as_the_files_come_and_stop_after_the_end(tmp_path):
-    files = followed(tmp_path)
+    files = followed(tmp_path, followers=3)
     written: list[str] = []
     ended_at: list[float] = []
 
     def first_pipeline() -> None:
-        for part in range(9):
+        for part in range(12):
             time.sleep(0.05)
-            written.append(write_file(files, f"f{part}"))
+            written.append(write_file(files, f"f{part}", follower=part % 3 if part < 9 else 1))
         list_files(files, written)
         time.sleep(0.5)  # no new file for a while: the followers must not stop
         ended_at.append(time.monotonic())
@@ -69,9 +89,31 @@ def test_followers_take_their_share_as_the_files_come_and_stop_after_the_end(tmp
     writer.join()
     assert stopped_at >= ended_at[0]
     assert sorted(path for share in taken for path in share) == sorted(written)  # each file once, none missed
-    assert [sorted(share) for share in taken] == [sorted(path for path in written if taken_by(path, 3) == index)
-                                                  for index in range(3)]
-    assert sum(1 for share in taken if share) >= 2  # the names spread the files
+    assert [len(share) for share in taken] == [3, 6, 3]  # each the files written for it ("1-" is not "11-")
+    assert all(fs.basename(path).startswith(f"inputs-{index}-") for index, share in enumerate(taken) for path in share)
+    with pytest.raises(ValueError, match="written for 3"):
+        next(follow(files, 0, 2))
+
+
+def test_a_writer_gives_each_file_to_the_follower_it_has_given_the_fewest_rows():
+    shares = Shares([0, 0, 0], order=[2, 0, 1])
+    assert [shares.give(rows) for rows in (500, 300, 300, 34, 256, 506)] == [2, 0, 1, 0, 1, 0]  # ties: 0 before 1
+    assert shares.given == [840, 556, 500]
+    drawn = [Shares.drawn(8).give(256) for _ in range(200)]  # each writer's first file: anywhere
+    assert len(set(drawn)) == 8
+
+
+def test_the_files_a_writer_writes_share_its_rows_within_a_files_rows(tmp_path):
+    """Files of uneven sizes (a file every 256 rows or more, batches of up to 250, a bundle's last file small)
+    from one writer: each follower's share differs from another's by less than the largest file."""
+    files = followed(tmp_path, followers=4)
+    bundles = [[250, 250, 9], [120, 250, 250, 250, 34], [250] * 9, [7], [250, 40, 250, 250]]
+    paths = written_rows(WriteNumbers(files, rows_per_file=256), bundles)
+    rows = [sum(tables.read_file(path).num_rows for path in paths if fs.basename(path).startswith(files.share(index)))
+            for index in range(4)]
+    assert sum(rows) == sum(map(sum, bundles))
+    largest = max(tables.read_file(path).num_rows for path in paths)
+    assert max(rows) - min(rows) <= largest, rows
 
 
 def test_a_listed_file_is_taken_even_when_the_end_comes_before_the_follower_saw_it(tmp_path):

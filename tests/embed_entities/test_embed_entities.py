@@ -193,7 +193,7 @@ def test_embed_entities_with_model_facts_from_a_worker_and_a_refused_previous_ru
     config = EmbedConfig(model=str(tiny_bert), max_seq_length=32, previous="/refused/run")
     inputs = EmbedInputs(str(tmp_path), mentions=4, embeddings=str(tmp_path / "entity_embeddings"),
                          scratch=str(tmp_path / "scratch"), pending=str(tmp_path / "pending"), salt=model_salt(["m"]),
-                         store=str(tmp_path / "mention_vectors"))
+                         store=str(tmp_path / "mention_vectors"), followers=2)
     write_known_keys([], inputs.files.known)  # the launcher: no window stored before
 
     def prepare(pipeline: beam.Pipeline) -> None:
@@ -208,7 +208,7 @@ def test_embed_entities_with_model_facts_from_a_worker_and_a_refused_previous_ru
     mark_ended(inputs.files.followed, None)  # the launcher: the inputs have ended, the followers stop
     # the two refs of page 6 at 16-20 have the same window, whatever their entity: encoded once
     progress = ProgressSettings("embed-entities", "mentions", total=4, workers=2, interval=3600)
-    encode = EncodeMentions(config, inputs, followers=2, progress=progress)
+    encode = EncodeMentions(config, inputs, progress=progress)
     assert run_counted(lambda pipeline: pipeline | encode) == {"mentions_encoded": 2, "mentions_reused": 1}
     parts = listed_parts(inputs)
     assert {bucket for bucket, _ in parts} <= set(range(1 << MIN_BITS))

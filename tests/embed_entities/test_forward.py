@@ -31,7 +31,7 @@ SALT = model_salt(["a model"])
 def input_files(directory: Path, known: np.ndarray | None = None) -> InputFiles:
     """Where a follower meets the inputs' pipeline, with ``known`` keys (stored before; none by default)."""
     followed = FollowedFiles(str(directory / "inputs"), INPUT_PREFIX, str(directory / "inputs.list"),
-                             str(directory / "ended.json"))
+                             str(directory / "ended.json"), followers=1)
     known_path = str(directory / "known.u64")  # as write_known_keys writes them: sorted raw uint64
     np.sort(np.zeros(0, np.uint64) if known is None else known).astype("<u8").tofile(known_path)
     return InputFiles(str(directory / "facts.json"), followed, known_path, str(directory / "pending"),
@@ -47,18 +47,18 @@ def mention_inputs(first: int, count: int) -> tuple[np.ndarray, list[MaskInput]]
 
 
 def write_input_file(files: InputFiles, name: str, keys: np.ndarray, inputs: list[MaskInput]) -> str:
-    path = fs.join(files.followed.directory, f"{INPUT_PREFIX}{name}.parquet")
+    path = fs.join(files.followed.directory, f"{files.followed.share(0)}{name}.parquet")
     fs.write_bytes_atomic(path, tables.parquet_bytes(inputs_table(keys, PackedMaskInputs.of(inputs), SALT)))
     return path
 
 
-def follow(files: InputFiles, spec: ModelSpec, index: int = 0, followers: int = 1, max_tokens: int = 256) -> list:
+def follow(files: InputFiles, spec: ModelSpec, max_tokens: int = 256) -> list:
     """The outputs of one follower; its progress lines (every 0.05 s at most) go to stderr."""
     progress = ProgressSettings("embed-entities", "mentions encoded", total=40, workers=1, interval=0)
     follower = FollowInputFiles(spec, -1, max_tokens, files, SALT, mentions=40, progress=progress)
     follower.setup()
     try:
-        return list(follower.process((index, followers)))
+        return list(follower.process((0, 1)))
     finally:
         follower.teardown()
 

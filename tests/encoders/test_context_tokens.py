@@ -20,8 +20,15 @@ from encoders.context_tokens import Side, context_sides, enough, shared_token_id
 from encoders.mask_inputs import MASK_WINDOWS, context_split, mask_inputs, masked_ids, special_ids, tokens_needed
 from encoders.models import SavedTokenizer, model_token_ids, plain_token_ids, read_tokenizer, save_tokenizer
 from tests.conftest import BUNDLED_SAMPLE
+from transforms.common.follow import FollowedFiles
 from transforms.common.mention_sampling import context_window
-from transforms.embed_entities.inputs import INPUT_FILE_ROWS, BuildMentionInputs, PrepareMentionInputs, table_inputs
+from transforms.embed_entities.inputs import (
+    INPUT_FILE_ROWS,
+    INPUT_PREFIX,
+    BuildMentionInputs,
+    PrepareMentionInputs,
+    table_inputs,
+)
 from transforms.embed_entities.window_store import model_salt
 from transforms.parse.dump_reader import RawPage, iter_pages, read_siteinfo
 from transforms.parse.wikitext import wikitext_to_text
@@ -274,8 +281,8 @@ def prepared_inputs(rows: list[dict], model: str, length: int, directory,
     with its real files; ``tokenizer``: the saved tokenizer its workers read), by entity id."""
     keyed = [{**row, "page_id": 1, "link_index": row["entity_id"]} for row in rows]
     pipeline = TestPipeline(runner="DirectRunner")
-    build = BuildMentionInputs(model, length, "reference", model_salt([str(model)]), str(directory), INPUT_FILE_ROWS,
-                               tokenizer)
+    files = FollowedFiles(str(directory), INPUT_PREFIX, str(directory) + ".list", str(directory) + ".ended", 1)
+    build = BuildMentionInputs(model, length, "reference", model_salt([str(model)]), files, INPUT_FILE_ROWS, tokenizer)
     _ = pipeline | beam.Create(keyed) | PrepareMentionInputs(build)
     pipeline.run().wait_until_finish()
     found = {}

@@ -19,7 +19,7 @@ import pytest
 import torch
 from transformers import AutoModel, AutoTokenizer
 
-from artifacts import schemas, tables
+from artifacts import fs, schemas, tables
 from artifacts.errors import InputError
 from artifacts.linker import EntityLinker, NameRow, build_kb_trie, write_linker
 from artifacts.passages import Passage
@@ -399,10 +399,10 @@ def test_the_index_pipelines_encode_and_count_as_the_library(tiny_bert, tmp_path
     passages = linked_passages(24)
     expected, counts = mains_kpr_vectors(load_retriever(options, "passage"), passages)
     files = FollowedFiles(str(tmp_path / "inputs"), INPUT_PREFIX, str(tmp_path / "inputs.list"),
-                          str(tmp_path / "ended"))
+                          str(tmp_path / "ended"), followers=2)
 
     def prepare(pipeline: beam.Pipeline) -> None:
-        _ = (pipeline | beam.Create(passages) | PreparePassageInputs(options, files.directory, SALT)
+        _ = (pipeline | beam.Create(passages) | PreparePassageInputs(options, files, SALT)
              | beam.io.WriteToText(files.listing))
 
     assert run_counting(prepare) == counts
@@ -435,7 +435,10 @@ def test_the_index_pipelines_encode_and_count_as_the_library(tiny_bert, tmp_path
 
     monkeypatch.setattr(retriever, "_forward_inputs", slow_forward)
     capsys.readouterr()
-    follower = FollowPassageInputs(options, files, str(tmp_path / "staged-again"), 4, 32, again,
+    alone = replace(files, followers=1, ended=str(tmp_path / "ended-alone"))  # the same inputs, for one follower
+    fs.write_json_atomic(alone.ended, {"files": [str(path.rename(path.with_name(alone.share(0) + path.name)))
+                                                 for path in Path(files.directory).glob("*.parquet")]})
+    follower = FollowPassageInputs(options, alone, str(tmp_path / "staged-again"), 4, 32, again,
                                    ProgressSettings("index", "passages", total=24, workers=1, interval=0))
     follower.setup()
     try:

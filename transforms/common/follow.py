@@ -1,15 +1,16 @@
 """Two pipelines of one stage run side by side: the first, on every core, writes ready files (the model's inputs)
-and lists them; the second, one process per GPU, follows them: each of its followers takes the files whose name
-hashes to it as they appear, until the launcher writes that the first pipeline ended (with every file it listed)
-or failed. A file is written whole (``fs.write_bytes_atomic``), so a follower never reads one half written."""
+and lists them; the second, one process per GPU, follows them: each of its followers takes the files written for
+it (a writer gives each file to the follower it has given the fewest rows, and names it so) as they appear, until
+the launcher writes that the first pipeline ended (with every file it listed) or failed. A file is written whole
+(``fs.write_bytes_atomic``), so a follower never reads one half written."""
 
 from __future__ import annotations
 
 import contextlib
+import random
 import sys
 import time
 import uuid
-import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -35,17 +36,24 @@ _END = object()  # the end of an iterator (``FollowerClock.waited``)
 @dataclass(frozen=True)
 class FollowedFiles:
     """Where the two pipelines meet: ``directory`` (the files, named ``prefix``*``.parquet``), ``listing`` (the
-    prefix of the text files the first pipeline lists them in) and ``ended`` (the file the launcher writes once
-    the first pipeline has ended: every file it listed, or why it failed)."""
+    prefix of the text files the first pipeline lists them in), ``ended`` (the file the launcher writes once
+    the first pipeline has ended: every file it listed, or why it failed) and ``followers`` (the processes that
+    follow them: each file is written for one of them, ``share``)."""
 
     directory: str
     prefix: str
     listing: str
     ended: str
+    followers: int
     files_per_step: int = 1  # present files a follower takes at once (``follow_steps``)
 
-    def pattern(self) -> str:
-        return f"{self.prefix}*.parquet"
+    def share(self, index: int) -> str:
+        """The name prefix of the files written for follower ``index`` (ended by "-": follower 1's is not 11's)."""
+        return f"{self.prefix}{index}-"
+
+    def path_for(self, index: int) -> str:
+        """A new file's path in follower ``index``'s share."""
+        return fs.join(self.directory, f"{self.share(index)}{uuid.uuid4().hex}.parquet")
 
 
 class InputsFailedError(RuntimeError):
@@ -92,9 +100,24 @@ def ended_files(files: FollowedFiles) -> list[str] | None:
     return list(ended["files"])
 
 
-def taken_by(path: str, followers: int) -> int:
-    """The follower that takes the file ``path`` (a hash of its name: the same in every process)."""
-    return zlib.crc32(fs.basename(path).encode()) % followers
+@dataclass
+class Shares:
+    """The rows one writer has ``given`` each follower; its next file goes to the follower given the fewest, ties
+    in ``order`` (drawn for each writer: the writers' first files spread), so that the followers' shares of one
+    writer's rows differ by a file's rows at most, whatever the files' sizes (a bundle's last file is small)."""
+
+    given: list[int]
+    order: list[int]
+
+    @classmethod
+    def drawn(cls, followers: int) -> Shares:
+        return cls([0] * followers, random.sample(range(followers), followers))
+
+    def give(self, rows: int) -> int:
+        """The follower a file of ``rows`` rows is written for."""
+        follower = min(self.order, key=self.given.__getitem__)
+        self.given[follower] += rows
+        return follower
 
 
 def follow(files: FollowedFiles, index: int, followers: int) -> Iterator[str]:
@@ -107,11 +130,14 @@ def follow(files: FollowedFiles, index: int, followers: int) -> Iterator[str]:
 def follow_steps(files: FollowedFiles, index: int, followers: int) -> Iterator[list[str]]:
     """``follow``'s paths as steps: the files of the follower's share present when it looks, up to
     ``files.files_per_step`` a step (never waiting for more: a follower ahead of its inputs takes one at a time)."""
+    if files.followers != followers:
+        raise ValueError(f"follower {index} of {followers}: the files were written for {files.followers}")
+    share = files.share(index)
     done: set[str] = set()
     while True:
         ended = ended_files(files)
-        present = ended if ended is not None else fs.list_files(files.directory, files.pattern())
-        mine = [path for path in present if taken_by(path, followers) == index and fs.basename(path) not in done]
+        present = ended if ended is not None else fs.list_files(files.directory, f"{share}*.parquet")
+        mine = [path for path in present if fs.basename(path).startswith(share) and fs.basename(path) not in done]
         for begin in range(0, len(mine), files.files_per_step):
             step = mine[begin:begin + files.files_per_step]
             yield step
@@ -185,12 +211,15 @@ class FollowerClock:
 
 
 class WriteFollowedFiles(beam.DoFn):
-    """Batches of elements -> the paths of the files their tables (``table``, a subclass's) are written to under
-    ``directory``: a file every ``rows_per_file`` rows or so, and one at the end of a bundle, each one row group,
-    written whole. Nothing goes through a shuffle."""
+    """Batches of elements -> the paths of the files ``files`` their tables (``table``, a subclass's) are written
+    to: a file every ``rows_per_file`` rows or so, and one at the end of a bundle, each one row group, written
+    whole, for the follower this writer has given the fewest rows (``Shares``). Nothing goes through a shuffle."""
 
-    def __init__(self, directory: str, prefix: str, rows_per_file: int) -> None:
-        self._directory, self._prefix, self._rows_per_file = directory, prefix, rows_per_file
+    def __init__(self, files: FollowedFiles, rows_per_file: int) -> None:
+        self._files, self._rows_per_file = files, rows_per_file
+
+    def setup(self) -> None:
+        self._shares = Shares.drawn(self._files.followers)  # this writer's, across its bundles
 
     def table(self, batch: Any) -> pa.Table:
         raise NotImplementedError
@@ -213,15 +242,15 @@ class WriteFollowedFiles(beam.DoFn):
     def _flush(self) -> str:
         table = pa.concat_tables(self._tables).combine_chunks()
         self.start_bundle()
-        path = fs.join(self._directory, f"{self._prefix}{uuid.uuid4().hex}.parquet")
+        path = self._files.path_for(self._shares.give(table.num_rows))
         fs.write_bytes_atomic(path, tables.parquet_bytes(table))  # seen whole or not at all
         return path
 
 
 class RunFollowers(beam.PTransform):
     """A pipeline's root -> the outputs of ``follower`` (a DoFn of (index, followers) that follows the first
-    pipeline's files, ``follow``) run as ``followers`` followers, one per process that holds the model:
-    {``main``: its main output, "dead_letter": its dead letters}."""
+    pipeline's files, ``follow``) run as ``followers`` followers (the files' ``followers``), one per process that
+    holds the model: {``main``: its main output, "dead_letter": its dead letters}."""
 
     def __init__(self, follower: beam.DoFn, followers: int, main: str) -> None:
         super().__init__()

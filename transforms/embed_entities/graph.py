@@ -152,8 +152,9 @@ class EmbedInputs:
     ``mentions`` it holds), ``embeddings``, ``id_map`` and ``store`` (the directories of the entity_embeddings/,
     entity_id_map/ and mention_vectors/ files it writes), ``scratch`` (a directory for the files its pipelines and
     workers share), ``pending`` (where the windows it encodes are stored until it commits: kept if it is killed),
-    ``salt`` (the model's part of every window key), ``previous`` (an OUT whose vectors may be reused, or
-    None) and ``tokenizer`` (the model's tokenizer saved for the inputs' workers, ``models.save_tokenizer``; "":
+    ``salt`` (the model's part of every window key), ``followers`` (the processes that hold the model, each
+    encoding the input files written for it), ``previous`` (an OUT whose vectors may be reused, or None) and
+    ``tokenizer`` (the model's tokenizer saved for the inputs' workers, ``models.save_tokenizer``; "":
     each loads it with transformers)."""
 
     output: str
@@ -163,6 +164,7 @@ class EmbedInputs:
     pending: str
     salt: str
     store: str
+    followers: int = 1
     id_map: str = ""
     previous: str | None = None
     tokenizer: str = ""
@@ -179,7 +181,7 @@ class EmbedInputs:
     def files(self) -> InputFiles:
         step = files_per_step(self.rows_per_file, INPUT_FILE_ROWS)
         followed = FollowedFiles(self.under_scratch("inputs"), INPUT_PREFIX, self.under_scratch("inputs.list"),
-                                 self.under_scratch("inputs.ended"), step)
+                                 self.under_scratch("inputs.ended"), self.followers, step)
         return InputFiles(self.under_scratch("model-facts.json"), followed, self.under_scratch("known-keys.u64"),
                           self.pending, self.under_scratch("refs"))
 
@@ -216,7 +218,7 @@ class PrepareMentions(beam.PTransform):
             _ = refs | "CountRecomputed" >> CountEntities("entities_recomputed")
         mentions = refs | "CutMentionWindows" >> CutMentionWindows(inputs.output, inputs.scratch, self._chars)
         build = BuildMentionInputs(config.model, config.max_seq_length, config.mask_window, inputs.salt,
-                                   inputs.files.followed.directory, inputs.rows_per_file, inputs.tokenizer)
+                                   inputs.files.followed, inputs.rows_per_file, inputs.tokenizer)
         prepared = mentions["mentions"] | "PrepareInputs" >> PrepareMentionInputs(build, self._progress)
         _ = prepared["files"] | "ListInputFiles" >> beam.io.WriteToText(inputs.files.followed.listing)
         return (mentions[DEAD_LETTER_TAG], prepared[DEAD_LETTER_TAG]) | "AllDeadLetters" >> beam.Flatten()
@@ -230,21 +232,20 @@ class PrepareMentions(beam.PTransform):
 
 class EncodeMentions(beam.PTransform):
     """A pipeline's root, run beside ``PrepareMentions``' -> the window keys of the mentions of the inputs it
-    writes, the windows not stored before encoded and stored (pending files) as they appear by ``followers``
-    followers (one per process that holds the model); the keys written as parts bucketed as the store under the
+    writes, the windows not stored before encoded and stored (pending files) as they appear by the inputs'
+    ``followers`` (one per process that holds the model); the keys written as parts bucketed as the store under the
     scratch directory and listed (``refs.list``). Returns the dead letters (non-finite vectors). The launcher ends
     it (``follow.mark_ended``) once the inputs' pipeline has ended."""
 
-    def __init__(self, config: EmbedConfig, inputs: EmbedInputs, followers: int, progress: ProgressSettings) -> None:
+    def __init__(self, config: EmbedConfig, inputs: EmbedInputs, progress: ProgressSettings) -> None:
         super().__init__()
-        self._config, self._inputs, self._followers = config, inputs, followers
-        self._progress = progress
+        self._config, self._inputs, self._progress = config, inputs, progress
 
     def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
         config, inputs = self._config, self._inputs
         follower = FollowInputFiles(config.spec, config.layer, config.batch_tokens, inputs.files, inputs.salt,
                                     inputs.mentions, self._progress)
-        encoded = pipeline | "Encode" >> RunFollowers(follower, self._followers, "parts")
+        encoded = pipeline | "Encode" >> RunFollowers(follower, inputs.followers, "parts")
         _ = (encoded["parts"] | "PartLines" >> beam.Map(part_line)
              | "ListRefs" >> beam.io.WriteToText(inputs.under_scratch("refs.list")))
         return encoded[DEAD_LETTER_TAG]

@@ -21,7 +21,7 @@ from encoders.batching import PackedLists
 from encoders.mask_inputs import PackedMaskInputs, mask_inputs
 from encoders.models import load_tokenizer, read_tokenizer
 from transforms.common.dead_letters import DEAD_LETTER_TAG, count, dead_letter
-from transforms.common.follow import WriteFollowedFiles
+from transforms.common.follow import FollowedFiles, WriteFollowedFiles
 from transforms.common.per_worker import PerProcess
 from transforms.embed_entities.entity_vectors import MENTION_KEY
 from transforms.embed_entities.window_store import window_keys
@@ -93,18 +93,19 @@ def table_inputs(table: pa.Table | pa.RecordBatch) -> tuple[np.ndarray, PackedMa
 
 
 class BuildMentionInputs(WriteFollowedFiles):
-    """Lists of mention rows -> paths of the Parquet files their inputs were written to under ``directory``.
+    """Lists of mention rows -> paths of the Parquet files their inputs were written to (``files``).
     ``tokenizer``: the model's tokenizer saved by ``models.save_tokenizer`` ("": loaded by transformers in each
     worker)."""
 
-    def __init__(self, model: str, max_seq_length: int, window: str, salt: str, directory: str,
+    def __init__(self, model: str, max_seq_length: int, window: str, salt: str, files: FollowedFiles,
                  rows_per_file: int, tokenizer: str = "") -> None:
-        super().__init__(directory, INPUT_PREFIX, rows_per_file)
+        super().__init__(files, rows_per_file)
         self._max_seq_length, self._window, self._salt = max_seq_length, window, salt
         self._source = tokenizer or model
         self._tokenizers = PerProcess(read_tokenizer if tokenizer else load_tokenizer)
 
     def setup(self) -> None:
+        super().setup()
         self._tokenizer = self._tokenizers.get(self._source)
 
     def table(self, rows: list[dict[str, Any]]) -> pa.Table:

@@ -153,7 +153,7 @@ class PreparePassages(beam.PTransform):
             passages = split["encode"]
             _ = (split["reused"] | "WriteReusedBuckets" >> WriteBuckets(encoding.staged, self._buckets, self._dim)
                  | "ListReused" >> ListBucketFiles(encoding.bucket_list("reused")))
-        paths = passages | "PrepareInputs" >> PreparePassageInputs(self._encoder, encoding.inputs.directory,
+        paths = passages | "PrepareInputs" >> PreparePassageInputs(self._encoder, encoding.inputs,
                                                                    self._salt, self._progress, encoding.input_rows,
                                                                    encoding.tokenizer)
         return paths | "ListInputFiles" >> beam.io.WriteToText(encoding.inputs.listing)
@@ -161,16 +161,16 @@ class PreparePassages(beam.PTransform):
 
 class EncodePassages(beam.PTransform):
     """A pipeline's root, run beside ``PreparePassages``' -> the rows (passage_id, title, text, vector) of the
-    inputs it writes, encoded as they appear by ``followers`` followers (one per process that holds the model),
+    inputs it writes, encoded as they appear by the inputs' followers (one per process that holds the model),
     kept (``kept``: those kept by a killed run are not encoded again), staged by bucket and their files listed.
     Returns the dead letters (non-finite vectors). The launcher ends it (``follow.mark_ended``) once the inputs'
     pipeline has ended."""
 
-    def __init__(self, encoder: EncoderOptions, files: EncodingFiles, bucket_count: int, dim: int, followers: int,
+    def __init__(self, encoder: EncoderOptions, files: EncodingFiles, bucket_count: int, dim: int,
                  kept: KeptPassages, progress: ProgressSettings) -> None:
         super().__init__()
         follower = FollowPassageInputs(encoder, files.inputs, files.staged, bucket_count, dim, kept, progress)
-        self._encode = RunFollowers(follower, followers, "records")
+        self._encode = RunFollowers(follower, files.inputs.followers, "records")
         self._list = files.bucket_list("encoded")
 
     def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:

@@ -22,7 +22,7 @@ from artifacts.passages import Passage
 from encoders.loading import load_inputs
 from encoders.retrievers import EncoderOptions, ReadyInputs, TextInputs
 from transforms.common.dead_letters import count
-from transforms.common.follow import WriteFollowedFiles
+from transforms.common.follow import FollowedFiles, WriteFollowedFiles
 from transforms.common.per_worker import PerProcess
 from transforms.index.refresh import passage_digest
 
@@ -80,17 +80,18 @@ def load_keyed_inputs(key: str) -> TextInputs:
 
 class BuildPassageInputs(WriteFollowedFiles):
     """Lists of passages -> paths of the Parquet files holding them, their keys under the encoder of ``salt``
-    (``passage_keys``) and their model inputs, under ``directory``; what the inputs hold is counted (a KPR
+    (``passage_keys``) and their model inputs (``files``); what the inputs hold is counted (a KPR
     encoder's entities). ``tokenizer``: the passages' tokenizer saved by ``models.save_tokenizer`` ("": loaded by
     transformers in each worker)."""
 
-    def __init__(self, encoder: EncoderOptions, directory: str, salt: str, rows_per_file: int = INPUT_FILE_ROWS,
-                 tokenizer: str = "") -> None:
-        super().__init__(directory, INPUT_PREFIX, rows_per_file)
+    def __init__(self, encoder: EncoderOptions, files: FollowedFiles, salt: str,
+                 rows_per_file: int = INPUT_FILE_ROWS, tokenizer: str = "") -> None:
+        super().__init__(files, rows_per_file)
         self._key, self._salt = inputs_key(encoder, tokenizer), salt
         self._loaded = PerProcess(load_keyed_inputs)
 
     def setup(self) -> None:
+        super().setup()
         self._inputs = self._loaded.get(self._key)
 
     def table(self, passages: list[Passage]) -> pa.Table:
@@ -101,12 +102,13 @@ class BuildPassageInputs(WriteFollowedFiles):
 
 class PreparePassageInputs(beam.PTransform):
     """Passages -> the paths of the files holding them, their keys under the encoder of ``salt`` and their model
-    inputs (written under ``directory``, up to ``rows_per_file`` passages a file)."""
+    inputs (written as ``files``, up to ``rows_per_file`` passages a file)."""
 
-    def __init__(self, encoder: EncoderOptions, directory: str, salt: str, progress: beam.PTransform | None = None,
-                 rows_per_file: int = INPUT_FILE_ROWS, tokenizer: str = "") -> None:
+    def __init__(self, encoder: EncoderOptions, files: FollowedFiles, salt: str,
+                 progress: beam.PTransform | None = None, rows_per_file: int = INPUT_FILE_ROWS,
+                 tokenizer: str = "") -> None:
         super().__init__()
-        self._build = BuildPassageInputs(encoder, directory, salt, rows_per_file, tokenizer)
+        self._build = BuildPassageInputs(encoder, files, salt, rows_per_file, tokenizer)
         self._progress = progress
 
     def expand(self, passages: beam.PCollection) -> beam.PCollection:
