@@ -357,7 +357,7 @@ def build_index(ctx: StageContext, config: IndexConfig, encoder: EncoderOptions,
     counters = run_beam(ctx.with_workers_at_most(len(plan.shards)),
                         lambda pipeline: pipeline | "BuildIndex" >> BuildIndex(plan, reused_trained))
     fs.delete_tree(buckets_dir(ctx))
-    return {**counters, "passages_indexed": plan.info["count"], "train_sample": plan.sample_size}
+    return {**counters, "train_sample": plan.sample_size}
 
 
 # --- refresh (--previous): vectors of unchanged passages come from the previous run ---------------------------

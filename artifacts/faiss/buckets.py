@@ -156,15 +156,11 @@ def read_bucket(paths: Sequence[str], columns: Sequence[str]) -> pa.Table:
     return pa.concat_tables(parts)
 
 
-class DuplicatePassageIdError(ValueError):
-    """A bucket staged a passage id twice (the corpus's duplicates are dropped before encoding: a bug, never input)."""
-
-
-def check_unique(ids: np.ndarray, paths: Sequence[str]) -> None:
-    """A bucket's sorted passage ids, each once (a row staged twice would leave another row unfilled)."""
-    repeated = ids[1:][ids[1:] == ids[:-1]]
-    if len(repeated):
-        raise DuplicatePassageIdError(f"passage id {repeated[0]} was staged twice (the bucket of {paths[0]})")
+def first_of_each(ids: np.ndarray) -> np.ndarray:
+    """For sorted ``ids``: whether each position is its id's first."""
+    first = np.ones(len(ids), dtype=bool)
+    first[1:] = ids[1:] != ids[:-1]
+    return first
 
 
 def fill_bucket(paths: Sequence[str], ids: np.ndarray, vectors: np.ndarray) -> None:
@@ -174,14 +170,21 @@ def fill_bucket(paths: Sequence[str], ids: np.ndarray, vectors: np.ndarray) -> N
         vectors[np.searchsorted(ids, batch.column(0).to_numpy())] = table_vectors(batch)
 
 
-def write_shard_bucket(index_dir: str, shard: str, bucket: int, paths: Sequence[str], dim: int) -> np.ndarray:
-    """Write one bucket's rows, sorted by passage id, as ``embeddings/SHARD/bucket-NNNNN.parquet``; returns its
-    passage ids in that order. Holds the bucket's vectors once (put in order as they are read) and its other
-    columns twice while their chunks are combined (a take from many chunks costs ~20 times more), then once."""
+def write_shard_bucket(index_dir: str, shard: str, bucket: int, paths: Sequence[str],
+                       dim: int) -> tuple[np.ndarray, int]:
+    """Write one bucket's rows, sorted by passage id, each passage once, as ``embeddings/SHARD/bucket-NNNNN.parquet``;
+    returns its passage ids in that order and how many staged rows repeated one (a passage's input file written
+    twice: a cluster retries a failed bundle of the inputs' job, and a follower may have taken the failed
+    attempt's file before the job ended; both rows are the passage encoded by the same encoder). Holds the bucket's
+    vectors once (put in order as they are read) and its other columns twice while their chunks are combined (a
+    take from many chunks costs ~20 times more), then once."""
     passages = read_bucket(paths, ["passage_id", "title", "text"]).combine_chunks()
     order = pc.sort_indices(passages.column("passage_id"))
     ids = passages.column("passage_id").take(order).to_numpy()
-    check_unique(ids, paths)
+    first = first_of_each(ids)
+    repeated = len(ids) - int(first.sum())
+    if repeated:
+        order, ids = order.filter(pa.array(first)), ids[first]
     vectors = np.empty((len(ids), dim), np.float32)
     fill_bucket(paths, ids, vectors)
     path = fs.join(index_dir, EMBEDDINGS_DIR, shard, f"{bucket_name(bucket)}.parquet")
@@ -194,4 +197,4 @@ def write_shard_bucket(index_dir: str, shard: str, bucket: int, paths: Sequence[
             writer.write_table(with_vectors(passages.take(order[rows]), vectors[rows]))
     del passages, order, vectors
     pa.default_memory_pool().release_unused()  # Arrow's pool would keep the bucket's pages from the index build
-    return ids
+    return ids, repeated

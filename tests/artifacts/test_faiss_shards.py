@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -17,7 +18,7 @@ from artifacts.faiss import choice
 from artifacts.faiss.build import reserve
 from artifacts.faiss.vectors import embedding_table
 from artifacts.passages import sample_key, shard_of
-from tests.builders import DIM, brute_force, clustered, mirrored, write_index_dir
+from tests.builders import DIM, brute_force, clustered, mirrored, run_counting, write_index_dir
 
 
 def test_merge_top_k_is_exact_with_ties_and_short_shards():
@@ -197,13 +198,31 @@ def test_only_an_empty_flat_index_under_an_id_map_is_filled_in_place():
     assert shards.flat_rows(added, 45) is None  # not empty: its rows come first
 
 
-def test_a_passage_id_staged_twice_is_an_error_not_a_row_lost(tmp_path):
-    rows = staged_rows(20)
-    writer = buckets_module.BucketWriter(str(tmp_path / "staged"), 1, DIM)
-    writer.add_table(embedding_table(rows + rows[3:4], DIM))
-    [record] = writer.close()
-    with pytest.raises(buckets_module.DuplicatePassageIdError, match="passage id 9 was staged twice"):
-        buckets_module.write_shard_bucket(str(tmp_path / "index"), "shard-00000", 0, [record.path], DIM)
+@pytest.mark.parametrize("factory", ["Flat", "IVF4,Flat"])
+def test_passages_staged_twice_are_indexed_once(tmp_path, factory):
+    """An input file written twice (a cluster retries a bundle of the inputs' job after a follower took the failed
+    attempt's file) stages its passages twice, from two followers: each shard is byte for byte the shard of the
+    passages staged once, filled in place or added to, and the repeats are counted."""
+    from transforms.index.graph import BuildShard
+
+    rows = staged_rows(300)
+    trained = shards.train_index(factory, DIM, np.array([row[3] for row in rows]))
+    built, counted = {}, {}
+    for times in ("once", "twice"):
+        records = stage(tmp_path / f"staged-{times}", rows, writers=2)
+        if times == "twice":
+            records += stage(tmp_path / "staged-again", rows[40:100], writers=1)
+        index_dir = tmp_path / times
+        shards.write_index(trained, f"{index_dir}/trained.faiss")
+        specs = [(shards.shard_name(shard), tuple((bucket, tuple(paths)) for bucket, paths in grouped))
+                 for shard, grouped in buckets_module.shard_buckets(records, 2).items()]
+        build = BuildShard(str(index_dir), DIM, False)
+        counted[times] = run_counting(lambda pipeline, specs=specs, build=build, index_dir=index_dir: (
+            pipeline | beam.Create(specs) | beam.ParDo(build, f"{index_dir}/trained.faiss")))
+        built[times] = built_files(index_dir)
+    assert built["twice"] == built["once"]
+    assert counted == {"once": {"shards_built": 2, "passages_indexed": 300},
+                       "twice": {"shards_built": 2, "passages_indexed": 300, "passages_staged_twice": 60}}
 
 
 def test_a_flat_index_is_allocated_once_for_the_vectors_it_will_hold():

@@ -13,7 +13,7 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from artifacts import schemas
+from artifacts import fs, schemas
 from artifacts.errors import BelowMinimumError
 from encoders.models import ModelSpec, input_embedding_norm
 from pipelines.embed_entities import STAGE
@@ -180,8 +180,12 @@ def ref(entity_id: int, page_id: int, link_index: int, start: int, end: int, tex
             "window_digest": window_digest(text, start, end)}
 
 
-def test_embed_entities_with_model_facts_from_a_worker_and_a_refused_previous_run(tiny_bert, tmp_path: Path):
-    """Files in, files out; the model is checked and measured by a worker (facts None), as on a remote runner."""
+@pytest.mark.parametrize("written_twice", [False, True])
+def test_embed_entities_with_model_facts_from_a_worker_and_a_refused_previous_run(tiny_bert, tmp_path: Path,
+                                                                                  written_twice: bool):
+    """Files in, files out; the model is checked and measured by a worker (facts None), as on a remote runner.
+    ``written_twice``: an input file is also taken under another name, as when a cluster retries a bundle of the
+    inputs' job after a follower took the failed attempt's file: the same entities, each mention once."""
     paris, lyon = "they went to Paris by train", "the old town of Lyon is large"
     write_parsed(tmp_path, [article(5, "A", paris, [("Paris", "Paris")]),
                             article(6, "B", lyon, [("Lyon", "Lyon")])])
@@ -206,15 +210,25 @@ def test_embed_entities_with_model_facts_from_a_worker_and_a_refused_previous_ru
     facts = read_facts(inputs)
     assert facts == ModelFacts(32, input_embedding_norm(ModelSpec(str(tiny_bert))), 1, MIN_BITS)
     mark_ended(inputs.files.followed, None)  # the launcher: the inputs have ended, the followers stop
+    if written_twice:
+        listed = fs.read_json(inputs.files.followed.ended)["files"]
+        again = inputs.files.followed.path_for(1)
+        fs.write_bytes_atomic(again, fs.read_bytes(listed[0]))
+        fs.write_json_atomic(inputs.files.followed.ended, {"files": [*listed, again]})
     # the two refs of page 6 at 16-20 have the same window, whatever their entity: encoded once
     progress = ProgressSettings("embed-entities", "mentions", total=4, workers=2, interval=3600)
     encode = EncodeMentions(config, inputs, progress=progress)
-    assert run_counted(lambda pipeline: pipeline | encode) == {"mentions_encoded": 2, "mentions_reused": 1}
+    encoded = run_counted(lambda pipeline: pipeline | encode)
+    if written_twice:  # which follower takes which file is drawn: the copy's windows encoded again or not
+        assert encoded["mentions_encoded"] + encoded["mentions_reused"] == 6
+    else:
+        assert encoded == {"mentions_encoded": 2, "mentions_reused": 1}
     parts = listed_parts(inputs)
     assert {bucket for bucket, _ in parts} <= set(range(1 << MIN_BITS))
     save_store_index(inputs.store_index, store_files([inputs.pending], inputs.salt))  # the launcher
     reduced = run_counted(lambda pipeline: pipeline | ReduceEntities(config, inputs, parts, facts))
-    assert reduced == {"entities_embedded": 2, "entities_without_mentions": 1}
+    assert reduced == {"entities_embedded": 2, "entities_without_mentions": 1,
+                       **({"mentions_taken_twice": 3} if written_twice else {})}
     stored = store_files([inputs.store], inputs.salt)  # the run's store: its 2 windows, a file per bucket
     assert sum(len(read_bucket(stored, bucket, MIN_BITS, 32)[0]) for bucket in range(1 << MIN_BITS)) == 2
     norm = input_embedding_norm(ModelSpec(str(tiny_bert)))

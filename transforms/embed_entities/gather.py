@@ -19,7 +19,7 @@ from apache_beam.transforms.window import GlobalWindows
 
 from artifacts import fs
 from artifacts.counters import declare, dropped
-from transforms.common.dead_letters import DEAD_LETTER_TAG, dead_letter
+from transforms.common.dead_letters import DEAD_LETTER_TAG, count_some, dead_letter
 from transforms.common.packed import found_in
 from transforms.common.per_worker import PerProcess
 from transforms.embed_entities.entity_vectors import MENTION_KEY, ModelFacts, Part, PartWriter, read_parts
@@ -28,6 +28,8 @@ from transforms.embed_entities.window_store import StoreFile, read_bucket, write
 
 COUNTERS = declare(
     dropped("mention_vectors_missing", "mentions whose window has no stored vector", dead_lettered=True),
+    dropped("mentions_taken_twice", "mentions of an input file written twice (a retried bundle of a cluster's "
+                                    "inputs' job), kept once"),
 )
 
 
@@ -50,6 +52,15 @@ def read_refs(parts: Sequence[Part]) -> np.ndarray:
             rows[name] = table.column(name).to_numpy()
         found.append(rows)
     return np.concatenate(found)
+
+
+def each_once(refs: np.ndarray) -> np.ndarray:
+    """``WINDOW_REF`` rows, each mention once (its first row). A mention is listed twice when its input file was
+    written twice: a cluster retries a failed bundle of the inputs' job, and a follower may have taken the failed
+    attempt's file before the job ended (only the retry's is listed); both have the mention's window, so both of
+    its rows are in its window's bucket."""
+    _, first = np.unique(mention_keys(refs), return_index=True)
+    return refs if len(first) == len(refs) else refs[np.sort(first)]
 
 
 def mention_keys(refs: np.ndarray) -> np.ndarray:
@@ -84,7 +95,9 @@ class GatherBucketVectors(beam.DoFn):
 
     def process(self, element: tuple[int, Sequence[Part]], facts: ModelFacts) -> Iterator[Any]:
         bucket, parts = element
-        refs = read_refs(parts)
+        listed = read_refs(parts)
+        refs = each_once(listed)
+        count_some("mentions_taken_twice", len(listed) - len(refs))
         keys, vectors = read_bucket(self._files, bucket, facts.store_bits, facts.dim)
         found, where = found_in(keys, refs["window_key"])
         for ref in refs[~found].tolist():

@@ -31,7 +31,7 @@ from artifacts.counters import declare, dropped, error, processed
 from artifacts.faiss import buckets, build, choice, files, info, storage
 from artifacts.faiss.vectors import embedding_table
 from encoders.retrievers import EncoderOptions
-from transforms.common.dead_letters import DEAD_LETTER_TAG, count
+from transforms.common.dead_letters import DEAD_LETTER_TAG, count, count_some
 from transforms.common.follow import FollowedFiles, RunFollowers
 from transforms.common.progress import ProgressSettings
 from transforms.index.forward import FollowPassageInputs, KeptPassages, StageKeptRows
@@ -59,6 +59,8 @@ COUNTERS = declare(
     processed("kpr_entities_over_max", "kpr entities over max"),
     processed("shards_built", "index shards built"),
     processed("passages_indexed", "passages in the index"),
+    dropped("passages_staged_twice", "passages of an input file written twice (a retried bundle of a cluster's "
+                                     "inputs' job), kept once"),
     processed("train_sample", "vectors the index was trained on"),
 )
 
@@ -290,12 +292,14 @@ class BuildShard(beam.DoFn):
     def process(self, shard: ShardSpec, trained_path: str) -> Iterator[dict[str, Any]]:
         name, shard_buckets = shard
 
-        def write_bucket(item: tuple[int, tuple[str, ...]]) -> np.ndarray:
+        def write_bucket(item: tuple[int, tuple[str, ...]]) -> tuple[np.ndarray, int]:
             return buckets.write_shard_bucket(self._index_dir, name, item[0], item[1], self._dim)
 
         with ThreadPoolExecutor(max_workers=SORTING_THREADS, thread_name_prefix="sort-bucket") as pool:
             with allocator.blocks_from_the_heap():
-                sorted_ids = list(pool.map(write_bucket, shard_buckets))  # every bucket written, or the first error
+                written = list(pool.map(write_bucket, shard_buckets))  # every bucket written, or the first error
+            sorted_ids = [ids for ids, _ in written]
+            count_some("passages_staged_twice", sum(repeated for _, repeated in written))  # in the bundle's thread
             index = storage.read_index(trained_path, mmap=False)
             room = build.flat_rows(index, sum(len(ids) for ids in sorted_ids))
             if room is None:
@@ -304,6 +308,7 @@ class BuildShard(beam.DoFn):
                 fill_in_place(pool, room, [paths for _, paths in shard_buckets], sorted_ids)
                 summary = build.write_shard(index, room[1], self._index_dir, name)
         count("shards_built")
+        count_some("passages_indexed", summary["count"])
         yield summary
 
 
