@@ -104,16 +104,18 @@ def test_a_writer_gives_each_file_to_the_follower_it_has_given_the_fewest_rows()
 
 
 def test_the_files_a_writer_writes_share_its_rows_within_a_files_rows(tmp_path):
-    """Files of uneven sizes (a file every 256 rows or more, batches of up to 250, a bundle's last file small)
-    from one writer: each follower's share differs from another's by less than the largest file."""
+    """A file of each 256 rows (batches cut where a file ends, the rest of a bundle a small file), in order; the
+    followers' shares of one writer's rows differ by 256 rows at most."""
     files = followed(tmp_path, followers=4)
-    bundles = [[250, 250, 9], [120, 250, 250, 250, 34], [250] * 9, [7], [250, 40, 250, 250]]
+    bundles = [[250, 250, 9], [120, 250, 600, 250, 34], [250] * 9, [7], [250, 40, 250, 250]]
     paths = written_rows(WriteNumbers(files, rows_per_file=256), bundles)
-    rows = [sum(tables.read_file(path).num_rows for path in paths if fs.basename(path).startswith(files.share(index)))
-            for index in range(4)]
-    assert sum(rows) == sum(map(sum, bundles))
-    largest = max(tables.read_file(path).num_rows for path in paths)
-    assert max(rows) - min(rows) <= largest, rows
+    written = [tables.read_file(path).column("n").to_pylist() for path in paths]
+    assert [len(numbers) for numbers in written] == [256, 253, 256, 256, 256, 256, 230] + [256] * 8 + [202, 7,
+                                                                                            256, 256, 256, 22]
+    assert written[0] == list(range(250)) + list(range(6)) and written[1] == list(range(6, 250)) + list(range(9))
+    rows = [sum(len(numbers) for path, numbers in zip(paths, written, strict=True)
+                if fs.basename(path).startswith(files.share(index))) for index in range(4)]
+    assert sum(rows) == sum(map(sum, bundles)) and max(rows) - min(rows) <= 256, rows
 
 
 def test_a_listed_file_is_taken_even_when_the_end_comes_before_the_follower_saw_it(tmp_path):

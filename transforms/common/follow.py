@@ -212,8 +212,9 @@ class FollowerClock:
 
 class WriteFollowedFiles(beam.DoFn):
     """Batches of elements -> the paths of the files ``files`` their tables (``table``, a subclass's) are written
-    to: a file every ``rows_per_file`` rows or so, and one at the end of a bundle, each one row group, written
-    whole, for the follower this writer has given the fewest rows (``Shares``). Nothing goes through a shuffle."""
+    to: a file of each ``rows_per_file`` rows (a batch cut where a file ends), and one of the rest at the end of a
+    bundle, each one row group, written whole, for the follower this writer has given the fewest rows
+    (``Shares``). Nothing goes through a shuffle."""
 
     def __init__(self, files: FollowedFiles, rows_per_file: int) -> None:
         self._files, self._rows_per_file = files, rows_per_file
@@ -232,16 +233,18 @@ class WriteFollowedFiles(beam.DoFn):
         table = self.table(batch)
         self._tables.append(table)
         self._rows += table.num_rows
-        if self._rows >= self._rows_per_file:
-            yield self._flush()
+        while self._rows >= self._rows_per_file:
+            yield self._flush(self._rows_per_file)
 
     def finish_bundle(self) -> Iterator[Any]:
         if self._rows:
-            yield GlobalWindows.windowed_value(self._flush())
+            yield GlobalWindows.windowed_value(self._flush(self._rows))
 
-    def _flush(self) -> str:
-        table = pa.concat_tables(self._tables).combine_chunks()
-        self.start_bundle()
+    def _flush(self, rows: int) -> str:
+        """The first ``rows`` rows held written as a file (its path); the others held for the next."""
+        held = pa.concat_tables(self._tables)
+        table, rest = held.slice(0, rows).combine_chunks(), held.slice(rows)
+        self._tables, self._rows = ([rest] if rest.num_rows else []), rest.num_rows
         path = self._files.path_for(self._shares.give(table.num_rows))
         fs.write_bytes_atomic(path, tables.parquet_bytes(table))  # seen whole or not at all
         return path
