@@ -26,7 +26,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs, tables
-from artifacts.arrays import split_by
+from artifacts.arrays import group_starts, split_by
 from artifacts.faiss.files import EMBEDDINGS_DIR
 from artifacts.faiss.vectors import embedding_schema, table_vectors, with_vectors
 from artifacts.passages import sample_key, shard_of
@@ -156,13 +156,6 @@ def read_bucket(paths: Sequence[str], columns: Sequence[str]) -> pa.Table:
     return pa.concat_tables(parts)
 
 
-def first_of_each(ids: np.ndarray) -> np.ndarray:
-    """For sorted ``ids``: whether each position is its id's first."""
-    first = np.ones(len(ids), dtype=bool)
-    first[1:] = ids[1:] != ids[:-1]
-    return first
-
-
 def fill_bucket(paths: Sequence[str], ids: np.ndarray, vectors: np.ndarray) -> None:
     """Each staged row's vector written at its passage id's row of ``vectors`` (a row per id of ``ids``, the
     bucket's ids in order), one staged row group at a time: the bucket's vectors are held once, where they go."""
@@ -181,10 +174,10 @@ def write_shard_bucket(index_dir: str, shard: str, bucket: int, paths: Sequence[
     passages = read_bucket(paths, ["passage_id", "title", "text"]).combine_chunks()
     order = pc.sort_indices(passages.column("passage_id"))
     ids = passages.column("passage_id").take(order).to_numpy()
-    first = first_of_each(ids)
-    repeated = len(ids) - int(first.sum())
+    first = group_starts(ids)  # each passage id's first row
+    repeated = len(ids) - len(first)
     if repeated:
-        order, ids = order.filter(pa.array(first)), ids[first]
+        order, ids = order.take(pa.array(first)), ids[first]
     vectors = np.empty((len(ids), dim), np.float32)
     fill_bucket(paths, ids, vectors)
     path = fs.join(index_dir, EMBEDDINGS_DIR, shard, f"{bucket_name(bucket)}.parquet")
