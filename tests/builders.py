@@ -172,7 +172,13 @@ def signal_when(arguments: list[str], ready: Callable[[list[str]], bool], signal
     read_before = len(lines)
     with contextlib.suppress(ProcessLookupError):  # it may have ended meanwhile
         os.killpg(process.pid, signal_number)
-    process.wait(timeout=120)
+    try:
+        process.wait(timeout=120)
+    except subprocess.TimeoutExpired:  # killed, not left to the rest of the suite
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        raise AssertionError(f"still running 120 s after signal {signal_number}; its stderr before the signal:\n"
+                             + "\n".join(lines[:read_before])) from None
     reader.join(timeout=60)  # to EOF: when every process that shares its stderr (Beam's workers) has exited
     process.stderr.close()
     return SignalledRun(command, environment, process.returncode, lines[:read_before], lines[read_before:],

@@ -18,7 +18,8 @@ INTERRUPTED_EXIT = 130  # 128 + SIGINT, as a shell reports a command that Ctrl-C
 # Beam re-raises an exception raised inside a step as one of its type (a RuntimeError for Ctrl-C) whose message
 # names the step, and logs it first.
 INTERRUPTED_STEP = "KeyboardInterrupt [while running"
-# How long the processes a command started get to stop on their own after Ctrl-C (Beam's workers take about 1 s).
+# How long the processes a command started, and a pipeline it runs in a thread beside another, get to stop on their
+# own after Ctrl-C (Beam's workers take about 1 s).
 CTRL_C_GRACE_S = 3.0
 _POLL_S = 0.2
 

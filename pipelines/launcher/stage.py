@@ -33,7 +33,7 @@ from encoders.models import TOKENIZER_FILE, model_processes, save_tokenizer
 from pipelines.launcher import disk_space, flags, local_workers
 from pipelines.launcher.environment import environment_variable, environment_variables
 from pipelines.launcher.flags import DEFAULT_INTERVAL_S
-from pipelines.launcher.interrupt import INTERRUPTED_STEP
+from pipelines.launcher.interrupt import CTRL_C_GRACE_S, INTERRUPTED_STEP
 from transforms.common.dead_letters import COUNTER_NAMESPACE, WriteDeadLetters
 from transforms.common.follow import FollowedFiles, mark_ended
 from transforms.common.progress import LogProgress, ProgressSettings, worker_count
@@ -208,7 +208,13 @@ def run_beams_together(first: tuple[StageContext, Build], second: tuple[StageCon
     """Run two pipelines at the same time, ``second`` in a thread of its own, each to the end; their counters.
     ``first_ended(error)`` is called once ``first`` has ended (``error``: what it raised, or None), so that a
     second that follows the first's outputs learns that there will be no more. The first's error is raised
-    before the second's. The worker processes of both share this machine's cores as the first's do."""
+    before the second's. The worker processes of both share this machine's cores as the first's do.
+
+    After Ctrl-C the second gets the grace that worker processes get to stop on their own, no more (the command
+    then ends this process): the KeyboardInterrupt may have come just as the first's thread took a lock that the
+    second's needs, before anything could release it. Python's import lock is one: taken in a C call, it stays
+    taken when the signal is raised as that call returns, and the second imports the model's libraries as it
+    starts (a run of `all` stopped by Ctrl-C at the index's first progress line once waited for ever in CI)."""
     threads = local_workers.worker_thread_variables(first[0].beam_args, os.cpu_count() or 1, os.environ)
     ended: dict[str, Any] = {}
 
@@ -231,7 +237,7 @@ def run_beams_together(first: tuple[StageContext, Build], second: tuple[StageCon
         except BaseException as error:
             first_ended(error)
             if beside.is_alive():
-                beside.join()
+                beside.join(CTRL_C_GRACE_S if interrupted_in_a_step(error) else None)
             raise
         first_ended(None)
         beside.join()

@@ -3,6 +3,7 @@ the first has ended, errors raised in order; the model's pipeline with options o
 
 from __future__ import annotations
 
+import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -11,7 +12,8 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import WorkerOptions
 
-from pipelines.launcher.stage import StageContext, model_workers, run_beams_together
+from pipelines.launcher.interrupt import CTRL_C_GRACE_S
+from pipelines.launcher.stage import StageContext, interrupted_in_a_step, model_workers, run_beams_together
 from tests.conftest import DIRECT
 from transforms.common.dead_letters import count
 
@@ -65,6 +67,34 @@ def test_the_first_pipelines_error_is_raised_once_the_second_has_stopped(tmp_pat
     with pytest.raises(ValueError, match="the first pipeline's own error"):
         run_beams_together(first, second, first_ended)
     assert len(ended) == 1 and "the first pipeline's own error" in str(ended[0])
+
+
+def interrupt(element: object) -> object:
+    raise KeyboardInterrupt  # Ctrl-C, as the in-process runner's steps get it in the main thread
+
+
+def test_after_ctrl_c_the_second_pipeline_gets_the_grace_not_a_wait(tmp_path):
+    """Ctrl-C in the first pipeline may have left taken a lock that the second needs (Python's import lock): the
+    interruption is raised once the second has had CTRL_C_GRACE_S to stop on its own, whether it has or not.
+    Here the second waits for a file that is written only afterwards, as it would wait for ever for the lock."""
+    release, told = tmp_path / "release", []
+    ctx = StageContext(output=str(tmp_path), stage="probe", beam_args=tuple(DIRECT))
+
+    def first_ended(error: BaseException | None) -> None:
+        told.append((time.monotonic(), error))
+
+    first = (ctx, lambda pipeline: pipeline | beam.Create([1]) | beam.Map(interrupt))
+    second = (ctx, lambda pipeline: pipeline | beam.Create([None]) | beam.Map(wait_for, str(release)))
+    with pytest.raises(BaseException) as raised:
+        run_beams_together(first, second, first_ended)
+    waited = time.monotonic() - told[0][0]
+    stuck = [thread for thread in threading.enumerate() if thread.name == "second-pipeline"]
+    release.write_text("done")  # the second ends now
+    for thread in stuck:
+        thread.join(60)
+    assert interrupted_in_a_step(raised.value) and interrupted_in_a_step(told[0][1])
+    assert CTRL_C_GRACE_S <= waited < CTRL_C_GRACE_S + 2
+    assert len(stuck) == 1 and not stuck[0].is_alive()
 
 
 def test_the_models_pipeline_takes_its_own_options_after_the_commands():
