@@ -20,7 +20,7 @@ from encoders.models import ModelSpec
 from transforms.common.follow import FollowedFiles, InputsFailedError
 from transforms.common.progress import ProgressSettings
 from transforms.embed_entities.entity_vectors import MENTION_KEY, ModelFacts
-from transforms.embed_entities.forward import FollowInputFiles, InputFiles, mentions_of_rows
+from transforms.embed_entities.forward import FollowInputFiles, InputFiles, rows_to_encode
 from transforms.embed_entities.gather import mention_keys, read_refs
 from transforms.embed_entities.inputs import INPUT_PREFIX, inputs_table
 from transforms.embed_entities.window_store import key_buckets, model_salt, read_bucket, store_files, window_keys
@@ -138,11 +138,14 @@ def test_windows_stored_before_are_not_encoded_again(tmp_path, tiny_bert, capsys
     assert reused == 10 and counts == sorted(counts) and set(range(reused, 13)) <= set(counts), counts
 
 
-def test_each_encoded_row_counts_the_mentions_of_its_window():
+def test_each_window_not_stored_is_encoded_once_for_the_mentions_of_its_window():
     keys = np.array([7, 3, 7, 9, 3, 7], np.uint64)
-    assert mentions_of_rows(keys, np.array([0, 1, 3])).tolist() == [3, 2, 1]
-    assert mentions_of_rows(keys, np.array([3])).tolist() == [1]
-    assert mentions_of_rows(keys, np.zeros(0, np.int64)).tolist() == []
+    rows, weights = rows_to_encode(np.zeros(0, np.uint64), keys)  # nothing stored: the first row of each window
+    assert (rows.tolist(), weights.tolist()) == ([0, 1, 3], [3, 2, 1])
+    rows, weights = rows_to_encode(np.array([3, 7], np.uint64), keys)  # sorted known keys
+    assert (rows.tolist(), weights.tolist()) == ([3], [1])
+    rows, weights = rows_to_encode(np.array([3, 7, 9], np.uint64), keys)
+    assert (rows.tolist(), weights.tolist()) == ([], [])
 
 
 def test_a_failed_inputs_pipeline_stops_the_followers(tmp_path, tiny_bert):

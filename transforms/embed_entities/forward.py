@@ -92,17 +92,14 @@ def storable_rows(refs: np.ndarray, vectors: np.ndarray) -> tuple[np.ndarray, li
     return finite, dead
 
 
-def rows_to_encode(known: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """The rows whose window is not among the ``known`` keys, the first of each key."""
-    stored, _ = found_in(known, keys)
-    _, first = np.unique(keys, return_index=True)
-    return np.sort(first[~stored[first]])
-
-
-def mentions_of_rows(keys: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """How many of a step's mentions (their window ``keys``) each of its ``rows`` (one a window) stands for."""
-    unique, counts = np.unique(keys, return_counts=True)
-    return counts[np.searchsorted(unique, keys[rows])]
+def rows_to_encode(known: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the rows whose window is not among the ``known`` keys, the first of each key, in order; how many of the
+    step's mentions, their window ``keys``, each of those rows stands for)."""
+    _, first, counts = np.unique(keys, return_index=True, return_counts=True)
+    stored, _ = found_in(known, keys[first])
+    first, counts = first[~stored], counts[~stored]
+    order = np.argsort(first)
+    return first[order], counts[order]
 
 
 class RefWriter:
@@ -193,8 +190,7 @@ class FollowInputFiles(beam.DoFn):
 
         def start(step: tuple[np.ndarray, PackedMaskInputs]) -> tuple[np.ndarray, np.ndarray, QueuedForwards]:
             mentions, packed = step
-            rows = rows_to_encode(known, mentions["window_key"])
-            weights = mentions_of_rows(mentions["window_key"], rows)
+            rows, weights = rows_to_encode(known, mentions["window_key"])
             self._progress.add(len(mentions) - int(weights.sum()))  # their windows stored before
             with clock.timing("model"):
                 return mentions, rows, self._encoder.queue_packed(
