@@ -2,7 +2,11 @@
 into the shard's files, then its vectors streamed into the index: a flat one filled in place from the staged files,
 an IVF one added to from the shard's files) grows by at most SHARD_GROWTH bytes a byte of the shard's float32
 vectors, measured in a child process (its own peak) at two sizes, with the allocator settings that the command line
-gives every worker process."""
+gives every worker process.
+
+Each size is built RUNS times, the sizes in turn, and its lowest peak kept: a run's peak can sit tens of MB above the
+build's own at random (in CI once, 2026-12-03, Flat: 350 -> 526 MiB, 1.22; run after run here 297-317 -> 452-472 MiB,
+0.98-1.10, alone, beside other tests or on a loaded machine), while a build that held more would do so in every run."""
 
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ SIZES = (16_384, 65_536)  # 48 and 192 MiB of vectors: far above the allocator's
 # Buckets of at least 4,096 rows at both sizes: the row groups read back then have their full size (what a shard
 # of a real corpus reads), so the transient of reading one is the same at both sizes.
 BUCKETS = 4
+RUNS = 2
 
 BUILD_ONE_SHARD = """
 import json, os, sys
@@ -53,10 +58,11 @@ def staged_shard(directory: Path, rows: int, factory: str) -> tuple[list, str]:
     return ["shard-00000", shard_buckets], trained
 
 
-def peak_building(directory: Path, rows: int, factory: str) -> int:
-    """The peak RSS (bytes) of a fresh process that builds a shard of ``rows`` vectors."""
-    spec, trained = staged_shard(directory, rows, factory)
-    index_dir = directory / "index"
+def peak_building(directory: Path, rows: int, run: int, staged: tuple[list, str]) -> int:
+    """The peak RSS (bytes) of a fresh process that builds the staged shard of ``rows`` vectors (``staged_shard``
+    in ``directory``) into ``directory``/index-RUN."""
+    spec, trained = staged
+    index_dir = directory / f"index-{run}"
     index_dir.mkdir()
     allocator = {ARROW_MEMORY_POOL[0]: ARROW_MEMORY_POOL[1],
                  **{variable: str(value) for variable, _, value in MALLOC_SETTINGS}}
@@ -71,7 +77,10 @@ def peak_building(directory: Path, rows: int, factory: str) -> int:
 
 @pytest.mark.parametrize("factory", ["Flat", "IVF64,Flat"])
 def test_building_a_shard_holds_its_vectors_once(tmp_path: Path, factory: str) -> None:
-    small, large = (peak_building(tmp_path / str(rows), rows, factory) for rows in SIZES)
+    shards = {rows: staged_shard(tmp_path / str(rows), rows, factory) for rows in SIZES}
+    peaks = [{rows: peak_building(tmp_path / str(rows), rows, run, shards[rows]) for rows in SIZES}
+             for run in range(RUNS)]
+    small, large = (min(run[rows] for run in peaks) for rows in SIZES)
     more_vectors = choice.vector_bytes(SIZES[1], DIM) - choice.vector_bytes(SIZES[0], DIM)
     growth = (large - small) / more_vectors
     print(f"{factory}: peak {small / 2**20:.0f} -> {large / 2**20:.0f} MiB, {growth:.2f} bytes a byte of vectors")
