@@ -335,6 +335,14 @@ def relative(path: str, base: str) -> str:
     return path[len(prefix) :]
 
 
+def stays_below(relative: str) -> bool:
+    """Whether ``relative`` (a "/"-separated name a record under a directory stores) names something below that
+    directory: not empty, not absolute, no URL, no ``..`` or empty part (a damaged or hostile record must not make a
+    command read or delete a file elsewhere)."""
+    return ("://" not in relative and not os.path.isabs(relative)
+            and all(part not in ("", ".", "..") for part in relative.removesuffix("/").split("/")))
+
+
 def is_local(path: str) -> bool:
     """Whether ``path`` is a plain local path rather than a Beam filesystem URL (``gs://``, ``s3://``, ...)."""
     return "://" not in path or path.startswith("file://")

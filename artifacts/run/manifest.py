@@ -22,6 +22,7 @@ from artifacts import fs, layout, tables
 from artifacts.errors import DamagedManifestError
 
 MANIFEST_NAME = layout.MANIFEST
+FORMAT = 1  # the manifest's "format": what this version writes and reads
 _VERSIONED_PACKAGES = (
     "kpr-pipeline", "apache-beam", "mwparserfromhell", "spacy", "torch", "transformers", "pyarrow",
     "numpy", "faiss-cpu", "faiss-gpu", "marisa-trie",
@@ -115,6 +116,9 @@ def parse(path: str, data: bytes) -> dict[str, StageRecord]:
         shape = "has no \"stages\"" if "stages" not in document else (
             f"has \"stages\" as {_json_type(document['stages'])}, not an object")
         raise DamagedManifestError(path, f"it {shape}")
+    if "format" in document and (type(document["format"]) is not int or document["format"] != FORMAT):
+        raise DamagedManifestError(path, f"it is of format {document['format']!r}, where this version reads format "
+                                         f"{FORMAT}")
     return {name: _record(path, name, value) for name, value in document["stages"].items()}
 
 
@@ -122,6 +126,8 @@ def _record(path: str, name: str, value: Any) -> StageRecord:
     problem = _shape_problem(value, _RECORD_FIELDS, _RECORD_REQUIRED)
     for index, item in enumerate(value.get("outputs", []) if problem is None else []):
         item_problem = _shape_problem(item, _OUTPUT_FIELDS, _OUTPUT_REQUIRED)
+        if item_problem is None and not fs.stays_below(item["path"]):
+            item_problem = f"has \"path\" {item['path']!r}, not a path below the run's directory"
         if item_problem:
             problem = f"outputs[{index}] {item_problem}"
             break
@@ -153,7 +159,7 @@ def _json_type(value: Any) -> str:
 
 
 def save(output: str, stages: dict[str, StageRecord]) -> None:
-    document = {"format": 1, "stages": {name: stages[name].to_json() for name in sorted(stages)}}
+    document = {"format": FORMAT, "stages": {name: stages[name].to_json() for name in sorted(stages)}}
     fs.write_json_atomic(manifest_path(output), document)
 
 

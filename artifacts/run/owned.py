@@ -39,7 +39,14 @@ def load_record(directory: str, record: str) -> frozenset[str]:
         files = fs.read_json(path)["files"]
     except (ValueError, KeyError, TypeError) as error:
         raise InputError(f"{path} is not a record of written files ({error}): it is left as it is") from error
-    return frozenset(str(name) for name in files)
+    if not isinstance(files, list):
+        raise InputError(f"{path} is not a record of written files (its \"files\" is not a list): it is left as it is")
+    # a damaged or hand-edited record must not make the command delete a file elsewhere
+    outside = next((name for name in files if not isinstance(name, str) or not fs.stays_below(name)), None)
+    if outside is not None:
+        raise InputError(f"{path} is not a record of written files: it lists {outside!r}, which is not a path below "
+                         f"{directory}; nothing was changed (move the record away to write here)")
+    return frozenset(files)
 
 
 def save_record(directory: str, record: str, files: Iterable[str]) -> None:

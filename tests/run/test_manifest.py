@@ -62,7 +62,13 @@ def test_other_damages_are_named() -> None:
              b'[]': 'it holds a list, not a manifest (an object with "stages")',
              b'{"format": 1}': 'it has no "stages"',
              b'{"stages": {"parse": {"stage": "parse", "options": {}, "inputs": {}, "outputs": [], '
-             b'"wall_time_s": true}}}': "its stage 'parse' has \"wall_time_s\" as a boolean"}
+             b'"wall_time_s": true}}}': "its stage 'parse' has \"wall_time_s\" as a boolean",
+             b'{"format": 2, "stages": {}}': "it is of format 2, where this version reads format 1",
+             b'{"format": "1", "stages": {}}': "it is of format '1', where this version reads format 1",
+             **{b'{"stages": {"index": {"stage": "index", "options": {}, "inputs": {}, "outputs": [{"path": "'
+                + path.encode() + b'", "bytes": 1, "sha256": "ab"}]}}}':
+                f"its stage 'index' outputs[0] has \"path\" {path!r}, not a path below the run's directory"
+                for path in ("../run2/index/a.faiss", "/etc/passwd", "index/../../x", "gs://b/x", "")}}
     for data, problem in cases.items():
         with pytest.raises(DamagedManifestError) as raised:
             manifest.parse("m.json", data)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -63,3 +64,20 @@ def test_a_recorded_directory_owns_what_is_below_it_and_is_not_removed_as_a_file
     assert owned.is_owned(".staging/deep/b", earlier) and not owned.is_owned(".staging-other/b", earlier)
     assert owned.remove_stale(str(tmp_path), earlier, ["vocab.tsv"]) == ["stale.txt"]
     assert sorted(files_below(tmp_path)) == [".record.json", ".staging/a", ".staging/deep/b"]
+
+
+@pytest.mark.parametrize("entry", ["../outside.txt", "linker/../../outside.txt", "OUTSIDE", "", 3])
+def test_a_record_naming_a_file_outside_its_directory_is_refused_and_nothing_is_removed(tmp_path: Path,
+                                                                                       entry: object) -> None:
+    directory = tmp_path / "export"
+    fill_with_files(directory, ("vocab.tsv",))
+    (tmp_path / "outside.txt").write_text("the user's")
+    entry = str(tmp_path / "outside.txt") if entry == "OUTSIDE" else entry
+    (directory / RECORD).write_text(json.dumps({"files": ["vocab.tsv", entry]}))
+    with pytest.raises(owned.InputError) as refused:
+        owned.require_owned(str(directory), RECORD, ["vocab.tsv"], [], "export-kpr")
+    assert refused.value.message == (f"{directory / RECORD} is not a record of written files: it lists {entry!r}, "
+                                     f"which is not a path below {directory}; nothing was changed (move the record "
+                                     "away to write here)")
+    assert (tmp_path / "outside.txt").read_text() == "the user's"
+    assert sorted(files_below(directory)) == [RECORD, "vocab.tsv"]

@@ -421,6 +421,25 @@ def test_publish_refuses_a_file_it_did_not_write_after_an_earlier_publish(run: P
     assert files_below(destination) == before  # the earlier publish is still complete, manifest included
 
 
+@pytest.mark.parametrize("command", ["publish", "export-kpr"])
+def test_a_record_naming_a_file_outside_the_destination_deletes_nothing(command: str, full_run: Path,
+                                                                         tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    destination, users = tmp_path / "written", tmp_path / "users-notes.txt"
+    assert main([command, "--output", str(full_run), "--to", str(destination)]) == 0
+    users.write_text("the user's")
+    record = ".kpr-publish.json" if command == "publish" else kpr_export.RECORD_FILE
+    written = owned.load_record(str(destination), record)
+    owned.save_record(str(destination), record, [*written, "../users-notes.txt"])  # damaged or hand-edited
+    before = files_below(destination)
+    assert main([command, "--output", str(full_run), "--to", str(destination)]) == 2
+    assert capsys.readouterr().err == (f"error: {destination / record} is not a record of written files: it lists "
+                                       f"'../users-notes.txt', which is not a path below {destination}; nothing "
+                                       "was changed (move the record away to write here)\n")
+    assert users.read_text() == "the user's"
+    assert files_below(destination) == before
+
+
 # --- export-kpr ----------------------------------------------------------------------------------------------
 
 
