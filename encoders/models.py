@@ -319,16 +319,20 @@ def model_token_ids(tokenizer, firsts: Sequence[str], seconds: Sequence[str] | N
 
 def load_encoder(spec: ModelSpec):
     """The bare transformer (``AutoModel``) in eval mode on ``spec.device`` with ``spec.dtype`` weights."""
+    from safetensors import SafetensorError
     from transformers import AutoModel
 
     model_kind(spec.name_or_path)
     try:
         model = AutoModel.from_pretrained(os.path.expanduser(str(spec.name_or_path)), dtype=spec.torch_dtype(),
                                           trust_remote_code=False)
-    except (OSError, ValueError) as error:
-        raise ModelError(spec.name_or_path, f"cannot load a model from {spec.name_or_path}: {_first_line(error)}") \
-            from error
+    except (OSError, ValueError, SafetensorError) as error:  # SafetensorError: a weights file cut short or damaged
+        raise weights_error(spec.name_or_path, error) from error
     return model.to(spec.device).eval()
+
+
+def weights_error(name_or_path: str, error: BaseException) -> ModelError:
+    return ModelError(name_or_path, f"cannot load a model from {name_or_path}: {_first_line(error)}")
 
 
 def mean_input_embedding_norm(model) -> float:
@@ -348,12 +352,15 @@ def input_embedding_norm(spec: ModelSpec) -> float:
 
     directory = os.path.expanduser(str(spec.name_or_path))
     for path in sorted(glob.glob(os.path.join(directory, "*.safetensors"))):
-        from safetensors import safe_open
+        from safetensors import SafetensorError, safe_open
 
-        with safe_open(path, framework="pt") as weights:
-            names = [name for name in weights.keys() if name.endswith("word_embeddings.weight")]  # noqa: SIM118
-            if names:
-                return float(weights.get_tensor(names[0]).float().norm(dim=1).mean())
+        try:
+            with safe_open(path, framework="pt") as weights:
+                names = [name for name in weights.keys() if name.endswith("word_embeddings.weight")]  # noqa: SIM118
+                if names:
+                    return float(weights.get_tensor(names[0]).float().norm(dim=1).mean())
+        except (OSError, SafetensorError) as error:  # a weights file cut short or damaged
+            raise weights_error(spec.name_or_path, error) from error
     return mean_input_embedding_norm(load_encoder(ModelSpec(spec.name_or_path)))
 
 

@@ -96,7 +96,10 @@ def read_questions(path: str) -> QuestionFile:
     """A DPR qas file (TSV) or an EntityQuestions JSON file (a list, by the .json extension)."""
     if not fs.exists(path):
         raise InputError(f"question file {path} not found")
-    raw = fs.read_bytes(path).decode("utf-8", errors="replace")
+    if fs.is_directory(path):
+        raise InputError(f"question file {path} is a directory: name the files in it (e.g. --questions {path}/*.tsv)")
+    with fs.open_input(path) as handle:  # a file that cannot be read: one line
+        raw = handle.read().decode("utf-8", errors="replace")
     if not raw.strip():
         raise InputError(f"question file {path} is empty")
     if path.endswith(".json"):

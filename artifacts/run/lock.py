@@ -62,9 +62,10 @@ def read(output: str) -> LockInfo | None:
     """The lock on ``output``, or None when there is none (or it is unreadable, e.g. being written)."""
     path = fs.join(output, LOCK_NAME)
     try:
-        return LockInfo(**json.loads(fs.read_bytes(path).decode("utf-8")))
+        info = LockInfo(**json.loads(fs.read_bytes(path).decode("utf-8")))
     except (OSError, ValueError, TypeError):
         return None
+    return info if type(info.pid) is int and 0 < info.pid < 2**31 else None  # a pid os.kill can test
 
 
 def _create(path: str, info: LockInfo) -> bool:

@@ -3,6 +3,7 @@ stage's three pipelines on a tiny model, and the embed-entities stage's config."
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import apache_beam as beam
@@ -14,7 +15,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from artifacts import fs, schemas
-from artifacts.errors import BelowMinimumError
+from artifacts.errors import BelowMinimumError, ModelError
 from encoders.models import ModelSpec, input_embedding_norm
 from pipelines.embed_entities import STAGE
 from pipelines.launcher.cli import build_parser, main
@@ -291,3 +292,13 @@ def test_a_layer_the_model_lacks_is_worded_with_its_flag_on_the_command_line(tin
     assert capsys.readouterr().err.splitlines() == [
         f"error: --layer 5: {tiny_bert} has 2 layers (hidden states -3..2; -1 is the last layer)"]
     assert not (tmp_path / "out").exists()
+
+
+def test_weights_cut_short_are_a_model_error_naming_the_model(tiny_bert: Path, tmp_path: Path) -> None:
+    model = Path(shutil.copytree(tiny_bert, tmp_path / "model"))
+    with open(model / "model.safetensors", "r+b") as weights:
+        weights.truncate(1000)  # a copy that ran out of disk
+    with pytest.raises(ModelError) as refused:
+        input_embedding_norm(ModelSpec(str(model)))  # what embed-entities reads before it starts its pipelines
+    assert refused.value.message == (f"cannot load a model from {model}: Error while deserializing header: invalid "
+                                     "header length")

@@ -232,7 +232,7 @@ def test_help_shows_defaults_required_flags_and_an_example():
 # --- the lock on OUT -------------------------------------------------------------------------------------------
 
 
-def write_lock(output: Path, pid: int) -> None:
+def write_lock(output: Path, pid: object) -> None:
     output.mkdir(parents=True, exist_ok=True)
     (output / lock.LOCK_NAME).write_text(json.dumps(
         {"host": socket.gethostname(), "pid": pid, "command": "python run_pipeline.py all ...",
@@ -254,6 +254,16 @@ def test_a_second_run_on_a_locked_output_is_refused_and_nothing_touched(tmp_path
         f"error: {output} is in use by pid {os.getppid()} on {socket.gethostname()} since 2026-01-02T03:04:05Z "
         "(command python run_pipeline.py all ...)"]
     assert {path: path.read_bytes() for path in output.rglob("*")} == before
+
+
+@pytest.mark.parametrize("pid", ["abc", 12.5, 10**20, -1, 0, True])
+def test_a_lock_whose_pid_is_not_one_is_refused_as_unreadable(tmp_path, capsys, pid):
+    output = tmp_path / "out"
+    write_lock(output, pid)
+    assert main(["parse", "--dump", SAMPLE, "--output", str(output), *DIRECT]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: {output} is in use: {output / lock.LOCK_NAME} exists but cannot be read; remove it if no run "
+        "writes OUT"]
 
 
 def test_a_stale_lock_is_taken_over_with_a_notice_and_released(tmp_path, capsys):

@@ -196,6 +196,20 @@ def _encoder_without_tokenizer(tmp: Path, models: dict[str, Path]) -> tuple[list
             "there too (tokenizer.save_pretrained)")
 
 
+def _truncated_weights(tmp: Path, models: dict[str, Path]) -> Path:
+    """The tiny BERT's directory with its weights file cut to 1,000 bytes (a copy that ran out of disk)."""
+    directory = Path(shutil.copytree(models["tiny"], tmp / "truncated-weights"))
+    with open(directory / "model.safetensors", "r+b") as weights:
+        weights.truncate(1000)
+    return directory
+
+
+def _encoder_with_truncated_weights(tmp: Path, models: dict[str, Path]) -> tuple[list[str], str]:
+    directory = _truncated_weights(tmp, models)
+    return (_index_command(tmp, directory, "mean"),
+            f"error: cannot load a model from {directory}: Error while deserializing header: invalid header length")
+
+
 def _all_model_without_config(tmp: Path, models: dict[str, Path]) -> tuple[list[str], str]:
     directory = _without_config(tmp, models)
     return (["all", "--dump", str(BUNDLED_SAMPLE), "--output", str(tmp / "out"), "--model", str(directory),
@@ -277,6 +291,13 @@ def _questions(name: str, content: bytes | str) -> Callable[[Path, dict[str, Pat
     return argv
 
 
+def _questions_directory(tmp: Path, _models: dict[str, Path]) -> tuple[list[str], str]:
+    (tmp / "questions").mkdir()
+    return (["evaluate", "--output", str(tmp / "out"), "--questions", str(tmp / "questions")],
+            f"error: question file {tmp / 'questions'} is a directory: name the files in it (e.g. --questions "
+            f"{tmp / 'questions'}/*.tsv)")
+
+
 QUESTION_MESSAGES: dict[str, Callable[[Path], str]] = {
     "empty.tsv": lambda path: f"error: question file {path} is empty",
     "commas.csv": lambda path: f"error: question file {path}: no question in its 2 lines (expected {QAS_FORM})",
@@ -309,8 +330,10 @@ CASES = [Case("xml-that-is-not-a-dump", _not_a_dump), Case("text-that-is-not-xml
          # issue 28
          Case("encoder-without-config-json", _encoder_without_config),
          Case("encoder-without-tokenizer-files", _encoder_without_tokenizer),
+         Case("encoder-with-truncated-weights", _encoder_with_truncated_weights),
          Case("all-preflight-model-without-config-json", _all_model_without_config),
-         *(Case(f"questions-{name}", _questions(name, content)) for name, content in QUESTION_FILES.items())]
+         *(Case(f"questions-{name}", _questions(name, content)) for name, content in QUESTION_FILES.items()),
+         Case("questions-directory", _questions_directory)]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
