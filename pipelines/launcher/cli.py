@@ -206,6 +206,10 @@ def configure_logging(verbose: bool, beam_args: list[str]) -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
+# What Beam's FileSystems says of a URL whose scheme no installed filesystem reads, and where it names the URL.
+NO_FILESYSTEM, NO_FILESYSTEM_PATH = "Unable to get filesystem from specified path", "Path specified: "
+
+
 def worded(error: BaseException) -> BaseException:
     """A typed library error as the command line says it: a setting by its flag, a damaged run with what to do
     about it, a job server jar Beam cannot download with the flag that gives it; any other error as it is."""
@@ -218,6 +222,10 @@ def worded(error: BaseException) -> BaseException:
     if isinstance(error, InvalidRunError):
         return InputError(f"{error.message}: `python run_pipeline.py validate --output {error.output}` lists every "
                           "problem")
+    if isinstance(error, ValueError) and str(error).startswith(NO_FILESYSTEM):
+        path = str(error).rsplit(NO_FILESYSTEM_PATH, 1)[-1]
+        return InputError(f"no filesystem here reads {path}: a URL needs Beam's filesystem for its scheme (gs:// with "
+                          "pip install -e \".[gcp]\", s3:// with \".[aws]\"); a local path has no scheme")
     if isinstance(error, RuntimeError):  # Beam's, from a run (e.g. a job server jar it cannot download)
         from pipelines.launcher import runners
 

@@ -67,6 +67,10 @@ BAD_INPUTS = [
                                                                    "({file} is a file)"),
     (["publish", "--output", "{tmp}/out", "--to", "{file}"], "error: --to {file} is not a directory"),
     (["parse", "--output", "{tmp}/out"], "error: parse needs --dump FILE [FILE ...]"),
+    *((argv, "error: no filesystem here reads foo://bucket/run: a URL needs Beam's filesystem for its scheme (gs:// "
+             "with pip install -e \".[gcp]\", s3:// with \".[aws]\"); a local path has no scheme")
+      for argv in (["validate", "--output", "foo://bucket/run"], ["dictionary", "--output", "foo://bucket/run"],
+                   ["search", "--output", "foo://bucket/run", "--query", "Greek philosopher"])),
     # values out of range: refused by the stage's config before OUT is touched (issue 21)
     (["dictionary", "--output", "{tmp}/out", "--min-commonness", "5"],
      "error: --min-commonness is a probability, from 0 to 1: got 5.0"),
