@@ -319,7 +319,11 @@ def delete_file(path: str) -> None:
 def mkdirs(directory: str) -> None:
     """Create ``directory`` where the filesystem has directories (object stores need nothing)."""
     if not _filesystems().exists(directory):
-        _filesystems().mkdirs(directory)
+        try:
+            _filesystems().mkdirs(directory)
+        except OSError:  # made meanwhile by another process (Beam's local mkdirs refuses an existing directory)
+            if not _filesystems().exists(directory):
+                raise
 
 
 def ensure_parent(path: str) -> None:

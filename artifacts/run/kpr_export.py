@@ -32,7 +32,7 @@ from artifacts import faiss as faiss_shards
 from artifacts import fs, layout, tables
 from artifacts.errors import InputError, refuse_without_room
 from artifacts.linker import EntityLinker
-from artifacts.run import manifest, owned
+from artifacts.run import lock, manifest, owned
 from artifacts.run.publish import copy_file, overlaps
 from artifacts.run.validation import parquet_footer, require_valid
 
@@ -102,6 +102,14 @@ def export_kpr(output: str, directory: str, free_bytes: int | None = None) -> Ex
     linker_files = manifest.recorded_files(output, layout.LINKER, suffix="")
     planned = [VOCAB_FILE, EMBEDDINGS_FILE, TENSOR_FILE,
                *(f"{LINKER_DIR}/{fs.relative(path, linker)}" for path in linker_files)]
+    with lock.hold(directory, WRITER):  # another export into DIR is refused, not run over this one's staging
+        return export_locked(output, directory, planned, linker_files, free_bytes)
+
+
+def export_locked(output: str, directory: str, planned: list[str], linker_files: list[str],
+                  free_bytes: int | None) -> ExportSummary:
+    """``export_kpr``'s writing, under the lock on ``directory``: the ``planned`` files (relative to it)."""
+    linker = fs.join(output, layout.LINKER)
     earlier = owned.require_owned(directory, RECORD_FILE, planned, [LINKER_DIR, STAGING_DIR], WRITER)
     keys = entity_keys(output)
     refuse_without_room(directory, free_bytes, lambda: export_bytes(output, keys, linker_files))

@@ -20,7 +20,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs, layout
 from artifacts.errors import InputError, refuse_without_room
-from artifacts.run import manifest, owned
+from artifacts.run import lock, manifest, owned
 from artifacts.run.validation import require_valid
 
 LATEST_NAME = "LATEST"  # beside the published runs: {"name": NAME, "manifest_sha256": ...}
@@ -229,14 +229,15 @@ def publish_run(output: str, destination: str, latest: bool = False, free_bytes:
     require_valid(output)
     stages = published_stages(manifest.load(output), kept)
     files = planned_files(output, stages)
-    earlier = require_publishable(destination, files)
-    refuse_without_room(destination, free_bytes, lambda: bytes_to_copy(destination, files, earlier))
-    written = [item.path for item in files] + [manifest.MANIFEST_NAME]
-    owned.save_record(destination, RECORD_FILE, [*earlier, *written])  # a killed publish still owns its files
-    fs.delete_file(manifest.manifest_path(destination))  # first: from here on DEST does not look complete
-    removed = remove_previous(destination, earlier, files)
-    for item in files:
-        copy_checked(output, destination, item)
-    manifest.save(destination, stages)
-    owned.save_record(destination, RECORD_FILE, written)
-    return PublishSummary(destination, tuple(files), removed, write_latest(destination) if latest else None)
+    with lock.hold(destination, WRITER):  # another publish to DEST waits for none of this: it is refused
+        earlier = require_publishable(destination, files)
+        refuse_without_room(destination, free_bytes, lambda: bytes_to_copy(destination, files, earlier))
+        written = [item.path for item in files] + [manifest.MANIFEST_NAME]
+        owned.save_record(destination, RECORD_FILE, [*earlier, *written])  # a killed publish still owns its files
+        fs.delete_file(manifest.manifest_path(destination))  # first: from here on DEST does not look complete
+        removed = remove_previous(destination, earlier, files)
+        for item in files:
+            copy_checked(output, destination, item)
+        manifest.save(destination, stages)
+        owned.save_record(destination, RECORD_FILE, written)
+        return PublishSummary(destination, tuple(files), removed, write_latest(destination) if latest else None)

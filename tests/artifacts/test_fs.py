@@ -223,3 +223,27 @@ def test_a_scattered_read_from_gcs_fetches_about_what_it_asks(tmp_path: Path, gc
         handle.seek(1_000_000)
         assert handle.read(65_536) == data[1_000_000:1_065_536]
     assert gcs_bucket == [16 << 20]
+
+
+def test_a_directory_another_process_makes_meanwhile_is_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two commands starting at once on a new directory (two exports into DIR, two stages on a new OUT): Beam's local
+    mkdirs refuses a directory that exists, which the other process made between this one's check and its mkdirs."""
+    from apache_beam.io.filesystems import FileSystems
+
+    target, checked = tmp_path / "out", []
+    exists = FileSystems.exists
+
+    def made_after_the_check(path: str) -> bool:
+        checked.append(path)
+        if len(checked) == 1:
+            target.mkdir()  # by the other process, just after this check
+            return False
+        return exists(path)
+
+    monkeypatch.setattr(FileSystems, "exists", staticmethod(made_after_the_check))
+    fs.mkdirs(str(target))
+    assert target.is_dir() and len(checked) == 2
+    file = tmp_path / "a-file"
+    file.write_text("x")
+    with pytest.raises(OSError):  # a real failure still raises
+        fs.mkdirs(str(file / "below"))

@@ -11,6 +11,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from unittest import mock
 
 import marisa_trie
 import numpy as np
@@ -23,7 +24,7 @@ import torch.nn.functional as F
 
 from artifacts import faiss as faiss_shards
 from artifacts import fs, tables
-from artifacts.run import kpr_export, manifest, owned
+from artifacts.run import kpr_export, lock, manifest, owned
 from artifacts.run import publish as publish_module
 from artifacts.run.validation import validate_run
 from pipelines.launcher.cli import main
@@ -438,6 +439,22 @@ def test_a_record_naming_a_file_outside_the_destination_deletes_nothing(command:
                                        "was changed (move the record away to write here)\n")
     assert users.read_text() == "the user's"
     assert files_below(destination) == before
+
+
+@pytest.mark.parametrize("command", ["publish", "export-kpr"])
+def test_a_destination_another_run_of_the_command_writes_is_refused_and_left_to_it(
+        command: str, full_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    destination = tmp_path / "written"
+    assert main([command, "--output", str(full_run), "--to", str(destination)]) == 0
+    assert not (destination / lock.LOCK_NAME).exists()  # released
+    with lock.hold(str(destination), command):  # as another run of it holds it while it writes
+        holder = lock.read(str(destination))
+        before = files_below(destination)
+        with mock.patch.object(lock.LockInfo, "mine", lambda info: False):  # not this process's own: another's
+            assert main([command, "--output", str(full_run), "--to", str(destination)]) == 2
+        assert capsys.readouterr().err == (f"error: {destination} is in use by pid {holder.pid} on {holder.host} "
+                                           f"since {holder.started} (command {command})\n")
+        assert files_below(destination) == before
 
 
 # --- export-kpr ----------------------------------------------------------------------------------------------
