@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
@@ -10,12 +11,43 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs
-from artifacts.errors import InputError
+from artifacts.errors import InputError, first_line
 from artifacts.schemas import PARQUET_CODEC, writer_options
 
 
 class MissingArtifactError(InputError):
     """An artifact another stage should have written is not there (a one-line error for the user)."""
+
+
+class DamagedParquetError(InputError):
+    """A Parquet file whose footer or pages pyarrow cannot read: damaged, or changed after it was written (a stage
+    checks its inputs' sizes before it reads them, not their content)."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path, self.problem = path, problem
+        super().__init__(f"{path} cannot be read as Parquet ({problem}): it is damaged or was changed after the stage "
+                         "that wrote it; `python run_pipeline.py validate --output OUT` checks every file of a run "
+                         "against its manifest")
+
+    def __reduce__(self):
+        return type(self), (self.path, self.problem)
+
+
+@contextlib.contextmanager
+def reading_parquet(path: str) -> Iterator[None]:
+    """What pyarrow raises in the block, reading the Parquet file ``path``, as a ``DamagedParquetError`` naming it
+    (pyarrow says only what it found, e.g. "ZSTD decompression failed", not where)."""
+    try:
+        yield
+    except (OSError, pa.ArrowException) as error:
+        raise DamagedParquetError(path, first_line(error)) from error
+
+
+@contextlib.contextmanager
+def open_parquet(path: str) -> Iterator[pq.ParquetFile]:
+    """The Parquet file ``path`` (any Beam filesystem) opened for reading, its footer read (``reading_parquet``)."""
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle, reading_parquet(path):
+        yield pq.ParquetFile(handle)
 
 
 def artifact_dir(output: str, name: str) -> str:
@@ -36,8 +68,8 @@ def parquet_pattern(output: str, name: str) -> str:
 
 
 def parquet_row_count(path: str) -> int:
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        return pq.ParquetFile(handle).metadata.num_rows
+    with open_parquet(path) as opened:
+        return opened.metadata.num_rows
 
 
 def total_rows(output: str, name: str) -> int:
@@ -46,7 +78,7 @@ def total_rows(output: str, name: str) -> int:
 
 
 def read_file(path: str, columns: list[str] | None = None) -> pa.Table:
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle, reading_parquet(path):
         return pq.read_table(handle, columns=columns)
 
 
@@ -92,16 +124,15 @@ def iter_file_batches(files: Iterable[str], columns: list[str] | None = None,
     group, which every writer here keeps small (pyarrow's own batch reader reads ahead over several row groups:
     3 times the memory on the index's shard files, a share of the shard that grew with it)."""
     for path in files:
-        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-            parquet = pq.ParquetFile(handle)
+        with open_parquet(path) as parquet:
             for group in range(parquet.num_row_groups):
                 yield from parquet.read_row_group(group, columns=columns).to_batches(max_chunksize=batch_size)
 
 
 def file_schema(path: str) -> pa.Schema:
     """The Arrow schema of one Parquet file (from its footer)."""
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        return pq.ParquetFile(handle).schema_arrow
+    with open_parquet(path) as opened:
+        return opened.schema_arrow
 
 
 def file_metadata(path: str) -> dict[str, str]:

@@ -9,9 +9,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs, tables
 from artifacts.errors import InputError
@@ -123,8 +120,7 @@ class PassageLookup:
 
 
 def _read_rows(path: str, rows: np.ndarray) -> dict[int, tuple[str, str]]:
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        parquet = pq.ParquetFile(handle)
+    with tables.open_parquet(path) as parquet:
         starts = np.cumsum([0] + [parquet.metadata.row_group(i).num_rows for i in range(parquet.num_row_groups)])
         groups = sorted({int(np.searchsorted(starts, row, side="right") - 1) for row in rows})
         result = {}

@@ -28,7 +28,7 @@ from artifacts.run import kpr_export, lock, manifest, owned
 from artifacts.run import publish as publish_module
 from artifacts.run.validation import validate_run
 from pipelines.launcher.cli import main
-from tests.builders import files_below, fill_with_files, mirrored
+from tests.builders import files_below, fill_with_files, mirrored, stage_command
 
 EMBEDDINGS = "entity_embeddings/part-00000-of-00001.parquet"
 ENTITIES = "entities/part-00000-of-00001.parquet"
@@ -305,6 +305,45 @@ def test_entity_ids_outside_1_to_n(run: Path) -> None:
     problems = validate_run(str(run))
     assert f"{names}: entity ids outside 1..{count}: 3 (0, {count + 1}, {count + 2})" in problems
     assert all(problem.startswith(("manifest.json: stage", names)) for problem in problems)
+
+
+def damage_in_place(path: Path, at: int) -> None:
+    """Overwrite 64 bytes of ``path`` from byte ``at`` (negative: from its end), its size unchanged: what a stage's
+    check of its inputs' sizes lets through."""
+    data = bytearray(path.read_bytes())
+    start = at % len(data)
+    data[start:start + 64] = b"X" * 64
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(("command", "artifact"), [("dictionary", "articles"), ("mentions", "entities"),
+                                                    ("embed-entities", "mentions")])
+def test_a_stage_whose_parquet_input_is_damaged_names_the_file_in_one_line(command: str, artifact: str, run: Path,
+                                                                          tiny_bert: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    damaged = sorted((run / artifact).glob("*.parquet"))[0]
+    damage_in_place(damaged, -200)  # its footer
+    assert main(stage_command(command, run, tiny_bert, "--force")) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1].startswith(f"error: {damaged} cannot be read as Parquet (")
+    assert err.splitlines()[-1].endswith("): it is damaged or was changed after the stage that wrote it; `python "
+                                         "run_pipeline.py validate --output OUT` checks every file of a run against "
+                                         "its manifest")
+    assert "Traceback" not in err
+
+
+def test_damaged_pages_are_named_by_each_reader(run: Path) -> None:
+    from transforms.common.parquet_rows import read_table, row_ranges
+
+    articles = sorted((run / "articles").glob("*.parquet"))[0]
+    damage_in_place(articles, articles.stat().st_size // 3)  # inside the first row group's pages
+    with pytest.raises(tables.DamagedParquetError) as refused:
+        list(tables.iter_file_batches([str(articles)]))
+    assert refused.value.path == str(articles)
+    with pytest.raises(tables.DamagedParquetError):
+        tables.read_file(str(articles))
+    with pytest.raises(tables.DamagedParquetError):
+        read_table(next(row_ranges(str(articles))), None)
 
 
 # --- publish -------------------------------------------------------------------------------------------------

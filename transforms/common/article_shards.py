@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from artifacts import fs
+from artifacts import fs, tables
 from transforms.common.worker_files import load_array, save_array
 
 PAGE_IDS_FILE, SHARDS_FILE, FILES_FILE = "page_ids.npy", "page_shards.npy", "files.json"
@@ -22,7 +22,7 @@ PAGE_IDS_FILE, SHARDS_FILE, FILES_FILE = "page_ids.npy", "page_shards.npy", "fil
 @contextlib.contextmanager
 def parquet_file(path: str) -> Iterator[pq.ParquetFile]:
     """A Parquet file opened for reading (its footer read) by row groups and columns, on any Beam filesystem."""
-    with fs.open_ranges(path) as handle:
+    with fs.open_ranges(path) as handle, tables.reading_parquet(path):
         yield pq.ParquetFile(handle)
 
 

@@ -15,10 +15,9 @@ from typing import Any
 
 import apache_beam as beam
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from artifacts import fs
 from artifacts.schemas import PARQUET_CODEC
+from transforms.common.article_shards import parquet_file
 
 UNIT_ROWS = 256  # rows per unit of work: small enough that a sample's few row groups still spread over workers
 BATCH_ROWS = 64  # rows converted from Arrow to Python at a time (and from Python to Arrow when writing)
@@ -47,8 +46,8 @@ def cut_row_groups(path: str, row_group_rows: Sequence[int], unit_rows: int) -> 
 
 def row_ranges(path: str, unit_rows: int = UNIT_ROWS) -> Iterator[RowRange]:
     """The row ranges of one Parquet file, from its footer."""
-    with fs.open_ranges(path) as handle:
-        metadata = pq.ParquetFile(handle).metadata
+    with parquet_file(path) as opened:
+        metadata = opened.metadata
     rows = [metadata.row_group(index).num_rows for index in range(metadata.num_row_groups)]
     return cut_row_groups(path, rows, unit_rows)
 
@@ -67,16 +66,14 @@ def batch_rows(batches: Iterator[pa.RecordBatch], start: int, stop: int) -> Iter
 
 def read_table(unit: RowRange, columns: list[str] | None) -> pa.Table:
     """The rows of one range as one Arrow table."""
-    with fs.open_ranges(unit.path) as handle:
-        return pq.ParquetFile(handle).read_row_group(unit.row_group, columns=columns).slice(
-            unit.start, unit.stop - unit.start)
+    with parquet_file(unit.path) as opened:
+        return opened.read_row_group(unit.row_group, columns=columns).slice(unit.start, unit.stop - unit.start)
 
 
 def read_rows(unit: RowRange, columns: list[str] | None, batch_size: int = BATCH_ROWS) -> Iterator[dict[str, Any]]:
     """The rows of one range as dicts (only the row group's pages up to ``stop`` are decoded)."""
-    with fs.open_ranges(unit.path) as handle:
-        batches = pq.ParquetFile(handle).iter_batches(batch_size=batch_size, row_groups=[unit.row_group],
-                                                      columns=columns)
+    with parquet_file(unit.path) as opened:
+        batches = opened.iter_batches(batch_size=batch_size, row_groups=[unit.row_group], columns=columns)
         yield from batch_rows(batches, unit.start, unit.stop)
 
 
