@@ -136,7 +136,8 @@ def _encoder(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--query-prefix", help="text put before every query (bge: its instruction)")
     group.add_argument("--passage-prefix", default="", help="text put before every passage")
     group.add_argument("--max-length", type=int, default=256, help="tokens per passage or query")
-    group.add_argument("--max-entities", type=int, default=128, help="kpr: entity inputs per text")
+    group.add_argument("--max-entities", type=at_least("max_entities", 0), default=128,
+                       help="kpr: entity inputs per text")
 
 
 def _index(group: argparse._ArgumentGroup) -> None:

@@ -96,6 +96,8 @@ BAD_INPUTS = [
      "error: --device tpu is not a device: use cpu, cuda or cuda:N"),
     (["all", "--dump", SAMPLE, "--output", "{tmp}/out", "--model", "m", "--encoder", "m", "--shards", "0"],
      "error: --shards must be at least 1, got 0"),
+    (["index", "--output", "{tmp}/out", "--encoder", "m", "--encoder-type", "kpr", "--max-entities", "-1"],
+     "error: --max-entities must be at least 0, got -1"),  # a slice's end: it would drop each text's last entity
 ]
 
 
