@@ -62,11 +62,6 @@ def parquet_files(output: str, name: str) -> list[str]:
     return files
 
 
-def parquet_pattern(output: str, name: str) -> str:
-    """The file pattern Beam's ReadFromParquet takes for artifact ``name``."""
-    return fs.join(artifact_dir(output, name), "*.parquet")
-
-
 def parquet_row_count(path: str) -> int:
     with open_parquet(path) as opened:
         return opened.metadata.num_rows

@@ -102,17 +102,20 @@ def export_kpr(output: str, directory: str, free_bytes: int | None = None) -> Ex
     linker_files = manifest.recorded_files(output, layout.LINKER, suffix="")
     planned = [VOCAB_FILE, EMBEDDINGS_FILE, TENSOR_FILE,
                *(f"{LINKER_DIR}/{fs.relative(path, linker)}" for path in linker_files)]
-    with lock.hold(directory, WRITER):  # another export into DIR is refused, not run over this one's staging
-        return export_locked(output, directory, planned, linker_files, free_bytes)
-
-
-def export_locked(output: str, directory: str, planned: list[str], linker_files: list[str],
-                  free_bytes: int | None) -> ExportSummary:
-    """``export_kpr``'s writing, under the lock on ``directory``: the ``planned`` files (relative to it)."""
-    linker = fs.join(output, layout.LINKER)
     earlier = owned.require_owned(directory, RECORD_FILE, planned, [LINKER_DIR, STAGING_DIR], WRITER)
     keys = entity_keys(output)
-    refuse_without_room(directory, free_bytes, lambda: export_bytes(output, keys, linker_files))
+    refuse_without_room(directory, free_bytes, lambda: export_bytes(output, keys, linker_files))  # before the lock
+    with lock.hold(directory, WRITER):  # makes DIR; another export into it meanwhile is refused
+        # again: an export that ended meanwhile changed DIR
+        earlier = owned.require_owned(directory, RECORD_FILE, planned, [LINKER_DIR, STAGING_DIR], WRITER)
+        return write_export(output, directory, keys, linker_files, planned, earlier)
+
+
+def write_export(output: str, directory: str, keys: pa.StringArray, linker_files: list[str], planned: list[str],
+                 earlier: frozenset[str]) -> ExportSummary:
+    """``export_kpr``'s writing, under the lock on ``directory``: the ``planned`` files (relative to it), in place of
+    the ``earlier`` export's."""
+    linker = fs.join(output, layout.LINKER)
     staging = fs.join(directory, STAGING_DIR)
     # recorded before it is made: a killed export's staging directory is its own to remove
     owned.save_record(directory, RECORD_FILE, [*earlier, f"{STAGING_DIR}/"])

@@ -1,9 +1,10 @@
-"""The content of recorded outputs that a reader is about to trust (the index shards search opens), checked against
-the manifest's sha256 once: a file that matched is remembered by path, size and modification time, so a later
-reader does not hash it again (a 4 GB shard is 2.5 s of CPU and a read of the whole file, where search maps it and
-reads only what it probes); ``trust_remembered=False`` hashes it again (search --verify). The memory is a small JSON
-file in the user's cache directory, not under OUT, which a reader may not be able to write (a published run);
-losing it only costs hashing again."""
+"""The content of recorded outputs that a reader is about to trust (the index shards search opens, the upstream
+outputs a stage reads), checked against the manifest's sha256 once: a file that matched is remembered by path, size
+and modification time, so a later reader does not hash it again (a 4 GB shard is 2.5 s of CPU and a read of the
+whole file, where search maps it and reads only what it probes); ``trust_remembered=False`` hashes it again (search
+--verify). A stage's launcher remembers the files it hashed at commit (``remember``), so the next stage on the same
+machine only compares their stamps. The memory is a small JSON file in the user's cache directory, not under OUT,
+which a reader may not be able to write (a published run); losing it only costs hashing again."""
 
 from __future__ import annotations
 
@@ -55,6 +56,24 @@ def save_verified(verified: dict[str, dict]) -> None:
         os.replace(temporary, path)
 
 
+def file_key(output: str, relative: str) -> str:
+    """The memory's key of the file ``relative`` under ``output``: its absolute path, or its URL."""
+    path = fs.join(output, relative)
+    return os.path.abspath(path) if fs.is_local(path) else path
+
+
+def remember(output: str, items: Iterable[OutputFile]) -> None:
+    """Remember the files ``items`` under ``output`` as matching their sha256 (just hashed: a stage's committed
+    outputs), forgetting the other files remembered in their artifact directories (those the commit replaced: the
+    memory holds no more than the files there are)."""
+    items = list(items)
+    fresh = {file_key(output, item.path): {"stamp": file_stamp(fs.join(output, item.path)), "sha256": item.sha256}
+             for item in items}
+    directories = tuple({file_key(output, item.path.rsplit("/", 1)[0]) + "/" for item in items if "/" in item.path})
+    kept = {key: value for key, value in load_verified().items() if not key.startswith(directories)}
+    save_verified({**kept, **fresh})
+
+
 def changed_content(output: str, items: Iterable[OutputFile], trust_remembered: bool = True) -> str | None:
     """The first of ``items`` (recorded outputs under ``output``, of the size the manifest says) whose sha256 is
     not the manifest's, as ``path: ...``; None when all match. Files verified before with the same size and
@@ -63,8 +82,7 @@ def changed_content(output: str, items: Iterable[OutputFile], trust_remembered: 
     remembered = dict(verified)
     try:
         for item in items:
-            path = fs.join(output, item.path)
-            key = os.path.abspath(path) if fs.is_local(path) else path
+            path, key = fs.join(output, item.path), file_key(output, item.path)
             stamp = file_stamp(path)
             known = verified.get(key)
             if trust_remembered and known and known.get("stamp") == stamp and known.get("sha256") == item.sha256:

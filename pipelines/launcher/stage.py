@@ -27,7 +27,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from artifacts import fs, layout
 from artifacts.counters import Counter
 from artifacts.errors import InputError, error_chain
-from artifacts.run import lock, manifest
+from artifacts.run import lock, manifest, verified
 from encoders.errors import GpuMemoryError, gpu_out_of_memory
 from encoders.models import TOKENIZER_FILE, model_processes, save_tokenizer
 from pipelines.launcher import disk_space, flags, local_workers
@@ -324,10 +324,7 @@ def input_fingerprints(stage: Stage[ConfigT], config: ConfigT, output: str,
             )
         problems = manifest.missing_or_changed(output, record)
         if problems:
-            raise InputError(
-                f"the outputs of '{command}' under {output} changed after it ran ({problems[0]}): rerun "
-                f"`python run_pipeline.py {command} --output {output} --force ...` first"
-            )
+            raise changed_after_it_ran(output, upstream, problems[0])
         strays = manifest.unrecorded_files(output, record)
         if strays:
             raise InputError(
@@ -337,6 +334,26 @@ def input_fingerprints(stage: Stage[ConfigT], config: ConfigT, output: str,
             )
         inputs[f"stage:{upstream}"] = record.outputs_digest()
     return inputs
+
+
+def changed_after_it_ran(output: str, upstream: str, problem: str) -> InputError:
+    command = layout.command_of(upstream)
+    return InputError(f"the outputs of '{command}' under {output} changed after it ran ({problem}): rerun `python "
+                      f"run_pipeline.py {command} --output {output} --force ...` first")
+
+
+def check_input_content(ctx: StageContext, stage: Stage[ConfigT], config: ConfigT,
+                        completed: dict[str, manifest.StageRecord]) -> None:
+    """The upstream outputs ``stage`` reads, against their sha256 in the manifest: a file damaged in place keeps its
+    size, and read it would be the stage's input (garbage rows, or an error deep in a worker). Files remembered
+    from their commit on this machine (``verified.remember``) are only stat'ed; others are hashed where the launcher
+    hashes outputs (``hashes_here``: not beyond ``LAUNCHER_HASH_BYTES`` with workers elsewhere)."""
+    for upstream in stage.upstream(config):
+        record = completed[upstream]
+        if hashes_here(ctx, [fs.join(ctx.output, item.path) for item in record.outputs]):
+            problem = verified.changed_content(ctx.output, record.outputs)
+            if problem is not None:
+                raise changed_after_it_ran(ctx.output, upstream, problem)
 
 
 def skip_reason(stage: Stage, record: manifest.StageRecord | None, options: dict[str, Any],
@@ -362,6 +379,8 @@ def commit(ctx: StageContext, stage: Stage, record: manifest.StageRecord) -> man
             fs.ensure_parent(destination)
             FileSystems.rename([source], [destination])
     record.outputs = described_outputs(ctx, artifacts)
+    if hashes_here(ctx, [fs.join(ctx.output, item.path) for item in record.outputs]):
+        verified.remember(ctx.output, record.outputs)  # hashed just now: the next stage here only stats them
     completed = manifest.load(ctx.output)
     completed[stage.name] = record
     manifest.save(ctx.output, completed)
@@ -473,6 +492,7 @@ def _execute(stage: Stage[ConfigT], config: ConfigT, ctx: StageContext, options:
     if reason is not None:
         print(f"[{layout.command_of(stage.name)}] skipped: {reason}", file=sys.stderr)
         return completed[stage.name], False
+    check_input_content(ctx, stage, config, completed)
     fs.delete_tree(ctx.staging_root)
     started = time.time()
     print(f"[{layout.command_of(stage.name)}] running", file=sys.stderr)

@@ -316,13 +316,37 @@ def damage_in_place(path: Path, at: int) -> None:
     path.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize(("command", "artifact"), [("dictionary", "articles"), ("mentions", "entities"),
-                                                    ("embed-entities", "mentions")])
-def test_a_stage_whose_parquet_input_is_damaged_names_the_file_in_one_line(command: str, artifact: str, run: Path,
-                                                                          tiny_bert: Path,
-                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+DAMAGED_INPUTS = [("dictionary", "articles", "footer"), ("mentions", "entities", "footer"),
+                  ("embed-entities", "mentions", "footer"), ("embed-entities", "mentions", "pages")]
+
+
+@pytest.mark.parametrize(("command", "artifact", "where"), DAMAGED_INPUTS)
+def test_a_stage_whose_input_was_damaged_in_place_refuses_it_before_reading(
+        command: str, artifact: str, where: str, run: Path, tiny_bert: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    damaged = sorted((run / artifact).glob("*.parquet"))[0]
+    damage_in_place(damaged, -200 if where == "footer" else damaged.stat().st_size // 3)
+    assert main(stage_command(command, run, tiny_bert, "--force")) == 2
+    upstream = {"articles": "parse", "entities": "dictionary", "mentions": "mentions"}[artifact]
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: the outputs of '{upstream}' under {run} changed after it ran ({artifact}/{damaged.name}: its sha256 "
+        f"differs from the manifest's): rerun `python run_pipeline.py {upstream} --output {run} --force ...` first")
+
+
+@pytest.mark.parametrize(("command", "artifact"), [(command, artifact) for command, artifact, where in DAMAGED_INPUTS
+                                                    if where == "footer"])
+def test_a_damaged_parquet_input_the_manifest_vouches_for_is_named_in_one_line(
+        command: str, artifact: str, run: Path, tiny_bert: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A file the stage cannot check (on a cluster the launcher hashes at most LAUNCHER_HASH_BYTES) or damaged
+    before its stage hashed it: the reader names it. (Damage inside zstd-compressed pages may also decode, silently,
+    as other values: zstd frames carry no checksum here; only the sha256 check sees that.)"""
     damaged = sorted((run / artifact).glob("*.parquet"))[0]
     damage_in_place(damaged, -200)  # its footer
+    stages = manifest.load(str(run))  # its sha256 recorded as if its stage had written it so
+    for stage in stages.values():
+        stage.outputs = [replace(item, sha256=fs.sha256(str(damaged))) if item.path == f"{artifact}/{damaged.name}"
+                         else item for item in stage.outputs]
+    manifest.save(str(run), stages)
     assert main(stage_command(command, run, tiny_bert, "--force")) == 2
     err = capsys.readouterr().err
     assert err.splitlines()[-1].startswith(f"error: {damaged} cannot be read as Parquet (")

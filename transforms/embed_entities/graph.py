@@ -28,6 +28,7 @@ from encoders.models import STORED_DTYPES, ModelSpec, check_device, hidden_size,
 from transforms.common.dead_letters import DEAD_LETTER_TAG
 from transforms.common.follow import FollowedFiles, RunFollowers, files_per_step, listed, rows_per_file
 from transforms.common.packed import CountEntities
+from transforms.common.parquet_rows import ReadParquetRowGroups
 from transforms.common.progress import ProgressSettings
 from transforms.embed_entities import entity_vectors, gather, mention_windows, refresh
 from transforms.embed_entities.entity_vectors import (
@@ -138,8 +139,7 @@ def facts_schema(config: EmbedConfig, facts: ModelFacts) -> pa.Schema:
 
 def read_refs(pipeline: beam.pvalue.PBegin, output: str, label: str) -> beam.PCollection:
     """``output``'s mentions/ as packed refs (one array per row group)."""
-    return (pipeline | label >> beam.io.ReadFromParquetBatched(tables.parquet_pattern(output, layout.MENTIONS),
-                                                               columns=REF_COLUMNS)
+    return (pipeline | label >> ReadParquetRowGroups(tables.parquet_files(output, layout.MENTIONS), REF_COLUMNS)
             | f"{label}Packed" >> beam.Map(ref_array))
 
 

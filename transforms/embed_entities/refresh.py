@@ -29,6 +29,7 @@ from artifacts.counters import declare, processed
 from transforms.common.dead_letters import count_some
 from transforms.common.mention_sampling import window_digest
 from transforms.common.packed import PackedCombineFn, split_by_bucket
+from transforms.common.parquet_rows import ReadParquetRowGroups
 from transforms.common.worker_files import load_array, save_array
 from transforms.embed_entities.entity_vectors import (
     write_parquet_file,
@@ -180,8 +181,7 @@ class SampleDigests(beam.PTransform):
         self._output, self._directory = output, directory
 
     def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
-        return (pipeline | "Read" >> beam.io.ReadFromParquetBatched(tables.parquet_pattern(self._output,
-                                                                                           layout.MENTIONS))
+        return (pipeline | "Read" >> ReadParquetRowGroups(tables.parquet_files(self._output, layout.MENTIONS))
                 | "ByBucket" >> beam.FlatMap(digests_by_bucket)
                 | "SumPerEntity" >> beam.CombinePerKey(PackedCombineFn(sum_digests, DIGEST))
                 | "Write" >> beam.ParDo(WriteDigests(self._directory)))
