@@ -6,6 +6,7 @@ publish copies everything with the manifest last; export-kpr loads with plain nu
 from __future__ import annotations
 
 import filecmp
+import json
 import os
 import shutil
 from collections.abc import Callable
@@ -24,7 +25,7 @@ import torch.nn.functional as F
 
 from artifacts import faiss as faiss_shards
 from artifacts import fs, tables
-from artifacts.run import kpr_export, lock, manifest, owned
+from artifacts.run import kpr_export, lock, manifest, owned, verified
 from artifacts.run import publish as publish_module
 from artifacts.run.validation import validate_run
 from pipelines.launcher.cli import main
@@ -354,6 +355,23 @@ def test_a_damaged_parquet_input_the_manifest_vouches_for_is_named_in_one_line(
                                          "run_pipeline.py validate --output OUT` checks every file of a run against "
                                          "its manifest")
     assert "Traceback" not in err
+
+
+def test_a_stage_hashes_its_inputs_once_and_the_next_one_here_trusts_its_commit(
+        run: Path, tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(verified.CACHE_ENV, str(tmp_path / "verified.json"))
+    hashed: list[str] = []
+    real_sha256 = fs.sha256
+    monkeypatch.setattr(fs, "sha256", lambda path: hashed.append(path) or real_sha256(path))
+    assert main(stage_command("dictionary", run, tiny_bert, "--force")) == 0
+    articles = [str(path) for path in sorted((run / "articles").glob("*.parquet"))]
+    entities = [str(path) for path in sorted((run / "entities").glob("*.parquet"))]
+    assert all(hashed.count(path) == 1 for path in articles + entities)  # its input checked; its output at commit
+    hashed.clear()
+    assert main(stage_command("mentions", run, tiny_bert, "--force")) == 0
+    assert not set(hashed) & set(articles + entities)  # read, not hashed again: remembered from the commit
+    remembered = json.loads((tmp_path / "verified.json").read_text())
+    assert {key for key in remembered if key.startswith(str(run / "entities") + "/")} == set(entities)
 
 
 def test_damaged_pages_are_named_by_each_reader(run: Path) -> None:
