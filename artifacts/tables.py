@@ -21,7 +21,7 @@ class MissingArtifactError(InputError):
 
 class DamagedParquetError(InputError):
     """A Parquet file whose footer or pages pyarrow cannot read: damaged, or changed after it was written (a stage
-    checks its inputs' sizes before it reads them, not their content)."""
+    checks its inputs' content before it reads them only where its launcher hashes them)."""
 
     def __init__(self, path: str, problem: str) -> None:
         self.path, self.problem = path, problem

@@ -347,10 +347,10 @@ def check_input_content(ctx: StageContext, stage: Stage[ConfigT], config: Config
     """The upstream outputs ``stage`` reads, against their sha256 in the manifest: a file damaged in place keeps its
     size, and read it would be the stage's input (garbage rows, or an error deep in a worker). Files remembered
     from their commit on this machine (``verified.remember``) are only stat'ed; others are hashed where the launcher
-    hashes outputs (``hashes_here``: not beyond ``LAUNCHER_HASH_BYTES`` with workers elsewhere)."""
+    hashes outputs (``recorded_hashed_here``: not beyond ``LAUNCHER_HASH_BYTES`` with workers elsewhere)."""
     for upstream in stage.upstream(config):
         record = completed[upstream]
-        if hashes_here(ctx, [fs.join(ctx.output, item.path) for item in record.outputs]):
+        if recorded_hashed_here(ctx, record.outputs):  # their sizes were checked against the manifest
             problem = verified.changed_content(ctx.output, record.outputs)
             if problem is not None:
                 raise changed_after_it_ran(ctx.output, upstream, problem)
@@ -379,7 +379,7 @@ def commit(ctx: StageContext, stage: Stage, record: manifest.StageRecord) -> man
             fs.ensure_parent(destination)
             FileSystems.rename([source], [destination])
     record.outputs = described_outputs(ctx, artifacts)
-    if hashes_here(ctx, [fs.join(ctx.output, item.path) for item in record.outputs]):
+    if recorded_hashed_here(ctx, record.outputs):
         verified.remember(ctx.output, record.outputs)  # hashed just now: the next stage here only stats them
     completed = manifest.load(ctx.output)
     completed[stage.name] = record
@@ -393,7 +393,16 @@ def hashes_here(ctx: StageContext, paths: Sequence[str]) -> bool:
     """Whether the launcher hashes the output files ``paths``: on a local runner always (the files are on this
     machine: no worker process to start), on another up to ``LAUNCHER_HASH_BYTES`` in all (beyond, it would
     download every output: an index of English Wikipedia is ~100 GB)."""
-    return ctx.workers_run_here() or sum(fs.size(path) for path in paths) <= LAUNCHER_HASH_BYTES
+    return within_launcher_share(ctx, lambda: sum(fs.size(path) for path in paths))
+
+
+def recorded_hashed_here(ctx: StageContext, items: Sequence[manifest.OutputFile]) -> bool:
+    """``hashes_here`` for recorded files, by the sizes the manifest records (no request per file)."""
+    return within_launcher_share(ctx, lambda: sum(item.bytes for item in items))
+
+
+def within_launcher_share(ctx: StageContext, total_bytes: Callable[[], int]) -> bool:
+    return ctx.workers_run_here() or total_bytes() <= LAUNCHER_HASH_BYTES
 
 
 def described_outputs(ctx: StageContext, artifacts: Sequence[str]) -> list[manifest.OutputFile]:
