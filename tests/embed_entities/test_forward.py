@@ -156,3 +156,22 @@ def test_a_failed_inputs_pipeline_stops_the_followers(tmp_path, tiny_bert):
     fs.write_json_atomic(files.facts, asdict(ModelFacts(32, 1.0, 1, store_bits=0)))
     with pytest.raises(InputsFailedError, match="no space left on device"):
         follow(files, spec)
+
+
+def test_a_model_error_stops_the_thread_reading_ahead_before_it_reaches_the_caller(tmp_path, tiny_bert,
+                                                                                  monkeypatch):
+    files = input_files(tmp_path)
+    fs.write_json_atomic(files.facts, asdict(ModelFacts(32, 1.0, 1, store_bits=0)))
+    written = [write_input_file(files, str(part), *mention_inputs(1 + 10 * part, 10)) for part in range(4)]
+    fs.write_json_atomic(files.followed.ended, {"files": written})
+
+    def failing(encoder: MaskEncoder, host: tuple):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(MaskEncoder, "_forward_host", failing)
+    with pytest.raises(RuntimeError, match="illegal memory access") as raised:
+        follow(files, ModelSpec(str(tiny_bert)))
+    # the error's traceback (which holds the follower's frames) is still alive here, as a runner holds it while it
+    # logs and retries: the thread that read the next steps ahead has been stopped all the same
+    assert raised.tb is not None
+    assert [thread.name for thread in threading.enumerate() if thread.name == "prefetch"] == []

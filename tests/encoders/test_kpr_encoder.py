@@ -7,6 +7,7 @@ import json
 import math
 import os
 import shutil
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -511,3 +512,35 @@ def test_kpr_runs_end_to_end_on_this_projects_own_linker_and_entity_embeddings(t
     assert not np.allclose(expected.numpy(), without.numpy(), atol=1e-3)
     assert main(["search", "--output", str(output), "--query", row["title"], "-k", "3"]) == 0
     assert os.listdir(system_temp) == []
+
+
+def test_a_model_error_in_the_index_follower_stops_the_thread_reading_ahead(tiny_bert, tmp_path, monkeypatch):
+    write_entity_artifacts(tmp_path)
+    init_kpr_checkpoint(str(tiny_bert), str(tmp_path / "kpr"),
+                        KPRSettings(entity_embedding_size=ENTITY_DIM, num_entity_fusion_attention_heads=2))
+    options = kpr_options(tmp_path / "kpr", tmp_path, max_length=32, batch_tokens=160, max_entities=6)
+    files = FollowedFiles(str(tmp_path / "inputs"), INPUT_PREFIX, str(tmp_path / "inputs.list"),
+                          str(tmp_path / "ended"), followers=1)
+    run_counting(lambda pipeline: (pipeline | beam.Create(linked_passages(24))
+                                   | PreparePassageInputs(options, files, SALT, rows_per_file=4)
+                                   | beam.io.WriteToText(files.listing)))
+    mark_ended(files, None)
+    kept = KeptPassages(str(tmp_path / "kept"), save_array(str(tmp_path / "known.npy"), np.zeros(0, np.uint64)),
+                        str(tmp_path / "reused"), SALT)
+
+    def failing(encoder, inputs):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(type(load_retriever(options, "passage")), "_forward_inputs", failing)
+    follower = FollowPassageInputs(options, files, str(tmp_path / "staged"), 4, 32, kept,
+                                   ProgressSettings("index", "passages", total=24, workers=1, interval=3600))
+    follower.setup()
+    try:
+        with pytest.raises(RuntimeError, match="illegal memory access") as raised:
+            list(follower.process((0, 1)))
+    finally:
+        follower.teardown()
+    assert len(list(Path(files.directory).glob("*.parquet"))) > 2  # steps left to read ahead when the model failed
+    # the traceback (holding the follower's frames) is alive, as a runner holds it: the reading thread has stopped
+    assert raised.tb is not None
+    assert [thread.name for thread in threading.enumerate() if thread.name == "prefetch"] == []

@@ -13,6 +13,7 @@ import json
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import astuple, dataclass
 from typing import Any
 
@@ -202,9 +203,9 @@ class FollowInputFiles(beam.DoFn):
                 return mentions, rows, queued.collect(buffers.take(len(rows), facts.dim))
 
         # the next step is read in a thread, and the last one's vectors written in another, while the model runs
-        with self._progress.active(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="write-vectors") as behind:
+        with self._progress.active(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="write-vectors") as behind, \
+                closing(prefetched(read_inputs(follow_steps(files.followed, index, followers)), depth=1)) as inputs:
             writing = behind.submit(list)
-            inputs = prefetched(read_inputs(follow_steps(files.followed, index, followers)), depth=1)
             steps = one_step_ahead(clock.waited("waiting for inputs", inputs), start, finish)
             for mentions, rows, vectors in steps:
                 finite, dead = storable_rows(mentions[rows], vectors)

@@ -14,6 +14,7 @@ import json
 import uuid
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,9 +161,9 @@ class FollowPassageInputs(beam.DoFn):
                 return columns, keys, todo, queued.collect(buffers.take(len(todo), self._dim))
 
         # the next step is read in a thread, and the last one's rows staged in another, while the model runs
-        with self._progress.active(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="stage-rows") as behind:
+        with self._progress.active(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="stage-rows") as behind, \
+                closing(prefetched(read_inputs(follow_steps(self._files, index, followers)), depth=1)) as inputs:
             staging = behind.submit(lambda: None)
-            inputs = prefetched(read_inputs(follow_steps(self._files, index, followers)), depth=1)
             steps = one_step_ahead(clock.waited("waiting for inputs", inputs), start, finish)
             for columns, keys, todo, vectors in steps:
                 rows, finite, dead = encoded_rows(columns if len(todo) == len(keys) else columns.take(todo), vectors)
