@@ -210,9 +210,25 @@ def configure_logging(verbose: bool, beam_args: list[str]) -> None:
 NO_FILESYSTEM, NO_FILESYSTEM_PATH = "Unable to get filesystem from specified path", "Path specified: "
 
 
+# The packages of the clients Beam's gs:// and s3:// filesystems call: their errors (a bucket refused or missing, no
+# credentials, a network that retried past its deadline) come from the storage service, not from this project.
+STORAGE_CLIENTS = ("google.api_core.", "google.auth.", "botocore.", "boto3.")
+
+
+def storage_client_error(error: BaseException) -> BaseException | None:
+    """``error`` when a storage client library raised it, or the first such error among those Beam's filesystems
+    collected path by path (a BeamIOError's details); None otherwise. Checked by module: they may not be installed."""
+    details = getattr(error, "exception_details", None)
+    for candidate in (error, *(details.values() if isinstance(details, dict) else ())):
+        if any(kind.__module__.startswith(STORAGE_CLIENTS) for kind in type(candidate).__mro__):
+            return candidate
+    return None
+
+
 def worded(error: BaseException) -> BaseException:
     """A typed library error as the command line says it: a setting by its flag, a damaged run with what to do
-    about it, a job server jar Beam cannot download with the flag that gives it; any other error as it is."""
+    about it, a job server jar Beam cannot download with the flag that gives it, a storage service's refusal; any other
+    error as it is."""
     if isinstance(error, DamagedManifestError):
         return InputError(f"{error.message}; it is left as it is: restore it from a copy of the run (one that "
                           "`publish` wrote), or delete it and run the stages again (they recompute everything)")
@@ -226,6 +242,10 @@ def worded(error: BaseException) -> BaseException:
         path = str(error).rsplit(NO_FILESYSTEM_PATH, 1)[-1]
         return InputError(f"no filesystem here reads {path}: a URL needs Beam's filesystem for its scheme (gs:// with "
                           "pip install -e \".[gcp]\", s3:// with \".[aws]\"); a local path has no scheme")
+    if (refusal := storage_client_error(error)) is not None:
+        summary = str(refusal).splitlines()[0] if str(refusal) else type(refusal).__name__
+        return InputError(f"the storage service refused or did not answer ({summary}): check the URL, the credentials "
+                          "this machine uses for it and its network")
     if isinstance(error, RuntimeError):  # Beam's, from a run (e.g. a job server jar it cannot download)
         from pipelines.launcher import runners
 

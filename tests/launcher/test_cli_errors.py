@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import re
@@ -10,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -115,6 +117,48 @@ def test_bad_input_is_one_line_and_exit_2(argv, expected, tmp_path, capsys):
     assert captured.err.splitlines() == [fill(expected)]
     assert captured.out == ""
     assert files_under(tmp_path) == ["file"], "nothing is created before the command refuses"
+
+
+class RefusingStorage(http.server.BaseHTTPRequestHandler):
+    """A storage service that refuses every request as GCS refuses a caller without access to the bucket."""
+
+    def refuse(self) -> None:
+        body = json.dumps({"error": {"code": 403, "message": "caller does not have storage.objects.get access"}})
+        self.send_response(403)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    do_GET = do_POST = do_PUT = do_DELETE = refuse
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("argv", [["dictionary", "--output", "gs://bucket/run"], ["validate", "--output", "gs://bucket/run"],
+                                  ["search", "--output", "gs://bucket/run", "--query", "Greek philosopher"],
+                                  ["parse", "--dump", "gs://bucket/run", "--output", "{tmp}/out"]],  # a BeamIOError
+                         ids=lambda argv: argv[0])
+def test_a_bucket_the_storage_service_refuses_is_one_line(argv, tmp_path, monkeypatch, capsys):
+    """Beam's gs:// filesystem against a service that answers 403 (google's client as it is, pointed at a local
+    server by its emulator setting): one line naming the refusal, exit 2, not the client library's traceback."""
+    import google.auth
+    from google.auth.credentials import AnonymousCredentials
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), RefusingStorage)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{server.server_port}")
+    monkeypatch.setattr(google.auth, "default", lambda *args, **kwargs: (AnonymousCredentials(), "project"))
+    try:
+        assert main([arg.replace("{tmp}", str(tmp_path)) for arg in argv] + DIRECT) == 2
+    finally:
+        server.shutdown()
+    lines = capsys.readouterr().err.splitlines()
+    assert "Traceback (most recent call last):" not in lines
+    assert re.fullmatch(r"error: the storage service refused or did not answer \(403 GET http://127\.0\.0\.1:\d+/"
+                        r"storage/v1/b/bucket/o/run\S*: caller does not have storage\.objects\.get access\): check the "
+                        r"URL, the credentials this machine uses for it and its network", lines[-1]), lines
 
 
 def test_a_runner_that_does_not_load_is_one_line_naming_the_runners_installed(tmp_path, capsys):
