@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import collections
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import apache_beam as beam
@@ -15,7 +15,7 @@ from artifacts.errors import InputError
 from pipelines.launcher.stage import StageContext, run_beam
 from transforms.common.dead_letters import WriteDeadLetters
 from transforms.common.parquet_rows import write_parquet_rows
-from transforms.parse.dump_reader import read_siteinfo
+from transforms.parse.dump_reader import SiteInfo, read_siteinfo
 from transforms.parse.graph import COUNTERS, ConvertPages, ParseConfig, ResolveStagedArticles
 from transforms.parse.multistream import find_multistream_index, looks_multistream
 from transforms.parse.wikitext import WikitextOptions
@@ -66,6 +66,7 @@ class ParseStage:
 
     def run(self, ctx: StageContext, config: ParseConfig) -> dict[str, int]:
         siteinfos = [read_siteinfo(dump) for dump in config.dumps]  # each file must be a MediaWiki export
+        check_one_wiki(config.dumps, siteinfos)
         index_paths = index_paths_for(config)
         staged = ctx.staged(STAGED_ARTICLES)
         records = ctx.staged(TITLE_RECORDS)
@@ -94,6 +95,16 @@ class ParseStage:
             raise InputError(no_article_message(config, totals, ctx.staged_errors))
         totals.update(run_beam(ctx, resolve))
         return dict(sorted(totals.items()))
+
+
+def check_one_wiki(dumps: Sequence[str], siteinfos: Sequence[SiteInfo]) -> None:
+    """An InputError unless every dump declares the namespaces of the first: its names decide which pages and
+    links are articles, and one set is used for all the files."""
+    for dump, siteinfo in zip(dumps[1:], siteinfos[1:], strict=True):
+        if siteinfo.namespaces != siteinfos[0].namespaces:
+            raise InputError(f"{dumps[0]} and {dump} declare different namespaces in their <siteinfo> (wikis "
+                             f"{siteinfos[0].dbname or 'not named'} and {siteinfo.dbname or 'not named'}): give the "
+                             "dump files of one wiki, all with their <siteinfo>")
 
 
 def no_article_message(config: ParseConfig, counters: Mapping[str, int], dead_letters: str) -> str:

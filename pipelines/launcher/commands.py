@@ -66,6 +66,10 @@ class Command:
 
 
 def one_index_per_dump(args: argparse.Namespace) -> None:
+    """Each dump named once (its pages would be each other's duplicates, all dropped), and an index for each."""
+    repeated = sorted({dump for dump in args.dump if args.dump.count(dump) > 1})
+    if repeated:
+        raise InputError(f"--dump names {repeated[0]} more than once")
     if args.dump_index and len(args.dump_index) != len(args.dump):
         raise InputError(f"--dump-index names {len(args.dump_index)} files for {len(args.dump)} dumps")
 

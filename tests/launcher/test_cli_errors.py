@@ -69,6 +69,8 @@ BAD_INPUTS = [
                                                                    "({file} is a file)"),
     (["publish", "--output", "{tmp}/out", "--to", "{file}"], "error: --to {file} is not a directory"),
     (["parse", "--output", "{tmp}/out"], "error: parse needs --dump FILE [FILE ...]"),
+    # each page would be its copy's duplicate: both dropped, and articles/ committed empty
+    (["parse", "--dump", SAMPLE, SAMPLE, "--output", "{tmp}/out"], f"error: --dump names {SAMPLE} more than once"),
     *((argv, "error: no filesystem here reads foo://bucket/run: a URL needs Beam's filesystem for its scheme (gs:// "
              "with pip install -e \".[gcp]\", s3:// with \".[aws]\"); a local path has no scheme")
       for argv in (["validate", "--output", "foo://bucket/run"], ["dictionary", "--output", "foo://bucket/run"],

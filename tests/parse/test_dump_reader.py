@@ -7,6 +7,7 @@ import bz2
 import gzip
 import io
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -104,7 +105,7 @@ def test_schema_03_redirect_without_title():
                                                        bz2.decompress(path.read_bytes()).decode("utf-8"))]
     assert len(revision_ids) > 1
     assert [(p.page_id, p.title, p.namespace, p.redirect, p.revision_id) for p in pages] == [
-        (9261472, "Pyrus", 0, None, max(revision_ids))]
+        (9261472, "Pyrus", 0, "", max(revision_ids))]  # <redirect/> without a title: the text names the target
     assert pages[0].text.startswith("#REDIRECT [[Pear]]")
 
 
@@ -162,13 +163,57 @@ def test_malformed_pages_are_problems_not_crashes(tmp_path):
     path.write_bytes(b"<mediawiki><page><title>Good</title><ns>0</ns><id>1</id><revision><id>5</id><text>x</text>"
                      b"</revision></page><page><title>Bad</title><ns>0</ns><id>abc</id><revision><text>y</text>"
                      b"</revision></page><page><ns>0</ns><id>3</id><revision><text>z</text></revision></page>"
-                     b"<page><title>Empty</title><ns>0</ns><id>4</id></page></mediawiki>")
+                     b"<page><title>Empty</title><ns>0</ns><id>4</id></page>"
+                     b"<page><title>Huge</title><ns>0</ns><id>99999999999999999999999</id><revision><text>w</text>"
+                     b"</revision></page><page><title> _ </title><ns>0</ns><id>6</id><revision><text>v</text>"
+                     b"</revision></page></mediawiki>")
     items = list(iter_pages(str(path)))
     assert isinstance(items[0], RawPage) and items[0].title == "Good"
     assert items[1:] == [
         PageProblem(str(path), None, "Bad", "page id 'abc' is not a number"),
         PageProblem(str(path), 3, None, "page without a title"),
-        PageProblem(str(path), 4, "Empty", "page without a revision")]
+        PageProblem(str(path), 4, "Empty", "page without a revision"),
+        PageProblem(str(path), None, "Huge", "page id '99999999999999999999999' is past 2^63 - 1"),  # ids are int64
+        PageProblem(str(path), 6, " _ ", "page without a title")]  # a title that normalizes to nothing
+
+
+def test_a_namespace_key_that_is_not_a_number_is_one_line(tmp_path):
+    path = tmp_path / "dump.xml"
+    path.write_text('<mediawiki><siteinfo><namespaces><namespace key="x14">Category</namespace></namespaces>'
+                    "</siteinfo></mediawiki>")
+    with pytest.raises(InputError, match=r"dump\.xml: unreadable <siteinfo>: namespace 'Category' has key 'x14', "
+                                         r"not a number"):
+        read_siteinfo(str(path))
+
+
+def test_a_dump_that_ends_between_pages_or_streams_is_truncated_not_shorter(tmp_path):
+    """bz2 readers stop without a word at bytes that start no stream (a damaged stream header, a cut between
+    streams), and XML cut right after a </page> reads as whole pages: the missing </mediawiki> tells."""
+    whole = list(iter_pages(str(BUNDLED_SAMPLE)))
+    assert len(whole) == 206
+    data = BUNDLED_SAMPLE.read_bytes()
+    ranges = read_stream_ranges(str(BUNDLED_SAMPLE), str(BUNDLED_INDEX))
+    second = ranges[1].start
+    damaged = {"header.xml.bz2": data[:second] + b"X" + data[second + 1:],
+               "cut.xml.bz2": data[:second],
+               "cut-at-page.xml": bz2.decompress(data).split(b"</page>")[0] + b"</page>\n"}
+    for name, content in damaged.items():
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(InputError, match=rf"{re.escape(name)}: truncated dump: the file ends before </mediawiki>"):
+            list(iter_pages(str(tmp_path / name)))
+    empty = tmp_path / "empty.xml"
+    empty.write_text('<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/" version="0.10" />')
+    assert list(iter_pages(str(empty))) == []
+
+
+def test_an_index_title_that_is_not_utf8_is_read_past(tmp_path):
+    """Only an index line's offset and page id are read: bytes in its title that are no UTF-8 change nothing."""
+    lines = bz2.decompress(BUNDLED_INDEX.read_bytes()).split(b"\n")
+    lines[5] = lines[5] + b"\xff\xfe"
+    index = tmp_path / "index.txt.bz2"
+    index.write_bytes(bz2.compress(b"\n".join(lines)))
+    assert read_stream_ranges(str(BUNDLED_SAMPLE), str(index)) == read_stream_ranges(str(BUNDLED_SAMPLE),
+                                                                                     str(BUNDLED_INDEX))
 
 
 def test_truncated_and_corrupt_archives_and_a_missing_file(tmp_path):
@@ -204,19 +249,43 @@ def copy_sample(tmp_path: Path) -> tuple[Path, list[StreamRange]]:
     return dump, read_stream_ranges(str(dump), str(BUNDLED_INDEX))
 
 
-def test_index_offset_that_does_not_match_its_dump(tmp_path):
+def edited_index(tmp_path: Path, edit: Callable[[str, list[str]], str | None]) -> tuple[Path, list[str]]:
+    """A copy of the bundled dump with its index edited line by line (``edit(line, stream offsets)``, None drops
+    the line); the copy's path and the index's stream offsets in order."""
     dump, _ = copy_sample(tmp_path)
     index = tmp_path / "copy-multistream-index.txt.bz2"
     lines = bz2.decompress(BUNDLED_INDEX.read_bytes()).decode().splitlines()
-    first_offset = lines[0].split(":", 1)[0]
-    edited = [line.replace(first_offset, str(int(first_offset) + 7), 1) if line.startswith(first_offset + ":")
-              else line for line in lines]
+    offsets = sorted({line.split(":", 1)[0] for line in lines}, key=int)
+    edited = [found for line in lines if (found := edit(line, offsets)) is not None]
     index.write_bytes(bz2.compress("\n".join(edited).encode()))
     assert find_multistream_index(str(dump)) == str(index)
-    stream = read_stream_ranges(str(dump), str(index))[0]
-    assert stream.start == int(first_offset) + 7
+    return dump, offsets
+
+
+def test_index_offset_that_does_not_match_its_dump(tmp_path):
+    dump, offsets = edited_index(tmp_path, lambda line, offsets: line.replace(offsets[1], str(int(offsets[1]) + 7), 1)
+                                 if line.startswith(offsets[1] + ":") else line)
+    index = str(tmp_path / "copy-multistream-index.txt.bz2")
+    stream = read_stream_ranges(str(dump), index)[1]
+    assert stream.start == int(offsets[1]) + 7
     with pytest.raises(InputError, match=rf"copy-multistream\.xml\.bz2 at byte {stream.start}: no bz2 stream"):
         list(iter_stream_pages(stream, read_siteinfo(str(dump))))
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    # no line of the first page stream: its 100 pages would go unread, with no stream to say so
+    (lambda line, offsets: None if line.startswith(offsets[0] + ":") else line,
+     r"its first stream starts at byte \d+, but the dump's first stream \(its <siteinfo>\) ends at byte 638"),
+    (lambda line, offsets: line.replace(offsets[0], str(int(offsets[0]) + 7), 1),
+     r"its first stream starts at byte 645, but"),
+    (lambda line, offsets: line.replace(offsets[-1], "99999999999999999999999", 1),
+     r"it lists a stream at byte 99999999999999999999999, past the end of the dump \(1,\d{3},\d{3} bytes\)"),
+], ids=["first stream missing", "first offset shifted", "offset past the end"])
+def test_an_index_that_leaves_streams_unread_is_refused(tmp_path, edit, message):
+    dump, _ = edited_index(tmp_path, edit)
+    with pytest.raises(InputError, match=rf"copy-multistream-index\.txt\.bz2 does not match .*copy-multistream\."
+                                         rf"xml\.bz2: {message}"):
+        read_stream_ranges(str(dump), str(tmp_path / "copy-multistream-index.txt.bz2"))
 
 
 def test_stream_that_runs_past_the_next_offset_or_holds_other_pages(tmp_path):

@@ -166,6 +166,41 @@ def test_duplicate_pages_are_counted_dead_lettered_and_written_once(tmp_path: Pa
         "  articles: 2 rows", "  duplicate_page_ids: 1", "  duplicate_titles: 1"]
 
 
+def test_redirects_without_a_page_and_repeated_redirects_are_counted_not_articles(tmp_path: Path):
+    """A redirect whose text names only a section or nothing, and a <redirect/> element whose title is empty and
+    whose text names no page, are bad redirects (they became articles "REDIRECT #History"); a second redirect page
+    of a title, and one with an article's title, are dead-lettered as duplicates (they were merged silently)."""
+    odd = [(21, "To section", "#REDIRECT [[#History]]"), (22, "To nothing", "#REDIRECT [[]]"),
+           (23, "Morning star", "#REDIRECT [[Mercury]]"), (24, "Venus", "#REDIRECT [[Mercury]]")]
+    pages = [*PAGES_XML, *(f"<page><title>{title}</title><ns>0</ns><id>{page_id}</id><revision><text>{text}</text>"
+                           "</revision></page>" for page_id, title, text in odd),
+             '<page><title>Empty element</title><ns>0</ns><id>25</id><redirect title="" /><revision><text>Some text'
+             "</text></revision></page>"]
+    dump = tmp_path / "dump.xml"
+    dump.write_text(DUMP.format(pages="\n  ".join(pages)), encoding="utf-8")
+    articles, redirects, dead, counters = parse_dump(tmp_path, str(dump))
+    assert sorted(row["title"] for row in articles) == ["Mercury", "Venus"]
+    assert redirects == [{"title": "Morning star", "target": "Mercury"}]  # of Venus and Mercury, the smallest
+    assert sorted((letter["kind"], letter["title"]) for letter in dead if letter["kind"] != "empty_articles") == [
+        ("bad_redirects", "Empty element"), ("bad_redirects", "To nothing"), ("bad_redirects", "To section"),
+        ("duplicate_redirects", "Morning star"), ("duplicate_redirects", "Venus")]
+    assert (counters["redirect_pages"], counters["bad_redirects"], counters["duplicate_redirects"]) == (6, 3, 2)
+
+
+def test_dumps_of_two_wikis_are_refused(tmp_path: Path, capsys):
+    """Only one <siteinfo> decides the namespaces of every file: a German dump read with the English one linked
+    Datei:, Kategorie: and Vorlage: pages as entities."""
+    english = write_dump(tmp_path)
+    german = tmp_path / "dewiki.xml"
+    german.write_text(DUMP.replace("enwiki", "dewiki").replace('"1">Talk', '"1">Diskussion').format(
+        pages=PAGES_XML[0]), encoding="utf-8")
+    assert main(["parse", "--dump", english, str(german), "--output", str(tmp_path / "out"), *DIRECT]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: {english} and {german} declare different namespaces in their <siteinfo> (wikis enwiki and dewiki): "
+        "give the dump files of one wiki, all with their <siteinfo>")
+    assert not (tmp_path / "out" / "articles").exists()
+
+
 def article(page_id: int, title: str, text: str, links: list[tuple[str, str]], qid: str | None = None) -> dict:
     """An articles/ row; each link is (anchor, target), the anchor's first occurrence in ``text``."""
     spans = [{"start": text.index(anchor), "end": text.index(anchor) + len(anchor), "target": target, "trail": 0}

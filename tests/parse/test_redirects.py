@@ -56,6 +56,7 @@ def test_chains_are_followed_and_cycles_dropped(tmp_path: Path):
     assert rows(build.redirects) == sorted([("A", "Article"), ("B", "Article"), ("C", "Article"),
                                             ("D", "Article"), ("Red", "Missing"), ("Dup", "Article")])
     assert [title for title, _ in build.cycles] == ["IntoLoop", "Loop1", "Loop2", "Self"]
+    assert build.duplicate_redirects == [("Dup", "Zeta", "another redirect page has this title")]  # not silent
     assert (build.counts.redirects_resolved, build.counts.redirects_to_missing_articles) == (6, 1)
     titles = loaded(build, tmp_path)
     assert titles.resolve("A") == titles.resolve("C") == Resolution("Article", True, False)
@@ -84,6 +85,19 @@ def test_an_article_wins_over_a_redirect_of_the_same_title(tmp_path: Path):
     titles = loaded(build, tmp_path)
     assert titles.resolve("Mercury").target == "Mercury"
     assert titles.resolve("Hesperus").target == "Venus"
+
+
+def test_the_dumps_duplicate_redirect_pages_are_dropped_and_named(tmp_path: Path):
+    """A redirect page with an article's title, and one of two redirect pages of a title, each said; a redirect the
+    SQL table repeats or contradicts is no duplicate page (the dump's smallest target decides, as before)."""
+    build = build_title_map(records([("Venus", 2), ("Mercury", 1)],
+                                    [("Venus", "Mercury"), ("Gamma", "Venus"), ("Gamma", "Mercury"),
+                                     ("Hesperus", "Venus")], pages=[(9, "Hesperus")], sql_redirects=[(9, "Mercury")]))
+    assert sorted(build.duplicate_redirects) == [("Gamma", "Venus", "another redirect page has this title"),
+                                                 ("Venus", "Mercury", "an article has this title")]
+    assert rows(build.redirects) == [("Gamma", "Mercury"), ("Hesperus", "Mercury")]
+    titles = loaded(build, tmp_path)
+    assert titles.resolve("Venus") == Resolution("Venus", False, False)
 
 
 def test_duplicate_pages_keep_the_smallest_title_of_an_id_then_the_smallest_id_of_a_title(tmp_path: Path):

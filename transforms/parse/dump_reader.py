@@ -15,6 +15,7 @@ from typing import IO
 from artifacts import fs
 from artifacts.errors import InputError, first_line
 from transforms.parse.namespaces import ARTICLE, Namespaces, legacy_file_aliases
+from transforms.parse.titles import normalize_title
 
 _SCHEMA = re.compile(r"export-(\d+\.\d+)")
 _SITEINFO_END = b"</siteinfo>"
@@ -24,6 +25,8 @@ _READ_CHUNK = 1 << 20
 _PAGE_END = b"</page>"  # safe to split on: a literal "<" inside page text is always escaped as &lt;
 _FRAGMENT_ID = re.compile(rb"<id>\s*(\d+)\s*</id>")
 _FRAGMENT_TITLE = re.compile(rb"<title>([^<]*)</title>")
+_DOCUMENT_END = re.compile(rb"</mediawiki\s*>|<mediawiki\b[^>]*/>")  # a closed or an empty export
+MAX_PAGE_ID = (1 << 63) - 1  # page ids are stored as int64
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,7 @@ class RawPage:
     namespace: int
     title: str
     text: str
-    redirect: str | None  # the <redirect title="..."/> value; None when absent or without a title
+    redirect: str | None  # the <redirect title="..."/> value ("" without a title); None when absent
     revision_id: int | None
     source: str  # "file" or "file@offset", for messages and dead letters
     ordinal: int = 0  # the page's number in its file or stream: source + ordinal tell two copies of a page apart
@@ -86,6 +89,8 @@ def siteinfo_from_element(element: ElementTree.Element | None, schema_version: s
     for namespace in [] if block is None else block:
         key = namespace.get("key")
         if key is not None and namespace.text:
+            if not key.strip().lstrip("-").isdigit():
+                raise ValueError(f"namespace {namespace.text!r} has key {key!r}, not a number")
             local[namespace.text] = int(key)
     dbname, base_url = _child_text(element, "dbname"), _child_text(element, "base")
     language = wiki_language(dbname, base_url)
@@ -121,10 +126,9 @@ def read_siteinfo(path: str) -> SiteInfo:
         return siteinfo_from_element(None, version)
     start = head.find(b"<siteinfo")
     try:
-        element = ElementTree.fromstring(head[start:end + len(_SITEINFO_END)])
-    except ElementTree.ParseError as error:
+        return siteinfo_from_element(ElementTree.fromstring(head[start:end + len(_SITEINFO_END)]), version)
+    except (ElementTree.ParseError, ValueError) as error:
         raise InputError(f"{path}: unreadable <siteinfo>: {error}") from error
-    return siteinfo_from_element(element, version)
 
 
 def root_element(head: bytes) -> str | None:
@@ -170,11 +174,12 @@ def page_from_element(page: ElementTree.Element, siteinfo: SiteInfo, source: str
     """A RawPage from a parsed <page>, or a PageProblem saying what is wrong with it."""
     title = _child_text(page, "title")
     raw_id = (_child_text(page, "id") or "").strip()
-    page_id = int(raw_id) if raw_id.isdigit() else None
-    if not title:
+    page_id = read_page_id(raw_id)
+    if not title or not normalize_title(title):
         return PageProblem(source, page_id, title, "page without a title")
     if page_id is None:
-        return PageProblem(source, None, title, f"page id {raw_id!r} is not a number")
+        return PageProblem(source, None, title, f"page id {raw_id!r} is " + (
+            "past 2^63 - 1" if raw_id.isdigit() else "not a number"))
     raw_namespace = _child_text(page, "ns")
     if raw_namespace is not None and raw_namespace.strip().lstrip("-").isdigit():
         namespace = int(raw_namespace)
@@ -183,7 +188,7 @@ def page_from_element(page: ElementTree.Element, siteinfo: SiteInfo, source: str
         found = siteinfo.namespaces.lookup(prefix) if rest else None
         namespace = ARTICLE if found is None else found
     redirect = _child(page, "redirect")
-    redirect_title = None if redirect is None else (redirect.get("title") or None)
+    redirect_title = None if redirect is None else (redirect.get("title") or "")
     revision = _latest_revision(page)
     if revision is None:
         return PageProblem(source, page_id, title, "page without a revision")
@@ -193,10 +198,16 @@ def page_from_element(page: ElementTree.Element, siteinfo: SiteInfo, source: str
                    int(raw_revision_id) if raw_revision_id.isdigit() else None, source, ordinal)
 
 
+def read_page_id(raw: str) -> int | None:
+    """A page id from its digits; None when it is no number that fits the int64 it is stored as."""
+    return int(raw) if raw.isdigit() and int(raw) <= MAX_PAGE_ID else None
+
+
 def iter_page_fragment_bytes(stream: IO[bytes], chunk_size: int = _READ_CHUNK) -> Iterator[bytes]:
     """Each ``<page>...</page>`` of an XML stream as bytes; memory holds one chunk plus the page being read.
 
-    The end of the stream inside a page is a ``ValueError`` (the file was cut short).
+    The end of the stream inside a page, or before ``</mediawiki>``, is a ``ValueError`` (the file was cut short:
+    also where a bz2 reader stops without a word at bytes that start no stream, e.g. a damaged stream header).
     """
     pending = b""
     while chunk := stream.read(chunk_size):
@@ -207,6 +218,9 @@ def iter_page_fragment_bytes(stream: IO[bytes], chunk_size: int = _READ_CHUNK) -
             yield from page_fragments(complete)
     if b"<page" in pending:
         raise ValueError("the file ends inside a <page>")
+    if not _DOCUMENT_END.search(pending):
+        raise ValueError("the file ends before </mediawiki> (cut short, or a bz2 stream header is damaged: the pages "
+                         "after it were not read)")
 
 
 def iter_pages(path: str, siteinfo: SiteInfo | None = None) -> Iterator[RawPage | PageProblem]:
@@ -235,6 +249,6 @@ def page_from_fragment(fragment: bytes, siteinfo: SiteInfo, source: str, ordinal
         return page_from_element(ElementTree.fromstring(fragment), siteinfo, source, ordinal)
     except ElementTree.ParseError as error:
         found_id, found_title = _FRAGMENT_ID.search(fragment), _FRAGMENT_TITLE.search(fragment)
-        return PageProblem(source, int(found_id.group(1)) if found_id else None,
+        return PageProblem(source, read_page_id(found_id.group(1).decode()) if found_id else None,
                            found_title.group(1).decode("utf-8", "replace") if found_title else None,
                            f"malformed page XML: {error}")

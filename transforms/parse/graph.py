@@ -84,10 +84,11 @@ def classify_page(page: RawPage, siteinfo: SiteInfo, options: WikitextOptions,
     if page.namespace != ARTICLE:
         count("non_article_pages")
         return
-    raw_target = page.redirect if page.redirect is not None else redirect_target_from_text(page.text)
-    if raw_target is not None:
+    # <redirect/> without a title (schema 0.3) or none at all: the target is read from the text
+    raw_target = page.redirect or redirect_target_from_text(page.text)
+    if raw_target is not None or page.redirect is not None:
         count("redirect_pages")
-        target = normalize_title(raw_target.split("#", 1)[0])
+        target = normalize_title((raw_target or "").split("#", 1)[0])
         if target:
             yield beam.pvalue.TaggedOutput(RECORD_TAG, title_record(REDIRECT_RECORD, title, target=target))
         else:
@@ -235,6 +236,8 @@ def build_title_map_once(_: Any, records_dir: str, map_dir: str, redirects_file:
     for title, target in build.cycles:
         yield dead_letter("redirect_cycles", "redirect chain loops or is longer than 64 hops", title=title,
                           target=target)
+    for title, target, why in build.duplicate_redirects:
+        yield dead_letter("duplicate_redirects", f"redirect page dropped: {why}", title=title, target=target)
     yield map_dir
 
 

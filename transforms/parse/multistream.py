@@ -52,18 +52,25 @@ def find_multistream_index(dump_path: str) -> str | None:
     return candidate if FileSystems.exists(candidate) else None
 
 
-def has_several_bz2_streams(path: str, limit: int = 1 << 20) -> bool:
-    """Whether a bz2 file's first stream ends within its first ``limit`` bytes and another one follows (a
-    multistream dump: its stream 0 is the few-KB <siteinfo>). Reads at most ``limit`` bytes."""
+def first_stream(path: str, limit: int) -> tuple[int, bytes] | None:
+    """Where a bz2 file's first stream ends (a multistream dump's stream 0: the few-KB <siteinfo>) and the bytes
+    read after it; None when it does not end within the first ``limit`` bytes. Reads at most ``limit`` bytes."""
     decompressor, read = bz2.BZ2Decompressor(), 0
     with fs.open_input(path) as raw:
-        try:
-            while not decompressor.eof and read < limit and (chunk := raw.read(64 * 1024)):
-                read += len(chunk)
-                decompressor.decompress(chunk)
-        except fs.ARCHIVE_ERRORS:
-            return False  # reading it will say what is wrong
-    return decompressor.eof and decompressor.unused_data.startswith(b"BZh")
+        while not decompressor.eof and read < limit and (chunk := raw.read(64 * 1024)):
+            read += len(chunk)
+            decompressor.decompress(chunk)
+    return (read - len(decompressor.unused_data), decompressor.unused_data) if decompressor.eof else None
+
+
+def has_several_bz2_streams(path: str, limit: int = 1 << 20) -> bool:
+    """Whether a bz2 file's first stream ends within its first ``limit`` bytes and another one follows (a
+    multistream dump). Reads at most ``limit`` bytes."""
+    try:
+        found = first_stream(path, limit)
+    except fs.ARCHIVE_ERRORS:
+        return False  # reading it will say what is wrong
+    return found is not None and found[1].startswith(b"BZh")
 
 
 def looks_multistream(path: str) -> bool:
@@ -75,7 +82,8 @@ def iter_index_entries(index_path: str) -> Iterator[tuple[int, int]]:
     """(stream offset, page id) of every line of a multistream index ('offset:page_id:title'), streaming."""
     with fs.open_decompressed(index_path) as stream:
         try:
-            for number, line in enumerate(io.TextIOWrapper(stream, encoding="utf-8"), start=1):
+            # only the offsets and ids are read: a title's bytes need not be UTF-8
+            for number, line in enumerate(io.TextIOWrapper(stream, encoding="utf-8", errors="replace"), start=1):
                 if not line.strip():
                     continue
                 parts = line.rstrip("\n").split(":", 2)
@@ -95,16 +103,33 @@ def index_page_count(index_path: str) -> int:
 
 
 def read_stream_ranges(dump_path: str, index_path: str) -> list[StreamRange]:
-    """The page streams of a multistream dump, from its index (read where the streams are read: in a worker)."""
+    """The page streams of a multistream dump, from its index (read where the streams are read: in a worker).
+    Their ranges cover the dump from the end of stream 0 (the <siteinfo>) to its end: no stream goes unread."""
     ids_by_offset: dict[int, array] = {}
     for offset, page_id in iter_index_entries(index_path):
         ids_by_offset.setdefault(offset, array("q")).append(page_id)
     offsets = sorted(ids_by_offset)
     if not offsets:
         raise InputError(f"{index_path}: the multistream index lists no pages")
+    check_index_bounds(dump_path, index_path, offsets[0], offsets[-1])
     ends: list[int | None] = [*offsets[1:], None]
     return [StreamRange(dump_path, start, end, ids_by_offset[start].tobytes())
             for start, end in zip(offsets, ends, strict=True)]
+
+
+def check_index_bounds(dump_path: str, index_path: str, first: int, last: int) -> None:
+    """An InputError unless the index's first stream starts where the dump's stream 0 ends (else the streams
+    before it would go unread) and its last one starts inside the dump."""
+    try:
+        head = first_stream(dump_path, _LAST_RANGE_LIMIT)
+    except fs.ARCHIVE_ERRORS as error:
+        raise InputError(f"{dump_path}: corrupt bz2 stream at byte 0: {first_line(error)}") from error
+    if head is not None and first != head[0]:
+        raise InputError(f"{index_path} does not match {dump_path}: its first stream starts at byte {first}, but "
+                         f"the dump's first stream (its <siteinfo>) ends at byte {head[0]}")
+    if last >= (size := fs.size(dump_path)):
+        raise InputError(f"{index_path} does not match {dump_path}: it lists a stream at byte {last}, past the end "
+                         f"of the dump ({size:,} bytes)")
 
 
 def decompress_range(stream: StreamRange) -> bytes:

@@ -30,6 +30,8 @@ COUNTERS = declare(
     processed("redirects_resolved", "redirects resolved to their final target"),
     dropped("redirects_to_missing_articles", "redirects whose target is not an article of the dump"),
     error("redirect_cycles", "redirect chains that loop or exceed 64 hops"),
+    error("duplicate_redirects", "redirect pages dropped: another redirect page of the same title (the smallest "
+                                 "target is kept) or an article of that title"),
     processed("sql_redirects", "redirects taken from the SQL dump"),
     dropped("sql_redirects_unknown_source", "SQL redirect rows whose source page is unknown"),
 )
@@ -67,13 +69,15 @@ class RedirectCounts:
 @dataclass(frozen=True)
 class TitleMapBuild:
     """A built title map (trie + arrays + the positions of duplicate pages), the resolved redirects as rows
-    (title, target), the redirect cycles (title, final target) and the counts of the build."""
+    (title, target), the redirect cycles (title, final target), the dump's redirect pages dropped as duplicates
+    (title, target, why) and the counts of the build."""
 
     trie: marisa_trie.Trie
     arrays: TitleArrays
     dropped: pa.Table
     redirects: pa.Table
     cycles: list[tuple[str, str]]
+    duplicate_redirects: list[tuple[str, str, str]]
     counts: RedirectCounts
 
 
@@ -150,6 +154,19 @@ def one_target_each(pairs: pa.Table, sources: np.ndarray) -> np.ndarray:
     return kept
 
 
+def duplicate_redirect_pages(pairs: pa.Table, sources: np.ndarray, is_article: np.ndarray
+                             ) -> tuple[np.ndarray, list[tuple[str, str, str]]]:
+    """(whether each of the dump's redirect pages is kept, the dropped ones as (title, target, why)): a redirect
+    page whose title an article has, and all but one of the redirect pages sharing a title (``one_target_each``)."""
+    shadowed = is_article[sources]
+    kept = one_target_each(pairs, sources) & ~shadowed
+    dropped = np.flatnonzero(~kept)
+    titles, targets = pairs.column("title").take(pa.array(dropped)), pairs.column("target").take(pa.array(dropped))
+    return kept, [(title, target, "an article has this title" if shadowed[row] else "another redirect page has this "
+                   "title") for row, title, target in zip(dropped.tolist(), titles.to_pylist(), targets.to_pylist(),
+                                                          strict=True)]
+
+
 def jump(successor: np.ndarray, rounds: int = JUMP_ROUNDS) -> np.ndarray:
     """Each key's 2**rounds-th successor (a key that is no redirect is its own successor)."""
     current = successor
@@ -191,13 +208,19 @@ def build_title_map(records: TitleRecords, rounds: int = JUMP_ROUNDS) -> TitleMa
         articles.column("title"), all_pairs.column("title"), all_pairs.column("target")))))  # each title once
     title_keys = trie_key_ids(trie, articles.column("title")).astype(np.int32)
     kept_rows, dropped_positions = kept_article_rows(records, title_keys)
+    is_article = np.zeros(len(trie), dtype=bool)
+    is_article[title_keys[kept_rows]] = True
     all_sources = trie_key_ids(trie, all_pairs.column("title")).astype(np.int32)
+    dump_rows = records.redirects.num_rows  # the first pairs: the dump's redirect pages
+    dump_kept, duplicates = duplicate_redirect_pages(all_pairs.slice(0, dump_rows), all_sources[:dump_rows],
+                                                     is_article)
+    if not dump_kept.all():  # the SQL table's pairs are kept whatever the dump holds: one_target_each decides
+        keep = np.r_[dump_kept, np.ones(len(all_sources) - dump_rows, dtype=bool)]
+        all_pairs, all_sources = all_pairs.filter(pa.array(keep)), all_sources[keep]
     one_each = one_target_each(all_pairs, all_sources)
     pairs = all_pairs.filter(pa.array(one_each)) if not one_each.all() else all_pairs
     sources = all_sources[one_each]
     targets = trie_key_ids(trie, pairs.column("target")).astype(np.int32)
-    is_article = np.zeros(len(trie), dtype=bool)
-    is_article[title_keys[kept_rows]] = True
     is_redirect = np.zeros(len(trie), dtype=bool)
     is_redirect[sources] = True
     successor = np.arange(len(trie), dtype=np.int32)
@@ -216,4 +239,4 @@ def build_title_map(records: TitleRecords, rounds: int = JUMP_ROUNDS) -> TitleMa
     cycles = [(trie.restore_key(int(key)), trie.restore_key(int(final[key]))) for key in sources[~resolved_pairs]]
     kept = articles if kept_rows.all() else articles.filter(pa.array(kept_rows))
     arrays = TitleArrays(resolved, flags, article_qids(kept, records.qids, trie))
-    return TitleMapBuild(trie, arrays, dropped_positions, redirects, sorted(cycles), counts)
+    return TitleMapBuild(trie, arrays, dropped_positions, redirects, sorted(cycles), duplicates, counts)

@@ -104,11 +104,12 @@ class _Builder:
 
 
 def redirect_target_from_text(wikitext: str) -> str | None:
-    """The target of ``#REDIRECT [[Target#section]]`` (also common localized magic words), else None."""
+    """The target of ``#REDIRECT [[Target#section]]`` (also common localized magic words; "" for a redirect
+    without a page: ``[[#section]]``, ``[[]]``), else None."""
     match = _REDIRECT.match(wikitext)
     if match is None:
         return None
-    return match.group(1).split("#", 1)[0].strip() or None
+    return match.group(1).split("#", 1)[0].strip()
 
 
 def is_interwiki(prefix: str) -> bool:
