@@ -87,6 +87,16 @@ def test_absurd_nesting_is_a_wikitext_error():
         wikitext_to_text("<span>" * 500 + "x" + "</span>" * 500, "Page", ENGLISH)
 
 
+@pytest.mark.parametrize("markup", ["{{x|", "[[a|", "[http://a.example "])
+def test_markup_left_open_thousands_of_times_is_a_wikitext_error_not_minutes_of_parsing(markup):
+    """20,000 unclosed "{{x|" kept the parser busy for minutes (its time grows with their square); up to the limit
+    the page is read as before."""
+    with pytest.raises(WikitextError, match=r"^[\d,]+ braces and brackets left open \(more than 4,000"):
+        wikitext_to_text(markup * 20_000 + "text " * 100, "Page", ENGLISH)
+    parsed = wikitext_to_text("{{x|" * 1_000 + "Plato taught [[Aristotle]].", "Page", ENGLISH)
+    assert [link.target for link in parsed.links] == ["Aristotle"]
+
+
 def real_pages():
     for name in ("enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2",
                  "enwiki-table-markup.xml.bz2", "itwiki-sample.xml.gz", "edge-cases/article-pear-0.10.xml",

@@ -27,6 +27,7 @@ from transforms.parse.dump_reader import (
 
 # The last stream (~100 pages, then the closing </mediawiki> stream) is a few MB; more means a partial index.
 _LAST_RANGE_LIMIT = 64 << 20
+_MAX_INT64 = (1 << 63) - 1
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,8 @@ def iter_index_entries(index_path: str) -> Iterator[tuple[int, int]]:
                 parts = line.rstrip("\n").split(":", 2)
                 if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
                     raise InputError(f"{index_path}: line {number} is not 'offset:page_id:title'")
+                if max(int(parts[0]), int(parts[1])) > _MAX_INT64:
+                    raise InputError(f"{index_path}: line {number} holds a number past 2^63 - 1")
                 yield int(parts[0]), int(parts[1])
         except fs.ARCHIVE_ERRORS as error:
             raise InputError(f"{index_path}: truncated or corrupt archive: {first_line(error)}") from error
@@ -111,15 +114,15 @@ def read_stream_ranges(dump_path: str, index_path: str) -> list[StreamRange]:
     offsets = sorted(ids_by_offset)
     if not offsets:
         raise InputError(f"{index_path}: the multistream index lists no pages")
-    check_index_bounds(dump_path, index_path, offsets[0], offsets[-1])
+    check_index_start(dump_path, index_path, offsets[0])
     ends: list[int | None] = [*offsets[1:], None]
     return [StreamRange(dump_path, start, end, ids_by_offset[start].tobytes())
             for start, end in zip(offsets, ends, strict=True)]
 
 
-def check_index_bounds(dump_path: str, index_path: str, first: int, last: int) -> None:
-    """An InputError unless the index's first stream starts where the dump's stream 0 ends (else the streams
-    before it would go unread) and its last one starts inside the dump."""
+def check_index_start(dump_path: str, index_path: str, first: int) -> None:
+    """An InputError unless the index's first stream starts where the dump's stream 0 ends: else the streams
+    before it would go unread (a stream past the end of the file is a bad stream: ``decompress_range``)."""
     try:
         head = first_stream(dump_path, _LAST_RANGE_LIMIT)
     except fs.ARCHIVE_ERRORS as error:
@@ -127,9 +130,6 @@ def check_index_bounds(dump_path: str, index_path: str, first: int, last: int) -
     if head is not None and first != head[0]:
         raise InputError(f"{index_path} does not match {dump_path}: its first stream starts at byte {first}, but "
                          f"the dump's first stream (its <siteinfo>) ends at byte {head[0]}")
-    if last >= (size := fs.size(dump_path)):
-        raise InputError(f"{index_path} does not match {dump_path}: it lists a stream at byte {last}, past the end "
-                         f"of the dump ({size:,} bytes)")
 
 
 def decompress_range(stream: StreamRange) -> bytes:
@@ -141,6 +141,8 @@ def decompress_range(stream: StreamRange) -> bytes:
     if stream.end is None and len(data) > _LAST_RANGE_LIMIT:
         raise InputError(f"{where}: more than {_LAST_RANGE_LIMIT >> 20} MB follow the last index offset "
                          "(the index does not cover the whole dump)")
+    if not data:
+        raise InputError(f"{where}: the file ends before that byte (it is cut short, or the index does not match it)")
     if not data.startswith(b"BZh"):
         raise InputError(f"{where}: no bz2 stream starts there (the index does not match the dump)")
     pieces: list[bytes] = []
@@ -154,6 +156,9 @@ def decompress_range(stream: StreamRange) -> bytes:
             remaining = decompressor.unused_data
             if remaining and stream.end is not None:
                 raise InputError(f"{where}: the stream ends before the next index offset {stream.end}")
+            if remaining and not remaining.startswith(b"BZh"):  # what follows the last stream
+                raise InputError(f"{where}: {len(remaining):,} bytes after the dump's last bz2 stream are no bz2 "
+                                 "stream (something was appended to the dump)")
     except OSError as error:
         raise InputError(f"{where}: corrupt bz2 stream: {first_line(error)}") from error
     return b"".join(pieces)
