@@ -82,7 +82,7 @@ class EmbedEntitiesStage:
         # the windows stored before (a previous run's, this OUT's, a killed run's) are not encoded again
         stores = store_directories(ctx, previous)
         write_known_keys(store_files(stores, salt), inputs.files.known)
-        prepare = PrepareMentions(config, inputs, facts, context_chars(ctx.output),
+        prepare = PrepareMentions(config, inputs, facts, context_chars(ctx.output, config.max_seq_length),
                                   ctx.progress("mentions prepared", mentions))
 
         def model(forward: StageContext) -> Build:
@@ -119,15 +119,22 @@ def refresh_of(config: EmbedConfig) -> RefreshConfig:
     return RefreshConfig(config.previous, config.require_reuse)
 
 
-def context_chars(output: str) -> int:
+def context_chars(output: str, max_seq_length: int) -> int:
     """Characters of context per side of a mention, as the mentions stage cut them (its --max-seq-length);
-    an error if ``mentions/`` holds the windows themselves (written before windows were cut at embed time)."""
+    an error if ``mentions/`` holds the windows themselves (written before windows were cut at embed time), or
+    if this stage's ``max_seq_length`` asks for more tokens than the mentions were cut for (its windows would
+    silently be the narrower ones)."""
     names = tables.file_schema(tables.parquet_files(output, layout.MENTIONS)[0]).names
     missing = set(schemas.MENTIONS.names) - set(names)
     if missing:
         raise InputError(f"{output}/mentions has no {', '.join(sorted(missing))} column (written by an older "
                          "version that stored context windows): run mentions again")
-    return int(manifest.load(output)[layout.MENTIONS_STAGE].options["max_seq_length"]) * CHARS_PER_TOKEN
+    cut_for = int(manifest.load(output)[layout.MENTIONS_STAGE].options["max_seq_length"])
+    if max_seq_length > cut_for:
+        raise InputError(f"--max-seq-length {max_seq_length} is more than the {cut_for} tokens the mentions under "
+                         f"{output} were cut for: run `python run_pipeline.py mentions --output {output} "
+                         f"--max-seq-length {max_seq_length}` first, or give --max-seq-length {cut_for} or less")
+    return cut_for * CHARS_PER_TOKEN
 
 
 def incompatibility(old: dict[str, manifest.StageRecord], output: str, config: EmbedConfig,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import ast
 import csv
-import io
 import json
 import os
 import sys
@@ -92,6 +91,16 @@ def parse_entity_question(item: object) -> Question | None:
     return Question(question, tuple(answers))
 
 
+def parse_qas_line(line: bytes) -> Question | None:
+    """A question of one line of a qas file; None when the line is no UTF-8 or no question. A quote that does not
+    close ends with its line: it cannot take the lines after it (each is a question of its own)."""
+    try:
+        fields = next(csv.reader([line.removesuffix(b"\r").decode("utf-8")], delimiter="\t", strict=True), [])
+    except (UnicodeDecodeError, csv.Error):
+        return None
+    return parse_qas_row(fields)
+
+
 def read_questions(path: str) -> QuestionFile:
     """A DPR qas file (TSV) or an EntityQuestions JSON file (a list, by the .json extension)."""
     if not fs.exists(path):
@@ -99,23 +108,21 @@ def read_questions(path: str) -> QuestionFile:
     if fs.is_directory(path):
         raise InputError(f"question file {path} is a directory: name the files in it (e.g. --questions {path}/*.tsv)")
     with fs.open_input(path) as handle:  # a file that cannot be read: one line
-        raw = handle.read().decode("utf-8", errors="replace")
+        raw = handle.read()
     if not raw.strip():
         raise InputError(f"question file {path} is empty")
     if path.endswith(".json"):
         try:
-            items = json.loads(raw)
-        except ValueError as error:
+            items = json.loads(raw.decode("utf-8"))
+        except ValueError as error:  # UnicodeDecodeError included
             raise InputError(f"{path} is not JSON: {error}") from error
         if not isinstance(items, list):
             raise InputError(f"{path}: expected a JSON list of {{question, answers}} objects")
         parsed = [parse_entity_question(item) for item in items]
     else:
         # only "\n" ends a line (str.splitlines would also split inside questions at \x85 or \u2028)
-        try:
-            parsed = [parse_qas_row(fields) for fields in csv.reader(io.StringIO(raw, newline=""), delimiter="\t")]
-        except csv.Error as error:  # e.g. an unclosed quote running past the field size limit (a binary file)
-            raise InputError(f"question file {path} is not a question file ({error}; expected {TSV_FORM})") from error
+        lines = raw.split(b"\n")
+        parsed = [parse_qas_line(line) for line in (lines[:-1] if not lines[-1] else lines)]
     questions = [question for question in parsed if question is not None]
     if not questions:
         raise InputError(no_question_message(path, len(parsed)))

@@ -112,7 +112,8 @@ class Retriever:
         return np.concatenate(parts) if parts else np.zeros((0, self.encoder.dim), np.float32)
 
     def search_ids(self, queries: list[str], k: int, batch_size: int = 256) -> tuple[np.ndarray, np.ndarray]:
-        """(scores, passage ids) of shape (queries, k); missing places are (-inf, -1)."""
+        """(scores, passage ids) of shape (queries, k or the index's passage count, the smaller); missing places
+        are (-inf, -1)."""
         vectors = self.encode(queries, batch_size)
         try:
             return self.index.search(vectors, k)

@@ -69,6 +69,9 @@ class ShardedIndex:
         self.ef_search = ef_search or DEFAULT_EF_SEARCH
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, ids) of the best ``k`` passages of each query, as many columns as the index has passages at
+        most (a larger ``k`` asks for nothing more, and would size the arrays); missing places are (-inf, -1)."""
+        k = min(k, max(self.info.count, 1))
         queries = np.ascontiguousarray(queries, dtype=np.float32)
         if queries.ndim != 2 or queries.shape[1] != self.info.dim:
             raise QueryDimensionError(f"query vectors have {queries.shape[-1]} dimensions but the index at "

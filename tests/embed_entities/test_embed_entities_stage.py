@@ -153,7 +153,23 @@ def test_mentions_with_stored_windows_ask_for_a_rerun(tmp_path):
                     "text": ["see Paris here"], "start": pa.array([4], pa.int32()), "end": pa.array([9], pa.int32())})
     pq.write_table(old, tmp_path / "mentions" / "part-0.parquet")
     with pytest.raises(InputError, match=r"mentions has no link_index, window_digest column .*run mentions again"):
-        context_chars(str(tmp_path))
+        context_chars(str(tmp_path), 64)
+
+
+def test_more_tokens_than_the_mentions_were_cut_for_is_refused(tiny_bert, tmp_path, capsys):
+    """The windows are cut to the mentions stage's --max-seq-length: asking embed-entities for more gave the
+    narrower windows without a word (and recorded the larger value)."""
+    write_parsed(tmp_path, CAPITALS)
+    assert main(["dictionary", "--output", str(tmp_path), *DIRECT]) == 0
+    assert main(["mentions", "--output", str(tmp_path), "--max-seq-length", "64", *DIRECT]) == 0
+    capsys.readouterr()
+    assert main(["embed-entities", "--output", str(tmp_path), "--model", str(tiny_bert), "--max-seq-length", "128",
+                 *DIRECT]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: --max-seq-length 128 is more than the 64 tokens the mentions under {tmp_path} were cut for: run "
+        f"`python run_pipeline.py mentions --output {tmp_path} --max-seq-length 128` first, or give "
+        "--max-seq-length 64 or less")
+    assert not (tmp_path / "entity_embeddings").exists()
 
 
 def test_entity_embeddings_are_the_same_for_one_and_two_workers(tiny_bert, tmp_path, system_temp):

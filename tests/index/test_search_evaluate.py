@@ -155,16 +155,24 @@ def test_search_prints_the_best_passages(minilm_index, capsys):
     row = stored_rows(minilm_index)[int(passage_id)]
     assert rank == "1" and title_and_text.startswith(f"{row['title']} | {row['text'][:20]}")
     assert float(score) > 0 and lines[2].index(score) + len(score) == lines[1].index("score") + len("score")
+    huge = "99999999999999999999"  # it sized the result arrays: a traceback, or all the memory there is
+    assert main(["search", "--output", str(minilm_index), "--query", "great lakes ocean", "-k", huge, "--json"]) == 0
+    hits = json.loads(capsys.readouterr().out)["hits"]
+    assert sorted(hit["passage_id"] for hit in hits) == sorted(stored_rows(minilm_index))  # each passage, once
 
 
 def test_entity_questions_and_malformed_lines(minilm_index, tmp_path, capsys):
     items = json.loads((QUESTIONS / "entityquestions-dev" / "P17.dev.json").read_text())[:10]
     (tmp_path / "P17.dev.json").write_text(json.dumps(items))
-    (tmp_path / "bad.qa.tsv").write_text("who sings does he love me with reba\t['Linda Davis']\nno answers here\n")
+    # a quote that does not close took every line after it; bytes that are no UTF-8 were replaced and scored
+    (tmp_path / "bad.qa.tsv").write_bytes(
+        b"who sings does he love me with reba\t['Linda Davis']\nno answers here\n"
+        b"\"a question that starts with a quote\t['x']\nwho is Pl\xffato\t['Pl\xffato']\r\n"
+        b"where do the great lakes meet the ocean\t['the Saint Lawrence River']\r\n")
     assert main(["evaluate", "--output", str(minilm_index), "--questions", str(tmp_path / "P17.dev.json"),
                  str(tmp_path / "bad.qa.tsv"), "-k", "1", "20"]) == 0
     captured = capsys.readouterr()
     assert captured.out.splitlines() == ["file          questions    top-1   top-20",
                                          "P17.dev.json         10     0.00    20.00",
-                                         "bad.qa.tsv            1   100.00   100.00"]
-    assert "bad.qa.tsv: 1 malformed question(s) skipped" in captured.err
+                                         "bad.qa.tsv            2   100.00   100.00"]
+    assert "bad.qa.tsv: 3 malformed question(s) skipped" in captured.err
