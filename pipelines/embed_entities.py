@@ -143,7 +143,8 @@ def incompatibility(old: dict[str, manifest.StageRecord], output: str, config: E
     not)."""
     stage, mentions = layout.EMBED_ENTITIES_STAGE, layout.MENTIONS_STAGE
     changes = option_changes(old[stage].options, STAGE.options(config))
-    changes += option_changes(old[mentions].options, manifest.load(output)[mentions].options)
+    changes += [f"mentions' {change}" for change in
+                option_changes(old[mentions].options, manifest.load(output)[mentions].options)]
     changes += [f"{role}: model files changed" for role in
                 fingerprint_changes(old[stage], STAGE.external_inputs(config))]
     if changes:

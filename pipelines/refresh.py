@@ -51,18 +51,26 @@ def previous_options(refresh: RefreshConfig) -> dict[str, Any]:
     return {"previous": refresh.previous, "previous_manifest_sha256": fs.sha256(path) if fs.exists(path) else ""}
 
 
-def previous_problem(previous: str, stages: tuple[str, ...], compatible: Compatibility) -> str | None:
-    """Why ``previous`` cannot be reused: not a valid run, without one of ``stages``, or incompatible."""
+def previous_lacks(previous: str, stages: tuple[str, ...]) -> str | None:
+    """Why ``previous`` can lend nothing whatever this run computes: no manifest, or one of ``stages`` missing
+    (cheap: what `all --require-reuse` checks before its first stage)."""
     if not fs.exists(manifest.manifest_path(previous)):
         return f"{previous} has no {manifest.MANIFEST_NAME}"
+    records = manifest.load(previous)
+    missing = [name for name in stages if name not in records]
+    return f"{previous} is incomplete (no '{layout.command_of(missing[0])}' stage)" if missing else None
+
+
+def previous_problem(previous: str, stages: tuple[str, ...], compatible: Compatibility) -> str | None:
+    """Why ``previous`` cannot be reused: without a manifest or one of ``stages``, not a valid run, or
+    incompatible."""
+    lacking = previous_lacks(previous, stages)
+    if lacking is not None:
+        return lacking
     problems = validate_run(previous)
     if problems:
         return f"{previous} does not validate ({problems[0]})"
-    records = manifest.load(previous)
-    missing = [name for name in stages if name not in records]
-    if missing:
-        return f"{previous} is incomplete (no '{layout.command_of(missing[0])}' stage)"
-    return compatible(records)
+    return compatible(manifest.load(previous))
 
 
 def reusable_previous(refresh: RefreshConfig, stage: str, stages: tuple[str, ...],

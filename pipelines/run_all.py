@@ -17,7 +17,7 @@ from artifacts.counters import Counter
 from artifacts.run import lock
 from artifacts.run.report.build import write_report
 from artifacts.run.validation import validate_run
-from pipelines import dictionary, embed_entities, index, mentions, parse
+from pipelines import dictionary, embed_entities, index, mentions, parse, refresh
 from pipelines.launcher import stage as stage_runner
 
 # (command name, stage) in pipeline order.
@@ -55,11 +55,15 @@ def forced_stages(force: list[str] | None) -> set[str]:
 
 def preflight(args: argparse.Namespace, beam_args: list[str]) -> None:
     """Fail before hour one, not at hour nine: every stage's config is built (the flags are checked already), every
-    model,
-    the corpus and the index factory are checked (and the device, when the workers run on this machine)."""
+    model, the corpus and the index factory are checked (and the device, when the workers run on this machine), and
+    with --require-reuse the previous run has the stages that lend vectors."""
     from encoders.mask_encoder import check_mask_model
 
     configs = {stage.name: stage.config(args) for _, stage in PIPELINE}
+    if args.previous and args.require_reuse:  # what a stage would refuse after hours of the stages before it
+        lacking = refresh.previous_lacks(str(args.previous), (*embed_entities.PREVIOUS_STAGES, layout.INDEX_STAGE))
+        if lacking is not None:
+            raise refresh.ReuseRefusedError(f"cannot reuse the previous run: {lacking}")
     device_here = stage_runner.workers_run_here(beam_args)
     embed = configs[layout.EMBED_ENTITIES_STAGE]
     check_mask_model(embed.spec, embed.layer, embed.max_seq_length, device_here)

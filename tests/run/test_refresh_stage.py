@@ -16,7 +16,7 @@ import pytest
 from artifacts.run import manifest
 from pipelines.launcher.cli import main
 from tests.builders import artifact_rows as rows
-from tests.conftest import DIRECT, copy_stages, write_tiny_bert
+from tests.conftest import BUNDLED_SAMPLE, DIRECT, copy_stages, write_tiny_bert
 from tests.run_fixtures import DumpRuns
 from transforms.common.mention_sampling import CHARS_PER_TOKEN, context_window
 
@@ -201,6 +201,14 @@ def test_an_incomplete_previous_run_is_refused(runs, tiny_bert, tmp_path, capsys
     assert embed(output, tiny_bert, partial, "--require-reuse") == 2
     assert stderr_line(capsys, "error:") == (
         f"error: cannot reuse the previous run: {partial} is incomplete (no 'embed-entities' stage)")
+    # `all` says so before its first stage, not after parse, dictionary and mentions have run
+    fresh = tmp_path / "fresh"
+    assert main(["all", "--dump", str(BUNDLED_SAMPLE), "--output", str(fresh), "--model", str(tiny_bert), "--encoder",
+                 str(tiny_bert), "--encoder-type", "mean", "--previous", str(partial), "--require-reuse",
+                 *DIRECT]) == 2
+    assert stderr_line(capsys, "error:") == (
+        f"error: cannot reuse the previous run: {partial} is incomplete (no 'embed-entities' stage)")
+    assert not (fresh / "articles").exists()
 
 
 def test_a_previous_run_of_another_model_is_not_reused(runs, tiny_bert, tmp_path, capsys):
