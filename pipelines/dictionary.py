@@ -48,6 +48,9 @@ class DictionaryStage:
     def external_inputs(self, config: DictionaryConfig) -> dict[str, str]:
         return {}
 
+    def content_inputs(self, config: DictionaryConfig) -> dict[str, str]:
+        return {}
+
     def run(self, ctx: StageContext, config: DictionaryConfig) -> dict[str, int]:
         article_count = tables.total_rows(ctx.output, layout.ARTICLES)
         if article_count == 0:

@@ -67,6 +67,9 @@ class EmbedEntitiesStage:
     def external_inputs(self, config: EmbedConfig) -> dict[str, str]:
         return model_files({"model": config.model})
 
+    def content_inputs(self, config: EmbedConfig) -> dict[str, str]:
+        return self.external_inputs(config)
+
     def run(self, ctx: StageContext, config: EmbedConfig) -> dict[str, int]:
         mentions = tables.total_rows(ctx.output, layout.MENTIONS)
         facts = model_facts(config, mentions) if ctx.workers_run_here() else None

@@ -127,6 +127,9 @@ class IndexStage:
         inputs = {"corpus": config.corpus} if config.corpus else {}
         return {**inputs, **encoder_files(config)}
 
+    def content_inputs(self, config: IndexConfig) -> dict[str, str]:
+        return encoder_files(config)  # not the corpus: 13 GB for DPR's
+
     def run(self, ctx: StageContext, config: IndexConfig) -> dict[str, int]:
         located = config.encoder.located(ctx.output)
         check_encoder(located, ctx.workers_run_here())

@@ -34,6 +34,9 @@ class MentionsStage:
     def external_inputs(self, config: MentionsConfig) -> dict[str, str]:
         return {}
 
+    def content_inputs(self, config: MentionsConfig) -> dict[str, str]:
+        return {}
+
     def run(self, ctx: StageContext, config: MentionsConfig) -> dict[str, int]:
         inputs = MentionsInputs(output=ctx.output, scratch=scratch_directory(ctx),
                                 buckets=sample_buckets(parsed_links(ctx.output)))

@@ -64,6 +64,9 @@ class ParseStage:
                  "page_sql": config.page_sql, "page_props_sql": config.page_props_sql}  # recorded as role + number
         return {f"{role}{number}": path for role, paths in roles.items() for number, path in enumerate(paths)}
 
+    def content_inputs(self, config: ParseConfig) -> dict[str, str]:
+        return {}  # dumps: tens of GB, fingerprinted by paths, sizes and times
+
     def run(self, ctx: StageContext, config: ParseConfig) -> dict[str, int]:
         siteinfos = [read_siteinfo(dump) for dump in config.dumps]  # each file must be a MediaWiki export
         check_one_wiki(config.dumps, siteinfos)

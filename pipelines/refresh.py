@@ -96,7 +96,11 @@ def option_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def fingerprint_changes(old: manifest.StageRecord, files: dict[str, str]) -> list[str]:
-    """Roles of model files whose fingerprint (paths, sizes, times) differs from the previous record."""
+    """Roles of model files whose fingerprint (paths, sizes, times) differs from the previous record, or their
+    content where the record holds its digest (other files of the same sizes and times in their place)."""
     new = {f"file:{role}": manifest.file_fingerprint(pattern) for role, pattern in files.items()}
     recorded = {key: value for key, value in old.inputs.items() if key.startswith("file:") and key != "file:corpus"}
-    return [key.removeprefix("file:") for key in sorted(set(new) | set(recorded)) if new.get(key) != recorded.get(key)]
+    changed = {key.removeprefix("file:") for key in set(new) | set(recorded) if new.get(key) != recorded.get(key)}
+    changed |= {role for role, pattern in files.items() if f"{manifest.CONTENT}{role}" in old.inputs
+                and old.inputs[f"{manifest.CONTENT}{role}"] != manifest.content_digest(pattern)}
+    return sorted(changed)

@@ -233,6 +233,19 @@ def file_fingerprint(pattern: str) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest() if parts else "missing"
 
 
+CONTENT = "content:"  # the recorded input key of a content digest (``Stage.content_inputs``), then its role
+
+
+def content_digest(pattern: str) -> str:
+    """sha256 over the names and bytes of every file ``pattern`` matches (a local model's few files: others of the
+    same sizes and times in their place change it, not ``file_fingerprint``)."""
+    matches = sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+    digest = hashlib.sha256()
+    for path in matches:
+        digest.update(f"{fs.basename(path)}:{fs.sha256(path)}\n".encode())
+    return digest.hexdigest() if matches else "missing"
+
+
 def software_versions() -> dict[str, str]:
     versions = {"python": platform.python_version()}
     for package in _VERSIONED_PACKAGES:

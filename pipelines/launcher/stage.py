@@ -141,6 +141,11 @@ class Stage(Protocol[ConfigT]):
         """Input files from outside OUT, by role, as paths or patterns to fingerprint."""
         ...
 
+    def content_inputs(self, config: ConfigT) -> dict[str, str]:
+        """Those of ``external_inputs`` small enough to hash at every run (a local model's files): other files of
+        the same sizes and times in their place are seen (``replaced_in_place``)."""
+        ...
+
     def run(self, ctx: StageContext, config: ConfigT) -> dict[str, int]:
         """Write every output under ``ctx.staged(...)``; return counters beyond the Beam ones."""
         ...
@@ -314,6 +319,8 @@ def input_fingerprints(stage: Stage[ConfigT], config: ConfigT, output: str,
     """Fingerprints of everything the stage reads: external files and upstream stages' outputs."""
     inputs = {f"file:{role}": manifest.file_fingerprint(pattern)
               for role, pattern in sorted(stage.external_inputs(config).items()) if pattern}
+    inputs.update({f"{manifest.CONTENT}{role}": manifest.content_digest(pattern)
+                   for role, pattern in sorted(stage.content_inputs(config).items())})
     for upstream in stage.upstream(config):
         record = completed.get(upstream)
         command = layout.command_of(upstream)
@@ -358,8 +365,12 @@ def check_input_content(ctx: StageContext, stage: Stage[ConfigT], config: Config
 
 def skip_reason(stage: Stage, record: manifest.StageRecord | None, options: dict[str, Any],
                 inputs: dict[str, str], output: str) -> str | None:
-    """Why the recorded run of ``stage`` can be reused, or None when it must run."""
-    if record is None or record.options != options or record.inputs != inputs:
+    """Why the recorded run of ``stage`` can be reused, or None when it must run. A content digest the record does
+    not hold (written by a version that did not take it) is no change: its files' fingerprints decide."""
+    if record is None or record.options != options:
+        return None
+    if record.inputs != {key: value for key, value in inputs.items()
+                         if not key.startswith(manifest.CONTENT) or key in record.inputs}:
         return None
     if manifest.missing_or_changed(output, record):
         return None
@@ -492,11 +503,28 @@ def interrupted_in_a_step(error: BaseException) -> bool:
                for current in error_chain(error))
 
 
+def replaced_in_place(stage: Stage[ConfigT], config: ConfigT, record: manifest.StageRecord | None,
+                      inputs: dict[str, str]) -> None:
+    """An InputError when files of ``content_inputs`` hold other bytes than at the recorded run under the same
+    fingerprint (paths, sizes, times: what keys the vectors a stage stores for them): the vectors stored for the
+    old files would be taken for the new ones, even with --force."""
+    recorded = record.inputs if record is not None else {}
+    for role, pattern in sorted(stage.content_inputs(config).items()):
+        file, content = f"file:{role}", f"{manifest.CONTENT}{role}"
+        if recorded.get(file) == inputs.get(file) and recorded.get(content, inputs[content]) != inputs[content]:
+            command = layout.command_of(stage.name)
+            raise InputError(f"the files {pattern} ({role}) hold other bytes than when '{command}' last ran, with the "
+                             "same sizes and modification times: what it stored for the old files would be taken for "
+                             f"these; give them a new time (`touch {pattern}`) or the model another path, and run "
+                             "again")
+
+
 def _execute(stage: Stage[ConfigT], config: ConfigT, ctx: StageContext, options: dict[str, Any],
              force: bool) -> tuple[manifest.StageRecord, bool]:
     output = ctx.output
     completed = manifest.load(output)
     inputs = input_fingerprints(stage, config, output, completed)
+    replaced_in_place(stage, config, completed.get(stage.name), inputs)
     reason = None if force else skip_reason(stage, completed.get(stage.name), options, inputs, output)
     if reason is not None:
         print(f"[{layout.command_of(stage.name)}] skipped: {reason}", file=sys.stderr)

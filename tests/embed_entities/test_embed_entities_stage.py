@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import shutil
 from pathlib import Path
 
 import apache_beam as beam
@@ -20,11 +21,12 @@ from transformers import AutoModel, AutoTokenizer
 
 from artifacts import tables
 from artifacts.errors import InputError
+from artifacts.run import manifest
 from encoders.mask_inputs import mask_inputs
 from encoders.models import ModelSpec, input_embedding_norm
 from pipelines.launcher.cli import main
 from tests.builders import CAPITALS, article, article_texts, ref_rows, write_parsed
-from tests.conftest import DIRECT, MULTI_PROCESS, copy_stages, torch_free_workers
+from tests.conftest import DIRECT, MULTI_PROCESS, copy_stages, torch_free_workers, write_tiny_bert
 from transforms.common.mention_sampling import CHARS_PER_TOKEN, mention_ref, mention_window, window_digest
 from transforms.embed_entities.entity_vectors import MENTION_KEY, norm_matched
 from transforms.embed_entities.forward import storable_rows
@@ -170,6 +172,33 @@ def test_more_tokens_than_the_mentions_were_cut_for_is_refused(tiny_bert, tmp_pa
         f"`python run_pipeline.py mentions --output {tmp_path} --max-seq-length 128` first, or give "
         "--max-seq-length 64 or less")
     assert not (tmp_path / "entity_embeddings").exists()
+
+
+def test_model_files_replaced_by_others_of_the_same_sizes_and_times_are_refused(tiny_bert, tmp_path, capsys):
+    """Windows are stored under the model files' paths, sizes and times: other weights copied in place with the old
+    times (cp -p, rsync -a) were reused as the old ones' vectors, even with --force. Their content tells."""
+    model, output = tmp_path / "model", tmp_path / "out"
+    shutil.copytree(tiny_bert, model)
+    build_embeddings(output, model)
+    weights = model / "model.safetensors"
+    times = os.stat(weights)
+    other = write_tiny_bert(tmp_path / "other", seed=1) / "model.safetensors"
+    assert other.stat().st_size == times.st_size and other.read_bytes() != weights.read_bytes()
+    shutil.copyfile(other, weights)
+    os.utime(weights, ns=(times.st_atime_ns, times.st_mtime_ns))
+    capsys.readouterr()
+    for force in ((), ("--force",)):
+        assert main(["embed-entities", "--output", str(output), "--model", str(model), "--max-seq-length", "64",
+                     *force, *DIRECT]) == 2
+        assert capsys.readouterr().err.splitlines()[-1] == (
+            f"error: the files {model}/* (model) hold other bytes than when 'embed-entities' last ran, with the same "
+            "sizes and modification times: what it stored for the old files would be taken for these; give them a "
+            f"new time (`touch {model}/*`) or the model another path, and run again")
+    os.utime(weights)  # touched: another fingerprint, every window encoded again
+    assert main(["embed-entities", "--output", str(output), "--model", str(model), "--max-seq-length", "64",
+                 *DIRECT]) == 0
+    counters = manifest.load(str(output))["embed_entities"].counters
+    assert counters["mentions_encoded"] > 0 and counters["mentions_reused"] == 0
 
 
 def test_entity_embeddings_are_the_same_for_one_and_two_workers(tiny_bert, tmp_path, system_temp):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from pipelines.refresh import option_changes
+import os
+
+from artifacts.run import manifest
+from pipelines.refresh import fingerprint_changes, option_changes
 
 
 def test_option_changes_names_each_difference_and_ignores_the_previous_run():
@@ -10,3 +13,22 @@ def test_option_changes_names_each_difference_and_ignores_the_previous_run():
     new = {"layer": 2, "model": "a", "previous": "/other", "window": 5, "dtype": "float32"}
     assert option_changes(old, new) == ["layer: -1 -> 2", "window: None -> 5"]
     assert option_changes(old, {**old, "previous_manifest_sha256": "x"}) == []
+
+
+def test_model_files_of_the_same_fingerprint_with_other_content_are_a_change(tmp_path):
+    """A previous run's model replaced in place by other weights of the same sizes and times: its recorded content
+    digest tells (it was reused as unchanged); a record without one (an older version's) goes by the fingerprint."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "weights.bin").write_bytes(b"old weights")
+    pattern = str(model / "*")
+    inputs = {"file:model": manifest.file_fingerprint(pattern), "content:model": manifest.content_digest(pattern)}
+    record = manifest.StageRecord("embed_entities", {}, inputs, [])
+    assert fingerprint_changes(record, {"model": pattern}) == []
+    times = os.stat(model / "weights.bin")
+    (model / "weights.bin").write_bytes(b"new weights")
+    os.utime(model / "weights.bin", ns=(times.st_atime_ns, times.st_mtime_ns))
+    assert manifest.file_fingerprint(pattern) == inputs["file:model"]
+    assert fingerprint_changes(record, {"model": pattern}) == ["model"]
+    older = manifest.StageRecord("embed_entities", {}, {"file:model": inputs["file:model"]}, [])
+    assert fingerprint_changes(older, {"model": pattern}) == []
