@@ -18,6 +18,7 @@ from apache_beam.io.filesystems import FileSystems
 from artifacts import fs
 from artifacts.errors import InputError, first_line
 from transforms.parse.dump_reader import (
+    MAX_INT64,
     PageProblem,
     RawPage,
     SiteInfo,
@@ -27,7 +28,6 @@ from transforms.parse.dump_reader import (
 
 # The last stream (~100 pages, then the closing </mediawiki> stream) is a few MB; more means a partial index.
 _LAST_RANGE_LIMIT = 64 << 20
-_MAX_INT64 = (1 << 63) - 1
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def iter_index_entries(index_path: str) -> Iterator[tuple[int, int]]:
                 parts = line.rstrip("\n").split(":", 2)
                 if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
                     raise InputError(f"{index_path}: line {number} is not 'offset:page_id:title'")
-                if max(int(parts[0]), int(parts[1])) > _MAX_INT64:
+                if max(int(parts[0]), int(parts[1])) > MAX_INT64:
                     raise InputError(f"{index_path}: line {number} holds a number past 2^63 - 1")
                 yield int(parts[0]), int(parts[1])
         except fs.ARCHIVE_ERRORS as error:
