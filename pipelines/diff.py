@@ -33,10 +33,13 @@ def render_text(diff: RunDiff) -> str:
     lines += [_change_line(label, getattr(diff, attribute), changed) for label, attribute, changed in PARTS]
     lines.append("")
     lines += _reuse_line("entity vectors", diff.entity_reuse, "recomputed")
-    if diff.entity_vectors is not None:
-        lines.append(f"entity vectors in both runs (matched by QID, else title): {diff.entity_vectors.matched:,}; "
+    histogram = diff.entity_vectors
+    if histogram is not None and not histogram.comparable:
+        lines.append(f"entity vectors {histogram.not_compared()}")
+    elif histogram is not None:
+        lines.append(f"entity vectors in both runs (matched by QID, else title): {histogram.matched:,}; "
                      "cosine old vs new:")
-        lines += [f"  {label:<16} {count:>10,}" for label, count in diff.entity_vectors.as_dict().items()]
+        lines += [f"  {label:<16} {count:>10,}" for label, count in histogram.as_dict().items()]
     lines += _reuse_line("passages", diff.passage_reuse, "encoded")
     if diff.passage_sources is not None:
         lines.append("passages: the indexed ones, matched by id, title and text compared; old: "

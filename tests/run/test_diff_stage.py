@@ -109,7 +109,10 @@ def expected_diff(old: Path, new: Path) -> dict:
         "redirects": counts(*redirects, "retargeted"),
         "entities": counts(*entities, None),
         "names": counts(name_tops(old), name_tops(new), "top_candidate_changed"),
-        "entity_vectors": {"reused": None, "recomputed": None, "matched": len(vectors[0].keys() & vectors[1].keys()),
+        "entity_vectors": {"reused": None, "recomputed": None,
+                           "old_dim": len(next(iter(vectors[0].values()))),
+                           "new_dim": len(next(iter(vectors[1].values()))),
+                           "matched": len(vectors[0].keys() & vectors[1].keys()),
                            "cosine_histogram": cosine_histogram(*vectors)},
         "passages": counts(*passages, "changed") | {"reused": None, "encoded": encoded,
                                                     "old_source": "passages of 100 words cut from articles/",
@@ -295,6 +298,59 @@ def test_report_section_from_the_manifest(runs: Runs, tmp_path: Path) -> None:
     page = (new / "report" / "index.html").read_text()
     assert (f'<p class="warn">Could not compare: {tmp_path / "gone"} is not a run: it has no manifest.json</p>'
             in page)
+
+
+def test_vectors_of_another_dimension_are_not_compared(runs: Runs, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """A run whose entities were embedded by a model of another width: the vectors are said to be not comparable,
+    every other part is still compared (in the text, the JSON and the report)."""
+    from tests.conftest import write_tiny_bert
+
+    old, new = runs[2], Path(shutil.copytree(runs[2], tmp_path / "wider"))
+    wider = write_tiny_bert(tmp_path / "bert-48", hidden_size=48)
+    assert main(["embed-entities", "--output", str(new), "--model", str(wider), "--max-seq-length", "64",
+                 *DIRECT]) == 0
+    capsys.readouterr()
+    assert main(["diff", "--old", str(old), "--new", str(new)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert ("entity vectors not compared: the old run's vectors have 32 dimensions, the new run's 48 (another "
+            "model)") in lines
+    articles = f"{len(rows(old, 'articles', ['page_id'])):,}"
+    assert [line.split()[1:3] for line in lines if line.startswith("articles ")] == [[articles, articles]]
+    assert main(["diff", "--old", str(old), "--new", str(new), "--json"]) == 0
+    vectors = json.loads(capsys.readouterr().out)["entity_vectors"]
+    assert (vectors["old_dim"], vectors["new_dim"], vectors["matched"], vectors["cosine_histogram"]) == (
+        32, 48, None, None)
+    assert main(["report", "--output", str(new), "--previous", str(old), "--recall-queries", "5"]) == 0
+    page = (new / "report" / "index.html").read_text()
+    assert "the old run&#x27;s vectors have 32 dimensions, the new run&#x27;s 48" in page
+    assert changes_rows(new)["entities"][:2] == [f"{len(entity_keys(old)):,}"] * 2
+
+
+def test_a_recorded_previous_run_replaced_since_is_not_compared(runs: Runs, tmp_path: Path) -> None:
+    """The report of a refresh compares with the previous run it recorded only while the manifest at that path is
+    the one the refresh read: another run written there since is said to be so, not diffed as if it were."""
+    from artifacts import fs
+
+    previous = Path(shutil.copytree(runs[1], tmp_path / "previous"))
+    new = Path(shutil.copytree(runs[2], tmp_path / "new"))
+    records = manifest.load(str(new))
+    records["embed_entities"].options.update({  # as pipelines/refresh.py records --previous
+        "previous": str(previous), "previous_manifest_sha256": fs.sha256(manifest.manifest_path(str(previous)))})
+    manifest.save(str(new), records)
+    assert main(["report", "--output", str(new), "--recall-queries", "5"]) == 0
+    expected = expected_diff(runs[1], new)
+    assert changes_rows(new)["articles"][:2] == [f"{expected['articles'][key]:,}" for key in ("old", "new")]
+
+    shutil.rmtree(previous)
+    shutil.copytree(runs[2], previous)  # another run at the same path
+    assert main(["report", "--output", str(new), "--recall-queries", "5"]) == 0
+    page = (new / "report" / "index.html").read_text()
+    assert (f'<p class="warn">Could not compare: the run at {previous} has changed since this run was refreshed '
+            "from it") in page
+    assert 'id="changes-table"' not in page
+    assert main(["report", "--output", str(new), "--previous", str(previous), "--recall-queries", "5"]) == 0
+    assert changes_rows(new)["articles"][2:] == ["0", "0", "0 changed"]
 
 
 def corpus_file(path: Path, rows: list[str]) -> Path:

@@ -73,8 +73,10 @@ def _counts(change: Change | None, changed_key: str | None) -> dict[str, int] | 
 def _vectors_json(histogram: CosineHistogram | None, reuse: VectorReuse | None) -> dict[str, Any] | None:
     if histogram is None:
         return None
-    return {"reused": reuse.reused, "recomputed": reuse.computed, "matched": histogram.matched,
-            "cosine_histogram": histogram.as_dict()}
+    compared = histogram.comparable
+    return {"reused": reuse.reused, "recomputed": reuse.computed, "old_dim": histogram.old_dim,
+            "new_dim": histogram.new_dim, "matched": histogram.matched if compared else None,
+            "cosine_histogram": histogram.as_dict() if compared else None}
 
 
 def _passages_json(change: Change | None, reuse: VectorReuse | None,

@@ -27,10 +27,21 @@ COSINE_BINS = ("[0.9999, 1]", "[0.999, 0.9999)", "[0.99, 0.999)", "[0.9, 0.99)",
 
 @dataclass(frozen=True)
 class CosineHistogram:
-    """Entities with a vector in both runs (``matched``) and how many fall in each of ``COSINE_BINS``."""
+    """Entities with a vector in both runs (``matched``) and how many fall in each of ``COSINE_BINS``; vectors of
+    different dimensions (another model) are not compared: nothing matched, every count 0."""
 
     matched: int
     counts: tuple[int, ...]
+    old_dim: int
+    new_dim: int
+
+    @property
+    def comparable(self) -> bool:
+        return self.old_dim == self.new_dim
+
+    def not_compared(self) -> str:
+        return (f"not compared: the old run's vectors have {self.old_dim} dimensions, the new run's {self.new_dim} "
+                "(another model)")
 
     def as_dict(self) -> dict[str, int]:
         return dict(zip(COSINE_BINS, self.counts, strict=True))
@@ -82,9 +93,10 @@ def vector_movement(old_output: str, old: Entities, new_output: str, new: Entiti
     """The cosine histogram between the old and new vector of every entity embedded in both runs."""
     footers = [parquet_footer(path) for path in manifest.recorded_files(old_output, ARTIFACT)]
     dim = footers[0][1].field("embedding").type.list_size
-    passes = max(1, math.ceil(sum(rows for rows, _ in footers) * dim * 4 / budget))
+    new_dim = parquet_footer(manifest.recorded_files(new_output, ARTIFACT)[0])[1].field("embedding").type.list_size
+    passes = max(1, math.ceil(sum(rows for rows, _ in footers) * dim * 4 / budget)) if dim == new_dim else 0
     matched, counts = 0, np.zeros(len(COSINE_BINS), np.int64)
     for bucket in range(passes):
         bucket_matched, bucket_counts = _one_pass(old_output, old, new_output, new, passes, bucket)
         matched, counts = matched + bucket_matched, counts + bucket_counts
-    return CosineHistogram(matched, tuple(int(count) for count in counts))
+    return CosineHistogram(matched, tuple(int(count) for count in counts), dim, new_dim)

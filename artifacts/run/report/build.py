@@ -67,9 +67,13 @@ def collect(output: str, declared: Mapping[str, Counter], recall_queries: int = 
             max_exact: int = MAX_EXACT, previous: str | None = None) -> ReportData:
     records = load_records(output)
     data = ReportData(output, manifest.now_iso(), stages.stage_views(records), declared)
-    data.previous = previous or changes.recorded_previous(records)
-    if data.previous:
-        data.changes = _attempt(data, "changes", lambda: diff_runs(data.previous, output))
+    recorded = changes.recorded_previous(records)
+    if previous:
+        data.previous = previous
+        data.changes = _attempt(data, "changes", lambda: diff_runs(previous, output))
+    elif recorded:
+        data.previous = recorded.path
+        data.changes = _attempt(data, "changes", lambda: changes.diff_with_recorded(recorded, output))
     if layout.DICTIONARY_STAGE in records:
         data.entities = _attempt(data, "entities", lambda: gather.entity_stats(output))
         data.dictionary = _attempt(data, "dictionary", lambda: dictionary.dictionary_stats(output))

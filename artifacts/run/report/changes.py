@@ -3,27 +3,52 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from artifacts import fs
+from artifacts.errors import InputError
+from artifacts.run import manifest
 from artifacts.run.diff.keyed import Change
-from artifacts.run.diff.runs import NOT_RECORDED, PARTS, RunDiff, VectorReuse
+from artifacts.run.diff.runs import NOT_RECORDED, PARTS, RunDiff, VectorReuse, diff_runs
 from artifacts.run.manifest import StageRecord
 from artifacts.run.report.markup import esc, kv, number, table
 
 # how a refresh with --previous records the reused run: an input "file:previous=OLD_OUT" (its manifest's
-# fingerprint), or an option "previous"
+# fingerprint), or options "previous" and "previous_manifest_sha256" (pipelines/refresh.py)
 PREVIOUS_INPUT = "file:previous="
 PREVIOUS_OPTION = "previous"
+PREVIOUS_SHA_OPTION = "previous_manifest_sha256"
 
 
-def recorded_previous(records: dict[str, StageRecord]) -> str | None:
+@dataclass(frozen=True)
+class PreviousRun:
+    """The run a refresh reused: its path and its manifest's sha256 when the refresh read it (None: not recorded)."""
+
+    path: str
+    manifest_sha256: str | None = None
+
+
+def recorded_previous(records: dict[str, StageRecord]) -> PreviousRun | None:
     """The previous run a refresh of this run reused, as its stages record it (None: built from scratch)."""
     for record in records.values():
         for name in record.inputs:
             if name.startswith(PREVIOUS_INPUT) and len(name) > len(PREVIOUS_INPUT):
-                return name[len(PREVIOUS_INPUT):]
+                return PreviousRun(name[len(PREVIOUS_INPUT):])
         previous = record.options.get(PREVIOUS_OPTION)
         if isinstance(previous, str) and previous:
-            return previous
+            return PreviousRun(previous, record.options.get(PREVIOUS_SHA_OPTION) or None)
     return None
+
+
+def diff_with_recorded(previous: PreviousRun, output: str) -> RunDiff:
+    """``diff_runs`` of the recorded previous run and ``output``; an InputError when the run at its path is no longer
+    the one the refresh read (another run written there since: its numbers would not be this run's changes)."""
+    path = manifest.manifest_path(previous.path)
+    if previous.manifest_sha256 and fs.exists(path) and fs.sha256(path) != previous.manifest_sha256:
+        raise InputError(f"the run at {previous.path} has changed since this run was refreshed from it (its "
+                         f"{manifest.MANIFEST_NAME} is not the one recorded); report --previous {previous.path} "
+                         "compares with it as it is now")
+    return diff_runs(previous.path, output)
 
 
 def _change_row(label: str, change: Change | None, changed: str) -> str:
@@ -47,6 +72,8 @@ def _cosines(diff: RunDiff) -> str:
     histogram = diff.entity_vectors
     if histogram is None:
         return ""
+    if not histogram.comparable:
+        return f'<h3>How far the entity vectors moved</h3><p class="warn">{esc(histogram.not_compared())}.</p>'
     rows = [f'<tr><td>{esc(label)}</td><td class="num">{number(count)}</td></tr>'
             for label, count in histogram.as_dict().items()]
     return (f"<h3>How far the entity vectors moved</h3><p class=\"muted\">Cosine similarity of the old and new "
