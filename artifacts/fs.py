@@ -148,12 +148,15 @@ def read_each(paths: Sequence[str], read: Callable[[str], T]) -> Iterator[T]:
 
 def matching(pattern: str) -> list[Any]:
     """The files (Beam FileMetadata: path, size) a path or glob names on any Beam filesystem, by path; a
-    one-line InputError when it cannot be listed."""
+    one-line InputError when it cannot be listed or names a directory (which Beam lists as if it were a file)."""
     try:
         found = _filesystems().match([pattern])[0].metadata_list
     except Exception as error:  # Beam wraps every filesystem's own error type in its own
         raise InputError(f"cannot list {pattern}: {first_line(error)}") from error
-    return sorted(found, key=lambda item: item.path)
+    files = [item for item in found if not (_is_plain_path(item.path) and os.path.isdir(item.path))]
+    if len(files) < len(found):
+        raise InputError(f"{pattern} is a directory: name its files (a path, or a glob such as {join(pattern, '*')})")
+    return sorted(files, key=lambda item: item.path)
 
 
 def open_input(path: str) -> IO[bytes]:

@@ -21,10 +21,12 @@ def gpu_count() -> int:
 
 
 def new_index(factory: str, dim: int):
-    """An empty index that takes passage ids: IVF indexes store ids; others get an IDMap."""
+    """An empty index that takes passage ids: IVF indexes and IDMaps store ids; others get an IDMap."""
     import faiss
 
     index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+    if isinstance(index, faiss.IndexIDMap):
+        return index
     try:
         faiss.extract_index_ivf(index)
         return index

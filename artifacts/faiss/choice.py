@@ -14,6 +14,7 @@ EXACT_UP_TO = 100_000  # passages: below this the default index is exact
 IVF_FLAT_UP_TO = 3_000_000  # passages: below this IVF without compression
 IVF_SQ8_UP_TO = 50_000_000  # passages: below this 8-bit scalar quantization; above, product quantization
 _IVF = re.compile(r"IVF(\d+)")
+_PQ = re.compile(r"\b(O?)PQ\d+(?:x(\d+))?")  # a product quantizer PQ<m>[x<nbits>] (8 bits unless told), or OPQ<m>
 _FAISS_LOCATION = re.compile(r"^Error in .*? at \S+:\d+: ")
 _FAISS_ASSERTION = re.compile(r"^Error: '.*?' failed: ")
 # Building a shard holds the worker's own memory and its float32 vectors once, streamed from its bucket files into
@@ -88,6 +89,12 @@ def ivf_lists(factory: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def pq_centroids(factory: str) -> int | None:
+    """The most centroids per sub-vector a product quantizer of the factory learns: 2**nbits of ``PQ<m>x<nbits>``,
+    256 of an OPQ rotation (trained with an 8-bit quantizer); None without one."""
+    return max((1 << (8 if rotation else int(bits or 8)) for rotation, bits in _PQ.findall(factory)), default=None)
+
+
 def needs_training(factory: str, dim: int) -> bool:
     import faiss
 
@@ -123,12 +130,19 @@ def check_factory_string(factory: str, dim: int) -> None:
 
 
 def check_factory(factory: str, count: int, dim: int) -> None:
-    """A ``FactoryError`` for a factory string FAISS rejects or an IVF with more lists than vectors to train on."""
+    """A ``FactoryError`` for a factory string FAISS rejects, or whose k-means has more centroids than vectors to
+    train on: an IVF's lists, a product quantizer's 2**nbits centroids per sub-vector."""
     check_factory_string(factory, dim)
+    sample = training_sample_size(factory, count, dim)
     lists = ivf_lists(factory)
-    if lists and lists > training_sample_size(factory, count, dim):
+    if lists and lists > sample:
         raise FactoryError(factory, f"{lists} IVF lists need at least {lists} training vectors, "
                                     f"the corpus has {count} passages")
+    centroids = pq_centroids(factory)
+    if centroids and centroids > sample:
+        raise FactoryError(factory, f"its product quantizer learns {centroids} centroids per sub-vector and needs at "
+                                    f"least {centroids} training vectors, the corpus has {count} passages (fewer "
+                                    "bits, e.g. PQ<m>x4, or Flat/SQ8 suit a small corpus)")
 
 
 @dataclass(frozen=True)

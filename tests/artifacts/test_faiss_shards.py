@@ -278,7 +278,14 @@ def test_bad_factories_are_one_line_errors():
         shards.check_factory("IVFxyz,Nope", 100, DIM)
     with pytest.raises(InputError, match="1024 IVF lists need at least 1024 training vectors"):
         shards.check_factory("IVF1024,Flat", 500, DIM)
+    with pytest.raises(InputError, match="learns 256 centroids per sub-vector and needs at least 256 training"):
+        shards.check_factory("IVF2,PQ4", 200, DIM)
+    with pytest.raises(InputError, match="learns 1024 centroids"):
+        shards.check_factory("PQ4x10", 1000, DIM)
     shards.check_factory("HNSW8,Flat", 10, DIM)
+    shards.check_factory("IVF2,PQ4x4", 20, DIM)
+    with pytest.raises(InputError, match="learns 256 centroids"):
+        shards.check_factory("OPQ4,IVF2,PQ4x4", 20, DIM)  # the rotation is trained with an 8-bit quantizer
 
 
 def test_dimension_mismatch_and_missing_index(tmp_path):

@@ -239,6 +239,8 @@ def test_unreadable_inputs_are_one_line_errors(tiny_bert, tmp_path, capsys):
     base = ["index", "--output", out, "--encoder", str(tiny_bert)]
     assert error_of([*base, "--corpus", str(tmp_path / "none.tsv"), *DIRECT], capsys) == (
         f"error: corpus {tmp_path / 'none.tsv'} not found")
+    assert error_of([*base, "--corpus", str(tmp_path), *DIRECT], capsys) == (
+        f"error: {tmp_path} is a directory: name its files (a path, or a glob such as {tmp_path / '*'})")
     (tmp_path / "headless.tsv").write_text("1\ttext\ttitle\n")
     assert "is not the DPR header" in error_of([*base, "--corpus", str(tmp_path / "headless.tsv"), *DIRECT], capsys)
     assert "has no completed 'parse' stage, which 'index' reads: run `python run_pipeline.py parse" in error_of(
@@ -247,7 +249,21 @@ def test_unreadable_inputs_are_one_line_errors(tiny_bert, tmp_path, capsys):
     (tmp_path / "tiny.tsv").write_text("id\ttext\ttitle\n1\tsome text\tT\n2\tmore text\tU\n")
     assert "IVF lists need at least 64 training vectors" in error_of(
         [*base, "--corpus", str(tmp_path / "tiny.tsv"), "--index-factory", "IVF64,Flat", *DIRECT], capsys)
+    assert "product quantizer learns 256 centroids per sub-vector and needs at least 256 training vectors" in error_of(
+        [*base, "--corpus", str(tmp_path / "tiny.tsv"), "--index-factory", "IVF2,PQ8", *DIRECT], capsys)
     assert "no completed" not in error_of(["search", "--output", out, "--query", "x"], capsys)
+
+
+def test_a_factory_that_maps_its_own_ids_is_taken_as_it_is(tiny_bert, tmp_path):
+    """``IDMap,Flat`` already stores passage ids: it is not wrapped in a second IDMap, and search finds the ids."""
+    (tmp_path / "c.tsv").write_text("id\ttext\ttitle\n7\tlakes and rivers\tA\n42\tmountains\tB\n9\tdeserts\tC\n")
+    assert main(["index", "--output", str(tmp_path / "out"), "--encoder", str(tiny_bert), "--encoder-type", "mean",
+                 "--corpus", str(tmp_path / "c.tsv"), "--index-factory", "IDMap,Flat", *DIRECT]) == 0
+    rows = stored_rows(tmp_path / "out")
+    ids = np.array(sorted(rows), dtype=np.int64)
+    vectors = np.array([rows[passage_id]["embedding"] for passage_id in ids], dtype=np.float32)
+    found = faiss_shards.ShardedIndex(str(tmp_path / "out" / "index")).search(vectors, 1)[1]
+    assert ids.tolist() == [7, 9, 42] and found[:, 0].tolist() == ids.tolist()
 
 
 def test_search_with_an_encoder_of_another_size_is_refused(minilm_index, tiny_bert, capsys):
