@@ -52,11 +52,13 @@ def answer_tokens(text: str) -> list[str]:
 def has_answer(answers: Sequence[str], text: str) -> bool:
     """Whether ``text`` contains one of ``answers`` as a contiguous run of tokens. Empty answers match nothing
     (DPR's own loop would let an empty answer match every passage)."""
-    lowered = unicodedata.normalize("NFD", text).lower()
+    # a cheap filter first: a token of the text, lowered alone, is a substring of the whole text case-folded (not
+    # lowered: "ΟΔΟΣ'Α" lowers to "οδοσ'α" as a whole, its token "ΟΔΟΣ" to "οδος" with a final sigma)
+    folded = unicodedata.normalize("NFD", text).casefold()
     text_tokens: list[str] | None = None
     for answer in answers:
         wanted = answer_tokens(answer)
-        if not wanted or wanted[0] not in lowered:  # cheap filter: every token is a substring of the text
+        if not wanted or wanted[0].casefold() not in folded:
             continue
         if text_tokens is None:
             text_tokens = answer_tokens(text)

@@ -63,12 +63,21 @@ def test_all_751_real_rows_are_100_word_passages_that_round_trip():
     ("x7\ttext\tT", "bad_ids"),
     ("-7\ttext\tT", "bad_ids"),
     ("12345678901234567890\ttext\tT", "bad_ids"),
+    ("9223372036854775808\ttext\tT", "bad_ids"),  # 2^63: past int64
+    ("\u0663\ttext\tT", "bad_ids"),  # an Arabic-Indic digit
     ("8\t   \tT", "empty_texts"),
     ('9\t""\tT', "empty_texts"),
 ])
 def test_malformed_rows_say_why(line, reason):
     row = parse_dpr_row(line)
     assert isinstance(row, BadRow) and row.reason == reason and row.line == line
+
+
+def test_ids_are_every_int64():
+    """An id is any non-negative int64 in ASCII digits, of any length: leading zeros are allowed."""
+    for raw, value in (("9223372036854775807", 2**63 - 1), ("1000000000000000000", 10**18),
+                       ("0000000000000000042", 42), ("0" * 40 + "7", 7)):
+        assert parse_dpr_row(f"{raw}\ttext\tT") == Passage(value, "T", "text")
 
 
 def test_rows_with_inner_quotes_and_reordered_headers():

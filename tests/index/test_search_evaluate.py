@@ -42,6 +42,8 @@ def test_has_answer_follows_dprs_token_rule():
     assert not has_answer(["July 6 , 2018", "Osaka"], text)
     assert has_answer(["Ahärôn"], "prophet (Aha\u0308ro\u0302n) spoke")  # composed vs decomposed accents
     assert not has_answer(["", "  "], text)  # empty answers match nothing
+    # each token is lowered alone: "ΟΔΟΣ" ends in a final sigma, though the text lowered as a whole would not
+    assert has_answer(["οδος"], "Η ΟΔΟΣ'Α") and has_answer(["ΟΔΟΣ"], "Η ΟΔΟΣ'Α")
 
 
 def test_question_rows_of_both_formats():

@@ -45,7 +45,7 @@ COUNTERS = declare(
     error("invalid_utf8", "passage lines that are not UTF-8"),
     error("bad_quoting", "passage lines with broken quoting"),
     error("wrong_column_count", "passage lines without 3 columns"),
-    error("bad_ids", "passage lines whose id is not a non-negative integer"),
+    error("bad_ids", "passage lines whose id is not an integer from 0 to 2^63 - 1"),
     error("empty_texts", "passages with empty text"),
     dropped("articles_without_text", "articles without text to cut into passages"),
     error("too_long_articles", "articles with more words than passage ids per page allow"),

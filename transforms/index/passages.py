@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from artifacts.passages import Passage
+from artifacts.schemas import int64_of
 
 DPR_HEADER = ("id", "text", "title")
 # Passages cut from an article get the id page_id * PASSAGES_PER_PAGE + chunk: stable across dump refreshes
@@ -56,17 +57,14 @@ def parse_dpr_row(line: str, columns: tuple[int, int, int] = (0, 1, 2)) -> Passa
     raw_id, text, title = (fields[column] for column in columns)
     passage_id = parse_passage_id(raw_id)
     if passage_id is None:
-        return BadRow("bad_ids", f"id {raw_id[:40]!r} is not a non-negative integer", shown)
+        return BadRow("bad_ids", f"id {raw_id[:40]!r} is not an integer from 0 to 2^63 - 1", shown)
     if not text.strip():
         return BadRow("empty_texts", "the passage text is empty", shown)
     return Passage(passage_id, title, text)
 
 
 def parse_passage_id(raw: str) -> int | None:
-    raw = raw.strip()
-    if not raw.isascii() or not raw.isdigit() or len(raw) > 18:  # int64-safe
-        return None
-    return int(raw)
+    return int64_of(raw.strip())
 
 
 def word_chunks(text: str, words_per_passage: int) -> Iterator[str]:

@@ -14,6 +14,7 @@ from typing import IO
 
 from artifacts import fs
 from artifacts.errors import InputError, first_line
+from artifacts.schemas import int64_of
 from transforms.parse.namespaces import ARTICLE, Namespaces, legacy_file_aliases
 from transforms.parse.titles import normalize_title
 
@@ -26,7 +27,6 @@ _PAGE_END = b"</page>"  # safe to split on: a literal "<" inside page text is al
 _FRAGMENT_ID = re.compile(rb"<id>\s*(\d+)\s*</id>")
 _FRAGMENT_TITLE = re.compile(rb"<title>([^<]*)</title>")
 _DOCUMENT_END = re.compile(rb"</mediawiki\s*>|<mediawiki\b[^>]*/>")  # a closed or an empty export
-MAX_INT64 = (1 << 63) - 1  # page ids (and multistream offsets) are stored as int64
 
 
 @dataclass(frozen=True)
@@ -200,7 +200,7 @@ def page_from_element(page: ElementTree.Element, siteinfo: SiteInfo, source: str
 
 def read_page_id(raw: str) -> int | None:
     """A page id from its digits; None when it is no number that fits the int64 it is stored as."""
-    return int(raw) if raw.isdigit() and int(raw) <= MAX_INT64 else None
+    return int64_of(raw)
 
 
 def iter_page_fragment_bytes(stream: IO[bytes], chunk_size: int = _READ_CHUNK) -> Iterator[bytes]:
