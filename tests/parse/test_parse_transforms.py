@@ -187,6 +187,33 @@ def test_redirects_without_a_page_and_repeated_redirects_are_counted_not_article
     assert (counters["redirect_pages"], counters["bad_redirects"], counters["duplicate_redirects"]) == (6, 3, 2)
 
 
+def test_link_and_redirect_targets_are_decoded_and_redirects_out_of_the_articles_are_dropped(tmp_path: Path):
+    """Character references and %XX escapes in a target are decoded before its #fragment is split off, and it is
+    NFC (a link to [[Guns N&#39; Roses]] was no link, its redirect pointed at "Guns N&"); a redirect to another
+    namespace or wiki is dead-lettered, not a title map entry whose target became an entity "Wikipedia:About"."""
+    from xml.sax.saxutils import escape
+
+    pages = [
+        (31, "Fan", "[[Guns N&#39; Roses]], [[AT&amp;T]], [[Foo%20bar]], [[Ame\u0301lie]], [[GNR]], [[Project]]."),
+        (32, "Project", "#REDIRECT [[Wikipedia:About]]"), (33, "Cat", "#REDIRECT [[Category:Planets]]"),
+        (34, "Wikt", "#REDIRECT [[wikt:venus]]"), (35, "GNR", "#REDIRECT [[Guns N&#x27; Roses#History]]"),
+        (36, "Guns N' Roses", "A band."), (37, "Colon", "#REDIRECT [[:en:Guns_N%27_Roses]]"),
+    ]
+    xml = [f"<page><title>{escape(title)}</title><ns>0</ns><id>{page_id}</id><revision><text>{escape(text)}</text>"
+           "</revision></page>" for page_id, title, text in pages]
+    dump = tmp_path / "dump.xml"
+    dump.write_text(DUMP.format(pages="\n  ".join(xml)), encoding="utf-8")
+    articles, redirects, dead, counters = parse_dump(tmp_path, str(dump))
+    fan = next(row for row in articles if row["title"] == "Fan")
+    assert [link["target"] for link in fan["links"]] == [
+        "Guns N' Roses", "AT&T", "Foo bar", "Am\u00e9lie", "Guns N' Roses", "Project"]
+    assert sorted((row["title"], row["target"]) for row in redirects) == [("Colon", "Guns N' Roses"),
+                                                                          ("GNR", "Guns N' Roses")]
+    assert sorted((letter["kind"], letter["title"]) for letter in dead) == [
+        ("non_article_redirects", "Cat"), ("non_article_redirects", "Project"), ("non_article_redirects", "Wikt")]
+    assert (counters["redirect_pages"], counters["non_article_redirects"], counters["red_links"]) == (5, 3, 4)
+
+
 def test_dumps_of_two_wikis_are_refused(tmp_path: Path, capsys):
     """Only one <siteinfo> decides the namespaces of every file: a German dump read with the English one linked
     Datei:, Kategorie: and Vorlage: pages as entities."""

@@ -7,7 +7,7 @@ import pytest
 from tests.conftest import WIKIPEDIA
 from transforms.parse.dump_reader import RawPage, iter_pages, read_siteinfo
 from transforms.parse.namespaces import Namespaces
-from transforms.parse.titles import normalize_title
+from transforms.parse.titles import decode_target, normalize_title
 from transforms.parse.wikitext import WikitextError, WikitextOptions, redirect_target_from_text, wikitext_to_text
 
 ENGLISH = Namespaces.english_defaults()
@@ -20,11 +20,19 @@ def convert(wikitext: str, namespaces: Namespaces = ENGLISH, **options) -> tuple
 
 
 @pytest.mark.parametrize(("raw", "expected"), [
-    ("anarchism", "Anarchism"), ("  the_Foo  bar ", "The Foo bar"), ("AT&amp;T", "AT&T"), ("éclair", "Éclair"),
+    ("anarchism", "Anarchism"), ("  the_Foo  bar ", "The Foo bar"), ("AT&T", "AT&T"), ("éclair", "Éclair"),
     ("", ""),
 ])
 def test_normalize_title(raw, expected):
     assert normalize_title(raw) == expected
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    ("AT&amp;T", "AT&T"), ("Guns N&#39; Roses#Members", "Guns N' Roses#Members"), ("Foo%20bar%23x", "Foo bar#x"),
+    ("100% (song)", "100% (song)"), ("Ame\u0301lie", "Am\u00e9lie"), ("Caf%C3%A9", "Caf\u00e9"),
+])
+def test_link_targets_are_decoded_as_mediawiki_decodes_them(raw, expected):
+    assert decode_target(raw) == expected
 
 
 def test_namespace_prefixes_are_this_wikis_own():
@@ -80,6 +88,7 @@ def test_redirect_target_from_text():
     assert redirect_target_from_text("#redirect:[[Foo|bar]]") == "Foo"
     assert redirect_target_from_text("#RINVIA [[Pagina]]") == "Pagina"
     assert redirect_target_from_text("Some text #REDIRECT [[X]]") is None
+    assert redirect_target_from_text("#REDIRECT [[Guns N&#39; Roses#History]]") == "Guns N' Roses"
 
 
 def test_absurd_nesting_is_a_wikitext_error():

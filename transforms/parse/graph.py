@@ -27,7 +27,13 @@ from transforms.parse.link_resolution import ResolveArticles
 from transforms.parse.namespaces import ARTICLE
 from transforms.parse.redirects import TitleRecords, build_title_map
 from transforms.parse.titles import normalize_title
-from transforms.parse.wikitext import WikitextError, WikitextOptions, redirect_target_from_text, wikitext_to_text
+from transforms.parse.wikitext import (
+    WikitextError,
+    WikitextOptions,
+    redirect_article,
+    redirect_target_from_text,
+    wikitext_to_text,
+)
 
 RECORD_TAG = "record"
 # Title record kinds (schemas.TITLE_RECORDS): what the title map is built from.
@@ -38,6 +44,8 @@ _OWN_COUNTERS = declare(
     dropped("non_article_pages", "pages outside the article namespace"),
     processed("redirect_pages", "redirect pages"),
     error("bad_redirects", "redirect pages without a target"),
+    dropped("non_article_redirects", "redirect pages to a page outside the article namespace or on another wiki "
+            "(links to them are red links)", dead_lettered=True),
     error("parser_errors", "pages the wikitext parser could not convert"),
     dropped("empty_articles", "articles with no text left after markup removal", dead_lettered=True),
     dropped("sql_redirects_skipped", "SQL redirect rows outside the article namespace or to other wikis"),
@@ -88,11 +96,15 @@ def classify_page(page: RawPage, siteinfo: SiteInfo, options: WikitextOptions,
     raw_target = page.redirect or redirect_target_from_text(page.text)
     if raw_target is not None or page.redirect is not None:
         count("redirect_pages")
-        target = normalize_title((raw_target or "").split("#", 1)[0])
-        if target:
-            yield beam.pvalue.TaggedOutput(RECORD_TAG, title_record(REDIRECT_RECORD, title, target=target))
-        else:
+        named = (raw_target or "").split("#", 1)[0]
+        target = redirect_article(named, siteinfo.namespaces)
+        if not normalize_title(named.lstrip(":")):
             yield dead_letter("bad_redirects", "redirect without a target", page_id=page.page_id, title=title)
+        elif target is None:
+            yield dead_letter("non_article_redirects", f"redirect to {named.strip()!r}, outside the article "
+                              "namespace or on another wiki", page_id=page.page_id, title=title)
+        else:
+            yield beam.pvalue.TaggedOutput(RECORD_TAG, title_record(REDIRECT_RECORD, title, target=target))
         return
     try:
         parsed = wikitext_to_text(page.text, title, siteinfo.namespaces, options)

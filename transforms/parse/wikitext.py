@@ -25,7 +25,7 @@ from mwparserfromhell.nodes import (
 from mwparserfromhell.wikicode import Wikicode
 
 from transforms.parse.namespaces import CATEGORY, FILE, MEDIA, Namespaces
-from transforms.parse.titles import normalize_title
+from transforms.parse.titles import decode_target, normalize_title
 from transforms.parse.wikitext_prepass import strip_dropped_markup
 from transforms.parse.wikitext_quotes import balance_quotes
 
@@ -107,12 +107,18 @@ class _Builder:
 
 
 def redirect_target_from_text(wikitext: str) -> str | None:
-    """The target of ``#REDIRECT [[Target#section]]`` (also common localized magic words; "" for a redirect
-    without a page: ``[[#section]]``, ``[[]]``), else None."""
+    """The target of ``#REDIRECT [[Target#section]]``, decoded (``decode_target``), its fragment split off (also
+    common localized magic words; "" for a redirect without a page: ``[[#section]]``, ``[[]]``), else None."""
     match = _REDIRECT.match(wikitext)
     if match is None:
         return None
-    return match.group(1).split("#", 1)[0].strip()
+    return decode_target(match.group(1)).split("#", 1)[0].strip()
+
+
+def redirect_article(target: str, namespaces: Namespaces) -> str | None:
+    """The article a redirect's target (decoded, its fragment split off) names, as a link to it would: None for a
+    page outside the article namespace or on another wiki (``Wikipedia:About``, ``Category:X``, ``wikt:x``)."""
+    return classify_link(target, namespaces, WikitextOptions()).target
 
 
 def is_interwiki(prefix: str) -> bool:
@@ -128,9 +134,10 @@ class _LinkRole:
     target: str | None
 
 
-def classify_link(raw_title: str, namespaces: Namespaces, options: WikitextOptions) -> _LinkRole:
-    """What a wikilink target is: an entity link, a shown non-entity link, or something not shown at all."""
-    title = raw_title.strip()
+def classify_link(title: str, namespaces: Namespaces, options: WikitextOptions) -> _LinkRole:
+    """What a wikilink's target (decoded: ``decode_target``) is: an entity link, a shown non-entity link, or
+    something not shown at all."""
+    title = title.strip()
     leading_colon = title.startswith(":")
     title = title.lstrip(":").strip()
     prefix, separator, rest = title.partition(":")
@@ -192,7 +199,7 @@ class _Converter:
 
     def wikilink(self, node: Wikilink, trail: str, depth: int) -> bool:
         """Render a wikilink; True if it took the link trail (letters glued to ``]]``) into its anchor."""
-        role = classify_link(str(node.title), self.namespaces, self.options)
+        role = classify_link(decode_target(str(node.title)), self.namespaces, self.options)
         if role.drop:
             return False
         shown = self.render_plain(node.text if node.text is not None else node.title, depth).strip()
