@@ -61,6 +61,13 @@ def test_headings_lists_tables_sections_and_entities():
         "History\nText early and here.\nitem one\nend & done", [("one", "One")])
 
 
+def test_other_whitespace_is_one_space_like_nbsp():
+    """A literal no-break space, U+2028, an ideographic space or a tab reads as &nbsp; does: one space (the anchor
+    names of the dictionary make whitespace one space; text left with U+00A0 never matched them)."""
+    text, links = convert("New\u00a0York &nbsp;and\u2028[[Paris|Paris\u00a0France]]\u3000\tx\u00a0\n\u00a0y")
+    assert (text, links) == ("New York and Paris France x\ny", [("Paris France", "Paris")])
+
+
 def test_section_links_on_request():
     assert convert("[[History#Early|early]] [[#Local|here]]", keep_section_links=True) == (
         "early here", [("early", "History")])

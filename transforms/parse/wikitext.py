@@ -251,7 +251,10 @@ class _Converter:
 
 # A line of nothing but list/indent markup (what is left of ":{{template}}"): no text.
 _BARE_LIST_MARKUP = re.compile(r"^[:*#;]+$")
-_SPACE_RUN = re.compile(r"[ \t]{2,}|\t")
+_SPACE_RUN = re.compile(r" {2,}")
+# Whitespace but newlines and spaces (no-break and other Unicode spaces, U+2028, tabs): one space each, as &nbsp;
+# renders, so that the text matches the anchor names taken from it (their whitespace runs are one space).
+_OTHER_SPACE = re.compile(r"[^\S\n ]")
 
 
 def _squeeze(line: str) -> tuple[str, list[int], list[int]]:
@@ -273,7 +276,9 @@ def _moved(offset: int, ends: list[int], removed: list[int]) -> int:
 
 
 def tidy(raw: str, links: list[Link]) -> ParsedText:
-    """Strip every line, drop empty ones, make runs of spaces one space; links move with their text."""
+    """Strip every line, drop empty ones, make other whitespace than newlines a space and runs of spaces one
+    space; links move with their text."""
+    raw = _OTHER_SPACE.sub(" ", raw)  # one character for one: the links' offsets stay
     spans: list[tuple[int, int, int, list[int], list[int]]] = []  # old start, old end, new start, squeeze map
     kept: list[str] = []
     position = new_length = 0
