@@ -202,7 +202,9 @@ class Thresholds:
 def score_names(candidates: pa.Table, docs: np.ndarray, thresholds: Thresholds) -> tuple[pa.Table, ScoreDrops]:
     """The kept (name, entity) rows (``schemas.NAMES``) of a bucket's ``NAME_CANDIDATES`` whose names occur in
     ``docs[i]`` documents (row i): link_prob = total_link_count / max(doc_count, 1), capped at 1; commonness =
-    link_count / total_link_count. Rows are sorted by (name, entity_id)."""
+    link_count / total_link_count. Rows are sorted by (name, entity_id). A name found in no document (a title's
+    name no paragraph holds, an anchor cut inside a word) is stored with doc_count 1: the KPR reference linker,
+    which reads these counts from ``data.npy``, takes a doc_count of 0 as link_prob 0 and would never link it."""
     if not candidates.num_rows:
         return schemas.NAMES.empty_table(), ScoreDrops()
     order = pc.sort_indices(candidates, [("name", "ascending"), ("entity_id", "ascending")])
