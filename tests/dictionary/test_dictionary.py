@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import re
+from collections import Counter
 from pathlib import Path
 
 import marisa_trie
@@ -62,9 +63,14 @@ def test_anchor_names_count_titles_and_skip_bad_names():
     assert len(dead) == 1 and dead[0].value["kind"] == "empty_names"
 
 
-def scored(candidates: list[tuple[str, int, int]], docs: list[int], config: DictionaryConfig):
-    table = pa.Table.from_pylist([dict(zip(NAME_CANDIDATES.names, row, strict=True)) for row in candidates],
-                                 schema=NAME_CANDIDATES)
+def scored(candidates: list[tuple[str, int, int]], docs: list[int], config: DictionaryConfig,
+           other_links: dict[str, int] | None = None):
+    """score_names of (name, entity_id, link_count) rows; ``other_links``: a name's anchors to no entity."""
+    totals = Counter(other_links or {})
+    for name, _, link_count in candidates:
+        totals[name] += link_count
+    table = pa.Table.from_pylist([dict(zip(NAME_CANDIDATES.names, (*row, totals[row[0]]), strict=True))
+                                  for row in candidates], schema=NAME_CANDIDATES)
     rows, drops = score_names(table, np.array(docs), config.thresholds)
     return rows.to_pylist(), drops
 
@@ -81,6 +87,10 @@ def test_score_names_scores_and_filters():
     assert (drops.names_below_min_link_prob, drops.pairs_below_min_commonness,
             drops.pairs_below_min_link_count) == (1, 2, 0)
     assert scored([("venus", 3, 1), ("venus", 4, 2)], [3, 3], config)[1].pairs_below_min_link_count == 1
+    # links to no entity count in the name's total: commonness 3/8 and 2/8 (one pair kept, not both), link_prob 8/3
+    rows, drops = scored([("venus", 3, 3), ("venus", 4, 2)], [3, 3], config, {"venus": 3})
+    assert [(row["entity_id"], row["total_link_count"], row["commonness"]) for row in rows] == [(3, 8, 0.375)]
+    assert drops.pairs_below_min_commonness == 1
 
 
 def targets_table(pages: list[tuple[str, int, str | None]], links: dict[str, int]) -> pa.Table:
@@ -121,8 +131,9 @@ def test_name_candidates_attach_entity_ids_by_target():
                                   {"name": "sun", "target": "Sunny", "count": 1},
                                   {"name": "moon", "target": "Moon", "count": 2}], schema=PAIRS)
     candidates, not_entities = name_candidates(pairs, title_ids)
-    assert candidates.to_pylist() == [{"name": "sun", "entity_id": 7, "link_count": 4},
-                                      {"name": "moon", "entity_id": 9, "link_count": 2}]
+    # the name's total counts its anchors to any target: "sun" -> Sunny (no entity: a red link) too
+    assert candidates.to_pylist() == [{"name": "sun", "entity_id": 7, "link_count": 4, "total_link_count": 5},
+                                      {"name": "moon", "entity_id": 9, "link_count": 2, "total_link_count": 2}]
     assert not_entities == 1
     assert docs_of(np.array([5, 1, 3]), pa.Table.from_pylist(
         [{"name_id": 3, "docs": 30}, {"name_id": 1, "docs": 10}], schema=DOC_COUNTS)).tolist() == [0, 10, 30]

@@ -29,7 +29,9 @@ TARGET_KEYS, TARGET_VALUES = ("title", "page_id", "qid"), ("inbound",)
 # Entities before their ids, and (name, entity) candidates before scoring.
 CANDIDATES = pa.schema([("title", pa.string()), ("page_id", pa.int64()), ("qid", pa.string()),
                         ("link_count", pa.int64())])
-NAME_CANDIDATES = pa.schema([("name", pa.string()), ("entity_id", pa.int32()), ("link_count", pa.int64())])
+# total_link_count: every anchor of the name, whatever its target (an entity or not: a red link of a full dump)
+NAME_CANDIDATES = pa.schema([("name", pa.string()), ("entity_id", pa.int32()), ("link_count", pa.int64()),
+                             ("total_link_count", pa.int64())])
 # Paragraphs (or pages) in which a name occurs, by name id (the key id in the name trie).
 DOC_COUNTS = pa.schema([("name_id", pa.int64()), ("docs", pa.int64())])
 DOC_KEYS, DOC_VALUES = ("name_id",), ("docs",)
@@ -140,13 +142,19 @@ def title_entity_ids(entities: pa.Table) -> TrieMap:
 
 
 def name_candidates(pairs: pa.Table, title_ids: TrieMap) -> tuple[pa.Table, int]:
-    """(name, entity_id, link_count) for the summed anchor pairs whose target is an entity; how many were not."""
+    """``NAME_CANDIDATES`` of the summed anchor pairs (every pair of a name is in its bucket) whose target is an
+    entity, with the name's links to any target; how many pairs were not."""
     entity_ids = title_ids.lookup(pairs.column("target").to_pylist())
     is_entity = entity_ids >= 0
     keep = pa.array(is_entity)
+    names = pairs.column("name").combine_chunks()
+    groups = pc.unique(names)
+    totals = np.bincount(pc.index_in(names, groups).to_numpy(), weights=pairs.column("count").to_numpy(),
+                         minlength=len(groups)).astype(np.int64)
+    kept_names = names.filter(keep)
     candidates = pa.Table.from_arrays(
-        [pairs.column("name").filter(keep), pa.array(entity_ids[is_entity].astype(np.int32)),
-         pairs.column("count").filter(keep)], schema=NAME_CANDIDATES)
+        [kept_names, pa.array(entity_ids[is_entity].astype(np.int32)), pairs.column("count").filter(keep),
+         pa.array(totals[pc.index_in(kept_names, groups).to_numpy()])], schema=NAME_CANDIDATES)
     return candidates, int(len(is_entity) - is_entity.sum())
 
 
@@ -201,7 +209,8 @@ class Thresholds:
 
 def score_names(candidates: pa.Table, docs: np.ndarray, thresholds: Thresholds) -> tuple[pa.Table, ScoreDrops]:
     """The kept (name, entity) rows (``schemas.NAMES``) of a bucket's ``NAME_CANDIDATES`` whose names occur in
-    ``docs[i]`` documents (row i): link_prob = total_link_count / max(doc_count, 1), capped at 1; commonness =
+    ``docs[i]`` documents (row i): link_prob = total_link_count (the name's anchors, whatever their target) /
+    max(doc_count, 1), capped at 1; commonness =
     link_count / total_link_count. Rows are sorted by (name, entity_id). A name found in no document (a title's
     name no paragraph holds, an anchor cut inside a word) is stored with doc_count 1: the KPR reference linker,
     which reads these counts from ``data.npy``, takes a doc_count of 0 as link_prob 0 and would never link it."""
@@ -211,9 +220,8 @@ def score_names(candidates: pa.Table, docs: np.ndarray, thresholds: Thresholds) 
     candidates, docs = candidates.take(order), np.asarray(docs)[order.to_numpy()]
     names = candidates.column("name")
     starts = np.flatnonzero(run_starts(names))
-    sizes = np.diff(np.append(starts, len(names)))
     link_count = candidates.column("link_count").to_numpy()
-    total = np.repeat(np.add.reduceat(link_count, starts), sizes)
+    total = candidates.column("total_link_count").to_numpy()
     doc_count = np.maximum(docs, 1)
     link_prob = np.minimum(1.0, total / doc_count)
     name_kept = link_prob >= thresholds.min_link_prob
