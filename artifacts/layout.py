@@ -18,6 +18,7 @@ INDEX = "index"
 PASSAGES = "passages"
 ERRORS = "errors"  # OUT/errors/STAGE/: one artifact directory per stage
 REPORT = "report"
+REPORT_STAMP = "manifest.sha256"  # in report/: the sha256 of the manifest.json the report was built from
 MANIFEST = "manifest.json"
 STAGING = ".staging"  # OUT/.staging/STAGE/: a running stage's outputs before they are committed
 KEPT = ".kept"  # OUT/.staging/STAGE.kept/: what a killed run of a stage leaves for its rerun (removed at its commit)

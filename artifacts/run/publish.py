@@ -116,6 +116,26 @@ def published_stages(stages: dict[str, manifest.StageRecord], kept: bool) -> dic
             for name, record in stages.items()}
 
 
+class StaleReportError(InputError):
+    """OUT/report/ was built from another manifest.json than the run's: a stage ran (or was recorded) after it."""
+
+    def __init__(self, output: str) -> None:
+        super().__init__(f"{fs.join(output, REPORT_DIR)} was built before the run's last stage ran (from another "
+                         f"{manifest.MANIFEST_NAME}): run `python run_pipeline.py report --output {output}` again, or "
+                         "remove the report to publish without one; nothing was copied")
+
+
+def require_current_report(output: str) -> None:
+    """A StaleReportError when OUT has a report whose stamp names another manifest than OUT's (or none)."""
+    report_files = fs.list_tree(fs.join(output, REPORT_DIR))
+    if not report_files:
+        return
+    stamp = fs.join(output, REPORT_DIR, layout.REPORT_STAMP)
+    built_from = fs.read_bytes(stamp).decode("ascii", errors="replace").strip() if fs.exists(stamp) else ""
+    if built_from != fs.sha256(manifest.manifest_path(output)):
+        raise StaleReportError(output)
+
+
 def planned_files(output: str, stages: dict[str, manifest.StageRecord]) -> list[PublishedFile]:
     """Every file the manifest lists, plus the report's files, sorted by path."""
     files = {item.path: PublishedFile(item.path, item.bytes, item.sha256)
@@ -227,6 +247,7 @@ def publish_run(output: str, destination: str, latest: bool = False, free_bytes:
     if overlaps(output, destination):
         raise OverlappingDestinationError(output, destination)
     require_valid(output)
+    require_current_report(output)
     stages = published_stages(manifest.load(output), kept)
     files = planned_files(output, stages)
     earlier = require_publishable(destination, files)  # refused before the lock makes DEST

@@ -6,6 +6,7 @@ publish copies everything with the manifest last; export-kpr loads with plain nu
 from __future__ import annotations
 
 import filecmp
+import hashlib
 import json
 import os
 import shutil
@@ -391,13 +392,42 @@ def test_damaged_pages_are_named_by_each_reader(run: Path) -> None:
 # --- publish -------------------------------------------------------------------------------------------------
 
 
+def fake_report(out: Path) -> None:
+    """A report of ``out`` as it is now: its page and the stamp of the manifest it was built from."""
+    (out / "report").mkdir()
+    (out / "report" / "index.html").write_text("<html>report</html>")
+    (out / "report" / "manifest.sha256").write_text(hashlib.sha256((out / "manifest.json").read_bytes()).hexdigest())
+
+
+def test_publish_refuses_a_report_built_before_the_last_stage(run: Path, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A report older than the manifest (a stage recorded after it) would be published as the run's: refused, and
+    so is a report that names no manifest; the report command's own stamp is accepted."""
+    assert main(["report", "--output", str(run), "--recall-queries", "5"]) == 0
+    records = manifest.load(str(run))
+    records["index"].counters["passages_encoded"] += 1  # as a rerun of the stage records it
+    manifest.save(str(run), records)
+    destination = tmp_path / "published"
+    for without_stamp in (False, True):
+        if without_stamp:  # no stamp: no telling which run it shows
+            (run / "report" / "manifest.sha256").unlink()
+        assert main(["publish", "--output", str(run), "--to", str(destination)]) == 2
+        assert capsys.readouterr().err == (
+            f"error: {run / 'report'} was built before the run's last stage ran (from another manifest.json): run "
+            f"`python run_pipeline.py report --output {run}` again, or remove the report to publish without one; "
+            "nothing was copied\n")
+        assert not destination.exists()
+    assert main(["report", "--output", str(run), "--recall-queries", "5"]) == 0
+    assert main(["publish", "--output", str(run), "--to", str(destination)]) == 0
+    assert (destination / "report" / "index.html").read_bytes() == (run / "report" / "index.html").read_bytes()
+
+
 @pytest.mark.parametrize("with_vectors", [False, True])
 def test_publish_copies_everything(run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                    with_vectors: bool) -> None:
     """Every recorded file and the report; embed-entities' kept window vectors only when asked (without them the
     published manifest does not list them, and the copy validates)."""
-    (run / "report").mkdir()
-    (run / "report" / "index.html").write_text("<html>report</html>")
+    fake_report(run)
     destination = tmp_path / "published"
     assert main(["publish", "--output", str(run), "--to", str(destination),
                  *(["--with-mention-vectors"] if with_vectors else [])]) == 0
@@ -407,9 +437,9 @@ def test_publish_copies_everything(run: Path, tmp_path: Path, capsys: pytest.Cap
     assert any(path.startswith("mention_vectors/") for path in recorded)
     listed = [path for path in recorded if with_vectors or not path.startswith("mention_vectors/")]
     copied = sorted(str(path.relative_to(destination)) for path in destination.rglob("*") if path.is_file())
-    assert copied == sorted([*listed, "report/index.html", "manifest.json", ".kpr-publish.json"])
-    assert owned.load_record(str(destination), ".kpr-publish.json") == {*listed, "report/index.html",
-                                                                         "manifest.json"}
+    report = ["report/index.html", "report/manifest.sha256"]
+    assert copied == sorted([*listed, *report, "manifest.json", ".kpr-publish.json"])
+    assert owned.load_record(str(destination), ".kpr-publish.json") == {*listed, *report, "manifest.json"}
     assert sorted(item.path for stage in manifest.load(str(destination)).values() for item in stage.outputs) == listed
     copied.remove(".kpr-publish.json")
     for relative in copied:
@@ -480,8 +510,7 @@ def test_publish_into_a_directory_of_other_files_keeps_them(run: Path, tmp_path:
                                                   ("manifest.json/mine.txt", "manifest.json/")])
 def test_publish_refuses_a_file_it_did_not_write(run: Path, tmp_path: Path, users_file: str, shown: str,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    (run / "report").mkdir()
-    (run / "report" / "index.html").write_text("<html>report</html>")
+    fake_report(run)
     destination = tmp_path / "published"
     before = fill_with_files(destination, ("notes.txt", "data/a.csv", users_file))
     assert main(["publish", "--output", str(run), "--to", str(destination)]) == 2

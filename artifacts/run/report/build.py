@@ -128,6 +128,7 @@ def write_report(output: str, declared: Mapping[str, Counter], *, recall_queries
     vectors. The run is compared with ``previous``, else with the previous run its manifest records, if any.
     """
     started = time.time()
+    manifest_sha256 = fs.sha256(manifest.manifest_path(output)) if fs.exists(manifest.manifest_path(output)) else ""
     data = collect(output, declared, recall_queries, max_exact, previous)
     report_dir = fs.join(output, REPORT_DIR)
     drawn = _draw(data)
@@ -140,4 +141,5 @@ def write_report(output: str, declared: Mapping[str, Counter], *, recall_queries
         data.plots[name.removesuffix(".png")] = name
     path = fs.join(report_dir, HTML_NAME)
     fs.write_bytes_atomic(path, page.render(data, time.time() - started, _sections_before(data)).encode("utf-8"))
+    fs.write_bytes_atomic(fs.join(report_dir, layout.REPORT_STAMP), f"{manifest_sha256}\n".encode())
     return path
