@@ -335,6 +335,18 @@ def test_a_stage_whose_input_was_damaged_in_place_refuses_it_before_reading(
         f"differs from the manifest's): rerun `python run_pipeline.py {upstream} --output {run} --force ...` first")
 
 
+def test_a_stage_refuses_an_upstream_built_from_other_outputs_than_those_there_now(
+        run: Path, tiny_bert: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """parse ran again (other articles) and dictionary did not: mentions would read the new articles with the old
+    entities, and validate would only say so afterwards."""
+    rewrite_parquet(run, ARTICLES, lambda table: table.slice(1))
+    assert main(stage_command("mentions", run, tiny_bert, "--force")) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: 'dictionary' under {run} was built from other outputs of 'parse' than the ones there now (it ran "
+        f"again since), and 'mentions' would read both: rerun `python run_pipeline.py dictionary --output {run} ...` "
+        "first")
+
+
 @pytest.mark.parametrize(("command", "artifact"), [(command, artifact) for command, artifact, where in DAMAGED_INPUTS
                                                     if where == "footer"])
 def test_a_damaged_parquet_input_the_manifest_vouches_for_is_named_in_one_line(
