@@ -35,6 +35,12 @@ def has_control_characters(text: str) -> bool:
     return any(unicodedata.category(char) in ("Cc", "Cf") for char in text)
 
 
+def shows_nothing(text: str) -> bool:
+    """Whether ``text`` has no visible character: only whitespace, control and format characters (a zero-width space,
+    a byte order mark)."""
+    return all(char.isspace() or unicodedata.category(char) in ("Cc", "Cf") for char in text)
+
+
 def fold_case(text: str) -> str:
     """Lower-case ``text`` without changing its length, so offsets into it stay offsets into the original."""
     lowered = text.lower()

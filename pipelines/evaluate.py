@@ -22,6 +22,7 @@ import regex
 
 from artifacts import fs
 from artifacts.errors import InputError
+from artifacts.names import shows_nothing
 from pipelines.search import Retriever
 
 _TOKEN = regex.compile(r"[\p{L}\p{N}\p{M}]+|[^\p{Z}\p{C}]", flags=regex.IGNORECASE | regex.UNICODE | regex.MULTILINE)
@@ -70,7 +71,7 @@ def has_answer(answers: Sequence[str], text: str) -> bool:
 
 def parse_qas_row(fields: list[str]) -> Question | None:
     """One row of a DPR qas file: question<TAB>['answer', ...] (a Python list literal)."""
-    if len(fields) != 2 or not fields[0].strip():
+    if len(fields) != 2 or shows_nothing(fields[0]):
         return None
     try:
         answers = ast.literal_eval(fields[1])
@@ -86,7 +87,7 @@ def parse_entity_question(item: object) -> Question | None:
     if not isinstance(item, dict):
         return None
     question, answers = item.get("question"), item.get("answers")
-    if not isinstance(question, str) or not question.strip() or not isinstance(answers, list) or not answers:
+    if not isinstance(question, str) or shows_nothing(question) or not isinstance(answers, list) or not answers:
         return None
     if not all(isinstance(answer, str) for answer in answers):
         return None
@@ -122,9 +123,9 @@ def read_questions(path: str) -> QuestionFile:
             raise InputError(f"{path}: expected a JSON list of {{question, answers}} objects")
         parsed = [parse_entity_question(item) for item in items]
     else:
-        # only "\n" ends a line (str.splitlines would also split inside questions at \x85 or \u2028)
-        lines = raw.split(b"\n")
-        parsed = [parse_qas_line(line) for line in (lines[:-1] if not lines[-1] else lines)]
+        # only "\n" ends a line (str.splitlines would also split inside questions at \x85 or \u2028); a blank line
+        # holds nothing to count
+        parsed = [parse_qas_line(line) for line in raw.split(b"\n") if line.strip()]
     questions = [question for question in parsed if question is not None]
     if not questions:
         raise InputError(no_question_message(path, len(parsed)))

@@ -15,6 +15,7 @@ from artifacts.faiss import info
 from artifacts.faiss.info import MissingIndexError
 from artifacts.faiss.search import DamagedShardError, PassageLookup, ShardedIndex
 from artifacts.faiss.storage import MissingIndexFileError
+from artifacts.names import shows_nothing
 from artifacts.run import manifest, verified
 from encoders.loading import load_retriever
 from encoders.retrievers import DenseEncoder, EncoderOptions
@@ -144,8 +145,9 @@ class SearchCommand:
     """search: the top-k passages of the index under OUT for each --query."""
 
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
-        if any(not query.strip() for query in args.query):
-            raise InputError("--query is empty: give the text to search for")
+        if any(shows_nothing(query) for query in args.query):
+            raise InputError("--query is empty (nothing but spaces or invisible characters): give the text to search "
+                             "for")
         retriever = Retriever(args.output, args.device, args.dtype, args.query_encoder, args.nprobe, args.ef_search,
                               args.verify)
         for query, hits in zip(args.query, retriever.search(args.query, args.k, args.batch_size), strict=True):

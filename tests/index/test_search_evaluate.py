@@ -170,11 +170,12 @@ def test_entity_questions_and_malformed_lines(minilm_index, tmp_path, capsys):
     (tmp_path / "bad.qa.tsv").write_bytes(
         b"who sings does he love me with reba\t['Linda Davis']\nno answers here\n"
         b"\"a question that starts with a quote\t['x']\nwho is Pl\xffato\t['Pl\xffato']\r\n"
-        b"where do the great lakes meet the ocean\t['the Saint Lawrence River']\r\n")
+        b"where do the great lakes meet the ocean\t['the Saint Lawrence River']\r\n"
+        b"\n \r\n\xe2\x80\x8b\t['x']\n")  # blank lines hold nothing to count; a zero-width question is malformed
     assert main(["evaluate", "--output", str(minilm_index), "--questions", str(tmp_path / "P17.dev.json"),
                  str(tmp_path / "bad.qa.tsv"), "-k", "1", "20"]) == 0
     captured = capsys.readouterr()
     assert captured.out.splitlines() == ["file          questions    top-1   top-20",
                                          "P17.dev.json         10     0.00    20.00",
                                          "bad.qa.tsv            2   100.00   100.00"]
-    assert "bad.qa.tsv: 3 malformed question(s) skipped" in captured.err
+    assert "bad.qa.tsv: 4 malformed question(s) skipped" in captured.err

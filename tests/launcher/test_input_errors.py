@@ -235,12 +235,12 @@ def _truncated_gzip_corpus(tmp: Path, _models: dict[str, Path]) -> tuple[list[st
 
 def _empty_query(tmp: Path, _models: dict[str, Path]) -> tuple[list[str], str]:
     return (["search", "--output", str(tmp / "out"), "--query", "pears", "--query", ""],
-            "error: --query is empty: give the text to search for")
+            "error: --query is empty (nothing but spaces or invisible characters): give the text to search for")
 
 
 def _blank_query(tmp: Path, _models: dict[str, Path]) -> tuple[list[str], str]:
-    return (["search", "--output", str(tmp / "out"), "--query", " \t "],
-            "error: --query is empty: give the text to search for")
+    return (["search", "--output", str(tmp / "out"), "--query", " \t\u200b\ufeff\x01 "],
+            "error: --query is empty (nothing but spaces or invisible characters): give the text to search for")
 
 
 def _factory_message(factory: str, problem: str) -> str:
