@@ -85,6 +85,7 @@ def test_rows_with_inner_quotes_and_reordered_headers():
     assert parse_dpr_row("2\tHe said \"hi\" there\tT") == Passage(2, "T", 'He said "hi" there')
     columns = header_columns("title\tid\ttext\n")
     assert columns == (1, 2, 0)
+    assert header_columns("\ufeffid\ttext\ttitle\r\n") == (0, 1, 2)  # a file saved with a byte order mark
     assert parse_dpr_row("Paris\t17\tParis is a city.", columns) == Passage(17, "Paris", "Paris is a city.")
     with pytest.raises(ValueError, match="not the DPR header"):
         header_columns("id\ttext\n")

@@ -30,8 +30,9 @@ class BadRow:
 
 
 def header_columns(header: str) -> tuple[int, int, int]:
-    """Positions of id, text and title in a DPR header line; ValueError if the header is not a DPR one."""
-    names = [name.strip().lower() for name in header.rstrip("\r\n").split("\t")]
+    """Positions of id, text and title in a DPR header line (a byte order mark before it is no part of it);
+    ValueError if the header is not a DPR one."""
+    names = [name.strip().lower() for name in header.removeprefix("\ufeff").rstrip("\r\n").split("\t")]
     if sorted(names) != sorted(DPR_HEADER):
         raise ValueError(f"header {header.strip()[:100]!r} is not the DPR header 'id<TAB>text<TAB>title'")
     return names.index("id"), names.index("text"), names.index("title")
