@@ -34,9 +34,11 @@ def render_text(diff: RunDiff) -> str:
     lines.append("")
     lines += _reuse_line("entity vectors", diff.entity_reuse, "recomputed")
     histogram = diff.entity_vectors
-    if histogram is not None and not histogram.comparable:
+    if histogram is None:
+        lines.append("entity vectors     not compared: embed-entities has not run in both")
+    elif not histogram.comparable:
         lines.append(f"entity vectors {histogram.not_compared()}")
-    elif histogram is not None:
+    else:
         lines.append(f"entity vectors in both runs (matched by QID, else title): {histogram.matched:,}; "
                      "cosine old vs new:")
         lines += [f"  {label:<16} {count:>10,}" for label, count in histogram.as_dict().items()]

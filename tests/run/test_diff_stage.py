@@ -231,7 +231,9 @@ def test_only_parts_both_runs_have(runs: Runs, tmp_path: Path,
     assert [part for part, value in result.items() if value is None] == [
         "entities", "names", "entity_vectors", "passages"]
     assert main(["diff", "--old", str(parsed), "--new", str(new)]) == 0
-    assert "entities           not compared: its stage has not run in both" in capsys.readouterr().out
+    text = capsys.readouterr().out.splitlines()
+    assert "entities           not compared: its stage has not run in both" in text
+    assert "entity vectors     not compared: embed-entities has not run in both" in text
 
 
 # --- the report's section ------------------------------------------------------------------------------------
