@@ -7,16 +7,6 @@ import pyarrow as pa
 # Compression of every Parquet artifact (Beam's default is none): zstd shrinks the text-heavy mentions and
 # articles several times over and reads back faster than the disk delivers the uncompressed bytes.
 PARQUET_CODEC = "zstd"
-MAX_INT64 = (1 << 63) - 1  # page ids, passage ids (and multistream offsets) are stored as int64
-
-
-def int64_of(raw: str) -> int | None:
-    """The number ``raw``'s ASCII digits write (leading zeros allowed) when it fits a non-negative int64; None for
-    anything else."""
-    if not raw.isascii() or not raw.isdigit():
-        return None
-    value = int(raw.lstrip("0")[:20] or "0")  # a 20th digit is past int64 already
-    return value if value <= MAX_INT64 else None
 
 
 def writer_options(schema: pa.Schema) -> dict[str, list[str]]:

@@ -263,3 +263,16 @@ def now_iso() -> str:
 def canonical_options(options: dict[str, Any]) -> dict[str, Any]:
     """Options as they compare after a JSON round trip (tuples become lists)."""
     return json.loads(json.dumps(options, sort_keys=True))
+
+
+def read_stages(record: StageRecord) -> dict[str, str]:
+    """The stages of the run whose outputs ``record``'s stage read, with the digest of the outputs it read (inputs
+    outside OUT are not part of the run)."""
+    return {key.removeprefix("stage:"): digest for key, digest in sorted(record.inputs.items())
+            if key.startswith("stage:")}
+
+
+def rebuilt_since(record: StageRecord, stages: dict[str, StageRecord]) -> list[str]:
+    """The recorded stages whose outputs are not those ``record``'s stage read: they ran again since."""
+    return [upstream for upstream, digest in read_stages(record).items()
+            if upstream in stages and stages[upstream].outputs_digest() != digest]

@@ -28,7 +28,6 @@ from artifacts import fs, layout
 from artifacts.counters import Counter
 from artifacts.errors import InputError, error_chain
 from artifacts.run import lock, manifest, verified
-from artifacts.run.validation.files import rebuilt_since
 from encoders.errors import GpuMemoryError, gpu_out_of_memory
 from encoders.models import TOKENIZER_FILE, model_processes, save_tokenizer
 from pipelines.launcher import disk_space, flags, local_workers
@@ -333,7 +332,7 @@ def input_fingerprints(stage: Stage[ConfigT], config: ConfigT, output: str,
         problems = manifest.missing_or_changed(output, record)
         if problems:
             raise changed_after_it_ran(output, upstream, problems[0])
-        rebuilt = rebuilt_since(record, completed)
+        rebuilt = manifest.rebuilt_since(record, completed)
         if rebuilt:
             raise InputError(
                 f"'{command}' under {output} was built from other outputs of '{layout.command_of(rebuilt[0])}' than "

@@ -207,7 +207,8 @@ def test_a_run_with_only_parse_says_not_run_for_the_other_stages(run_copy):
     for stage in ("dictionary", "mentions", "embed_entities", "index"):
         assert "not run" in by_stage[stage] and "<table" not in by_stage[stage]
     assert re.findall(r'<img class="plot" src="([^"]+)"', page) == ["timings.png"]
-    assert sorted(path.name for path in (run_copy / "report").iterdir()) == ["index.html", "timings.png"]
+    assert sorted(path.name for path in (run_copy / "report").iterdir()) == ["index.html", "manifest.sha256",
+                                                                            "timings.png"]
 
 
 def test_a_new_report_removes_its_stale_plots_and_nothing_else(run_copy):
@@ -220,7 +221,7 @@ def test_a_new_report_removes_its_stale_plots_and_nothing_else(run_copy):
         shutil.rmtree(run_copy / artifact)
     write_report(str(run_copy))
     after = files_below(run_copy / "report")
-    assert sorted(after) == sorted([*users, "index.html", "timings.png"])  # the dictionary's plot is gone
+    assert sorted(after) == sorted([*users, "index.html", "manifest.sha256", "timings.png"])  # no dictionary plot
     assert {name: after[name] for name in users} == users
 
 

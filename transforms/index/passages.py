@@ -10,8 +10,8 @@ import csv
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from artifacts.ids import int64_of
 from artifacts.passages import Passage
-from artifacts.schemas import int64_of
 
 DPR_HEADER = ("id", "text", "title")
 # Passages cut from an article get the id page_id * PASSAGES_PER_PAGE + chunk: stable across dump refreshes

@@ -14,7 +14,7 @@ from typing import IO
 
 from artifacts import fs
 from artifacts.errors import InputError, first_line
-from artifacts.schemas import int64_of
+from artifacts.ids import int64_of
 from transforms.parse.namespaces import ARTICLE, Namespaces, legacy_file_aliases
 from transforms.parse.titles import normalize_title
 

@@ -17,7 +17,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs
 from artifacts.errors import InputError, first_line
-from artifacts.schemas import MAX_INT64
+from artifacts.ids import MAX_INT64
 from transforms.parse.dump_reader import (
     PageProblem,
     RawPage,

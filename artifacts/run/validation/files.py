@@ -11,28 +11,16 @@ from artifacts.run.validation.contracts import contract_problems
 from artifacts.run.validation.recorded import RecordedRun, message, parquet_footer
 
 
-def read_stages(record: manifest.StageRecord) -> dict[str, str]:
-    """The stages of the run whose outputs ``record``'s stage read, with the digest of the outputs it read (inputs
-    outside OUT are not part of the run)."""
-    return {key.removeprefix("stage:"): digest for key, digest in sorted(record.inputs.items())
-            if key.startswith("stage:")}
-
-
-def rebuilt_since(record: manifest.StageRecord, stages: dict[str, manifest.StageRecord]) -> list[str]:
-    """The recorded stages whose outputs are not those ``record``'s stage read: they ran again since."""
-    return [upstream for upstream, digest in read_stages(record).items()
-            if upstream in stages and stages[upstream].outputs_digest() != digest]
-
-
 def stale_stages(stages: dict[str, manifest.StageRecord]) -> list[str]:
     """Stages whose recorded upstream fingerprints are not those of the recorded upstream outputs."""
     problems = []
     for stage, record in sorted(stages.items()):
         name = layout.command_of(stage)
         problems += [f"{manifest.MANIFEST_NAME}: stage {name} read stage {layout.command_of(upstream)}, which is not "
-                     "recorded" for upstream in read_stages(record) if upstream not in stages]
+                     "recorded" for upstream in manifest.read_stages(record) if upstream not in stages]
         problems += [f"{manifest.MANIFEST_NAME}: stage {name} was built from other {layout.command_of(upstream)} "
-                     f"outputs than the recorded ones: rerun {name}" for upstream in rebuilt_since(record, stages)]
+                     f"outputs than the recorded ones: rerun {name}"
+                     for upstream in manifest.rebuilt_since(record, stages)]
     return problems
 
 
