@@ -61,6 +61,11 @@ def test_headings_lists_tables_sections_and_entities():
         "History\nText early and here.\nitem one\nend & done", [("one", "One")])
 
 
+def test_links_in_headings_are_links():
+    assert convert("Intro.\n== History of [[Rome]]s ==\nText.\n=== The [[Gaul|gauls]] ===") == (
+        "Intro.\nHistory of Romes\nText.\nThe gauls", [("Romes", "Rome"), ("gauls", "Gaul")])
+
+
 def test_other_whitespace_is_one_space_like_nbsp():
     """A literal no-break space, U+2028, an ideographic space or a tab reads as &nbsp; does: one space (the anchor
     names of the dictionary make whitespace one space; text left with U+00A0 never matched them)."""

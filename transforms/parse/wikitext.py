@@ -219,9 +219,11 @@ class _Converter:
             return
         elif isinstance(node, HTMLEntity):
             out.add(node.normalize().replace("\xa0", " "))
-        elif isinstance(node, Heading):
+        elif isinstance(node, Heading):  # a line of its own, its links kept (tidy strips the line)
             out.in_lead = False
-            out.add("\n" + self.render_plain(node.title, depth).strip() + "\n")
+            out.add("\n")
+            self.walk(node.title, depth + 1)
+            out.add("\n")
         elif isinstance(node, ExternalLink):
             if node.title is not None:
                 out.add(self.render_plain(node.title, depth).strip())
