@@ -16,6 +16,7 @@ DOC_UNITS = ("paragraph", "page")  # what doc_count counts a name once in
 
 _PARENTHETICAL = re.compile(r"\s+\([^()]*\)$")
 _SPACES = re.compile(r"\s+")
+_DOTTED_CAPITAL_I = "\u0130"  # lower-cased to "i" and a combining dot: two characters
 
 
 @dataclass(frozen=True)
@@ -42,11 +43,13 @@ def shows_nothing(text: str) -> bool:
 
 
 def fold_case(text: str) -> str:
-    """Lower-case ``text`` without changing its length, so offsets into it stay offsets into the original."""
+    """Lower-case ``text`` without changing its length, so offsets into it stay offsets into the original: "İ", the
+    one character whose lower case is two, stays; the pieces between are lowered whole (a final sigma stays final,
+    as in a name lowered alone)."""
     lowered = text.lower()
     if len(lowered) == len(text):
         return lowered
-    return "".join(char if len(char.lower()) != 1 else char.lower() for char in text)
+    return _DOTTED_CAPITAL_I.join(piece.lower() for piece in text.split(_DOTTED_CAPITAL_I))
 
 
 def name_problem(name: str, rules: NameRules) -> str | None:

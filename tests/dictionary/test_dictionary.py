@@ -52,6 +52,8 @@ def test_title_names_and_case_folding():
     assert title_name("Mercury (planet)") == "Mercury"
     assert title_name("Mercury") == "Mercury"
     assert fold_case("İstanbul Straße") == "İstanbul straße"  # length kept: offsets stay valid
+    # beside an "İ" each word is still lowered as a name is: ΟΔΟΣ ends in a final sigma
+    assert fold_case("İzmir ΟΔΟΣ ΟΔΟΣΙ") == "İzmir οδος οδοσι" and fold_case("ΟΔΟΣ") == "οδος"
 
 
 def test_anchor_names_count_titles_and_skip_bad_names():
