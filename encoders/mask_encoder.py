@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from artifacts.errors import SettingError
+from artifacts.errors import ModelError, SettingError
 from encoders.batching import (
     QueuedForwards,
     host_tensor,
@@ -98,8 +98,13 @@ def check_mask_model(spec: ModelSpec, layer: int = -1, max_seq_length: int | Non
     a ``layer`` the model does not have, a ``max_seq_length`` beyond its position embeddings or too short for
     context."""
     check_model_spec(spec, device_here)
-    special_ids(load_tokenizer(spec.name_or_path))
+    tokenizer = load_tokenizer(spec.name_or_path)
+    special_ids(tokenizer)
     config = model_config(spec)
+    vocab_size = getattr(config, "vocab_size", None)
+    if vocab_size is not None and len(tokenizer) > vocab_size:
+        raise ModelError(spec.name_or_path, f"the tokenizer of {spec.name_or_path} has {len(tokenizer):,} tokens and "
+                         f"its model {vocab_size:,} word embeddings: they are not one model's")
     layers = config.num_hidden_layers  # hidden_states: the embedding output, then one entry per layer
     if not -(layers + 1) <= layer <= layers:
         raise SettingError("layer", layer, f"{{name}} {layer}: {spec.name_or_path} has {layers} layers "

@@ -79,6 +79,10 @@ def special_ids(tokenizer) -> TokenIds:
                          "entity embeddings need a masked-language-model vocabulary (a BERT-family model)")
     cls = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
     sep = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
+    for token, found in (("[CLS] (or a BOS)", cls), ("[SEP] (or an EOS)", sep)):
+        if found is None:
+            raise ModelError(tokenizer.name_or_path, f"the tokenizer of {tokenizer.name_or_path} has no {token} "
+                             "token: a [MASK] input is [CLS] context [MASK] context [SEP]")
     return TokenIds(cls=cls, sep=sep, mask=tokenizer.mask_token_id, pad=tokenizer.pad_token_id or 0)
 
 

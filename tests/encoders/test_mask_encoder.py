@@ -205,6 +205,46 @@ def test_a_model_without_mask_fails_before_any_work(tiny_bert, tmp_path):
         check_mask_model(ModelSpec(str(tmp_path / "nowhere" / "model")))
 
 
+def copy_model(source, destination, **config_changes):
+    """A copy of a model directory with ``config_changes`` made to its files (file name -> {key: value})."""
+    destination.mkdir()
+    for path in source.iterdir():
+        (destination / path.name).write_bytes(path.read_bytes())
+    for name, changes in config_changes.items():
+        path = destination / f"{name}.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+    return destination
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"tokenizer_config": {"cls_token": None, "bos_token": None}}, r"has no \[CLS\] \(or a BOS\) token"),
+    ({"tokenizer_config": {"sep_token": None, "eos_token": None}}, r"has no \[SEP\] \(or an EOS\) token"),
+    ({"config": {"vocab_size": 1000}}, r"has 30,\d{3} tokens and its model 1,000 word embeddings"),
+])
+def test_a_tokenizer_that_does_not_fit_the_model_fails_before_any_work(tiny_bert, tmp_path, changes, message):
+    """Without [CLS] or [SEP] the inputs' workers failed on None ids; with more tokens than word embeddings the
+    model raised an IndexError in its worker."""
+    with pytest.raises(InputError, match=message):
+        check_mask_model(ModelSpec(str(copy_model(tiny_bert, tmp_path / "broken", **changes))))
+
+
+def test_word_embeddings_without_a_norm_fail_before_any_work(tiny_bert, tmp_path):
+    """All-zero (or NaN) word embeddings give no norm to match: every vector would be refused by validate later."""
+    import torch
+    from transformers import AutoModel
+
+    from transforms.embed_entities.graph import model_facts
+
+    model = AutoModel.from_pretrained(tiny_bert)
+    for fill, shown in ((0.0, "0.0"), (float("nan"), "nan")):
+        with torch.no_grad():
+            model.get_input_embeddings().weight.fill_(fill)
+        broken = copy_model(tiny_bert, tmp_path / f"filled-{shown}")
+        model.save_pretrained(broken)
+        with pytest.raises(InputError, match=f"have a mean norm of {shown}: entity vectors are scaled to it"):
+            model_facts(EmbedConfig(str(broken), max_seq_length=32), 10)
+
+
 def test_vectors_do_not_depend_on_batching(tiny_bert):
     rng = np.random.default_rng(0)
     inputs = [MaskInput(1, tuple([101, *rng.integers(1000, 2000, size=n).tolist(), 103, 102]), n + 1)

@@ -13,6 +13,7 @@ to start the next pipeline.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from functools import partial
 
@@ -21,7 +22,7 @@ import pyarrow as pa
 
 from artifacts import fs, layout, schemas, tables
 from artifacts.counters import declare
-from artifacts.errors import BelowMinimumError
+from artifacts.errors import BelowMinimumError, ModelError
 from encoders.mask_encoder import check_mask_model
 from encoders.mask_inputs import MASK_WINDOWS, check_max_seq_length
 from encoders.models import STORED_DTYPES, ModelSpec, check_device, hidden_size, input_embedding_norm
@@ -118,7 +119,12 @@ def model_facts(config: EmbedConfig, mentions: int) -> ModelFacts:
     model will run: by the launcher of a local run, by a worker otherwise."""
     check_mask_model(config.spec, config.layer, config.max_seq_length)
     dim = hidden_size(config.spec)
-    return ModelFacts(dim, input_embedding_norm(config.spec), vector_buckets(mentions, dim), store_bits(mentions, dim))
+    target_norm = input_embedding_norm(config.spec)
+    if not math.isfinite(target_norm) or target_norm <= 0:
+        raise ModelError(config.model, f"the word embeddings of {config.model} have a mean norm of {target_norm}: "
+                         "entity vectors are scaled to it (norm-matched), so it must be a positive number; the "
+                         "weights are damaged or untrained")
+    return ModelFacts(dim, target_norm, vector_buckets(mentions, dim), store_bits(mentions, dim))
 
 
 def reuse_counters(counters: dict[str, int]) -> dict[str, int]:
