@@ -56,8 +56,12 @@ class ParseStage:
         return ()
 
     def options(self, config: ParseConfig) -> dict[str, Any]:
+        """The options that change the articles; ``prepass`` only when off (the text can differ where the pre-pass
+        repairs markup), so that runs with the pre-pass keep their records."""
+        off = {} if config.wikitext.use_prepass else {"prepass": False}
         return {"keep_section_links": config.wikitext.keep_section_links,
-                "first_bold_as_link": config.wikitext.first_bold_as_link, "skip_bad_streams": config.skip_bad_streams}
+                "first_bold_as_link": config.wikitext.first_bold_as_link, "skip_bad_streams": config.skip_bad_streams,
+                **off}
 
     def external_inputs(self, config: ParseConfig) -> dict[str, str]:
         roles = {"dump": config.dumps, "dump_index": config.dump_indexes, "redirects_sql": config.redirects_sql,

@@ -295,7 +295,9 @@ def test_recorded_options_and_inputs_are_those_of_the_flags():
     stage, config = parse_stage.STAGE, parse_stage.STAGE.config(args)
     assert config.wikitext.use_prepass is False
     assert stage.options(config) == {"keep_section_links": True, "first_bold_as_link": False,
-                                     "skip_bad_streams": False}
+                                     "skip_bad_streams": False, "prepass": False}  # recorded only when off:
+    assert "prepass" not in stage.options(parse_stage.STAGE.config(build_parser().parse_known_args(
+        ["parse", "--output", "out", "--dump", "a.xml.bz2"])[0]))  # runs with the pre-pass keep their records
     # Fingerprinted by absolute path: the flags' relative paths are made absolute when parsed.
     assert stage.external_inputs(config) == {role: os.path.abspath(name) for role, name in (
         ("dump0", "a.xml.bz2"), ("dump1", "b.xml.bz2"), ("dump_index0", "a.txt"), ("dump_index1", "b.txt"),

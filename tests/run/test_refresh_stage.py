@@ -192,6 +192,17 @@ def test_a_corrupt_previous_run_is_refused(runs, tiny_bert, tmp_path, capsys):
     assert (found["entities_reused"], found["entities_recomputed"]) == (0, entities_with_mentions(output))
 
 
+def test_a_run_is_not_its_own_previous_run(runs, tiny_bert, tmp_path, capsys):
+    """--previous OUT with OUT itself never settled: each commit changed the manifest the next run compared."""
+    _, scratch, _ = runs
+    output = upstream_of(scratch, tmp_path / "out")
+    for spelled in (output, output / ".." / output.name, f"{output}/"):  # made absolute as the flag is parsed
+        assert embed(output, tiny_bert, spelled) == 2
+        assert stderr_line(capsys, "error:") == (
+            f"error: --previous {output} is this run's own --output: a refresh takes vectors from another run "
+            "(name the earlier run's OUT, or leave --previous out: a rerun reuses its own work)")
+
+
 def test_an_incomplete_previous_run_is_refused(runs, tiny_bert, tmp_path, capsys):
     old, scratch, _ = runs
     partial = tmp_path / "partial"
