@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from artifacts import fs, layout, schemas, tables
-from artifacts.errors import InputError
+from artifacts.errors import InputError, ModelError
 from artifacts.run import manifest
 from encoders.models import model_files
 from pipelines.launcher.stage import (
@@ -95,6 +95,7 @@ class EmbedEntitiesStage:
         # The GPU's pipeline runs beside the inputs' one, encoding the inputs as they are written.
         counters = run_model_beside(ctx, with_dead_letters(ctx, "PrepareMentions", prepare, "mentions"), model,
                                     inputs.files.followed)
+        require_finite_vectors(config, counters)
         facts = read_facts(inputs)
         save_store_index(inputs.store_index, store_files(stores, salt))
         reduce = ReduceEntities(config, inputs, listed_parts(inputs), facts)
@@ -103,6 +104,16 @@ class EmbedEntitiesStage:
                                                                          "entities")))
         counters = summed({"mentions_encoded": 0, "mentions_reused": 0}, counters)  # said also when none
         return reuse_counters(counters) if config.previous else counters
+
+
+def require_finite_vectors(config: EmbedConfig, counters: dict[str, int]) -> None:
+    """A ``ModelError`` when no vector the model returned was finite: every mention would be dead-lettered and the
+    stage would commit no entity vector (a few non-finite ones are dead-lettered and counted)."""
+    encoded, bad = counters.get("mentions_encoded", 0), counters.get("non_finite_vectors", 0)
+    if encoded and bad >= encoded:
+        raise ModelError(config.model, f"every vector {config.model} returned was NaN or infinite ({bad:,} of "
+                         f"{encoded:,} windows, computed in {config.dtype}, stored as float16: at most 65,504): its "
+                         "weights are damaged, or its values overflow; nothing was committed")
 
 
 def window_salt(config: EmbedConfig) -> str:

@@ -174,6 +174,27 @@ def test_more_tokens_than_the_mentions_were_cut_for_is_refused(tiny_bert, tmp_pa
     assert not (tmp_path / "entity_embeddings").exists()
 
 
+def test_a_model_that_returns_no_finite_vector_is_an_error_not_an_empty_commit(tiny_bert, tmp_path, capsys):
+    """NaN weights past the word embeddings: every vector was dead-lettered, the stage exited 0 with no entity vector
+    (validate passed, export-kpr wrote zeros)."""
+    model = AutoModel.from_pretrained(tiny_bert)
+    with torch.no_grad():
+        model.encoder.layer[-1].output.dense.weight.fill_(float("nan"))
+    broken = Path(shutil.copytree(tiny_bert, tmp_path / "nan-model"))
+    model.save_pretrained(broken)
+    output = tmp_path / "out"
+    write_parsed(output, CAPITALS)
+    assert main(["dictionary", "--output", str(output), *DIRECT]) == 0
+    assert main(["mentions", "--output", str(output), "--max-mentions", "2", "--max-seq-length", "64", *DIRECT]) == 0
+    capsys.readouterr()
+    assert main(["embed-entities", "--output", str(output), "--model", str(broken), "--max-seq-length", "64",
+                 *DIRECT]) == 2
+    assert re.fullmatch(rf"error: every vector {broken} returned was NaN or infinite \(\d+ of \d+ windows, computed "
+                        r"in float32, stored as float16: at most 65,504\): its weights are damaged, or its values "
+                        r"overflow; nothing was committed", capsys.readouterr().err.splitlines()[-1])
+    assert not (output / "entity_embeddings").exists() and "embed_entities" not in manifest.load(str(output))
+
+
 def test_model_files_replaced_by_others_of_the_same_sizes_and_times_are_refused(tiny_bert, tmp_path, capsys):
     """Windows are stored under the model files' paths, sizes and times: other weights copied in place with the old
     times (cp -p, rsync -a) were reused as the old ones' vectors, even with --force. Their content tells."""
