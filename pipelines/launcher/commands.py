@@ -34,6 +34,7 @@ from pipelines.launcher.flags import (
     local_path,
     more_than,
     name_or_path,
+    path_or_url,
     probability,
 )
 from transforms.index.passages import DUPLICATE_KEEPS
@@ -177,7 +178,7 @@ def _all(group: argparse._ArgumentGroup) -> None:
 
 def _search(group: argparse._ArgumentGroup) -> None:
     """Options shared by search and evaluate: where the index is and how to run the query encoder."""
-    group.add_argument("--output", required=True, help="OUT: the directory the index stage wrote")
+    group.add_argument("--output", required=True, type=path_or_url, help="OUT: the directory the index stage wrote")
     group.add_argument("--nprobe", type=at_least("nprobe", 1), help=f"IVF lists visited per query (default "
                        f"{DEFAULT_NPROBE})")
     group.add_argument("--ef-search", type=at_least("ef_search", 1),
@@ -204,22 +205,24 @@ def _questions(group: argparse._ArgumentGroup) -> None:
                        help="DPR qas files (question<TAB>['answer', ...]) or EntityQuestions *.json files")
     group.add_argument("-k", dest="ks", type=at_least("k", 1), nargs="+", default=[1, 5, 20, 100],
                        help="accuracy within the first k passages, for each k")
-    group.add_argument("--report", metavar="FILE",
+    group.add_argument("--report", metavar="FILE", type=path_or_url,
                        help="also write the results as JSON to this file (replaced whole; never a directory)")
 
 
 def _validate(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--output", required=True, help="OUT: local path or Beam filesystem URL")
+    group.add_argument("--output", required=True, type=path_or_url, help="OUT: local path or Beam filesystem URL")
 
 
 def _export(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--output", required=True, help="OUT: the run to export (local path or Beam URL)")
+    group.add_argument("--output", required=True, type=path_or_url,
+                       help="OUT: the run to export (local path or Beam URL)")
     group.add_argument("--to", required=True, metavar="DIR", type=local_path,
                        help="export directory (local path or Beam URL)")
 
 
 def _publish(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--output", required=True, help="OUT: the run to publish (local path or Beam URL)")
+    group.add_argument("--output", required=True, type=path_or_url,
+                       help="OUT: the run to publish (local path or Beam URL)")
     group.add_argument("--to", required=True, metavar="DEST", type=local_path,
                        help="destination (local path or Beam URL)")
     group.add_argument("--latest", action="store_true",
@@ -231,19 +234,19 @@ def _publish(group: argparse._ArgumentGroup) -> None:
 
 
 def _report(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--output", required=True, help="OUT: the directory the stages wrote")
+    group.add_argument("--output", required=True, type=path_or_url, help="OUT: the directory the stages wrote")
     group.add_argument("--recall-queries", type=at_least("recall_queries", 1), default=QUERIES,
                        help="stored passage vectors used as queries to measure the index's recall")
     group.add_argument("--max-exact", type=at_least("max_exact", 1), default=MAX_EXACT,
                        help="at most this many stored vectors are searched exactly for the recall")
-    group.add_argument("--previous", metavar="OLD_OUT",
+    group.add_argument("--previous", metavar="OLD_OUT", type=path_or_url,
                        help="compare with this earlier run (default: the previous run OUT's manifest records, if it "
                        "was built with --previous)")
 
 
 def _diff(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--old", required=True, metavar="OLD_OUT", help="the earlier run")
-    group.add_argument("--new", required=True, metavar="NEW_OUT", help="the later run")
+    group.add_argument("--old", required=True, metavar="OLD_OUT", type=path_or_url, help="the earlier run")
+    group.add_argument("--new", required=True, metavar="NEW_OUT", type=path_or_url, help="the later run")
     group.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
 

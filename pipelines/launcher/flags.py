@@ -106,9 +106,19 @@ def model_pipeline_options(args: argparse.Namespace) -> tuple[str, ...]:
 # --- paths: made absolute, so that workers elsewhere read what was meant ----------------------------------------
 
 
+def path_or_url(value: str) -> str:
+    """The value of a flag naming a run or a place: as given, but never empty (``--to "$DEST"`` with DEST unset
+    would name the working directory)."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("an empty path (an unset shell variable?): name the path")
+    return value
+
+
 def local_path(value: str) -> str:
     """The value of a path flag: a local path made absolute, ``~`` expanded (a worker elsewhere would resolve a
-    relative one in its own working directory and home), a Beam filesystem URL (``gs://...``) as it is."""
+    relative one in its own working directory and home), a Beam filesystem URL (``gs://...``) as it is; never
+    empty."""
+    value = path_or_url(value)
     return value if "://" in value else os.path.abspath(os.path.expanduser(value))
 
 

@@ -190,6 +190,13 @@ def test_a_read_only_output_is_refused_before_anything_is_created(tmp_path, caps
 
 
 ARGPARSE_ERRORS = [
+    # an unset variable ("--to $DEST") named the working directory
+    (["export-kpr", "--output", "out", "--to", ""], "error: argument --to: an empty path (an unset shell variable?): "
+     "name the path (see run_pipeline.py export-kpr --help)"),
+    (["validate", "--output", " "], "error: argument --output: an empty path (an unset shell variable?): name the "
+     "path (see run_pipeline.py validate --help)"),
+    (["mentions", "--output", ""], "error: argument --output: an empty path (an unset shell variable?): name the "
+     "path (see run_pipeline.py mentions --help)"),
     (["dictionary"], "error: the following arguments are required: --output (see run_pipeline.py dictionary --help)"),
     # a value that starts with "-" is read as a flag unless it follows "=" (or has a space)
     (["index", "--output", "out", "--encoder", "m", "--model-pipeline-options", "--num_workers=4"],
