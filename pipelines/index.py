@@ -135,6 +135,7 @@ class IndexStage:
         check_encoder(located, ctx.workers_run_here())
         located = located.resolved()
         dim = dense_dim(located)
+        check_query_encoder(located, dim)
         check_index_factory(config, dim)
         columns = check_corpus(config.corpus) if config.corpus else None
         if columns is None and not fs.list_files(tables.artifact_dir(ctx.output, layout.ARTICLES), "*.parquet"):
@@ -160,6 +161,16 @@ class IndexStage:
 
 def factory_flag_error(error: choice.FactoryError) -> InputError:
     return InputError(f"--index-factory {error.factory!r}: {error.problem}")
+
+
+def check_query_encoder(options: EncoderOptions, dim: int) -> None:
+    """A one-line error for a --query-encoder whose vectors are not the passages' size: every search of the index
+    would be refused (its config says so before any passage is encoded)."""
+    if options.query_model:
+        query_dim = dense_dim(replace(options, model=options.query_model))
+        if query_dim != dim:
+            raise InputError(f"--query-encoder {options.query_model} gives {query_dim}-dim vectors and --encoder "
+                             f"{options.model} {dim}-dim ones: every search of this index would be refused")
 
 
 def check_index_factory(config: IndexConfig, dim: int) -> None:

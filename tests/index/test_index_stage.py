@@ -273,6 +273,16 @@ def test_search_with_an_encoder_of_another_size_is_refused(minilm_index, tiny_be
     assert message.endswith("has 384 dims")
 
 
+def test_a_query_encoder_of_another_size_is_refused_before_encoding(minilm_path, tiny_bert, tmp_path, capsys):
+    """The index was built and committed, and every search of it then failed."""
+    (tmp_path / "c.tsv").write_text("id\ttext\ttitle\n7\tlakes and rivers\tA\n")
+    assert error_of(["index", "--output", str(tmp_path / "out"), "--encoder", str(tiny_bert), "--query-encoder",
+                     str(minilm_path), "--encoder-type", "mean", "--corpus", str(tmp_path / "c.tsv"), *DIRECT],
+                    capsys) == (f"error: --query-encoder {minilm_path} gives 384-dim vectors and --encoder {tiny_bert} "
+                                "32-dim ones: every search of this index would be refused")
+    assert not (tmp_path / "out" / "index").exists()
+
+
 def test_a_passage_length_beyond_the_position_embeddings_is_refused_on_the_driver(tiny_bert, tmp_path, capsys):
     check_encoder(EncoderOptions("mean", str(tiny_bert), max_length=512))
     with pytest.raises(InputError, match=r"--max-length 513: .* takes at most 512 tokens"):
