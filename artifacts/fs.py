@@ -226,6 +226,24 @@ def is_directory(path: str) -> bool:
     return bool(_filesystems().match([join(path, "**")])[0].metadata_list)
 
 
+class FileInTheWayError(InputError):
+    """A file where a directory goes (OUT/.staging, OUT/report, ...)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"{path} is a file, where a directory goes: move it away (it is left as it is)")
+        self.path = path
+
+    def __reduce__(self):
+        return type(self), (self.path,)
+
+
+def require_directory_target(path: str) -> None:
+    """Raise a FileInTheWayError if ``path``, about to hold files, is a file (local paths: an object store has no
+    files in the way of a prefix)."""
+    if _is_plain_path(path) and os.path.lexists(path) and not os.path.isdir(path):
+        raise FileInTheWayError(path)
+
+
 def require_file_target(path: str) -> None:
     """Raise a DirectoryTargetError if ``path``, about to be written as a file, is a directory."""
     if is_directory(path):

@@ -537,6 +537,7 @@ def _execute(stage: Stage[ConfigT], config: ConfigT, ctx: StageContext, options:
         print(f"[{layout.command_of(stage.name)}] skipped: {reason}", file=sys.stderr)
         return completed[stage.name], False
     check_input_content(ctx, stage, config, completed)
+    fs.require_directory_target(fs.join(output, STAGING_DIR))
     fs.delete_tree(ctx.staging_root)
     started = time.time()
     print(f"[{layout.command_of(stage.name)}] running", file=sys.stderr)

@@ -128,6 +128,7 @@ def write_report(output: str, declared: Mapping[str, Counter], *, recall_queries
     vectors. The run is compared with ``previous``, else with the previous run its manifest records, if any.
     """
     started = time.time()
+    fs.require_directory_target(fs.join(output, REPORT_DIR))
     manifest_sha256 = fs.sha256(manifest.manifest_path(output)) if fs.exists(manifest.manifest_path(output)) else ""
     data = collect(output, declared, recall_queries, max_exact, previous)
     report_dir = fs.join(output, REPORT_DIR)
