@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from artifacts.run.diff.keyed import Change
 from artifacts.run.diff.runs import NOT_RECORDED, PARTS, RunDiff, VectorReuse, diff_runs
@@ -55,6 +56,8 @@ class DiffCommand:
 
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
         diff = diff_runs(args.old, args.new)
+        for problem in diff.stale:  # its parts are compared as they are, and are not what a rerun would make
+            print(f"warning: {problem}", file=sys.stderr)
         print(json.dumps(diff.to_json(), indent=2) if args.json else render_text(diff))
         return 0
 

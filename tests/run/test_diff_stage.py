@@ -117,6 +117,7 @@ def expected_diff(old: Path, new: Path) -> dict:
         "passages": counts(*passages, "changed") | {"reused": None, "encoded": encoded,
                                                     "old_source": "passages of 100 words cut from articles/",
                                                     "new_source": "passages of 100 words cut from articles/"},
+        "stale": [],
     }
 
 
@@ -300,6 +301,34 @@ def test_report_section_from_the_manifest(runs: Runs, tmp_path: Path) -> None:
     page = (new / "report" / "index.html").read_text()
     assert (f'<p class="warn">Could not compare: {tmp_path / "gone"} is not a run: it has no manifest.json</p>'
             in page)
+
+
+def test_a_run_whose_later_stages_are_stale_is_said_to_be(runs: Runs, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """parse ran again (other articles) and the stages after it did not: diff compared their parts as if current
+    ("passages changed 0" beside "articles changed 102") and the report said nothing. Both now name each stage to
+    rerun."""
+    import pyarrow.parquet as pq
+
+    old, new = runs[1], Path(shutil.copytree(runs[2], tmp_path / "new"))
+    articles = sorted((new / "articles").glob("*.parquet"))[0]
+    pq.write_table(pq.read_table(articles).slice(1), articles)
+    records = manifest.load(str(new))
+    relative = str(articles.relative_to(new))
+    records["parse"].outputs = [manifest.describe_file(str(new), str(articles)) if item.path == relative else item
+                                for item in records["parse"].outputs]
+    manifest.save(str(new), records)
+    stale = [f"manifest.json: stage {stage} was built from other parse outputs than the recorded ones: rerun {stage}"
+             for stage in ("dictionary", "embed-entities", "index", "mentions")]
+    assert main(["diff", "--old", str(old), "--new", str(new), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["stale"] == [f"{new}: {problem}" for problem in stale]
+    assert [line for line in captured.err.splitlines() if line.startswith("warning: ")] == [
+        f"warning: {new}: {problem}" for problem in stale]
+    assert main(["report", "--output", str(new), "--recall-queries", "5"]) == 0
+    page = (new / "report" / "index.html").read_text()
+    assert all(f'<section id="stale"><p class="warn">{problem}</p></section>' in page for problem in stale)
+    assert page.index('id="stale"') < page.index('id="timings"')
 
 
 def test_vectors_of_another_dimension_are_not_compared(runs: Runs, tmp_path: Path,

@@ -16,6 +16,7 @@ from artifacts.run import manifest
 from artifacts.run.diff import rows
 from artifacts.run.diff.keyed import Change, compare
 from artifacts.run.diff.vectors import VECTOR_BUDGET, CosineHistogram, vector_movement
+from artifacts.run.validation.files import stale_stages
 
 NOT_RECORDED = "n/a (no --previous)"  # how a reuse counter that NEW does not record is shown
 # (label, RunDiff attribute, what "changed" means for it): the rows of the diff table, in order
@@ -49,6 +50,7 @@ class RunDiff:
     passages: Change | None = None
     passage_reuse: VectorReuse | None = None
     passage_sources: tuple[str, str] | None = None  # where OLD's and NEW's indexed passages came from
+    stale: tuple[str, ...] = ()  # "RUN: stage X was built from other Y outputs ...": its parts are not current
 
     def to_json(self) -> dict[str, Any]:
         """One JSON object with fixed keys (a part not compared is null)."""
@@ -60,6 +62,7 @@ class RunDiff:
             "names": _counts(self.names, "top_candidate_changed"),
             "entity_vectors": _vectors_json(self.entity_vectors, self.entity_reuse),
             "passages": _passages_json(self.passages, self.passage_reuse, self.passage_sources),
+            "stale": list(self.stale),
         }
 
 
@@ -126,10 +129,11 @@ def diff_runs(old: str, new: str, vector_budget: int = VECTOR_BUDGET) -> RunDiff
     """Compare the parts of ``old`` and ``new`` that both runs have (``vector_budget``: bytes of old vectors
     held at once)."""
     old_records, new_records = complete_records(old), complete_records(new)
+    parts: dict[str, Any] = {"stale": tuple(f"{run}: {problem}" for run, records in ((old, old_records),
+                                            (new, new_records)) for problem in stale_stages(records))}
     both = set(old_records) & set(new_records)
     if not both:
         raise NotARunError(f"{old} and {new} have no stage in common: nothing to compare")
-    parts: dict[str, Any] = {}
     if layout.PARSE_STAGE in both:
         parts["articles"] = compare(rows.articles(old), rows.articles(new))
         parts["redirects"] = compare(rows.redirects(old), rows.redirects(new))

@@ -17,7 +17,9 @@ from artifacts.run import manifest
 from artifacts.run.diff.runs import diff_runs, require_complete
 from artifacts.run.report import changes, dictionary, gather, page, plots, stages
 from artifacts.run.report.data import ReportData
+from artifacts.run.report.markup import esc
 from artifacts.run.report.recall import MAX_EXACT, QUERIES, index_recall
+from artifacts.run.validation.files import stale_stages
 
 LOG = logging.getLogger("kpr.report")
 REPORT_DIR = layout.REPORT
@@ -66,7 +68,8 @@ def load_records(output: str) -> dict[str, manifest.StageRecord]:
 def collect(output: str, declared: Mapping[str, Counter], recall_queries: int = QUERIES,
             max_exact: int = MAX_EXACT, previous: str | None = None) -> ReportData:
     records = load_records(output)
-    data = ReportData(output, manifest.now_iso(), stages.stage_views(records), declared)
+    data = ReportData(output, manifest.now_iso(), stages.stage_views(records), declared,
+                      stale=stale_stages(records))
     recorded = changes.recorded_previous(records)
     if previous:
         data.previous = previous
@@ -112,10 +115,11 @@ def _draw(data: ReportData) -> dict[str, bytes]:
 
 
 def _sections_before(data: ReportData) -> list[str]:
-    """Sections shown right after the header."""
-    if not data.previous:
-        return []
-    return [changes.changes_section(data.previous, data.changes, data.problems.get("changes"))]
+    """Sections shown right after the header: stages to rerun, then the changes since the previous run."""
+    sections = [f'<section id="stale"><p class="warn">{esc(problem)}</p></section>' for problem in data.stale]
+    if data.previous:
+        sections.append(changes.changes_section(data.previous, data.changes, data.problems.get("changes")))
+    return sections
 
 
 def write_report(output: str, declared: Mapping[str, Counter], *, recall_queries: int = QUERIES,

@@ -31,6 +31,7 @@ class ReportData:
     previous: str | None = None  # the previous run this one is compared with
     changes: RunDiff | None = None
     problems: dict[str, str] = field(default_factory=dict)
+    stale: list[str] = field(default_factory=list)  # stages built from other upstream outputs than the recorded
     plots: dict[str, str] = field(default_factory=dict)  # plot -> PNG file name beside index.html
 
     def view(self, stage: str) -> StageView | None:
