@@ -147,7 +147,8 @@ class IndexStage:
                                 config.words_per_passage)
         bucket_count = choice.bucket_count(config.shards, counts.high, dim, config.shard_memory_bytes)
         encoding = Encoding(dim, columns, bucket_count, counts.high, counts.expected, previous)
-        kept = kept_passages(ctx, self.options(config), self.external_inputs(config), self.upstream(config))
+        kept = kept_passages(ctx, {"encoder": config.recorded_options()["encoder"]}, encoder_files(config),
+                             tuple(name for name in self.upstream(config) if name != layout.PARSE_STAGE))
         killed = kept_files(kept.directory)  # what a killed run kept: its passages are not encoded again
         save_array(kept.known, kept_keys(killed))
         files = encoding_files(ctx, model_workers(ctx, located.device, config.model_workers), encoding.estimate)
@@ -233,9 +234,11 @@ class Encoding:
 
 def kept_passages(ctx: StageContext, options: dict[str, Any], external: dict[str, str],
                   upstream: tuple[str, ...]) -> KeptPassages:
-    """Where the stage keeps what it encodes for a rerun, with the encoder's part of every passage key: the
-    recorded options, the model files' fingerprints and the outputs of the stages it reads (a KPR encoder's
-    entity embeddings)."""
+    """Where the stage keeps what it encodes for a rerun, with the encoder's part of every passage key: its recorded
+    ``options``, its model files' fingerprints (``external``) and the outputs of the ``upstream`` stages a KPR
+    encoder reads (linker, entity embeddings). Not the index's own settings (factory, shards: a rerun with another
+    factory after one that failed reuses every passage) nor where the passages came from: a key holds the
+    passage's id and content."""
     records = manifest.load(ctx.output)
     identity = [manifest.canonical_options(options),
                 {role: manifest.file_fingerprint(pattern) for role, pattern in sorted(external.items()) if pattern},

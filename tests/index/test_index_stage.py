@@ -273,6 +273,18 @@ def test_search_with_an_encoder_of_another_size_is_refused(minilm_index, tiny_be
     assert message.endswith("has 384 dims")
 
 
+def test_passages_encoded_by_a_run_that_failed_on_its_factory_are_reused_with_another(tiny_bert, tmp_path, capsys):
+    """IVF lists are checked against the passage count once the passages are read, after they are encoded: the
+    rerun with a factory that fits took none of the kept work (its key held the factory and the shards)."""
+    (tmp_path / "c.tsv").write_text("id\ttext\ttitle\n7\tlakes and rivers\tA\n42\tmountains\tB\n9\tdeserts\tC\n")
+    index = ["index", "--output", str(tmp_path / "out"), "--encoder", str(tiny_bert), "--encoder-type", "mean",
+             "--corpus", str(tmp_path / "c.tsv"), *DIRECT]
+    assert "4 IVF lists need at least 4 training vectors" in error_of([*index, "--index-factory", "IVF4,Flat"], capsys)
+    assert main([*index, "--index-factory", "Flat", "--shards", "2"]) == 0
+    counters = manifest.load(str(tmp_path / "out"))["index"].counters
+    assert (counters["passages_encoded"], counters["passages_reused"], counters["passages_indexed"]) == (0, 3, 3)
+
+
 def test_a_query_encoder_of_another_size_is_refused_before_encoding(minilm_path, tiny_bert, tmp_path, capsys):
     """The index was built and committed, and every search of it then failed."""
     (tmp_path / "c.tsv").write_text("id\ttext\ttitle\n7\tlakes and rivers\tA\n")
