@@ -147,14 +147,11 @@ def name_candidates(pairs: pa.Table, title_ids: TrieMap) -> tuple[pa.Table, int]
     entity_ids = title_ids.lookup(pairs.column("target").to_pylist())
     is_entity = entity_ids >= 0
     keep = pa.array(is_entity)
-    names = pairs.column("name").combine_chunks()
-    groups = pc.unique(names)
-    totals = np.bincount(pc.index_in(names, groups).to_numpy(), weights=pairs.column("count").to_numpy(),
-                         minlength=len(groups)).astype(np.int64)
-    kept_names = names.filter(keep)
+    name_codes = pairs.column("name").combine_chunks().dictionary_encode().indices.to_numpy()
+    totals = np.bincount(name_codes, weights=pairs.column("count").to_numpy()).astype(np.int64)[name_codes]
     candidates = pa.Table.from_arrays(
-        [kept_names, pa.array(entity_ids[is_entity].astype(np.int32)), pairs.column("count").filter(keep),
-         pa.array(totals[pc.index_in(kept_names, groups).to_numpy()])], schema=NAME_CANDIDATES)
+        [pairs.column("name").filter(keep), pa.array(entity_ids[is_entity].astype(np.int32)),
+         pairs.column("count").filter(keep), pa.array(totals[is_entity])], schema=NAME_CANDIDATES)
     return candidates, int(len(is_entity) - is_entity.sum())
 
 

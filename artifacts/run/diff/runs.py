@@ -129,8 +129,9 @@ def diff_runs(old: str, new: str, vector_budget: int = VECTOR_BUDGET) -> RunDiff
     """Compare the parts of ``old`` and ``new`` that both runs have (``vector_budget``: bytes of old vectors
     held at once)."""
     old_records, new_records = complete_records(old), complete_records(new)
-    parts: dict[str, Any] = {"stale": tuple(f"{run}: {problem}" for run, records in ((old, old_records),
-                                            (new, new_records)) for problem in stale_stages(records))}
+    stale = tuple(f"{run}: {problem}" for run, records in ((old, old_records), (new, new_records))
+                  for problem in stale_stages(records))
+    parts: dict[str, Any] = {"stale": stale}
     both = set(old_records) & set(new_records)
     if not both:
         raise NotARunError(f"{old} and {new} have no stage in common: nothing to compare")
