@@ -8,7 +8,6 @@ import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import pairwise
 from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
@@ -184,28 +183,6 @@ def in_row_order(tensors: Sequence, order: np.ndarray | None):
     return joined[torch.from_numpy(place).to(joined.device)]
 
 
-def tokenizing_chunks(size: int, per_forward: int) -> list[tuple[int, int]]:
-    """(first, last) ranges of ``size`` items whose inputs are built one after the other (in the prefetch thread):
-    the first about one forward pass's worth, so the device starts early (nothing overlaps it), the others 4
-    passes' worth (better length bucketing)."""
-    first_size, size_after = max(4, per_forward), max(16, 4 * per_forward)
-    bounds = [0, min(size, first_size)]
-    while bounds[-1] < size:
-        bounds.append(min(size, bounds[-1] + size_after))
-    return [(first, last) for first, last in pairwise(bounds) if last > first]
-
-
-def chunk_batches(items: Sequence[T], per_forward: int, max_tokens: int, build: Callable[[Sequence[T]], list],
-                  length: Callable[[object], int]) -> Iterator[tuple[list[int], list]]:
-    """(indices into ``items``, their built inputs) of each forward batch: the items built (``build``: tokenizing,
-    linking) chunk by chunk (``tokenizing_chunks``), each chunk's inputs batched by token budget (``length``:
-    tokens of one input). A generator: iterated in the prefetch thread, the building overlaps the forwards."""
-    for first, last in tokenizing_chunks(len(items), per_forward):
-        inputs = build(items[first:last])
-        for batch in token_budget_batches([length(item) for item in inputs], max_tokens):
-            yield [first + index for index in batch], [inputs[index] for index in batch]
-
-
 @dataclass(frozen=True)
 class QueuedForwards:
     """The results of one call's forward passes, left where the model put them (on a GPU: queued there, the
@@ -235,13 +212,6 @@ def queue_forwards(size: int, dim: int, prepared: Iterable[tuple[list[int], T]],
     rows = np.asarray(order, dtype=np.int64)
     check_each_row_once(rows, size)
     return QueuedForwards(dim, rows, results)
-
-
-def forward_in_order(size: int, dim: int, prepared: Iterable[tuple[list[int], T]],
-                     forward: Callable[[T], object], out: np.ndarray | None = None) -> np.ndarray:
-    """float32 rows (``size`` x ``dim``) in row order: ``queue_forwards``, then the results put in row order on
-    their way back (``to_host``; into ``out`` when given, e.g. a ``HostBuffers`` array)."""
-    return queue_forwards(size, dim, prepared, forward).collect(out)
 
 
 def check_each_row_once(order: np.ndarray, size: int) -> None:

@@ -200,10 +200,10 @@ def dense_dim(options: EncoderOptions) -> int:
 
 
 def pool(hidden, attention_mask, pooling: str):
-    """[CLS] vector or the mean over real tokens (in float32)."""
-    hidden = hidden.float()
+    """[CLS] vector or the mean over real tokens (in float32; for [CLS] only its row converted, not every token's)."""
     if pooling == "cls":
-        return hidden[:, 0]
+        return hidden[:, 0].float()
+    hidden = hidden.float()
     mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
     return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
 
@@ -264,11 +264,6 @@ class TextInputs:
         """Tokens the model reads for these passages (after truncation), for throughput figures."""
         firsts, seconds = passage_segments(passages, self.options.title, self.options.passage_prefix)
         return sum(len(ids) for ids in model_token_ids(self.tokenizer, firsts, seconds, self.options.max_length)[0])
-
-
-def feature_tokens(features: dict[str, Any]) -> int:
-    """Tokens of one text's model inputs (``TextInputs.features``)."""
-    return len(features["input_ids"])
 
 
 @dataclass(frozen=True)
@@ -354,14 +349,12 @@ class DenseEncoder:
     def queue_ready(self, ready: ReadyInputs, rows: Sequence[int] | np.ndarray | None = None,
                     on_batch: Callable[[list[int]], None] | None = None) -> batching.QueuedForwards:
         """The forward passes of ready model inputs (``rows`` of them, all when None), queued (their vectors
-        collected later, in order): only batched as ``encode_passages`` batches them, padded from the packed
-        sequences and run here; ``on_batch`` gets each batch (positions in ``rows``) as it is run."""
+        collected later, in order): batched by token budget over all of them at once (their lengths are known: no
+        chunks to tokenize, so the fullest batches and the least padding), padded from the packed sequences and run
+        here; ``on_batch`` gets each batch (positions in ``rows``) as it is run."""
         rows = np.arange(len(ready)) if rows is None else np.asarray(rows, dtype=np.int64)
-        per_forward = max(1, self.options.batch_tokens // self.options.max_length)
-        lengths = ready.input_ids.lengths[rows].tolist()
-        batches = batching.chunk_batches(range(len(rows)), per_forward, self.options.batch_tokens, list,
-                                         lengths.__getitem__)
-        prepared = ((batch, self._host_inputs(ready, rows[batch])) for batch, _ in batches)
+        batches = batching.token_budget_batches(ready.input_ids.lengths[rows].tolist(), self.options.batch_tokens)
+        prepared = ((batch, self._host_inputs(ready, rows[batch])) for batch in batches)
         return batching.queue_forwards(len(rows), self.dim, prepared,
                                        lambda host: self._forward_inputs(self._device_inputs(host)), on_batch)
 
@@ -370,28 +363,13 @@ class DenseEncoder:
 
     def _encode(self, items: Sequence[Any], build: Callable[[Sequence[Any]], list[dict[str, Any]]],
                 count: CountFn | None) -> np.ndarray:
-        """float32 rows of ``items``, in order. Their model inputs are built (``build``: tokenizing, and KPR's
-        linking), padded and pinned chunk by chunk in the prefetch thread while the forward passes of the chunk
-        before run; what they hold is counted (``count``, unless None) in this thread, where counters count."""
-        per_forward = max(1, self.options.batch_tokens // self.options.max_length)
-        batches = batching.chunk_batches(items, per_forward, self.options.batch_tokens, build, feature_tokens)
-        prepared = ((batch, (self._host_inputs(ReadyInputs.of_features(features), np.arange(len(batch))),
-                             self._counted(features) if count else []))
-                    for batch, features in batches)
-        return batching.forward_in_order(len(items), self.dim, prepared,
-                                         lambda entry: self._forward_counted(*entry, count))
-
-    def _forward_counted(self, host: Any, counted: list[tuple[str, int]], count: CountFn | None):
-        """Count what a batch's inputs hold, then start its forward pass (in the caller's thread)."""
-        for name, value in counted:
-            count(name, value)
-        return self._forward_inputs(self._device_inputs(host))
-
-    def _counted(self, features: Sequence[dict[str, Any]]) -> list[tuple[str, int]]:
-        """(counter, value) pairs of what ``features`` hold, to be counted in the thread where counters count."""
-        found: list[tuple[str, int]] = []
-        self.inputs.count(features, lambda name, value=1: found.append((name, value)))
-        return found
+        """float32 rows of ``items``, in order: their model inputs built (``build``: tokenizing, and KPR's linking),
+        what they hold counted (``count``, unless None) in this thread, where counters count, then encoded as the
+        model's process encodes ready inputs (``encode_ready``: one batching rule, so the same vectors)."""
+        features = build(items)
+        if count is not None:
+            self.inputs.count(features, count)
+        return self.encode_ready(ReadyInputs.of_features(features))
 
     def _host_inputs(self, ready: ReadyInputs, rows: np.ndarray) -> Any:
         """Padded CPU tensors of the inputs ``rows`` (one batch), built with numpy (pinned when bound for CUDA), in

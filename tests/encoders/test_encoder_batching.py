@@ -18,7 +18,6 @@ from encoders.batching import (
     HostBuffers,
     PackedLists,
     PackedListsOfLists,
-    forward_in_order,
     in_row_order,
     prefetched,
     queue_forwards,
@@ -217,7 +216,7 @@ def test_every_parquet_output_is_zstd_and_reads_back(tiny_bert, tmp_path: Path):
 
 
 def batch_results(batches: list[list[int]]):
-    """What ``forward_in_order`` gets: each batch's rows, and a forward whose result rows are (row, -row)."""
+    """What ``queue_forwards`` gets: each batch's rows, and a forward whose result rows are (row, -row)."""
     prepared = [(batch, torch.tensor([[row, -row] for row in batch], dtype=torch.bfloat16)) for batch in batches]
     return prepared, lambda host: host
 
@@ -225,7 +224,7 @@ def batch_results(batches: list[list[int]]):
 def test_results_come_back_in_row_order_whatever_the_batches_order():
     batches = [[4, 0], [3], [1, 5, 2]]  # as token_budget_batches sorts rows by length
     prepared, forward = batch_results(batches)
-    vectors = forward_in_order(6, 2, prepared, forward)
+    vectors = queue_forwards(6, 2, prepared, forward).collect()
     assert vectors.dtype == np.float32
     assert vectors.tolist() == [[row, -row] for row in range(6)]
     # the device's way (joined and put in order where the results are) gives the same rows
@@ -239,7 +238,7 @@ def test_results_come_back_in_row_order_whatever_the_batches_order():
 def test_batches_that_miss_or_repeat_a_row_are_an_error(batches: list[list[int]]):
     prepared, forward = batch_results(batches)
     with pytest.raises(ValueError, match="not each of the 3 rows once"):
-        forward_in_order(3, 2, prepared, forward)
+        queue_forwards(3, 2, prepared, forward)
 
 
 def test_host_buffers_are_taken_in_turn_and_grow_to_the_largest_step():
@@ -255,7 +254,7 @@ def test_vectors_copied_back_into_a_given_array_are_in_row_order():
     batches = [[2, 0], [1]]
     prepared, forward = batch_results(batches)
     out = np.full((3, 2), np.nan, dtype=np.float32)
-    vectors = forward_in_order(3, 2, prepared, forward, out)
+    vectors = queue_forwards(3, 2, prepared, forward).collect(out)
     assert vectors is out and out.tolist() == [[0, 0], [1, -1], [2, -2]]
     again = np.full((3, 2), np.nan, dtype=np.float32)  # results as they come, into the array
     assert to_host([host for _, host in prepared], out=again) is again

@@ -24,7 +24,7 @@ from artifacts import fs, schemas, tables
 from artifacts.errors import InputError
 from artifacts.linker import EntityLinker, NameRow, build_kb_trie, write_linker
 from artifacts.passages import Passage
-from encoders.batching import token_budget_batches, tokenizing_chunks
+from encoders.batching import token_budget_batches
 from encoders.errors import MissingRunArtifactError
 from encoders.kpr_checkpoint import from_bert, init_kpr_checkpoint, load_checkpoint
 from encoders.kpr_config import KPRSettings, read_kpr_settings
@@ -323,15 +323,12 @@ def linked_passages(count: int) -> list[Passage]:
 
 def mains_kpr_vectors(encoder, passages: list[Passage]) -> tuple[np.ndarray, dict[str, int]]:
     """main's KPR encoding (before inputs were built apart from the model) on the encoder's own inputs, batched
-    as ``encode_passages`` batches them (chunk by chunk, by token budget within a chunk): tensors filled row by row
+    as the model's process batches a step (by token budget over all of them at once): tensors filled row by row
     (no token types: all 0), synchronous copies. Returns (vectors, the entity counters of those inputs that are not
     0)."""
     found = encoder.inputs.passages(passages)
     vectors = np.zeros((len(passages), encoder.dim), dtype=np.float32)
-    per_forward = max(1, encoder.options.batch_tokens // encoder.options.max_length)
-    batches = [[first + index for index in batch] for first, last in tokenizing_chunks(len(found), per_forward)
-               for batch in token_budget_batches([len(item["input_ids"]) for item in found[first:last]],
-                                                 encoder.options.batch_tokens)]
+    batches = token_budget_batches([len(item["input_ids"]) for item in found], encoder.options.batch_tokens)
     for batch in batches:
         longest = max(len(found[index]["input_ids"]) for index in batch)
         entities = max(1, max(len(found[index]["entity_ids"]) for index in batch))

@@ -19,6 +19,7 @@ from encoders.loading import check_encoder_options, load_inputs, load_retriever
 from encoders.retrievers import (
     BGE_QUERY_PREFIX,
     EncoderOptions,
+    ReadyInputs,
     TextInputs,
     dense_dim,
     passage_segments,
@@ -159,6 +160,23 @@ def test_inputs_built_elsewhere_and_read_back_from_a_file_give_the_same_vectors(
     np.testing.assert_allclose(encoder.encode_ready(ready), library, rtol=0, atol=1e-6)
     # a subset of them (those not kept by an earlier run), in the order asked for
     np.testing.assert_allclose(encoder.encode_ready(ready, np.array([2, 0])), library[[2, 0]], rtol=0, atol=1e-6)
+
+
+def test_ready_inputs_are_batched_over_the_whole_step_not_in_tokenizing_chunks(tiny_bert):
+    """The model's process batches a step of ready inputs by token budget over all of its rows at once: the
+    fullest batches and the least padding (in chunks, as while tokenizing, a chunk's last batch ran part-full)."""
+    options = EncoderOptions("dpr", str(tiny_bert), max_length=64, batch_tokens=128)
+    passages = [Passage(index, "", " ".join(["word"] * (3 + index % 7))) for index in range(1, 25)]
+    ready = ReadyInputs.of_features(load_inputs(options).passages(passages))
+    encoder = load_retriever(options)
+    ran: list[list[int]] = []
+    vectors = encoder.queue_ready(ready, on_batch=ran.append).collect()
+    lengths = ready.input_ids.lengths.tolist()
+    padded = [len(batch) * max(lengths[row] for row in batch) for batch in ran]
+    assert sorted(row for batch in ran for row in batch) == list(range(len(passages)))
+    assert max(padded) <= 128 and sum(lengths) == 213
+    assert len(ran) == 2 and sum(padded) == 246  # in chunks of 4 and 16 rows: 4 forwards, 257 padded tokens
+    np.testing.assert_allclose(vectors, encoder.encode_passages(passages), rtol=0, atol=1e-6)
 
 
 def test_bad_encoder_options_fail_before_any_work(tiny_bert, tmp_path):
