@@ -6,7 +6,8 @@ passages' mean length; the [MASK] paths and the passage paths (DPR kind), each a
 built in one process, as every core builds them, and the forward on ready inputs, as the GPU's process runs it;
 each stage end to end (embed-entities on the bundled sample's mentions, or those of ``--mentions-out``, index on
 the 751 real DPR passages repeated with new ids; model load included); the ratios; the GPU busy share during the
-stages; projected hours for 7M entities and 21M passages; the KPR encoder (bench/kpr.py: the same model with random
+stages; what one step of each forward on ready inputs spent its device time on (torch's profiler: the busiest
+kernels, which attention kernel among them); projected hours for 7M entities and 21M passages; the KPR encoder (bench/kpr.py: the same model with random
 fusion weights, the first embed-entities OUT's own linker and entity embeddings) on the same passages: the linker
 alone (one CPU thread), the KPR paths and the index stage with --encoder-type kpr,
 against the passages' ceiling; bytes per row of every artifact and the projection for English Wikipedia.
@@ -56,7 +57,16 @@ from bench.common import (
     synchronize,
 )
 from bench.kpr import DenseRun, report_kpr
-from bench.measure import Rate, in_calls, index_stage, passage_paths, timed, timed_stage, write_corpus
+from bench.measure import (
+    Rate,
+    busiest_ops,
+    in_calls,
+    index_stage,
+    passage_paths,
+    timed,
+    timed_stage,
+    write_corpus,
+)
 from bench.paths import PASSAGES
 
 ENTITIES = 7_000_000
@@ -92,10 +102,11 @@ def ceiling(model_path: str, device: str, dtype: str, length: int, batch_tokens:
     return Rate(rows * runs, time.perf_counter() - started)
 
 
-def mask_paths(args, model_path: str, rows: list[dict], length: int) -> tuple[Rate, Rate]:
+def mask_paths(args, model_path: str, rows: list[dict], length: int) -> tuple[Rate, Rate, list[str]]:
     """The stage's two [MASK] paths: the inputs built from mention rows (``mask_inputs`` in the stage's calls of
     up to 512 rows, as every core runs it, here in this one process) and the forward on ready inputs
-    (``MaskEncoder.encode_packed`` on the model's part of up to 8,192 inputs, as the GPU's process runs it)."""
+    (``MaskEncoder.encode_packed`` on the model's part of up to 8,192 inputs, as the GPU's process runs it); and what
+    one part's forward spent its time on (``busiest_ops``)."""
     from encoders.batching import HostBuffers
     from encoders.mask_encoder import MaskEncoder
     from encoders.mask_inputs import PackedMaskInputs, mask_inputs
@@ -112,7 +123,14 @@ def mask_paths(args, model_path: str, rows: list[dict], length: int) -> tuple[Ra
     buffers, dim = HostBuffers(), encoder.model.config.hidden_size  # the arrays the stage's steps come back into
     forward = timed(lambda: [encoder.encode_packed(part, buffers.take(len(part), dim)) for part in parts], len(rows),
                     args.device)
-    return inputs, forward
+    return inputs, forward, busiest_ops(lambda: encoder.encode_packed(parts[0]), args.device)
+
+
+def print_busiest(ops: list[str]) -> None:
+    """``busiest_ops``' lines under a path's figures."""
+    print("  one step of the forward on ready inputs, busiest first (share of its device time, calls, op or kernel):")
+    for line in ops:
+        print(f"    {line}")
 
 
 def passage_options(args, model_path: str):
@@ -199,7 +217,7 @@ def report_mentions(args, model_path: str, sample: str, work: str, mean_mentions
     lengths = [length for length in args.lengths if length <= usable_positions(ModelSpec(model_path))]
     for length in lengths:
         top = ceiling(model_path, args.device, args.dtype, length, args.batch_tokens, args.ceiling_seconds)
-        inputs, path = mask_paths(args, model_path, rows, length)
+        inputs, path, ops = mask_paths(args, model_path, rows, length)
         stage, busy, target = embed_stage(args, model_path, sample, work, length)
         outputs.append((target, "entity_embeddings"))
         print(f"mentions at {length} tokens: ceiling {top.per_second:,.1f} seq/s | [MASK] inputs built "
@@ -209,6 +227,7 @@ def report_mentions(args, model_path: str, sample: str, work: str, mean_mentions
         print(f"  ratios: path/ceiling {path.per_second / top.per_second:.0%}, stage/ceiling "
               f"{stage.per_second / top.per_second:.0%}, stage/encoder {stage.per_second / path.per_second:.2f}; "
               f"GPU busy during the stage: {busy}")
+        print_busiest(ops)
         print(f"  projection at the stage rate: {ENTITIES / 1e6:.0f}M entities x {mean_mentions:.2f} mentions "
               f"(sample mean) = {ENTITIES * mean_mentions / stage.per_second / 3600:,.1f} h; x {MENTION_CAP} (cap) = "
               f"{ENTITIES * MENTION_CAP / stage.per_second / 3600:,.1f} h")
@@ -221,7 +240,7 @@ def report_passages(args, model_path: str, work: str) -> tuple[str, DenseRun]:
 
     passages = real_passages()
     timed_passages = [passages[index % len(passages)] for index in range(args.passages)]
-    inputs, path, mean_length = passage_paths(passage_options(args, model_path), timed_passages)
+    inputs, path, mean_length, ops = passage_paths(passage_options(args, model_path), timed_passages)
     top = ceiling(model_path, args.device, args.dtype, math.ceil(mean_length), args.batch_tokens,
                   args.ceiling_seconds)
     corpus, target = Path(work) / "corpus.tsv", str(Path(work) / "index-out")
@@ -234,6 +253,7 @@ def report_passages(args, model_path: str, work: str) -> tuple[str, DenseRun]:
     print(f"  ratios: path/ceiling {path.per_second / top.per_second:.0%}, stage/ceiling "
           f"{stage.per_second / top.per_second:.0%}, stage/encoder {stage.per_second / path.per_second:.2f}; "
           f"GPU busy during the stage: {busy}")
+    print_busiest(ops)
     print(f"  projection at the stage rate: {DPR_PASSAGES / 1e6:.0f}M passages = "
           f"{DPR_PASSAGES / stage.per_second / 3600:,.2f} h")
     return target, DenseRun(timed_passages, corpus, mean_length, top)

@@ -57,7 +57,7 @@ def report_kpr(args, options, model_path: str, output: str, dense: DenseRun) -> 
     kpr = replace(options, kind="kpr", model=checkpoint, linker=layout.LINKER,
                   entity_embeddings=layout.ENTITY_EMBEDDINGS).located(output)
     linker = linker_rate(kpr.linker, dense.passages)
-    inputs, path, _ = passage_paths(kpr, dense.passages)
+    inputs, path, _, _ = passage_paths(kpr, dense.passages)
     stage, busy = index_stage(args, checkpoint, dense.corpus, args.passages, output, "--encoder-type", "kpr")
     top = dense.ceiling.per_second
     print(f"kpr passages at {dense.mean_length:.0f} tokens (mean): ceiling {top:,.1f} seq/s | linker alone "

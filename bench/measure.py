@@ -32,10 +32,11 @@ def in_calls(items: list, per_call: int) -> list[list]:
     return [items[begin:begin + per_call] for begin in range(0, len(items), per_call)]
 
 
-def passage_paths(options, passages: list) -> tuple[Rate, Rate, float]:
+def passage_paths(options, passages: list) -> tuple[Rate, Rate, float, list[str]]:
     """The index's two paths for the encoder of ``options``: the model inputs built from passages (tokenizing, a
     KPR encoder's linking; in this one process, as every core builds them) and the forward on ready inputs (as the
-    GPU's process runs it, on files of ``INPUT_FILE_ROWS``); and the mean tokens per passage."""
+    GPU's process runs it, on files of ``INPUT_FILE_ROWS``); the mean tokens per passage; and what one file's
+    forward spent its time on (``busiest_ops``)."""
     from encoders.batching import HostBuffers
     from encoders.loading import load_inputs, load_retriever
     from transforms.index.inputs import INPUT_FILE_ROWS, PASSAGES_PER_CALL, inputs_table, table_inputs
@@ -51,7 +52,27 @@ def passage_paths(options, passages: list) -> tuple[Rate, Rate, float]:
     buffers = HostBuffers()  # the arrays the stage's steps come back into
     forward = timed(lambda: [model.encode_ready(ready, None, buffers.take(len(ready), model.dim))
                              for _, ready in files], len(passages), options.device)
-    return rate, forward, mean_length
+    return rate, forward, mean_length, busiest_ops(lambda: model.encode_ready(files[0][1]), options.device)
+
+
+def busiest_ops(run: Callable[[], object], device: str, count: int = 6) -> list[str]:
+    """Lines naming what took the most of one ``run``'s device time (on a GPU its kernels: which attention kernel a
+    forward runs, say; on a CPU the ops' own CPU time), from torch's profiler, busiest first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.startswith("cuda")
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]
+    with profile(activities=activities) as profiler:
+        run()
+        synchronize(device)
+    events = profiler.key_averages()
+
+    def spent(event) -> float:
+        return event.self_device_time_total if cuda else event.self_cpu_time_total
+
+    total = sum(spent(event) for event in events) or 1.0
+    return [f"{spent(event) / total:6.1%} {event.count:7,} calls  {event.key[:110]}"
+            for event in sorted(events, key=spent, reverse=True)[:count]]
 
 
 def write_corpus(path: Path, count: int) -> None:
