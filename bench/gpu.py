@@ -3,14 +3,14 @@
 Prints: the ceiling (a plain transformers BertModel forward over fixed-shape batches of random ids: no tokenization,
 no padding, no copies back; same weights, dtype and length) at 512 and 128 tokens for mentions and at the real
 passages' mean length; the [MASK] paths and the passage paths (DPR kind), each as the stage splits it: the inputs
-built in one process, as every core builds them, and the forward on ready inputs, as the GPU's process runs it;
-each stage end to end (embed-entities on the bundled sample's mentions, or those of ``--mentions-out``, index on
-the 751 real DPR passages repeated with new ids; model load included); the ratios; the GPU busy share during the
-stages; what one step of each forward on ready inputs spent its device time on (torch's profiler: the busiest
-kernels, which attention kernel among them); projected hours for 7M entities and 21M passages; the KPR encoder (bench/kpr.py: the same model with random
-fusion weights, the first embed-entities OUT's own linker and entity embeddings) on the same passages: the linker
-alone (one CPU thread), the KPR paths and the index stage with --encoder-type kpr,
-against the passages' ceiling; bytes per row of every artifact and the projection for English Wikipedia.
+built in one process, as every core builds them, and the forward on ready inputs, as the GPU's process runs it; each
+stage end to end (embed-entities on the bundled sample's mentions, or those of ``--mentions-out``, index on the 751
+real DPR passages repeated with new ids; model load included); the ratios; the GPU busy share during the stages;
+what one step of each forward on ready inputs spent its device time on (torch's profiler: the busiest kernels, which
+attention kernel among them); projected hours for 7M entities and 21M passages; the KPR encoder (bench/kpr.py: the
+same model with random fusion weights, the first embed-entities OUT's own linker and entity embeddings) on the same
+passages: the linker alone (one CPU thread), the KPR paths and the index stage with --encoder-type kpr, against the
+passages' ceiling; bytes per row of every artifact and the projection for English Wikipedia.
 
 CPU (the packaged MiniLM; counts large enough that Beam start-up and model load do not dominate, about 10
 minutes on 2 cores; the stage / encoder ratio is the figure that matters here):
