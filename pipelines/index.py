@@ -342,6 +342,8 @@ def plan_index(ctx: StageContext, config: IndexConfig, encoder: EncoderOptions, 
                   for shard, grouped in sorted(buckets.shard_buckets(records, shards).items()))
     print(f"[{layout.INDEX_STAGE}] {total:,} passages x {dim} dims, {shards} shard(s): {factory}, "
           f"{estimate.describe(shards)}", file=sys.stderr)
+    for line in choice.thin_training(factory, total, dim):
+        print(f"[{layout.INDEX_STAGE}] {line}", file=sys.stderr)
     stored = replace(encoder, linker=config.encoder.linker, entity_embeddings=config.encoder.entity_embeddings)
     # index.json names the run's artifacts relative to OUT, so a moved run reads its own linker and embeddings
     fields = {"factory": factory, "metric": encoder.similarity, "dim": dim, "count": total, "shards": shards,

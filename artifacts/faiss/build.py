@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import contextlib
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -11,6 +16,30 @@ from artifacts import fs, tables
 from artifacts.faiss.files import EMBEDDINGS_DIR, shard_embedding_files, shard_ids_name, shard_index_name
 from artifacts.faiss.storage import read_index, write_index, write_npy
 from artifacts.faiss.vectors import VECTOR_BATCH, table_vectors
+
+# FAISS's k-means warning (written by its C++ code to stderr); the index stage says it in its own words
+# (``choice.thin_training``)
+_KMEANS_WARNING = re.compile(rb"^WARNING clustering \d+ points to \d+ centroids: please provide at least \d+ "
+                             rb"training points\n?$")
+
+
+@contextlib.contextmanager
+def kmeans_warnings_dropped() -> Iterator[None]:
+    """Inside the block, what is written to this process's stderr (its file descriptor, as C++ code writes) is held
+    back; afterwards every line of it but FAISS's k-means warnings is written there."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = [line for line in held.read().splitlines(keepends=True) if not _KMEANS_WARNING.match(line)]
+            if kept:
+                os.write(2, b"".join(kept))
 
 
 def gpu_count() -> int:
@@ -47,7 +76,8 @@ def train_index(factory: str, dim: int, sample: np.ndarray, use_gpu: bool = Fals
             ivf.clustering_index = faiss.index_cpu_to_all_gpus(faiss.IndexFlatL2(dim))
         except RuntimeError:
             pass  # not IVF: trains on the CPU
-    index.train(np.ascontiguousarray(sample, dtype=np.float32))
+    with kmeans_warnings_dropped():
+        index.train(np.ascontiguousarray(sample, dtype=np.float32))
     return index
 
 

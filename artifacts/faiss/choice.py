@@ -10,6 +10,7 @@ from artifacts.errors import InputError
 from artifacts.fs import human_size
 
 MAX_TRAIN_SAMPLE = 1_000_000  # vectors: the one global object of the index stage (3 GB at 768 float32)
+KMEANS_POINTS_PER_CENTROID = 39  # FAISS's ClusteringParameters.min_points_per_centroid: it warns below
 EXACT_UP_TO = 100_000  # passages: below this the default index is exact
 IVF_FLAT_UP_TO = 3_000_000  # passages: below this IVF without compression
 IVF_SQ8_UP_TO = 50_000_000  # passages: below this 8-bit scalar quantization; above, product quantization
@@ -93,6 +94,18 @@ def pq_centroids(factory: str) -> int | None:
     """The most centroids per sub-vector a product quantizer of the factory learns: 2**nbits of ``PQ<m>x<nbits>``,
     256 of an OPQ rotation (trained with an 8-bit quantizer); None without one."""
     return max((1 << (8 if rotation else int(bits or 8)) for rotation, bits in _PQ.findall(factory)), default=None)
+
+
+def thin_training(factory: str, count: int, dim: int) -> list[str]:
+    """A line for each k-means of the factory (an IVF's lists, a product quantizer's centroids per sub-vector) that
+    trains on fewer vectors than FAISS asks for (``KMEANS_POINTS_PER_CENTROID`` a centroid; FAISS's own warning is
+    not shown: ``build.train_index``)."""
+    sample = training_sample_size(factory, count, dim)
+    kinds = (("IVF lists", ivf_lists(factory)), ("product quantizer centroids per sub-vector", pq_centroids(factory)))
+    return [f"{factory}: its {centroids:,} {kind} are trained on {sample:,} vectors, fewer than the "
+            f"{centroids * KMEANS_POINTS_PER_CENTROID:,} FAISS asks for ({KMEANS_POINTS_PER_CENTROID} each): some "
+            "may be poor; fewer suit this corpus"
+            for kind, centroids in kinds if centroids and 0 < sample < centroids * KMEANS_POINTS_PER_CENTROID]
 
 
 def needs_training(factory: str, dim: int) -> bool:

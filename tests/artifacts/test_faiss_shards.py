@@ -14,7 +14,7 @@ import pytest
 from artifacts import faiss as shards
 from artifacts.errors import InputError
 from artifacts.faiss import buckets as buckets_module
-from artifacts.faiss import choice
+from artifacts.faiss import build, choice
 from artifacts.faiss.build import reserve
 from artifacts.faiss.vectors import embedding_table
 from artifacts.passages import sample_key, shard_of
@@ -286,6 +286,25 @@ def test_bad_factories_are_one_line_errors():
     shards.check_factory("IVF2,PQ4x4", 20, DIM)
     with pytest.raises(InputError, match="learns 256 centroids"):
         shards.check_factory("OPQ4,IVF2,PQ4x4", 20, DIM)  # the rotation is trained with an 8-bit quantizer
+
+
+def test_k_means_on_fewer_vectors_than_faiss_asks_for_is_said_once_in_our_words(capfd):
+    """FAISS warns on stderr (from C++) when a k-means has fewer than 39 vectors a centroid; the stage says it in
+    its own line before it starts, and FAISS's own lines are not shown. Other lines written meanwhile still are."""
+    assert choice.thin_training("IVF16,Flat", 2_000, DIM) == []  # 125 a list
+    assert choice.thin_training("IVF128,Flat", 4_605, DIM) == [
+        "IVF128,Flat: its 128 IVF lists are trained on 4,605 vectors, fewer than the 4,992 FAISS asks for (39 each): "
+        "some may be poor; fewer suit this corpus"]
+    assert [line.split(": its ")[1].split(" are")[0] for line in choice.thin_training("IVF64,PQ4x8", 2_000, DIM)] == [
+        "64 IVF lists", "256 product quantizer centroids per sub-vector"]
+    assert choice.thin_training("HNSW8,Flat", 10, DIM) == choice.thin_training("Flat", 10, DIM) == []
+    capfd.readouterr()
+    trained = shards.train_index("IVF8,Flat", DIM, clustered(100))  # 12.5 vectors a list
+    assert trained.is_trained and "WARNING clustering" not in capfd.readouterr().err
+    with build.kmeans_warnings_dropped():
+        os.write(2, b"WARNING clustering 5 points to 2 centroids: please provide at least 78 training points\n")
+        os.write(2, b"something else\n")
+    assert capfd.readouterr().err == "something else\n"
 
 
 def test_dimension_mismatch_and_missing_index(tmp_path):
