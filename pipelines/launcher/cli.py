@@ -53,13 +53,15 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Help with every default that says something (not None or False); examples kept as written."""
+    """Help with every default that says something (not None or False: a default of 0 is shown); examples kept as
+    written."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if "%(default)" in text or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+        unsaid = action.default is None or action.default is False or action.default is argparse.SUPPRESS
+        if "%(default)" in text or "(default: " in text or unsaid or not action.option_strings:
             return text
-        return f"{text} (default: %(default)s)"
+        return f"{text} (default: {'empty' if action.default == '' else '%(default)s'})"
 
 
 def load_command(name: str) -> Any:
@@ -74,6 +76,9 @@ def mark_required(parser: argparse.ArgumentParser, flags: tuple[str, ...]) -> No
             action.help = f"{action.help} (required)"
 
 
+VERBOSE_HELP = "log Beam's progress messages and its worker processes' output"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Every command's flags (``pipelines.launcher.commands``): built without importing the code that runs them."""
     parser = OneLineParser(
@@ -82,11 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
         "Unknown --flags are Beam pipeline options (--runner, --direct_num_workers, ...).",
         allow_abbrev=False,
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log Beam's progress messages")
+    parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, command in COMMANDS.items():
         sub = commands.add_parser(name, help=command.summary, description=command.summary, allow_abbrev=False,
                                   formatter_class=HelpFormatter, epilog=f"example:\n  python {command.example}")
+        # after the command too; unset when not given there, so that one given before it stays
+        sub.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
         flags.add_groups(sub, command.groups)
         mark_required(sub, tuple(flags.flag_of(dest) for dest, _ in command.required))
     return parser

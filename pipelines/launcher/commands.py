@@ -135,10 +135,14 @@ def _encoder(group: argparse._ArgumentGroup) -> None:
                        help="dpr: [CLS] title [SEP] text [SEP], CLS, dot; bge: CLS, cosine, query instruction; "
                        "mean: mean pooling, cosine; kpr: KPR checkpoint with entity fusion")
     group.add_argument("--query-encoder", type=name_or_path, help="a separate question encoder (default: --encoder)")
-    group.add_argument("--similarity", choices=SIMILARITIES, help="override the encoder type's similarity")
+    group.add_argument("--similarity", choices=SIMILARITIES,
+                       help="override the encoder type's similarity (default: dot for dpr, cosine for bge and mean, "
+                       "the checkpoint's for kpr)")
     group.add_argument("--title-mode", choices=TITLE_MODES,
-                       help="pair: title and text as a sentence pair; join: 'title text'; none: text only")
-    group.add_argument("--query-prefix", help="text put before every query (bge: its instruction)")
+                       help="pair: title and text as a sentence pair; join: 'title text'; none: text only "
+                       "(default: pair for dpr and kpr, join for bge and mean)")
+    group.add_argument("--query-prefix", help="text put before every query (default: bge's instruction for bge, "
+                       "none for the others)")
     group.add_argument("--passage-prefix", default="", help="text put before every passage")
     group.add_argument("--max-length", type=int, default=256, help="tokens per passage or query")
     group.add_argument("--max-entities", type=at_least("max_entities", 0), default=128,

@@ -288,6 +288,35 @@ def test_help_shows_defaults_required_flags_and_an_example():
             "entity, dictionary and embedding distributions, and the index's recall against exact search.") in top
 
 
+def test_help_gives_a_default_of_0_and_the_encoder_types_own_defaults():
+    """A default of 0 is a default (``--seed``); the options whose default comes from --encoder-type say each type's,
+    as the encoders resolve them."""
+    from encoders.retrievers import _DEFAULTS
+
+    subparsers = next(action for action in build_parser()._actions if action.dest == "command")
+    mentions = " ".join(subparsers.choices["mentions"].format_help().split())
+    assert "--seed SEED seed of the sampling hash (default: 0)" in mentions
+    index = " ".join(subparsers.choices["index"].format_help().split())
+    assert "text put before every passage (default: empty)" in index
+    for field, flag in (("similarity", "--similarity"), ("title", "--title-mode")):
+        said = index[index.rindex(f"{flag} {{"):].split("(default: ", 1)[1].split(")", 1)[0]  # its help
+        for kind, defaults in _DEFAULTS.items():
+            value = getattr(defaults, field) or "the checkpoint's"  # kpr: its checkpoint's similarity
+            clause = next(part for part in said.split(", ") if part.startswith(value))
+            assert kind in clause, (flag, kind, said)
+    assert "(default: bge's instruction for bge, none for the others)" in index
+
+
+def test_verbose_is_taken_after_the_command_as_well_as_before_it():
+    parser = build_parser()
+    for argv, verbose in ((["validate", "--output", "x"], False), (["-v", "validate", "--output", "x"], True),
+                          (["validate", "--output", "x", "--verbose"], True),
+                          (["validate", "-v", "--output", "x"], True),
+                          (["--verbose", "validate", "--output", "x", "-v"], True)):
+        args, unknown = parser.parse_known_args(argv)
+        assert (args.verbose, unknown) == (verbose, []), argv
+
+
 # --- the lock on OUT -------------------------------------------------------------------------------------------
 
 
