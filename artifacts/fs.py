@@ -208,15 +208,24 @@ def write_bytes(path: str, data: bytes) -> None:
         handle.write(data)
 
 
-class DirectoryTargetError(InputError):
-    """A file was to be written (or removed) where a directory is: nothing there is touched."""
+class PathError(InputError):
+    """An error about one ``path``, its message made from it (``MESSAGE``); pickled by its path, as Beam ships a
+    worker's exception."""
+
+    MESSAGE = "{path}"
 
     def __init__(self, path: str) -> None:
-        super().__init__(f"{path} is a directory, not a file: it is left as it is")
+        super().__init__(self.MESSAGE.format(path=path))
         self.path = path
 
     def __reduce__(self):
         return type(self), (self.path,)
+
+
+class DirectoryTargetError(PathError):
+    """A file was to be written (or removed) where a directory is: nothing there is touched."""
+
+    MESSAGE = "{path} is a directory, not a file: it is left as it is"
 
 
 def is_directory(path: str) -> bool:
@@ -226,15 +235,10 @@ def is_directory(path: str) -> bool:
     return bool(_filesystems().match([join(path, "**")])[0].metadata_list)
 
 
-class FileInTheWayError(InputError):
+class FileInTheWayError(PathError):
     """A file where a directory goes (OUT/.staging, OUT/report, ...)."""
 
-    def __init__(self, path: str) -> None:
-        super().__init__(f"{path} is a file, where a directory goes: move it away (it is left as it is)")
-        self.path = path
-
-    def __reduce__(self):
-        return type(self), (self.path,)
+    MESSAGE = "{path} is a file, where a directory goes: move it away (it is left as it is)"
 
 
 def require_directory_target(path: str) -> None:
@@ -371,6 +375,12 @@ def stays_below(relative: str) -> bool:
 def is_local(path: str) -> bool:
     """Whether ``path`` is a plain local path rather than a Beam filesystem URL (``gs://``, ``s3://``, ...)."""
     return "://" not in path or path.startswith("file://")
+
+
+def resolved(path: str) -> str:
+    """``path`` as one place is named however it is written: on a local disk absolute, without ``file://``, its
+    symbolic links resolved (a link into a run is inside it); a URL less its final /."""
+    return os.path.realpath(path.removeprefix("file://")) if is_local(path) else path.rstrip("/")
 
 
 def require_writable_directory(path: str, flag: str) -> None:

@@ -5,7 +5,6 @@ transforms/index/refresh.py."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,19 +37,12 @@ class RefreshConfig:
     def from_args(cls, args: argparse.Namespace) -> RefreshConfig:
         """The flags; a damaged manifest of the previous run stops the stage (and `all`) before it starts."""
         previous = getattr(args, "previous", None)
-        if previous and same_place(str(previous), str(args.output)):
+        if previous and fs.resolved(str(previous)) == fs.resolved(str(args.output)):
             raise InputError(f"--previous {previous} is this run's own --output: a refresh takes vectors from another "
                              "run (name the earlier run's OUT, or leave --previous out: a rerun reuses its own work)")
         if previous:
             manifest.load(str(previous))
         return cls(str(previous) if previous else None, bool(getattr(args, "require_reuse", False)))
-
-
-def same_place(first: str, second: str) -> bool:
-    """Whether two paths name one directory (local paths resolved; URLs compared as written, less a final /)."""
-    if fs.is_local(first) and fs.is_local(second):
-        return os.path.realpath(first.removeprefix("file://")) == os.path.realpath(second.removeprefix("file://"))
-    return first.rstrip("/") == second.rstrip("/")
 
 
 def previous_options(refresh: RefreshConfig) -> dict[str, Any]:

@@ -97,14 +97,9 @@ def _normalized(path: str) -> str:
     return os.path.abspath(path) if is_local(path) else path.rstrip("/")
 
 
-def _resolved(path: str) -> str:
-    """``path`` with symbolic links resolved on a local disk (a link into the run still overlaps it)."""
-    return os.path.realpath(path) if is_local(path) else path.rstrip("/")
-
-
 def overlaps(first: str, second: str) -> bool:
     """Whether one path is the other or lies inside it."""
-    first, second = _resolved(first), _resolved(second)
+    first, second = fs.resolved(first), fs.resolved(second)
     return first == second or first.startswith(second + "/") or second.startswith(first + "/")
 
 
