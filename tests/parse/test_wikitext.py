@@ -254,6 +254,12 @@ def test_language_links_with_subtags_are_not_entity_links():
     assert both_paths("[[fr:Dieu]][[be-x-old:Бог]][[zh-min-nan:Siōng-tè]][[roa-tara:Ddie]]God") == ("God", [])
 
 
+def test_interwiki_prefixes_shaped_like_a_language_code_show_their_label():
+    assert both_paths("See [[doi:10.1000/182|the handbook]], [[hdl:10050/00|the archive]] and "
+                      "[[rfc:2616]].[[simple:God]][[de:Gott]]") == ("See the handbook, the archive and rfc:2616.", [])
+    assert both_paths("[[:simple:God|God]] [[Simple:God]]x") == ("God x", [])
+
+
 @pytest.mark.usefixtures("shared_data")
 @pytest.mark.parametrize("use_prepass", [True, False])
 def test_language_links_end_a_real_page(use_prepass):

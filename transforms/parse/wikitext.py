@@ -36,12 +36,16 @@ _INVISIBLE_TAGS = frozenset({
     "source", "hiero", "inputbox", "categorytree", "section", "indicator", "style", "script", "poem-hidden",
 })
 _LINE_BREAK_TAGS = frozenset({"br", "p", "li", "dd", "dt", "tr"})
-# Interwiki prefixes that are not language codes (language codes are matched by pattern).
+# Interwiki prefixes that are not language codes (language codes are matched by pattern), those of the shape of
+# one included (``[[doi:10.1000/1|a paper]]`` and ``[[hdl:...]]`` show their label; ``[[de:Foo]]`` shows nothing).
 _INTERWIKI = frozenset({
     "wikt", "wiktionary", "commons", "c", "meta", "m", "s", "wikisource", "q", "wikiquote", "n", "wikinews",
     "b", "wikibooks", "v", "wikiversity", "voy", "wikivoyage", "species", "d", "wikidata", "mw", "w",
-    "wikipedia", "foundation", "wmf", "phab", "outreach", "incubator", "simple", "mediawikiwiki", "wikimedia",
+    "wikipedia", "foundation", "wmf", "phab", "outreach", "incubator", "mediawikiwiki", "wikimedia",
+    "doi", "hdl", "rfc", "irc", "rt", "arxiv", "pmid", "jstor", "imdbtitle", "imdbname", "gerrit", "ticket",
 })
+# Language editions whose code has not the shape of one (a link to them is a language link too).
+_LANGUAGE_EDITIONS = frozenset({"simple"})
 _INDENTED_TABLE = re.compile(r"^:+[ \t]*(?=\{\|)", re.MULTILINE)
 _LANGUAGE_CODE = re.compile(r"^[a-z]{2,3}(-[a-z0-9]{1,8})*$")  # also be-x-old, zh-min-nan, roa-tara
 _REDIRECT = re.compile(
@@ -121,9 +125,16 @@ def redirect_article(target: str, namespaces: Namespaces) -> str | None:
     return classify_link(target, namespaces, WikitextOptions()).target
 
 
-def is_interwiki(prefix: str) -> bool:
+def is_language_link(prefix: str) -> bool:
+    """True if ``[[prefix:Title]]`` links to another language's edition (shown beside the article, not in it)."""
     stripped = prefix.strip()
-    return stripped.lower() in _INTERWIKI or bool(_LANGUAGE_CODE.match(stripped))
+    if stripped.lower() in _INTERWIKI:
+        return False
+    return stripped.lower() in _LANGUAGE_EDITIONS or bool(_LANGUAGE_CODE.match(stripped))
+
+
+def is_interwiki(prefix: str) -> bool:
+    return prefix.strip().lower() in _INTERWIKI or is_language_link(prefix)
 
 
 @dataclass(frozen=True)
@@ -151,7 +162,7 @@ def classify_link(title: str, namespaces: Namespaces, options: WikitextOptions) 
         if namespace is not None and namespace != 0:
             return _LinkRole(drop=False, target=None)
         if namespace is None and is_interwiki(prefix):
-            return _LinkRole(drop=not leading_colon and bool(_LANGUAGE_CODE.match(prefix.strip())), target=None)
+            return _LinkRole(drop=not leading_colon and is_language_link(prefix), target=None)
     page, hash_sign, _section = title.partition("#")
     if hash_sign and (not options.keep_section_links or not page.strip()):
         return _LinkRole(drop=False, target=None)
