@@ -121,6 +121,17 @@ def test_convert_pages_stages_articles_with_their_title_records(tmp_path: Path):
                         "empty_articles": 1}
 
 
+def test_links_that_show_no_text_are_counted(tmp_path: Path):
+    page = ("<page><title>Fruit</title><ns>0</ns><id>1</id><revision><id>2</id><text>An [[Apple| ]]s, "
+            "[[Pear|{{lang|fr|Poire}}]] and a [[Plum]].\n[[Fig|*]]</text></revision></page>")
+    path = tmp_path / "dump.xml"
+    path.write_text(DUMP.format(pages=page), encoding="utf-8")
+    articles, _, _, counters = parse_dump(tmp_path, str(path))
+    assert [(row["text"], [link["target"] for link in row["links"]]) for row in articles] == [
+        ("An s, and a Plum.", ["Plum"])]
+    assert (counters["links"], counters["blank_links"]) == (1, 3)
+
+
 def test_parse_dump_resolves_links_through_redirects_and_attaches_qids(tmp_path: Path):
     dump = write_dump(tmp_path)
     articles, redirects, dead, counters = parse_dump(tmp_path, dump, "--page-props-sql",
@@ -321,9 +332,9 @@ def test_a_stage_with_a_bad_flag_stops_with_the_flag_named(tmp_path, capsys):
 
 
 def counted_names(*modules: ModuleType, counts: tuple[type, ...] = ()) -> set[str]:
-    """The literal counter names of count(...) and dead_letter(...) calls in the source of ``modules``, and the
-    fields of the ``counts`` dataclasses (counted by ``count_fields``)."""
-    pattern = re.compile(r"\b(?:count|dead_letter)\(\s*\"([a-z_]+)\"")
+    """The literal counter names of count(...), count_some(...) and dead_letter(...) calls in the source of
+    ``modules``, and the fields of the ``counts`` dataclasses (counted by ``count_fields``)."""
+    pattern = re.compile(r"\b(?:count|count_some|dead_letter)\(\s*\"([a-z_]+)\"")
     literal = {name for module in modules for name in pattern.findall(inspect.getsource(module))}
     return literal | {field.name for each in counts for field in fields(each)}
 

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from artifacts import fs, schemas, tables
 from artifacts.counters import declare, dropped, error, processed
 from artifacts.title_map import write_title_map
-from transforms.common.dead_letters import DEAD_LETTER_TAG, count, count_fields, dead_letter
+from transforms.common.dead_letters import DEAD_LETTER_TAG, count, count_fields, count_some, dead_letter
 from transforms.common.parquet_rows import ReadParquetRows
 from transforms.parse import dump_io, link_resolution, redirects
 from transforms.parse.dump_io import ReadDumpPages, ReadSqlRows
@@ -48,6 +48,7 @@ _OWN_COUNTERS = declare(
             "(links to them are red links)", dead_lettered=True),
     error("parser_errors", "pages the wikitext parser could not convert"),
     dropped("empty_articles", "articles with no text left after markup removal", dead_lettered=True),
+    dropped("blank_links", "entity links that show no text (`[[Apple| ]]`, a label of templates only): no mention"),
     dropped("sql_redirects_skipped", "SQL redirect rows outside the article namespace or to other wikis"),
 )
 # Every counter of the parse stage: its own and those of the readers and resolvers it composes.
@@ -114,6 +115,7 @@ def classify_page(page: RawPage, siteinfo: SiteInfo, options: WikitextOptions,
     if not parsed.text.strip():
         yield dead_letter("empty_articles", "no text left after markup removal", page_id=page.page_id, title=title)
         return
+    count_some("blank_links", parsed.blank_links)
     yield beam.pvalue.TaggedOutput(RECORD_TAG, title_record(ARTICLE_RECORD, title, page.page_id,
                                                             position=page.position))
     yield {

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import mwparserfromhell
 from mwparserfromhell.nodes import (
@@ -76,6 +76,7 @@ class Link:
 class ParsedText:
     text: str
     links: tuple[Link, ...]
+    blank_links: int = 0  # entity links that show no text (``[[Apple| ]]``, ``[[Apple|{{lang|fr|Pomme}}]]``)
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,7 @@ class _Builder:
     pieces: list[str] = field(default_factory=list)
     length: int = 0
     links: list[Link] = field(default_factory=list)
+    blank_links: int = 0
     bold_linked: bool = False
     in_lead: bool = True
 
@@ -219,6 +221,7 @@ class _Converter:
         if role.target is None:
             self.out.add(shown)
             return False
+        self.out.blank_links += not shown
         self.out.add_link(shown, role.target, trail)
         return True
 
@@ -353,4 +356,5 @@ def wikitext_to_text(wikitext: str, title: str, namespaces: Namespaces,
         raise
     except Exception as error:  # mwparserfromhell raises assorted internal errors on broken markup
         raise WikitextError(f"parser failed: {type(error).__name__}: {error}") from error
-    return tidy("".join(converter.out.pieces), converter.out.links)
+    parsed = tidy("".join(converter.out.pieces), converter.out.links)  # a line of list markup only is no text
+    return replace(parsed, blank_links=converter.out.blank_links + len(converter.out.links) - len(parsed.links))
