@@ -383,6 +383,12 @@ def resolved(path: str) -> str:
     return os.path.realpath(path.removeprefix("file://")) if is_local(path) else path.rstrip("/")
 
 
+def overlaps(first: str, second: str) -> bool:
+    """Whether one path is the other or lies inside it (``resolved``: however each is written)."""
+    first, second = resolved(first), resolved(second)
+    return first == second or first.startswith(second + "/") or second.startswith(first + "/")
+
+
 def require_writable_directory(path: str, flag: str) -> None:
     """Raise an InputError unless local ``path`` is, or can be created as, a writable directory.
 

@@ -116,7 +116,7 @@ def read_questions(path: str) -> QuestionFile:
         raise InputError(f"question file {path} is empty")
     if path.endswith(".json"):
         try:
-            items = json.loads(raw.decode("utf-8"))
+            items = json.loads(raw.decode("utf-8-sig"))  # a byte order mark first is no error (Windows editors)
         except ValueError as error:  # UnicodeDecodeError included
             raise InputError(f"{path} is not JSON: {error}") from error
         if not isinstance(items, list):
@@ -182,9 +182,17 @@ def evaluate_file(retriever: Retriever, questions: QuestionFile, ks: Sequence[in
             "bad_lines": questions.bad_lines, "accuracy": top_k_accuracy(ranks, ks)}
 
 
-def check_report_target(path: str) -> None:
+def check_report_target(path: str, output: str, questions: list[str]) -> None:
     """--report names a file that can be written, checked before the search (the write itself refuses a directory
-    too): not a directory, nor a name ending in a separator, in a directory that is or can be created."""
+    too): not a directory, nor a name ending in a separator, in a directory that is or can be created; neither in
+    the run (evaluate writes nothing there: it would replace the run's files or fail its validation) nor a question
+    file."""
+    if fs.overlaps(path, output):
+        raise InputError(f"--report {path} is inside --output {output}: evaluate writes nothing in the run (a file "
+                         "there would fail its validation and publish), name a file outside it")
+    if any(fs.resolved(path) == fs.resolved(question) for question in questions):
+        raise InputError(f"--report {path} is one of the --questions files: name another file (it would be "
+                         "replaced by the results)")
     if fs.is_directory(path):
         raise InputError(f"--report {path} is a directory: name the JSON file to write (the directory is left as it "
                          "is)")
@@ -200,7 +208,7 @@ class EvaluateCommand:
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
         ks = sorted(set(args.ks))
         if args.report:
-            check_report_target(args.report)
+            check_report_target(args.report, args.output, args.questions)
         files = [read_questions(path) for path in args.questions]
         retriever = Retriever(args.output, args.device, args.dtype, args.query_encoder, args.nprobe, args.ef_search,
                               args.verify)

@@ -141,6 +141,11 @@ def format_hits(query: str, hits: list[Hit], width: int = 100) -> str:
     return "\n".join(lines)
 
 
+def not_utf8(argument: str) -> bool:
+    """Whether a command-line argument held bytes that are not UTF-8 (Python keeps each as a lone surrogate)."""
+    return any("\ud800" <= char <= "\udfff" for char in argument)
+
+
 class SearchCommand:
     """search: the top-k passages of the index under OUT for each --query."""
 
@@ -148,6 +153,9 @@ class SearchCommand:
         if any(shows_nothing(query) for query in args.query):
             raise InputError("--query is empty (nothing but spaces or invisible characters): give the text to search "
                              "for")
+        if any(not_utf8(query) for query in args.query):
+            raise InputError("--query holds bytes that are not UTF-8 (a terminal or script of another encoding?): give "
+                             "the query as UTF-8 text")
         retriever = Retriever(args.output, args.device, args.dtype, args.query_encoder, args.nprobe, args.ef_search,
                               args.verify)
         for query, hits in zip(args.query, retriever.search(args.query, args.k, args.batch_size), strict=True):

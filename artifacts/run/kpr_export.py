@@ -33,7 +33,7 @@ from artifacts import fs, layout, tables
 from artifacts.errors import InputError, refuse_without_room
 from artifacts.linker import EntityLinker
 from artifacts.run import lock, manifest, owned
-from artifacts.run.publish import copy_file, overlaps
+from artifacts.run.publish import copy_file
 from artifacts.run.validation import parquet_footer, require_valid
 
 VOCAB_FILE = "entity_vocab.tsv"
@@ -95,7 +95,7 @@ def export_kpr(output: str, directory: str, free_bytes: int | None = None) -> Ex
     refuses (before writing) a ``directory`` overlapping the run, holding a file in the way that no export
     wrote, or on a filesystem with less than the export's size free (``free_bytes``, where known: the earlier
     export is replaced only once the new one is written)."""
-    if overlaps(output, directory):
+    if fs.overlaps(output, directory):
         raise OverlappingExportError(output, directory)
     check_exportable(output)
     linker = fs.join(output, layout.LINKER)

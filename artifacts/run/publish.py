@@ -97,12 +97,6 @@ def _normalized(path: str) -> str:
     return os.path.abspath(path) if is_local(path) else path.rstrip("/")
 
 
-def overlaps(first: str, second: str) -> bool:
-    """Whether one path is the other or lies inside it."""
-    first, second = fs.resolved(first), fs.resolved(second)
-    return first == second or first.startswith(second + "/") or second.startswith(first + "/")
-
-
 def published_stages(stages: dict[str, manifest.StageRecord], kept: bool) -> dict[str, manifest.StageRecord]:
     """The records as published: without the outputs of kept work (``manifest.KEPT_ARTIFACTS``) unless ``kept``."""
     if kept:
@@ -239,7 +233,7 @@ def publish_run(output: str, destination: str, latest: bool = False, free_bytes:
     work of its stages (``mention_vectors/``) is copied only when ``kept``."""
     if latest:
         require_replaceable_latest(destination)  # refuse before copying anything
-    if overlaps(output, destination):
+    if fs.overlaps(output, destination):
         raise OverlappingDestinationError(output, destination)
     require_valid(output)
     require_current_report(output)

@@ -253,6 +253,10 @@ def worded(error: BaseException) -> BaseException:
         summary = str(refusal).splitlines()[0] if str(refusal) else type(refusal).__name__
         return InputError(f"the storage service refused or did not answer ({summary}): check the URL, the credentials "
                           "this machine uses for it and its network")
+    if disk_space.out_of_space(error):  # what a stage writes is worded by the stage: this is a command's output
+        return InputError(f"no space left on the device written to ({error}): the output (or the file the "
+                          "standard output was redirected to) is incomplete; free some space and run the command "
+                          "again")
     if isinstance(error, RuntimeError):  # Beam's, from a run (e.g. a job server jar it cannot download)
         from pipelines.launcher import runners
 

@@ -117,6 +117,35 @@ def test_a_report_path_that_cannot_be_written_is_refused_before_searching(minilm
     assert sorted(path.name for path in tmp_path.iterdir()) == ["file"]
 
 
+def test_a_report_inside_the_run_or_over_a_question_file_is_refused_before_searching(minilm_index, tmp_path,
+                                                                                       capsys):
+    """It once replaced the run's manifest.json (every later command refused the run) or the questions it read."""
+    questions = tmp_path / "mine.tsv"
+    questions.write_bytes(NQ_5.read_bytes())
+    manifest_bytes = (minilm_index / "manifest.json").read_bytes()
+    for target in (minilm_index / "manifest.json", minilm_index / "index" / "eval.json", minilm_index):
+        assert main(["evaluate", "--output", str(minilm_index), "--questions", str(questions),
+                     "--report", str(target)]) == 2
+        assert capsys.readouterr() == ("", f"error: --report {target} is inside --output {minilm_index}: evaluate "
+                                           "writes nothing in the run (a file there would fail its validation and "
+                                           "publish), name a file outside it\n")
+    assert main(["evaluate", "--output", str(minilm_index), "--questions", str(NQ_5), str(questions),
+                 "--report", f"{tmp_path}/./mine.tsv"]) == 2
+    assert capsys.readouterr().err.startswith(f"error: --report {tmp_path}/./mine.tsv is one of the --questions files")
+    assert ((minilm_index / "manifest.json").read_bytes(), questions.read_bytes()) == (manifest_bytes,
+                                                                                       NQ_5.read_bytes())
+    assert not (minilm_index / "index" / "eval.json").exists()
+
+
+def test_an_entity_questions_file_may_start_with_a_byte_order_mark(tmp_path):
+    path = tmp_path / "P17.dev.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps([{"question": "Which country is Lyon in?",
+                                                     "answers": ["France"]}]).encode())
+    parsed = read_questions(str(path))
+    assert ([(question.question, question.answers) for question in parsed.questions], parsed.bad_lines) == (
+        [("Which country is Lyon in?", ("France",))], 0)
+
+
 def test_a_report_file_is_replaced(minilm_index, tmp_path):
     report = tmp_path / "results.json"
     report.write_text("an earlier report")

@@ -3,6 +3,8 @@ warnings numpy raises inside Beam's batch-size estimator."""
 
 from __future__ import annotations
 
+import errno
+import io
 import logging
 import os
 import subprocess
@@ -156,6 +158,29 @@ def test_a_command_whose_stdout_nothing_reads_stops_there_without_a_traceback(fu
         os.close(write_end)
     assert (result.returncode, result.stderr) == (OUTPUT_CLOSED_EXIT, "")
     assert OUTPUT_CLOSED_EXIT == 141
+
+
+class FullDisk(io.StringIO):
+    """A standard output redirected to a file on a full disk: every write fails as it would."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_command_whose_stdout_is_a_full_disk_says_so_in_one_line(full_run, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdout", FullDisk())
+    assert main(["search", "--output", str(full_run), "--query", "lakes", "-k", "3"]) == 2
+    monkeypatch.undo()
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: no space left on the device written to ([Errno 28] No space left on device): the "
+                           "output (or the file the standard output was redirected to) is incomplete")
+
+
+def test_a_query_of_bytes_that_are_not_utf8_is_refused_in_one_line(full_run, capsys):
+    """Python keeps an argument's undecodable byte as a lone surrogate: the tokenizer raised a TypeError on it."""
+    assert main(["search", "--output", str(full_run), "--query", "caf\udce9", "-k", "1"]) == 2
+    assert capsys.readouterr() == ("", "error: --query holds bytes that are not UTF-8 (a terminal or script of "
+                                       "another encoding?): give the query as UTF-8 text\n")
 
 
 def test_a_broken_pipe_while_stdout_is_read_is_raised_on():
