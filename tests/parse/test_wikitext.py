@@ -260,6 +260,44 @@ def test_interwiki_prefixes_shaped_like_a_language_code_show_their_label():
     assert both_paths("[[:simple:God|God]] [[Simple:God]]x") == ("God x", [])
 
 
+def test_a_reference_to_half_of_a_utf16_pair_is_shown_as_written():
+    """A lone surrogate in the text stopped the whole stage (its encoder refuses one); MediaWiki shows such a
+    reference as written."""
+    parsed = wikitext_to_text("An emoji &#55357;&#56832; &#xD800; &#65535; &#x1F600; here [[fruit]].", "Page", ENGLISH)
+    assert parsed.text == "An emoji &#55357;&#56832; &#xD800; &#65535; \U0001F600 here fruit."
+    parsed.text.encode("utf-8")
+
+
+def test_comments_and_templates_are_no_part_of_a_link_title():
+    assert both_paths("x [[Foo<!-- old: Bar -->]] y [[Pear<!-- c -->|pears]]") == (
+        "x Foo y pears", [("Foo", "Foo"), ("pears", "Pear")])
+
+
+def test_a_ref_or_template_after_a_link_stops_its_trail_a_comment_does_not():
+    assert both_paths("[[Foo]]<ref name=a/>and [[Bar]]{{snd}}based, [[Baz]]<!-- c -->es, "
+                      "[[Qux]]<!--a--><ref>r</ref>s") == (
+        "Fooand Barbased, Bazes, Quxs", [("Foo", "Foo"), ("Bar", "Bar"), ("Bazes", "Baz"), ("Qux", "Qux")])
+
+
+def test_behaviour_switches_and_noinclude_show_as_on_the_page():
+    assert both_paths("Fine __NOTOC__\n[[Foo]] x __NOEDITSECTION__") == ("Fine\nFoo x", [("Foo", "Foo")])
+    assert both_paths("Intro.<noinclude>\nSee [[Foo]].</noinclude><includeonly>[[Bar]]</includeonly>") == (
+        "Intro.\nSee Foo.", [("Foo", "Foo")])
+
+
+def test_a_percent_escaped_title_shows_decoded():
+    assert both_paths("[[Caf%C3%A9]] opened, [[100% (song)]]") == (
+        "Café opened, 100% (song)", [("Café", "Café"), ("100% (song)", "100% (song)")])
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    ("ßtraße", "ßtraße"), ("ﬁsh", "ﬁsh"), ("ŉx", "ŉx"), ("ᾀx", "ᾈx"), ("ა", "ა"), ("ǆungla", "Ǆungla"),
+    ("Foo\u200e", "Foo"), ("\u202aBar\u202c baz", "Bar baz"),
+])
+def test_first_letters_and_bidirectional_marks_as_wikimedias_wikis_store_titles(raw, expected):
+    assert normalize_title(raw) == expected
+
+
 @pytest.mark.usefixtures("shared_data")
 @pytest.mark.parametrize("use_prepass", [True, False])
 def test_language_links_end_a_real_page(use_prepass):

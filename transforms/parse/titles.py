@@ -9,21 +9,40 @@ import unicodedata
 import urllib.parse
 
 _SPACES = re.compile(r"[\s_]+")
+_BIDI_MARKS = re.compile("[\u200e\u200f\u202a-\u202e]")
+_GEORGIAN = re.compile("[\u10d0-\u10fa\u10fd-\u10ff]")
 
 
 def normalize_title(title: str) -> str:
-    """``' the_Foo  bar '`` -> ``'The Foo bar'``: ``_`` and whitespace runs -> one space, surrounding space
-    stripped, first character upper-cased (MediaWiki's default first-letter case rule)."""
-    title = _SPACES.sub(" ", title).strip()
-    return title[:1].upper() + title[1:]
+    """``' the_Foo  bar '`` -> ``'The Foo bar'``: bidirectional marks removed, ``_`` and whitespace runs -> one
+    space, surrounding space stripped, first character upper-cased (MediaWiki's default first-letter case rule,
+    ``first_upper``)."""
+    title = _SPACES.sub(" ", _BIDI_MARKS.sub("", title)).strip()
+    return first_upper(title[:1]) + title[1:]
+
+
+def first_upper(first: str) -> str:
+    """The first letter of a title as Wikimedia's wikis case it: upper case where that is one character, else
+    title case where that is (``ᾀ`` -> ``ᾈ``), else as it is (``ß``, ``ﬁ``, ``ŉ``); a Georgian letter as it is (its
+    upper case, Mtavruli, is not used in titles)."""
+    if _GEORGIAN.match(first):
+        return first
+    for cased in (first.upper(), first.title()):
+        if len(cased) == 1:
+            return cased
+    return first
+
+
+def percent_decoded(raw: str) -> str:
+    """``raw`` with its ``%XX`` escapes decoded (``Caf%C3%A9`` -> ``Café``; ``100% (song)`` stays)."""
+    return urllib.parse.unquote(raw, errors="replace") if "%" in raw else raw
 
 
 def decode_target(raw: str) -> str:
     """A link's or redirect's target as written in wikitext, decoded as MediaWiki decodes it before it splits off a
     ``#fragment``: ``%XX`` escapes, then character references (``[[Guns N&#39; Roses]]``, ``[[AT&amp;T]]``), then
     Unicode NFC (as MediaWiki stores every title)."""
-    if "%" in raw:
-        raw = urllib.parse.unquote(raw, errors="replace")
+    raw = percent_decoded(raw)
     if "&" in raw:
         raw = html.unescape(raw)
     return raw if unicodedata.is_normalized("NFC", raw) else unicodedata.normalize("NFC", raw)

@@ -25,14 +25,14 @@ from mwparserfromhell.nodes import (
 from mwparserfromhell.wikicode import Wikicode
 
 from transforms.parse.namespaces import CATEGORY, FILE, MEDIA, Namespaces
-from transforms.parse.titles import decode_target, normalize_title
+from transforms.parse.titles import decode_target, normalize_title, percent_decoded
 from transforms.parse.wikitext_prepass import strip_dropped_markup
 from transforms.parse.wikitext_quotes import balance_quotes
 
 # Tags whose content a reader never sees as article prose.
 _INVISIBLE_TAGS = frozenset({
     "ref", "references", "table", "gallery", "math", "chem", "ce", "timeline", "imagemap", "score", "graph",
-    "mapframe", "maplink", "templatedata", "templatestyles", "includeonly", "noinclude", "syntaxhighlight",
+    "mapframe", "maplink", "templatedata", "templatestyles", "includeonly", "syntaxhighlight",
     "source", "hiero", "inputbox", "categorytree", "section", "indicator", "style", "script", "poem-hidden",
 })
 _LINE_BREAK_TAGS = frozenset({"br", "p", "li", "dd", "dt", "tr"})
@@ -54,6 +54,11 @@ _REDIRECT = re.compile(
     re.IGNORECASE,
 )
 _LINK_TRAIL = re.compile(r"^[a-z]+")
+# Behaviour switches (``__NOTOC__``): MediaWiki removes them from the page's text.
+_BEHAVIOUR_SWITCH = re.compile(
+    r"__(?:NOTOC|FORCETOC|TOC|NOEDITSECTION|NEWSECTIONLINK|NONEWSECTIONLINK|NOGALLERY|HIDDENCAT|"
+    r"EXPECTUNUSEDCATEGORY|NOCONTENTCONVERT|NOCC|NOTITLECONVERT|NOTC|INDEX|NOINDEX|STATICREDIRECT|DISAMBIG|"
+    r"NOGLOBAL|EXPECTUNUSEDTEMPLATE|ARCHIVEDTALK|NOTALK)__")
 _MAX_DEPTH = 60
 # The parser's time grows with the square of the markup left open (~1 s at 4,000 braces of unclosed "{{x|"; 20,000
 # took minutes): a page with more unclosed braces and brackets than this is no article, it is damage.
@@ -172,6 +177,16 @@ def classify_link(title: str, namespaces: Namespaces, options: WikitextOptions) 
     return _LinkRole(drop=False, target=target or None)
 
 
+def _character(entity: HTMLEntity) -> str:
+    """What a character reference shows: its character (a no-break space as a space), or the reference as written
+    when it names no character a page may hold (``&#55357;``, half of a UTF-16 pair), as MediaWiki shows it."""
+    character = entity.normalize()
+    code = ord(character) if len(character) == 1 else 0x20
+    if 0xD800 <= code <= 0xDFFF or code in (0xFFFE, 0xFFFF) or (code < 0x20 and character not in "\t\n\r"):
+        return str(entity)
+    return character.replace("\xa0", " ")
+
+
 class _Converter:
     def __init__(self, title: str, namespaces: Namespaces, options: WikitextOptions) -> None:
         self.title = title
@@ -197,27 +212,32 @@ class _Converter:
         while index < len(nodes):
             node = nodes[index]
             if isinstance(node, Wikilink):
+                after = index + 1  # a comment is gone before links are read: ``[[a]]<!-- -->b`` trails "b"
+                while after < len(nodes) and isinstance(nodes[after], Comment):
+                    after += 1
                 trail = ""
-                if index + 1 < len(nodes) and isinstance(nodes[index + 1], Text):
-                    match = _LINK_TRAIL.match(str(nodes[index + 1].value))
+                if after < len(nodes) and isinstance(nodes[after], Text):
+                    match = _LINK_TRAIL.match(str(nodes[after].value))
                     if match:
                         trail = match.group(0)
                 consumed = self.wikilink(node, trail, depth)
                 if consumed and trail:
-                    self.out.add(str(nodes[index + 1].value)[len(trail):])
-                    index += 1
+                    self.out.add(str(nodes[after].value)[len(trail):])
+                    index = after
             else:
                 self.node(node, depth)
             index += 1
 
     def wikilink(self, node: Wikilink, trail: str, depth: int) -> bool:
         """Render a wikilink; True if it took the link trail (letters glued to ``]]``) into its anchor."""
-        role = classify_link(decode_target(str(node.title)), self.namespaces, self.options)
+        # comments and templates in the title are no part of it (the pre-pass cuts them too)
+        title = "".join(str(part) for part in node.title.nodes if not isinstance(part, (Comment, Template)))
+        role = classify_link(decode_target(title), self.namespaces, self.options)
         if role.drop:
             return False
         shown = self.render_plain(node.text if node.text is not None else node.title, depth).strip()
-        if node.text is None:
-            shown = shown.lstrip(":").strip()
+        if node.text is None:  # the title as its text, its %XX escapes decoded as MediaWiki shows it
+            shown = percent_decoded(shown.lstrip(":").strip())
         if role.target is None:
             self.out.add(shown)
             return False
@@ -232,7 +252,7 @@ class _Converter:
         elif isinstance(node, (Template, Argument, Comment)):
             return
         elif isinstance(node, HTMLEntity):
-            out.add(node.normalize().replace("\xa0", " "))
+            out.add(_character(node))
         elif isinstance(node, Heading):  # a line of its own, its links kept (tidy strips the line)
             out.in_lead = False
             out.add("\n")
@@ -339,7 +359,7 @@ def wikitext_to_text(wikitext: str, title: str, namespaces: Namespaces,
     transforms/parse/wikitext_prepass.py); the page falls back to the full parse wherever the scanner is unsure.
     """
     # MediaWiki renders an indented table (":{|") as a table: unindent it so that both paths see (and drop) one
-    wikitext = _INDENTED_TABLE.sub("", wikitext)
+    wikitext = _BEHAVIOUR_SWITCH.sub("", _INDENTED_TABLE.sub("", wikitext))
     if options.use_prepass:
         wikitext = strip_dropped_markup(wikitext) or wikitext
     if (unclosed := unclosed_markup(wikitext)) > MAX_UNCLOSED:

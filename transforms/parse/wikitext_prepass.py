@@ -23,6 +23,8 @@ _REF_CLOSE = re.compile(r"</ref\s*>", re.IGNORECASE)
 _TABLE_MARK = re.compile(r"(?:(?<=\n)|^)[ \t]*(\{\||\|\})")
 _BAD_NAME = re.compile(r"[\[\]{}<>]")
 _MARKUP_CHARS = frozenset("'[]{}<>|")
+_LINK_TRAIL_START = re.compile(r"[a-z]")
+_COMMENTS = re.compile(r"(?:<!--.*?-->)+", re.DOTALL)
 
 
 class Unsure(Exception):
@@ -133,12 +135,19 @@ def _span_around(spans: list[tuple[int, int]], starts: list[int], position: int)
     return spans[index] if index >= 0 and position < spans[index][1] else None
 
 
+def _makes_a_trail(before: str, cut: str, after: str) -> bool:
+    """Whether cutting would make the letters after a link its trail where MediaWiki's are not: a ref or template
+    between ``[[a]]`` and ``b`` stops the trail (a comment does not: it is gone before links are read)."""
+    return before.endswith("]]") and bool(_LINK_TRAIL_START.match(after)) and not _COMMENTS.fullmatch(cut)
+
+
 def _join_cuts(kept: list[str], cuts: list[str]) -> str:
-    """``kept[0] cuts[0]? kept[1] ...``: each cut dropped unless dropping it would glue markup together; such a
-    cut stays in place for the full parse to read (only that spot, not the whole page, takes the slow path)."""
+    """``kept[0] cuts[0]? kept[1] ...``: each cut dropped unless dropping it would glue markup together or make a
+    link trail; such a cut stays in place for the full parse to read (only that spot, not the whole page, takes
+    the slow path)."""
     pieces = [kept[0]]
     for cut, after in zip(cuts, kept[1:], strict=True):
-        pieces.append(cut if _glues_markup(pieces[-1], after) else "")
+        pieces.append(cut if _glues_markup(pieces[-1], after) or _makes_a_trail(pieces[-1], cut, after) else "")
         pieces.append(after)
     return "".join(pieces)
 
