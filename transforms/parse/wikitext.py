@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections import Counter
 from dataclasses import dataclass, field, replace
 
 import mwparserfromhell
@@ -63,6 +64,11 @@ _MAX_DEPTH = 60
 # The parser's time grows with the square of the markup left open (~1 s at 4,000 braces of unclosed "{{x|"; 20,000
 # took minutes): a page with more unclosed braces and brackets than this is no article, it is damage.
 MAX_UNCLOSED = 4_000
+# HTML tags left open cost the same (4 s at 4,000 unclosed "<small>", 16 s at 8,000); elements that never close
+# (``<br>``) cost nothing.
+_TAG = re.compile(r"<(/?)([a-zA-Z][a-zA-Z0-9]*)\b[^<>]*?(/?)>")
+_VOID_TAGS = frozenset({"br", "hr", "wbr", "img", "meta", "link", "col", "area", "base", "input", "source", "track",
+                        "param", "embed", "references"})
 
 
 class WikitextError(Exception):
@@ -351,6 +357,19 @@ def unclosed_markup(wikitext: str) -> int:
             + max(0, wikitext.count("[") - wikitext.count("]")))
 
 
+def unclosed_tags(wikitext: str) -> int:
+    """How many more HTML tags of each name a text opens than it closes, summed (0 without reading the text when
+    it has too few ``<`` for MAX_UNCLOSED to matter)."""
+    if wikitext.count("<") <= MAX_UNCLOSED:
+        return 0
+    opened: Counter[str] = Counter()
+    for closing, name, self_closing in _TAG.findall(wikitext):
+        name = name.lower()
+        if not self_closing and name not in _VOID_TAGS:
+            opened[name] += -1 if closing else 1
+    return sum(count for count in opened.values() if count > 0)
+
+
 def wikitext_to_text(wikitext: str, title: str, namespaces: Namespaces,
                      options: WikitextOptions = WikitextOptions()) -> ParsedText:
     """Plain text and links of an article's wikitext.
@@ -365,6 +384,9 @@ def wikitext_to_text(wikitext: str, title: str, namespaces: Namespaces,
     if (unclosed := unclosed_markup(wikitext)) > MAX_UNCLOSED:
         raise WikitextError(f"{unclosed:,} braces and brackets left open (more than {MAX_UNCLOSED:,}: the parser "
                             "would take minutes)")
+    if (unclosed := unclosed_tags(wikitext)) > MAX_UNCLOSED:
+        raise WikitextError(f"{unclosed:,} HTML tags left open (more than {MAX_UNCLOSED:,}: the parser would take "
+                            "minutes)")
     try:
         # apostrophe runs read line by line as MediaWiki does (mwparserfromhell pairs them across lines)
         code = mwparserfromhell.parse(balance_quotes(wikitext))
