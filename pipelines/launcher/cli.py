@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import errno
 import importlib
 import logging
 import os
@@ -253,7 +254,7 @@ def worded(error: BaseException) -> BaseException:
         summary = str(refusal).splitlines()[0] if str(refusal) else type(refusal).__name__
         return InputError(f"the storage service refused or did not answer ({summary}): check the URL, the credentials "
                           "this machine uses for it and its network")
-    if disk_space.out_of_space(error):  # what a stage writes is worded by the stage: this is a command's output
+    if isinstance(error, OSError) and error.errno == errno.ENOSPC:  # a command's output (a stage words its own)
         return InputError(f"no space left on the device written to ({error}): the output (or the file the "
                           "standard output was redirected to) is incomplete; free some space and run the command "
                           "again")
