@@ -296,6 +296,11 @@ def test_behaviour_switches_and_noinclude_show_as_on_the_page():
         "Intro.\nSee Foo.", [("Foo", "Foo")])
 
 
+def test_a_line_break_in_a_label_keeps_the_whole_label_the_anchor():
+    assert both_paths("[[Foo|a<br/>b]] and [[Bar|bar\nbaz]] then\n[[Qux|<br>q]]") == (
+        "a b and bar baz then\nq", [("a b", "Foo"), ("bar baz", "Bar"), ("q", "Qux")])
+
+
 def test_a_percent_escaped_title_shows_decoded():
     assert both_paths("[[Caf%C3%A9]] opened, [[100% (song)]]") == (
         "Café opened, 100% (song)", [("Café", "Café"), ("100% (song)", "100% (song)")])

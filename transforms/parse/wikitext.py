@@ -241,7 +241,9 @@ class _Converter:
         role = classify_link(decode_target(title), self.namespaces, self.options)
         if role.drop:
             return False
-        shown = self.render_plain(node.text if node.text is not None else node.title, depth).strip()
+        # one line: a label's line break (``[[Foo|a<br/>b]]``) is a space, so the whole label stays the anchor
+        shown = " ".join(self.render_plain(node.text if node.text is not None else node.title, depth).split("\n"))
+        shown = shown.strip()
         if node.text is None:  # the title as its text, its %XX escapes decoded as MediaWiki shows it
             shown = percent_decoded(shown.lstrip(":").strip())
         if role.target is None:
