@@ -301,6 +301,10 @@ def test_a_line_break_in_a_label_keeps_the_whole_label_the_anchor():
         "a b and bar baz then\nq", [("a b", "Foo"), ("bar baz", "Bar"), ("q", "Qux")])
 
 
+def test_a_title_no_page_can_have_is_no_entity_link():
+    assert both_paths("[[''[[Foo]]'']] x [[a&lt;b]] [[Pear|pears]]") == ("Foo x a<b pears", [("pears", "Pear")])
+
+
 def test_a_percent_escaped_title_shows_decoded():
     assert both_paths("[[Caf%C3%A9]] opened, [[100% (song)]]") == (
         "Café opened, 100% (song)", [("Café", "Café"), ("100% (song)", "100% (song)")])

@@ -55,6 +55,7 @@ _REDIRECT = re.compile(
     re.IGNORECASE,
 )
 _LINK_TRAIL = re.compile(r"^[a-z]+")
+_NOT_IN_TITLES = re.compile(r"[<>\[\]{}|\x00-\x1f\x7f]")  # MediaWiki's characters a title may not hold
 # Behaviour switches (``__NOTOC__``): MediaWiki removes them from the page's text.
 _BEHAVIOUR_SWITCH = re.compile(
     r"__(?:NOTOC|FORCETOC|TOC|NOEDITSECTION|NEWSECTIONLINK|NONEWSECTIONLINK|NOGALLERY|HIDDENCAT|"
@@ -180,6 +181,8 @@ def classify_link(title: str, namespaces: Namespaces, options: WikitextOptions) 
     if hash_sign and (not options.keep_section_links or not page.strip()):
         return _LinkRole(drop=False, target=None)
     target = normalize_title(page)
+    if _NOT_IN_TITLES.search(target):  # no page has such a title: MediaWiki shows the markup, links nothing
+        return _LinkRole(drop=False, target=None)
     return _LinkRole(drop=False, target=target or None)
 
 
