@@ -236,9 +236,10 @@ def test_apostrophe_markup_indented_tables_and_stray_quotes(use_prepass):
         "Works\nSmith. text\nEnd.", [("text", "Text")])
 
 
-def both_paths(wikitext: str, namespaces: Namespaces = ENGLISH) -> tuple[str, list[tuple[str, str]]]:
-    """The conversion with and without the pre-pass, asserted equal."""
-    fast, full = convert(wikitext, namespaces), convert(wikitext, namespaces, use_prepass=False)
+def both_paths(wikitext: str, namespaces: Namespaces = ENGLISH, **options) -> tuple[str, list[tuple[str, str]]]:
+    """The conversion with and without the pre-pass (and ``options``), asserted equal."""
+    fast, full = (convert(wikitext, namespaces, **options),
+                  convert(wikitext, namespaces, use_prepass=False, **options))
     assert fast == full
     return fast
 
@@ -303,6 +304,18 @@ def test_a_line_break_in_a_label_keeps_the_whole_label_the_anchor():
 
 def test_a_title_no_page_can_have_is_no_entity_link():
     assert both_paths("[[''[[Foo]]'']] x [[a&lt;b]] [[Pear|pears]]") == ("Foo x a<b pears", [("pears", "Pear")])
+
+
+def test_a_first_bold_that_holds_links_keeps_them():
+    """--first-bold-as-link made the bold one link to the page and lost the links inside it."""
+    assert both_paths("'''[[Paris]] and France''' are here. '''Lyon''' [[Paris]] x.", first_bold_as_link=True) == (
+        "Paris and France are here. Lyon Paris x.", [("Paris", "Paris"), ("Paris", "Paris")])
+
+
+def test_a_label_of_invisible_characters_is_a_blank_link_and_an_empty_section_no_section():
+    parsed = wikitext_to_text("[[Apple|&#8203;]] v. [[Apple|\u200b]] u. [[Paris#]] [[#Top]]", "Page", ENGLISH)
+    assert (parsed.text, [(parsed.text[link.start:link.end], link.target) for link in parsed.links],
+            parsed.blank_links) == ("v. u. Paris# #Top", [("Paris#", "Paris")], 2)
 
 
 def test_a_percent_escaped_title_shows_decoded():

@@ -25,6 +25,7 @@ from mwparserfromhell.nodes import (
 )
 from mwparserfromhell.wikicode import Wikicode
 
+from artifacts.names import shows_nothing
 from transforms.parse.namespaces import CATEGORY, FILE, MEDIA, Namespaces
 from transforms.parse.titles import decode_target, normalize_title, percent_decoded
 from transforms.parse.wikitext_prepass import strip_dropped_markup
@@ -177,8 +178,9 @@ def classify_link(title: str, namespaces: Namespaces, options: WikitextOptions) 
             return _LinkRole(drop=False, target=None)
         if namespace is None and is_interwiki(prefix):
             return _LinkRole(drop=not leading_colon and is_language_link(prefix), target=None)
-    page, hash_sign, _section = title.partition("#")
-    if hash_sign and (not options.keep_section_links or not page.strip()):
+    page, hash_sign, section = title.partition("#")
+    # a link to a section is no entity link (but with --keep-section-links); [[Paris#]] names no section
+    if hash_sign and (not page.strip() or (section.strip() and not options.keep_section_links)):
         return _LinkRole(drop=False, target=None)
     target = normalize_title(page)
     if _NOT_IN_TITLES.search(target):  # no page has such a title: MediaWiki shows the markup, links nothing
@@ -246,7 +248,7 @@ class _Converter:
             return False
         # one line: a label's line break (``[[Foo|a<br/>b]]``) is a space, so the whole label stays the anchor
         shown = " ".join(self.render_plain(node.text if node.text is not None else node.title, depth).split("\n"))
-        shown = shown.strip()
+        shown = "" if shows_nothing(shown) else shown.strip()  # also a label of zero-width spaces
         if node.text is None:  # the title as its text, its %XX escapes decoded as MediaWiki shows it
             shown = percent_decoded(shown.lstrip(":").strip())
         if role.target is None:
@@ -291,8 +293,9 @@ class _Converter:
             return
         if name == "b" and self.options.first_bold_as_link and out.in_lead and not out.bold_linked:
             out.bold_linked = True
-            out.add_link(self.render_plain(node.contents, depth), self.title)
-            return
+            if not node.contents.filter_wikilinks():  # a bold that holds links keeps them (it is no self-link)
+                out.add_link(self.render_plain(node.contents, depth), self.title)
+                return
         self.walk(node.contents, depth + 1)
 
 
