@@ -47,11 +47,13 @@ class RefreshConfig:
 
 def previous_options(refresh: RefreshConfig) -> dict[str, Any]:
     """The recorded options naming the previous run (path and manifest sha256); none without --previous, so
-    runs built from scratch keep their records, and a changed --previous reruns the stage."""
+    runs built from scratch keep their records, and a changed --previous reruns the stage. A previous run deleted
+    since (``manifest.GONE``) reruns nothing: a completed refresh does not read it again."""
     if not refresh.previous:
         return {}
     path = manifest.manifest_path(refresh.previous)
-    return {"previous": refresh.previous, "previous_manifest_sha256": fs.sha256(path) if fs.exists(path) else ""}
+    sha256 = fs.sha256(path) if fs.exists(path) else manifest.GONE
+    return {"previous": refresh.previous, "previous_manifest_sha256": sha256}
 
 
 def previous_lacks(previous: str, stages: tuple[str, ...]) -> str | None:

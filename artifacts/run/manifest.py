@@ -233,7 +233,16 @@ def file_fingerprint(pattern: str) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest() if parts else "missing"
 
 
+# A recorded option whose value cannot be known now (what it names is gone: a deleted --previous run): it matches
+# whatever the record holds, so a stage completed with it stays complete.
+GONE = "(gone)"  # no option holds it as a value of its own
 CONTENT = "content:"  # the recorded input key of a content digest (``Stage.content_inputs``), then its role
+
+
+def same_options(recorded: dict[str, Any], options: dict[str, Any]) -> bool:
+    """Whether a stage's ``options`` are those ``recorded``, an option now ``GONE`` matching any recorded value."""
+    return recorded.keys() == options.keys() and all(value == GONE or recorded[name] == value
+                                                     for name, value in options.items())
 
 
 def content_digest(pattern: str) -> str:

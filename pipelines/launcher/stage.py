@@ -374,7 +374,7 @@ def skip_reason(stage: Stage, record: manifest.StageRecord | None, options: dict
                 inputs: dict[str, str], output: str) -> str | None:
     """Why the recorded run of ``stage`` can be reused, or None when it must run. A content digest the record does
     not hold (written by a version that did not take it) is no change: its files' fingerprints decide."""
-    if record is None or record.options != options:
+    if record is None or not manifest.same_options(record.options, options):
         return None
     if record.inputs != {key: value for key, value in inputs.items()
                          if not key.startswith(manifest.CONTENT) or key in record.inputs}:

@@ -16,6 +16,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from artifacts import fs, schemas
 from artifacts.errors import BelowMinimumError, ModelError
+from artifacts.run import manifest
 from encoders.models import ModelSpec, input_embedding_norm
 from pipelines.embed_entities import STAGE
 from pipelines.launcher.cli import build_parser, main
@@ -270,7 +271,7 @@ def test_a_previous_run_is_carried_and_recorded_by_manifest_digest(tmp_path):
     assert (config.previous, config.require_reuse) == (str(tmp_path), True)
     assert STAGE.options(config) == {"model": "m", "layer": -1, "max_seq_length": 512, "dtype": "float32",
                                      "embedding_dtype": "float32", "mask_window": "reference",
-                                     "previous": str(tmp_path), "previous_manifest_sha256": ""}
+                                     "previous": str(tmp_path), "previous_manifest_sha256": manifest.GONE}
 
 
 def test_missing_or_bad_flags_are_one_line_errors_naming_the_flag(tmp_path, capsys):

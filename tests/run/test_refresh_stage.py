@@ -174,6 +174,24 @@ def test_a_changed_option_recomputes_everything(runs, tiny_bert, tmp_path, capsy
     assert not list((output / "entity_id_map").glob("*.parquet"))
 
 
+def test_a_completed_refresh_stays_complete_once_its_previous_run_is_deleted(runs, tiny_bert, tmp_path, capsys):
+    """OLD_OUT may be deleted: the same command again recomputed everything and dropped entity_id_map/."""
+    old, scratch, _ = runs
+    previous = tmp_path / "previous"
+    shutil.copytree(old, previous)
+    output = upstream_of(scratch, tmp_path / "out")
+    assert embed(output, tiny_bert, previous) == 0
+    before = counters(output, "embed_entities")
+    id_map = rows(output, "entity_id_map")
+    assert before["entities_reused"] > 0 and id_map
+    shutil.rmtree(previous)
+    capsys.readouterr()
+    assert embed(output, tiny_bert, previous) == 0
+    assert stderr_line(capsys, "[embed-entities] skipped") == (
+        "[embed-entities] skipped: outputs complete, inputs and options unchanged")
+    assert (counters(output, "embed_entities"), rows(output, "entity_id_map")) == (before, id_map)
+
+
 def test_a_corrupt_previous_run_is_refused(runs, tiny_bert, tmp_path, capsys):
     old, scratch, _ = runs
     corrupt = tmp_path / "corrupt"
