@@ -35,8 +35,10 @@ class Hit:
 
 def recorded_index_files(output: str) -> frozenset[str]:
     """The index files the manifest of ``output`` records, unchanged since: a reader never sees files of an
-    index stage that is running or was cut off (they are not recorded until it commits)."""
-    record = manifest.load(output).get(layout.INDEX_STAGE)
+    index stage that is running or was cut off (they are not recorded until it commits). A stage the index read
+    that ran again since is said in a line: the index still answers from what that stage wrote before."""
+    records = manifest.load(output)
+    record = records.get(layout.INDEX_STAGE)
     command = f"python run_pipeline.py index --output {output} ..."
     if record is None:
         raise InputError(f"{output} has no index recorded in its manifest (the index stage has not finished): run "
@@ -44,6 +46,9 @@ def recorded_index_files(output: str) -> frozenset[str]:
     problems = manifest.missing_or_changed(output, record)
     if problems:
         raise index_changed(output, problems[0])
+    for upstream in manifest.rebuilt_since(record, records):
+        print(f"warning: {layout.command_of(upstream)} ran again after the index was built: the index answers from "
+              f"what it wrote before (rerun `{command}` to index the new outputs)", file=sys.stderr)
     return frozenset(fs.join(output, item.path) for item in record.outputs)
 
 

@@ -7,6 +7,7 @@ import errno
 import io
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import warnings
@@ -28,7 +29,7 @@ from pipelines.launcher.console import (
 )
 from pipelines.launcher.worker_output import forward_lines
 from tests.builders import CAPITALS, write_parsed
-from tests.conftest import DIRECT, REPO
+from tests.conftest import BUNDLED_SAMPLE, DIRECT, REPO
 
 NOISE = ("RuntimeWarning", "RankWarning", "Polyfit", "INFO:", "WARNING:", "kpr.progress", "apache_beam/")
 
@@ -181,6 +182,21 @@ def test_a_query_of_bytes_that_are_not_utf8_is_refused_in_one_line(full_run, cap
     assert main(["search", "--output", str(full_run), "--query", "caf\udce9", "-k", "1"]) == 2
     assert capsys.readouterr() == ("", "error: --query holds bytes that are not UTF-8 (a terminal or script of "
                                        "another encoding?): give the query as UTF-8 text\n")
+
+
+def test_search_says_when_a_stage_the_index_read_ran_again(full_run, tmp_path, capsys):
+    """parse run again (other options, other articles) after the index: search answers from the old passages."""
+    output = tmp_path / "out"
+    shutil.copytree(full_run, output)
+    assert main(["search", "--output", str(output), "--query", "lakes", "-k", "1"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert main(["parse", "--dump", str(BUNDLED_SAMPLE), "--output", str(output), "--keep-section-links",
+                 *DIRECT]) == 0
+    capsys.readouterr()
+    assert main(["search", "--output", str(output), "--query", "lakes", "-k", "1"]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        "warning: parse ran again after the index was built: the index answers from what it wrote before (rerun "
+        f"`python run_pipeline.py index --output {output} ...` to index the new outputs)"]
 
 
 def test_a_broken_pipe_while_stdout_is_read_is_raised_on():
