@@ -17,7 +17,9 @@ def normalize_title(title: str) -> str:
     """``' the_Foo  bar '`` -> ``'The Foo bar'``: bidirectional marks removed, ``_`` and whitespace runs -> one
     space, surrounding space stripped, first character upper-cased (MediaWiki's default first-letter case rule,
     ``first_upper``)."""
-    title = _SPACES.sub(" ", _BIDI_MARKS.sub("", title)).strip()
+    if not title.isascii():
+        title = _BIDI_MARKS.sub("", title)
+    title = _SPACES.sub(" ", title).strip()
     return first_upper(title[:1]) + title[1:]
 
 
@@ -25,6 +27,8 @@ def first_upper(first: str) -> str:
     """The first letter of a title as Wikimedia's wikis case it: upper case where that is one character, else
     title case where that is (``ᾀ`` -> ``ᾈ``), else as it is (``ß``, ``ﬁ``, ``ŉ``); a Georgian letter as it is (its
     upper case, Mtavruli, is not used in titles)."""
+    if first.isascii():
+        return first.upper()
     if _GEORGIAN.match(first):
         return first
     for cased in (first.upper(), first.title()):

@@ -248,7 +248,8 @@ class _Converter:
             return False
         # one line: a label's line break (``[[Foo|a<br/>b]]``) is a space, so the whole label stays the anchor
         shown = " ".join(self.render_plain(node.text if node.text is not None else node.title, depth).split("\n"))
-        shown = "" if shows_nothing(shown) else shown.strip()  # also a label of zero-width spaces
+        visible = shown.isascii() and shown.isprintable() and not shown.isspace()  # most labels: no look per letter
+        shown = shown.strip() if visible or not shows_nothing(shown) else ""  # a label of zero-width spaces: none
         if node.text is None:  # the title as its text, its %XX escapes decoded as MediaWiki shows it
             shown = percent_decoded(shown.lstrip(":").strip())
         if role.target is None:
