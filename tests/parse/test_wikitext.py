@@ -318,6 +318,15 @@ def test_a_label_of_invisible_characters_is_a_blank_link_and_an_empty_section_no
             parsed.blank_links) == ("v. u. Paris# #Top", [("Paris#", "Paris")], 2)
 
 
+def test_characters_no_reader_sees_leave_the_text_and_its_anchors():
+    """A direction mark or soft hyphen in an anchor split it from its name's occurrences, and the dictionary
+    dead-lettered it (a name with control characters)."""
+    assert both_paths("[[Tel Aviv|Tel Aviv\u200e]] and Tel Aviv\u200e e. [[Tel Aviv|Tel&shy;Aviv]] "
+                      "x\u2067y\u2069z [[Foo|\u200e]]s \u0915\u094d\u200d") == (
+        "Tel Aviv and Tel Aviv e. TelAviv xyz s \u0915\u094d\u200d",
+        [("Tel Aviv", "Tel Aviv"), ("TelAviv", "Tel Aviv")])
+
+
 def test_a_percent_escaped_title_shows_decoded():
     assert both_paths("[[Caf%C3%A9]] opened, [[100% (song)]]") == (
         "Café opened, 100% (song)", [("Café", "Café"), ("100% (song)", "100% (song)")])

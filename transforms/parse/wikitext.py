@@ -37,6 +37,10 @@ _INVISIBLE_TAGS = frozenset({
     "mapframe", "maplink", "templatedata", "templatestyles", "includeonly", "syntaxhighlight",
     "source", "hiero", "inputbox", "categorytree", "section", "indicator", "style", "script", "poem-hidden",
 })
+# Characters that only steer how text is drawn (a soft hyphen, direction marks and embeddings, a zero-width no-break
+# space): no reader sees them, and left in they split a name from its occurrences (``Tel Aviv\u200e``). Zero-width
+# (non-)joiners and spaces stay: they change how a word is written or where it may break.
+_INVISIBLE_FORMAT = dict.fromkeys([0x00AD, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A), 0xFEFF])
 _LINE_BREAK_TAGS = frozenset({"br", "p", "li", "dd", "dt", "tr"})
 # Interwiki prefixes that are not language codes (language codes are matched by pattern), those of the shape of
 # one included (``[[doi:10.1000/1|a paper]]`` and ``[[hdl:...]]`` show their label; ``[[de:Foo]]`` shows nothing).
@@ -111,6 +115,8 @@ class _Builder:
     in_lead: bool = True
 
     def add(self, text: str) -> None:
+        if not text.isascii():
+            text = text.translate(_INVISIBLE_FORMAT)
         if text:
             self.pieces.append(text)
             self.length += len(text)
