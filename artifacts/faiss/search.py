@@ -47,6 +47,21 @@ def merge_top_k(scores: Sequence[np.ndarray], ids: Sequence[np.ndarray], k: int)
     return top_scores, top_ids
 
 
+def top_k_with_ties(index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """An index's top ``k`` of each query and every vector tied with its k-th score (FAISS keeps, of vectors tied
+    at the cut, those it stored first; the merge wants the smallest ids, so that no result depends on the shards
+    or on k): one place more than asked, then twice as deep while a query's last place still ties."""
+    if index.ntotal <= k:
+        return index.search(queries, k)
+    depth = k + 1
+    while True:
+        scores, ids = index.search(queries, depth)
+        still_tied = (ids[:, -1] >= 0) & (scores[:, -1] >= scores[:, k - 1])
+        if depth >= index.ntotal or not still_tied.any():
+            return scores, ids
+        depth = min(depth * 2, index.ntotal)
+
+
 def set_search_parameters(index, nprobe: int | None, ef_search: int | None) -> None:
     import faiss
 
@@ -80,7 +95,7 @@ class ShardedIndex:
         for shard in self.info.shard_files:
             index = self._read_shard(shard)
             set_search_parameters(index, self.nprobe, self.ef_search)
-            scores, ids = index.search(queries, k)
+            scores, ids = top_k_with_ties(index, queries, k)
             best = merge_top_k([best[0], scores], [best[1], ids], k)
         return best
 

@@ -31,6 +31,19 @@ def test_merge_top_k_is_exact_with_ties_and_short_shards():
     assert top_ids.tolist() == [[7, -1, -1]] and np.isneginf(top_scores[0, 1:]).all()
 
 
+def test_tied_passages_are_found_by_smallest_id_whatever_the_shards_and_k(tmp_path):
+    """40 copies of one passage under random ids: FAISS keeps the tied vectors it stored first, so the shards and k
+    chose among them (and the top 3 was not the start of the top 6)."""
+    vectors, ids = clustered(200), np.random.default_rng(3).permutation(np.arange(10, 10_000, dtype=np.int64))[:200]
+    vectors[150:190] = vectors[150]
+    expected = np.sort(ids[150:190])
+    query = vectors[150:151]
+    for count in (1, 3):
+        index = shards.ShardedIndex(write_index_dir(tmp_path / str(count), vectors, ids, count))
+        for k in (1, 3, 6, 39):
+            assert index.search(query, k)[1][0].tolist() == expected[:k].tolist(), (count, k)
+
+
 def test_sharded_flat_search_equals_one_index_and_brute_force(tmp_path):
     vectors, ids = clustered(600), np.arange(1000, 1600, dtype=np.int64) * 7
     queries = clustered(25, seed=1)
