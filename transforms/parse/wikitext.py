@@ -28,7 +28,7 @@ from mwparserfromhell.wikicode import Wikicode
 from artifacts.names import shows_nothing
 from transforms.parse.namespaces import CATEGORY, FILE, MEDIA, Namespaces
 from transforms.parse.titles import decode_target, normalize_title, percent_decoded
-from transforms.parse.wikitext_prepass import strip_dropped_markup
+from transforms.parse.wikitext_prepass import LINK_TRAIL, strip_dropped_markup
 from transforms.parse.wikitext_quotes import balance_quotes
 
 # Tags whose content a reader never sees as article prose.
@@ -59,7 +59,7 @@ _REDIRECT = re.compile(
     r"перенаправление|patrz|przekieruj|重定向|転送|リダイレクト)\s*:?\s*\[\[([^\]|]*)",
     re.IGNORECASE,
 )
-_LINK_TRAIL = re.compile(r"^[a-z]+")
+_NO_PAGE_CHARACTER = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")  # XML's non-characters
 _NOT_IN_TITLES = re.compile(r"[<>\[\]{}|\x00-\x1f\x7f]")  # MediaWiki's characters a title may not hold
 # Behaviour switches (``__NOTOC__``): MediaWiki removes them from the page's text.
 _BEHAVIOUR_SWITCH = re.compile(
@@ -198,10 +198,7 @@ def _character(entity: HTMLEntity) -> str:
     """What a character reference shows: its character (a no-break space as a space), or the reference as written
     when it names no character a page may hold (``&#55357;``, half of a UTF-16 pair), as MediaWiki shows it."""
     character = entity.normalize()
-    code = ord(character) if len(character) == 1 else 0x20
-    if 0xD800 <= code <= 0xDFFF or code in (0xFFFE, 0xFFFF) or (code < 0x20 and character not in "\t\n\r"):
-        return str(entity)
-    return character.replace("\xa0", " ")
+    return str(entity) if _NO_PAGE_CHARACTER.fullmatch(character) else character.replace("\xa0", " ")
 
 
 class _Converter:
@@ -234,7 +231,7 @@ class _Converter:
                     after += 1
                 trail = ""
                 if after < len(nodes) and isinstance(nodes[after], Text):
-                    match = _LINK_TRAIL.match(str(nodes[after].value))
+                    match = LINK_TRAIL.match(str(nodes[after].value))
                     if match:
                         trail = match.group(0)
                 consumed = self.wikilink(node, trail, depth)
@@ -254,8 +251,8 @@ class _Converter:
             return False
         # one line: a label's line break (``[[Foo|a<br/>b]]``) is a space, so the whole label stays the anchor
         shown = " ".join(self.render_plain(node.text if node.text is not None else node.title, depth).split("\n"))
-        visible = shown.isascii() and shown.isprintable() and not shown.isspace()  # most labels: no look per letter
-        shown = shown.strip() if visible or not shows_nothing(shown) else ""  # a label of zero-width spaces: none
+        # a label of zero-width spaces shows nothing (an ASCII label needs no look at each letter: strip() is enough)
+        shown = "" if not shown.isascii() and shows_nothing(shown) else shown.strip()
         if node.text is None:  # the title as its text, its %XX escapes decoded as MediaWiki shows it
             shown = percent_decoded(shown.lstrip(":").strip())
         if role.target is None:

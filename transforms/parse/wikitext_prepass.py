@@ -23,7 +23,8 @@ _REF_CLOSE = re.compile(r"</ref\s*>", re.IGNORECASE)
 _TABLE_MARK = re.compile(r"(?:(?<=\n)|^)[ \t]*(\{\||\|\})")
 _BAD_NAME = re.compile(r"[\[\]{}<>]")
 _MARKUP_CHARS = frozenset("'[]{}<>|")
-_LINK_TRAIL_START = re.compile(r"[a-z]")
+# The letters glued to a link's "]]" that join its anchor (English: a-z; "[[lichen]]s")
+LINK_TRAIL = re.compile(r"^[a-z]+")
 _COMMENTS = re.compile(r"(?:<!--.*?-->)+", re.DOTALL)
 
 
@@ -138,7 +139,7 @@ def _span_around(spans: list[tuple[int, int]], starts: list[int], position: int)
 def _makes_a_trail(before: str, cut: str, after: str) -> bool:
     """Whether cutting would make the letters after a link its trail where MediaWiki's are not: a ref or template
     between ``[[a]]`` and ``b`` stops the trail (a comment does not: it is gone before links are read)."""
-    return before.endswith("]]") and bool(_LINK_TRAIL_START.match(after)) and not _COMMENTS.fullmatch(cut)
+    return before.endswith("]]") and bool(LINK_TRAIL.match(after)) and not _COMMENTS.fullmatch(cut)
 
 
 def _join_cuts(kept: list[str], cuts: list[str]) -> str:
