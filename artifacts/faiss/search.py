@@ -63,15 +63,15 @@ def top_k_with_ties(index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.
 
 
 def set_search_parameters(index, nprobe: int | None, ef_search: int | None) -> None:
+    """``nprobe`` for an IVF index, ``ef_search`` for an HNSW graph: the index's own, or an IVF index's coarse
+    quantizer's (``IVF…_HNSW…``), set through FAISS's ``ParameterSpace``; a parameter the index lacks is left."""
     import faiss
 
-    if nprobe:
-        with contextlib.suppress(RuntimeError):  # not an IVF index: nothing to set
-            faiss.extract_index_ivf(index).nprobe = nprobe
-    if ef_search:
-        inner = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap) else index
-        if isinstance(inner, faiss.IndexHNSW):
-            inner.hnsw.efSearch = ef_search
+    space = faiss.ParameterSpace()
+    for name, value in (("nprobe", nprobe), ("efSearch", ef_search)):
+        if value:
+            with contextlib.suppress(RuntimeError):  # no such parameter in this index: nothing to set
+                space.set_index_parameter(index, name, value)
 
 
 class ShardedIndex:

@@ -69,6 +69,21 @@ def test_ivf_with_every_list_probed_is_exact_and_few_lists_recall_well(tmp_path)
     assert recall >= 0.9
 
 
+def test_ef_search_reaches_the_hnsw_coarse_quantizer_of_an_ivf_index(tmp_path):
+    """``IVF…_HNSW…``: the lists probed are those an HNSW graph of the centroids finds, as deep as ``ef_search``
+    says (it was left at FAISS's 16): searched more widely, the graph finds better lists, then the same."""
+    vectors, ids = np.random.default_rng(4).normal(size=(3000, DIM)).astype(np.float32), np.arange(3000)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    queries = vectors[:300]
+    index_dir = write_index_dir(tmp_path, vectors, ids, 1, factory="IVF64_HNSW4,Flat")
+    exact = brute_force(vectors, ids, queries, 10)[1]
+    found = {ef: shards.ShardedIndex(index_dir, nprobe=2, ef_search=ef).search(queries, 10)[1] for ef in (1, 256, 1024)}
+    recall = {ef: np.mean([len(set(a) & set(e)) for a, e in zip(ids_found, exact, strict=True)]) / 10
+              for ef, ids_found in found.items()}
+    assert recall[1] < recall[256] - 0.1
+    assert found[256].tolist() == found[1024].tolist()
+
+
 def test_id_maps_list_each_shards_passages_in_insertion_order(tmp_path):
     vectors, ids = clustered(100), np.arange(50, 150, dtype=np.int64)
     index_dir = write_index_dir(tmp_path, vectors, ids, 2)

@@ -174,17 +174,20 @@ def test_flat_index_recall_is_one_on_all_vectors_and_on_a_subset(run_copy):
     assert subset.subset and subset.exact_vectors == 1000 and subset.recall == 1.0
 
 
-def test_ivf_recall_equals_the_overlap_with_brute_force(tmp_path):
+@pytest.mark.parametrize(("factory", "settings"), [("IVF128,Flat", "nprobe 32"),
+                                                   ("IVF128_HNSW4,Flat", "nprobe 32, efSearch 128")])
+def test_ivf_recall_equals_the_overlap_with_brute_force(tmp_path, factory, settings):
+    """The recall of what ``search`` finds by default: its nprobe, and its efSearch in an HNSW coarse quantizer."""
     vectors = np.random.default_rng(0).normal(size=(600, 16))  # no clusters: IVF probing misses neighbours
     vectors = (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
     ids = np.arange(600, dtype=np.int64) * 5 + 3
-    index_dir = write_index_dir(tmp_path / "ivf", vectors, ids, 3, factory="IVF128,Flat")
+    index_dir = write_index_dir(tmp_path / "ivf", vectors, ids, 3, factory=factory)
     found = faiss_shards.ShardedIndex(index_dir).search(vectors, 10)[1]
     exact = brute_force(vectors, ids, vectors, 10)[1]
     overlap = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(found.tolist(), exact.tolist(), strict=True)])
     assert overlap < 1.0  # nprobe 32 of 128 lists misses some neighbours
     result = index_recall(index_dir, queries=600, k=10)
-    assert result.queries == 600 and result.search_settings == "nprobe 32"
+    assert result.queries == 600 and result.search_settings == settings
     assert result.recall == pytest.approx(overlap)
 
 

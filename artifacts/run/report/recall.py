@@ -81,21 +81,26 @@ def _pick_queries(stored: dict[str, list[str]], info: faiss_shards.IndexInfo, li
 
 def _search_settings(info: faiss_shards.IndexInfo) -> str:
     if faiss_shards.ivf_lists(info.factory):
-        return f"nprobe {faiss_shards.DEFAULT_NPROBE}"
+        quantizer = f", efSearch {faiss_shards.DEFAULT_EF_SEARCH}" if "HNSW" in info.factory else ""
+        return f"nprobe {faiss_shards.DEFAULT_NPROBE}{quantizer}"
     if "HNSW" in info.factory:
         return f"efSearch {faiss_shards.DEFAULT_EF_SEARCH}"
     return "exhaustive"
 
 
 def _selector_parameters(index, selector):
-    """Search parameters that restrict ``index`` to ``selector`` with the index's default search breadth."""
+    """Search parameters that restrict ``index`` to ``selector`` with the search breadth ``search`` uses by default
+    (``set_search_parameters``): ``nprobe`` lists, ``efSearch`` in an HNSW graph or coarse quantizer."""
     import faiss
 
     try:
-        faiss.extract_index_ivf(index)
-        return faiss.SearchParametersIVF(sel=selector, nprobe=faiss_shards.DEFAULT_NPROBE)
+        ivf = faiss.extract_index_ivf(index)
     except RuntimeError:
-        pass
+        ivf = None
+    if ivf is not None:
+        graph = isinstance(faiss.downcast_index(ivf.quantizer), faiss.IndexHNSW)
+        return faiss.SearchParametersIVF(sel=selector, nprobe=faiss_shards.DEFAULT_NPROBE, quantizer_params=(
+            faiss.SearchParametersHNSW(efSearch=faiss_shards.DEFAULT_EF_SEARCH) if graph else None))
     inner = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap) else index
     if isinstance(inner, faiss.IndexHNSW):
         return faiss.SearchParametersHNSW(sel=selector, efSearch=faiss_shards.DEFAULT_EF_SEARCH)
