@@ -8,6 +8,8 @@ owns its partial files), and when done it records exactly the files it wrote.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Iterable
 
 from artifacts import fs
@@ -100,4 +102,18 @@ def remove_stale(directory: str, owned: Iterable[str], keep: Iterable[str]) -> l
     stale = sorted(relative for relative in set(owned) - set(keep) if not relative.endswith("/"))
     for relative in stale:
         fs.delete_file(fs.join(directory, relative))
+    if fs.is_local(directory):
+        remove_emptied_directories(directory.removeprefix("file://"), stale)
     return stale
+
+
+def remove_emptied_directories(directory: str, removed: Iterable[str]) -> None:
+    """The local directories below ``directory`` that held the ``removed`` files and now hold nothing, deepest
+    first (``os.rmdir`` removes an empty directory and nothing else: one that holds anything stays)."""
+    parents: set[str] = set()
+    for relative in removed:
+        while relative := os.path.dirname(relative):
+            parents.add(relative)
+    for parent in sorted(parents, key=lambda parent: parent.count("/"), reverse=True):
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.join(directory, parent))

@@ -81,3 +81,12 @@ def test_a_record_naming_a_file_outside_its_directory_is_refused_and_nothing_is_
                                      "away to write here)")
     assert (tmp_path / "outside.txt").read_text() == "the user's"
     assert sorted(files_below(directory)) == [RECORD, "vocab.tsv"]
+
+
+def test_removing_stale_files_removes_the_directories_they_emptied_and_no_other(tmp_path: Path) -> None:
+    fill_with_files(tmp_path, ("a/b/c/old.bin", "a/b/other/old.bin", "a/keep/mine.txt", "empty-before/x.bin"))
+    (tmp_path / "a" / "b" / "users-empty").mkdir()
+    removed = owned.remove_stale(str(tmp_path), ["a/b/c/old.bin", "a/b/other/old.bin", "a/keep/old.bin"], [])
+    assert removed == ["a/b/c/old.bin", "a/b/other/old.bin", "a/keep/old.bin"]
+    assert sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*")) == [
+        "a", "a/b", "a/b/users-empty", "a/keep", "a/keep/mine.txt", "empty-before", "empty-before/x.bin"]

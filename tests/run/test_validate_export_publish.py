@@ -479,6 +479,17 @@ def test_publish_copies_everything(run: Path, tmp_path: Path, capsys: pytest.Cap
     assert validate_run(str(destination)) == []
 
 
+def test_a_republish_without_mention_vectors_leaves_no_empty_directory(run: Path, tmp_path: Path) -> None:
+    """The earlier publish's files this one does not have are removed, and the directories they emptied with them."""
+    destination = tmp_path / "published"
+    assert main(["publish", "--output", str(run), "--to", str(destination), "--with-mention-vectors"]) == 0
+    assert list((destination / "mention_vectors").rglob("*.parquet"))
+    assert main(["publish", "--output", str(run), "--to", str(destination)]) == 0
+    assert not (destination / "mention_vectors").exists()
+    assert [path for path in destination.rglob("*") if path.is_dir() and not any(path.iterdir())] == []
+    assert validate_run(str(destination)) == []
+
+
 def test_publish_writes_the_manifest_last(run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     destination = tmp_path / "published"
