@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -48,6 +49,8 @@ NPY_HEADER_BYTES = 128  # a .npy header of a 2-D array: padded to 64 bytes, 128 
 TORCH_SAVE_BYTES = 4096  # at most, beside the tensor's bytes: torch.save's zip entries, pickle and alignment
 REQUIRED_STAGES = (layout.DICTIONARY_STAGE, layout.EMBED_ENTITIES_STAGE)
 _VOCAB_CHUNK = 65_536
+# A key entity_vocab.tsv can hold: the reference reads it as text lines (\r ends one too) split at tabs
+_VOCAB_KEY = re.compile(r"[^\t\n\r]+")
 _HALF_CHUNK_ROWS = 65_536  # rows converted to float16 at a time (65k x 768 float32: 200 MB)
 
 
@@ -180,8 +183,9 @@ def vocab_lines(keys: list[str], first_index: int, kb_keys: marisa_trie.Trie) ->
         if kb_keys.get(key, -1) + 1 != index:
             raise InputError(f"entity {index} ({key!r}) is id {kb_keys.get(key)} in kb_id.trie, not {index - 1}: "
                              "the linker and entities/ disagree")
-        if "\t" in key or "\n" in key:
-            raise InputError(f"entity {index}: key {key!r} has a tab or newline, which entity_vocab.tsv cannot hold")
+        if key == PAD or not _VOCAB_KEY.fullmatch(key):
+            raise InputError(f"entity {index}: key {key!r} is {PAD} or has a tab or line break, which "
+                             "entity_vocab.tsv cannot hold")
         yield f"{key}\t{index}\n"
 
 

@@ -78,12 +78,15 @@ def write_dump(directory: Path) -> str:
 
 def write_sql(directory: Path, table: str) -> str:
     """A mysqldump file of ``table`` with the rows of SQL_TABLES."""
-    columns, values = SQL_TABLES[table]
-    definition = ",\n".join(f"  `{column}` blob NOT NULL" for column in columns)
     path = directory / f"{table}.sql"
-    path.write_text(f"CREATE TABLE `{table}` (\n{definition}\n) ENGINE=InnoDB;\n"
-                    f"INSERT INTO `{table}` VALUES {values};\n", encoding="utf-8")
+    path.write_text(write_sql_text(table, SQL_TABLES[table][1]), encoding="utf-8")
     return str(path)
+
+
+def write_sql_text(table: str, values: str) -> str:
+    """A mysqldump of ``table`` (the columns of SQL_TABLES) with the rows ``values``."""
+    definition = ",\n".join(f"  `{column}` blob NOT NULL" for column in SQL_TABLES[table][0])
+    return f"CREATE TABLE `{table}` (\n{definition}\n) ENGINE=InnoDB;\nINSERT INTO `{table}` VALUES {values};\n"
 
 
 def assert_declared(counted: Mapping[str, int], declared: Mapping[str, Counter]) -> None:
@@ -142,6 +145,20 @@ def test_parse_dump_resolves_links_through_redirects_and_attaches_qids(tmp_path:
     assert counters == {"files_read": 1, "pages_read": 5, "sql_rows_read": 2, "non_article_pages": 1,
                         "redirect_pages": 1, "empty_articles": 1, "articles": 2, "links": 3, "articles_with_qid": 1,
                         "redirects_resolved": 1, "links_via_redirect": 1, "red_links": 1}
+
+
+def test_wikibase_items_that_are_not_item_ids_are_dead_lettered(tmp_path: Path):
+    """A QID is an entity's key in every artifact and the export's vocabulary: a value with a line break or
+    ``[PAD]`` (which the KPR reference's vocabulary reader mangles) gives the article no QID, counted."""
+    dump = write_dump(tmp_path)
+    sql = tmp_path / "page_props.sql"
+    sql.write_text(write_sql_text("page_props", r"(1,'wikibase_item','Q308\r',NULL),(2,'wikibase_item','[PAD]',NULL),"
+                                  r"(2,'wikibase_item','Q03',NULL)"), encoding="utf-8")
+    articles, _, dead, counters = parse_dump(tmp_path, dump, "--page-props-sql", str(sql))
+    assert [row["qid"] for row in articles] == [None, None]
+    assert sorted((letter["kind"], letter["page_id"], letter["value"]) for letter in dead if "value" in letter) == [
+        ("invalid_qids", 1, "Q308\r"), ("invalid_qids", 2, "Q03"), ("invalid_qids", 2, "[PAD]")]
+    assert counters["invalid_qids"] == 3 and "articles_with_qid" not in counters
 
 
 def test_parse_dump_takes_redirects_from_the_sql_tables(tmp_path: Path):

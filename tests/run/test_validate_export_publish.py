@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from artifacts import faiss as faiss_shards
 from artifacts import fs, tables
+from artifacts.errors import InputError
 from artifacts.run import kpr_export, lock, manifest, owned, verified
 from artifacts.run import publish as publish_module
 from artifacts.run.validation import validate_run
@@ -875,3 +876,16 @@ def test_library_errors_are_typed_and_name_no_flag(tmp_path: Path) -> None:
     for error in (overlap, latest, missing, no_manifest):
         assert "--" not in error.value.message and "run_pipeline" not in error.value.message, error.value.message
     assert not (out / "published").exists() and not (out / "report").exists()
+
+
+@pytest.mark.parametrize("key", ["Q43\r", "a\tb", "two\nlines", "[PAD]"])
+def test_the_vocabulary_refuses_keys_its_readers_would_split_or_take_for_padding(key: str) -> None:
+    """The KPR reference reads entity_vocab.tsv as text lines split at tabs: a carriage return ends a line there
+    too, and a second ``[PAD]`` replaces the padding row's key."""
+    def lines(keys: list[str]) -> list[str]:
+        kb_keys = marisa_trie.Trie(keys)
+        return list(kpr_export.vocab_lines(sorted(keys, key=kb_keys.get), 1, kb_keys))
+
+    assert sorted(line.split("\t")[0] for line in lines(["Q1", "Mercury (planet)"])) == ["Mercury (planet)", "Q1"]
+    with pytest.raises(InputError, match="is \\[PAD\\] or has a tab or line break"):
+        lines(["Q1", key])

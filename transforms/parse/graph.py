@@ -5,6 +5,7 @@ links against it where the article lies. Article text never goes through a shuff
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -39,6 +40,7 @@ RECORD_TAG = "record"
 # Title record kinds (schemas.TITLE_RECORDS): what the title map is built from.
 ARTICLE_RECORD, REDIRECT_RECORD, PAGE_RECORD = "article", "redirect", "page"
 SQL_REDIRECT_RECORD, QID_RECORD = "sql_redirect", "qid"
+_QID = re.compile(r"Q[1-9][0-9]*", re.ASCII)
 
 _OWN_COUNTERS = declare(
     dropped("non_article_pages", "pages outside the article namespace"),
@@ -50,6 +52,8 @@ _OWN_COUNTERS = declare(
     dropped("empty_articles", "articles with no text left after markup removal", dead_lettered=True),
     dropped("blank_links", "entity links that show no text (`[[Apple| ]]`, a label of templates only): no mention"),
     dropped("sql_redirects_skipped", "SQL redirect rows outside the article namespace or to other wikis"),
+    error("invalid_qids", "page_props `wikibase_item` values that are not a Wikidata item id (Q and digits): the "
+          "article keeps no QID"),
 )
 # Every counter of the parse stage: its own and those of the readers and resolvers it composes.
 COUNTERS = declare(*_OWN_COUNTERS.values(), *dump_io.COUNTERS.values(), *redirects.COUNTERS.values(),
@@ -145,10 +149,17 @@ def page_title_record(row: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield title_record(PAGE_RECORD, normalize_title(str(row["page_title"])), int(row["page_id"]))
 
 
-def qid_record(row: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """The title record (page id, QID) of a ``wikibase_item`` row of the page_props table."""
+def qid_record(row: dict[str, Any]) -> Iterator[Any]:
+    """The title record (page id, QID) of a ``wikibase_item`` row of the page_props table; a value that is not an
+    item id is dead-lettered (a QID is an entity's key in every artifact: ``Q43\\r`` or ``[PAD]`` would break the
+    export's vocabulary)."""
     if row.get("pp_propname") == "wikibase_item" and row.get("pp_value"):
-        yield title_record(QID_RECORD, page_id=int(row["pp_page"]), target=str(row["pp_value"]))
+        page_id, value = int(row["pp_page"]), str(row["pp_value"])
+        if _QID.fullmatch(value):
+            yield title_record(QID_RECORD, page_id=page_id, target=value)
+        else:
+            yield dead_letter("invalid_qids", "wikibase_item is not a Wikidata item id", page_id=page_id,
+                              value=value)
 
 
 SQL_TABLES = (("redirects_sql", "redirect", sql_redirect_record), ("page_sql", "page", page_title_record),
@@ -180,12 +191,17 @@ class ConvertPages(beam.PTransform):
             classify_page, self._siteinfo, config.wikitext, bool(config.redirects_sql)).with_outputs(
             RECORD_TAG, DEAD_LETTER_TAG, main="articles")
         records = {"dump": classified[RECORD_TAG]}
+        sql_dead_letters = []
         for option, table, to_record in SQL_TABLES:
             paths = getattr(config, option)
             if paths:
-                records[table] = (pipeline | f"Read{table}Table" >> ReadSqlRows(list(paths), table)
-                                  | f"{table}Records" >> beam.FlatMap(to_record))
-        dead_letters = (read["dead_letters"], classified[DEAD_LETTER_TAG]) | "AllDeadLetters" >> beam.Flatten()
+                converted = (pipeline | f"Read{table}Table" >> ReadSqlRows(list(paths), table)
+                             | f"{table}Records" >> beam.FlatMap(to_record).with_outputs(DEAD_LETTER_TAG,
+                                                                                        main="records"))
+                records[table] = converted.records
+                sql_dead_letters.append(converted[DEAD_LETTER_TAG])
+        dead_letters = ((read["dead_letters"], classified[DEAD_LETTER_TAG], *sql_dead_letters)
+                        | "AllDeadLetters" >> beam.Flatten())
         return {"articles": classified.articles, "records": records, "dead_letters": dead_letters}
 
 
