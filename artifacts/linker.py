@@ -4,6 +4,7 @@ Layout of ``dictionary/linker/``: ``name.trie`` (marisa Trie of names), ``kb_id.
 keys: QIDs where known, else titles; entity_id = key id + 1), ``data.npy`` (uint32 rows kb_index, link_count,
 total_link_count, doc_count, grouped by name id), ``offsets.npy`` (uint32 row ranges per name id, names + 1),
 ``config.json``, plus ``titles.bin``/``title_offsets.npy`` (entity titles in kb order, for readable output).
+A case-folded name with "İ" is also in ``name.trie`` as the reference lowers it (``with_reference_spellings``).
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from functools import cached_property
 import marisa_trie
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from artifacts import fs
 from artifacts.errors import InputError
-from artifacts.names import NameRules, TokenSpans, find_names, fold_case
+from artifacts.names import DOTTED_CAPITAL_I, NameRules, TokenSpans, find_names, fold_case
 from artifacts.trie_map import iter_strings, string_array, trie_key_ids
 
 LINKER_FILES = ("name.trie", "kb_id.trie", "data.npy", "offsets.npy", "config.json", "titles.bin",
@@ -90,6 +92,8 @@ def write_linker_columns(directory: str, names: pa.Array | pa.ChunkedArray | Seq
     """Write the linker files from columns: ``names[i]`` and ``counts[i]`` = (entity_id, link_count,
     total_link_count, doc_count) of pair i. Arrays, not per-row objects, so millions of pairs stay small."""
     names = string_array(names)
+    if not config["case_sensitive"]:
+        names, counts = with_reference_spellings(names, counts)
     trie = marisa_trie.Trie(iter_strings(names))
     name_ids = trie_key_ids(trie, names, np.uint32)
     data = counts.astype(np.uint32, copy=False).reshape(len(names), 4)
@@ -112,6 +116,22 @@ def write_linker_columns(directory: str, names: pa.Array | pa.ChunkedArray | Seq
             json.dump(config, handle, indent=2, sort_keys=True)
         for name in LINKER_FILES:
             fs.upload(os.path.join(local, name), fs.join(directory, name))
+
+
+def with_reference_spellings(names: pa.Array | pa.ChunkedArray,
+                             counts: np.ndarray) -> tuple[pa.ChunkedArray, np.ndarray]:
+    """``names`` and their ``counts`` with a copy of each row whose name holds "İ" under ``str.lower()``'s spelling
+    ("i̇", two characters), unless a name is spelled so already: the KPR reference looks names up in
+    ``text.lower()``, and ``fold_case`` keeps "İ" one character so that offsets stay (this linker never meets the
+    copy; the reference finds "İzmir" through it)."""
+    names = pa.chunked_array([names]) if isinstance(names, pa.Array) else names
+    rows = pc.indices_nonzero(pc.match_substring(names, DOTTED_CAPITAL_I))
+    lowered = pa.array([name.lower() for name in names.take(rows).to_pylist()], names.type)
+    new = np.asarray(pc.invert(pc.is_in(lowered, value_set=names)))
+    if not new.any():
+        return names, counts
+    return (pa.chunked_array([*names.chunks, lowered.filter(new)], names.type),
+            np.concatenate([counts, counts[np.asarray(rows)[new]]]))
 
 
 def _download(path: str, local: str) -> None:

@@ -16,7 +16,7 @@ DOC_UNITS = ("paragraph", "page")  # what doc_count counts a name once in
 
 _PARENTHETICAL = re.compile(r"\s+\([^()]*\)$")
 _SPACES = re.compile(r"\s+")
-_DOTTED_CAPITAL_I = "\u0130"  # lower-cased to "i" and a combining dot: two characters
+DOTTED_CAPITAL_I = "\u0130"  # lower-cased to "i" and a combining dot: two characters
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def fold_case(text: str) -> str:
     lowered = text.lower()
     if len(lowered) == len(text):
         return lowered
-    return _DOTTED_CAPITAL_I.join(piece.lower() for piece in text.split(_DOTTED_CAPITAL_I))
+    return DOTTED_CAPITAL_I.join(piece.lower() for piece in text.split(DOTTED_CAPITAL_I))
 
 
 def name_problem(name: str, rules: NameRules) -> str | None:

@@ -192,3 +192,23 @@ def test_candidate_cache_is_bounded(tmp_path, monkeypatch):
     assert len(linker._candidates_cache) <= 2
     assert [linker.detect(name.upper()) for name in names] == first
     assert [[c.title for c in mentions[0].candidates] for mentions in first] == [[name.title()] for name in names]
+
+
+def test_a_name_with_a_dotted_capital_i_is_also_found_as_the_reference_lowers_it(tmp_path):
+    """fold_case keeps "İ" (offsets stay); the KPR reference looks names up in ``text.lower()``, where it is "i̇": the
+    name is stored under both spellings, with the same candidates, unless the second is a name already."""
+    kb = build_kb_trie(["Q1", "Q2", "Q3"])
+    titles = [""] * 3
+    for key, title in (("Q1", "İzmir"), ("Q2", "İstanbul"), ("Q3", "Ankara")):
+        titles[kb[key]] = title
+    rows = [NameRow("İzmir", kb["Q1"] + 1, 5, 5, 5), NameRow("İstanbul", kb["Q2"] + 1, 4, 4, 4),
+            NameRow("i̇stanbul", kb["Q3"] + 1, 1, 1, 1), NameRow("ankara", kb["Q3"] + 1, 3, 3, 3)]
+    write_linker(str(tmp_path), rows, kb, titles, CONFIG)
+    linker = EntityLinker(str(tmp_path))
+    assert sorted(linker.names.keys()) == sorted(["İzmir", "i̇zmir", "İstanbul", "i̇stanbul", "ankara"])
+    assert [candidate.key for candidate in linker.candidates("İzmir".lower())] == ["Q1"]
+    assert [candidate.key for candidate in linker.candidates("İzmir")] == ["Q1"]
+    assert [candidate.key for candidate in linker.candidates("İstanbul".lower())] == ["Q3"]  # the name's own
+    text = "From İzmir to Ankara."
+    assert [(mention.start, mention.end, mention.name) for mention in linker.detect(text)] == [
+        (5, 10, "İzmir"), (14, 20, "Ankara")]
