@@ -158,9 +158,14 @@ def _json_type(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-def save(output: str, stages: dict[str, StageRecord]) -> None:
+def encoded(stages: dict[str, StageRecord]) -> bytes:
+    """The bytes of the manifest.json that records ``stages``."""
     document = {"format": FORMAT, "stages": {name: stages[name].to_json() for name in sorted(stages)}}
-    fs.write_json_atomic(manifest_path(output), document)
+    return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
+def save(output: str, stages: dict[str, StageRecord]) -> None:
+    fs.write_bytes_atomic(manifest_path(output), encoded(stages))
 
 
 def describe_file(output: str, path: str) -> OutputFile:

@@ -10,6 +10,7 @@ LATEST is replaced only when it is a pointer publish wrote. Nothing is ever dele
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -172,6 +173,16 @@ def copy_checked(output: str, destination: str, item: PublishedFile) -> None:
         raise InputError(f"{target}: {problem}: {destination} has no manifest.json, publish again")
 
 
+def restamp_report(destination: str, files: list[PublishedFile], published_manifest: bytes) -> None:
+    """The copied report's stamp names the manifest the copy gets (the run's without its kept work, unless that
+    was published too): the copy's report is as current as the run's, and the copy can be published again."""
+    stamp = fs.join(destination, REPORT_DIR, layout.REPORT_STAMP)
+    digest = hashlib.sha256(published_manifest).hexdigest()
+    if any(item.path == f"{REPORT_DIR}/{layout.REPORT_STAMP}" for item in files) and \
+            fs.read_bytes(stamp).decode("ascii", errors="replace").strip() != digest:
+        fs.write_bytes_atomic(stamp, f"{digest}\n".encode())
+
+
 def latest_location(destination: str) -> tuple[str, str]:
     """(the directory holding LATEST, the run's NAME) of a destination ``ROOT/NAME``."""
     parent, _, name = _normalized(destination).rpartition("/")
@@ -249,6 +260,7 @@ def publish_run(output: str, destination: str, latest: bool = False, free_bytes:
         removed = remove_previous(destination, earlier, files)
         for item in files:
             copy_checked(output, destination, item)
+        restamp_report(destination, files, manifest.encoded(stages))
         manifest.save(destination, stages)
         owned.save_record(destination, RECORD_FILE, written)
         return PublishSummary(destination, tuple(files), removed, write_latest(destination) if latest else None)

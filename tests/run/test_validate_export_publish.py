@@ -472,7 +472,7 @@ def test_publish_copies_everything(run: Path, tmp_path: Path, capsys: pytest.Cap
     copied.remove(".kpr-publish.json")
     for relative in copied:
         assert filecmp.cmp(run / relative, destination / relative, shallow=False) or (
-            relative == "manifest.json" and not with_vectors), relative
+            relative in ("manifest.json", "report/manifest.sha256") and not with_vectors), relative
         assert f"  {relative} (" in out or relative == "manifest.json"
     data_bytes = sum((run / relative).stat().st_size for relative in copied if relative != "manifest.json")
     assert out.splitlines()[-2:] == ["  manifest.json (written last)",
@@ -489,6 +489,21 @@ def test_a_republish_without_mention_vectors_leaves_no_empty_directory(run: Path
     assert not (destination / "mention_vectors").exists()
     assert [path for path in destination.rglob("*") if path.is_dir() and not any(path.iterdir())] == []
     assert validate_run(str(destination)) == []
+
+
+@pytest.mark.parametrize("with_vectors", [False, True])
+def test_a_published_copy_can_be_published_again(run: Path, tmp_path: Path, with_vectors: bool) -> None:
+    """The copy's report stamp names the manifest the copy got (without mention_vectors/ unless asked): its report
+    is current, where the stamp copied as it was named the run's manifest and the copy's publish was refused."""
+    fake_report(run)
+    first, second = tmp_path / "first", tmp_path / "second"
+    vectors = ["--with-mention-vectors"] if with_vectors else []
+    assert main(["publish", "--output", str(run), "--to", str(first), *vectors]) == 0
+    stamp = (first / "report" / "manifest.sha256").read_text().strip()
+    assert stamp == hashlib.sha256((first / "manifest.json").read_bytes()).hexdigest()
+    assert main(["publish", "--output", str(first), "--to", str(second), *vectors]) == 0
+    assert (second / "manifest.json").read_bytes() == (first / "manifest.json").read_bytes()
+    assert validate_run(str(second)) == []
 
 
 def test_publish_writes_the_manifest_last(run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
