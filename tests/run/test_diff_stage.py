@@ -173,8 +173,10 @@ def test_diff_text_table(runs: Runs, capsys: pytest.CaptureFixture[str]) -> None
         ["articles", *(f"{articles[key]:,}" for key in ("old", "new", "added", "removed", "changed")), "(changed)"]]
     names = expected["names"]
     assert f"{names['top_candidate_changed']:>10,}  (top candidate changed)" in lines[7]
-    assert "entity vectors: recomputed n/a (no --previous), reused n/a (no --previous)" in lines
-    assert f"passages: encoded {expected['passages']['encoded']:,}, reused n/a (no --previous)" in lines
+    assert ("entity vectors: recomputed n/a (not refreshed from the old run), reused n/a (not refreshed from the old "
+            "run)") in lines
+    encoded = expected["passages"]["encoded"]
+    assert f"passages: encoded {encoded:,}, reused n/a (not refreshed from the old run)" in lines
     matched = expected["entity_vectors"]["matched"]
     assert f"entity vectors in both runs (matched by QID, else title): {matched:,}; cosine old vs new:" in lines
 
@@ -270,7 +272,7 @@ def test_report_section_with_previous(runs: Runs, tmp_path: Path,
     assert cosine_rows(new) == {label: f"{count:,}" for label, count in
                                 expected["entity_vectors"]["cosine_histogram"].items()}
     page = (new / "report" / "index.html").read_text()
-    assert f"encoded {expected['passages']['encoded']:,} · reused n/a (no --previous)" in page
+    assert f"encoded {expected['passages']['encoded']:,} · reused n/a (not refreshed from the old run)" in page
     assert page.index('id="changes"') < page.index('id="timings"')
 
     assert main(["report", "--output", str(new), "--previous", str(tmp_path / "nothing")]) == 2
@@ -411,6 +413,10 @@ def test_runs_built_from_a_dpr_corpus_are_compared_by_their_indexed_passages(tin
     assert passages == {"old": 100, "new": 100, "added": 50, "removed": 50, "changed": 1, "reused": 49,
                         "encoded": 51, "old_source": f"the corpus {corpora[0]}",
                         "new_source": f"the corpus {corpora[1]}"}
+    copy = shutil.copytree(old, tmp_path / "old-copy")  # the run the refresh read, elsewhere: its reuse
+    for other, reused in ((copy, 49), (new, None)):  # not that run: what new took from old is not new's reuse of it
+        assert main(["diff", "--old", str(other), "--new", str(new), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["passages"]["reused"] == reused, other
     assert main(["diff", "--old", str(old), "--new", str(old)]) == 0
     table = capsys.readouterr().out.splitlines()
     assert re.split(r"\s{2,}", next(line for line in table if line.startswith("passages "))) == [

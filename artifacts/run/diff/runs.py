@@ -2,7 +2,8 @@
 
 A part is compared when the stage that writes it is recorded in both manifests (else it is None). Reuse
 counters (``entities_reused``, ``passages_encoded``, ...) are read from NEW's manifest, where a refresh with
-``--previous`` records them; they are None for a run built without ``--previous``.
+``--previous`` records them; what was reused is None unless that refresh read OLD (a run built without
+``--previous``, or refreshed from another run).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from artifacts.run.diff.keyed import Change, compare
 from artifacts.run.diff.vectors import VECTOR_BUDGET, CosineHistogram, vector_movement
 from artifacts.run.validation.files import stale_stages
 
-NOT_RECORDED = "n/a (no --previous)"  # how a reuse counter that NEW does not record is shown
+NOT_RECORDED = "n/a (not refreshed from the old run)"  # a reuse counter that is not NEW's reuse of OLD
 # (label, RunDiff attribute, what "changed" means for it): the rows of the diff table, in order
 PARTS = (("articles", "articles", "changed"), ("redirects", "redirects", "retargeted"),
          ("entities", "entities", ""), ("dictionary names", "names", "top candidate changed"),
@@ -118,11 +119,24 @@ def require_complete(output: str, records: dict[str, manifest.StageRecord]) -> N
             raise IncompleteRunError(output, name, problems[0])
 
 
-def _reuse(record: manifest.StageRecord, reused: str, computed: str) -> VectorReuse:
-    """What a refresh reused and computed; reused is None in a run without --previous (whose reuse counter says
-    what a resumed run took from its killed one, not from OLD)."""
-    taken = record.counters.get(reused) if "previous" in record.options else None
+def _reuse(record: manifest.StageRecord, old: str, reused: str, computed: str) -> VectorReuse:
+    """What a refresh reused and computed; reused is None unless the stage was refreshed from ``old`` (without
+    --previous its reuse counter says what a resumed run took from its killed one; from another run, what it took
+    from that one)."""
+    taken = record.counters.get(reused) if refreshed_from(record, old) else None
     return VectorReuse(taken, record.counters.get(computed))
+
+
+def refreshed_from(record: manifest.StageRecord, old: str) -> bool:
+    """Whether ``record``'s stage reused the run ``old``: the manifest its --previous read is OLD's (wherever OLD is
+    now), or, where that was not recorded, its --previous is OLD's path."""
+    previous, digest = record.options.get("previous"), record.options.get("previous_manifest_sha256")
+    if not isinstance(previous, str) or not previous:
+        return False
+    if digest:
+        path = manifest.manifest_path(old)
+        return fs.exists(path) and fs.sha256(path) == digest
+    return fs.resolved(previous) == fs.resolved(old)
 
 
 def diff_runs(old: str, new: str, vector_budget: int = VECTOR_BUDGET) -> RunDiff:
@@ -145,11 +159,12 @@ def diff_runs(old: str, new: str, vector_budget: int = VECTOR_BUDGET) -> RunDiff
             parts["names"] = compare(rows.names(old, old_entities), rows.names(new, new_entities))
         if layout.EMBED_ENTITIES_STAGE in both:
             parts["entity_vectors"] = vector_movement(old, old_entities, new, new_entities, vector_budget)
-            parts["entity_reuse"] = _reuse(new_records[layout.EMBED_ENTITIES_STAGE], "entities_reused",
+            parts["entity_reuse"] = _reuse(new_records[layout.EMBED_ENTITIES_STAGE], old, "entities_reused",
                                            "entities_recomputed")
     if layout.INDEX_STAGE in both:
         parts["passages"] = compare(rows.passages(old), rows.passages(new))
-        parts["passage_reuse"] = _reuse(new_records[layout.INDEX_STAGE], "passages_reused", "passages_encoded")
+        parts["passage_reuse"] = _reuse(new_records[layout.INDEX_STAGE], old, "passages_reused",
+                                       "passages_encoded")
         parts["passage_sources"] = (passage_source(old_records[layout.INDEX_STAGE]),
                                     passage_source(new_records[layout.INDEX_STAGE]))
     return RunDiff(old, new, **parts)
