@@ -204,20 +204,37 @@ def is_pointer(value: object) -> bool:
     return isinstance(value, dict) and set(value) == {"name", "manifest_sha256"}
 
 
+def read_pointer(path: str) -> dict[str, str] | None:
+    """The LATEST pointer at ``path``; None where there is none, or something else (a directory, other JSON)."""
+    if fs.is_directory(path) or not fs.exists(path):
+        return None
+    try:
+        pointer = fs.read_json(path)
+    except ValueError:  # UnicodeDecodeError included
+        return None
+    return pointer if is_pointer(pointer) else None
+
+
 def require_replaceable_latest(destination: str) -> None:
     """Refuse (before copying anything) a ROOT/LATEST that is a directory or not a pointer publish wrote."""
     root, _ = latest_location(destination)
     path = fs.join(root, LATEST_NAME)
-    if fs.is_directory(path):
+    if (fs.is_directory(path) or fs.exists(path)) and read_pointer(path) is None:
         raise ForeignLatestError(path)
-    if not fs.exists(path):
-        return
+
+
+def require_not_the_latest(destination: str) -> None:
+    """Refuse a ``destination`` ROOT/NAME that ROOT/LATEST names: its manifest.json is removed while the copy goes,
+    and LATEST's readers must always find a complete run (and LATEST the manifest it names)."""
     try:
-        pointer = fs.read_json(path)
-    except ValueError:  # UnicodeDecodeError included
-        pointer = None
-    if not is_pointer(pointer):
-        raise ForeignLatestError(path)
+        root, name = latest_location(destination)
+    except LatestLocationError:
+        return  # not ROOT/NAME: no LATEST can name it
+    pointer = read_pointer(fs.join(root, LATEST_NAME))
+    if pointer is not None and pointer["name"] == name:
+        raise InputError(f"--to {destination} is the run {fs.join(root, LATEST_NAME)} names: its readers would find "
+                         "it incomplete while the copy goes; publish under another NAME (with --latest to move "
+                         "LATEST to it); nothing was copied")
 
 
 def latest_run(root: str) -> str:
@@ -244,6 +261,7 @@ def publish_run(output: str, destination: str, latest: bool = False, free_bytes:
     work of its stages (``mention_vectors/``) is copied only when ``kept``."""
     if latest:
         require_replaceable_latest(destination)  # refuse before copying anything
+    require_not_the_latest(destination)
     if fs.overlaps(output, destination):
         raise OverlappingDestinationError(output, destination)
     require_valid(output)

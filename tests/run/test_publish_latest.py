@@ -102,3 +102,23 @@ def test_a_latest_that_publish_did_not_write_is_refused_before_copying(run: Path
                                        "wrote: nothing was copied (move it away or publish under another ROOT)\n")
     assert files_below(root) == before
     assert not (root / "2026-01").exists()
+
+
+def test_the_run_latest_names_is_not_published_into(run: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Publishing into ROOT/NAME removes its manifest.json while it copies: not the run LATEST names (its readers
+    would find it incomplete, then LATEST would name a manifest that is not there), with --latest or without."""
+    root = tmp_path / "published"
+    assert main(["publish", "--output", str(run), "--to", str(root / "2026-01"), "--latest"]) == 0
+    before = files_below(root)
+    capsys.readouterr()
+    for latest in ([], ["--latest"]):
+        assert main(["publish", "--output", str(run), "--to", str(root / "2026-01"), *latest]) == 2
+        assert capsys.readouterr().err == (
+            f"error: --to {root / '2026-01'} is the run {root / 'LATEST'} names: its readers would find it "
+            "incomplete while the copy goes; publish under another NAME (with --latest to move LATEST to it); "
+            "nothing was copied\n")
+        assert files_below(root) == before
+    assert main(["publish", "--output", str(run), "--to", str(root / "2026-02"), "--latest"]) == 0
+    assert main(["publish", "--output", str(run), "--to", str(root / "2026-01")]) == 0  # no longer the latest
+    assert pointer(root) == {"name": "2026-02", "manifest_sha256": manifest_sha256(root / "2026-02")}
