@@ -93,6 +93,13 @@ def test_report_shows_each_stage_with_its_exact_wall_time_outputs_and_counters(r
     assert re.search(r'<tr class="dropped"><td>[^<]*</td><td><code>names_below_min_link_prob</code>',
                      by_stage["dictionary"])
     assert 'href="../errors/parse/"' in by_stage["parse"]
+    model_inputs = {key: value for key, value in records["embed_entities"].inputs.items()
+                    if key.startswith(("file:", manifest.CONTENT))}
+    assert len(model_inputs) == 2
+    for key, value in model_inputs.items():  # the model files' fingerprint, and their content
+        what = "the files' content" if key.startswith(manifest.CONTENT) else "fingerprint"
+        assert f"input <code>{key.partition(':')[2]}</code> <span class=\"muted\">{what} {value[:12]}…" in \
+            by_stage["embed_entities"], key
     assert "<script" not in page and "http://" not in page and "https://" not in page
 
 

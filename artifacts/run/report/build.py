@@ -116,7 +116,8 @@ def _draw(data: ReportData) -> dict[str, bytes]:
 
 def _sections_before(data: ReportData) -> list[str]:
     """Sections shown right after the header: stages to rerun, then the changes since the previous run."""
-    sections = [f'<section id="stale"><p class="warn">{esc(problem)}</p></section>' for problem in data.stale]
+    warnings = "".join(f'<p class="warn">{esc(problem)}</p>' for problem in data.stale)
+    sections = [f'<section id="stale">{warnings}</section>'] if warnings else []
     if data.previous:
         sections.append(changes.changes_section(data.previous, data.changes, data.problems.get("changes")))
     return sections

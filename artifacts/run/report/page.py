@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from artifacts import layout
+from artifacts.run import manifest
 from artifacts.run.report import analyses
 from artifacts.run.report.counters import bad_input_summary, counters_section
 from artifacts.run.report.data import ReportData
@@ -120,8 +121,9 @@ def _read(view: StageView, data: ReportData) -> str:
         else:
             rows = _rows_of(data.view(layout.PARSE_STAGE), item.name) if item.name == layout.ARTICLES else None
             detail = f" ({number(rows)} rows)" if rows is not None else ""
+            what = "the files' content" if f"{item.kind}:" == manifest.CONTENT else "fingerprint"
             items.append(f"<li{title}>input <code>{esc(item.name)}</code>{detail} "
-                         f'<span class="muted">fingerprint {esc(item.fingerprint[:12])}…</span></li>')
+                         f'<span class="muted">{what} {esc(item.fingerprint[:12])}…</span></li>')
     listing = f'<ul class="read">{"".join(items)}</ul>' if items else '<p class="muted">nothing recorded</p>'
     return f"<h3>Read</h3>{listing}"
 
