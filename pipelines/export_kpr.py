@@ -4,6 +4,7 @@ artifacts.run.kpr_export)."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 from artifacts import layout
 from artifacts.errors import InputError, NoRoomError
@@ -48,6 +49,11 @@ class ExportKprCommand:
         print(f"  entities: {summary.entities:,}")
         print(f"  dim: {summary.dim}")
         print(f"  entities without embeddings (zero rows): {summary.without_embeddings:,}")
+        if summary.last_without:
+            print(f"warning: the last entity (row {summary.entities:,}) has no embedding: the KPR reference's "
+                  "scripts/build_hf_model.py scales every entity vector to the norm of the last row of the model it "
+                  "converts, so a model trained on this export and built by it has every entity vector zero",
+                  file=sys.stderr)
         return 0
 
 

@@ -811,14 +811,21 @@ def test_embeddings_written_to_a_remote_store_are_the_local_ones(full_run: Path,
                        torch.load(local / "embeddings.pt", weights_only=True))
 
 
-def test_export_zero_rows_for_entities_without_embeddings(run: Path, tmp_path: Path,
+@pytest.mark.parametrize("last", [False, True])
+def test_export_zero_rows_for_entities_without_embeddings(run: Path, tmp_path: Path, last: bool,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
-    dropped = pq.read_table(run / EMBEDDINGS).column("entity_id").to_pylist()[4:6]
+    """A zero row is exported as it is; the last one is said in a warning (the reference's build_hf_model.py scales
+    every entity vector to the last row's norm)."""
+    ids = sorted(pq.read_table(run / EMBEDDINGS).column("entity_id").to_pylist())
+    dropped = [ids[4], ids[-1] if last else ids[5]]
     rewrite_parquet(run, EMBEDDINGS, lambda table: table.filter(
         pc.invert(pc.is_in(table.column("entity_id"), pa.array(dropped, pa.int32())))))
     assert validate_run(str(run)) == []  # an entity without mentions has no embedding: not a problem
     assert main(["export-kpr", "--output", str(run), "--to", str(tmp_path / "kpr")]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == "  entities without embeddings (zero rows): 2"
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[-1] == "  entities without embeddings (zero rows): 2"
+    assert captured.err.startswith(f"warning: the last entity (row {ids[-1]:,}) has no embedding: ") == last
+    assert ids[-1] == entity_count(run)
     vectors = np.load(tmp_path / "kpr" / "entity_embeddings.npy")
     assert [int(row) for row in np.flatnonzero(~vectors.any(axis=1))] == [0, *sorted(dropped)]
     tensor = torch.load(tmp_path / "kpr" / "embeddings.pt", weights_only=True).numpy()
