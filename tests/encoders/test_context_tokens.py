@@ -11,6 +11,7 @@ from functools import partial
 import apache_beam as beam
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
@@ -19,7 +20,9 @@ from encoders import models as encoder_models
 from encoders.context_tokens import Side, context_sides, enough, shared_token_ids, tokenized_sides
 from encoders.mask_inputs import MASK_WINDOWS, context_split, mask_inputs, masked_ids, special_ids, tokens_needed
 from encoders.models import SavedTokenizer, model_token_ids, plain_token_ids, read_tokenizer, save_tokenizer
+from tests.builders import run_counting
 from tests.conftest import BUNDLED_SAMPLE
+from transforms.common.dead_letters import DEAD_LETTER_TAG
 from transforms.common.follow import FollowedFiles
 from transforms.common.mention_sampling import context_window
 from transforms.embed_entities.inputs import (
@@ -312,6 +315,29 @@ def test_the_inputs_the_cpu_part_writes_are_todays_ids_for_every_family(real_men
         expected = [(item.input_ids, item.mask_position) for item in mask_inputs(rows, tokenizer, length)]
         assert prepared_inputs(rows, model, length, tmp_path / f"inputs-{length}") == expected
         assert prepared_inputs(rows, model, length, tmp_path / f"saved-{length}", saved) == expected
+
+
+def test_a_context_the_tokenizer_keeps_nothing_of_is_an_empty_context(minilm_path, tmp_path):
+    """Zero-width and control characters pass ``str.strip()`` and the tokenizer drops them: the input would be
+    [CLS] [MASK] [SEP], one vector for every such entity. Dead-lettered and counted as an empty context."""
+    rows = [{"entity_id": 1, "text": "\u200bParis\u200d", "start": 1, "end": 6},
+            {"entity_id": 2, "text": "Tokyo \u200c\x7f", "start": 0, "end": 5},
+            {"entity_id": 3, "text": "\u200bin Rome", "start": 4, "end": 8}]
+    keyed = [{**row, "page_id": 1, "link_index": row["entity_id"]} for row in rows]
+    files = FollowedFiles(str(tmp_path), INPUT_PREFIX, f"{tmp_path}.list", f"{tmp_path}.ended", 1)
+    build = BuildMentionInputs(str(minilm_path), 16, "reference", model_salt([str(minilm_path)]), files,
+                               INPUT_FILE_ROWS)
+
+    def prepare(pipeline: beam.Pipeline) -> None:
+        dead = (pipeline | beam.Create(keyed) | PrepareMentionInputs(build))[DEAD_LETTER_TAG]
+        assert_that(dead, equal_to([{"kind": "empty_contexts", "reason": "mention cannot be embedded", "entity_id": 1,
+                                     "page_id": 1, "start": 1, "end": 6},
+                                    {"kind": "empty_contexts", "reason": "mention cannot be embedded", "entity_id": 2,
+                                     "page_id": 1, "start": 0, "end": 5}]))
+
+    assert run_counting(prepare) == {"mentions_embedded": 1, "empty_contexts": 2}
+    written = [table_inputs(tables.read_file(str(path)))[0]["entity_id"].tolist() for path in tmp_path.iterdir()]
+    assert written == [[3]]
 
 
 def family_models(minilm_path, other_tokenizers, directory) -> dict[str, str]:

@@ -18,7 +18,7 @@ import pyarrow as pa
 from artifacts import schemas
 from artifacts.counters import declare, error, processed
 from encoders.batching import PackedLists
-from encoders.mask_inputs import PackedMaskInputs, mask_inputs
+from encoders.mask_inputs import SPECIAL_TOKENS, MaskInput, PackedMaskInputs, mask_inputs
 from encoders.models import load_tokenizer, read_tokenizer
 from transforms.common.dead_letters import DEAD_LETTER_TAG, count, dead_letter
 from transforms.common.follow import FollowedFiles, WriteFollowedFiles
@@ -32,7 +32,8 @@ WINDOW_REF = np.dtype([*MENTION_KEY.descr, ("window_key", "<u8")])
 COUNTERS = declare(
     processed("mentions_embedded", "mentions embedded"),
     error("bad_mention_spans", "mentions whose span lies outside their text"),
-    error("empty_contexts", "mentions without any context around them"),
+    error("empty_contexts", "mentions without any context around them (none at all, or none the tokenizer keeps: "
+          "zero-width or control characters only)"),
 )
 
 INPUT_PREFIX = "inputs-"  # the input files' names: a follower of the model's part looks for these
@@ -50,18 +51,21 @@ def mention_problem(row: dict[str, Any]) -> str | None:
     return None
 
 
+def cannot_embed(problem: str, row: dict[str, Any]) -> beam.pvalue.TaggedOutput:
+    return dead_letter(problem, "mention cannot be embedded", entity_id=row["entity_id"], page_id=row["page_id"],
+                       start=row["start"], end=row["end"])
+
+
 def embeddable(rows: list[dict[str, Any]]) -> Iterator[Any]:
-    """The list of mention rows the model can embed (one element); the others dead-lettered."""
+    """The list of mention rows whose text the model can take (one element); the others dead-lettered."""
     good = []
     for row in rows:
         problem = mention_problem(row)
         if problem is None:
             good.append(row)
         else:
-            yield dead_letter(problem, "mention cannot be embedded", entity_id=row["entity_id"],
-                              page_id=row["page_id"], start=row["start"], end=row["end"])
+            yield cannot_embed(problem, row)
     if good:
-        count("mentions_embedded", len(good))
         yield good
 
 
@@ -108,9 +112,24 @@ class BuildMentionInputs(WriteFollowedFiles):
         super().setup()
         self._tokenizer = self._tokenizers.get(self._source)
 
-    def table(self, rows: list[dict[str, Any]]) -> pa.Table:
+    def process(self, rows: list[dict[str, Any]]) -> Iterator[Any]:
+        """The rows' inputs, held for the files; a row whose context the tokenizer keeps nothing of (zero-width or
+        control characters only) is dead-lettered as an empty context: its input would be ``[CLS] [MASK] [SEP]``,
+        the same for every entity."""
         inputs = mask_inputs(rows, self._tokenizer, self._max_seq_length, self._window)
-        return inputs_table(mention_keys(rows), PackedMaskInputs.of(inputs), self._salt)
+        kept = []
+        for row, item in zip(rows, inputs, strict=True):
+            if len(item.input_ids) > SPECIAL_TOKENS:
+                kept.append((row, item))
+            else:
+                yield cannot_embed("empty_contexts", row)
+        if kept:
+            count("mentions_embedded", len(kept))
+            yield from super().process(kept)
+
+    def table(self, kept: list[tuple[dict[str, Any], MaskInput]]) -> pa.Table:
+        return inputs_table(mention_keys([row for row, _ in kept]), PackedMaskInputs.of([item for _, item in kept]),
+                            self._salt)
 
 
 class PrepareMentionInputs(beam.PTransform):
@@ -129,5 +148,6 @@ class PrepareMentionInputs(beam.PTransform):
                   | "BatchMentions" >> beam.BatchElements(min_batch_size=ROWS_PER_CALL[0],
                                                           max_batch_size=ROWS_PER_CALL[1])
                   | "Embeddable" >> beam.FlatMap(embeddable).with_outputs(DEAD_LETTER_TAG, main="rows"))
-        files = chunks.rows | "BuildInputs" >> beam.ParDo(self._build)
-        return {"files": files, DEAD_LETTER_TAG: chunks[DEAD_LETTER_TAG]}
+        built = chunks.rows | "BuildInputs" >> beam.ParDo(self._build).with_outputs(DEAD_LETTER_TAG, main="files")
+        dead_letters = (chunks[DEAD_LETTER_TAG], built[DEAD_LETTER_TAG]) | "AllDeadLetters" >> beam.Flatten()
+        return {"files": built.files, DEAD_LETTER_TAG: dead_letters}
