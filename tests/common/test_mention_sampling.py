@@ -26,6 +26,19 @@ def test_context_window_cuts_at_spaces_and_keeps_the_span():
     assert context_window(text, 14, 18, chars=100) == (text, 14, 18)
 
 
+def test_context_window_cuts_at_any_whitespace_and_inside_text_without_spaces():
+    """A list item's line break is a word's end; text without spaces is cut where the count ends (the window
+    moved to the one ASCII space beside the mention: Tokyo's context was nothing, a list item's the item alone)."""
+    items = "* Paris (possibly)\n" + "\n".join(f"* item{index}" for index in range(60))
+    window, start, end = context_window(items, 2, 7, chars=60)
+    assert window == items[:items.index("\n* item6")] and window[start:end] == "Paris"  # 66 characters
+    japanese = "日本の首都は" * 80 + " 東京。"
+    window, start, end = context_window(japanese, 481, 483, chars=60)
+    assert (window, start, end) == (japanese[421:], 60, 62) and window[start:end] == "東京"
+    long_word = "y" * 120 + " Paris"  # a word longer than MAX_WORD_CHARS: cut inside
+    assert context_window(long_word, 121, 126, chars=60) == (long_word[61:], 60, 65)
+
+
 def test_sample_keys_of_an_entity_ignore_links_to_other_entities():
     before = article(7, "T", "Paris and Paris", [("Paris", "Paris"), ("Paris", "Paris")])
     after = article(7, "T", "Lyon, Paris and Paris", [("Lyon", "Lyon"), ("Paris", "Paris"), ("Paris", "Paris")])

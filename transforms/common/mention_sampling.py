@@ -13,6 +13,8 @@ from typing import Any
 # Characters of context kept on each side of a mention per token of --max-seq-length: English WordPiece
 # tokens average well under 6 characters, so this leaves room for max_seq_length tokens on either side.
 CHARS_PER_TOKEN = 6
+# How far a window's edge moves, at most, to leave no word cut (English words are far shorter).
+MAX_WORD_CHARS = 32
 
 
 @dataclass(frozen=True)
@@ -50,15 +52,18 @@ def link_refs(article: dict[str, Any], seed: int) -> Iterator[tuple[str, LinkRef
 
 
 def context_window(text: str, start: int, end: int, chars: int) -> tuple[str, int, int]:
-    """The text around [start, end) cut to about ``chars`` characters per side at whitespace; the new span."""
+    """The text around [start, end) cut to about ``chars`` characters per side; the new span. A cut inside a word
+    moves to the word's end (any whitespace: a space, the line break after a list item), inward, unless that is
+    more than ``MAX_WORD_CHARS`` away: in text without spaces (Chinese, Japanese) it stays where it is, and the
+    cut word lies beyond the tokens kept (it moved to the one ASCII space near the mention: a window of nothing)."""
     left = max(0, start - chars)
     if left > 0 and not text[left - 1].isspace():  # do not start inside a word
-        space = text.find(" ", left, start)
-        left = space + 1 if space >= 0 else left
+        left = next((index + 1 for index in range(left, min(start, left + MAX_WORD_CHARS)) if text[index].isspace()),
+                    left)
     right = min(len(text), end + chars)
     if right < len(text) and not text[right].isspace():  # nor end inside one
-        space = text.rfind(" ", end, right)
-        right = space if space >= 0 else right
+        right = next((index for index in range(right - 1, max(end, right - MAX_WORD_CHARS) - 1, -1)
+                      if text[index].isspace()), right)
     return text[left:right], start - left, end - left
 
 
