@@ -23,6 +23,7 @@ import regex
 from artifacts import fs
 from artifacts.errors import InputError
 from artifacts.names import shows_nothing
+from pipelines.launcher.commands import DEFAULT_KS
 from pipelines.search import Retriever
 
 _TOKEN = regex.compile(r"[\p{L}\p{N}\p{M}]+|[^\p{Z}\p{C}]", flags=regex.IGNORECASE | regex.UNICODE | regex.MULTILINE)
@@ -206,7 +207,7 @@ class EvaluateCommand:
     """evaluate: top-k retrieval accuracy (DPR's has-answer rule) for DPR qas and EntityQuestions files."""
 
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
-        ks = sorted(set(args.ks))
+        ks = sorted(set(args.ks or DEFAULT_KS))
         if args.report:
             check_report_target(args.report, args.output, args.questions)
         files = [read_questions(path) for path in args.questions]

@@ -39,6 +39,8 @@ from pipelines.launcher.flags import (
 )
 from transforms.index.passages import DUPLICATE_KEEPS
 
+DEFAULT_KS = (1, 5, 20, 100)  # evaluate's -k: accuracy within the first k passages
+
 SAMPLE_DUMP = "samples/enwiki-sample-pages-articles-multistream.xml.bz2"
 
 
@@ -76,14 +78,15 @@ def one_index_per_dump(args: argparse.Namespace) -> None:
 
 
 def _parse(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--dump", nargs="+", type=local_path,
+    group.add_argument("--dump", nargs="+", action="extend", type=local_path,
                        help="dump file(s): .xml, .xml.bz2, .xml.gz, multistream or parts")
-    group.add_argument("--dump-index", nargs="+", type=local_path,
+    group.add_argument("--dump-index", nargs="+", action="extend", type=local_path,
                        help="multistream index file(s), one per dump (default: found beside the dump)")
-    group.add_argument("--redirects-sql", nargs="+", type=local_path, help="redirect table dump(s) (.sql[.gz])")
-    group.add_argument("--page-sql", nargs="+", type=local_path,
+    group.add_argument("--redirects-sql", nargs="+", action="extend", type=local_path,
+                       help="redirect table dump(s) (.sql[.gz])")
+    group.add_argument("--page-sql", nargs="+", action="extend", type=local_path,
                        help="page table dump(s): names the source pages of --redirects-sql rows")
-    group.add_argument("--page-props-sql", nargs="+", type=local_path,
+    group.add_argument("--page-props-sql", nargs="+", action="extend", type=local_path,
                        help="page_props table dump(s): wikibase_item gives each article its Wikidata QID")
     group.add_argument("--skip-bad-streams", action="store_true",
                        help="count and skip a corrupt multistream stream instead of stopping")
@@ -174,7 +177,8 @@ def _stage_force(group: argparse._ArgumentGroup) -> None:
 
 
 def _all(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--force", nargs="*", choices=tuple(layout.STAGE_COMMANDS.values()), metavar="STAGE",
+    group.add_argument("--force", nargs="*", action="extend", choices=tuple(layout.STAGE_COMMANDS.values()),
+                       metavar="STAGE",
                        help="rerun these stages even if up to date (no name: every stage); stages downstream rerun "
                        "when what they read changed")
     group.add_argument("--no-report", action="store_true", help="skip the HTML report at the end")
@@ -205,10 +209,11 @@ def _query(group: argparse._ArgumentGroup) -> None:
 
 
 def _questions(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--questions", nargs="+", required=True,
+    group.add_argument("--questions", nargs="+", action="extend", required=True,
                        help="DPR qas files (question<TAB>['answer', ...]) or EntityQuestions *.json files")
-    group.add_argument("-k", dest="ks", type=at_least("k", 1), nargs="+", default=[1, 5, 20, 100],
-                       help="accuracy within the first k passages, for each k")
+    group.add_argument("-k", dest="ks", type=at_least("k", 1), nargs="+", action="extend",
+                       help="accuracy within the first k passages, for each k (default "
+                       f"{' '.join(map(str, DEFAULT_KS))})")
     group.add_argument("--report", metavar="FILE", type=path_or_url,
                        help="also write the results as JSON to this file (replaced whole; never a directory)")
 

@@ -63,3 +63,17 @@ def test_the_local_paths_a_command_was_given_are_listed_with_their_flags(launche
         ("--output", str(launcher / "out")), ("--encoder", str(launcher / "models" / "bert"))]
     hub = parser.parse_known_args(["embed-entities", "--output", "gs://bucket/run", "--model", "bert-base-uncased"])[0]
     assert flags.local_paths(command_parser(parser, "embed-entities"), hub) == []
+
+
+def test_a_list_flag_given_twice_takes_the_values_of_both(launcher: Path):
+    """``--dump A --dump B`` read only B, ``-k 1 -k 5`` only top-5: the later flag replaced the earlier's values."""
+    args = parsed(["all", "--dump", "a.xml.bz2", "--dump", "b.xml.bz2", "c.xml.bz2", "--page-sql", "p1.sql",
+                   "--page-sql", "p2.sql", "--force", "parse", "--force", "index", "--output", "out"])
+    assert args.dump == [str(launcher / name) for name in ("a.xml.bz2", "b.xml.bz2", "c.xml.bz2")]
+    assert args.page_sql == [str(launcher / "p1.sql"), str(launcher / "p2.sql")]
+    assert args.force == ["parse", "index"]
+    assert (parsed(["all", "--force", "--output", "out"]).force, parsed(["all", "--output", "out"]).force) == ([], None)
+    args = parsed(["evaluate", "--output", "out", "--questions", "a.json", "--questions", "b.csv",
+                   "-k", "1", "-k", "5"])
+    assert (args.questions, args.ks) == (["a.json", "b.csv"], [1, 5])
+    assert parsed(["evaluate", "--output", "out", "--questions", "a.json"]).ks is None  # DEFAULT_KS
