@@ -23,6 +23,7 @@ _FAISS_ASSERTION = re.compile(r"^Error: '.*?' failed: ")
 # bench/scale.py) above WORKER_BASE_GB (0.58 GB measured in the one process of a local run, model loaded).
 SHARD_GROWTH = 1.2
 WORKER_BASE_GB = 1.0
+MAX_SHARD_MEMORY_GB = 1e6  # --shard-memory-gb at most: a petabyte (inf made the bytes an integer of nothing)
 DEFAULT_SHARD_MEMORY_GB = 8.0  # per worker building a shard: DPR's 21M x 768 -> 16 shards of 4 GB of vectors
 MIN_BUCKETS_PER_SHARD = 8  # a bucket is sorted in memory while its shard is written: at most 1/8 of the shard
 MAX_BUCKETS = 512  # a worker keeps one staged file open per bucket (and its buffer: artifacts/faiss/buckets.py)

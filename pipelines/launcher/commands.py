@@ -14,6 +14,7 @@ from artifacts.faiss.choice import (
     DEFAULT_EF_SEARCH,
     DEFAULT_NPROBE,
     DEFAULT_SHARD_MEMORY_GB,
+    MAX_SHARD_MEMORY_GB,
     SHARD_GROWTH,
     WORKER_BASE_GB,
 )
@@ -164,7 +165,8 @@ def _index(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--shards", type=at_least("shards", 1),
                        help="FAISS shards (passages hashed by id); default: the fewest (a power of two) such "
                        "that building one takes at most --shard-memory-gb")
-    room = more_than("shard_memory_gb", WORKER_BASE_GB, "a worker's own memory before any vector, in GB")
+    room = more_than("shard_memory_gb", WORKER_BASE_GB, MAX_SHARD_MEMORY_GB,
+                     "a worker's own memory before any vector, in GB")
     group.add_argument("--shard-memory-gb", type=room, default=DEFAULT_SHARD_MEMORY_GB,
                        help=f"memory one worker may take to build a shard: its own {WORKER_BASE_GB:g} GB and its "
                        f"float32 vectors {SHARD_GROWTH} times (default %(default)s; DPR's 21M x 768 -> 16 shards)")

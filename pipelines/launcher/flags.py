@@ -21,6 +21,7 @@ from encoders.models import DTYPES, check_device
 
 T = TypeVar("T")
 DEFAULT_INTERVAL_S = 30.0  # --progress-interval
+MAX_INTERVAL_S = 86_400.0  # a day (a worker's timer thread cannot wait forever: inf stopped it)
 
 
 @dataclass(frozen=True)
@@ -76,12 +77,13 @@ def probability(setting: str) -> Callable[[str], float]:
     return checked(float, check)
 
 
-def more_than(setting: str, floor: float, why: str) -> Callable[[str], float]:
-    """A number above ``floor`` (``why``: what the floor is)."""
+def more_than(setting: str, floor: float, ceiling: float, why: str) -> Callable[[str], float]:
+    """A number above ``floor`` and at most ``ceiling`` (``why``: what the number is); not NaN."""
 
     def check(value: float) -> None:
-        if not value > floor:
-            raise SettingError(setting, value, f"{SETTING_NAME} must be more than {floor:g} ({why}), got {value:g}")
+        if not floor < value <= ceiling:
+            raise SettingError(setting, value, f"{SETTING_NAME} must be more than {floor:g} and at most "
+                               f"{ceiling:g} ({why}), got {value:g}")
 
     return checked(float, check)
 
@@ -150,7 +152,8 @@ def _output(group: argparse._ArgumentGroup) -> None:
 
 
 def _progress(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--progress-interval", type=float, default=DEFAULT_INTERVAL_S, metavar="SECONDS",
+    group.add_argument("--progress-interval", default=DEFAULT_INTERVAL_S, metavar="SECONDS",
+                       type=more_than("progress_interval", 0, MAX_INTERVAL_S, "seconds"),
                        help="seconds between progress lines of a worker")
 
 

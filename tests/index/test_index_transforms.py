@@ -130,8 +130,9 @@ def test_the_config_refuses_impossible_values_and_records_the_same_options():
     encoder = EncoderOptions("kpr", "model", linker=layout.LINKER, entity_embeddings=layout.ENTITY_EMBEDDINGS)
     with pytest.raises(ValueError, match="shards must be at least 1, got 0"):
         IndexConfig(encoder, shards=0)
-    with pytest.raises(ValueError, match=r"shard_memory_gb must be more than 1 \(.*\), got 0.5"):
-        IndexConfig(encoder, shard_memory_gb=0.5)
+    for value in (0.5, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match=rf"shard_memory_gb must be more than 1 and at most 1e\+06 .*{value:g}"):
+            IndexConfig(encoder, shard_memory_gb=value)
     with pytest.raises(ValueError, match="words_per_passage must be at least 1, got 0"):
         IndexConfig(encoder, words_per_passage=0)
     config = IndexConfig(encoder, corpus="psgs.tsv", shards=4)

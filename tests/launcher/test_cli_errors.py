@@ -90,7 +90,14 @@ BAD_INPUTS = [
     (["index", "--output", "{tmp}/out", "--encoder", "m", "--device", "cuda0"],
      "error: --device cuda0 is not a device: use cpu, cuda or cuda:N"),
     (["index", "--output", "{tmp}/out", "--encoder", "m", "--shard-memory-gb", "0.5"],
-     "error: --shard-memory-gb must be more than 1 (a worker's own memory before any vector, in GB), got 0.5"),
+     "error: --shard-memory-gb must be more than 1 and at most 1e+06 (a worker's own memory before any vector, in "
+     "GB), got 0.5"),
+    (["index", "--output", "{tmp}/out", "--encoder", "m", "--shard-memory-gb", "inf"],  # was a traceback
+     "error: --shard-memory-gb must be more than 1 and at most 1e+06 (a worker's own memory before any vector, in "
+     "GB), got inf"),
+    *((["parse", "--dump", SAMPLE, "--output", "{tmp}/out", "--progress-interval", value],  # 0: a line a moment
+       f"error: --progress-interval must be more than 0 and at most 86400 (seconds), got {shown}")
+      for value, shown in (("0", "0"), ("-1", "-1"), ("nan", "nan"), ("inf", "inf"))),
     # `all` builds every stage's config before its first stage (parse would run first otherwise)
     (["all", "--dump", SAMPLE, "--output", "{tmp}/out", "--model", "m", "--encoder", "m", "--max-mentions", "-3"],
      "error: --max-mentions must be at least 1, got -3"),

@@ -88,9 +88,10 @@ class IndexConfig:
     def __post_init__(self) -> None:
         if self.shards is not None and self.shards < 1:
             raise ValueError(f"shards must be at least 1, got {self.shards}")
-        if self.shard_memory_gb <= choice.WORKER_BASE_GB:
-            raise ValueError(f"shard_memory_gb must be more than {choice.WORKER_BASE_GB:g} (a worker's own memory "
-                             f"before any vector, in GB), got {self.shard_memory_gb:g}")
+        if not choice.WORKER_BASE_GB < self.shard_memory_gb <= choice.MAX_SHARD_MEMORY_GB:
+            raise ValueError(f"shard_memory_gb must be more than {choice.WORKER_BASE_GB:g} and at most "
+                             f"{choice.MAX_SHARD_MEMORY_GB:g} (a worker's own memory before any vector, in GB), got "
+                             f"{self.shard_memory_gb:g}")
         if self.words_per_passage < 1:
             raise ValueError(f"words_per_passage must be at least 1, got {self.words_per_passage}")
         if self.on_duplicate_id not in DUPLICATE_KEEPS:
