@@ -392,7 +392,9 @@ def overlaps(first: str, second: str) -> bool:
 def require_writable_directory(path: str, flag: str) -> None:
     """Raise an InputError unless local ``path`` is, or can be created as, a writable directory.
 
-    Nothing is created here. Remote URLs are not checked: their permissions show only when writing.
+    Nothing is left here: a file is made and removed at once where the directory would be made (root passes every
+    permission check, also where nothing can be written: /proc). Remote URLs are not checked: their permissions show
+    only when writing.
     """
     if not is_local(path):
         return
@@ -405,6 +407,12 @@ def require_writable_directory(path: str, flag: str) -> None:
     if not os.access(current, os.W_OK):
         reason = "a read-only filesystem" if _read_only(current) else "no write permission"
         raise InputError(f"{flag} {path} is not writable ({current}: {reason})")
+    try:
+        with tempfile.TemporaryFile(dir=current):
+            pass
+    except OSError as error:
+        raise InputError(f"{flag} {path} is not writable ({current}: a file cannot be made there: "
+                         f"{error.strerror or error})") from error
 
 
 def _read_only(directory: str) -> bool:

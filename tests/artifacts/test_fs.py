@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from artifacts import fs
+from artifacts.errors import InputError
 from tests.builders import MirrorFileSystem, files_below, fill_with_files, mirrored
 
 
@@ -247,3 +248,13 @@ def test_a_directory_another_process_makes_meanwhile_is_made(tmp_path: Path, mon
     file.write_text("x")
     with pytest.raises(OSError):  # a real failure still raises
         fs.mkdirs(str(file / "below"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_a_directory_nothing_can_be_written_in_is_refused_whoever_runs(tmp_path: Path) -> None:
+    """Root passes every permission check, also in /proc: a stage then stopped with a traceback when it made OUT (or
+    evaluate when it wrote its report, after the search). A file is made and removed to be sure."""
+    with pytest.raises(InputError, match=r"--output /proc/kpr is not writable \(/proc: "):
+        fs.require_writable_directory("/proc/kpr", "--output")
+    fs.require_writable_directory(str(tmp_path / "new" / "run"), "--output")
+    assert list(tmp_path.iterdir()) == []  # nothing made, nothing left
