@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from typing import Any
 
 from artifacts import fs, layout, schemas, tables
@@ -146,7 +147,7 @@ def context_chars(output: str, max_seq_length: int) -> int:
     cut_for = int(manifest.load(output)[layout.MENTIONS_STAGE].options["max_seq_length"])
     if max_seq_length > cut_for:
         raise InputError(f"--max-seq-length {max_seq_length} is more than the {cut_for} tokens the mentions under "
-                         f"{output} were cut for: run `python run_pipeline.py mentions --output {output} "
+                         f"{output} were cut for: run `python run_pipeline.py mentions --output {shlex.quote(output)} "
                          f"--max-seq-length {max_seq_length}` first, or give --max-seq-length {cut_for} or less")
     return cut_for * CHARS_PER_TOKEN
 

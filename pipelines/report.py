@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 from artifacts import layout
@@ -24,7 +25,7 @@ class ReportCommand:
                                 max_exact=args.max_exact, previous=args.previous)
         except NoManifestError as error:
             raise InputError(f"{args.output} has no {layout.MANIFEST}: run a stage first (e.g. `python "
-                             f"run_pipeline.py parse --dump FILE --output {args.output}`)") from error
+                             f"run_pipeline.py parse --dump FILE --output {shlex.quote(args.output)}`)") from error
         print(path)
         sys.stdout.flush()
         return 0

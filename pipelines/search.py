@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from dataclasses import asdict, dataclass
 
@@ -39,7 +40,7 @@ def recorded_index_files(output: str) -> frozenset[str]:
     that ran again since is said in a line: the index still answers from what that stage wrote before."""
     records = manifest.load(output)
     record = records.get(layout.INDEX_STAGE)
-    command = f"python run_pipeline.py index --output {output} ..."
+    command = f"python run_pipeline.py index --output {shlex.quote(output)} ..."
     if record is None:
         raise InputError(f"{output} has no index recorded in its manifest (the index stage has not finished): run "
                          f"`{command}` first")
@@ -54,7 +55,7 @@ def recorded_index_files(output: str) -> frozenset[str]:
 
 def index_changed(output: str, problem: str) -> InputError:
     return InputError(f"the index under {output} changed after it was recorded ({problem}): rerun "
-                      f"`python run_pipeline.py index --output {output} ... --force`")
+                      f"`python run_pipeline.py index --output {shlex.quote(output)} ... --force`")
 
 
 def check_index_contents(output: str, shards: list[str], verify: bool = False) -> None:
@@ -76,7 +77,7 @@ def check_run_inputs(output: str, index: info.IndexInfo, options: EncoderOptions
     for name, digest in sorted(index.inputs.items()):
         if current.get(name) != digest:
             raise InputError(f"{fs.join(output, name)} changed after the index was built from it: rerun "
-                             f"`python run_pipeline.py index --output {output} --force ...`")
+                             f"`python run_pipeline.py index --output {shlex.quote(output)} --force ...`")
 
 
 class Retriever:
@@ -99,7 +100,7 @@ class Retriever:
                       if fs.join(index_dir, shard["index"]) not in recorded]
         if unrecorded:
             raise InputError(f"{fs.join(index_dir, unrecorded[0])} is not recorded in the manifest of {output}: "
-                             f"run `python run_pipeline.py validate --output {output}`")
+                             f"run `python run_pipeline.py validate --output {shlex.quote(output)}`")
         check_index_contents(output, [fs.join(layout.INDEX, shard["index"]) for shard in self.index.info.shard_files],
                              verify)
         options = EncoderOptions.from_json(self.index.info.encoder).with_runtime(device, dtype, query_model)
@@ -125,7 +126,7 @@ class Retriever:
             return self.index.search(vectors, k)
         except DamagedShardError as error:
             raise InputError(f"{error.message}; check the run with "
-                             f"`python run_pipeline.py validate --output {self.output}`") from error
+                             f"`python run_pipeline.py validate --output {shlex.quote(self.output)}`") from error
         except MissingIndexFileError as error:
             raise InputError(f"{error.message}: run `python run_pipeline.py index` again") from error
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 from dataclasses import dataclass, replace
 
@@ -111,8 +112,9 @@ class StaleReportError(InputError):
 
     def __init__(self, output: str) -> None:
         super().__init__(f"{fs.join(output, REPORT_DIR)} was built before the run's last stage ran (from another "
-                         f"{manifest.MANIFEST_NAME}): run `python run_pipeline.py report --output {output}` again, or "
-                         "remove the report to publish without one; nothing was copied")
+                         f"{manifest.MANIFEST_NAME}): run `python run_pipeline.py report --output "
+                         f"{shlex.quote(output)}` again, or remove the report to publish without one; nothing was "
+                         "copied")
 
 
 def require_current_report(output: str) -> None:

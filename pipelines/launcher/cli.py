@@ -8,6 +8,7 @@ import errno
 import importlib
 import logging
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -242,10 +243,10 @@ def worded(error: BaseException) -> BaseException:
                           "`publish` wrote), or delete it and run the stages again (they recompute everything)")
     if isinstance(error, IncompleteRunError):
         return InputError(f"{error.message}: restore the file, or rerun `python run_pipeline.py "
-                          f"{layout.command_of(error.stage)} --output {error.output} --force ...`")
+                          f"{layout.command_of(error.stage)} --output {shlex.quote(error.output)} --force ...`")
     if isinstance(error, InvalidRunError):
-        return InputError(f"{error.message}: `python run_pipeline.py validate --output {error.output}` lists every "
-                          "problem")
+        return InputError(f"{error.message}: `python run_pipeline.py validate --output {shlex.quote(error.output)}` "
+                          "lists every problem")
     if isinstance(error, ValueError) and str(error).startswith(NO_FILESYSTEM):
         path = str(error).rsplit(NO_FILESYSTEM_PATH, 1)[-1]
         return InputError(f"no filesystem here reads {path}: a URL needs Beam's filesystem for its scheme (gs:// with "

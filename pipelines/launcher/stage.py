@@ -327,7 +327,7 @@ def input_fingerprints(stage: Stage[ConfigT], config: ConfigT, output: str,
         if record is None:
             raise InputError(
                 f"{output} has no completed '{command}' stage, which '{layout.command_of(stage.name)}' reads: "
-                f"run `python run_pipeline.py {command} --output {output} ...` first"
+                f"run `python run_pipeline.py {command} --output {shlex.quote(output)} ...` first"
             )
         problems = manifest.missing_or_changed(output, record)
         if problems:
@@ -337,14 +337,14 @@ def input_fingerprints(stage: Stage[ConfigT], config: ConfigT, output: str,
             raise InputError(
                 f"'{command}' under {output} was built from other outputs of '{layout.command_of(rebuilt[0])}' than "
                 f"the ones there now (it ran again since), and '{layout.command_of(stage.name)}' would read both: "
-                f"rerun `python run_pipeline.py {command} --output {output} ...` first"
+                f"rerun `python run_pipeline.py {command} --output {shlex.quote(output)} ...` first"
             )
         strays = manifest.unrecorded_files(output, record)
         if strays:
             raise InputError(
                 f"{fs.join(output, strays[0])} is not an output of '{command}' (its manifest record does not list "
                 f"it) and '{layout.command_of(stage.name)}' would read it: remove it, or rerun `python run_pipeline.py "
-                f"{command} --output {output} --force ...`"
+                f"{command} --output {shlex.quote(output)} --force ...`"
             )
         inputs[f"stage:{upstream}"] = record.outputs_digest()
     return inputs
@@ -353,7 +353,7 @@ def input_fingerprints(stage: Stage[ConfigT], config: ConfigT, output: str,
 def changed_after_it_ran(output: str, upstream: str, problem: str) -> InputError:
     command = layout.command_of(upstream)
     return InputError(f"the outputs of '{command}' under {output} changed after it ran ({problem}): rerun `python "
-                      f"run_pipeline.py {command} --output {output} --force ...` first")
+                      f"run_pipeline.py {command} --output {shlex.quote(output)} --force ...` first")
 
 
 def check_input_content(ctx: StageContext, stage: Stage[ConfigT], config: ConfigT,

@@ -579,3 +579,11 @@ def test_a_setting_is_named_by_its_field_in_the_library_and_by_its_flag_on_the_c
             type(raised), raised.message, raised.setting, raised.value)
     plain = ValueError("not a setting")
     assert worded(plain) is plain
+
+
+def test_the_command_a_message_asks_for_runs_as_shown(tmp_path, capsys):
+    """The OUT of a command to run is quoted: pasted as shown it runs (a space in OUT split it in two)."""
+    out = tmp_path / "my run"
+    assert main(["mentions", "--output", str(out), *DIRECT]) == 2
+    assert capsys.readouterr().err == (f"error: {out} has no completed 'parse' stage, which 'mentions' reads: run "
+                                       f"`python run_pipeline.py parse --output '{out}' ...` first\n")
