@@ -63,7 +63,9 @@ def check_model_spec(spec: ModelSpec, device_here: bool = True) -> None:
     # A hub name has at most one "/" ("bert-base-uncased", "org/model"); anything else is a local path.
     looks_local = name.startswith((".", "/", "~")) or name.count("/") > 1
     if looks_local and not os.path.isdir(os.path.expanduser(name)):
-        raise ModelError(name, f"model path {name} does not exist")
+        what = ("is a file: name the model's directory (save_pretrained's)" if os.path.exists(os.path.expanduser(name))
+                else "does not exist")
+        raise ModelError(name, f"model path {name} {what}")
     if not os.path.isdir(os.path.expanduser(name)):
         check_hub_reachable(name)
     else:

@@ -203,6 +203,8 @@ def test_a_model_without_mask_fails_before_any_work(tiny_bert, tmp_path):
         check_mask_model(ModelSpec(str(broken)))
     with pytest.raises(InputError, match="does not exist"):
         check_mask_model(ModelSpec(str(tmp_path / "nowhere" / "model")))
+    with pytest.raises(InputError, match=f"model path {broken / 'config.json'} is a file: name the model's directory"):
+        check_mask_model(ModelSpec(str(broken / "config.json")))  # said not to exist
 
 
 def copy_model(source, destination, **config_changes):
