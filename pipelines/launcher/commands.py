@@ -8,7 +8,7 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from artifacts import layout
+from artifacts import fs, layout
 from artifacts.errors import InputError
 from artifacts.faiss.choice import (
     DEFAULT_EF_SEARCH,
@@ -71,9 +71,11 @@ class Command:
 
 def one_index_per_dump(args: argparse.Namespace) -> None:
     """Each dump named once (its pages would be each other's duplicates, all dropped), and an index for each."""
-    repeated = sorted({dump for dump in args.dump if args.dump.count(dump) > 1})
+    files = [fs.resolved(dump) for dump in args.dump]  # one file under two names (a link) is named twice too
+    repeated = list(dict.fromkeys(dump for dump, file in zip(args.dump, files, strict=True) if files.count(file) > 1))
     if repeated:
-        raise InputError(f"--dump names {repeated[0]} more than once")
+        raise InputError(f"--dump names {repeated[0]} more than once" if args.dump.count(repeated[0]) > 1 else
+                         f"--dump names one file twice: {' and '.join(repeated)}")
     if args.dump_index and len(args.dump_index) != len(args.dump):
         raise InputError(f"--dump-index names {len(args.dump_index)} files for {len(args.dump)} dumps")
 

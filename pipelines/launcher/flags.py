@@ -21,7 +21,7 @@ from encoders.models import DTYPES, check_device
 
 T = TypeVar("T")
 DEFAULT_INTERVAL_S = 30.0  # --progress-interval
-MAX_INTERVAL_S = 86_400.0  # a day (a worker's timer thread cannot wait forever: inf stopped it)
+MAX_INTERVAL_S = 86_400  # a day (a worker's timer thread cannot wait forever: inf stopped it)
 
 
 @dataclass(frozen=True)
@@ -67,14 +67,19 @@ def at_least(setting: str, minimum: int) -> Callable[[str], int]:
     return checked(int, check)
 
 
-def probability(setting: str) -> Callable[[str], float]:
-    """A number from 0 to 1."""
+def between(setting: str, low: float, high: float, what: str) -> Callable[[str], float]:
+    """A number from ``low`` to ``high`` (``what``: what it is); not NaN."""
 
     def check(value: float) -> None:
-        if not 0 <= value <= 1:
-            raise OutsideRangeError(setting, value, 0, 1, "a probability")
+        if not low <= value <= high:
+            raise OutsideRangeError(setting, value, low, high, what)
 
     return checked(float, check)
+
+
+def probability(setting: str) -> Callable[[str], float]:
+    """A number from 0 to 1."""
+    return between(setting, 0, 1, "a probability")
 
 
 def more_than(setting: str, floor: float, ceiling: float, why: str) -> Callable[[str], float]:
@@ -153,7 +158,7 @@ def _output(group: argparse._ArgumentGroup) -> None:
 
 def _progress(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--progress-interval", default=DEFAULT_INTERVAL_S, metavar="SECONDS",
-                       type=more_than("progress_interval", 0, MAX_INTERVAL_S, "seconds"),
+                       type=between("progress_interval", 0, MAX_INTERVAL_S, "seconds between lines"),
                        help="seconds between progress lines of a worker")
 
 
