@@ -23,7 +23,7 @@ import regex
 from artifacts import fs
 from artifacts.errors import InputError
 from artifacts.names import shows_nothing
-from pipelines.launcher.commands import DEFAULT_KS
+from pipelines.launcher.flags import DEFAULT_KS
 from pipelines.search import Retriever
 
 _TOKEN = regex.compile(r"[\p{L}\p{N}\p{M}]+|[^\p{Z}\p{C}]", flags=regex.IGNORECASE | regex.UNICODE | regex.MULTILINE)

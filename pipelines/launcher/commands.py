@@ -24,6 +24,7 @@ from encoders.mask_inputs import MASK_WINDOWS
 from encoders.models import DTYPES, STORED_DTYPES
 from encoders.retrievers import KINDS, SIMILARITIES, TITLE_MODES
 from pipelines.launcher.flags import (
+    DEFAULT_KS,
     DEVICE,
     OUTPUT,
     PROGRESS,
@@ -39,8 +40,6 @@ from pipelines.launcher.flags import (
     probability,
 )
 from transforms.index.passages import DUPLICATE_KEEPS
-
-DEFAULT_KS = (1, 5, 20, 100)  # evaluate's -k: accuracy within the first k passages
 
 SAMPLE_DUMP = "samples/enwiki-sample-pages-articles-multistream.xml.bz2"
 

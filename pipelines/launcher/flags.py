@@ -21,6 +21,7 @@ from encoders.models import DTYPES, check_device
 
 T = TypeVar("T")
 DEFAULT_INTERVAL_S = 30.0  # --progress-interval
+DEFAULT_KS = (1, 5, 20, 100)  # evaluate's -k: accuracy within the first k passages
 MAX_INTERVAL_S = 86_400  # a day (a worker's timer thread cannot wait forever: inf stopped it)
 
 

@@ -802,7 +802,8 @@ def test_embeddings_written_to_a_remote_store_are_the_local_ones(full_run: Path,
     keys = kpr_export.entity_keys(str(full_run))
     local, remote = tmp_path / "local", tmp_path / "remote"
     written = [kpr_export.write_embeddings(str(full_run), staging, keys) for staging in (str(local), mirrored(remote))]
-    assert written[0] == written[1] == (pq.read_schema(full_run / EMBEDDINGS).field("embedding").type.list_size, 0)
+    assert written[0] == written[1] == (pq.read_schema(full_run / EMBEDDINGS).field("embedding").type.list_size, 0,
+                                        False)
     assert os.listdir(system_temp) == []
     assert sorted(path.name for path in local.iterdir()) == sorted(path.name for path in remote.iterdir()) == [
         "embeddings.pt", "entity_embeddings.npy"]
