@@ -127,7 +127,9 @@ def with_reference_spellings(names: pa.Array | pa.ChunkedArray,
     names = pa.chunked_array([names]) if isinstance(names, pa.Array) else names
     rows = pc.indices_nonzero(pc.match_substring(names, DOTTED_CAPITAL_I))
     lowered = pa.array([name.lower() for name in names.take(rows).to_pylist()], names.type)
-    new = np.asarray(pc.invert(pc.is_in(lowered, value_set=names)))
+    # the few lowered spellings are looked for among the names (a set of them all would take GBs at 20M names)
+    present = set(names.filter(pc.is_in(names, value_set=lowered)).to_pylist())
+    new = np.array([spelling not in present for spelling in lowered.to_pylist()], dtype=bool)
     if not new.any():
         return names, counts
     return (pa.chunked_array([*names.chunks, lowered.filter(new)], names.type),
