@@ -18,7 +18,7 @@ from apache_beam.runners.runner import create_runner
 from apache_beam.transforms import environments
 
 from artifacts.errors import InputError, first_line
-from pipelines.launcher.stage import beam_pipeline_options, workers_run_here
+from pipelines.launcher.stage import beam_pipeline_options, runner_path, workers_run_here
 
 # Beam's worker environments that run in this process (as threads of it): they have its code and files.
 IN_THIS_PROCESS = (environments.PythonLoopbackEnvironment, environments.EmbeddedPythonEnvironment,
@@ -27,13 +27,6 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]  # a checkout (or editable in
 # The flags naming the job server jar that FlinkRunner and SparkRunner start (else Beam downloads it from Maven).
 JAR_FLAGS = ("flink_job_server_jar", "spark_job_server_jar")
 _UNFETCHED_JAR = re.compile(r"Unable to fetch remote job server jar at (\S+): ")
-
-
-def runner_path(name: str) -> str:
-    """The ``module.Class`` path Beam resolves a runner name to: a known runner's class name (any case, "Runner"
-    optional, e.g. ``direct``), else the name itself (a path of the user's own runner class)."""
-    known = {path.rsplit(".", 1)[-1].lower(): path for path in StandardOptions.ALL_KNOWN_RUNNERS}
-    return known.get(name.lower(), known.get(name.lower() + "runner", name))
 
 
 def load_problem(path: str) -> str | None:

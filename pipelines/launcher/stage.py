@@ -167,7 +167,14 @@ def workers_run_here(beam_args: Sequence[str]) -> bool:
     here before anything runs, with one-line errors; on other runners the workers check them with their own torch
     and files (a CPU launcher may start a GPU job)."""
     runner = beam_pipeline_options(beam_args).view_as(StandardOptions).runner
-    return str(runner).rsplit(".", 1)[-1] in LOCAL_RUNNERS
+    return runner_path(str(runner)).rsplit(".", 1)[-1] in LOCAL_RUNNERS
+
+
+def runner_path(name: str) -> str:
+    """The ``module.Class`` path Beam resolves a runner name to: a known runner's class name (any case, "Runner"
+    optional, e.g. ``direct``), else the name itself (a path of the user's own runner class)."""
+    known = {path.rsplit(".", 1)[-1].lower(): path for path in StandardOptions.ALL_KNOWN_RUNNERS}
+    return known.get(name.lower(), known.get(name.lower() + "runner", name))
 
 
 def saved_tokenizer(ctx: StageContext, model: str, directory: str) -> str:

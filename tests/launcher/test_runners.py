@@ -26,6 +26,7 @@ SAME_PROCESS_TREE = [
     [*PORTABLE, "--environment_type=LOOPBACK"],
     ["--runner=FlinkRunner", "--flink_master=[local]"],  # Beam runs its Python workers LOOPBACK there
     ["--runner=SparkRunner", "--spark_master_url=local[4]"],
+    ["--runner=direct"], ["--runner=Direct"], ["--runner=directrunner"],  # Beam's names for the DirectRunner
 ]
 ELSEWHERE = [
     EXTERNAL,
