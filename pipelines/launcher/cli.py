@@ -79,6 +79,7 @@ def mark_required(parser: argparse.ArgumentParser, flags: tuple[str, ...]) -> No
 
 
 VERBOSE_HELP = "log Beam's progress messages and its worker processes' output"
+BEAM_DOWNLOAD_NOTICE = "Apache Beam is downloading dependencies from a public repository"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -208,6 +209,9 @@ def configure_logging(verbose: bool, beam_args: list[str]) -> None:
         handler.addFilter(lambda record: not record.getMessage().startswith(INTERRUPTED_STEP))
         handler.addFilter(lambda record: not disk_space.mentions_out_of_space(record.getMessage()))
         handler.addFilter(lambda record: not mentions_gpu_out_of_memory(record.getMessage()))
+        # Beam's notice before it fetches a job server jar from Maven Central (FlinkRunner, SparkRunner): six lines
+        # for each mirror tried; a jar it cannot fetch is our one line (runners.worded)
+        handler.addFilter(lambda record: BEAM_DOWNLOAD_NOTICE not in record.getMessage())
     if not any(arg.startswith("--default_sdk_harness_log_level") for arg in beam_args):
         beam_args.append("--default_sdk_harness_log_level=ERROR")
     # No weight-loading progress bars: read by huggingface_hub/transformers on import, here and in Beam's

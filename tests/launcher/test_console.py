@@ -202,3 +202,16 @@ def test_search_says_when_a_stage_the_index_read_ran_again(full_run, tmp_path, c
 def test_a_broken_pipe_while_stdout_is_read_is_raised_on():
     with pytest.raises(BrokenPipeError):
         output_closed(BrokenPipeError(32, "Broken pipe"))
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_beams_notice_of_a_jar_fetched_from_maven_central_shows_only_with_verbose(verbose):
+    """FlinkRunner's jar, where it cannot be fetched: Beam's six-line notice for each mirror came before our line."""
+    script = ("import logging; from pipelines.launcher.cli import configure_logging; "
+              f"configure_logging({verbose}, []); logging.getLogger('apache_beam.utils.subprocess_server').warning("
+              "'   WARNING: Apache Beam is downloading dependencies from a public repository at runtime.\\n"
+              "   URL: x'); "
+              "logging.getLogger('apache_beam').warning('another warning')")
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert ("downloading dependencies" in result.stderr) == verbose and "another warning" in result.stderr
