@@ -123,13 +123,14 @@ def with_reference_spellings(names: pa.Array | pa.ChunkedArray,
     """``names`` and their ``counts`` with a copy of each row whose name holds "İ" under ``str.lower()``'s spelling
     ("i̇", two characters), unless a name is spelled so already: the KPR reference looks names up in
     ``text.lower()``, and ``fold_case`` keeps "İ" one character so that offsets stay (this linker never meets the
-    copy; the reference finds "İzmir" through it)."""
+    copy; an exported linker holds the spellings the reference's builder stores)."""
     names = pa.chunked_array([names]) if isinstance(names, pa.Array) else names
     rows = pc.indices_nonzero(pc.match_substring(names, DOTTED_CAPITAL_I))
-    lowered = pa.array([name.lower() for name in names.take(rows).to_pylist()], names.type)
+    spellings = [name.lower() for name in names.take(rows).to_pylist()]
+    lowered = pa.array(spellings, names.type)
     # the few lowered spellings are looked for among the names (a set of them all would take GBs at 20M names)
     present = set(names.filter(pc.is_in(names, value_set=lowered)).to_pylist())
-    new = np.array([spelling not in present for spelling in lowered.to_pylist()], dtype=bool)
+    new = np.array([spelling not in present for spelling in spellings], dtype=bool)
     if not new.any():
         return names, counts
     return (pa.chunked_array([*names.chunks, lowered.filter(new)], names.type),

@@ -19,7 +19,7 @@ from artifacts.run.validation import validate_run
 Compatibility = Callable[[dict[str, manifest.StageRecord]], str | None]
 # Recorded options that name the previous run or say how to treat it, or what is kept: no change of them changes a
 # vector.
-RUNTIME_OPTIONS = ("previous", "previous_manifest_sha256", "require_reuse", "keep_mention_vectors")
+RUNTIME_OPTIONS = (manifest.PREVIOUS_OPTION, manifest.PREVIOUS_SHA_OPTION, "require_reuse", "keep_mention_vectors")
 
 
 class ReuseRefusedError(InputError):
@@ -53,7 +53,7 @@ def previous_options(refresh: RefreshConfig) -> dict[str, Any]:
         return {}
     path = manifest.manifest_path(refresh.previous)
     sha256 = fs.sha256(path) if fs.exists(path) else manifest.GONE
-    return {"previous": refresh.previous, "previous_manifest_sha256": sha256}
+    return {manifest.PREVIOUS_OPTION: refresh.previous, manifest.PREVIOUS_SHA_OPTION: sha256}
 
 
 def previous_lacks(previous: str, stages: tuple[str, ...]) -> str | None:

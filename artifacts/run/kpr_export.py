@@ -83,7 +83,7 @@ class ExportSummary:
     entities: int
     dim: int
     without_embeddings: int  # entities whose row is zero
-    last_without: bool = False  # the last entity's row is zero (the reference's build_hf_model.py scales by it)
+    last_without: bool  # the last entity's row is zero (the reference's build_hf_model.py scales by it)
 
 
 def check_exportable(output: str) -> None:

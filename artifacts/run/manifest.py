@@ -241,6 +241,8 @@ def file_fingerprint(pattern: str) -> str:
 # A recorded option whose value cannot be known now (what it names is gone: a deleted --previous run): it matches
 # whatever the record holds, so a stage completed with it stays complete.
 GONE = "(gone)"  # no option holds it as a value of its own
+# how a refresh with --previous records the run it read, in the options of the stages that reuse it
+PREVIOUS_OPTION, PREVIOUS_SHA_OPTION = "previous", "previous_manifest_sha256"
 CONTENT = "content:"  # the recorded input key of a content digest (``Stage.content_inputs``), then its role
 
 

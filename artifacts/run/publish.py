@@ -122,9 +122,7 @@ def require_current_report(output: str) -> None:
     report_files = fs.list_tree(fs.join(output, REPORT_DIR))
     if not report_files:
         return
-    stamp = fs.join(output, REPORT_DIR, layout.REPORT_STAMP)
-    built_from = fs.read_bytes(stamp).decode("ascii", errors="replace").strip() if fs.exists(stamp) else ""
-    if built_from != fs.sha256(manifest.manifest_path(output)):
+    if report_stamp(output) != fs.sha256(manifest.manifest_path(output)):
         raise StaleReportError(output)
 
 
@@ -175,14 +173,19 @@ def copy_checked(output: str, destination: str, item: PublishedFile) -> None:
         raise InputError(f"{target}: {problem}: {destination} has no manifest.json, publish again")
 
 
+def report_stamp(output: str) -> str:
+    """The sha256 of the manifest OUT's report was built from, as its stamp says ("": no stamp)."""
+    stamp = fs.join(output, REPORT_DIR, layout.REPORT_STAMP)
+    return fs.read_bytes(stamp).decode("ascii", errors="replace").strip() if fs.exists(stamp) else ""
+
+
 def restamp_report(destination: str, files: list[PublishedFile], published_manifest: bytes) -> None:
     """The copied report's stamp names the manifest the copy gets (the run's without its kept work, unless that
     was published too): the copy's report is as current as the run's, and the copy can be published again."""
-    stamp = fs.join(destination, REPORT_DIR, layout.REPORT_STAMP)
     digest = hashlib.sha256(published_manifest).hexdigest()
-    if any(item.path == f"{REPORT_DIR}/{layout.REPORT_STAMP}" for item in files) and \
-            fs.read_bytes(stamp).decode("ascii", errors="replace").strip() != digest:
-        fs.write_bytes_atomic(stamp, f"{digest}\n".encode())
+    copied = any(item.path == f"{REPORT_DIR}/{layout.REPORT_STAMP}" for item in files)
+    if copied and report_stamp(destination) != digest:
+        fs.write_bytes_atomic(fs.join(destination, REPORT_DIR, layout.REPORT_STAMP), f"{digest}\n".encode())
 
 
 def latest_location(destination: str) -> tuple[str, str]:
@@ -280,7 +283,8 @@ def publish_run(output: str, destination: str, latest: bool = False, free_bytes:
         removed = remove_previous(destination, earlier, files)
         for item in files:
             copy_checked(output, destination, item)
-        restamp_report(destination, files, manifest.encoded(stages))
-        manifest.save(destination, stages)
+        published = manifest.encoded(stages)
+        restamp_report(destination, files, published)
+        fs.write_bytes_atomic(manifest.manifest_path(destination), published)
         owned.save_record(destination, RECORD_FILE, written)
         return PublishSummary(destination, tuple(files), removed, write_latest(destination) if latest else None)

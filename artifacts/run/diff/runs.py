@@ -130,7 +130,8 @@ def _reuse(record: manifest.StageRecord, old: str, reused: str, computed: str) -
 def refreshed_from(record: manifest.StageRecord, old: str) -> bool:
     """Whether ``record``'s stage reused the run ``old``: the manifest its --previous read is OLD's (wherever OLD is
     now), or, where that was not recorded, its --previous is OLD's path."""
-    previous, digest = record.options.get("previous"), record.options.get("previous_manifest_sha256")
+    previous = record.options.get(manifest.PREVIOUS_OPTION)
+    digest = record.options.get(manifest.PREVIOUS_SHA_OPTION)
     if not isinstance(previous, str) or not previous:
         return False
     if digest:

@@ -10,14 +10,12 @@ from artifacts.errors import InputError
 from artifacts.run import manifest
 from artifacts.run.diff.keyed import Change
 from artifacts.run.diff.runs import NOT_RECORDED, PARTS, RunDiff, VectorReuse, diff_runs
-from artifacts.run.manifest import StageRecord
+from artifacts.run.manifest import PREVIOUS_OPTION, PREVIOUS_SHA_OPTION, StageRecord
 from artifacts.run.report.markup import esc, kv, number, table
 
 # how a refresh with --previous records the reused run: an input "file:previous=OLD_OUT" (its manifest's
 # fingerprint), or options "previous" and "previous_manifest_sha256" (pipelines/refresh.py)
 PREVIOUS_INPUT = "file:previous="
-PREVIOUS_OPTION = "previous"
-PREVIOUS_SHA_OPTION = "previous_manifest_sha256"
 
 
 @dataclass(frozen=True)
