@@ -55,6 +55,13 @@ def test_link_trails_files_categories_and_interwiki():
         [("apples", "Apple"), ("yellowy", "Banana"), ("last", "Last")])
 
 
+@pytest.mark.parametrize("use_prepass", [True, False])
+def test_pipe_magic_word_is_a_links_pipe_and_a_bar_in_prose(use_prepass):
+    # MediaWiki expands {{!}} to "|" before it reads links: [[Foo{{!}}bar]] is [[Foo|bar]]
+    assert convert("[[Foo{{!}}bar]]s, [[Baz|a{{!}}b]] and x {{!}} y {{cite|z}}.", use_prepass=use_prepass) == (
+        "bars, a|b and x | y .", [("bars", "Foo"), ("a|b", "Baz")])
+
+
 def test_headings_lists_tables_sections_and_entities():
     assert convert("== History ==\nText [[History#Early|early]] and [[#Local|here]].\n\n\n* item [[one]]\n"
                    "{| class=x\n| [[cell]]\n|}\nend &amp; &nbsp;done") == (

@@ -194,6 +194,22 @@ def classify_link(title: str, namespaces: Namespaces, options: WikitextOptions) 
     return _LinkRole(drop=False, target=target or None)
 
 
+def _is_pipe_word(node: object) -> bool:
+    """Whether ``node`` is ``{{!}}``, MediaWiki's magic word for a literal "|" (a link's pipe: ``[[Foo{{!}}bar]]``)."""
+    return isinstance(node, Template) and not node.params and str(node.name).strip() == "!"
+
+
+def _split_at_pipe_word(node: Wikilink) -> tuple[list[object], Wikicode | None]:
+    """A link's title and label (None: the title shows), ``{{!}}`` in a title taken for the pipe it expands to."""
+    if node.text is not None:
+        return node.title.nodes, node.text
+    nodes = node.title.nodes
+    for index, part in enumerate(nodes):
+        if _is_pipe_word(part):
+            return nodes[:index], Wikicode(nodes[index + 1:])
+    return nodes, None
+
+
 def _character(entity: HTMLEntity) -> str:
     """What a character reference shows: its character (a no-break space as a space), or the reference as written
     when it names no character a page may hold (``&#55357;``, half of a UTF-16 pair), as MediaWiki shows it."""
@@ -244,16 +260,17 @@ class _Converter:
 
     def wikilink(self, node: Wikilink, trail: str, depth: int) -> bool:
         """Render a wikilink; True if it took the link trail (letters glued to ``]]``) into its anchor."""
+        title_nodes, label = _split_at_pipe_word(node)
         # comments and templates in the title are no part of it (the pre-pass cuts them too)
-        title = "".join(str(part) for part in node.title.nodes if not isinstance(part, (Comment, Template)))
+        title = "".join(str(part) for part in title_nodes if not isinstance(part, (Comment, Template)))
         role = classify_link(decode_target(title), self.namespaces, self.options)
         if role.drop:
             return False
         # one line: a label's line break (``[[Foo|a<br/>b]]``) is a space, so the whole label stays the anchor
-        shown = " ".join(self.render_plain(node.text if node.text is not None else node.title, depth).split("\n"))
+        shown = " ".join(self.render_plain(label if label is not None else node.title, depth).split("\n"))
         # a label of zero-width spaces shows nothing (an ASCII label needs no look at each letter: strip() is enough)
         shown = "" if not shown.isascii() and shows_nothing(shown) else shown.strip()
-        if node.text is None:  # the title as its text, its %XX escapes decoded as MediaWiki shows it
+        if label is None:  # the title as its text, its %XX escapes decoded as MediaWiki shows it
             shown = percent_decoded(shown.lstrip(":").strip())
         if role.target is None:
             self.out.add(shown)
@@ -266,6 +283,8 @@ class _Converter:
         out = self.out
         if isinstance(node, Text):
             out.add(str(node.value))
+        elif _is_pipe_word(node):
+            out.add("|")
         elif isinstance(node, (Template, Argument, Comment)):
             return
         elif isinstance(node, HTMLEntity):

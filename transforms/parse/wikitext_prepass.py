@@ -26,6 +26,7 @@ _MARKUP_CHARS = frozenset("'[]{}<>|")
 # The letters glued to a link's "]]" that join its anchor (English: a-z; "[[lichen]]s")
 LINK_TRAIL = re.compile(r"^[a-z]+")
 _COMMENTS = re.compile(r"(?:<!--.*?-->)+", re.DOTALL)
+_PIPE_WORD = "{{!}}"  # MediaWiki's magic word for "|"
 
 
 class Unsure(Exception):
@@ -169,6 +170,9 @@ def strip_dropped_markup(wikitext: str) -> str | None:
                 continue
             start = match.start() + len(match.group(0)) - len(match.group(0).lstrip(" \t"))
             end = _end_of(wikitext, match)
+            if wikitext.startswith(_PIPE_WORD, start) and end == start + len(_PIPE_WORD):
+                search_from = end  # ``{{!}}`` shows "|" (a link's pipe in ``[[Foo{{!}}bar]]``): the full parse reads it
+                continue
             if bisect.bisect_left(starts, start) != bisect.bisect_left(starts, end):
                 raise Unsure("a cut would reach into a verbatim element")
             if start > position or not kept:
