@@ -87,7 +87,9 @@ def test_report_shows_each_stage_with_its_exact_wall_time_outputs_and_counters(r
                 artifact = stages.artifact_of(item.path)
                 rows[artifact] = rows.get(artifact, 0) + item.rows
         for artifact, count in rows.items():
-            assert re.search(rf"<code>{artifact}/</code></td><td class=\"num\">[\d,]+</td>"
+            kept = " <span class=\"muted\">\\(kept work: a publish copies it only with <code>--with-mention-vectors"
+            note = kept if manifest.is_kept_work(artifact) else ""
+            assert re.search(rf"<code>{artifact}/</code>{note}.*?</td><td class=\"num\">[\d,]+</td>"
                              rf"<td class=\"num\">{count:,}</td>", section), (name, artifact)
     # dropped counters are highlighted, dead-letter folders linked relative to the page
     assert re.search(r'<tr class="dropped"><td>[^<]*</td><td><code>names_below_min_link_prob</code>',

@@ -134,10 +134,18 @@ def _options(options: dict[str, Any]) -> str:
     return "<h3>Options</h3>" + kv((key, option_value(value)) for key, value in sorted(options.items()))
 
 
+def _kept_note(artifact: str) -> str:
+    """A kept-work artifact's note: a published copy holds it only when asked, and this page is copied as it is."""
+    if not manifest.is_kept_work(artifact):
+        return ""
+    return ' <span class="muted">(kept work: a publish copies it only with <code>--with-mention-vectors</code>)</span>'
+
+
 def _written(artifacts: list[ArtifactSummary]) -> str:
     if not artifacts:
         return '<h3>Written</h3><p class="muted">no files</p>'
-    rows = [f"<tr><td><code>{esc(item.name)}/</code></td><td class=\"num\">{number(item.files)}</td>"
+    rows = [f"<tr><td><code>{esc(item.name)}/</code>{_kept_note(item.name)}</td>"
+            f'<td class="num">{number(item.files)}</td>'
             f'<td class="num">{number(item.rows)}</td><td class="num" title="{item.bytes:,} bytes">'
             f"{esc(size(item.bytes))}</td></tr>" for item in sorted(artifacts, key=lambda artifact: artifact.name)]
     return "<h3>Written</h3>" + table(["artifact", "files", "rows", "size"], rows, [False, True, True, True])
