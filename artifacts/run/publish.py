@@ -80,10 +80,6 @@ class PublishSummary:
         return sum(item.bytes for item in self.files)
 
 
-def is_local(path: str) -> bool:
-    return FileSystems.get_scheme(path) is None
-
-
 def copy_file(source: str, destination: str) -> None:
     """Copy one file between any two Beam filesystems (``FileSystems.copy`` only works within one)."""
     fs.ensure_parent(destination)
@@ -93,10 +89,6 @@ def copy_file(source: str, destination: str) -> None:
     with FileSystems.open(source, compression_type=CompressionTypes.UNCOMPRESSED) as reader, \
             FileSystems.create(destination, compression_type=CompressionTypes.UNCOMPRESSED) as writer:
         shutil.copyfileobj(reader, writer, _COPY_CHUNK)
-
-
-def _normalized(path: str) -> str:
-    return os.path.abspath(path) if is_local(path) else path.rstrip("/")
 
 
 def published_stages(stages: dict[str, manifest.StageRecord], kept: bool) -> dict[str, manifest.StageRecord]:
@@ -156,7 +148,7 @@ def copy_problem(path: str, item: PublishedFile) -> str | None:
     size = fs.size(path)
     if size != item.bytes:
         return f"{size} bytes, the source has {item.bytes}"
-    if is_local(path) and fs.sha256(path) != item.sha256:
+    if fs.is_local(path) and fs.sha256(path) != item.sha256:
         return "sha256 differs from the source"
     return None
 
@@ -188,9 +180,15 @@ def restamp_report(destination: str, files: list[PublishedFile], published_manif
         fs.write_bytes_atomic(fs.join(destination, REPORT_DIR, layout.REPORT_STAMP), f"{digest}\n".encode())
 
 
+def _absolute(path: str) -> str:
+    """A local ``path`` absolute, without ``file://`` (a link in it kept: LATEST goes beside the name given); a URL
+    less its final /."""
+    return os.path.abspath(path.removeprefix("file://")) if fs.is_local(path) else path.rstrip("/")
+
+
 def latest_location(destination: str) -> tuple[str, str]:
     """(the directory holding LATEST, the run's NAME) of a destination ``ROOT/NAME``."""
-    parent, _, name = _normalized(destination).rpartition("/")
+    parent, _, name = _absolute(destination).rpartition("/")
     if not name or not parent or parent.endswith(":/"):
         raise LatestLocationError(destination)
     return parent, name
