@@ -310,7 +310,29 @@ def test_a_line_break_in_a_label_keeps_the_whole_label_the_anchor():
 
 
 def test_a_title_no_page_can_have_is_no_entity_link():
-    assert both_paths("[[''[[Foo]]'']] x [[a&lt;b]] [[Pear|pears]]") == ("Foo x a<b pears", [("pears", "Pear")])
+    # MediaWiki reads "[[''" as text (no "]]" before the next "[["), then the link to Foo, then "'']]" as text
+    assert both_paths("[[''[[Foo]]'']] x [[a&lt;b]] [[Pear|pears]]") == (
+        "[[Foo]] x a<b pears", [("Foo", "Foo"), ("pears", "Pear")])
+
+
+@pytest.mark.parametrize("first_bold_as_link", [False, True])
+def test_italics_opened_in_one_label_and_closed_in_another_keep_both_links(first_bold_as_link):
+    """MediaWiki reads links before quotes: the italics only style the labels (real itwiki "Berlino")."""
+    line = ("il [[Rotes Rathaus|''Municipio Rosso]] (dei mattoni), degli [[anni 1860|anni sessanta dell'Ottocento]], "
+            "e la [[Marienkirche (Berlino)|''Marienkirche'']], chiesa.\nIl viale ''[[Unter den Linden]]''s.")
+    assert both_paths(line, first_bold_as_link=first_bold_as_link) == (
+        "il Municipio Rosso (dei mattoni), degli anni sessanta dell'Ottocento, e la Marienkirche, chiesa.\n"
+        "Il viale Unter den Lindens.",
+        [("Municipio Rosso", "Rotes Rathaus"), ("anni sessanta dell'Ottocento", "Anni 1860"),
+         ("Marienkirche", "Marienkirche (Berlino)"), ("Unter den Linden", "Unter den Linden")])
+
+
+def test_a_bold_run_that_a_line_reads_as_apostrophes_and_italics_leaves_no_markup():
+    """itwiki "Ancona": the same line gave "l'''U.S." in its page and "l'U.S." alone; MediaWiki shows "lU.S."."""
+    line = "dell'''A.C. Ancona'' e dal [[2010]] è l'''[[U.S. Ancona 1905|U.S. Ancona]]'', nata."
+    links = [("2010", "2010"), ("U.S. Ancona", "U.S. Ancona 1905")]
+    assert both_paths(line) == ("dellA.C. Ancona e dal 2010 è lU.S. Ancona, nata.", links)
+    assert both_paths(f"{{{{Infobox|a=''x}}}}\n[[Foo|''foo]]\n{line}")[0].endswith("è lU.S. Ancona, nata.")
 
 
 def test_a_first_bold_that_holds_links_keeps_them():

@@ -420,7 +420,7 @@ def wikitext_to_text(wikitext: str, title: str, namespaces: Namespaces,
                             "minutes)")
     try:
         # apostrophe runs read line by line as MediaWiki does (mwparserfromhell pairs them across lines)
-        code = mwparserfromhell.parse(balance_quotes(wikitext))
+        code = mwparserfromhell.parse(balance_quotes(wikitext, keep_bold=options.first_bold_as_link))
         converter = _Converter(title, namespaces, options)
         converter.walk(code)
     except RecursionError as error:

@@ -5,7 +5,11 @@ five is apostrophes and a bold-italic run; when a line has an odd number of both
 run is an apostrophe followed by an italic run (``The ''Star'''s performance`` reads "The Star's performance");
 what is still open at the line's end closes there. mwparserfromhell pairs runs across the page instead, so
 ``''Star'''s`` came out as "Star'''s". This pass rewrites each line so that both readings agree: literal
-apostrophes become ``&#39;`` and a run left open at the line's end is dropped (formatting shows no text).
+apostrophes become ``&#39;``, and formatting, which shows no text, becomes ``&shy;`` (a soft hyphen, which the text
+drops). MediaWiki reads links before quotes, so italics opened in one link's label and closed in another's style
+both; for mwparserfromhell they were one element that broke both links. The soft hyphen still ends a link trail
+where the run stood (``[[Foo]]''s``: no trail, as MediaWiki reads it). Bold runs stay when asked (the first bold
+text of the lead may name the page itself).
 Runs inside a template, ``<ref>`` or comment that closes on the same line are not the line's formatting
 (MediaWiki strips or expands those first, and the text drops them): they become ``&#39;`` too, so they cannot
 pair with a run outside. Runs inside ``<nowiki>``, ``<math>`` and the like are left verbatim. A line where one
@@ -18,6 +22,7 @@ import re
 
 _RUN = re.compile(r"'{2,}")
 APOSTROPHE = "&#39;"
+NO_TEXT = "&shy;"
 _VERBATIM_TAGS = r"nowiki|pre|math|chem|ce|source|syntaxhighlight|score|timeline|hiero|graph"
 # Elements on one line whose content is shown verbatim (or not at all) and whose runs mean nothing outside.
 _VERBATIM = re.compile(rf"<({_VERBATIM_TAGS})\b[^>]*?(?:/>|>.*?</\1\s*>)", re.IGNORECASE)
@@ -97,7 +102,13 @@ def _hidden_spans(line: str) -> tuple[list[tuple[int, int]], list[tuple[int, int
     return dropped + templates, verbatim
 
 
-def balance_line(line: str) -> str:
+def _shown_run(literal: int, kind: int, keep_bold: bool) -> str:
+    """What a run becomes: its literal apostrophes, then its bold (when kept) or nothing that shows."""
+    bold = "'''" if keep_bold and kind in (3, 5) else ""
+    return APOSTROPHE * literal + (bold or NO_TEXT)
+
+
+def balance_line(line: str, keep_bold: bool = False) -> str:
     """One line with MediaWiki's reading of its apostrophe runs spelled out for mwparserfromhell."""
     hidden = _hidden_spans(line) if "''" in line else None
     if hidden is None:
@@ -118,14 +129,15 @@ def balance_line(line: str) -> str:
     pieces, position = [], 0
     for start, literal, kind in runs:
         pieces.append(line[position:start])
-        pieces.append(APOSTROPHE * literal + "'" * kind)
+        pieces.append(_shown_run(literal, kind, keep_bold))
         position = _RUN.match(line, start).end()
     pieces.append(line[position:])
     return "".join(pieces)
 
 
-def balance_quotes(wikitext: str) -> str:
-    """``wikitext`` with every line's apostrophe runs made unambiguous (see the module docstring)."""
+def balance_quotes(wikitext: str, keep_bold: bool = False) -> str:
+    """``wikitext`` with every line's apostrophe runs made unambiguous (see the module docstring); bold runs kept
+    as bold with ``keep_bold``, else no formatting is left."""
     if "''" not in wikitext:
         return wikitext
-    return "\n".join(balance_line(line) for line in wikitext.split("\n"))
+    return "\n".join(balance_line(line, keep_bold) for line in wikitext.split("\n"))
