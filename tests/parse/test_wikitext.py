@@ -8,7 +8,13 @@ from tests.conftest import WIKIPEDIA
 from transforms.parse.dump_reader import RawPage, iter_pages, read_siteinfo
 from transforms.parse.namespaces import Namespaces
 from transforms.parse.titles import decode_target, normalize_title
-from transforms.parse.wikitext import WikitextError, WikitextOptions, redirect_target_from_text, wikitext_to_text
+from transforms.parse.wikitext import (
+    WikitextError,
+    WikitextOptions,
+    left_open,
+    redirect_target_from_text,
+    wikitext_to_text,
+)
 
 ENGLISH = Namespaces.english_defaults()
 ITALIAN = ENGLISH.with_names({"Categoria": 14, "File": 6, "Immagine": 6, "Discussione": 1})
@@ -125,6 +131,16 @@ def test_markup_left_open_thousands_of_times_is_a_wikitext_error_not_minutes_of_
     assert [link.target for link in parsed.links] == ["Aristotle"]
 
 
+@pytest.mark.parametrize(("closer", "opener", "error"), [
+    ("}}", "x {{a| ", "16,000 braces and brackets"), ("]", "[http://a.example/b ", "8,000 braces and brackets"),
+    ("</small>", "<small>", "8,000 HTML tags")])
+def test_closers_before_the_openers_close_nothing(closer, opener, error):
+    """8,000 closers then 8,000 openers: counts cancel, but the parser took 30 s (16,000: minutes)."""
+    with pytest.raises(WikitextError, match=rf"^{error} left open \(more than 4,000"):
+        wikitext_to_text(closer * 8_000 + " text " + opener * 8_000, "Page", ENGLISH)
+    assert left_open([-1, -1, 1, 1, -1, 1]) == 2 and left_open([1, 1, -1, 1, -1, -1, -1]) == 0
+
+
 @pytest.mark.parametrize("use_prepass", [True, False])
 def test_html_tags_left_open_thousands_of_times_are_a_wikitext_error(use_prepass):
     """8,000 unclosed <small> took 16 s (time with their square); <br> never closes and costs nothing."""
@@ -196,9 +212,10 @@ def test_prepass_path_equals_full_parse_or_repairs_it():
 
 
 def test_prepass_cuts_only_what_the_text_drops():
-    from transforms.parse.wikitext_prepass import strip_dropped_markup
+    from transforms.parse.wikitext_prepass import strip_comments, strip_dropped_markup
 
-    assert strip_dropped_markup("a{{b|{{c}}}}d<ref name=x/>e<ref>f</ref>g<!-- h -->i\n{|\n|j\n|}\nk") == "adegi\n\nk"
+    assert strip_dropped_markup(strip_comments("a{{b|{{c}}}}d<ref name=x/>e<ref>f</ref>g<!-- h -->i\n{|\n|j\n|}\nk")
+                                ) == "adegi\n\nk"
     assert strip_dropped_markup("{{{param}}}") is None
     assert strip_dropped_markup("{{unclosed") is None
     # verbatim elements stay whole for the full parse; a cut reaching into one, or transclusion tags: unsure
@@ -209,7 +226,7 @@ def test_prepass_cuts_only_what_the_text_drops():
     assert strip_dropped_markup("<noinclude>x</noinclude>") is None
     # a cut that would glue markup together stays for the full parse; the others still go
     assert strip_dropped_markup("'{{x}}'") == "'{{x}}'"
-    assert strip_dropped_markup("a{{b}}c'{{x}}{{y}}'d<!--e-->f") == "ac'{{x}}{{y}}'df"
+    assert strip_dropped_markup(strip_comments("a{{b}}c'{{x}}{{y}}'d<!--e-->f")) == "ac'{{x}}{{y}}'df"
 
 
 def test_interwiki_prefixes_of_the_same_wiki_are_entity_links():
@@ -380,3 +397,22 @@ def test_language_links_end_a_real_page(use_prepass):
     parsed = wikitext_to_text(page.text, page.title, siteinfo.namespaces, WikitextOptions(use_prepass=use_prepass))
     assert parsed.text.endswith("Plant Pathology and Weed Science")
     assert not any(":" in link.target for link in parsed.links)
+
+
+def test_comments_go_first_as_mediawikis_preprocessor_removes_them():
+    # one that never closes hides the rest of the page
+    assert both_paths("Lead [[Before]] text. <!-- note, never closed [[Hidden]]\n\nMore [[Hidden2]].") == (
+        "Lead Before text.", [("Before", "Before")])
+    # inside a template a comment's braces are no part of it
+    assert both_paths("{{Infobox|note=<!-- closes with }} -->}} '''X''' is a [[Poet]].") == (
+        "X is a Poet.", [("Poet", "Poet")])
+    # gone before links and headings are read: the letters after it are a link's trail, the line a heading
+    assert both_paths("[[Cat]]s<!-- c -->and dogs\n<!-- c -->== [[History]] ==\nx") == (
+        "Catsand dogs\nHistory\nx", [("Catsand", "Cat"), ("History", "History")])
+    # "<!--" inside a verbatim element is its text
+    assert both_paths("a <nowiki><!--</nowiki> [[B]] <!-- c --> d") == ("a <!-- B d", [("B", "B")])
+
+
+def test_a_ref_or_template_cut_after_a_trail_ends_the_trail():
+    for cut in ("<ref>r</ref>", "{{citation needed}}"):
+        assert both_paths(f"[[Cat]]s{cut}and dogs") == ("Catsand dogs", [("Cats", "Cat")])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 import mwparserfromhell
@@ -28,7 +28,7 @@ from mwparserfromhell.wikicode import Wikicode
 from artifacts.names import shows_nothing
 from transforms.parse.namespaces import CATEGORY, FILE, MEDIA, Namespaces
 from transforms.parse.titles import decode_target, normalize_title, percent_decoded
-from transforms.parse.wikitext_prepass import LINK_TRAIL, strip_dropped_markup
+from transforms.parse.wikitext_prepass import LINK_TRAIL, strip_comments, strip_dropped_markup
 from transforms.parse.wikitext_quotes import balance_quotes
 
 # Tags whose content a reader never sees as article prose.
@@ -242,9 +242,7 @@ class _Converter:
         while index < len(nodes):
             node = nodes[index]
             if isinstance(node, Wikilink):
-                after = index + 1  # a comment is gone before links are read: ``[[a]]<!-- -->b`` trails "b"
-                while after < len(nodes) and isinstance(nodes[after], Comment):
-                    after += 1
+                after = index + 1
                 trail = ""
                 if after < len(nodes) and isinstance(nodes[after], Text):
                     match = LINK_TRAIL.match(str(nodes[after].value))
@@ -382,23 +380,36 @@ def tidy(raw: str, links: list[Link]) -> ParsedText:
     return ParsedText("\n".join(kept), tuple(moved))
 
 
+def left_open(steps: Iterable[int]) -> int:
+    """How many openers (+1) no later closer (-1) closes: a closer before any opener closes nothing, so ``}} {{``
+    leaves one open (a difference of counts would say none)."""
+    depth = lowest = 0
+    for step in steps:
+        depth += step
+        lowest = min(lowest, depth)
+    return depth - lowest
+
+
 def unclosed_markup(wikitext: str) -> int:
-    """How many more ``{`` than ``}``, and ``[`` than ``]``, a text holds (counted, not matched: two str.count)."""
-    return (max(0, wikitext.count("{") - wikitext.count("}"))
-            + max(0, wikitext.count("[") - wikitext.count("]")))
+    """How many ``{`` and ``[`` a text leaves open (0 without reading the text when it has too few of them for
+    MAX_UNCLOSED to matter)."""
+    if wikitext.count("{") + wikitext.count("[") <= MAX_UNCLOSED:
+        return 0
+    return sum(left_open(1 if match.group(0) == opener else -1 for match in re.finditer(pattern, wikitext))
+               for opener, pattern in (("{", r"[{}]"), ("[", r"[\[\]]")))
 
 
 def unclosed_tags(wikitext: str) -> int:
-    """How many more HTML tags of each name a text opens than it closes, summed (0 without reading the text when
-    it has too few ``<`` for MAX_UNCLOSED to matter)."""
+    """How many HTML tags a text leaves open, of every name (0 without reading the text when it has too few ``<``
+    for MAX_UNCLOSED to matter)."""
     if wikitext.count("<") <= MAX_UNCLOSED:
         return 0
-    opened: Counter[str] = Counter()
+    steps: dict[str, list[int]] = {}
     for closing, name, self_closing in _TAG.findall(wikitext):
         name = name.lower()
         if not self_closing and name not in _VOID_TAGS:
-            opened[name] += -1 if closing else 1
-    return sum(count for count in opened.values() if count > 0)
+            steps.setdefault(name, []).append(-1 if closing else 1)
+    return sum(left_open(each) for each in steps.values())
 
 
 def wikitext_to_text(wikitext: str, title: str, namespaces: Namespaces,
@@ -409,7 +420,7 @@ def wikitext_to_text(wikitext: str, title: str, namespaces: Namespaces,
     transforms/parse/wikitext_prepass.py); the page falls back to the full parse wherever the scanner is unsure.
     """
     # MediaWiki renders an indented table (":{|") as a table: unindent it so that both paths see (and drop) one
-    wikitext = _BEHAVIOUR_SWITCH.sub("", _INDENTED_TABLE.sub("", wikitext))
+    wikitext = _BEHAVIOUR_SWITCH.sub("", _INDENTED_TABLE.sub("", strip_comments(wikitext)))
     if options.use_prepass:
         wikitext = strip_dropped_markup(wikitext) or wikitext
     if (unclosed := unclosed_markup(wikitext)) > MAX_UNCLOSED:

@@ -1,4 +1,5 @@
-"""A fast pre-pass that cuts templates, <ref>s, comments and tables out of wikitext before the full parse.
+"""A fast pre-pass that cuts templates, <ref>s and tables out of wikitext before the full parse, and the comments
+that MediaWiki's preprocessor removes before anything else reads a page.
 
 Most bytes of an article are markup the text drops anyway; cutting it with a plain scanner first roughly halves
 the work of mwparserfromhell. The output must be what the full parse gives, so wherever the scanner cannot be
@@ -16,7 +17,7 @@ _VERBATIM = re.compile(r"<\s*(nowiki|pre|math|chem|ce|source|syntaxhighlight|cod
                        r"includeonly|noinclude|onlyinclude|templatedata|imagemap|poem)\b", re.IGNORECASE)
 # Transclusion control changes what the page's text is at all: such pages take the full parse.
 _TRANSCLUSION = frozenset({"includeonly", "noinclude", "onlyinclude"})
-_START = re.compile(r"\{\{|<ref\b|<!--|(?:(?<=\n)|^)[ \t]*\{\|", re.IGNORECASE)
+_START = re.compile(r"\{\{|<ref\b|(?:(?<=\n)|^)[ \t]*\{\|", re.IGNORECASE)
 _BRACES = re.compile(r"\{\{|\}\}")
 _REF_OPEN_END = re.compile(r"[^<>]*?(/?)>")
 _REF_CLOSE = re.compile(r"</ref\s*>", re.IGNORECASE)
@@ -25,7 +26,8 @@ _BAD_NAME = re.compile(r"[\[\]{}<>]")
 _MARKUP_CHARS = frozenset("'[]{}<>|")
 # The letters glued to a link's "]]" that join its anchor (English: a-z; "[[lichen]]s")
 LINK_TRAIL = re.compile(r"^[a-z]+")
-_COMMENTS = re.compile(r"(?:<!--.*?-->)+", re.DOTALL)
+_ENDS_IN_A_TRAIL = re.compile(r"\]\][a-z]*\Z")
+_COMMENT_OR_VERBATIM = re.compile(rf"<!--|{_VERBATIM.pattern}", re.IGNORECASE)
 _PIPE_WORD = "{{!}}"  # MediaWiki's magic word for "|"
 
 
@@ -76,13 +78,6 @@ def _ref_end(text: str, start: int) -> int:
     return closing.end()
 
 
-def _comment_end(text: str, start: int) -> int:
-    end = text.find("-->", start + 4)
-    if end < 0:
-        raise Unsure("unclosed comment")
-    return end + 3
-
-
 def _table_end(text: str, start: int) -> int:
     depth = 0
     for match in _TABLE_MARK.finditer(text, start):
@@ -96,8 +91,6 @@ def _end_of(text: str, match: re.Match[str]) -> int:
     token = match.group(0).lstrip(" \t")
     if token == "{{":
         return _template_end(text, match.start())
-    if token == "<!--":
-        return _comment_end(text, match.start())
     if token == "{|":
         return _table_end(text, match.start())
     return _ref_end(text, match.start())
@@ -137,28 +130,59 @@ def _span_around(spans: list[tuple[int, int]], starts: list[int], position: int)
     return spans[index] if index >= 0 and position < spans[index][1] else None
 
 
-def _makes_a_trail(before: str, cut: str, after: str) -> bool:
+def _makes_a_trail(before: str, after: str) -> bool:
     """Whether cutting would make the letters after a link its trail where MediaWiki's are not: a ref or template
-    between ``[[a]]`` and ``b`` stops the trail (a comment does not: it is gone before links are read)."""
-    return before.endswith("]]") and bool(LINK_TRAIL.match(after)) and not _COMMENTS.fullmatch(cut)
+    between ``[[a]]`` and ``b``, or between ``[[a]]s`` and ``b``, stops the trail."""
+    return bool(_ENDS_IN_A_TRAIL.search(before)) and bool(LINK_TRAIL.match(after))
 
 
-def _join_cuts(kept: list[str], cuts: list[str]) -> str:
+def _join_cuts(wikitext: str, kept: list[str], cuts: list[tuple[int, int]]) -> str:
     """``kept[0] cuts[0]? kept[1] ...``: each cut dropped unless dropping it would glue markup together or make a
     link trail; such a cut stays in place for the full parse to read (only that spot, not the whole page, takes
     the slow path)."""
     pieces = [kept[0]]
-    for cut, after in zip(cuts, kept[1:], strict=True):
-        pieces.append(cut if _glues_markup(pieces[-1], after) or _makes_a_trail(pieces[-1], cut, after) else "")
+    for (start, end), after in zip(cuts, kept[1:], strict=True):
+        kept_in_place = _glues_markup(pieces[-1], after) or _makes_a_trail(pieces[-1], after)
+        pieces.append(wikitext[start:end] if kept_in_place else "")
         pieces.append(after)
     return "".join(pieces)
 
 
-def strip_dropped_markup(wikitext: str) -> str | None:
-    """``wikitext`` without its top-level templates, refs, comments and tables; None when unsure. Verbatim
-    elements are left whole (the full parse reads them); a cut that would reach into one makes it unsure."""
+def _verbatim_end(text: str, opening: re.Match[str]) -> int:
+    """Where the verbatim element that ``opening`` starts ends (its opening tag's end when it is never closed: then
+    MediaWiki shows the tag as text and reads on)."""
+    opening_end = text.find(">", opening.end())
+    if opening_end < 0 or text[opening_end - 1] == "/":
+        return opening.end()
+    closing = re.compile(rf"</\s*{opening.group(1)}\s*>", re.IGNORECASE).search(text, opening_end + 1)
+    return opening.end() if closing is None else closing.end()
+
+
+def strip_comments(wikitext: str) -> str:
+    """``wikitext`` without its comments, as MediaWiki's preprocessor removes them before templates, links or
+    headings are read: a comment that never closes runs to the page's end; ``<!--`` inside a verbatim element
+    (``<nowiki>``, ``<pre>``, ``<math>``...) is that element's text."""
+    if "<!--" not in wikitext:
+        return wikitext
     kept: list[str] = []
-    cuts: list[str] = []  # cuts[i] lies between kept[i] and kept[i + 1]; adjacent cuts are one
+    position = search_from = 0
+    while (match := _COMMENT_OR_VERBATIM.search(wikitext, search_from)) is not None:
+        if match.group(0) != "<!--":
+            search_from = _verbatim_end(wikitext, match)
+            continue
+        kept.append(wikitext[position:match.start()])
+        end = wikitext.find("-->", match.end())
+        position = search_from = len(wikitext) if end < 0 else end + 3
+    kept.append(wikitext[position:])
+    return "".join(kept)
+
+
+def strip_dropped_markup(wikitext: str) -> str | None:
+    """``wikitext`` (its comments stripped first: ``strip_comments``) without its top-level templates, refs and
+    tables; None when unsure. Verbatim elements are left whole (the full parse reads them); a cut that would reach
+    into one makes it unsure."""
+    kept: list[str] = []
+    cuts: list[tuple[int, int]] = []  # cuts[i] lies between kept[i] and kept[i + 1]; adjacent cuts are one
     position = search_from = 0  # end of the last cut; where the next cut may start
     try:
         spans = _verbatim_spans(wikitext)
@@ -177,11 +201,11 @@ def strip_dropped_markup(wikitext: str) -> str | None:
                 raise Unsure("a cut would reach into a verbatim element")
             if start > position or not kept:
                 kept.append(wikitext[position:start])
-                cuts.append(wikitext[start:end])
+                cuts.append((start, end))
             else:
-                cuts[-1] += wikitext[start:end]
+                cuts[-1] = (cuts[-1][0], end)
             position = search_from = end
     except Unsure:
         return None
     kept.append(wikitext[position:])
-    return _join_cuts(kept, cuts)
+    return _join_cuts(wikitext, kept, cuts)

@@ -10,7 +10,7 @@ drops). MediaWiki reads links before quotes, so italics opened in one link's lab
 both; for mwparserfromhell they were one element that broke both links. The soft hyphen still ends a link trail
 where the run stood (``[[Foo]]''s``: no trail, as MediaWiki reads it). Bold runs stay when asked (the first bold
 text of the lead may name the page itself).
-Runs inside a template, ``<ref>`` or comment that closes on the same line are not the line's formatting
+Runs inside a template or ``<ref>`` that closes on the same line are not the line's formatting
 (MediaWiki strips or expands those first, and the text drops them): they become ``&#39;`` too, so they cannot
 pair with a run outside. Runs inside ``<nowiki>``, ``<math>`` and the like are left verbatim. A line where one
 of these spans lines is left as it is.
@@ -27,9 +27,9 @@ _VERBATIM_TAGS = r"nowiki|pre|math|chem|ce|source|syntaxhighlight|score|timeline
 # Elements on one line whose content is shown verbatim (or not at all) and whose runs mean nothing outside.
 _VERBATIM = re.compile(rf"<({_VERBATIM_TAGS})\b[^>]*?(?:/>|>.*?</\1\s*>)", re.IGNORECASE)
 # Elements on one line that the text drops: their runs are theirs alone.
-_DROPPED = re.compile(r"<!--.*?-->|<ref\b[^>]*/>|<ref\b[^>]*>.*?</ref\s*>", re.IGNORECASE)
+_DROPPED = re.compile(r"<ref\b[^>]*/>|<ref\b[^>]*>.*?</ref\s*>", re.IGNORECASE)
 # What is left of such elements spanning lines, or template parameters: the line is left as it is.
-_UNSAFE = re.compile(rf"<\s*/?\s*({_VERBATIM_TAGS}|ref)\b|<!--|-->|\{{\{{\{{|\}}\}}\}}", re.IGNORECASE)
+_UNSAFE = re.compile(rf"<\s*/?\s*({_VERBATIM_TAGS}|ref)\b|\{{\{{\{{|\}}\}}\}}", re.IGNORECASE)
 _BRACES = re.compile(r"\{\{|\}\}")
 
 
@@ -90,7 +90,7 @@ def _blanked(line: str, spans: list[tuple[int, int]]) -> str:
 
 
 def _hidden_spans(line: str) -> tuple[list[tuple[int, int]], list[tuple[int, int]]] | None:
-    """(dropped, verbatim) spans of the line's templates, refs and comments, and of its verbatim elements;
+    """(dropped, verbatim) spans of the line's templates and refs, and of its verbatim elements;
     None when one of them opens or closes on another line."""
     verbatim = [match.span() for match in _VERBATIM.finditer(line)]
     masked = _blanked(line, verbatim)
@@ -115,7 +115,7 @@ def balance_line(line: str, keep_bold: bool = False) -> str:
         return line
     spans, verbatim = hidden
     runs = [run for run in _line_runs(line) if not any(start <= run[0] < end for start, end in verbatim)]
-    # a run inside a template, ref or comment (dropped from the text) is theirs: MediaWiki reads those first
+    # a run inside a template or ref (dropped from the text) is theirs: MediaWiki reads those first
     inside = [any(start <= run[0] < end for start, end in spans) for run in runs]
     for run, dropped in zip(runs, inside, strict=True):
         if dropped:
