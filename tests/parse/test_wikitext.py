@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import WIKIPEDIA
+from tests.conftest import BUNDLED_SAMPLE, WIKIPEDIA
 from transforms.parse.dump_reader import RawPage, iter_pages, read_siteinfo
 from transforms.parse.namespaces import Namespaces
 from transforms.parse.titles import decode_target, normalize_title
@@ -416,3 +416,13 @@ def test_comments_go_first_as_mediawikis_preprocessor_removes_them():
 def test_a_ref_or_template_cut_after_a_trail_ends_the_trail():
     for cut in ("<ref>r</ref>", "{{citation needed}}"):
         assert both_paths(f"[[Cat]]s{cut}and dogs") == ("Catsand dogs", [("Cats", "Cat")])
+
+
+def test_canonical_names_and_unlisted_aliases_are_namespaces():
+    """Every wiki accepts MediaWiki's canonical names (``Project:``); English Wikipedia also ``WP:`` and ``WT:``, which
+    its <siteinfo> does not list. ``MOS:HEAD`` is an article-namespace title."""
+    english = read_siteinfo(str(BUNDLED_SAMPLE)).namespaces
+    assert convert("[[Project:About|about]] [[WP:NPOV|npov]] [[WT:NPOV]] [[MOS:HEAD|mos]]", english) == (
+        "about npov WT:NPOV mos", [("mos", "MOS:HEAD")])
+    assert convert("[[Project:About|about]] [[WP:NPOV|npov]]", ITALIAN.with_language("it")) == (
+        "about npov", [("npov", "WP:NPOV")])

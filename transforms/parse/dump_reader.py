@@ -15,7 +15,7 @@ from typing import IO
 from artifacts import fs
 from artifacts.errors import InputError, first_line
 from artifacts.ids import int64_of
-from transforms.parse.namespaces import ARTICLE, Namespaces, legacy_file_aliases
+from transforms.parse.namespaces import ARTICLE, Namespaces, unlisted_aliases
 from transforms.parse.titles import normalize_title
 
 _SCHEMA = re.compile(r"export-(\d+\.\d+)")
@@ -94,7 +94,7 @@ def siteinfo_from_element(element: ElementTree.Element | None, schema_version: s
             local[namespace.text] = int(key)
     dbname, base_url = _child_text(element, "dbname"), _child_text(element, "base")
     language = wiki_language(dbname, base_url)
-    local.update(legacy_file_aliases(language))
+    local.update(unlisted_aliases(language))
     return SiteInfo(dbname, base_url, schema_version, namespaces.with_names(local).with_language(language))
 
 

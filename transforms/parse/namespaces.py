@@ -9,26 +9,29 @@ FILE = 6
 CATEGORY = 14
 MEDIA = -2
 
-# What English wikis call them; used only when a dump has no <siteinfo> (e.g. bare page fragments).
+# MediaWiki's canonical names, which every wiki accepts, and what English Wikipedia calls its own (under the local
+# names a dump's <siteinfo> lists).
 _ENGLISH_DEFAULTS = {
-    "media": MEDIA, "special": -1, "talk": 1, "user": 2, "user talk": 3, "wikipedia": 4, "wikipedia talk": 5,
+    "media": MEDIA, "special": -1, "talk": 1, "user": 2, "user talk": 3, "project": 4, "project talk": 5,
+    "wikipedia": 4, "wikipedia talk": 5,
     "file": FILE, "image": FILE, "file talk": 7, "image talk": 7, "mediawiki": 8, "mediawiki talk": 9,
     "template": 10, "template talk": 11, "help": 12, "help talk": 13, "category": CATEGORY,
     "category talk": 15, "portal": 100, "portal talk": 101, "draft": 118, "draft talk": 119,
     "module": 828, "module talk": 829,
 }
 
-# Old local names of the File namespace that wikis still accept but <siteinfo> does not list (it lists no
-# aliases). Keyed by language code.
-_LEGACY_FILE_ALIASES = {
-    "it": ("Immagine",), "de": ("Bild",), "fr": ("Image",), "es": ("Imagen",), "pt": ("Imagem", "Arquivo"),
-    "nl": ("Afbeelding",), "pl": ("Grafika",), "ru": ("Изображение",), "sv": ("Bild",), "ja": ("画像",),
+# Aliases that wikis accept but <siteinfo> does not list (it lists no aliases), by language code: old local names
+# of the File namespace, and English Wikipedia's WP: and WT: (``[[WP:NPOV]]``).
+_UNLISTED_ALIASES: dict[str, dict[str, int]] = {
+    "en": {"WP": 4, "WT": 5}, "it": {"Immagine": FILE}, "de": {"Bild": FILE}, "fr": {"Image": FILE},
+    "es": {"Imagen": FILE}, "pt": {"Imagem": FILE, "Arquivo": FILE}, "nl": {"Afbeelding": FILE},
+    "pl": {"Grafika": FILE}, "ru": {"Изображение": FILE}, "sv": {"Bild": FILE}, "ja": {"画像": FILE},
 }
 
 
-def legacy_file_aliases(language: str | None) -> dict[str, int]:
-    """The unlisted File aliases of a wiki by its language code (e.g. ``it`` -> {"Immagine": 6})."""
-    return {alias: FILE for alias in _LEGACY_FILE_ALIASES.get(language, ())}
+def unlisted_aliases(language: str | None) -> dict[str, int]:
+    """The namespace aliases a wiki accepts but does not list, by its language code (``it``: {"Immagine": 6})."""
+    return dict(_UNLISTED_ALIASES.get(language or "", {}))
 
 
 def self_interwiki_prefixes(language: str | None) -> frozenset[str]:
