@@ -426,3 +426,9 @@ def test_canonical_names_and_unlisted_aliases_are_namespaces():
         "about npov WT:NPOV mos", [("mos", "MOS:HEAD")])
     assert convert("[[Project:About|about]] [[WP:NPOV|npov]]", ITALIAN.with_language("it")) == (
         "about npov", [("npov", "WP:NPOV")])
+
+
+def test_a_link_inside_a_links_label_is_the_only_link():
+    """MediaWiki shows "[[Foo|a " and " b]]" as text around the link to Bar; a file's caption keeps its links out."""
+    assert both_paths("x [[Foo|a [[Bar]] b]] y [[File:X.jpg|thumb|A [[caption]]]] z") == (
+        "x [[Foo|a Bar b]] y z", [("Bar", "Bar")])

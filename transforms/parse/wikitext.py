@@ -264,6 +264,12 @@ class _Converter:
         role = classify_link(decode_target(title), self.namespaces, self.options)
         if role.drop:
             return False
+        if label is not None and label.filter_wikilinks(recursive=False):
+            # MediaWiki makes no link of one that holds a link: "[[Foo|a " shows as text, then the inner link
+            self.out.add(f"[[{node.title}|")
+            self.walk(label, depth + 1)
+            self.out.add("]]")
+            return False
         # one line: a label's line break (``[[Foo|a<br/>b]]``) is a space, so the whole label stays the anchor
         shown = " ".join(self.render_plain(label if label is not None else node.title, depth).split("\n"))
         # a label of zero-width spaces shows nothing (an ASCII label needs no look at each letter: strip() is enough)
