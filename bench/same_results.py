@@ -1,12 +1,16 @@
-"""Whether two runs hold the same artifacts: every Parquet artifact's rows compared after sorting, the linker files
-byte for byte, each FAISS shard's (id, vector) pairs, the dead letters as sorted lines and the stages' counters.
+"""Whether two runs hold the same artifacts: every artifact the manifests list, each stage's dead letters by kind
+and the stages' counters.
 
 For checking that a change of the pipeline's graph leaves every result as it was:
 
-    python -m bench.same_results OLD_OUT NEW_OUT [--ignore-counter NAME ...]
+    python -m bench.same_results OLD_OUT NEW_OUT [--ignore-counter NAME ...] [--ignore-metadata KEY ...]
 
-Prints one line per artifact of the new run (``same`` or what differs; artifacts only the old run has are skipped:
-the new run may have run fewer stages) and exits 1 when anything differs.
+Parquet artifacts compare their schema (column names and types), their files' metadata (each distinct one) and
+their rows after sorting (row order and the split into files are no difference); FAISS shards
+their (id, vector) pairs, the ids the index returns and ``index.json``; other files (the linker) byte for byte. A
+file the manifest lists that cannot be read is a difference, not a traceback. Prints one line per artifact of each
+stage the new run recorded (``same`` or what differs; stages only the old run has are skipped: the new run may have
+run fewer) and exits 1 when anything differs, 2 when a run has no manifest.
 """
 
 from __future__ import annotations
@@ -14,67 +18,81 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-PARQUET_ARTIFACTS = ("articles", "redirects", "entities", "dictionary/names", "mentions", "entity_embeddings",
-                     "entity_id_map", "passages")
+from artifacts import layout
+from artifacts.run.report.stages import artifact_of
+
 MAX_SHOWN = 3
+INDEX = "index"
+# What reading a damaged or missing file raises: a difference to report, not a crash.
+UNREADABLE = (OSError, RuntimeError, ValueError, pa.ArrowException)
+# stage -> artifact -> its files (relative to OUT), as a manifest lists them; dead letters apart
+Outputs = dict[str, dict[str, list[str]]]
 
 
-def parquet_rows(directory: Path) -> list[tuple] | None:
-    """Every row of the Parquet files under ``directory`` as tuples of plain values, sorted (None: no files)."""
-    files = sorted(directory.rglob("*.parquet"))
-    if not files:
-        return None
-    table = pa.concat_tables([pq.read_table(path) for path in files])
-    columns = [table.column(name).to_pylist() for name in table.column_names]
-    return sorted(zip(*columns, strict=True), key=repr)
+def manifest_outputs(run: Path) -> Outputs:
+    """Each recorded stage's output files by artifact, dead letters left out (compared by kind)."""
+    stages = json.loads((run / "manifest.json").read_text())["stages"]
+    outputs: Outputs = {}
+    for stage, record in stages.items():
+        artifacts = outputs.setdefault(stage, {})
+        for item in record["outputs"]:
+            if not item["path"].startswith(f"{layout.ERRORS}/"):
+                artifacts.setdefault(artifact_of(item["path"]), []).append(item["path"])
+    return outputs
 
 
-def compare_parquet(old: Path, new: Path, artifact: str) -> str | None:
-    """What differs between the rows of ``artifact`` in two runs (None: the same, or absent from both)."""
-    old_rows, new_rows = parquet_rows(old / artifact), parquet_rows(new / artifact)
-    if old_rows is None and new_rows is None:
-        return None
-    if new_rows is None:
-        return None  # a stage the new run did not run
-    if old_rows is None:
-        return "DIFFERENT: only in new"
-    if old_rows == new_rows:
-        return "same"
-    old_set, new_set = set(map(repr, old_rows)), set(map(repr, new_rows))
-    gone, added = sorted(old_set - new_set)[:MAX_SHOWN], sorted(new_set - old_set)[:MAX_SHOWN]
-    return (f"DIFFERENT: {len(old_rows)} rows -> {len(new_rows)}; only old: {[row[:200] for row in gone]}; "
-            f"only new: {[row[:200] for row in added]}")
+def multiset_difference(old: list[Any], new: list[Any]) -> str:
+    """How many items each side has and a few that only one side has (as many times as it has them more)."""
+    old_count, new_count = Counter(map(repr, old)), Counter(map(repr, new))
+    gone, added = sorted((old_count - new_count).elements()), sorted((new_count - old_count).elements())
+    return (f"{len(old)} -> {len(new)}; only old: {[item[:200] for item in gone[:MAX_SHOWN]]}; "
+            f"only new: {[item[:200] for item in added[:MAX_SHOWN]]}")
 
 
-def compare_bytes(old: Path, new: Path, directory: str) -> str | None:
-    """Files under ``directory`` byte for byte."""
-    old_files = {path.relative_to(old / directory) for path in (old / directory).rglob("*") if path.is_file()}
-    new_files = {path.relative_to(new / directory) for path in (new / directory).rglob("*") if path.is_file()}
-    if not new_files:
-        return None
-    if old_files != new_files:
-        return f"DIFFERENT files: only old {sorted(map(str, old_files - new_files))}, " \
-               f"only new {sorted(map(str, new_files - old_files))}"
-    changed = [str(name) for name in sorted(old_files) if (old / directory / name).read_bytes()
-               != (new / directory / name).read_bytes()]
+def parquet_content(run: Path, files: list[str], ignored: set[str]) -> tuple[pa.Schema, list[str], list[tuple]]:
+    """(schema without metadata; the distinct metadata of its files, less ``ignored`` keys, sorted; the rows,
+    sorted)."""
+    tables = [pq.read_table(run / name) for name in sorted(files)]
+    metadata = sorted({repr(sorted((key.decode(), value.decode())
+                                   for key, value in (table.schema.metadata or {}).items()
+                                   if key.decode() not in ignored)) for table in tables})
+    schemas = {table.schema.remove_metadata() for table in tables}
+    if len(schemas) > 1:
+        raise ValueError(f"its files have {len(schemas)} schemas")
+    table = pa.concat_tables(tables)
+    rows = sorted(zip(*(column.to_pylist() for column in table.columns), strict=True), key=repr)
+    return schemas.pop(), metadata, rows
+
+
+def compare_parquet(old: Path, new: Path, old_files: list[str], new_files: list[str], ignored: set[str]) -> str:
+    old_schema, old_metadata, old_rows = parquet_content(old, old_files, ignored)
+    new_schema, new_metadata, new_rows = parquet_content(new, new_files, ignored)
+    problems = []
+    if old_schema != new_schema:
+        problems.append(f"schema {old_schema.to_string()!r} -> {new_schema.to_string()!r}")
+    if old_metadata != new_metadata:
+        problems.append(f"metadata {multiset_difference(old_metadata, new_metadata)}")
+    if old_rows != new_rows:
+        problems.append(f"rows {multiset_difference(old_rows, new_rows)}")
+    return "DIFFERENT: " + "; ".join(problems) if problems else "same"
+
+
+def compare_bytes(old: Path, new: Path, old_files: list[str], new_files: list[str], _: set[str]) -> str:
+    """Files byte for byte."""
+    if sorted(old_files) != sorted(new_files):
+        return (f"DIFFERENT files: only old {sorted(set(old_files) - set(new_files))}, "
+                f"only new {sorted(set(new_files) - set(old_files))}")
+    changed = [name for name in sorted(old_files) if (old / name).read_bytes() != (new / name).read_bytes()]
     return f"DIFFERENT bytes: {changed}" if changed else "same"
-
-
-def shard_pairs(index_dir: Path, shard: str) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, vectors) of one FAISS shard, in id order."""
-    import faiss
-
-    index = faiss.read_index(str(index_dir / f"{shard}.faiss"))
-    ids = np.load(index_dir / f"{shard}.ids.npy")
-    vectors = stored_vectors(index) if index.ntotal else np.zeros((0, index.d), np.float32)
-    order = np.argsort(ids, kind="stable")
-    return ids[order], vectors[order]
 
 
 def stored_vectors(index) -> np.ndarray:
@@ -89,65 +107,113 @@ def stored_vectors(index) -> np.ndarray:
     return index.reconstruct_n(0, index.ntotal)
 
 
-def compare_index(old: Path, new: Path) -> str | None:
+def shard_pairs(index_dir: Path, shard: str) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, vectors) of one FAISS shard in id order: the ids its search returns (an IDMap's own), which must be
+    those of its ``.ids.npy``."""
+    import faiss
+
+    index = faiss.read_index(str(index_dir / f"{shard}.faiss"))
+    ids = np.load(index_dir / f"{shard}.ids.npy")
+    if isinstance(index, faiss.IndexIDMap) and not np.array_equal(faiss.vector_to_array(index.id_map), ids):
+        raise ValueError(f"{shard}: the ids its search returns are not those of {shard}.ids.npy")
+    vectors = stored_vectors(index) if index.ntotal else np.zeros((0, index.d), np.float32)
+    order = np.argsort(ids, kind="stable")
+    return ids[order], vectors[order]
+
+
+def compare_index(old: Path, new: Path, old_files: list[str], new_files: list[str], ignored: set[str]) -> str:
     """Each FAISS shard's (id, vector) pairs and index.json's fields (shard files byte for byte, if they are)."""
-    old_dir, new_dir = old / "index", new / "index"
-    old_has, new_has = (old_dir / "index.json").exists(), (new_dir / "index.json").exists()
-    if not old_has and not new_has:
-        return None
-    if old_has != new_has:
-        return "only in " + ("old" if old_has else "new")
-    old_info, new_info = json.loads((old_dir / "index.json").read_text()), json.loads((new_dir / "index.json")
-                                                                                       .read_text())
+    old_dir, new_dir = old / INDEX, new / INDEX
+    old_info, new_info = (json.loads((directory / "index.json").read_text()) for directory in (old_dir, new_dir))
     problems = [f"index.json {key}: {old_info.get(key)!r} -> {new_info.get(key)!r}"
-                for key in sorted(set(old_info) | set(new_info))
-                if key != "shard_files" and old_info.get(key) != new_info.get(key)]
-    for shard in sorted(item["name"] for item in old_info["shard_files"]):
+                for key in sorted((set(old_info) | set(new_info)) - ignored - {"shard_files"})
+                if old_info.get(key) != new_info.get(key)]
+    old_shards, new_shards = ({item["name"] for item in info["shard_files"]} for info in (old_info, new_info))
+    if old_shards != new_shards:
+        problems.append(f"shards: only old {sorted(old_shards - new_shards)}, "
+                        f"only new {sorted(new_shards - old_shards)}")
+    for shard in sorted(old_shards & new_shards):
         old_ids, old_vectors = shard_pairs(old_dir, shard)
         new_ids, new_vectors = shard_pairs(new_dir, shard)
         if not (np.array_equal(old_ids, new_ids) and np.array_equal(old_vectors, new_vectors)):
             problems.append(f"{shard}: ids or vectors differ")
         elif (old_dir / f"{shard}.faiss").read_bytes() != (new_dir / f"{shard}.faiss").read_bytes():
             problems.append(f"{shard}: same (id, vector) pairs, file bytes differ (insertion order)")
-    return "; ".join(problems) if problems else "same"
+    return "DIFFERENT: " + "; ".join(problems) if problems else "same"
 
 
-def dead_letters(directory: Path) -> list[str]:
-    return sorted(line for path in directory.rglob("*") if path.is_file()
-                  for line in path.read_text(encoding="utf-8").splitlines())
+Comparison = Callable[[Path, Path, list[str], list[str], set[str]], str]
 
 
-def compare_errors(old: Path, new: Path) -> str | None:
-    old_lines, new_lines = dead_letters(old / "errors"), dead_letters(new / "errors")
-    if not old_lines and not new_lines:
-        return None
-    if old_lines == new_lines:
-        return "same"
-    gone, added = sorted(set(old_lines) - set(new_lines)), sorted(set(new_lines) - set(old_lines))
-    return f"DIFFERENT: {len(old_lines)} -> {len(new_lines)} lines; only old {gone[:MAX_SHOWN]}; " \
-           f"only new {added[:MAX_SHOWN]}"
+def comparison_of(artifact: str, files: list[str]) -> Comparison:
+    if artifact == INDEX:
+        return compare_index
+    return compare_parquet if all(name.endswith(".parquet") for name in files) else compare_bytes
 
 
-def compare_counters(old: Path, new: Path, ignored: set[str]) -> list[tuple[str, str]]:
-    """Per stage of both manifests: the counters that differ (a counter absent from one side counts as 0)."""
-    old_stages = json.loads((old / "manifest.json").read_text())["stages"]
-    new_stages = json.loads((new / "manifest.json").read_text())["stages"]
+def compare_artifact(old: Path, new: Path, artifact: str, old_files: list[str], new_files: list[str],
+                     ignored: set[str]) -> str:
+    compare = comparison_of(artifact, old_files + new_files)
+    try:
+        return compare(old, new, old_files, new_files, ignored)
+    except UNREADABLE as error:
+        return f"DIFFERENT: cannot be read ({type(error).__name__}: {str(error)[:300]})"
+
+
+def dead_letters(run: Path, stage: str) -> dict[str, list[str]]:
+    """A stage's dead letters by kind (``pages`` of ``errors/parse/pages-00000-of-00001.jsonl``), sorted lines."""
+    kinds: dict[str, list[str]] = {}
+    for path in sorted((run / layout.ERRORS / stage).glob("*")):
+        if path.is_file():
+            kind = path.name.split("-", 1)[0]
+            kinds.setdefault(kind, []).extend(path.read_text(encoding="utf-8").splitlines())
+    return {kind: sorted(lines) for kind, lines in kinds.items()}
+
+
+def compare_errors(old: Path, new: Path, stage: str) -> list[tuple[str, str]]:
+    old_kinds, new_kinds = dead_letters(old, stage), dead_letters(new, stage)
     results = []
-    for stage in sorted(set(old_stages) & set(new_stages)):
-        old_counters, new_counters = old_stages[stage]["counters"], new_stages[stage]["counters"]
-        changed = {name: (old_counters.get(name, 0), new_counters.get(name, 0))
-                   for name in sorted((set(old_counters) | set(new_counters)) - ignored)
-                   if old_counters.get(name, 0) != new_counters.get(name, 0)}
-        results.append((f"counters {stage}", f"DIFFERENT: {changed}" if changed else "same"))
+    for kind in sorted(set(old_kinds) | set(new_kinds)):
+        old_lines, new_lines = old_kinds.get(kind, []), new_kinds.get(kind, [])
+        if old_lines or new_lines:
+            outcome = "same" if old_lines == new_lines else f"DIFFERENT: {multiset_difference(old_lines, new_lines)}"
+            results.append((f"{layout.ERRORS}/{stage}/{kind}", outcome))
     return results
 
 
-def compare_runs(old: Path, new: Path, ignored_counters: set[str]) -> list[tuple[str, str]]:
-    results = [(artifact, compare_parquet(old, new, artifact)) for artifact in PARQUET_ARTIFACTS]
-    results += [("dictionary/linker", compare_bytes(old, new, "dictionary/linker")),
-                ("index", compare_index(old, new)), ("errors", compare_errors(old, new))]
-    results = [(name, outcome) for name, outcome in results if outcome is not None]
-    return results + compare_counters(old, new, ignored_counters)
+def compare_counters(old_record: dict, new_record: dict, ignored: set[str]) -> str:
+    """The counters that differ (a counter absent from one side counts as 0)."""
+    old_counters, new_counters = old_record["counters"], new_record["counters"]
+    changed = {name: (old_counters.get(name, 0), new_counters.get(name, 0))
+               for name in sorted((set(old_counters) | set(new_counters)) - ignored)
+               if old_counters.get(name, 0) != new_counters.get(name, 0)}
+    return f"DIFFERENT: {changed}" if changed else "same"
+
+
+def compare_stage(old: Path, new: Path, stage: str, old_artifacts: dict[str, list[str]] | None,
+                  new_artifacts: dict[str, list[str]], ignored_counters: set[str], ignored_metadata: set[str]
+                  ) -> list[tuple[str, str]]:
+    if old_artifacts is None:
+        return [(stage, "DIFFERENT: only the new run recorded it")]
+    results = []
+    for artifact in sorted(set(old_artifacts) | set(new_artifacts)):
+        if artifact not in new_artifacts or artifact not in old_artifacts:
+            results.append((artifact, f"DIFFERENT: only in {'old' if artifact in old_artifacts else 'new'}"))
+        else:
+            results.append((artifact, compare_artifact(old, new, artifact, old_artifacts[artifact],
+                                                       new_artifacts[artifact], ignored_metadata)))
+    results += compare_errors(old, new, stage)
+    old_record, new_record = (json.loads((run / "manifest.json").read_text())["stages"][stage] for run in (old, new))
+    return [*results, (f"counters {stage}", compare_counters(old_record, new_record, ignored_counters))]
+
+
+def compare_runs(old: Path, new: Path, ignored_counters: set[str], ignored_metadata: set[str] = frozenset()
+                 ) -> list[tuple[str, str]]:
+    old_outputs, new_outputs = manifest_outputs(old), manifest_outputs(new)
+    order = [*layout.STAGE_ORDER, *sorted(set(new_outputs) - set(layout.STAGE_ORDER))]
+    return [result for stage in order if stage in new_outputs
+            for result in compare_stage(old, new, stage, old_outputs.get(stage), new_outputs[stage],
+                                        ignored_counters, set(ignored_metadata))]
 
 
 def main() -> int:
@@ -155,10 +221,17 @@ def main() -> int:
     parser.add_argument("old", type=Path)
     parser.add_argument("new", type=Path)
     parser.add_argument("--ignore-counter", nargs="*", default=[], help="counters not compared")
+    parser.add_argument("--ignore-metadata", nargs="*", default=[],
+                        help="Parquet metadata keys and index.json fields not compared (e.g. model: the model's path "
+                             "differs between two checkouts' environments)")
     args = parser.parse_args()
-    results = compare_runs(args.old, args.new, set(args.ignore_counter))
+    for run in (args.old, args.new):
+        if not (run / "manifest.json").is_file():
+            print(f"{run} has no manifest.json: not a run")
+            return 2
+    results = compare_runs(args.old, args.new, set(args.ignore_counter), set(args.ignore_metadata))
     for name, outcome in results:
-        print(f"{name:<22} {outcome}")
+        print(f"{name:<32} {outcome}")
     return 0 if all(outcome == "same" for _, outcome in results) else 1
 
 

@@ -1,0 +1,143 @@
+"""bench.same_results: the proof that a change keeps every artifact, so each kind of difference must show."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import faiss
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from bench.same_results import compare_runs
+
+
+def rewrite(path: Path, change: Callable[[pa.Table], pa.Table]) -> None:
+    table = pq.read_table(path)
+    pq.write_table(change(table), path)
+
+
+def first(run: Path, artifact: str) -> Path:
+    return sorted((run / artifact).rglob("*.parquet"))[0]
+
+
+def bump_first_float(table: pa.Table, column: str) -> pa.Table:
+    values = table.column(column).to_pylist()
+    values[0] = [values[0][0] + 1.0, *values[0][1:]]
+    return table.set_column(table.schema.get_field_index(column), table.schema.field(column),
+                            pa.array(values, table.schema.field(column).type))
+
+
+def vector_column(table: pa.Table) -> str:
+    return next(field.name for field in table.schema if pa.types.is_list(field.type)
+                or pa.types.is_fixed_size_list(field.type))
+
+
+def change_mention_vector(run: Path) -> None:
+    path = first(run, "mention_vectors")
+    rewrite(path, lambda table: bump_first_float(table, vector_column(table)))
+
+
+def change_passage_vector(run: Path) -> None:
+    path = first(run, "index/embeddings")
+    rewrite(path, lambda table: bump_first_float(table, vector_column(table)))
+
+
+def remove_passages_file(run: Path) -> None:
+    first(run, "passages").unlink()
+
+
+def change_target_norm(run: Path) -> None:
+    path = first(run, "entity_embeddings")
+    table = pq.read_table(path)
+    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, b"target_norm": b"123.0"}), path)
+
+
+def widen_entity_ids(run: Path) -> None:
+    rewrite(first(run, "entities"), lambda table: table.set_column(
+        table.schema.get_field_index("entity_id"), "entity_id", pc.cast(table.column("entity_id"), pa.int64())))
+
+
+def duplicate_entity_row(run: Path) -> None:
+    rewrite(first(run, "entities"), lambda table: pa.concat_tables([table, table.slice(0, 1)]))
+
+
+def add_dead_letter(run: Path, stage: str) -> None:
+    path = sorted((run / "errors" / stage).glob("*.jsonl"))[0]
+    path.write_text(path.read_text() + '{"why": "a dead letter"}\n')
+
+
+def remove_shard_ids(run: Path) -> None:
+    next((run / "index").glob("*.ids.npy")).unlink()
+
+
+def change_returned_ids(run: Path) -> None:
+    path = next((run / "index").glob("shard-*.faiss"))
+    index = faiss.read_index(str(path))
+    ids = faiss.vector_to_array(index.id_map)
+    faiss.copy_array_to_vector(ids + 1_000_000, index.id_map)
+    faiss.write_index(index, str(path))
+
+
+CHANGES = {
+    "mention_vectors": change_mention_vector,
+    "index/embeddings": change_passage_vector,
+    "passages": remove_passages_file,
+    "entity_embeddings": change_target_norm,
+    "entities": widen_entity_ids,
+    "index": remove_shard_ids,
+}
+
+
+@pytest.fixture
+def runs(full_run: Path, tmp_path: Path) -> tuple[Path, Path]:
+    return Path(shutil.copytree(full_run, tmp_path / "old")), Path(shutil.copytree(full_run, tmp_path / "new"))
+
+
+def outcomes(old: Path, new: Path) -> dict[str, str]:
+    return dict(compare_runs(old, new, set()))
+
+
+@pytest.mark.parametrize("artifact", sorted(CHANGES))
+def test_each_changed_artifact_is_different_and_nothing_else(runs, artifact):
+    old, new = runs
+    assert set(outcomes(old, new).values()) == {"same"}
+    CHANGES[artifact](new)
+    found = outcomes(old, new)
+    assert found[artifact].startswith("DIFFERENT"), found[artifact]
+    assert {name for name, outcome in found.items() if outcome != "same"} == {artifact}
+
+
+def test_row_order_and_files_are_no_difference_but_a_repeated_row_is_shown(runs):
+    old, new = runs
+    path = first(new, "entities")
+    table = pq.read_table(path)
+    path.unlink()
+    half = table.num_rows // 2
+    pq.write_table(table.slice(half), path.with_name("b.parquet"))
+    pq.write_table(table.slice(0, half), path.with_name("a.parquet"))
+    manifest = json.loads((new / "manifest.json").read_text())  # it lists both halves, as a stage would
+    outputs = manifest["stages"]["dictionary"]["outputs"]
+    at = next(index for index, item in enumerate(outputs) if item["path"] == f"entities/{path.name}")
+    outputs[at:at + 1] = [{**outputs[at], "path": f"entities/{name}"} for name in ("a.parquet", "b.parquet")]
+    (new / "manifest.json").write_text(json.dumps(manifest))
+    assert outcomes(old, new)["entities"] == "same"
+    duplicate_entity_row(new)
+    shown = outcomes(old, new)["entities"]
+    assert shown.startswith("DIFFERENT: rows ") and 'only old: []; only new: ["(' in shown, shown
+
+
+def test_a_dead_letter_of_another_stage_and_ids_search_would_return_differ(runs):
+    old, new = runs
+    add_dead_letter(old, "parse")
+    add_dead_letter(new, "index")  # the same line, another stage's
+    assert sum(outcome.startswith("DIFFERENT") for name, outcome in outcomes(old, new).items()
+               if name.startswith("errors/")) == 2
+    shutil.rmtree(new)
+    shutil.copytree(old, new)
+    change_returned_ids(new)
+    assert "search returns" in outcomes(old, new)["index"]
