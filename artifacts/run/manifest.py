@@ -81,7 +81,13 @@ def load(output: str) -> dict[str, StageRecord]:
     path = manifest_path(output)
     if not fs.exists(path):
         return {}
-    return parse(path, fs.read_bytes(path))
+    try:
+        data = fs.read_bytes(path)
+    except IsADirectoryError as error:
+        raise DamagedManifestError(path, "it is a directory") from error
+    except OSError as error:
+        raise DamagedManifestError(path, f"it cannot be read ({error.strerror or error})") from error
+    return parse(path, data)
 
 
 # The fields of a stage record and of an output file, with the JSON types they must have; the first ones required.
@@ -92,6 +98,8 @@ _RECORD_REQUIRED = ("stage", "options", "inputs", "outputs")
 _OUTPUT_FIELDS: dict[str, type | tuple[type, ...]] = {"path": str, "bytes": int, "sha256": str,
                                                       "rows": (int, type(None))}
 _OUTPUT_REQUIRED = ("path", "bytes", "sha256")
+# The JSON types of the values of a record's mappings (options hold any JSON value).
+_MAPPING_VALUES: dict[str, type | tuple[type, ...]] = {"counters": int, "versions": str, "inputs": str}
 
 
 def parse(path: str, data: bytes) -> dict[str, StageRecord]:
@@ -122,8 +130,18 @@ def parse(path: str, data: bytes) -> dict[str, StageRecord]:
     return {name: _record(path, name, value) for name, value in document["stages"].items()}
 
 
+def _mapping_problem(value: dict[str, Any]) -> str | None:
+    """A value of the record's counters, versions or inputs that is not of its type (``"many"`` as a counter)."""
+    for field_name, expected in _MAPPING_VALUES.items():
+        for key, item in value.get(field_name, {}).items():
+            if isinstance(item, bool) or not isinstance(item, expected):
+                return f"has {field_name}[{key!r}] as {_json_type(item)}"
+    return None
+
+
 def _record(path: str, name: str, value: Any) -> StageRecord:
     problem = _shape_problem(value, _RECORD_FIELDS, _RECORD_REQUIRED)
+    problem = problem or _mapping_problem(value)
     for index, item in enumerate(value.get("outputs", []) if problem is None else []):
         item_problem = _shape_problem(item, _OUTPUT_FIELDS, _OUTPUT_REQUIRED)
         if item_problem is None and not fs.stays_below(item["path"]):

@@ -63,6 +63,13 @@ def test_other_damages_are_named() -> None:
              b'{"format": 1}': 'it has no "stages"',
              b'{"stages": {"parse": {"stage": "parse", "options": {}, "inputs": {}, "outputs": [], '
              b'"wall_time_s": true}}}': "its stage 'parse' has \"wall_time_s\" as a boolean",
+             **{b'{"stages": {"index": {"stage": "index", "options": {}, "inputs": {}, "outputs": [], '
+                + field.encode() + b'}}}': problem for field, problem in (
+                    ('"counters": {"passages": "many"}', "its stage 'index' has counters['passages'] as a string"),
+                    ('"counters": {"passages": true}', "its stage 'index' has counters['passages'] as a boolean"),
+                    ('"versions": {"python": 3}', "its stage 'index' has versions['python'] as a number"))},
+             b'{"stages": {"index": {"stage": "index", "options": {}, "inputs": {"stage:parse": []}, "outputs": []}}}':
+                "its stage 'index' has inputs['stage:parse'] as a list",
              b'{"format": 2, "stages": {}}': "it is of format 2, where this version reads format 1",
              b'{"format": "1", "stages": {}}': "it is of format '1', where this version reads format 1",
              **{b'{"stages": {"index": {"stage": "index", "options": {}, "inputs": {}, "outputs": [{"path": "'
@@ -217,3 +224,9 @@ def test_a_previous_run_with_a_file_gone_is_recomputed_saying_why(full_run: Path
     assert main(argv) == 0
     assert (f"[index] recomputing everything: {previous} does not validate ({SHARD}: missing)"
             in capsys.readouterr().err.splitlines())
+
+
+def test_a_manifest_that_is_a_directory_is_damaged(tmp_path: Path) -> None:
+    (tmp_path / "manifest.json").mkdir()
+    with pytest.raises(DamagedManifestError, match=r"manifest\.json is damaged: it is a directory$"):
+        manifest.load(str(tmp_path))
