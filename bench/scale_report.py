@@ -127,11 +127,11 @@ def cpu_per_article(measured: Sequence[StageRun]) -> list[dict[str, float]]:
     return rows
 
 
-def serial_seconds(runs: Sequence[StageRun]) -> float:
-    """The seconds of a stage's runs on one input that do not spread over the workers (start-up, single-worker
-    steps): ``s`` of the least-squares fit of wall time = s + p / workers (Amdahl's law) over the runs' counts."""
-    _, serial = fit_line([1 / run.workers for run in runs], [run.wall_s for run in runs])
-    return serial
+def amdahl_fit(runs: Sequence[StageRun]) -> tuple[float, float]:
+    """(s, p) of the least-squares fit of wall time = s + p / workers (Amdahl's law) over a stage's runs on one
+    input: ``s`` the seconds that do not spread over the workers (start-up, single-worker steps)."""
+    parallel, serial = fit_line([1 / run.workers for run in runs], [run.wall_s for run in runs])
+    return serial, parallel
 
 
 def mean_run(runs: Sequence[StageRun]) -> StageRun:
@@ -145,7 +145,8 @@ def mean_run(runs: Sequence[StageRun]) -> StageRun:
 
 def speedups(runs: Sequence[StageRun]) -> list[dict[str, Any]]:
     """Per stage and size: wall time with the fewest workers over wall time with each larger count, the seconds that
-    do not spread (``serial_seconds``) and their share of each run, CPU seconds with more over with the fewest, and
+    do not spread (``amdahl_fit``'s s) and their share of each run as fitted (s / (s + p / N): a measured wall time
+    below the fit's s would make it more than all of it), CPU seconds with more over with the fewest, and
     the largest process with more workers over the whole tree with the fewest (what one process must hold). Repeated
     runs of one worker count (alternated rounds) count by their means."""
     groups: dict[tuple[str, int], list[StageRun]] = {}
@@ -158,9 +159,10 @@ def speedups(runs: Sequence[StageRun]) -> list[dict[str, Any]]:
         for run in group:
             by_workers.setdefault(run.workers, []).append(run)
         base, *more = [mean_run(by_workers[count]) for count in sorted(by_workers)]
-        serial = serial_seconds([base, *more]) if more else 0.0
+        serial, parallel = amdahl_fit([base, *more]) if more else (0.0, base.wall_s)
         found += [{"stage": stage, "articles": articles, "workers": run.workers, "base_workers": base.workers,
-                   "speedup": base.wall_s / run.wall_s, "serial_s": serial, "serial_share": serial / run.wall_s,
+                   "speedup": base.wall_s / run.wall_s, "serial_s": serial,
+                   "serial_share": serial / (serial + parallel / run.workers),
                    "cpu_ratio": run.cpu_s / base.cpu_s, "largest_mb": run.largest_mb,
                    "base_largest_mb": base.largest_mb} for run in more]
     return found
@@ -305,7 +307,8 @@ def print_projection(runs: Sequence[StageRun], no_op_model: bool) -> None:
         print(f"  measured: {per_entity:.1f} sampled mentions per entity at the largest size "
               f"(x {ENWIKI['entities'] / 1e6:.0f}M entities = {per_entity * ENWIKI['entities'] / 1e6:.0f}M)")
     print(f"  memory = MB at 0 + bytes per output unit x enwiki's units (the fits from {FIT_FROM_ARTICLES:,} articles "
-          "on, fewest workers), at least the largest measured")
+          "on where two sizes are that large, else from the smallest: 'sizes from' above; fewest workers), at least "
+          "the largest measured")
     if no_op_model:
         print("  embed-entities and index: host side only (--no-op-model: no model forward counted)")
     print(f"{'stage':<15} {'items':>14} {'rate per worker':>24} {'hours':>7} {'CPU-bound':>9}  peak memory")

@@ -18,7 +18,7 @@ import pytest
 
 from bench.memory import ProcessTreeSampler, run_measured
 from bench.scale import NO_OP_MODEL
-from bench.scale_report import StageRun, cpu_per_article, fit_line, projection, speedups
+from bench.scale_report import StageRun, amdahl_fit, cpu_per_article, fit_line, projection, speedups
 from bench.synthetic import (
     DUMP_NAME,
     INDEX_NAME,
@@ -199,6 +199,12 @@ def test_the_speed_up_says_what_of_each_run_is_not_parallel() -> None:
     assert found[("parse", 40_000, 16)]["speedup"] == pytest.approx(100 / 15.625)
     assert found[("dictionary", 40_000, 4)]["serial_s"] == pytest.approx(0.0, abs=1e-9)
     assert found[("dictionary", 10_000, 16)]["serial_share"] == pytest.approx(1.0)  # fitted on 4 and 16 workers
+    # measured times around the fit: each share is the fit's (s / (s + p / N)), never more than the whole run
+    noisy = [timed_run("mentions", 40_000, workers, wall_s) for workers, wall_s in ((1, 23.4), (4, 17.0), (8, 19.5))]
+    shares = [item["serial_share"] for item in speedups(noisy)]
+    serial, parallel = amdahl_fit(noisy)
+    assert shares == pytest.approx([serial / (serial + parallel / workers) for workers in (4, 8)])
+    assert max(shares) < 1 < serial / 17.0
     assert ("parse", 40_000, 1) not in found
     rounds = [timed_run("index", 40_000, workers, wall_s) for workers, wall_s in ((1, 80), (2, 50), (1, 76), (2, 40))]
     [alternated] = speedups(rounds)  # two rounds of 1 and 2 workers: the means, 78 s and 45 s
