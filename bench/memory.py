@@ -178,7 +178,8 @@ def run_measured(command: Sequence[str], log: Path, env: Mapping[str, str] | Non
                  cwd: Path | None = None, every: float = 0.1, timeout_s: float | None = None) -> Measured:
     """Run ``command`` (stdout and stderr to ``log``) and measure its process tree. CPU seconds: the larger of
     the sampled tree's and the kernel's count for the child and its waited-for descendants (exact, but blind
-    to any process that its parent did not wait for)."""
+    to any process that its parent did not wait for). Peak RSS: the sampled sum, and at least the largest process's
+    own peak (VmHWM: a peak shorter than ``every`` falls between two sums, not out of a high-water mark)."""
     started = time.perf_counter()
     with log.open("wb") as output:
         process = subprocess.Popen(list(command), stdout=output, stderr=subprocess.STDOUT, env=env, cwd=cwd,
@@ -186,5 +187,6 @@ def run_measured(command: Sequence[str], log: Path, env: Mapping[str, str] | Non
         with ProcessTreeSampler(process.pid, every) as sampler:
             exit_ = waited(process, timeout_s)
     wall = time.perf_counter() - started
-    return Measured(exit_.returncode, wall, max(sampler.cpu_seconds, exit_.cpu_s), sampler.peak_rss_bytes,
-                    sampler.most_processes, sampler.largest_process_bytes)
+    return Measured(exit_.returncode, wall, max(sampler.cpu_seconds, exit_.cpu_s),
+                    max(sampler.peak_rss_bytes, sampler.largest_process_bytes), sampler.most_processes,
+                    sampler.largest_process_bytes)

@@ -120,6 +120,13 @@ def test_sampler_sums_the_rss_of_a_process_and_its_descendants(tmp_path: Path) -
     assert measured.wall_s >= 1.5 and measured.cpu_s > 0
 
 
+def test_a_peak_between_two_samples_still_counts(tmp_path: Path) -> None:
+    """200 MB held for a moment, between two samples a second apart: the sum misses it, the process's VmHWM not."""
+    spike = "import time; block = b'x' * (200 << 20); del block; time.sleep(1.5)"
+    measured = run_measured([sys.executable, "-c", spike], tmp_path / "log", every=1.0)
+    assert measured.peak_rss_bytes >= measured.max_process_rss_bytes > 200e6
+
+
 def test_sampler_keeps_the_peak_after_the_tree_shrinks() -> None:
     process = subprocess.Popen([sys.executable, "-c", ALLOCATE.format(mb=120, seconds=0.5) + "; del block; "
                                 "time.sleep(1.0)"])
