@@ -409,8 +409,10 @@ def test_comments_go_first_as_mediawikis_preprocessor_removes_them():
     # gone before links and headings are read: the letters after it are a link's trail, the line a heading
     assert both_paths("[[Cat]]s<!-- c -->and dogs\n<!-- c -->== [[History]] ==\nx") == (
         "Catsand dogs\nHistory\nx", [("Catsand", "Cat"), ("History", "History")])
-    # "<!--" inside a verbatim element is its text
+    # "<!--" inside a literal element is its text; inside other tags (<poem>, <code>) a comment still goes first
     assert both_paths("a <nowiki><!--</nowiki> [[B]] <!-- c --> d") == ("a <!-- B d", [("B", "B")])
+    assert both_paths("<poem>[[Cat]]s<!-- c -->and</poem> <code>x<!-- c -->y</code> <pre>a<!-- b --></pre>") == (
+        "Catsand xy a<!-- b -->", [("Catsand", "Cat")])
 
 
 def test_a_ref_or_template_cut_after_a_trail_ends_the_trail():

@@ -27,7 +27,9 @@ _MARKUP_CHARS = frozenset("'[]{}<>|")
 # The letters glued to a link's "]]" that join its anchor (English: a-z; "[[lichen]]s")
 LINK_TRAIL = re.compile(r"^[a-z]+")
 _ENDS_IN_A_TRAIL = re.compile(r"\]\][a-z]*\Z")
-_COMMENT_OR_VERBATIM = re.compile(rf"<!--|{_VERBATIM.pattern}", re.IGNORECASE)
+# Tags whose content MediaWiki's preprocessor leaves as it is: "<!--" inside them is their text, not a comment.
+_COMMENT_OR_LITERAL = re.compile(r"<!--|<\s*(nowiki|pre|math|chem|ce|source|syntaxhighlight|score|timeline|hiero|"
+                                 r"graph)\b", re.IGNORECASE)
 _PIPE_WORD = "{{!}}"  # MediaWiki's magic word for "|"
 
 
@@ -148,8 +150,8 @@ def _join_cuts(wikitext: str, kept: list[str], cuts: list[tuple[int, int]]) -> s
     return "".join(pieces)
 
 
-def _verbatim_end(text: str, opening: re.Match[str]) -> int:
-    """Where the verbatim element that ``opening`` starts ends (its opening tag's end when it is never closed: then
+def _literal_end(text: str, opening: re.Match[str]) -> int:
+    """Where the literal element that ``opening`` starts ends (its opening tag's end when it is never closed: then
     MediaWiki shows the tag as text and reads on)."""
     opening_end = text.find(">", opening.end())
     if opening_end < 0 or text[opening_end - 1] == "/":
@@ -160,15 +162,15 @@ def _verbatim_end(text: str, opening: re.Match[str]) -> int:
 
 def strip_comments(wikitext: str) -> str:
     """``wikitext`` without its comments, as MediaWiki's preprocessor removes them before templates, links or
-    headings are read: a comment that never closes runs to the page's end; ``<!--`` inside a verbatim element
+    headings are read: a comment that never closes runs to the page's end; ``<!--`` inside a literal element
     (``<nowiki>``, ``<pre>``, ``<math>``...) is that element's text."""
     if "<!--" not in wikitext:
         return wikitext
     kept: list[str] = []
     position = search_from = 0
-    while (match := _COMMENT_OR_VERBATIM.search(wikitext, search_from)) is not None:
+    while (match := _COMMENT_OR_LITERAL.search(wikitext, search_from)) is not None:
         if match.group(0) != "<!--":
-            search_from = _verbatim_end(wikitext, match)
+            search_from = _literal_end(wikitext, match)
             continue
         kept.append(wikitext[position:match.start()])
         end = wikitext.find("-->", match.end())
