@@ -912,3 +912,36 @@ def test_the_vocabulary_refuses_keys_its_readers_would_split_or_take_for_padding
     assert sorted(line.split("\t")[0] for line in lines(["Q1", "Mercury (planet)"])) == ["Mercury (planet)", "Q1"]
     with pytest.raises(InputError, match="is \\[PAD\\] or has a tab or line break"):
         lines(["Q1", key])
+
+
+def flip_middle(path: Path) -> None:
+    """16 bytes in the middle of ``path`` inverted: its size stays, its sha256 does not."""
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 16] = bytes(byte ^ 0xFF for byte in data[middle:middle + 16])
+    path.write_bytes(bytes(data))
+
+
+def test_report_and_diff_refuse_a_file_changed_in_place(run: Path, full_run: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """16 flipped bytes of the entity embeddings: report crashed on infinite norms, diff showed them as data."""
+    damaged = next((run / "entity_embeddings").glob("*.parquet"))
+    flip_middle(damaged)
+    capsys.readouterr()
+    for command in (["report", "--output", str(run)], ["diff", "--old", str(full_run), "--new", str(run)]):
+        assert main(command) == 2, command
+        assert (f"is incomplete (entity_embeddings/{damaged.name}: its sha256 differs from the manifest's, written "
+                "by its 'embed-entities' stage)") in capsys.readouterr().err, command
+
+
+def test_a_stage_whose_output_changed_in_place_runs_again(run: Path, tiny_bert: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """Rerunning after the damage skipped every stage and failed validation, run after run."""
+    damaged = next((run / "articles").glob("*.parquet"))
+    flip_middle(damaged)
+    assert main(stage_command("parse", run, tiny_bert)) == 0
+    assert (f"[parse] articles/{damaged.name}: its sha256 differs from the manifest's: it runs again"
+            in capsys.readouterr().err)
+    assert main(stage_command("dictionary", run, tiny_bert)) == 0
+    assert "[dictionary] skipped" in capsys.readouterr().err
+    assert validate_run(str(run)) == []

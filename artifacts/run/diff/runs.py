@@ -13,7 +13,7 @@ from typing import Any
 
 from artifacts import fs, layout
 from artifacts.errors import IncompleteRunError, InputError
-from artifacts.run import manifest
+from artifacts.run import manifest, verified
 from artifacts.run.diff import rows
 from artifacts.run.diff.keyed import Change, compare
 from artifacts.run.diff.vectors import VECTOR_BUDGET, CosineHistogram, vector_movement
@@ -112,11 +112,18 @@ def complete_records(output: str) -> dict[str, manifest.StageRecord]:
 
 
 def require_complete(output: str, records: dict[str, manifest.StageRecord]) -> None:
-    """``IncompleteRunError`` for the first recorded file of ``output`` that is gone or resized since."""
-    for name in sorted(records, key=layout.stage_rank):
+    """``IncompleteRunError`` for the first recorded file of ``output`` that is gone or resized since, or, on a
+    local disk, whose content is not the manifest's (kept work aside: no reader here reads it). Files this machine
+    committed or checked before are only stat'ed (``verified``)."""
+    ranked = sorted(records, key=layout.stage_rank)
+    for name in ranked:
         problems = manifest.missing_or_changed(output, records[name])
         if problems:
             raise IncompleteRunError(output, name, problems[0])
+    for name in ranked if fs.is_local(output) else ():
+        read = [item for item in records[name].outputs if not manifest.is_kept_work(item.path)]
+        if (problem := verified.changed_content(output, read)) is not None:
+            raise IncompleteRunError(output, name, problem)
 
 
 def _reuse(record: manifest.StageRecord, old: str, reused: str, computed: str) -> VectorReuse:

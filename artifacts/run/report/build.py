@@ -111,7 +111,8 @@ def _draw(data: ReportData) -> dict[str, bytes]:
         drawings[DICTIONARY_PLOT] = lambda: plots.dictionary(data.dictionary)
     if data.embeddings is not None:
         drawings[EMBEDDINGS_PLOT] = lambda: plots.embeddings(data.embeddings)
-    return {name: draw() for name, draw in drawings.items()}
+    drawn = {name: _attempt(data, name.removesuffix(".png"), draw) for name, draw in drawings.items()}
+    return {name: png for name, png in drawn.items() if png is not None}
 
 
 def _sections_before(data: ReportData) -> list[str]:

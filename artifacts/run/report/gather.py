@@ -119,6 +119,8 @@ def embedding_stats(output: str) -> EmbeddingStats:
             mentions = np.pad(mentions, (0, len(counts) - len(mentions)))
         mentions[:len(counts)] += counts
     all_norms = np.concatenate(norms) if norms else np.zeros(0, np.float32)
+    if not np.isfinite(all_norms).all():  # a stage commits no such vector: the files changed since
+        raise ValueError(f"{layout.ENTITY_EMBEDDINGS}/ holds vectors that are not finite: run validate")
     return EmbeddingStats(len(all_norms), dim, value_type, metadata, all_norms, mentions)
 
 
