@@ -434,3 +434,11 @@ def test_a_link_inside_a_links_label_is_the_only_link():
     """MediaWiki shows "[[Foo|a " and " b]]" as text around the link to Bar; a file's caption keeps its links out."""
     assert both_paths("x [[Foo|a [[Bar]] b]] y [[File:X.jpg|thumb|A [[caption]]]] z") == (
         "x [[Foo|a Bar b]] y z", [("Bar", "Bar")])
+
+
+def test_link_trails_take_the_letters_of_the_wikis_language():
+    """Italian MediaWiki's $linkTrail takes "àéèíîìóòúù" too: [[papa|pap]]à is "papà"; English's does not."""
+    italian = ITALIAN.with_language("it")
+    assert both_paths("[[papa|pap]]à e [[Cat]]s{{x}}ù", italian) == (
+        "papà e Catsù", [("papà", "Papa"), ("Cats", "Cat")])
+    assert both_paths("[[papa|pap]]à e [[Cat]]s{{x}}ù") == ("papà e Catsù", [("pap", "Papa"), ("Cats", "Cat")])

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 ARTICLE = 0
 FILE = 6
@@ -29,6 +31,12 @@ _UNLISTED_ALIASES: dict[str, dict[str, int]] = {
 }
 
 
+# The letters after a link's "]]" that join its anchor ("[[lichen]]s"): MediaWiki's $linkTrail of the wiki's
+# language (MessagesIt.php, MessagesDe.php); English's for the others.
+ENGLISH_TRAIL_LETTERS = "a-z"
+_TRAIL_LETTERS = {"it": "a-zàéèíîìóòúù", "de": "äöüßa-z"}
+
+
 def unlisted_aliases(language: str | None) -> dict[str, int]:
     """The namespace aliases a wiki accepts but does not list, by its language code (``it``: {"Immagine": 6})."""
     return dict(_UNLISTED_ALIASES.get(language or "", {}))
@@ -49,6 +57,12 @@ class Namespaces:
 
     by_name: dict[str, int] = field(default_factory=dict)
     self_prefixes: frozenset[str] = frozenset()
+    trail_letters: str = ENGLISH_TRAIL_LETTERS  # a regex character class: the letters of a link trail
+
+    @cached_property
+    def link_trail(self) -> re.Pattern[str]:
+        """The letters that start a text and join the link before it as its trail."""
+        return re.compile(f"^[{self.trail_letters}]+")
 
     @classmethod
     def english_defaults(cls) -> Namespaces:
@@ -63,8 +77,10 @@ class Namespaces:
         return self.by_name.get(" ".join(prefix.replace("_", " ").split()).lower())
 
     def with_names(self, names: dict[str, int]) -> Namespaces:
-        return Namespaces({**self.by_name, **{key.lower(): value for key, value in names.items()}}, self.self_prefixes)
+        return replace(self, by_name={**self.by_name, **{key.lower(): value for key, value in names.items()}})
 
     def with_language(self, language: str | None) -> Namespaces:
-        """These namespaces for a Wikipedia of ``language``: its own interwiki prefixes point here."""
-        return Namespaces(self.by_name, self_interwiki_prefixes(language))
+        """These namespaces for a Wikipedia of ``language``: its own interwiki prefixes point here, its letters
+        make link trails."""
+        return replace(self, self_prefixes=self_interwiki_prefixes(language),
+                       trail_letters=_TRAIL_LETTERS.get(language or "", ENGLISH_TRAIL_LETTERS))

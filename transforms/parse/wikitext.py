@@ -28,7 +28,7 @@ from mwparserfromhell.wikicode import Wikicode
 from artifacts.names import shows_nothing
 from transforms.parse.namespaces import CATEGORY, FILE, MEDIA, Namespaces
 from transforms.parse.titles import decode_target, normalize_title, percent_decoded
-from transforms.parse.wikitext_prepass import LINK_TRAIL, strip_comments, strip_dropped_markup
+from transforms.parse.wikitext_prepass import strip_comments, strip_dropped_markup
 from transforms.parse.wikitext_quotes import balance_quotes
 
 # Tags whose content a reader never sees as article prose.
@@ -245,7 +245,7 @@ class _Converter:
                 after = index + 1
                 trail = ""
                 if after < len(nodes) and isinstance(nodes[after], Text):
-                    match = LINK_TRAIL.match(str(nodes[after].value))
+                    match = self.namespaces.link_trail.match(str(nodes[after].value))
                     if match:
                         trail = match.group(0)
                 consumed = self.wikilink(node, trail, depth)
@@ -428,7 +428,7 @@ def wikitext_to_text(wikitext: str, title: str, namespaces: Namespaces,
     # MediaWiki renders an indented table (":{|") as a table: unindent it so that both paths see (and drop) one
     wikitext = _BEHAVIOUR_SWITCH.sub("", _INDENTED_TABLE.sub("", strip_comments(wikitext)))
     if options.use_prepass:
-        wikitext = strip_dropped_markup(wikitext) or wikitext
+        wikitext = strip_dropped_markup(wikitext, namespaces.trail_letters) or wikitext
     if (unclosed := unclosed_markup(wikitext)) > MAX_UNCLOSED:
         raise WikitextError(f"{unclosed:,} braces and brackets left open (more than {MAX_UNCLOSED:,}: the parser "
                             "would take minutes)")

@@ -12,6 +12,8 @@ from __future__ import annotations
 import bisect
 import re
 
+from transforms.parse.namespaces import ENGLISH_TRAIL_LETTERS
+
 # Tags whose content is literal or opaque: braces inside them mean nothing, so the scanner leaves them whole.
 _VERBATIM = re.compile(r"<\s*(nowiki|pre|math|chem|ce|source|syntaxhighlight|code|score|timeline|hiero|graph|"
                        r"includeonly|noinclude|onlyinclude|templatedata|imagemap|poem)\b", re.IGNORECASE)
@@ -24,9 +26,6 @@ _REF_CLOSE = re.compile(r"</ref\s*>", re.IGNORECASE)
 _TABLE_MARK = re.compile(r"(?:(?<=\n)|^)[ \t]*(\{\||\|\})")
 _BAD_NAME = re.compile(r"[\[\]{}<>]")
 _MARKUP_CHARS = frozenset("'[]{}<>|")
-# The letters glued to a link's "]]" that join its anchor (English: a-z; "[[lichen]]s")
-LINK_TRAIL = re.compile(r"^[a-z]+")
-_ENDS_IN_A_TRAIL = re.compile(r"\]\][a-z]*\Z")
 # Tags whose content MediaWiki's preprocessor leaves as it is: "<!--" inside them is their text, not a comment.
 _COMMENT_OR_LITERAL = re.compile(r"<!--|<\s*(nowiki|pre|math|chem|ce|source|syntaxhighlight|score|timeline|hiero|"
                                  r"graph)\b", re.IGNORECASE)
@@ -132,19 +131,19 @@ def _span_around(spans: list[tuple[int, int]], starts: list[int], position: int)
     return spans[index] if index >= 0 and position < spans[index][1] else None
 
 
-def _makes_a_trail(before: str, after: str) -> bool:
+def _makes_a_trail(before: str, after: str, letters: str) -> bool:
     """Whether cutting would make the letters after a link its trail where MediaWiki's are not: a ref or template
-    between ``[[a]]`` and ``b``, or between ``[[a]]s`` and ``b``, stops the trail."""
-    return bool(_ENDS_IN_A_TRAIL.search(before)) and bool(LINK_TRAIL.match(after))
+    between ``[[a]]`` and ``b``, or between ``[[a]]s`` and ``b``, stops the trail (``letters``: those of a trail)."""
+    return bool(re.search(rf"\]\][{letters}]*\Z", before)) and bool(re.match(f"[{letters}]", after))
 
 
-def _join_cuts(wikitext: str, kept: list[str], cuts: list[tuple[int, int]]) -> str:
+def _join_cuts(wikitext: str, kept: list[str], cuts: list[tuple[int, int]], letters: str) -> str:
     """``kept[0] cuts[0]? kept[1] ...``: each cut dropped unless dropping it would glue markup together or make a
     link trail; such a cut stays in place for the full parse to read (only that spot, not the whole page, takes
     the slow path)."""
     pieces = [kept[0]]
     for (start, end), after in zip(cuts, kept[1:], strict=True):
-        kept_in_place = _glues_markup(pieces[-1], after) or _makes_a_trail(pieces[-1], after)
+        kept_in_place = _glues_markup(pieces[-1], after) or _makes_a_trail(pieces[-1], after, letters)
         pieces.append(wikitext[start:end] if kept_in_place else "")
         pieces.append(after)
     return "".join(pieces)
@@ -179,10 +178,10 @@ def strip_comments(wikitext: str) -> str:
     return "".join(kept)
 
 
-def strip_dropped_markup(wikitext: str) -> str | None:
+def strip_dropped_markup(wikitext: str, trail_letters: str = ENGLISH_TRAIL_LETTERS) -> str | None:
     """``wikitext`` (its comments stripped first: ``strip_comments``) without its top-level templates, refs and
     tables; None when unsure. Verbatim elements are left whole (the full parse reads them); a cut that would reach
-    into one makes it unsure."""
+    into one makes it unsure; nor is a cut that would join a link and the letters after it (``trail_letters``)."""
     kept: list[str] = []
     cuts: list[tuple[int, int]] = []  # cuts[i] lies between kept[i] and kept[i + 1]; adjacent cuts are one
     position = search_from = 0  # end of the last cut; where the next cut may start
@@ -210,4 +209,4 @@ def strip_dropped_markup(wikitext: str) -> str | None:
     except Unsure:
         return None
     kept.append(wikitext[position:])
-    return _join_cuts(wikitext, kept, cuts)
+    return _join_cuts(wikitext, kept, cuts, trail_letters)
