@@ -27,6 +27,9 @@ MAX_SHARD_MEMORY_GB = 1e6  # --shard-memory-gb at most: a petabyte (inf made the
 DEFAULT_SHARD_MEMORY_GB = 8.0  # per worker building a shard: DPR's 21M x 768 -> 16 shards of 4 GB of vectors
 MIN_BUCKETS_PER_SHARD = 8  # a bucket is sorted in memory while its shard is written: at most 1/8 of the shard
 MAX_BUCKETS = 512  # a worker keeps one staged file open per bucket (and its buffer: artifacts/faiss/buckets.py)
+MAX_SHARDS = MAX_BUCKETS  # a shard is a union of buckets
+SHARDS_ARE = (f"a count of FAISS shards (each a union of hash buckets, of which a worker writes at most {MAX_BUCKETS} "
+              "at once)")
 GB = 1 << 30
 DEFAULT_NPROBE = 32  # IVF lists searched unless told: recall@10 ~0.98 for IVF-Flat/SQ8 in bench/index.py
 DEFAULT_EF_SEARCH = 128

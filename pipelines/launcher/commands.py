@@ -15,7 +15,9 @@ from artifacts.faiss.choice import (
     DEFAULT_NPROBE,
     DEFAULT_SHARD_MEMORY_GB,
     MAX_SHARD_MEMORY_GB,
+    MAX_SHARDS,
     SHARD_GROWTH,
+    SHARDS_ARE,
     WORKER_BASE_GB,
 )
 from artifacts.names import DOC_UNITS
@@ -38,6 +40,7 @@ from pipelines.launcher.flags import (
     name_or_path,
     path_or_url,
     probability,
+    whole_between,
 )
 from transforms.index.passages import DUPLICATE_KEEPS
 
@@ -163,7 +166,7 @@ def _index(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--on-duplicate-id", choices=DUPLICATE_KEEPS, default="first",
                        help="of corpus rows sharing an id, keep the first or the last (file and line order); "
                        "the others are dead-lettered")
-    group.add_argument("--shards", type=at_least("shards", 1),
+    group.add_argument("--shards", type=whole_between("shards", 1, MAX_SHARDS, SHARDS_ARE),
                        help="FAISS shards (passages hashed by id); default: the fewest (a power of two) such "
                        "that building one takes at most --shard-memory-gb")
     room = more_than("shard_memory_gb", WORKER_BASE_GB, MAX_SHARD_MEMORY_GB,

@@ -68,6 +68,16 @@ def at_least(setting: str, minimum: int) -> Callable[[str], int]:
     return checked(int, check)
 
 
+def whole_between(setting: str, low: int, high: int, what: str) -> Callable[[str], int]:
+    """An integer from ``low`` to ``high`` (``what``: what it is)."""
+
+    def check(value: int) -> None:
+        if not low <= value <= high:
+            raise OutsideRangeError(setting, value, low, high, what)
+
+    return checked(int, check)
+
+
 def between(setting: str, low: float, high: float, what: str) -> Callable[[str], float]:
     """A number from ``low`` to ``high`` (``what``: what it is); not NaN."""
 

@@ -128,8 +128,9 @@ def test_staged_rows_are_in_the_bucket_files_their_records_list(tmp_path):
 
 def test_the_config_refuses_impossible_values_and_records_the_same_options():
     encoder = EncoderOptions("kpr", "model", linker=layout.LINKER, entity_embeddings=layout.ENTITY_EMBEDDINGS)
-    with pytest.raises(ValueError, match="shards must be at least 1, got 0"):
-        IndexConfig(encoder, shards=0)
+    for value in (0, 513):
+        with pytest.raises(ValueError, match=rf"shards must be from 1 to 512 \(.*\), got {value}$"):
+            IndexConfig(encoder, shards=value)
     for value in (0.5, float("inf"), float("nan")):
         with pytest.raises(ValueError, match=rf"shard_memory_gb must be more than 1 and at most 1e\+06 .*{value:g}"):
             IndexConfig(encoder, shard_memory_gb=value)

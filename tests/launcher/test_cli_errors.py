@@ -105,8 +105,9 @@ BAD_INPUTS = [
      "error: --min-commonness is a probability, from 0 to 1: got 5.0"),
     (["all", "--dump", SAMPLE, "--output", "{tmp}/out", "--model", "m", "--encoder", "m", "--device", "tpu"],
      "error: --device tpu is not a device: use cpu, cuda or cuda:N"),
-    (["all", "--dump", SAMPLE, "--output", "{tmp}/out", "--model", "m", "--encoder", "m", "--shards", "0"],
-     "error: --shards must be at least 1, got 0"),
+    *((["all", "--dump", SAMPLE, "--output", "{tmp}/out", "--model", "m", "--encoder", "m", "--shards", value],
+       "error: --shards is a count of FAISS shards (each a union of hash buckets, of which a worker writes at most "
+       f"512 at once), from 1 to 512: got {value}") for value in ("0", "513")),
     (["index", "--output", "{tmp}/out", "--encoder", "m", "--encoder-type", "kpr", "--max-entities", "-1"],
      "error: --max-entities must be at least 0, got -1"),  # a slice's end: it would drop each text's last entity
 ]

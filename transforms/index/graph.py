@@ -86,8 +86,8 @@ class IndexConfig:
     model_workers: int | None = None  # processes of a local run that hold the model (None: one per GPU, or all)
 
     def __post_init__(self) -> None:
-        if self.shards is not None and self.shards < 1:
-            raise ValueError(f"shards must be at least 1, got {self.shards}")
+        if self.shards is not None and not 1 <= self.shards <= choice.MAX_SHARDS:
+            raise ValueError(f"shards must be from 1 to {choice.MAX_SHARDS} ({choice.SHARDS_ARE}), got {self.shards}")
         if not choice.WORKER_BASE_GB < self.shard_memory_gb <= choice.MAX_SHARD_MEMORY_GB:
             raise ValueError(f"shard_memory_gb must be more than {choice.WORKER_BASE_GB:g} and at most "
                              f"{choice.MAX_SHARD_MEMORY_GB:g} (a worker's own memory before any vector, in GB), got "
