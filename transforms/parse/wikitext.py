@@ -259,8 +259,8 @@ class _Converter:
     def wikilink(self, node: Wikilink, trail: str, depth: int) -> bool:
         """Render a wikilink; True if it took the link trail (letters glued to ``]]``) into its anchor."""
         title_nodes, label = _split_at_pipe_word(node)
-        # comments and templates in the title are no part of it (the pre-pass cuts them too)
-        title = "".join(str(part) for part in title_nodes if not isinstance(part, (Comment, Template)))
+        # templates in the title are no part of it (the pre-pass cuts them too; comments went first)
+        title = "".join(str(part) for part in title_nodes if not isinstance(part, Template))
         role = classify_link(decode_target(title), self.namespaces, self.options)
         if role.drop:
             return False
