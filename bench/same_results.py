@@ -4,13 +4,18 @@ and the stages' counters.
 For checking that a change of the pipeline's graph leaves every result as it was:
 
     python -m bench.same_results OLD_OUT NEW_OUT [--ignore-counter NAME ...] [--ignore-metadata KEY ...]
+        [--ignore-column NAME ...]
 
 Parquet artifacts compare their schema (column names and types), their files' metadata (each distinct one) and
 their rows after sorting (row order and the split into files are no difference); FAISS shards
 their (id, vector) pairs, the ids the index returns and ``index.json``; other files (the linker) byte for byte. A
 file the manifest lists that cannot be read is a difference, not a traceback. Prints one line per artifact of each
-stage the new run recorded (``same`` or what differs; stages only the old run has are skipped: the new run may have
-run fewer) and exits 1 when anything differs, 2 when a run has no manifest.
+stage the new run recorded (``same`` or what differs), one line per stage only the old run recorded (not compared:
+the new run may have run fewer), and exits 1 when anything differs, 2 when a run has no manifest.
+
+Runs of two checkouts read the model at two paths, which the runs record (``model``, nested in ``index.json`` too)
+and which key the stored windows of embed-entities (``kpr_store_salt``, ``window_key``):
+``--ignore-metadata model kpr_store_salt --ignore-column window_key`` compares them by their vectors.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import contextlib
 import json
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +42,17 @@ INDEX = "index"
 UNREADABLE = (OSError, RuntimeError, ValueError, pa.ArrowException)
 # stage -> artifact -> its files (relative to OUT), as a manifest lists them; dead letters apart
 Outputs = dict[str, dict[str, list[str]]]
+NOT_COMPARED = "not in the new run: not compared"
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """What is not compared: counters by name, metadata keys (Parquet's, and index.json's fields at any depth) and
+    Parquet columns by name."""
+
+    counters: frozenset[str] = frozenset()
+    metadata: frozenset[str] = frozenset()
+    columns: frozenset[str] = frozenset()
 
 
 def manifest_outputs(run: Path) -> Outputs:
@@ -58,22 +75,24 @@ def multiset_difference(old: list[Any], new: list[Any]) -> str:
             f"only new: {[item[:200] for item in added[:MAX_SHOWN]]}")
 
 
-def parquet_content(run: Path, files: list[str], ignored: set[str]) -> tuple[pa.Schema, list[str], list[tuple]]:
-    """(schema without metadata; the distinct metadata of its files, less ``ignored`` keys, sorted; the rows,
-    sorted)."""
+def parquet_content(run: Path, files: list[str], ignored: Ignored) -> tuple[pa.Schema, list[str], list[tuple]]:
+    """(schema without metadata; the distinct metadata of its files, sorted; the rows, sorted), less what is
+    ``ignored``."""
     tables = [pq.read_table(run / name) for name in sorted(files)]
+    tables = [table.drop_columns([name for name in table.column_names if name in ignored.columns])
+              for table in tables]
     metadata = sorted({repr(sorted((key.decode(), value.decode())
                                    for key, value in (table.schema.metadata or {}).items()
-                                   if key.decode() not in ignored)) for table in tables})
-    schemas = {table.schema.remove_metadata() for table in tables}
-    if len(schemas) > 1:
-        raise ValueError(f"its files have {len(schemas)} schemas")
-    table = pa.concat_tables(tables)
-    rows = sorted(zip(*(column.to_pylist() for column in table.columns), strict=True), key=repr)
-    return schemas.pop(), metadata, rows
+                                   if key.decode() not in ignored.metadata)) for table in tables})
+    schema = tables[0].schema.remove_metadata()
+    if any(table.schema.remove_metadata() != schema for table in tables):
+        raise ValueError("its files have different schemas")
+    rows = sorted((row for table in tables for row in zip(*(column.to_pylist() for column in table.columns),
+                                                             strict=True)), key=repr)
+    return schema, metadata, rows
 
 
-def compare_parquet(old: Path, new: Path, old_files: list[str], new_files: list[str], ignored: set[str]) -> str:
+def compare_parquet(old: Path, new: Path, old_files: list[str], new_files: list[str], ignored: Ignored) -> str:
     old_schema, old_metadata, old_rows = parquet_content(old, old_files, ignored)
     new_schema, new_metadata, new_rows = parquet_content(new, new_files, ignored)
     problems = []
@@ -86,7 +105,7 @@ def compare_parquet(old: Path, new: Path, old_files: list[str], new_files: list[
     return "DIFFERENT: " + "; ".join(problems) if problems else "same"
 
 
-def compare_bytes(old: Path, new: Path, old_files: list[str], new_files: list[str], _: set[str]) -> str:
+def compare_bytes(old: Path, new: Path, old_files: list[str], new_files: list[str], _: Ignored) -> str:
     """Files byte for byte."""
     if sorted(old_files) != sorted(new_files):
         return (f"DIFFERENT files: only old {sorted(set(old_files) - set(new_files))}, "
@@ -121,13 +140,22 @@ def shard_pairs(index_dir: Path, shard: str) -> tuple[np.ndarray, np.ndarray]:
     return ids[order], vectors[order]
 
 
-def compare_index(old: Path, new: Path, old_files: list[str], new_files: list[str], ignored: set[str]) -> str:
+def fields(value: Any, ignored: frozenset[str], path: str = "") -> dict[str, Any]:
+    """A JSON object's fields at every depth by dotted path (``encoder.model``), those named in ``ignored`` (at any
+    depth) left out."""
+    if not isinstance(value, dict):
+        return {path: value}
+    return {found: item for key, child in value.items() if key not in ignored
+            for found, item in fields(child, ignored, f"{path}.{key}" if path else key).items()}
+
+
+def compare_index(old: Path, new: Path, old_files: list[str], new_files: list[str], ignored: Ignored) -> str:
     """Each FAISS shard's (id, vector) pairs and index.json's fields (shard files byte for byte, if they are)."""
     old_dir, new_dir = old / INDEX, new / INDEX
     old_info, new_info = (json.loads((directory / "index.json").read_text()) for directory in (old_dir, new_dir))
-    problems = [f"index.json {key}: {old_info.get(key)!r} -> {new_info.get(key)!r}"
-                for key in sorted((set(old_info) | set(new_info)) - ignored - {"shard_files"})
-                if old_info.get(key) != new_info.get(key)]
+    old_fields, new_fields = (fields(info, ignored.metadata | {"shard_files"}) for info in (old_info, new_info))
+    problems = [f"index.json {key}: {old_fields.get(key)!r} -> {new_fields.get(key)!r}"
+                for key in sorted(set(old_fields) | set(new_fields)) if old_fields.get(key) != new_fields.get(key)]
     old_shards, new_shards = ({item["name"] for item in info["shard_files"]} for info in (old_info, new_info))
     if old_shards != new_shards:
         problems.append(f"shards: only old {sorted(old_shards - new_shards)}, "
@@ -142,7 +170,7 @@ def compare_index(old: Path, new: Path, old_files: list[str], new_files: list[st
     return "DIFFERENT: " + "; ".join(problems) if problems else "same"
 
 
-Comparison = Callable[[Path, Path, list[str], list[str], set[str]], str]
+Comparison = Callable[[Path, Path, list[str], list[str], Ignored], str]
 
 
 def comparison_of(artifact: str, files: list[str]) -> Comparison:
@@ -152,7 +180,7 @@ def comparison_of(artifact: str, files: list[str]) -> Comparison:
 
 
 def compare_artifact(old: Path, new: Path, artifact: str, old_files: list[str], new_files: list[str],
-                     ignored: set[str]) -> str:
+                     ignored: Ignored) -> str:
     compare = comparison_of(artifact, old_files + new_files)
     try:
         return compare(old, new, old_files, new_files, ignored)
@@ -181,7 +209,7 @@ def compare_errors(old: Path, new: Path, stage: str) -> list[tuple[str, str]]:
     return results
 
 
-def compare_counters(old_record: dict, new_record: dict, ignored: set[str]) -> str:
+def compare_counters(old_record: dict, new_record: dict, ignored: frozenset[str]) -> str:
     """The counters that differ (a counter absent from one side counts as 0)."""
     old_counters, new_counters = old_record["counters"], new_record["counters"]
     changed = {name: (old_counters.get(name, 0), new_counters.get(name, 0))
@@ -191,8 +219,7 @@ def compare_counters(old_record: dict, new_record: dict, ignored: set[str]) -> s
 
 
 def compare_stage(old: Path, new: Path, stage: str, old_artifacts: dict[str, list[str]] | None,
-                  new_artifacts: dict[str, list[str]], ignored_counters: set[str], ignored_metadata: set[str]
-                  ) -> list[tuple[str, str]]:
+                  new_artifacts: dict[str, list[str]], ignored: Ignored) -> list[tuple[str, str]]:
     if old_artifacts is None:
         return [(stage, "DIFFERENT: only the new run recorded it")]
     results = []
@@ -201,19 +228,18 @@ def compare_stage(old: Path, new: Path, stage: str, old_artifacts: dict[str, lis
             results.append((artifact, f"DIFFERENT: only in {'old' if artifact in old_artifacts else 'new'}"))
         else:
             results.append((artifact, compare_artifact(old, new, artifact, old_artifacts[artifact],
-                                                       new_artifacts[artifact], ignored_metadata)))
+                                                       new_artifacts[artifact], ignored)))
     results += compare_errors(old, new, stage)
     old_record, new_record = (json.loads((run / "manifest.json").read_text())["stages"][stage] for run in (old, new))
-    return [*results, (f"counters {stage}", compare_counters(old_record, new_record, ignored_counters))]
+    return [*results, (f"counters {stage}", compare_counters(old_record, new_record, ignored.counters))]
 
 
-def compare_runs(old: Path, new: Path, ignored_counters: set[str], ignored_metadata: set[str] = frozenset()
-                 ) -> list[tuple[str, str]]:
+def compare_runs(old: Path, new: Path, ignored: Ignored = Ignored()) -> list[tuple[str, str]]:
     old_outputs, new_outputs = manifest_outputs(old), manifest_outputs(new)
-    order = [*layout.STAGE_ORDER, *sorted(set(new_outputs) - set(layout.STAGE_ORDER))]
-    return [result for stage in order if stage in new_outputs
-            for result in compare_stage(old, new, stage, old_outputs.get(stage), new_outputs[stage],
-                                        ignored_counters, set(ignored_metadata))]
+    order = [*layout.STAGE_ORDER, *sorted((set(old_outputs) | set(new_outputs)) - set(layout.STAGE_ORDER))]
+    return [result for stage in order if stage in old_outputs or stage in new_outputs
+            for result in ([(stage, NOT_COMPARED)] if stage not in new_outputs else
+                           compare_stage(old, new, stage, old_outputs.get(stage), new_outputs[stage], ignored))]
 
 
 def main() -> int:
@@ -222,17 +248,19 @@ def main() -> int:
     parser.add_argument("new", type=Path)
     parser.add_argument("--ignore-counter", nargs="*", default=[], help="counters not compared")
     parser.add_argument("--ignore-metadata", nargs="*", default=[],
-                        help="Parquet metadata keys and index.json fields not compared (e.g. model: the model's path "
-                             "differs between two checkouts' environments)")
+                        help="Parquet metadata keys and index.json fields (at any depth) not compared (e.g. model: "
+                             "the model's path differs between two checkouts' environments)")
+    parser.add_argument("--ignore-column", nargs="*", default=[], help="Parquet columns not compared")
     args = parser.parse_args()
     for run in (args.old, args.new):
         if not (run / "manifest.json").is_file():
             print(f"{run} has no manifest.json: not a run")
             return 2
-    results = compare_runs(args.old, args.new, set(args.ignore_counter), set(args.ignore_metadata))
+    results = compare_runs(args.old, args.new, Ignored(frozenset(args.ignore_counter),
+                                                       frozenset(args.ignore_metadata), frozenset(args.ignore_column)))
     for name, outcome in results:
         print(f"{name:<32} {outcome}")
-    return 0 if all(outcome == "same" for _, outcome in results) else 1
+    return 0 if all(outcome in ("same", NOT_COMPARED) for _, outcome in results) else 1
 
 
 if __name__ == "__main__":

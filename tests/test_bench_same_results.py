@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from bench.same_results import compare_runs
+from bench.same_results import NOT_COMPARED, Ignored, compare_runs
 
 
 def rewrite(path: Path, change: Callable[[pa.Table], pa.Table]) -> None:
@@ -99,7 +99,7 @@ def runs(full_run: Path, tmp_path: Path) -> tuple[Path, Path]:
 
 
 def outcomes(old: Path, new: Path) -> dict[str, str]:
-    return dict(compare_runs(old, new, set()))
+    return dict(compare_runs(old, new))
 
 
 @pytest.mark.parametrize("artifact", sorted(CHANGES))
@@ -141,3 +141,31 @@ def test_a_dead_letter_of_another_stage_and_ids_search_would_return_differ(runs)
     shutil.copytree(old, new)
     change_returned_ids(new)
     assert "search returns" in outcomes(old, new)["index"]
+
+
+def test_what_two_checkouts_record_differently_can_be_left_out(runs):
+    """A model at another path: index.json's nested encoder.model, the stored windows' salt and keys."""
+    old, new = runs
+    info = json.loads((new / "index" / "index.json").read_text())
+    info["encoder"]["model"] = "/elsewhere/model"
+    (new / "index" / "index.json").write_text(json.dumps(info))
+    path = first(new, "mention_vectors")
+    table = pq.read_table(path)
+    keys = pc.add(table.column("window_key"), pa.scalar(1, pa.uint64()))
+    table = table.set_column(table.schema.get_field_index("window_key"), table.schema.field("window_key"), keys)
+    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, b"kpr_store_salt": b"00"}), path)
+    found = outcomes(old, new)
+    assert "encoder.model" in found["index"] and "metadata" in found["mention_vectors"]
+    assert "rows" in found["mention_vectors"]
+    ignored = Ignored(metadata=frozenset({"model", "kpr_store_salt"}), columns=frozenset({"window_key"}))
+    assert set(dict(compare_runs(old, new, ignored)).values()) == {"same"}
+
+
+def test_a_stage_the_new_run_did_not_record_is_said_not_compared(runs):
+    old, new = runs
+    manifest = json.loads((new / "manifest.json").read_text())
+    del manifest["stages"]["index"]
+    (new / "manifest.json").write_text(json.dumps(manifest))
+    found = compare_runs(old, new)
+    assert found[-1] == ("index", NOT_COMPARED)
+    assert {outcome for _, outcome in found[:-1]} == {"same"}
