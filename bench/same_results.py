@@ -15,7 +15,9 @@ the new run may have run fewer), and exits 1 when anything differs, 2 when a run
 
 Runs of two checkouts read the model at two paths, which the runs record (``model``, nested in ``index.json`` too)
 and which key the stored windows of embed-entities (``kpr_store_salt``, ``window_key``):
-``--ignore-metadata model kpr_store_salt --ignore-column window_key`` compares them by their vectors.
+``--ignore-metadata model kpr_store_salt --ignore-column window_key`` compares them by their vectors. A resumed or
+refreshed run reaches the same results with other work: ``--ignore-counter mentions_encoded mentions_reused
+passages_encoded passages_reused``.
 """
 
 from __future__ import annotations
