@@ -42,8 +42,6 @@ MAX_SHOWN = 3
 INDEX = "index"
 # What reading a damaged or missing file raises: a difference to report, not a crash.
 UNREADABLE = (OSError, RuntimeError, ValueError, pa.ArrowException)
-# stage -> artifact -> its files (relative to OUT), as a manifest lists them; dead letters apart
-Outputs = dict[str, dict[str, list[str]]]
 NOT_COMPARED = "not in the new run: not compared"
 
 
@@ -57,16 +55,18 @@ class Ignored:
     columns: frozenset[str] = frozenset()
 
 
-def manifest_outputs(run: Path) -> Outputs:
-    """Each recorded stage's output files by artifact, dead letters left out (compared by kind)."""
-    stages = json.loads((run / "manifest.json").read_text())["stages"]
-    outputs: Outputs = {}
-    for stage, record in stages.items():
-        artifacts = outputs.setdefault(stage, {})
-        for item in record["outputs"]:
-            if not item["path"].startswith(f"{layout.ERRORS}/"):
-                artifacts.setdefault(artifact_of(item["path"]), []).append(item["path"])
-    return outputs
+def recorded_stages(run: Path) -> dict[str, dict[str, Any]]:
+    """The stage records of a run's manifest, as JSON."""
+    return json.loads((run / "manifest.json").read_text())["stages"]
+
+
+def artifacts_of(record: dict[str, Any]) -> dict[str, list[str]]:
+    """A stage record's output files by artifact, dead letters left out (compared by kind)."""
+    artifacts: dict[str, list[str]] = {}
+    for item in record["outputs"]:
+        if not item["path"].startswith(f"{layout.ERRORS}/"):
+            artifacts.setdefault(artifact_of(item["path"]), []).append(item["path"])
+    return artifacts
 
 
 def multiset_difference(old: list[Any], new: list[Any]) -> str:
@@ -220,10 +220,11 @@ def compare_counters(old_record: dict, new_record: dict, ignored: frozenset[str]
     return f"DIFFERENT: {changed}" if changed else "same"
 
 
-def compare_stage(old: Path, new: Path, stage: str, old_artifacts: dict[str, list[str]] | None,
-                  new_artifacts: dict[str, list[str]], ignored: Ignored) -> list[tuple[str, str]]:
-    if old_artifacts is None:
+def compare_stage(old: Path, new: Path, stage: str, old_record: dict[str, Any] | None, new_record: dict[str, Any],
+                  ignored: Ignored) -> list[tuple[str, str]]:
+    if old_record is None:
         return [(stage, "DIFFERENT: only the new run recorded it")]
+    old_artifacts, new_artifacts = artifacts_of(old_record), artifacts_of(new_record)
     results = []
     for artifact in sorted(set(old_artifacts) | set(new_artifacts)):
         if artifact not in new_artifacts or artifact not in old_artifacts:
@@ -232,16 +233,15 @@ def compare_stage(old: Path, new: Path, stage: str, old_artifacts: dict[str, lis
             results.append((artifact, compare_artifact(old, new, artifact, old_artifacts[artifact],
                                                        new_artifacts[artifact], ignored)))
     results += compare_errors(old, new, stage)
-    old_record, new_record = (json.loads((run / "manifest.json").read_text())["stages"][stage] for run in (old, new))
     return [*results, (f"counters {stage}", compare_counters(old_record, new_record, ignored.counters))]
 
 
 def compare_runs(old: Path, new: Path, ignored: Ignored = Ignored()) -> list[tuple[str, str]]:
-    old_outputs, new_outputs = manifest_outputs(old), manifest_outputs(new)
-    order = [*layout.STAGE_ORDER, *sorted((set(old_outputs) | set(new_outputs)) - set(layout.STAGE_ORDER))]
-    return [result for stage in order if stage in old_outputs or stage in new_outputs
-            for result in ([(stage, NOT_COMPARED)] if stage not in new_outputs else
-                           compare_stage(old, new, stage, old_outputs.get(stage), new_outputs[stage], ignored))]
+    old_stages, new_stages = recorded_stages(old), recorded_stages(new)
+    order = [*layout.STAGE_ORDER, *sorted((set(old_stages) | set(new_stages)) - set(layout.STAGE_ORDER))]
+    return [result for stage in order if stage in old_stages or stage in new_stages
+            for result in ([(stage, NOT_COMPARED)] if stage not in new_stages else
+                           compare_stage(old, new, stage, old_stages.get(stage), new_stages[stage], ignored))]
 
 
 def main() -> int:

@@ -74,6 +74,12 @@ def remember(output: str, items: Iterable[OutputFile]) -> None:
     save_verified({**kept, **fresh})
 
 
+def changed_local_content(output: str, items: Iterable[OutputFile]) -> str | None:
+    """``changed_content`` of a local run; None for a remote one, whose files are not downloaded to be hashed (an
+    index of English Wikipedia is ~100 GB)."""
+    return changed_content(output, items) if fs.is_local(output) else None
+
+
 def changed_content(output: str, items: Iterable[OutputFile], trust_remembered: bool = True) -> str | None:
     """The first of ``items`` (recorded outputs under ``output``, of the size the manifest says) whose sha256 is
     not the manifest's, as ``path: ...``; None when all match. Files verified before with the same size and

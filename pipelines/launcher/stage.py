@@ -388,17 +388,10 @@ def skip_reason(stage: Stage, record: manifest.StageRecord | None, options: dict
         return None
     if manifest.missing_or_changed(output, record):
         return None
-    if (damaged := damaged_output(output, record)) is not None:
+    if (damaged := verified.changed_local_content(output, record.outputs)) is not None:  # changed in place
         print(f"[{layout.command_of(stage.name)}] {damaged}: it runs again", file=sys.stderr)
         return None
     return "outputs complete, inputs and options unchanged"
-
-
-def damaged_output(output: str, record: manifest.StageRecord) -> str | None:
-    """A recorded output of a local run whose content is not the manifest's (changed in place: same size), or None.
-    Files this machine committed or checked before are only stat'ed (``verified``); a remote run's are not read (an
-    index of English Wikipedia is ~100 GB to download)."""
-    return verified.changed_content(output, record.outputs) if fs.is_local(output) else None
 
 
 def commit(ctx: StageContext, stage: Stage, record: manifest.StageRecord) -> manifest.StageRecord:

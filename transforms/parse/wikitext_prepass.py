@@ -26,9 +26,9 @@ _REF_CLOSE = re.compile(r"</ref\s*>", re.IGNORECASE)
 _TABLE_MARK = re.compile(r"(?:(?<=\n)|^)[ \t]*(\{\||\|\})")
 _BAD_NAME = re.compile(r"[\[\]{}<>]")
 _MARKUP_CHARS = frozenset("'[]{}<>|")
-# Tags whose content MediaWiki's preprocessor leaves as it is: "<!--" inside them is their text, not a comment.
-_COMMENT_OR_LITERAL = re.compile(r"<!--|<\s*(nowiki|pre|math|chem|ce|source|syntaxhighlight|score|timeline|hiero|"
-                                 r"graph)\b", re.IGNORECASE)
+# Tags whose content MediaWiki shows as it is (or not at all): "<!--" and apostrophes inside them mean nothing.
+LITERAL_TAGS = r"nowiki|pre|math|chem|ce|source|syntaxhighlight|score|timeline|hiero|graph"
+_COMMENT_OR_LITERAL = re.compile(rf"<!--|<\s*({LITERAL_TAGS})\b", re.IGNORECASE)
 _PIPE_WORD = "{{!}}"  # MediaWiki's magic word for "|"
 
 
@@ -102,6 +102,18 @@ def _glues_markup(before: str, after: str) -> bool:
     return bool(before) and bool(after) and before[-1] in _MARKUP_CHARS and after[0] in _MARKUP_CHARS
 
 
+def _element_end(text: str, opening: re.Match[str]) -> int | None:
+    """Where the element whose tag name ``opening`` matched (group 1) ends: after its ``/>`` or its closing tag;
+    None when its opening tag or the element is never closed."""
+    opening_end = text.find(">", opening.end())
+    if opening_end < 0:
+        return None
+    if text[opening_end - 1] == "/":
+        return opening_end + 1
+    closing = re.compile(rf"</\s*{opening.group(1)}\s*>", re.IGNORECASE).search(text, opening_end + 1)
+    return None if closing is None else closing.end()
+
+
 def _verbatim_spans(text: str) -> list[tuple[int, int]]:
     """(start, end) of every top-level verbatim element (``<math>...</math>``, ``<nowiki/>``...), in order."""
     spans: list[tuple[int, int]] = []
@@ -110,16 +122,9 @@ def _verbatim_spans(text: str) -> list[tuple[int, int]]:
         name = match.group(1).lower()
         if name in _TRANSCLUSION:
             raise Unsure(f"<{name}>")
-        opening_end = text.find(">", match.end())
-        if opening_end < 0:
-            raise Unsure(f"unclosed <{name}")
-        if text[opening_end - 1] == "/":
-            end = opening_end + 1
-        else:
-            closing = re.compile(rf"</\s*{name}\s*>", re.IGNORECASE).search(text, opening_end + 1)
-            if closing is None:
-                raise Unsure(f"<{name}> without </{name}>")
-            end = closing.end()
+        end = _element_end(text, match)
+        if end is None:
+            raise Unsure(f"<{name}> left open")
         spans.append((match.start(), end))
         position = end
     return spans
@@ -149,16 +154,6 @@ def _join_cuts(wikitext: str, kept: list[str], cuts: list[tuple[int, int]], lett
     return "".join(pieces)
 
 
-def _literal_end(text: str, opening: re.Match[str]) -> int:
-    """Where the literal element that ``opening`` starts ends (its opening tag's end when it is never closed: then
-    MediaWiki shows the tag as text and reads on)."""
-    opening_end = text.find(">", opening.end())
-    if opening_end < 0 or text[opening_end - 1] == "/":
-        return opening.end()
-    closing = re.compile(rf"</\s*{opening.group(1)}\s*>", re.IGNORECASE).search(text, opening_end + 1)
-    return opening.end() if closing is None else closing.end()
-
-
 def strip_comments(wikitext: str) -> str:
     """``wikitext`` without its comments, as MediaWiki's preprocessor removes them before templates, links or
     headings are read: a comment that never closes runs to the page's end; ``<!--`` inside a literal element
@@ -168,8 +163,8 @@ def strip_comments(wikitext: str) -> str:
     kept: list[str] = []
     position = search_from = 0
     while (match := _COMMENT_OR_LITERAL.search(wikitext, search_from)) is not None:
-        if match.group(0) != "<!--":
-            search_from = _literal_end(wikitext, match)
+        if match.group(0) != "<!--":  # a literal element: left open, MediaWiki shows its tag as text and reads on
+            search_from = _element_end(wikitext, match) or match.end()
             continue
         kept.append(wikitext[position:match.start()])
         end = wikitext.find("-->", match.end())

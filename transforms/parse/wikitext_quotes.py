@@ -20,16 +20,17 @@ from __future__ import annotations
 
 import re
 
+from transforms.parse.wikitext_prepass import LITERAL_TAGS
+
 _RUN = re.compile(r"'{2,}")
 APOSTROPHE = "&#39;"
 NO_TEXT = "&shy;"
-_VERBATIM_TAGS = r"nowiki|pre|math|chem|ce|source|syntaxhighlight|score|timeline|hiero|graph"
 # Elements on one line whose content is shown verbatim (or not at all) and whose runs mean nothing outside.
-_VERBATIM = re.compile(rf"<({_VERBATIM_TAGS})\b[^>]*?(?:/>|>.*?</\1\s*>)", re.IGNORECASE)
+_VERBATIM = re.compile(rf"<({LITERAL_TAGS})\b[^>]*?(?:/>|>.*?</\1\s*>)", re.IGNORECASE)
 # Elements on one line that the text drops: their runs are theirs alone.
 _DROPPED = re.compile(r"<ref\b[^>]*/>|<ref\b[^>]*>.*?</ref\s*>", re.IGNORECASE)
 # What is left of such elements spanning lines, or template parameters: the line is left as it is.
-_UNSAFE = re.compile(rf"<\s*/?\s*({_VERBATIM_TAGS}|ref)\b|\{{\{{\{{|\}}\}}\}}", re.IGNORECASE)
+_UNSAFE = re.compile(rf"<\s*/?\s*({LITERAL_TAGS}|ref)\b|\{{\{{\{{|\}}\}}\}}", re.IGNORECASE)
 _BRACES = re.compile(r"\{\{|\}\}")
 
 

@@ -120,9 +120,9 @@ def require_complete(output: str, records: dict[str, manifest.StageRecord]) -> N
         problems = manifest.missing_or_changed(output, records[name])
         if problems:
             raise IncompleteRunError(output, name, problems[0])
-    for name in ranked if fs.is_local(output) else ():
+    for name in ranked:
         read = [item for item in records[name].outputs if not manifest.is_kept_work(item.path)]
-        if (problem := verified.changed_content(output, read)) is not None:
+        if (problem := verified.changed_local_content(output, read)) is not None:
             raise IncompleteRunError(output, name, problem)
 
 
