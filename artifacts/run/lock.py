@@ -1,7 +1,8 @@
 """An exclusive lock on OUT for the commands that write it (`all` and every stage).
 
 The lock is the file OUT/.lock holding the host, pid, command and start time of its holder. On a local OUT it is
-created atomically (O_CREAT | O_EXCL); a lock left by a dead process on this host is taken over. On a Beam
+created atomically (O_CREAT | O_EXCL); a lock left by a dead process on this host is taken over, under an
+exclusive ``flock`` of the stale file so that of several runs taking it over at once only one wins. On a Beam
 filesystem URL (gs://, s3://, ...) the lock is best effort: created only if absent, which two runs starting in
 the same instant can both pass, and a stale lock there is never taken over (its host may be another machine):
 remove OUT/.lock by hand once no run writes OUT.
@@ -9,6 +10,7 @@ remove OUT/.lock by hand once no run writes OUT.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
@@ -60,12 +62,10 @@ def current(command: str) -> LockInfo:
 
 def read(output: str) -> LockInfo | None:
     """The lock on ``output``, or None when there is none (or it is unreadable, e.g. being written)."""
-    path = fs.join(output, LOCK_NAME)
     try:
-        info = LockInfo(**json.loads(fs.read_bytes(path).decode("utf-8")))
-    except (OSError, ValueError, TypeError):
+        return _parsed(fs.read_bytes(fs.join(output, LOCK_NAME)))
+    except OSError:
         return None
-    return info if type(info.pid) is int and 0 < info.pid < 2**31 else None  # a pid os.kill can test
 
 
 def _create(path: str, info: LockInfo) -> bool:
@@ -85,20 +85,52 @@ def _create(path: str, info: LockInfo) -> bool:
     return True
 
 
+def _parsed(data: bytes) -> LockInfo | None:
+    try:
+        info = LockInfo(**json.loads(data.decode("utf-8")))
+    except (ValueError, TypeError):
+        return None
+    return info if type(info.pid) is int and 0 < info.pid < 2**31 else None  # a pid os.kill can test
+
+
+def _take_over(path: str) -> bool:
+    """Remove the local lock file ``path`` if a dead process of this host holds it; False when it is gone or live.
+
+    Under an exclusive flock of the file, it is removed only if ``path`` still names the file locked and that
+    file still holds a stale lock: another run that took it over first has removed it (another file, or none, at
+    ``path`` now) or written its own (live) lock there, and this run leaves both alone.
+    """
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    with os.fdopen(descriptor, "rb") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            same_file = os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
+        except FileNotFoundError:
+            return False
+        holder = _parsed(handle.read())
+        if not (same_file and holder is not None and holder.stale()):
+            return False
+        os.remove(path)
+        return True
+
+
 def acquire(output: str, command: str) -> bool:
     """Lock ``output`` for this process. Returns False when this process already holds it (nested use)."""
     path = fs.join(output, LOCK_NAME)
     info = current(command)
-    for _ in range(2):  # a second try after taking over a stale lock
+    for _ in range(3):  # another try after a stale lock was removed, by this run or by another
         if _create(path, info):
             return True
         holder = read(output)
         if holder is not None and holder.mine():
             return False
         if holder is not None and holder.stale() and fs.is_local(path):
-            print(f"taking over the stale lock of pid {holder.pid} (no longer running) on {output}",
-                  file=sys.stderr)
-            os.remove(path)
+            if _take_over(path):
+                print(f"taking over the stale lock of pid {holder.pid} (no longer running) on {output}",
+                      file=sys.stderr)
             continue
         if holder is None:
             raise OutputLocked(f"{output} is in use: {path} exists but cannot be read; remove it if no run "

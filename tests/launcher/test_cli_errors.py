@@ -377,6 +377,37 @@ def test_a_stale_lock_is_taken_over_with_a_notice_and_released(tmp_path, capsys)
         f"taking over the stale lock of pid {pid} (no longer running) on {output}"]
 
 
+
+def test_of_two_runs_taking_over_one_stale_lock_only_the_first_holds_it(tmp_path, monkeypatch):
+    """Another run takes the stale lock over between this run's reading it and its own takeover: this run must
+    not remove the other's live lock (both would write OUT), and is refused."""
+    output = tmp_path / "out"
+    write_lock(output, dead_pid())
+    holds_it = "from artifacts.run import lock; import sys, time; lock.acquire(sys.argv[1], 'other'); " \
+               "print('held', flush=True); time.sleep(120)"
+    read = lock.read
+    others: list[subprocess.Popen] = []
+
+    def read_then_lose_the_race(path: str):
+        holder = read(path)
+        if not others:
+            others.append(subprocess.Popen([sys.executable, "-c", holds_it, str(output)], cwd=REPO,
+                                           env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
+                                           stderr=subprocess.DEVNULL, text=True))
+            assert others[0].stdout.readline() == "held\n"
+        return holder
+
+    monkeypatch.setattr(lock, "read", read_then_lose_the_race)
+    try:
+        with pytest.raises(lock.OutputLocked) as refused:
+            lock.acquire(str(output), "python run_pipeline.py parse")
+        assert f"in use by pid {others[0].pid} " in str(refused.value)
+        assert read(str(output)).pid == others[0].pid
+    finally:
+        for other in others:
+            other.kill()
+            other.wait()
+
 # --- readers read only what the manifest records ---------------------------------------------------------------
 
 
