@@ -40,7 +40,15 @@ from pipelines.launcher.stage import (
     summed,
     with_dead_letters,
 )
-from pipelines.refresh import RefreshConfig, fingerprint_changes, option_changes, previous_options, reusable_previous
+from pipelines.refresh import (
+    Compatibility,
+    RefreshConfig,
+    fingerprint_changes,
+    option_changes,
+    previous_options,
+    previous_problem,
+    reusable_previous,
+)
 from transforms.common.dead_letters import WriteDeadLetters
 from transforms.common.follow import FollowedFiles, files_per_step, rows_per_file
 from transforms.common.worker_files import load_array, save_array
@@ -141,8 +149,11 @@ class IndexStage:
         if columns is None and not fs.list_files(tables.artifact_dir(ctx.output, layout.ARTICLES), "*.parquet"):
             raise InputError(f"no --corpus and no articles under {ctx.output}: "
                              "run `python run_pipeline.py parse` first or pass --corpus psgs_w100.tsv")
-        previous = reusable_previous(refresh_of(config), self.name, (layout.INDEX_STAGE,),
-                                     lambda old: incompatibility(old, config, located))
+        def compatible(old: dict[str, manifest.StageRecord]) -> str | None:
+            return incompatibility(old, config, located)
+
+        previous = (reusable_previous(refresh_of(config), self.name, (layout.INDEX_STAGE,), compatible)
+                    if config.previous else own_index(ctx.output, compatible))
         counts = passage_counts(config.corpus, tables.artifact_dir(ctx.output, layout.ARTICLES),
                                 config.words_per_passage)
         bucket_count = choice.bucket_count(config.shards, counts.high, dim, config.shard_memory_bytes)
@@ -393,6 +404,22 @@ def incompatibility(old: dict[str, manifest.StageRecord], config: IndexConfig,
     changes += [f"{role}: model files changed" for role in
                 fingerprint_changes(old[layout.INDEX_STAGE], encoder_files(config))]
     return f"it was built with another encoder ({'; '.join(changes)})" if changes else None
+
+
+def own_index(output: str, compatible: Compatibility) -> str | None:
+    """OUT itself as the run that lends passage vectors, when it holds a committed index of this encoder that
+    validates: a rerun in place (another --index-factory or --shards, a changed corpus, articles parsed again)
+    encodes only the passages that are new or changed, as a refresh from OUT would. None when OUT has no index yet,
+    and when it cannot lend (printing why: every passage is encoded again)."""
+    if layout.INDEX_STAGE not in manifest.load(output):
+        return None
+    problem = previous_problem(output, (layout.INDEX_STAGE,), compatible)
+    if problem is not None:
+        print(f"[index] encoding every passage: the index this OUT holds lends no vector ({problem})",
+              file=sys.stderr)
+        return None
+    print("[index] reusing the vectors of the index this OUT holds where nothing changed", file=sys.stderr)
+    return output
 
 
 def previous_quantizer(previous: str | None, index_dir: str, factory: str, dim: int) -> str | None:

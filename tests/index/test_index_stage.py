@@ -285,6 +285,30 @@ def test_passages_encoded_by_a_run_that_failed_on_its_factory_are_reused_with_an
     assert (counters["passages_encoded"], counters["passages_reused"], counters["passages_indexed"]) == (0, 3, 3)
 
 
+
+def test_a_rerun_in_place_encodes_only_the_passages_that_changed(tiny_bert, tmp_path, capsys):
+    """Another --shards and --index-factory, one passage edited, one removed, one added: the committed index lends
+    the vectors of the two unchanged passages, and the result is that of a run of the new corpus from scratch."""
+    corpus = tmp_path / "c.tsv"
+    corpus.write_text("id\ttext\ttitle\n7\tlakes and rivers\tA\n42\tmountains\tB\n9\tdeserts\tC\n"
+                      "11\thills and valleys\tD\n")
+    index = ["index", "--encoder", str(tiny_bert), "--encoder-type", "mean", "--corpus", str(corpus), *DIRECT]
+    assert main([*index, "--output", str(tmp_path / "out")]) == 0
+    corpus.write_text("id\ttext\ttitle\n7\tlakes and rivers\tA\n42\tsnowy mountains\tB\n"
+                      "11\thills and valleys\tD\n5\tforests\tE\n")
+    capsys.readouterr()
+    changed = ["--shards", "2", "--index-factory", "IDMap,Flat"]
+    assert main([*index, "--output", str(tmp_path / "out"), *changed]) == 0
+    assert "[index] reusing the vectors of the index this OUT holds where nothing changed" in capsys.readouterr().err
+    counters = manifest.load(str(tmp_path / "out"))["index"].counters
+    assert (counters["passages_encoded"], counters["passages_reused"], counters["passages_indexed"]) == (2, 2, 4)
+    assert main([*index, "--output", str(tmp_path / "scratch"), *changed]) == 0
+    rerun, scratch = stored_rows(tmp_path / "out"), stored_rows(tmp_path / "scratch")
+    assert sorted(rerun) == sorted(scratch) == [5, 7, 11, 42]
+    for passage_id, row in scratch.items():
+        assert (rerun[passage_id]["text"], rerun[passage_id]["shard"]) == (row["text"], row["shard"])
+        np.testing.assert_allclose(rerun[passage_id]["embedding"], row["embedding"], rtol=1e-5, atol=1e-6)
+
 def test_a_query_encoder_of_another_size_is_refused_before_encoding(minilm_path, tiny_bert, tmp_path, capsys):
     """The index was built and committed, and every search of it then failed."""
     (tmp_path / "c.tsv").write_text("id\ttext\ttitle\n7\tlakes and rivers\tA\n")
