@@ -125,6 +125,8 @@ def with_reference_spellings(names: pa.Array | pa.ChunkedArray,
     ``text.lower()``, and ``fold_case`` keeps "İ" one character so that offsets stay (this linker never meets the
     copy; an exported linker holds the spellings the reference's builder stores)."""
     names = pa.chunked_array([names]) if isinstance(names, pa.Array) else names
+    if len(names) == 0:  # pyarrow 25's indices_nonzero crashes the process on the no-chunk array it would get
+        return names, counts
     rows = pc.indices_nonzero(pc.match_substring(names, DOTTED_CAPITAL_I))
     spellings = [name.lower() for name in names.take(rows).to_pylist()]
     lowered = pa.array(spellings, names.type)

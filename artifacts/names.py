@@ -14,7 +14,6 @@ if TYPE_CHECKING:
 
 DOC_UNITS = ("paragraph", "page")  # what doc_count counts a name once in
 
-_PARENTHETICAL = re.compile(r"\s+\([^()]*\)$")
 _SPACES = re.compile(r"\s+")
 DOTTED_CAPITAL_I = "\u0130"  # lower-cased to "i" and a combining dot: two characters
 
@@ -28,8 +27,18 @@ class NameRules:
 
 
 def title_name(title: str) -> str:
-    """The name an article title contributes: minus a trailing `` (...)`` (``Mercury (planet)`` -> ``Mercury``)."""
-    return _PARENTHETICAL.sub("", title)
+    """The name an article title contributes: minus a trailing `` (...)`` (``Mercury (planet)`` -> ``Mercury``),
+    its parentheses balanced (``Foo (bar (baz))`` -> ``Foo``, ``A (b) c (d)`` -> ``A (b) c``); a title that is
+    nothing but one stays whole."""
+    if not title.endswith(")"):
+        return title
+    depth = 0
+    for position in range(len(title) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(title[position], 0)
+        if depth == 0:
+            name = title[:position]
+            return name.rstrip() if name[-1:].isspace() and name.strip() else title
+    return title
 
 
 def has_control_characters(text: str) -> bool:

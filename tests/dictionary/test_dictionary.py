@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import re
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from artifacts.run import manifest
 from artifacts.trie_map import build_trie_map
 from pipelines.launcher.cli import main
 from tests.builders import article, write_parsed
-from tests.conftest import DIRECT, MINI, MULTI_PROCESS, PASSAGES, copy_stages
+from tests.conftest import DIRECT, MINI, MULTI_PROCESS, PASSAGES, REPO, copy_stages
 from transforms.dictionary import graph as dictionary
 from transforms.dictionary.graph import DictionaryConfig
 from transforms.dictionary.links import anchor_names
@@ -51,6 +53,10 @@ PLANETS = [
 def test_title_names_and_case_folding():
     assert title_name("Mercury (planet)") == "Mercury"
     assert title_name("Mercury") == "Mercury"
+    # the trailing parenthetical with its parentheses balanced, as the KPR reference strips " (...)" to the end
+    assert (title_name("Foo (bar (baz))"), title_name("A (b) c (d)"), title_name("Foo (a) b)")) == (
+        "Foo", "A (b) c", "Foo (a) b)")
+    assert (title_name("(planet)"), title_name("Foo(bar)"), title_name("Foo  (bar)")) == ("(planet)", "Foo(bar)", "Foo")
     assert fold_case("İstanbul Straße") == "İstanbul straße"  # length kept: offsets stay valid
     # beside an "İ" each word is still lowered as a name is: ΟΔΟΣ ends in a final sigma
     assert fold_case("İzmir ΟΔΟΣ ΟΔΟΣΙ") == "İzmir οδος οδοσι" and fold_case("ΟΔΟΣ") == "οδος"
@@ -187,6 +193,19 @@ def test_stage_on_hand_made_articles(tmp_path):
         ("Mercury (element)", "Mercury (element)", pytest.approx(0.4))]
     strict = EntityLinker.load(str(tmp_path / "dictionary" / "linker"), min_commonness=0.5)
     assert [c.title for c in strict.detect("Mercury")[0].candidates] == ["Mercury (planet)"]
+
+
+@pytest.mark.parametrize("extra", [[], ["--min-link-count", "1000000"]], ids=["no-links", "none-kept"])
+def test_a_dictionary_where_no_name_is_kept_is_written_empty(tmp_path, extra):
+    """Articles that no link joins, or thresholds that keep no name: an empty dictionary and a linker that finds
+    nothing (run in a process of its own: it used to die of a segmentation fault, exit 139, without a word)."""
+    unlinked = [article(1, "Paris", "Paris is a city.", []), article(2, "Seine", "The Seine is a river.", [])]
+    write_parsed(tmp_path, unlinked if not extra else PLANETS)
+    result = subprocess.run([sys.executable, "run_pipeline.py", "dictionary", "--output", str(tmp_path), *extra,
+                             "--progress-interval", "0", *DIRECT], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert tables.read_table(str(tmp_path), "dictionary/names").num_rows == 0
+    assert EntityLinker.load(str(tmp_path / "dictionary" / "linker")).detect("Paris and the Seine.") == []
 
 
 def test_missing_articles_say_which_stage_to_run(tmp_path, capsys):
