@@ -45,6 +45,12 @@ def has_control_characters(text: str) -> bool:
     return any(unicodedata.category(char) in ("Cc", "Cf") for char in text)
 
 
+def has_lone_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate, which no UTF-8 carries: a JSON ``"\\ud800"`` escape, or a byte of a
+    command-line argument that was no UTF-8 (Python keeps each as one)."""
+    return any("\ud800" <= char <= "\udfff" for char in text)
+
+
 def shows_nothing(text: str) -> bool:
     """Whether ``text`` has no visible character: only whitespace, control and format characters (a zero-width space,
     a byte order mark)."""

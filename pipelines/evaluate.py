@@ -22,7 +22,7 @@ import regex
 
 from artifacts import fs
 from artifacts.errors import InputError
-from artifacts.names import shows_nothing
+from artifacts.names import has_lone_surrogate, shows_nothing
 from pipelines.launcher.flags import DEFAULT_KS
 from pipelines.search import Retriever
 
@@ -70,29 +70,31 @@ def has_answer(answers: Sequence[str], text: str) -> bool:
     return False
 
 
+def checked_question(question: object, answers: object) -> Question | None:
+    """A question with its answers; None unless the question is text that shows something and that a tokenizer
+    can take (no lone surrogate, as a JSON "\\ud800" escape or a qas file's answer literal can hold) and the
+    answers a non-empty list of strings."""
+    if not isinstance(question, str) or shows_nothing(question) or has_lone_surrogate(question):
+        return None
+    if not isinstance(answers, list) or not answers or not all(isinstance(answer, str) for answer in answers):
+        return None
+    return Question(question, tuple(answers))
+
+
 def parse_qas_row(fields: list[str]) -> Question | None:
     """One row of a DPR qas file: question<TAB>['answer', ...] (a Python list literal)."""
-    if len(fields) != 2 or shows_nothing(fields[0]):
+    if len(fields) != 2:
         return None
     try:
         answers = ast.literal_eval(fields[1])
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         return None
-    if not isinstance(answers, list) or not answers or not all(isinstance(answer, str) for answer in answers):
-        return None
-    return Question(fields[0], tuple(answers))
+    return checked_question(fields[0], answers)
 
 
 def parse_entity_question(item: object) -> Question | None:
     """One EntityQuestions item: {"question": str, "answers": [str, ...]}."""
-    if not isinstance(item, dict):
-        return None
-    question, answers = item.get("question"), item.get("answers")
-    if not isinstance(question, str) or shows_nothing(question) or not isinstance(answers, list) or not answers:
-        return None
-    if not all(isinstance(answer, str) for answer in answers):
-        return None
-    return Question(question, tuple(answers))
+    return checked_question(item.get("question"), item.get("answers")) if isinstance(item, dict) else None
 
 
 def parse_qas_line(line: bytes) -> Question | None:

@@ -16,7 +16,7 @@ from artifacts.faiss import info
 from artifacts.faiss.info import MissingIndexError
 from artifacts.faiss.search import DamagedShardError, PassageLookup, ShardedIndex
 from artifacts.faiss.storage import MissingIndexFileError
-from artifacts.names import shows_nothing
+from artifacts.names import has_lone_surrogate, shows_nothing
 from artifacts.run import manifest, verified
 from encoders.loading import load_retriever
 from encoders.retrievers import DenseEncoder, EncoderOptions
@@ -147,11 +147,6 @@ def format_hits(query: str, hits: list[Hit], width: int = 100) -> str:
     return "\n".join(lines)
 
 
-def not_utf8(argument: str) -> bool:
-    """Whether a command-line argument held bytes that are not UTF-8 (Python keeps each as a lone surrogate)."""
-    return any("\ud800" <= char <= "\udfff" for char in argument)
-
-
 class SearchCommand:
     """search: the top-k passages of the index under OUT for each --query."""
 
@@ -159,7 +154,7 @@ class SearchCommand:
         if any(shows_nothing(query) for query in args.query):
             raise InputError("--query is empty (nothing but spaces or invisible characters): give the text to search "
                              "for")
-        if any(not_utf8(query) for query in args.query):
+        if any(has_lone_surrogate(query) for query in args.query):
             raise InputError("--query holds bytes that are not UTF-8 (a terminal or script of another encoding?): give "
                              "the query as UTF-8 text")
         retriever = Retriever(args.output, args.device, args.dtype, args.query_encoder, args.nprobe, args.ef_search,

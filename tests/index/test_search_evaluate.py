@@ -55,6 +55,9 @@ def test_question_rows_of_both_formats():
     assert parse_entity_question({"question": "Where?", "answers": ["Here"]}).question == "Where?"
     assert parse_entity_question({"question": "Where?"}) is None
     assert parse_entity_question(["Where?", ["Here"]]) is None
+    # a lone surrogate (a JSON escape) is no text a tokenizer takes: the question is skipped, not a traceback
+    assert parse_entity_question(json.loads('{"question": "Where \\ud800 is it?", "answers": ["Here"]}')) is None
+    assert parse_entity_question({"question": " \u200b", "answers": ["Here"]}) is None
 
 
 @pytest.mark.usefixtures("shared_data")
@@ -194,7 +197,8 @@ def test_search_prints_the_best_passages(minilm_index, capsys):
 
 def test_entity_questions_and_malformed_lines(minilm_index, tmp_path, capsys):
     items = json.loads((QUESTIONS / "entityquestions-dev" / "P17.dev.json").read_text())[:10]
-    (tmp_path / "P17.dev.json").write_text(json.dumps(items))
+    # a lone surrogate, which json.dumps escapes as \ud800: the tokenizer would stop the whole evaluation
+    (tmp_path / "P17.dev.json").write_text(json.dumps([{"question": "Where is \ud800?", "answers": ["x"]}, *items]))
     # a quote that does not close took every line after it; bytes that are no UTF-8 were replaced and scored
     (tmp_path / "bad.qa.tsv").write_bytes(
         b"who sings does he love me with reba\t['Linda Davis']\nno answers here\n"
@@ -208,3 +212,4 @@ def test_entity_questions_and_malformed_lines(minilm_index, tmp_path, capsys):
                                          "P17.dev.json         10     0.00    20.00",
                                          "bad.qa.tsv            2   100.00   100.00"]
     assert "bad.qa.tsv: 4 malformed question(s) skipped" in captured.err
+    assert "P17.dev.json: 1 malformed question(s) skipped" in captured.err
