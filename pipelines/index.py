@@ -24,7 +24,7 @@ from artifacts import fs, layout, schemas, tables
 from artifacts.errors import InputError, SettingError
 from artifacts.faiss import buckets, choice, files, info
 from artifacts.passages import Passage
-from artifacts.run import manifest
+from artifacts.run import manifest, verified
 from encoders.errors import MissingRunArtifactError
 from encoders.loading import check_encoder_options
 from encoders.models import check_device, model_files
@@ -46,7 +46,6 @@ from pipelines.refresh import (
     fingerprint_changes,
     option_changes,
     previous_options,
-    previous_problem,
     reusable_previous,
 )
 from transforms.common.dead_letters import WriteDeadLetters
@@ -407,13 +406,17 @@ def incompatibility(old: dict[str, manifest.StageRecord], config: IndexConfig,
 
 
 def own_index(output: str, compatible: Compatibility) -> str | None:
-    """OUT itself as the run that lends passage vectors, when it holds a committed index of this encoder that
-    validates: a rerun in place (another --index-factory or --shards, a changed corpus, articles parsed again)
-    encodes only the passages that are new or changed, as a refresh from OUT would. None when OUT has no index yet,
-    and when it cannot lend (printing why: every passage is encoded again)."""
-    if layout.INDEX_STAGE not in manifest.load(output):
+    """OUT itself as the run that lends passage vectors, when it holds a committed index of this encoder whose
+    files are as recorded: a rerun in place (another --index-factory or --shards, a changed corpus, articles parsed
+    again, which leaves the rest of OUT stale until it reruns) encodes only the passages that are new or changed,
+    as a refresh from OUT would. None when OUT has no index yet, and when it cannot lend (printing why: every
+    passage is encoded again)."""
+    records = manifest.load(output)
+    record = records.get(layout.INDEX_STAGE)
+    if record is None:
         return None
-    problem = previous_problem(output, (layout.INDEX_STAGE,), compatible)
+    damage = manifest.missing_or_changed(output, record)
+    problem = compatible(records) or (damage[0] if damage else verified.changed_local_content(output, record.outputs))
     if problem is not None:
         print(f"[index] encoding every passage: the index this OUT holds lends no vector ({problem})",
               file=sys.stderr)
@@ -434,6 +437,7 @@ def previous_quantizer(previous: str | None, index_dir: str, factory: str, dim: 
               f"this one needs {factory} x {dim}", file=sys.stderr)
         return None
     path = fs.join(index_dir, files.TRAINED_NAME)
+    fs.mkdirs(index_dir)  # a local copy makes no directory
     FileSystems.copy([source], [path])
     print(f"[index] reusing the trained quantizer of {previous} ({factory} x {dim})", file=sys.stderr)
     return path

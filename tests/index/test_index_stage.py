@@ -286,20 +286,24 @@ def test_passages_encoded_by_a_run_that_failed_on_its_factory_are_reused_with_an
 
 
 
-def test_a_rerun_in_place_encodes_only_the_passages_that_changed(tiny_bert, tmp_path, capsys):
-    """Another --shards and --index-factory, one passage edited, one removed, one added: the committed index lends
-    the vectors of the two unchanged passages, and the result is that of a run of the new corpus from scratch."""
+@pytest.mark.parametrize(("before", "after"), [("Flat", "IDMap,Flat"), ("IVF2,Flat", "IVF2,Flat")])
+def test_a_rerun_in_place_encodes_only_the_passages_that_changed(tiny_bert, tmp_path, capsys, before, after):
+    """Another --shards (and --index-factory, or the same IVF one: its trained quantizer is taken too), one passage
+    edited, one removed, one added: the committed index lends the vectors of the two unchanged passages, and the
+    rows are those of a run of the new corpus from scratch."""
     corpus = tmp_path / "c.tsv"
     corpus.write_text("id\ttext\ttitle\n7\tlakes and rivers\tA\n42\tmountains\tB\n9\tdeserts\tC\n"
                       "11\thills and valleys\tD\n")
     index = ["index", "--encoder", str(tiny_bert), "--encoder-type", "mean", "--corpus", str(corpus), *DIRECT]
-    assert main([*index, "--output", str(tmp_path / "out")]) == 0
+    assert main([*index, "--output", str(tmp_path / "out"), "--index-factory", before]) == 0
     corpus.write_text("id\ttext\ttitle\n7\tlakes and rivers\tA\n42\tsnowy mountains\tB\n"
                       "11\thills and valleys\tD\n5\tforests\tE\n")
     capsys.readouterr()
-    changed = ["--shards", "2", "--index-factory", "IDMap,Flat"]
+    changed = ["--shards", "2", "--index-factory", after]
     assert main([*index, "--output", str(tmp_path / "out"), *changed]) == 0
-    assert "[index] reusing the vectors of the index this OUT holds where nothing changed" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "[index] reusing the vectors of the index this OUT holds where nothing changed" in err
+    assert ("[index] reusing the trained quantizer of" in err) == (before == after)
     counters = manifest.load(str(tmp_path / "out"))["index"].counters
     assert (counters["passages_encoded"], counters["passages_reused"], counters["passages_indexed"]) == (2, 2, 4)
     assert main([*index, "--output", str(tmp_path / "scratch"), *changed]) == 0
@@ -308,6 +312,25 @@ def test_a_rerun_in_place_encodes_only_the_passages_that_changed(tiny_bert, tmp_
     for passage_id, row in scratch.items():
         assert (rerun[passage_id]["text"], rerun[passage_id]["shard"]) == (row["text"], row["shard"])
         np.testing.assert_allclose(rerun[passage_id]["embedding"], row["embedding"], rtol=1e-5, atol=1e-6)
+
+
+def test_a_rerun_in_place_after_a_new_parse_encodes_only_the_changed_articles(tiny_bert, tmp_path, capsys):
+    """Articles parsed again leave the run's other stages stale (validate says so) until they rerun: the index's
+    own files still lend the vectors of the passages that did not change."""
+    write_parsed(tmp_path, [article(7, "Seven", "one two three four five six", []), article(9, "Nine", "alpha", [])])
+    index = ["index", "--output", str(tmp_path), "--encoder", str(tiny_bert), "--encoder-type", "mean",
+             "--words-per-passage", "3", *DIRECT]
+    assert main(index) == 0
+    records = manifest.load(str(tmp_path))
+    parsed = tmp_path / "reparsed"
+    write_parsed(parsed, [article(7, "Seven", "one two three four five SIX", []), article(9, "Nine", "alpha", [])])
+    (tmp_path / "articles" / "part-0.parquet").write_bytes((parsed / "articles" / "part-0.parquet").read_bytes())
+    manifest.save(str(tmp_path), {**records, "parse": manifest.load(str(parsed))["parse"]})
+    capsys.readouterr()
+    assert main(index) == 0
+    assert "reusing the vectors of the index this OUT holds" in capsys.readouterr().err
+    counters = manifest.load(str(tmp_path))["index"].counters
+    assert (counters["passages_encoded"], counters["passages_reused"]) == (1, 2)
 
 def test_a_query_encoder_of_another_size_is_refused_before_encoding(minilm_path, tiny_bert, tmp_path, capsys):
     """The index was built and committed, and every search of it then failed."""
