@@ -212,6 +212,9 @@ def configure_logging(verbose: bool, beam_args: list[str]) -> None:
         # Beam's notice before it fetches a job server jar from Maven Central (FlinkRunner, SparkRunner): six lines
         # for each mirror tried; a jar it cannot fetch is our one line (runners.worded)
         handler.addFilter(lambda record: BEAM_DOWNLOAD_NOTICE not in record.getMessage())
+        # the error messages of a job that runs elsewhere (its workers' tracebacks, hundreds of lines): its
+        # failure is one line (jobs.waited)
+        handler.addFilter(lambda record: not (record.module == "portable_runner" and record.levelno >= logging.ERROR))
     if not any(arg.startswith("--default_sdk_harness_log_level") for arg in beam_args):
         beam_args.append("--default_sdk_harness_log_level=ERROR")
     # No weight-loading progress bars: read by huggingface_hub/transformers on import, here and in Beam's
@@ -263,10 +266,10 @@ def worded(error: BaseException) -> BaseException:
         return InputError(f"no space left on the device written to ({error}): the output (or the file the "
                           "standard output was redirected to) is incomplete; free some space and run the command "
                           "again")
-    if isinstance(error, RuntimeError):  # Beam's, from a run (e.g. a job server jar it cannot download)
-        from pipelines.launcher import runners
+    if isinstance(error, (RuntimeError, ValueError)):  # Beam's, from a run: a jar it cannot download, a runner's
+        from pipelines.launcher import runners  # refusal of the options
 
-        return runners.worded(error)
+        error = runners.worded(error)
     return flags.worded(error)
 
 

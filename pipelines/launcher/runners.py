@@ -27,6 +27,9 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]  # a checkout (or editable in
 # The flags naming the job server jar that FlinkRunner and SparkRunner start (else Beam downloads it from Maven).
 JAR_FLAGS = ("flink_job_server_jar", "spark_job_server_jar")
 _UNFETCHED_JAR = re.compile(r"Unable to fetch remote job server jar at (\S+): ")
+_UNFETCHED_PRISM = re.compile(r"Unable to fetch remote prism binary at (\S+): ")
+# How Beam says that a runner's own checks of the options failed (DataflowRunner without --temp_location...).
+OPTION_ERRORS = "Pipeline has validations errors:"
 
 
 def load_problem(path: str) -> str | None:
@@ -130,8 +133,16 @@ def check_job_server_jar(beam_args: Sequence[str]) -> None:
 
 
 def worded(error: BaseException) -> BaseException:
-    """Beam's failure to download the job server jar of FlinkRunner or SparkRunner (a machine without internet) as
-    one line naming the flag that gives it; any other error as it is."""
+    """Beam's failure to download the job server jar of FlinkRunner or SparkRunner, or PrismRunner's binary (a
+    machine without internet), as one line naming the flag that gives it; a runner's refusal of the options as one
+    line; any other error as it is."""
+    if isinstance(error, ValueError) and str(error).startswith(OPTION_ERRORS):
+        problems = [line.strip() for line in str(error).removeprefix(OPTION_ERRORS).splitlines() if line.strip()]
+        return InputError(f"the runner refused the options: {'; '.join(problems)}")
+    prism = _UNFETCHED_PRISM.search(str(error)) if isinstance(error, RuntimeError) else None
+    if prism is not None:
+        return InputError(f"Beam's Prism runner cannot be downloaded here ({prism.group(1)}): fetch it where there "
+                          "is internet and give --prism_location=PATH, or leave --runner out (DirectRunner)")
     found = _UNFETCHED_JAR.search(str(error)) if isinstance(error, RuntimeError) else None
     if found is None:
         return error

@@ -30,7 +30,7 @@ from artifacts.errors import InputError, error_chain
 from artifacts.run import lock, manifest, verified
 from encoders.errors import GpuMemoryError, gpu_out_of_memory
 from encoders.models import TOKENIZER_FILE, model_processes, save_tokenizer
-from pipelines.launcher import disk_space, flags, local_workers
+from pipelines.launcher import disk_space, flags, jobs, local_workers
 from pipelines.launcher.environment import environment_variable, environment_variables
 from pipelines.launcher.flags import DEFAULT_INTERVAL_S
 from pipelines.launcher.interrupt import CTRL_C_GRACE_S, INTERRUPTED_STEP
@@ -207,11 +207,12 @@ def started(ctx: StageContext, build: Build) -> Any:
     """The result of the pipeline ``build`` builds, submitted (a local runner runs it to the end here)."""
     pipeline = beam.Pipeline(options=ctx.pipeline_options())
     build(pipeline)
-    return pipeline.run()
+    return jobs.submitted(pipeline)
 
 
 def finished(result: Any) -> dict[str, int]:
-    result.wait_until_finish()
+    """The ``kpr`` counters of a submitted pipeline, once it has ended (Ctrl-C meanwhile cancels its job)."""
+    jobs.waited(result)
     return collect_counters(result)
 
 
@@ -232,7 +233,8 @@ def run_beams_together(first: tuple[StageContext, Build], second: tuple[StageCon
 
     def run_second() -> None:
         try:
-            ended["counters"] = run_built(*second)
+            ended["result"] = started(*second)  # a remote job's, submitted: cancelled if the first fails
+            ended["counters"] = finished(ended["result"])
         except BaseException as error:  # raised in the caller's thread, after the first's
             ended["error"] = error
 
@@ -248,11 +250,18 @@ def run_beams_together(first: tuple[StageContext, Build], second: tuple[StageCon
                 counters = finished(result)
         except BaseException as error:
             first_ended(error)
+            if isinstance(error, KeyboardInterrupt) and "result" in ended:  # a remote job beside: cancelled
+                jobs.cancel(ended["result"])
             if beside.is_alive():
                 beside.join(CTRL_C_GRACE_S if interrupted_in_a_step(error) else None)
             raise
         first_ended(None)
-        beside.join()
+        try:
+            beside.join()
+        except KeyboardInterrupt:  # while the second ran on alone
+            if "result" in ended:
+                jobs.cancel(ended["result"])
+            raise
     if "error" in ended:
         raise ended["error"]
     return counters, ended["counters"]

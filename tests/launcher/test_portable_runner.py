@@ -23,7 +23,7 @@ import pytest
 from artifacts.run import manifest
 from pipelines.launcher.cli import main
 from tests.builders import artifact_rows, free_port
-from tests.conftest import REPO, stage_options
+from tests.conftest import BUNDLED_SAMPLE, REPO, stage_options
 
 pytestmark = pytest.mark.long  # minutes: started first (conftest)
 BOOT = REPO / "tests" / "sdk_worker_boot.py"
@@ -70,10 +70,11 @@ def accepts_connections(port: int) -> bool:
         return probe.connect_ex(("localhost", port)) == 0
 
 
-def start(command: list[str], workdir: Path, log: Path) -> subprocess.Popen:
+def start(command: list[str], workdir: Path, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     """``command`` in a process group of its own (ended with it, the workers it starts included)."""
     with open(log, "wb") as out:
-        return subprocess.Popen(command, cwd=workdir, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(command, cwd=workdir, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                env=env)
 
 
 def stop(process: subprocess.Popen, first_signal: int) -> None:
@@ -165,3 +166,24 @@ def test_every_stage_gives_the_same_artifacts_on_workers_with_only_the_shipped_c
     assert any(path.endswith(".faiss") for path in external)
     for artifact in sorted({path.rsplit("/", 1)[0] for path in external if path.endswith(".parquet")}):
         assert rows(full_run, artifact) == rows(launcher / "out", artifact), artifact
+
+
+def test_workers_without_the_project_fail_the_job_in_one_line(external_workers, tmp_path, capfd):
+    """A worker pool that installs nothing it is sent (no boot program; its workers are the `python` on its PATH,
+    the environment without the project): the job fails on every worker, and the launcher says so in one line with
+    the workers' last error, not their tracebacks (hundreds of lines)."""
+    port, log = free_port(), tmp_path / "bare-pool.log"
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+    env["PATH"] = f"{external_workers.python.parent}{os.pathsep}{env.get('PATH', '')}"
+    pool = start([str(external_workers.python), ISOLATED, "-m", "apache_beam.runners.worker.worker_pool_main",
+                  f"--service_port={port}"], external_workers.workdir, log, env)
+    try:
+        wait_for(lambda: accepts_connections(port), "the worker pool without a boot program", {log: pool})
+        flags = [flag for flag in external_workers.flags if not flag.startswith("--environment_config=")]
+        assert main(["parse", "--dump", str(BUNDLED_SAMPLE), "--output", str(tmp_path / "out"), *flags,
+                     f"--environment_config=localhost:{port}"]) == 2
+    finally:
+        stop(pool, signal.SIGINT)
+    err = capfd.readouterr().err.splitlines()
+    assert err[-1].startswith("error: the runner's job failed: ") and "No module named" in err[-1], err[-5:]
+    assert [line for line in err if not line.startswith(("[", "  ", "warning: ", "error: "))] == []

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from artifacts.errors import InputError
-from pipelines.launcher.cli import main
+from artifacts.errors import InputError, input_error_message
+from pipelines.launcher.cli import main, worded
 from pipelines.launcher.runners import (
     local_paths_warning,
     project_setup_file,
@@ -113,3 +113,22 @@ def test_a_beam_option_value_beam_refuses_is_one_line(tmp_path: Path, capsys):
     assert capsys.readouterr().err.splitlines() == [
         "error: argument --flink_version: invalid choice: '2.3' (choose from '1.19', '1.20', '2.0', '2.1', '2.2')"]
     assert not (tmp_path / "out").exists()
+
+
+def test_the_prism_runner_beam_cannot_download_is_one_line():
+    """As PrismRunner fails on a machine without internet (Beam fetches its binary from GitHub as the run starts)."""
+    url = "https://github.com/apache/beam/releases/download/v2.77.0/apache_beam-v2.77.0-prism-linux-amd64.zip"
+    error = RuntimeError(f"Unable to fetch remote prism binary at {url}: <urlopen error [Errno -3] Temporary "
+                         "failure in name resolution>")
+    assert input_error_message(worded(error)) == (
+        f"Beam's Prism runner cannot be downloaded here ({url}): fetch it where there is internet and give "
+        "--prism_location=PATH, or leave --runner out (DirectRunner)")
+
+
+def test_a_runners_refusal_of_the_options_is_one_line(tmp_path: Path, capsys):
+    """DataflowRunner checks its options as the pipeline is made: without them Beam's ValueError was a traceback."""
+    assert main(["parse", "--dump", str(BUNDLED_SAMPLE), "--output", str(tmp_path / "out"),
+                 "--runner=DataflowRunner"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "error: the runner refused the options: Missing GCS path option: temp_location.; Missing GCS path option: "
+        "staging_location.; Missing required option: project.; Missing required option: region.")

@@ -3,6 +3,7 @@ the first has ended, errors raised in order; the model's pipeline with options o
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from functools import partial
@@ -12,6 +13,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import WorkerOptions
 
+from pipelines.launcher import stage as launcher_stage
 from pipelines.launcher.interrupt import CTRL_C_GRACE_S
 from pipelines.launcher.stage import StageContext, interrupted_in_a_step, model_workers, run_beams_together
 from tests.conftest import DIRECT
@@ -96,6 +98,44 @@ def test_after_ctrl_c_the_second_pipeline_gets_the_grace_not_a_wait(tmp_path):
     assert CTRL_C_GRACE_S <= waited < CTRL_C_GRACE_S + 2
     assert len(stuck) == 1 and not stuck[0].is_alive()
 
+
+
+class RemoteJob:
+    """A job submitted to a runner that runs it elsewhere: it runs until ``ends`` is set, or until cancelled."""
+
+    def __init__(self, ends: threading.Event) -> None:
+        self.ends, self.cancelled = ends, 0
+
+    def wait_until_finish(self) -> None:
+        self.ends.wait(60)
+
+    def cancel(self) -> None:
+        self.cancelled += 1
+        self.ends.set()
+
+
+def test_ctrl_c_while_a_remote_model_job_runs_on_alone_cancels_it(tmp_path, monkeypatch):
+    """The inputs' job has ended and the launcher waits for the model's job: Ctrl-C (a real SIGINT to the main
+    thread) cancels that job on its runner, which would run on, holding its workers."""
+    remote = StageContext(output=str(tmp_path), stage="index", beam_args=(
+        "--runner=PortableRunner", "--job_endpoint=localhost:8099", "--environment_type=EXTERNAL",
+        "--environment_config=localhost:50000"))
+    inputs_done, model_runs = threading.Event(), threading.Event()
+    inputs_done.set()
+    submitted = {"inputs": RemoteJob(inputs_done), "model": RemoteJob(model_runs)}
+    monkeypatch.setattr(launcher_stage, "started", lambda ctx, build: submitted[build])
+    monkeypatch.setattr(launcher_stage, "collect_counters", lambda result: {})
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as from a terminal
+    main_thread = threading.main_thread().ident
+    timer = threading.Timer(1.0, signal.pthread_kill, (main_thread, signal.SIGINT))
+    try:
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            run_beams_together((remote, "inputs"), (remote, "model"), lambda error: None)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
+    assert (submitted["inputs"].cancelled, submitted["model"].cancelled) == (0, 1)
 
 def test_the_models_pipeline_takes_its_own_options_after_the_commands():
     """--model-pipeline-options: the model's workers (machine, count) on a cluster; a later option wins."""

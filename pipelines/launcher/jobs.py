@@ -1,0 +1,61 @@
+"""A pipeline submitted to a runner that runs it elsewhere (a job service and its workers, a cluster): submitted,
+waited for, cancelled at Ctrl-C (it would run on, its workers held, and a rerun would do its work a second time
+beside it), and its failures said in one line, as a local run's are. A local runner has run the pipeline to its
+end once it is submitted: waiting for it returns at once."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import apache_beam as beam
+import grpc
+from apache_beam.options.pipeline_options import PortableOptions
+
+from artifacts.errors import InputError, input_error_message
+
+MAX_CAUSE_CHARS = 300  # of the job's last error line, in the one line that says it failed
+
+
+class JobFailedError(InputError):
+    """The runner ran the job and it failed on its workers (not one of our input errors)."""
+
+
+def submitted(pipeline: beam.Pipeline) -> Any:
+    """``pipeline.run()``; a job service that does not answer within --job_server_timeout as one line."""
+    try:
+        return pipeline.run()
+    except grpc.FutureTimeoutError as error:
+        options = pipeline.options.view_as(PortableOptions)
+        raise InputError(f"no job service answered at --job_endpoint {options.job_endpoint} within "
+                         f"{options.job_server_timeout} s (--job_server_timeout): start it, or check the address and "
+                         "the network") from error
+
+
+def waited(result: Any) -> None:
+    """Wait for the end of the job of ``result``. Ctrl-C cancels it; a failure that is not one of our input errors
+    (those are said as they are) is a JobFailedError naming the job's last error line."""
+    try:
+        result.wait_until_finish()
+    except KeyboardInterrupt:
+        cancel(result)
+        raise
+    except RuntimeError as error:
+        if input_error_message(error) is not None:
+            raise
+        raise JobFailedError(f"the runner's job failed: {last_line(str(error))} (the whole error is in the job's "
+                             "log, its workers', and printed here with --verbose)") from error
+
+
+def cancel(result: Any) -> None:
+    """Ask the runner to cancel the job of ``result``; a runner that cannot (one that already ended it, a job
+    service gone) is left as it is: the command is ending."""
+    with contextlib.suppress(Exception):
+        result.cancel()
+
+
+def last_line(text: str) -> str:
+    """The last line of ``text`` that holds something (a traceback's exception), cut to MAX_CAUSE_CHARS."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    line = lines[-1] if lines else "no message"
+    return line if len(line) <= MAX_CAUSE_CHARS else f"{line[:MAX_CAUSE_CHARS]}..."

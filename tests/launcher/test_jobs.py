@@ -1,0 +1,66 @@
+"""A job that runs elsewhere (a job service's, a cluster's): Ctrl-C while waiting cancels it, and its failure on the
+workers is one line naming the job's last error line, our own input errors as they are."""
+
+from __future__ import annotations
+
+import pytest
+
+from artifacts.errors import InputError, input_error_message
+from pipelines.launcher import jobs
+
+WORKER_TRACEBACK = """Traceback (most recent call last):
+  File "apache_beam/runners/worker/sdk_worker.py", line 311, in _execute
+    response = task()
+  File "/usr/lib/python3/importlib/__init__.py", line 126, in import_module
+ModuleNotFoundError: No module named 'transforms' [while running 'ReadPages/Read']
+"""
+
+
+class RemoteJob:
+    """A submitted job's result as the portable runner returns it: ``wait_until_finish`` raises ``raised``."""
+
+    def __init__(self, raised: BaseException | None, cancel_fails: bool = False) -> None:
+        self.raised, self.cancel_fails, self.cancelled = raised, cancel_fails, 0
+
+    def wait_until_finish(self) -> str:
+        if self.raised is not None:
+            raise self.raised
+        return "DONE"
+
+    def cancel(self) -> None:
+        self.cancelled += 1
+        if self.cancel_fails:
+            raise RuntimeError("the job service is gone")
+
+
+@pytest.mark.parametrize("cancel_fails", [False, True])
+def test_ctrl_c_while_waiting_cancels_the_job_and_is_raised_on(cancel_fails):
+    job = RemoteJob(KeyboardInterrupt(), cancel_fails)
+    with pytest.raises(KeyboardInterrupt):
+        jobs.waited(job)
+    assert job.cancelled == 1
+
+
+def test_a_job_that_ends_is_not_cancelled():
+    job = RemoteJob(None)
+    jobs.waited(job)
+    assert job.cancelled == 0
+
+
+def test_a_job_failed_on_its_workers_is_one_line_with_its_last_error():
+    with pytest.raises(jobs.JobFailedError) as failed:
+        jobs.waited(RemoteJob(RuntimeError(WORKER_TRACEBACK)))
+    assert input_error_message(failed.value) == (
+        "the runner's job failed: ModuleNotFoundError: No module named 'transforms' [while running 'ReadPages/Read'] "
+        "(the whole error is in the job's log, its workers', and printed here with --verbose)")
+    long = jobs.last_line("x" * 1000)
+    assert long == "x" * jobs.MAX_CAUSE_CHARS + "..." and jobs.last_line("\n \n") == "no message"
+
+
+def test_our_input_error_raised_on_a_worker_is_said_as_it_is():
+    worker_error = InputError("device cuda was asked for but no CUDA device is available")
+    error = RuntimeError(f"{WORKER_TRACEBACK}{worker_error} [while running 'EncodeMentions']")
+    with pytest.raises(RuntimeError) as raised:
+        jobs.waited(RemoteJob(error))
+    assert raised.value is error
+    assert input_error_message(raised.value) == "device cuda was asked for but no CUDA device is available"
