@@ -132,3 +132,12 @@ def test_a_runners_refusal_of_the_options_is_one_line(tmp_path: Path, capsys):
     assert capsys.readouterr().err.splitlines()[-1] == (
         "error: the runner refused the options: Missing GCS path option: temp_location.; Missing GCS path option: "
         "staging_location.; Missing required option: project.; Missing required option: region.")
+
+
+def test_a_job_service_that_does_not_answer_is_one_line(tmp_path: Path, capsys):
+    port = free_port()
+    assert main(["parse", "--dump", str(BUNDLED_SAMPLE), "--output", str(tmp_path / "out"), "--runner=PortableRunner",
+                 f"--job_endpoint=localhost:{port}", "--job_server_timeout=2", "--environment_type=LOOPBACK"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: no job service answered at --job_endpoint localhost:{port} within 2 s (--job_server_timeout): start "
+        "it, or check the address and the network")
