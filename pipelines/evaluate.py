@@ -73,10 +73,13 @@ def has_answer(answers: Sequence[str], text: str) -> bool:
 def checked_question(question: object, answers: object) -> Question | None:
     """A question with its answers; None unless the question is text that shows something and that a tokenizer
     can take (no lone surrogate, as a JSON "\\ud800" escape or a qas file's answer literal can hold) and the
-    answers a non-empty list of strings."""
+    answers a list of strings of which one at least has a word (``has_answer`` matches no empty answer: a question
+    with only such answers could never be answered)."""
     if not isinstance(question, str) or shows_nothing(question) or has_lone_surrogate(question):
         return None
-    if not isinstance(answers, list) or not answers or not all(isinstance(answer, str) for answer in answers):
+    if not isinstance(answers, list) or not all(isinstance(answer, str) for answer in answers):
+        return None
+    if not any(answer_tokens(answer) for answer in answers):
         return None
     return Question(question, tuple(answers))
 

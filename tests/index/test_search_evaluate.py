@@ -58,6 +58,9 @@ def test_question_rows_of_both_formats():
     # a lone surrogate (a JSON escape) is no text a tokenizer takes: the question is skipped, not a traceback
     assert parse_entity_question(json.loads('{"question": "Where \\ud800 is it?", "answers": ["Here"]}')) is None
     assert parse_entity_question({"question": " \u200b", "answers": ["Here"]}) is None
+    # answers without a word match no passage: counted as malformed, not scored as a miss
+    assert parse_qas_row(["who?", "['', ' ', '\u200b']"]) is None
+    assert parse_qas_row(["who?", "['', 'Reba']"]).answers == ("", "Reba")
 
 
 @pytest.mark.usefixtures("shared_data")
