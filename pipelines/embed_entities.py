@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from dataclasses import replace
 from typing import Any
 
 from artifacts import fs, layout, schemas, tables
 from artifacts.errors import InputError, ModelError
-from artifacts.run import manifest
+from artifacts.run import manifest, verified
 from encoders.models import model_files
 from pipelines.launcher.stage import (
     Build,
@@ -78,11 +79,13 @@ class EmbedEntitiesStage:
         previous = reusable_previous(refresh_of(config), self.name, PREVIOUS_STAGES,
                                      lambda old: incompatibility(old, ctx.output, config, salt))
         scratch = fs.join(ctx.staging_root, "work")
+        renumbered = config.previous if previous is None and config.previous and entities_intact(config.previous) \
+            else None
         inputs = EmbedInputs(output=ctx.output, mentions=mentions, embeddings=ctx.staged(layout.ENTITY_EMBEDDINGS),
                              scratch=scratch, pending=ctx.kept_root, salt=salt,
                              store=ctx.staged(layout.MENTION_VECTORS), id_map=ctx.staged(layout.ENTITY_ID_MAP),
                              followers=model_workers(ctx, config.device, config.model_workers), previous=previous,
-                             tokenizer=saved_tokenizer(ctx, config.model, scratch))
+                             renumbered_from=renumbered, tokenizer=saved_tokenizer(ctx, config.model, scratch))
         # the windows stored before (a previous run's, this OUT's, a killed run's) are not encoded again
         stores = store_directories(ctx, previous)
         write_known_keys(store_files(stores, salt), inputs.files.known)
@@ -105,6 +108,18 @@ class EmbedEntitiesStage:
                                                                          "entities")))
         counters = summed({"mentions_encoded": 0, "mentions_reused": 0}, counters)  # said also when none
         return reuse_counters(counters) if config.previous else counters
+
+
+def entities_intact(previous: str) -> bool:
+    """Whether the previous run's entities/ are as its manifest records (then its ids map to this run's, whether or
+    not it lends vectors: a copy published without its mention vectors, a run of another model)."""
+    record = manifest.load(previous).get(layout.DICTIONARY_STAGE)
+    if record is None:
+        return False
+    entities = replace(record, outputs=[item for item in record.outputs
+                                         if item.path.startswith(f"{layout.ENTITIES}/")])
+    return bool(entities.outputs) and not manifest.missing_or_changed(previous, entities) \
+        and verified.changed_local_content(previous, entities.outputs) is None
 
 
 def require_finite_vectors(config: EmbedConfig, counters: dict[str, int]) -> None:

@@ -46,7 +46,7 @@ from transforms.embed_entities.gather import GatherMentionVectors
 from transforms.embed_entities.inputs import COUNTERS as INPUT_COUNTERS
 from transforms.embed_entities.inputs import INPUT_FILE_ROWS, INPUT_PREFIX, BuildMentionInputs, PrepareMentionInputs
 from transforms.embed_entities.mention_windows import REF_COLUMNS, CutMentionWindows, ref_array
-from transforms.embed_entities.refresh import DecideRefresh
+from transforms.embed_entities.refresh import DecideRefresh, map_ids
 from transforms.embed_entities.window_store import store_bits
 
 EMBEDDING_DTYPES = {name: pa.type_for_alias(name) for name in STORED_DTYPES}
@@ -159,7 +159,8 @@ class EmbedInputs:
     entity_id_map/ and mention_vectors/ files it writes), ``scratch`` (a directory for the files its pipelines and
     workers share), ``pending`` (where the windows it encodes are stored until it commits: kept if it is killed),
     ``salt`` (the model's part of every window key), ``followers`` (the processes that hold the model, each
-    encoding the input files written for it), ``previous`` (an OUT whose vectors may be reused, or None) and
+    encoding the input files written for it), ``previous`` (an OUT whose vectors may be reused, or None),
+    ``renumbered_from`` (an OUT that lends no vector but whose entity ids the id map maps, or None) and
     ``tokenizer`` (the model's tokenizer saved for the inputs' workers, ``models.save_tokenizer``; "":
     each loads it with transformers)."""
 
@@ -173,6 +174,7 @@ class EmbedInputs:
     followers: int = 1
     id_map: str = ""
     previous: str | None = None
+    renumbered_from: str | None = None
     tokenizer: str = ""
 
     def under_scratch(self, name: str) -> str:
@@ -220,8 +222,11 @@ class PrepareMentions(beam.PTransform):
         if inputs.previous is not None:
             _ = pipeline | "DecideRefresh" >> DecideRefresh(inputs.previous, inputs.output, inputs.scratch,
                                                             inputs.id_map)
-        elif config.previous:  # named but refused: every entity is recomputed
+        elif config.previous:  # named but refused: every entity is recomputed, its ids still mapped where they can be
             _ = refs | "CountRecomputed" >> CountEntities("entities_recomputed")
+            if inputs.renumbered_from is not None:
+                _ = (pipeline | "RenumberedFrom" >> beam.Create([inputs.renumbered_from])
+                     | "WriteIdMap" >> beam.Map(map_ids, inputs.output, inputs.id_map))
         mentions = refs | "CutMentionWindows" >> CutMentionWindows(inputs.output, inputs.scratch, self._chars)
         build = BuildMentionInputs(config.model, config.max_seq_length, config.mask_window, inputs.salt,
                                    inputs.files.followed, inputs.rows_per_file, inputs.tokenizer)

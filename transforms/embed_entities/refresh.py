@@ -111,12 +111,17 @@ def digests_of(ids: np.ndarray, digests: np.ndarray) -> tuple[np.ndarray, np.nda
     return digests["entity_id"][where] == ids, digests[where]
 
 
+def id_map_pairs(old_entities: pa.Table, new_entities: pa.Table) -> pa.Table:
+    """(key, old_entity_id, new_entity_id) of the entities whose key is once in each run, by new id."""
+    pairs = keyed(new_entities, "new").join(keyed(old_entities, "old"), "key", join_type="inner")
+    return pairs.sort_by("new_entity_id").select(["key", "old_entity_id", "new_entity_id"])
+
+
 def decide(old_entities: pa.Table, new_entities: pa.Table, old_digests: np.ndarray, new_digests: np.ndarray,
            old_with_vectors: np.ndarray) -> RefreshDecision:
     """Which entities keep their old vector: a key once in each run, an old vector, the same sample digest.
     Every other new entity with mentions is encoded."""
-    pairs = keyed(new_entities, "new").join(keyed(old_entities, "old"), "key", join_type="inner")
-    pairs = pairs.sort_by("new_entity_id").select(["key", "old_entity_id", "new_entity_id"])
+    pairs = id_map_pairs(old_entities, new_entities)
     old_ids = pairs.column("old_entity_id").to_numpy()
     new_ids = pairs.column("new_entity_id").to_numpy()
     had, old_digest = digests_of(old_ids, old_digests)
@@ -154,8 +159,17 @@ def decide_runs(previous: str, output: str, old_digests: list[str], new_digests:
                       read_digests(new_digests), old_vectors.to_numpy())
     count_some("entities_reused", len(decision.reuse_new))
     count_some("entities_recomputed", len(decision.encode))
-    return write_parquet_file(fs.join(id_map, "part-00000-of-00001.parquet"),
-                              decision.id_map.cast(schemas.ENTITY_ID_MAP))
+    return write_id_map(id_map, decision.id_map)
+
+
+def write_id_map(id_map: str, pairs: pa.Table) -> str:
+    return write_parquet_file(fs.join(id_map, "part-00000-of-00001.parquet"), pairs.cast(schemas.ENTITY_ID_MAP))
+
+
+def map_ids(previous: str, output: str, id_map: str) -> str:
+    """Write under ``id_map`` the id map from ``previous``'s entities to ``output``'s (a refresh that takes no
+    vector from ``previous``: its ids still map). Returns its path."""
+    return write_id_map(id_map, id_map_pairs(entity_table(previous), entity_table(output)))
 
 
 class WriteDigests(beam.DoFn):
