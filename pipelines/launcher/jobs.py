@@ -6,6 +6,7 @@ end once it is submitted: waiting for it returns at once."""
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Any
 
 import apache_beam as beam
@@ -15,6 +16,7 @@ from apache_beam.options.pipeline_options import PortableOptions
 from artifacts.errors import InputError, input_error_message
 
 MAX_CAUSE_CHARS = 300  # of the job's last error line, in the one line that says it failed
+MESSAGE_THREAD = "wait_until_finish_read"  # the thread in which Beam's portable runner reads the job's messages
 
 
 class JobFailedError(InputError):
@@ -35,11 +37,15 @@ def submitted(pipeline: beam.Pipeline) -> Any:
 def waited(result: Any) -> None:
     """Wait for the end of the job of ``result``. Ctrl-C cancels it; a failure that is not one of our input errors
     (those are said as they are) is a JobFailedError naming the job's last error line."""
+    threading.excepthook = hide_job_stream_errors  # the runner's thread reading the job's messages may end with it
     try:
         result.wait_until_finish()
     except KeyboardInterrupt:
         cancel(result)
         raise
+    except grpc.RpcError as error:  # the job service went away (stopped, its machine lost, the network)
+        raise InputError(f"the job service stopped answering ({rpc_summary(error)}): the job may have stopped with "
+                         "it; rerun the same command once it runs again to resume") from error
     except RuntimeError as error:
         if input_error_message(error) is not None:
             raise
@@ -59,3 +65,18 @@ def last_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     line = lines[-1] if lines else "no message"
     return line if len(line) <= MAX_CAUSE_CHARS else f"{line[:MAX_CAUSE_CHARS]}..."
+
+
+def rpc_summary(error: grpc.RpcError) -> str:
+    """``StatusCode.UNAVAILABLE: Stream removed`` of a gRPC error (its type's name when it has no status)."""
+    if isinstance(error, grpc.Call):
+        return f"{error.code()}: {error.details()}"
+    return type(error).__name__
+
+
+def hide_job_stream_errors(args: threading.ExceptHookArgs) -> None:
+    """A ``threading.excepthook``: the traceback of Beam's thread reading a job's messages, which ends with the job
+    service's stream (said in one line by ``waited``), is not printed; any other thread's as Python prints it."""
+    if args.thread is not None and args.thread.name == MESSAGE_THREAD and isinstance(args.exc_value, grpc.RpcError):
+        return
+    threading.__excepthook__(args)

@@ -3,6 +3,9 @@ workers is one line naming the job's last error line, our own input errors as th
 
 from __future__ import annotations
 
+import threading
+
+import grpc
 import pytest
 
 from artifacts.errors import InputError, input_error_message
@@ -64,3 +67,17 @@ def test_our_input_error_raised_on_a_worker_is_said_as_it_is():
         jobs.waited(RemoteJob(error))
     assert raised.value is error
     assert input_error_message(raised.value) == "device cuda was asked for but no CUDA device is available"
+
+
+def test_a_job_service_gone_while_waiting_is_one_line_and_its_stream_readers_traceback_is_not_printed(
+        monkeypatch, capsys):
+    monkeypatch.setattr(threading, "excepthook", threading.excepthook)  # as it was, after the test
+    with pytest.raises(InputError) as gone:
+        jobs.waited(RemoteJob(grpc.RpcError()))
+    assert input_error_message(gone.value) == (
+        "the job service stopped answering (RpcError): the job may have stopped with it; rerun the same command once "
+        "it runs again to resume")
+    for name, shown in ((jobs.MESSAGE_THREAD, False), ("another", True)):
+        thread = threading.Thread(target=lambda: None, name=name)
+        threading.excepthook(threading.ExceptHookArgs((grpc.RpcError, grpc.RpcError(), None, thread)))
+        assert (f"Exception in thread {name}" in capsys.readouterr().err) == shown
