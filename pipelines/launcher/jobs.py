@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import apache_beam as beam
 import grpc
 from apache_beam.options.pipeline_options import PortableOptions
+from apache_beam.runners.portability import portable_runner
 
 from artifacts.errors import InputError, input_error_message
 
@@ -37,7 +39,8 @@ def submitted(pipeline: beam.Pipeline) -> Any:
 def waited(result: Any) -> None:
     """Wait for the end of the job of ``result``. Ctrl-C cancels it; a failure that is not one of our input errors
     (those are said as they are) is a JobFailedError naming the job's last error line."""
-    threading.excepthook = hide_job_stream_errors  # the runner's thread reading the job's messages may end with it
+    if isinstance(result, portable_runner.PipelineResult):  # its thread reading the job's messages may end with it
+        hide_job_stream_errors()
     try:
         result.wait_until_finish()
     except KeyboardInterrupt:
@@ -74,9 +77,22 @@ def rpc_summary(error: grpc.RpcError) -> str:
     return type(error).__name__
 
 
-def hide_job_stream_errors(args: threading.ExceptHookArgs) -> None:
+class JobStreamErrorsHidden:
     """A ``threading.excepthook``: the traceback of Beam's thread reading a job's messages, which ends with the job
-    service's stream (said in one line by ``waited``), is not printed; any other thread's as Python prints it."""
-    if args.thread is not None and args.thread.name == MESSAGE_THREAD and isinstance(args.exc_value, grpc.RpcError):
-        return
-    threading.__excepthook__(args)
+    service's stream (said in one line by ``waited``), is not printed; any other thread's goes to the hook that was
+    there before (``then``: Python's own, or the one a local run sets while it runs, ``local_workers``)."""
+
+    def __init__(self, then: Callable[[threading.ExceptHookArgs], object]) -> None:
+        self.then = then
+
+    def __call__(self, args: threading.ExceptHookArgs) -> None:
+        if args.thread is not None and args.thread.name == MESSAGE_THREAD and isinstance(args.exc_value,
+                                                                                          grpc.RpcError):
+            return
+        self.then(args)
+
+
+def hide_job_stream_errors() -> None:
+    """Put ``JobStreamErrorsHidden`` before the thread hook there is (once: it stays for the process's jobs)."""
+    if not isinstance(threading.excepthook, JobStreamErrorsHidden):
+        threading.excepthook = JobStreamErrorsHidden(threading.excepthook)

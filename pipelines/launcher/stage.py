@@ -233,7 +233,7 @@ def run_beams_together(first: tuple[StageContext, Build], second: tuple[StageCon
 
     def run_second() -> None:
         try:
-            ended["result"] = started(*second)  # a remote job's, submitted: cancelled if the first fails
+            ended["result"] = started(*second)  # a remote job, submitted: cancelled at Ctrl-C
             ended["counters"] = finished(ended["result"])
         except BaseException as error:  # raised in the caller's thread, after the first's
             ended["error"] = error

@@ -69,15 +69,26 @@ def test_our_input_error_raised_on_a_worker_is_said_as_it_is():
     assert input_error_message(raised.value) == "device cuda was asked for but no CUDA device is available"
 
 
-def test_a_job_service_gone_while_waiting_is_one_line_and_its_stream_readers_traceback_is_not_printed(
-        monkeypatch, capsys):
-    monkeypatch.setattr(threading, "excepthook", threading.excepthook)  # as it was, after the test
+def test_a_job_service_gone_while_waiting_is_one_line():
     with pytest.raises(InputError) as gone:
         jobs.waited(RemoteJob(grpc.RpcError()))
     assert input_error_message(gone.value) == (
         "the job service stopped answering (RpcError): the job may have stopped with it; rerun the same command once "
         "it runs again to resume")
-    for name, shown in ((jobs.MESSAGE_THREAD, False), ("another", True)):
+
+
+def test_the_traceback_of_the_thread_reading_a_jobs_messages_is_hidden_and_other_threads_go_to_the_hook_before(
+        monkeypatch):
+    """Beam's thread reading a job's messages ends with the job service's stream: the one line says it. The hook
+    there was (Python's, or a local run's, ``local_workers``) still gets every other thread's error."""
+    before: list[str] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: before.append(args.thread.name))
+    jobs.hide_job_stream_errors()
+    jobs.hide_job_stream_errors()  # once: not a hook around a hook
+    assert isinstance(threading.excepthook, jobs.JobStreamErrorsHidden)
+    assert not isinstance(threading.excepthook.then, jobs.JobStreamErrorsHidden)
+    for name, error in ((jobs.MESSAGE_THREAD, grpc.RpcError()), (jobs.MESSAGE_THREAD, ValueError()),
+                        ("another", grpc.RpcError())):
         thread = threading.Thread(target=lambda: None, name=name)
-        threading.excepthook(threading.ExceptHookArgs((grpc.RpcError, grpc.RpcError(), None, thread)))
-        assert (f"Exception in thread {name}" in capsys.readouterr().err) == shown
+        threading.excepthook(threading.ExceptHookArgs((type(error), error, None, thread)))
+    assert before == [jobs.MESSAGE_THREAD, "another"]
