@@ -70,14 +70,24 @@ def check_index_contents(output: str, shards: list[str], verify: bool = False) -
         raise index_changed(output, problem)
 
 
-def check_run_inputs(output: str, index: info.IndexInfo, options: EncoderOptions) -> None:
+def check_run_inputs(output: str, index: info.IndexInfo, options: EncoderOptions, verify: bool = False) -> None:
     """The run's artifacts the index was encoded with (a KPR encoder's linker and entity embeddings) are still
-    those under ``output``: the same digests as when the index was built."""
+    those under ``output``: the manifest records the same digests as when the index was built, and their files
+    hold what it records (sizes; sha256 as for the shards, ``check_index_contents``)."""
     current = index_inputs(options, output) if index.inputs else {}
     for name, digest in sorted(index.inputs.items()):
-        if current.get(name) != digest:
+        if current.get(name) != digest or artifact_changed(output, name, verify):
             raise InputError(f"{fs.join(output, name)} changed after the index was built from it: rerun "
                              f"`python run_pipeline.py index --output {shlex.quote(output)} --force ...`")
+
+
+def artifact_changed(output: str, name: str, verify: bool) -> bool:
+    """Whether a file of the artifact ``name`` (a directory under OUT) is not what the manifest records."""
+    items = [item for record in manifest.load(output).values() for item in record.outputs
+             if item.path.startswith(f"{name.rstrip('/')}/")]
+    missing = [item for item in items if not fs.exists(fs.join(output, item.path))
+               or fs.size(fs.join(output, item.path)) != item.bytes]
+    return bool(missing) or verified.changed_content(output, items, trust_remembered=not verify) is not None
 
 
 class Retriever:
@@ -104,7 +114,7 @@ class Retriever:
         check_index_contents(output, [fs.join(layout.INDEX, shard["index"]) for shard in self.index.info.shard_files],
                              verify)
         options = EncoderOptions.from_json(self.index.info.encoder).with_runtime(device, dtype, query_model)
-        check_run_inputs(output, self.index.info, options)
+        check_run_inputs(output, self.index.info, options, verify)
         options = options.located(output)
         check_encoder(options)
         self.encoder: DenseEncoder = load_retriever(options, "query")

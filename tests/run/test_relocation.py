@@ -5,6 +5,7 @@ paths, are read as before."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -86,6 +87,26 @@ def test_a_linker_changed_after_the_index_was_built_is_refused(kpr_run, tmp_path
     assert (f"error: {output / 'dictionary' / 'linker'} changed after the index was built from it: rerun "
             f"`python run_pipeline.py index --output {output} --force ...`") in capsys.readouterr().err
 
+
+
+@pytest.mark.parametrize("same_size", [False, True], ids=["replaced", "changed-in-place"])
+def test_entity_embeddings_whose_files_changed_after_the_index_was_built_are_refused(kpr_run, tmp_path, capsys,
+                                                                                     same_size):
+    """The manifest unchanged, the file not: another file in its place (another size), or a byte changed with its
+    size and modification time kept (hashed: the file was never remembered as verified)."""
+    output = Path(shutil.copytree(kpr_run, tmp_path / "out"))
+    target = sorted((output / layout.ENTITY_EMBEDDINGS).glob("*.parquet"))[0]
+    stamp = target.stat()
+    data = bytearray(target.read_bytes())
+    if same_size:
+        data[len(data) // 2] ^= 0xFF
+    else:
+        data += b"more"
+    target.write_bytes(bytes(data))
+    os.utime(target, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    assert main(["search", "--output", str(output), "--query", "Anarchism"]) == 2
+    assert (f"error: {output / layout.ENTITY_EMBEDDINGS} changed after the index was built from it: rerun "
+            f"`python run_pipeline.py index --output {output} --force ...`") in capsys.readouterr().err
 
 def test_names_relative_to_out_are_located_and_absolute_ones_kept():
     relative = EncoderOptions("kpr", "model", linker=layout.LINKER, entity_embeddings=layout.ENTITY_EMBEDDINGS)
