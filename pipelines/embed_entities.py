@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from dataclasses import replace
 from typing import Any
 
 from artifacts import fs, layout, schemas, tables
@@ -114,12 +113,8 @@ def entities_intact(previous: str) -> bool:
     """Whether the previous run's entities/ are as its manifest records (then its ids map to this run's, whether or
     not it lends vectors: a copy published without its mention vectors, a run of another model)."""
     record = manifest.load(previous).get(layout.DICTIONARY_STAGE)
-    if record is None:
-        return False
-    entities = replace(record, outputs=[item for item in record.outputs
-                                         if item.path.startswith(f"{layout.ENTITIES}/")])
-    return bool(entities.outputs) and not manifest.missing_or_changed(previous, entities) \
-        and verified.changed_local_content(previous, entities.outputs) is None
+    entities = [item for item in record.outputs if item.path.startswith(f"{layout.ENTITIES}/")] if record else []
+    return bool(entities) and verified.changed_files(previous, entities, hash_remote=False) is None
 
 
 def require_finite_vectors(config: EmbedConfig, counters: dict[str, int]) -> None:

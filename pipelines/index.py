@@ -415,8 +415,7 @@ def own_index(output: str, compatible: Compatibility) -> str | None:
     record = records.get(layout.INDEX_STAGE)
     if record is None:
         return None
-    damage = manifest.missing_or_changed(output, record)
-    problem = compatible(records) or (damage[0] if damage else verified.changed_local_content(output, record.outputs))
+    problem = compatible(records) or verified.changed_files(output, record.outputs, hash_remote=False)
     if problem is not None:
         print(f"[index] encoding every passage: the index this OUT holds lends no vector ({problem})",
               file=sys.stderr)

@@ -85,9 +85,7 @@ def artifact_changed(output: str, name: str, verify: bool) -> bool:
     """Whether a file of the artifact ``name`` (a directory under OUT) is not what the manifest records."""
     items = [item for record in manifest.load(output).values() for item in record.outputs
              if item.path.startswith(f"{name.rstrip('/')}/")]
-    missing = [item for item in items if not fs.exists(fs.join(output, item.path))
-               or fs.size(fs.join(output, item.path)) != item.bytes]
-    return bool(missing) or verified.changed_content(output, items, trust_remembered=not verify) is not None
+    return verified.changed_files(output, items, trust_remembered=not verify) is not None
 
 
 class Retriever:

@@ -74,6 +74,23 @@ def remember(output: str, items: Iterable[OutputFile]) -> None:
     save_verified({**kept, **fresh})
 
 
+def changed_files(output: str, items: Iterable[OutputFile], trust_remembered: bool = True,
+                  hash_remote: bool = True) -> str | None:
+    """The first of ``items`` (recorded outputs under ``output``) that is missing or of another size than the
+    manifest says, else ``changed_content``'s answer (not hashed on a remote run unless ``hash_remote``); None
+    when every file is as recorded."""
+    items = list(items)
+    for item in items:
+        path = fs.join(output, item.path)
+        if not fs.exists(path):
+            return f"{item.path}: missing"
+        if fs.size(path) != item.bytes:
+            return f"{item.path}: {fs.size(path)} bytes, manifest says {item.bytes}"
+    if not hash_remote and not fs.is_local(output):
+        return None
+    return changed_content(output, items, trust_remembered)
+
+
 def changed_local_content(output: str, items: Iterable[OutputFile]) -> str | None:
     """``changed_content`` of a local run; None for a remote one, whose files are not downloaded to be hashed (an
     index of English Wikipedia is ~100 GB)."""
