@@ -162,13 +162,27 @@ def top_k_accuracy(ranks: Sequence[int | None], ks: Sequence[int]) -> dict[int, 
             for k in ks}
 
 
+def shown_names(paths: Sequence[str]) -> list[str]:
+    """Each path by its fewest last components that tell it from the other paths: its file name, unless another
+    file of that name is among them (``qa/q.tsv`` and ``qb/q.tsv``)."""
+    parts = [path.split("/") for path in paths]
+    names = []
+    for mine in parts:
+        depth = 1
+        while depth < len(mine) and sum(other[-depth:] == mine[-depth:] for other in parts) > 1:
+            depth += 1
+        names.append("/".join(mine[-depth:]))
+    return names
+
+
 def format_table(rows: list[dict], ks: Sequence[int]) -> str:
-    name_width = max([len("file")] + [len(row["file"]) for row in rows])
+    names = shown_names([row.get("path", row["file"]) for row in rows])
+    name_width = max([len("file")] + [len(name) for name in names])
     header = f"{'file':<{name_width}}  {'questions':>9}  " + "  ".join(f"{'top-' + str(k):>7}" for k in ks)
     lines = [header]
-    for row in rows:
+    for name, row in zip(names, rows, strict=True):
         scores = "  ".join(f"{row['accuracy'][k]:7.2f}" for k in ks)
-        lines.append(f"{row['file']:<{name_width}}  {row['questions']:>9}  {scores}")
+        lines.append(f"{name:<{name_width}}  {row['questions']:>9}  {scores}")
     return "\n".join(lines)
 
 

@@ -85,6 +85,11 @@ def test_ranks_accuracy_and_table():
     assert top_k_accuracy([], [1]) == {1: 0.0}
     table = format_table([{"file": "a.tsv", "questions": 3, "accuracy": {1: 100 / 3, 20: 200 / 3}}], [1, 20])
     assert table.splitlines() == ["file   questions    top-1   top-20", "a.tsv          3    33.33    66.67"]
+    # two files of one name are told apart by their directories, as far up as needed
+    rows = [{"file": "q.tsv", "path": path, "questions": 1, "accuracy": {1: 0.0}}
+            for path in ("/data/nq/dev/q.tsv", "/data/tq/dev/q.tsv", "/data/p.tsv", "p.tsv")]
+    assert [line.split()[0] for line in format_table(rows, [1]).splitlines()[1:]] == [
+        "nq/dev/q.tsv", "tq/dev/q.tsv", "data/p.tsv", "p.tsv"]
 
 
 def test_evaluate_answers_the_5_nq_dev_questions_on_the_751_real_passages(minilm_index, tmp_path, capsys):
