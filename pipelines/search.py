@@ -75,17 +75,12 @@ def check_run_inputs(output: str, index: info.IndexInfo, options: EncoderOptions
     those under ``output``: the manifest records the same digests as when the index was built, and their files
     hold what it records (sizes; sha256 as for the shards, ``check_index_contents``)."""
     current = index_inputs(options, output) if index.inputs else {}
+    recorded = [item for record in manifest.load(output).values() for item in record.outputs] if index.inputs else []
     for name, digest in sorted(index.inputs.items()):
-        if current.get(name) != digest or artifact_changed(output, name, verify):
+        items = [item for item in recorded if item.path.startswith(f"{name.rstrip('/')}/")]
+        if current.get(name) != digest or verified.changed_files(output, items, trust_remembered=not verify):
             raise InputError(f"{fs.join(output, name)} changed after the index was built from it: rerun "
                              f"`python run_pipeline.py index --output {shlex.quote(output)} --force ...`")
-
-
-def artifact_changed(output: str, name: str, verify: bool) -> bool:
-    """Whether a file of the artifact ``name`` (a directory under OUT) is not what the manifest records."""
-    items = [item for record in manifest.load(output).values() for item in record.outputs
-             if item.path.startswith(f"{name.rstrip('/')}/")]
-    return verified.changed_files(output, items, trust_remembered=not verify) is not None
 
 
 class Retriever:

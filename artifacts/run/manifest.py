@@ -10,7 +10,7 @@ import hashlib
 import json
 import platform
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from importlib import metadata as importlib_metadata
 from typing import Any
@@ -221,8 +221,13 @@ def recorded_batches(output: str, artifact: str, columns: list[str] | None = Non
 
 def missing_or_changed(output: str, record: StageRecord, deep: bool = False) -> list[str]:
     """Problems with a stage's recorded outputs: missing files, other sizes, and with ``deep`` other hashes."""
+    return files_missing_or_changed(output, record.outputs, deep)
+
+
+def files_missing_or_changed(output: str, items: Iterable[OutputFile], deep: bool = False) -> list[str]:
+    """``missing_or_changed`` of some of a run's recorded outputs, ``items``."""
     problems: list[str] = []
-    for item in record.outputs:
+    for item in items:
         path = fs.join(output, item.path)
         if not FileSystems.exists(path):
             problems.append(f"{item.path}: missing")

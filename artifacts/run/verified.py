@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs
-from artifacts.run.manifest import OutputFile
+from artifacts.run.manifest import OutputFile, files_missing_or_changed
 
 CACHE_ENV = "KPR_VERIFIED_CACHE"  # the file remembering verified files (default: under XDG_CACHE_HOME or ~/.cache)
 
@@ -80,12 +80,9 @@ def changed_files(output: str, items: Iterable[OutputFile], trust_remembered: bo
     manifest says, else ``changed_content``'s answer (not hashed on a remote run unless ``hash_remote``); None
     when every file is as recorded."""
     items = list(items)
-    for item in items:
-        path = fs.join(output, item.path)
-        if not fs.exists(path):
-            return f"{item.path}: missing"
-        if fs.size(path) != item.bytes:
-            return f"{item.path}: {fs.size(path)} bytes, manifest says {item.bytes}"
+    problems = files_missing_or_changed(output, items)
+    if problems:
+        return problems[0]
     if not hash_remote and not fs.is_local(output):
         return None
     return changed_content(output, items, trust_remembered)

@@ -231,6 +231,10 @@ def run_beams_together(first: tuple[StageContext, Build], second: tuple[StageCon
     threads = local_workers.worker_thread_variables(first[0].beam_args, os.cpu_count() or 1, os.environ)
     ended: dict[str, Any] = {}
 
+    def cancel_second() -> None:  # a remote job: it would run on, holding its workers
+        if "result" in ended:
+            jobs.cancel(ended["result"])
+
     def run_second() -> None:
         try:
             ended["result"] = started(*second)  # a remote job, submitted: cancelled at Ctrl-C
@@ -250,8 +254,8 @@ def run_beams_together(first: tuple[StageContext, Build], second: tuple[StageCon
                 counters = finished(result)
         except BaseException as error:
             first_ended(error)
-            if isinstance(error, KeyboardInterrupt) and "result" in ended:  # a remote job beside: cancelled
-                jobs.cancel(ended["result"])
+            if isinstance(error, KeyboardInterrupt):
+                cancel_second()
             if beside.is_alive():
                 beside.join(CTRL_C_GRACE_S if interrupted_in_a_step(error) else None)
             raise
@@ -259,8 +263,7 @@ def run_beams_together(first: tuple[StageContext, Build], second: tuple[StageCon
         try:
             beside.join()
         except KeyboardInterrupt:  # while the second ran on alone
-            if "result" in ended:
-                jobs.cancel(ended["result"])
+            cancel_second()
             raise
     if "error" in ended:
         raise ended["error"]
