@@ -124,8 +124,8 @@ class KPREncoder(DenseEncoder):
     def _load_model(self, spec: ModelSpec):
         from encoders.kpr_checkpoint import load_checkpoint  # torch: the model's process only, not the inputs'
 
-        self.entities = EntityTable(self.options.entity_embeddings)
         model = load_checkpoint(spec.name_or_path, spec)
+        self.entities = EntityTable(self.options.entity_embeddings, model.entity_norm)
         if self.entities.dim != model.settings.entity_embedding_size:
             raise InputError(f"entity embeddings have {self.entities.dim} dimensions, the KPR model "
                              f"expects {model.settings.entity_embedding_size}")

@@ -30,9 +30,10 @@ class KnownEntities:
 class EntityTable:
     """Entity vectors by entity_id (row 0 = padding, zeros), built once per worker from
     ``entity_embeddings/*.parquet`` into a scratch mapping (``scratch_array``): 7M x 768 vectors cost page cache
-    that the kernel can write out and drop, not process memory, and no file is left behind."""
+    that the kernel can write out and drop, not process memory, and no file is left behind. With a ``norm``, every
+    vector is L2-normalized and scaled to it (only the direction of an entity vector carries meaning)."""
 
-    def __init__(self, output_dir: str) -> None:
+    def __init__(self, output_dir: str, norm: float | None = None) -> None:
         self.directory = output_dir
         files = embedding_files(output_dir)
         largest, self.dim, value_type = embedding_layout(files)
@@ -40,7 +41,8 @@ class EntityTable:
         self.present = np.zeros(largest + 1, dtype=bool)
         for batch in tables.iter_file_batches(files, ["entity_id", "embedding"]):
             ids = batch.column(0).to_numpy().astype(np.int64)
-            self.vectors[ids] = batch.column(1).flatten().to_numpy(zero_copy_only=False).reshape(len(ids), self.dim)
+            vectors = batch.column(1).flatten().to_numpy(zero_copy_only=False).reshape(len(ids), self.dim)
+            self.vectors[ids] = vectors if norm is None else scaled_to(vectors, norm)
             self.present[ids] = True
 
     def has(self, entity_id: int) -> bool:
@@ -48,6 +50,13 @@ class EntityTable:
 
     def lookup(self, entity_ids: np.ndarray) -> np.ndarray:
         return np.asarray(self.vectors[entity_ids], dtype=np.float32)
+
+
+def scaled_to(vectors: np.ndarray, norm: float) -> np.ndarray:
+    """Each row L2-normalized (in float32) and scaled to ``norm``; a zero row stays zero."""
+    rows = vectors.astype(np.float32)
+    lengths = np.linalg.norm(rows, axis=1, keepdims=True)
+    return np.divide(rows * np.float32(norm), lengths, out=np.zeros_like(rows), where=lengths > 0)
 
 
 def embedding_layout(files: Sequence[str]) -> tuple[int, int, type[np.generic]]:

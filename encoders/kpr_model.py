@@ -105,6 +105,9 @@ class KPRModel(nn.Module):
 
         self.config = config
         self.settings = settings
+        # The L2 norm the entity inputs were trained at: the run's vectors are scaled to it (``KPREncoder``), as
+        # the reference's build_hf_model.py scales the table it installs. Set when a checkpoint is loaded.
+        self.entity_norm = 0.0
         self.bert = BertModel(config)
         self.entity_fusion_layer = (EntityFusionLayer(config, settings)
                                     if settings.entity_fusion_method != "none" else None)

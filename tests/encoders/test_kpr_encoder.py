@@ -143,7 +143,10 @@ def test_foreign_weights_are_refused_and_the_training_table_ignored(tiny_bert, t
     weights = load_file(tmp_path / "kpr" / "model.safetensors")
     save_file({**weights, "entity_fusion_layer.entity_embeddings.embeddings.weight": torch.zeros(5, ENTITY_DIM)},
               tmp_path / "kpr" / "model.safetensors")
-    load_checkpoint(str(tmp_path / "kpr"))
+    model = load_checkpoint(str(tmp_path / "kpr"))
+    # a table of zero rows tells no norm: the word embeddings' mean norm, as train.py would give the table
+    word_norm = float(model.bert.embeddings.word_embeddings.weight.norm(dim=1).mean())
+    assert model.entity_norm == pytest.approx(word_norm) and word_norm > 0
     renamed = {name.replace("entity_fusion_layer.noop_embeddings", "fusion.noop"): value
                for name, value in weights.items()}
     save_file(renamed, tmp_path / "kpr" / "model.safetensors")
@@ -151,6 +154,44 @@ def test_foreign_weights_are_refused_and_the_training_table_ignored(tiny_bert, t
         load_checkpoint(str(tmp_path / "kpr"))
     with pytest.raises(InputError, match="no entity_embedding_size"):
         read_kpr_settings(str(tiny_bert))
+
+
+def test_the_run_s_entity_vectors_are_fed_at_the_norm_the_checkpoint_was_trained_at(tiny_bert, tmp_path):
+    """The reference's build_hf_model.py installs entity vectors L2-normalized and scaled to the norm of the
+    checkpoint's own entity table (a train.py checkpoint's, or the entity_embeddings.npy a converted model ships):
+    so the run's vectors count only by their direction, at that norm, whatever model embedded them."""
+    from safetensors.torch import load_file, save_file
+
+    write_entity_artifacts(tmp_path)
+    init_kpr_checkpoint(str(tiny_bert), str(tmp_path / "kpr"),
+                        KPRSettings(entity_embedding_size=ENTITY_DIM, num_entity_fusion_attention_heads=2))
+    table = torch.nn.functional.normalize(torch.randn(3000, ENTITY_DIM), dim=1) * 3.0
+    table[0] = 0  # [PAD]
+    weights = load_file(tmp_path / "kpr" / "model.safetensors")
+    save_file({**weights, "entity_fusion_layer.entity_embeddings.embeddings.weight": table},
+              tmp_path / "kpr" / "model.safetensors")
+    assert load_checkpoint(str(tmp_path / "kpr")).entity_norm == pytest.approx(3.0)
+    converted = tmp_path / "converted"
+    shutil.copytree(tmp_path / "kpr", converted)
+    save_file(weights, converted / "model.safetensors")
+    np.save(converted / "entity_embeddings.npy", (table * 2.5 / 3.0).half().numpy())
+    assert load_checkpoint(str(converted)).entity_norm == pytest.approx(2.5, rel=1e-3)
+
+    passages = linked_passages(6)
+    encoded = load_retriever(kpr_options(tmp_path / "kpr", tmp_path, max_length=32)).encode_passages(passages)
+    stretched = tmp_path / "stretched"
+    shutil.copytree(tmp_path / "dictionary", stretched / "dictionary")
+    rows = pq.read_table(tmp_path / "entity_embeddings" / "part-0.parquet").to_pylist()
+    scaled = [{**row, "embedding": [value * 7.0 for value in row["embedding"]]} for row in rows]
+    (stretched / "entity_embeddings").mkdir()
+    pq.write_table(pa.Table.from_pylist(scaled, schema=schemas.entity_embeddings(ENTITY_DIM)),
+                   stretched / "entity_embeddings" / "part-0.parquet")
+    same = load_retriever(kpr_options(tmp_path / "kpr", stretched, max_length=32)).encode_passages(passages)
+    np.testing.assert_allclose(same, encoded, atol=1e-6)
+    model = load_checkpoint(str(tmp_path / "kpr"))
+    ids = np.array(sorted(EntityTable(str(tmp_path / "entity_embeddings")).present.nonzero()[0]))
+    fed = EntityTable(str(stretched / "entity_embeddings"), model.entity_norm).lookup(ids)
+    np.testing.assert_allclose(np.linalg.norm(fed, axis=1), 3.0, rtol=1e-5)
 
 
 def write_entity_artifacts(output: Path, dim: int = ENTITY_DIM, names: dict = CAPITALS,
@@ -239,6 +280,9 @@ def test_kpr_encoder_links_the_text_and_fuses_its_entities(tiny_bert, tmp_path):
     with torch.inference_mode():
         cls = model.bert(**encoded).last_hidden_state[0, 0]
         embeds = torch.tensor(np.array([vectors[entity_id] for entity_id in found.entity_ids]))
+        # fed at the norm train.py gives the table of a checkpoint that has none: its word embeddings' mean norm
+        trained_norm = model.bert.embeddings.word_embeddings.weight.norm(dim=1).mean()
+        embeds = embeds / embeds.norm(dim=1, keepdim=True) * trained_norm
         expected = fusion_by_hand(model, cls, embeds, [list(tokens) for tokens in found.positions])
     np.testing.assert_allclose(encoder.encode_passages([passage])[0], expected.numpy(), atol=1e-5)
     query = load_retriever(options, "query").encode_queries(["new york"])[0]
@@ -291,7 +335,9 @@ def test_the_index_stage_feeds_a_real_titled_passage_as_the_reference_does(tiny_
     kept = [(canal, [1, 2]), (lake, [7, 8]), (canal, [16, 17])] + ([(canal, [19, 20])] if max_length == 22 else [])
     assert fed["entity_ids"].tolist() == [[entity_id for entity_id, _ in kept]]
     assert fed["entity_position_ids"].tolist() == [[positions for _, positions in kept]]
-    np.testing.assert_array_equal(fed["entity_embeds"][0].numpy(), [vectors[entity_id] for entity_id, _ in kept])
+    norm = encoder.model.model.entity_norm  # the checkpoint's (here its word embeddings' mean norm)
+    np.testing.assert_allclose(fed["entity_embeds"][0].numpy(), [vectors[entity_id] / np.linalg.norm(
+        vectors[entity_id]) * norm for entity_id, _ in kept], rtol=1e-6)
     np.testing.assert_allclose(result, encoder.encode_passages([passage])[0], rtol=0, atol=1e-6)
 
 
