@@ -403,6 +403,21 @@ def test_broken_page_xml_in_a_whole_file_costs_only_that_page(tmp_path):
     assert items[1].reason.startswith("malformed page XML: mismatched tag")
 
 
+def test_a_page_without_its_end_tag_costs_only_that_page(tmp_path):
+    """A <page> whose </page> is missing is one malformed page: the page after it is read, and text between pages
+    that only starts like a page tag is no page."""
+    first = b"<page><title>Alpha</title><ns>0</ns><id>1</id><revision><id>5</id><text>a</text></revision></page>"
+    unclosed = b"<page><title>Gamma</title><ns>0</ns><id>4</id><revision><id>6</id><text>g</text></revision>\n"
+    after = b"<page>\n<title>Beta</title><ns>0</ns><id>2</id><revision><id>7</id><text>b</text></revision></page>"
+    path = tmp_path / "dump.xml.bz2"
+    path.write_bytes(bz2.compress(b"<mediawiki>" + first + unclosed + b"<page-ish/>" + after + b"</mediawiki>"))
+    items = list(iter_pages(str(path)))
+    assert [(type(item).__name__, item.title) for item in items] == [
+        ("RawPage", "Alpha"), ("PageProblem", "Gamma"), ("RawPage", "Beta")]
+    assert items[1].page_id == 4 and items[1].reason.startswith("malformed page XML")
+    assert items[2].text == "b"
+
+
 def test_pages_split_across_read_chunks_and_a_cut_short_file(tmp_path):
     pages = [f"<page><title>P{n}</title><ns>0</ns><id>{n}</id><revision><text>{'w ' * n}</text></revision></page>"
              for n in range(1, 40)]

@@ -6,6 +6,7 @@ are in transforms/parse/multistream.py.
 
 from __future__ import annotations
 
+import itertools
 import re
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ _HOST_LANGUAGE = re.compile(r"^[a-z]+://([a-z-]+)\.wikipedia\.org")
 _HEAD_LIMIT = 1 << 20  # <siteinfo> sits in the first few KB; stop looking after 1 MB of XML
 _READ_CHUNK = 1 << 20
 _PAGE_END = b"</page>"  # safe to split on: a literal "<" inside page text is always escaped as &lt;
+_PAGE_START = re.compile(rb"<page[\s>]")
 _FRAGMENT_ID = re.compile(rb"<id>\s*(\d+)\s*</id>")
 _FRAGMENT_TITLE = re.compile(rb"<title>([^<]*)</title>")
 _DOCUMENT_END = re.compile(rb"</mediawiki\s*>|<mediawiki\b[^>]*/>")  # a closed or an empty export
@@ -238,9 +240,16 @@ def iter_pages(path: str, siteinfo: SiteInfo | None = None) -> Iterator[RawPage 
 
 
 def page_fragments(xml: bytes) -> list[bytes]:
-    """The ``<page>...</page>`` pieces of a multistream stream's XML (one stream holds whole pages only)."""
-    pieces = xml.split(_PAGE_END)
-    return [piece[piece.index(b"<page"):] + _PAGE_END for piece in pieces[:-1] if b"<page" in piece]
+    """The ``<page>...</page>`` pieces of XML that ends with a ``</page>`` (a multistream stream holds whole pages
+    only). A page whose ``</page>`` is missing is a piece of its own, up to the next ``<page>`` (malformed: a
+    PageProblem), so that the next page is read as it is."""
+    fragments = []
+    for piece in xml.split(_PAGE_END)[:-1]:
+        starts = [found.start() for found in _PAGE_START.finditer(piece)]
+        fragments.extend(piece[start:end] for start, end in itertools.pairwise(starts))
+        if starts:
+            fragments.append(piece[starts[-1]:] + _PAGE_END)
+    return fragments
 
 
 def page_from_fragment(fragment: bytes, siteinfo: SiteInfo, source: str, ordinal: int = 0) -> RawPage | PageProblem:
