@@ -390,6 +390,18 @@ def test_index_that_leaves_out_the_last_stream(tmp_path):
         list(iter_stream_pages(ranges[1], read_siteinfo(str(BUNDLED_SAMPLE))))
 
 
+def test_an_index_that_names_another_page_id_says_which(tmp_path):
+    lines = bz2.decompress(BUNDLED_INDEX.read_bytes()).decode().splitlines()
+    offset, page_id, title = lines[150].split(":", 2)
+    lines[150] = f"{offset}:9{page_id}:{title}"
+    index = tmp_path / "edited-index.txt.bz2"
+    index.write_bytes(bz2.compress("\n".join(lines).encode()))
+    ranges = read_stream_ranges(str(BUNDLED_SAMPLE), str(index))
+    with pytest.raises(InputError, match=rf"\(100\); not in the index: \[{page_id}\] \(1\), not in the stream: "
+                                         rf"\[9{page_id}\] \(1\)$"):
+        list(iter_stream_pages(ranges[1], read_siteinfo(str(BUNDLED_SAMPLE))))
+
+
 def test_broken_page_xml_in_a_whole_file_costs_only_that_page(tmp_path):
     good = b"<page><title>Good</title><ns>0</ns><id>1</id><revision><id>5</id><text>x</text></revision></page>"
     broken = b"<page><title>Broken</title><ns>0</ns><id>2</id><revision><text>y</revision></page>"

@@ -172,8 +172,10 @@ def iter_stream_pages(stream: StreamRange, siteinfo: SiteInfo) -> Iterator[RawPa
     found = tuple(page.page_id for page in pages if page.page_id is not None)
     # A page whose id cannot be read still counts as one page; every id that can be read must be the index's.
     if len(pages) != len(stream.page_ids) or Counter(found) - Counter(stream.page_ids):
+        unlisted, missing = Counter(found) - Counter(stream.page_ids), Counter(stream.page_ids) - Counter(found)
         raise InputError(f"{stream.path} at byte {stream.start}: the stream holds pages {_ids(found)} "
-                         f"but the index lists {_ids(stream.page_ids)}")
+                         f"but the index lists {_ids(stream.page_ids)}; not in the index: "
+                         f"{_ids(tuple(unlisted.elements()))}, not in the stream: {_ids(tuple(missing.elements()))}")
     yield from pages
 
 
