@@ -194,6 +194,20 @@ def test_duplicate_pages_are_counted_dead_lettered_and_written_once(tmp_path: Pa
         "  articles: 2 rows", "  duplicate_page_ids: 1", "  duplicate_titles: 1"]
 
 
+def test_of_two_copies_of_a_page_the_first_in_the_dump_is_kept(tmp_path: Path):
+    """Two copies of a page (its id and title) as the dump's 10th and 11th pages: the first is kept, as a
+    multistream read of the same dump keeps it (positions are compared in dump order: "#9" before "#10")."""
+    fillers = [f"<page><title>Filler {n}</title><ns>0</ns><id>{100 + n}</id><revision><id>{200 + n}</id>"
+               f"<text>Filler {n}.</text></revision></page>" for n in range(9)]
+    copies = [f"<page><title>Twin</title><ns>0</ns><id>50</id><revision><id>60</id><text>Twin {which} copy."
+              "</text></revision></page>" for which in ("first", "second")]
+    dump = tmp_path / "dump.xml"
+    dump.write_text(DUMP.format(pages="\n  ".join(fillers + copies)), encoding="utf-8")
+    articles, _, dead, _ = parse_dump(tmp_path, str(dump))
+    assert [row["text"] for row in articles if row["title"] == "Twin"] == ["Twin first copy."]
+    assert [(letter["kind"], letter["source"]) for letter in dead] == [("duplicate_page_ids", f"{dump}#10")]
+
+
 def test_redirects_without_a_page_and_repeated_redirects_are_counted_not_articles(tmp_path: Path):
     """A redirect whose text names only a section or nothing, and a <redirect/> element whose title is empty and
     whose text names no page, are bad redirects (they became articles "REDIRECT #History"); a second redirect page

@@ -12,7 +12,7 @@ import pyarrow as pa
 from artifacts.title_map import Resolution, TitleMap, write_title_map
 from tests.builders import mirrored
 from transforms.parse.link_resolution import final_article, resolve_links
-from transforms.parse.redirects import TitleRecords, build_title_map, jump
+from transforms.parse.redirects import TitleRecords, build_title_map, dump_order, jump
 
 
 def records(articles: list[tuple[str, int]], redirects: list[tuple[str, str]],
@@ -147,7 +147,7 @@ def test_a_remote_title_map_is_read_through_copies_that_are_removed(tmp_path: Pa
     assert list(scratch.iterdir()) == []  # each copy removed once mapped
 
 
-def test_positions_are_read_only_for_pages_sharing_an_id_and_break_ties_as_strings():
+def test_positions_are_read_only_for_pages_sharing_an_id_and_break_ties_in_dump_order():
     positions = pa.array(["p#9", "p#1", "p#10", "p#2", "p#3"], pa.string())
     asked: list[int] = []
 
@@ -160,6 +160,17 @@ def test_positions_are_read_only_for_pages_sharing_an_id_and_break_ties_as_strin
         articles=pa.table({"title": ["A", "B", "A", "C", "D"], "page_id": pa.array([1, 2, 1, 2, 3], pa.int64())}),
         positions_of=positions_of, redirects=empty.redirects, pages=empty.pages,
         sql_redirects=empty.sql_redirects, qids=empty.qids))
-    # of the two copies of (1, "A") the smaller position as a string ("p#10" < "p#9") is kept
-    assert rows(build.dropped) == [("p#2", "duplicate_page_ids"), ("p#9", "duplicate_page_ids")]
+    # of the two copies of (1, "A") the first in the dump ("p#9" before "p#10") is kept
+    assert rows(build.dropped) == [("p#10", "duplicate_page_ids"), ("p#2", "duplicate_page_ids")]
     assert set(asked) == {0, 1, 2, 3}  # never the page that shares nothing
+
+
+def test_dump_order_compares_numbers_as_numbers_in_either_layout():
+    whole = ["d.xml.bz2#10", "d.xml.bz2#9", "d.xml.bz2#100"]
+    streams = ["m.xml.bz2@1624#0", "m.xml.bz2@998#12", "m.xml.bz2@1624#10", "m.xml.bz2@1624#2"]
+    parts = ["a-articles10.xml-p9p20.bz2#0", "a-articles2.xml-p3p8.bz2#5", "a-articles1.xml-p1p2.bz2#7"]
+    assert sorted(whole, key=dump_order) == ["d.xml.bz2#9", "d.xml.bz2#10", "d.xml.bz2#100"]
+    assert sorted(streams, key=dump_order) == ["m.xml.bz2@998#12", "m.xml.bz2@1624#0", "m.xml.bz2@1624#2",
+                                               "m.xml.bz2@1624#10"]
+    assert sorted(parts, key=dump_order) == ["a-articles1.xml-p1p2.bz2#7", "a-articles2.xml-p3p8.bz2#5",
+                                             "a-articles10.xml-p9p20.bz2#0"]

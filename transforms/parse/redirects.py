@@ -9,6 +9,7 @@ of ``current = current[current]`` follow chains of up to 64 hops for all ~10M re
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -35,6 +36,8 @@ COUNTERS = declare(
     processed("sql_redirects", "redirects taken from the SQL dump"),
     dropped("sql_redirects_unknown_source", "SQL redirect rows whose source page is unknown"),
 )
+
+_DIGIT_RUNS = re.compile("([0-9]+)")  # split with its group: the runs at the odd places
 
 
 # The positions (where each was read) of the article records at the given indices of ``TitleRecords.articles``.
@@ -93,20 +96,28 @@ def in_repeated_runs(sorted_values: np.ndarray) -> np.ndarray:
     return np.bincount(run)[run] > 1 if len(run) else np.zeros(0, dtype=bool)
 
 
-def smallest_by_strings(rows: np.ndarray, groups: np.ndarray, *keys: pa.Array) -> np.ndarray:
-    """For each group (``groups[i]`` of ``rows[i]``, sorted), its row whose ``keys`` (strings, compared in order)
-    are smallest: Python comparisons, for the few rows that share a page id or a title."""
+def smallest_by_keys(rows: np.ndarray, groups: np.ndarray, *keys: list) -> np.ndarray:
+    """For each group (``groups[i]`` of ``rows[i]``, sorted), its row whose ``keys`` (compared in order) are
+    smallest: Python comparisons, for the few rows that share a page id or a title."""
     best: dict[int, tuple] = {}
-    for row, group, *values in zip(rows.tolist(), groups.tolist(), *(key.to_pylist() for key in keys), strict=True):
+    for row, group, *values in zip(rows.tolist(), groups.tolist(), *keys, strict=True):
         if group not in best or tuple(values) < best[group][1:]:
             best[group] = (row, *values)
     return np.array(sorted(found[0] for found in best.values()), dtype=np.int64)
 
 
+def dump_order(position: str) -> tuple:
+    """A page's position (``file#n``, ``file@offset#n``) as a key that sorts in dump order: its runs of digits
+    compared as numbers (``#9`` before ``#10``, ``articles2.xml`` before ``articles10.xml``), so that a whole-file
+    read and a multistream read of one dump agree on which of two copies comes first."""
+    parts = _DIGIT_RUNS.split(position)
+    return tuple(int(part) if index % 2 else part for index, part in enumerate(parts))
+
+
 def kept_article_rows(records: TitleRecords, title_keys: np.ndarray) -> tuple[np.ndarray, pa.Table]:
     """(whether each article record is kept, dropped positions with their counter): of pages sharing a page id the
-    smallest title is kept (ties: the smallest position), then of pages sharing a title the smallest page id.
-    Numbers only (page ids, the titles' trie key ids): strings and positions are read for duplicates alone."""
+    smallest title is kept (ties: the first in the dump, ``dump_order``), then of pages sharing a title the smallest
+    page id. Numbers only (page ids, the titles' trie key ids): strings and positions are read for duplicates alone."""
     articles, kept = records.articles, np.ones(records.articles.num_rows, dtype=bool)
     page_ids = articles.column("page_id").to_numpy()
     by_id = np.argsort(page_ids, kind="stable")
@@ -114,7 +125,8 @@ def kept_article_rows(records: TitleRecords, title_keys: np.ndarray) -> tuple[np
     if len(shared):
         kept[shared] = False
         titles = articles.column("title").take(pa.array(shared))
-        kept[smallest_by_strings(shared, page_ids[shared], titles, records.positions_of(shared))] = True
+        dump_orders = [dump_order(position) for position in records.positions_of(shared).to_pylist()]
+        kept[smallest_by_keys(shared, page_ids[shared], titles.to_pylist(), dump_orders)] = True
     duplicate_ids = np.setdiff1d(shared, np.flatnonzero(kept))
     remaining = np.flatnonzero(kept)
     by_title = remaining[np.lexsort((page_ids[remaining], title_keys[remaining]))]
@@ -150,7 +162,8 @@ def one_target_each(pairs: pa.Table, sources: np.ndarray) -> np.ndarray:
     shared = by_source[in_repeated_runs(sources[by_source])]
     if len(shared):
         kept[shared] = False
-        kept[smallest_by_strings(shared, sources[shared], pairs.column("target").take(pa.array(shared)))] = True
+        targets = pairs.column("target").take(pa.array(shared)).to_pylist()
+        kept[smallest_by_keys(shared, sources[shared], targets)] = True
     return kept
 
 
