@@ -33,7 +33,7 @@ _NAMES = {
     "files": ("EMBEDDINGS_DIR", "INDEX_JSON", "TRAINED_NAME", "shard_embedding_files", "shard_name"),
     "info": ("IndexInfo", "load_index_info"),
     "search": ("PassageLookup", "ShardedIndex", "merge_top_k"),
-    "storage": ("DamagedIndexError", "read_index", "read_npy", "write_index", "write_npy"),
+    "storage": ("DamagedIndexError", "read_index", "read_npy", "stored_ids", "write_index", "write_npy"),
     "vectors": ("embedding_schema", "embedding_table", "table_vectors"),
 }
 _MODULE_OF = {name: module for module, names in _NAMES.items() for name in names}

@@ -8,6 +8,7 @@ published run searches exactly as in place.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -23,6 +24,10 @@ class MissingIndexError(InputError):
     def __init__(self, index_dir: str) -> None:
         super().__init__(f"no index at {index_dir} ({INDEX_JSON} is missing)")
         self.index_dir = index_dir
+
+
+class DamagedIndexInfoError(InputError):
+    """index.json holds a field of the wrong type (edited by hand, or written by something else)."""
 
 
 @dataclass
@@ -42,16 +47,45 @@ class IndexInfo:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, value: dict[str, Any]) -> IndexInfo:
-        known = set(cls.__dataclass_fields__)
-        return cls(**{key: item for key, item in value.items() if key in known})
+    def from_json(cls, value: Any) -> IndexInfo:
+        """The fields this version knows, each checked for its type (a ``ValueError`` naming the first that is
+        not)."""
+        if not isinstance(value, dict):
+            raise ValueError(f"a JSON {type(value).__name__}, not an object")
+        known = {key: item for key, item in value.items() if key in cls.__dataclass_fields__}
+        for key, item in known.items():
+            _check_field(key, item, _FIELD_TYPES[key])
+        for shard in known.get("shard_files", []):
+            if not isinstance(shard, dict):
+                raise ValueError(f"shard_files holds {shard!r}, not an object")
+            for key, kind in _SHARD_FIELD_TYPES.items():
+                _check_field(f"a shard's {key}", shard.get(key), kind)
+        return cls(**known)
+
+
+# index.json's fields by type: a whole number is an int (not a bool).
+_FIELD_TYPES = {"factory": str, "metric": str, "dim": int, "count": int, "shards": int, "shard_files": list,
+                "encoder": dict, "train_sample": int, "format": int, "inputs": dict}
+_SHARD_FIELD_TYPES = {"name": str, "index": str, "ids": str, "count": int}
+
+
+_TYPE_NAMES = {int: "a whole number", str: "a string", list: "an array", dict: "an object"}
+
+
+def _check_field(name: str, value: Any, kind: type) -> None:
+    if not isinstance(value, kind) or isinstance(value, bool) or (kind is int and value < 0):
+        raise ValueError(f"{name} is {json.dumps(value)[:80]}, not {_TYPE_NAMES[kind]}")
 
 
 def load_index_info(index_dir: str) -> IndexInfo:
+    """OUT/index/index.json; a ``DamagedIndexInfoError`` (one line) when a field is not of its type."""
     path = fs.join(index_dir, INDEX_JSON)
     if not fs.exists(path):
         raise MissingIndexError(index_dir)
-    return IndexInfo.from_json(fs.read_json(path))
+    try:
+        return IndexInfo.from_json(fs.read_json(path))
+    except ValueError as error:
+        raise DamagedIndexInfoError(f"{path} is damaged: {error}") from error
 
 
 def artifact_digest(files: Iterable[tuple[str, str]], artifact: str) -> str:

@@ -38,6 +38,27 @@ def read_index(path: str, mmap: bool = True):
         return _read_local_index(local_path, path, mmap)
 
 
+def stored_ids(index) -> np.ndarray | None:
+    """The passage ids a FAISS index stores (an IDMap's id map, or an IVF index's inverted lists, list by list);
+    None for an index that stores none."""
+    import faiss
+
+    if isinstance(faiss.downcast_index(index), faiss.IndexIDMap):
+        return faiss.vector_to_array(faiss.downcast_index(index).id_map).astype(np.int64)
+    try:
+        ivf = faiss.extract_index_ivf(index)
+    except RuntimeError:  # neither an IDMap nor an IVF index
+        return None
+    lists, parts = ivf.invlists, [np.zeros(0, np.int64)]
+    for number in range(ivf.nlist):
+        size = lists.list_size(number)
+        if size:
+            pointer = lists.get_ids(number)
+            parts.append(faiss.rev_swig_ptr(pointer, size).astype(np.int64))  # a copy
+            lists.release_ids(number, pointer)
+    return np.concatenate(parts)
+
+
 def _read_local_index(local_path: str, path: str, mmap: bool):
     """Read the local file ``local_path``, a copy of ``path`` (what errors name)."""
     import faiss

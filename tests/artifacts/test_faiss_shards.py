@@ -386,3 +386,20 @@ def test_rows_read_back_by_the_stage_store_vectors_plain_and_the_shard_files_com
     for passage_id, vector in zip(read.column("passage_id").to_pylist(), read.column("embedding").to_pylist(),
                                   strict=True):
         np.testing.assert_array_equal(vector, by_id[passage_id])
+
+
+@pytest.mark.parametrize("factory", ["IDMap,Flat", "IVF4,Flat", "IVF4,SQ8", "IDMap,HNSW8"])
+def test_the_ids_an_index_stores_are_read_back_from_its_file(factory: str, tmp_path) -> None:
+    """What validate compares with a shard's id map: an IDMap's ids, an IVF index's inverted lists' (read
+    from a memory-mapped file too)."""
+    import faiss
+
+    rng = np.random.default_rng(0)
+    vectors, ids = rng.random((300, 8), dtype=np.float32), rng.choice(10**12, size=300, replace=False).astype(np.int64)
+    index = faiss.index_factory(8, factory, faiss.METRIC_INNER_PRODUCT)
+    index.train(vectors)
+    index.add_with_ids(vectors, ids)
+    shards.write_index(index, str(tmp_path / "shard.faiss"))
+    stored = shards.stored_ids(shards.read_index(str(tmp_path / "shard.faiss")))
+    assert np.array_equal(np.sort(stored), np.sort(ids))
+    assert shards.stored_ids(faiss.IndexFlatIP(8)) is None

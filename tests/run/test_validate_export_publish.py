@@ -218,10 +218,68 @@ def unreadable_recorded_parquet(out: Path) -> list[str]:
 
 def repeated_passage_id(out: Path) -> list[str]:
     ids = np.load(out / SHARD_IDS)
+    missing = ids[1]
     ids[1] = ids[0]
     faiss_shards.write_npy(str(out / SHARD_IDS), ids)
     record(out, SHARD_IDS)
-    return [f"{SHARD_IDS}: 1 repeated passage ids"]
+    return [f"{SHARD_IDS}: 1 repeated passage ids",
+            f"{SHARD}: its passage ids are not those of its id map {SHARD_IDS} (1 not in it: {missing})"]
+
+
+def edit_index_json(out: Path, change: Callable[[dict], None]) -> None:
+    path = out / "index" / "index.json"
+    info = json.loads(path.read_text())
+    change(info)
+    path.write_text(json.dumps(info))
+    record(out, "index/index.json")
+
+
+def shard_listed_twice(out: Path) -> list[str]:
+    """index.json naming one shard twice (its count added twice): a search would return its passages twice."""
+    def change(info: dict) -> None:
+        info["shard_files"].append(info["shard_files"][-1])
+        info["count"] += info["shard_files"][-1]["count"]
+
+    edit_index_json(out, change)
+    return ["index/index.json: shards listed more than once: shard-00001"]
+
+
+def index_json_count_not_a_number(out: Path) -> list[str]:
+    edit_index_json(out, lambda info: info["shard_files"][0].update(count="many"))
+    return [f"index/index.json: unreadable ({out}/index/index.json is damaged: a shard's count is \"many\", not a "
+            "whole number)"]
+
+
+def faiss_id_renamed(out: Path) -> list[str]:
+    """A shard whose FAISS ids (what a search returns) are not its id map's: one renamed."""
+    import faiss
+
+    index = faiss_shards.read_index(str(out / SHARD), mmap=False)
+    ids = faiss_shards.stored_ids(index)
+    ids[0] = 987654321987
+    faiss.copy_array_to_vector(ids, index.id_map)
+    faiss_shards.write_index(index, str(out / SHARD))
+    record(out, SHARD)
+    return [f"{SHARD}: its passage ids are not those of its id map {SHARD_IDS} (1 not in it: 987654321987)"]
+
+
+def a_stored_passage_not_indexed(out: Path) -> list[str]:
+    """The shard, its id map and index.json agree on one passage fewer than index/embeddings/ stores."""
+    index = faiss_shards.read_index(str(out / SHARD), mmap=False)
+    ids = np.load(out / SHARD_IDS)
+    index.remove_ids(ids[-1:])
+    faiss_shards.write_index(index, str(out / SHARD))
+    faiss_shards.write_npy(str(out / SHARD_IDS), ids[:-1])
+    for relative in (SHARD, SHARD_IDS):
+        record(out, relative)
+
+    def change(info: dict) -> None:
+        info["shard_files"][1]["count"] -= 1
+        info["count"] -= 1
+
+    edit_index_json(out, change)
+    return [f"index/embeddings/shard-00001/: {len(ids)} passages, index/index.json says its shard holds "
+            f"{len(ids) - 1}"]
 
 
 def title_differs(out: Path) -> list[str]:
@@ -268,7 +326,8 @@ def mention_vectors_break_contract(out: Path) -> list[str]:
 CORRUPTIONS = [truncate_articles, flip_shard_bytes, non_finite_embedding, wrong_norm_embedding,
                one_vector_for_every_entity, unknown_entity_embedding, repeated_entity_embedding, stray_parquet,
                stray_other_files, unreadable_recorded_parquet,
-               repeated_passage_id, title_differs, redirects_break_contract, mention_vectors_break_contract]
+               repeated_passage_id, title_differs, redirects_break_contract, mention_vectors_break_contract,
+               shard_listed_twice, index_json_count_not_a_number, faiss_id_renamed, a_stored_passage_not_indexed]
 
 
 @pytest.mark.parametrize("corrupt", CORRUPTIONS, ids=lambda corrupt: corrupt.__name__)

@@ -25,10 +25,14 @@ def check_index(run: RecordedRun) -> list[str]:
     except (InputError, ValueError, TypeError) as error:
         return [f"{index_json}: unreadable ({message(error)})"]
     numbers = {faiss_shards.shard_name(number): number for number in range(info.shards)}
+    names = [shard["name"] for shard in info.shard_files]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        return [f"{index_json}: shards listed more than once: {', '.join(repeated[:MAX_EXAMPLES])}"]
     problems = []
     for shard in info.shard_files:
-        problems += check_shard(run, info, shard, numbers.get(shard.get("name", "")))
-    listed = sum(int(shard.get("count", 0)) for shard in info.shard_files)
+        problems += check_shard(run, info, shard, numbers.get(shard["name"]))
+    listed = sum(shard["count"] for shard in info.shard_files)
     if listed != info.count:
         problems.append(f"{index_json}: count {info.count}, its shards hold {listed}")
     return problems
@@ -36,11 +40,11 @@ def check_index(run: RecordedRun) -> list[str]:
 
 def check_shard(run: RecordedRun, info: faiss_shards.IndexInfo, shard: dict[str, Any],
                 number: int | None) -> list[str]:
-    index_file, ids_file = f"{INDEX}/{shard.get('index')}", f"{INDEX}/{shard.get('ids')}"
+    index_file, ids_file = f"{INDEX}/{shard['index']}", f"{INDEX}/{shard['ids']}"
     problems = [f"{path}: listed in {INDEX}/{faiss_shards.INDEX_JSON} but not in the manifest"
                 for path in (index_file, ids_file) if path not in run.files]
     if number is None:
-        problems.append(f"{INDEX}/{faiss_shards.INDEX_JSON}: {shard.get('name')!r} is not a shard of a "
+        problems.append(f"{INDEX}/{faiss_shards.INDEX_JSON}: {shard['name']!r} is not a shard of a "
                         f"{info.shards}-shard index")
     if problems:
         return problems
@@ -49,9 +53,13 @@ def check_shard(run: RecordedRun, info: faiss_shards.IndexInfo, shard: dict[str,
         ids, found = load_id_map(run.path(ids_file), ids_file)
         problems += found
     if ids is not None:
-        problems += id_map_problems(ids, ids_file, int(shard.get("count", -1)), number, info.shards)
+        problems += id_map_problems(ids, ids_file, shard["count"], number, info.shards)
     if index_file not in run.broken:
         problems += faiss_problems(run.path(index_file), index_file, info.dim, ids, ids_file)
+    stored = run.artifact(f"{INDEX}/{faiss_shards.EMBEDDINGS_DIR}/{shard['name']}/")
+    if stored is not None and run.rows(stored) != shard["count"]:
+        problems.append(f"{INDEX}/{faiss_shards.EMBEDDINGS_DIR}/{shard['name']}/: {run.rows(stored)} passages, "
+                        f"{INDEX}/{faiss_shards.INDEX_JSON} says its shard holds {shard['count']}")
     return problems
 
 
@@ -91,4 +99,11 @@ def faiss_problems(path: str, where: str, dim: int, ids: np.ndarray | None, ids_
         problems.append(f"{where}: {index.d} dims, {INDEX}/{faiss_shards.INDEX_JSON} says {dim}")
     if ids is not None and index.ntotal != len(ids):
         problems.append(f"{where}: {index.ntotal} vectors, its id map {ids_file} has {len(ids)} ids")
+    stored = faiss_shards.stored_ids(index)
+    if ids is not None and stored is not None and index.ntotal == len(ids):
+        unmapped = np.setdiff1d(stored, ids)
+        if len(unmapped) or len(np.unique(stored)) != len(stored):
+            shown = ", ".join(map(str, unmapped[:MAX_EXAMPLES].tolist()))
+            problems.append(f"{where}: its passage ids are not those of its id map {ids_file} ({len(unmapped)} "
+                            f"not in it{': ' + shown if shown else ''})")
     return problems
