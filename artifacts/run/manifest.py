@@ -146,6 +146,9 @@ def _record(path: str, name: str, value: Any) -> StageRecord:
         item_problem = _shape_problem(item, _OUTPUT_FIELDS, _OUTPUT_REQUIRED)
         if item_problem is None and not fs.stays_below(item["path"]):
             item_problem = f"has \"path\" {item['path']!r}, not a path below the run's directory"
+        negative = [key for key in ("bytes", "rows") if item_problem is None and (item.get(key) or 0) < 0]
+        if negative:
+            item_problem = f"has \"{negative[0]}\" {item[negative[0]]}, below zero"
         if item_problem:
             problem = f"outputs[{index}] {item_problem}"
             break

@@ -75,7 +75,10 @@ def test_other_damages_are_named() -> None:
              **{b'{"stages": {"index": {"stage": "index", "options": {}, "inputs": {}, "outputs": [{"path": "'
                 + path.encode() + b'", "bytes": 1, "sha256": "ab"}]}}}':
                 f"its stage 'index' outputs[0] has \"path\" {path!r}, not a path below the run's directory"
-                for path in ("../run2/index/a.faiss", "/etc/passwd", "index/../../x", "gs://b/x", "")}}
+                for path in ("../run2/index/a.faiss", "/etc/passwd", "index/../../x", "gs://b/x", "")},
+             **{b'{"stages": {"index": {"stage": "index", "options": {}, "inputs": {}, "outputs": [{"path": "i/a", '
+                + sizes.encode() + b', "sha256": "ab"}]}}}': f"its stage 'index' outputs[0] has {problem}, below zero"
+                for sizes, problem in (('"bytes": 1, "rows": -1', '"rows" -1'), ('"bytes": -5', '"bytes" -5'))}}
     for data, problem in cases.items():
         with pytest.raises(DamagedManifestError) as raised:
             manifest.parse("m.json", data)

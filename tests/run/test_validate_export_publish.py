@@ -37,6 +37,7 @@ EMBEDDINGS = "entity_embeddings/part-00000-of-00001.parquet"
 ENTITIES = "entities/part-00000-of-00001.parquet"
 ARTICLES = "articles/part-00000-of-00001.parquet"
 REDIRECTS = "redirects/part-00000-of-00001.parquet"
+LINKER = "dictionary/linker"
 SHARD = "index/shard-00001.faiss"
 SHARD_IDS = "index/shard-00001.ids.npy"
 STAGES = "dictionary, embed-entities, index, mentions, parse"
@@ -282,6 +283,31 @@ def a_stored_passage_not_indexed(out: Path) -> list[str]:
             f"{len(ids) - 1}"]
 
 
+def manifest_miscounts_rows(out: Path) -> list[str]:
+    """The manifest's row count of entities/ wrong, the file as recorded: one problem, not every check that
+    counts entities from it (the names' and embeddings' ids "outside 1..N", the linker's size...)."""
+    stages = manifest.load(str(out))
+    stages["dictionary"].outputs = [replace(item, rows=item.rows - 1) if item.path == ENTITIES else item
+                                    for item in stages["dictionary"].outputs]
+    manifest.save(str(out), stages)
+    return [f"{ENTITIES}: {entity_count(out)} rows, manifest says {entity_count(out) - 1}"]
+
+
+def an_entity_without_title_or_qid(out: Path) -> list[str]:
+    """An entity whose title and QID are null: it has no key (was a traceback from the key trie)."""
+    table = pq.read_table(out / ENTITIES)
+    row = next(row for row, qid in enumerate(table.column("qid").to_pylist()) if qid is None)
+    titles = table.column("title").to_pylist()
+    titles[row] = None
+    pq.write_table(table.set_column(table.schema.get_field_index("title"), table.schema.field("title"),
+                                    pa.array(titles, pa.string())), out / ENTITIES)
+    record(out, ENTITIES)
+    return [*(f"manifest.json: stage {stage} was built from other dictionary outputs than the recorded ones: rerun "
+              f"{stage}" for stage in ("embed-entities", "mentions")),
+            f"{ENTITIES}: entities whose key (QID, else title) is not id entity_id - 1 in {LINKER}/kb_id.trie: "
+            f"1 ({table.column('entity_id')[row].as_py()})"]
+
+
 def title_differs(out: Path) -> list[str]:
     entity_id = pq.read_table(out / EMBEDDINGS).column("entity_id")[2].as_py()
 
@@ -327,7 +353,8 @@ CORRUPTIONS = [truncate_articles, flip_shard_bytes, non_finite_embedding, wrong_
                one_vector_for_every_entity, unknown_entity_embedding, repeated_entity_embedding, stray_parquet,
                stray_other_files, unreadable_recorded_parquet,
                repeated_passage_id, title_differs, redirects_break_contract, mention_vectors_break_contract,
-               shard_listed_twice, index_json_count_not_a_number, faiss_id_renamed, a_stored_passage_not_indexed]
+               shard_listed_twice, index_json_count_not_a_number, faiss_id_renamed, a_stored_passage_not_indexed,
+               manifest_miscounts_rows, an_entity_without_title_or_qid]
 
 
 @pytest.mark.parametrize("corrupt", CORRUPTIONS, ids=lambda corrupt: corrupt.__name__)

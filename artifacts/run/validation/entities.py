@@ -110,7 +110,7 @@ def linker_mismatches(linker: EntityLinker, ids: np.ndarray, batch: pa.RecordBat
     for entity_id, title, qid, checked in rows:
         if not checked:
             continue
-        if linker.kb_keys.get(qid or title, -1) + 1 != entity_id:
+        if (qid or title) is None or linker.kb_keys.get(qid or title, -1) + 1 != entity_id:  # None: no key
             wrong_keys.append(entity_id)
         elif linker.title(entity_id - 1) != title:
             wrong_titles.append(entity_id)

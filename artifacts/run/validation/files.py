@@ -48,6 +48,7 @@ def parquet_problems(run: RecordedRun) -> list[str]:
             problems.append(f"{relative}: not a readable Parquet file ({message(error)})")
             continue
         if item.rows is not None and rows != item.rows:
+            run.broken.add(relative)  # later checks count rows from the manifest
             problems.append(f"{relative}: {rows} rows, manifest says {item.rows}")
         found = contract_problems(relative, schema)
         if found:
