@@ -15,9 +15,18 @@ from artifacts.errors import InputError
 from pipelines.launcher.stage import StageContext, run_beam
 from transforms.common.dead_letters import WriteDeadLetters
 from transforms.common.parquet_rows import write_parquet_rows
+from transforms.parse.dump_io import matching_files
 from transforms.parse.dump_reader import SiteInfo, read_siteinfo
-from transforms.parse.graph import COUNTERS, ConvertPages, ParseConfig, ResolveStagedArticles
+from transforms.parse.graph import (
+    COUNTERS,
+    SQL_COLUMNS,
+    SQL_TABLES,
+    ConvertPages,
+    ParseConfig,
+    ResolveStagedArticles,
+)
 from transforms.parse.multistream import find_multistream_index, looks_multistream
+from transforms.parse.sql_dump import table_definition
 from transforms.parse.wikitext import WikitextOptions
 
 # Intermediates under OUT/.staging/parse/ (removed when the stage commits).
@@ -74,6 +83,7 @@ class ParseStage:
     def run(self, ctx: StageContext, config: ParseConfig) -> dict[str, int]:
         siteinfos = [read_siteinfo(dump) for dump in config.dumps]  # each file must be a MediaWiki export
         check_one_wiki(config.dumps, siteinfos)
+        check_sql_tables(config)
         index_paths = index_paths_for(config)
         staged = ctx.staged(STAGED_ARTICLES)
         records = ctx.staged(TITLE_RECORDS)
@@ -102,6 +112,23 @@ class ParseStage:
             raise InputError(no_article_message(config, totals, ctx.staged_errors))
         totals.update(run_beam(ctx, resolve))
         return dict(sorted(totals.items()))
+
+
+def check_sql_tables(config: ParseConfig) -> None:
+    """An InputError unless every file given for an SQL table is a dump of that table with the columns read from
+    it (the redirect table given as --page-props-sql would be read as no row at all)."""
+    for option, table, _ in SQL_TABLES:
+        flag = "--" + option.replace("_", "-")
+        for path in (found for pattern in getattr(config, option) for found in matching_files(pattern)):
+            definition = table_definition(path)
+            if definition is None:
+                raise InputError(f"{path} ({flag}) is no MySQL dump of a table: no CREATE TABLE at its start")
+            name, columns = definition
+            if name != table:
+                raise InputError(f"{path} is a dump of the {name} table: {flag} takes the {table} table")
+            missing = [column for column in SQL_COLUMNS[table] if column not in columns]
+            if missing:
+                raise InputError(f"{path} ({flag}): its {table} table has no column {', '.join(missing)}")
 
 
 def check_one_wiki(dumps: Sequence[str], siteinfos: Sequence[SiteInfo]) -> None:

@@ -177,6 +177,31 @@ def test_parse_dump_takes_redirects_from_the_sql_tables(tmp_path: Path):
         "redirects_resolved": 2}
 
 
+def test_an_sql_file_given_for_another_table_is_refused_in_one_line(tmp_path: Path, capsys):
+    """Each table flag reads its table: another table's dump was a KeyError traceback (--redirects-sql, --page-sql)
+    or no row at all and no word (--page-props-sql); a file of no table, zero rows."""
+    dump = write_dump(tmp_path)
+    not_sql = tmp_path / "notes.sql"
+    not_sql.write_text("<html>not a table</html>\n")
+    short = tmp_path / "short-redirect.sql"
+    short.write_text(write_sql_text("redirect", "(3,0,'Venus','','')").replace("  `rd_title` blob NOT NULL,\n", "")
+                     .replace("(3,0,'Venus','','')", "(3,0,'','')"))
+    cases = [("--redirects-sql", write_sql(tmp_path, "page_props"),
+              "is a dump of the page_props table: --redirects-sql takes the redirect table"),
+             ("--page-sql", write_sql(tmp_path, "redirect"),
+              "is a dump of the redirect table: --page-sql takes the page table"),
+             ("--page-props-sql", write_sql(tmp_path, "redirect"),
+              "is a dump of the redirect table: --page-props-sql takes the page_props table"),
+             ("--redirects-sql", str(not_sql), "(--redirects-sql) is no MySQL dump of a table: no CREATE TABLE at its "
+              "start"),
+             ("--redirects-sql", str(short), "(--redirects-sql): its redirect table has no column rd_title")]
+    for flag, path, problem in cases:
+        output = tmp_path / "out"
+        assert main(["parse", "--dump", dump, flag, path, "--output", str(output), *DIRECT]) == 2
+        assert capsys.readouterr().err.splitlines()[-1] == f"error: {path} {problem}"
+        assert not (output / "articles").exists()
+
+
 def test_duplicate_pages_are_counted_dead_lettered_and_written_once(tmp_path: Path, capsys):
     """The same page twice (a page id and title repeated) and a second page with Venus's title. The summary on
     stderr counts the articles once, as the rows written, beside the duplicates (issue 21: a repeated page id

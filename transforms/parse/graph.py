@@ -164,6 +164,9 @@ def qid_record(row: dict[str, Any]) -> Iterator[Any]:
 
 SQL_TABLES = (("redirects_sql", "redirect", sql_redirect_record), ("page_sql", "page", page_title_record),
               ("page_props_sql", "page_props", qid_record))
+# The columns each table's records are made of.
+SQL_COLUMNS = {"redirect": ("rd_from", "rd_namespace", "rd_title"), "page": ("page_id", "page_namespace", "page_title"),
+               "page_props": ("pp_page", "pp_propname", "pp_value")}
 
 
 class ConvertPages(beam.PTransform):

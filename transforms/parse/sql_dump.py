@@ -109,6 +109,31 @@ def iter_sql_rows(path: str, on_bad_statement: Callable[[int, str], None] | None
             raise InputError(f"{path}: truncated or corrupt archive: {error}") from error
 
 
+# How far into a table dump its CREATE TABLE is looked for (a mysqldump header is a few kB).
+HEADER_BYTES = 1 << 20
+
+
+def table_definition(path: str) -> tuple[str, tuple[str, ...]] | None:
+    """The name and columns of the first CREATE TABLE of a table dump; None when its first ``HEADER_BYTES`` hold
+    none (not a mysqldump file). An unreadable archive is an InputError."""
+    name, columns, read = None, [], 0
+    with fs.open_decompressed(path) as raw:
+        lines = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="\n")
+        try:
+            while read < HEADER_BYTES and (line := lines.readline(HEADER_BYTES - read)):
+                read += len(line)
+                create = _CREATE.match(line)
+                if name is None and create:
+                    name = create.group(1)
+                elif name is not None and (column := _COLUMN.match(line)):
+                    columns.append(column.group(1))
+                elif (name is not None and line.startswith(")")) or _INSERT.match(line):
+                    break
+        except fs.ARCHIVE_ERRORS as error:
+            raise InputError(f"{path}: truncated or corrupt archive: {error}") from error
+    return None if name is None else (name, tuple(columns))
+
+
 def statement_rows(statement: str, start: int, columns: list[str]) -> list[dict[str, Any]]:
     """All rows of one INSERT statement, parsed whole first so that a bad statement yields none of them."""
     rows = []
