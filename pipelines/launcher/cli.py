@@ -80,6 +80,9 @@ def mark_required(parser: argparse.ArgumentParser, flags: tuple[str, ...]) -> No
 
 VERBOSE_HELP = "log Beam's progress messages and its worker processes' output"
 BEAM_DOWNLOAD_NOTICE = "Apache Beam is downloading dependencies from a public repository"
+# Beam's warning of a --direct_num_workers without a running mode that starts workers (runners.check_option_values
+# says it in our words).
+IN_MEMORY_NOTICE = "If direct_num_workers is not equal to 1, direct_running_mode should be"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -212,6 +215,7 @@ def configure_logging(verbose: bool, beam_args: list[str]) -> None:
         # Beam's notice before it fetches a job server jar from Maven Central (FlinkRunner, SparkRunner): six lines
         # for each mirror tried; a jar it cannot fetch is our one line (runners.worded)
         handler.addFilter(lambda record: BEAM_DOWNLOAD_NOTICE not in record.getMessage())
+        handler.addFilter(lambda record: IN_MEMORY_NOTICE not in record.getMessage())
         # the error messages of a job that runs elsewhere (its workers' tracebacks, hundreds of lines): its
         # failure is one line (jobs.waited)
         handler.addFilter(lambda record: not (record.module == "portable_runner" and record.levelno >= logging.ERROR))
@@ -241,6 +245,16 @@ def storage_client_error(error: BaseException) -> BaseException | None:
     return None
 
 
+def missing_client_library(error: BaseException) -> tuple[str, str] | None:
+    """(path, Beam's words) when Beam's filesystem for a path's scheme is installed but not its client library
+    (s3:// without boto3: an AssertionError among a BeamIOError's details); None otherwise."""
+    details = getattr(error, "exception_details", None)
+    for path, detail in (details.items() if isinstance(details, dict) else ()):
+        if isinstance(detail, AssertionError) and str(detail).startswith("Missing ") and "requirement" in str(detail):
+            return str(path), str(detail)
+    return None
+
+
 def worded(error: BaseException) -> BaseException:
     """A typed library error as the command line says it: a setting by its flag, a damaged run with what to do
     about it, a job server jar Beam cannot download with the flag that gives it, a storage service's refusal; any other
@@ -258,6 +272,9 @@ def worded(error: BaseException) -> BaseException:
         path = str(error).rsplit(NO_FILESYSTEM_PATH, 1)[-1]
         return InputError(f"no filesystem here reads {path}: a URL needs Beam's filesystem for its scheme (gs:// with "
                           "pip install -e \".[gcp]\", s3:// with \".[aws]\"); a local path has no scheme")
+    if (missing := missing_client_library(error)) is not None:
+        return InputError(f"{missing[0]}: Beam's filesystem for it lacks its client library ({missing[1]}): "
+                          "pip install -e \".[aws]\" for s3://, \".[gcp]\" for gs://")
     if (refusal := storage_client_error(error)) is not None:
         summary = str(refusal).splitlines()[0] if str(refusal) else type(refusal).__name__
         return InputError(f"the storage service refused or did not answer ({summary}): check the URL, the credentials "

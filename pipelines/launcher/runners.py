@@ -13,7 +13,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from apache_beam.options.pipeline_options import PortableOptions, SetupOptions, StandardOptions, WorkerOptions
+from apache_beam.options.pipeline_options import (
+    DirectOptions,
+    PortableOptions,
+    SetupOptions,
+    StandardOptions,
+    WorkerOptions,
+)
 from apache_beam.runners.runner import create_runner
 from apache_beam.transforms import environments
 
@@ -28,6 +34,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]  # a checkout (or editable in
 JAR_FLAGS = ("flink_job_server_jar", "spark_job_server_jar")
 _UNFETCHED_JAR = re.compile(r"Unable to fetch remote job server jar at (\S+): ")
 _UNFETCHED_PRISM = re.compile(r"Unable to fetch remote prism binary at (\S+): ")
+IN_MEMORY = "in_memory"  # the DirectRunner's default running mode: one worker, whatever --direct_num_workers says
 # How Beam says that a runner's own checks of the options failed (DataflowRunner without --temp_location...).
 OPTION_ERRORS = "Pipeline has validations errors:"
 
@@ -58,6 +65,13 @@ def check_option_values(beam_args: Sequence[str]) -> None:
             beam_pipeline_options(beam_args).get_all_options()
     except SystemExit:
         raise InputError(said.getvalue().strip().splitlines()[-1].split(": error: ", 1)[-1]) from None
+    direct = beam_pipeline_options(beam_args).view_as(DirectOptions)
+    if direct.direct_num_workers is not None and direct.direct_num_workers < 0:
+        raise InputError(f"--direct_num_workers={direct.direct_num_workers}: give the worker count, or 0 for one per "
+                         "core")
+    if direct.direct_num_workers != 1 and direct.direct_running_mode == IN_MEMORY:
+        print(f"warning: --direct_num_workers={direct.direct_num_workers} runs one worker, in this process, unless "
+              "--direct_running_mode=multi_processing (or multi_threading) is given too", file=sys.stderr)
 
 
 def check_runner(beam_args: Sequence[str]) -> None:

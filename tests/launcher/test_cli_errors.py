@@ -110,6 +110,10 @@ BAD_INPUTS = [
        f"512 at once), from 1 to 512: got {value}") for value in ("0", "513")),
     (["index", "--output", "{tmp}/out", "--encoder", "m", "--encoder-type", "kpr", "--max-entities", "-1"],
      "error: --max-entities must be at least 0, got -1"),  # a slice's end: it would drop each text's last entity
+    # Beam takes it, and its fn_api_runner fails with an IndexError
+    (["parse", "--dump", SAMPLE, "--output", "{tmp}/out", "--direct_num_workers=-1",
+      "--direct_running_mode=multi_processing"],
+     "error: --direct_num_workers=-1: give the worker count, or 0 for one per core"),
 ]
 
 
@@ -169,6 +173,30 @@ def test_a_bucket_the_storage_service_refuses_is_one_line(argv, tmp_path, monkey
     assert re.fullmatch(r"error: the storage service refused or did not answer \(403 GET http://127\.0\.0\.1:\d+/"
                         r"storage/v1/b/bucket/o/run\S*: caller does not have storage\.objects\.get access\): check the "
                         r"URL, the credentials this machine uses for it and its network", lines[-1]), lines
+
+
+def test_an_s3_output_without_boto3_is_one_line(tmp_path, capsys):
+    """Beam's s3:// filesystem is installed with Beam, its client (boto3) only with the aws extra: it failed the
+    lock's first look at OUT with an AssertionError inside a BeamIOError, as a traceback."""
+    try:
+        import boto3  # noqa: F401
+        pytest.skip("boto3 is installed here")
+    except ImportError:
+        pass
+    assert main(["dictionary", "--output", "s3://bucket/run", *DIRECT]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: s3://bucket/run: Beam's filesystem for it lacks its client library (Missing boto3 requirement): pip "
+        "install -e \".[aws]\" for s3://, \".[gcp]\" for gs://"]
+
+
+def test_several_direct_workers_without_a_running_mode_are_said_in_our_words(tmp_path, capsys):
+    """Beam runs one worker in this process then, and says so in a WARNING of its own: one line of ours instead."""
+    assert main(["parse", "--dump", SAMPLE, "--output", str(tmp_path / "out"), "--direct_num_workers=2",
+                 "--progress-interval", "0", *DIRECT]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert lines.count("warning: --direct_num_workers=2 runs one worker, in this process, unless "
+                       "--direct_running_mode=multi_processing (or multi_threading) is given too") == 1
+    assert not [line for line in lines if "direct_running_mode should be" in line]
 
 
 def test_a_runner_that_does_not_load_is_one_line_naming_the_runners_installed(tmp_path, capsys):
