@@ -110,12 +110,20 @@ def parse_qas_line(line: bytes) -> Question | None:
     return parse_qas_row(fields)
 
 
+def question_suffix(directory: str) -> str:
+    """The suffix of the question files a directory holds (``.json`` or ``.tsv``: the one most of its files have)."""
+    names = [os.path.basename(path) for path in fs.list_files(directory, "*")]
+    counts = {suffix: sum(name.endswith(suffix) for name in names) for suffix in (".tsv", ".json")}
+    return max(counts, key=counts.__getitem__)  # .tsv on a tie
+
+
 def read_questions(path: str) -> QuestionFile:
     """A DPR qas file (TSV) or an EntityQuestions JSON file (a list, by the .json extension)."""
     if not fs.exists(path):
         raise InputError(f"question file {path} not found")
     if fs.is_directory(path):
-        raise InputError(f"question file {path} is a directory: name the files in it (e.g. --questions {path}/*.tsv)")
+        raise InputError(f"question file {path} is a directory: name the files in it (e.g. --questions "
+                         f"{path}/*{question_suffix(path)})")
     with fs.open_input(path) as handle:  # a file that cannot be read: one line
         raw = handle.read()
     if not raw.strip():
@@ -156,10 +164,9 @@ def first_hit_ranks(answer_lists: Sequence[Sequence[str]], retrieved: Sequence[S
 
 
 def top_k_accuracy(ranks: Sequence[int | None], ks: Sequence[int]) -> dict[int, float]:
-    """Percent of questions with a hit within the first k, for each k."""
+    """The fraction of questions with a hit within the first k, for each k (0 to 1, as DPR's own scripts give it)."""
     total = len(ranks)
-    return {k: (100.0 * sum(1 for rank in ranks if rank is not None and rank <= k) / total if total else 0.0)
-            for k in ks}
+    return {k: (sum(1 for rank in ranks if rank is not None and rank <= k) / total if total else 0.0) for k in ks}
 
 
 def shown_names(paths: Sequence[str]) -> list[str]:
@@ -178,10 +185,13 @@ def shown_names(paths: Sequence[str]) -> list[str]:
 def format_table(rows: list[dict], ks: Sequence[int]) -> str:
     names = shown_names([row.get("path", row["file"]) for row in rows])
     name_width = max([len("file")] + [len(name) for name in names])
-    header = f"{'file':<{name_width}}  {'questions':>9}  " + "  ".join(f"{'top-' + str(k):>7}" for k in ks)
+    labels = [f"top-{k} %" for k in ks]  # the table in percent, as papers give it
+    widths = [max(7, len(label)) for label in labels]
+    header = f"{'file':<{name_width}}  {'questions':>9}  " + "  ".join(
+        f"{label:>{width}}" for label, width in zip(labels, widths, strict=True))
     lines = [header]
     for name, row in zip(names, rows, strict=True):
-        scores = "  ".join(f"{row['accuracy'][k]:7.2f}" for k in ks)
+        scores = "  ".join(f"{100 * row['accuracy'][k]:{width}.2f}" for k, width in zip(ks, widths, strict=True))
         lines.append(f"{name:<{name_width}}  {row['questions']:>9}  {scores}")
     return "\n".join(lines)
 

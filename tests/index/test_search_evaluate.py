@@ -80,11 +80,11 @@ def test_ranks_accuracy_and_table():
     ranks = first_hit_ranks([["Paris"], ["Lyon"], ["Nice"]],
                             [["in Lyon", "Paris!"], ["Lyon is"], ["nothing", "here"]])
     assert ranks == [2, 1, None]
-    assert top_k_accuracy(ranks, [1, 2, 5]) == {1: pytest.approx(100 / 3), 2: pytest.approx(200 / 3),
-                                                5: pytest.approx(200 / 3)}
+    assert top_k_accuracy(ranks, [1, 2, 5]) == {1: pytest.approx(1 / 3), 2: pytest.approx(2 / 3),
+                                                5: pytest.approx(2 / 3)}
     assert top_k_accuracy([], [1]) == {1: 0.0}
-    table = format_table([{"file": "a.tsv", "questions": 3, "accuracy": {1: 100 / 3, 20: 200 / 3}}], [1, 20])
-    assert table.splitlines() == ["file   questions    top-1   top-20", "a.tsv          3    33.33    66.67"]
+    table = format_table([{"file": "a.tsv", "questions": 3, "accuracy": {1: 1 / 3, 20: 2 / 3}}], [1, 20])
+    assert table.splitlines() == ["file   questions  top-1 %  top-20 %", "a.tsv          3    33.33     66.67"]
     # two files of one name are told apart by their directories, as far up as needed
     rows = [{"file": "q.tsv", "path": path, "questions": 1, "accuracy": {1: 0.0}}
             for path in ("/data/nq/dev/q.tsv", "/data/tq/dev/q.tsv", "/data/p.tsv", "p.tsv")]
@@ -98,9 +98,10 @@ def test_evaluate_answers_the_5_nq_dev_questions_on_the_751_real_passages(minilm
     assert main(["evaluate", "--output", str(minilm_index), "--questions", str(NQ_5), "-k", "1", "5", "20",
                  "--report", str(report)]) == 0
     assert capsys.readouterr().out.splitlines() == [
-        "file                            questions    top-1    top-5   top-20",
-        "nq_dev_5q_from_haystack.qa.tsv          5    60.00   100.00   100.00"]
-    assert json.loads(report.read_text())["files"][0]["accuracy"] == {"1": 60.0, "5": 100.0, "20": 100.0}
+        "file                            questions  top-1 %  top-5 %  top-20 %",
+        "nq_dev_5q_from_haystack.qa.tsv          5    60.00   100.00    100.00"]
+    # the report's accuracy a fraction, as DPR's scripts give it (the table is in percent, and says so)
+    assert json.loads(report.read_text())["files"][0]["accuracy"] == {"1": 0.6, "5": 1.0, "20": 1.0}
 
 
 @pytest.mark.parametrize("target", ["sample", "."])
@@ -216,8 +217,8 @@ def test_entity_questions_and_malformed_lines(minilm_index, tmp_path, capsys):
     assert main(["evaluate", "--output", str(minilm_index), "--questions", str(tmp_path / "P17.dev.json"),
                  str(tmp_path / "bad.qa.tsv"), "-k", "1", "20"]) == 0
     captured = capsys.readouterr()
-    assert captured.out.splitlines() == ["file          questions    top-1   top-20",
-                                         "P17.dev.json         10     0.00    20.00",
-                                         "bad.qa.tsv            2   100.00   100.00"]
+    assert captured.out.splitlines() == ["file          questions  top-1 %  top-20 %",
+                                         "P17.dev.json         10     0.00     20.00",
+                                         "bad.qa.tsv            2   100.00    100.00"]
     assert "bad.qa.tsv: 4 malformed question(s) skipped" in captured.err
     assert "P17.dev.json: 1 malformed question(s) skipped" in captured.err

@@ -298,6 +298,16 @@ def _questions_directory(tmp: Path, _models: dict[str, Path]) -> tuple[list[str]
             f"{tmp / 'questions'}/*.tsv)")
 
 
+def _json_questions_directory(tmp: Path, _models: dict[str, Path]) -> tuple[list[str], str]:
+    """A directory of EntityQuestions files: the example names them (it named *.tsv, which matched none)."""
+    (tmp / "eq").mkdir()
+    for name in ("P17.dev.json", "P19.dev.json", "README.txt"):
+        (tmp / "eq" / name).write_text("[]")
+    return (["evaluate", "--output", str(tmp / "out"), "--questions", str(tmp / "eq")],
+            f"error: question file {tmp / 'eq'} is a directory: name the files in it (e.g. --questions "
+            f"{tmp / 'eq'}/*.json)")
+
+
 QUESTION_MESSAGES: dict[str, Callable[[Path], str]] = {
     "empty.tsv": lambda path: f"error: question file {path} is empty",
     "commas.csv": lambda path: f"error: question file {path}: no question in its 2 lines (expected {QAS_FORM})",
@@ -333,7 +343,8 @@ CASES = [Case("xml-that-is-not-a-dump", _not_a_dump), Case("text-that-is-not-xml
          Case("encoder-with-truncated-weights", _encoder_with_truncated_weights),
          Case("all-preflight-model-without-config-json", _all_model_without_config),
          *(Case(f"questions-{name}", _questions(name, content)) for name, content in QUESTION_FILES.items()),
-         Case("questions-directory", _questions_directory)]
+         Case("questions-directory", _questions_directory),
+         Case("json-questions-directory", _json_questions_directory)]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
