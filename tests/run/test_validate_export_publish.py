@@ -308,6 +308,27 @@ def an_entity_without_title_or_qid(out: Path) -> list[str]:
             f"1 ({table.column('entity_id')[row].as_py()})"]
 
 
+MENTIONS = "mentions/part-00000-of-00001.parquet"
+
+
+def mentions_outside_entities_and_articles(out: Path) -> list[str]:
+    """A mention of an entity id past N, one of a page that is no article, one whose span ends past its text."""
+    table = pq.read_table(out / MENTIONS)
+    columns = {name: table.column(name).to_pylist() for name in ("entity_id", "page_id", "end")}
+    beyond = entity_count(out) + 1
+    columns["entity_id"][0], columns["page_id"][1], columns["end"][2] = beyond, 123456789, 10**8
+    for name, values in columns.items():
+        index = table.schema.get_field_index(name)
+        table = table.set_column(index, table.schema.field(index), pa.array(values, table.schema.field(index).type))
+    pq.write_table(table, out / MENTIONS)
+    record(out, MENTIONS)
+    start, page = table.column("start")[2].as_py(), table.column("page_id")[2].as_py()
+    return ["manifest.json: stage embed-entities was built from other mentions outputs than the recorded ones: rerun "
+            "embed-entities", f"{MENTIONS}: entity ids outside 1..{beyond - 1}: 1 ({beyond})",
+            f"{MENTIONS}: page ids not in articles/: 1 (123456789)",
+            f"{MENTIONS}: spans outside their article's text: 1 ({page} [{start}:100000000])"]
+
+
 def title_differs(out: Path) -> list[str]:
     entity_id = pq.read_table(out / EMBEDDINGS).column("entity_id")[2].as_py()
 
@@ -354,7 +375,7 @@ CORRUPTIONS = [truncate_articles, flip_shard_bytes, non_finite_embedding, wrong_
                stray_other_files, unreadable_recorded_parquet,
                repeated_passage_id, title_differs, redirects_break_contract, mention_vectors_break_contract,
                shard_listed_twice, index_json_count_not_a_number, faiss_id_renamed, a_stored_passage_not_indexed,
-               manifest_miscounts_rows, an_entity_without_title_or_qid]
+               manifest_miscounts_rows, an_entity_without_title_or_qid, mentions_outside_entities_and_articles]
 
 
 @pytest.mark.parametrize("corrupt", CORRUPTIONS, ids=lambda corrupt: corrupt.__name__)
@@ -378,6 +399,17 @@ def test_corruption_is_caught_and_refused(corrupt: Callable[[Path], list[str]], 
     assert err == (f"error: {run} does not validate ({expected[0]}{more}): `python run_pipeline.py validate --output "
                    f"{run}` lists every problem\n")
     assert not destination.exists()
+
+
+def test_an_article_page_id_twice_is_a_problem(run: Path) -> None:
+    def change(table: pa.Table) -> pa.Table:
+        ids = table.column("page_id").to_pylist()
+        ids[1] = ids[0]
+        return table.set_column(0, table.schema.field(0), pa.array(ids, pa.int64()))
+
+    first = pq.read_table(run / ARTICLES).column("page_id")[0].as_py()
+    rewrite_parquet(run, ARTICLES, change)
+    assert f"articles/: repeated page ids: 1 ({first})" in validate_run(str(run))
 
 
 def test_entity_ids_outside_1_to_n(run: Path) -> None:

@@ -10,6 +10,7 @@ from artifacts.run import manifest
 from artifacts.run.validation.entities import check_embeddings, check_entities, check_names
 from artifacts.run.validation.files import integrity_problems, parquet_problems, stale_stages, stray_files
 from artifacts.run.validation.index import check_index
+from artifacts.run.validation.mentions import check_articles, check_mentions
 from artifacts.run.validation.recorded import RecordedRun
 
 
@@ -55,7 +56,12 @@ def require_valid(output: str) -> None:
 
 def semantic_problems(run: RecordedRun) -> list[str]:
     problems: list[str] = []
-    entities = None
+    entities = articles = None
+    if layout.PARSE_STAGE in run.stages:
+        articles, found = check_articles(run)
+        problems += found
+    if layout.MENTIONS_STAGE in run.stages:
+        problems += check_mentions(run, articles)
     if layout.DICTIONARY_STAGE in run.stages:
         entities, found = check_entities(run)
         problems += found + check_names(run)
