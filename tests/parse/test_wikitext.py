@@ -54,6 +54,22 @@ def test_templates_refs_and_bold_are_dropped_link_text_kept():
         [("political philosophy", "Political philosophy"), ("self-governed", "Self-governance")])
 
 
+@pytest.mark.parametrize(("wikitext", "expected"), [
+    # a formatting tag opened inside a link and closed after it, or the other way round: MediaWiki links it all the
+    # same, where mwparserfromhell left the brackets (or the tag) in the text
+    ("A [[Beta|big <small>beta]]</small> thing.", ("A big beta thing.", [("big beta", "Beta")])),
+    ("A <small>[[Dog|big dog</small>]] b.", ("A big dog b.", [("big dog", "Dog")])),
+    ("[[File:x.jpg|thumb|A <small>caption [[Beta]].]]</small>\nAfter [[Beta]].", ("After Beta.", [("Beta", "Beta")])),
+    # a closing tag typed as an opening one (itwiki "Azoto"): the stray tags are no text
+    ("CO<sub>2 e [[Ossigeno|O]]<sub>2.", ("CO2 e O2.", [("O", "Ossigeno")])),
+    # well-formed tags keep their content, and literal brackets of <nowiki> stay
+    ("[[Beta|big <b>beta</b>]] <span style='x'>q</span> <nowiki>[[y]]</nowiki>",
+     ("big beta q [[y]]", [("big beta", "Beta")])),
+])
+def test_formatting_tags_mis_nested_with_links(wikitext, expected):
+    assert convert(wikitext) == expected
+
+
 def test_link_trails_files_categories_and_interwiki():
     assert convert("[[apple]]s and [[Banana|yellow]]y fruit, [[File:X.jpg|thumb|A [[caption]]]] [[Category:Fruit]] "
                    "[[:Category:Fruit|cat]] [[fr:Pomme]] [[wikt:apple|apple]]  [[last]]") == (

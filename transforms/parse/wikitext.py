@@ -42,6 +42,10 @@ _INVISIBLE_TAGS = frozenset({
 # (non-)joiners and spaces stay: they change how a word is written or where it may break.
 _INVISIBLE_FORMAT = dict.fromkeys([0x00AD, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A), 0xFEFF])
 _LINE_BREAK_TAGS = frozenset({"br", "p", "li", "dd", "dt", "tr"})
+# Tags that only change how their content looks: a page is parsed again without them when they are mis-nested with
+# a link (``_markup_left``), since their content is shown either way.
+_FORMATTING_TAG = re.compile(r"</?(?:small|big|span|font|sub|sup|u|s|del|ins|strike|em|strong|tt|abbr|mark|i|b)"
+                             r"\b[^<>]*>", re.IGNORECASE)
 # Interwiki prefixes that are not language codes (language codes are matched by pattern), those of the shape of
 # one included (``[[doi:10.1000/1|a paper]]`` and ``[[hdl:...]]`` show their label; ``[[de:Foo]]`` shows nothing).
 _INTERWIKI = frozenset({
@@ -418,6 +422,18 @@ def unclosed_tags(wikitext: str) -> int:
     return sum(left_open(each) for each in steps.values())
 
 
+def _converted(wikitext: str, title: str, namespaces: Namespaces, options: WikitextOptions) -> _Converter:
+    converter = _Converter(title, namespaces, options)
+    converter.walk(mwparserfromhell.parse(wikitext))
+    return converter
+
+
+def _markup_left(converter: _Converter) -> bool:
+    """Whether the text holds link brackets or a formatting tag: markup the parser could not read."""
+    text = "".join(converter.out.pieces)
+    return "[[" in text or bool(_FORMATTING_TAG.search(text))
+
+
 def wikitext_to_text(wikitext: str, title: str, namespaces: Namespaces,
                      options: WikitextOptions = WikitextOptions()) -> ParsedText:
     """Plain text and links of an article's wikitext.
@@ -437,9 +453,12 @@ def wikitext_to_text(wikitext: str, title: str, namespaces: Namespaces,
                             "minutes)")
     try:
         # apostrophe runs read line by line as MediaWiki does (mwparserfromhell pairs them across lines)
-        code = mwparserfromhell.parse(balance_quotes(wikitext, keep_bold=options.first_bold_as_link))
-        converter = _Converter(title, namespaces, options)
-        converter.walk(code)
+        wikitext = balance_quotes(wikitext, keep_bold=options.first_bold_as_link)
+        converter = _converted(wikitext, title, namespaces, options)
+        if _markup_left(converter) and _FORMATTING_TAG.search(wikitext):
+            # a formatting tag closed inside a link's brackets or opened in them (``[[B|big <small>b]]</small>``):
+            # MediaWiki links it all the same, mwparserfromhell leaves the link as text; without the tags it parses
+            converter = _converted(_FORMATTING_TAG.sub("", wikitext), title, namespaces, options)
     except RecursionError as error:
         raise WikitextError("markup nested too deeply for the parser") from error
     except WikitextError:
