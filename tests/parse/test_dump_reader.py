@@ -197,9 +197,11 @@ def test_a_dump_that_ends_between_pages_or_streams_is_truncated_not_shorter(tmp_
     damaged = {"header.xml.bz2": data[:second] + b"X" + data[second + 1:],
                "cut.xml.bz2": data[:second],
                "cut-at-page.xml": bz2.decompress(data).split(b"</page>")[0] + b"</page>\n"}
-    for name, content in damaged.items():
+    for (name, content), pages in zip(damaged.items(), (100, 100, 1), strict=True):
         (tmp_path / name).write_bytes(content)
-        with pytest.raises(InputError, match=rf"{re.escape(name)}: truncated dump: the file ends before </mediawiki>"):
+        read = f"{pages} pages were" if pages > 1 else "1 page was"
+        with pytest.raises(InputError, match=rf"{re.escape(name)}: truncated dump after {read} read \(the last "
+                                             r"'[^']+'\): the file ends before </mediawiki>"):
             list(iter_pages(str(tmp_path / name)))
     empty = tmp_path / "empty.xml"
     empty.write_text('<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/" version="0.10" />')
@@ -252,8 +254,15 @@ def test_truncated_and_corrupt_archives_and_a_missing_file(tmp_path):
     real_bz2 = (WIKIPEDIA / "enwiki-pages-articles-sample.xml.bz2").read_bytes()
     cut_bz2 = tmp_path / "cut.xml.bz2"
     cut_bz2.write_bytes(real_bz2[: len(real_bz2) * 2 // 3])
-    with pytest.raises(InputError, match=r"cut\.xml\.bz2: truncated or corrupt archive"):
+    with pytest.raises(InputError, match=r"cut\.xml\.bz2: truncated or corrupt archive before any page was read"):
         list(iter_pages(str(cut_bz2), siteinfo))
+    # a file of many pages says how far it was read
+    many = bz2.compress(bz2.decompress(BUNDLED_SAMPLE.read_bytes()))  # its 206 pages in one stream
+    cut_many = tmp_path / "many.xml.bz2"
+    cut_many.write_bytes(many[: len(many) * 2 // 3])
+    with pytest.raises(InputError, match=r"many\.xml\.bz2: truncated or corrupt archive after \d+ pages were read "
+                                         r"\(the last '[^']+'\): Compressed file ended"):
+        list(iter_pages(str(cut_many)))
     with pytest.raises(InputError, match=r"cut\.xml\.gz: cannot decompress the start of the dump"):
         read_siteinfo(str(cut))
     with pytest.raises(InputError, match=r"missing\.xml"):
@@ -438,5 +447,6 @@ def test_pages_split_across_read_chunks_and_a_cut_short_file(tmp_path):
     assert [fragment.decode() for fragment in fragments] == pages
     cut = tmp_path / "cut.xml"
     cut.write_bytes(xml[: len(xml) // 2])
-    with pytest.raises(InputError, match=r"cut\.xml: truncated dump: the file ends inside a <page>"):
+    with pytest.raises(InputError, match=r"cut\.xml: truncated dump after \d+ pages were read \(the last 'P\d+'\): "
+                                         r"the file ends inside a <page>"):
         list(iter_pages(str(cut), read_siteinfo(str(EDGE / "article-pear-0.10.xml"))))

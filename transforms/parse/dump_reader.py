@@ -229,14 +229,26 @@ def iter_pages(path: str, siteinfo: SiteInfo | None = None) -> Iterator[RawPage 
     """Every page of a whole dump file, in file order. Each page is parsed on its own, so broken page XML
     costs only that page (a PageProblem); an unreadable or cut-short file is an InputError."""
     info = siteinfo or read_siteinfo(path)
+    pages, title = 0, None  # the pages read and the last one's title: where the file breaks
     with fs.open_decompressed(path) as stream:
         try:
-            for ordinal, fragment in enumerate(iter_page_fragment_bytes(stream)):
-                yield page_from_fragment(fragment, info, path, ordinal)
+            for pages, fragment in enumerate(iter_page_fragment_bytes(stream), start=1):
+                page = page_from_fragment(fragment, info, path, pages - 1)
+                title = page.title
+                yield page
         except fs.ARCHIVE_ERRORS as error:
-            raise InputError(f"{path}: truncated or corrupt archive: {first_line(error)}") from error
+            raise InputError(f"{path}: truncated or corrupt archive {where_it_breaks(pages, title)}: "
+                             f"{first_line(error)}") from error
         except ValueError as error:
-            raise InputError(f"{path}: truncated dump: {error}") from error
+            raise InputError(f"{path}: truncated dump {where_it_breaks(pages, title)}: {error}") from error
+
+
+def where_it_breaks(pages: int, title: str | None) -> str:
+    """Where a file stops being readable: after its first ``pages`` pages were read (the last one's title); the
+    reader takes the file in chunks of ``_READ_CHUNK`` bytes, so the break may lie up to a chunk further."""
+    if not pages:
+        return "before any page was read"
+    return f"after {pages:,} {'page was' if pages == 1 else 'pages were'} read (the last {title!r})"
 
 
 def page_fragments(xml: bytes) -> list[bytes]:
