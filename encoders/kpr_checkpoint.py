@@ -117,7 +117,10 @@ def trained_entity_norm(table_rows: torch.Tensor | None, directory: str) -> floa
     row, a converted model's row 1: every row has the same norm)."""
     shipped = os.path.join(directory, SHIPPED_TABLE)
     if table_rows is None and os.path.exists(shipped):
-        table_rows = torch.from_numpy(np.array(np.load(shipped, mmap_mode="r")[:NORM_ROWS + 1], dtype=np.float32))
+        try:
+            table_rows = torch.from_numpy(np.array(np.load(shipped, mmap_mode="r")[:NORM_ROWS + 1], np.float32))
+        except (OSError, ValueError) as error:
+            raise InputError(f"{shipped}: not a readable .npy table of entity vectors ({error})") from error
     if table_rows is None or table_rows.ndim != 2:
         return 0.0
     norms = table_rows[1:].float().norm(dim=1)
@@ -131,7 +134,10 @@ def _read_weights(directory: str) -> tuple[dict[str, torch.Tensor], torch.Tensor
     legacy = os.path.join(directory, "pytorch_model.bin")
     files = _safetensors_files(directory)
     if not files and os.path.exists(legacy):
-        state = torch.load(legacy, map_location="cpu", weights_only=True, mmap=True)
+        try:  # mapped, so that the entity table is never read whole
+            state = torch.load(legacy, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError:  # the legacy (not zip) format cannot be mapped
+            state = torch.load(legacy, map_location="cpu", weights_only=True)
         table = state.pop(TABLE_WEIGHT, None)
         return state, None if table is None else table[:NORM_ROWS + 1].clone()
     if not files:

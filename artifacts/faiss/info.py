@@ -67,8 +67,6 @@ class IndexInfo:
 _FIELD_TYPES = {"factory": str, "metric": str, "dim": int, "count": int, "shards": int, "shard_files": list,
                 "encoder": dict, "train_sample": int, "format": int, "inputs": dict}
 _SHARD_FIELD_TYPES = {"name": str, "index": str, "ids": str, "count": int}
-
-
 _TYPE_NAMES = {int: "a whole number", str: "a string", list: "an array", dict: "an object"}
 
 

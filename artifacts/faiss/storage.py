@@ -43,8 +43,9 @@ def stored_ids(index) -> np.ndarray | None:
     None for an index that stores none."""
     import faiss
 
-    if isinstance(faiss.downcast_index(index), faiss.IndexIDMap):
-        return faiss.vector_to_array(faiss.downcast_index(index).id_map).astype(np.int64)
+    mapped = faiss.downcast_index(index)
+    if isinstance(mapped, faiss.IndexIDMap):
+        return faiss.vector_to_array(mapped.id_map).astype(np.int64)
     try:
         ivf = faiss.extract_index_ivf(index)
     except RuntimeError:  # neither an IDMap nor an IVF index

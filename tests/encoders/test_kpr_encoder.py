@@ -176,6 +176,10 @@ def test_the_run_s_entity_vectors_are_fed_at_the_norm_the_checkpoint_was_trained
     save_file(weights, converted / "model.safetensors")
     np.save(converted / "entity_embeddings.npy", (table * 2.5 / 3.0).half().numpy())
     assert load_checkpoint(str(converted)).entity_norm == pytest.approx(2.5, rel=1e-3)
+    (converted / "entity_embeddings.npy").write_bytes(b"not an array")
+    with pytest.raises(InputError, match=r"entity_embeddings\.npy: not a readable \.npy table of entity vectors"):
+        load_checkpoint(str(converted))
+    np.save(converted / "entity_embeddings.npy", (table * 2.5 / 3.0).half().numpy())
 
     passages = linked_passages(6)
     encoded = load_retriever(kpr_options(tmp_path / "kpr", tmp_path, max_length=32)).encode_passages(passages)
