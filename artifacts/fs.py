@@ -93,6 +93,13 @@ def list_tree(directory: str) -> list[str]:
     return sorted(m.path for m in result.metadata_list)
 
 
+def newest_update(directory: str) -> float | None:
+    """When a file below ``directory`` was last written, the latest of them (seconds since the epoch); None when
+    there is none."""
+    result = _filesystems().match([join(directory, "**")])[0]
+    return max((item.last_updated_in_seconds for item in result.metadata_list), default=None)
+
+
 def size(path: str) -> int:
     return _filesystems().match([path])[0].metadata_list[0].size_in_bytes
 

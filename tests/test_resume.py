@@ -32,7 +32,7 @@ from artifacts import layout, tables
 from artifacts.run import lock, manifest
 from pipelines.launcher.cli import main
 from pipelines.launcher.interrupt import descendants
-from tests.builders import signal_when
+from tests.builders import signal_when, stage_command
 from tests.conftest import DIRECT, MULTI_PROCESS, REPO, copy_stages, stage_options
 
 pytestmark = pytest.mark.long  # minutes: started first (conftest)
@@ -200,3 +200,24 @@ def test_a_killed_index_encodes_only_the_passages_it_had_not_kept(full_run, tiny
     assert max(float(np.abs(found[key] - expected[key]).max()) for key in expected) < 1e-4
     assert kept_rows(output, layout.INDEX_STAGE) == 0
     assert main(["validate", "--output", str(output)]) == 0
+
+
+def test_a_stage_found_complete_removes_what_a_run_killed_after_its_record_left(full_run, tiny_bert, tmp_path):
+    """A run killed between writing its record and removing its staging directory and kept work (which can hold a
+    stage's every encoded passage) left them for good: the rerun found the stage complete and did nothing."""
+    out = tmp_path / "out"
+    copy_stages(full_run, out, tuple(manifest.load(str(full_run))))
+    finished = manifest.finished_time(manifest.load(str(out))[layout.INDEX_STAGE])
+    staging, kept = out / ".staging" / "index", out / ".staging" / f"index{layout.KEPT}"
+    for directory in (staging / "work", kept):
+        directory.mkdir(parents=True)
+        (directory / "part.parquet").write_bytes(b"left")
+        os.utime(directory / "part.parquet", (finished - 5, finished - 5))
+    assert main(stage_command("index", out, tiny_bert)) == 0
+    assert not staging.exists() and not kept.exists()
+    # kept work written since the record (a later run of other options, killed) is left for that run's rerun
+    kept.mkdir(parents=True)
+    (kept / "part.parquet").write_bytes(b"kept")
+    os.utime(kept / "part.parquet", (finished + 60, finished + 60))
+    assert main(stage_command("index", out, tiny_bert)) == 0
+    assert (kept / "part.parquet").read_bytes() == b"kept"

@@ -6,6 +6,7 @@ outputs are in place, so a run killed at any point never leaves a half-written s
 
 from __future__ import annotations
 
+import calendar
 import hashlib
 import json
 import platform
@@ -298,8 +299,19 @@ def software_versions() -> dict[str, str]:
     return versions
 
 
+ISO_TIME = "%Y-%m-%dT%H:%M:%SZ"
+
+
 def now_iso() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return time.strftime(ISO_TIME, time.gmtime())
+
+
+def finished_time(record: StageRecord) -> float | None:
+    """When the stage of ``record`` finished (seconds since the epoch), from its ``finished_at``; None if unknown."""
+    try:
+        return float(calendar.timegm(time.strptime(record.finished_at or "", ISO_TIME)))
+    except ValueError:
+        return None
 
 
 def canonical_options(options: dict[str, Any]) -> dict[str, Any]:

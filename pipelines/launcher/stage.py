@@ -429,6 +429,16 @@ def commit(ctx: StageContext, stage: Stage, record: manifest.StageRecord) -> man
     return record
 
 
+def remove_leftovers(ctx: StageContext, record: manifest.StageRecord) -> None:
+    """What a run killed right after writing its record left (``commit`` removes both just after): the staging
+    directory (every run clears it as it starts) and the kept work, unless it was written after the record (by a
+    later run of other options, killed: its rerun finds it)."""
+    fs.delete_tree(ctx.staging_root)
+    newest, recorded = fs.newest_update(ctx.kept_root), manifest.finished_time(record)
+    if newest is not None and recorded is not None and newest < recorded + 1:  # finished_at: whole seconds
+        fs.delete_tree(ctx.kept_root)
+
+
 def hashes_here(ctx: StageContext, paths: Sequence[str]) -> bool:
     """Whether the launcher hashes the output files ``paths``: on a local runner always (the files are on this
     machine: no worker process to start), on another up to ``LAUNCHER_HASH_BYTES`` in all (beyond, it would
@@ -557,6 +567,7 @@ def _execute(stage: Stage[ConfigT], config: ConfigT, ctx: StageContext, options:
     reason = None if force else skip_reason(stage, completed.get(stage.name), options, inputs, output)
     if reason is not None:
         print(f"[{layout.command_of(stage.name)}] skipped: {reason}", file=sys.stderr)
+        remove_leftovers(ctx, completed[stage.name])
         return completed[stage.name], False
     check_input_content(ctx, stage, config, completed)
     fs.require_directory_target(fs.join(output, STAGING_DIR))
