@@ -24,6 +24,8 @@ from artifacts import fs, layout
 from artifacts.errors import InputError
 
 LOCK_NAME = layout.LOCK
+# How long an empty lock file is taken for one being written: a run writes it right after creating it.
+UNWRITTEN_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -110,11 +112,19 @@ def _take_over(path: str) -> bool:
             same_file = os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
         except FileNotFoundError:
             return False
-        holder = _parsed(handle.read())
-        if not (same_file and holder is not None and holder.stale()):
+        data = handle.read()
+        holder = _parsed(data)
+        stale = holder.stale() if holder is not None else _left_empty(data, handle.fileno())
+        if not (same_file and stale):
             return False
         os.remove(path)
         return True
+
+
+def _left_empty(data: bytes, descriptor: int) -> bool:
+    """Whether a lock file is empty and has been for ``UNWRITTEN_SECONDS``: its run was killed between creating it
+    and writing it (microseconds apart), and no run holds it."""
+    return not data and time.time() - os.fstat(descriptor).st_mtime > UNWRITTEN_SECONDS
 
 
 def acquire(output: str, command: str) -> bool:
@@ -131,6 +141,9 @@ def acquire(output: str, command: str) -> bool:
             if _take_over(path):
                 print(f"taking over the stale lock of pid {holder.pid} (no longer running) on {output}",
                       file=sys.stderr)
+            continue
+        if holder is None and fs.is_local(path) and _take_over(path):
+            print(f"taking over the empty lock on {output} (its run was killed as it took it)", file=sys.stderr)
             continue
         if holder is None:
             raise OutputLocked(f"{output} is in use: {path} exists but cannot be read; remove it if no run "

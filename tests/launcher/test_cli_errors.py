@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -388,6 +389,22 @@ def test_a_lock_whose_pid_is_not_one_is_refused_as_unreadable(tmp_path, capsys, 
     assert capsys.readouterr().err.splitlines() == [
         f"error: {output} is in use: {output / lock.LOCK_NAME} exists but cannot be read; remove it if no run "
         "writes OUT"]
+
+
+def test_an_empty_lock_is_taken_for_one_being_written_then_for_a_killed_runs(tmp_path, capsys):
+    """A run killed between creating its lock file and writing it left an empty file that refused every rerun."""
+    lock_file = tmp_path / "out" / lock.LOCK_NAME
+    lock_file.parent.mkdir()
+    lock_file.write_bytes(b"")
+    command = ["parse", "--dump", SAMPLE, "--output", str(tmp_path / "out"), "--progress-interval", "0", *DIRECT]
+    assert main(command) == 2
+    assert "exists but cannot be read" in capsys.readouterr().err  # just created: maybe being written
+    old = time.time() - lock.UNWRITTEN_SECONDS - 5
+    os.utime(lock_file, (old, old))
+    assert main(command) == 0
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"taking over the empty lock on {tmp_path / 'out'} (its run was killed as it took it)")
+    assert not lock_file.exists()
 
 
 def test_a_stale_lock_is_taken_over_with_a_notice_and_released(tmp_path, capsys):
