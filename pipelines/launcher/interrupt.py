@@ -1,6 +1,6 @@
-"""Ctrl-C: how a command learns of it (``watching_sigint``), the worker processes it ends after it
-(``ending_processes_after``), and the one line it prints and its exit status. No import beyond the standard
-library: the entry point prints the line when Ctrl-C comes while Python is still importing the pipeline's
+"""Ctrl-C (and SIGTERM, taken as Ctrl-C): how a command learns of it (``watching_sigint``), the worker processes
+it ends after it (``ending_processes_after``), and the one line it prints and its exit status. No import beyond the
+standard library: the entry point prints the line when Ctrl-C comes while Python is still importing the pipeline's
 libraries."""
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import NoReturn
 
 INTERRUPTED_EXIT = 130  # 128 + SIGINT, as a shell reports a command that Ctrl-C ended
+# The signals that stop a command as Ctrl-C does: SIGTERM is what a batch scheduler (or `kill`) sends.
+STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
 # Beam re-raises an exception raised inside a step as one of its type (a RuntimeError for Ctrl-C) whose message
 # names the step, and logs it first.
 INTERRUPTED_STEP = "KeyboardInterrupt [while running"
@@ -31,10 +33,10 @@ def interrupted_line(command: str | None) -> str:
 
 
 class SigintWatch:
-    """Whether SIGINT has come: its number through the read end of a ``signal.set_wakeup_fd`` pipe (the C-level
-    handler writes it the moment the signal is delivered, to whichever thread), or, asked from a thread that blocks
-    SIGINT, the signal pending, not yet delivered (a busy machine may run worker processes that react to the same
-    Ctrl-C before it schedules the thread that takes the signal here). Once it has come, it stays so."""
+    """Whether SIGINT (or SIGTERM) has come: its number through the read end of a ``signal.set_wakeup_fd`` pipe
+    (the C-level handler writes it the moment the signal is delivered, to whichever thread), or, asked from a thread
+    that blocks SIGINT, the signal pending, not yet delivered (a busy machine may run worker processes that react to
+    the same Ctrl-C before it schedules the thread that takes the signal here). Once it has come, it stays so."""
 
     def __init__(self, fd: int) -> None:
         os.set_blocking(fd, False)
@@ -51,9 +53,9 @@ class SigintWatch:
                     break
                 if not numbers:
                     break
-                self._arrived = signal.SIGINT in numbers
+                self._arrived = bool(STOP_SIGNALS.intersection(numbers))
             # sigpending() lists only the pending signals that the calling thread blocks.
-            self._arrived = self._arrived or signal.SIGINT in signal.sigpending()
+            self._arrived = self._arrived or bool(STOP_SIGNALS & signal.sigpending())
             return self._arrived
 
     def close(self) -> None:
@@ -74,9 +76,11 @@ def watching_sigint() -> Iterator[SigintWatch | None]:
     os.set_blocking(write_end, False)
     watch = SigintWatch(read_end)
     previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    on_term = signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM raises KeyboardInterrupt too
     try:
         yield watch
     finally:
+        signal.signal(signal.SIGTERM, on_term)
         signal.set_wakeup_fd(previous)
         os.close(write_end)
         watch.close()

@@ -571,14 +571,17 @@ def test_ctrl_c_while_a_stage_computes_prints_one_line_exits_130_and_the_rerun_r
     assert case.stage in map(layout.command_of, manifest.load(str(output)))
 
 
-def test_ctrl_c_while_worker_processes_compute_prints_only_the_one_line(tmp_path, capsys):
+@pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_ctrl_c_while_worker_processes_compute_prints_only_the_one_line(signal_number, tmp_path, capsys):
     """With worker processes (multi_processing) Ctrl-C stops them too: each prints a traceback as it stops, and so do
     Beam's threads here that served them (100 to 300 lines in all); none of that shows. SIGINT once the workers run
-    parse's first pipeline (a sink of theirs has made its temporary directory in the staging area)."""
+    parse's first pipeline (a sink of theirs has made its temporary directory in the staging area). SIGTERM, what a
+    batch scheduler sends, is taken as Ctrl-C (it ended the command with no word, its lock and temporary directory
+    left behind)."""
     output = tmp_path / "out"
     arguments = ["parse", "--dump", SAMPLE, "--output", str(output), *MULTI_PROCESS]
     sink = output / layout.STAGING / "parse" / STAGED_ARTICLES
-    run = signal_when(arguments, lambda _: any(sink.glob("beam-temp-*")), signal.SIGINT)
+    run = signal_when(arguments, lambda _: any(sink.glob("beam-temp-*")), signal_number)
 
     assert run.returncode == 130, run.stderr
     assert run.before == ["[parse] running"], run.stderr
