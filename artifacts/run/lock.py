@@ -40,14 +40,15 @@ class LockInfo:
 
     def stale(self) -> bool:
         """Held by a process of this host that no longer runs."""
-        return self.host == socket.gethostname() and not _pid_alive(self.pid)
+        return self.host == socket.gethostname() and not pid_alive(self.pid)
 
 
 class OutputLocked(InputError):
     """OUT is locked by another run."""
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this host has ``pid``."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from functools import partial
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import apache_beam as beam
@@ -309,13 +310,26 @@ def model_workers(ctx: StageContext, device: str, configured: int | None) -> int
     return configured or local or worker_count((*ctx.beam_args, *ctx.model_beam_args))
 
 
+TEMPDIR_PREFIX = "kpr-run-"  # then the pid of the command, a dash and tempfile's letters
+
+
+def remove_dead_runs_tempdirs() -> None:
+    """Remove the private temporary roots of commands killed outright (SIGKILL, the out-of-memory killer) on this
+    machine: those whose pid runs no process any more."""
+    for path in Path(tempfile.gettempdir()).glob(f"{TEMPDIR_PREFIX}*-*"):
+        pid = path.name.removeprefix(TEMPDIR_PREFIX).split("-", 1)[0]
+        if pid.isdigit() and not lock.pid_alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def private_tempdir() -> Iterator[str]:
     """Run with a private temporary root, removed afterwards, in this process (``tempfile``) and in the worker
     processes it starts (``TMPDIR``, which they inherit). Left in the system temp directory otherwise: the
     runner's empty ``beam-temp*`` (its job server's, when that server does not start) and SDK-dependency ``tmp*``
     directories on every run, torch's ``torchinductor_<user>`` in each worker."""
-    root = tempfile.mkdtemp(prefix="kpr-run-")
+    remove_dead_runs_tempdirs()
+    root = tempfile.mkdtemp(prefix=f"{TEMPDIR_PREFIX}{os.getpid()}-")
     previous, tempfile.tempdir = tempfile.tempdir, root
     try:
         with environment_variable("TMPDIR", root):

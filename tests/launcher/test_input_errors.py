@@ -434,6 +434,22 @@ def test_a_beam_run_and_its_worker_processes_get_a_private_temp_dir_removed_afte
     assert os.environ["TMPDIR"] == tempfile.gettempdir() == str(system_temp)
 
 
+def test_the_temp_dirs_of_commands_killed_outright_are_removed_by_the_next(system_temp: Path) -> None:
+    """SIGKILL leaves a command's private temp dir (nothing runs its cleanup): the next command removes those whose
+    pid runs no process, and leaves a live command's."""
+    finished = subprocess.Popen(["true"])
+    finished.wait()
+    dead = system_temp / f"kpr-run-{finished.pid}-abc"
+    live = system_temp / f"kpr-run-{os.getppid()}-def"
+    for directory in (dead, live):
+        directory.mkdir()
+        (directory / "left.lock").touch()
+    with private_tempdir() as root:
+        assert Path(root).name.startswith(f"kpr-run-{os.getpid()}-")
+        assert not dead.exists() and live.exists()
+    assert os.listdir(system_temp) == [live.name]
+
+
 def test_a_bad_index_factory_is_refused_before_any_passage_is_encoded(tmp_path: Path, tiny_bert: Path,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     argv = [*_index_command(tmp_path, tiny_bert, "mean"), "--index-factory", "PQ7", *DIRECT]
