@@ -38,6 +38,9 @@ class PublishCommand:
         except ForeignLatestError as error:
             raise InputError(f"--latest: {error.path} is not a LATEST pointer that publish wrote: nothing was "
                              "copied (move it away or publish under another ROOT)") from error
+        if summary.unchanged:
+            print(f"{summary.destination} holds this run already and {summary.latest} names it: nothing to copy")
+            return 0
         if summary.removed:
             print(f"replaced earlier files in {summary.destination}: {', '.join(summary.removed)}")
         for item in summary.files:

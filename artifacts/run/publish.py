@@ -74,6 +74,7 @@ class PublishSummary:
     files: tuple[PublishedFile, ...]
     removed: tuple[str, ...]  # directories of an earlier publish, replaced
     latest: str | None = None  # the LATEST pointer written after the manifest, if asked for
+    unchanged: bool = False  # DEST held this very copy already, and LATEST named it: nothing was written
 
     @property
     def total_bytes(self) -> int:
@@ -240,6 +241,20 @@ def require_not_the_latest(destination: str) -> None:
                          "LATEST to it); nothing was copied")
 
 
+def is_the_latest_copy(destination: str, published: bytes) -> bool:
+    """Whether ``destination`` already holds the copy whose manifest is ``published`` and ROOT/LATEST names it: a
+    rerun of a publish --latest killed after it wrote LATEST (a scheduler's retry) has nothing left to do."""
+    try:
+        root, name = latest_location(destination)
+    except LatestLocationError:
+        return False
+    pointer = read_pointer(fs.join(root, LATEST_NAME))
+    path = manifest.manifest_path(destination)
+    return (pointer is not None and pointer["name"] == name
+            and pointer.get("manifest_sha256") == hashlib.sha256(published).hexdigest()
+            and fs.exists(path) and fs.read_bytes(path) == published)
+
+
 def latest_run(root: str) -> str:
     """The published run ``ROOT/LATEST`` names (for readers of scheduled publishes)."""
     path = fs.join(root, LATEST_NAME)
@@ -264,6 +279,10 @@ def publish_run(output: str, destination: str, latest: bool = False, free_bytes:
     work of its stages (``mention_vectors/``) is copied only when ``kept``."""
     if latest:
         require_replaceable_latest(destination)  # refuse before copying anything
+        if is_the_latest_copy(destination, manifest.encoded(published_stages(manifest.load(output), kept))):
+            with lock.hold(destination, WRITER):  # takes over the lock of a publish killed once it was done
+                return PublishSummary(destination, (), (), fs.join(latest_location(destination)[0], LATEST_NAME),
+                                      unchanged=True)
     require_not_the_latest(destination)
     if fs.overlaps(output, destination):
         raise OverlappingDestinationError(output, destination)

@@ -112,13 +112,18 @@ def test_the_run_latest_names_is_not_published_into(run: Path, tmp_path: Path,
     assert main(["publish", "--output", str(run), "--to", str(root / "2026-01"), "--latest"]) == 0
     before = files_below(root)
     capsys.readouterr()
-    for latest in ([], ["--latest"]):
-        assert main(["publish", "--output", str(run), "--to", str(root / "2026-01"), *latest]) == 2
+    for other in ([], ["--latest", "--with-mention-vectors"]):  # without --latest, or another copy of the run
+        assert main(["publish", "--output", str(run), "--to", str(root / "2026-01"), *other]) == 2
         assert capsys.readouterr().err == (
             f"error: --to {root / '2026-01'} is the run {root / 'LATEST'} names: its readers would find it "
             "incomplete while the copy goes; publish under another NAME (with --latest to move LATEST to it); "
             "nothing was copied\n")
         assert files_below(root) == before
+    # the same publish --latest again (a scheduler's retry of one killed once it had written LATEST): nothing to do
+    assert main(["publish", "--output", str(run), "--to", str(root / "2026-01"), "--latest"]) == 0
+    assert capsys.readouterr().out == (f"{root / '2026-01'} holds this run already and {root / 'LATEST'} names it: "
+                                       "nothing to copy\n")
+    assert files_below(root) == before
     assert main(["publish", "--output", str(run), "--to", str(root / "2026-02"), "--latest"]) == 0
     assert main(["publish", "--output", str(run), "--to", str(root / "2026-01")]) == 0  # no longer the latest
     assert pointer(root) == {"name": "2026-02", "manifest_sha256": manifest_sha256(root / "2026-02")}
