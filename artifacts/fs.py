@@ -10,6 +10,7 @@ import bz2
 import contextlib
 import errno
 import fnmatch
+import glob
 import gzip
 import hashlib
 import io
@@ -21,6 +22,7 @@ import zlib
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from artifacts.errors import InputError, first_line
@@ -297,6 +299,15 @@ def atomic_target(path: str) -> Iterator[str]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
         raise
+
+
+def remove_temporaries(path: str) -> None:
+    """Remove the temporary siblings that ``atomic_target`` made for ``path`` and a killed writer left (to be
+    called by the one writer of ``path``, under its lock); on object stores there are none."""
+    if _is_plain_path(path):
+        for temporary in Path(path).parent.glob(f".{glob.escape(os.path.basename(path))}.*.tmp"):
+            with contextlib.suppress(FileNotFoundError):
+                temporary.unlink()
 
 
 def _is_plain_path(path: str) -> bool:

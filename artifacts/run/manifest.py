@@ -187,6 +187,9 @@ def encoded(stages: dict[str, StageRecord]) -> bytes:
 
 
 def save(output: str, stages: dict[str, StageRecord]) -> None:
+    """Replace OUT/manifest.json (by its writer, which holds OUT's lock: a temporary sibling left there by a writer
+    killed as it replaced it goes first)."""
+    fs.remove_temporaries(manifest_path(output))
     fs.write_bytes_atomic(manifest_path(output), encoded(stages))
 
 

@@ -233,3 +233,14 @@ def test_a_manifest_that_is_a_directory_is_damaged(tmp_path: Path) -> None:
     (tmp_path / "manifest.json").mkdir()
     with pytest.raises(DamagedManifestError, match=r"manifest\.json is damaged: it is a directory$"):
         manifest.load(str(tmp_path))
+
+
+def test_a_temporary_left_by_a_writer_killed_as_it_replaced_the_manifest_goes_at_the_next_save(tmp_path: Path) -> None:
+    """A SIGKILL between writing the new manifest beside the old one and renaming it over left the temporary in OUT
+    for good (validate does not look at OUT's own files)."""
+    left = tmp_path / ".manifest.json.0123abcd.tmp"
+    left.write_bytes(b'{"stages": {}}')
+    other = tmp_path / ".report.json.0123abcd.tmp"  # another file's: not the manifest writer's to remove
+    other.write_bytes(b"{}")
+    manifest.save(str(tmp_path), {})
+    assert sorted(path.name for path in tmp_path.iterdir()) == [other.name, "manifest.json"]
