@@ -56,11 +56,13 @@ def new_index(factory: str, dim: int):
     index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
     if isinstance(index, faiss.IndexIDMap):
         return index
-    try:
-        faiss.extract_index_ivf(index)
-        return index
-    except RuntimeError:
-        return faiss.index_factory(dim, "IDMap," + factory, faiss.METRIC_INNER_PRODUCT)
+    if not isinstance(index, faiss.IndexRefine):  # a refined IVF takes no ids of its own (add_with_ids fails)
+        try:
+            faiss.extract_index_ivf(index)
+            return index
+        except RuntimeError:
+            pass
+    return faiss.index_factory(dim, "IDMap," + factory, faiss.METRIC_INNER_PRODUCT)
 
 
 def train_index(factory: str, dim: int, sample: np.ndarray, use_gpu: bool = False):

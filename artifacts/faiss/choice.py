@@ -174,6 +174,15 @@ class MemoryEstimate:
                 f"{self.bytes_per_vector:.0f} bytes per vector), {human_size(self.train_bytes)} to train")
 
 
+def code_size(index, dim: int) -> float:
+    """Bytes a vector takes in ``index``; for a type FAISS gives no code size for (a transform first, NSG), the
+    vector as it is: the most a code takes."""
+    try:
+        return float(index.sa_code_size())
+    except RuntimeError:
+        return dim * 4.0
+
+
 def memory_estimate(factory: str, count: int, dim: int) -> MemoryEstimate:
     """What the index will take in memory: codes + ids (+ HNSW links) per vector, plus the coarse centroids."""
     import faiss
@@ -186,10 +195,12 @@ def memory_estimate(factory: str, count: int, dim: int) -> MemoryEstimate:
         fixed = ivf.nlist * dim * 4
     except RuntimeError:
         plain = faiss.downcast_index(index)
+        if isinstance(plain, faiss.IndexIDMap):
+            plain = faiss.downcast_index(plain.index)
         if isinstance(plain, faiss.IndexHNSW):
-            per_vector = plain.storage.sa_code_size() + plain.hnsw.nb_neighbors(0) * 4 * 1.1 + 8.0
+            per_vector = code_size(plain.storage, dim) + plain.hnsw.nb_neighbors(0) * 4 * 1.1 + 8.0
         else:
-            per_vector = plain.sa_code_size() + 8.0
+            per_vector = code_size(plain, dim) + 8.0
     train = training_sample_size(factory, count, dim) * dim * 4
     return MemoryEstimate(int(per_vector * count + fixed), int(train), per_vector)
 
