@@ -9,6 +9,7 @@ import logging
 import os
 import shlex
 import shutil
+import socket
 import sys
 import tempfile
 import threading
@@ -310,15 +311,21 @@ def model_workers(ctx: StageContext, device: str, configured: int | None) -> int
     return configured or local or worker_count((*ctx.beam_args, *ctx.model_beam_args))
 
 
-TEMPDIR_PREFIX = "kpr-run-"  # then the pid of the command, a dash and tempfile's letters
+TEMPDIR_PREFIX = "kpr-run-"  # then the command's pid@host, a dash and tempfile's letters (no dash among them)
+
+
+def tempdir_prefix() -> str:
+    return f"{TEMPDIR_PREFIX}{os.getpid()}@{socket.gethostname()}-"
 
 
 def remove_dead_runs_tempdirs() -> None:
     """Remove the private temporary roots of commands killed outright (SIGKILL, the out-of-memory killer) on this
-    machine: those whose pid runs no process any more."""
-    for path in Path(tempfile.gettempdir()).glob(f"{TEMPDIR_PREFIX}*-*"):
-        pid = path.name.removeprefix(TEMPDIR_PREFIX).split("-", 1)[0]
-        if pid.isdigit() and not lock.pid_alive(int(pid)):
+    host (a temp directory may be shared with other hosts, as the lock's pid is only tested on its own host): those
+    whose pid runs no process any more."""
+    host = socket.gethostname()
+    for path in Path(tempfile.gettempdir()).glob(f"{TEMPDIR_PREFIX}*@*-*"):
+        pid, _, rest = path.name.removeprefix(TEMPDIR_PREFIX).partition("@")
+        if pid.isdigit() and rest.rpartition("-")[0] == host and not lock.pid_alive(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
 
 
@@ -329,7 +336,7 @@ def private_tempdir() -> Iterator[str]:
     runner's empty ``beam-temp*`` (its job server's, when that server does not start) and SDK-dependency ``tmp*``
     directories on every run, torch's ``torchinductor_<user>`` in each worker."""
     remove_dead_runs_tempdirs()
-    root = tempfile.mkdtemp(prefix=f"{TEMPDIR_PREFIX}{os.getpid()}-")
+    root = tempfile.mkdtemp(prefix=tempdir_prefix())
     previous, tempfile.tempdir = tempfile.tempdir, root
     try:
         with environment_variable("TMPDIR", root):

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -439,15 +440,17 @@ def test_the_temp_dirs_of_commands_killed_outright_are_removed_by_the_next(syste
     pid runs no process, and leaves a live command's."""
     finished = subprocess.Popen(["true"])
     finished.wait()
-    dead = system_temp / f"kpr-run-{finished.pid}-abc"
-    live = system_temp / f"kpr-run-{os.getppid()}-def"
-    for directory in (dead, live):
+    host = socket.gethostname()
+    dead = system_temp / f"kpr-run-{finished.pid}@{host}-abc"
+    live = system_temp / f"kpr-run-{os.getppid()}@{host}-def"
+    elsewhere = system_temp / f"kpr-run-{finished.pid}@another-host-ghi"  # a temp dir shared with another host
+    for directory in (dead, live, elsewhere):
         directory.mkdir()
         (directory / "left.lock").touch()
     with private_tempdir() as root:
-        assert Path(root).name.startswith(f"kpr-run-{os.getpid()}-")
-        assert not dead.exists() and live.exists()
-    assert os.listdir(system_temp) == [live.name]
+        assert Path(root).name.startswith(f"kpr-run-{os.getpid()}@{host}-")
+        assert not dead.exists() and live.exists() and elsewhere.exists()
+    assert sorted(os.listdir(system_temp)) == sorted([live.name, elsewhere.name])
 
 
 def test_a_bad_index_factory_is_refused_before_any_passage_is_encoded(tmp_path: Path, tiny_bert: Path,
