@@ -428,9 +428,8 @@ def _converted(wikitext: str, title: str, namespaces: Namespaces, options: Wikit
     return converter
 
 
-def _markup_left(converter: _Converter) -> bool:
+def _markup_left(text: str) -> bool:
     """Whether the text holds link brackets or a formatting tag: markup the parser could not read."""
-    text = "".join(converter.out.pieces)
     return "[[" in text or bool(_FORMATTING_TAG.search(text))
 
 
@@ -455,15 +454,17 @@ def wikitext_to_text(wikitext: str, title: str, namespaces: Namespaces,
         # apostrophe runs read line by line as MediaWiki does (mwparserfromhell pairs them across lines)
         wikitext = balance_quotes(wikitext, keep_bold=options.first_bold_as_link)
         converter = _converted(wikitext, title, namespaces, options)
-        if _markup_left(converter) and _FORMATTING_TAG.search(wikitext):
+        text = "".join(converter.out.pieces)
+        if _markup_left(text) and _FORMATTING_TAG.search(wikitext):
             # a formatting tag closed inside a link's brackets or opened in them (``[[B|big <small>b]]</small>``):
             # MediaWiki links it all the same, mwparserfromhell leaves the link as text; without the tags it parses
             converter = _converted(_FORMATTING_TAG.sub("", wikitext), title, namespaces, options)
+            text = "".join(converter.out.pieces)
     except RecursionError as error:
         raise WikitextError("markup nested too deeply for the parser") from error
     except WikitextError:
         raise
     except Exception as error:  # mwparserfromhell raises assorted internal errors on broken markup
         raise WikitextError(f"parser failed: {type(error).__name__}: {error}") from error
-    parsed = tidy("".join(converter.out.pieces), converter.out.links)  # a line of list markup only is no text
+    parsed = tidy(text, converter.out.links)  # a line of list markup only is no text
     return replace(parsed, blank_links=converter.out.blank_links + len(converter.out.links) - len(parsed.links))

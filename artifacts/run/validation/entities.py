@@ -21,6 +21,7 @@ from artifacts.run.validation.recorded import (
     RecordedRun,
     Tally,
     guarded,
+    int_column,
     message,
     parquet_footer,
 )
@@ -54,7 +55,7 @@ class EntitySet:
 
 def entity_ids(batch: pa.RecordBatch) -> np.ndarray:
     """The ``entity_id`` column as int64 (a null becomes 0, which no entity has)."""
-    return pc.fill_null(batch.column("entity_id"), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    return int_column(batch, "entity_id")
 
 
 def mark_ids(ids: np.ndarray, seen: np.ndarray, allowed: np.ndarray, where: str, tally: Tally,

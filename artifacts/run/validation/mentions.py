@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 
 from artifacts import layout, tables
 from artifacts.run.validation.entities import entity_ids
-from artifacts.run.validation.recorded import MAX_EXAMPLES, RecordedRun, Tally, guarded
+from artifacts.run.validation.recorded import MAX_EXAMPLES, RecordedRun, Tally, guarded, int_column
 
 ARTICLES = f"{layout.ARTICLES}/"
 MENTIONS = f"{layout.MENTIONS}/"
@@ -26,10 +26,12 @@ class ArticleLengths:
     lengths: np.ndarray
 
     def lookup(self, page_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(whether each page id is an article's, its text's length where it is)."""
-        at = np.minimum(np.searchsorted(self.page_ids, page_ids), max(len(self.page_ids) - 1, 0))
-        found = self.page_ids[at] == page_ids if len(self.page_ids) else np.zeros(len(page_ids), dtype=bool)
-        return found, np.where(found, self.lengths[at] if len(self.lengths) else 0, 0)
+        """(whether each page id is an article's, its text's length where it is, else 0)."""
+        if not len(self.page_ids):
+            return np.zeros(len(page_ids), dtype=bool), np.zeros(len(page_ids), dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.page_ids, page_ids), len(self.page_ids) - 1)
+        found = self.page_ids[at] == page_ids
+        return found, np.where(found, self.lengths[at], 0)
 
 
 def check_articles(run: RecordedRun) -> tuple[ArticleLengths | None, list[str]]:
@@ -55,7 +57,7 @@ def check_articles(run: RecordedRun) -> tuple[ArticleLengths | None, list[str]]:
 
 def read_lengths(path: str, ids: list[np.ndarray], lengths: list[np.ndarray]) -> None:
     for batch in tables.iter_file_batches([path], ["page_id", "text"]):
-        ids.append(pc.fill_null(batch.column("page_id"), 0).to_numpy(zero_copy_only=False).astype(np.int64))
+        ids.append(int_column(batch, "page_id"))
         lengths.append(pc.fill_null(pc.utf8_length(batch.column("text")), 0).to_numpy(
             zero_copy_only=False).astype(np.int64))
 
@@ -77,11 +79,10 @@ def scan_mentions(path: str, where: str, count: int, articles: ArticleLengths | 
         tally.add_ids(f"{where}: entity ids outside 1..{count}", ids[(ids < 1) | (ids > count)])
         if articles is None:
             continue
-        page_ids = pc.fill_null(batch.column("page_id"), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        page_ids = int_column(batch, "page_id")
         found, lengths = articles.lookup(page_ids)
         tally.add_ids(f"{where}: page ids not in {ARTICLES}", page_ids[~found])
-        start, end = (pc.fill_null(batch.column(name), -1).to_numpy(zero_copy_only=False).astype(np.int64)
-                      for name in ("start", "end"))
+        start, end = (int_column(batch, name, null=-1) for name in ("start", "end"))
         outside = found & ((start < 0) | (end <= start) | (end > lengths))
         tally.add(f"{where}: spans outside their article's text", int(outside.sum()),
                   (f"{page} [{first}:{last}]" for page, first, last in zip(

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
@@ -64,6 +65,11 @@ class Tally:
         return [f"{kind}: {count} ({', '.join(kept)}{', ...' if count > len(kept) else ''})"
                 for kind, (count, kept) in self._found.items()]
 
+
+
+def int_column(batch: pa.RecordBatch, name: str, null: int = 0) -> np.ndarray:
+    """The column ``name`` of ``batch`` as int64, a null as ``null``."""
+    return pc.fill_null(batch.column(name), null).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
 def message(error: BaseException) -> str:
