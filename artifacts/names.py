@@ -41,8 +41,15 @@ def title_name(title: str) -> str:
     return title
 
 
+# Format characters that spell a word: the zero-width non-joiner and joiner (Persian compounds, Indic conjuncts,
+# emoji sequences). MediaWiki keeps them in titles; a name holding one is kept.
+_SPELLING_FORMAT = frozenset("\u200c\u200d")
+
+
 def has_control_characters(text: str) -> bool:
-    return any(unicodedata.category(char) in ("Cc", "Cf") for char in text)
+    """Whether ``text`` holds a control or an invisible format character (a zero-width space, a word joiner), other
+    than those that spell a word (``_SPELLING_FORMAT``)."""
+    return any(unicodedata.category(char) in ("Cc", "Cf") and char not in _SPELLING_FORMAT for char in text)
 
 
 def has_lone_surrogate(text: str) -> bool:

@@ -195,6 +195,27 @@ def test_stage_on_hand_made_articles(tmp_path):
     assert [c.title for c in strict.detect("Mercury")[0].candidates] == ["Mercury (planet)"]
 
 
+def test_names_spelled_with_zero_width_joiners_are_kept_and_found(tmp_path):
+    """Persian writes compounds with a zero-width non-joiner (U+200C) and emoji sequences join with U+200D: such a
+    name is kept and linked; a zero-width space (U+200B) still makes a name bad."""
+    zwnj, zwj, zwsp = "\u200c", "\u200d", "\u200b"
+    languages, family = f"زبان{zwnj}های ایرانی", f"👨{zwj}👩{zwj}👧"
+    write_parsed(tmp_path, [
+        article(1, languages, f"{languages} و زبان فارسی", []),
+        article(2, "Family", f"A {family} here and a bad{zwsp}name.",
+                [(family, "Family"), (f"bad{zwsp}name", "Family")]),
+        article(3, "Other", f"{languages} again.", [(languages, languages)]),
+    ])
+    record = run_dictionary(tmp_path, "--min-link-prob", "0")
+    names = {row["name"] for row in tables.read_table(str(tmp_path), "dictionary/names").to_pylist()}
+    assert {languages, family} <= names and f"bad{zwsp}name" not in names
+    assert record.counters["names_with_control_characters"] == 1
+    linker = EntityLinker.load(str(tmp_path / "dictionary" / "linker"))
+    text = f"Of {languages} and {family}."
+    assert [(text[m.start:m.end], m.candidates[0].title) for m in linker.detect(text)] == [
+        (languages, languages), (family, "Family")]
+
+
 @pytest.mark.parametrize("extra", [[], ["--min-link-count", "1000000"]], ids=["no-links", "none-kept"])
 def test_a_dictionary_where_no_name_is_kept_is_written_empty(tmp_path, extra):
     """Articles that no link joins, or thresholds that keep no name: an empty dictionary and a linker that finds
