@@ -346,6 +346,9 @@ def test_a_title_no_page_can_have_is_no_entity_link():
     # MediaWiki reads "[[''" as text (no "]]" before the next "[["), then the link to Foo, then "'']]" as text
     assert both_paths("[[''[[Foo]]'']] x [[a&lt;b]] [[Pear|pears]]") == (
         "[[Foo]] x a<b pears", [("Foo", "Foo"), ("pears", "Pear")])
+    # MediaWiki's titles hold at most 255 bytes of UTF-8: a longer target links nothing (shown as a<b is)
+    longest, too_long = "あ" * 85, "い" * 86
+    assert both_paths(f"[[{longest}]] and [[{too_long}]]") == (f"{longest} and {too_long}", [(longest, longest)])
 
 
 @pytest.mark.parametrize("first_bold_as_link", [False, True])

@@ -65,6 +65,7 @@ _REDIRECT = re.compile(
 )
 _NO_PAGE_CHARACTER = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")  # XML's non-characters
 _NOT_IN_TITLES = re.compile(r"[<>\[\]{}|\x00-\x1f\x7f]")  # MediaWiki's characters a title may not hold
+TITLE_MAX_BYTES = 255  # MediaWiki's longest title (in the article namespace), in UTF-8 bytes
 # Behaviour switches (``__NOTOC__``): MediaWiki removes them from the page's text.
 _BEHAVIOUR_SWITCH = re.compile(
     r"__(?:NOTOC|FORCETOC|TOC|NOEDITSECTION|NEWSECTIONLINK|NONEWSECTIONLINK|NOGALLERY|HIDDENCAT|"
@@ -193,8 +194,8 @@ def classify_link(title: str, namespaces: Namespaces, options: WikitextOptions) 
     if hash_sign and (not page.strip() or (section.strip() and not options.keep_section_links)):
         return _LinkRole(drop=False, target=None)
     target = normalize_title(page)
-    if _NOT_IN_TITLES.search(target):  # no page has such a title: MediaWiki shows the markup, links nothing
-        return _LinkRole(drop=False, target=None)
+    if _NOT_IN_TITLES.search(target) or len(target.encode("utf-8")) > TITLE_MAX_BYTES:
+        return _LinkRole(drop=False, target=None)  # no page has such a title: MediaWiki shows the markup
     return _LinkRole(drop=False, target=target or None)
 
 
