@@ -405,6 +405,17 @@ def test_first_letters_and_bidirectional_marks_as_wikimedias_wikis_store_titles(
     assert normalize_title(raw) == expected
 
 
+@pytest.mark.parametrize(("language", "expected"), [
+    ("tr", [("istanbul", "İstanbul"), ("ılıca", "Ilıca"), ("Istanbul", "Istanbul")]),
+    ("az", [("istanbul", "İstanbul"), ("ılıca", "Ilıca"), ("Istanbul", "Istanbul")]),
+    ("en", [("istanbul", "Istanbul"), ("ılıca", "Ilıca"), ("Istanbul", "Istanbul")]),
+])
+def test_a_turkic_wikis_links_upper_case_i_to_dotted_capital_i(language, expected):
+    """MediaWiki's Turkish, Azerbaijani and Karakalpak languages upper-case a title's first "i" to "İ": on trwiki
+    [[istanbul]] links to İstanbul, not to the page Istanbul."""
+    assert convert("[[istanbul]] [[ılıca]] [[Istanbul]]", ENGLISH.with_language(language))[1] == expected
+
+
 @pytest.mark.usefixtures("shared_data")
 @pytest.mark.parametrize("use_prepass", [True, False])
 def test_language_links_end_a_real_page(use_prepass):

@@ -35,6 +35,8 @@ _UNLISTED_ALIASES: dict[str, dict[str, int]] = {
 # language (MessagesIt.php, MessagesDe.php); English's for the others.
 ENGLISH_TRAIL_LETTERS = "a-z"
 _TRAIL_LETTERS = {"it": "a-zàéèíîìóòúù", "de": "äöüßa-z"}
+# Languages whose titles' first "i" is upper-cased to "İ" (MediaWiki's LanguageTr, LanguageAz and LanguageKaa).
+_DOTTED_I_LANGUAGES = frozenset({"tr", "az", "kaa"})
 
 
 def unlisted_aliases(language: str | None) -> dict[str, int]:
@@ -58,6 +60,7 @@ class Namespaces:
     by_name: dict[str, int] = field(default_factory=dict)
     self_prefixes: frozenset[str] = frozenset()
     trail_letters: str = ENGLISH_TRAIL_LETTERS  # a regex character class: the letters of a link trail
+    dotted_i: bool = False  # a link's first "i" is upper-cased to "İ" (``titles.first_upper``)
 
     @cached_property
     def link_trail(self) -> re.Pattern[str]:
@@ -81,6 +84,7 @@ class Namespaces:
 
     def with_language(self, language: str | None) -> Namespaces:
         """These namespaces for a Wikipedia of ``language``: its own interwiki prefixes point here, its letters
-        make link trails."""
+        make link trails, its case rule makes titles."""
         return replace(self, self_prefixes=self_interwiki_prefixes(language),
-                       trail_letters=_TRAIL_LETTERS.get(language or "", ENGLISH_TRAIL_LETTERS))
+                       trail_letters=_TRAIL_LETTERS.get(language or "", ENGLISH_TRAIL_LETTERS),
+                       dotted_i=language in _DOTTED_I_LANGUAGES)

@@ -13,20 +13,23 @@ _BIDI_MARKS = re.compile("[\u200e\u200f\u202a-\u202e]")
 _GEORGIAN = re.compile("[\u10d0-\u10fa\u10fd-\u10ff]")
 
 
-def normalize_title(title: str) -> str:
+def normalize_title(title: str, dotted_i: bool = False) -> str:
     """``' the_Foo  bar '`` -> ``'The Foo bar'``: bidirectional marks removed, ``_`` and whitespace runs -> one
-    space, surrounding space stripped, first character upper-cased (MediaWiki's default first-letter case rule,
-    ``first_upper``)."""
+    space, surrounding space stripped, first character upper-cased (MediaWiki's first-letter case rule,
+    ``first_upper``; ``dotted_i``: a Turkic wiki's, where ``i`` is upper-cased to ``İ``)."""
     if not title.isascii():
         title = _BIDI_MARKS.sub("", title)
     title = _SPACES.sub(" ", title).strip()
-    return first_upper(title[:1]) + title[1:]
+    return first_upper(title[:1], dotted_i) + title[1:]
 
 
-def first_upper(first: str) -> str:
+def first_upper(first: str, dotted_i: bool = False) -> str:
     """The first letter of a title as Wikimedia's wikis case it: upper case where that is one character, else
     title case where that is (``ᾀ`` -> ``ᾈ``), else as it is (``ß``, ``ﬁ``, ``ŉ``); a Georgian letter as it is (its
-    upper case, Mtavruli, is not used in titles)."""
+    upper case, Mtavruli, is not used in titles). ``dotted_i``: ``i`` -> ``İ``, as on the Turkish, Azerbaijani and
+    Karakalpak wikis (their ``ı`` -> ``I`` is the default rule's)."""
+    if dotted_i and first == "i":
+        return "\u0130"
     if first.isascii():
         return first.upper()
     if _GEORGIAN.match(first):

@@ -193,7 +193,7 @@ def classify_link(title: str, namespaces: Namespaces, options: WikitextOptions) 
     # a link to a section is no entity link (but with --keep-section-links); [[Paris#]] names no section
     if hash_sign and (not page.strip() or (section.strip() and not options.keep_section_links)):
         return _LinkRole(drop=False, target=None)
-    target = normalize_title(page)
+    target = normalize_title(page, namespaces.dotted_i)
     if _NOT_IN_TITLES.search(target) or len(target.encode("utf-8")) > TITLE_MAX_BYTES:
         return _LinkRole(drop=False, target=None)  # no page has such a title: MediaWiki shows the markup
     return _LinkRole(drop=False, target=target or None)
