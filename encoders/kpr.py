@@ -98,7 +98,7 @@ class KPRInputs(TextInputs):
     def _item(self, sequence: KPRSequence) -> dict[str, Any]:
         item = {"input_ids": list(sequence.input_ids), "entity_ids": sequence.entities.entity_ids,
                 "entity_positions": sequence.entities.positions, "entities_truncated": sequence.truncated,
-                "entities_over_max": sequence.over_max}
+                "entities_over_max": sequence.over_max, "cut": sequence.cut}
         if self.options.feeds_token_types:
             item["token_type_ids"] = pair_token_types(sequence)
         return item
@@ -108,6 +108,7 @@ class KPRInputs(TextInputs):
         return [EntityInputs(item["entity_ids"], item["entity_positions"]) for item in self.features(firsts, seconds)]
 
     def count(self, features: Sequence[dict[str, Any]], count: CountFn) -> None:
+        super().count(features, count)
         count("kpr_entities", sum(len(item["entity_ids"]) for item in features))
         for name, key in DROPPED_ENTITIES:
             dropped = sum(item[key] for item in features)

@@ -56,13 +56,15 @@ class Segment:
 @dataclass(frozen=True)
 class KPRSequence:
     """The model inputs of one text: token ids from [CLS] to [SEP], its entities, the length of its first segment
-    with [CLS] and the [SEP] after it, and the entities dropped: cut off by ``max_length`` or over ``max_entities``."""
+    with [CLS] and the [SEP] after it, the entities dropped: cut off by ``max_length`` or over ``max_entities``, and
+    whether its tokens were cut at ``max_length``."""
 
     input_ids: tuple[int, ...]
     entities: EntityInputs
     first_length: int
     truncated: int
     over_max: int
+    cut: bool
 
 
 def linked_mentions(mentions: Sequence[Mention], has_embedding: Callable[[int], bool]) -> list[LinkedMention]:
@@ -121,7 +123,7 @@ def kpr_sequence(segments: Sequence[Segment], prefix: Sequence[int], cls_id: int
                             tuple(tuple(range(span.start + 1, span.end + 1)) for span in kept))
     first = 1 + len(prefix) + len(segments[0].ids) + 1 if len(segments) > 1 else len(input_ids)
     return KPRSequence(input_ids, entities, min(first, len(input_ids)), len(spans) - len(fitting),
-                       len(fitting) - len(kept))
+                       len(fitting) - len(kept), len(content) > max_length - 2)
 
 
 def pair_token_types(sequence: KPRSequence) -> list[int]:

@@ -306,17 +306,19 @@ def plain_token_ids(tokenizer, texts: Sequence[str]) -> list[list[int]]:
 
 
 def model_token_ids(tokenizer, firsts: Sequence[str], seconds: Sequence[str] | None,
-                    max_length: int) -> tuple[list[list[int]], list[list[int]] | None]:
-    """(input ids, token type ids) of each text, or of each pair (``seconds``), special tokens added and
-    truncated to ``max_length`` as transformers' ``truncation=True`` does (types: None where a slow tokenizer
-    makes none)."""
+                    max_length: int) -> tuple[list[list[int]], list[list[int]] | None, list[bool]]:
+    """(input ids, token type ids, whether it was cut) of each text, or of each pair (``seconds``), special tokens
+    added and truncated to ``max_length`` as transformers' ``truncation=True`` does (types: None where a slow
+    tokenizer makes none)."""
+    pairs = None if seconds is None else list(seconds)
     if not tokenizer.is_fast:
-        encoded = tokenizer(list(firsts), None if seconds is None else list(seconds), truncation=True,
-                            max_length=max_length)
-        return encoded["input_ids"], encoded.get("token_type_ids")
-    texts = list(firsts) if seconds is None else list(zip(firsts, seconds, strict=True))
+        encoded = tokenizer(list(firsts), pairs, truncation=True, max_length=max_length)
+        whole = tokenizer(list(firsts), pairs, verbose=False)["input_ids"]
+        return encoded["input_ids"], encoded.get("token_type_ids"), [len(ids) > max_length for ids in whole]
+    texts = list(firsts) if pairs is None else list(zip(firsts, pairs, strict=True))
     encoded = fast_backend(tokenizer, max_length).encode_batch_fast(texts, add_special_tokens=True)
-    return [encoding.ids for encoding in encoded], [encoding.type_ids for encoding in encoded]
+    return ([encoding.ids for encoding in encoded], [encoding.type_ids for encoding in encoded],
+            [bool(encoding.overflowing) for encoding in encoded])
 
 
 def load_encoder(spec: ModelSpec):

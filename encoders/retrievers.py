@@ -252,13 +252,17 @@ class TextInputs:
     def features(self, firsts: list[str], seconds: list[str] | None) -> list[dict[str, Any]]:
         """One dict of model inputs per text: ``input_ids``, and ``token_type_ids`` where the encoder feeds the
         tokenizer's (``options.token_types``) and the tokenizer makes them."""
-        ids, types = model_token_ids(self.tokenizer, firsts, seconds, self.options.max_length)
+        ids, types, cut = model_token_ids(self.tokenizer, firsts, seconds, self.options.max_length)
         if self.options.feeds_token_types and "token_type_ids" in self.tokenizer.model_input_names and types:
-            return [{"input_ids": item, "token_type_ids": kinds} for item, kinds in zip(ids, types, strict=True)]
-        return [{"input_ids": item} for item in ids]
+            return [{"input_ids": item, "token_type_ids": kinds, "cut": was_cut}
+                    for item, kinds, was_cut in zip(ids, types, cut, strict=True)]
+        return [{"input_ids": item, "cut": was_cut} for item, was_cut in zip(ids, cut, strict=True)]
 
     def count(self, features: Sequence[dict[str, Any]], count: CountFn) -> None:
-        """Count what ``features`` hold for the pipeline's counters (plain token ids: nothing)."""
+        """Count what ``features`` hold for the pipeline's counters: the texts cut at ``max_length`` (``cut``)."""
+        cut = sum(item["cut"] for item in features)
+        if cut:
+            count("passages_cut", cut)
 
     def token_count(self, passages: Sequence[Passage]) -> int:
         """Tokens the model reads for these passages (after truncation), for throughput figures."""

@@ -264,7 +264,7 @@ def test_plain_token_ids_are_the_tokenizers_own_even_after_a_truncating_call(min
 
 def test_model_token_ids_are_transformers_truncated_inputs_whatever_the_call_before(minilm_path, other_tokenizers):
     """Texts and pairs, special tokens added and truncated longest first: transformers' own ids and token
-    types, also after a call that set no truncation or another length."""
+    types, also after a call that set no truncation or another length; and which texts were cut."""
     firsts = ["Paris", "alpha beta gamma delta " * 8, "éclair", ""]
     seconds = ["the capital of France " * 9, "short", "東京都 tab\tbed " * 5, "42,000"]
     tokenizers = (AutoTokenizer.from_pretrained(minilm_path), *other_tokenizers.values())
@@ -273,9 +273,10 @@ def test_model_token_ids_are_transformers_truncated_inputs_whatever_the_call_bef
             tokenizer(firsts, add_special_tokens=False)
             expected = tokenizer(firsts, pair, truncation=True, max_length=16)
             tokenizer(firsts, truncation=True, max_length=5, padding=True)
-            ids, types = model_token_ids(tokenizer, firsts, pair, 16)
+            ids, types, cut = model_token_ids(tokenizer, firsts, pair, 16)
             assert ids == expected["input_ids"] and max(len(item) for item in ids) == 16
             assert types == expected.get("token_type_ids", types)
+            assert cut == [len(whole) > 16 for whole in tokenizer(firsts, pair)["input_ids"]] and 0 < sum(cut) < 4
 
 
 def prepared_inputs(rows: list[dict], model: str, length: int, directory,
@@ -364,7 +365,7 @@ def test_a_saved_tokenizer_gives_transformers_ids_for_every_family(real_mentions
         assert plain_token_ids(saved, texts) == loaded(texts, add_special_tokens=False)["input_ids"]
         for pair in (None, seconds):
             expected = loaded(firsts, pair, truncation=True, max_length=16)
-            ids, types = model_token_ids(saved, firsts, pair, 16)
+            ids, types, _ = model_token_ids(saved, firsts, pair, 16)
             assert ids == expected["input_ids"] and types == expected.get("token_type_ids", types), kind
         rows = real_mentions[128][:60]
         assert mask_inputs(rows, saved, 128) == mask_inputs(rows, loaded, 128), kind

@@ -400,7 +400,7 @@ def mains_kpr_vectors(encoder, passages: list[Passage]) -> tuple[np.ndarray, dic
                                            **tensors).numpy()
     counted = {name: sum(len(item["entity_ids"]) if key == "entity_ids" else item[key] for item in found)
                for name, key in (("kpr_entities", "entity_ids"), ("kpr_entities_truncated", "entities_truncated"),
-                                 ("kpr_entities_over_max", "entities_over_max"))}
+                                 ("kpr_entities_over_max", "entities_over_max"), ("passages_cut", "cut"))}
     return vectors, {name: value for name, value in counted.items() if value}
 
 

@@ -66,8 +66,10 @@ def test_a_titled_sequence_is_cls_prefix_title_sep_text_sep_cut_to_max_length():
     # token is the last one kept); 8: text tokens 7, 8 at 12, 13 (12 + 2 = 14 > 13: its second token is cut)
     assert sequence.entities.entity_ids == (5, 6, 7)
     assert sequence.entities.positions == ((2, 3), (5,), (11, 12))
-    assert (sequence.truncated, sequence.over_max) == (1, 0)
+    assert (sequence.truncated, sequence.over_max, sequence.cut) == (1, 0, True)
     assert pair_token_types(sequence) == [0] * 5 + [1] * 9
+    # 14 tokens of content fit max_length 16 exactly: nothing is cut
+    assert not kpr_sequence([TITLE, TEXT], [99], CLS, SEP, max_length=16, max_entities=10).cut
 
 
 def test_an_uncut_sequence_keeps_every_entity_and_max_entities_caps_them_in_order():
@@ -75,7 +77,7 @@ def test_an_uncut_sequence_keeps_every_entity_and_max_entities_caps_them_in_orde
     assert sequence.input_ids == (CLS, 11, 12, SEP, *range(21, 31), SEP)
     assert sequence.entities.entity_ids == (5, 6, 7)
     assert sequence.entities.positions == ((1, 2), (4,), (10, 11))
-    assert (sequence.truncated, sequence.over_max) == (0, 1)
+    assert (sequence.truncated, sequence.over_max, sequence.cut) == (0, 1, False)
 
 
 def test_a_query_is_one_segment_between_cls_and_sep():

@@ -80,9 +80,11 @@ def test_token_types_follow_each_familys_own_code(tiny_bert):
     tokens = ["[CLS]", "erie", "canal", "[SEP]", "the", "erie", "canal", "is", "a", "canal", "in", "new", "york", ".",
               "[SEP]"]
     ids = [vocabulary[token] for token in tokens]
-    assert TextInputs(EncoderOptions("dpr", str(tiny_bert))).passages([passage]) == [{"input_ids": ids}]
+    assert TextInputs(EncoderOptions("dpr", str(tiny_bert))).passages([passage]) == [{"input_ids": ids, "cut": False}]
     assert TextInputs(EncoderOptions("mean", str(tiny_bert), title="pair")).passages([passage]) == [
-        {"input_ids": ids, "token_type_ids": [0] * 4 + [1] * 11}]
+        {"input_ids": ids, "token_type_ids": [0] * 4 + [1] * 11, "cut": False}]
+    assert TextInputs(EncoderOptions("dpr", str(tiny_bert), max_length=8)).passages([passage]) == [
+        {"input_ids": [*ids[:4], *ids[4:7], ids[-1]], "cut": True}]
 
 
 def test_mean_pooling_matches_sentence_transformers_on_real_passages(minilm_path):

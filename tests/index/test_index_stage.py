@@ -11,6 +11,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 import pytest
+from transformers import AutoTokenizer
 
 from artifacts import faiss as faiss_shards
 from artifacts import layout, tables
@@ -47,6 +48,10 @@ def test_real_passages_are_stored_by_shard_with_their_vectors(minilm_index, mini
     assert info["encoder"]["kind"] == "mean" and info["encoder"]["title"] == "join"
     record = manifest.load(str(minilm_index))["index"]
     assert record.counters["passages_read"] == record.counters["passages_encoded"] == 751
+    # the passages whose tokens run past --max-length (256) are counted: their end is not encoded
+    texts = [f"{passage.title} {passage.text}" for passage in passages.values()]
+    whole = AutoTokenizer.from_pretrained(minilm_path)(texts, verbose=False)
+    assert record.counters["passages_cut"] == sum(len(ids) > 256 for ids in whole["input_ids"]) == 1
 
 
 def test_sharded_search_equals_one_index_on_the_real_vectors(minilm_index):

@@ -104,6 +104,19 @@ def test_articles_are_cut_into_word_chunks_with_stable_ids():
     assert not too_many_chunks("a b", 1) and too_many_chunks("a " * (PASSAGES_PER_PAGE + 1), 1)
 
 
+def test_characters_of_scripts_written_without_spaces_are_words_of_their_own():
+    """A Japanese article was one "word", so one passage of which the encoder read only the start; each ideograph,
+    kana or Thai letter (with its vowel signs and tone marks) now counts as a word, and a chunk is the text as
+    written."""
+    assert list(word_chunks("東京は日本の首都。 Tokyo (東京, Tōkyō) is big.", 4)) == [
+        "東京は日", "本の首都", "。 Tokyo (東", "京, Tōkyō) is", "big."]
+    assert list(word_chunks("ที่นี่ คือ abc", 2)) == ["ที่นี่", "คือ", "abc"]  # ที่ นี่, คื อ
+    japanese = "東京都は日本の首都である。" * 40
+    assert [len(passage.text) for passage in article_passages(5, "東京都", japanese, 100)] == [100] * 5 + [20]
+    assert "".join(passage.text for passage in article_passages(5, "東京都", japanese, 100)) == japanese
+    assert too_many_chunks("東" * (PASSAGES_PER_PAGE + 1), 1)
+
+
 @pytest.mark.parametrize(("raw", "expected"), [
     (b"1\ttext\tT\n", ("1\ttext\tT\n", False)),
     (b"1\tte\x00xt\x00\tT\n", ("1\ttext\tT\n", True)),

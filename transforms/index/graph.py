@@ -53,6 +53,7 @@ COUNTERS = declare(
                              "--on-duplicate-id last)", dead_lettered=True),
     processed("passages_reused", "passages reused"),
     processed("passages_encoded", "passages encoded"),
+    processed("passages_cut", "passages longer than --max-length tokens: their end is not encoded"),
     error("non_finite_vectors", "vectors with NaN or inf (or a zero mean)"),
     processed("kpr_entities", "kpr entities"),
     processed("kpr_entities_truncated", "kpr entities whose mention runs past max length"),

@@ -7,6 +7,8 @@ id of a passage is also its FAISS id and needs no global renumbering.
 from __future__ import annotations
 
 import csv
+import re
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -18,6 +20,13 @@ DPR_HEADER = ("id", "text", "title")
 # as long as the article's text does not change, readable (page 12, chunk 3 -> 1200003) and int64-safe.
 PASSAGES_PER_PAGE = 100_000
 MAX_REPORTED_CHARS = 300  # of a bad row kept in its dead letter
+# Scripts written without spaces between words: CJK ideographs, kana, Thai, Lao, Myanmar and Khmer. Each of their
+# characters counts as a word of a passage, so that a Japanese or Thai article is cut into passages as an English one
+# is, not kept whole as one "word" (BERT's tokenizers give an ideograph a token of its own).
+_UNSPACED = ("\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+             "\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f")
+_UNSPACED_CHARACTER = re.compile(f"[{_UNSPACED}]")
+_WORD = re.compile(f"[{_UNSPACED}]|[^\\s{_UNSPACED}]+")
 
 
 @dataclass(frozen=True)
@@ -68,14 +77,36 @@ def parse_passage_id(raw: str) -> int | None:
     return int64_of(raw.strip())
 
 
+def text_words(text: str) -> list[str]:
+    """The words of ``text``, as passages count them: its whitespace-separated words, where each character of a
+    script written without spaces (``_UNSPACED``) is a word of its own. In a text that has such characters each
+    word but those that follow the last one directly keeps the one space before it (``" 東京"``), so that
+    ``"".join`` of a run of them is the text as written, spaces made one."""
+    if not _UNSPACED_CHARACTER.search(text):
+        return text.split()
+    words: list[str] = []
+    end = 0
+    for match in _WORD.finditer(text):
+        word = match.group()
+        if words and match.start() == end and unicodedata.category(word[0]).startswith("M"):
+            words[-1] += word  # a vowel sign or tone mark stays with its letter (Thai ที่)
+        else:
+            words.append(word if match.start() == end or not words else " " + word)
+        end = match.end()
+    return words
+
+
 def word_chunks(text: str, words_per_passage: int) -> Iterator[str]:
-    """Non-overlapping chunks of ``words_per_passage`` whitespace-separated words (the last may be shorter),
-    words joined by one space, as DPR cut Wikipedia into ``psgs_w100``."""
+    """Non-overlapping chunks of ``words_per_passage`` words (``text_words``; the last may be shorter), words
+    joined by one space, as DPR cut Wikipedia into ``psgs_w100``; characters of a script written without spaces
+    are words of their own, joined as written."""
     if words_per_passage < 1:
         raise ValueError(f"words_per_passage must be positive, got {words_per_passage}")
-    words = text.split()
+    words = text_words(text)
+    spaced = not _UNSPACED_CHARACTER.search(text)
     for start in range(0, len(words), words_per_passage):
-        yield " ".join(words[start:start + words_per_passage])
+        chunk = words[start:start + words_per_passage]
+        yield " ".join(chunk) if spaced else "".join(chunk).lstrip(" ")
 
 
 def passage_id_of(page_id: int, chunk_index: int) -> int:
@@ -92,7 +123,7 @@ def article_passages(page_id: int, title: str, text: str, words_per_passage: int
 
 
 def too_many_chunks(text: str, words_per_passage: int) -> bool:
-    return len(text.split()) > PASSAGES_PER_PAGE * words_per_passage
+    return len(text_words(text)) > PASSAGES_PER_PAGE * words_per_passage
 
 
 DUPLICATE_KEEPS = ("first", "last")
