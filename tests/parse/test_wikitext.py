@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import BUNDLED_SAMPLE, WIKIPEDIA
+from transforms.parse import wikitext as wikitext_module
 from transforms.parse.dump_reader import RawPage, iter_pages, read_siteinfo
 from transforms.parse.namespaces import Namespaces
 from transforms.parse.titles import decode_target, normalize_title
@@ -68,6 +69,21 @@ def test_templates_refs_and_bold_are_dropped_link_text_kept():
 ])
 def test_formatting_tags_mis_nested_with_links(wikitext, expected):
     assert convert(wikitext) == expected
+
+
+@pytest.mark.parametrize(("wikitext", "parses"), [
+    # brackets the page shows, and formatting tags that straddle nothing: parsed once (it was twice, the same text)
+    ("<nowiki>[[Page]]</nowiki> is a link. <small>Small</small> [[Beta|beta]] <sup>1</sup>.", 1),
+    # a tag in a file's caption after a link in it, closed after the caption (itwiki "Baseball"), and a stray tag
+    ("A [[File:x.jpg|thumb|A [[Beta]]. <small>caption]]</small> b.", 2),
+    ("URL 2012</small> and [[Beta]].", 2),
+])
+def test_a_page_is_parsed_again_only_where_formatting_tags_left_markup(monkeypatch, wikitext, parses):
+    calls = []
+    parse_once = wikitext_module._converted
+    monkeypatch.setattr(wikitext_module, "_converted", lambda *args: calls.append(args) or parse_once(*args))
+    text = wikitext_to_text(wikitext, "Page", ENGLISH).text
+    assert len(calls) == parses and "<" not in text and ("[[" in text) == (parses == 1)
 
 
 def test_link_trails_files_categories_and_interwiki():

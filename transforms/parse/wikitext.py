@@ -46,6 +46,7 @@ _LINE_BREAK_TAGS = frozenset({"br", "p", "li", "dd", "dt", "tr"})
 # a link (``_markup_left``), since their content is shown either way.
 _FORMATTING_TAG = re.compile(r"</?(?:small|big|span|font|sub|sup|u|s|del|ins|strike|em|strong|tt|abbr|mark|i|b)"
                              r"\b[^<>]*>", re.IGNORECASE)
+_BRACKET_OR_TAG = re.compile(r"\[\[|\]\]|" + _FORMATTING_TAG.pattern, re.IGNORECASE)
 # Interwiki prefixes that are not language codes (language codes are matched by pattern), those of the shape of
 # one included (``[[doi:10.1000/1|a paper]]`` and ``[[hdl:...]]`` show their label; ``[[de:Foo]]`` shows nothing).
 _INTERWIKI = frozenset({
@@ -429,9 +430,26 @@ def _converted(wikitext: str, title: str, namespaces: Namespaces, options: Wikit
     return converter
 
 
-def _markup_left(text: str) -> bool:
-    """Whether the text holds link brackets or a formatting tag: markup the parser could not read."""
-    return "[[" in text or bool(_FORMATTING_TAG.search(text))
+def _markup_left(text: str, wikitext: str) -> bool:
+    """Whether the text holds markup the parser could not read because of formatting tags: a tag (MediaWiki shows
+    none, a stray ``</small>`` neither), or link brackets where a tag stands in a link (``_tag_in_link``; not
+    where the page only shows brackets, ``<nowiki>[[</nowiki>``)."""
+    return bool(_FORMATTING_TAG.search(text)) or ("[[" in text and _tag_in_link(wikitext))
+
+
+def _tag_in_link(wikitext: str) -> bool:
+    """Whether a formatting tag stands between a link's ``[[`` and its ``]]`` (links nested in a file's caption
+    counted): one that may straddle the link."""
+    depth = 0
+    for match in _BRACKET_OR_TAG.finditer(wikitext):
+        token = match.group()
+        if token == "[[":
+            depth += 1
+        elif token == "]]":
+            depth = max(0, depth - 1)
+        elif depth:
+            return True
+    return False
 
 
 def wikitext_to_text(wikitext: str, title: str, namespaces: Namespaces,
@@ -456,7 +474,7 @@ def wikitext_to_text(wikitext: str, title: str, namespaces: Namespaces,
         wikitext = balance_quotes(wikitext, keep_bold=options.first_bold_as_link)
         converter = _converted(wikitext, title, namespaces, options)
         text = "".join(converter.out.pieces)
-        if _markup_left(text) and _FORMATTING_TAG.search(wikitext):
+        if _markup_left(text, wikitext):
             # a formatting tag closed inside a link's brackets or opened in them (``[[B|big <small>b]]</small>``):
             # MediaWiki links it all the same, mwparserfromhell leaves the link as text; without the tags it parses
             converter = _converted(_FORMATTING_TAG.sub("", wikitext), title, namespaces, options)
