@@ -79,11 +79,14 @@ def parse_passage_id(raw: str) -> int | None:
 
 def text_words(text: str) -> list[str]:
     """The words of ``text``, as passages count them: its whitespace-separated words, where each character of a
-    script written without spaces (``_UNSPACED``) is a word of its own. In a text that has such characters each
-    word but those that follow the last one directly keeps the one space before it (``" 東京"``), so that
-    ``"".join`` of a run of them is the text as written, spaces made one."""
-    if not _UNSPACED_CHARACTER.search(text):
-        return text.split()
+    script written without spaces (``_UNSPACED``) is a word of its own (``unspaced_words``)."""
+    return unspaced_words(text) if _UNSPACED_CHARACTER.search(text) else text.split()
+
+
+def unspaced_words(text: str) -> list[str]:
+    """``text_words`` of a text with characters of a script written without spaces: each word but those that follow
+    the last one directly keeps the one space before it (``" 東京"``), so that ``"".join`` of a run of them is the
+    text as written, spaces made one."""
     words: list[str] = []
     end = 0
     for match in _WORD.finditer(text):
@@ -102,8 +105,8 @@ def word_chunks(text: str, words_per_passage: int) -> Iterator[str]:
     are words of their own, joined as written."""
     if words_per_passage < 1:
         raise ValueError(f"words_per_passage must be positive, got {words_per_passage}")
-    words = text_words(text)
     spaced = not _UNSPACED_CHARACTER.search(text)
+    words = text.split() if spaced else unspaced_words(text)
     for start in range(0, len(words), words_per_passage):
         chunk = words[start:start + words_per_passage]
         yield " ".join(chunk) if spaced else "".join(chunk).lstrip(" ")
