@@ -55,12 +55,13 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Help with every default that says something (not None or False: a default of 0 is shown); examples kept as
-    written."""
+    """Help with every default that says something (not None or False, nor a switch's: ``--no-x`` stores False and
+    defaults to True; a default of 0 is shown); examples kept as written."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        unsaid = action.default is None or action.default is False or action.default is argparse.SUPPRESS
+        switch = action.nargs == 0  # store_true / store_false: the flag's name says what it does
+        unsaid = switch or action.default is None or action.default is False or action.default is argparse.SUPPRESS
         if "%(default)" in text or "(default: " in text or unsaid or not action.option_strings:
             return text
         return f"{text} (default: {'empty' if action.default == '' else '%(default)s'})"

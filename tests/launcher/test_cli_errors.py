@@ -318,6 +318,7 @@ def test_help_shows_defaults_required_flags_and_an_example():
     assert "model tokens per mention input ([CLS], context with [MASK], [SEP]) (default: 512)" in help_all
     assert "example: python run_pipeline.py all --dump samples/" in help_all
     assert "(default: None)" not in help_all and "(default: False)" not in help_all
+    assert "(default: True)" not in help_all  # --no-mention-vectors is off unless given
     for name, sub in subparsers.choices.items():
         assert "example: python run_pipeline.py " + name in " ".join(sub.format_help().split()), name
     top = " ".join(parser.format_help().split())
