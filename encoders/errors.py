@@ -16,8 +16,8 @@ class MissingRunArtifactError(InputError):
 
 
 # torch.OutOfMemoryError's own text (in the error itself, from a step in this process, or in the text of the error
-# that carries a worker process's traceback), and Beam's warning as RunInference frees the cache after it.
-GPU_OUT_OF_MEMORY = ("CUDA out of memory", "CUDA OOM")
+# that carries a worker process's traceback).
+GPU_OUT_OF_MEMORY = ("CUDA out of memory",)
 
 
 def mentions_gpu_out_of_memory(text: str) -> bool:

@@ -17,7 +17,6 @@ from encoders.batching import (
     padded_packed,
     queue_forwards,
     to_device,
-    to_host,
     token_budget_batches,
 )
 from encoders.mask_inputs import (
@@ -38,7 +37,7 @@ from encoders.models import (
 
 
 class MaskEncoder:
-    """A loaded model that returns the chosen layer's vectors at the [MASK] positions (what load_model returns).
+    """A loaded model that returns the chosen layer's vectors at the [MASK] positions.
 
     Batches are padded with numpy and pinned in a prefetch thread while the previous forward pass runs; the
     results stay on the device until the last batch and come back in one copy."""
@@ -85,11 +84,6 @@ class MaskEncoder:
             output = self.model(input_ids=ids, attention_mask=attention, output_hidden_states=self.layer != -1)
             states = output.last_hidden_state if self.layer == -1 else output.hidden_states[self.layer]
             return states[torch.arange(len(positions), device=states.device), positions]
-
-    def _forward(self, batch: Sequence[MaskInput]) -> np.ndarray:
-        """float32 vectors of one batch (no prefetch): the building block for benchmarks."""
-        packed = PackedMaskInputs.of(batch)
-        return to_host([self._forward_host(self._prepare_packed(packed, np.arange(len(packed))))])
 
 
 def check_mask_model(spec: ModelSpec, layer: int = -1, max_seq_length: int | None = None,

@@ -312,8 +312,8 @@ class ReadyInputs:
 
 
 class DenseEncoder:
-    """A loaded retriever (one model: the passage or the question side); what the RunInference handler's
-    ``load_model`` returns. ``encode_passages`` / ``encode_queries`` give float32 rows in input order."""
+    """A loaded retriever (one model: the passage or the question side; ``loading.load_retriever``).
+    ``encode_passages`` / ``encode_queries`` give float32 rows in input order."""
 
     def __init__(self, options: EncoderOptions, role: str = "passage") -> None:
         import torch

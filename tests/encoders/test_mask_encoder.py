@@ -268,7 +268,7 @@ def test_packed_inputs_give_the_vectors_of_the_inputs_themselves(pages, tiny_ber
     packed = PackedMaskInputs.joined([PackedMaskInputs.of(inputs[:25]), PackedMaskInputs.of(inputs[25:])])
     assert [tuple(packed.ids[start:end]) for start, end in zip(packed.offsets, packed.offsets[1:], strict=False)] == [
         item.input_ids for item in inputs]
-    alone = np.concatenate([encoder._forward([item]) for item in inputs])
+    alone = np.concatenate([encoder.encode_packed(PackedMaskInputs.of([item])) for item in inputs])
     np.testing.assert_allclose(encoder.encode_packed(packed), alone, rtol=1e-5, atol=1e-5)
 
 

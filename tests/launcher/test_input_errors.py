@@ -30,7 +30,6 @@ from artifacts.run import manifest
 from artifacts.run.kpr_export import TORCH_SAVE_BYTES, entity_keys, export_bytes, export_kpr, scratch_bytes
 from artifacts.run.publish import publish_run
 from artifacts.run.verified import CACHE_ENV
-from encoders.errors import mentions_gpu_out_of_memory
 from pipelines.launcher import disk_space
 from pipelines.launcher.cli import main
 from pipelines.launcher.disk_space import mount_point, out_of_space
@@ -612,7 +611,6 @@ def test_a_gpu_out_of_memory_is_one_line_naming_what_to_lower(
     assert err[-1] == ("error: embed-entities: the GPU ran out of memory: lower --batch-tokens, or start fewer worker "
                        "processes on each GPU (each loads its own model and holds its own batches)")
     assert "Traceback" not in "\n".join(err)
-    assert mentions_gpu_out_of_memory("Caught CUDA OOM during operation. Cleaning memory.")  # Beam's, hidden
     assert sorted(manifest.load(str(output))) == ["dictionary", "mentions", "parse"]
     assert main(command) == 0
 
