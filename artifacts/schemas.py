@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 # Compression of every Parquet artifact (Beam's default is none): zstd shrinks the text-heavy mentions and
 # articles several times over and reads back faster than the disk delivers the uncompressed bytes.
@@ -56,6 +57,14 @@ ENTITIES = pa.schema(
         ("link_count", pa.int64()),
     ]
 )
+
+
+
+def entity_keys(qid: pa.Array | pa.ChunkedArray, title: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """The KPR entity key of each ``ENTITIES`` row: its Wikidata QID where known (not null, not empty), else its
+    title (the keys of ``kb_id.trie``, whose ids the entity ids are)."""
+    return pc.if_else(pc.fill_null(pc.not_equal(qid, ""), False), qid, title)
+
 
 NAMES = pa.schema(
     [

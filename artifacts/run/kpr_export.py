@@ -30,7 +30,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from artifacts import faiss as faiss_shards
-from artifacts import fs, layout, tables
+from artifacts import fs, layout, schemas, tables
 from artifacts.errors import InputError, refuse_without_room
 from artifacts.linker import EntityLinker
 from artifacts.run import lock, manifest, owned
@@ -161,8 +161,8 @@ def digits_of_1_to(count: int) -> int:
 
 
 def entity_key_column(batch: pa.RecordBatch) -> pa.Array:
-    """The KPR entity key of each row: the QID where known, else the title."""
-    return pc.coalesce(batch.column("qid"), batch.column("title"))
+    """The KPR entity key of each row (``schemas.entity_keys``)."""
+    return schemas.entity_keys(batch.column("qid"), batch.column("title"))
 
 
 def entity_keys(output: str) -> pa.StringArray:

@@ -913,6 +913,13 @@ def test_export_kpr_reads_as_the_reference_training_reads_it(full_run: Path, tmp
     torch.testing.assert_close(table[torch.tensor(ids)], expected)
 
 
+def test_the_export_keys_entities_as_the_dictionary_built_their_ids():
+    """An empty QID is no QID: the dictionary keys the entity by its title in kb_id.trie, and so does the export
+    (it kept the empty string)."""
+    batch = pa.record_batch({"qid": ["Q1", "", None], "title": ["A", "B", "C"]})
+    assert kpr_export.entity_key_column(batch).to_pylist() == ["Q1", "B", "C"]
+
+
 def test_embeddings_written_to_a_remote_store_are_the_local_ones(full_run: Path, tmp_path: Path,
                                                                    system_temp: Path) -> None:
     """On an object store both files are written locally (with the float32 scratch rows beside them), uploaded,

@@ -12,7 +12,6 @@ import numpy as np
 from artifacts import schemas, tables
 from artifacts.linker import build_kb_trie, write_linker_columns
 from artifacts.trie_map import iter_strings
-from transforms.dictionary.tables import entity_keys
 
 
 def write_linker(entity_files: Sequence[str], name_files: Sequence[str], linker_dir: str,
@@ -21,7 +20,7 @@ def write_linker(entity_files: Sequence[str], name_files: Sequence[str], linker_
     its names for the options); only the name and key tries are global."""
     # Columns, not row dicts: 7M entities as Python dicts would take gigabytes on one worker.
     entities = tables.read_files(entity_files, schemas.ENTITIES, ["entity_id", "title", "qid"]).sort_by("entity_id")
-    kb_keys = build_kb_trie(iter_strings(entity_keys(entities)))
+    kb_keys = build_kb_trie(iter_strings(schemas.entity_keys(entities.column("qid"), entities.column("title"))))
     titles = entities.column("title")  # ids are 1..N: position i is entity i + 1
     counted = ["entity_id", "link_count", "total_link_count", "doc_count"]
     names = tables.read_files(name_files, schemas.NAMES, ["name", *counted])

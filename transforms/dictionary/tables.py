@@ -119,16 +119,10 @@ def entity_candidates(targets: pa.Table, include_red_links: bool) -> tuple[pa.Ta
     return candidates.cast(CANDIDATES).sort_by("title"), red_links
 
 
-def entity_keys(entities: pa.Table) -> pa.ChunkedArray:
-    """The KPR entity key of each row: the Wikidata QID where known (not null, not empty), else the title."""
-    qid, title = entities.column("qid"), entities.column("title")
-    return pc.if_else(pc.fill_null(pc.not_equal(qid, ""), False), qid, title)
-
-
 def entity_table(candidates: pa.Table) -> tuple[pa.Table, int]:
     """The entities (``schemas.ENTITIES``) from all candidates: one per key (two articles with one QID keep the
     smaller title), ``entity_id`` = key id in the kb trie + 1; and how many candidates shared a kept key."""
-    keyed = candidates.append_column("key", entity_keys(candidates))
+    keyed = candidates.append_column("key", schemas.entity_keys(candidates.column("qid"), candidates.column("title")))
     kept, duplicates = first_per_key(keyed.sort_by([("key", "ascending"), ("title", "ascending")]), "key")
     keys = kept.column("key")
     entity_ids = pa.array((trie_key_ids(build_kb_trie(iter_strings(keys)), keys) + 1).astype(np.int32))
