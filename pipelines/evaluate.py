@@ -111,9 +111,10 @@ def parse_qas_line(line: bytes) -> Question | None:
 
 
 def question_suffix(directory: str) -> str:
-    """The suffix of the question files a directory holds (``.json`` or ``.tsv``: the one most of its files have)."""
+    """The suffix of the question files a directory holds (``.tsv``, ``.csv`` as DPR's ``nq-test.qa.csv``, or
+    ``.json``: the one most of its files have)."""
     names = [os.path.basename(path) for path in fs.list_files(directory, "*")]
-    counts = {suffix: sum(name.endswith(suffix) for name in names) for suffix in (".tsv", ".json")}
+    counts = {suffix: sum(name.endswith(suffix) for name in names) for suffix in (".tsv", ".csv", ".json")}
     return max(counts, key=counts.__getitem__)  # .tsv on a tie
 
 

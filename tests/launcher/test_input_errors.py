@@ -308,6 +308,16 @@ def _json_questions_directory(tmp: Path, _models: dict[str, Path]) -> tuple[list
             f"{tmp / 'eq'}/*.json)")
 
 
+def _dpr_questions_directory(tmp: Path, _models: dict[str, Path]) -> tuple[list[str], str]:
+    """A directory of DPR's qas files, named ``*.qa.csv``: the example names them (it named *.tsv)."""
+    (tmp / "qas").mkdir()
+    for name in ("nq-test.qa.csv", "trivia-test.qa.csv"):
+        (tmp / "qas" / name).write_text("who?\t['x']\n")
+    return (["evaluate", "--output", str(tmp / "out"), "--questions", str(tmp / "qas")],
+            f"error: question file {tmp / 'qas'} is a directory: name the files in it (e.g. --questions "
+            f"{tmp / 'qas'}/*.csv)")
+
+
 QUESTION_MESSAGES: dict[str, Callable[[Path], str]] = {
     "empty.tsv": lambda path: f"error: question file {path} is empty",
     "commas.csv": lambda path: f"error: question file {path}: no question in its 2 lines (expected {QAS_FORM})",
@@ -344,7 +354,8 @@ CASES = [Case("xml-that-is-not-a-dump", _not_a_dump), Case("text-that-is-not-xml
          Case("all-preflight-model-without-config-json", _all_model_without_config),
          *(Case(f"questions-{name}", _questions(name, content)) for name, content in QUESTION_FILES.items()),
          Case("questions-directory", _questions_directory),
-         Case("json-questions-directory", _json_questions_directory)]
+         Case("json-questions-directory", _json_questions_directory),
+         Case("dpr-questions-directory", _dpr_questions_directory)]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
