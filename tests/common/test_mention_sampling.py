@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from tests.builders import article
-from transforms.common.mention_sampling import context_window, link_refs, sample_key
+from transforms.common.mention_sampling import context_window, link_ordinals, sample_key
 
 
 def test_sample_key_is_seeded_and_stable():
@@ -12,11 +11,8 @@ def test_sample_key_is_seeded_and_stable():
                 sample_key(0, "Paris", 13, 0), sample_key(0, "Lyon", 12, 0)}) == 5
 
 
-def test_link_refs_number_each_entitys_links_per_page():
-    row = article(9, "T", "Paris and Lyon and Paris", [("Paris", "Paris"), ("Lyon", "Lyon"), ("Paris", "Paris")])
-    refs = list(link_refs(row, seed=3))
-    assert [(target, ref.link_index) for target, ref in refs] == [("Paris", 0), ("Lyon", 1), ("Paris", 2)]
-    assert refs[2][1].sample_key == sample_key(3, "Paris", 9, 1)
+def test_link_ordinals_number_each_entitys_links_per_page():
+    assert list(link_ordinals(["Paris", "Lyon", "Paris"])) == [(0, "Paris", 0), (1, "Lyon", 0), (2, "Paris", 1)]
 
 
 def test_context_window_cuts_at_spaces_and_keeps_the_span():
@@ -40,11 +36,9 @@ def test_context_window_cuts_at_any_whitespace_and_inside_text_without_spaces():
 
 
 def test_sample_keys_of_an_entity_ignore_links_to_other_entities():
-    before = article(7, "T", "Paris and Paris", [("Paris", "Paris"), ("Paris", "Paris")])
-    after = article(7, "T", "Lyon, Paris and Paris", [("Lyon", "Lyon"), ("Paris", "Paris"), ("Paris", "Paris")])
+    def paris_links(targets: list[str]) -> list[tuple[int, int]]:
+        return [(index, sample_key(0, target, 7, ordinal)) for index, target, ordinal in link_ordinals(targets)
+                if target == "Paris"]
 
-    def paris_keys(row):
-        return [ref.sample_key for target, ref in link_refs(row, seed=0) if target == "Paris"]
-
-    assert paris_keys(before) == paris_keys(after)
-    assert [ref.link_index for target, ref in link_refs(after, seed=0) if target == "Paris"] == [1, 2]
+    before, after = paris_links(["Paris", "Paris"]), paris_links(["Lyon", "Paris", "Paris"])
+    assert [key for _, key in before] == [key for _, key in after] and [index for index, _ in after] == [1, 2]

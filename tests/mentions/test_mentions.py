@@ -12,7 +12,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from tests.builders import article, run_counting, write_entities, write_parsed
 from transforms.common import packed
-from transforms.common.mention_sampling import link_refs, mention_ref
+from transforms.common.mention_sampling import mention_ref, sample_key
 from transforms.mentions.graph import (
     LINKS_PER_BUCKET,
     NO_THRESHOLD,
@@ -23,10 +23,21 @@ from transforms.mentions.graph import (
     bottom_k,
     bucket_thresholds,
     entity_link_orders,
-    ref_order,
     sample_buckets,
     sampled_mentions,
 )
+
+
+def link_refs(article: dict, seed: int) -> list[tuple[str, tuple[int, int, int]]]:
+    """The definition, in plain Python: (target, sampling order) of each link of an article, the order being (the
+    seeded hash of the target, the page and the link's ordinal among the page's links to it; page; link index)."""
+    ordinals: dict[str, int] = {}
+    refs = []
+    for index, link in enumerate(article["links"]):
+        ordinal = ordinals[link["target"]] = ordinals.get(link["target"], -1) + 1
+        refs.append((link["target"], (sample_key(seed, link["target"], article["page_id"], ordinal),
+                                      article["page_id"], index)))
+    return refs
 
 
 def random_orders(seed: int, entities: int = 40, links: int = 3000) -> np.ndarray:
@@ -70,21 +81,21 @@ def test_links_within_their_entitys_threshold_are_exactly_the_bottom_k(buckets):
     assert thresholds[9] == thresholds[7] == NO_THRESHOLD
 
 
-def test_entity_link_orders_are_the_ref_order_of_link_refs_and_skip_non_entities():
+def test_entity_link_orders_are_the_orders_of_link_refs_and_skip_non_entities():
     row = article(9, "T", "Paris and Lyon, Paris, Nowhere", [("Paris", "Paris"), ("Lyon", "Lyon"),
                                                                ("Paris", "Paris"), ("Nowhere", "Nowhere")])
     ids = {"Paris": 1, "Lyon": 2}
     orders = list(entity_link_orders(9, [link["target"] for link in row["links"]], ids.get, seed=5))
-    expected = [(ids[target], ref_order(ref)) if target in ids else None for target, ref in link_refs(row, seed=5)]
+    expected = [(ids[target], order) if target in ids else None for target, order in link_refs(row, seed=5)]
     assert orders == expected and orders[3] is None
 
 
 def test_sampled_mentions_are_the_links_within_threshold():
     row = article(9, "T", "Paris and Lyon, Paris", [("Paris", "Paris"), ("Lyon", "Lyon"), ("Paris", "Paris")])
-    refs = dict(enumerate(ref for _, ref in link_refs(row, seed=0)))
-    thresholds = {1: ref_order(min(refs[0], refs[2], key=ref_order)), 2: NO_THRESHOLD}
+    refs = dict(enumerate(order for _, order in link_refs(row, seed=0)))
+    thresholds = {1: min(refs[0], refs[2]), 2: NO_THRESHOLD}
     found = list(sampled_mentions(row, {"Paris": 1, "Lyon": 2}.get, thresholds.__getitem__, seed=0, chars=10))
-    first = 0 if ref_order(refs[0]) < ref_order(refs[2]) else 2  # the one Paris link within its threshold
+    first = 0 if refs[0] < refs[2] else 2  # the one Paris link within its threshold
     assert found == [mention_ref(entity_id, row, index, 10) for index, entity_id in sorted([(first, 1), (1, 2)])]
 
 
@@ -110,16 +121,16 @@ def linked_articles() -> list[dict]:
 
 
 def expected_mentions(pages: list[dict], k: int, seed: int, chars: int) -> list[dict]:
-    """Today's definition, in plain Python: per entity the k link refs of smallest ref_order."""
+    """Today's definition, in plain Python: per entity the k links of smallest order (``link_refs``)."""
     ids = {title: entity_id for entity_id, title in enumerate(TITLES, start=1)}
     refs: dict[str, list] = {}
     for page in pages:
-        for target, ref in link_refs(page, seed):
-            refs.setdefault(target, []).append(ref)
+        for target, order in link_refs(page, seed):
+            refs.setdefault(target, []).append(order)
     by_id = {page["page_id"]: page for page in pages}
-    return [mention_ref(ids[target], by_id[ref.page_id], ref.link_index, chars)
+    return [mention_ref(ids[target], by_id[page_id], link_index, chars)
             for target, found in refs.items() if target in ids
-            for ref in sorted(found, key=ref_order)[:k]]
+            for _, page_id, link_index in sorted(found)[:k]]
 
 
 @pytest.mark.parametrize("buckets", [1, 4])

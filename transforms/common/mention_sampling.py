@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 # Characters of context kept on each side of a mention per token of --max-seq-length: English WordPiece
@@ -15,15 +14,6 @@ from typing import Any
 CHARS_PER_TOKEN = 6
 # How far a window's edge moves, at most, to leave no word cut (English words are far shorter).
 MAX_WORD_CHARS = 32
-
-
-@dataclass(frozen=True)
-class LinkRef:
-    """One link to an entity, identified so that its sampling key survives dump refreshes."""
-
-    sample_key: int
-    page_id: int
-    link_index: int
 
 
 def sample_key(seed: int, entity_title: str, page_id: int, ordinal: int) -> int:
@@ -42,13 +32,6 @@ def link_ordinals(targets: Iterable[str]) -> Iterator[tuple[int, str, int]]:
         ordinal = ordinals.get(target, 0)
         ordinals[target] = ordinal + 1
         yield index, target, ordinal
-
-
-def link_refs(article: dict[str, Any], seed: int) -> Iterator[tuple[str, LinkRef]]:
-    """(target title, LinkRef) for every link of an article."""
-    page_id = article["page_id"]
-    for index, target, ordinal in link_ordinals(link["target"] for link in article["links"]):
-        yield target, LinkRef(sample_key(seed, target, page_id, ordinal), page_id, index)
 
 
 def context_window(text: str, start: int, end: int, chars: int) -> tuple[str, int, int]:

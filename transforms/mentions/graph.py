@@ -1,7 +1,7 @@
 """mentions: for every entity, a deterministic bottom-k sample of the links to it, as refs into articles/.
 
 Two passes over ``articles/`` instead of a join of sampled refs with whole articles (the way wikipedia2vec builds
-its mention database): pass 1 reads only the links and orders each link to an entity by ``ref_order``; each
+its mention database): pass 1 reads only the links and orders each link to an entity by its ``Order``; each
 worker keeps per entity the k smallest orders it saw and spills them to part files by bucket of entity ids
 (``transforms/common/spill.py``); then each bucket is reduced on its own from its parts to every entity's k smallest,
 from which its threshold is written (the order of its k-th link; none when it has fewer than k links). Only
@@ -32,7 +32,7 @@ from artifacts.trie_map import TrieMap, load_trie_map
 from encoders.mask_inputs import check_max_seq_length
 from transforms.common.dead_letters import count_some
 from transforms.common.entity_maps import build_title_ids
-from transforms.common.mention_sampling import CHARS_PER_TOKEN, LinkRef, link_ordinals, mention_ref, sample_key
+from transforms.common.mention_sampling import CHARS_PER_TOKEN, link_ordinals, mention_ref, sample_key
 from transforms.common.packed import rank_in_group, split_by_bucket
 from transforms.common.parquet_rows import ReadParquetRowGroups, ReadParquetRows
 from transforms.common.per_worker import PerProcess
@@ -57,6 +57,9 @@ ORDER_BATCH = 1 << 16
 # Links to entities per bucket of the bottom-k reduce: a bucket's sample is at most this many orders (24 bytes
 # each, ~6 MB) and its reduce holds a few times that; English Wikipedia's ~150M links make ~570 buckets.
 LINKS_PER_BUCKET = 1 << 18
+# A link's sampling order: (sample_key, page_id, link_index), the seeded hash (``sample_key``, of the entity's title,
+# the page and the link's ordinal among the page's links to it: it survives dump refreshes) first; page and link
+# break (astronomically rare) ties.
 Order = tuple[int, int, int]
 
 
@@ -95,18 +98,13 @@ def sample_buckets(links: int) -> int:
     return max(1, math.ceil(links / LINKS_PER_BUCKET))
 
 
-def ref_order(ref: LinkRef) -> Order:
-    """The sampling order: the seeded hash first; page and link break (astronomically rare) ties."""
-    return ref.sample_key, ref.page_id, ref.link_index
-
-
 # --- elements ---------------------------------------------------------------------------------------------------
 
 
 def entity_link_orders(page_id: int, targets: Iterable[str], entity_of: Callable[[str], int | None],
                        seed: int) -> Iterator[tuple[int, Order] | None]:
-    """For each link of a page (link targets in order): (entity id, ``ref_order`` of its ``link_refs`` ref), or
-    None for a link to no entity (not hashed)."""
+    """For each link of a page (link targets in order): (entity id, its ``Order``), or None for a link to no entity
+    (not hashed)."""
     for index, target, ordinal in link_ordinals(targets):
         entity_id = entity_of(target)
         yield None if entity_id is None else (entity_id, (sample_key(seed, target, page_id, ordinal), page_id, index))
@@ -273,7 +271,7 @@ class CutSampledMentions(beam.DoFn):
 
 class SampleMentions(beam.PTransform):
     """``articles/`` + ``entities/`` (``MentionsInputs``) -> ``mentions/`` rows: up to ``max_mentions`` links per
-    entity, the smallest by ``ref_order``; two passes over the articles, nothing but packed link orders shuffled.
+    entity, the smallest by ``Order``; two passes over the articles, nothing but packed link orders shuffled.
     ``progress``: optional pass-through steps (progress logs) by pass: ``links`` (tables of articles' links,
     one per row group) and ``articles`` (article rows)."""
 
