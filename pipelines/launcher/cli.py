@@ -19,6 +19,8 @@ from artifacts.errors import (
     IncompleteRunError,
     InputError,
     InvalidRunError,
+    error_chain,
+    first_line,
     input_error_message,
     mentions_input_error,
 )
@@ -171,6 +173,21 @@ def command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.Ar
     return subparsers.choices[command]
 
 
+# The flags that name a run or a place written to, and the characters Beam's filesystems read as a pattern there.
+RUN_PATH_FLAGS = ("output", "to", "previous", "old", "new")
+WILDCARDS = "*?["
+
+
+def check_run_paths(args: argparse.Namespace) -> None:
+    """No run or destination named with a wildcard: Beam's filesystems match and delete such a path as a pattern
+    (``run?`` also matches ``runA``: every stage failed, and could have read or deleted another run's files)."""
+    for dest in RUN_PATH_FLAGS:
+        value = getattr(args, dest, None)
+        if isinstance(value, str) and any(char in value for char in WILDCARDS):
+            raise InputError(f"--{dest} {value}: a path with * ? or [ is read as a pattern by Beam's filesystems "
+                             "(it could match other directories): name it without them")
+
+
 def check_destinations(args: argparse.Namespace) -> None:
     """Local OUT (for the commands that write it) and --to must be writable directories before anything runs."""
     if args.command in WRITERS:
@@ -246,6 +263,17 @@ def storage_client_error(error: BaseException) -> BaseException | None:
     return None
 
 
+def denied_write(error: BaseException) -> OSError | None:
+    """The permission error (EACCES, EPERM, EROFS) in ``error``'s chain or among what Beam's filesystems collected
+    path by path (a BeamIOError's details), with its file name; None otherwise."""
+    for current in error_chain(error):
+        details = getattr(current, "exception_details", None)
+        for candidate in (current, *(details.values() if isinstance(details, dict) else ())):
+            if isinstance(candidate, OSError) and candidate.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                return candidate
+    return None
+
+
 def missing_client_library(error: BaseException) -> tuple[str, str] | None:
     """(path, Beam's words) when Beam's filesystem for a path's scheme is installed but not its client library
     (s3:// without boto3: an AssertionError among a BeamIOError's details); None otherwise."""
@@ -280,10 +308,14 @@ def worded(error: BaseException) -> BaseException:
         summary = str(refusal).splitlines()[0] if str(refusal) else type(refusal).__name__
         return InputError(f"the storage service refused or did not answer ({summary}): check the URL, the credentials "
                           "this machine uses for it and its network")
-    if isinstance(error, OSError) and error.errno == errno.ENOSPC:  # a command's output (a stage words its own)
-        return InputError(f"no space left on the device written to ({error}): the output (or the file the "
-                          "standard output was redirected to) is incomplete; free some space and run the command "
+    if disk_space.out_of_space(error):  # a command's output, an export's copy (a stage words its own)
+        return InputError(f"no space left on the device written to ({first_line(error)}): the output (or the file "
+                          "the standard output was redirected to) is incomplete; free some space and run the command "
                           "again")
+    if (denied := denied_write(error)) is not None:
+        return InputError(f"{denied.filename or 'a file'}: {denied.strerror}: this user may not change (or read) it "
+                          "(its permissions, a read-only filesystem, a file marked immutable with chattr +i): fix that "
+                          "and run the command again")
     if isinstance(error, (RuntimeError, ValueError)):  # Beam's, from a run: a jar it cannot download, a runner's
         from pipelines.launcher import runners  # refusal of the options
 
@@ -312,6 +344,7 @@ def main(argv: Sequence[str] | None = None, exit_at_ctrl_c: bool = False) -> int
           own_lines_only(args.verbose, beam_args, sigint) as stderr):
         try:
             COMMANDS[args.command].check(args)
+            check_run_paths(args)
             check_unknown_flags(parser, args.command, beam_args)
             check_model_pipeline_options(args)
             if beam_args or args.command in WRITERS:

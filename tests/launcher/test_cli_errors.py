@@ -226,6 +226,21 @@ def test_a_read_only_output_is_refused_before_anything_is_created(tmp_path, caps
     assert files_under(tmp_path) == []
 
 
+def test_a_run_named_with_a_wildcard_is_refused_before_anything_is_created(tmp_path, capsys):
+    """Beam's filesystems match and delete such a path as a pattern: ``run?`` failed every stage with a traceback,
+    and matched the files of a run beside it (``runA``)."""
+    (tmp_path / "runA").mkdir()
+    (tmp_path / "runA" / "kept.txt").write_text("another run's file")
+    for flag, name in (("--output", "run?"), ("--output", "run*"), ("--output", "br[a]x")):
+        assert main(["parse", "--dump", str(BUNDLED_SAMPLE), flag, str(tmp_path / name), *DIRECT]) == 2
+        assert capsys.readouterr().err == (f"error: {flag} {tmp_path / name}: a path with * ? or [ is read as a "
+                                           "pattern by Beam's filesystems (it could match other directories): name "
+                                           "it without them\n")
+    assert main(["diff", "--old", str(tmp_path / "runA"), "--new", str(tmp_path / "run?")]) == 2
+    assert "--new" in capsys.readouterr().err
+    assert files_under(tmp_path) == ["runA", "runA/kept.txt"]
+
+
 ARGPARSE_ERRORS = [
     # an unset variable ("--to $DEST") named the working directory
     (["export-kpr", "--output", "out", "--to", ""], "error: argument --to: an empty path (an unset shell variable?): "

@@ -15,8 +15,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from apache_beam.io.filesystem import BeamIOError
 from apache_beam.transforms.util import _BatchSizeEstimator
 
+from artifacts.run import kpr_export
+from pipelines import report as report_module
 from pipelines.launcher.cli import main
 from pipelines.launcher.console import (
     BATCH_SIZE_ESTIMATOR_MODULE,
@@ -175,6 +178,35 @@ def test_a_command_whose_stdout_is_a_full_disk_says_so_in_one_line(full_run, mon
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith("error: no space left on the device written to ([Errno 28] No space left on device): the "
                            "output (or the file the standard output was redirected to) is incomplete")
+
+
+def test_an_export_that_fills_its_disk_says_so_in_one_line(full_run, tmp_path, monkeypatch, capsys):
+    """The linker's copy fails as on a full filesystem (Beam's BeamIOError carrying the OSError): one line, exit 2,
+    nothing left in DIR but its record; it was a traceback and exit 1."""
+    def full(source: str, target: str) -> None:
+        raise BeamIOError("Copy operation failed", {(source, target): OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))})
+
+    monkeypatch.setattr(kpr_export, "copy_file", full)
+    assert main(["export-kpr", "--output", str(full_run), "--to", str(tmp_path / "kpr")]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: no space left on the device written to (Copy operation failed") and "run the " \
+        "command again" in line
+    assert not (tmp_path / "kpr" / kpr_export.VOCAB_FILE).exists()
+
+
+def test_a_file_this_user_may_not_change_is_named_in_one_line(full_run, monkeypatch, capsys):
+    """A report into a directory marked immutable (chattr +i), as Beam's filesystems report it: the file named."""
+    report = os.path.join(str(full_run), "report", "index.html")
+
+    def denied(*_args, **_kwargs) -> None:
+        raise BeamIOError("Delete operation failed", {report: PermissionError(errno.EPERM, os.strerror(errno.EPERM),
+                                                                              report)})
+
+    monkeypatch.setattr(report_module, "write_report", denied)
+    assert main(["report", "--output", str(full_run)]) == 2
+    assert capsys.readouterr().err == (f"error: {report}: Operation not permitted: this user may not change (or read) "
+                                       "it (its permissions, a read-only filesystem, a file marked immutable with "
+                                       "chattr +i): fix that and run the command again\n")
 
 
 def test_a_query_of_bytes_that_are_not_utf8_is_refused_in_one_line(full_run, capsys):
