@@ -5,6 +5,7 @@ about arguments come before anything heavy is imported; ``implementation`` is im
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -80,6 +81,22 @@ def one_index_per_dump(args: argparse.Namespace) -> None:
                          f"--dump names one file twice: {' and '.join(repeated)}")
     if args.dump_index and len(args.dump_index) != len(args.dump):
         raise InputError(f"--dump-index names {len(args.dump_index)} files for {len(args.dump)} dumps")
+
+
+# The flags that name input files a stage reads more than once (a dump's head, then its pages; a corpus's lines
+# counted, then read).
+INPUT_FILE_FLAGS = ("dump", "dump_index", "redirects_sql", "page_sql", "page_props_sql", "corpus")
+
+
+def regular_input_files(args: argparse.Namespace) -> None:
+    """Every local input file a regular file: a pipe (``--dump /dev/stdin`` fed by one) or a FIFO is read once
+    only, so its second reading found nothing (no article) or waited forever."""
+    for dest in INPUT_FILE_FLAGS:
+        values = getattr(args, dest, None) or []
+        for path in values if isinstance(values, list) else [values]:
+            if "://" not in path and os.path.exists(path) and not (os.path.isfile(path) or os.path.isdir(path)):
+                raise InputError(f"--{dest.replace('_', '-')} {path} is not a regular file (a pipe, a FIFO or a "
+                                 "device): it is read more than once; save it to a file and name that")
 
 
 def _parse(group: argparse._ArgumentGroup) -> None:
@@ -289,8 +306,9 @@ ENCODER_NEEDED = ("encoder", "index needs --encoder NAME_OR_PATH (a dense retrie
 
 def _stage(name: str, summary: str, example: str, implementation: str,
            required: tuple[tuple[str, str], ...] = ()) -> Command:
+    checks = {"parse": (one_index_per_dump, regular_input_files), "index": (regular_input_files,)}
     return Command(name, summary, example, implementation, (OUTPUT, PROGRESS, *STAGE_GROUPS[name], STAGE_FORCE),
-                   required, (one_index_per_dump,) if name == "parse" else ())
+                   required, checks.get(name, ()))
 
 
 COMMANDS: dict[str, Command] = {command.name: command for command in (
@@ -318,7 +336,7 @@ COMMANDS: dict[str, Command] = {command.name: command for command in (
             (OUTPUT, PROGRESS, *(group for groups in STAGE_GROUPS.values() for group in groups),
              FlagGroup("all", _all)),
             (DUMP, ("model", "all needs --model NAME_OR_PATH for embed-entities (a BERT-family model with [MASK])"),
-             ENCODER_NEEDED), (one_index_per_dump,)),
+             ENCODER_NEEDED), (one_index_per_dump, regular_input_files)),
     Command("validate", "check every artifact under OUT against the manifest, its schema and the other artifacts.",
             "run_pipeline.py validate --output out/s", "pipelines.validate:COMMAND",
             (FlagGroup("validate", _validate),)),

@@ -241,6 +241,19 @@ def test_a_run_named_with_a_wildcard_is_refused_before_anything_is_created(tmp_p
     assert files_under(tmp_path) == ["runA", "runA/kept.txt"]
 
 
+def test_an_input_read_more_than_once_must_be_a_regular_file(tmp_path, capsys):
+    """A FIFO (or a pipe: ``--dump /dev/stdin``) is read once: parse waited forever for a second writer, or found no
+    article in a pipe it had read already."""
+    fifo = tmp_path / "dump.xml.bz2"
+    os.mkfifo(fifo)
+    for argv in (["parse", "--dump", str(fifo)], ["index", "--encoder", "m", "--corpus", str(fifo)]):
+        flag = argv[-2]
+        assert main([*argv, "--output", str(tmp_path / "out"), *DIRECT]) == 2
+        assert capsys.readouterr().err == (f"error: {flag} {fifo} is not a regular file (a pipe, a FIFO or a device): "
+                                           "it is read more than once; save it to a file and name that\n")
+    assert not (tmp_path / "out").exists()
+
+
 ARGPARSE_ERRORS = [
     # an unset variable ("--to $DEST") named the working directory
     (["export-kpr", "--output", "out", "--to", ""], "error: argument --to: an empty path (an unset shell variable?): "
