@@ -7,9 +7,14 @@ from collections.abc import Iterator
 import numpy as np
 
 
+def run_starts(sorted_values: np.ndarray) -> np.ndarray:
+    """Whether each value of a sorted numpy array starts a run of equal values (a boolean mask)."""
+    return np.r_[True, sorted_values[1:] != sorted_values[:-1]] if len(sorted_values) else np.zeros(0, dtype=bool)
+
+
 def group_starts(ids: np.ndarray) -> np.ndarray:
-    """Where each run of equal values of the sorted ``ids`` starts."""
-    return np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if len(ids) else np.zeros(0, dtype=np.int64)
+    """Where each run of equal values of the sorted ``ids`` starts (positions: ``run_starts``' True ones)."""
+    return np.flatnonzero(run_starts(ids))
 
 
 def split_by(rows: np.ndarray, keys: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:

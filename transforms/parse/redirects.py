@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from artifacts.arrays import run_starts
 from artifacts.counters import declare, dropped, error, processed
 from artifacts.title_map import ARTICLE, RED, VIA_REDIRECT, TitleArrays
 from artifacts.trie_map import iter_strings, restored_strings, trie_key_ids
@@ -84,14 +85,9 @@ class TitleMapBuild:
     counts: RedirectCounts
 
 
-def group_starts(sorted_values: np.ndarray) -> np.ndarray:
-    """Whether each value of a sorted numpy array starts a run of equal values."""
-    return np.r_[True, sorted_values[1:] != sorted_values[:-1]] if len(sorted_values) else np.zeros(0, dtype=bool)
-
-
 def in_repeated_runs(sorted_values: np.ndarray) -> np.ndarray:
     """Whether each value of a sorted numpy array has an equal neighbour (its run holds more than one)."""
-    starts = group_starts(sorted_values)
+    starts = run_starts(sorted_values)
     run = np.cumsum(starts) - 1
     return np.bincount(run)[run] > 1 if len(run) else np.zeros(0, dtype=bool)
 
@@ -130,7 +126,7 @@ def kept_article_rows(records: TitleRecords, title_keys: np.ndarray) -> tuple[np
     duplicate_ids = np.setdiff1d(shared, np.flatnonzero(kept))
     remaining = np.flatnonzero(kept)
     by_title = remaining[np.lexsort((page_ids[remaining], title_keys[remaining]))]
-    duplicate_titles = by_title[~group_starts(title_keys[by_title])]
+    duplicate_titles = by_title[~run_starts(title_keys[by_title])]
     kept[duplicate_titles] = False
     dropped = pa.table({
         "position": pa.chunked_array([records.positions_of(duplicate_ids), records.positions_of(duplicate_titles)],
