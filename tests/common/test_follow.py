@@ -19,12 +19,16 @@ from transforms.common.follow import (
     Shares,
     WriteFollowedFiles,
     files_per_step,
-    follow,
     follow_steps,
     mark_ended,
     one_step_ahead,
     wait_for,
 )
+
+
+def followed_paths(files: FollowedFiles, index: int, followers: int) -> list[str]:
+    """Every path follower ``index`` takes, its steps joined."""
+    return [path for step in follow_steps(files, index, followers) for path in step]
 
 
 def followed(directory: Path, followers: int = 1) -> FollowedFiles:
@@ -79,7 +83,7 @@ def test_followers_take_their_share_as_the_files_come_and_stop_after_the_end(tmp
     writer = threading.Thread(target=first_pipeline)
     writer.start()
     taken: list[list[str]] = [[] for _ in range(3)]
-    readers = [threading.Thread(target=lambda index=index: taken[index].extend(follow(files, index, 3)))
+    readers = [threading.Thread(target=lambda index=index: taken[index].extend(followed_paths(files, index, 3)))
                for index in range(3)]
     for reader in readers:
         reader.start()
@@ -92,7 +96,7 @@ def test_followers_take_their_share_as_the_files_come_and_stop_after_the_end(tmp
     assert [len(share) for share in taken] == [3, 6, 3]  # each the files written for it ("1-" is not "11-")
     assert all(fs.basename(path).startswith(f"inputs-{index}-") for index, share in enumerate(taken) for path in share)
     with pytest.raises(ValueError, match="written for 3"):
-        next(follow(files, 0, 2))
+        next(follow_steps(files, 0, 2))
 
 
 def test_a_writer_gives_each_file_to_the_follower_it_has_given_the_fewest_rows():
@@ -123,7 +127,7 @@ def test_a_listed_file_is_taken_even_when_the_end_comes_before_the_follower_saw_
     written = [write_file(files, f"f{part}") for part in range(4)]
     list_files(files, written)
     mark_ended(files, None)
-    assert sorted(follow(files, 0, 1)) == sorted(written)
+    assert sorted(followed_paths(files, 0, 1)) == sorted(written)
 
 
 def test_a_failed_first_pipeline_stops_the_followers_and_their_wait(tmp_path):
@@ -131,7 +135,7 @@ def test_a_failed_first_pipeline_stops_the_followers_and_their_wait(tmp_path):
     write_file(files, "f0")
     mark_ended(files, OSError("no space left on device\nmore detail"))
     with pytest.raises(InputsFailedError, match=r"^no space left on device$"):
-        list(follow(files, 0, 1))
+        list(follow_steps(files, 0, 1))
     with pytest.raises(InputsFailedError, match="no space left on device"):
         wait_for(str(tmp_path / "facts.json"), files)
 

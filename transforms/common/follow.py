@@ -120,16 +120,11 @@ class Shares:
         return follower
 
 
-def follow(files: FollowedFiles, index: int, followers: int) -> Iterator[str]:
-    """The paths of the files follower ``index`` of ``followers`` takes, each once, as they appear; ends once the
-    first pipeline has ended and every one of its files was given (raises ``InputsFailedError`` if it failed)."""
-    for step in follow_steps(files, index, followers):
-        yield from step
-
-
 def follow_steps(files: FollowedFiles, index: int, followers: int) -> Iterator[list[str]]:
-    """``follow``'s paths as steps: the files of the follower's share present when it looks, up to
-    ``files.files_per_step`` a step (never waiting for more: a follower ahead of its inputs takes one at a time)."""
+    """The paths of the files follower ``index`` of ``followers`` takes, each once, as they appear, in steps: the
+    files of its share present when it looks, up to ``files.files_per_step`` a step (never waiting for more: a
+    follower ahead of its inputs takes one at a time); ends once the first pipeline has ended and every one of its
+    files was given (raises ``InputsFailedError`` if it failed)."""
     if files.followers != followers:
         raise ValueError(f"follower {index} of {followers}: the files were written for {files.followers}")
     share = files.share(index)
@@ -252,7 +247,7 @@ class WriteFollowedFiles(beam.DoFn):
 
 class RunFollowers(beam.PTransform):
     """A pipeline's root -> the outputs of ``follower`` (a DoFn of (index, followers) that follows the first
-    pipeline's files, ``follow``) run as ``followers`` followers (the files' ``followers``), one per process that
+    pipeline's files, ``follow_steps``) run as ``followers`` followers (the files' ``followers``), one per process that
     holds the model: {``main``: its main output, "dead_letter": its dead letters}."""
 
     def __init__(self, follower: beam.DoFn, followers: int, main: str) -> None:
