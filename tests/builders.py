@@ -272,7 +272,8 @@ def write_index_dir(directory, vectors: np.ndarray, ids: np.ndarray, shard_count
             pq.write_table(shards.embedding_table(mine[part::files_per_shard], DIM), folder / f"part-{part}.parquet")
     sample = shards.train_index(factory, DIM, vectors)
     shards.write_index(sample, f"{index_dir}/{shards.TRAINED_NAME}")
-    summaries = [shards.build_shard(index_dir, shards.shard_name(shard), f"{index_dir}/{shards.TRAINED_NAME}")
+    trained = f"{index_dir}/{shards.TRAINED_NAME}"
+    summaries = [shards.add_shard_files(shards.read_index(trained, mmap=False), index_dir, shards.shard_name(shard))
                  for shard in range(shard_count)]
     info = shards.IndexInfo(factory=factory, metric="cosine", dim=DIM, count=len(ids), shards=shard_count,
                             shard_files=summaries)

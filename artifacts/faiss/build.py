@@ -14,7 +14,7 @@ import numpy as np
 
 from artifacts import fs, tables
 from artifacts.faiss.files import EMBEDDINGS_DIR, shard_embedding_files, shard_ids_name, shard_index_name
-from artifacts.faiss.storage import read_index, write_index, write_npy
+from artifacts.faiss.storage import write_index, write_npy
 from artifacts.faiss.vectors import VECTOR_BATCH, table_vectors
 
 # FAISS's k-means warning (written by its C++ code to stderr); the index stage says it in its own words
@@ -136,14 +136,9 @@ def flat_rows(index, count: int) -> tuple[np.ndarray, np.ndarray] | None:
             faiss.rev_swig_ptr(index.id_map.data(), count))
 
 
-def build_shard(index_dir: str, shard: str, trained_path: str, use_gpu: bool = False) -> dict[str, Any]:
-    """Add one shard's embeddings (its files in name order) to a copy of the trained index; write its index file
-    and id map. Holds the index and one batch of vectors."""
-    return add_shard_files(read_index(trained_path, mmap=False), index_dir, shard, use_gpu)
-
-
 def add_shard_files(index, index_dir: str, shard: str, use_gpu: bool = False) -> dict[str, Any]:
-    """Add one shard's embeddings (its files in name order) to ``index`` (the trained index, empty) and write it."""
+    """Add one shard's embeddings (its files in name order) to ``index`` (the trained index, empty) and write its
+    index file and id map. Holds the index and one batch of vectors."""
     files = shard_embedding_files(index_dir, shard)
     batches = ((batch.column(0).to_numpy(), table_vectors(batch))
                for batch in tables.iter_file_batches(files, ["passage_id", "embedding"], VECTOR_BATCH))

@@ -173,7 +173,7 @@ def test_shards_written_from_buckets_are_the_same_whatever_the_writers(tmp_path)
             name = shards.shard_name(shard)
             for bucket, paths in grouped:
                 buckets_module.write_shard_bucket(str(index_dir), name, bucket, paths, DIM)
-            shards.build_shard(str(index_dir), name, f"{index_dir}/trained.faiss")
+            shards.add_shard_files(shards.read_index(f"{index_dir}/trained.faiss", mmap=False), str(index_dir), name)
         built[writers] = built_files(index_dir)
     assert built[1] == built[4]
     ids = {name: np.load(tmp_path / "index1" / name) for name in built[1] if str(name).endswith(".ids.npy")}
@@ -208,7 +208,8 @@ def test_a_shard_filled_in_place_is_the_shard_added_to_from_its_files(tmp_path, 
             else:
                 for bucket, paths in grouped:
                     buckets_module.write_shard_bucket(str(index_dir), name, bucket, paths, DIM)
-                summary = shards.build_shard(str(index_dir), name, f"{index_dir}/trained.faiss")
+                trained = shards.read_index(f"{index_dir}/trained.faiss", mmap=False)
+                summary = shards.add_shard_files(trained, str(index_dir), name)
             assert summary["count"] == sum(shard_of(row[0], 2) == shard for row in rows)
         built[way] = built_files(index_dir)
     assert built["in place"] == built["added"]
