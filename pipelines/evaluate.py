@@ -205,9 +205,8 @@ def evaluate_file(retriever: Retriever, questions: QuestionFile, ks: Sequence[in
     for start in range(0, len(questions.questions), chunk):
         part = questions.questions[start:start + chunk]
         _, ids = retriever.search_ids([question.question for question in part], depth, batch_size)
-        texts = retriever.passages.get(ids.ravel())
-        retrieved = [[texts.get(int(passage_id), ("", ""))[1] for passage_id in row if passage_id >= 0]
-                     for row in ids]
+        texts = retriever.texts(ids)
+        retrieved = [[texts[int(passage_id)][1] for passage_id in row if passage_id >= 0] for row in ids]
         ranks.extend(first_hit_ranks([question.answers for question in part], retrieved))
     return {"file": os.path.basename(questions.path), "path": questions.path, "questions": len(ranks),
             "bad_lines": questions.bad_lines, "accuracy": top_k_accuracy(ranks, ks)}
@@ -244,6 +243,7 @@ class EvaluateCommand:
         retriever = Retriever(args.output, args.device, args.dtype, args.query_encoder, args.nprobe, args.ef_search,
                               args.verify)
         rows = [evaluate_file(retriever, questions, ks, args.batch_size) for questions in files]
+        retriever.check_unchanged()
         print(format_table(rows, ks))
         for row in rows:
             if row["bad_lines"]:

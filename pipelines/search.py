@@ -83,8 +83,17 @@ def check_run_inputs(output: str, index: info.IndexInfo, options: EncoderOptions
                              f"`python run_pipeline.py index --output {shlex.quote(output)} --force ...`")
 
 
+def manifest_digest(output: str) -> str:
+    """The sha256 of OUT's manifest ("missing" without one): what changes first when a stage commits into OUT or a
+    publish replaces it."""
+    path = manifest.manifest_path(output)
+    return fs.sha256(path) if fs.exists(path) else "missing"
+
+
 class Retriever:
-    """The index under OUT and its query encoder, loaded once."""
+    """The index under OUT and its query encoder, loaded once. What it reads is of the version of OUT it checked
+    when loaded, or the command stops (``check_unchanged``): a stage that commits into OUT meanwhile, or a publish
+    over it, replaces files as they are read."""
 
     def __init__(self, output: str, device: str | None = None, dtype: str | None = None,
                  query_model: str | None = None, nprobe: int | None = None, ef_search: int | None = None,
@@ -92,6 +101,7 @@ class Retriever:
         from transformers.utils import logging as transformers_logging
 
         transformers_logging.disable_progress_bar()  # the weight-loading bar would garble the printed results
+        self._manifest = manifest_digest(output)  # before anything is read
         index_dir = fs.join(output, layout.INDEX)
         recorded = recorded_index_files(output)
         self.output = output
@@ -133,10 +143,30 @@ class Retriever:
         except MissingIndexFileError as error:
             raise InputError(f"{error.message}: run `python run_pipeline.py index` again") from error
 
+    def texts(self, ids: np.ndarray) -> dict[int, tuple[str, str]]:
+        """Title and text of every passage id (>= 0) of ``ids``; an id the passages' files do not hold stops the
+        command (OUT changed meanwhile, or is damaged)."""
+        found = self.passages.get(ids.ravel())
+        missing = sorted({int(passage_id) for passage_id in ids.ravel() if passage_id >= 0} - found.keys())
+        if missing:
+            self.check_unchanged()
+            raise InputError(f"passage {missing[0]} is in the index under {self.output} but in none of its passages' "
+                             f"files: check the run with `python run_pipeline.py validate --output "
+                             f"{shlex.quote(self.output)}`")
+        return found
+
+    def check_unchanged(self) -> None:
+        """An InputError when OUT's manifest is no longer the one the retriever checked when loaded: what was read
+        may be of two versions of the index."""
+        if manifest_digest(self.output) != self._manifest:
+            raise InputError(f"{self.output} changed while it was searched (a stage of it, or a publish into it, "
+                             "committed meanwhile): the results could mix two versions; run the command again")
+
     def search(self, queries: list[str], k: int, batch_size: int = 256) -> list[list[Hit]]:
         scores, ids = self.search_ids(queries, k, batch_size)
-        texts = self.passages.get(ids.ravel())
-        return [[Hit(int(passage_id), float(score), *texts.get(int(passage_id), ("", "")))
+        texts = self.texts(ids)
+        self.check_unchanged()
+        return [[Hit(int(passage_id), float(score), *texts[int(passage_id)])
                  for score, passage_id in zip(row_scores, row_ids, strict=True) if passage_id >= 0]
                 for row_scores, row_ids in zip(scores, ids, strict=True)]
 

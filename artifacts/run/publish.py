@@ -293,7 +293,9 @@ def publish_run(output: str, destination: str, latest: bool = False, free_bytes:
     earlier = require_publishable(destination, files)  # refused before the lock makes DEST
     refuse_without_room(destination, free_bytes, lambda: bytes_to_copy(destination, files, earlier))
     with lock.hold(destination, WRITER):  # another publish to DEST meanwhile is refused
-        earlier = require_publishable(destination, files)  # again: one that ended meanwhile changed DEST
+        # again: a publish that ended meanwhile changed DEST, or (with --latest) pointed LATEST at it
+        require_not_the_latest(destination)
+        earlier = require_publishable(destination, files)
         written = [item.path for item in files] + [manifest.MANIFEST_NAME]
         owned.save_record(destination, RECORD_FILE, [*earlier, *written])  # a killed publish still owns its files
         fs.delete_file(manifest.manifest_path(destination))  # first: from here on DEST does not look complete

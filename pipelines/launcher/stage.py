@@ -596,6 +596,7 @@ def _execute(stage: Stage[ConfigT], config: ConfigT, ctx: StageContext, options:
     started = time.time()
     print(f"[{layout.command_of(stage.name)}] running", file=sys.stderr)
     counters = stage.run(ctx, config)
+    require_previous_unchanged(layout.command_of(stage.name), options)
     record = manifest.StageRecord(
         stage=stage.name, options=options, inputs=inputs, outputs=[], counters=counters,
         versions=manifest.software_versions(), wall_time_s=round(time.time() - started, 3),
@@ -604,6 +605,20 @@ def _execute(stage: Stage[ConfigT], config: ConfigT, ctx: StageContext, options:
     record = commit(ctx, stage, record)
     print_summary(record)
     return record, True
+
+
+def require_previous_unchanged(command: str, options: dict[str, Any]) -> None:
+    """An InputError, before anything is committed, when the ``--previous`` run a refresh read changed while it ran
+    (its manifest is not the one recorded when the stage started: a stage of it committed meanwhile): what the
+    stage took from it may be of two versions (vectors of other options, or none found)."""
+    previous, recorded = options.get(manifest.PREVIOUS_OPTION), options.get(manifest.PREVIOUS_SHA_OPTION)
+    if not previous or recorded in (None, manifest.GONE):
+        return
+    path = manifest.manifest_path(previous)
+    if (fs.sha256(path) if fs.exists(path) else manifest.GONE) != recorded:
+        raise InputError(f"--previous {previous} changed while {command} read it (a stage of it committed "
+                         "meanwhile): what was taken from it could mix two versions, so nothing was committed; run "
+                         f"the same command again once nothing writes {previous}")
 
 
 def print_summary(record: manifest.StageRecord) -> None:

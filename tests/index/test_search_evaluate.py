@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from artifacts.errors import InputError
 from pipelines.evaluate import (
     answer_tokens,
     first_hit_ranks,
@@ -178,6 +181,24 @@ def test_evaluate_ranks_match_brute_force_over_the_stored_vectors(minilm_index):
     texts = [[rows[int(passage_id)]["text"] for passage_id in row] for row in top]
     assert first_hit_ranks([question.answers for question in questions], texts) == [1, 1, 2, 1, 3]
     assert retriever.search_ids([question.question for question in questions], 20)[1].tolist() == top.tolist()
+
+
+def test_a_run_that_changes_while_it_is_searched_gives_no_results(minilm_index, tmp_path, monkeypatch):
+    """An index stage (or a publish) that commits into OUT while it is searched replaces files as they are read:
+    the results mixed two versions, with passages of empty text, exit 0. A passage without text is an error."""
+    output = Path(shutil.copytree(minilm_index, tmp_path / "out"))
+    retriever = Retriever(str(output))
+    query = ["who sings does he love me with reba"]
+    assert retriever.search(query, 3)[0][0].title == "Does He Love You"
+    monkeypatch.setattr(retriever.passages, "get", lambda _ids: {})  # the passages' files of another version
+    missing = r"^KPR-INPUT-ERROR: passage \d+ is in the index under .* but in none of its passages' files"
+    with pytest.raises(InputError, match=missing):
+        retriever.search(query, 3)
+    monkeypatch.undo()
+    committed = output / "manifest.json"
+    committed.write_text(committed.read_text() + "\n")  # a commit into OUT meanwhile
+    with pytest.raises(InputError, match=f"^KPR-INPUT-ERROR: {output} changed while it was searched"):
+        retriever.search(query, 3)
 
 
 def test_search_prints_the_best_passages(minilm_index, capsys):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -196,6 +198,25 @@ def test_a_recorded_file_that_is_gone_is_named_with_what_to_do(command: str, ful
     assert main(command_lines(out, full_run, tmp_path, tiny_bert)[command]) == status
     assert capsys.readouterr().err.splitlines() == [line.format(out=out, file=relative) for line in expected]
     assert files_and_bytes(out) == before
+
+
+def test_a_run_being_written_is_said_to_be_so(full_run: Path, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A reader that meets a file a stage is committing (a live process holds OUT's lock) says who writes OUT, not
+    that the run is damaged and must be restored or rerun."""
+    out = Path(shutil.copytree(full_run, tmp_path / "out"))
+    (out / SHARD).unlink()
+    with subprocess.Popen(["sleep", "60"]) as writer:
+        info = {"host": socket.gethostname(), "pid": writer.pid, "command": "run_pipeline.py index", "started": "T"}
+        (out / ".lock").write_text(json.dumps(info))
+        try:
+            assert main(["report", "--output", str(out)]) == 2
+        finally:
+            writer.kill()
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: {out} is incomplete ({SHARD}: missing, written by its 'index' stage): {out} is being written by pid "
+        f"{writer.pid} on {socket.gethostname()} (command run_pipeline.py index, since T): run this again once it "
+        "ends"]
 
 
 def test_a_stage_whose_own_recorded_file_is_gone_runs_again(full_run: Path, tiny_bert: Path, tmp_path: Path,

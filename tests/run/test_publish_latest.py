@@ -77,6 +77,27 @@ def test_latest_moves_only_after_a_complete_publish(run: Path, tmp_path: Path, m
     assert pointer(root) == {"name": "2026-02", "manifest_sha256": manifest_sha256(root / "2026-02")}
 
 
+def test_the_run_latest_came_to_name_while_waiting_is_not_published_into(run: Path, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Another publish --latest to ROOT/B ended (LATEST moved to B) after this publish to ROOT/B checked LATEST and
+    before it took the lock: it is refused under the lock too (it rewrote the run LATEST named, both exit 0)."""
+    root = tmp_path / "published"
+    assert main(["publish", "--output", str(run), "--to", str(root / "B"), "--latest"]) == 0
+    (root / "LATEST").write_text(json.dumps({"name": "A", "manifest_sha256": "0" * 64}) + "\n")
+    real_hold = publish_module.lock.hold
+
+    def hold_after_another_publish(destination: str, command: str):
+        (root / "LATEST").write_text(json.dumps({"name": "B", "manifest_sha256": manifest_sha256(root / "B")}) + "\n")
+        return real_hold(destination, command)
+
+    monkeypatch.setattr(publish_module.lock, "hold", hold_after_another_publish)
+    before = files_below(root / "B")
+    assert main(["publish", "--output", str(run), "--to", str(root / "B")]) == 2
+    assert capsys.readouterr().err.startswith(f"error: --to {root / 'B'} is the run {root / 'LATEST'} names")
+    assert files_below(root / "B") == before and validate_run(publish_module.latest_run(str(root))) == []
+
+
 def test_latest_needs_a_root_and_a_name(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["publish", "--output", str(run), "--to", "gs://bucket", "--latest"]) == 2
     assert capsys.readouterr().err == ("error: --to gs://bucket: with --latest publish to ROOT/NAME "

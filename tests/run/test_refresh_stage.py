@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from artifacts.run import manifest
+from pipelines import embed_entities as embed_entities_stage
 from pipelines.launcher.cli import main
 from tests.builders import artifact_rows as rows
 from tests.conftest import BUNDLED_SAMPLE, DIRECT, copy_stages, write_tiny_bert
@@ -195,6 +196,34 @@ def test_a_completed_refresh_stays_complete_once_its_previous_run_is_deleted(run
     assert stderr_line(capsys, "[embed-entities] skipped") == (
         "[embed-entities] skipped: outputs complete, inputs and options unchanged")
     assert (counters(output, "embed_entities"), rows(output, "entity_id_map")) == (before, id_map)
+
+
+def test_a_previous_run_that_changes_while_it_is_read_commits_nothing(runs, tiny_bert, tmp_path, capsys,
+                                                                         monkeypatch):
+    """A stage of OLD_OUT committed while the refresh read it (its vectors replaced under it: the refresh found
+    none of them and committed zero entity vectors, exit 0): nothing is committed, one line; run again, it reuses."""
+    old, scratch, _ = runs
+    previous = tmp_path / "previous"
+    shutil.copytree(old, previous)
+    output = upstream_of(scratch, tmp_path / "out")
+    run_stage = embed_entities_stage.STAGE.run
+
+    def run_while_previous_commits(ctx, config):
+        counters_found = run_stage(ctx, config)
+        committed = previous / "manifest.json"
+        committed.write_text(committed.read_text() + "\n")  # another manifest, as a commit of OLD_OUT writes
+        return counters_found
+
+    monkeypatch.setattr(embed_entities_stage.STAGE, "run", run_while_previous_commits)
+    assert embed(output, tiny_bert, previous) == 2
+    assert stderr_line(capsys, "error:") == (
+        f"error: --previous {previous} changed while embed-entities read it (a stage of it committed meanwhile): what "
+        f"was taken from it could mix two versions, so nothing was committed; run the same command again once "
+        f"nothing writes {previous}")
+    assert "embed_entities" not in manifest.load(str(output))
+    monkeypatch.undo()
+    assert embed(output, tiny_bert, previous) == 0
+    assert counters(output, "embed_entities")["entities_reused"] > 0
 
 
 def test_a_corrupt_previous_run_is_refused(runs, tiny_bert, tmp_path, capsys):
