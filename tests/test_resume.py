@@ -11,7 +11,7 @@ A model process keeps what it encoded a step at a time (one model call: up to 8,
 the files of its share that are present), so these small stages keep their work in a few large files, whose times
 vary: a kill once half or 90% was kept came after all of it was kept in 3 of the 4 cases tried (2026-12-01). The
 first kept files of embed-entities come while there is work left (a step holds at most 8,192 of its 21,704 mentions,
-and a model process's next step waits for the card); the index's 4,605 passages may be kept in one file or two."""
+and a model process's next step waits for the card); the index's 4,606 passages may be kept in one file or two."""
 
 from __future__ import annotations
 

@@ -652,7 +652,7 @@ def test_an_index_that_will_not_fit_is_refused_before_it_is_built(
     copy_stages(full_run, output, ("parse", "dictionary", "mentions", "embed_entities"))
     assert main(stage_command("index", output, tiny_bert)) == 2
     err = capsys.readouterr().err.splitlines()
-    planned = re.fullmatch(r"\[index\] 4,605 passages x 32 dims, 2 shard\(s\): Flat, about (.+) for the index \(.*",
+    planned = re.fullmatch(r"\[index\] 4,606 passages x 32 dims, 2 shard\(s\): Flat, about (.+) for the index \(.*",
                            err[-2])
     assert planned, err
     purpose = rf"to build the index \({re.escape(planned.group(1))} of index files, {SIZE} of shard vectors\)"
