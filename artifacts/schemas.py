@@ -59,7 +59,6 @@ ENTITIES = pa.schema(
 )
 
 
-
 def entity_keys(qid: pa.Array | pa.ChunkedArray, title: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     """The KPR entity key of each ``ENTITIES`` row: its Wikidata QID where known (not null, not empty), else its
     title (the keys of ``kb_id.trie``, whose ids the entity ids are)."""

@@ -51,9 +51,8 @@ def previous_options(refresh: RefreshConfig) -> dict[str, Any]:
     since (``manifest.GONE``) reruns nothing: a completed refresh does not read it again."""
     if not refresh.previous:
         return {}
-    path = manifest.manifest_path(refresh.previous)
-    sha256 = fs.sha256(path) if fs.exists(path) else manifest.GONE
-    return {manifest.PREVIOUS_OPTION: refresh.previous, manifest.PREVIOUS_SHA_OPTION: sha256}
+    return {manifest.PREVIOUS_OPTION: refresh.previous,
+            manifest.PREVIOUS_SHA_OPTION: manifest.manifest_sha256(refresh.previous)}
 
 
 def previous_lacks(previous: str, stages: tuple[str, ...]) -> str | None:

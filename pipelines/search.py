@@ -83,13 +83,6 @@ def check_run_inputs(output: str, index: info.IndexInfo, options: EncoderOptions
                              f"`python run_pipeline.py index --output {shlex.quote(output)} --force ...`")
 
 
-def manifest_digest(output: str) -> str:
-    """The sha256 of OUT's manifest ("missing" without one): what changes first when a stage commits into OUT or a
-    publish replaces it."""
-    path = manifest.manifest_path(output)
-    return fs.sha256(path) if fs.exists(path) else "missing"
-
-
 class Retriever:
     """The index under OUT and its query encoder, loaded once. What it reads is of the version of OUT it checked
     when loaded, or the command stops (``check_unchanged``): a stage that commits into OUT meanwhile, or a publish
@@ -101,7 +94,7 @@ class Retriever:
         from transformers.utils import logging as transformers_logging
 
         transformers_logging.disable_progress_bar()  # the weight-loading bar would garble the printed results
-        self._manifest = manifest_digest(output)  # before anything is read
+        self._manifest = manifest.manifest_sha256(output)  # before anything is read
         index_dir = fs.join(output, layout.INDEX)
         recorded = recorded_index_files(output)
         self.output = output
@@ -158,7 +151,7 @@ class Retriever:
     def check_unchanged(self) -> None:
         """An InputError when OUT's manifest is no longer the one the retriever checked when loaded: what was read
         may be of two versions of the index."""
-        if manifest_digest(self.output) != self._manifest:
+        if manifest.manifest_sha256(self.output) != self._manifest:
             raise InputError(f"{self.output} changed while it was searched (a stage of it, or a publish into it, "
                              "committed meanwhile): the results could mix two versions; run the command again")
 

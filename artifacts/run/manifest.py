@@ -76,6 +76,13 @@ def manifest_path(output: str) -> str:
     return fs.join(output, MANIFEST_NAME)
 
 
+def manifest_sha256(output: str) -> str:
+    """The sha256 of the manifest of ``output`` (``GONE`` where there is none): what changes first when a stage
+    commits into it (its record dropped) or a publish replaces it (its manifest removed)."""
+    path = manifest_path(output)
+    return fs.sha256(path) if fs.exists(path) else GONE
+
+
 def load(output: str) -> dict[str, StageRecord]:
     """The completed stages recorded under ``output`` (empty if there is no manifest yet); a
     ``DamagedManifestError`` when the file is there but is not a manifest."""

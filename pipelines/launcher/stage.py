@@ -614,8 +614,7 @@ def require_previous_unchanged(command: str, options: dict[str, Any]) -> None:
     previous, recorded = options.get(manifest.PREVIOUS_OPTION), options.get(manifest.PREVIOUS_SHA_OPTION)
     if not previous or recorded in (None, manifest.GONE):
         return
-    path = manifest.manifest_path(previous)
-    if (fs.sha256(path) if fs.exists(path) else manifest.GONE) != recorded:
+    if manifest.manifest_sha256(previous) != recorded:
         raise InputError(f"--previous {previous} changed while {command} read it (a stage of it committed "
                          "meanwhile): what was taken from it could mix two versions, so nothing was committed; run "
                          f"the same command again once nothing writes {previous}")
