@@ -77,6 +77,8 @@ def test_formatting_tags_mis_nested_with_links(wikitext, expected):
     # a tag in a file's caption after a link in it, closed after the caption (itwiki "Baseball"), and a stray tag
     ("A [[File:x.jpg|thumb|A [[Beta]]. <small>caption]]</small> b.", 2),
     ("URL 2012</small> and [[Beta]].", 2),
+    # brackets inside a verbatim element are no link's: the tag after them still straddles the link
+    ("[[Paris|a <nowiki>]]</nowiki> <small>city]]</small> here.", 2),
 ])
 def test_a_page_is_parsed_again_only_where_formatting_tags_left_markup(monkeypatch, wikitext, parses):
     calls = []

@@ -28,7 +28,13 @@ from mwparserfromhell.wikicode import Wikicode
 from artifacts.names import shows_nothing
 from transforms.parse.namespaces import CATEGORY, FILE, MEDIA, Namespaces
 from transforms.parse.titles import decode_target, normalize_title, percent_decoded
-from transforms.parse.wikitext_prepass import strip_comments, strip_dropped_markup
+from transforms.parse.wikitext_prepass import (
+    Unsure,
+    span_around,
+    strip_comments,
+    strip_dropped_markup,
+    verbatim_spans,
+)
 from transforms.parse.wikitext_quotes import balance_quotes
 
 # Tags whose content a reader never sees as article prose.
@@ -439,9 +445,17 @@ def _markup_left(text: str, wikitext: str) -> bool:
 
 def _tag_in_link(wikitext: str) -> bool:
     """Whether a formatting tag stands between a link's ``[[`` and its ``]]`` (links nested in a file's caption
-    counted): one that may straddle the link."""
+    counted; brackets and tags inside verbatim elements, ``<nowiki>]]</nowiki>``, are no link's): one that may
+    straddle the link."""
+    try:
+        spans = verbatim_spans(wikitext)
+    except Unsure:
+        return True  # where a verbatim element ends is not known: parse again
+    starts = [start for start, _ in spans]
     depth = 0
     for match in _BRACKET_OR_TAG.finditer(wikitext):
+        if spans and span_around(spans, starts, match.start()) is not None:
+            continue
         token = match.group()
         if token == "[[":
             depth += 1

@@ -114,7 +114,7 @@ def _element_end(text: str, opening: re.Match[str]) -> int | None:
     return None if closing is None else closing.end()
 
 
-def _verbatim_spans(text: str) -> list[tuple[int, int]]:
+def verbatim_spans(text: str) -> list[tuple[int, int]]:
     """(start, end) of every top-level verbatim element (``<math>...</math>``, ``<nowiki/>``...), in order."""
     spans: list[tuple[int, int]] = []
     position = 0
@@ -130,7 +130,7 @@ def _verbatim_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def _span_around(spans: list[tuple[int, int]], starts: list[int], position: int) -> tuple[int, int] | None:
+def span_around(spans: list[tuple[int, int]], starts: list[int], position: int) -> tuple[int, int] | None:
     """The verbatim span that contains ``position``, if any."""
     index = bisect.bisect_right(starts, position) - 1
     return spans[index] if index >= 0 and position < spans[index][1] else None
@@ -181,10 +181,10 @@ def strip_dropped_markup(wikitext: str, trail_letters: str = ENGLISH_TRAIL_LETTE
     cuts: list[tuple[int, int]] = []  # cuts[i] lies between kept[i] and kept[i + 1]; adjacent cuts are one
     position = search_from = 0  # end of the last cut; where the next cut may start
     try:
-        spans = _verbatim_spans(wikitext)
+        spans = verbatim_spans(wikitext)
         starts = [start for start, _ in spans]
         while (match := _START.search(wikitext, search_from)) is not None:
-            span = _span_around(spans, starts, match.start())
+            span = span_around(spans, starts, match.start())
             if span is not None:
                 search_from = span[1]
                 continue
