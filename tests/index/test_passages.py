@@ -105,12 +105,13 @@ def test_articles_are_cut_into_word_chunks_with_stable_ids():
 
 
 def test_characters_of_scripts_written_without_spaces_are_words_of_their_own():
-    """A Japanese article was one "word", so one passage of which the encoder read only the start; each ideograph,
-    kana or Thai letter (with its vowel signs and tone marks) now counts as a word, and a chunk is the text as
-    written."""
+    """A Japanese article was one "word", so one passage of which the encoder read only the start; each ideograph
+    or kana (with a combining voicing mark) now counts as a word, and a chunk is the text as written. A Thai or Khmer
+    code point is no unit (a chunk would end inside a syllable): their words stay the spaced ones."""
     assert list(word_chunks("東京は日本の首都。 Tokyo (東京, Tōkyō) is big.", 4)) == [
         "東京は日", "本の首都", "。 Tokyo (東", "京, Tōkyō) is", "big."]
-    assert list(word_chunks("ที่นี่ คือ abc", 2)) == ["ที่นี่", "คือ", "abc"]  # ที่ นี่, คื อ
+    assert list(word_chunks("か\u3099がみ", 2)) == ["か\u3099が", "み"]
+    assert list(word_chunks("ที่นี่ คือ ខ្មែរ abc", 2)) == ["ที่นี่ คือ", "ខ្មែរ abc"]
     japanese = "東京都は日本の首都である。" * 40
     assert [len(passage.text) for passage in article_passages(5, "東京都", japanese, 100)] == [100] * 5 + [20]
     assert "".join(passage.text for passage in article_passages(5, "東京都", japanese, 100)) == japanese

@@ -20,11 +20,12 @@ DPR_HEADER = ("id", "text", "title")
 # as long as the article's text does not change, readable (page 12, chunk 3 -> 1200003) and int64-safe.
 PASSAGES_PER_PAGE = 100_000
 MAX_REPORTED_CHARS = 300  # of a bad row kept in its dead letter
-# Scripts written without spaces between words: CJK ideographs, kana, Thai, Lao, Myanmar and Khmer. Each of their
-# characters counts as a word of a passage, so that a Japanese or Thai article is cut into passages as an English one
-# is, not kept whole as one "word" (BERT's tokenizers give an ideograph a token of its own).
-_UNSPACED = ("\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
-             "\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f")
+# Characters of scripts written without spaces between words, each of which is a written unit of its own: CJK
+# ideographs and kana. Each counts as a word of a passage, so that a Chinese or Japanese article is cut into passages
+# as an English one is, not kept whole as one "word" (BERT's tokenizers give an ideograph a token of its own). Thai,
+# Lao, Myanmar and Khmer are not among them: a code point there is no unit (a vowel written before its consonant, a
+# stacked consonant), and their phrases are spaced.
+_UNSPACED = "\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f"
 _UNSPACED_CHARACTER = re.compile(f"[{_UNSPACED}]")
 _WORD = re.compile(f"[{_UNSPACED}]|[^\\s{_UNSPACED}]+")
 
@@ -92,7 +93,7 @@ def unspaced_words(text: str) -> list[str]:
     for match in _WORD.finditer(text):
         word = match.group()
         if words and match.start() == end and unicodedata.category(word[0]).startswith("M"):
-            words[-1] += word  # a vowel sign or tone mark stays with its letter (Thai ที่)
+            words[-1] += word  # a combining mark stays with its character (the kana voicing mark, U+3099)
         else:
             words.append(word if match.start() == end or not words else " " + word)
         end = match.end()
