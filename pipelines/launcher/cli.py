@@ -318,7 +318,9 @@ def worded(error: BaseException) -> BaseException:
         summary = str(refusal).splitlines()[0] if str(refusal) else type(refusal).__name__
         return InputError(f"the storage service refused or did not answer ({summary}): check the URL, the credentials "
                           "this machine uses for it and its network")
-    if disk_space.out_of_space(error):  # a command's output, an export's copy (a stage words its own)
+    if input_error_message(error) is not None:  # ours already (a stage's full disk): as it is
+        return flags.worded(error)
+    if disk_space.out_of_space(error):  # a command's output, an export's copy
         return InputError(f"no space left on the device written to ({first_line(error)}): the output (or the file "
                           "the standard output was redirected to) is incomplete; free some space and run the command "
                           "again")
