@@ -254,11 +254,17 @@ NO_FILESYSTEM, NO_FILESYSTEM_PATH = "Unable to get filesystem from specified pat
 STORAGE_CLIENTS = ("google.api_core.", "google.auth.", "botocore.", "boto3.")
 
 
+def path_errors(error: BaseException) -> dict[object, BaseException]:
+    """The errors Beam's filesystems collected path by path in ``error`` (a BeamIOError's details, by path or
+    (source, destination)); none for another error."""
+    details = getattr(error, "exception_details", None)
+    return details if isinstance(details, dict) else {}
+
+
 def storage_client_error(error: BaseException) -> BaseException | None:
     """``error`` when a storage client library raised it, or the first such error among those Beam's filesystems
-    collected path by path (a BeamIOError's details); None otherwise. Checked by module: they may not be installed."""
-    details = getattr(error, "exception_details", None)
-    for candidate in (error, *(details.values() if isinstance(details, dict) else ())):
+    collected path by path (``path_errors``); None otherwise. Checked by module: they may not be installed."""
+    for candidate in (error, *path_errors(error).values()):
         if any(kind.__module__.startswith(STORAGE_CLIENTS) for kind in type(candidate).__mro__):
             return candidate
     return None
@@ -272,10 +278,9 @@ def live_writer(output: str) -> lock.LockInfo | None:
 
 def denied_write(error: BaseException) -> OSError | None:
     """The permission error (EACCES, EPERM, EROFS) in ``error``'s chain or among what Beam's filesystems collected
-    path by path (a BeamIOError's details), with its file name; None otherwise."""
+    path by path (``path_errors``), with its file name; None otherwise."""
     for current in error_chain(error):
-        details = getattr(current, "exception_details", None)
-        for candidate in (current, *(details.values() if isinstance(details, dict) else ())):
+        for candidate in (current, *path_errors(current).values()):
             if isinstance(candidate, OSError) and candidate.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
                 return candidate
     return None
@@ -283,9 +288,8 @@ def denied_write(error: BaseException) -> OSError | None:
 
 def missing_client_library(error: BaseException) -> tuple[str, str] | None:
     """(path, Beam's words) when Beam's filesystem for a path's scheme is installed but not its client library
-    (s3:// without boto3: an AssertionError among a BeamIOError's details); None otherwise."""
-    details = getattr(error, "exception_details", None)
-    for path, detail in (details.items() if isinstance(details, dict) else ()):
+    (s3:// without boto3: an AssertionError among ``path_errors``); None otherwise."""
+    for path, detail in path_errors(error).items():
         if isinstance(detail, AssertionError) and str(detail).startswith("Missing ") and "requirement" in str(detail):
             return str(path), str(detail)
     return None
