@@ -490,3 +490,13 @@ def test_link_trails_take_the_letters_of_the_wikis_language():
     assert both_paths("[[papa|pap]]à e [[Cat]]s{{x}}ù", italian) == (
         "papà e Catsù", [("papà", "Papa"), ("Cats", "Cat")])
     assert both_paths("[[papa|pap]]à e [[Cat]]s{{x}}ù") == ("papà e Catsù", [("pap", "Papa"), ("Cats", "Cat")])
+
+
+def test_link_trails_of_cyrillic_and_chinese_wikis():
+    """Russian's $linkTrail takes Cyrillic letters (в [[Москва|Москв]]е links "Москве"); Chinese's takes none, not
+    even Latin letters."""
+    russian, chinese = ENGLISH.with_language("ru"), ENGLISH.with_language("zh")
+    assert both_paths("в [[Москва|Москв]]е и [[Cat]]s{{x}}ы", russian) == (
+        "в Москве и Catsы", [("Москве", "Москва"), ("Cats", "Cat")])
+    assert both_paths("в [[Москва|Москв]]е") == ("в Москве", [("Москв", "Москва")])
+    assert both_paths("[[北京]]市和[[Cat]]s{{x}}s", chinese) == ("北京市和Catss", [("北京", "北京"), ("Cat", "Cat")])

@@ -32,11 +32,25 @@ _UNLISTED_ALIASES: dict[str, dict[str, int]] = {
 
 
 # The letters after a link's "]]" that join its anchor ("[[lichen]]s"): MediaWiki's $linkTrail of the wiki's
-# language (MessagesIt.php, MessagesDe.php); English's for the others.
+# language (languages/messages/Messages*.php, as a regex character class), by Wikipedia language code; English's for
+# the others. Chinese's is empty: no letter joins a link there.
 ENGLISH_TRAIL_LETTERS = "a-z"
-_TRAIL_LETTERS = {"it": "a-zàéèíîìóòúù", "de": "äöüßa-z"}
+_TRAIL_LETTERS = {
+    "it": "a-zàéèíîìóòúù", "de": "äöüßa-z", "fr": "a-zàâçéèêîôûäëïöüùÇÉÂÊÎÔÛÄËÏÖÜÀÈÙ", "es": "a-záéíóúñ",
+    "pt": "áâãàéêẽçíòóôõq̃úüűũa-z", "nl": "a-zäöüïëéèà", "pl": "a-zęóąśłżźćńĘÓĄŚŁŻŹĆŃ",
+    "ru": "a-zабвгдеёжзийклмнопрстуфхцчшщъыьэюя", "bg": "a-zабвгдежзийклмнопрстуфхцчшщъыьэюя",
+    "uk": "a-zабвгґдеєжзиіїйклмнопрстуфхцчшщьєюяёъы“»", "sv": "a-zåäöéÅÄÖÉ", "no": "æøåa-z", "da": "a-zæøå",
+    "fi": "a-zäö", "cs": "a-záčďéěíňóřšťúůýž", "hu": "a-záéíóúöüőűÁÉÍÓÚÖÜŐŰ", "ro": "a-zăâîşţșțĂÂÎŞŢȘȚ",
+    "tr": "a-zÇĞçğİıÖöŞşÜüÂâÎîÛû", "he": "a-zא-ת", "fa": "ابپتثجچحخدذرزژسشصضطظعغفقکگلمنوهیآأئؤة",
+    "vi": "a-zàâçéèêîôûäëïöüùÇÉÂÊÎÔÛÄËÏÖÜÀÈÙ", "zh": "",
+}
 # Languages whose titles' first "i" is upper-cased to "İ" (MediaWiki's LanguageTr, LanguageAz and LanguageKaa).
 _DOTTED_I_LANGUAGES = frozenset({"tr", "az", "kaa"})
+
+
+def trail_class(letters: str) -> str:
+    """A regex matching one letter of a link trail made of ``letters`` (a character class), or none if empty."""
+    return f"[{letters}]" if letters else r"[^\s\S]"
 
 
 def unlisted_aliases(language: str | None) -> dict[str, int]:
@@ -64,8 +78,8 @@ class Namespaces:
 
     @cached_property
     def link_trail(self) -> re.Pattern[str]:
-        """The letters that start a text and join the link before it as its trail."""
-        return re.compile(f"^[{self.trail_letters}]+")
+        """The letters that start a text and join the link before it as its trail (none where there are none)."""
+        return re.compile(trail_class(self.trail_letters) + "+")
 
     @classmethod
     def english_defaults(cls) -> Namespaces:

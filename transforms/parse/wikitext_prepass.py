@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import re
 
-from transforms.parse.namespaces import ENGLISH_TRAIL_LETTERS
+from transforms.parse.namespaces import ENGLISH_TRAIL_LETTERS, trail_class
 
 # Tags whose content is literal or opaque: braces inside them mean nothing, so the scanner leaves them whole.
 _VERBATIM = re.compile(r"<\s*(nowiki|pre|math|chem|ce|source|syntaxhighlight|code|score|timeline|hiero|graph|"
@@ -139,7 +139,8 @@ def span_around(spans: list[tuple[int, int]], starts: list[int], position: int) 
 def _makes_a_trail(before: str, after: str, letters: str) -> bool:
     """Whether cutting would make the letters after a link its trail where MediaWiki's are not: a ref or template
     between ``[[a]]`` and ``b``, or between ``[[a]]s`` and ``b``, stops the trail (``letters``: those of a trail)."""
-    return bool(re.search(rf"\]\][{letters}]*\Z", before)) and bool(re.match(f"[{letters}]", after))
+    letter = trail_class(letters)
+    return bool(re.search(rf"\]\]{letter}*\Z", before)) and bool(re.match(letter, after))
 
 
 def _join_cuts(wikitext: str, kept: list[str], cuts: list[tuple[int, int]], letters: str) -> str:
