@@ -49,12 +49,18 @@ class ExportKprCommand:
         print(f"  entities: {summary.entities:,}")
         print(f"  dim: {summary.dim}")
         print(f"  entities without embeddings (zero rows): {summary.without_embeddings:,}")
-        if summary.last_without:
-            print(f"warning: the last entity (row {summary.entities:,}) has no embedding: the KPR reference's "
-                  "scripts/build_hf_model.py scales every entity vector to the norm of the last row of the model it "
-                  "converts, so a model trained on this export and built by it has every entity vector zero",
-                  file=sys.stderr)
+        for row in summary.zero_scale_rows:
+            print(zero_scale_row_warning(row, summary.entities), file=sys.stderr)
         return 0
+
+
+def zero_scale_row_warning(row: int, entities: int) -> str:
+    """The warning for an entity without an embedding whose row the reference's build_hf_model.py scales by."""
+    norms = [*(["row 1 of a model it built before (a knowledge update)"] if row == 1 else []),
+             *(["the last row of a model train.py made"] if row == entities else [])]
+    return (f"warning: entity {row:,} of {entities:,} has no embedding: the KPR reference's scripts/build_hf_model.py "
+            f"scales every entity vector to the norm of {' or of '.join(norms)}, so a model built from this export "
+            "that way has every entity vector zero")
 
 
 COMMAND = ExportKprCommand()

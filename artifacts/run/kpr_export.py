@@ -83,7 +83,9 @@ class ExportSummary:
     entities: int
     dim: int
     without_embeddings: int  # entities whose row is zero
-    last_without: bool  # the last entity's row is zero (the reference's build_hf_model.py scales by it)
+    # the rows the reference's build_hf_model.py scales every entity vector to the norm of, that are zero: 1 (of a
+    # model it built before) and N (of a model train.py made), ascending
+    zero_scale_rows: tuple[int, ...]
 
 
 def check_exportable(output: str) -> None:
@@ -127,7 +129,7 @@ def write_export(output: str, directory: str, keys: pa.StringArray, linker_files
     fs.mkdirs(staging)
     try:
         write_vocab(fs.join(staging, VOCAB_FILE), keys, EntityLinker.load(linker).kb_keys)
-        dim, without, last_without = write_embeddings(output, staging, keys)
+        dim, without, zero_scale_rows = write_embeddings(output, staging, keys)
         for path in linker_files:
             copy_file(path, fs.join(staging, LINKER_DIR, fs.relative(path, linker)))
         # a killed move still owns its files
@@ -136,7 +138,7 @@ def write_export(output: str, directory: str, keys: pa.StringArray, linker_files
     finally:
         fs.delete_tree(staging)
     owned.save_record(directory, RECORD_FILE, planned)
-    return ExportSummary(directory, len(keys), dim, without, last_without)
+    return ExportSummary(directory, len(keys), dim, without, zero_scale_rows)
 
 
 def export_bytes(output: str, keys: pa.StringArray, linker_files: list[str]) -> int:
@@ -203,20 +205,20 @@ def embeddings_dim(files: list[str]) -> int:
     return schema.field("embedding").type.list_size
 
 
-def write_embeddings(output: str, staging: str, keys: pa.StringArray) -> tuple[int, int, bool]:
+def write_embeddings(output: str, staging: str, keys: pa.StringArray) -> tuple[int, int, tuple[int, ...]]:
     """Write the (N + 1, D) rows into ``staging`` twice, as ``entity_embeddings.npy`` (float16) and as
-    ``embeddings.pt`` (float32); returns D, the number of entities without an embedding, and whether the last is
-    one of them."""
+    ``embeddings.pt`` (float32); returns D, the number of entities without an embedding, and which of rows 1 and N
+    are among them."""
     files = manifest.recorded_files(output, layout.ENTITY_EMBEDDINGS)
     dim = embeddings_dim(files)
     with (fs.local_target(fs.join(staging, TENSOR_FILE)) as tensor_path,
           fs.local_target(fs.join(staging, EMBEDDINGS_FILE)) as half_path,
           scratch_rows(f"{tensor_path}.float32", (len(keys) + 1, dim)) as vectors):
         filled = fill_rows(files, vectors, keys)
-        last_without = len(keys) > 0 and not vectors[-1].any()
+        zero_scale_rows = tuple(row for row in sorted({1, len(keys)}) if 0 < row <= len(keys) and not vectors[row].any())
         save_tensor(vectors, tensor_path)
         save_float16(vectors, half_path)
-    return dim, len(keys) - filled, last_without
+    return dim, len(keys) - filled, zero_scale_rows
 
 
 @contextlib.contextmanager

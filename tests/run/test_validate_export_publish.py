@@ -928,7 +928,7 @@ def test_embeddings_written_to_a_remote_store_are_the_local_ones(full_run: Path,
     local, remote = tmp_path / "local", tmp_path / "remote"
     written = [kpr_export.write_embeddings(str(full_run), staging, keys) for staging in (str(local), mirrored(remote))]
     assert written[0] == written[1] == (pq.read_schema(full_run / EMBEDDINGS).field("embedding").type.list_size, 0,
-                                        False)
+                                        ())
     assert os.listdir(system_temp) == []
     assert sorted(path.name for path in local.iterdir()) == sorted(path.name for path in remote.iterdir()) == [
         "embeddings.pt", "entity_embeddings.npy"]
@@ -937,21 +937,23 @@ def test_embeddings_written_to_a_remote_store_are_the_local_ones(full_run: Path,
                        torch.load(local / "embeddings.pt", weights_only=True))
 
 
-@pytest.mark.parametrize("last", [False, True])
-def test_export_zero_rows_for_entities_without_embeddings(run: Path, tmp_path: Path, last: bool,
+@pytest.mark.parametrize("row", ["first", "middle", "last"])
+def test_export_zero_rows_for_entities_without_embeddings(run: Path, tmp_path: Path, row: str,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
-    """A zero row is exported as it is; the last one is said in a warning (the reference's build_hf_model.py scales
-    every entity vector to the last row's norm)."""
+    """A zero row is exported as it is; the first or last one is said in a warning (the reference's
+    build_hf_model.py scales every entity vector to the norm of row 1 or of the last row of the model it converts)."""
     ids = sorted(pq.read_table(run / EMBEDDINGS).column("entity_id").to_pylist())
-    dropped = [ids[4], ids[-1] if last else ids[5]]
+    assert ids[0] == 1 and ids[-1] == entity_count(run)
+    dropped = [ids[4], {"first": ids[0], "middle": ids[5], "last": ids[-1]}[row]]
     rewrite_parquet(run, EMBEDDINGS, lambda table: table.filter(
         pc.invert(pc.is_in(table.column("entity_id"), pa.array(dropped, pa.int32())))))
     assert validate_run(str(run)) == []  # an entity without mentions has no embedding: not a problem
     assert main(["export-kpr", "--output", str(run), "--to", str(tmp_path / "kpr")]) == 0
     captured = capsys.readouterr()
     assert captured.out.splitlines()[-1] == "  entities without embeddings (zero rows): 2"
-    assert captured.err.startswith(f"warning: the last entity (row {ids[-1]:,}) has no embedding: ") == last
-    assert ids[-1] == entity_count(run)
+    warned = {"first": f"warning: entity 1 of {ids[-1]:,} has no embedding: ", "middle": "",
+              "last": f"warning: entity {ids[-1]:,} of {ids[-1]:,} has no embedding: "}[row]
+    assert captured.err.startswith(warned) and len(captured.err.splitlines()) == (row != "middle")
     vectors = np.load(tmp_path / "kpr" / "entity_embeddings.npy")
     assert [int(row) for row in np.flatnonzero(~vectors.any(axis=1))] == [0, *sorted(dropped)]
     tensor = torch.load(tmp_path / "kpr" / "embeddings.pt", weights_only=True).numpy()
