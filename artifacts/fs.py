@@ -74,7 +74,8 @@ def exists(path: str) -> bool:
 
 
 def list_files(directory: str, pattern: str = "*") -> list[str]:
-    """Files directly under ``directory`` matching ``pattern`` (a file name pattern), sorted by path. A local
+    """Files directly under ``directory`` matching ``pattern`` (a file name pattern), sorted by path; none where
+    there is no such directory (an object store's prefix with no file below it: never test it with exists()). A local
     directory is scanned without a stat of each file (Beam's match reads every file's size and time: a follower
     lists its inputs' directory once for every file it takes)."""
     if _is_plain_path(directory):
@@ -346,9 +347,13 @@ def sha256(path: str) -> str:
 
 
 def delete_tree(directory: str) -> None:
-    """Delete every file below ``directory`` (and the directory itself on local disks)."""
+    """Delete every file below ``directory`` (and the directory itself where the filesystem has directories). On an
+    object store a "directory" is a prefix that exists() does not see and a delete of its name does not empty: each
+    file listed below it is deleted."""
     if _filesystems().exists(directory):
         _filesystems().delete([directory])
+    elif files := list_tree(directory):
+        _filesystems().delete(files)
 
 
 def delete_file(path: str) -> None:

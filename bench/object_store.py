@@ -1,11 +1,13 @@
 """Local files seen as an object store: the ``mirror://`` scheme, read as Beam reads an S3 object, each request's
-bytes counted. The tests run remote-path code on it; ``bench.reduce_reads`` measures what a read fetches."""
+bytes counted, and without directories as on GCS and S3 (a "directory" is a prefix of object names). The tests run
+remote-path code on it; ``bench.reduce_reads`` measures what a read fetches."""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import os
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -86,7 +88,9 @@ class MirrorDownloader(Downloader):
 class MirrorFileSystem(LocalFileSystem):
     """The ``mirror://`` scheme: the local disk under URLs, so remote-path code runs without a cloud. A file is
     read as Beam reads an S3 object (a 16 MB buffer over ranged requests), each request recorded in ``log`` (in this
-    process; ``log.clear()`` first)."""
+    process; ``log.clear()`` first). There are no directories, as Beam's GCS and S3 filesystems have none: only a
+    file exists, a "directory" is a prefix that lists its files, and a delete removes the file named, or every file
+    under a path that ends with ``/``."""
 
     log: ClassVar[RequestLog] = RequestLog()
 
@@ -104,17 +108,47 @@ class MirrorFileSystem(LocalFileSystem):
     def _url_dirname(self, url_or_path: str) -> str:
         return mirrored(os.path.dirname(_local(url_or_path)))
 
+    def has_dirs(self) -> bool:
+        return False
+
     def _list(self, dir_or_prefix: str):
-        for directory, _, names in os.walk(_local(dir_or_prefix)):
+        prefix = _local(dir_or_prefix)
+        for directory, _, names in os.walk(prefix if prefix.endswith("/") else os.path.dirname(prefix)):
             for name in names:
-                yield self.metadata(mirrored(os.path.join(directory, name)))
+                if (path := os.path.join(directory, name)).startswith(prefix):
+                    yield self.metadata(mirrored(path))
 
     def metadata(self, path: str) -> FileMetadata:
         status = os.stat(_local(path))
         return FileMetadata(path, status.st_size, status.st_mtime)
 
     def exists(self, path: str) -> bool:
-        return os.path.exists(_local(path))
+        return os.path.isfile(_local(path))
+
+    def mkdirs(self, path: str) -> None:
+        os.makedirs(_local(path), exist_ok=True)  # the files under it need it here; it does not exist for exists()
+
+    def size(self, path: str) -> int:
+        return super().size(_local(path))
+
+    def last_updated(self, path: str) -> float:
+        return super().last_updated(_local(path))
+
+    def checksum(self, path: str) -> str:
+        return super().checksum(_local(path))
+
+    def copy(self, source_file_names: list[str], destination_file_names: list[str]) -> None:
+        super().copy([*map(_local, source_file_names)], [*map(_local, destination_file_names)])
+
+    def rename(self, source_file_names: list[str], destination_file_names: list[str]) -> None:
+        super().rename([*map(_local, source_file_names)], [*map(_local, destination_file_names)])
+
+    def delete(self, paths: list[str]) -> None:
+        for path in map(_local, paths):
+            if path.endswith("/"):
+                shutil.rmtree(path, ignore_errors=True)
+            elif os.path.isfile(path):
+                os.remove(path)
 
     def create(self, path: str, *args, **kwargs):
         return super().create(_local(path), *args, **kwargs)

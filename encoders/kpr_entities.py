@@ -78,7 +78,7 @@ def scratch_array(dtype: type[np.generic], shape: tuple[int, int]) -> np.ndarray
 
 def embedding_files(directory: str) -> list[str]:
     """The Parquet files of an ``entity_embeddings/`` directory; a ``MissingRunArtifactError`` when there are none."""
-    files = fs.list_files(directory, "*.parquet") if fs.exists(directory) else []
+    files = fs.list_files(directory, "*.parquet")
     if not files:
         raise MissingRunArtifactError(f"no entity embeddings in {directory}", layout.EMBED_ENTITIES_STAGE)
     return files

@@ -127,6 +127,20 @@ def test_delete_file_removes_a_file_and_ignores_a_missing_one(tmp_path: Path) ->
     assert not target.exists()
 
 
+@pytest.mark.parametrize("remote", [False, True])
+def test_a_tree_is_deleted_on_an_object_store_too(tmp_path: Path, remote: bool) -> None:
+    """On an object store a directory is a prefix, which exists() does not see and a delete of its name does not
+    empty: every file below it goes, the files of a name it prefixes ("index-old/") stay."""
+    fill_with_files(tmp_path / "out" / "index")
+    kept = fill_with_files(tmp_path / "out" / "index-old")
+    directory = mirrored(tmp_path / "out" / "index") if remote else str(tmp_path / "out" / "index")
+    assert fs.is_directory(directory) and fs.exists(directory) != remote
+    fs.delete_tree(directory)
+    assert fs.list_tree(directory) == [] and not fs.is_directory(directory)
+    assert files_below(tmp_path / "out") == {f"index-old/{name}": data for name, data in kept.items()}
+    fs.delete_tree(directory)  # nothing there: nothing to do
+
+
 @pytest.mark.parametrize(("name", "compress"), [("lines.bz2", bz2.compress), ("lines.gz", gzip.compress),
                                                 ("lines.tsv", bytes)])
 def test_a_decompressed_input_closes_its_file_with_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str,

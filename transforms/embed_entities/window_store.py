@@ -190,7 +190,7 @@ def store_files(directories: Iterable[str], salt: str) -> list[StoreFile]:
     """The store files under ``directories`` whose vectors are those of the model of ``salt`` (others ignored)."""
     found = []
     for directory in directories:
-        for path in fs.list_files(directory) if fs.exists(directory) else []:
+        for path in fs.list_files(directory):
             described = store_file(path) if path.endswith(STORE_SUFFIXES) else None
             if described is not None and described[0] == salt:
                 found.append(described[1])

@@ -64,7 +64,7 @@ def keep_rows(kept: KeptPassages, keys: np.ndarray, rows: pa.Table) -> None:
 
 
 def kept_files(directory: str) -> list[str]:
-    return fs.list_files(directory, f"{KEPT_PREFIX}*.parquet") if fs.exists(directory) else []
+    return fs.list_files(directory, f"{KEPT_PREFIX}*.parquet")
 
 
 def kept_keys(paths: Sequence[str]) -> np.ndarray:
