@@ -215,7 +215,7 @@ def write_embeddings(output: str, staging: str, keys: pa.StringArray) -> tuple[i
           fs.local_target(fs.join(staging, EMBEDDINGS_FILE)) as half_path,
           scratch_rows(f"{tensor_path}.float32", (len(keys) + 1, dim)) as vectors):
         filled = fill_rows(files, vectors, keys)
-        zero_scale_rows = tuple(row for row in sorted({1, len(keys)}) if 0 < row <= len(keys) and not vectors[row].any())
+        zero_scale_rows = tuple(row for row in sorted({1, len(keys)} - {0}) if not vectors[row].any())
         save_tensor(vectors, tensor_path)
         save_float16(vectors, half_path)
     return dim, len(keys) - filled, zero_scale_rows
