@@ -249,9 +249,10 @@ def configure_logging(verbose: bool, beam_args: list[str]) -> None:
 NO_FILESYSTEM, NO_FILESYSTEM_PATH = "Unable to get filesystem from specified path", "Path specified: "
 
 
-# The packages of the clients Beam's gs:// and s3:// filesystems call: their errors (a bucket refused or missing, no
-# credentials, a network that retried past its deadline) come from the storage service, not from this project.
-STORAGE_CLIENTS = ("google.api_core.", "google.auth.", "botocore.", "boto3.")
+# The packages of the clients Beam's gs://, s3://, hdfs:// and azfs:// filesystems call: their errors (a bucket
+# refused or missing, no credentials, a network that retried past its deadline) come from the storage service, not
+# from this project.
+STORAGE_CLIENTS = ("google.api_core.", "google.auth.", "botocore.", "boto3.", "hdfs.", "azure.core.", "azure.storage.")
 
 
 def path_errors(error: BaseException) -> dict[object, BaseException]:

@@ -20,10 +20,11 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from apache_beam.io.filesystem import BeamIOError
 
 from artifacts import layout
 from artifacts.run import lock, manifest
-from pipelines.launcher.cli import build_parser, check_unknown_flags, main
+from pipelines.launcher.cli import build_parser, check_unknown_flags, main, worded
 from pipelines.launcher.runners import available_runners, check_runner
 from pipelines.launcher.stage import interrupted_in_a_step
 from pipelines.parse import STAGED_ARTICLES
@@ -174,6 +175,17 @@ def test_a_bucket_the_storage_service_refuses_is_one_line(argv, tmp_path, monkey
     assert re.fullmatch(r"error: the storage service refused or did not answer \(403 GET http://127\.0\.0\.1:\d+/"
                         r"storage/v1/b/bucket/o/run\S*: caller does not have storage\.objects\.get access\): check the "
                         r"URL, the credentials this machine uses for it and its network", lines[-1]), lines
+
+
+@pytest.mark.parametrize("module", ["hdfs.util", "azure.core.exceptions"])
+def test_an_hdfs_or_azure_client_error_is_the_storage_service_s(module, capsys):
+    """Beam's hdfs:// and azfs:// filesystems raise their clients' errors (HdfsError, HttpResponseError), inside a
+    BeamIOError's path-by-path details too: one line, as google's and boto's."""
+    client_error = type("ClientError", (Exception,), {"__module__": module})("Connection refused: namenode:50070")
+    for raised in (client_error, BeamIOError("Delete operation failed", {"hdfs://nn/run/x": client_error})):
+        assert worded(raised).message == (
+            "the storage service refused or did not answer (Connection refused: namenode:50070): check the URL, the "
+            "credentials this machine uses for it and its network")
 
 
 def test_an_s3_output_without_boto3_is_one_line(tmp_path, capsys):
