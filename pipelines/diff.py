@@ -7,11 +7,7 @@ import json
 import sys
 
 from artifacts.run.diff.keyed import Change
-from artifacts.run.diff.runs import NOT_RECORDED, PARTS, RunDiff, VectorReuse, diff_runs
-
-
-def _count(value: int | None) -> str:
-    return NOT_RECORDED if value is None else f"{value:,}"
+from artifacts.run.diff.runs import PARTS, RunDiff, VectorReuse, diff_runs
 
 
 def _change_line(label: str, change: Change | None, changed: str) -> str:
@@ -24,7 +20,7 @@ def _change_line(label: str, change: Change | None, changed: str) -> str:
 def _reuse_line(label: str, reuse: VectorReuse | None, computed: str) -> list[str]:
     if reuse is None:
         return []
-    return [f"{label}: {computed} {_count(reuse.computed)}, reused {_count(reuse.reused)}"]
+    return [f"{label}: {computed} {reuse.shown(reuse.computed)}, reused {reuse.shown(reuse.reused)}"]
 
 
 def render_text(diff: RunDiff) -> str:

@@ -428,3 +428,9 @@ def test_runs_built_from_a_dpr_corpus_are_compared_by_their_indexed_passages(tin
     assert main(["report", "--output", str(new), "--recall-queries", "5"]) == 0
     assert changes_rows(new)["passages"] == ["100", "100", "50", "50", "1 changed"]
     assert "encoded 51 · reused 49" in (new / "report" / "index.html").read_text()
+
+    shutil.rmtree(old)
+    shutil.copytree(new, old)  # another run where the one the refresh read was: its reuse of that one is not known
+    assert main(["diff", "--old", str(old), "--new", str(new)]) == 0
+    assert ("passages: encoded 51, reused n/a (refreshed from the old run's path when it held another run: its "
+            "manifest.json has changed since)") in capsys.readouterr().out.splitlines()

@@ -20,6 +20,9 @@ from artifacts.run.diff.vectors import VECTOR_BUDGET, CosineHistogram, vector_mo
 from artifacts.run.validation.files import stale_stages
 
 NOT_RECORDED = "n/a (not refreshed from the old run)"  # a reuse counter that is not NEW's reuse of OLD
+# NEW was refreshed from OLD's path when it held another run: what it reused is not known of the run there now
+CHANGED_SINCE = ("n/a (refreshed from the old run's path when it held another run: its manifest.json has changed "
+                 "since)")
 # (label, RunDiff attribute, what "changed" means for it): the rows of the diff table, in order
 PARTS = (("articles", "articles", "changed"), ("redirects", "redirects", "retargeted"),
          ("entities", "entities", ""), ("dictionary names", "names", "top candidate changed"),
@@ -32,10 +35,16 @@ class NotARunError(InputError):
 
 @dataclass(frozen=True)
 class VectorReuse:
-    """Entity vectors or passages taken from the previous run vs computed anew (None: not recorded)."""
+    """Entity vectors or passages taken from the previous run vs computed anew (None: not recorded, ``unknown``
+    says why)."""
 
     reused: int | None
     computed: int | None
+    unknown: str = NOT_RECORDED
+
+    def shown(self, value: int | None) -> str:
+        """A count of this reuse (``reused`` or ``computed``) as the diff and the report write it."""
+        return self.unknown if value is None else f"{value:,}"
 
 
 @dataclass(frozen=True)
@@ -130,21 +139,26 @@ def _reuse(record: manifest.StageRecord, old: str, reused: str, computed: str) -
     """What a refresh reused and computed; reused is None unless the stage was refreshed from ``old`` (without
     --previous its reuse counter says what a resumed run took from its killed one; from another run, what it took
     from that one)."""
-    taken = record.counters.get(reused) if refreshed_from(record, old) else None
-    return VectorReuse(taken, record.counters.get(computed))
+    unknown = not_refreshed_from(record, old)
+    return VectorReuse(None if unknown else record.counters.get(reused), record.counters.get(computed),
+                       unknown or NOT_RECORDED)
 
 
-def refreshed_from(record: manifest.StageRecord, old: str) -> bool:
-    """Whether ``record``'s stage reused the run ``old``: the manifest its --previous read is OLD's (wherever OLD is
-    now), or, where that was not recorded, its --previous is OLD's path."""
+def not_refreshed_from(record: manifest.StageRecord, old: str) -> str | None:
+    """None when ``record``'s stage reused the run ``old``: the manifest its --previous read is OLD's (wherever OLD
+    is now), or, where that was not recorded, its --previous is OLD's path; else why its reuse is not OLD's
+    (``NOT_RECORDED``, or ``CHANGED_SINCE`` when it read OLD's path when another run was there)."""
     previous = record.options.get(manifest.PREVIOUS_OPTION)
     digest = record.options.get(manifest.PREVIOUS_SHA_OPTION)
-    if not isinstance(previous, str) or not previous:
-        return False
+    if not isinstance(previous, str) or not previous or digest == manifest.GONE:  # GONE: it had no run to reuse
+        return NOT_RECORDED
+    same_path = fs.resolved(previous) == fs.resolved(old)
     if digest:
         path = manifest.manifest_path(old)
-        return fs.exists(path) and fs.sha256(path) == digest
-    return fs.resolved(previous) == fs.resolved(old)
+        if fs.exists(path) and fs.sha256(path) == digest:
+            return None
+        return CHANGED_SINCE if same_path else NOT_RECORDED
+    return None if same_path else NOT_RECORDED
 
 
 def diff_runs(old: str, new: str, vector_budget: int = VECTOR_BUDGET) -> RunDiff:

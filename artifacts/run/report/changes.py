@@ -9,7 +9,7 @@ from artifacts import fs
 from artifacts.errors import InputError
 from artifacts.run import manifest
 from artifacts.run.diff.keyed import Change
-from artifacts.run.diff.runs import NOT_RECORDED, PARTS, RunDiff, VectorReuse, diff_runs
+from artifacts.run.diff.runs import PARTS, RunDiff, VectorReuse, diff_runs
 from artifacts.run.manifest import PREVIOUS_OPTION, PREVIOUS_SHA_OPTION, StageRecord
 from artifacts.run.report.markup import esc, kv, number, table
 
@@ -62,7 +62,7 @@ def _change_row(label: str, change: Change | None, changed: str) -> str:
 def _reuse(reuse: VectorReuse | None, computed: str) -> str:
     if reuse is None:
         return '<span class="muted">not compared</span>'
-    shown = [NOT_RECORDED if value is None else number(value) for value in (reuse.computed, reuse.reused)]
+    shown = [reuse.shown(value) for value in (reuse.computed, reuse.reused)]
     return f"{computed} {esc(shown[0])} · reused {esc(shown[1])}"
 
 
