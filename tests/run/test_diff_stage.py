@@ -332,6 +332,13 @@ def test_a_run_whose_later_stages_are_stale_is_said_to_be(runs: Runs, tmp_path: 
     warnings = "".join(f'<p class="warn">{problem}</p>' for problem in stale)
     assert page.count('id="stale"') == 1 and f'<section id="stale">{warnings}</section>' in page  # one id a page
     assert page.index('id="stale"') < page.index('id="timings"')
+    old = Path(shutil.copytree(old, tmp_path / "old"))  # the shared run stays as it is
+    assert main(["report", "--output", str(old), "--previous", str(new), "--recall-queries", "5"]) == 0
+    page = (old / "report" / "index.html").read_text()
+    assert 'id="stale"' not in page  # this run is as built: only its changes since the previous run warn
+    changes = page[page.index('<section id="changes">'):]
+    assert changes[changes.index("</p>") + 4:].startswith("".join(f'<p class="warn">{new}: {problem}</p>'
+                                                                  for problem in stale))
 
 
 def test_vectors_of_another_dimension_are_not_compared(runs: Runs, tmp_path: Path,

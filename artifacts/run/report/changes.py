@@ -85,6 +85,8 @@ def changes_section(previous: str, diff: RunDiff | None, problem: str | None) ->
             f"<code>{esc(previous)}</code></p>")
     if diff is None:
         return head + f'<p class="warn">Could not compare: {esc(problem or "unknown reason")}</p></section>'
+    # the previous run's stale stages (this run's are the page's own warnings): its numbers are not what a rerun makes
+    head += "".join(f'<p class="warn">{esc(stale)}</p>' for stale in diff.stale if stale.startswith(f"{diff.old}: "))
     rows = [_change_row(label, getattr(diff, attribute), changed) for label, attribute, changed in PARTS]
     numbers = table(["", "old", "new", "added", "removed", "changed"], rows, [False, True, True, True, True, True],
                     ' id="changes-table"')
