@@ -172,6 +172,15 @@ def test_embedding_norms_match_the_target_norm(run_copy):
     assert stats.mentions_per_entity.sum() == stats.count
 
 
+def test_an_embeddings_table_without_rows_has_its_schemas_dimension(run_copy):
+    """A dump whose articles link nothing embeds no entity: the report said "dimension 0"."""
+    dim = pq.read_schema(next((run_copy / "entity_embeddings").glob("*.parquet"))).field("embedding").type.list_size
+    for path in (run_copy / "entity_embeddings").glob("*.parquet"):
+        pq.write_table(pq.read_table(path).slice(0, 0), path)
+    stats = gather.embedding_stats(str(run_copy))
+    assert (stats.count, stats.dim, stats.value_type) == (0, dim, "float") and dim > 0
+
+
 def test_flat_index_recall_is_one_on_all_vectors_and_on_a_subset(run_copy):
     page = Path(write_report(str(run_copy))).read_text(encoding="utf-8")
     assert '<span class="big">1.000</span> recall@10' in page

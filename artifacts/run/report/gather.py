@@ -109,10 +109,8 @@ def embedding_stats(output: str) -> EmbeddingStats:
     metadata = tables.file_metadata(files[0])
     norms: list[np.ndarray] = []
     mentions = np.zeros(1, dtype=np.int64)
-    dim, value_type = 0, ""
+    vector_type = tables.file_schema(files[0]).field("embedding").type  # the table's, rows or none
     for batch in tables.iter_file_batches(files, ["embedding", "mention_count"], 16384):
-        column = batch.column("embedding")
-        dim, value_type = column.type.list_size, str(column.type.value_type)
         norms.append(np.linalg.norm(faiss_shards.table_vectors(batch), axis=1).astype(np.float32))
         counts = np.bincount(batch.column("mention_count").to_numpy(zero_copy_only=False).astype(np.int64))
         if len(counts) > len(mentions):
@@ -121,6 +119,7 @@ def embedding_stats(output: str) -> EmbeddingStats:
     all_norms = np.concatenate(norms) if norms else np.zeros(0, np.float32)
     if not np.isfinite(all_norms).all():  # a stage commits no such vector: the files changed since
         raise ValueError(f"{layout.ENTITY_EMBEDDINGS}/ holds vectors that are not finite: run validate")
-    return EmbeddingStats(len(all_norms), dim, value_type, metadata, all_norms, mentions)
+    return EmbeddingStats(len(all_norms), vector_type.list_size, str(vector_type.value_type), metadata, all_norms,
+                          mentions)
 
 
