@@ -353,7 +353,8 @@ def test_a_counter_shows_its_declared_label_and_kind_and_an_undeclared_one_its_n
     assert counter_row(section, "mystery_errors") == (
         '<tr class=""><td>mystery_errors</td><td><code>mystery_errors</code></td>'
         '<td><span class="badge processed-b">processed</span></td><td class="num">3</td></tr>')
-    assert "Dropped by design: <b>7</b> · bad input (counted and dead-lettered): <b>0</b>" in section
+    assert ("Dropped by design: <b>1</b> of 1 counter above zero (each in its own unit, below) · bad input "
+            "(counted and dead-lettered): <b>0</b>") in section
 
 
 def test_the_report_command_shows_the_labels_the_stages_declare(run_copy):

@@ -45,14 +45,17 @@ def _row(counter: Counter, value: int) -> str:
 
 
 def counters_section(values: Mapping[str, int], declared: Mapping[str, Counter]) -> str:
-    """A stage's counters: what was dropped by design and what was bad input, then one row per counter."""
+    """A stage's counters: what was dropped by design (how many of its counters are above zero: they count links,
+    titles, pairs..., no sum of them means anything) and what was bad input, then one row per counter."""
     if not values:
         return '<h3>Counters</h3><p class="muted">none recorded</p>'
     counters = sorted((describe(name, declared) for name in values),
                       key=lambda counter: (_KIND_ORDER[counter.kind], counter.name))
-    dropped = sum(values[counter.name] for counter in counters if counter.kind == DROPPED)
+    dropped = [values[counter.name] for counter in counters if counter.kind == DROPPED]
     errors = sum(values[counter.name] for counter in counters if is_bad_input(counter))
-    summary = (f'<p class="{"alert" if errors else "note"}">Dropped by design: <b>{number(dropped)}</b> · '
+    above_zero = sum(1 for value in dropped if value)
+    summary = (f'<p class="{"alert" if errors else "note"}">Dropped by design: <b>{above_zero}</b> of '
+               f"{len(dropped)} counter{'s' if len(dropped) != 1 else ''} above zero (each in its own unit, below) · "
                f"bad input (counted and dead-lettered): <b>{esc(bad_input_summary(values, declared))}</b></p>")
     rows = [_row(counter, values[counter.name]) for counter in counters]
     return "<h3>Counters</h3>" + summary + table(["what", "counter", "kind", "count"], rows,
