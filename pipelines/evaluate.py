@@ -3,19 +3,22 @@
 A question counts as answered within k when one of its first k passages contains an answer: the passage text
 and the answer are NFD-normalized, split into tokens (runs of letters, digits and marks, or single other
 non-space characters), lower-cased, and the answer's tokens must appear as a contiguous run in the passage's
-(DPR's ``has_answer`` with its SimpleTokenizer, "string" match; the title is not searched, as in DPR).
+(DPR's ``has_answer`` with its SimpleTokenizer, "string" match; the title is not searched, as in DPR). With
+``--match regex`` (CuratedTREC's answers are patterns) an answer is a regular expression, NFD-normalized, searched
+in the NFD-normalized passage uncased (DPR's "regex" match).
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import codecs
 import csv
 import json
 import os
 import sys
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import regex
@@ -26,7 +29,8 @@ from artifacts.names import has_lone_surrogate, shows_nothing
 from pipelines.launcher.flags import DEFAULT_KS
 from pipelines.search import Retriever
 
-_TOKEN = regex.compile(r"[\p{L}\p{N}\p{M}]+|[^\p{Z}\p{C}]", flags=regex.IGNORECASE | regex.UNICODE | regex.MULTILINE)
+_FLAGS = regex.IGNORECASE | regex.UNICODE | regex.MULTILINE  # DPR's, for its tokens and its answer patterns
+_TOKEN = regex.compile(r"[\p{L}\p{N}\p{M}]+|[^\p{Z}\p{C}]", flags=_FLAGS)
 
 
 TSV_FORM = "question<TAB>['answer', ...] per line"
@@ -70,21 +74,44 @@ def has_answer(answers: Sequence[str], text: str) -> bool:
     return False
 
 
-def checked_question(question: object, answers: object) -> Question | None:
+def answer_pattern(answer: str) -> regex.Pattern | None:
+    """An answer of ``--match regex`` as DPR compiles it; None when it is no regular expression (DPR's matches
+    nothing)."""
+    try:
+        return regex.compile(unicodedata.normalize("NFD", answer), flags=_FLAGS)
+    except (regex.error, RecursionError, MemoryError):
+        return None
+
+
+def answer_matcher(answers: Sequence[str], match: str) -> Callable[[str], bool]:
+    """Whether a passage's text holds one of ``answers``, by DPR's ``match`` type (the patterns compiled once)."""
+    if match == "string":
+        return lambda text: has_answer(answers, text)
+    patterns = [pattern for pattern in map(answer_pattern, answers) if pattern is not None]
+    return lambda text: any(pattern.search(unicodedata.normalize("NFD", text)) for pattern in patterns)
+
+
+def answerable(answer: str, match: str) -> bool:
+    """Whether ``answer`` can match a passage: it holds a word (``has_answer`` matches no empty answer), or with
+    ``--match regex`` it is a regular expression."""
+    return bool(answer_tokens(answer)) if match == "string" else answer_pattern(answer) is not None
+
+
+def checked_question(question: object, answers: object, match: str = "string") -> Question | None:
     """A question with its answers; None unless the question is text that shows something and that a tokenizer
     can take (no lone surrogate, as a JSON "\\ud800" escape or a qas file's answer literal can hold) and the
-    answers a list of strings of which one at least has a word (``has_answer`` matches no empty answer: a question
-    with only such answers could never be answered)."""
+    answers a list of strings of which one at least can match (``answerable``: a question with none could never be
+    answered)."""
     if not isinstance(question, str) or shows_nothing(question) or has_lone_surrogate(question):
         return None
     if not isinstance(answers, list) or not all(isinstance(answer, str) for answer in answers):
         return None
-    if not any(answer_tokens(answer) for answer in answers):
+    if not any(answerable(answer, match) for answer in answers):
         return None
     return Question(question, tuple(answers))
 
 
-def parse_qas_row(fields: list[str]) -> Question | None:
+def parse_qas_row(fields: list[str], match: str = "string") -> Question | None:
     """One row of a DPR qas file: question<TAB>['answer', ...] (a Python list literal)."""
     if len(fields) != 2:
         return None
@@ -92,22 +119,22 @@ def parse_qas_row(fields: list[str]) -> Question | None:
         answers = ast.literal_eval(fields[1])
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         return None
-    return checked_question(fields[0], answers)
+    return checked_question(fields[0], answers, match)
 
 
-def parse_entity_question(item: object) -> Question | None:
+def parse_entity_question(item: object, match: str = "string") -> Question | None:
     """One EntityQuestions item: {"question": str, "answers": [str, ...]}."""
-    return checked_question(item.get("question"), item.get("answers")) if isinstance(item, dict) else None
+    return checked_question(item.get("question"), item.get("answers"), match) if isinstance(item, dict) else None
 
 
-def parse_qas_line(line: bytes) -> Question | None:
+def parse_qas_line(line: bytes, match: str = "string") -> Question | None:
     """A question of one line of a qas file; None when the line is no UTF-8 or no question. A quote that does not
     close ends with its line: it cannot take the lines after it (each is a question of its own)."""
     try:
         fields = next(csv.reader([line.removesuffix(b"\r").decode("utf-8")], delimiter="\t", strict=True), [])
     except (UnicodeDecodeError, csv.Error):
         return None
-    return parse_qas_row(fields)
+    return parse_qas_row(fields, match)
 
 
 def question_suffix(directory: str) -> str:
@@ -118,8 +145,9 @@ def question_suffix(directory: str) -> str:
     return max(counts, key=counts.__getitem__)  # .tsv on a tie
 
 
-def read_questions(path: str) -> QuestionFile:
-    """A DPR qas file (TSV) or an EntityQuestions JSON file (a list, by the .json extension)."""
+def read_questions(path: str, match: str = "string") -> QuestionFile:
+    """A DPR qas file (TSV) or an EntityQuestions JSON file (a list, by the .json extension); a question none of
+    whose answers can match by ``match`` is malformed."""
     if not fs.exists(path):
         raise InputError(f"question file {path} not found")
     if fs.is_directory(path):
@@ -127,20 +155,23 @@ def read_questions(path: str) -> QuestionFile:
                          f"{path}/*{question_suffix(path)})")
     with fs.open_input(path) as handle:  # a file that cannot be read: one line
         raw = handle.read()
+    raw = raw.removeprefix(codecs.BOM_UTF8)  # a byte order mark first is no error (Windows editors)
     if not raw.strip():
         raise InputError(f"question file {path} is empty")
     if path.endswith(".json"):
         try:
-            items = json.loads(raw.decode("utf-8-sig"))  # a byte order mark first is no error (Windows editors)
+            items = json.loads(raw.decode("utf-8"))
         except ValueError as error:  # UnicodeDecodeError included
             raise InputError(f"{path} is not JSON: {error}") from error
+        except RecursionError as error:
+            raise InputError(f"{path}: its JSON is nested too deeply to read (expected {JSON_FORM})") from error
         if not isinstance(items, list):
             raise InputError(f"{path}: expected a JSON list of {{question, answers}} objects")
-        parsed = [parse_entity_question(item) for item in items]
+        parsed = [parse_entity_question(item, match) for item in items]
     else:
         # only "\n" ends a line (str.splitlines would also split inside questions at \x85 or \u2028); a blank line
         # holds nothing to count
-        parsed = [parse_qas_line(line) for line in raw.split(b"\n") if line.strip()]
+        parsed = [parse_qas_line(line, match) for line in raw.split(b"\n") if line.strip()]
     questions = [question for question in parsed if question is not None]
     if not questions:
         raise InputError(no_question_message(path, len(parsed)))
@@ -156,11 +187,14 @@ def no_question_message(path: str, records: int) -> str:
     return f"question file {path}: no question in its {records} {unit}{plural} (expected {expected})"
 
 
-def first_hit_ranks(answer_lists: Sequence[Sequence[str]], retrieved: Sequence[Sequence[str]]) -> list[int | None]:
-    """Per question, the 1-based rank of the first retrieved text containing an answer (None: no hit)."""
+def first_hit_ranks(answer_lists: Sequence[Sequence[str]], retrieved: Sequence[Sequence[str]],
+                    match: str = "string") -> list[int | None]:
+    """Per question, the 1-based rank of the first retrieved text containing an answer by DPR's ``match`` type
+    (None: no hit)."""
     ranks: list[int | None] = []
     for answers, texts in zip(answer_lists, retrieved, strict=True):
-        ranks.append(next((rank for rank, text in enumerate(texts, 1) if has_answer(answers, text)), None))
+        holds_answer = answer_matcher(answers, match)
+        ranks.append(next((rank for rank, text in enumerate(texts, 1) if holds_answer(text)), None))
     return ranks
 
 
@@ -198,7 +232,7 @@ def format_table(rows: list[dict], ks: Sequence[int]) -> str:
 
 
 def evaluate_file(retriever: Retriever, questions: QuestionFile, ks: Sequence[int], batch_size: int,
-                  chunk: int = 2048) -> dict:
+                  match: str = "string", chunk: int = 2048) -> dict:
     """Search in chunks of questions (bounded memory for the retrieved texts) and score them."""
     ranks: list[int | None] = []
     depth = max(ks)
@@ -207,7 +241,7 @@ def evaluate_file(retriever: Retriever, questions: QuestionFile, ks: Sequence[in
         _, ids = retriever.search_ids([question.question for question in part], depth, batch_size)
         texts = retriever.texts(ids)
         retrieved = [[texts[int(passage_id)][1] for passage_id in row if passage_id >= 0] for row in ids]
-        ranks.extend(first_hit_ranks([question.answers for question in part], retrieved))
+        ranks.extend(first_hit_ranks([question.answers for question in part], retrieved, match))
     return {"file": os.path.basename(questions.path), "path": questions.path, "questions": len(ranks),
             "bad_lines": questions.bad_lines, "accuracy": top_k_accuracy(ranks, ks)}
 
@@ -239,17 +273,17 @@ class EvaluateCommand:
         ks = sorted(set(args.ks or DEFAULT_KS))
         if args.report:
             check_report_target(args.report, args.output, args.questions)
-        files = [read_questions(path) for path in args.questions]
+        files = [read_questions(path, args.match) for path in args.questions]
         retriever = Retriever(args.output, args.device, args.dtype, args.query_encoder, args.nprobe, args.ef_search,
                               args.verify)
-        rows = [evaluate_file(retriever, questions, ks, args.batch_size) for questions in files]
+        rows = [evaluate_file(retriever, questions, ks, args.batch_size, args.match) for questions in files]
         retriever.check_unchanged()
         print(format_table(rows, ks))
         for row in rows:
             if row["bad_lines"]:
                 print(f"{row['file']}: {row['bad_lines']} malformed question(s) skipped", file=sys.stderr)
         if args.report:
-            fs.write_json_atomic(args.report, {"k": ks, "files": rows})
+            fs.write_json_atomic(args.report, {"k": ks, "match": args.match, "files": rows})
         return 0
 
 

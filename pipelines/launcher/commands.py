@@ -239,6 +239,9 @@ def _questions(group: argparse._ArgumentGroup) -> None:
                        f"{' '.join(map(str, DEFAULT_KS))})")
     group.add_argument("--report", metavar="FILE", type=path_or_url,
                        help="also write the results as JSON to this file (replaced whole; never a directory)")
+    group.add_argument("--match", choices=("string", "regex"), default="string",
+                       help="DPR's answer matching: string (the answer's words in a row, uncased: NQ, TriviaQA, "
+                       "WebQuestions, EntityQuestions) or regex (each answer a regular expression: CuratedTREC)")
 
 
 def _validate(group: argparse._ArgumentGroup) -> None:

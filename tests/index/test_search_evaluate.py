@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import pytest
 
 from artifacts.errors import InputError
 from pipelines.evaluate import (
+    answer_matcher,
     answer_tokens,
     first_hit_ranks,
     format_table,
@@ -47,6 +50,21 @@ def test_has_answer_follows_dprs_token_rule():
     assert not has_answer(["", "  "], text)  # empty answers match nothing
     # each token is lowered alone: "ΟΔΟΣ" ends in a final sigma, though the text lowered as a whole would not
     assert has_answer(["οδος"], "Η ΟΔΟΣ'Α") and has_answer(["ΟΔΟΣ"], "Η ΟΔΟΣ'Α")
+
+
+def test_regex_answers_are_dprs_regex_match():
+    """CuratedTREC's answers are patterns: searched uncased in the NFD-normalized passage, the pattern normalized
+    too; one that is no regular expression matches nothing, and a question with only such answers is malformed."""
+    text = "In 1637 Rene\u0301 DESCARTES published; sales reached $1.5 billion"
+    assert answer_matcher(["Ren(e|é) Descartes"], "regex")(text)
+    assert not answer_matcher(["Ren(e|é) Descartes"], "string")(text)
+    assert answer_matcher(["René Descartes"], "regex")(text)  # composed in the pattern, decomposed in the text
+    assert answer_matcher(["(unclosed", r"\$?1[.,]5 billion"], "regex")(text)
+    assert not answer_matcher(["(unclosed", "1637 Paris"], "regex")(text)
+    assert answer_matcher(["sales"], "string")(text) and not answer_matcher(["sale$"], "regex")(text)
+    assert parse_qas_row(["who?", "['(unclosed']"], "regex") is None
+    assert parse_qas_row(["who?", "['(unclosed']"]).answers == ("(unclosed",)  # a word, as a string answer
+    assert parse_qas_row(["who?", "['(unclosed', 'Ren(e|é)']"], "regex").answers == ("(unclosed", "Ren(e|é)")
 
 
 def test_question_rows_of_both_formats():
@@ -95,6 +113,11 @@ def test_ranks_accuracy_and_table():
         "nq/dev/q.tsv", "tq/dev/q.tsv", "data/p.tsv", "p.tsv"]
 
 
+def as_pattern(answer: str) -> str:
+    """A string answer as a CuratedTREC-style pattern that finds what it finds: its words, any spaces between."""
+    return r"\b" + r"\s*".join(map(re.escape, answer.split())) + r"\b"
+
+
 def test_evaluate_answers_the_5_nq_dev_questions_on_the_751_real_passages(minilm_index, tmp_path, capsys):
     """The done-when check: MiniLM (mean pooling, cosine), Flat index in 3 shards, DPR's has-answer rule."""
     report = tmp_path / "report.json"
@@ -105,6 +128,15 @@ def test_evaluate_answers_the_5_nq_dev_questions_on_the_751_real_passages(minilm
         "nq_dev_5q_from_haystack.qa.tsv          5    60.00   100.00    100.00"]
     # the report's accuracy a fraction, as DPR's scripts give it (the table is in percent, and says so)
     assert json.loads(report.read_text())["files"][0]["accuracy"] == {"1": 0.6, "5": 1.0, "20": 1.0}
+    # CuratedTREC's way: the answers as patterns, the rest as it was
+    patterns = tmp_path / "trec.qa.tsv"
+    rows = [line.split("\t") for line in NQ_5.read_text().splitlines()]
+    patterns.write_text("".join(f"{question}\t{[as_pattern(answer) for answer in ast.literal_eval(answers)]}\n"
+                                for question, answers in rows))
+    assert main(["evaluate", "--output", str(minilm_index), "--questions", str(patterns), "-k", "1", "5", "20",
+                 "--match", "regex", "--report", str(report)]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split()[1:] == ["5", "60.00", "100.00", "100.00"]
+    assert json.loads(report.read_text())["match"] == "regex"
 
 
 @pytest.mark.parametrize("target", ["sample", "."])
@@ -159,6 +191,16 @@ def test_an_entity_questions_file_may_start_with_a_byte_order_mark(tmp_path):
     parsed = read_questions(str(path))
     assert ([(question.question, question.answers) for question in parsed.questions], parsed.bad_lines) == (
         [("Which country is Lyon in?", ("France",))], 0)
+
+
+def test_a_qas_file_may_start_with_a_byte_order_mark_and_json_nested_too_deeply_is_one_line(tmp_path):
+    path = tmp_path / "nq.qa.tsv"
+    path.write_bytes(b"\xef\xbb\xbfwho sings?\t['Reba']\n")
+    assert [question.question for question in read_questions(str(path)).questions] == ["who sings?"]
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(InputError, match=r"^KPR-INPUT-ERROR: .*deep\.json: its JSON is nested too deeply to read"):
+        read_questions(str(deep))
 
 
 def test_a_report_file_is_replaced(minilm_index, tmp_path):
