@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from apache_beam.io.filesystem import CompressionTypes, FileMetadata, FileSystem
+from apache_beam.io.filesystem import CompressedFile, CompressionTypes, FileMetadata, FileSystem
 from apache_beam.io.filesystemio import Downloader, DownloaderStream
 from apache_beam.io.localfilesystem import LocalFileSystem
 
 MIRROR = "mirror://"
+UPLOAD_SUFFIX = ".mirror-upload"  # a file being written, beside where it appears when closed (never listed)
 
 
 def mirrored(path: Path | str) -> str:
@@ -85,12 +86,26 @@ class MirrorDownloader(Downloader):
         return data
 
 
+class Upload(io.FileIO):
+    """A file written as an object is uploaded: beside its place until it is closed, then there whole (a reader
+    never finds part of it, as on GCS and S3)."""
+
+    def __init__(self, path: str) -> None:
+        self._target = path
+        super().__init__(path + UPLOAD_SUFFIX, "wb")
+
+    def close(self) -> None:
+        if not self.closed:
+            super().close()
+            os.replace(self._target + UPLOAD_SUFFIX, self._target)
+
+
 class MirrorFileSystem(LocalFileSystem):
     """The ``mirror://`` scheme: the local disk under URLs, so remote-path code runs without a cloud. A file is
     read as Beam reads an S3 object (a 16 MB buffer over ranged requests), each request recorded in ``log`` (in this
     process; ``log.clear()`` first). There are no directories, as Beam's GCS and S3 filesystems have none: only a
     file exists, a "directory" is a prefix that lists its files, and a delete removes the file named, or every file
-    under a path that ends with ``/``."""
+    under a path that ends with ``/``; a file written appears when it is closed."""
 
     log: ClassVar[RequestLog] = RequestLog()
 
@@ -115,7 +130,7 @@ class MirrorFileSystem(LocalFileSystem):
         prefix = _local(dir_or_prefix)
         for directory, _, names in os.walk(prefix if prefix.endswith("/") else os.path.dirname(prefix)):
             for name in names:
-                if (path := os.path.join(directory, name)).startswith(prefix):
+                if (path := os.path.join(directory, name)).startswith(prefix) and not name.endswith(UPLOAD_SUFFIX):
                     yield self.metadata(mirrored(path))
 
     def metadata(self, path: str) -> FileMetadata:
@@ -150,8 +165,13 @@ class MirrorFileSystem(LocalFileSystem):
             elif os.path.isfile(path):
                 os.remove(path)
 
-    def create(self, path: str, *args, **kwargs):
-        return super().create(_local(path), *args, **kwargs)
+    def create(self, path: str, mime_type: str = "application/octet-stream",
+               compression_type: str = CompressionTypes.AUTO):
+        os.makedirs(os.path.dirname(_local(path)), exist_ok=True)
+        upload = Upload(_local(path))
+        if (compression := FileSystem._get_compression_type(path, compression_type)) != CompressionTypes.UNCOMPRESSED:
+            return CompressedFile(upload, compression_type=compression)
+        return upload
 
     def open(self, path: str, mime_type: str = "application/octet-stream",
              compression_type: str = CompressionTypes.AUTO):
