@@ -7,7 +7,7 @@ import pytest
 from tests.conftest import BUNDLED_SAMPLE, WIKIPEDIA
 from transforms.parse import wikitext as wikitext_module
 from transforms.parse.dump_reader import RawPage, iter_pages, read_siteinfo
-from transforms.parse.namespaces import Namespaces
+from transforms.parse.namespaces import Namespaces, unlisted_aliases
 from transforms.parse.titles import decode_target, normalize_title
 from transforms.parse.wikitext import (
     WikitextError,
@@ -148,6 +148,10 @@ def test_redirect_target_from_text():
     assert redirect_target_from_text("#RINVIA [[Pagina]]") == "Pagina"
     assert redirect_target_from_text("Some text #REDIRECT [[X]]") is None
     assert redirect_target_from_text("#REDIRECT [[Guns N&#39; Roses#History]]") == "Guns N' Roses"
+    # the short and the Turkish magic words too (MessagesRu.php, MessagesTr.php), in any case
+    assert redirect_target_from_text("#перенапр [[Санкт-Петербург]]") == "Санкт-Петербург"
+    assert redirect_target_from_text("#YÖNLENDİR [[İstanbul]]") == "İstanbul"
+    assert redirect_target_from_text("#yönlendirme [[istanbul]]") == "istanbul"  # cased as a title later
 
 
 def test_absurd_nesting_is_a_wikitext_error():
@@ -351,6 +355,9 @@ def test_a_ref_or_template_after_a_link_stops_its_trail_a_comment_does_not():
 
 def test_behaviour_switches_and_noinclude_show_as_on_the_page():
     assert both_paths("Fine __NOTOC__\n[[Foo]] x __NOEDITSECTION__") == ("Fine\nFoo x", [("Foo", "Foo")])
+    # any case, and the local names of __NOTOC__
+    assert both_paths("Москва.__БЕЗ_ОГЛАВЛЕНИЯ__ __notoc__ Berlin. __KEIN_INHALTSVERZEICHNIS__ __AUCUNSOMMAIRE__ "
+                      "__İÇİNDEKİLERYOK__ __init__") == ("Москва. Berlin. __init__", [])
     assert both_paths("Intro.<noinclude>\nSee [[Foo]].</noinclude><includeonly>[[Bar]]</includeonly>") == (
         "Intro.\nSee Foo.", [("Foo", "Foo")])
 
@@ -490,6 +497,23 @@ def test_link_trails_take_the_letters_of_the_wikis_language():
     assert both_paths("[[papa|pap]]à e [[Cat]]s{{x}}ù", italian) == (
         "papà e Catsù", [("papà", "Papa"), ("Cats", "Cat")])
     assert both_paths("[[papa|pap]]à e [[Cat]]s{{x}}ù") == ("papà e Catsù", [("pap", "Papa"), ("Cats", "Cat")])
+
+
+def test_a_media_link_shows_its_text_without_an_entity_link():
+    """[[Media:...]] links to the file itself, in the text (Help:Links): its label shows, or its title."""
+    assert both_paths("Hear the [[Media:Anthem.ogg|anthem]] or [[Media:Anthem.ogg]] of [[Foo]].") == (
+        "Hear the anthem or Media:Anthem.ogg of Foo.", [("Foo", "Foo")])
+
+
+def test_chinese_and_japanese_names_of_file_and_category_are_theirs():
+    """Aliases the wikis accept that no <siteinfo> lists: [[文件:X.jpg|thumb|...]] is an image, [[分类:X]] a
+    category, [[カテゴリ:X]] too on the Japanese Wikipedia; none is text or a link."""
+    chinese, japanese = ENGLISH.with_language("zh"), ENGLISH.with_language("ja")
+    chinese = chinese.with_names(unlisted_aliases("zh"))
+    japanese = japanese.with_names(unlisted_aliases("ja"))
+    assert both_paths("北京[[文件:Old.jpg|thumb|旧照]][[图像:A.jpg|thumb|B]]是[[首都]]。[[分类:首都]][[媒体:A.ogg|听]]",
+                      chinese) == ("北京是首都。听", [("首都", "首都")])
+    assert both_paths("東京は[[首都]]。[[カテゴリ:首都]]", japanese) == ("東京は首都。", [("首都", "首都")])
 
 
 def test_link_trails_of_cyrillic_and_chinese_wikis():

@@ -23,11 +23,15 @@ _ENGLISH_DEFAULTS = {
 }
 
 # Aliases that wikis accept but <siteinfo> does not list (it lists no aliases), by language code: old local names
-# of the File namespace, and English Wikipedia's WP: and WT: (``[[WP:NPOV]]``).
+# of the File namespace, the Chinese names of File, Category and Media (MessagesZh_hans.php, MessagesZh_hant.php),
+# Japanese Wikipedia's カテゴリ, and English Wikipedia's WP: and WT: (``[[WP:NPOV]]``).
 _UNLISTED_ALIASES: dict[str, dict[str, int]] = {
     "en": {"WP": 4, "WT": 5}, "it": {"Immagine": FILE}, "de": {"Bild": FILE}, "fr": {"Image": FILE},
     "es": {"Imagen": FILE}, "pt": {"Imagem": FILE, "Arquivo": FILE}, "nl": {"Afbeelding": FILE},
-    "pl": {"Grafika": FILE}, "ru": {"Изображение": FILE}, "sv": {"Bild": FILE}, "ja": {"画像": FILE},
+    "pl": {"Grafika": FILE}, "ru": {"Изображение": FILE}, "sv": {"Bild": FILE}, "tr": {"Resim": FILE},
+    "ja": {"画像": FILE, "カテゴリ": CATEGORY},
+    "zh": {"文件": FILE, "档案": FILE, "檔案": FILE, "图像": FILE, "圖像": FILE, "图片": FILE, "分类": CATEGORY,
+           "分類": CATEGORY, "媒体": MEDIA},
 }
 
 

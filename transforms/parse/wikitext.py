@@ -67,17 +67,20 @@ _INDENTED_TABLE = re.compile(r"^:+[ \t]*(?=\{\|)", re.MULTILINE)
 _LANGUAGE_CODE = re.compile(r"^[a-z]{2,3}(-[a-z0-9]{1,8})*$")  # also be-x-old, zh-min-nan, roa-tara
 _REDIRECT = re.compile(
     r"^\s*#\s*(?:redirect|rinvia|rimando|weiterleitung|redirection|redirección|redireccion|doorverwijzing|"
-    r"перенаправление|patrz|przekieruj|重定向|転送|リダイレクト)\s*:?\s*\[\[([^\]|]*)",
+    r"перенаправление|перенапр|yönlendirme|yönlendir|patrz|przekieruj|重定向|転送|リダイレクト)\s*:?\s*\[\[([^\]|]*)",
     re.IGNORECASE,
 )
 _NO_PAGE_CHARACTER = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")  # XML's non-characters
 _NOT_IN_TITLES = re.compile(r"[<>\[\]{}|\x00-\x1f\x7f]")  # MediaWiki's characters a title may not hold
 TITLE_MAX_BYTES = 255  # MediaWiki's longest title (in the article namespace), in UTF-8 bytes
-# Behaviour switches (``__NOTOC__``): MediaWiki removes them from the page's text.
+# Behaviour switches (``__NOTOC__``, ``__notoc__``): MediaWiki removes them from the page's text; also the local
+# names of __NOTOC__ on the Russian, German, French and Turkish wikis (Messages*.php).
 _BEHAVIOUR_SWITCH = re.compile(
     r"__(?:NOTOC|FORCETOC|TOC|NOEDITSECTION|NEWSECTIONLINK|NONEWSECTIONLINK|NOGALLERY|HIDDENCAT|"
     r"EXPECTUNUSEDCATEGORY|NOCONTENTCONVERT|NOCC|NOTITLECONVERT|NOTC|INDEX|NOINDEX|STATICREDIRECT|DISAMBIG|"
-    r"NOGLOBAL|EXPECTUNUSEDTEMPLATE|ARCHIVEDTALK|NOTALK)__")
+    r"NOGLOBAL|EXPECTUNUSEDTEMPLATE|ARCHIVEDTALK|NOTALK|"
+    r"БЕЗ_ОГЛАВЛЕНИЯ|БЕЗ_ОГЛ|KEIN_INHALTSVERZEICHNIS|KEININHALTSVERZEICHNIS|AUCUNSOMMAIRE|AUCUNETDM|"
+    r"İÇİNDEKİLERYOK)__", re.IGNORECASE)
 _MAX_DEPTH = 60
 # The parser's time grows with the square of the markup left open (~1 s at 4,000 braces of unclosed "{{x|"; 20,000
 # took minutes): a page with more unclosed braces and brackets than this is no article, it is damage.
@@ -190,8 +193,10 @@ def classify_link(title: str, namespaces: Namespaces, options: WikitextOptions) 
         if namespace is None and namespaces.points_here(prefix):
             # [[:en:God|Godt]] on enwiki is a plain link to God: classify the rest as if colon-escaped
             return classify_link(":" + rest, namespaces, options)
-        if namespace in (FILE, CATEGORY, MEDIA):
+        if namespace in (FILE, CATEGORY):
             return _LinkRole(drop=not leading_colon, target=None)
+        if namespace == MEDIA:  # a link to the file itself, shown in the text: its label, else its title
+            return _LinkRole(drop=False, target=None)
         if namespace is not None and namespace != 0:
             return _LinkRole(drop=False, target=None)
         if namespace is None and is_interwiki(prefix):
