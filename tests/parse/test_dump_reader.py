@@ -450,3 +450,45 @@ def test_pages_split_across_read_chunks_and_a_cut_short_file(tmp_path):
     with pytest.raises(InputError, match=r"cut\.xml: truncated dump after \d+ pages were read \(the last 'P\d+'\): "
                                          r"the file ends inside a <page>"):
         list(iter_pages(str(cut), read_siteinfo(str(EDGE / "article-pear-0.10.xml"))))
+
+
+def small_page(page_id: int) -> bytes:
+    return (f"<page><title>Page {page_id}</title><ns>0</ns><id>{page_id}</id><revision><id>{page_id + 100}</id>"
+            f"<text>text {page_id}</text></revision></page>\n").encode()
+
+
+SITEINFO_HEAD = b"<mediawiki><siteinfo><dbname>enwiki</dbname></siteinfo>\n"
+
+
+def test_a_page_whose_start_tag_is_damaged_is_a_problem_not_dropped(tmp_path):
+    """A piece that ends with </page> but starts no page (<pgae>) is one malformed page, counted: it was passed over
+    without a word in a whole-file read (a multistream read refused the stream)."""
+    path = tmp_path / "dump.xml"
+    path.write_bytes(SITEINFO_HEAD + small_page(1) + small_page(2).replace(b"<page>", b"<pgae>") + small_page(3)
+                     + b"</mediawiki>")
+    items = list(iter_pages(str(path)))
+    assert [(type(item).__name__, item.page_id) for item in items] == [
+        ("RawPage", 1), ("PageProblem", 2), ("RawPage", 3)]
+    assert items[1].reason.startswith("malformed page XML")
+
+
+def test_multistream_pages_the_index_does_not_reach_are_refused(tmp_path):
+    """Pages in stream 0 (beside the <siteinfo>) and half a page after a stream's last </page> were passed over
+    without a word; an index offset or id in other digits than 0-9 was a traceback."""
+    dump, index = tmp_path / "x-multistream.xml.bz2", tmp_path / "x-multistream-index.txt.bz2"
+    write_multistream(dump, index, SITEINFO_HEAD + small_page(1), [small_page(2), small_page(3)], [(2,), (3,)],
+                      b"</mediawiki>")
+    with pytest.raises(InputError, match=r"x-multistream\.xml\.bz2: its first stream holds pages, which .* does not "
+                                         r"list"):
+        read_stream_ranges(str(dump), str(index))
+    starts = write_multistream(dump, index, SITEINFO_HEAD, [small_page(2), small_page(3) + small_page(4)[:40]],
+                               [(2,), (3,)], b"</mediawiki>")
+    siteinfo = read_siteinfo(str(dump))
+    ranges = read_stream_ranges(str(dump), str(index))
+    assert [page.page_id for page in iter_stream_pages(ranges[0], siteinfo)] == [2]
+    with pytest.raises(InputError, match=rf"at byte {starts[1]}: the stream ends with 40 bytes that are no whole "
+                                         r"page \(b'<page><title>Page 4"):
+        list(iter_stream_pages(ranges[1], siteinfo))
+    index.write_bytes(bz2.compress(f"{starts[0]}:2:t\n{starts[1]}:\u00b3:t\n".encode()))
+    with pytest.raises(InputError, match=r"line 2 is not 'offset:page_id:title'"):
+        read_stream_ranges(str(dump), str(index))

@@ -29,6 +29,8 @@ _PAGE_START = re.compile(rb"<page[\s>]")
 _FRAGMENT_ID = re.compile(rb"<id>\s*(\d+)\s*</id>")
 _FRAGMENT_TITLE = re.compile(rb"<title>([^<]*)</title>")
 _DOCUMENT_END = re.compile(rb"</mediawiki\s*>|<mediawiki\b[^>]*/>")  # a closed or an empty export
+# what comes before the first page: the export's start tag and its <siteinfo> (an XML declaration before them)
+_DOCUMENT_HEAD = re.compile(rb"\A.*?</siteinfo\s*>|\A.*?<mediawiki\b[^>]*>", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -254,14 +256,31 @@ def where_it_breaks(pages: int, title: str | None) -> str:
 def page_fragments(xml: bytes) -> list[bytes]:
     """The ``<page>...</page>`` pieces of XML that ends with a ``</page>`` (a multistream stream holds whole pages
     only). A page whose ``</page>`` is missing is a piece of its own, up to the next ``<page>`` (malformed: a
-    PageProblem), so that the next page is read as it is."""
+    PageProblem), so that the next page is read as it is; so is what ends with a ``</page>`` but starts no page
+    (``<pgae>``: its start tag damaged), and nothing is passed over but space and the export's head."""
     fragments = []
-    for piece in xml.split(_PAGE_END)[:-1]:
+    for number, piece in enumerate(xml.split(_PAGE_END)[:-1]):
         starts = [found.start() for found in _PAGE_START.finditer(piece)]
+        before = piece[:starts[0]] if starts else piece
+        if number == 0:
+            before = _DOCUMENT_HEAD.sub(b"", before, count=1)
+        if before.strip():
+            fragments.append(before.strip() + (b"" if starts else _PAGE_END))
         fragments.extend(piece[start:end] for start, end in itertools.pairwise(starts))
         if starts:
             fragments.append(piece[starts[-1]:] + _PAGE_END)
     return fragments
+
+
+def holds_page_start(xml: bytes) -> bool:
+    return _PAGE_START.search(xml) is not None
+
+
+def text_after_pages(xml: bytes) -> bytes:
+    """What ``page_fragments`` does not read of ``xml``: what follows its last ``</page>`` (all of it without one),
+    less the export's end tag and space (a whole stream of a multistream dump leaves nothing)."""
+    end = xml.rfind(_PAGE_END)
+    return _DOCUMENT_END.sub(b"", xml[end + len(_PAGE_END):] if end >= 0 else xml).strip()
 
 
 def page_from_fragment(fragment: bytes, siteinfo: SiteInfo, source: str, ordinal: int = 0) -> RawPage | PageProblem:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bz2
 import io
+import re
 from array import array
 from collections import Counter
 from collections.abc import Iterator
@@ -22,12 +23,15 @@ from transforms.parse.dump_reader import (
     PageProblem,
     RawPage,
     SiteInfo,
+    holds_page_start,
     page_fragments,
     page_from_fragment,
+    text_after_pages,
 )
 
 # The last stream (~100 pages, then the closing </mediawiki> stream) is a few MB; more means a partial index.
 _LAST_RANGE_LIMIT = 64 << 20
+_DIGITS = re.compile("[0-9]+")  # an index's offsets and ids (str.isdigit also takes "²" and "６")
 
 
 @dataclass(frozen=True)
@@ -53,15 +57,26 @@ def find_multistream_index(dump_path: str) -> str | None:
     return candidate if FileSystems.exists(candidate) else None
 
 
-def first_stream(path: str, limit: int) -> tuple[int, bytes] | None:
-    """Where a bz2 file's first stream ends (a multistream dump's stream 0: the few-KB <siteinfo>) and the bytes
-    read after it; None when it does not end within the first ``limit`` bytes. Reads at most ``limit`` bytes."""
-    decompressor, read = bz2.BZ2Decompressor(), 0
+@dataclass(frozen=True)
+class FirstStream:
+    """A bz2 file's first stream (a multistream dump's stream 0: the few-KB <siteinfo>)."""
+
+    end: int  # the byte where it ends
+    after: bytes  # the bytes read after it
+    holds_page: bool  # its XML holds a <page> (a multistream dump's holds none)
+
+
+def first_stream(path: str, limit: int) -> FirstStream | None:
+    """A bz2 file's first stream; None when it does not end within the first ``limit`` bytes. Reads at most
+    ``limit`` bytes."""
+    decompressor, read, xml = bz2.BZ2Decompressor(), 0, bytearray()
     with fs.open_input(path) as raw:
         while not decompressor.eof and read < limit and (chunk := raw.read(64 * 1024)):
             read += len(chunk)
-            decompressor.decompress(chunk)
-    return (read - len(decompressor.unused_data), decompressor.unused_data) if decompressor.eof else None
+            xml += decompressor.decompress(chunk)
+    if not decompressor.eof:
+        return None
+    return FirstStream(read - len(decompressor.unused_data), decompressor.unused_data, holds_page_start(xml))
 
 
 def has_several_bz2_streams(path: str, limit: int = 1 << 20) -> bool:
@@ -71,7 +86,7 @@ def has_several_bz2_streams(path: str, limit: int = 1 << 20) -> bool:
         found = first_stream(path, limit)
     except fs.ARCHIVE_ERRORS:
         return False  # reading it will say what is wrong
-    return found is not None and found[1].startswith(b"BZh")
+    return found is not None and found.after.startswith(b"BZh")
 
 
 def looks_multistream(path: str) -> bool:
@@ -88,7 +103,7 @@ def iter_index_entries(index_path: str) -> Iterator[tuple[int, int]]:
                 if not line.strip():
                     continue
                 parts = line.rstrip("\n").split(":", 2)
-                if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
+                if len(parts) != 3 or not _DIGITS.fullmatch(parts[0]) or not _DIGITS.fullmatch(parts[1]):
                     raise InputError(f"{index_path}: line {number} is not 'offset:page_id:title'")
                 if max(int(parts[0]), int(parts[1])) > MAX_INT64:
                     raise InputError(f"{index_path}: line {number} holds a number past 2^63 - 1")
@@ -127,9 +142,12 @@ def check_index_start(dump_path: str, index_path: str, first: int) -> None:
         head = first_stream(dump_path, _LAST_RANGE_LIMIT)
     except fs.ARCHIVE_ERRORS as error:
         raise InputError(f"{dump_path}: corrupt bz2 stream at byte 0: {first_line(error)}") from error
-    if head is not None and first != head[0]:
+    if head is not None and first != head.end:
         raise InputError(f"{index_path} does not match {dump_path}: its first stream starts at byte {first}, but "
-                         f"the dump's first stream (its <siteinfo>) ends at byte {head[0]}")
+                         f"the dump's first stream (its <siteinfo>) ends at byte {head.end}")
+    if head is not None and head.holds_page:
+        raise InputError(f"{dump_path}: its first stream holds pages, which {index_path} does not list (a "
+                         "multistream dump's first stream holds its <siteinfo> alone): rebuild the dump or its index")
 
 
 def decompress_range(stream: StreamRange) -> bytes:
@@ -167,8 +185,12 @@ def decompress_range(stream: StreamRange) -> bytes:
 def iter_stream_pages(stream: StreamRange, siteinfo: SiteInfo) -> Iterator[RawPage | PageProblem]:
     """The pages of one multistream stream, checked against the page ids the index lists for it."""
     source = f"{stream.path}@{stream.start}"
+    xml = decompress_range(stream)
+    if tail := text_after_pages(xml):
+        raise InputError(f"{stream.path} at byte {stream.start}: the stream ends with {len(tail):,} bytes that are no "
+                         f"whole page ({tail[:60]!r}): half a page, or a damaged dump")
     pages = [page_from_fragment(fragment, siteinfo, source, ordinal)
-             for ordinal, fragment in enumerate(page_fragments(decompress_range(stream)))]
+             for ordinal, fragment in enumerate(page_fragments(xml))]
     found = tuple(page.page_id for page in pages if page.page_id is not None)
     # A page whose id cannot be read still counts as one page; every id that can be read must be the index's.
     if len(pages) != len(stream.page_ids) or Counter(found) - Counter(stream.page_ids):
