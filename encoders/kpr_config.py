@@ -27,6 +27,11 @@ class KPRSettings:
 
 
 KPR_FIELDS = tuple(KPRSettings.__dataclass_fields__)
+# What the reference's KPR config class (src/kembed/configuration.py) takes for a field its config.json lacks; the
+# checkpoints made here write every field (``init_kpr_checkpoint``)
+REFERENCE_DEFAULTS = {"entity_fusion_method": "multihead_attention", "use_entity_position_embeddings": True,
+                      "entity_fusion_activation": "softmax", "num_entity_fusion_attention_heads": 12,
+                      "similarity_function": "dot", "similarity_temperature": 1.0}
 
 
 def read_config(directory: str) -> dict:
@@ -42,7 +47,7 @@ def read_kpr_settings(directory: str) -> KPRSettings:
     raw = read_config(directory)
     if "entity_embedding_size" not in raw:
         raise InputError(f"{directory} is not a KPR checkpoint: its config.json has no entity_embedding_size")
-    settings = KPRSettings(**{name: raw[name] for name in KPR_FIELDS if name in raw})
+    settings = KPRSettings(**{**REFERENCE_DEFAULTS, **{name: raw[name] for name in KPR_FIELDS if name in raw}})
     if settings.entity_fusion_activation not in ("sigmoid", "softmax"):
         raise InputError(f"{directory}: entity_fusion_activation {settings.entity_fusion_activation!r} "
                          "is neither sigmoid nor softmax")

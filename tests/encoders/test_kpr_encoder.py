@@ -156,6 +156,20 @@ def test_foreign_weights_are_refused_and_the_training_table_ignored(tiny_bert, t
         read_kpr_settings(str(tiny_bert))
 
 
+def test_fields_a_kpr_config_lacks_are_the_reference_configs_defaults(tiny_bert, tmp_path):
+    """A config.json without the fusion fields reads as the reference's KPRConfig reads it (softmax, 12 heads, dot),
+    not as the settings a checkpoint made here is given (it writes every field)."""
+    init_kpr_checkpoint(str(tiny_bert), str(tmp_path / "kpr"), KPRSettings(entity_embedding_size=ENTITY_DIM))
+    assert read_kpr_settings(str(tmp_path / "kpr")) == KPRSettings(entity_embedding_size=ENTITY_DIM)
+    config = json.loads((tmp_path / "kpr" / "config.json").read_text())
+    for name in ("entity_fusion_activation", "num_entity_fusion_attention_heads", "similarity_function"):
+        del config[name]
+    (tmp_path / "kpr" / "config.json").write_text(json.dumps(config))
+    assert read_kpr_settings(str(tmp_path / "kpr")) == KPRSettings(
+        entity_embedding_size=ENTITY_DIM, entity_fusion_activation="softmax", num_entity_fusion_attention_heads=12,
+        similarity_function="dot")
+
+
 def test_the_run_s_entity_vectors_are_fed_at_the_norm_the_checkpoint_was_trained_at(tiny_bert, tmp_path):
     """The reference's build_hf_model.py installs entity vectors L2-normalized and scaled to the norm of the
     checkpoint's own entity table (a train.py checkpoint's, or the entity_embeddings.npy a converted model ships):
