@@ -88,7 +88,11 @@ def answer_matcher(answers: Sequence[str], match: str) -> Callable[[str], bool]:
     if match == "string":
         return lambda text: has_answer(answers, text)
     patterns = [pattern for pattern in map(answer_pattern, answers) if pattern is not None]
-    return lambda text: any(pattern.search(unicodedata.normalize("NFD", text)) for pattern in patterns)
+
+    def holds_a_pattern(text: str) -> bool:
+        normalized = unicodedata.normalize("NFD", text)  # once a passage, not once a pattern
+        return any(pattern.search(normalized) for pattern in patterns)
+    return holds_a_pattern
 
 
 def answerable(answer: str, match: str) -> bool:
