@@ -26,7 +26,7 @@ from mwparserfromhell.nodes import (
 from mwparserfromhell.wikicode import Wikicode
 
 from artifacts.names import shows_nothing
-from transforms.parse.namespaces import CATEGORY, FILE, MEDIA, Namespaces
+from transforms.parse.namespaces import CATEGORY, FILE, Namespaces
 from transforms.parse.titles import decode_target, normalize_title, percent_decoded
 from transforms.parse.wikitext_prepass import (
     Unsure,
@@ -195,9 +195,7 @@ def classify_link(title: str, namespaces: Namespaces, options: WikitextOptions) 
             return classify_link(":" + rest, namespaces, options)
         if namespace in (FILE, CATEGORY):
             return _LinkRole(drop=not leading_colon, target=None)
-        if namespace == MEDIA:  # a link to the file itself, shown in the text: its label, else its title
-            return _LinkRole(drop=False, target=None)
-        if namespace is not None and namespace != 0:
+        if namespace is not None and namespace != 0:  # Media: a link to the file itself, shown as its label or title
             return _LinkRole(drop=False, target=None)
         if namespace is None and is_interwiki(prefix):
             return _LinkRole(drop=not leading_colon and is_language_link(prefix), target=None)
