@@ -314,6 +314,17 @@ def test_an_index_that_leaves_streams_unread_is_refused(tmp_path, edit, message)
         read_stream_ranges(str(dump), str(tmp_path / "copy-multistream-index.txt.bz2"))
 
 
+@pytest.mark.parametrize("suffix", [".xml.gz", ".xml"])
+def test_an_index_given_for_a_dump_that_is_no_bz2_file_says_so(tmp_path, suffix):
+    """Not "corrupt bz2 stream at byte 0": the dump is fine, the index does not go with it."""
+    xml = bz2.decompress(BUNDLED_SAMPLE.read_bytes())
+    dump = tmp_path / f"dump{suffix}"
+    dump.write_bytes(gzip.compress(xml) if suffix == ".xml.gz" else xml)
+    with pytest.raises(InputError, match=rf"dump{re.escape(suffix)} is no bz2 file, but .*-index\.txt\.bz2 is given "
+                                         r"as its multistream index: .*leave --dump-index out"):
+        read_stream_ranges(str(dump), str(BUNDLED_INDEX))
+
+
 def test_stream_that_runs_past_the_next_offset_or_holds_other_pages(tmp_path):
     dump, ranges = copy_sample(tmp_path)
     siteinfo = read_siteinfo(str(dump))
