@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import re
 import signal
 import sys
@@ -24,11 +23,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import grpc
-from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import worker_handlers
 
 from artifacts.errors import InputError, error_chain, first_line
 from pipelines.launcher.worker_output import starts_worker_processes
+from transforms.common.progress import direct_workers
 
 # torch (OpenMP, MKL) and the fast tokenizers (Rayon) read these when a worker process starts.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "RAYON_NUM_THREADS")
@@ -292,10 +291,7 @@ def lost_worker_tracebacks_held(command: str) -> Iterator[None]:
 def local_worker_processes(beam_args: Sequence[str]) -> int:
     """How many worker processes the run starts on this machine (0: the workers run in this process, or on a
     remote runner)."""
-    if not starts_worker_processes(list(beam_args)):
-        return 0
-    workers = PipelineOptions(list(beam_args)).view_as(DirectOptions).direct_num_workers or 0
-    return workers if workers > 0 else os.cpu_count() or 1
+    return direct_workers(beam_args) if starts_worker_processes(list(beam_args)) else 0
 
 
 def threads_per_worker(workers: int, cpus: int) -> int:

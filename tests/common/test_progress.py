@@ -11,11 +11,19 @@ import time
 from pathlib import Path
 
 import apache_beam as beam
+import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from tests.conftest import BUNDLED_SAMPLE, MULTI_PROCESS, REPO
-from transforms.common.progress import LogProgress, ProgressMeter, ProgressSettings, ProgressTicker, format_duration
+from transforms.common.progress import (
+    LogProgress,
+    ProgressMeter,
+    ProgressSettings,
+    ProgressTicker,
+    format_duration,
+    worker_count,
+)
 
 
 class FakeClock:
@@ -64,6 +72,17 @@ def test_an_early_eta_is_not_shortened_by_the_first_batch():
     clock.now += 90
     meter.add(1_000)
     assert meter.line().endswith("ETA 12m00s")  # 8,000 at 1,000 per 90 s
+
+
+@pytest.mark.parametrize(("beam_args", "workers"), [
+    (["--direct_num_workers=0", "--direct_running_mode=multi_processing"], os.cpu_count()),  # Beam: one per core
+    (["--direct_num_workers=3", "--direct_running_mode=multi_threading"], 3),
+    (["--direct_num_workers=2"], 1),  # in memory: Beam runs one, and warns
+    (["--direct_num_workers=2", "--num_workers=5"], 5),
+    ([], 1),
+])
+def test_the_workers_sharing_a_stage_are_those_beam_runs(beam_args, workers):
+    assert worker_count(beam_args) == workers
 
 
 def test_durations_read_naturally():

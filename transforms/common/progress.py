@@ -11,10 +11,11 @@ worker's log.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -212,11 +213,21 @@ class LogProgress(beam.PTransform):
         return elements | "CountAndLog" >> beam.ParDo(self._do_fn)
 
 
-def worker_count(beam_args: tuple[str, ...] | list[str]) -> int:
-    """How many workers share a stage, from the Beam options (``--direct_num_workers``, ``--num_workers``)."""
-    from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, WorkerOptions
+def direct_workers(beam_args: Sequence[str]) -> int:
+    """How many workers Beam's direct runner runs: ``--direct_num_workers`` (0: one per core) in its
+    multi_processing and multi_threading modes; one in memory, whatever the number (Beam warns so)."""
+    from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 
-    options = PipelineOptions(list(beam_args))
-    direct = options.view_as(DirectOptions).direct_num_workers or 0
-    remote = options.view_as(WorkerOptions).max_num_workers or options.view_as(WorkerOptions).num_workers or 0
-    return max(int(direct), int(remote), 1)
+    direct = PipelineOptions(list(beam_args)).view_as(DirectOptions)
+    if direct.direct_running_mode not in ("multi_processing", "multi_threading"):
+        return 1
+    return int(direct.direct_num_workers or 0) or os.cpu_count() or 1
+
+
+def worker_count(beam_args: Sequence[str]) -> int:
+    """How many workers share a stage, from the Beam options (``--direct_num_workers``, ``--num_workers``)."""
+    from apache_beam.options.pipeline_options import PipelineOptions, WorkerOptions
+
+    options = PipelineOptions(list(beam_args)).view_as(WorkerOptions)
+    remote = options.max_num_workers or options.num_workers or 0
+    return max(direct_workers(beam_args), int(remote), 1)
