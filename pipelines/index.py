@@ -28,7 +28,7 @@ from artifacts.run import manifest, verified
 from encoders.errors import MissingRunArtifactError
 from encoders.loading import check_encoder_options
 from encoders.models import check_device, model_files
-from encoders.retrievers import EncoderOptions, dense_dim, recorded_encoder
+from encoders.retrievers import EncoderOptions, dense_dim
 from pipelines.launcher import disk_space, flags
 from pipelines.launcher.stage import (
     Build,
@@ -397,12 +397,18 @@ def incompatibility(old: dict[str, manifest.StageRecord], config: IndexConfig,
     """Why the previous run's passage vectors differ from what this encoder computes (None: they do not)."""
     if encoder.kind == "kpr":
         return "KPR passage vectors depend on this run's entity embeddings"
-    changes = option_changes(recorded_encoder(old[layout.INDEX_STAGE].options.get("encoder", {})),
-                             STAGE.options(config)["encoder"])
+    changes = option_changes(effective_encoder(old[layout.INDEX_STAGE].options.get("encoder", {})),
+                             effective_encoder(STAGE.options(config)["encoder"]))
     # the model files only: a changed corpus is what a refresh is for
     changes += [f"{role}: model files changed" for role in
                 fingerprint_changes(old[layout.INDEX_STAGE], encoder_files(config))]
     return f"it was built with another encoder ({'; '.join(changes)})" if changes else None
+
+
+def effective_encoder(recorded: dict[str, Any]) -> dict[str, Any]:
+    """Recorded options of a DPR, BGE or mean encoder with the kind's defaults filled in: an option left at its
+    default and the default named (``--similarity cosine`` of a mean encoder) are one encoder."""
+    return EncoderOptions.from_json(recorded).resolved().to_json()
 
 
 def own_index(output: str, compatible: Compatibility) -> str | None:

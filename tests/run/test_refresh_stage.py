@@ -274,6 +274,16 @@ def test_an_incomplete_previous_run_is_refused(runs, tiny_bert, tmp_path, capsys
     assert not (fresh / "articles").exists()
 
 
+def test_an_encoder_option_named_at_its_default_is_the_same_encoder(runs, tiny_bert, tmp_path, capsys):
+    """The previous run left --similarity and --title-mode at a mean encoder's defaults; naming them reuses."""
+    old, scratch, refreshed = runs
+    output = upstream_of(scratch, tmp_path / "out")
+    assert main(["index", "--output", str(output), "--encoder", str(tiny_bert), "--encoder-type", "mean",
+                 "--max-length", "64", "--shards", "2", "--similarity", "cosine", "--title-mode", "join",
+                 "--previous", str(old), "--require-reuse", *DIRECT]) == 0
+    assert counters(output, "index")["passages_reused"] == counters(refreshed, "index")["passages_reused"] > 0
+
+
 def test_a_previous_run_of_another_model_is_not_reused(runs, tiny_bert, tmp_path, capsys):
     old, scratch, _ = runs
     other = write_tiny_bert(tmp_path / "other-bert", seed=1)
