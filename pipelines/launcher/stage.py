@@ -427,6 +427,14 @@ def skip_reason(stage: Stage, record: manifest.StageRecord | None, options: dict
     return "outputs complete, inputs and options unchanged"
 
 
+def committed_directories(stage: Stage) -> list[str]:
+    """Every directory under OUT that ``commit`` writes the stage's artifacts into (``errors`` and
+    ``errors/STAGE``): a file in the way of one is refused before the stage runs, not deleted nor met at its end."""
+    artifacts = [*stage.outputs, layout.errors_of(stage.name)]
+    return sorted({"/".join(parts[:depth]) for parts in (artifact.split("/") for artifact in artifacts)
+                   for depth in range(1, len(parts) + 1)})
+
+
 def commit(ctx: StageContext, stage: Stage, record: manifest.StageRecord) -> manifest.StageRecord:
     """Move staged outputs into OUT, then record them: the manifest entry is the commit point."""
     completed = manifest.load(ctx.output)
@@ -591,7 +599,8 @@ def _execute(stage: Stage[ConfigT], config: ConfigT, ctx: StageContext, options:
         remove_leftovers(ctx, completed[stage.name])
         return completed[stage.name], False
     check_input_content(ctx, stage, config, completed)
-    fs.require_directory_target(fs.join(output, STAGING_DIR))
+    for target in (STAGING_DIR, *committed_directories(stage)):
+        fs.require_directory_target(fs.join(output, target))
     fs.delete_tree(ctx.staging_root)
     started = time.time()
     print(f"[{layout.command_of(stage.name)}] running", file=sys.stderr)

@@ -466,11 +466,14 @@ def test_a_stage_refuses_an_upstream_built_from_other_outputs_than_those_there_n
         "first")
 
 
-@pytest.mark.parametrize(("in_the_way", "command"), [(".staging", "mentions"), ("report", "report")])
+@pytest.mark.parametrize(("in_the_way", "command"), [(".staging", "mentions"), ("report", "report"),
+                                                    ("errors/mentions", "mentions"), ("mentions", "mentions")])
 def test_a_file_where_a_directory_goes_is_one_line(run: Path, tiny_bert: Path, capsys: pytest.CaptureFixture[str],
                                                     in_the_way: str, command: str) -> None:
     """A plain file at OUT/.staging or OUT/report: every stage, or the report (and so the end of `all`), ended in a
-    traceback."""
+    traceback. At an artifact's place (OUT/mentions, OUT/errors/mentions) the user's file was deleted without a word
+    (a file at OUT/errors: the stage ran to its commit, which dropped its record and ended in a traceback). They are
+    refused before the stage runs."""
     shutil.rmtree(run / in_the_way, ignore_errors=True)
     (run / in_the_way).write_text("mine")
     argv = stage_command(command, run, tiny_bert, "--force") if command == "mentions" else [
@@ -479,6 +482,7 @@ def test_a_file_where_a_directory_goes_is_one_line(run: Path, tiny_bert: Path, c
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"error: {run / in_the_way} is a file, where a directory goes: move it away (it is left as it is)")
     assert (run / in_the_way).read_text() == "mine"
+    assert "mentions" in manifest.load(str(run))
 
 
 @pytest.mark.parametrize(("command", "artifact"), [(command, artifact) for command, artifact, where in DAMAGED_INPUTS
