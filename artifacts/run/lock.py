@@ -1,7 +1,8 @@
 """An exclusive lock on OUT for the commands that write it (`all` and every stage).
 
 The lock is the file OUT/.lock holding the host, pid, command and start time of its holder. On a local OUT it is
-created atomically (O_CREAT | O_EXCL); a lock left by a dead process on this host is taken over, under an
+created atomically (O_CREAT | O_EXCL); a lock left by a dead process on this host (its pid runs no more, or names a
+process started since: reused after a reboot or a container's restart) is taken over, under an
 exclusive ``flock`` of the stale file so that of several runs taking it over at once only one wins. On a Beam
 filesystem URL (gs://, s3://, ...) the lock is best effort: created only if absent, which two runs starting in
 the same instant can both pass, and a stale lock there is never taken over (its host may be another machine):
@@ -10,6 +11,7 @@ remove OUT/.lock by hand once no run writes OUT.
 
 from __future__ import annotations
 
+import calendar
 import fcntl
 import json
 import os
@@ -26,6 +28,9 @@ from artifacts.errors import InputError
 LOCK_NAME = layout.LOCK
 # How long an empty lock file is taken for one being written: a run writes it right after creating it.
 UNWRITTEN_SECONDS = 10.0
+# How much later than its lock a lock's pid may have started and still be its holder: the boot time a process's
+# start is reckoned from moves with the clock's adjustments.
+CLOCK_SLACK_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -38,9 +43,20 @@ class LockInfo:
     def mine(self) -> bool:
         return self.host == socket.gethostname() and self.pid == os.getpid()
 
+    def stale_reason(self) -> str | None:
+        """Why no process holds the lock, when it was taken on this host: its pid runs no more, or names a process
+        started after the lock was taken (the pid was reused); None when its holder may run."""
+        if self.host != socket.gethostname():
+            return None
+        if not pid_alive(self.pid):
+            return "no longer running"
+        started, taken = process_start_time(self.pid), lock_time(self.started)
+        if started is not None and taken is not None and started > taken + CLOCK_SLACK_SECONDS:
+            return "the pid is another process's now, started after the lock was taken"
+        return None
+
     def stale(self) -> bool:
-        """Held by a process of this host that no longer runs."""
-        return self.host == socket.gethostname() and not pid_alive(self.pid)
+        return self.stale_reason() is not None
 
 
 class OutputLocked(InputError):
@@ -56,6 +72,26 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:  # another user's live process
         return True
     return True
+
+
+def process_start_time(pid: int) -> float | None:
+    """When the process ``pid`` of this host started, in seconds since the epoch (Linux's /proc); None elsewhere."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+            ticks = int(handle.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime; the name may hold ")"
+        with open("/proc/stat", encoding="utf-8") as handle:
+            boot = next(int(line.split()[1]) for line in handle if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def lock_time(started: str) -> float | None:
+    """A lock's ``started`` in seconds since the epoch; None when it is no time ``current`` writes."""
+    try:
+        return calendar.timegm(time.strptime(started, "%Y-%m-%dT%H:%M:%SZ"))
+    except (TypeError, ValueError):
+        return None
 
 
 def current(command: str) -> LockInfo:
@@ -131,6 +167,7 @@ def _left_empty(data: bytes, descriptor: int) -> bool:
 def acquire(output: str, command: str) -> bool:
     """Lock ``output`` for this process. Returns False when this process already holds it (nested use)."""
     path = fs.join(output, LOCK_NAME)
+    fs.require_file_target(path)  # a directory there reads as no lock, and a takeover would open it
     info = current(command)
     for _ in range(3):  # another try after a stale lock was removed, by this run or by another
         if _create(path, info):
@@ -138,10 +175,10 @@ def acquire(output: str, command: str) -> bool:
         holder = read(output)
         if holder is not None and holder.mine():
             return False
-        if holder is not None and holder.stale() and fs.is_local(path):
+        reason = holder.stale_reason() if holder is not None else None
+        if reason is not None and fs.is_local(path):
             if _take_over(path):
-                print(f"taking over the stale lock of pid {holder.pid} (no longer running) on {output}",
-                      file=sys.stderr)
+                print(f"taking over the stale lock of pid {holder.pid} ({reason}) on {output}", file=sys.stderr)
             continue
         if holder is None and fs.is_local(path) and _take_over(path):
             print(f"taking over the empty lock on {output} (its run was killed as it took it)", file=sys.stderr)
@@ -150,7 +187,7 @@ def acquire(output: str, command: str) -> bool:
             raise OutputLocked(f"{output} is in use: {path} exists but cannot be read; remove it if no run "
                                "writes OUT")
         raise OutputLocked(f"{output} is in use by pid {holder.pid} on {holder.host} since {holder.started} "
-                           f"(command {holder.command})")
+                           f"(command {holder.command}); remove {path} if no run writes OUT")
     raise OutputLocked(f"{output} is in use: could not take the lock {path}")
 
 

@@ -398,11 +398,10 @@ def test_verbose_is_taken_after_the_command_as_well_as_before_it():
 # --- the lock on OUT -------------------------------------------------------------------------------------------
 
 
-def write_lock(output: Path, pid: object) -> None:
+def write_lock(output: Path, pid: object, started: str = "2026-01-02T03:04:05Z") -> None:
     output.mkdir(parents=True, exist_ok=True)
     (output / lock.LOCK_NAME).write_text(json.dumps(
-        {"host": socket.gethostname(), "pid": pid, "command": "python run_pipeline.py all ...",
-         "started": "2026-01-02T03:04:05Z"}))
+        {"host": socket.gethostname(), "pid": pid, "command": "python run_pipeline.py all ...", "started": started}))
 
 
 def dead_pid() -> int:
@@ -413,13 +412,38 @@ def dead_pid() -> int:
 
 def test_a_second_run_on_a_locked_output_is_refused_and_nothing_touched(tmp_path, capsys):
     output = tmp_path / "out"
-    write_lock(output, os.getppid())  # a live process that is not this one
+    started = lock.current("").started  # a live process that is not this one, holding the lock since it started
+    write_lock(output, os.getppid(), started)
     before = {path: path.read_bytes() for path in output.rglob("*")}
     assert main(["parse", "--dump", SAMPLE, "--output", str(output), *DIRECT]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        f"error: {output} is in use by pid {os.getppid()} on {socket.gethostname()} since 2026-01-02T03:04:05Z "
-        "(command python run_pipeline.py all ...)"]
+        f"error: {output} is in use by pid {os.getppid()} on {socket.gethostname()} since {started} "
+        f"(command python run_pipeline.py all ...); remove {output / lock.LOCK_NAME} if no run writes OUT"]
     assert {path: path.read_bytes() for path in output.rglob("*")} == before
+
+
+def test_a_lock_whose_pid_a_later_process_has_now_is_taken_over(tmp_path, capsys):
+    """After a reboot or a container's restart the lock's pid may name another process (pid 1 often): it was
+    refused for ever."""
+    output = tmp_path / "out"
+    with subprocess.Popen(["sleep", "60"]) as later:
+        try:
+            write_lock(output, later.pid, "2026-01-02T03:04:05Z")  # long before `later` started
+            with lock.hold(str(output), "python run_pipeline.py parse"):
+                assert lock.read(str(output)).pid == os.getpid()
+        finally:
+            later.kill()
+    assert capsys.readouterr().err.splitlines() == [
+        f"taking over the stale lock of pid {later.pid} (the pid is another process's now, started after the lock "
+        f"was taken) on {output}"]
+
+
+def test_a_directory_where_the_lock_goes_is_one_line(tmp_path, capsys):
+    (tmp_path / "out" / lock.LOCK_NAME).mkdir(parents=True)
+    assert main(["parse", "--dump", SAMPLE, "--output", str(tmp_path / "out"), *DIRECT]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: {tmp_path / 'out' / lock.LOCK_NAME} is a directory, not a file: it is left as it is"]
+    assert (tmp_path / "out" / lock.LOCK_NAME).is_dir()
 
 
 @pytest.mark.parametrize("pid", ["abc", 12.5, 10**20, -1, 0, True])
