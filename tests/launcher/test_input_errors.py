@@ -5,6 +5,7 @@ and a stage run leaves nothing in the system temp directory."""
 
 from __future__ import annotations
 
+import bz2
 import errno
 import gzip
 import json
@@ -233,6 +234,18 @@ def _truncated_gzip_corpus(tmp: Path, _models: dict[str, Path]) -> tuple[list[st
             "Compressed file ended before the end-of-stream marker was reached")
 
 
+def _corrupt_corpus(name: str, content: bytes,
+                    problem: str) -> Callable[[Path, dict[str, Path]], tuple[list[str], str]]:
+    """A corpus whose archive breaks before its header's end: `all` checks the header before its first stage."""
+    def case(tmp: Path, models: dict[str, Path]) -> tuple[list[str], str]:
+        path = tmp / name
+        path.write_bytes(content)
+        return (["all", "--dump", str(BUNDLED_SAMPLE), "--output", str(tmp / "out"), "--model", str(models["tiny"]),
+                 "--encoder", str(models["tiny"]), "--encoder-type", "mean", "--corpus", str(path)],
+                f"error: {path}: truncated or corrupt archive before its header's end: {problem}")
+    return case
+
+
 def _empty_query(tmp: Path, _models: dict[str, Path]) -> tuple[list[str], str]:
     return (["search", "--output", str(tmp / "out"), "--query", "pears", "--query", ""],
             "error: --query is empty (nothing but spaces or invisible characters): give the text to search for")
@@ -339,6 +352,10 @@ CASES = [Case("xml-that-is-not-a-dump", _not_a_dump), Case("text-that-is-not-xml
          Case("second-dump-not-a-dump", _second_part_not_a_dump), Case("gpt2-as-dpr", _gpt2_as_dpr),
          Case("gpt2-as-bge", _gpt2_as_bge), Case("tokenizer-without-tokens", _tokenless),
          Case("all-preflight-gpt2-as-dpr", _all_with_gpt2), Case("truncated-gzip-corpus", _truncated_gzip_corpus),
+         Case("no-gzip-corpus", _corrupt_corpus("corpus.tsv.gz", b"id\ttext\ttitle\n", "Not a gzipped file (b'id')")),
+         Case("no-bz2-corpus", _corrupt_corpus("corpus.tsv.bz2", b"id\ttext\ttitle\n", "Invalid data stream")),
+         Case("cut-bz2-corpus", _corrupt_corpus("corpus.tsv.bz2", bz2.compress(b"id\ttext\ttitle\n")[:30],
+                                                "Compressed file ended before the end-of-stream marker was reached")),
          Case("empty-query", _empty_query),
          Case("blank-query", _blank_query),
          # issue 21

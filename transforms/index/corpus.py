@@ -62,8 +62,12 @@ def check_corpus(pattern: str) -> tuple[int, int, int]:
     """Every file of the corpus exists and starts with the DPR header; returns the column positions."""
     columns = None
     for match in corpus_files(pattern):
-        with FileSystems.open(match.path, compression_type=CompressionTypes.AUTO) as handle:
-            header = handle.readline().decode("utf-8", errors="replace")
+        try:
+            with fs.open_decompressed(match.path) as handle:  # as the lines are read: .gz, .bz2 by their suffix
+                header = handle.readline().decode("utf-8", errors="replace")
+        except fs.ARCHIVE_ERRORS as error:
+            raise InputError(f"{match.path}: truncated or corrupt archive before its header's end: "
+                             f"{first_line(error)}") from error
         try:
             found = header_columns(header)
         except ValueError as error:
