@@ -332,6 +332,12 @@ def load_encoder(spec: ModelSpec):
                                           trust_remote_code=False)
     except (OSError, ValueError, SafetensorError) as error:  # SafetensorError: a weights file cut short or damaged
         raise weights_error(spec.name_or_path, error) from error
+    except RuntimeError as error:  # transformers 5: weights whose shapes differ from the config's
+        if "ignore_mismatched_sizes" not in str(error):
+            raise
+        raise ModelError(spec.name_or_path, f"cannot load a model from {spec.name_or_path}: the shapes of its weights "
+                                            "differ from its config.json's (weights of another model, or an edited "
+                                            "config)") from error
     return model.to(spec.device).eval()
 
 

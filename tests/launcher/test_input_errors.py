@@ -211,6 +211,16 @@ def _encoder_with_truncated_weights(tmp: Path, models: dict[str, Path]) -> tuple
             f"error: cannot load a model from {directory}: Error while deserializing header: invalid header length")
 
 
+def _encoder_whose_weights_do_not_fit_its_config(tmp: Path, models: dict[str, Path]) -> tuple[list[str], str]:
+    """transformers 5 raises a RuntimeError for weights of other shapes: it was a traceback in the model process."""
+    directory = Path(shutil.copytree(models["tiny"], tmp / "edited-config"))
+    config = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**config, "vocab_size": config["vocab_size"] + 7}))
+    return (_index_command(tmp, directory, "mean"),
+            f"error: cannot load a model from {directory}: the shapes of its weights differ from its config.json's "
+            "(weights of another model, or an edited config)")
+
+
 def _all_model_without_config(tmp: Path, models: dict[str, Path]) -> tuple[list[str], str]:
     directory = _without_config(tmp, models)
     return (["all", "--dump", str(BUNDLED_SAMPLE), "--output", str(tmp / "out"), "--model", str(directory),
@@ -368,6 +378,7 @@ CASES = [Case("xml-that-is-not-a-dump", _not_a_dump), Case("text-that-is-not-xml
          Case("encoder-without-config-json", _encoder_without_config),
          Case("encoder-without-tokenizer-files", _encoder_without_tokenizer),
          Case("encoder-with-truncated-weights", _encoder_with_truncated_weights),
+         Case("encoder-whose-weights-do-not-fit-its-config", _encoder_whose_weights_do_not_fit_its_config),
          Case("all-preflight-model-without-config-json", _all_model_without_config),
          *(Case(f"questions-{name}", _questions(name, content)) for name, content in QUESTION_FILES.items()),
          Case("questions-directory", _questions_directory),
