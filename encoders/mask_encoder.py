@@ -29,6 +29,7 @@ from encoders.mask_inputs import (
 from encoders.models import (
     ModelSpec,
     check_model_spec,
+    check_reads_plain_text,
     load_encoder,
     load_tokenizer,
     model_config,
@@ -94,6 +95,7 @@ def check_mask_model(spec: ModelSpec, layer: int = -1, max_seq_length: int | Non
     check_model_spec(spec, device_here)
     tokenizer = load_tokenizer(spec.name_or_path)
     special_ids(tokenizer)
+    check_reads_plain_text(tokenizer, spec.name_or_path, "encode the mentions' contexts")
     config = model_config(spec)
     vocab_size = getattr(config, "vocab_size", None)
     if vocab_size is not None and len(tokenizer) > vocab_size:

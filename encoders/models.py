@@ -233,6 +233,23 @@ def load_tokenizer(name_or_path: str):
     return tokenizer
 
 
+PLAIN_TEXT = "Aaron is a prophet, high priest, and the elder brother of Moses."
+
+
+def check_reads_plain_text(tokenizer, name_or_path: str, use: str) -> None:
+    """Fail before any work starts when the tokenizer yields no token for plain English text, or only its unknown
+    token (a vocabulary of special tokens alone: transformers 5 saves one for ``BertTokenizerFast(vocab_file=...)``):
+    every input would be empty, or [UNK] throughout. ``use`` says what it could not do, for the message."""
+    ids = tokenizer(PLAIN_TEXT, add_special_tokens=False)["input_ids"]
+    if not ids:
+        raise ModelError(name_or_path, f"the tokenizer of {name_or_path} yields no tokens for plain text "
+                                       f"({PLAIN_TEXT!r}): it cannot {use}")
+    if tokenizer.unk_token_id is not None and set(ids) == {tokenizer.unk_token_id}:
+        raise ModelError(name_or_path, f"the tokenizer of {name_or_path} reads plain text ({PLAIN_TEXT!r}) as "
+                                       f"{tokenizer.unk_token} alone (its vocabulary holds none of the words: were its "
+                                       f"vocabulary files left out?): it cannot {use}")
+
+
 TOKENIZER_FILE = "tokenizer.json"  # the stages' saved tokenizer, in their staging directory (``save_tokenizer``)
 # What the input builders read of a tokenizer besides its backend (transformers' attribute names).
 SPECIAL_IDS = ("cls_token_id", "sep_token_id", "mask_token_id", "pad_token_id", "bos_token_id", "eos_token_id")

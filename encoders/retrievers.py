@@ -37,6 +37,7 @@ from encoders import batching
 from encoders.kpr_config import read_kpr_settings
 from encoders.models import (
     ModelSpec,
+    check_reads_plain_text,
     load_encoder,
     load_tokenizer,
     model_config,
@@ -54,7 +55,6 @@ TOKEN_TYPES = ("zeros", "tokenizer")  # every token type 0 (none fed), or the to
 # What index.json files and manifests from before ``token_types`` was recorded were built with.
 LEGACY_TOKEN_TYPES = "tokenizer"
 _CLS_KINDS = ("dpr", "bge")  # the passage vector is the [CLS] output
-_PLAIN_TEXT = "Aaron is a prophet, high priest, and the elder brother of Moses."
 BGE_QUERY_PREFIX = "Represent this sentence for searching relevant passages: "
 
 
@@ -148,9 +148,7 @@ def check_tokenizer(name_or_path: str, kind: str) -> None:
     """Fail before any work starts: a tokenizer that yields no token for plain English text (every input would
     be empty), or, for kinds whose vector is the [CLS] output, one without [CLS] and [SEP] (a GPT-style model)."""
     tokenizer = load_tokenizer(name_or_path)
-    if not tokenizer(_PLAIN_TEXT, add_special_tokens=False)["input_ids"]:
-        raise InputError(f"the tokenizer of {name_or_path} yields no tokens for plain text ({_PLAIN_TEXT!r}): "
-                         "it cannot encode passages")
+    check_reads_plain_text(tokenizer, name_or_path, "encode passages")
     missing = [name for name, token in (("[CLS]", tokenizer.cls_token_id), ("[SEP]", tokenizer.sep_token_id))
                if token is None]
     if kind in _CLS_KINDS and missing:

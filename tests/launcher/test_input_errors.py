@@ -66,14 +66,16 @@ def write_gpt2_like(directory: Path) -> Path:
     return directory
 
 
-def write_tokenless_bert(directory: Path) -> Path:
-    """A tiny BERT with [CLS] and [SEP] whose tokenizer normalizes every character away: no token for any text."""
+def write_tokenless_bert(directory: Path, keep_text: bool = False) -> Path:
+    """A tiny BERT with [CLS] and [SEP] whose tokenizer normalizes every character away: no token for any text
+    (``keep_text``: whose vocabulary holds no word, every word is [UNK])."""
     from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, processors
     from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
 
     vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4}
     tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-    tokenizer.normalizer = normalizers.Replace(Regex(r"[\s\S]"), "")
+    if not keep_text:
+        tokenizer.normalizer = normalizers.Replace(Regex(r"[\s\S]"), "")
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
@@ -87,7 +89,8 @@ def write_tokenless_bert(directory: Path) -> Path:
 @pytest.fixture(scope="module")
 def bad_encoders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("bad-encoders")
-    return {"gpt2": write_gpt2_like(root / "gpt2"), "tokenless": write_tokenless_bert(root / "tokenless")}
+    return {"gpt2": write_gpt2_like(root / "gpt2"), "tokenless": write_tokenless_bert(root / "tokenless"),
+            "unknowing": write_tokenless_bert(root / "unknowing", keep_text=True)}
 
 
 @pytest.fixture(scope="module")
@@ -168,6 +171,20 @@ def _tokenless(tmp: Path, models: dict[str, Path]) -> tuple[list[str], str]:
     return (_index_command(tmp, models["tokenless"], "mean"),
             f"error: the tokenizer of {models['tokenless']} yields no tokens for plain text ('Aaron is a prophet, "
             "high priest, and the elder brother of Moses.'): it cannot encode passages")
+
+
+def _unknowing(command: str) -> Callable[[Path, dict[str, Path]], tuple[list[str], str]]:
+    """A tokenizer that reads every word as [UNK]: every input was [UNK] throughout, without a word."""
+    def case(tmp: Path, models: dict[str, Path]) -> tuple[list[str], str]:
+        unknowing, use = models["unknowing"], "encode passages"
+        argv = _index_command(tmp, unknowing, "mean")
+        if command == "all":
+            argv, use = ["all", "--dump", str(BUNDLED_SAMPLE), "--output", str(tmp / "out"), "--model", str(unknowing),
+                         "--encoder", str(models["tiny"]), "--encoder-type", "mean"], "encode the mentions' contexts"
+        return argv, (f"error: the tokenizer of {unknowing} reads plain text ('Aaron is a prophet, high priest, and "
+                      "the elder brother of Moses.') as [UNK] alone (its vocabulary holds none of the words: were its "
+                      f"vocabulary files left out?): it cannot {use}")
+    return case
 
 
 def _without_config(tmp: Path, models: dict[str, Path]) -> Path:
@@ -361,6 +378,8 @@ QUESTION_FILES = {
 CASES = [Case("xml-that-is-not-a-dump", _not_a_dump), Case("text-that-is-not-xml", _not_xml),
          Case("second-dump-not-a-dump", _second_part_not_a_dump), Case("gpt2-as-dpr", _gpt2_as_dpr),
          Case("gpt2-as-bge", _gpt2_as_bge), Case("tokenizer-without-tokens", _tokenless),
+         Case("tokenizer-of-unknown-words", _unknowing("index")),
+         Case("all-preflight-tokenizer-of-unknown-words", _unknowing("all")),
          Case("all-preflight-gpt2-as-dpr", _all_with_gpt2), Case("truncated-gzip-corpus", _truncated_gzip_corpus),
          Case("no-gzip-corpus", _corrupt_corpus("corpus.tsv.gz", b"id\ttext\ttitle\n", "Not a gzipped file (b'id')")),
          Case("no-bz2-corpus", _corrupt_corpus("corpus.tsv.bz2", b"id\ttext\ttitle\n", "Invalid data stream")),
