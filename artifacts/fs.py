@@ -17,6 +17,7 @@ import io
 import json
 import os
 import tempfile
+import time
 import uuid
 import zlib
 from collections import deque
@@ -302,13 +303,15 @@ def atomic_target(path: str) -> Iterator[str]:
         raise
 
 
-def remove_temporaries(path: str) -> None:
+def remove_temporaries(path: str, min_age_s: float = 0.0) -> None:
     """Remove the temporary siblings that ``atomic_target`` made for ``path`` and a killed writer left (to be
-    called by the one writer of ``path``, under its lock); on object stores there are none."""
+    called by the one writer of ``path``, under its lock; a writer that holds none leaves those of the last
+    ``min_age_s`` seconds, which may be another's being written); on object stores there are none."""
     if _is_plain_path(path):
         for temporary in Path(path).parent.glob(f".{glob.escape(os.path.basename(path))}.*.tmp"):
             with contextlib.suppress(FileNotFoundError):
-                temporary.unlink()
+                if time.time() - temporary.stat().st_mtime >= min_age_s:
+                    temporary.unlink()
 
 
 def _is_plain_path(path: str) -> bool:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
 import shutil
 import struct
+import time
 from pathlib import Path
 
 import numpy as np
@@ -244,6 +246,19 @@ def test_a_new_report_removes_its_stale_plots_and_nothing_else(run_copy):
     after = files_below(run_copy / "report")
     assert sorted(after) == sorted([*users, "index.html", "manifest.sha256", "timings.png"])  # no dictionary plot
     assert {name: after[name] for name in users} == users
+
+
+def test_a_killed_reports_temporary_files_are_removed_and_another_reports_kept(run_copy):
+    """A report killed while writing a file left its temporary file in report/ for ever (and publish copied it)."""
+    killed, writing = run_copy / "report" / ".dictionary.png.0a1b.tmp", run_copy / "report" / ".index.html.2c3d.tmp"
+    killed.parent.mkdir(exist_ok=True)
+    killed.write_bytes(b"half a plot")
+    writing.write_bytes(b"another report's page, being written")
+    long_ago = time.time() - 3600
+    os.utime(killed, (long_ago, long_ago))
+    write_report(str(run_copy))
+    assert not killed.exists()
+    assert writing.exists()
 
 
 def test_a_directory_where_the_page_goes_is_refused(run_copy, capsys):

@@ -28,6 +28,9 @@ TIMINGS_PLOT, ENTITY_LINKS_PLOT, DICTIONARY_PLOT, EMBEDDINGS_PLOT = (
     "timings.png", "entity-links.png", "dictionary.png", "entity-embeddings.png")
 # every plot a report may draw: a new report removes those it does not draw (stale), and nothing else in report/
 PLOTS = (TIMINGS_PLOT, ENTITY_LINKS_PLOT, DICTIONARY_PLOT, EMBEDDINGS_PLOT)
+# How old a temporary file of report/ is before a report takes it for a killed report's: a report holds no lock
+# (another may be writing one now), and writes each file in well under a second.
+LEFT_BEHIND_S = 600.0
 T = TypeVar("T")
 
 # what a section can hit when an artifact the manifest lists has been moved or damaged since
@@ -143,6 +146,8 @@ def write_report(output: str, declared: Mapping[str, Counter], *, recall_queries
         if name not in drawn:
             fs.delete_file(fs.join(report_dir, name))  # a stale plot of an earlier report
     fs.mkdirs(report_dir)
+    for name in (*PLOTS, HTML_NAME, layout.REPORT_STAMP):  # a killed report's (another report may be writing now)
+        fs.remove_temporaries(fs.join(report_dir, name), min_age_s=LEFT_BEHIND_S)
     for name, png in drawn.items():
         fs.write_bytes_atomic(fs.join(report_dir, name), png)
         data.plots[name.removesuffix(".png")] = name
