@@ -370,7 +370,11 @@ def main(argv: Sequence[str] | None = None, exit_at_ctrl_c: bool = False) -> int
                 runners.check_runner([*beam_args, *flags.model_pipeline_options(args)])  # the values of both
                 if args.command in WRITERS:  # the commands that run Beam pipelines
                     paths = flags.local_paths(command_parser(parser, args.command), args)
-                    beam_args += runners.prepare_workers(beam_args, paths)
+                    model_args = flags.model_pipeline_options(args)
+                    added, model_added = runners.prepare_workers(beam_args, paths, model_args)
+                    beam_args += added
+                    if model_added:
+                        args.model_pipeline_options = [*model_args, *model_added]
             configure_logging(args.verbose, beam_args)
             check_destinations(args)
             code = dispatch(args, beam_args)

@@ -167,11 +167,16 @@ def worded(error: BaseException) -> BaseException:
                       f"internet and give --{flag}=PATH")
 
 
-def prepare_workers(beam_args: Sequence[str], paths: Sequence[tuple[str, str]]) -> list[str]:
-    """The flags to add for the run's workers (``shipping_flags``); the warning about ``paths`` printed."""
-    check_job_server_jar(beam_args)
+def prepare_workers(beam_args: Sequence[str], paths: Sequence[tuple[str, str]],
+                    model_args: Sequence[str] = ()) -> tuple[list[str], list[str]]:
+    """The flags to add for the run's workers and for those of its model's pipeline, which runs with the run's
+    options and ``model_args`` (--model-pipeline-options: its workers may be elsewhere where the run's are not);
+    the warning about ``paths`` printed once."""
+    check_job_server_jar([*beam_args, *model_args])
     added = shipping_flags(beam_args, project_setup_file())
-    warning = local_paths_warning(paths, beam_args)
+    model_job = [*beam_args, *added, *model_args]
+    model_added = shipping_flags(model_job, project_setup_file()) if model_args else []
+    warning = local_paths_warning(paths, beam_args) or local_paths_warning(paths, model_job)
     if warning:
         print(warning, file=sys.stderr)
-    return added
+    return added, model_added

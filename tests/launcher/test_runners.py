@@ -11,6 +11,7 @@ from artifacts.errors import InputError, input_error_message
 from pipelines.launcher.cli import main, worded
 from pipelines.launcher.runners import (
     local_paths_warning,
+    prepare_workers,
     project_setup_file,
     shipping_flags,
     workers_share_this_process,
@@ -65,6 +66,19 @@ def test_without_a_setup_file_to_ship_the_run_is_refused_in_one_line():
         "--sdk_container_image=IMAGE with kpr-pipeline installed")
     # A container image is the user's way of giving the workers the project.
     assert shipping_flags([*PORTABLE, "--sdk_container_image=registry/kpr:1"], None) == []
+
+
+def test_a_model_pipeline_whose_workers_are_elsewhere_gets_the_setup_file(capsys):
+    """The run's workers LOOPBACK, its model's pipeline's on a worker pool (--model-pipeline-options): that job got no
+    code ("No module named 'transforms'") and no word about the local paths."""
+    loopback = [*PORTABLE, "--environment_type=LOOPBACK"]
+    elsewhere = ["--environment_type=EXTERNAL", "--environment_config=localhost:50000"]
+    paths = [("--output", "/data/out")]
+    assert prepare_workers(loopback, paths, elsewhere) == ([], [f"--setup_file={REPO / 'setup.py'}"])
+    assert capsys.readouterr().err.startswith("warning: the workers of --runner PortableRunner may not see")
+    assert prepare_workers(loopback, paths, ["--environment_type=LOOPBACK"]) == ([], [])
+    assert prepare_workers(EXTERNAL, paths, elsewhere) == ([f"--setup_file={REPO / 'setup.py'}"], [])
+    assert capsys.readouterr().err.count("warning:") == 1
 
 
 def test_the_setup_file_is_this_checkouts(tmp_path: Path):
