@@ -415,6 +415,18 @@ def overlaps(first: str, second: str) -> bool:
     return first == second or first.startswith(second + "/") or second.startswith(first + "/")
 
 
+def require_run_directory(path: str, flag: str) -> None:
+    """Raise an InputError unless local ``path`` is a directory (a run to read: a mistyped path said only that no
+    stage had completed there). Remote URLs are not checked: a prefix is no directory."""
+    if not is_local(path):
+        return
+    local = os.path.abspath(path.removeprefix("file://"))
+    if not os.path.exists(local):
+        raise InputError(f"{flag} {path}: no such directory")
+    if not os.path.isdir(local):
+        raise InputError(f"{flag} {path} is a file, not a run's directory")
+
+
 def require_writable_directory(path: str, flag: str) -> None:
     """Raise an InputError unless local ``path`` is, or can be created as, a writable directory.
 

@@ -177,6 +177,7 @@ def command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.Ar
 # The flags that name a run or a place written to, and the characters Beam's filesystems read as a pattern there.
 RUN_PATH_FLAGS = ("output", "to", "previous", "old", "new")
 WILDCARDS = "*?["
+READ_RUN_FLAGS = ("output", "old", "new")  # the runs that validate, search, report, diff, ... read
 
 
 def check_run_paths(args: argparse.Namespace) -> None:
@@ -190,11 +191,15 @@ def check_run_paths(args: argparse.Namespace) -> None:
 
 
 def check_destinations(args: argparse.Namespace) -> None:
-    """Local OUT (for the commands that write it) and --to must be writable directories before anything runs."""
+    """Local OUT (for the commands that write it) and --to must be writable directories before anything runs; the
+    runs the other commands read, directories."""
     if args.command in WRITERS:
         fs.require_writable_directory(args.output, "--output")
     if getattr(args, "to", None):
         fs.require_writable_directory(args.to, "--to")
+    for dest in () if args.command in WRITERS else READ_RUN_FLAGS:
+        if isinstance(value := getattr(args, dest, None), str):
+            fs.require_run_directory(value, f"--{dest}")
 
 
 def dispatch(args: argparse.Namespace, beam_args: list[str]) -> int:

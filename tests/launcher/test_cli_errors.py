@@ -70,6 +70,11 @@ BAD_INPUTS = [
     (["export-kpr", "--output", "{tmp}/out", "--to", "{file}/kpr"], "error: --to {file}/kpr is not a directory "
                                                                    "({file} is a file)"),
     (["publish", "--output", "{tmp}/out", "--to", "{file}"], "error: --to {file} is not a directory"),
+    # a mistyped run: "manifest.json: missing or empty, no stage has completed", "has no manifest.json"
+    (["validate", "--output", "{tmp}/out"], "error: --output {tmp}/out: no such directory"),
+    (["search", "--output", "{file}", "--query", "Greek philosopher"],
+     "error: --output {file} is a file, not a run's directory"),
+    (["diff", "--old", "{file}", "--new", "{tmp}/out"], "error: --old {file} is a file, not a run's directory"),
     (["parse", "--output", "{tmp}/out"], "error: parse needs --dump FILE [FILE ...]"),
     # each page would be its copy's duplicate: both dropped, and articles/ committed empty
     (["parse", "--dump", SAMPLE, SAMPLE, "--output", "{tmp}/out"], f"error: --dump names {SAMPLE} more than once"),

@@ -199,6 +199,9 @@ def test_bad_runs_are_one_line_errors(runs: Runs, tmp_path: Path,
                                       capsys: pytest.CaptureFixture[str]) -> None:
     new = runs[2]
     assert main(["diff", "--old", str(tmp_path / "missing"), "--new", str(new)]) == 2
+    assert capsys.readouterr().err == f"error: --old {tmp_path / 'missing'}: no such directory\n"
+    (tmp_path / "missing").mkdir()
+    assert main(["diff", "--old", str(tmp_path / "missing"), "--new", str(new)]) == 2
     assert capsys.readouterr().err == f"error: {tmp_path / 'missing'} is not a run: it has no manifest.json\n"
 
     broken = Path(shutil.copytree(new, tmp_path / "broken"))
