@@ -283,6 +283,19 @@ def a_stored_passage_not_indexed(out: Path) -> list[str]:
             f"{len(ids) - 1}"]
 
 
+def a_stored_passage_under_another_ones_id(out: Path) -> list[str]:
+    """One stored passage's id set to another's of the shard: the counts still agree, search finds the id map's
+    passage in none of the stored files (validate said valid, search told to run validate)."""
+    stored = sorted((out / "index" / "embeddings" / "shard-00001").glob("*.parquet"))[0]
+    table = pq.read_table(stored)
+    ids = table.column("passage_id").to_pylist()
+    lost, ids[0] = ids[0], ids[1]
+    rewrite_parquet(out, str(stored.relative_to(out)), lambda table: table.set_column(
+        table.schema.get_field_index("passage_id"), table.schema.field("passage_id"), pa.array(ids, pa.int64())))
+    return [f"index/embeddings/shard-00001/: its passages are not those of {SHARD_IDS}: 1 ids of the map not stored "
+            f"({lost}); 1 ids stored more than once ({ids[1]})"]
+
+
 def manifest_miscounts_rows(out: Path) -> list[str]:
     """The manifest's row count of entities/ wrong, the file as recorded: one problem, not every check that
     counts entities from it (the names' and embeddings' ids "outside 1..N", the linker's size...)."""
@@ -375,6 +388,7 @@ CORRUPTIONS = [truncate_articles, flip_shard_bytes, non_finite_embedding, wrong_
                stray_other_files, unreadable_recorded_parquet,
                repeated_passage_id, title_differs, redirects_break_contract, mention_vectors_break_contract,
                shard_listed_twice, index_json_count_not_a_number, faiss_id_renamed, a_stored_passage_not_indexed,
+               a_stored_passage_under_another_ones_id,
                manifest_miscounts_rows, an_entity_without_title_or_qid, mentions_outside_entities_and_articles]
 
 

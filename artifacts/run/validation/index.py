@@ -7,10 +7,10 @@ from typing import Any
 import numpy as np
 
 from artifacts import faiss as faiss_shards
-from artifacts import layout
+from artifacts import layout, tables
 from artifacts.errors import InputError
 from artifacts.passages import shard_of
-from artifacts.run.validation.recorded import MAX_EXAMPLES, RecordedRun, message
+from artifacts.run.validation.recorded import MAX_EXAMPLES, RecordedRun, guarded, int_column, message
 
 INDEX = layout.INDEX
 
@@ -52,15 +52,34 @@ def check_shard(run: RecordedRun, info: faiss_shards.IndexInfo, shard: dict[str,
     if ids_file not in run.broken:
         ids, found = load_id_map(run.path(ids_file), ids_file)
         problems += found
-    if ids is not None:
-        problems += id_map_problems(ids, ids_file, shard["count"], number, info.shards)
+    map_problems = id_map_problems(ids, ids_file, shard["count"], number, info.shards) if ids is not None else []
+    problems += map_problems
     if index_file not in run.broken:
         problems += faiss_problems(run.path(index_file), index_file, info.dim, ids, ids_file)
-    stored = run.artifact(f"{INDEX}/{faiss_shards.EMBEDDINGS_DIR}/{shard['name']}/")
+    stored_dir = f"{INDEX}/{faiss_shards.EMBEDDINGS_DIR}/{shard['name']}/"
+    stored = run.artifact(stored_dir)
     if stored is not None and run.rows(stored) != shard["count"]:
-        problems.append(f"{INDEX}/{faiss_shards.EMBEDDINGS_DIR}/{shard['name']}/: {run.rows(stored)} passages, "
+        problems.append(f"{stored_dir}: {run.rows(stored)} passages, "
                         f"{INDEX}/{faiss_shards.INDEX_JSON} says its shard holds {shard['count']}")
+    elif stored is not None and ids is not None and not map_problems:  # a bad map: named once, above
+        problems += guarded(stored_dir, lambda: stored_id_problems([run.path(path) for path in stored], ids,
+                                                                   stored_dir, ids_file))
     return problems
+
+
+def stored_id_problems(paths: list[str], ids: np.ndarray, where: str, ids_file: str) -> list[str]:
+    """The shard's stored passages are those of its id map, each once: search reads a hit's passage by its id."""
+    stored = np.sort(np.concatenate([int_column(batch, "passage_id") for batch in
+                                     tables.iter_file_batches(paths, ["passage_id"])] or [np.zeros(0, np.int64)]))
+    mapped = np.sort(ids)
+    if np.array_equal(stored, mapped):
+        return []
+    missing, extra = np.setdiff1d(mapped, stored), np.setdiff1d(stored, mapped)
+    repeated = np.unique(stored[1:][stored[1:] == stored[:-1]])
+    found = [f"{len(values)} {what} ({', '.join(map(str, values[:MAX_EXAMPLES].tolist()))})"
+             for what, values in (("ids of the map not stored", missing), ("stored ids not in the map", extra),
+                                  ("ids stored more than once", repeated)) if len(values)]
+    return [f"{where}: its passages are not those of {ids_file}: {'; '.join(found)}"]
 
 
 def load_id_map(path: str, where: str) -> tuple[np.ndarray | None, list[str]]:
