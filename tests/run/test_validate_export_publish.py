@@ -296,6 +296,22 @@ def a_stored_passage_under_another_ones_id(out: Path) -> list[str]:
             f"({lost}); 1 ids stored more than once ({ids[1]})"]
 
 
+def passages_break_contract(out: Path) -> list[str]:
+    """passages/ had no contract: its columns renamed validated."""
+    relative = sorted((out / "passages").glob("*.parquet"))[0].relative_to(out)
+    rewrite_parquet(out, str(relative), lambda table: table.rename_columns(["pid", "title", "body"]))
+    return [f"{relative}: column passage_id is missing", f"{relative}: column text is missing"]
+
+
+def a_passage_id_twice_in_passages(out: Path) -> list[str]:
+    relative = sorted((out / "passages").glob("*.parquet"))[0].relative_to(out)
+    ids = pq.read_table(out / relative).column("passage_id").to_pylist()
+    ids[1] = ids[0]
+    rewrite_parquet(out, str(relative), lambda table: table.set_column(
+        0, table.schema.field("passage_id"), pa.array(ids, pa.int64())))
+    return [f"passages/: repeated passage ids: 1 ({ids[0]})"]
+
+
 def manifest_miscounts_rows(out: Path) -> list[str]:
     """The manifest's row count of entities/ wrong, the file as recorded: one problem, not every check that
     counts entities from it (the names' and embeddings' ids "outside 1..N", the linker's size...)."""
@@ -388,7 +404,8 @@ CORRUPTIONS = [truncate_articles, flip_shard_bytes, non_finite_embedding, wrong_
                stray_other_files, unreadable_recorded_parquet,
                repeated_passage_id, title_differs, redirects_break_contract, mention_vectors_break_contract,
                shard_listed_twice, index_json_count_not_a_number, faiss_id_renamed, a_stored_passage_not_indexed,
-               a_stored_passage_under_another_ones_id,
+               a_stored_passage_under_another_ones_id, passages_break_contract,
+               a_passage_id_twice_in_passages,
                manifest_miscounts_rows, an_entity_without_title_or_qid, mentions_outside_entities_and_articles]
 
 

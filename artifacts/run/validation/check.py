@@ -9,7 +9,7 @@ from artifacts.errors import InvalidRunError
 from artifacts.run import manifest
 from artifacts.run.validation.entities import check_embeddings, check_entities, check_names
 from artifacts.run.validation.files import integrity_problems, parquet_problems, stale_stages, stray_files
-from artifacts.run.validation.index import check_index
+from artifacts.run.validation.index import check_index, check_passages
 from artifacts.run.validation.mentions import check_articles, check_mentions
 from artifacts.run.validation.recorded import RecordedRun
 
@@ -68,6 +68,6 @@ def semantic_problems(run: RecordedRun) -> list[str]:
     if layout.EMBED_ENTITIES_STAGE in run.stages and entities is not None:
         problems += check_embeddings(run, entities)
     if layout.INDEX_STAGE in run.stages:
-        problems += check_index(run)
+        problems += check_index(run) + check_passages(run)
     return problems
 

@@ -38,6 +38,7 @@ CONTRACTS: dict[str, Contract] = {
     f"{layout.ENTITY_EMBEDDINGS}/": _ENTITY_VECTORS,
     f"{layout.MENTION_VECTORS}/": _MENTION_VECTORS,
     f"{layout.INDEX}/{faiss_shards.EMBEDDINGS_DIR}/": _PASSAGE_VECTORS,
+    f"{layout.PASSAGES}/": Contract(schemas.PASSAGES),
 }
 
 

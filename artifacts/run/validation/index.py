@@ -10,9 +10,10 @@ from artifacts import faiss as faiss_shards
 from artifacts import layout, tables
 from artifacts.errors import InputError
 from artifacts.passages import shard_of
-from artifacts.run.validation.recorded import MAX_EXAMPLES, RecordedRun, guarded, int_column, message
+from artifacts.run.validation.recorded import MAX_EXAMPLES, RecordedRun, Tally, guarded, int_column, message
 
 INDEX = layout.INDEX
+NO_IDS = np.zeros(0, np.int64)
 
 
 def check_index(run: RecordedRun) -> list[str]:
@@ -36,6 +37,32 @@ def check_index(run: RecordedRun) -> list[str]:
     if listed != info.count:
         problems.append(f"{index_json}: count {info.count}, its shards hold {listed}")
     return problems
+
+
+def check_passages(run: RecordedRun) -> list[str]:
+    """Each passage id once in ``passages/`` (the corpus the index was built from, by id)."""
+    files = run.artifact(f"{layout.PASSAGES}/")
+    if files is None:
+        return []
+    found: list[np.ndarray] = []
+    problems = [problem for relative in files for problem in
+                guarded(relative, lambda relative=relative: found.append(passage_ids([run.path(relative)])))]
+    if problems:
+        return problems
+    tally = Tally()
+    tally.add_ids(f"{layout.PASSAGES}/: repeated passage ids", repeated(np.sort(np.concatenate([*found, NO_IDS]))))
+    return tally.messages()
+
+
+def passage_ids(paths: list[str]) -> np.ndarray:
+    """The ``passage_id`` column of Parquet files, as one array."""
+    return np.concatenate([*(int_column(batch, "passage_id") for batch in
+                             tables.iter_file_batches(paths, ["passage_id"])), NO_IDS])
+
+
+def repeated(ordered: np.ndarray) -> np.ndarray:
+    """The values a sorted array holds more than once, once each."""
+    return np.unique(ordered[1:][ordered[1:] == ordered[:-1]])
 
 
 def check_shard(run: RecordedRun, info: faiss_shards.IndexInfo, shard: dict[str, Any],
@@ -69,16 +96,13 @@ def check_shard(run: RecordedRun, info: faiss_shards.IndexInfo, shard: dict[str,
 
 def stored_id_problems(paths: list[str], ids: np.ndarray, where: str, ids_file: str) -> list[str]:
     """The shard's stored passages are those of its id map, each once: search reads a hit's passage by its id."""
-    stored = np.sort(np.concatenate([int_column(batch, "passage_id") for batch in
-                                     tables.iter_file_batches(paths, ["passage_id"])] or [np.zeros(0, np.int64)]))
-    mapped = np.sort(ids)
+    stored, mapped = np.sort(passage_ids(paths)), np.sort(ids)
     if np.array_equal(stored, mapped):
         return []
     missing, extra = np.setdiff1d(mapped, stored), np.setdiff1d(stored, mapped)
-    repeated = np.unique(stored[1:][stored[1:] == stored[:-1]])
     found = [f"{len(values)} {what} ({', '.join(map(str, values[:MAX_EXAMPLES].tolist()))})"
              for what, values in (("ids of the map not stored", missing), ("stored ids not in the map", extra),
-                                  ("ids stored more than once", repeated)) if len(values)]
+                                  ("ids stored more than once", repeated(stored))) if len(values)]
     return [f"{where}: its passages are not those of {ids_file}: {'; '.join(found)}"]
 
 
