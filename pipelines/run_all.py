@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from artifacts import layout
 from artifacts.counters import Counter
-from artifacts.run import lock
+from artifacts.run import lock, manifest
 from artifacts.run.report.build import write_report
 from artifacts.run.validation import validate_run
 from pipelines import dictionary, embed_entities, index, mentions, parse, refresh
@@ -56,12 +56,17 @@ def forced_stages(force: list[str] | None) -> set[str]:
 def preflight(args: argparse.Namespace, beam_args: list[str]) -> None:
     """Fail before hour one, not at hour nine: every stage's config is built (the flags are checked already), every
     model, the corpus and the index factory are checked (and the device, when the workers run on this machine), and
-    with --require-reuse the previous run has the stages that lend vectors."""
+    with --require-reuse the previous run has the stages that lend vectors (unless OUT has both stages that borrow
+    them: a completed refresh, whose previous run may be gone; a stage that reruns still checks)."""
     from encoders.mask_encoder import check_mask_model
 
     configs = {stage.name: stage.config(args) for _, stage in PIPELINE}
-    if args.previous and args.require_reuse:  # what a stage would refuse after hours of the stages before it
-        lacking = refresh.previous_lacks(str(args.previous), (*embed_entities.PREVIOUS_STAGES, layout.INDEX_STAGE))
+    lenders = (*embed_entities.PREVIOUS_STAGES, layout.INDEX_STAGE)
+    borrowers = (layout.EMBED_ENTITIES_STAGE, layout.INDEX_STAGE)
+    completed = manifest.load(args.output)
+    if args.previous and args.require_reuse and not all(stage in completed for stage in borrowers):
+        # what a stage would refuse after hours of the stages before it
+        lacking = refresh.previous_lacks(str(args.previous), lenders)
         if lacking is not None:
             raise refresh.ReuseRefusedError(f"cannot reuse the previous run: {lacking}")
     device_here = stage_runner.workers_run_here(beam_args)

@@ -16,9 +16,10 @@ import pytest
 from artifacts.run import manifest
 from pipelines import embed_entities as embed_entities_stage
 from pipelines.launcher.cli import main
+from tests.builders import all_command
 from tests.builders import artifact_rows as rows
 from tests.conftest import BUNDLED_SAMPLE, DIRECT, copy_stages, write_tiny_bert
-from tests.run_fixtures import DumpRuns
+from tests.run_fixtures import DumpRuns, run_all
 from transforms.common.mention_sampling import CHARS_PER_TOKEN, context_window
 
 ROW_ARTIFACTS = ("articles", "redirects", "entities", "dictionary/names", "mentions", "passages")
@@ -196,6 +197,23 @@ def test_a_completed_refresh_stays_complete_once_its_previous_run_is_deleted(run
     assert stderr_line(capsys, "[embed-entities] skipped") == (
         "[embed-entities] skipped: outputs complete, inputs and options unchanged")
     assert (counters(output, "embed_entities"), rows(output, "entity_id_map")) == (before, id_map)
+
+
+def test_all_with_require_reuse_stays_complete_once_its_previous_run_is_deleted(dump_runs, tiny_bert, tmp_path,
+                                                                               capsys):
+    """The README: once a refresh has completed, OLD_OUT may be deleted. With --require-reuse the same command
+    stopped before its first stage: "cannot reuse the previous run: OLD has no manifest.json"."""
+    previous = tmp_path / "previous"
+    shutil.copytree(dump_runs.old, previous)
+    output = run_all(dump_runs.versions.new, tmp_path / "out", tiny_bert, "--previous", str(previous),
+                     "--require-reuse")
+    shutil.rmtree(previous)
+    capsys.readouterr()
+    assert main(all_command(output, tiny_bert, "--no-report", "--previous", str(previous), "--require-reuse",
+                            dump=dump_runs.versions.new)) == 0
+    assert [line for line in capsys.readouterr().err.splitlines() if "skipped: " in line] == [
+        f"[{command}] skipped: outputs complete, inputs and options unchanged"
+        for command in ("parse", "dictionary", "mentions", "embed-entities", "index")]
 
 
 def test_a_previous_run_that_changes_while_it_is_read_commits_nothing(runs, tiny_bert, tmp_path, capsys,
