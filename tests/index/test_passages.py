@@ -73,6 +73,16 @@ def test_malformed_rows_say_why(line, reason):
     assert isinstance(row, BadRow) and row.reason == reason and row.line == line
 
 
+@pytest.mark.parametrize(("line", "detail"), [
+    ('3\t"unclosed\tT', "a quoted field runs past the end of its line (a row is one line: a line break inside "
+                        "quotes is not read as part of the field)"),
+    ("4\ttext\rmore\tT", "a carriage return inside a field (a row is one line)"),  # was csv's "universal-newline"
+    ('4\t"a"b\tT', "'\t' expected after '\"'"),
+])
+def test_broken_quoting_says_what_is_wrong_with_the_line(line, detail):
+    assert parse_dpr_row(line) == BadRow("bad_quoting", detail, line)
+
+
 def test_ids_are_every_int64():
     """An id is any non-negative int64 in ASCII digits, of any length: leading zeros are allowed."""
     for raw, value in (("9223372036854775807", 2**63 - 1), ("1000000000000000000", 10**18),

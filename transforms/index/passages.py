@@ -48,6 +48,20 @@ def header_columns(header: str) -> tuple[int, int, int]:
     return names.index("id"), names.index("text"), names.index("title")
 
 
+# csv's words for what a corpus line holds, and ours (the reader's advice, "open the file in universal-newline
+# mode", is not the user's to follow)
+_QUOTING_PROBLEMS = {
+    "unexpected end of data": "a quoted field runs past the end of its line (a row is one line: a line break "
+                              "inside quotes is not read as part of the field)",
+    "new-line character seen in unquoted field": "a carriage return inside a field (a row is one line)",
+}
+
+
+def quoting_problem(error: csv.Error) -> str:
+    """What is wrong with a line csv refused, in the corpus's terms."""
+    return next((ours for theirs, ours in _QUOTING_PROBLEMS.items() if str(error).startswith(theirs)), str(error))
+
+
 def parse_dpr_row(line: str, columns: tuple[int, int, int] = (0, 1, 2)) -> Passage | BadRow:
     """One line of a DPR passage file: tab-separated; a field with a quote is wrapped in quotes, inner quotes
     doubled (csv's ``excel-tab`` rules). Wrong column counts, broken quoting, bad ids and empty text are BadRows."""
@@ -60,7 +74,7 @@ def parse_dpr_row(line: str, columns: tuple[int, int, int] = (0, 1, 2)) -> Passa
     try:
         fields = next(csv.reader([line], delimiter="\t", quotechar='"', doublequote=True, strict=True))
     except csv.Error as error:
-        return BadRow("bad_quoting", str(error), shown)
+        return BadRow("bad_quoting", quoting_problem(error), shown)
     except StopIteration:
         fields = []
     if len(fields) != 3:
