@@ -145,8 +145,9 @@ class EncoderOptions:
 
 
 def check_tokenizer(name_or_path: str, kind: str) -> None:
-    """Fail before any work starts: a tokenizer that yields no token for plain English text (every input would
-    be empty), or, for kinds whose vector is the [CLS] output, one without [CLS] and [SEP] (a GPT-style model)."""
+    """Fail before any work starts: a tokenizer that reads plain English text as nothing or as [UNK] alone
+    (``check_reads_plain_text``), or, for kinds whose vector is the [CLS] output, one without [CLS] and [SEP] (a
+    GPT-style model)."""
     tokenizer = load_tokenizer(name_or_path)
     check_reads_plain_text(tokenizer, name_or_path, "encode passages")
     missing = [name for name, token in (("[CLS]", tokenizer.cls_token_id), ("[SEP]", tokenizer.sep_token_id))
