@@ -286,7 +286,7 @@ def publish_run(output: str, destination: str, latest: bool = False, free_bytes:
     require_not_the_latest(destination)
     if fs.overlaps(output, destination):
         raise OverlappingDestinationError(output, destination)
-    require_valid(output)
+    require_valid(output, with_kept_work=kept)
     require_current_report(output)
     stages = published_stages(manifest.load(output), kept)
     files = planned_files(output, stages)

@@ -644,6 +644,21 @@ def test_a_republish_without_mention_vectors_leaves_no_empty_directory(run: Path
     assert validate_run(str(destination)) == []
 
 
+def test_a_run_whose_kept_work_is_gone_publishes_and_exports_without_it(run: Path, tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """mention_vectors/ deleted (kept work no stage reads): publish without --with-mention-vectors and export-kpr
+    refused the run, and only a rerun of embed-entities (hours of GPU) made it publishable again."""
+    fake_report(run)
+    shutil.rmtree(run / "mention_vectors")
+    assert main(["validate", "--output", str(run)]) == 1  # validate still says so
+    assert "mention_vectors/part-" in capsys.readouterr().err
+    assert main(["publish", "--output", str(run), "--to", str(tmp_path / "published")]) == 0
+    assert validate_run(str(tmp_path / "published")) == []
+    assert main(["export-kpr", "--output", str(run), "--to", str(tmp_path / "kpr")]) == 0
+    assert main(["publish", "--output", str(run), "--to", str(tmp_path / "with"), "--with-mention-vectors"]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {run} does not validate (mention_vectors/part-")
+
+
 @pytest.mark.parametrize("with_vectors", [False, True])
 def test_a_published_copy_can_be_published_again(run: Path, tmp_path: Path, with_vectors: bool) -> None:
     """The copy's report stamp names the manifest the copy got (without mention_vectors/ unless asked): its report
