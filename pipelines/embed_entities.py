@@ -175,7 +175,8 @@ def incompatibility(old: dict[str, manifest.StageRecord], output: str, config: E
     if changes:
         return f"it was built with other options ({'; '.join(changes)})"
     if not store_files([fs.join(str(config.previous), layout.MENTION_VECTORS)], salt):
-        return "it kept no mention vectors (built with --no-mention-vectors, or by an older version)"
+        return ("it kept no mention vectors (built with --no-mention-vectors, published without "
+                "--with-mention-vectors, or by an older version)")
     return None
 
 

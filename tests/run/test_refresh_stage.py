@@ -302,6 +302,17 @@ def test_an_encoder_option_named_at_its_default_is_the_same_encoder(runs, tiny_b
     assert counters(output, "index")["passages_reused"] == counters(refreshed, "index")["passages_reused"] > 0
 
 
+def test_a_copy_published_without_mention_vectors_says_so(runs, tiny_bert, tmp_path, capsys):
+    old, scratch, _ = runs
+    published = tmp_path / "published"
+    assert main(["publish", "--output", str(old), "--to", str(published)]) == 0
+    output = upstream_of(scratch, tmp_path / "out")
+    assert embed(output, tiny_bert, published, "--require-reuse") == 2
+    assert stderr_line(capsys, "error:") == (
+        "error: cannot reuse the previous run: it kept no mention vectors (built with --no-mention-vectors, "
+        "published without --with-mention-vectors, or by an older version)")
+
+
 def test_a_previous_run_of_another_model_is_not_reused(runs, tiny_bert, tmp_path, capsys):
     old, scratch, _ = runs
     other = write_tiny_bert(tmp_path / "other-bert", seed=1)
