@@ -409,6 +409,7 @@ CASES = [Case("xml-that-is-not-a-dump", _not_a_dump), Case("text-that-is-not-xml
 def test_bad_input_is_one_line_and_exit_2_before_any_work(case: Case, tmp_path: Path, bad_encoders, tiny_bert,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     argv, expected = case.argv(tmp_path, {**bad_encoders, "tiny": tiny_bert})
+    (tmp_path / "out").mkdir(exist_ok=True)  # an OUT nothing has run in (one that is not there is refused first)
     assert main([*argv, *DIRECT]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == expected
