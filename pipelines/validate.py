@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from artifacts import layout
+from artifacts.run import lock
 from artifacts.run.validation import check_run
 
 
@@ -20,6 +21,9 @@ class ValidateCommand:
             return 0
         for problem in result.problems:
             print(problem, file=sys.stderr)
+        if writer := lock.live_writer(args.output):  # a stage committing into OUT: its files are moving in now
+            print(f"{args.output} is being written by pid {writer.pid} on {writer.host} (command {writer.command}, "
+                  f"since {writer.started}): run validate again once it ends", file=sys.stderr)
         print(f"invalid: {args.output} (stages: {stages}): {len(result.problems)} problem(s)", file=sys.stderr)
         return 1
 

@@ -191,6 +191,12 @@ def acquire(output: str, command: str) -> bool:
     raise OutputLocked(f"{output} is in use: could not take the lock {path}")
 
 
+def live_writer(output: str) -> LockInfo | None:
+    """Who holds the lock on ``output`` when another live process does (a stage committing into it), else None."""
+    holder = read(output)
+    return holder if holder is not None and not holder.mine() and not holder.stale() else None
+
+
 def release(output: str) -> None:
     holder = read(output)
     if holder is not None and holder.mine():

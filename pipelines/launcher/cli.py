@@ -276,12 +276,6 @@ def storage_client_error(error: BaseException) -> BaseException | None:
     return None
 
 
-def live_writer(output: str) -> lock.LockInfo | None:
-    """Who holds the lock on ``output`` when another live process does (a stage committing into it), else None."""
-    holder = lock.read(output)
-    return holder if holder is not None and not holder.mine() and not holder.stale() else None
-
-
 def denied_write(error: BaseException) -> OSError | None:
     """The permission error (EACCES, EPERM, EROFS) in ``error``'s chain or among what Beam's filesystems collected
     path by path (``path_errors``), with its file name; None otherwise."""
@@ -305,7 +299,7 @@ def worded(error: BaseException) -> BaseException:
     """A typed library error as the command line says it: a setting by its flag, a damaged run with what to do
     about it, a job server jar Beam cannot download with the flag that gives it, a storage service's refusal; any other
     error as it is."""
-    if isinstance(error, (IncompleteRunError, InvalidRunError)) and (writer := live_writer(error.output)):
+    if isinstance(error, (IncompleteRunError, InvalidRunError)) and (writer := lock.live_writer(error.output)):
         return InputError(f"{error.message}: {error.output} is being written by pid {writer.pid} on {writer.host} "
                           f"(command {writer.command}, since {writer.started}): run this again once it ends")
     if isinstance(error, DamagedManifestError):

@@ -644,6 +644,21 @@ def test_a_republish_without_mention_vectors_leaves_no_empty_directory(run: Path
     assert validate_run(str(destination)) == []
 
 
+def test_validate_names_the_live_writer_of_a_run_it_finds_changing(run: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A stage committing into OUT moves its files in: validate said "not in the manifest (a stale or partial write)"
+    and "invalid", where publish and export-kpr name the writer."""
+    expected = stray_parquet(run)
+    with lock.hold(str(run), "python run_pipeline.py dictionary"):
+        holder = lock.read(str(run))
+        with mock.patch.object(lock.LockInfo, "mine", lambda info: False):  # another process's
+            assert main(["validate", "--output", str(run)]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        *expected, f"{run} is being written by pid {holder.pid} on {holder.host} (command python run_pipeline.py "
+                   f"dictionary, since {holder.started}): run validate again once it ends",
+        f"invalid: {run} (stages: {STAGES}): 1 problem(s)"]
+
+
 def test_a_run_whose_kept_work_is_gone_publishes_and_exports_without_it(run: Path, tmp_path: Path,
                                                                        capsys: pytest.CaptureFixture[str]) -> None:
     """mention_vectors/ deleted (kept work no stage reads): publish without --with-mention-vectors and export-kpr
