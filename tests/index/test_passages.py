@@ -67,6 +67,8 @@ def test_all_751_real_rows_are_100_word_passages_that_round_trip():
     ("\u0663\ttext\tT", "bad_ids"),  # an Arabic-Indic digit
     ("8\t   \tT", "empty_texts"),
     ('9\t""\tT', "empty_texts"),
+    ("10\t\u200b\u200b\tT", "empty_texts"),  # zero-width spaces: indexed as a title alone, the text tokenized to none
+    ("11\t\x01\ufeff \tT", "empty_texts"),
 ])
 def test_malformed_rows_say_why(line, reason):
     row = parse_dpr_row(line)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from artifacts.ids import int64_of
+from artifacts.names import shows_nothing
 from artifacts.passages import Passage
 
 DPR_HEADER = ("id", "text", "title")
@@ -83,8 +84,8 @@ def parse_dpr_row(line: str, columns: tuple[int, int, int] = (0, 1, 2)) -> Passa
     passage_id = parse_passage_id(raw_id)
     if passage_id is None:
         return BadRow("bad_ids", f"id {raw_id[:40]!r} is not an integer from 0 to 2^63 - 1", shown)
-    if not text.strip():
-        return BadRow("empty_texts", "the passage text is empty", shown)
+    if shows_nothing(text):  # as search refuses such a query: spaces, zero-width and control characters alone
+        return BadRow("empty_texts", "the passage text is empty (nothing but spaces or invisible characters)", shown)
     return Passage(passage_id, title, text)
 
 
