@@ -173,9 +173,10 @@ def prepare_workers(beam_args: Sequence[str], paths: Sequence[tuple[str, str]],
     options and ``model_args`` (--model-pipeline-options: its workers may be elsewhere where the run's are not);
     the warning about ``paths`` printed once."""
     check_job_server_jar([*beam_args, *model_args])
-    added = shipping_flags(beam_args, project_setup_file())
+    setup_file = project_setup_file()
+    added = shipping_flags(beam_args, setup_file)
     model_job = [*beam_args, *added, *model_args]
-    model_added = shipping_flags(model_job, project_setup_file()) if model_args else []
+    model_added = shipping_flags(model_job, setup_file) if model_args else []
     warning = local_paths_warning(paths, beam_args) or local_paths_warning(paths, model_job)
     if warning:
         print(warning, file=sys.stderr)

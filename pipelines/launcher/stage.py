@@ -430,9 +430,13 @@ def skip_reason(stage: Stage, record: manifest.StageRecord | None, options: dict
 def committed_directories(stage: Stage) -> list[str]:
     """Every directory under OUT that ``commit`` writes the stage's artifacts into (``errors`` and
     ``errors/STAGE``): a file in the way of one is refused before the stage runs, not deleted nor met at its end."""
-    artifacts = [*stage.outputs, layout.errors_of(stage.name)]
-    return sorted({"/".join(parts[:depth]) for parts in (artifact.split("/") for artifact in artifacts)
+    return sorted({"/".join(parts[:depth]) for parts in (artifact.split("/") for artifact in committed(stage))
                    for depth in range(1, len(parts) + 1)})
+
+
+def committed(stage: Stage) -> list[str]:
+    """The artifacts ``commit`` moves into OUT: the stage's outputs and its dead letters."""
+    return [*stage.outputs, layout.errors_of(stage.name)]
 
 
 def commit(ctx: StageContext, stage: Stage, record: manifest.StageRecord) -> manifest.StageRecord:
@@ -440,7 +444,7 @@ def commit(ctx: StageContext, stage: Stage, record: manifest.StageRecord) -> man
     completed = manifest.load(ctx.output)
     completed.pop(stage.name, None)
     manifest.save(ctx.output, completed)
-    artifacts = [*stage.outputs, layout.errors_of(stage.name)]
+    artifacts = committed(stage)
     for artifact in artifacts:
         fs.delete_tree(ctx.final(artifact))
         for source in fs.list_tree(ctx.staged(artifact)):

@@ -138,13 +138,14 @@ def read_stream_ranges(dump_path: str, index_path: str) -> list[StreamRange]:
 def check_index_start(dump_path: str, index_path: str, first: int) -> None:
     """An InputError unless the index's first stream starts where the dump's stream 0 ends: else the streams
     before it would go unread (a stream past the end of the file is a bad stream: ``decompress_range``)."""
-    with fs.open_input(dump_path) as raw:
-        if raw.read(3) != b"BZh":
-            raise InputError(f"{dump_path} is no bz2 file, but {index_path} is given as its multistream index: an "
-                             "index goes with a .bz2 multistream dump only (leave --dump-index out for this dump)")
     try:
         head = first_stream(dump_path, _LAST_RANGE_LIMIT)
     except fs.ARCHIVE_ERRORS as error:
+        with fs.open_input(dump_path) as raw:  # read again only to say which
+            if raw.read(3) != b"BZh":
+                raise InputError(f"{dump_path} is no bz2 file, but {index_path} is given as its multistream index: "
+                                 "an index goes with a .bz2 multistream dump only (leave --dump-index out for this "
+                                 "dump)") from error
         raise InputError(f"{dump_path}: corrupt bz2 stream at byte 0: {first_line(error)}") from error
     if head is not None and first != head.end:
         raise InputError(f"{index_path} does not match {dump_path}: its first stream starts at byte {first}, but "
