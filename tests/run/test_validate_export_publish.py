@@ -661,10 +661,10 @@ def test_validate_names_the_live_writer_of_a_run_it_finds_changing(run: Path,
         f"invalid: {run} (stages: {STAGES}): 1 problem(s)"]
 
 
-def test_a_run_whose_kept_work_is_gone_publishes_and_exports_without_it(run: Path, tmp_path: Path,
-                                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    """mention_vectors/ deleted (kept work no stage reads): publish without --with-mention-vectors and export-kpr
-    refused the run, and only a rerun of embed-entities (hours of GPU) made it publishable again."""
+def test_a_run_whose_kept_work_is_gone_publishes_exports_diffs_and_reports_without_it(
+        run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """mention_vectors/ deleted (kept work no stage reads): publish without --with-mention-vectors, export-kpr, diff
+    and report refused the run, and only a rerun of embed-entities (hours of GPU) made it usable again."""
     fake_report(run)
     shutil.rmtree(run / "mention_vectors")
     assert main(["validate", "--output", str(run)]) == 1  # validate still says so
@@ -672,6 +672,10 @@ def test_a_run_whose_kept_work_is_gone_publishes_and_exports_without_it(run: Pat
     assert main(["publish", "--output", str(run), "--to", str(tmp_path / "published")]) == 0
     assert validate_run(str(tmp_path / "published")) == []
     assert main(["export-kpr", "--output", str(run), "--to", str(tmp_path / "kpr")]) == 0
+    capsys.readouterr()
+    assert main(["diff", "--old", str(tmp_path / "published"), "--new", str(run), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["entities"]["added"] == 0
+    assert main(["report", "--output", str(run), "--recall-queries", "2"]) == 0
     assert main(["publish", "--output", str(run), "--to", str(tmp_path / "with"), "--with-mention-vectors"]) == 2
     assert capsys.readouterr().err.startswith(f"error: {run} does not validate (mention_vectors/part-")
 

@@ -122,16 +122,15 @@ def complete_records(output: str) -> dict[str, manifest.StageRecord]:
 
 def require_complete(output: str, records: dict[str, manifest.StageRecord]) -> None:
     """``IncompleteRunError`` for the first recorded file of ``output`` that is gone or resized since, or, on a
-    local disk, whose content is not the manifest's (kept work aside: no reader here reads it). Files this machine
-    committed or checked before are only stat'ed (``verified``)."""
-    ranked = sorted(records, key=layout.stage_rank)
-    for name in ranked:
-        problems = manifest.missing_or_changed(output, records[name])
-        if problems:
+    local disk, whose content is not the manifest's (kept work aside, ``mention_vectors/``: no reader here reads
+    it). Files this machine committed or checked before are only stat'ed (``verified``)."""
+    read = {name: [item for item in records[name].outputs if not manifest.is_kept_work(item.path)]
+            for name in sorted(records, key=layout.stage_rank)}
+    for name, items in read.items():
+        if problems := manifest.files_missing_or_changed(output, items):
             raise IncompleteRunError(output, name, problems[0])
-    for name in ranked:
-        read = [item for item in records[name].outputs if not manifest.is_kept_work(item.path)]
-        if (problem := verified.changed_local_content(output, read)) is not None:
+    for name, items in read.items():
+        if (problem := verified.changed_local_content(output, items)) is not None:
             raise IncompleteRunError(output, name, problem)
 
 
