@@ -36,21 +36,28 @@ class Hit:
 
 def recorded_index_files(output: str) -> frozenset[str]:
     """The index files the manifest of ``output`` records, unchanged since: a reader never sees files of an
-    index stage that is running or was cut off (they are not recorded until it commits). A stage the index read
-    that ran again since is said in a line: the index still answers from what that stage wrote before."""
-    records = manifest.load(output)
-    record = records.get(layout.INDEX_STAGE)
-    command = f"python run_pipeline.py index --output {shlex.quote(output)} ..."
+    index stage that is running or was cut off (they are not recorded until it commits)."""
+    record = manifest.load(output).get(layout.INDEX_STAGE)
     if record is None:
         raise InputError(f"{output} has no index recorded in its manifest (the index stage has not finished): run "
-                         f"`{command}` first")
+                         f"`{index_command(output)}` first")
     problems = manifest.missing_or_changed(output, record)
     if problems:
         raise index_changed(output, problems[0])
-    for upstream in manifest.rebuilt_since(record, records):
-        print(f"warning: {layout.command_of(upstream)} ran again after the index was built: the index answers from "
-              f"what it wrote before (rerun `{command}` to index the new outputs)", file=sys.stderr)
     return frozenset(fs.join(output, item.path) for item in record.outputs)
+
+
+def index_command(output: str) -> str:
+    return f"python run_pipeline.py index --output {shlex.quote(output)} ..."
+
+
+def warn_rebuilt_since(output: str) -> None:
+    """A line for each stage the index read that ran again since: the index still answers from what that stage
+    wrote before (said once the index is known to answer: a KPR index whose entities changed is refused)."""
+    records = manifest.load(output)
+    for upstream in manifest.rebuilt_since(records[layout.INDEX_STAGE], records):
+        print(f"warning: {layout.command_of(upstream)} ran again after the index was built: the index answers from "
+              f"what it wrote before (rerun `{index_command(output)}` to index the new outputs)", file=sys.stderr)
 
 
 def index_changed(output: str, problem: str) -> InputError:
@@ -72,15 +79,23 @@ def check_index_contents(output: str, shards: list[str], verify: bool = False) -
 
 def check_run_inputs(output: str, index: info.IndexInfo, options: EncoderOptions, verify: bool = False) -> None:
     """The run's artifacts the index was encoded with (a KPR encoder's linker and entity embeddings) are still
-    those under ``output``: the manifest records the same digests as when the index was built, and their files
-    hold what it records (sizes; sha256 as for the shards, ``check_index_contents``)."""
+    those under ``output``: the manifest records the same digests as when the index was built, their files hold
+    what it records (sizes; sha256 as for the shards, ``check_index_contents``), and no other file is among them
+    (the query encoder reads every Parquet file of ``entity_embeddings/``)."""
     current = index_inputs(options, output) if index.inputs else {}
     recorded = [item for record in manifest.load(output).values() for item in record.outputs] if index.inputs else []
     for name, digest in sorted(index.inputs.items()):
-        items = [item for item in recorded if item.path.startswith(f"{name.rstrip('/')}/")]
+        directory = f"{name.rstrip('/')}/"
+        items = [item for item in recorded if item.path.startswith(directory)]
         if current.get(name) != digest or verified.changed_files(output, items, trust_remembered=not verify):
             raise InputError(f"{fs.join(output, name)} changed after the index was built from it: rerun "
                              f"`python run_pipeline.py index --output {shlex.quote(output)} --force ...`")
+        listed = {item.path for item in items}
+        found = (fs.relative(path, output) for path in fs.list_tree(fs.join(output, directory)))
+        if strays := [relative for relative in found if relative not in listed]:
+            raise InputError(f"{fs.join(output, strays[0])} is not recorded in the manifest of {output} and the "
+                             f"query encoder would read it: remove it (`python run_pipeline.py validate --output "
+                             f"{shlex.quote(output)}` lists every such file)")
 
 
 class Retriever:
@@ -111,6 +126,7 @@ class Retriever:
                              verify)
         options = EncoderOptions.from_json(self.index.info.encoder).with_runtime(device, dtype, query_model)
         check_run_inputs(output, self.index.info, options, verify)
+        warn_rebuilt_since(output)
         options = options.located(output)
         check_encoder(options)
         self.encoder: DenseEncoder = load_retriever(options, "query")

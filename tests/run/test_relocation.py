@@ -108,6 +108,36 @@ def test_entity_embeddings_whose_files_changed_after_the_index_was_built_are_ref
     assert (f"error: {output / layout.ENTITY_EMBEDDINGS} changed after the index was built from it: rerun "
             f"`python run_pipeline.py index --output {output} --force ...`") in capsys.readouterr().err
 
+
+def test_an_unrecorded_file_among_the_entity_embeddings_is_refused(kpr_run, tmp_path, capsys):
+    """The query encoder reads every Parquet file of entity_embeddings/: one the manifest does not record (here a
+    copy of a recorded one: its vectors would override theirs) changed a KPR search's answers without a word."""
+    output = Path(shutil.copytree(kpr_run, tmp_path / "out"))
+    recorded = sorted((output / layout.ENTITY_EMBEDDINGS).glob("*.parquet"))[0]
+    stray = output / layout.ENTITY_EMBEDDINGS / "zz-extra.parquet"
+    shutil.copyfile(recorded, stray)
+    assert main(["search", "--output", str(output), "--query", "Anarchism", "--verify"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {stray} is not recorded in the manifest of {output} and the query encoder would read it: remove it "
+        f"(`python run_pipeline.py validate --output {output}` lists every such file)\n")
+
+
+def test_entities_embedded_again_are_refused_without_saying_the_index_answers(kpr_run, tmp_path, capsys):
+    """embed-entities run again after a KPR index: the refusal alone, not first a warning that the index answers
+    from what embed-entities wrote before."""
+    output = Path(shutil.copytree(kpr_run, tmp_path / "out"))
+    records = manifest.load(str(output))
+    embedded = records[layout.EMBED_ENTITIES_STAGE]
+    embedded.outputs = [item if not item.path.startswith(layout.ENTITY_EMBEDDINGS + "/") else
+                        manifest.OutputFile(item.path, item.bytes, "1" * 64, item.rows)
+                        for item in embedded.outputs]
+    manifest.save(str(output), records)
+    assert main(["search", "--output", str(output), "--query", "Anarchism"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {output / layout.ENTITY_EMBEDDINGS} changed after the index was built from it: rerun "
+        f"`python run_pipeline.py index --output {output} --force ...`\n")
+
+
 def test_names_relative_to_out_are_located_and_absolute_ones_kept():
     relative = EncoderOptions("kpr", "model", linker=layout.LINKER, entity_embeddings=layout.ENTITY_EMBEDDINGS)
     assert relative.located("/runs/new") == EncoderOptions(
