@@ -75,8 +75,10 @@ class EmbedEntitiesStage:
         mentions = tables.total_rows(ctx.output, layout.MENTIONS)
         facts = model_facts(config, mentions) if ctx.workers_run_here() else None
         salt = window_salt(config)
+        own = "the windows of this OUT's mention_vectors/" if store_files(
+            [ctx.final(layout.MENTION_VECTORS)], salt) else None  # its own store is read in any case
         previous = reusable_previous(refresh_of(config), self.name, PREVIOUS_STAGES,
-                                     lambda old: incompatibility(old, ctx.output, config, salt))
+                                     lambda old: incompatibility(old, ctx.output, config, salt), own)
         scratch = fs.join(ctx.staging_root, "work")
         renumbered = config.previous if previous is None and config.previous and entities_intact(config.previous) \
             else None

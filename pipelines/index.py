@@ -151,8 +151,13 @@ class IndexStage:
         def compatible(old: dict[str, manifest.StageRecord]) -> str | None:
             return incompatibility(old, config, located)
 
-        previous = (reusable_previous(refresh_of(config), self.name, (layout.INDEX_STAGE,), compatible)
-                    if config.previous else own_index(ctx.output, compatible))
+        own_problem = own_index_problem(ctx.output, compatible)
+        if config.previous:
+            previous = reusable_previous(refresh_of(config), self.name, (layout.INDEX_STAGE,), compatible,
+                                         None if own_problem is not None else "the vectors of the index this OUT holds")
+            previous = previous or (ctx.output if own_problem is None else None)
+        else:
+            previous = own_index(ctx.output, own_problem)
         counts = passage_counts(config.corpus, tables.artifact_dir(ctx.output, layout.ARTICLES),
                                 config.words_per_passage)
         bucket_count = choice.bucket_count(config.shards, counts.high, dim, config.shard_memory_bytes)
@@ -411,17 +416,28 @@ def effective_encoder(recorded: dict[str, Any]) -> dict[str, Any]:
     return EncoderOptions.from_json(recorded).resolved().to_json()
 
 
-def own_index(output: str, compatible: Compatibility) -> str | None:
-    """OUT itself as the run that lends passage vectors, when it holds a committed index of this encoder whose
-    files are as recorded: a rerun in place (another --index-factory or --shards, a changed corpus, articles parsed
-    again, which leaves the rest of OUT stale until it reruns) encodes only the passages that are new or changed,
-    as a refresh from OUT would. None when OUT has no index yet, and when it cannot lend (printing why: every
-    passage is encoded again)."""
+# ``own_index_problem`` of an OUT without a committed index
+NO_INDEX = "it holds no index"
+
+
+def own_index_problem(output: str, compatible: Compatibility) -> str | None:
+    """None when OUT holds a committed index of this encoder whose files are as recorded (it lends the vectors of
+    its passages), else why not (``NO_INDEX`` when it has none yet)."""
     records = manifest.load(output)
     record = records.get(layout.INDEX_STAGE)
     if record is None:
+        return NO_INDEX
+    return compatible(records) or verified.changed_files(output, record.outputs, hash_remote=False)
+
+
+def own_index(output: str, problem: str | None) -> str | None:
+    """OUT itself as the run that lends passage vectors when it can (``problem`` None, ``own_index_problem``): a
+    rerun in place (another --index-factory or --shards, a changed corpus, articles parsed again, which leaves the
+    rest of OUT stale until it reruns) encodes only the passages that are new or changed, as a refresh from OUT
+    would. None when OUT has no index yet, and when it cannot lend (printing why: every passage is encoded
+    again)."""
+    if problem == NO_INDEX:
         return None
-    problem = compatible(records) or verified.changed_files(output, record.outputs, hash_remote=False)
     if problem is not None:
         print(f"[index] encoding every passage: the index this OUT holds lends no vector ({problem})",
               file=sys.stderr)

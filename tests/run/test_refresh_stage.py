@@ -199,6 +199,34 @@ def test_a_completed_refresh_stays_complete_once_its_previous_run_is_deleted(run
     assert (counters(output, "embed_entities"), rows(output, "entity_id_map")) == (before, id_map)
 
 
+def test_a_rerun_of_a_refresh_whose_previous_run_is_gone_reuses_its_own_work(runs, tiny_bert, tmp_path, capsys):
+    """OLD_OUT deleted, the refresh rerun with --force (another --shards): the index encoded every passage again
+    though the index OUT holds lends them all, and --require-reuse refused; embed-entities said it recomputed
+    everything while it reused every window of its own store."""
+    old, scratch, _ = runs
+    previous = tmp_path / "previous"
+    shutil.copytree(old, previous)
+    output = upstream_of(scratch, tmp_path / "out")
+    assert embed(output, tiny_bert, previous) == 0
+    index = ["index", "--output", str(output), "--encoder", str(tiny_bert), "--encoder-type", "mean",
+             "--max-length", "64", "--previous", str(previous), *DIRECT]
+    assert main([*index, "--shards", "2"]) == 0
+    shutil.rmtree(previous)
+    capsys.readouterr()
+    assert embed(output, tiny_bert, previous, "--force", "--require-reuse") == 0
+    assert stderr_line(capsys, "[embed-entities] not reusing") == (
+        f"[embed-entities] not reusing {previous} ({previous} has no manifest.json): reusing the windows of this "
+        "OUT's mention_vectors/ where nothing changed")
+    assert counters(output, "embed_entities")["mentions_encoded"] == 0
+    assert main([*index, "--shards", "1", "--force", "--require-reuse"]) == 0
+    assert stderr_line(capsys, "[index] not reusing") == (
+        f"[index] not reusing {previous} ({previous} has no manifest.json): reusing the vectors of the index this "
+        "OUT holds where nothing changed")
+    found = counters(output, "index")
+    assert (found["passages_encoded"], found["passages_reused"]) == (0, len(rows(output, "passages")))
+    assert len(shard_ids(output)) == 1
+
+
 def test_all_with_require_reuse_stays_complete_once_its_previous_run_is_deleted(dump_runs, tiny_bert, tmp_path,
                                                                                capsys):
     """The README: once a refresh has completed, OLD_OUT may be deleted. With --require-reuse the same command
