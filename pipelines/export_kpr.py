@@ -55,12 +55,16 @@ class ExportKprCommand:
 
 
 def zero_scale_row_warning(row: int, entities: int) -> str:
-    """The warning for an entity without an embedding whose row the reference's build_hf_model.py scales by."""
-    norms = [*(["row 1 of a model it built before (a knowledge update)"] if row == 1 else []),
-             *(["the last row of a model train.py made"] if row == entities else [])]
-    return (f"warning: entity {row:,} of {entities:,} has no embedding: the KPR reference's scripts/build_hf_model.py "
-            f"scales every entity vector to the norm of {' or of '.join(norms)}, so a model built from this export "
-            "that way has every entity vector zero")
+    """The warning for an entity without an embedding whose row the reference's build_hf_model.py scales by: the
+    last row of the entity table a train.py model holds (this export's), or row 1 of the entity_embeddings.npy of
+    the model a knowledge update updates (one built from this export has a zero row 1)."""
+    harms = [*(["a model train.py trains with it (its entity table) and build_hf_model.py then builds has every "
+                "entity vector zero: it scales them to that table's last row"] if row == entities else []),
+             *(["a model build_hf_model.py builds with it has a zero row 1, and every later knowledge update of that "
+                "model makes every entity vector zero: it scales them to the updated model's row 1"]
+               if row == 1 else [])]
+    return (f"warning: entity {row:,} of {entities:,} has no embedding, a zero row in this export: "
+            f"{'; and '.join(harms)}")
 
 
 COMMAND = ExportKprCommand()

@@ -110,6 +110,8 @@ def export_kpr(output: str, directory: str, free_bytes: int | None = None) -> Ex
                *(f"{LINKER_DIR}/{fs.relative(path, linker)}" for path in linker_files)]
     earlier = owned.require_owned(directory, RECORD_FILE, planned, [LINKER_DIR, STAGING_DIR], WRITER)
     keys = entity_keys(output)
+    if not len(keys):
+        raise InputError(f"{output} has no entity (no link of its articles reached an article): nothing to export")
     refuse_without_room(directory, free_bytes, lambda: export_bytes(output, keys, linker_files))  # before the lock
     with lock.hold(directory, WRITER):  # makes DIR; another export into it meanwhile is refused
         # again: an export that ended meanwhile changed DIR

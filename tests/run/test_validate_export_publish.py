@@ -31,7 +31,7 @@ from artifacts.run import kpr_export, lock, manifest, owned, verified
 from artifacts.run import publish as publish_module
 from artifacts.run.validation import validate_run
 from pipelines.launcher.cli import main
-from tests.builders import files_below, fill_with_files, mirrored, stage_command
+from tests.builders import article, files_below, fill_with_files, mirrored, stage_command, write_parsed
 
 EMBEDDINGS = "entity_embeddings/part-00000-of-00001.parquet"
 ENTITIES = "entities/part-00000-of-00001.parquet"
@@ -1023,13 +1023,34 @@ def test_export_zero_rows_for_entities_without_embeddings(run: Path, tmp_path: P
     assert main(["export-kpr", "--output", str(run), "--to", str(tmp_path / "kpr")]) == 0
     captured = capsys.readouterr()
     assert captured.out.splitlines()[-1] == "  entities without embeddings (zero rows): 2"
-    warned = {"first": f"warning: entity 1 of {ids[-1]:,} has no embedding: ", "middle": "",
-              "last": f"warning: entity {ids[-1]:,} of {ids[-1]:,} has no embedding: "}[row]
-    assert captured.err.startswith(warned) and len(captured.err.splitlines()) == (row != "middle")
+    warned = {"first": f"warning: entity 1 of {ids[-1]:,} has no embedding, a zero row in this export: a model "
+                       "build_hf_model.py builds with it has a zero row 1, and every later knowledge update of that "
+                       "model makes every entity vector zero: it scales them to the updated model's row 1\n",
+              "middle": "",
+              "last": f"warning: entity {ids[-1]:,} of {ids[-1]:,} has no embedding, a zero row in this export: a "
+                      "model train.py trains with it (its entity table) and build_hf_model.py then builds has every "
+                      "entity vector zero: it scales them to that table's last row\n"}[row]
+    assert captured.err == warned
     vectors = np.load(tmp_path / "kpr" / "entity_embeddings.npy")
     assert [int(row) for row in np.flatnonzero(~vectors.any(axis=1))] == [0, *sorted(dropped)]
     tensor = torch.load(tmp_path / "kpr" / "embeddings.pt", weights_only=True).numpy()
     assert [int(row) for row in np.flatnonzero(~tensor.any(axis=1))] == [0, *sorted(dropped)]
+
+
+def test_export_refuses_a_run_without_entities(tiny_bert: Path, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """No link reached an article: the run validates with no entity, and export-kpr stopped on an IndexError."""
+    run = tmp_path / "out"
+    write_parsed(run, [article(1, "Lonely", "An article that links nowhere.", []),
+                       article(2, "Alone", "Neither does this one.", [])])
+    for command in ("dictionary", "mentions", "embed-entities"):
+        assert main(stage_command(command, run, tiny_bert)) == 0
+    assert validate_run(str(run)) == []
+    capsys.readouterr()
+    assert main(["export-kpr", "--output", str(run), "--to", str(tmp_path / "kpr")]) == 2
+    assert capsys.readouterr().err == (f"error: {run} has no entity (no link of its articles reached an article): "
+                                       "nothing to export\n")
+    assert not (tmp_path / "kpr").exists()
 
 
 def test_export_refuses_a_run_without_entity_embeddings(run: Path, tmp_path: Path,
