@@ -184,10 +184,10 @@ def acquire(output: str, command: str) -> bool:
             print(f"taking over the empty lock on {output} (its run was killed as it took it)", file=sys.stderr)
             continue
         if holder is None:
-            raise OutputLocked(f"{output} is in use: {path} exists but cannot be read; remove it if no run "
-                               "writes OUT")
+            raise OutputLocked(f"{output} is in use: {path} exists but cannot be read; remove it if no command "
+                               f"writes {output}")
         raise OutputLocked(f"{output} is in use by pid {holder.pid} on {holder.host} since {holder.started} "
-                           f"(command {holder.command}); remove {path} if no run writes OUT")
+                           f"(command {holder.command}); remove {path} if that command no longer writes {output}")
     raise OutputLocked(f"{output} is in use: could not take the lock {path}")
 
 

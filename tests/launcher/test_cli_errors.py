@@ -423,7 +423,8 @@ def test_a_second_run_on_a_locked_output_is_refused_and_nothing_touched(tmp_path
     assert main(["parse", "--dump", SAMPLE, "--output", str(output), *DIRECT]) == 2
     assert capsys.readouterr().err.splitlines() == [
         f"error: {output} is in use by pid {os.getppid()} on {socket.gethostname()} since {started} "
-        f"(command python run_pipeline.py all ...); remove {output / lock.LOCK_NAME} if no run writes OUT"]
+        f"(command python run_pipeline.py all ...); remove {output / lock.LOCK_NAME} if that command no longer "
+        f"writes {output}"]
     assert {path: path.read_bytes() for path in output.rglob("*")} == before
 
 
@@ -457,8 +458,8 @@ def test_a_lock_whose_pid_is_not_one_is_refused_as_unreadable(tmp_path, capsys, 
     write_lock(output, pid)
     assert main(["parse", "--dump", SAMPLE, "--output", str(output), *DIRECT]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        f"error: {output} is in use: {output / lock.LOCK_NAME} exists but cannot be read; remove it if no run "
-        "writes OUT"]
+        f"error: {output} is in use: {output / lock.LOCK_NAME} exists but cannot be read; remove it if no "
+        f"command writes {output}"]
 
 
 def test_an_empty_lock_is_taken_for_one_being_written_then_for_a_killed_runs(tmp_path, capsys):

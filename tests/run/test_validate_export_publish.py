@@ -807,7 +807,8 @@ def test_a_destination_another_run_of_the_command_writes_is_refused_and_left_to_
             assert main([command, "--output", str(full_run), "--to", str(destination)]) == 2
         assert capsys.readouterr().err == (f"error: {destination} is in use by pid {holder.pid} on {holder.host} "
                                            f"since {holder.started} (command {command}); remove "
-                                           f"{destination / lock.LOCK_NAME} if no run writes OUT\n")
+                                           f"{destination / lock.LOCK_NAME} if that command no longer writes "
+                                           f"{destination}\n")
         assert files_below(destination) == before
 
 
