@@ -116,8 +116,9 @@ def checked_question(question: object, answers: object, match: str = "string") -
 
 
 def parse_qas_row(fields: list[str], match: str = "string") -> Question | None:
-    """One row of a DPR qas file: question<TAB>['answer', ...] (a Python list literal)."""
-    if len(fields) != 2:
+    """One row of a DPR qas file: question<TAB>['answer', ...] (a Python list literal); further fields (an id
+    column) are ignored, as DPR's reader does."""
+    if len(fields) < 2:
         return None
     try:
         answers = ast.literal_eval(fields[1])
@@ -132,10 +133,11 @@ def parse_entity_question(item: object, match: str = "string") -> Question | Non
 
 
 def parse_qas_line(line: bytes, match: str = "string") -> Question | None:
-    """A question of one line of a qas file; None when the line is no UTF-8 or no question. A quote that does not
-    close ends with its line: it cannot take the lines after it (each is a question of its own)."""
+    """A question of one line of a qas file, read by DPR's csv rules (not strict: text after a closing quote is
+    kept, ``"who sings" with reba``); None when the line is no UTF-8 or no question. A quote that does not close
+    ends with its line: it cannot take the lines after it (each is a question of its own)."""
     try:
-        fields = next(csv.reader([line.removesuffix(b"\r").decode("utf-8")], delimiter="\t", strict=True), [])
+        fields = next(csv.reader([line.removesuffix(b"\r").decode("utf-8")], delimiter="\t"), [])
     except (UnicodeDecodeError, csv.Error):
         return None
     return parse_qas_row(fields, match)
@@ -145,12 +147,17 @@ def question_suffix(directory: str) -> str:
     """The suffix of the question files a directory holds (``.tsv``, ``.csv`` as DPR's ``nq-test.qa.csv``, or
     ``.json``: the one most of its files have)."""
     names = [os.path.basename(path) for path in fs.list_files(directory, "*")]
-    counts = {suffix: sum(name.endswith(suffix) for name in names) for suffix in (".tsv", ".csv", ".json")}
+    counts = {suffix: sum(name.lower().endswith(suffix) for name in names) for suffix in (".tsv", ".csv", ".json")}
     return max(counts, key=counts.__getitem__)  # .tsv on a tie
 
 
+def is_json(path: str) -> bool:
+    """Whether a question file is an EntityQuestions JSON file (by its extension, in any case: ``P800.dev.JSON``)."""
+    return path.lower().endswith(".json")
+
+
 def read_questions(path: str, match: str = "string") -> QuestionFile:
-    """A DPR qas file (TSV) or an EntityQuestions JSON file (a list, by the .json extension); a question none of
+    """A DPR qas file (TSV) or an EntityQuestions JSON file (a list, ``is_json``); a question none of
     whose answers can match by ``match`` is malformed."""
     if not fs.exists(path):
         raise InputError(f"question file {path} not found")
@@ -162,7 +169,7 @@ def read_questions(path: str, match: str = "string") -> QuestionFile:
     raw = raw.removeprefix(codecs.BOM_UTF8)  # a byte order mark first is no error (Windows editors)
     if not raw.strip():
         raise InputError(f"question file {path} is empty")
-    if path.endswith(".json"):
+    if is_json(path):
         try:
             items = json.loads(raw.decode("utf-8"))
         except ValueError as error:  # UnicodeDecodeError included
@@ -184,7 +191,7 @@ def read_questions(path: str, match: str = "string") -> QuestionFile:
 
 def no_question_message(path: str, records: int) -> str:
     """Why a question file gave no question: none of its ``records`` lines (JSON items) is in the expected form."""
-    expected, unit = (JSON_FORM, "item") if path.endswith(".json") else (TSV_FORM, "line")
+    expected, unit = (JSON_FORM, "item") if is_json(path) else (TSV_FORM, "line")
     if not records:
         return f"question file {path} holds no question (expected {expected})"
     plural = "s" if records > 1 else ""
@@ -222,7 +229,7 @@ def shown_names(paths: Sequence[str]) -> list[str]:
 
 
 def format_table(rows: list[dict], ks: Sequence[int]) -> str:
-    names = shown_names([row.get("path", row["file"]) for row in rows])
+    names = [row["file"] for row in rows]
     name_width = max([len("file")] + [len(name) for name in names])
     labels = [f"top-{k} %" for k in ks]  # the table in percent, as papers give it
     widths = [max(7, len(label)) for label in labels]
@@ -246,7 +253,7 @@ def evaluate_file(retriever: Retriever, questions: QuestionFile, ks: Sequence[in
         texts = retriever.texts(ids)
         retrieved = [[texts[int(passage_id)][1] for passage_id in row if passage_id >= 0] for row in ids]
         ranks.extend(first_hit_ranks([question.answers for question in part], retrieved, match))
-    return {"file": os.path.basename(questions.path), "path": questions.path, "questions": len(ranks),
+    return {"path": questions.path, "questions": len(ranks),
             "bad_lines": questions.bad_lines, "accuracy": top_k_accuracy(ranks, ks)}
 
 
@@ -280,7 +287,8 @@ class EvaluateCommand:
         files = [read_questions(path, args.match) for path in args.questions]
         retriever = Retriever(args.output, args.device, args.dtype, args.query_encoder, args.nprobe, args.ef_search,
                               args.verify)
-        rows = [evaluate_file(retriever, questions, ks, args.batch_size, args.match) for questions in files]
+        rows = [{"file": name, **evaluate_file(retriever, questions, ks, args.batch_size, args.match)}
+                for name, questions in zip(shown_names(args.questions), files, strict=True)]
         retriever.check_unchanged()
         print(format_table(rows, ks))
         for row in rows:

@@ -22,6 +22,7 @@ from pipelines.evaluate import (
     parse_entity_question,
     parse_qas_row,
     read_questions,
+    shown_names,
     top_k_accuracy,
 )
 from pipelines.launcher.cli import main
@@ -107,10 +108,20 @@ def test_ranks_accuracy_and_table():
     table = format_table([{"file": "a.tsv", "questions": 3, "accuracy": {1: 1 / 3, 20: 2 / 3}}], [1, 20])
     assert table.splitlines() == ["file   questions  top-1 %  top-20 %", "a.tsv          3    33.33     66.67"]
     # two files of one name are told apart by their directories, as far up as needed
-    rows = [{"file": "q.tsv", "path": path, "questions": 1, "accuracy": {1: 0.0}}
-            for path in ("/data/nq/dev/q.tsv", "/data/tq/dev/q.tsv", "/data/p.tsv", "p.tsv")]
-    assert [line.split()[0] for line in format_table(rows, [1]).splitlines()[1:]] == [
-        "nq/dev/q.tsv", "tq/dev/q.tsv", "data/p.tsv", "p.tsv"]
+    assert shown_names(["/data/nq/dev/q.tsv", "/data/tq/dev/q.tsv", "/data/p.tsv", "p.tsv", "/data/r.tsv"]) == [
+        "nq/dev/q.tsv", "tq/dev/q.tsv", "data/p.tsv", "p.tsv", "r.tsv"]
+
+
+def test_qas_lines_are_read_as_dprs_reader_reads_them_and_json_by_its_extension_in_any_case(tmp_path):
+    """An id column after the answers (DPR's reader takes the first two fields) made every line malformed; text
+    after a closing quote (DPR's csv is not strict) cost the line; a .JSON file was read as a qas file."""
+    qas = tmp_path / "nq.qa.tsv"
+    qas.write_text("who sings\t['Reba']\tq-1\n\"Weird Al\" sings what\t['parodies']\n")
+    assert [(question.question, question.answers) for question in read_questions(str(qas)).questions] == [
+        ("who sings", ("Reba",)), ("Weird Al sings what", ("parodies",))]
+    upper = tmp_path / "P800.dev.JSON"
+    upper.write_text(json.dumps([{"question": "Who wrote Hamlet?", "answers": ["Shakespeare"]}]))
+    assert [question.question for question in read_questions(str(upper)).questions] == ["Who wrote Hamlet?"]
 
 
 def as_pattern(answer: str) -> str:
@@ -285,3 +296,18 @@ def test_entity_questions_and_malformed_lines(minilm_index, tmp_path, capsys):
                                          "bad.qa.tsv            2   100.00    100.00"]
     assert "bad.qa.tsv: 4 malformed question(s) skipped" in captured.err
     assert "P17.dev.json: 1 malformed question(s) skipped" in captured.err
+
+
+def test_files_of_one_name_are_told_apart_in_the_warnings_and_the_report(minilm_index, tmp_path, capsys):
+    """The table named them by their directories, the malformed-lines warning and the report's "file" by the
+    file name alone."""
+    for directory, bad in (("nq", 1), ("tq", 0)):
+        (tmp_path / directory).mkdir()
+        (tmp_path / directory / "q.tsv").write_bytes(NQ_5.read_bytes() + b"no answers here\n" * bad)
+    report = tmp_path / "report.json"
+    assert main(["evaluate", "--output", str(minilm_index), "--questions", str(tmp_path / "nq" / "q.tsv"),
+                 str(tmp_path / "tq" / "q.tsv"), "-k", "1", "--report", str(report)]) == 0
+    captured = capsys.readouterr()
+    assert [line.split()[0] for line in captured.out.splitlines()[1:]] == ["nq/q.tsv", "tq/q.tsv"]
+    assert captured.err.splitlines()[-1] == "nq/q.tsv: 1 malformed question(s) skipped"
+    assert [row["file"] for row in json.loads(report.read_text())["files"]] == ["nq/q.tsv", "tq/q.tsv"]
