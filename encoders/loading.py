@@ -11,6 +11,7 @@ from encoders.kpr import KPREncoder, KPRInputs, check_kpr_options
 from encoders.models import DTYPES, check_model_spec, usable_positions
 from encoders.retrievers import (
     KINDS,
+    MIN_MAX_LENGTH,
     SIMILARITIES,
     TITLE_MODES,
     TOKEN_TYPES,
@@ -25,9 +26,9 @@ def check_encoder_options(options: EncoderOptions, device_here: bool = True) -> 
     """Fail before any work starts, with one line naming the bad option (a ``SettingError``); the device only
     when ``device_here`` (see ``check_model_spec``)."""
     _check_choices(options)
-    if options.max_length < 8:
+    if options.max_length < MIN_MAX_LENGTH:
         raise SettingError("max_length", options.max_length,
-                           f"{{name}} {options.max_length} is too small (at least 8 tokens)")
+                           f"{{name}} {options.max_length} is too small (at least {MIN_MAX_LENGTH} tokens)")
     if options.batch_tokens < 1:
         raise BelowMinimumError("batch_tokens", options.batch_tokens, 1)
     for role in ("passage", "query"):

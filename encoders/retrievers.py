@@ -49,6 +49,7 @@ if TYPE_CHECKING:  # the command line imports the options: no Arrow before it ne
     import pyarrow as pa
 
 KINDS = ("dpr", "bge", "mean", "kpr")
+MIN_MAX_LENGTH = 8  # the fewest tokens --max-length may give a passage's or a query's input
 SIMILARITIES = ("dot", "cosine")
 TITLE_MODES = ("pair", "join", "none")
 TOKEN_TYPES = ("zeros", "tokenizer")  # every token type 0 (none fed), or the tokenizer's own

@@ -25,7 +25,7 @@ from artifacts.names import DOC_UNITS
 from artifacts.run.report.recall import MAX_EXACT, QUERIES
 from encoders.mask_inputs import MASK_WINDOWS
 from encoders.models import DTYPES, STORED_DTYPES
-from encoders.retrievers import KINDS, SIMILARITIES, TITLE_MODES
+from encoders.retrievers import KINDS, MIN_MAX_LENGTH, SIMILARITIES, TITLE_MODES
 from pipelines.launcher.flags import (
     DEFAULT_KS,
     DEVICE,
@@ -169,7 +169,8 @@ def _encoder(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--query-prefix", help="text put before every query (default: bge's instruction for bge, "
                        "none for the others)")
     group.add_argument("--passage-prefix", default="", help="text put before every passage")
-    group.add_argument("--max-length", type=int, default=256, help="tokens per passage or query")
+    group.add_argument("--max-length", type=at_least("max_length", MIN_MAX_LENGTH), default=256,
+                       help="tokens per passage or query")
     group.add_argument("--max-entities", type=at_least("max_entities", 0), default=128,
                        help="kpr: entity inputs per text")
 

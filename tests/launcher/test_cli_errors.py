@@ -115,6 +115,9 @@ BAD_INPUTS = [
     *((["all", "--dump", SAMPLE, "--output", "{tmp}/out", "--model", "m", "--encoder", "m", "--shards", value],
        "error: --shards is a count of FAISS shards (each a union of hash buckets, of which a worker writes at most "
        f"512 at once), from 1 to 512: got {value}") for value in ("0", "513")),
+    # was refused once the stage had started ("[index] running" first, OUT and its lock made)
+    (["index", "--output", "{tmp}/out", "--encoder", "m", "--max-length", "1"],
+     "error: --max-length must be at least 8, got 1"),
     (["index", "--output", "{tmp}/out", "--encoder", "m", "--encoder-type", "kpr", "--max-entities", "-1"],
      "error: --max-entities must be at least 0, got -1"),  # a slice's end: it would drop each text's last entity
     # Beam takes it, and its fn_api_runner fails with an IndexError
