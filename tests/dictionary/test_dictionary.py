@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import re
 import subprocess
 import sys
@@ -124,9 +125,11 @@ def test_entity_candidates_and_keys():
         {"title": "Void", "page_id": None, "qid": None, "link_count": 1}]
     duplicated = pa.concat_tables([candidates, pa.Table.from_pylist(
         [{"title": "Helios", "page_id": 9, "qid": "Q525", "link_count": 7}], schema=candidates.schema)])
-    entities, duplicates = entity_table(duplicated)
+    entities, left_out = entity_table(duplicated)
     kb = marisa_trie.Trie(["Luna", "Q525", "Sun"])
-    assert duplicates == 1  # Helios and Sol share Q525: Helios, the smaller title, stays
+    # Helios and Sol share Q525: Helios, the smaller title, stays; Sol is left out, saying for which entity
+    assert left_out.select(["title", "page_id", "key", "entity_title", "link_count"]).to_pylist() == [
+        {"title": "Sol", "page_id": 5, "key": "Q525", "entity_title": "Helios", "link_count": 1}]
     assert sorted(entities.to_pylist(), key=lambda row: row["title"]) == [
         {"entity_id": kb["Q525"] + 1, "title": "Helios", "page_id": 9, "qid": "Q525", "link_count": 7},
         {"entity_id": kb["Luna"] + 1, "title": "Luna", "page_id": 6, "qid": "", "link_count": 1},
@@ -193,6 +196,21 @@ def test_stage_on_hand_made_articles(tmp_path):
         ("Mercury (element)", "Mercury (element)", pytest.approx(0.4))]
     strict = EntityLinker.load(str(tmp_path / "dictionary" / "linker"), min_commonness=0.5)
     assert [c.title for c in strict.detect("Mercury")[0].candidates] == ["Mercury (planet)"]
+
+
+def test_an_article_left_out_for_another_ones_qid_is_dead_lettered(tmp_path):
+    """Two articles with one QID: the smaller title is the entity, and the other, with the links to it, went
+    without a word but a counter (its links counted among those to no entity)."""
+    write_parsed(tmp_path, [*PLANETS, article(4, "The planet Mercury", "Another page of Q308.", [], "Q308"),
+                            article(5, "Notes", "The planet Mercury, again The planet Mercury.",
+                                    [("The planet Mercury", "The planet Mercury")] * 2)])
+    record = run_dictionary(tmp_path)
+    assert record.counters["duplicate_entity_keys"] == 1
+    letters = [json.loads(line) for path in sorted((tmp_path / "errors" / "dictionary").rglob("*")) if path.is_file()
+               for line in path.read_text().splitlines()]
+    assert [(letter["kind"], letter["title"], letter["page_id"], letter["key"], letter["entity_title"],
+             letter["links"]) for letter in letters] == [
+        ("duplicate_entity_keys", "The planet Mercury", 4, "Q308", "Mercury (planet)", 2)]
 
 
 def test_names_spelled_with_zero_width_joiners_are_kept_and_found(tmp_path):

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 from artifacts import fs, tables
 from artifacts.counters import declare, dropped
 from artifacts.trie_map import load_trie_map, save_trie_map
-from transforms.common.dead_letters import count, count_fields
+from transforms.common.dead_letters import DEAD_LETTER_TAG, count, count_fields, dead_letter
 from transforms.common.per_worker import PerProcess
 from transforms.common.spill import Part
 from transforms.dictionary.arrow_combine import bucket_sums
@@ -73,11 +73,14 @@ def write_entity_candidates(bucket_parts: tuple[int, list[Part]], directory: str
 
 
 def build_entities(_: None, candidate_files: list[str], title_ids_dir: str) -> Iterator[Any]:
-    """The global entity step: all candidates -> entity tables (main output, in slices) and the title map's
-    directory (tagged ``title_ids``, written first)."""
-    entities, duplicates = entity_table(tables.read_files(candidate_files, CANDIDATES))
-    if duplicates:
-        count("duplicate_entity_keys", duplicates)
+    """The global entity step: all candidates -> entity tables (main output, in slices), the title map's directory
+    (tagged ``title_ids``, written first) and a dead letter for each article left out for sharing an entity key."""
+    entities, left_out = entity_table(tables.read_files(candidate_files, CANDIDATES))
+    for row in left_out.to_pylist():
+        yield dead_letter("duplicate_entity_keys", "an article with the entity key of another one, which is the entity "
+                          "(the smaller title): links to this one attach to no entity", title=row["title"],
+                          page_id=row["page_id"], key=row["key"], entity_title=row["entity_title"],
+                          links=row["link_count"])
     save_trie_map(title_ids_dir, title_entity_ids(entities))
     yield beam.pvalue.TaggedOutput(TITLE_IDS_TAG, title_ids_dir)
     for batch in entities.to_batches(max_chunksize=OUTPUT_ROWS):
@@ -86,7 +89,7 @@ def build_entities(_: None, candidate_files: list[str], title_ids_dir: str) -> I
 
 class Entities(beam.PTransform):
     """(title bucket, parts of its target sums) -> {"entities": entity tables, "title_ids": the title map's
-    directory}."""
+    directory, "dead_letters"}."""
 
     def __init__(self, include_red_links: bool, candidates_dir: str, title_ids_dir: str) -> None:
         super().__init__()
@@ -100,9 +103,9 @@ class Entities(beam.PTransform):
             targets.pipeline
             | "Once" >> beam.Create([None])
             | "BuildEntities" >> beam.FlatMap(build_entities, beam.pvalue.AsList(files), self._title_ids_dir)
-            .with_outputs(TITLE_IDS_TAG, main="entities")
+            .with_outputs(TITLE_IDS_TAG, DEAD_LETTER_TAG, main="entities")
         )
-        return {"entities": built.entities, "title_ids": built[TITLE_IDS_TAG]}
+        return {"entities": built.entities, "title_ids": built[TITLE_IDS_TAG], "dead_letters": built[DEAD_LETTER_TAG]}
 
 
 # --- name candidates --------------------------------------------------------------------------------------------------

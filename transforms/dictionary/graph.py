@@ -158,4 +158,5 @@ class BuildDictionary(beam.PTransform):
             | "JoinDocCounts" >> beam.CoGroupByKey()
             | "FilterAndScore" >> beam.ParDo(ScoreNameBucket(config.thresholds), names_dir)
         )
-        return {"entities": entities["entities"], "names": names, "dead_letters": links["dead_letters"]}
+        dead_letters = (links["dead_letters"], entities["dead_letters"]) | "DeadLetters" >> beam.Flatten()
+        return {"entities": entities["entities"], "names": names, "dead_letters": dead_letters}

@@ -119,15 +119,21 @@ def entity_candidates(targets: pa.Table, include_red_links: bool) -> tuple[pa.Ta
     return candidates.cast(CANDIDATES).sort_by("title"), red_links
 
 
-def entity_table(candidates: pa.Table) -> tuple[pa.Table, int]:
+def entity_table(candidates: pa.Table) -> tuple[pa.Table, pa.Table]:
     """The entities (``schemas.ENTITIES``) from all candidates: one per key (two articles with one QID keep the
-    smaller title), ``entity_id`` = key id in the kb trie + 1; and how many candidates shared a kept key."""
+    smaller title), ``entity_id`` = key id in the kb trie + 1; and the candidates left out for sharing a kept key
+    (their columns, the ``key`` and the ``entity_title`` kept for it)."""
     keyed = candidates.append_column("key", schemas.entity_keys(candidates.column("qid"), candidates.column("title")))
-    kept, duplicates = first_per_key(keyed.sort_by([("key", "ascending"), ("title", "ascending")]), "key")
+    ordered = keyed.sort_by([("key", "ascending"), ("title", "ascending")])
+    starts = run_starts(ordered.column("key"))
+    kept = ordered.filter(pa.array(starts))
+    first_of_run = np.maximum.accumulate(np.where(starts, np.arange(len(starts)), 0))
+    left_out = ordered.filter(pa.array(~starts)).append_column(
+        "entity_title", ordered.column("title").take(pa.array(first_of_run[~starts])))
     keys = kept.column("key")
     entity_ids = pa.array((trie_key_ids(build_kb_trie(iter_strings(keys)), keys) + 1).astype(np.int32))
     entities = kept.drop_columns(["key"]).append_column("entity_id", entity_ids)
-    return entities.select(schemas.ENTITIES.names).cast(schemas.ENTITIES), duplicates
+    return entities.select(schemas.ENTITIES.names).cast(schemas.ENTITIES), left_out
 
 
 def title_entity_ids(entities: pa.Table) -> TrieMap:
