@@ -9,10 +9,11 @@ A case-folded name with "İ" is also in ``name.trie`` as the reference lowers it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -22,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from artifacts import fs
-from artifacts.errors import InputError
+from artifacts.errors import InputError, first_line
 from artifacts.names import DOTTED_CAPITAL_I, NameRules, TokenSpans, find_names, fold_case
 from artifacts.trie_map import iter_strings, string_array, trie_key_ids
 
@@ -139,6 +140,47 @@ def with_reference_spellings(names: pa.Array | pa.ChunkedArray,
             np.concatenate([counts, counts[np.asarray(rows)[new]]]))
 
 
+CONFIG_KEYS = ("min_link_prob", "min_prior_prob", "min_link_count", "case_sensitive", "max_mention_length")
+
+
+def read_config(directory: str) -> dict:
+    """A linker's ``config.json``, with the keys the linker reads; a one-line ``InputError`` when it is damaged."""
+    path = os.path.join(directory, "config.json")
+    with damaged_file_error(directory, "config.json"), open(path, "rb") as handle:
+        config = json.loads(handle.read())
+    missing = [key for key in CONFIG_KEYS if not isinstance(config, dict) or key not in config]
+    if missing:
+        raise InputError(f"{path} is damaged (no {missing[0]}): restore it from a copy of the run, or rerun the "
+                         "dictionary stage")
+    return config
+
+
+@contextlib.contextmanager
+def damaged_file_error(directory: str, what: str) -> Iterator[None]:
+    """A one-line ``InputError`` for linker files (``what``) that cannot be read as what they should be."""
+    try:
+        yield
+    except (ValueError, OSError, RuntimeError, EOFError, UnicodeDecodeError) as error:
+        raise InputError(f"{directory} is a damaged linker ({what} cannot be read: {first_line(error)}): restore it "
+                         "from a copy of the run, or rerun the dictionary stage") from error
+
+
+def threshold(name: str, built: float, given: float | None, count: bool = False) -> float:
+    """A threshold of ``load``: the build's (``built``) unless ``given``; a given one must be a probability (a
+    count: a whole number of at least 0). One below the build's finds nothing more: the pairs below it were left out
+    of the files."""
+    if given is None:
+        return built
+    if count:
+        valid = isinstance(given, (int, np.integer)) and not isinstance(given, bool) and given >= 0
+    else:
+        valid = isinstance(given, (int, float, np.number)) and not isinstance(given, bool) and 0.0 <= given <= 1.0
+    if not valid:
+        raise InputError(f"{name}={given!r}: give " + ("a whole number of at least 0" if count else
+                                                       "a probability, from 0 to 1"))
+    return given
+
+
 def _download(path: str, local: str) -> None:
     """Copy the linker files of a Beam filesystem URL ``path`` into the local directory ``local``, chunk by
     chunk (the name trie and the arrays reach hundreds of MB at full scale)."""
@@ -162,22 +204,37 @@ class EntityLinker:
         if missing:
             raise InputError(f"{directory} is not a complete linker (missing {', '.join(missing)}): "
                              "run the dictionary stage first")
-        with open(os.path.join(directory, "config.json")) as handle:
-            self.config = json.load(handle)
-        self.min_link_prob = self.config["min_link_prob"] if min_link_prob is None else min_link_prob
-        self.min_commonness = self.config["min_prior_prob"] if min_commonness is None else min_commonness
-        self.min_link_count = self.config["min_link_count"] if min_link_count is None else min_link_count
+        self.config = read_config(directory)
+        self.min_link_prob = threshold("min_link_prob", self.config["min_link_prob"], min_link_prob)
+        self.min_commonness = threshold("min_commonness", self.config["min_prior_prob"], min_commonness)
+        self.min_link_count = threshold("min_link_count", self.config["min_link_count"], min_link_count, count=True)
         self.longest_name_blocks = longest_name_blocks
         self.rules = NameRules(case_sensitive=self.config["case_sensitive"],
                                max_length=self.config["max_mention_length"])
-        self.names = marisa_trie.Trie().mmap(os.path.join(directory, "name.trie"))
-        self.kb_keys = marisa_trie.Trie().mmap(os.path.join(directory, "kb_id.trie"))
-        self.data = np.load(os.path.join(directory, "data.npy"), mmap_mode="r")
-        self.offsets = np.load(os.path.join(directory, "offsets.npy"), mmap_mode="r")
-        self.title_offsets = np.load(os.path.join(directory, "title_offsets.npy"), mmap_mode="r")
+        with damaged_file_error(directory, "the tries"):
+            self.names = marisa_trie.Trie().mmap(os.path.join(directory, "name.trie"))
+            self.kb_keys = marisa_trie.Trie().mmap(os.path.join(directory, "kb_id.trie"))
+        with damaged_file_error(directory, "the arrays"):
+            self.data = np.load(os.path.join(directory, "data.npy"), mmap_mode="r")
+            self.offsets = np.load(os.path.join(directory, "offsets.npy"), mmap_mode="r")
+            self.title_offsets = np.load(os.path.join(directory, "title_offsets.npy"), mmap_mode="r")
         self.titles = np.memmap(os.path.join(directory, "titles.bin"), dtype=np.uint8, mode="r") \
             if os.path.getsize(os.path.join(directory, "titles.bin")) else np.zeros(0, dtype=np.uint8)
+        if (problem := self._inconsistency()) is not None:
+            raise InputError(f"{directory} is a damaged linker ({problem}): restore it from a copy of the run, or "
+                             "rerun the dictionary stage")
         self._candidates_cache: dict[str, tuple[Candidate, ...]] = {}
+
+    def _inconsistency(self) -> str | None:
+        """Why the loaded files cannot be one linker's (shapes and sizes that do not fit one another), or None."""
+        if self.data.ndim != 2 or self.data.shape[1] != 4 or self.offsets.ndim != 1 \
+                or self.title_offsets.ndim != 1:
+            return "data.npy, offsets.npy or title_offsets.npy has another shape"
+        if len(self.offsets) != len(self.names) + 1 or (len(self.offsets) and self.offsets[-1] != len(self.data)):
+            return "offsets.npy does not fit name.trie and data.npy"
+        if len(self.title_offsets) != len(self.kb_keys) + 1 or self.title_offsets[-1] != len(self.titles):
+            return "title_offsets.npy does not fit kb_id.trie and titles.bin"
+        return None  # sizes only: reading data.npy's rows would map hundreds of MB into every worker that loads it
 
     @classmethod
     def load(cls, path: str, min_link_prob: float | None = None, min_commonness: float | None = None,
@@ -200,7 +257,12 @@ class EntityLinker:
         return bytes(self.titles[start:end]).decode("utf-8")
 
     def candidates(self, name: str) -> tuple[Candidate, ...]:
-        """The candidates of a dictionary name that pass the thresholds, most common first (empty if none)."""
+        """The candidates of a dictionary name (as written: "Aristotle"; case-folded here as ``detect`` folds a
+        text, unless the dictionary is case-sensitive) that pass the thresholds, most common first (empty if
+        none)."""
+        return self._folded_candidates(name if self.rules.case_sensitive else fold_case(name))
+
+    def _folded_candidates(self, name: str) -> tuple[Candidate, ...]:
         cached = self._candidates_cache.get(name)
         if cached is not None:
             return cached
@@ -246,10 +308,15 @@ class EntityLinker:
         return self.names.prefixes if self.longest_name_blocks or all(self._linkable) else self._linkable_prefixes
 
     def detect(self, text: str) -> list[Mention]:
-        """Mentions of dictionary names in ``text`` with every candidate entity that passes the thresholds."""
-        bounds = self._token_spans.bounds(text)
+        """Mentions of dictionary names in ``text`` with every candidate entity that passes the thresholds; a
+        ``ValueError`` for a text with a lone surrogate (a JSON "\\ud800" escape), which no tokenizer takes."""
+        try:
+            bounds = self._token_spans.bounds(text)
+        except UnicodeEncodeError as error:
+            raise ValueError(f"a text with a lone surrogate ({error.object[error.start]!r} at {error.start}) cannot "
+                             "be linked: it is no Unicode text a tokenizer takes") from None
         folded = text if self.rules.case_sensitive else fold_case(text)
-        found = (Mention(match.start, match.end, text[match.start:match.end], self.candidates(match.name))
+        found = (Mention(match.start, match.end, text[match.start:match.end], self._folded_candidates(match.name))
                  for match in find_names(folded, bounds, self._prefix_finder, self.rules.max_length,
                                          longest_only=True))
         return [mention for mention in found if mention.candidates]  # a blocked span without one: no mention

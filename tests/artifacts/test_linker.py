@@ -212,3 +212,58 @@ def test_a_name_with_a_dotted_capital_i_is_also_found_as_the_reference_lowers_it
     text = "From İzmir to Ankara."
     assert [(mention.start, mention.end, mention.name) for mention in linker.detect(text)] == [
         (5, 10, "İzmir"), (14, 20, "Ankara")]
+
+
+def test_candidates_of_a_name_as_written_are_those_detect_finds(linker_dir):
+    """``candidates`` looked the name up as given: "New York" (a mention's name as written) had none."""
+    linker = EntityLinker.load(str(linker_dir))
+    assert linker.candidates("New York") == linker.candidates("new york") == linker.detect("New York")[0].candidates
+    assert [candidate.title for candidate in linker.candidates("NEW YORK")] == ["New York City", "New York (state)"]
+
+
+def truncate(path, size: int) -> None:
+    path.write_bytes(path.read_bytes()[:size])
+
+
+DAMAGES = {
+    "data.npy cut": (lambda d: truncate(d / "data.npy", 140), "the arrays cannot be read"),
+    "garbage name.trie": (lambda d: (d / "name.trie").write_bytes(b"not a trie"), "the tries cannot be read"),
+    "empty config.json": (lambda d: (d / "config.json").write_text(""), "config.json cannot be read"),
+    "config.json without a key": (lambda d: (d / "config.json").write_text('{"case_sensitive": false}'),
+                                  "config.json is damaged (no min_link_prob)"),
+    "titles.bin cut": (lambda d: truncate(d / "titles.bin", 10),
+                       "title_offsets.npy does not fit kb_id.trie and titles.bin"),
+    "another offsets.npy": (lambda d: np.save(d / "offsets.npy", np.array([0, 1, 2], np.uint32)),
+                            "offsets.npy does not fit name.trie and data.npy"),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_a_damaged_linker_is_one_input_error_naming_it(linker_dir, damage):
+    """Each was a raw exception of its library (mmap length, MARISA_FORMAT_ERROR, JSONDecodeError, KeyError, an
+    IndexError at the first detect), and a cut titles.bin loaded and gave every candidate an empty title."""
+    change, expected = DAMAGES[damage]
+    change(linker_dir)
+    with pytest.raises(InputError) as raised:
+        EntityLinker.load(str(linker_dir))
+    assert expected in raised.value.message and raised.value.message.endswith(
+        "restore it from a copy of the run, or rerun the dictionary stage")
+
+
+@pytest.mark.parametrize(("given", "expected"), [
+    ({"min_commonness": "0.5"}, "min_commonness='0.5': give a probability, from 0 to 1"),
+    ({"min_link_prob": float("nan")}, "min_link_prob=nan: give a probability, from 0 to 1"),
+    ({"min_commonness": 2.0}, "min_commonness=2.0: give a probability, from 0 to 1"),
+    ({"min_link_count": -1}, "min_link_count=-1: give a whole number of at least 0"),
+    ({"min_link_count": 1.5}, "min_link_count=1.5: give a whole number of at least 0")])
+def test_thresholds_that_are_no_probability_or_count_are_refused_at_load(linker_dir, given, expected):
+    """A string failed at the first detect with numpy's UFuncTypeError; nan or 2.0 loaded and linked nothing."""
+    with pytest.raises(InputError) as raised:
+        EntityLinker.load(str(linker_dir), **given)
+    assert raised.value.message == expected
+
+
+def test_a_text_with_a_lone_surrogate_is_a_value_error(linker_dir):
+    """spaCy's UnicodeEncodeError from deep inside its string store."""
+    with pytest.raises(ValueError, match=r"^a text with a lone surrogate \('\\ud800' at 5\) cannot be linked"):
+        EntityLinker.load(str(linker_dir)).detect("Paris\ud800 New York")
