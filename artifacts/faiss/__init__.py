@@ -32,7 +32,7 @@ _NAMES = {
                "default_factory", "ivf_lists", "memory_estimate", "needs_training", "training_sample_size"),
     "files": ("EMBEDDINGS_DIR", "INDEX_JSON", "TRAINED_NAME", "shard_embedding_files", "shard_name"),
     "info": ("IndexInfo", "load_index_info"),
-    "search": ("PassageLookup", "ShardedIndex", "merge_top_k"),
+    "search": ("PassageLookup", "ShardedIndex", "merge_top_k", "searches_a_graph"),
     "storage": ("DamagedIndexError", "read_index", "read_npy", "stored_ids", "write_index", "write_npy"),
     "vectors": ("embedding_schema", "embedding_table", "table_vectors"),
 }

@@ -74,6 +74,12 @@ def set_search_parameters(index, nprobe: int | None, ef_search: int | None) -> N
                 space.set_index_parameter(index, name, value)
 
 
+def searches_a_graph(factory: str) -> bool:
+    """Whether an index of ``factory`` finds its vectors through an HNSW graph (``HNSW32,Flat``, ``IDMap,HNSW8``),
+    not its IVF lists (``IVF64_HNSW4,Flat``: the graph there holds the lists' centroids)."""
+    return "HNSW" in factory and "IVF" not in factory
+
+
 class ShardedIndex:
     """Search every shard of ``OUT/index`` one after the other (one shard in memory at a time) and merge."""
 
@@ -92,9 +98,12 @@ class ShardedIndex:
             raise QueryDimensionError(f"query vectors have {queries.shape[-1]} dimensions but the index at "
                                       f"{self.directory} has {self.info.dim}: search with the encoder that built it")
         best = (np.full((len(queries), k), -np.inf, np.float32), np.full((len(queries), k), -1, np.int64))
+        # an HNSW index returns at most efSearch vectors: its graph is searched at least as widely as places are
+        # asked for (an IVF index's HNSW quantizer gives lists, as many as nprobe)
+        ef_search = max(self.ef_search, k + 1) if searches_a_graph(self.info.factory) else self.ef_search
         for shard in self.info.shard_files:
             index = self._read_shard(shard)
-            set_search_parameters(index, self.nprobe, self.ef_search)
+            set_search_parameters(index, self.nprobe, ef_search)
             scores, ids = top_k_with_ties(index, queries, k)
             best = merge_top_k([best[0], scores], [best[1], ids], k)
         return best

@@ -404,3 +404,14 @@ def test_the_ids_an_index_stores_are_read_back_from_its_file(factory: str, tmp_p
     stored = shards.stored_ids(shards.read_index(str(tmp_path / "shard.faiss")))
     assert np.array_equal(np.sort(stored), np.sort(ids))
     assert shards.stored_ids(faiss.IndexFlatIP(8)) is None
+
+
+def test_an_hnsw_index_returns_k_passages_whatever_its_ef_search(tmp_path):
+    """FAISS's HNSW search returns at most efSearch vectors: -k 20 --ef-search 1 returned 6 passages (evaluate's
+    top-20 fell from 80% to 60% without a word)."""
+    vectors, ids = clustered(150), np.arange(150, dtype=np.int64)
+    index_dir = write_index_dir(tmp_path, vectors, ids, 1, factory="HNSW4,Flat")
+    for ef in (1, 2, 128):
+        found = shards.ShardedIndex(index_dir, ef_search=ef).search(vectors[:5], 20)[1]
+        assert (found >= 0).sum(axis=1).tolist() == [20] * 5, ef
+    assert shards.searches_a_graph("IDMap,HNSW8") and not shards.searches_a_graph("IVF64_HNSW4,Flat")
