@@ -77,6 +77,19 @@ def check_index_contents(output: str, shards: list[str], verify: bool = False) -
         raise index_changed(output, problem)
 
 
+def device_here(indexed: str) -> str:
+    """The device questions are encoded on when no --device is given: the one the passages were, unless it is a GPU
+    this machine lacks (an index built on a GPU machine, searched on a CPU one): then the CPU, said in a line."""
+    if indexed.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            print(f"warning: the passages were encoded on {indexed} and this machine has no CUDA device: the "
+                  "questions are encoded on cpu (--device to choose)", file=sys.stderr)
+            return "cpu"
+    return indexed
+
+
 def check_run_inputs(output: str, index: info.IndexInfo, options: EncoderOptions, verify: bool = False) -> None:
     """The run's artifacts the index was encoded with (a KPR encoder's linker and entity embeddings) are still
     those under ``output``: the manifest records the same digests as when the index was built, their files hold
@@ -124,7 +137,8 @@ class Retriever:
                              f"run `python run_pipeline.py validate --output {shlex.quote(output)}`")
         check_index_contents(output, [fs.join(layout.INDEX, shard["index"]) for shard in self.index.info.shard_files],
                              verify)
-        options = EncoderOptions.from_json(self.index.info.encoder).with_runtime(device, dtype, query_model)
+        indexed = EncoderOptions.from_json(self.index.info.encoder)
+        options = indexed.with_runtime(device or device_here(indexed.device), dtype, query_model)
         check_run_inputs(output, self.index.info, options, verify)
         warn_rebuilt_since(output)
         options = options.located(output)

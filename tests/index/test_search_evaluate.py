@@ -311,3 +311,31 @@ def test_files_of_one_name_are_told_apart_in_the_warnings_and_the_report(minilm_
     assert [line.split()[0] for line in captured.out.splitlines()[1:]] == ["nq/q.tsv", "tq/q.tsv"]
     assert captured.err.splitlines()[-1] == "nq/q.tsv: 1 malformed question(s) skipped"
     assert [row["file"] for row in json.loads(report.read_text())["files"]] == ["nq/q.tsv", "tq/q.tsv"]
+
+
+def test_an_index_encoded_on_a_gpu_is_searched_on_the_cpu_of_a_machine_without_one(minilm_index, tmp_path, capsys):
+    """index.json records --device cuda: search without --device refused ("--device cuda was asked for"), though no
+    --device was typed; the questions are encoded on the CPU now, said in a line, with the same answers."""
+    import torch
+
+    from artifacts.run import manifest
+
+    output = Path(shutil.copytree(minilm_index, tmp_path / "out"))
+    info_path = output / "index" / "index.json"
+    info = json.loads(info_path.read_text())
+    info["encoder"]["device"] = "cuda"
+    info_path.write_text(json.dumps(info))
+    records = manifest.load(str(output))
+    records["index"].outputs = [manifest.describe_file(str(output), str(info_path)) if item.path == "index/index.json"
+                                else item for item in records["index"].outputs]
+    manifest.save(str(output), records)
+    query = ["--query", "who sings does he love me with reba", "-k", "3", "--json"]
+    assert main(["search", "--output", str(minilm_index), *query]) == 0
+    expected = capsys.readouterr().out
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.cuda, "is_available", lambda: False)
+        assert main(["search", "--output", str(output), *query]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == expected
+    assert captured.err == ("warning: the passages were encoded on cuda and this machine has no CUDA device: the "
+                            "questions are encoded on cpu (--device to choose)\n")
