@@ -122,7 +122,7 @@ def entities_intact(previous: str) -> bool:
 def require_finite_vectors(config: EmbedConfig, counters: dict[str, int]) -> None:
     """A ``ModelError`` when no vector the model returned was finite: every mention would be dead-lettered and the
     stage would commit no entity vector (a few non-finite ones are dead-lettered and counted)."""
-    encoded, bad = counters.get("mentions_encoded", 0), counters.get("non_finite_vectors", 0)
+    encoded, bad = counters.get("mentions_encoded", 0), counters.get("non_finite_windows", 0)
     if encoded and bad >= encoded:
         raise ModelError(config.model, f"every vector {config.model} returned was NaN or infinite ({bad:,} of "
                          f"{encoded:,} windows, computed in {config.dtype}, stored as float16: at most 65,504): its "

@@ -28,18 +28,25 @@ from pipelines.launcher.cli import main
 from tests.builders import CAPITALS, article, article_texts, ref_rows, write_parsed
 from tests.conftest import DIRECT, MULTI_PROCESS, copy_stages, torch_free_workers, write_tiny_bert
 from transforms.common.mention_sampling import CHARS_PER_TOKEN, mention_ref, mention_window, window_digest
-from transforms.embed_entities.entity_vectors import MENTION_KEY, norm_matched
+from transforms.embed_entities.entity_vectors import norm_matched
 from transforms.embed_entities.forward import storable_rows
+from transforms.embed_entities.inputs import WINDOW_REF
 from transforms.embed_entities.mention_windows import CutMentionWindows
 
 
-def test_non_finite_vectors_are_dead_lettered():
-    keys = np.array([(5, 1, 0), (6, 1, 1), (7, 1, 2)], dtype=MENTION_KEY)
+def test_non_finite_vectors_are_dead_lettered_for_every_mention_of_their_window():
+    """A window shared by mentions (identical inputs: one encoded row) whose vector was not finite lost them all
+    while one dead letter named only the encoded one's entity (no page, no link)."""
+    mentions = np.array([(5, 1, 0, 10), (6, 1, 1, 11), (7, 1, 2, 12), (8, 2, 0, 10)], dtype=WINDOW_REF)
+    rows = np.array([0, 1, 2])  # the mention of entity 8 shares entity 5's window
     vectors = np.array([[np.nan, 1.0], [0.5, 1.0], [1e5, 1.0]], dtype=np.float32)  # 1e5: beyond the store's float16
-    finite, records = storable_rows(keys, vectors)
-    assert finite.tolist() == [False, True, False]
-    assert [(record.value["kind"], record.value["entity_id"]) for record in records] == [
-        ("non_finite_vectors", 5), ("non_finite_vectors", 7)]
+    finite, failed, records = storable_rows(mentions, rows, vectors)
+    assert (finite.tolist(), failed.tolist()) == ([False, True, False], [True, False, True, True])
+    assert [{key: record.value[key] for key in ("kind", "entity_id", "page_id", "link_index")}
+            for record in records] == [
+        {"kind": "non_finite_vectors", "entity_id": 5, "page_id": 1, "link_index": 0},
+        {"kind": "non_finite_vectors", "entity_id": 7, "page_id": 1, "link_index": 2},
+        {"kind": "non_finite_vectors", "entity_id": 8, "page_id": 2, "link_index": 0}]
     assert norm_matched(np.zeros(3), 2, 1.0) is None
     np.testing.assert_allclose(norm_matched(np.array([3.0, 4.0]), 2, 2.0), [1.2, 1.6])
 

@@ -50,7 +50,9 @@ from transforms.embed_entities.window_store import (
 )
 
 COUNTERS = declare(
-    error("non_finite_vectors", "vectors with NaN or inf (or a zero mean)"),
+    error("non_finite_vectors", "mentions whose window's vector was NaN or inf (or beyond float16), entities whose "
+          "mean vector was zero or not finite"),
+    error("non_finite_windows", "windows whose vector the model returned NaN or inf (or beyond float16)"),
     processed("mentions_encoded", "mentions whose window was encoded"),
     processed("mentions_reused", "mentions whose window's vector was stored before"),
 )
@@ -84,13 +86,22 @@ def load_encoder(key: str) -> MaskEncoder:
     return MaskEncoder(ModelSpec(name, worker_device(device), dtype), layer, max_tokens)
 
 
-def storable_rows(refs: np.ndarray, vectors: np.ndarray) -> tuple[np.ndarray, list[Any]]:
-    """Which rows have vectors the store can hold (finite as ``STORE_DTYPE``), and a dead letter for the others."""
+def storable_rows(mentions: np.ndarray, rows: np.ndarray, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray,
+                                                                                        list[Any]]:
+    """Of a step's ``mentions`` (``WINDOW_REF`` rows) and the ``vectors`` of its encoded ``rows`` (one a window):
+    which encoded rows have vectors the store can hold (finite as ``STORE_DTYPE``), which mentions have a window
+    that has none, and a dead letter for each of those mentions (every mention of a window, not only the one
+    encoded); the windows counted (``non_finite_windows``)."""
     largest = np.finfo(STORE_DTYPE).max  # two reductions: no temporary array of the vectors' size (NaN compares False)
     finite = (vectors.max(axis=1) <= largest) & (vectors.min(axis=1) >= -largest)
-    dead = [dead_letter("non_finite_vectors", "the model returned NaN or inf (or beyond float16)",
-                        entity_id=int(entity_id)) for entity_id in refs["entity_id"][~finite].tolist()]
-    return finite, dead
+    if finite.all():
+        return finite, np.zeros(len(mentions), dtype=bool), []
+    count_some("non_finite_windows", int((~finite).sum()))
+    failed = np.isin(mentions["window_key"], mentions["window_key"][rows[~finite]])
+    dead = [dead_letter("non_finite_vectors", "the model returned NaN or inf (or beyond float16) for its window",
+                        entity_id=int(entity_id), page_id=int(page_id), link_index=int(link_index))
+            for entity_id, page_id, link_index in mentions[failed][["entity_id", "page_id", "link_index"]].tolist()]
+    return finite, failed, dead
 
 
 def rows_to_encode(known: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -208,9 +219,8 @@ class FollowInputFiles(beam.DoFn):
             writing = behind.submit(list)
             steps = one_step_ahead(clock.waited("waiting for inputs", inputs), start, finish)
             for mentions, rows, vectors in steps:
-                finite, dead = storable_rows(mentions[rows], vectors)
+                finite, failed, dead = storable_rows(mentions, rows, vectors)
                 yield from dead
-                failed = np.isin(mentions["window_key"], mentions["window_key"][rows[~finite]])
                 count_some("mentions_encoded", len(rows))
                 count_some("mentions_reused", len(mentions) - len(rows))
                 seen, encoded = seen + len(mentions), encoded + len(rows)
