@@ -48,6 +48,7 @@ from transforms.embed_entities.graph import (
     PrepareMentions,
     ReduceEntities,
     listed_parts,
+    model_facts,
     read_facts,
     reuse_counters,
 )
@@ -293,6 +294,25 @@ def test_a_layer_the_model_lacks_is_worded_with_its_flag_on_the_command_line(tin
     assert capsys.readouterr().err.splitlines() == [
         f"error: --layer 5: {tiny_bert} has 2 layers (hidden states -3..2; -1 is the last layer)"]
     assert not (tmp_path / "out").exists()
+
+
+def test_entity_vectors_beyond_float16_are_refused_before_any_work(tiny_bert: Path, tmp_path: Path) -> None:
+    """Word embeddings of norm ~1e6: --embedding-dtype float16 stored every entity vector as inf, the stage exited 0
+    and validate then refused the run."""
+    from transformers import AutoModel
+
+    model = Path(shutil.copytree(tiny_bert, tmp_path / "model"))
+    weights = AutoModel.from_pretrained(str(model))
+    weights.get_input_embeddings().weight.data *= 1e7
+    weights.save_pretrained(str(model))
+    norm = input_embedding_norm(ModelSpec(str(model)))
+    assert norm > 65504
+    with pytest.raises(ModelError) as refused:
+        model_facts(EmbedConfig(model=str(model), embedding_dtype="float16", max_seq_length=64), 10)
+    assert refused.value.message == (
+        f"the word embeddings of {model} have a mean norm of {norm:.6g}, beyond float16's 65,504: entity vectors "
+        "scaled to it cannot be stored as --embedding-dtype float16 (use float32)")
+    assert model_facts(EmbedConfig(model=str(model), max_seq_length=64), 10).target_norm == norm
 
 
 def test_weights_cut_short_are_a_model_error_naming_the_model(tiny_bert: Path, tmp_path: Path) -> None:

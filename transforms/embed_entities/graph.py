@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from functools import partial
 
 import apache_beam as beam
+import numpy as np
 import pyarrow as pa
 
 from artifacts import fs, layout, schemas, tables
@@ -124,6 +125,11 @@ def model_facts(config: EmbedConfig, mentions: int) -> ModelFacts:
         raise ModelError(config.model, f"the word embeddings of {config.model} have a mean norm of {target_norm}: "
                          "entity vectors are scaled to it (norm-matched), so it must be a positive number; the "
                          "weights are damaged or untrained")
+    largest = float(np.finfo(np.float16).max)
+    if config.embedding_dtype == "float16" and target_norm > largest:  # a component is at most the norm
+        raise ModelError(config.model, f"the word embeddings of {config.model} have a mean norm of {target_norm:.6g}, "
+                         f"beyond float16's {largest:,.0f}: entity vectors scaled to it cannot be stored as "
+                         "--embedding-dtype float16 (use float32)")
     return ModelFacts(dim, target_norm, vector_buckets(mentions, dim), store_bits(mentions, dim))
 
 
