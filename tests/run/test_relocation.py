@@ -75,18 +75,21 @@ def test_a_moved_run_searches_exactly_as_in_place_and_validates(run, request, tm
     assert search_json(moved, capsys) == in_place
 
 
-def test_a_linker_changed_after_the_index_was_built_is_refused(kpr_run, tmp_path, capsys):
+@pytest.mark.parametrize(("stage", "artifact"), [(layout.DICTIONARY_STAGE, layout.LINKER),
+                                               (layout.EMBED_ENTITIES_STAGE, layout.ENTITY_EMBEDDINGS)])
+def test_a_linker_or_entities_changed_after_the_index_was_built_are_refused(kpr_run, tmp_path, capsys, stage,
+                                                                           artifact):
+    """Its stage run again (another digest recorded): the refusal alone, not first a warning that the index answers
+    from what that stage wrote before."""
     output = Path(shutil.copytree(kpr_run, tmp_path / "out"))
     records = manifest.load(str(output))
-    dictionary = records[layout.DICTIONARY_STAGE]
-    dictionary.outputs = [item if not item.path.startswith(layout.LINKER + "/") else
-                          manifest.OutputFile(item.path, item.bytes, "0" * 64, item.rows)
-                          for item in dictionary.outputs]
+    record = records[stage]
+    record.outputs = [item if not item.path.startswith(artifact + "/") else
+                      manifest.OutputFile(item.path, item.bytes, "0" * 64, item.rows) for item in record.outputs]
     manifest.save(str(output), records)
     assert main(["search", "--output", str(output), "--query", "Anarchism"]) == 2
-    assert (f"error: {output / 'dictionary' / 'linker'} changed after the index was built from it: rerun "
-            f"`python run_pipeline.py index --output {output} --force ...`") in capsys.readouterr().err
-
+    assert capsys.readouterr().err == (f"error: {output / artifact} changed after the index was built from it: rerun "
+                                       f"`python run_pipeline.py index --output {output} --force ...`\n")
 
 
 @pytest.mark.parametrize("same_size", [False, True], ids=["replaced", "changed-in-place"])
@@ -120,22 +123,6 @@ def test_an_unrecorded_file_among_the_entity_embeddings_is_refused(kpr_run, tmp_
     assert capsys.readouterr().err == (
         f"error: {stray} is not recorded in the manifest of {output} and the query encoder would read it: remove it "
         f"(`python run_pipeline.py validate --output {output}` lists every such file)\n")
-
-
-def test_entities_embedded_again_are_refused_without_saying_the_index_answers(kpr_run, tmp_path, capsys):
-    """embed-entities run again after a KPR index: the refusal alone, not first a warning that the index answers
-    from what embed-entities wrote before."""
-    output = Path(shutil.copytree(kpr_run, tmp_path / "out"))
-    records = manifest.load(str(output))
-    embedded = records[layout.EMBED_ENTITIES_STAGE]
-    embedded.outputs = [item if not item.path.startswith(layout.ENTITY_EMBEDDINGS + "/") else
-                        manifest.OutputFile(item.path, item.bytes, "1" * 64, item.rows)
-                        for item in embedded.outputs]
-    manifest.save(str(output), records)
-    assert main(["search", "--output", str(output), "--query", "Anarchism"]) == 2
-    assert capsys.readouterr().err == (
-        f"error: {output / layout.ENTITY_EMBEDDINGS} changed after the index was built from it: rerun "
-        f"`python run_pipeline.py index --output {output} --force ...`\n")
 
 
 def test_names_relative_to_out_are_located_and_absolute_ones_kept():
