@@ -160,7 +160,7 @@ def damaged_file_error(directory: str, what: str) -> Iterator[None]:
     """A one-line ``InputError`` for linker files (``what``) that cannot be read as what they should be."""
     try:
         yield
-    except (ValueError, OSError, RuntimeError, EOFError, UnicodeDecodeError) as error:
+    except (ValueError, OSError, RuntimeError, EOFError) as error:  # JSON and text decoding errors are ValueErrors
         raise InputError(f"{directory} is a damaged linker ({what} cannot be read: {first_line(error)}): restore it "
                          "from a copy of the run, or rerun the dictionary stage") from error
 

@@ -75,10 +75,9 @@ class EmbedEntitiesStage:
         mentions = tables.total_rows(ctx.output, layout.MENTIONS)
         facts = model_facts(config, mentions) if ctx.workers_run_here() else None
         salt = window_salt(config)
-        own = "the windows of this OUT's mention_vectors/" if store_files(
-            [ctx.final(layout.MENTION_VECTORS)], salt) else None  # its own store is read in any case
         previous = reusable_previous(refresh_of(config), self.name, PREVIOUS_STAGES,
-                                     lambda old: incompatibility(old, ctx.output, config, salt), own)
+                                     lambda old: incompatibility(old, ctx.output, config, salt),
+                                     lambda: own_windows(ctx, salt))
         scratch = fs.join(ctx.staging_root, "work")
         renumbered = config.previous if previous is None and config.previous and entities_intact(config.previous) \
             else None
@@ -109,6 +108,13 @@ class EmbedEntitiesStage:
                                                                          "entities")))
         counters = summed({"mentions_encoded": 0, "mentions_reused": 0}, counters)  # said also when none
         return reuse_counters(counters) if config.previous else counters
+
+
+def own_windows(ctx: StageContext, salt: str) -> str | None:
+    """What this OUT's own store lends (read whether or not a previous run lends too), when it holds windows of
+    this model."""
+    return "the windows of this OUT's mention_vectors/" if store_files([ctx.final(layout.MENTION_VECTORS)], salt) \
+        else None
 
 
 def entities_intact(previous: str) -> bool:

@@ -9,6 +9,7 @@ decided the number of shards and the index type, ``BuildIndex``.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import sys
@@ -151,13 +152,16 @@ class IndexStage:
         def compatible(old: dict[str, manifest.StageRecord]) -> str | None:
             return incompatibility(old, config, located)
 
-        own_problem = own_index_problem(ctx.output, compatible)
+        @functools.cache
+        def own_problem() -> str | None:  # looked at only when no --previous run lends vectors
+            return own_index_problem(ctx.output, compatible)
+
         if config.previous:
             previous = reusable_previous(refresh_of(config), self.name, (layout.INDEX_STAGE,), compatible,
-                                         None if own_problem is not None else "the vectors of the index this OUT holds")
-            previous = previous or (ctx.output if own_problem is None else None)
+                                         lambda: None if own_problem() else "the vectors of the index this OUT holds")
+            previous = previous or (ctx.output if own_problem() is None else None)
         else:
-            previous = own_index(ctx.output, own_problem)
+            previous = own_index(ctx.output, own_problem())
         counts = passage_counts(config.corpus, tables.artifact_dir(ctx.output, layout.ARTICLES),
                                 config.words_per_passage)
         bucket_count = choice.bucket_count(config.shards, counts.high, dim, config.shard_memory_bytes)

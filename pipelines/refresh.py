@@ -78,10 +78,10 @@ def previous_problem(previous: str, stages: tuple[str, ...], compatible: Compati
 
 
 def reusable_previous(refresh: RefreshConfig, stage: str, stages: tuple[str, ...],
-                      compatible: Compatibility, own_work: str | None = None) -> str | None:
-    """The previous run to reuse, or None, printing why in one line: then the stage reuses only ``own_work``, what
-    OUT itself lends (the stage's own committed work, of the same options; a rerun of a refresh whose OLD_OUT was
-    deleted since), or with none recomputes everything (exit 2 with --require-reuse)."""
+                      compatible: Compatibility, own_work: Callable[[], str | None] = lambda: None) -> str | None:
+    """The previous run to reuse, or None, printing why in one line: then the stage reuses only what ``own_work()``
+    says OUT itself lends (the stage's own committed work, of the same options; a rerun of a refresh whose OLD_OUT
+    was deleted since), or with nothing recomputes everything (exit 2 with --require-reuse)."""
     if not refresh.previous:
         return None
     command = layout.command_of(stage)
@@ -89,8 +89,8 @@ def reusable_previous(refresh: RefreshConfig, stage: str, stages: tuple[str, ...
     if problem is None:
         print(f"[{command}] reusing vectors of {refresh.previous} where nothing changed", file=sys.stderr)
         return refresh.previous
-    if own_work is not None:
-        print(f"[{command}] not reusing {refresh.previous} ({problem}): reusing {own_work} where nothing changed",
+    if (own := own_work()) is not None:
+        print(f"[{command}] not reusing {refresh.previous} ({problem}): reusing {own} where nothing changed",
               file=sys.stderr)
     elif refresh.require_reuse:
         raise ReuseRefusedError(f"cannot reuse the previous run: {problem}")
