@@ -1,18 +1,12 @@
 """Entry point: `python run_pipeline.py STAGE [options] [Beam pipeline options]` (see README.md)."""
 
 import gc
-import logging
 import os
 import sys
 
 from artifacts import allocator
 from pipelines.launcher.interrupt import INTERRUPTED_EXIT, interrupted_line
-
-
-def _not_optional_gcp_noise(record: logging.LogRecord) -> bool:
-    # Beam warns on import when the optional GCP client libraries are absent; they are an extra here.
-    return "apitools not found" not in record.getMessage()
-
+from pipelines.launcher.worker_output import leave_out_optional_gcp_warning
 
 # Arrow's default allocator (mimalloc) keeps what it freed in each thread's heap: the dictionary stage held 86 MB
 # more with it than with the system allocator, at the same CPU. Set before pyarrow is imported; local worker
@@ -58,7 +52,7 @@ def exit_without_last_collections(code: int) -> None:
 if __name__ == "__main__":
     os.environ.setdefault(*ARROW_MEMORY_POOL)
     return_freed_memory()
-    logging.getLogger().addFilter(_not_optional_gcp_noise)
+    leave_out_optional_gcp_warning()
     try:
         from pipelines.launcher.cli import main
 

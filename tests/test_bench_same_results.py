@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -169,3 +171,11 @@ def test_a_stage_the_new_run_did_not_record_is_said_not_compared(runs):
     found = compare_runs(old, new)
     assert found[-1] == ("index", NOT_COMPARED)
     assert {outcome for _, outcome in found[:-1]} == {"same"}
+
+
+def test_a_benchmark_says_nothing_of_beams_optional_gcp_libraries():
+    """``python -m bench.same_results --help`` printed Beam's "WARNING:root:apitools not found" first, where the
+    command line leaves it out."""
+    done = subprocess.run([sys.executable, "-m", "bench.same_results", "--help"], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1], timeout=120, check=True)
+    assert done.stdout.startswith("usage: ") and done.stderr == ""

@@ -20,6 +20,7 @@ end, its exit status as it ends.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import sys
@@ -37,6 +38,19 @@ WORKER_START_UP_LINES = (
 )
 _JOIN_TIMEOUT_S = 10.0
 _READ_BYTES = 1 << 16
+
+
+def optional_gcp_noise(record: logging.LogRecord) -> bool:
+    """False for the warning Beam logs on import when the optional GCP client libraries are absent (an extra
+    here)."""
+    return "apitools not found" not in record.getMessage()
+
+
+def leave_out_optional_gcp_warning() -> None:
+    """This process's Beam import says nothing of the optional GCP libraries (a worker's start-up line of it is
+    left out by the forwarder)."""
+    if optional_gcp_noise not in logging.getLogger().filters:
+        logging.getLogger().addFilter(optional_gcp_noise)
 
 
 def starts_worker_processes(beam_args: list[str]) -> bool:
