@@ -54,6 +54,8 @@ class DiffCommand:
         diff = diff_runs(args.old, args.new)
         for problem in diff.stale:  # its parts are compared as they are, and are not what a rerun would make
             print(f"warning: {problem}", file=sys.stderr)
+        for changes in diff.options:  # what differs may come of them, not of the dumps
+            print(f"note: built with other options: {changes}", file=sys.stderr)
         print(json.dumps(diff.to_json(), indent=2) if args.json else render_text(diff))
         return 0
 

@@ -20,7 +20,7 @@ from pipelines.launcher.stage import (
     summed,
     with_dead_letters,
 )
-from pipelines.refresh import RefreshConfig, fingerprint_changes, option_changes, previous_options, reusable_previous
+from pipelines.refresh import RefreshConfig, fingerprint_changes, previous_options, reusable_previous
 from transforms.common.mention_sampling import CHARS_PER_TOKEN
 from transforms.embed_entities.gather import save_store_index
 from transforms.embed_entities.graph import (
@@ -175,9 +175,9 @@ def incompatibility(old: dict[str, manifest.StageRecord], output: str, config: E
     """Why the previous run's vectors differ from what this run would compute, or it kept none (None: they do
     not)."""
     stage, mentions = layout.EMBED_ENTITIES_STAGE, layout.MENTIONS_STAGE
-    changes = option_changes(old[stage].options, STAGE.options(config))
+    changes = manifest.option_changes(old[stage].options, STAGE.options(config))
     changes += [f"mentions' {change}" for change in
-                option_changes(old[mentions].options, manifest.load(output)[mentions].options)]
+                manifest.option_changes(old[mentions].options, manifest.load(output)[mentions].options)]
     changes += [f"{role}: model files changed" for role in
                 fingerprint_changes(old[stage], STAGE.external_inputs(config))]
     if changes:

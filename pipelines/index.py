@@ -45,7 +45,6 @@ from pipelines.refresh import (
     Compatibility,
     RefreshConfig,
     fingerprint_changes,
-    option_changes,
     previous_options,
     reusable_previous,
 )
@@ -406,7 +405,7 @@ def incompatibility(old: dict[str, manifest.StageRecord], config: IndexConfig,
     """Why the previous run's passage vectors differ from what this encoder computes (None: they do not)."""
     if encoder.kind == "kpr":
         return "KPR passage vectors depend on this run's entity embeddings"
-    changes = option_changes(effective_encoder(old[layout.INDEX_STAGE].options.get("encoder", {})),
+    changes = manifest.option_changes(effective_encoder(old[layout.INDEX_STAGE].options.get("encoder", {})),
                              effective_encoder(STAGE.options(config)["encoder"]))
     # the model files only: a changed corpus is what a refresh is for
     changes += [f"{role}: model files changed" for role in

@@ -19,7 +19,6 @@ from artifacts.run.validation import validate_run
 Compatibility = Callable[[dict[str, manifest.StageRecord]], str | None]
 # Recorded options that name the previous run or say how to treat it, or what is kept: no change of them changes a
 # vector.
-RUNTIME_OPTIONS = (manifest.PREVIOUS_OPTION, manifest.PREVIOUS_SHA_OPTION, "require_reuse", "keep_mention_vectors")
 
 
 class ReuseRefusedError(InputError):
@@ -97,12 +96,6 @@ def reusable_previous(refresh: RefreshConfig, stage: str, stages: tuple[str, ...
     else:
         print(f"[{command}] recomputing everything: {problem}", file=sys.stderr)
     return None
-
-
-def option_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """``name: old -> new`` for every recorded option that differs (runtime-only options are ignored)."""
-    names = sorted((set(old) | set(new)) - set(RUNTIME_OPTIONS))
-    return [f"{name}: {old.get(name)!r} -> {new.get(name)!r}" for name in names if old.get(name) != new.get(name)]
 
 
 def fingerprint_changes(old: manifest.StageRecord, files: dict[str, str]) -> list[str]:

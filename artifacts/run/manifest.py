@@ -280,6 +280,14 @@ def file_fingerprint(pattern: str) -> str:
 GONE = "(gone)"  # no option holds it as a value of its own
 # how a refresh with --previous records the run it read, in the options of the stages that reuse it
 PREVIOUS_OPTION, PREVIOUS_SHA_OPTION = "previous", "previous_manifest_sha256"
+# recorded options that say how a stage ran, not what it made
+RUNTIME_OPTIONS = (PREVIOUS_OPTION, PREVIOUS_SHA_OPTION, "require_reuse", "keep_mention_vectors")
+
+
+def option_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``name: old -> new`` for every recorded option that differs (runtime-only options are ignored)."""
+    names = sorted((set(old) | set(new)) - set(RUNTIME_OPTIONS))
+    return [f"{name}: {old.get(name)!r} -> {new.get(name)!r}" for name in names if old.get(name) != new.get(name)]
 CONTENT = "content:"  # the recorded input key of a content digest (``Stage.content_inputs``), then its role
 
 

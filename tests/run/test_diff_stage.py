@@ -118,6 +118,7 @@ def expected_diff(old: Path, new: Path) -> dict:
                                                     "old_source": "passages of 100 words cut from articles/",
                                                     "new_source": "passages of 100 words cut from articles/"},
         "stale": [],
+        "options": [],
     }
 
 
@@ -221,6 +222,22 @@ def test_bad_runs_are_one_line_errors(runs: Runs, tmp_path: Path,
     manifest.save(str(tmp_path / "empty"), {})
     assert main(["diff", "--old", str(tmp_path / "empty"), "--new", str(new)]) == 2
     assert capsys.readouterr().err == f"error: {tmp_path / 'empty'} is not a run: its manifest.json records no stage\n"
+
+
+def test_runs_built_with_other_options_are_said_to_be(runs: Runs, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Another --min-commonness (or encoder option): the names that differ came of it, not of the dumps, and
+    nothing said so."""
+    new = Path(shutil.copytree(runs[2], tmp_path / "new"))
+    records = manifest.load(str(new))
+    records["dictionary"].options["min_commonness"] = 0.5
+    records["index"].options["encoder"]["max_length"] = 32
+    manifest.save(str(new), records)
+    expected = ["dictionary: min_commonness: 0.3 -> 0.5", "index: encoder.max_length: 64 -> 32"]
+    assert main(["diff", "--old", str(runs[2]), "--new", str(new), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["options"] == expected
+    assert captured.err.splitlines() == [f"note: built with other options: {line}" for line in expected]
 
 
 def test_only_parts_both_runs_have(runs: Runs, tmp_path: Path,

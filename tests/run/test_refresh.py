@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 
 from artifacts.run import manifest
-from pipelines.refresh import fingerprint_changes, option_changes
+from artifacts.run.manifest import option_changes
+from pipelines.refresh import fingerprint_changes
 
 
 def test_option_changes_names_each_difference_and_ignores_the_previous_run():

@@ -61,6 +61,7 @@ class RunDiff:
     passage_reuse: VectorReuse | None = None
     passage_sources: tuple[str, str] | None = None  # where OLD's and NEW's indexed passages came from
     stale: tuple[str, ...] = ()  # "RUN: stage X was built from other Y outputs ...": its parts are not current
+    options: tuple[str, ...] = ()  # "STAGE: name: old -> new": a stage both ran with other options
 
     def to_json(self) -> dict[str, Any]:
         """One JSON object with fixed keys (a part not compared is null)."""
@@ -73,6 +74,7 @@ class RunDiff:
             "entity_vectors": _vectors_json(self.entity_vectors, self.entity_reuse),
             "passages": _passages_json(self.passages, self.passage_reuse, self.passage_sources),
             "stale": list(self.stale),
+            "options": list(self.options),
         }
 
 
@@ -160,6 +162,15 @@ def not_refreshed_from(record: manifest.StageRecord, old: str) -> str | None:
     return None if same_path else NOT_RECORDED
 
 
+def flat_options(options: dict[str, Any]) -> dict[str, Any]:
+    """A stage's recorded options with those of a nested object named ``outer.inner`` (the index's ``encoder``)."""
+    flat: dict[str, Any] = {}
+    for name, value in options.items():
+        flat.update({f"{name}.{inner}": item for inner, item in value.items()} if isinstance(value, dict)
+                    else {name: value})
+    return flat
+
+
 def diff_runs(old: str, new: str, vector_budget: int = VECTOR_BUDGET) -> RunDiff:
     """Compare the parts of ``old`` and ``new`` that both runs have (``vector_budget``: bytes of old vectors
     held at once)."""
@@ -170,6 +181,10 @@ def diff_runs(old: str, new: str, vector_budget: int = VECTOR_BUDGET) -> RunDiff
     both = set(old_records) & set(new_records)
     if not both:
         raise NotARunError(f"{old} and {new} have no stage in common: nothing to compare")
+    parts["options"] = tuple(f"{layout.command_of(stage)}: {'; '.join(changes)}"
+                             for stage in sorted(both, key=layout.stage_rank)
+                             if (changes := manifest.option_changes(flat_options(old_records[stage].options),
+                                                                    flat_options(new_records[stage].options))))
     if layout.PARSE_STAGE in both:
         parts["articles"] = compare(rows.articles(old), rows.articles(new))
         parts["redirects"] = compare(rows.redirects(old), rows.redirects(new))
