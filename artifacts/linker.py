@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from artifacts import fs
 from artifacts.errors import InputError, first_line
-from artifacts.names import DOTTED_CAPITAL_I, NameRules, TokenSpans, find_names, fold_case
+from artifacts.names import DEFAULT_LANGUAGE, DOTTED_CAPITAL_I, NameRules, TokenSpans, find_names, fold_case
 from artifacts.trie_map import iter_strings, string_array, trie_key_ids
 
 LINKER_FILES = ("name.trie", "kb_id.trie", "data.npy", "offsets.npy", "config.json", "titles.bin",
@@ -210,7 +210,8 @@ class EntityLinker:
         self.min_link_count = threshold("min_link_count", self.config["min_link_count"], min_link_count, count=True)
         self.longest_name_blocks = longest_name_blocks
         self.rules = NameRules(case_sensitive=self.config["case_sensitive"],
-                               max_length=self.config["max_mention_length"])
+                               max_length=self.config["max_mention_length"],
+                               language=self.config.get("language", DEFAULT_LANGUAGE))  # not in earlier linkers
         with damaged_file_error(directory, "the tries"):
             self.names = marisa_trie.Trie().mmap(os.path.join(directory, "name.trie"))
             self.kb_keys = marisa_trie.Trie().mmap(os.path.join(directory, "kb_id.trie"))
@@ -250,7 +251,11 @@ class EntityLinker:
 
     @cached_property
     def _token_spans(self) -> TokenSpans:
-        return TokenSpans()
+        """The tokenizer of the language the linker was built with (made at the first ``detect``)."""
+        try:
+            return TokenSpans(self.rules.language)
+        except InputError as error:
+            raise InputError(f"the linker was built with --language {self.rules.language}: {error.message}") from None
 
     def title(self, kb_index: int) -> str:
         start, end = int(self.title_offsets[kb_index]), int(self.title_offsets[kb_index + 1])

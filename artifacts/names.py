@@ -1,4 +1,5 @@
-"""Entity names: normalizing anchor texts, and finding dictionary names in text on spaCy token boundaries."""
+"""Entity names: normalizing anchor texts, and finding dictionary names in text on the token boundaries of spaCy's
+blank tokenizer of a language."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
+from artifacts.errors import InputError
+
 if TYPE_CHECKING:
     import numpy as np
 
 DOC_UNITS = ("paragraph", "page")  # what doc_count counts a name once in
+DEFAULT_LANGUAGE = "en"  # the spaCy language whose token boundaries names are found on (the reference's)
 
 _SPACES = re.compile(r"\s+")
 DOTTED_CAPITAL_I = "\u0130"  # lower-cased to "i" and a combining dot: two characters
@@ -24,6 +28,7 @@ class NameRules:
 
     case_sensitive: bool = False
     max_length: int = 100
+    language: str = DEFAULT_LANGUAGE
 
 
 def title_name(title: str) -> str:
@@ -123,15 +128,15 @@ class TokenBounds(NamedTuple):
 
 
 class TokenSpans:
-    """Text -> (start, end) character offsets of its tokens by spaCy's blank English tokenizer, in bounded memory."""
+    """Text -> (start, end) character offsets of its tokens by spaCy's blank tokenizer of ``language`` (English
+    unless told), in bounded memory."""
 
-    def __init__(self, max_vocabulary: int = MAX_VOCABULARY) -> None:
-        self._max_vocabulary = max_vocabulary
+    def __init__(self, language: str = DEFAULT_LANGUAGE, max_vocabulary: int = MAX_VOCABULARY) -> None:
+        self._language, self._max_vocabulary = language, max_vocabulary
         self._nlp = self._blank()
 
-    @staticmethod
-    def _blank():
-        nlp = spacy_without_torch().blank("en")
+    def _blank(self):
+        nlp = blank_language(self._language)
         nlp.tokenizer.max_cache_size = CACHED_PIECES
         return nlp
 
@@ -150,6 +155,19 @@ class TokenSpans:
         """The tokens' starts and ends, built with numpy (what ``find_names`` reads)."""
         offsets = self._offsets(text)
         return TokenBounds(offsets[:, 0].tolist(), set((offsets[:, 0] + offsets[:, 1]).tolist()))
+
+
+def blank_language(language: str):
+    """spaCy's blank pipeline of ``language`` (a spaCy code: "en", "it", "zh"), or an ``InputError`` saying why
+    there is none here: a code spaCy does not know, or a language whose tokenizer needs a package not installed
+    (Japanese: SudachiPy; Korean: mecab-ko; Thai: PyThaiNLP; Vietnamese: pyvi)."""
+    try:
+        return spacy_without_torch().blank(language)
+    except (ImportError, ValueError) as error:
+        why = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise InputError(f"spaCy makes no tokenizer of the language {language!r} here ({why}): names need a code "
+                         "spaCy knows (en, it, de, fr, zh; xx: language-neutral rules ...), with the package its "
+                         "tokenizer needs installed") from None
 
 
 def spacy_without_torch():

@@ -9,6 +9,7 @@ import apache_beam as beam
 
 from artifacts import fs, layout, schemas, tables
 from artifacts.errors import InputError
+from artifacts.names import DEFAULT_LANGUAGE, blank_language
 from pipelines.launcher.stage import StageContext, run_beam
 from transforms.common.dead_letters import WriteDeadLetters
 from transforms.common.parquet_rows import ReadParquetRows
@@ -34,16 +35,19 @@ class DictionaryStage:
         return DictionaryConfig(
             min_link_prob=args.min_link_prob, min_commonness=args.min_commonness, min_link_count=args.min_link_count,
             max_mention_length=args.max_mention_length, case_sensitive=args.case_sensitive, doc_unit=args.doc_unit,
-            include_red_links=args.include_red_links)
+            include_red_links=args.include_red_links, language=checked_language(args.language))
 
     def upstream(self, config: DictionaryConfig) -> tuple[str, ...]:
         return (layout.PARSE_STAGE,)
 
     def options(self, config: DictionaryConfig) -> dict[str, Any]:
+        """The options that change the dictionary; ``language`` only when not English (the tokenizer of runs
+        recorded before it was an option), so that those runs keep their records."""
+        other_language = {} if config.language == DEFAULT_LANGUAGE else {"language": config.language}
         return {"min_link_prob": config.min_link_prob, "min_commonness": config.min_commonness,
                 "min_link_count": config.min_link_count, "max_mention_length": config.max_mention_length,
                 "case_sensitive": config.case_sensitive, "doc_unit": config.doc_unit,
-                "include_red_links": config.include_red_links}
+                "include_red_links": config.include_red_links, **other_language}
 
     def external_inputs(self, config: DictionaryConfig) -> dict[str, str]:
         return {}
@@ -75,6 +79,15 @@ class DictionaryStage:
             _ = built["dead_letters"] | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("names"))
 
         return run_beam(ctx, build)
+
+
+def checked_language(language: str) -> str:
+    """``--language``, refused in one line before any work where spaCy makes no tokenizer of it here."""
+    try:
+        blank_language(language)
+    except InputError as error:
+        raise InputError(f"--language {language}: {error.message}") from None
+    return language
 
 
 STAGE = DictionaryStage()

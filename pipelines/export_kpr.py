@@ -8,6 +8,7 @@ import sys
 
 from artifacts import layout
 from artifacts.errors import InputError, NoRoomError
+from artifacts.names import DEFAULT_LANGUAGE
 from artifacts.run.kpr_export import (
     EMBEDDINGS_FILE,
     LINKER_DIR,
@@ -51,6 +52,11 @@ class ExportKprCommand:
         print(f"  entities without embeddings (zero rows): {summary.without_embeddings:,}")
         for row in summary.zero_scale_rows:
             print(zero_scale_row_warning(row, summary.entities), file=sys.stderr)
+        if summary.language != DEFAULT_LANGUAGE:
+            print(f"warning: the linker was built with --language {summary.language}: the reference's "
+                  "DictionaryEntityLinker finds names on English token boundaries (spacy.blank(\"en\")): KPR finds a "
+                  "name only where English tokens part it (not after an elision such as l'Argento, nor inside "
+                  "unspaced text)", file=sys.stderr)
         return 0
 
 

@@ -12,11 +12,12 @@ import apache_beam as beam
 
 from artifacts import fs, layout, schemas, tables
 from artifacts.errors import InputError
+from artifacts.names import DEFAULT_LANGUAGE
 from pipelines.launcher.stage import StageContext, run_beam
 from transforms.common.dead_letters import WriteDeadLetters
 from transforms.common.parquet_rows import write_parquet_rows
 from transforms.parse.dump_io import matching_files
-from transforms.parse.dump_reader import SiteInfo, read_siteinfo
+from transforms.parse.dump_reader import SiteInfo, read_siteinfo, wiki_language
 from transforms.parse.graph import (
     COUNTERS,
     SQL_COLUMNS,
@@ -84,6 +85,8 @@ class ParseStage:
         siteinfos = [read_siteinfo(dump) for dump in config.dumps]  # each file must be a MediaWiki export
         check_one_wiki(config.dumps, siteinfos)
         check_sql_tables(config)
+        if (note := language_note(siteinfos[0])) is not None:
+            print(note, file=sys.stderr)
         index_paths = index_paths_for(config)
         staged = ctx.staged(STAGED_ARTICLES)
         records = ctx.staged(TITLE_RECORDS)
@@ -112,6 +115,16 @@ class ParseStage:
             raise InputError(no_article_message(config, totals, ctx.staged_errors))
         totals.update(run_beam(ctx, resolve))
         return dict(sorted(totals.items()))
+
+
+def language_note(siteinfo: SiteInfo) -> str | None:
+    """A note for a dump of a wiki in another language than English: the dictionary finds names on English token
+    boundaries unless it is given ``--language`` (an Italian elision ``l'Argento`` hides the name "argento")."""
+    language = wiki_language(siteinfo.dbname, siteinfo.base_url)
+    if language in (None, DEFAULT_LANGUAGE, "simple"):
+        return None
+    return (f"note: the dump is {siteinfo.dbname or language + 'wiki'}'s: the dictionary stage finds names on spaCy's "
+            f"English token boundaries unless it is given --language (--language {language} where spaCy has it)")
 
 
 def check_sql_tables(config: ParseConfig) -> None:

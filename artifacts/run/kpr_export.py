@@ -86,6 +86,7 @@ class ExportSummary:
     # the rows the reference's build_hf_model.py scales every entity vector to the norm of, that are zero: 1 (of a
     # model it built before) and N (of a model train.py made), ascending
     zero_scale_rows: tuple[int, ...]
+    language: str  # of the linker's tokenizer (--language): the reference's linker tokenizes English
 
 
 def check_exportable(output: str) -> None:
@@ -130,7 +131,8 @@ def write_export(output: str, directory: str, keys: pa.StringArray, linker_files
     fs.delete_tree(staging)  # a killed export's leftovers
     fs.mkdirs(staging)
     try:
-        write_vocab(fs.join(staging, VOCAB_FILE), keys, EntityLinker.load(linker).kb_keys)
+        loaded = EntityLinker.load(linker)
+        write_vocab(fs.join(staging, VOCAB_FILE), keys, loaded.kb_keys)
         dim, without, zero_scale_rows = write_embeddings(output, staging, keys)
         for path in linker_files:
             copy_file(path, fs.join(staging, LINKER_DIR, fs.relative(path, linker)))
@@ -140,7 +142,7 @@ def write_export(output: str, directory: str, keys: pa.StringArray, linker_files
     finally:
         fs.delete_tree(staging)
     owned.save_record(directory, RECORD_FILE, planned)
-    return ExportSummary(directory, len(keys), dim, without, zero_scale_rows)
+    return ExportSummary(directory, len(keys), dim, without, zero_scale_rows, loaded.rules.language)
 
 
 def export_bytes(output: str, keys: pa.StringArray, linker_files: list[str]) -> int:

@@ -21,7 +21,7 @@ from artifacts.faiss.choice import (
     SHARDS_ARE,
     WORKER_BASE_GB,
 )
-from artifacts.names import DOC_UNITS
+from artifacts.names import DEFAULT_LANGUAGE, DOC_UNITS
 from artifacts.run.report.recall import MAX_EXACT, QUERIES
 from encoders.mask_inputs import MASK_WINDOWS
 from encoders.models import DTYPES, STORED_DTYPES
@@ -133,6 +133,9 @@ def _dictionary(group: argparse._ArgumentGroup) -> None:
                        help="doc_count counts a name once per paragraph or once per page")
     group.add_argument("--include-red-links", action="store_true",
                        help="every link target is an entity, also those with no article in the dump")
+    group.add_argument("--language", default=DEFAULT_LANGUAGE, metavar="CODE",
+                       help="names are found on the token boundaries of spaCy's blank tokenizer of this language "
+                            "(it, de, fr, zh ...; xx: language-neutral rules); recorded in the linker")
 
 
 def _mentions(group: argparse._ArgumentGroup) -> None:

@@ -1,13 +1,17 @@
-"""Token spans for name matching: spaCy's blank English boundaries, without a vocabulary that grows with the text."""
+"""Token spans for name matching: spaCy's blank boundaries of a language, without a vocabulary that grows with the
+text."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 
+import pytest
 import spacy
 from spacy.attrs import IDX, LENGTH
 
+from artifacts.errors import InputError
 from artifacts.names import CACHED_PIECES, TokenSpans, token_bounds
 from tests.conftest import REPO
 
@@ -20,6 +24,27 @@ def test_spans_are_spacy_blank_english_tokens():
     assert [text[start:end] for start, end in expected][:4] == ["Mercury", "(", "planet", ")"]
     assert TokenSpans().bounds(text) == token_bounds(expected)  # what find_names reads, built with numpy
     assert TokenSpans().bounds("") == ([], set()) and TokenSpans()("") == []
+
+
+def test_spans_of_another_language_are_its_blank_tokens():
+    """Italian parts an elided article from its word; Chinese cuts a text into characters (no spaces to part)."""
+    italian = "Il simbolo dell'Argento e l'oro."
+    assert [italian[start:end] for start, end in TokenSpans("it")(italian)] == [
+        "Il", "simbolo", "dell'", "Argento", "e", "l'", "oro", "."]
+    assert [italian[start:end] for start, end in TokenSpans()(italian)][2] == "dell'Argento"
+    chinese = "北京是首都。"
+    assert TokenSpans("zh")(chinese) == [(index, index + 1) for index in range(len(chinese))]
+
+
+@pytest.mark.parametrize(("language", "why"), [("qq", "[E048] Can't import language qq"),
+                                               ("ja", "Japanese support requires SudachiPy")])
+def test_a_language_without_a_tokenizer_here_is_one_input_error(language, why):
+    """An unknown code, or a language whose tokenizer needs a package that is not installed."""
+    if language == "ja" and importlib.util.find_spec("sudachipy") is not None:  # no dependency of ours
+        pytest.skip("SudachiPy is installed here")
+    with pytest.raises(InputError) as raised:
+        TokenSpans(language)
+    assert raised.value.message.startswith(f"spaCy makes no tokenizer of the language {language!r} here ({why}")
 
 
 def test_the_vocabulary_stays_within_its_bound_whatever_the_words():

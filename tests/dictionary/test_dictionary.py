@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 import pytest
 
 from artifacts import tables
+from artifacts.errors import InputError
 from artifacts.linker import LINKER_FILES, EntityLinker
 from artifacts.names import NameRules, find_names, fold_case, title_name, token_bounds
 from artifacts.run import manifest
@@ -232,6 +233,57 @@ def test_names_spelled_with_zero_width_joiners_are_kept_and_found(tmp_path):
     text = f"Of {languages} and {family}."
     assert [(text[m.start:m.end], m.candidates[0].title) for m in linker.detect(text)] == [
         (languages, languages), (family, "Family")]
+
+
+ELISIONS = [  # Italian writes an article or preposition elided onto its word: l'Argento, dell'Argento
+    article(1, "Argento", "L'Argento è un metallo.\nIl simbolo dell'Argento è Ag.", []),
+    article(2, "Metallo", "Un metallo come l'Argento.\nL'Argento conduce.\nArgento e oro.",
+            [("Argento", "Argento"), ("Argento", "Argento")]),
+]
+
+
+def test_language_finds_names_on_its_token_boundaries(tmp_path):
+    """English token boundaries keep an elision one token with its word: "argento" was counted in one paragraph
+    of five; with --language it in all five, recorded in the options (English: not, as before the option) and in
+    the linker, which finds it after an elision."""
+    english, italian = tmp_path / "en", tmp_path / "it"
+    for output in (english, italian):
+        write_parsed(output, ELISIONS)
+    records = run_dictionary(english), run_dictionary(italian, "--language", "it")
+    doc_counts = [{row["name"]: row["doc_count"] for row in tables.read_table(str(output), "dictionary/names")
+                   .to_pylist()} for output in (english, italian)]
+    assert (doc_counts[0]["argento"], doc_counts[1]["argento"]) == (1, 5)
+    assert "language" not in records[0].options and records[1].options["language"] == "it"
+    linkers = [EntityLinker.load(str(output / "dictionary" / "linker")) for output in (english, italian)]
+    assert [linker.rules.language for linker in linkers] == ["en", "it"]
+    text = "Il prezzo dell'Argento."
+    assert [[text[m.start:m.end] for m in linker.detect(text)] for linker in linkers] == [[], ["Argento"]]
+
+
+def test_a_linker_of_an_unknown_or_earlier_language_setting(tmp_path):
+    """A linker written before --language (no key) tokenizes English; one whose language spaCy cannot tokenize
+    here is one InputError at its first detect."""
+    write_parsed(tmp_path, ELISIONS)
+    run_dictionary(tmp_path, "--language", "it")
+    config_path = tmp_path / "dictionary" / "linker" / "config.json"
+    config = json.loads(config_path.read_text())
+    config_path.write_text(json.dumps({key: value for key, value in config.items() if key != "language"}))
+    earlier = EntityLinker.load(str(config_path.parent))
+    assert earlier.rules.language == "en" and earlier.detect("dell'Argento") == []
+    config_path.write_text(json.dumps({**config, "language": "qq"}))
+    with pytest.raises(InputError) as raised:
+        EntityLinker.load(str(config_path.parent)).detect("Argento")
+    assert raised.value.message.startswith("the linker was built with --language qq: spaCy makes no tokenizer of the "
+                                           "language 'qq' here (")
+
+
+def test_a_language_spacy_cannot_tokenize_is_refused_before_any_work(tmp_path, capsys):
+    write_parsed(tmp_path, ELISIONS)
+    assert main(["dictionary", "--output", str(tmp_path), "--language", "qq", *DIRECT]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("error: --language qq: spaCy makes no tokenizer of the language 'qq' here (") \
+        and error.count("\n") == 1
+    assert "dictionary" not in manifest.load(str(tmp_path)) and not (tmp_path / "dictionary").exists()
 
 
 @pytest.mark.parametrize("extra", [[], ["--min-link-count", "1000000"]], ids=["no-links", "none-kept"])

@@ -13,7 +13,10 @@ import pytest
 from artifacts import tables
 from artifacts.run import manifest
 from pipelines.launcher.cli import main
+from pipelines.parse import language_note
 from tests.conftest import BUNDLED_INDEX, BUNDLED_SAMPLE, DIRECT, MINI, MULTI_PROCESS, REPO, WIKIPEDIA
+from transforms.parse.dump_reader import SiteInfo
+from transforms.parse.namespaces import Namespaces
 
 
 def parse(output: Path, dumps: list[Path], *extra: str, beam: list[str] = DIRECT) -> manifest.StageRecord:
@@ -122,11 +125,24 @@ def test_mini_set_parts_sql_redirects_and_qids(tmp_path):
 
 
 @pytest.mark.usefixtures("shared_data")
-def test_italian_namespaces_from_siteinfo(tmp_path):
+def test_italian_namespaces_from_siteinfo(tmp_path, capsys):
     parse(tmp_path, [WIKIPEDIA / "itwiki-sample.xml.gz"])
     for article in articles_by_title(tmp_path).values():
         for link in article["links"]:
             assert not link["target"].startswith(("Categoria:", "File:", "Immagine:")), link
+    assert ("note: the dump is itwiki's: the dictionary stage finds names on spaCy's English token boundaries unless "
+            "it is given --language (--language it where spaCy has it)\n") in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("dbname", "base", "note"), [
+    ("itwiki", None, "itwiki's"), (None, "https://de.wikipedia.org/wiki/Hauptseite", "dewiki's"),
+    ("enwiki", None, None), ("simplewiki", None, None), (None, None, None)])
+def test_a_dump_of_another_language_says_the_dictionary_can_take_it(dbname, base, note):
+    siteinfo = SiteInfo(dbname, base, "0.11", Namespaces())
+    said = language_note(siteinfo)
+    assert said == (None if note is None else
+                    f"note: the dump is {note}: the dictionary stage finds names on spaCy's English token boundaries "
+                    f"unless it is given --language (--language {note[:2]} where spaCy has it)")
 
 
 @pytest.mark.usefixtures("shared_data")

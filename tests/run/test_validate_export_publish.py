@@ -1054,6 +1054,25 @@ def test_export_refuses_a_run_without_entities(tiny_bert: Path, tmp_path: Path,
     assert not (tmp_path / "kpr").exists()
 
 
+def test_export_of_a_linker_of_another_language_warns_that_the_reference_tokenizes_english(
+        tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The reference's DictionaryEntityLinker tokenizes with spacy.blank("en") whatever it loads: a linker built
+    with --language it is exported as it is (its config names the language), with a warning."""
+    run = tmp_path / "out"
+    write_parsed(run, [article(1, "Argento", "L'Argento è un metallo.", []),
+                       article(2, "Metallo", "Come l'Argento. Argento e oro.", [("Argento", "Argento")])])
+    for command, extra in (("dictionary", ("--language", "it")), ("mentions", ()), ("embed-entities", ())):
+        assert main(stage_command(command, run, tiny_bert, *extra)) == 0
+    assert validate_run(str(run)) == []
+    capsys.readouterr()
+    assert main(["export-kpr", "--output", str(run), "--to", str(tmp_path / "kpr")]) == 0
+    assert capsys.readouterr().err == (
+        "warning: the linker was built with --language it: the reference's DictionaryEntityLinker finds names on "
+        "English token boundaries (spacy.blank(\"en\")): KPR finds a name only where English tokens part it (not "
+        "after an elision such as l'Argento, nor inside unspaced text)\n")
+    assert json.loads((tmp_path / "kpr" / "entity_linker" / "config.json").read_text())["language"] == "it"
+
+
 def test_export_refuses_a_run_without_entity_embeddings(run: Path, tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     stages = manifest.load(str(run))

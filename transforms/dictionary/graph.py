@@ -29,7 +29,7 @@ import apache_beam as beam
 from artifacts import fs
 from artifacts.counters import declare
 from artifacts.errors import BelowMinimumError, OutsideRangeError
-from artifacts.names import DOC_UNITS, NameRules
+from artifacts.names import DEFAULT_LANGUAGE, DOC_UNITS, NameRules
 from transforms.common.spill import SpillAndGroup
 from transforms.dictionary.arrow_combine import summed_by
 from transforms.dictionary.candidates import COUNTERS as CANDIDATE_COUNTERS
@@ -53,7 +53,8 @@ class DictionaryConfig:
     """What the dictionary keeps: names whose links make up at least ``min_link_prob`` of the paragraphs (or
     pages, by ``doc_unit``) they occur in, and of a name's entities those with at least ``min_commonness`` of
     its links and ``min_link_count`` links; names of up to ``max_mention_length`` characters, case-folded
-    unless ``case_sensitive``. With ``include_red_links`` every link target is an entity."""
+    unless ``case_sensitive``, found on the token boundaries of spaCy's blank tokenizer of ``language``. With
+    ``include_red_links`` every link target is an entity."""
 
     min_link_prob: float = 0.05
     min_commonness: float = 0.3
@@ -62,6 +63,7 @@ class DictionaryConfig:
     case_sensitive: bool = False
     doc_unit: str = "paragraph"
     include_red_links: bool = False
+    language: str = DEFAULT_LANGUAGE
 
     def __post_init__(self) -> None:
         if self.doc_unit not in DOC_UNITS:
@@ -77,7 +79,8 @@ class DictionaryConfig:
 
     @property
     def rules(self) -> NameRules:
-        return NameRules(case_sensitive=self.case_sensitive, max_length=self.max_mention_length)
+        return NameRules(case_sensitive=self.case_sensitive, max_length=self.max_mention_length,
+                         language=self.language)
 
     @property
     def per_page(self) -> bool:
@@ -93,7 +96,7 @@ class DictionaryConfig:
         """The options recorded in the linker, under the linker's names for them."""
         return {"max_mention_length": self.max_mention_length, "case_sensitive": self.case_sensitive,
                 "min_link_prob": self.min_link_prob, "min_prior_prob": self.min_commonness,
-                "min_link_count": self.min_link_count}
+                "min_link_count": self.min_link_count, "language": self.language}
 
 
 def buckets_for(articles: int) -> int:

@@ -40,7 +40,7 @@ class CountNameDocs(GatheringDoFn):
         self._maps = PerProcess(load_trie_map)
 
     def setup(self) -> None:
-        self._token_spans = TokenSpans()
+        self._token_spans = TokenSpans(self._rules.language)
 
     def start_bundle(self) -> None:
         self._ids = array("q")
