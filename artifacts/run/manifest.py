@@ -21,6 +21,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs, layout, tables
 from artifacts.errors import DamagedManifestError
+from artifacts.names import DEFAULT_LANGUAGE
 
 MANIFEST_NAME = layout.MANIFEST
 FORMAT = 1  # the manifest's "format": what this version writes and reads
@@ -282,12 +283,17 @@ GONE = "(gone)"  # no option holds it as a value of its own
 PREVIOUS_OPTION, PREVIOUS_SHA_OPTION = "previous", "previous_manifest_sha256"
 # recorded options that say how a stage ran, not what it made
 RUNTIME_OPTIONS = (PREVIOUS_OPTION, PREVIOUS_SHA_OPTION, "require_reuse", "keep_mention_vectors")
+# options recorded only when not their default, so that runs from before the option keep their records (parse's
+# pre-pass, the dictionary's tokenizer language): absent means the default
+UNRECORDED_DEFAULTS = {"prepass": True, "language": DEFAULT_LANGUAGE}
 
 
 def option_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """``name: old -> new`` for every recorded option that differs (runtime-only options are ignored)."""
+    """``name: old -> new`` for every recorded option that differs (runtime-only options are ignored; one recorded
+    only when not its default is its default where absent)."""
     names = sorted((set(old) | set(new)) - set(RUNTIME_OPTIONS))
-    return [f"{name}: {old.get(name)!r} -> {new.get(name)!r}" for name in names if old.get(name) != new.get(name)]
+    values = [(name, *(options.get(name, UNRECORDED_DEFAULTS.get(name)) for options in (old, new))) for name in names]
+    return [f"{name}: {before!r} -> {after!r}" for name, before, after in values if before != after]
 CONTENT = "content:"  # the recorded input key of a content digest (``Stage.content_inputs``), then its role
 
 

@@ -14,6 +14,10 @@ def test_option_changes_names_each_difference_and_ignores_the_previous_run():
     new = {"layer": 2, "model": "a", "previous": "/other", "window": 5, "dtype": "float32"}
     assert option_changes(old, new) == ["layer: -1 -> 2", "window: None -> 5"]
     assert option_changes(old, {**old, "previous_manifest_sha256": "x"}) == []
+    # recorded only when not the default (runs from before the option keep their records): absent is the default
+    assert option_changes({}, {"language": "it", "prepass": False}) == ["language: 'en' -> 'it'",
+                                                                        "prepass: True -> False"]
+    assert option_changes({"language": "en"}, {}) == []
 
 
 def test_model_files_of_the_same_fingerprint_with_other_content_are_a_change(tmp_path):
