@@ -9,7 +9,8 @@ import apache_beam as beam
 
 from artifacts import fs, layout, schemas, tables
 from artifacts.errors import InputError
-from artifacts.names import DEFAULT_LANGUAGE, blank_language
+from artifacts.names import blank_language
+from artifacts.run import manifest
 from pipelines.launcher.stage import StageContext, run_beam
 from transforms.common.dead_letters import WriteDeadLetters
 from transforms.common.parquet_rows import ReadParquetRows
@@ -43,11 +44,10 @@ class DictionaryStage:
     def options(self, config: DictionaryConfig) -> dict[str, Any]:
         """The options that change the dictionary; ``language`` only when not English (the tokenizer of runs
         recorded before it was an option), so that those runs keep their records."""
-        other_language = {} if config.language == DEFAULT_LANGUAGE else {"language": config.language}
         return {"min_link_prob": config.min_link_prob, "min_commonness": config.min_commonness,
                 "min_link_count": config.min_link_count, "max_mention_length": config.max_mention_length,
                 "case_sensitive": config.case_sensitive, "doc_unit": config.doc_unit,
-                "include_red_links": config.include_red_links, **other_language}
+                "include_red_links": config.include_red_links, **manifest.unless_default("language", config.language)}
 
     def external_inputs(self, config: DictionaryConfig) -> dict[str, str]:
         return {}

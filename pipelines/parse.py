@@ -13,6 +13,7 @@ import apache_beam as beam
 from artifacts import fs, layout, schemas, tables
 from artifacts.errors import InputError
 from artifacts.names import DEFAULT_LANGUAGE
+from artifacts.run import manifest
 from pipelines.launcher.stage import StageContext, run_beam
 from transforms.common.dead_letters import WriteDeadLetters
 from transforms.common.parquet_rows import write_parquet_rows
@@ -68,10 +69,9 @@ class ParseStage:
     def options(self, config: ParseConfig) -> dict[str, Any]:
         """The options that change the articles; ``prepass`` only when off (the text can differ where the pre-pass
         repairs markup), so that runs with the pre-pass keep their records."""
-        off = {} if config.wikitext.use_prepass else {"prepass": False}
         return {"keep_section_links": config.wikitext.keep_section_links,
                 "first_bold_as_link": config.wikitext.first_bold_as_link, "skip_bad_streams": config.skip_bad_streams,
-                **off}
+                **manifest.unless_default("prepass", config.wikitext.use_prepass)}
 
     def external_inputs(self, config: ParseConfig) -> dict[str, str]:
         roles = {"dump": config.dumps, "dump_index": config.dump_indexes, "redirects_sql": config.redirects_sql,

@@ -288,6 +288,11 @@ RUNTIME_OPTIONS = (PREVIOUS_OPTION, PREVIOUS_SHA_OPTION, "require_reuse", "keep_
 UNRECORDED_DEFAULTS = {"prepass": True, "language": DEFAULT_LANGUAGE}
 
 
+def unless_default(name: str, value: Any) -> dict[str, Any]:
+    """``{name: value}``, or nothing when ``value`` is the default of an option recorded only when not it."""
+    return {} if value == UNRECORDED_DEFAULTS[name] else {name: value}
+
+
 def option_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """``name: old -> new`` for every recorded option that differs (runtime-only options are ignored; one recorded
     only when not its default is its default where absent)."""
