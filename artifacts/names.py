@@ -157,17 +157,46 @@ class TokenSpans:
         return TokenBounds(offsets[:, 0].tolist(), set((offsets[:, 0] + offsets[:, 1]).tolist()))
 
 
+class NoTokenizerError(InputError):
+    """spaCy makes no tokenizer of ``language`` here, for the reason ``why`` (its error's first line)."""
+
+    def __init__(self, language: str, why: str) -> None:
+        self.language, self.why = language, why
+        super().__init__(f"spaCy makes no tokenizer of the language {language!r} here ({why}): names need a code "
+                         "spaCy knows (en, it, de, fr, zh; xx: language-neutral rules ...), with the package its "
+                         "tokenizer needs installed")
+
+    def __reduce__(self):
+        return type(self), (self.language, self.why)
+
+
 def blank_language(language: str):
     """spaCy's blank pipeline of ``language`` (a spaCy code: "en", "it", "zh"), or an ``InputError`` saying why
     there is none here: a code spaCy does not know, or a language whose tokenizer needs a package not installed
     (Japanese: SudachiPy; Korean: mecab-ko; Thai: PyThaiNLP; Vietnamese: pyvi)."""
     try:
         return spacy_without_torch().blank(language)
-    except (ImportError, ValueError) as error:
+    # a spacy.lang module that is no language (``char_classes``) has no ``__all__``: an AttributeError
+    except (ImportError, ValueError, AttributeError, IndexError) as error:
         why = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise InputError(f"spaCy makes no tokenizer of the language {language!r} here ({why}): names need a code "
-                         "spaCy knows (en, it, de, fr, zh; xx: language-neutral rules ...), with the package its "
-                         "tokenizer needs installed") from None
+        raise NoTokenizerError(language, why) from None
+
+
+# Wikipedia language codes that spaCy knows by another code (Norwegian Bokmål)
+SPACY_CODES = {"no": "nb"}
+
+
+def spacy_code(wiki_language: str) -> str:
+    """spaCy's code of a Wikipedia's language where spaCy makes a tokenizer of it here (``no``: ``nb``; ``zh_yue``:
+    ``zh``), else the ``NoTokenizerError`` of the code itself."""
+    codes = dict.fromkeys(SPACY_CODES.get(code, code) for code in (wiki_language, re.split("[_-]", wiki_language)[0]))
+    problems = []
+    for code in codes:
+        try:
+            return blank_language(code).lang
+        except NoTokenizerError as problem:
+            problems.append(problem)
+    raise problems[0]
 
 
 def spacy_without_torch():

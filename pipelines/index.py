@@ -404,7 +404,7 @@ def incompatibility(old: dict[str, manifest.StageRecord], config: IndexConfig,
                     encoder: EncoderOptions) -> str | None:
     """Why the previous run's passage vectors differ from what this encoder computes (None: they do not)."""
     if encoder.kind == "kpr":
-        return "KPR passage vectors depend on this run's entity embeddings"
+        return "KPR passage vectors depend on this run's linker and entity embeddings"
     changes = manifest.option_changes(effective_encoder(old[layout.INDEX_STAGE].options.get("encoder", {})),
                              effective_encoder(STAGE.options(config)["encoder"]))
     # the model files only: a changed corpus is what a refresh is for

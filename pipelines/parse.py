@@ -12,7 +12,7 @@ import apache_beam as beam
 
 from artifacts import fs, layout, schemas, tables
 from artifacts.errors import InputError
-from artifacts.names import DEFAULT_LANGUAGE
+from artifacts.names import DEFAULT_LANGUAGE, NoTokenizerError, spacy_code
 from artifacts.run import manifest
 from pipelines.launcher.stage import StageContext, run_beam
 from transforms.common.dead_letters import WriteDeadLetters
@@ -61,7 +61,8 @@ class ParseStage:
         return ParseConfig(dumps=tuple(args.dump), dump_indexes=tuple(args.dump_index or ()),
                            redirects_sql=tuple(args.redirects_sql or ()), page_sql=tuple(args.page_sql or ()),
                            page_props_sql=tuple(args.page_props_sql or ()),
-                           skip_bad_streams=args.skip_bad_streams, wikitext=wikitext)
+                           skip_bad_streams=args.skip_bad_streams, wikitext=wikitext,
+                           dictionary_language=getattr(args, "language", None))  # `all` has the dictionary's
 
     def upstream(self, config: ParseConfig) -> tuple[str, ...]:
         return ()
@@ -85,7 +86,7 @@ class ParseStage:
         siteinfos = [read_siteinfo(dump) for dump in config.dumps]  # each file must be a MediaWiki export
         check_one_wiki(config.dumps, siteinfos)
         check_sql_tables(config)
-        if (note := language_note(siteinfos[0])) is not None:
+        if (note := language_note(siteinfos[0], config.dictionary_language)) is not None:
             print(note, file=sys.stderr)
         index_paths = index_paths_for(config)
         staged = ctx.staged(STAGED_ARTICLES)
@@ -117,14 +118,20 @@ class ParseStage:
         return dict(sorted(totals.items()))
 
 
-def language_note(siteinfo: SiteInfo) -> str | None:
-    """A note for a dump of a wiki in another language than English: the dictionary finds names on English token
-    boundaries unless it is given ``--language`` (an Italian elision ``l'Argento`` hides the name "argento")."""
+def language_note(siteinfo: SiteInfo, dictionary_language: str | None = None) -> str | None:
+    """A note for a dump of a wiki in another language than English while the dictionary tokenizes English (by
+    default, or ``dictionary_language`` of `all`): an Italian elision ``l'Argento`` hides the name "argento". It
+    names spaCy's code of the wiki's language (``nowiki``: ``nb``), or why spaCy has no tokenizer of it here."""
     language = wiki_language(siteinfo.dbname, siteinfo.base_url)
-    if language in (None, DEFAULT_LANGUAGE, "simple"):
+    if language in (None, DEFAULT_LANGUAGE, "simple") or dictionary_language not in (None, DEFAULT_LANGUAGE):
         return None
+    try:
+        advice = f"give it --language {spacy_code(language)}"
+    except NoTokenizerError as error:
+        advice = (f"spaCy makes no tokenizer of {error.language!r} here ({error.why}); --language xx takes its "
+                  "language-neutral rules")
     return (f"note: the dump is {siteinfo.dbname or language + 'wiki'}'s: the dictionary stage finds names on spaCy's "
-            f"English token boundaries unless it is given --language (--language {language} where spaCy has it)")
+            f"English token boundaries; {advice}")
 
 
 def check_sql_tables(config: ParseConfig) -> None:

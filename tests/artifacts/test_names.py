@@ -37,9 +37,11 @@ def test_spans_of_another_language_are_its_blank_tokens():
 
 
 @pytest.mark.parametrize(("language", "why"), [("qq", "[E048] Can't import language qq"),
-                                               ("ja", "Japanese support requires SudachiPy")])
+                                               ("ja", "Japanese support requires SudachiPy"),
+                                               ("char_classes", "module 'spacy.lang.char_classes' has no attribute")])
 def test_a_language_without_a_tokenizer_here_is_one_input_error(language, why):
-    """An unknown code, or a language whose tokenizer needs a package that is not installed."""
+    """An unknown code, a language whose tokenizer needs a package that is not installed, a module of spaCy's
+    languages that is none (an AttributeError was a traceback)."""
     if language == "ja" and importlib.util.find_spec("sudachipy") is not None:  # no dependency of ours
         pytest.skip("SudachiPy is installed here")
     with pytest.raises(InputError) as raised:

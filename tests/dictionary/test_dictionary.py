@@ -258,6 +258,9 @@ def test_language_finds_names_on_its_token_boundaries(tmp_path):
     assert [linker.rules.language for linker in linkers] == ["en", "it"]
     text = "Il prezzo dell'Argento."
     assert [[text[m.start:m.end] for m in linker.detect(text)] for linker in linkers] == [[], ["Argento"]]
+    # another spelling of a code is spaCy's own code: the same tokenizer, the same record (nothing runs again)
+    assert run_dictionary(english, "--language", "eng").finished_at == records[0].finished_at
+    assert run_dictionary(italian, "--language", "ita").finished_at == records[1].finished_at
 
 
 def test_a_linker_of_an_unknown_or_earlier_language_setting(tmp_path):

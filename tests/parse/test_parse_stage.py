@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bz2
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -130,19 +131,35 @@ def test_italian_namespaces_from_siteinfo(tmp_path, capsys):
     for article in articles_by_title(tmp_path).values():
         for link in article["links"]:
             assert not link["target"].startswith(("Categoria:", "File:", "Immagine:")), link
-    assert ("note: the dump is itwiki's: the dictionary stage finds names on spaCy's English token boundaries unless "
-            "it is given --language (--language it where spaCy has it)\n") in capsys.readouterr().err
+    assert ("note: the dump is itwiki's: the dictionary stage finds names on spaCy's English token boundaries; give "
+            "it --language it\n") in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("dbname", "base", "note"), [
-    ("itwiki", None, "itwiki's"), (None, "https://de.wikipedia.org/wiki/Hauptseite", "dewiki's"),
-    ("enwiki", None, None), ("simplewiki", None, None), (None, None, None)])
-def test_a_dump_of_another_language_says_the_dictionary_can_take_it(dbname, base, note):
-    siteinfo = SiteInfo(dbname, base, "0.11", Namespaces())
-    said = language_note(siteinfo)
-    assert said == (None if note is None else
-                    f"note: the dump is {note}: the dictionary stage finds names on spaCy's English token boundaries "
-                    f"unless it is given --language (--language {note[:2]} where spaCy has it)")
+ENGLISH_BOUNDARIES = "the dictionary stage finds names on spaCy's English token boundaries; "
+
+
+@pytest.mark.parametrize(("dbname", "base", "dictionary_language", "note"), [
+    ("itwiki", None, None, "itwiki's: " + ENGLISH_BOUNDARIES + "give it --language it"),
+    (None, "https://de.wikipedia.org/wiki/Hauptseite", None,
+     "dewiki's: " + ENGLISH_BOUNDARIES + "give it --language de"),
+    ("nowiki", None, None, "nowiki's: " + ENGLISH_BOUNDARIES + "give it --language nb"),  # spaCy's Norwegian code
+    ("zh_yuewiki", None, None, "zh_yuewiki's: " + ENGLISH_BOUNDARIES + "give it --language zh"),
+    ("itwiki", None, "en", "itwiki's: " + ENGLISH_BOUNDARIES + "give it --language it"),  # `all` on English ones
+    ("itwiki", None, "it", None), ("enwiki", None, None, None), ("simplewiki", None, None, None),
+    (None, None, None, None)])
+def test_a_dump_of_another_language_says_which_language_the_dictionary_can_take(dbname, base, dictionary_language,
+                                                                                 note):
+    said = language_note(SiteInfo(dbname, base, "0.11", Namespaces()), dictionary_language)
+    assert said == (None if note is None else f"note: the dump is {note}")
+
+
+def test_a_dump_of_a_language_spacy_cannot_tokenize_here_says_why():
+    if importlib.util.find_spec("sudachipy") is not None:  # no dependency of ours
+        pytest.skip("SudachiPy is installed here")
+    said = language_note(SiteInfo("jawiki", None, "0.11", Namespaces()))
+    assert said.startswith("note: the dump is jawiki's: " + ENGLISH_BOUNDARIES + "spaCy makes no tokenizer of 'ja' "
+                           "here (Japanese support requires SudachiPy")
+    assert said.endswith("; --language xx takes its language-neutral rules")
 
 
 @pytest.mark.usefixtures("shared_data")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import html
 import json
 import re
 import shutil
@@ -226,18 +227,22 @@ def test_bad_runs_are_one_line_errors(runs: Runs, tmp_path: Path,
 
 def test_runs_built_with_other_options_are_said_to_be(runs: Runs, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    """Another --min-commonness (or encoder option): the names that differ came of it, not of the dumps, and
-    nothing said so."""
+    """Another --min-commonness (or encoder option, or --language: English is recorded by no key): the names that
+    differ came of it, not of the dumps, and nothing said so; nor did the report's section."""
     new = Path(shutil.copytree(runs[2], tmp_path / "new"))
     records = manifest.load(str(new))
-    records["dictionary"].options["min_commonness"] = 0.5
+    records["dictionary"].options.update(min_commonness=0.5, language="it")
     records["index"].options["encoder"]["max_length"] = 32
     manifest.save(str(new), records)
-    expected = ["dictionary: min_commonness: 0.3 -> 0.5", "index: encoder.max_length: 64 -> 32"]
+    expected = ["dictionary: language: 'en' -> 'it'; min_commonness: 0.3 -> 0.5", "index: encoder.max_length: 64 -> 32"]
     assert main(["diff", "--old", str(runs[2]), "--new", str(new), "--json"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["options"] == expected
     assert captured.err.splitlines() == [f"note: built with other options: {line}" for line in expected]
+    assert main(["report", "--output", str(new), "--previous", str(runs[2]), "--recall-queries", "5"]) == 0
+    page = html.unescape((new / "report" / "index.html").read_text())
+    section = page[page.index('id="changes"'):page.index('id="changes-table"')]
+    assert re.findall(r'<p class="warn">Built with other options: (.*?)</p>', section) == expected
 
 
 def test_only_parts_both_runs_have(runs: Runs, tmp_path: Path,

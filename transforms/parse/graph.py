@@ -63,7 +63,9 @@ COUNTERS = declare(*_OWN_COUNTERS.values(), *dump_io.COUNTERS.values(), *redirec
 @dataclass(frozen=True)
 class ParseConfig:
     """What the parse stage reads and how: the dump file(s), the multistream index of each (``dump_indexes``,
-    in dump order; empty: found beside the dump), the optional SQL table dumps, and the wikitext options."""
+    in dump order; empty: found beside the dump), the optional SQL table dumps, and the wikitext options; the
+    dictionary's ``--language`` where the same command runs it (``all``: then a dump of another language is noted
+    only when the dictionary tokenizes English), else None."""
 
     dumps: tuple[str, ...]
     dump_indexes: tuple[str, ...] = ()
@@ -72,6 +74,7 @@ class ParseConfig:
     page_props_sql: tuple[str, ...] = ()
     skip_bad_streams: bool = False
     wikitext: WikitextOptions = field(default_factory=WikitextOptions)
+    dictionary_language: str | None = None
 
     def __post_init__(self) -> None:
         if not self.dumps:

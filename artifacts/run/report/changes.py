@@ -87,6 +87,8 @@ def changes_section(previous: str, diff: RunDiff | None, problem: str | None) ->
         return head + f'<p class="warn">Could not compare: {esc(problem or "unknown reason")}</p></section>'
     # the previous run's stale stages (this run's are the page's own warnings): its numbers are not what a rerun makes
     head += "".join(f'<p class="warn">{esc(stale)}</p>' for stale in diff.stale if stale.startswith(f"{diff.old}: "))
+    # what differs may come of the options, not of the dumps
+    head += "".join(f'<p class="warn">Built with other options: {esc(changes)}</p>' for changes in diff.options)
     rows = [_change_row(label, getattr(diff, attribute), changed) for label, attribute, changed in PARTS]
     numbers = table(["", "old", "new", "added", "removed", "changed"], rows, [False, True, True, True, True, True],
                     ' id="changes-table"')
