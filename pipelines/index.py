@@ -165,7 +165,8 @@ class IndexStage:
                                 config.words_per_passage)
         bucket_count = choice.bucket_count(config.shards, counts.high, dim, config.shard_memory_bytes)
         encoding = Encoding(dim, columns, bucket_count, counts.high, counts.expected, previous)
-        kept = kept_passages(ctx, {"encoder": config.recorded_options()["encoder"]}, encoder_files(config),
+        kept = kept_passages(ctx, {"encoder": passage_side(config.recorded_options()["encoder"])},
+                             {role: files for role, files in encoder_files(config).items() if role == PASSAGE_ROLE},
                              tuple(name for name in self.upstream(config) if name != layout.PARSE_STAGE))
         killed = kept_files(kept.directory)  # what a killed run kept: its passages are not encoded again
         save_array(kept.known, kept_keys(killed))
@@ -215,7 +216,7 @@ def check_before_encoding(config: IndexConfig, device_here: bool) -> None:
 
 def encoder_files(config: IndexConfig) -> dict[str, str]:
     """The local model files of the encoders, by role (fingerprinted: replaced weights rerun the stage)."""
-    return model_files({"encoder": config.encoder.model, "query_encoder": config.encoder.query_model})
+    return model_files({PASSAGE_ROLE: config.encoder.model, "query_encoder": config.encoder.query_model})
 
 
 def refresh_of(config: IndexConfig) -> RefreshConfig:
@@ -405,12 +406,24 @@ def incompatibility(old: dict[str, manifest.StageRecord], config: IndexConfig,
     """Why the previous run's passage vectors differ from what this encoder computes (None: they do not)."""
     if encoder.kind == "kpr":
         return "KPR passage vectors depend on this run's linker and entity embeddings"
-    changes = manifest.option_changes(effective_encoder(old[layout.INDEX_STAGE].options.get("encoder", {})),
-                             effective_encoder(STAGE.options(config)["encoder"]))
-    # the model files only: a changed corpus is what a refresh is for
+    recorded = old[layout.INDEX_STAGE].options.get("encoder", {})
+    changes = manifest.option_changes(passage_side(effective_encoder(recorded)),
+                                      passage_side(effective_encoder(STAGE.options(config)["encoder"])))
+    # the passage model's files only: a changed corpus is what a refresh is for
     changes += [f"{role}: model files changed" for role in
-                fingerprint_changes(old[layout.INDEX_STAGE], encoder_files(config))]
+                fingerprint_changes(old[layout.INDEX_STAGE], encoder_files(config), roles=(PASSAGE_ROLE,))]
     return f"it was built with another encoder ({'; '.join(changes)})" if changes else None
+
+
+# encoder options that change the query vectors alone (a search can even take another query encoder): passage vectors
+# of an index built with others are reused
+QUERY_ONLY_OPTIONS = ("query_model", "query_prefix")
+PASSAGE_ROLE = "encoder"  # the role of the passage model's files (``encoder_files``)
+
+
+def passage_side(encoder: dict[str, Any]) -> dict[str, Any]:
+    """Recorded encoder options without those that change only the query vectors."""
+    return {name: value for name, value in encoder.items() if name not in QUERY_ONLY_OPTIONS}
 
 
 def effective_encoder(recorded: dict[str, Any]) -> dict[str, Any]:

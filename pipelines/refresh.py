@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,12 +98,17 @@ def reusable_previous(refresh: RefreshConfig, stage: str, stages: tuple[str, ...
     return None
 
 
-def fingerprint_changes(old: manifest.StageRecord, files: dict[str, str]) -> list[str]:
+def fingerprint_changes(old: manifest.StageRecord, files: dict[str, str],
+                        roles: Collection[str] | None = None) -> list[str]:
     """Roles of model files whose fingerprint (paths, sizes, times) differs from the previous record, or their
-    content where the record holds its digest (other files of the same sizes and times in their place)."""
-    new = {f"file:{role}": manifest.file_fingerprint(pattern) for role, pattern in files.items()}
-    recorded = {key: value for key, value in old.inputs.items() if key.startswith("file:") and key != "file:corpus"}
+    content where the record holds its digest (other files of the same sizes and times in their place); only
+    those of ``roles`` where given."""
+    new = {f"file:{role}": manifest.file_fingerprint(pattern) for role, pattern in files.items()
+           if roles is None or role in roles}
+    recorded = {key: value for key, value in old.inputs.items() if key.startswith("file:") and key != "file:corpus"
+                and (roles is None or key.removeprefix("file:") in roles)}
     changed = {key.removeprefix("file:") for key in set(new) | set(recorded) if new.get(key) != recorded.get(key)}
-    changed |= {role for role, pattern in files.items() if f"{manifest.CONTENT}{role}" in old.inputs
+    changed |= {role for role, pattern in files.items() if (roles is None or role in roles)
+                and f"{manifest.CONTENT}{role}" in old.inputs
                 and old.inputs[f"{manifest.CONTENT}{role}"] != manifest.content_digest(pattern)}
     return sorted(changed)

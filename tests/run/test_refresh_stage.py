@@ -330,6 +330,25 @@ def test_an_encoder_option_named_at_its_default_is_the_same_encoder(runs, tiny_b
     assert counters(output, "index")["passages_reused"] == counters(refreshed, "index")["passages_reused"] > 0
 
 
+def test_options_of_the_queries_alone_keep_the_passage_vectors(runs, tiny_bert, tmp_path, capsys):
+    """Another --query-encoder or --query-prefix changes no passage vector: a refresh reuses them (it recomputed
+    every passage, and --require-reuse refused), and so does a rerun in place."""
+    old, scratch, refreshed = runs
+    output = upstream_of(scratch, tmp_path / "out")
+    query_encoder = write_tiny_bert(tmp_path / "query-bert", seed=1)
+    index = ["index", "--output", str(output), "--encoder", str(tiny_bert), "--encoder-type", "mean",
+             "--max-length", "64", "--shards", "2", *DIRECT]
+    assert main([*index, "--query-encoder", str(query_encoder), "--query-prefix", "query: ",
+                 "--previous", str(old), "--require-reuse"]) == 0
+    assert counters(output, "index")["passages_reused"] == counters(refreshed, "index")["passages_reused"] > 0
+    capsys.readouterr()
+    assert main([*index, "--query-prefix", "question: "]) == 0
+    assert stderr_line(capsys, "[index] reusing") == (
+        "[index] reusing the vectors of the index this OUT holds where nothing changed")
+    found = counters(output, "index")
+    assert (found["passages_reused"], found["passages_encoded"]) == (len(rows(output, "passages")), 0)
+
+
 def test_a_copy_published_without_mention_vectors_says_so(runs, tiny_bert, tmp_path, capsys):
     old, scratch, _ = runs
     published = tmp_path / "published"
