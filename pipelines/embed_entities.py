@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from typing import Any
 
 from artifacts import fs, layout, schemas, tables
 from artifacts.errors import InputError, ModelError
 from artifacts.run import manifest, verified
+from artifacts.run.publish import copy_file
 from encoders.models import model_files
 from pipelines.launcher.stage import (
     Build,
@@ -77,10 +79,11 @@ class EmbedEntitiesStage:
         salt = window_salt(config)
         previous = reusable_previous(refresh_of(config), self.name, PREVIOUS_STAGES,
                                      lambda old: incompatibility(old, ctx.output, config, salt),
-                                     lambda: own_windows(ctx, salt))
+                                     lambda: own_windows(ctx, config, salt))
         scratch = fs.join(ctx.staging_root, "work")
         renumbered = config.previous if previous is None and config.previous and entities_intact(config.previous) \
             else None
+        kept_refresh = own_refresh(ctx.output, config) if config.previous and not (previous or renumbered) else None
         inputs = EmbedInputs(output=ctx.output, mentions=mentions, embeddings=ctx.staged(layout.ENTITY_EMBEDDINGS),
                              scratch=scratch, pending=ctx.kept_root, salt=salt,
                              store=ctx.staged(layout.MENTION_VECTORS), id_map=ctx.staged(layout.ENTITY_ID_MAP),
@@ -107,14 +110,43 @@ class EmbedEntitiesStage:
         counters = summed(counters, run_beam(reducing, with_dead_letters(reducing, "ReduceEntities", reduce,
                                                                          "entities")))
         counters = summed({"mentions_encoded": 0, "mentions_reused": 0}, counters)  # said also when none
+        if kept_refresh is not None:
+            counters |= keep_id_map(ctx, kept_refresh)
         return reuse_counters(counters) if config.previous else counters
 
 
-def own_windows(ctx: StageContext, salt: str) -> str | None:
-    """What this OUT's own store lends (read whether or not a previous run lends too), when it holds windows of
-    this model."""
-    return "the windows of this OUT's mention_vectors/" if store_files([ctx.final(layout.MENTION_VECTORS)], salt) \
-        else None
+def own_windows(ctx: StageContext, config: EmbedConfig, salt: str) -> str | None:
+    """What this OUT's own store lends (read whether or not a previous run lends too), when its committed stage
+    holds windows of this model cut with these options (a store of another --max-seq-length lends next to
+    nothing)."""
+    record = manifest.load(ctx.output).get(layout.EMBED_ENTITIES_STAGE)
+    if record is None or manifest.option_changes(record.options, STAGE.options(config)) \
+            or not store_files([ctx.final(layout.MENTION_VECTORS)], salt):
+        return None
+    return "the windows of this OUT's mention_vectors/"
+
+
+def own_refresh(output: str, config: EmbedConfig) -> manifest.StageRecord | None:
+    """This OUT's committed refresh from ``config.previous`` where that run can be read no more (deleted since) and
+    OUT's entities and mentions are still those the refresh read: its entity id map and its reuse counters still
+    hold, and could not be made again."""
+    records = manifest.load(output)
+    record = records.get(layout.EMBED_ENTITIES_STAGE)
+    if record is None or record.options.get(manifest.PREVIOUS_OPTION) != config.previous \
+            or {layout.DICTIONARY_STAGE, layout.MENTIONS_STAGE} & set(manifest.rebuilt_since(record, records)):
+        return None
+    return record if any(item.path.startswith(f"{layout.ENTITY_ID_MAP}/") for item in record.outputs) else None
+
+
+def keep_id_map(ctx: StageContext, record: manifest.StageRecord) -> dict[str, int]:
+    """The committed refresh's entity id map staged again, said in a line; its reuse counters (the entities whose
+    sample is that of the previous run)."""
+    maps = [item.path for item in record.outputs if item.path.startswith(f"{layout.ENTITY_ID_MAP}/")]
+    for path in maps:
+        copy_file(fs.join(ctx.output, path), fs.join(ctx.staging_root, path))
+    print(f"[embed-entities] keeping the entity id map of the refresh from {record.options[manifest.PREVIOUS_OPTION]} "
+          "this OUT holds (that run can be read no more; OUT's entities are those it mapped)", file=sys.stderr)
+    return {name: record.counters.get(name, 0) for name in ("entities_reused", "entities_recomputed")}
 
 
 def entities_intact(previous: str) -> bool:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from artifacts.run import manifest
+from artifacts.run.validation import validate_run
 from pipelines import embed_entities as embed_entities_stage
 from pipelines.launcher.cli import main
 from tests.builders import all_command
@@ -202,22 +203,34 @@ def test_a_completed_refresh_stays_complete_once_its_previous_run_is_deleted(run
 def test_a_rerun_of_a_refresh_whose_previous_run_is_gone_reuses_its_own_work(runs, tiny_bert, tmp_path, capsys):
     """OLD_OUT deleted, the refresh rerun with --force (another --shards): the index encoded every passage again
     though the index OUT holds lends them all, and --require-reuse refused; embed-entities said it recomputed
-    everything while it reused every window of its own store."""
+    everything while it reused every window of its own store, and committed no entity id map (the refresh's
+    was gone for good) and counted every entity recomputed."""
     old, scratch, _ = runs
     previous = tmp_path / "previous"
     shutil.copytree(old, previous)
     output = upstream_of(scratch, tmp_path / "out")
     assert embed(output, tiny_bert, previous) == 0
+    refreshed = counters(output, "embed_entities")
+    id_map = rows(output, "entity_id_map")
+    assert id_map and refreshed["entities_reused"] > 0
     index = ["index", "--output", str(output), "--encoder", str(tiny_bert), "--encoder-type", "mean",
              "--max-length", "64", "--previous", str(previous), *DIRECT]
     assert main([*index, "--shards", "2"]) == 0
     shutil.rmtree(previous)
     capsys.readouterr()
     assert embed(output, tiny_bert, previous, "--force", "--require-reuse") == 0
-    assert stderr_line(capsys, "[embed-entities] not reusing") == (
-        f"[embed-entities] not reusing {previous} ({previous} has no manifest.json): reusing the windows of this "
-        "OUT's mention_vectors/ where nothing changed")
-    assert counters(output, "embed_entities")["mentions_encoded"] == 0
+    err = capsys.readouterr().err
+    assert (f"[embed-entities] not reusing {previous} ({previous} has no manifest.json): reusing the windows of this "
+            "OUT's mention_vectors/ where nothing changed\n") in err
+    assert (f"[embed-entities] keeping the entity id map of the refresh from {previous} this OUT holds (that run "
+            "can be read no more; OUT's entities are those it mapped)\n") in err
+    rerun = counters(output, "embed_entities")
+    assert rerun["mentions_encoded"] == 0
+    assert [rerun[name] for name in ("entities_reused", "entities_recomputed")] == [
+        refreshed[name] for name in ("entities_reused", "entities_recomputed")]
+    assert rows(output, "entity_id_map") == id_map
+    assert validate_run(str(output)) == []
+    capsys.readouterr()
     assert main([*index, "--shards", "1", "--force", "--require-reuse"]) == 0
     assert stderr_line(capsys, "[index] not reusing") == (
         f"[index] not reusing {previous} ({previous} has no manifest.json): reusing the vectors of the index this "
@@ -225,6 +238,17 @@ def test_a_rerun_of_a_refresh_whose_previous_run_is_gone_reuses_its_own_work(run
     found = counters(output, "index")
     assert (found["passages_encoded"], found["passages_reused"]) == (0, len(rows(output, "passages")))
     assert len(shard_ids(output)) == 1
+
+
+def test_an_own_store_of_other_window_options_does_not_satisfy_require_reuse(runs, tiny_bert, tmp_path, capsys):
+    """OLD_OUT refused for another --max-seq-length: OUT's own store, cut with the old one, lends next to nothing,
+    and --require-reuse passed (every window encoded again, exit 0)."""
+    old, _, refreshed = runs
+    output = tmp_path / "out"
+    shutil.copytree(refreshed, output)
+    assert embed(output, tiny_bert, old, "--max-seq-length", "32", "--require-reuse") == 2
+    assert stderr_line(capsys, "error:") == (
+        "error: cannot reuse the previous run: it was built with other options (max_seq_length: 64 -> 32)")
 
 
 def test_all_with_require_reuse_stays_complete_once_its_previous_run_is_deleted(dump_runs, tiny_bert, tmp_path,
