@@ -116,16 +116,24 @@ def compare_bytes(old: Path, new: Path, old_files: list[str], new_files: list[st
     return f"DIFFERENT bytes: {changed}" if changed else "same"
 
 
-def stored_vectors(index) -> np.ndarray:
-    """The vectors of a FAISS index in insertion order (an IDMap's inner index; an IVF index through its direct
-    map: neither reconstructs by id as it is)."""
+def stored_vectors(index, ids: np.ndarray) -> np.ndarray:
+    """The vectors of a FAISS shard in the order of its ``ids`` (``.ids.npy``: the order they were added in): an
+    IDMap's inner index holds them in that order (an inner IVF index through its direct map); an IVF index that
+    holds the passage ids itself reconstructs them by id (through a hash-table direct map: its ids are no 0..n-1);
+    a ``RuntimeError`` where it holds no such id."""
     import faiss
 
     if isinstance(index, faiss.IndexIDMap):
         index = faiss.downcast_index(index.index)
-    with contextlib.suppress(RuntimeError):  # not IVF
-        faiss.extract_index_ivf(index).make_direct_map()
-    return index.reconstruct_n(0, index.ntotal)
+        with contextlib.suppress(RuntimeError):  # not IVF
+            faiss.extract_index_ivf(index).make_direct_map()
+        return index.reconstruct_n(0, index.ntotal)
+    try:
+        ivf = faiss.extract_index_ivf(index)
+    except RuntimeError:  # not IVF: in insertion order
+        return index.reconstruct_n(0, index.ntotal)
+    ivf.set_direct_map_type(faiss.DirectMap.Hashtable)
+    return index.reconstruct_batch(np.ascontiguousarray(ids, dtype=np.int64))
 
 
 def shard_pairs(index_dir: Path, shard: str) -> tuple[np.ndarray, np.ndarray]:
@@ -135,9 +143,14 @@ def shard_pairs(index_dir: Path, shard: str) -> tuple[np.ndarray, np.ndarray]:
 
     index = faiss.read_index(str(index_dir / f"{shard}.faiss"))
     ids = np.load(index_dir / f"{shard}.ids.npy")
-    if isinstance(index, faiss.IndexIDMap) and not np.array_equal(faiss.vector_to_array(index.id_map), ids):
-        raise ValueError(f"{shard}: the ids its search returns are not those of {shard}.ids.npy")
-    vectors = stored_vectors(index) if index.ntotal else np.zeros((0, index.d), np.float32)
+    differ = ValueError(f"{shard}: the ids its search returns are not those of {shard}.ids.npy")
+    if index.ntotal != len(ids) or (isinstance(index, faiss.IndexIDMap)
+                                    and not np.array_equal(faiss.vector_to_array(index.id_map), ids)):
+        raise differ
+    try:
+        vectors = stored_vectors(index, ids) if index.ntotal else np.zeros((0, index.d), np.float32)
+    except RuntimeError as error:  # an IVF index without one of the ids
+        raise differ from error
     order = np.argsort(ids, kind="stable")
     return ids[order], vectors[order]
 

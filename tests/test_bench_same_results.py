@@ -10,12 +10,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import faiss
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from bench.same_results import NOT_COMPARED, Ignored, compare_runs
+from bench.same_results import NOT_COMPARED, Ignored, compare_runs, shard_pairs
 
 
 def rewrite(path: Path, change: Callable[[pa.Table], pa.Table]) -> None:
@@ -179,3 +180,22 @@ def test_a_benchmark_says_nothing_of_beams_optional_gcp_libraries():
     done = subprocess.run([sys.executable, "-m", "bench.same_results", "--help"], capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parents[1], timeout=120, check=True)
     assert done.stdout.startswith("usage: ") and done.stderr == ""
+
+
+def test_an_ivf_shard_holding_passage_ids_is_read_by_id(tmp_path):
+    """An IVF index takes the passage ids itself (no IDMap): its direct map failed on ids that are no 0..n-1, and
+    the vectors read back were uninitialised memory (every IVF run differed from itself)."""
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((64, 8)).astype(np.float32)
+    ids = rng.choice(1_000_000, size=64, replace=False).astype(np.int64)
+    index = faiss.index_factory(8, "IVF2,Flat", faiss.METRIC_INNER_PRODUCT)
+    index.train(vectors)
+    index.add_with_ids(vectors, ids)
+    faiss.write_index(index, str(tmp_path / "shard-00000.faiss"))
+    np.save(tmp_path / "shard-00000.ids.npy", ids)
+    found_ids, found_vectors = shard_pairs(tmp_path, "shard-00000")
+    order = np.argsort(ids)
+    assert np.array_equal(found_ids, ids[order]) and np.array_equal(found_vectors, vectors[order])
+    np.save(tmp_path / "shard-00000.ids.npy", np.concatenate([ids[:-1], [ids.max() + 1]]))
+    with pytest.raises(ValueError, match=r"the ids its search returns are not those of shard-00000\.ids\.npy"):
+        shard_pairs(tmp_path, "shard-00000")
