@@ -120,7 +120,7 @@ def own_windows(ctx: StageContext, config: EmbedConfig, salt: str) -> str | None
     holds windows of this model cut with these options (a store of another --max-seq-length lends next to
     nothing)."""
     record = manifest.load(ctx.output).get(layout.EMBED_ENTITIES_STAGE)
-    if record is None or manifest.option_changes(record.options, STAGE.options(config)) \
+    if record is None or window_option_changes(record.options, config) \
             or not store_files([ctx.final(layout.MENTION_VECTORS)], salt):
         return None
     return "the windows of this OUT's mention_vectors/"
@@ -202,12 +202,24 @@ def context_chars(output: str, max_seq_length: int) -> int:
     return cut_for * CHARS_PER_TOKEN
 
 
+# options that change how the entity vectors are stored, not the windows' vectors (stored as float16 whatever they are)
+STORAGE_OPTIONS = ("embedding_dtype",)
+
+
+def window_option_changes(recorded: dict[str, Any], config: EmbedConfig) -> list[str]:
+    """The recorded options that differ from ``config``'s and change the windows' vectors."""
+    def of_windows(options: dict[str, Any]) -> dict[str, Any]:
+        return {name: value for name, value in options.items() if name not in STORAGE_OPTIONS}
+
+    return manifest.option_changes(of_windows(recorded), of_windows(STAGE.options(config)))
+
+
 def incompatibility(old: dict[str, manifest.StageRecord], output: str, config: EmbedConfig,
                     salt: str) -> str | None:
     """Why the previous run's vectors differ from what this run would compute, or it kept none (None: they do
     not)."""
     stage, mentions = layout.EMBED_ENTITIES_STAGE, layout.MENTIONS_STAGE
-    changes = manifest.option_changes(old[stage].options, STAGE.options(config))
+    changes = window_option_changes(old[stage].options, config)
     changes += [f"mentions' {change}" for change in
                 manifest.option_changes(old[mentions].options, manifest.load(output)[mentions].options)]
     changes += [f"{role}: model files changed" for role in

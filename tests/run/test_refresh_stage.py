@@ -240,6 +240,20 @@ def test_a_rerun_of_a_refresh_whose_previous_run_is_gone_reuses_its_own_work(run
     assert len(shard_ids(output)) == 1
 
 
+def test_another_embedding_dtype_reuses_the_windows(runs, tiny_bert, tmp_path):
+    """--embedding-dtype stores the entity vectors, not the windows' (float16 whatever it is): a refresh refused
+    the previous run's windows and encoded them all again."""
+    old, scratch, refreshed = runs
+    output = upstream_of(scratch, tmp_path / "out")
+    assert embed(output, tiny_bert, old, "--embedding-dtype", "float16", "--require-reuse") == 0
+    found, expected = counters(output, "embed_entities"), counters(refreshed, "embed_entities")
+    assert (found["mentions_encoded"], found["entities_reused"]) == (expected["mentions_encoded"],
+                                                                     expected["entities_reused"])
+    vectors, reference = embeddings(output), embeddings(refreshed)
+    assert vectors.keys() == reference.keys()
+    assert all(np.allclose(vectors[key][3], reference[key][3], rtol=1e-3, atol=1e-3) for key in vectors)
+
+
 def test_an_own_store_of_other_window_options_does_not_satisfy_require_reuse(runs, tiny_bert, tmp_path, capsys):
     """OLD_OUT refused for another --max-seq-length: OUT's own store, cut with the old one, lends next to nothing,
     and --require-reuse passed (every window encoded again, exit 0)."""
