@@ -130,6 +130,8 @@ def own_refresh(output: str, config: EmbedConfig) -> manifest.StageRecord | None
     """This OUT's committed refresh from ``config.previous`` where that run can be read no more (deleted since) and
     OUT's entities and mentions are still those the refresh read: its entity id map and its reuse counters still
     hold, and could not be made again."""
+    if fs.exists(manifest.manifest_path(str(config.previous))):  # it can be read: what it lends is decided anew
+        return None
     records = manifest.load(output)
     record = records.get(layout.EMBED_ENTITIES_STAGE)
     if record is None or record.options.get(manifest.PREVIOUS_OPTION) != config.previous \
