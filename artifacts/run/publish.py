@@ -229,16 +229,18 @@ def require_replaceable_latest(destination: str) -> None:
 
 def require_not_the_latest(destination: str) -> None:
     """Refuse a ``destination`` ROOT/NAME that ROOT/LATEST names: its manifest.json is removed while the copy goes,
-    and LATEST's readers must always find a complete run (and LATEST the manifest it names)."""
-    try:
-        root, name = latest_location(destination)
-    except LatestLocationError:
-        return  # not ROOT/NAME: no LATEST can name it
-    pointer = read_pointer(fs.join(root, LATEST_NAME))
-    if pointer is not None and pointer["name"] == name:
-        raise InputError(f"--to {destination} is the run {fs.join(root, LATEST_NAME)} names: its readers would find "
-                         "it incomplete while the copy goes; publish under another NAME (with --latest to move "
-                         "LATEST to it); nothing was copied")
+    and LATEST's readers must always find a complete run (and LATEST the manifest it names). A local destination
+    is looked at as written and with its links resolved (``ROOT/current`` linked to the run LATEST names)."""
+    for location in dict.fromkeys((destination, fs.resolved(destination))):
+        try:
+            root, name = latest_location(location)
+        except LatestLocationError:
+            continue  # not ROOT/NAME: no LATEST can name it
+        pointer = read_pointer(fs.join(root, LATEST_NAME))
+        if pointer is not None and pointer["name"] == name:
+            raise InputError(f"--to {destination} is the run {fs.join(root, LATEST_NAME)} names: its readers would "
+                             "find it incomplete while the copy goes; publish under another NAME (with --latest to "
+                             "move LATEST to it); nothing was copied")
 
 
 def is_the_latest_copy(destination: str, published: bytes) -> bool:

@@ -140,6 +140,11 @@ def test_the_run_latest_names_is_not_published_into(run: Path, tmp_path: Path,
             "incomplete while the copy goes; publish under another NAME (with --latest to move LATEST to it); "
             "nothing was copied\n")
         assert files_below(root) == before
+    (root / "current").symlink_to(root / "2026-01")  # a link to it is it (it was published into)
+    assert main(["publish", "--output", str(run), "--to", str(root / "current")]) == 2
+    assert capsys.readouterr().err.startswith(f"error: --to {root / 'current'} is the run {root / 'LATEST'} names: ")
+    (root / "current").unlink()
+    assert files_below(root) == before
     # the same publish --latest again (a scheduler's retry of one killed once it had written LATEST): nothing to do
     assert main(["publish", "--output", str(run), "--to", str(root / "2026-01"), "--latest"]) == 0
     assert capsys.readouterr().out == (f"{root / '2026-01'} holds this run already and {root / 'LATEST'} names it: "
