@@ -131,8 +131,11 @@ def planned_files(output: str, stages: dict[str, manifest.StageRecord]) -> list[
 
 def require_publishable(destination: str, files: list[PublishedFile]) -> frozenset[str]:
     """The files an earlier publish recorded in DEST; a ForeignFileError names the first file in the way of this
-    publish (where a file goes, or in an artifact directory it fills) that no publish wrote."""
-    trees = sorted({item.path.split("/")[0] for item in files if "/" in item.path})
+    publish (where a file goes, or in an artifact directory it fills or any stage writes: one this run has none
+    of would hold it in the copy, which would not validate) that no publish wrote."""
+    stage_trees = {directory.split("/")[0] for stage, directories in layout.STAGE_OUTPUTS.items()
+                   for directory in (*directories, layout.errors_of(stage))}
+    trees = sorted({item.path.split("/")[0] for item in files if "/" in item.path} | stage_trees)
     return owned.require_owned(destination, RECORD_FILE, [item.path for item in files] + [manifest.MANIFEST_NAME],
                                trees, WRITER)
 
