@@ -247,8 +247,9 @@ def require_not_the_latest(destination: str) -> None:
 
 
 def is_the_latest_copy(destination: str, published: bytes) -> bool:
-    """Whether ``destination`` already holds the copy whose manifest is ``published`` and ROOT/LATEST names it: a
-    rerun of a publish --latest killed after it wrote LATEST (a scheduler's retry) has nothing left to do."""
+    """Whether ``destination`` already holds the copy whose manifest is ``published``, every file of it of the size
+    it records, and ROOT/LATEST names it: a rerun of a publish --latest killed after it wrote LATEST (a scheduler's
+    retry) has nothing left to do (a copy that lost files since is the run LATEST names, and not published into)."""
     try:
         root, name = latest_location(destination)
     except LatestLocationError:
@@ -257,7 +258,9 @@ def is_the_latest_copy(destination: str, published: bytes) -> bool:
     path = manifest.manifest_path(destination)
     return (pointer is not None and pointer["name"] == name
             and pointer.get("manifest_sha256") == hashlib.sha256(published).hexdigest()
-            and fs.exists(path) and fs.read_bytes(path) == published)
+            and fs.exists(path) and fs.read_bytes(path) == published
+            and not manifest.files_missing_or_changed(destination, [item for record in manifest.load(destination)
+                                                                    .values() for item in record.outputs]))
 
 
 def latest_run(root: str) -> str:

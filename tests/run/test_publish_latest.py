@@ -150,6 +150,12 @@ def test_the_run_latest_names_is_not_published_into(run: Path, tmp_path: Path,
     assert capsys.readouterr().out == (f"{root / '2026-01'} holds this run already and {root / 'LATEST'} names it: "
                                        "nothing to copy\n")
     assert files_below(root) == before
+    # a copy that lost a file since does not hold this run (it said so): refused, another NAME with --latest repairs
+    lost = next((root / "2026-01" / "entities").glob("*.parquet"))
+    lost.rename(tmp_path / "lost.parquet")
+    assert main(["publish", "--output", str(run), "--to", str(root / "2026-01"), "--latest"]) == 2
+    assert capsys.readouterr().err.startswith(f"error: --to {root / '2026-01'} is the run {root / 'LATEST'} names: ")
+    (tmp_path / "lost.parquet").rename(lost)
     assert main(["publish", "--output", str(run), "--to", str(root / "2026-02"), "--latest"]) == 0
     assert main(["publish", "--output", str(run), "--to", str(root / "2026-01")]) == 0  # no longer the latest
     assert pointer(root) == {"name": "2026-02", "manifest_sha256": manifest_sha256(root / "2026-02")}
