@@ -144,7 +144,7 @@ def shard_pairs(index_dir: Path, shard: str) -> tuple[np.ndarray, np.ndarray]:
     index = faiss.read_index(str(index_dir / f"{shard}.faiss"))
     ids = np.load(index_dir / f"{shard}.ids.npy")
     differ = ValueError(f"{shard}: the ids its search returns are not those of {shard}.ids.npy")
-    if index.ntotal != len(ids) or (isinstance(index, faiss.IndexIDMap)
+    if index.ntotal != len(ids) or len(np.unique(ids)) != len(ids) or (isinstance(index, faiss.IndexIDMap)
                                     and not np.array_equal(faiss.vector_to_array(index.id_map), ids)):
         raise differ
     try:

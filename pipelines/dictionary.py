@@ -9,7 +9,7 @@ import apache_beam as beam
 
 from artifacts import fs, layout, schemas, tables
 from artifacts.errors import InputError
-from artifacts.names import blank_language
+from artifacts.names import SPACY_CODES, blank_language
 from artifacts.run import manifest
 from pipelines.launcher.stage import StageContext, run_beam
 from transforms.common.dead_letters import WriteDeadLetters
@@ -85,7 +85,7 @@ def checked_language(language: str) -> str:
     """spaCy's own code of ``--language`` (``eng`` is ``en``: one tokenizer, one record), refused in one line
     before any work where spaCy makes no tokenizer of it here."""
     try:
-        return blank_language(language).lang
+        return blank_language(SPACY_CODES.get(language, language)).lang  # a Wikipedia's code too (no: nb)
     except InputError as error:
         raise InputError(f"--language {language}: {error.message}") from None
 

@@ -111,7 +111,11 @@ class EmbedEntitiesStage:
                                                                          "entities")))
         counters = summed({"mentions_encoded": 0, "mentions_reused": 0}, counters)  # said also when none
         if kept_refresh is not None:
-            counters |= keep_id_map(ctx, kept_refresh)
+            keep_id_map(ctx, kept_refresh)
+            if own_windows(ctx, config, salt) and layout.MENTIONS_STAGE not in rebuilt_upstream(ctx.output,
+                                                                                             kept_refresh):
+                counters |= {name: kept_refresh.counters.get(name, 0)  # its comparison with that run still holds
+                             for name in ("entities_reused", "entities_recomputed")}
         return reuse_counters(counters) if config.previous else counters
 
 
@@ -128,27 +132,29 @@ def own_windows(ctx: StageContext, config: EmbedConfig, salt: str) -> str | None
 
 def own_refresh(output: str, config: EmbedConfig) -> manifest.StageRecord | None:
     """This OUT's committed refresh from ``config.previous`` where that run can be read no more (deleted since) and
-    OUT's entities and mentions are still those the refresh read: its entity id map and its reuse counters still
-    hold, and could not be made again."""
+    OUT's entities are still those the refresh read: its entity id map (made of the entities alone) still holds,
+    and could not be made again."""
     if fs.exists(manifest.manifest_path(str(config.previous))):  # it can be read: what it lends is decided anew
         return None
-    records = manifest.load(output)
-    record = records.get(layout.EMBED_ENTITIES_STAGE)
+    record = manifest.load(output).get(layout.EMBED_ENTITIES_STAGE)
     if record is None or record.options.get(manifest.PREVIOUS_OPTION) != config.previous \
-            or {layout.DICTIONARY_STAGE, layout.MENTIONS_STAGE} & set(manifest.rebuilt_since(record, records)):
+            or layout.DICTIONARY_STAGE in rebuilt_upstream(output, record):
         return None
     return record if any(item.path.startswith(f"{layout.ENTITY_ID_MAP}/") for item in record.outputs) else None
 
 
-def keep_id_map(ctx: StageContext, record: manifest.StageRecord) -> dict[str, int]:
-    """The committed refresh's entity id map staged again, said in a line; its reuse counters (the entities whose
-    sample is that of the previous run)."""
+def rebuilt_upstream(output: str, record: manifest.StageRecord) -> list[str]:
+    """The stages of ``output`` that ran again since ``record``'s stage read them."""
+    return manifest.rebuilt_since(record, manifest.load(output))
+
+
+def keep_id_map(ctx: StageContext, record: manifest.StageRecord) -> None:
+    """The committed refresh's entity id map staged again, said in a line."""
     maps = [item.path for item in record.outputs if item.path.startswith(f"{layout.ENTITY_ID_MAP}/")]
     for path in maps:
         copy_file(fs.join(ctx.output, path), fs.join(ctx.staging_root, path))
     print(f"[embed-entities] keeping the entity id map of the refresh from {record.options[manifest.PREVIOUS_OPTION]} "
           "this OUT holds (that run can be read no more; OUT's entities are those it mapped)", file=sys.stderr)
-    return {name: record.counters.get(name, 0) for name in ("entities_reused", "entities_recomputed")}
 
 
 def entities_intact(previous: str) -> bool:

@@ -14,6 +14,7 @@ from artifacts import fs, layout, schemas, tables
 from artifacts.errors import InputError
 from artifacts.names import DEFAULT_LANGUAGE, NoTokenizerError, spacy_code
 from artifacts.run import manifest
+from pipelines.dictionary import checked_language
 from pipelines.launcher.stage import StageContext, run_beam
 from transforms.common.dead_letters import WriteDeadLetters
 from transforms.common.parquet_rows import write_parquet_rows
@@ -118,12 +119,18 @@ class ParseStage:
         return dict(sorted(totals.items()))
 
 
+# wikis named like a language's (``commonswiki``) that are none, or English (``simplewiki``)
+NO_LANGUAGE_WIKIS = frozenset({"commons", "meta", "species", "wikidata", "mediawiki", "incubator", "outreach",
+                               "sources", "foundation", "test", "test2", "simple"})
+
+
 def language_note(siteinfo: SiteInfo, dictionary_language: str | None = None) -> str | None:
     """A note for a dump of a wiki in another language than English while the dictionary tokenizes English (by
     default, or ``dictionary_language`` of `all`): an Italian elision ``l'Argento`` hides the name "argento". It
     names spaCy's code of the wiki's language (``nowiki``: ``nb``), or why spaCy has no tokenizer of it here."""
     language = wiki_language(siteinfo.dbname, siteinfo.base_url)
-    if language in (None, DEFAULT_LANGUAGE, "simple") or dictionary_language not in (None, DEFAULT_LANGUAGE):
+    if language in (None, DEFAULT_LANGUAGE, *NO_LANGUAGE_WIKIS) or (
+            dictionary_language is not None and checked_language(dictionary_language) != DEFAULT_LANGUAGE):
         return None
     try:
         advice = f"give it --language {spacy_code(language)}"

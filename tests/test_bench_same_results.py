@@ -196,6 +196,7 @@ def test_an_ivf_shard_holding_passage_ids_is_read_by_id(tmp_path):
     found_ids, found_vectors = shard_pairs(tmp_path, "shard-00000")
     order = np.argsort(ids)
     assert np.array_equal(found_ids, ids[order]) and np.array_equal(found_vectors, vectors[order])
-    np.save(tmp_path / "shard-00000.ids.npy", np.concatenate([ids[:-1], [ids.max() + 1]]))
-    with pytest.raises(ValueError, match=r"the ids its search returns are not those of shard-00000\.ids\.npy"):
-        shard_pairs(tmp_path, "shard-00000")
+    for wrong in (np.concatenate([ids[:-1], [ids.max() + 1]]), np.concatenate([ids[:-1], ids[:1]])):  # one twice
+        np.save(tmp_path / "shard-00000.ids.npy", wrong)
+        with pytest.raises(ValueError, match=r"the ids its search returns are not those of shard-00000\.ids\.npy"):
+            shard_pairs(tmp_path, "shard-00000")

@@ -22,6 +22,7 @@ from artifacts.linker import LINKER_FILES, EntityLinker
 from artifacts.names import NameRules, find_names, fold_case, title_name, token_bounds
 from artifacts.run import manifest
 from artifacts.trie_map import build_trie_map
+from pipelines.dictionary import checked_language
 from pipelines.launcher.cli import main
 from tests.builders import article, write_parsed
 from tests.conftest import DIRECT, MINI, MULTI_PROCESS, PASSAGES, REPO, copy_stages
@@ -261,6 +262,7 @@ def test_language_finds_names_on_its_token_boundaries(tmp_path):
     # another spelling of a code is spaCy's own code: the same tokenizer, the same record (nothing runs again)
     assert run_dictionary(english, "--language", "eng").finished_at == records[0].finished_at
     assert run_dictionary(italian, "--language", "ita").finished_at == records[1].finished_at
+    assert checked_language("no") == "nb"  # a Wikipedia's code (nowiki) that spaCy knows by another
 
 
 def test_a_linker_of_an_unknown_or_earlier_language_setting(tmp_path):

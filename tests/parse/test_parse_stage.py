@@ -145,8 +145,9 @@ ENGLISH_BOUNDARIES = "the dictionary stage finds names on spaCy's English token 
     ("nowiki", None, None, "nowiki's: " + ENGLISH_BOUNDARIES + "give it --language nb"),  # spaCy's Norwegian code
     ("zh_yuewiki", None, None, "zh_yuewiki's: " + ENGLISH_BOUNDARIES + "give it --language zh"),
     ("itwiki", None, "en", "itwiki's: " + ENGLISH_BOUNDARIES + "give it --language it"),  # `all` on English ones
+    ("itwiki", None, "eng", "itwiki's: " + ENGLISH_BOUNDARIES + "give it --language it"),  # spaCy's English too
     ("itwiki", None, "it", None), ("enwiki", None, None, None), ("simplewiki", None, None, None),
-    (None, None, None, None)])
+    ("commonswiki", None, None, None), ("wikidatawiki", None, None, None), (None, None, None, None)])
 def test_a_dump_of_another_language_says_which_language_the_dictionary_can_take(dbname, base, dictionary_language,
                                                                                  note):
     said = language_note(SiteInfo(dbname, base, "0.11", Namespaces()), dictionary_language)

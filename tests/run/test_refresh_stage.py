@@ -230,6 +230,12 @@ def test_a_rerun_of_a_refresh_whose_previous_run_is_gone_reuses_its_own_work(run
         refreshed[name] for name in ("entities_reused", "entities_recomputed")]
     assert rows(output, "entity_id_map") == id_map
     assert validate_run(str(output)) == []
+    # another model: every vector made anew, the map kept (it is made of the entities alone), no entity reused
+    assert embed(output, write_tiny_bert(tmp_path / "other-bert", seed=1), previous, "--force") == 0
+    other = counters(output, "embed_entities")
+    assert (other["entities_reused"], other["entities_recomputed"]) == (0, rerun["entities_reused"]
+                                                                        + rerun["entities_recomputed"])
+    assert rows(output, "entity_id_map") == id_map
     capsys.readouterr()
     assert main([*index, "--shards", "1", "--force", "--require-reuse"]) == 0
     assert stderr_line(capsys, "[index] not reusing") == (
