@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from artifacts import fs
 from artifacts.errors import InputError
@@ -51,8 +51,9 @@ def load_record(directory: str, record: str) -> frozenset[str]:
     return frozenset(files)
 
 
-def save_record(directory: str, record: str, files: Iterable[str]) -> None:
-    fs.write_json_atomic(fs.join(directory, record), {"files": sorted(set(files))})
+def save_record(directory: str, record: str, files: Iterable[str], facts: Mapping[str, str] | None = None) -> None:
+    """Record the ``files`` written into ``directory`` (and ``facts`` of the writing, beside them)."""
+    fs.write_json_atomic(fs.join(directory, record), {"files": sorted(set(files)), **(facts or {})})
 
 
 def in_the_way(directory: str, files: Iterable[str], trees: Iterable[str]) -> list[str]:

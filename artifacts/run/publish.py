@@ -28,6 +28,8 @@ from artifacts.run.validation import require_valid
 LATEST_NAME = "LATEST"  # beside the published runs: {"name": NAME, "manifest_sha256": ...}
 RECORD_FILE = ".kpr-publish.json"  # the files a publish wrote into DEST (artifacts.run.owned)
 WRITER = "publish"
+# what RECORD_FILE says of a complete copy: the manifest sha256 of the run it was copied from, and its own
+SOURCE_FACT, COPY_FACT = "source_manifest_sha256", "manifest_sha256"
 REPORT_DIR = layout.REPORT  # the report command's HTML: published whether or not the manifest lists it
 _COPY_CHUNK = 1 << 22
 
@@ -263,6 +265,20 @@ def is_the_latest_copy(destination: str, published: bytes) -> bool:
                                                                     .values() for item in record.outputs]))
 
 
+def source_manifest_sha256(copy: str) -> str | None:
+    """The manifest sha256 of the run a published ``copy`` was copied from (its own differs: it is written without
+    the kept work), while the copy's manifest is the one that publish wrote; else None."""
+    path = fs.join(copy, RECORD_FILE)
+    try:
+        facts = fs.read_json(path) if fs.exists(path) else None
+        if isinstance(facts, dict) and isinstance(facts.get(SOURCE_FACT), str) \
+                and facts.get(COPY_FACT) == fs.sha256(manifest.manifest_path(copy)):
+            return facts[SOURCE_FACT]
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def latest_run(root: str) -> str:
     """The published run ``ROOT/LATEST`` names (for readers of scheduled publishes)."""
     path = fs.join(root, LATEST_NAME)
@@ -296,6 +312,7 @@ def publish_run(output: str, destination: str, latest: bool = False, free_bytes:
         raise OverlappingDestinationError(output, destination)
     require_valid(output, with_kept_work=kept)
     require_current_report(output)
+    source = manifest.manifest_sha256(output)
     stages = published_stages(manifest.load(output), kept)
     files = planned_files(output, stages)
     earlier = require_publishable(destination, files)  # refused before the lock makes DEST
@@ -313,5 +330,6 @@ def publish_run(output: str, destination: str, latest: bool = False, free_bytes:
         published = manifest.encoded(stages)
         restamp_report(destination, files, published)
         fs.write_bytes_atomic(manifest.manifest_path(destination), published)
-        owned.save_record(destination, RECORD_FILE, written)
+        owned.save_record(destination, RECORD_FILE, written, {SOURCE_FACT: source,
+                                                              COPY_FACT: hashlib.sha256(published).hexdigest()})
         return PublishSummary(destination, tuple(files), removed, write_latest(destination) if latest else None)

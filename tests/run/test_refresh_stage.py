@@ -246,6 +246,21 @@ def test_a_rerun_of_a_refresh_whose_previous_run_is_gone_reuses_its_own_work(run
     assert len(shard_ids(output)) == 1
 
 
+def test_diff_of_published_copies_says_what_the_refresh_reused(runs, tmp_path, capsys):
+    """A copy is published without the kept work, so its manifest is not the one the refresh read: diff of two
+    copies said "reused n/a (not refreshed from the old run)" (publish records the run it copied)."""
+    old, _, refreshed = runs
+    copies = [tmp_path / "old-copy", tmp_path / "new-copy"]
+    for run, copy in zip((old, refreshed), copies, strict=True):
+        assert main(["publish", "--output", str(run), "--to", str(copy)]) == 0
+    capsys.readouterr()
+    assert main(["diff", "--old", str(copies[0]), "--new", str(copies[1]), "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert (found["entity_vectors"]["reused"], found["passages"]["reused"]) == (
+        counters(refreshed, "embed_entities")["entities_reused"], counters(refreshed, "index")["passages_reused"])
+    assert found["passages"]["reused"] > 0
+
+
 def test_another_embedding_dtype_reuses_the_windows(runs, tiny_bert, tmp_path):
     """--embedding-dtype stores the entity vectors, not the windows' (float16 whatever it is): a refresh refused
     the previous run's windows and encoded them all again."""

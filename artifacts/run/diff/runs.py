@@ -13,7 +13,7 @@ from typing import Any
 
 from artifacts import fs, layout
 from artifacts.errors import IncompleteRunError, InputError
-from artifacts.run import manifest, verified
+from artifacts.run import manifest, publish, verified
 from artifacts.run.diff import rows
 from artifacts.run.diff.keyed import Change, compare
 from artifacts.run.diff.vectors import VECTOR_BUDGET, CosineHistogram, vector_movement
@@ -147,8 +147,9 @@ def _reuse(record: manifest.StageRecord, old: str, reused: str, computed: str) -
 
 def not_refreshed_from(record: manifest.StageRecord, old: str) -> str | None:
     """None when ``record``'s stage reused the run ``old``: the manifest its --previous read is OLD's (wherever OLD
-    is now), or, where that was not recorded, its --previous is OLD's path; else why its reuse is not OLD's
-    (``NOT_RECORDED``, or ``CHANGED_SINCE`` when it read OLD's path when another run was there)."""
+    is now; OLD a published copy of it), or, where that was not recorded, its --previous is OLD's path; else why
+    its reuse is not OLD's (``NOT_RECORDED``, or ``CHANGED_SINCE`` when it read OLD's path when another run was
+    there)."""
     previous = record.options.get(manifest.PREVIOUS_OPTION)
     digest = record.options.get(manifest.PREVIOUS_SHA_OPTION)
     if not isinstance(previous, str) or not previous or digest == manifest.GONE:  # GONE: it had no run to reuse
@@ -156,7 +157,7 @@ def not_refreshed_from(record: manifest.StageRecord, old: str) -> str | None:
     same_path = fs.resolved(previous) == fs.resolved(old)
     if digest:
         path = manifest.manifest_path(old)
-        if fs.exists(path) and fs.sha256(path) == digest:
+        if fs.exists(path) and digest in (fs.sha256(path), publish.source_manifest_sha256(old)):
             return None
         return CHANGED_SINCE if same_path else NOT_RECORDED
     return None if same_path else NOT_RECORDED
