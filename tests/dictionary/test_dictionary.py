@@ -257,6 +257,8 @@ def test_language_finds_names_on_its_token_boundaries(tmp_path):
     assert "language" not in records[0].options and records[1].options["language"] == "it"
     linkers = [EntityLinker.load(str(output / "dictionary" / "linker")) for output in (english, italian)]
     assert [linker.rules.language for linker in linkers] == ["en", "it"]
+    assert [json.loads((output / "dictionary" / "linker" / "config.json").read_text()).get("language")
+            for output in (english, italian)] == [None, "it"]  # an English linker: the file of before the option
     text = "Il prezzo dell'Argento."
     assert [[text[m.start:m.end] for m in linker.detect(text)] for linker in linkers] == [[], ["Argento"]]
     # another spelling of a code is spaCy's own code: the same tokenizer, the same record (nothing runs again)

@@ -93,10 +93,12 @@ class DictionaryConfig:
 
     @property
     def linker_config(self) -> dict[str, Any]:
-        """The options recorded in the linker, under the linker's names for them."""
+        """The options recorded in the linker, under the linker's names for them; ``language`` only when not
+        English (a linker without it tokenizes English: an English one is the same file as before the option)."""
+        other_language = {} if self.language == DEFAULT_LANGUAGE else {"language": self.language}
         return {"max_mention_length": self.max_mention_length, "case_sensitive": self.case_sensitive,
                 "min_link_prob": self.min_link_prob, "min_prior_prob": self.min_commonness,
-                "min_link_count": self.min_link_count, "language": self.language}
+                "min_link_count": self.min_link_count, **other_language}
 
 
 def buckets_for(articles: int) -> int:
