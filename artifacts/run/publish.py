@@ -225,8 +225,12 @@ def read_pointer(path: str) -> dict[str, str] | None:
 
 
 def require_replaceable_latest(destination: str) -> None:
-    """Refuse (before copying anything) a ROOT/LATEST that is a directory or not a pointer publish wrote."""
-    root, _ = latest_location(destination)
+    """Refuse (before copying anything) a ROOT/LATEST that is a directory or not a pointer publish wrote, and a
+    run to be published as ROOT/LATEST itself (it copied the whole run, then could not write the pointer there)."""
+    root, name = latest_location(destination)
+    if name == LATEST_NAME:
+        raise InputError(f"--latest: {destination} is where the {LATEST_NAME} pointer goes: publish the run under "
+                         "another NAME; nothing was copied")
     path = fs.join(root, LATEST_NAME)
     if (fs.is_directory(path) or fs.exists(path)) and read_pointer(path) is None:
         raise ForeignLatestError(path)

@@ -159,3 +159,14 @@ def test_the_run_latest_names_is_not_published_into(run: Path, tmp_path: Path,
     assert main(["publish", "--output", str(run), "--to", str(root / "2026-02"), "--latest"]) == 0
     assert main(["publish", "--output", str(run), "--to", str(root / "2026-01")]) == 0  # no longer the latest
     assert pointer(root) == {"name": "2026-02", "manifest_sha256": manifest_sha256(root / "2026-02")}
+
+
+def test_a_run_is_not_published_as_latest_where_the_pointer_goes(run: Path, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """--to ROOT/LATEST --latest copied the whole run into ROOT/LATEST, then failed to write the pointer there (and
+    every later publish --latest under ROOT was refused for a foreign LATEST)."""
+    root = tmp_path / "published"
+    assert main(["publish", "--output", str(run), "--to", str(root / "LATEST"), "--latest"]) == 2
+    assert capsys.readouterr().err == (f"error: --latest: {root / 'LATEST'} is where the LATEST pointer goes: "
+                                       "publish the run under another NAME; nothing was copied\n")
+    assert not root.exists()
