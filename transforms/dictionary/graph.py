@@ -30,6 +30,7 @@ from artifacts import fs
 from artifacts.counters import declare
 from artifacts.errors import BelowMinimumError, OutsideRangeError
 from artifacts.names import DEFAULT_LANGUAGE, DOC_UNITS, NameRules
+from artifacts.run import manifest
 from transforms.common.spill import SpillAndGroup
 from transforms.dictionary.arrow_combine import summed_by
 from transforms.dictionary.candidates import COUNTERS as CANDIDATE_COUNTERS
@@ -95,10 +96,9 @@ class DictionaryConfig:
     def linker_config(self) -> dict[str, Any]:
         """The options recorded in the linker, under the linker's names for them; ``language`` only when not
         English (a linker without it tokenizes English: an English one is the same file as before the option)."""
-        other_language = {} if self.language == DEFAULT_LANGUAGE else {"language": self.language}
         return {"max_mention_length": self.max_mention_length, "case_sensitive": self.case_sensitive,
                 "min_link_prob": self.min_link_prob, "min_prior_prob": self.min_commonness,
-                "min_link_count": self.min_link_count, **other_language}
+                "min_link_count": self.min_link_count, **manifest.unless_default("language", self.language)}
 
 
 def buckets_for(articles: int) -> int:
