@@ -22,8 +22,7 @@ class ValidateCommand:
         for problem in result.problems:
             print(problem, file=sys.stderr)
         if writer := lock.live_writer(args.output):  # a stage committing into OUT: its files are moving in now
-            print(f"{args.output} is being written by pid {writer.pid} on {writer.host} (command {writer.command}, "
-                  f"since {writer.started}): run validate again once it ends", file=sys.stderr)
+            print(f"{writer.writing(args.output)}: run validate again once it ends", file=sys.stderr)
         print(f"invalid: {args.output} (stages: {stages}): {len(result.problems)} problem(s)", file=sys.stderr)
         return 1
 

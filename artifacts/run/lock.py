@@ -58,6 +58,11 @@ class LockInfo:
     def stale(self) -> bool:
         return self.stale_reason() is not None
 
+    def writing(self, output: str) -> str:
+        """What the holder does to ``output``, in the words every reader of a run says it."""
+        return (f"{output} is being written by pid {self.pid} on {self.host} (command {self.command}, "
+                f"since {self.started})")
+
 
 class OutputLocked(InputError):
     """OUT is locked by another run."""

@@ -300,8 +300,7 @@ def worded(error: BaseException) -> BaseException:
     about it, a job server jar Beam cannot download with the flag that gives it, a storage service's refusal; any other
     error as it is."""
     if isinstance(error, (IncompleteRunError, InvalidRunError)) and (writer := lock.live_writer(error.output)):
-        return InputError(f"{error.message}: {error.output} is being written by pid {writer.pid} on {writer.host} "
-                          f"(command {writer.command}, since {writer.started}): run this again once it ends")
+        return InputError(f"{error.message}: {writer.writing(error.output)}: run this again once it ends")
     if isinstance(error, DamagedManifestError):
         return InputError(f"{error.message}; it is left as it is: restore it from a copy of the run (one that "
                           "`publish` wrote), or delete it and run the stages again (they recompute everything)")
@@ -387,14 +386,26 @@ def main(argv: Sequence[str] | None = None, exit_at_ctrl_c: bool = False) -> int
         except BrokenPipeError as error:
             return output_closed(error)
         except Exception as error:
-            return refused(error)
+            return refused(error, runs_read(args))
 
 
-def refused(error: Exception) -> int:
+def refused(error: Exception, reads: Sequence[str] = ()) -> int:
     """The one place errors become the user interface: an InputError (a typed one worded) as one line and exit
-    status 2; anything else is raised on (a bug, shown as a traceback)."""
+    status 2; anything else is raised on (a bug, shown as a traceback). A run in ``reads`` (the runs the command
+    read) that another process is writing into is named: what was missing there may be on its way (a run being
+    published has no manifest until its last file is in)."""
     message = input_error_message(worded(error))
     if message is None:
         raise error
+    named = error.output if isinstance(error, (IncompleteRunError, InvalidRunError)) else None  # worded names theirs
+    message += next((f"; {writer.writing(run)}: run this again once it ends"
+                     for run in reads if run != named and (writer := lock.live_writer(run))), "")
     print(f"error: {message}", file=sys.stderr)
     return 2
+
+
+def runs_read(args: argparse.Namespace) -> list[str]:
+    """The runs a command reads and does not write: a reader's --output, diff's two, a refresh's --previous."""
+    own = [] if args.command in WRITERS else [getattr(args, "output", None)]
+    return [run for run in (*own, getattr(args, "previous", None), getattr(args, "old", None),
+                            getattr(args, "new", None)) if run]

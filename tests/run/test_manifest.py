@@ -220,6 +220,30 @@ def test_a_run_being_written_is_said_to_be_so(full_run: Path, tmp_path: Path,
         "ends"]
 
 
+@pytest.mark.parametrize("command", ["search", "report", "export-kpr", "diff"])
+def test_a_run_being_published_is_said_to_be_so(command: str, full_run: Path, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """A reader of a run that `publish` is copying in (no manifest until its last file is in) says, after what it
+    missed, who writes the run: the run is on its way, not one that never ran its stages."""
+    out = Path(shutil.copytree(full_run, tmp_path / "out"))
+    (out / "manifest.json").unlink()
+    argv = {"search": ["search", "--output", str(out), "--query", "Aristotle"],
+            "report": ["report", "--output", str(out)],
+            "export-kpr": ["export-kpr", "--output", str(out), "--to", str(tmp_path / "kpr")],
+            "diff": ["diff", "--old", str(out), "--new", str(full_run)]}[command]
+    with subprocess.Popen(["sleep", "60"]) as writer:
+        info = {"host": socket.gethostname(), "pid": writer.pid, "command": "run_pipeline.py publish", "started": "T"}
+        (out / ".lock").write_text(json.dumps(info))
+        try:
+            assert main(argv) == 2
+        finally:
+            writer.kill()
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: ") and line.endswith(
+        f"; {out} is being written by pid {writer.pid} on {socket.gethostname()} (command run_pipeline.py publish, "
+        "since T): run this again once it ends")
+
+
 def test_a_stage_whose_own_recorded_file_is_gone_runs_again(full_run: Path, tiny_bert: Path, tmp_path: Path,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     """The resume rule: `all` skips the stages whose recorded outputs are there and reruns the one whose are not
