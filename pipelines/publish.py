@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from artifacts.errors import InputError, NoRoomError
+from artifacts.run import manifest
 from artifacts.run.manifest import MANIFEST_NAME
 from artifacts.run.owned import ForeignFileError
 from artifacts.run.publish import (
@@ -38,6 +40,10 @@ class PublishCommand:
         except ForeignLatestError as error:
             raise InputError(f"--latest: {error.path} is not a LATEST pointer that publish wrote: nothing was "
                              "copied (move it away or publish under another ROOT)") from error
+        if args.with_mention_vectors and not keeps_work(args.output):
+            print(f"note: --with-mention-vectors: {args.output} keeps no mention vectors (its embed-entities ran with "
+                  "--no-mention-vectors, did not run, or it is a copy published without them): the copy has none, and "
+                  "a refresh from it encodes every window", file=sys.stderr)
         if summary.unchanged:
             print(f"{summary.destination} holds this run already and {summary.latest} names it: nothing to copy")
             return 0
@@ -51,6 +57,11 @@ class PublishCommand:
         if summary.latest is not None:
             print(f"{summary.latest} now names {summary.destination}")
         return 0
+
+
+def keeps_work(output: str) -> bool:
+    """Whether the run's manifest records kept work (what --with-mention-vectors adds to a copy)."""
+    return any(manifest.is_kept_work(item.path) for record in manifest.load(output).values() for item in record.outputs)
 
 
 COMMAND = PublishCommand()

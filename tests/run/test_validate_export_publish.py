@@ -614,7 +614,8 @@ def test_publish_copies_everything(run: Path, tmp_path: Path, capsys: pytest.Cap
     destination = tmp_path / "published"
     assert main(["publish", "--output", str(run), "--to", str(destination),
                  *(["--with-mention-vectors"] if with_vectors else [])]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "--with-mention-vectors" not in err
 
     recorded = sorted(item.path for stage in manifest.load(str(run)).values() for item in stage.outputs)
     assert any(path.startswith("mention_vectors/") for path in recorded)
@@ -644,6 +645,21 @@ def test_a_republish_without_mention_vectors_leaves_no_empty_directory(run: Path
     assert not (destination / "mention_vectors").exists()
     assert [path for path in destination.rglob("*") if path.is_dir() and not any(path.iterdir())] == []
     assert validate_run(str(destination)) == []
+
+
+def test_with_mention_vectors_from_a_run_that_keeps_none_says_so(run: Path, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A copy published without the mention vectors, published on with --with-mention-vectors: the copy has none, and
+    the user who asked for them learns it (a refresh from it encodes every window)."""
+    plain = tmp_path / "plain"
+    assert main(["publish", "--output", str(run), "--to", str(plain)]) == 0
+    capsys.readouterr()
+    assert main(["publish", "--output", str(plain), "--to", str(tmp_path / "again"), "--with-mention-vectors"]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"note: --with-mention-vectors: {plain} keeps no mention vectors (its embed-entities ran with "
+        "--no-mention-vectors, did not run, or it is a copy published without them): the copy has none, and a "
+        "refresh from it encodes every window"]
+    assert not (tmp_path / "again" / "mention_vectors").exists()
 
 
 def test_validate_names_the_live_writer_of_a_run_it_finds_changing(run: Path,
