@@ -399,9 +399,18 @@ def refused(error: Exception, reads: Sequence[str] = ()) -> int:
         raise error
     named = error.output if isinstance(error, (IncompleteRunError, InvalidRunError)) else None  # worded names theirs
     message += next((f"; {writer.writing(run)}: run this again once it ends"
-                     for run in reads if run != named and (writer := lock.live_writer(run))), "")
+                     for run in reads if run != named and (writer := live_writer_if_readable(run))), "")
     print(f"error: {message}", file=sys.stderr)
     return 2
+
+
+def live_writer_if_readable(run: str) -> lock.LockInfo | None:
+    """``lock.live_writer(run)``, or None where the run cannot be read (the error being worded may be just that: a URL
+    of no filesystem here, a bucket the storage service refuses)."""
+    try:
+        return lock.live_writer(run)
+    except Exception:  # whatever reading it raised was worded already
+        return None
 
 
 def runs_read(args: argparse.Namespace) -> list[str]:
