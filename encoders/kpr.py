@@ -35,9 +35,9 @@ from encoders.retrievers import CountFn, DenseEncoder, EncoderOptions, ReadyInpu
 DROPPED_ENTITIES = (("kpr_entities_truncated", "entities_truncated"), ("kpr_entities_over_max", "entities_over_max"))
 
 
-def check_kpr_options(options: EncoderOptions) -> None:
-    """A KPR checkpoint, a linker and entity embeddings of the checkpoint's entity size."""
-    settings = read_kpr_settings(options.model)
+def check_kpr_options(options: EncoderOptions, model: str) -> None:
+    """``model`` a KPR checkpoint, a linker and entity embeddings of the checkpoint's entity size."""
+    settings = read_kpr_settings(model)
     if not options.linker or not fs.exists(fs.join(options.linker, "config.json")):
         raise MissingRunArtifactError(f"the KPR encoder needs the dictionary stage's linker, not found at "
                                       f"{options.linker!r}", layout.DICTIONARY_STAGE)
@@ -45,7 +45,7 @@ def check_kpr_options(options: EncoderOptions) -> None:
     dim = tables.read_file(files[0], ["embedding"]).schema.field("embedding").type.list_size
     if dim != settings.entity_embedding_size:
         raise InputError(f"entity embeddings in {options.entity_embeddings} have {dim} dimensions but "
-                         f"{options.model} expects entity_embedding_size {settings.entity_embedding_size}")
+                         f"{model} expects entity_embedding_size {settings.entity_embedding_size}")
 
 
 class KPRInputs(TextInputs):

@@ -22,25 +22,28 @@ from encoders.retrievers import (
 )
 
 
-def check_encoder_options(options: EncoderOptions, device_here: bool = True) -> None:
+def check_encoder_options(options: EncoderOptions, device_here: bool = True,
+                          roles: tuple[str, ...] = ("passage", "query")) -> None:
     """Fail before any work starts, with one line naming the bad option (a ``SettingError``); the device only
-    when ``device_here`` (see ``check_model_spec``)."""
+    when ``device_here`` (see ``check_model_spec``); the models of ``roles`` only (a search loads the query's)."""
     _check_choices(options)
     if options.max_length < MIN_MAX_LENGTH:
         raise SettingError("max_length", options.max_length,
                            f"{{name}} {options.max_length} is too small (at least {MIN_MAX_LENGTH} tokens)")
     if options.batch_tokens < 1:
         raise BelowMinimumError("batch_tokens", options.batch_tokens, 1)
-    for role in ("passage", "query"):
+    for role in roles:
         check_model_spec(options.spec(role), device_here)
         limit = usable_positions(options.spec(role))
         if options.max_length > limit:
             raise SettingError("max_length", options.max_length, f"{{name}} {options.max_length}: "
                                                    f"{options.spec(role).name_or_path} takes at most {limit} tokens")
+    paths = dict.fromkeys(options.spec(role).name_or_path for role in roles)
     if options.kind == "kpr":
-        check_kpr_options(options)
+        for path in paths:
+            check_kpr_options(options, path)
         return
-    for path in dict.fromkeys((options.spec("passage").name_or_path, options.spec("query").name_or_path)):
+    for path in paths:
         check_tokenizer(path, options.kind)
 
 

@@ -82,10 +82,11 @@ def encoder_options(args: argparse.Namespace) -> EncoderOptions:
         batch_tokens=args.batch_tokens, max_entities=args.max_entities, **run_inputs)
 
 
-def check_encoder(options: EncoderOptions, device_here: bool = True) -> None:
+def check_encoder(options: EncoderOptions, device_here: bool = True,
+                  roles: tuple[str, ...] = ("passage", "query")) -> None:
     """``check_encoder_options`` with the hint worded for the command line (the flag of a bad option)."""
     try:
-        check_encoder_options(options, device_here)
+        check_encoder_options(options, device_here, roles)
     except SettingError as error:
         raise flags.worded(error, ENCODER_FLAGS) from error
     except MissingRunArtifactError as error:

@@ -142,7 +142,7 @@ class Retriever:
         check_run_inputs(output, self.index.info, options, verify)
         warn_rebuilt_since(output)
         options = options.located(output)
-        check_encoder(options)
+        check_encoder(options, roles=("query",))  # the passages' model need not be here: --query-encoder may stand in
         self.encoder: DenseEncoder = load_retriever(options, "query")
         if self.encoder.dim != self.index.info.dim:
             raise InputError(f"the query encoder {options.spec('query').name_or_path} gives {self.encoder.dim}-dim "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -279,6 +280,22 @@ def test_search_with_an_encoder_of_another_size_is_refused(minilm_index, tiny_be
                         "--query-encoder", str(tiny_bert)], capsys)
     assert message.startswith(f"error: the query encoder {tiny_bert} gives 32-dim vectors but the index at")
     assert message.endswith("has 384 dims")
+
+
+def test_a_query_encoder_stands_in_for_an_indexed_model_that_is_gone(tiny_bert, tmp_path, capsys):
+    """A run searched where the model it was indexed with is not (a published copy, a moved model folder): search
+    with --query-encoder naming a copy of it loads that alone (it refused the run for the passages' model path)."""
+    model = Path(shutil.copytree(tiny_bert, tmp_path / "model"))
+    (tmp_path / "c.tsv").write_text("id\ttext\ttitle\n7\tlakes and rivers\tA\n42\tmountains\tB\n9\tdeserts\tC\n")
+    assert main(["index", "--output", str(tmp_path / "out"), "--encoder", str(model), "--encoder-type", "mean",
+                 "--corpus", str(tmp_path / "c.tsv"), *DIRECT]) == 0
+    search = ["search", "--output", str(tmp_path / "out"), "--query", "rivers", "--json", "-k", "3"]
+    capsys.readouterr()
+    assert main(search) == 0
+    before = capsys.readouterr().out
+    model.rename(tmp_path / "moved")
+    assert main([*search, "--query-encoder", str(tmp_path / "moved")]) == 0
+    assert capsys.readouterr().out == before and len(json.loads(before.splitlines()[0])["hits"]) == 3
 
 
 def test_passages_encoded_by_a_run_that_failed_on_its_factory_are_reused_with_another(tiny_bert, tmp_path, capsys):
