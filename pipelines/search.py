@@ -11,8 +11,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from artifacts import fs, layout
-from artifacts.errors import InputError
+from artifacts.errors import InputError, ModelError
 from artifacts.faiss import info
+from artifacts.faiss.files import INDEX_JSON
 from artifacts.faiss.info import MissingIndexError
 from artifacts.faiss.search import DamagedShardError, PassageLookup, ShardedIndex
 from artifacts.faiss.storage import MissingIndexFileError
@@ -142,7 +143,14 @@ class Retriever:
         check_run_inputs(output, self.index.info, options, verify)
         warn_rebuilt_since(output)
         options = options.located(output)
-        check_encoder(options, roles=("query",))  # the passages' model need not be here: --query-encoder may stand in
+        try:
+            check_encoder(options, roles=("query",))  # the passages' model need not be here
+        except ModelError as error:
+            if query_model:
+                raise
+            raise InputError(f"{error.message}: it is the query encoder {fs.join(index_dir, INDEX_JSON)} records; "
+                             "where it is elsewhere (a copy of the run on another machine), name it with "
+                             "--query-encoder") from error
         self.encoder: DenseEncoder = load_retriever(options, "query")
         if self.encoder.dim != self.index.info.dim:
             raise InputError(f"the query encoder {options.spec('query').name_or_path} gives {self.encoder.dim}-dim "

@@ -294,6 +294,10 @@ def test_a_query_encoder_stands_in_for_an_indexed_model_that_is_gone(tiny_bert, 
     assert main(search) == 0
     before = capsys.readouterr().out
     model.rename(tmp_path / "moved")
+    assert error_of(search, capsys) == (
+        f"error: model path {model} does not exist: it is the query encoder "
+        f"{tmp_path / 'out' / 'index' / 'index.json'} records; where it is elsewhere (a copy of the run on another "
+        "machine), name it with --query-encoder")
     assert main([*search, "--query-encoder", str(tmp_path / "moved")]) == 0
     assert capsys.readouterr().out == before and len(json.loads(before.splitlines()[0])["hits"]) == 3
 
