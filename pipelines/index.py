@@ -79,7 +79,8 @@ def encoder_options(args: argparse.Namespace) -> EncoderOptions:
         kind=args.encoder_type, model=str(args.encoder), query_model=args.query_encoder,
         similarity=args.similarity or "", title=args.title_mode or "", query_prefix=args.query_prefix,
         passage_prefix=args.passage_prefix, max_length=args.max_length, device=args.device, dtype=args.dtype,
-        batch_tokens=args.batch_tokens, max_entities=args.max_entities, **run_inputs)
+        batch_tokens=args.batch_tokens, **run_inputs,
+        max_entities=args.max_entities if args.encoder_type == "kpr" else EncoderOptions.max_entities)  # kpr's alone
 
 
 def check_encoder(options: EncoderOptions, device_here: bool = True,
@@ -116,7 +117,8 @@ class IndexStage:
     def config(self, args: argparse.Namespace) -> IndexConfig:
         encoder = encoder_options(args)
         refresh = RefreshConfig.from_args(args)
-        return IndexConfig(encoder=encoder, corpus=args.corpus, words_per_passage=args.words_per_passage,
+        words = IndexConfig.words_per_passage if args.corpus else args.words_per_passage  # articles' passages alone
+        return IndexConfig(encoder=encoder, corpus=args.corpus, words_per_passage=words,
                            on_duplicate_id=args.on_duplicate_id, shards=args.shards,
                            shard_memory_gb=args.shard_memory_gb, index_factory=args.index_factory,
                            faiss_gpu=not args.no_faiss_gpu, previous=refresh.previous,

@@ -315,6 +315,21 @@ def test_passages_encoded_by_a_run_that_failed_on_its_factory_are_reused_with_an
 
 
 
+def test_options_the_encoder_or_the_corpus_does_not_read_change_nothing(tiny_bert, tmp_path, capsys):
+    """--max-entities (a KPR encoder's) and --words-per-passage (passages cut from articles) given to a mean encoder of
+    a --corpus: the run is the same (it was rerun, every passage encoded again, and a refresh under --require-reuse
+    refused), and index.json records neither value."""
+    (tmp_path / "c.tsv").write_text("id\ttext\ttitle\n7\tlakes and rivers\tA\n42\tmountains\tB\n")
+    index = ["index", "--output", str(tmp_path / "out"), "--encoder", str(tiny_bert), "--encoder-type", "mean",
+             "--corpus", str(tmp_path / "c.tsv"), *DIRECT]
+    assert main(index) == 0
+    recorded = (tmp_path / "out" / "index" / "index.json").read_bytes()
+    capsys.readouterr()
+    assert main([*index, "--max-entities", "5", "--words-per-passage", "20"]) == 0
+    assert "[index] skipped: outputs complete, inputs and options unchanged" in capsys.readouterr().err
+    assert (tmp_path / "out" / "index" / "index.json").read_bytes() == recorded
+
+
 @pytest.mark.parametrize(("before", "after"), [("Flat", "IDMap,Flat"), ("IVF2,Flat", "IVF2,Flat")])
 def test_a_rerun_in_place_encodes_only_the_passages_that_changed(tiny_bert, tmp_path, capsys, before, after):
     """Another --shards (and --index-factory, or the same IVF one: its trained quantizer is taken too), one passage
