@@ -13,7 +13,7 @@ import functools
 import hashlib
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -158,16 +158,11 @@ class IndexStage:
         def own_problem() -> str | None:  # looked at only when no --previous run lends vectors
             return own_index_problem(ctx.output, compatible)
 
-        if config.previous:
-            previous = reusable_previous(refresh_of(config), self.name, (layout.INDEX_STAGE,), compatible,
-                                         lambda: None if own_problem() else "the vectors of the index this OUT holds")
-            previous = previous or (ctx.output if own_problem() is None else None)
-        else:
-            previous = own_index(ctx.output, own_problem())
+        lenders = lending_runs(ctx.output, config, compatible, own_problem)
         counts = passage_counts(config.corpus, tables.artifact_dir(ctx.output, layout.ARTICLES),
                                 config.words_per_passage)
         bucket_count = choice.bucket_count(config.shards, counts.high, dim, config.shard_memory_bytes)
-        encoding = Encoding(dim, columns, bucket_count, counts.high, counts.expected, previous)
+        encoding = Encoding(dim, columns, bucket_count, counts.high, counts.expected, lenders)
         kept = kept_passages(ctx, {"encoder": passage_side(config.recorded_options()["encoder"])},
                              {role: files for role, files in encoder_files(config).items() if role == PASSAGE_ROLE},
                              tuple(name for name in self.upstream(config) if name != layout.PARSE_STAGE))
@@ -178,8 +173,27 @@ class IndexStage:
         if killed:
             run_beam(ctx, lambda pipeline: pipeline | "StageKept" >> StageKeptPassages(
                 killed, save_array(fs.join(kept.reused, "all.npy"), reused_keys(kept)), files, bucket_count, dim))
-        counters = {**counters, **build_index(ctx, config, located, dim, bucket_count, counters, previous)}
+        counters = {**counters, **build_index(ctx, config, located, dim, bucket_count, counters,
+                                              lenders[0] if lenders else None)}
         return summed({"passages_reused": 0, "passages_encoded": 0}, counters)  # said also when none
+
+
+def lending_runs(output: str, config: IndexConfig, compatible: Compatibility,
+                 own_problem: Callable[[], str | None]) -> tuple[str, ...]:
+    """The runs whose index lends the vectors of the passages unchanged since, in the order asked: --previous OLD_OUT
+    (when it can lend), then OUT itself when it holds an index of this encoder (``own_problem()`` None): a rerun of a
+    refresh takes the passages new since OLD_OUT from its own index, a rerun in place all of them."""
+    if not config.previous:
+        return tuple(filter(None, [own_index(output, own_problem())]))
+    own = "the vectors of the index this OUT holds"
+    previous = reusable_previous(refresh_of(config), layout.INDEX_STAGE, (layout.INDEX_STAGE,), compatible,
+                                 lambda: None if own_problem() else own)
+    if own_problem() is not None:
+        return (previous,) if previous else ()
+    if previous:
+        print(f"[index] and {own} (an earlier run of this refresh) where those of {previous} do not serve",
+              file=sys.stderr)
+    return (*filter(None, [previous]), output)
 
 
 def factory_flag_error(error: choice.FactoryError) -> InputError:
@@ -244,14 +258,14 @@ def buckets_dir(ctx: StageContext) -> str:
 class Encoding:
     """What the encoding pipelines are given: the vectors' size, the corpus's columns (None: passages cut from
     articles), the buckets to stage by, the passages estimated on the high side (``estimate``: sizes the input
-    files) and as likely more as fewer (``expected``: for progress) and the previous run to reuse."""
+    files) and as likely more as fewer (``expected``: for progress) and the runs that lend vectors, in order."""
 
     dim: int
     columns: tuple[int, int, int] | None
     bucket_count: int
     estimate: int
     expected: int
-    previous: str | None
+    lenders: tuple[str, ...]
 
 
 def kept_passages(ctx: StageContext, options: dict[str, Any], external: dict[str, str],
@@ -314,7 +328,7 @@ def prepare(pipeline: beam.Pipeline, ctx: StageContext, config: IndexConfig, enc
                                                          row_group_buffer_size=PASSAGES_ROW_GROUP_BYTES))
     _ = passages | "PreparePassages" >> PreparePassages(
         encoder, files, encoding.bucket_count, encoding.dim, salt, ctx.progress("passages prepared", encoding.expected),
-        encoding.previous, fs.join(ctx.staging_root, PREVIOUS_DIGESTS_DIR))
+        encoding.lenders, fs.join(ctx.staging_root, PREVIOUS_DIGESTS_DIR))
     _ = dead | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("passages"))
 
 

@@ -408,6 +408,32 @@ def test_options_of_the_queries_alone_keep_the_passage_vectors(runs, tiny_bert, 
     assert (found["passages_reused"], found["passages_encoded"]) == (len(rows(output, "passages")), 0)
 
 
+def test_a_rerun_of_a_refresh_takes_what_its_previous_run_lacks_from_its_own_index(runs, tiny_bert, tmp_path,
+                                                                                  capsys):
+    """A completed refresh run again with another --shards while OLD_OUT is there: the passages unchanged since
+    OLD_OUT take its vectors, the new and changed ones those of the index OUT holds (they were encoded again), and
+    every vector is the one the refresh committed."""
+    old, scratch, refreshed = runs
+    output = upstream_of(scratch, tmp_path / "out")
+    index = ["index", "--output", str(output), "--encoder", str(tiny_bert), "--encoder-type", "mean",
+             "--max-length", "64", "--previous", str(old), *DIRECT]
+    assert main([*index, "--shards", "2"]) == 0
+    assert counters(output, "index")["passages_encoded"] == counters(refreshed, "index")["passages_encoded"] > 0
+    committed = passage_vectors(output)
+    capsys.readouterr()
+    assert main([*index, "--shards", "3"]) == 0
+    assert stderr_line(capsys, "[index] and ") == (
+        f"[index] and the vectors of the index this OUT holds (an earlier run of this refresh) where those of {old} "
+        "do not serve")
+    found = counters(output, "index")
+    assert (found["passages_reused"], found["passages_encoded"]) == (len(committed), 0)
+    rerun = passage_vectors(output)
+    assert sorted(rerun) == sorted(committed)
+    for passage_id, (_, title, text, vector) in committed.items():
+        assert rerun[passage_id][1:3] == (title, text)
+        np.testing.assert_array_equal(rerun[passage_id][3], vector)
+
+
 def test_a_copy_published_without_mention_vectors_says_so(runs, tiny_bert, tmp_path, capsys):
     old, scratch, _ = runs
     published = tmp_path / "published"

@@ -139,23 +139,28 @@ class EncodingFiles:
 
 class PreparePassages(beam.PTransform):
     """Passages -> their keys under the encoder of ``salt`` (``KeptPassages.salt``) and their model inputs, written
-    as files under ``files.inputs`` and listed there for the model's part. With ``previous`` (a previous run's
-    OUT), unchanged passages take their old vector instead, staged by bucket right away (the old shards' digest
-    tables are written under ``scratch``); ``progress`` is a pass-through step that logs the rate."""
+    as files under ``files.inputs`` and listed there for the model's part. With ``lenders`` (runs' OUTs: a previous
+    run, this OUT's committed index), a passage unchanged since one of them takes its vector instead (the first
+    that has it), staged by bucket right away (the old shards' digest tables are written under ``scratch``);
+    ``progress`` is a pass-through step that logs the rate."""
 
     def __init__(self, encoder: EncoderOptions, files: EncodingFiles, bucket_count: int, dim: int, salt: str,
-                 progress: beam.PTransform | None = None, previous: str | None = None, scratch: str = "") -> None:
+                 progress: beam.PTransform | None = None, lenders: tuple[str, ...] = (), scratch: str = "") -> None:
         super().__init__()
         self._encoder, self._files, self._buckets, self._dim, self._salt = encoder, files, bucket_count, dim, salt
-        self._progress, self._previous, self._scratch = progress, previous, scratch
+        self._progress, self._lenders, self._scratch = progress, lenders, scratch
 
     def expand(self, passages: beam.PCollection) -> beam.pvalue.PDone:
         encoding = self._files
-        if self._previous is not None:
-            split = passages | "SplitForRefresh" >> SplitPassagesForRefresh(fs.join(self._previous, layout.INDEX),
-                                                                            self._scratch)
+        reused = []
+        for number, lender in enumerate(self._lenders):  # what the first lends, the next need not
+            split = passages | f"SplitForRefresh{number}" >> SplitPassagesForRefresh(
+                fs.join(lender, layout.INDEX), fs.join(self._scratch, str(number)))
             passages = split["encode"]
-            _ = (split["reused"] | "WriteReusedBuckets" >> WriteBuckets(encoding.staged, self._buckets, self._dim)
+            reused.append(split["reused"])
+        if reused:
+            _ = (reused | "AllReused" >> beam.Flatten()
+                 | "WriteReusedBuckets" >> WriteBuckets(encoding.staged, self._buckets, self._dim)
                  | "ListReused" >> ListBucketFiles(encoding.bucket_list("reused")))
         paths = passages | "PrepareInputs" >> PreparePassageInputs(self._encoder, encoding.inputs,
                                                                    self._salt, self._progress, encoding.input_rows,
