@@ -28,7 +28,7 @@ from pipelines.evaluate import (
 from pipelines.launcher.cli import main
 from pipelines.search import Retriever
 from tests.builders import files_below, fill_with_files, stored_rows
-from tests.conftest import PASSAGES, QUESTIONS
+from tests.conftest import DIRECT, PASSAGES, QUESTIONS
 
 NQ_5 = PASSAGES / "nq_dev_5q_from_haystack.qa.tsv"
 
@@ -276,6 +276,28 @@ def test_search_prints_the_best_passages(minilm_index, capsys):
     assert main(["search", "--output", str(minilm_index), "--query", "great lakes ocean", "-k", huge, "--json"]) == 0
     hits = json.loads(capsys.readouterr().out)["hits"]
     assert sorted(hit["passage_id"] for hit in hits) == sorted(stored_rows(minilm_index))  # each passage, once
+
+
+def test_the_tables_keep_each_cell_on_its_line(tiny_bert, tmp_path, capsys):
+    """A tab in a passage (a quoted DPR field), a line break in a query or a question file's name: the tables show
+    them escaped, where a query could print a row of its own; --json gives them as they are."""
+    (tmp_path / "c.tsv").write_text('id\ttext\ttitle\n7\t"lakes\tand rivers"\tA\u2028B\n', encoding="utf-8")
+    assert main(["index", "--output", str(tmp_path / "out"), "--encoder", str(tiny_bert), "--encoder-type", "mean",
+                 "--corpus", str(tmp_path / "c.tsv"), *DIRECT]) == 0
+    query = "lakes\n   1    9.0000           1  forged | row"
+    capsys.readouterr()
+    assert main(["search", "--output", str(tmp_path / "out"), "--query", query, "-k", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "query: lakes\\n   1    9.0000           1  forged | row" and len(lines) == 3
+    assert lines[2].endswith("  7  A\\u2028B | lakes\\tand rivers")
+    assert main(["search", "--output", str(tmp_path / "out"), "--query", query, "-k", "1", "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert (found["query"], found["hits"][0]["title"], found["hits"][0]["text"]) == (query, "A\u2028B",
+                                                                                     "lakes\tand rivers")
+    questions = tmp_path / "two\nlines.tsv"
+    questions.write_text('lakes\t["rivers"]\n', encoding="utf-8")
+    assert main(["evaluate", "--output", str(tmp_path / "out"), "--questions", str(questions), "-k", "1"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].startswith("two\\nlines.tsv  ")
 
 
 def test_entity_questions_and_malformed_lines(minilm_index, tmp_path, capsys):
