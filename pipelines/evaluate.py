@@ -137,7 +137,7 @@ def parse_qas_line(line: bytes, match: str = "string") -> Question | None:
     kept, ``"who sings" with reba``); None when the line is no UTF-8 or no question. A quote that does not close
     ends with its line: it cannot take the lines after it (each is a question of its own)."""
     try:
-        fields = next(csv.reader([line.removesuffix(b"\r").decode("utf-8")], delimiter="\t"), [])
+        fields = next(csv.reader([line.decode("utf-8")], delimiter="\t"), [])
     except (UnicodeDecodeError, csv.Error):
         return None
     return parse_qas_row(fields, match)
@@ -180,9 +180,10 @@ def read_questions(path: str, match: str = "string") -> QuestionFile:
             raise InputError(f"{path}: expected a JSON list of {{question, answers}} objects")
         parsed = [parse_entity_question(item, match) for item in items]
     else:
-        # only "\n" ends a line (str.splitlines would also split inside questions at \x85 or \u2028); a blank line
-        # holds nothing to count
-        parsed = [parse_qas_line(line, match) for line in raw.split(b"\n") if line.strip()]
+        # lines end as in DPR's reader (a file opened as text): at "\n", "\r\n" or a lone "\r" (old Mac files), not
+        # at \x85 or \u2028 (str.splitlines would split questions there); a blank line holds nothing to count
+        lines = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+        parsed = [parse_qas_line(line, match) for line in lines if line.strip()]
     questions = [question for question in parsed if question is not None]
     if not questions:
         raise InputError(no_question_message(path, len(parsed)))

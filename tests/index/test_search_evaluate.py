@@ -204,6 +204,17 @@ def test_an_entity_questions_file_may_start_with_a_byte_order_mark(tmp_path):
         [("Which country is Lyon in?", ("France",))], 0)
 
 
+def test_a_qas_file_of_old_mac_line_ends_is_read_as_dpr_reads_it(tmp_path):
+    """A lone CR ends a line, as in DPR's reader (a text-mode file): the file was one malformed line; CRLF and LF
+    as before, and \x85 or U+2028 inside a question still end nothing."""
+    path = tmp_path / "mac.qa.tsv"
+    path.write_bytes("who sings?\t['Reba']\r\rwho\x85 wrote\u2028Hamlet?\t['Shakespeare']\r\n"
+                     "what is 2\t['two']\r".encode())
+    parsed = read_questions(str(path))
+    assert ([(question.question, question.answers) for question in parsed.questions], parsed.bad_lines) == (
+        [("who sings?", ("Reba",)), ("who\x85 wrote\u2028Hamlet?", ("Shakespeare",)), ("what is 2", ("two",))], 0)
+
+
 def test_a_qas_file_may_start_with_a_byte_order_mark_and_json_nested_too_deeply_is_one_line(tmp_path):
     path = tmp_path / "nq.qa.tsv"
     path.write_bytes(b"\xef\xbb\xbfwho sings?\t['Reba']\n")
