@@ -72,24 +72,38 @@ class DamagedManifestError(InputError):
         return type(self), (self.path, self.problem)
 
 
-class InvalidRunError(InputError):
+class RunStateError(InputError):
+    """What a reader needs of the run under ``output`` is not there, or not as recorded (``what``: no manifest, a
+    stage that has not completed, a recorded file gone or changed); ``advice``: what to do about it. Where another
+    process writes the run (a stage committing, a publish copying it in), it may be on its way: the command line
+    names that writer instead of the advice."""
+
+    def __init__(self, output: str, what: str, advice: str = "") -> None:
+        self.output, self.what, self.advice = output, what, advice
+        super().__init__(f"{what}: {advice}" if advice else what)
+
+    def __reduce__(self):
+        return type(self), (self.output, self.what, self.advice)
+
+
+class InvalidRunError(RunStateError):
     """The run under ``output`` does not validate (``problems``, the first named): publish and export refuse it."""
 
     def __init__(self, output: str, problems: list[str]) -> None:
-        self.output, self.problems = output, tuple(problems)
+        self.problems = tuple(problems)
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        super().__init__(f"{output} does not validate ({problems[0]}{more})")
+        super().__init__(output, f"{output} does not validate ({problems[0]}{more})")
 
     def __reduce__(self):
         return type(self), (self.output, list(self.problems))
 
 
-class IncompleteRunError(InputError):
+class IncompleteRunError(RunStateError):
     """A file that the ``stage`` of the run under ``output`` recorded is gone or resized since (``problem``)."""
 
     def __init__(self, output: str, stage: str, problem: str) -> None:
-        self.output, self.stage, self.problem = output, stage, problem
-        super().__init__(f"{output} is incomplete ({problem}, written by its '{command_of(stage)}' stage)")
+        self.stage, self.problem = stage, problem
+        super().__init__(output, f"{output} is incomplete ({problem}, written by its '{command_of(stage)}' stage)")
 
     def __reduce__(self):
         return type(self), (self.output, self.stage, self.problem)

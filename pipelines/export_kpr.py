@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from artifacts import layout
-from artifacts.errors import InputError, NoRoomError
+from artifacts.errors import InputError, NoRoomError, RunStateError
 from artifacts.names import DEFAULT_LANGUAGE
 from artifacts.run.kpr_export import (
     EMBEDDINGS_FILE,
@@ -36,9 +36,9 @@ class ExportKprCommand:
                                            ) from error
         except MissingStagesError as error:
             stages = " or ".join(map(layout.command_of, error.missing))
-            raise InputError(f"{error.output} has no completed {stages} stage: export-kpr needs the entity linker and "
-                             "the entity embeddings (run `python run_pipeline.py dictionary` and `embed-entities` "
-                             "first)") from error
+            raise RunStateError(error.output, f"{error.output} has no completed {stages} stage", "export-kpr needs the "
+                                "entity linker and the entity embeddings (run `python run_pipeline.py dictionary` "
+                                "and `embed-entities` first)") from error
         except OverlappingExportError as error:
             raise InputError(f"--to {error.directory} overlaps --output {error.output}: export to a place outside "
                              "the run") from error

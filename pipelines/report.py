@@ -7,7 +7,7 @@ import shlex
 import sys
 
 from artifacts import layout
-from artifacts.errors import InputError
+from artifacts.errors import RunStateError
 from artifacts.run.diff.runs import complete_records
 from artifacts.run.report.build import NoManifestError, write_report
 from pipelines.run_all import declared_counters
@@ -24,8 +24,9 @@ class ReportCommand:
             path = write_report(args.output, declared_counters(), recall_queries=args.recall_queries,
                                 max_exact=args.max_exact, previous=args.previous)
         except NoManifestError as error:
-            raise InputError(f"{args.output} has no {layout.MANIFEST}: run a stage first (e.g. `python "
-                             f"run_pipeline.py parse --dump FILE --output {shlex.quote(args.output)}`)") from error
+            raise RunStateError(args.output, f"{args.output} has no {layout.MANIFEST}", "run a stage first (e.g. "
+                                f"`python run_pipeline.py parse --dump FILE --output {shlex.quote(args.output)}`)"
+                                ) from error
         print(path)
         sys.stdout.flush()
         return 0

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from artifacts import fs, layout
-from artifacts.errors import InputError, ModelError
+from artifacts.errors import InputError, ModelError, RunStateError
 from artifacts.faiss import info
 from artifacts.faiss.files import INDEX_JSON
 from artifacts.faiss.info import MissingIndexError
@@ -40,8 +40,8 @@ def recorded_index_files(output: str) -> frozenset[str]:
     index stage that is running or was cut off (they are not recorded until it commits)."""
     record = manifest.load(output).get(layout.INDEX_STAGE)
     if record is None:
-        raise InputError(f"{output} has no index recorded in its manifest (the index stage has not finished): run "
-                         f"`{index_command(output)}` first")
+        raise RunStateError(output, f"{output} has no index recorded in its manifest (the index stage has not "
+                            f"finished)", f"run `{index_command(output)}` first")
     problems = manifest.missing_or_changed(output, record)
     if problems:
         raise index_changed(output, problems[0])
@@ -61,9 +61,9 @@ def warn_rebuilt_since(output: str) -> None:
               f"what it wrote before (rerun `{index_command(output)}` to index the new outputs)", file=sys.stderr)
 
 
-def index_changed(output: str, problem: str) -> InputError:
-    return InputError(f"the index under {output} changed after it was recorded ({problem}): rerun "
-                      f"`python run_pipeline.py index --output {shlex.quote(output)} ... --force`")
+def index_changed(output: str, problem: str) -> RunStateError:
+    return RunStateError(output, f"the index under {output} changed after it was recorded ({problem})",
+                         f"rerun `python run_pipeline.py index --output {shlex.quote(output)} ... --force`")
 
 
 def check_index_contents(output: str, shards: list[str], verify: bool = False) -> None:

@@ -19,6 +19,7 @@ from artifacts.errors import (
     IncompleteRunError,
     InputError,
     InvalidRunError,
+    RunStateError,
     error_chain,
     first_line,
     input_error_message,
@@ -299,8 +300,8 @@ def worded(error: BaseException) -> BaseException:
     """A typed library error as the command line says it: a setting by its flag, a damaged run with what to do
     about it, a job server jar Beam cannot download with the flag that gives it, a storage service's refusal; any other
     error as it is."""
-    if isinstance(error, (IncompleteRunError, InvalidRunError)) and (writer := lock.live_writer(error.output)):
-        return InputError(f"{error.message}: {writer.writing(error.output)}: run this again once it ends")
+    if isinstance(error, RunStateError) and (writer := lock.live_writer(error.output)):
+        return InputError(f"{error.what}: {writer.writing(error.output)}: run this again once it ends")
     if isinstance(error, DamagedManifestError):
         return InputError(f"{error.message}; it is left as it is: restore it from a copy of the run (one that "
                           "`publish` wrote), or delete it and run the stages again (they recompute everything)")
@@ -386,35 +387,14 @@ def main(argv: Sequence[str] | None = None, exit_at_ctrl_c: bool = False) -> int
         except BrokenPipeError as error:
             return output_closed(error)
         except Exception as error:
-            return refused(error, runs_read(args))
+            return refused(error)
 
 
-def refused(error: Exception, reads: Sequence[str] = ()) -> int:
+def refused(error: Exception) -> int:
     """The one place errors become the user interface: an InputError (a typed one worded) as one line and exit
-    status 2; anything else is raised on (a bug, shown as a traceback). A run in ``reads`` (the runs the command
-    read) that another process is writing into is named: what was missing there may be on its way (a run being
-    published has no manifest until its last file is in)."""
+    status 2; anything else is raised on (a bug, shown as a traceback)."""
     message = input_error_message(worded(error))
     if message is None:
         raise error
-    named = error.output if isinstance(error, (IncompleteRunError, InvalidRunError)) else None  # worded names theirs
-    message += next((f"; {writer.writing(run)}: run this again once it ends"
-                     for run in reads if run != named and (writer := live_writer_if_readable(run))), "")
     print(f"error: {message}", file=sys.stderr)
     return 2
-
-
-def live_writer_if_readable(run: str) -> lock.LockInfo | None:
-    """``lock.live_writer(run)``, or None where the run cannot be read (the error being worded may be just that: a URL
-    of no filesystem here, a bucket the storage service refuses)."""
-    try:
-        return lock.live_writer(run)
-    except Exception:  # whatever reading it raised was worded already
-        return None
-
-
-def runs_read(args: argparse.Namespace) -> list[str]:
-    """The runs a command reads and does not write: a reader's --output, diff's two, a refresh's --previous."""
-    own = [] if args.command in WRITERS else [getattr(args, "output", None)]
-    return [run for run in (*own, getattr(args, "previous", None), getattr(args, "old", None),
-                            getattr(args, "new", None)) if run]

@@ -220,11 +220,20 @@ def test_a_run_being_written_is_said_to_be_so(full_run: Path, tmp_path: Path,
         "ends"]
 
 
-@pytest.mark.parametrize("command", ["search", "report", "export-kpr", "diff"])
+READERS_OF_A_RUN_BEING_PUBLISHED = {  # what each misses in a run without its manifest
+    "search": "{out} has no index recorded in its manifest (the index stage has not finished)",
+    "report": "{out} has no manifest.json",
+    "export-kpr": "{out} has no completed dictionary or embed-entities stage",
+    "diff": "{out} is not a run: it has no manifest.json",
+}
+
+
+@pytest.mark.parametrize("command", sorted(READERS_OF_A_RUN_BEING_PUBLISHED))
 def test_a_run_being_published_is_said_to_be_so(command: str, full_run: Path, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    """A reader of a run that `publish` is copying in (no manifest until its last file is in) says, after what it
-    missed, who writes the run: the run is on its way, not one that never ran its stages."""
+    """A reader of a run that `publish` is copying in (no manifest until its last file is in) says what it missed
+    and who writes the run, not what to run first: the run is on its way. An error of the command's own (a
+    questions file not found) says nothing of the writer."""
     out = Path(shutil.copytree(full_run, tmp_path / "out"))
     (out / "manifest.json").unlink()
     argv = {"search": ["search", "--output", str(out), "--query", "Aristotle"],
@@ -236,12 +245,13 @@ def test_a_run_being_published_is_said_to_be_so(command: str, full_run: Path, tm
         (out / ".lock").write_text(json.dumps(info))
         try:
             assert main(argv) == 2
+            assert main(["evaluate", "--output", str(out), "--questions", str(tmp_path / "none.tsv")]) == 2
         finally:
             writer.kill()
-    [line] = capsys.readouterr().err.splitlines()
-    assert line.startswith("error: ") and line.endswith(
-        f"; {out} is being written by pid {writer.pid} on {socket.gethostname()} (command run_pipeline.py publish, "
-        "since T): run this again once it ends")
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: {READERS_OF_A_RUN_BEING_PUBLISHED[command].format(out=out)}: {out} is being written by pid "
+        f"{writer.pid} on {socket.gethostname()} (command run_pipeline.py publish, since T): run this again once it "
+        "ends", f"error: question file {tmp_path / 'none.tsv'} not found"]
 
 
 def test_a_stage_whose_own_recorded_file_is_gone_runs_again(full_run: Path, tiny_bert: Path, tmp_path: Path,

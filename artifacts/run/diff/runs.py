@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from artifacts import fs, layout
-from artifacts.errors import IncompleteRunError, InputError
+from artifacts.errors import IncompleteRunError, InputError, RunStateError
 from artifacts.run import manifest, publish, verified
 from artifacts.run.diff import rows
 from artifacts.run.diff.keyed import Change, compare
@@ -29,8 +29,8 @@ PARTS = (("articles", "articles", "changed"), ("redirects", "redirects", "retarg
          ("passages", "passages", "changed"))
 
 
-class NotARunError(InputError):
-    """OLD or NEW is not a run (no manifest, or one with no stage) or has no stage in common with the other."""
+class NotARunError(RunStateError):
+    """OLD or NEW (``output``) is not a run: no manifest, or one with no stage."""
 
 
 @dataclass(frozen=True)
@@ -114,10 +114,10 @@ def passage_source(record: manifest.StageRecord) -> str:
 def complete_records(output: str) -> dict[str, manifest.StageRecord]:
     """The manifest's stages of a run whose recorded files are all there; else a one-line error."""
     if not fs.exists(manifest.manifest_path(output)):
-        raise NotARunError(f"{output} is not a run: it has no {manifest.MANIFEST_NAME}")
+        raise NotARunError(output, f"{output} is not a run: it has no {manifest.MANIFEST_NAME}")
     records = manifest.load(output)
     if not records:
-        raise NotARunError(f"{output} is not a run: its {manifest.MANIFEST_NAME} records no stage")
+        raise NotARunError(output, f"{output} is not a run: its {manifest.MANIFEST_NAME} records no stage")
     require_complete(output, records)
     return records
 
@@ -181,7 +181,7 @@ def diff_runs(old: str, new: str, vector_budget: int = VECTOR_BUDGET) -> RunDiff
     parts: dict[str, Any] = {"stale": stale}
     both = set(old_records) & set(new_records)
     if not both:
-        raise NotARunError(f"{old} and {new} have no stage in common: nothing to compare")
+        raise InputError(f"{old} and {new} have no stage in common: nothing to compare")
     parts["options"] = tuple(f"{layout.command_of(stage)}: {'; '.join(changes)}"
                              for stage in sorted(both, key=layout.stage_rank)
                              if (changes := manifest.option_changes(flat_options(old_records[stage].options),
