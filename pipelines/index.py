@@ -173,8 +173,7 @@ class IndexStage:
         if killed:
             run_beam(ctx, lambda pipeline: pipeline | "StageKept" >> StageKeptPassages(
                 killed, save_array(fs.join(kept.reused, "all.npy"), reused_keys(kept)), files, bucket_count, dim))
-        counters = {**counters, **build_index(ctx, config, located, dim, bucket_count, counters,
-                                              lenders[0] if lenders else None)}
+        counters = {**counters, **build_index(ctx, config, located, dim, bucket_count, counters, lenders)}
         return summed({"passages_reused": 0, "passages_encoded": 0}, counters)  # said also when none
 
 
@@ -188,10 +187,12 @@ def lending_runs(output: str, config: IndexConfig, compatible: Compatibility,
     own = "the vectors of the index this OUT holds"
     previous = reusable_previous(refresh_of(config), layout.INDEX_STAGE, (layout.INDEX_STAGE,), compatible,
                                  lambda: None if own_problem() else own)
-    if own_problem() is not None:
+    if (problem := own_problem()) is not None:
+        if previous and problem != NO_INDEX:
+            print(f"[index] the index this OUT holds lends no vector ({problem})", file=sys.stderr)
         return (previous,) if previous else ()
     if previous:
-        print(f"[index] and {own} (an earlier run of this refresh) where those of {previous} do not serve",
+        print(f"[index] and {own} (of this encoder) where those of {previous} do not serve",
               file=sys.stderr)
     return (*filter(None, [previous]), output)
 
@@ -405,9 +406,9 @@ def require_room_to_build(ctx: StageContext, plan: IndexPlan, index_bytes: int) 
 
 
 def build_index(ctx: StageContext, config: IndexConfig, encoder: EncoderOptions, dim: int, bucket_count: int,
-                read_counters: Mapping[str, int], previous: str | None = None) -> dict[str, int]:
+                read_counters: Mapping[str, int], lenders: tuple[str, ...] = ()) -> dict[str, int]:
     plan = plan_index(ctx, config, encoder, dim, bucket_count, read_counters)
-    reused_trained = previous_quantizer(previous, plan.index_dir, plan.factory, dim) if plan.sample_size else None
+    reused_trained = previous_quantizer(lenders, plan.index_dir, plan.factory, dim) if plan.sample_size else None
     # one worker per shard at most: each builds whole shards
     counters = run_beam(ctx.with_workers_at_most(len(plan.shards)),
                         lambda pipeline: pipeline | "BuildIndex" >> BuildIndex(plan, reused_trained))
@@ -479,21 +480,22 @@ def own_index(output: str, problem: str | None) -> str | None:
     return output
 
 
-def previous_quantizer(previous: str | None, index_dir: str, factory: str, dim: int) -> str | None:
-    """The previous run's trained index copied into ``index_dir`` when its factory and dimension agree;
-    None (and a line saying why the quantizer is trained again) otherwise."""
-    if previous is None:
-        return None
-    old = info.load_index_info(fs.join(previous, layout.INDEX))
-    source = fs.join(previous, layout.INDEX, files.TRAINED_NAME)
-    if (old.factory, old.dim) != (factory, dim) or not fs.exists(source):
-        print(f"[index] training the quantizer again: the previous run has {old.factory} x {old.dim}, "
-              f"this one needs {factory} x {dim}", file=sys.stderr)
+def previous_quantizer(lenders: tuple[str, ...], index_dir: str, factory: str, dim: int) -> str | None:
+    """The trained index of the first run in ``lenders`` whose factory and dimension agree, copied into
+    ``index_dir``; None (and, where a run lends vectors, a line saying why the quantizer is trained again)
+    otherwise."""
+    indexes = {run: info.load_index_info(fs.join(run, layout.INDEX)) for run in lenders}
+    fitting = next((run for run, old in indexes.items() if (old.factory, old.dim) == (factory, dim)
+                    and fs.exists(fs.join(run, layout.INDEX, files.TRAINED_NAME))), None)
+    if fitting is None:
+        if indexes:
+            held = "; ".join(f"{run} has {old.factory} x {old.dim}" for run, old in indexes.items())
+            print(f"[index] training the quantizer again: {held}, this one needs {factory} x {dim}", file=sys.stderr)
         return None
     path = fs.join(index_dir, files.TRAINED_NAME)
     fs.mkdirs(index_dir)  # a local copy makes no directory
-    FileSystems.copy([source], [path])
-    print(f"[index] reusing the trained quantizer of {previous} ({factory} x {dim})", file=sys.stderr)
+    FileSystems.copy([fs.join(fitting, layout.INDEX, files.TRAINED_NAME)], [path])
+    print(f"[index] reusing the trained quantizer of {fitting} ({factory} x {dim})", file=sys.stderr)
     return path
 
 

@@ -411,20 +411,23 @@ def test_options_of_the_queries_alone_keep_the_passage_vectors(runs, tiny_bert, 
 def test_a_rerun_of_a_refresh_takes_what_its_previous_run_lacks_from_its_own_index(runs, tiny_bert, tmp_path,
                                                                                   capsys):
     """A completed refresh run again with another --shards while OLD_OUT is there: the passages unchanged since
-    OLD_OUT take its vectors, the new and changed ones those of the index OUT holds (they were encoded again), and
-    every vector is the one the refresh committed."""
+    OLD_OUT take its vectors, the new and changed ones those of the index OUT holds (they were encoded again), as
+    does its IVF quantizer (OLD_OUT's is Flat's: it was trained again), and every vector is the one the refresh
+    committed. An index there whose files changed lends nothing, said in a line."""
     old, scratch, refreshed = runs
     output = upstream_of(scratch, tmp_path / "out")
     index = ["index", "--output", str(output), "--encoder", str(tiny_bert), "--encoder-type", "mean",
-             "--max-length", "64", "--previous", str(old), *DIRECT]
+             "--max-length", "64", "--previous", str(old), "--index-factory", "IVF2,Flat", *DIRECT]
     assert main([*index, "--shards", "2"]) == 0
     assert counters(output, "index")["passages_encoded"] == counters(refreshed, "index")["passages_encoded"] > 0
-    committed = passage_vectors(output)
+    committed, trained = passage_vectors(output), (output / "index" / "trained.faiss").read_bytes()
     capsys.readouterr()
     assert main([*index, "--shards", "3"]) == 0
-    assert stderr_line(capsys, "[index] and ") == (
-        f"[index] and the vectors of the index this OUT holds (an earlier run of this refresh) where those of {old} "
-        "do not serve")
+    err = capsys.readouterr().err
+    assert (f"[index] and the vectors of the index this OUT holds (of this encoder) where those of {old} do not "
+            "serve") in err.splitlines()
+    assert f"[index] reusing the trained quantizer of {output} (IVF2,Flat x 32)" in err.splitlines()
+    assert (output / "index" / "trained.faiss").read_bytes() == trained
     found = counters(output, "index")
     assert (found["passages_reused"], found["passages_encoded"]) == (len(committed), 0)
     rerun = passage_vectors(output)
@@ -432,6 +435,11 @@ def test_a_rerun_of_a_refresh_takes_what_its_previous_run_lacks_from_its_own_ind
     for passage_id, (_, title, text, vector) in committed.items():
         assert rerun[passage_id][1:3] == (title, text)
         np.testing.assert_array_equal(rerun[passage_id][3], vector)
+    (output / "index" / "trained.faiss").write_bytes(b"")
+    assert main([*index, "--shards", "2"]) == 0
+    assert stderr_line(capsys, "[index] the index this OUT holds") == (
+        "[index] the index this OUT holds lends no vector (index/trained.faiss: 0 bytes, manifest says "
+        f"{len(trained):,})")
 
 
 def test_a_copy_published_without_mention_vectors_says_so(runs, tiny_bert, tmp_path, capsys):
