@@ -288,11 +288,14 @@ def denied_write(error: BaseException) -> OSError | None:
 
 
 def missing_client_library(error: BaseException) -> tuple[str, str] | None:
-    """(path, Beam's words) when Beam's filesystem for a path's scheme is installed but not its client library
-    (s3:// without boto3: an AssertionError among ``path_errors``); None otherwise."""
+    """(path, Beam's words) when Beam's filesystem for a path's scheme is installed but not its client library,
+    among ``path_errors``: s3:// without boto3 (an AssertionError), hdfs:// without hdfs (an ImportError), azfs://
+    without azure-storage-blob (a NameError of Beam's module); None otherwise."""
     for path, detail in path_errors(error).items():
         if isinstance(detail, AssertionError) and str(detail).startswith("Missing ") and "requirement" in str(detail):
             return str(path), str(detail)
+        if isinstance(detail, (ImportError, NameError)):
+            return str(path), f"{type(detail).__name__}: {detail}"
     return None
 
 
@@ -317,7 +320,8 @@ def worded(error: BaseException) -> BaseException:
                           "pip install -e \".[gcp]\", s3:// with \".[aws]\"); a local path has no scheme")
     if (missing := missing_client_library(error)) is not None:
         return InputError(f"{missing[0]}: Beam's filesystem for it lacks its client library ({missing[1]}): "
-                          "pip install -e \".[aws]\" for s3://, \".[gcp]\" for gs://")
+                          "pip install -e \".[aws]\" for s3://, \".[gcp]\" for gs://, pip install hdfs for hdfs://, "
+                          "azure-storage-blob and azure-identity for azfs://")
     if (refusal := storage_client_error(error)) is not None:
         summary = str(refusal).splitlines()[0] if str(refusal) else type(refusal).__name__
         return InputError(f"the storage service refused or did not answer ({summary}): check the URL, the credentials "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.server
+import importlib
 import json
 import os
 import re
@@ -207,7 +208,27 @@ def test_an_s3_output_without_boto3_is_one_line(tmp_path, capsys):
     assert main(["dictionary", "--output", "s3://bucket/run", *DIRECT]) == 2
     assert capsys.readouterr().err.splitlines() == [
         "error: s3://bucket/run: Beam's filesystem for it lacks its client library (Missing boto3 requirement): pip "
-        "install -e \".[aws]\" for s3://, \".[gcp]\" for gs://"]
+        "install -e \".[aws]\" for s3://, \".[gcp]\" for gs://, pip install hdfs for hdfs://, azure-storage-blob and "
+        "azure-identity for azfs://"]
+
+
+@pytest.mark.parametrize(("url", "library"), [("hdfs://namenode/run", "hdfs"), ("azfs://account/container/run",
+                                                                               "azure.storage.blob")])
+@pytest.mark.parametrize("command", ["search", "report", "validate"])
+def test_an_hdfs_or_azure_run_without_its_client_library_is_one_line(command, url, library, capsys):
+    """Beam's hdfs:// and azfs:// filesystems without their clients raised an ImportError or a NameError inside a
+    BeamIOError: a traceback for every reader of such a run."""
+    try:
+        importlib.import_module(library)
+        pytest.skip(f"{library} is installed here")
+    except ImportError:
+        pass
+    argv = {"search": ["search", "--output", url, "--query", "x"]}.get(command, [command, "--output", url])
+    assert main(argv) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert re.match(rf"error: {re.escape(url)}(/[^ ]+)?: Beam's filesystem for it lacks its client library \(", line)
+    assert line.endswith(
+        "pip install hdfs for hdfs://, azure-storage-blob and azure-identity for azfs://")
 
 
 def test_several_direct_workers_without_a_running_mode_are_said_in_our_words(tmp_path, capsys):
