@@ -155,7 +155,7 @@ class IndexStage:
             return incompatibility(old, config, located)
 
         @functools.cache
-        def own_problem() -> str | None:  # looked at only when no --previous run lends vectors
+        def own_problem() -> str | None:  # why the index OUT holds lends no vector (None: it lends)
             return own_index_problem(ctx.output, compatible)
 
         lenders = lending_runs(ctx.output, config, compatible, own_problem)
@@ -192,8 +192,7 @@ def lending_runs(output: str, config: IndexConfig, compatible: Compatibility,
             print(f"[index] the index this OUT holds lends no vector ({problem})", file=sys.stderr)
         return (previous,) if previous else ()
     if previous:
-        print(f"[index] and {own} (of this encoder) where those of {previous} do not serve",
-              file=sys.stderr)
+        print(f"[index] and {own} (of this encoder) where those of {previous} do not serve", file=sys.stderr)
     return (*filter(None, [previous]), output)
 
 
