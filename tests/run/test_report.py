@@ -329,12 +329,34 @@ def test_skipped_streams_show_their_pages_on_the_bad_input_card(run_copy):
 
 @pytest.mark.parametrize(("counters", "expected"), [
     ({}, "0"),
-    ({"pages_read": 9, "bad_ids": 1, "empty_texts": 2}, "3"),
+    ({"pages_read": 9, "malformed_pages": 3}, "3"),
     ({"bad_streams": 1, "pages_in_bad_streams": 100}, "1 stream (100 pages)"),
     ({"bad_streams": 2, "pages_in_bad_streams": 106, "malformed_pages": 1234}, "1,234 + 2 streams (106 pages)"),
 ])
 def test_bad_input_summary_counts_streams_with_their_pages(counters, expected):
-    assert counter_info.bad_input_summary(counters, DECLARED) == expected
+    assert counter_info.bad_input_summary(*counter_info.bad_input(counters, DECLARED["parse"])) == expected
+
+
+def test_each_stage_shows_its_own_counters_and_a_bad_window_counts_once(run_copy):
+    """non_finite_vectors is a mention's (embed-entities) and a passage's (index): each section says its own; a
+    NaN window counts its mentions as bad input (dead-lettered), not itself too (it was added twice); KPR entities
+    cut off are dropped by design, not processed."""
+    card = re.compile(r'<div class="card"><div class="v">([0-9,]+)</div><div class="l">bad input records</div>')
+    before = int(card.search(Path(write_report(str(run_copy))).read_text(encoding="utf-8")).group(1).replace(",", ""))
+    record = manifest.load(str(run_copy))
+    assert not {"non_finite_windows", "non_finite_vectors"} & {*record["embed_entities"].counters,
+                                                              *record["index"].counters}
+    record["embed_entities"].counters = {**record["embed_entities"].counters, "non_finite_windows": 2,
+                                         "non_finite_vectors": 3}
+    record["index"].counters = {**record["index"].counters, "non_finite_vectors": 1, "kpr_entities_truncated": 4}
+    manifest.save(str(run_copy), record)
+    page = Path(write_report(str(run_copy))).read_text(encoding="utf-8")
+    found = sections(page)
+    assert "bad input (counted and dead-lettered): <b>3</b>" in found["embed_entities"]
+    assert counter_row(found["index"], "non_finite_vectors").startswith(
+        '<tr class="error"><td>vectors with NaN or inf (or a zero mean)</td>')
+    assert counter_row(found["index"], "kpr_entities_truncated").startswith('<tr class="dropped">')
+    assert int(card.search(page).group(1).replace(",", "")) == before + 3 + 1
 
 
 @pytest.mark.parametrize(("values", "expected"), [([1], ["1"]), ([1, 2], ["1", "2"]),
@@ -359,7 +381,7 @@ def test_a_counter_shows_its_declared_label_and_kind_and_an_undeclared_one_its_n
     record = manifest.load(str(run_copy))
     record["parse"].counters = {**record["parse"].counters, "widgets_discarded": 7, "mystery_errors": 3}
     manifest.save(str(run_copy), record)
-    declared = declare(dropped("widgets_discarded", "widgets thrown away on purpose"))
+    declared = {"parse": declare(dropped("widgets_discarded", "widgets thrown away on purpose"))}
     section = sections(Path(write_report_declared(str(run_copy), declared)).read_text(encoding="utf-8"))["parse"]
     assert counter_row(section, "widgets_discarded") == (
         '<tr class="dropped"><td>widgets thrown away on purpose</td><td><code>widgets_discarded</code></td>'

@@ -52,9 +52,11 @@ from transforms.embed_entities.window_store import (
 COUNTERS = declare(
     error("non_finite_vectors", "mentions whose window's vector was NaN or inf (or beyond float16), entities whose "
           "mean vector was zero or not finite"),
-    error("non_finite_windows", "windows whose vector the model returned NaN or inf (or beyond float16)"),
+    error("non_finite_windows", "windows whose vector the model returned NaN or inf (or beyond float16): their "
+          "mentions are counted and dead-lettered as non_finite_vectors", detail=True),
     processed("mentions_encoded", "mentions whose window was encoded"),
-    processed("mentions_reused", "mentions whose window's vector was stored before"),
+    processed("mentions_reused", "mentions whose window's vector was stored before, or encoded for an earlier mention "
+              "of this run"),
 )
 STAGE = layout.command_of(layout.EMBED_ENTITIES_STAGE)  # the follower's summary line names it
 REF_ROWS = 1 << 20  # mentions' window keys a follower buffers before writing a part (24 MB)

@@ -56,8 +56,8 @@ COUNTERS = declare(
     processed("passages_cut", "passages longer than --max-length tokens: their end is not encoded"),
     error("non_finite_vectors", "vectors with NaN or inf (or a zero mean)"),
     processed("kpr_entities", "kpr entities"),
-    processed("kpr_entities_truncated", "kpr entities whose mention runs past max length"),
-    processed("kpr_entities_over_max", "kpr entities over max"),
+    dropped("kpr_entities_truncated", "kpr entities whose mention runs past max length"),
+    dropped("kpr_entities_over_max", "kpr entities over max"),
     processed("shards_built", "index shards built"),
     processed("passages_indexed", "passages in the index"),
     dropped("passages_staged_twice", "passages of an input file written twice (a retried bundle of a cluster's "

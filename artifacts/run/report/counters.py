@@ -25,14 +25,17 @@ def is_bad_input(counter: Counter) -> bool:
     return counter.kind == ERROR and not counter.detail
 
 
-def bad_input_summary(values: Mapping[str, int], declared: Mapping[str, Counter]) -> str:
-    """Bad input in words: records, and skipped streams with the pages they held ("2 streams (106 pages)")."""
+def bad_input(values: Mapping[str, int], declared: Mapping[str, Counter]) -> tuple[int, int, int]:
+    """A stage's bad input: (records, skipped streams, the pages those held), by its ``declared`` counters."""
     records = sum(value for name, value in values.items()
                   if name != BAD_STREAMS and is_bad_input(describe(name, declared)))
-    streams = values.get(BAD_STREAMS, 0)
+    return records, values.get(BAD_STREAMS, 0), values.get(PAGES_IN_BAD_STREAMS, 0)
+
+
+def bad_input_summary(records: int, streams: int, pages: int) -> str:
+    """Bad input in words: records, and skipped streams with the pages they held ("2 streams (106 pages)")."""
     parts = [f"{records:,}"] if records or not streams else []
     if streams:
-        pages = values.get(PAGES_IN_BAD_STREAMS, 0)
         parts.append(f"{streams:,} stream{'s' if streams != 1 else ''} ({pages:,} page{'s' if pages != 1 else ''})")
     return " + ".join(parts)
 
@@ -56,7 +59,8 @@ def counters_section(values: Mapping[str, int], declared: Mapping[str, Counter])
     above_zero = sum(1 for value in dropped if value)
     summary = (f'<p class="{"alert" if errors else "note"}">Dropped by design: <b>{above_zero}</b> of '
                f"{len(dropped)} counter{'s' if len(dropped) != 1 else ''} above zero (each in its own unit, below) · "
-               f"bad input (counted and dead-lettered): <b>{esc(bad_input_summary(values, declared))}</b></p>")
+               f"bad input (counted and dead-lettered): <b>{esc(bad_input_summary(*bad_input(values, declared)))}</b>"
+               "</p>")
     rows = [_row(counter, values[counter.name]) for counter in counters]
     return "<h3>Counters</h3>" + summary + table(["what", "counter", "kind", "count"], rows,
                                                  [False, False, False, True])

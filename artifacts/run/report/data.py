@@ -21,7 +21,7 @@ class ReportData:
     output: str
     generated_at: str
     views: list[StageView]
-    declared: Mapping[str, Counter]  # the stages' counter declarations, by counter name
+    declared: Mapping[str, Mapping[str, Counter]]  # the stages' counter declarations, by stage and counter name
     entities: EntityStats | None = None
     dictionary: DictionaryStats | None = None
     embeddings: EmbeddingStats | None = None

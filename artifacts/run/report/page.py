@@ -8,7 +8,7 @@ from typing import Any
 from artifacts import layout
 from artifacts.run import manifest
 from artifacts.run.report import analyses
-from artifacts.run.report.counters import bad_input_summary, counters_section
+from artifacts.run.report.counters import bad_input, bad_input_summary, counters_section
 from artifacts.run.report.data import ReportData
 from artifacts.run.report.markup import (
     CSS,
@@ -63,11 +63,9 @@ def _header(data: ReportData) -> str:
             cards.append((label, number(rows)))
     if data.recall is not None:
         cards.append((f"index recall@{data.recall.k}", f"{data.recall.recall:.3f}"))
-    totals: dict[str, int] = {}
-    for view in done:
-        for name, value in view.record.counters.items():
-            totals[name] = totals.get(name, 0) + value
-    cards.append(("bad input records", bad_input_summary(totals, data.declared)))
+    per_stage = [bad_input(view.record.counters, data.declared.get(view.name, {})) for view in done]
+    records, streams, pages = (sum(column) for column in zip(*per_stage, strict=True)) if per_stage else (0, 0, 0)
+    cards.append(("bad input records", bad_input_summary(records, streams, pages)))
     card_html = "".join(f'<div class="card"><div class="v">{esc(value)}</div><div class="l">{esc(label)}</div></div>'
                         for label, value in cards)
     links = "".join(f'<a href="#stage-{esc(view.name)}">{esc(view.command)}'
@@ -98,8 +96,8 @@ def _stage(view: StageView, data: ReportData) -> str:
              f'<p class="meta">wall time <b>{exact_duration(record.wall_time_s)}</b> · finished '
              f'{esc(record.finished_at)} UTC</p>',
              '<div class="grid2"><div>', _read(view, data), _options(record.options), "</div><div>",
-             _written(view.artifacts), "</div></div>", counters_section(record.counters, data.declared),
-             _dead_letters(view)]
+             _written(view.artifacts), "</div></div>",
+             counters_section(record.counters, data.declared.get(view.name, {})), _dead_letters(view)]
     extra = {layout.DICTIONARY_STAGE: analyses.dictionary_extras,
              layout.EMBED_ENTITIES_STAGE: analyses.embedding_extras,
              layout.INDEX_STAGE: analyses.index_extras}.get(view.name)
