@@ -30,7 +30,7 @@ from transforms.embed_entities.window_store import window_keys
 WINDOW_REF = np.dtype([*MENTION_KEY.descr, ("window_key", "<u8")])
 
 COUNTERS = declare(
-    processed("mentions_embedded", "mentions embedded"),
+    processed("mentions_embedded", "mentions given to the model, encoded or reused (a non-finite vector's among them)"),
     error("bad_mention_spans", "mentions whose span lies outside their text"),
     error("empty_contexts", "mentions without any context around them (none at all, or none the tokenizer keeps: "
           "zero-width or control characters only)"),
