@@ -113,8 +113,7 @@ class EncoderOptions:
         if self.kind == "kpr" and not self.similarity:
             similarity = read_kpr_settings(self.model).similarity_function
         return replace(self, similarity=self.similarity or similarity, title=self.title or defaults.title,
-                       query_prefix=defaults.query_prefix if self.query_prefix is None else self.query_prefix,
-                       max_entities=self.max_entities if self.kind == "kpr" else EncoderOptions.max_entities)
+                       query_prefix=defaults.query_prefix if self.query_prefix is None else self.query_prefix)
 
     @property
     def feeds_token_types(self) -> bool:

@@ -180,10 +180,9 @@ def read_questions(path: str, match: str = "string") -> QuestionFile:
             raise InputError(f"{path}: expected a JSON list of {{question, answers}} objects")
         parsed = [parse_entity_question(item, match) for item in items]
     else:
-        # lines end as in DPR's reader (a file opened as text): at "\n", "\r\n" or a lone "\r" (old Mac files), not
-        # at \x85 or \u2028 (str.splitlines would split questions there); a blank line holds nothing to count
-        lines = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
-        parsed = [parse_qas_line(line, match) for line in lines if line.strip()]
+        # lines end as in DPR's reader (a file opened as text): bytes.splitlines ends them at "\n", "\r\n" or a lone
+        # "\r" (old Mac files) alone, not at \x85 or \u2028 as str.splitlines would; a blank line holds nothing to count
+        parsed = [parse_qas_line(line, match) for line in raw.splitlines() if line.strip()]
     questions = [question for question in parsed if question is not None]
     if not questions:
         raise InputError(no_question_message(path, len(parsed)))
