@@ -153,10 +153,21 @@ class OutsideRangeError(SettingError):
         return type(self), (self.setting, self.value, self.low, self.high, self.what)
 
 
+# Control characters and line or paragraph separators, as Python escapes them.
+ESCAPED = {code: repr(chr(code))[1:-1] for code in (*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029)}
+
+
+def on_one_line(text: str) -> str:
+    """``text`` on one line of a table or message: a tab, line break or other control character as its escape
+    (``\\t``)."""
+    return text.translate(ESCAPED)
+
+
 def first_line(error: BaseException) -> str:
-    """The first line of an error message (its type when it has none), for one-line InputErrors."""
+    """The first line of an error message (its type when it has none), for one-line InputErrors: control characters
+    as their escapes (a library's message may quote a byte it could not read)."""
     text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+    return on_one_line(text.splitlines()[0]) if text else type(error).__name__
 
 
 def error_chain(error: BaseException) -> Iterator[BaseException]:

@@ -50,6 +50,13 @@ def open_parquet(path: str) -> Iterator[pq.ParquetFile]:
         yield pq.ParquetFile(handle)
 
 
+def require_columns(parquet: pq.ParquetFile, path: str, columns: list[str] | None) -> None:
+    """``DamagedParquetError`` naming the first of ``columns`` the file ``path`` lacks (pyarrow raises a KeyError)."""
+    missing = [column for column in columns or () if column not in parquet.schema_arrow.names]
+    if missing:
+        raise DamagedParquetError(path, f"column {missing[0]} is missing")
+
+
 def artifact_dir(output: str, name: str) -> str:
     return fs.join(output, name)
 
@@ -73,8 +80,9 @@ def total_rows(output: str, name: str) -> int:
 
 
 def read_file(path: str, columns: list[str] | None = None) -> pa.Table:
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle, reading_parquet(path):
-        return pq.read_table(handle, columns=columns)
+    with open_parquet(path) as parquet:
+        require_columns(parquet, path, columns)
+        return parquet.read(columns=columns)
 
 
 def parquet_bytes(table: pa.Table, compression: str | dict[str, str] = PARQUET_CODEC) -> bytes:
@@ -120,6 +128,7 @@ def iter_file_batches(files: Iterable[str], columns: list[str] | None = None,
     3 times the memory on the index's shard files, a share of the shard that grew with it)."""
     for path in files:
         with open_parquet(path) as parquet:
+            require_columns(parquet, path, columns)
             for group in range(parquet.num_row_groups):
                 yield from parquet.read_row_group(group, columns=columns).to_batches(max_chunksize=batch_size)
 

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 import regex
 
 from artifacts import fs
-from artifacts.errors import InputError
+from artifacts.errors import InputError, on_one_line
 from artifacts.names import has_lone_surrogate, shows_nothing
 from pipelines.launcher.flags import DEFAULT_KS
-from pipelines.search import Retriever, in_a_cell
+from pipelines.search import Retriever
 
 _FLAGS = regex.IGNORECASE | regex.UNICODE | regex.MULTILINE  # DPR's, for its tokens and its answer patterns
 _TOKEN = regex.compile(r"[\p{L}\p{N}\p{M}]+|[^\p{Z}\p{C}]", flags=_FLAGS)
@@ -229,7 +229,7 @@ def shown_names(paths: Sequence[str]) -> list[str]:
 
 
 def format_table(rows: list[dict], ks: Sequence[int]) -> str:
-    names = [in_a_cell(row["file"]) for row in rows]
+    names = [on_one_line(row["file"]) for row in rows]
     name_width = max([len("file")] + [len(name) for name in names])
     labels = [f"top-{k} %" for k in ks]  # the table in percent, as papers give it
     widths = [max(7, len(label)) for label in labels]

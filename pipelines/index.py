@@ -22,8 +22,10 @@ import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs, layout, schemas, tables
-from artifacts.errors import InputError, SettingError
+from artifacts.errors import InputError, SettingError, first_line
 from artifacts.faiss import buckets, choice, files, info
+from artifacts.faiss.build import untrained_reason
+from artifacts.faiss.storage import read_index
 from artifacts.passages import Passage
 from artifacts.run import manifest, verified
 from encoders.errors import MissingRunArtifactError
@@ -483,19 +485,34 @@ def previous_quantizer(lenders: tuple[str, ...], index_dir: str, factory: str, d
     """The trained index of the first run in ``lenders`` whose factory and dimension agree, copied into
     ``index_dir``; None (and, where a run lends vectors, a line saying why the quantizer is trained again)
     otherwise."""
-    indexes = {run: info.load_index_info(fs.join(run, layout.INDEX)) for run in lenders}
-    fitting = next((run for run, old in indexes.items() if (old.factory, old.dim) == (factory, dim)
-                    and fs.exists(fs.join(run, layout.INDEX, files.TRAINED_NAME))), None)
-    if fitting is None:
-        if indexes:
-            held = "; ".join(f"{run} has {old.factory} x {old.dim}" for run, old in indexes.items())
-            print(f"[index] training the quantizer again: {held}, this one needs {factory} x {dim}", file=sys.stderr)
-        return None
-    path = fs.join(index_dir, files.TRAINED_NAME)
-    fs.mkdirs(index_dir)  # a local copy makes no directory
-    FileSystems.copy([fs.join(fitting, layout.INDEX, files.TRAINED_NAME)], [path])
-    print(f"[index] reusing the trained quantizer of {fitting} ({factory} x {dim})", file=sys.stderr)
-    return path
+    unfit = []
+    for run in lenders:
+        trained = fs.join(run, layout.INDEX, files.TRAINED_NAME)
+        why = unfit_quantizer(trained, info.load_index_info(fs.join(run, layout.INDEX)), factory, dim)
+        if why is None:
+            path = fs.join(index_dir, files.TRAINED_NAME)
+            fs.mkdirs(index_dir)  # a local copy makes no directory
+            FileSystems.copy([trained], [path])
+            print(f"[index] reusing the trained quantizer of {run} ({factory} x {dim})", file=sys.stderr)
+            return path
+        unfit.append(f"{run} {why}")
+    if unfit:
+        print(f"[index] training the quantizer again: {'; '.join(unfit)}", file=sys.stderr)
+    return None
+
+
+def unfit_quantizer(trained: str, old: info.IndexInfo, factory: str, dim: int) -> str | None:
+    """Why the trained index ``trained`` of an index ``old`` cannot start the shards of ``factory`` x ``dim`` (its
+    file read back: one of another shape would fail every shard); None when it can."""
+    if (old.factory, old.dim) != (factory, dim):
+        return f"has {old.factory} x {old.dim}, this one needs {factory} x {dim}"
+    if not fs.exists(trained):
+        return f"has no {files.TRAINED_NAME}"
+    try:
+        reason = untrained_reason(read_index(trained), factory, dim)
+    except (RuntimeError, InputError) as error:
+        reason = f"does not load with faiss ({first_line(error)})"
+    return None if reason is None else f"has a {files.TRAINED_NAME} that {reason}"
 
 
 STAGE = IndexStage()

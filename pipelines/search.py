@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from artifacts import fs, layout
-from artifacts.errors import InputError, ModelError, RunStateError
+from artifacts.errors import InputError, ModelError, RunStateError, on_one_line
 from artifacts.faiss import info
 from artifacts.faiss.files import INDEX_JSON
 from artifacts.faiss.info import MissingIndexError
@@ -202,22 +202,15 @@ class Retriever:
                 for row_scores, row_ids in zip(scores, ids, strict=True)]
 
 
-# Control characters and line or paragraph separators, as Python escapes them: a table's cell stays on its line.
-ESCAPED = {code: repr(chr(code))[1:-1] for code in (*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029)}
-
-
-def in_a_cell(text: str) -> str:
-    """``text`` on one line of a table: a tab, line break or other control character as its escape (``\\t``)."""
-    return text.translate(ESCAPED)
-
 
 def format_hits(query: str, hits: list[Hit], width: int = 100) -> str:
     """A query's hits as a table with a header: rank, score, passage id, title and the start of the text (every
-    cell ``in_a_cell``: --json gives them as they are)."""
-    lines = [f"query: {in_a_cell(query)}", f"{'rank':>4}  {'score':>8}  {'passage id':>10}  title | text"]
+    cell ``on_one_line``: --json gives them as they are)."""
+    lines = [f"query: {on_one_line(query)}", f"{'rank':>4}  {'score':>8}  {'passage id':>10}  title | text"]
     for rank, hit in enumerate(hits, 1):
         text = hit.text if len(hit.text) <= width else hit.text[:width - 3] + "..."
-        lines.append(f"{rank:4d}  {hit.score:8.4f}  {hit.passage_id:>10}  {in_a_cell(hit.title)} | {in_a_cell(text)}")
+        lines.append(f"{rank:4d}  {hit.score:8.4f}  {hit.passage_id:>10}  "
+                     f"{on_one_line(hit.title)} | {on_one_line(text)}")
     return "\n".join(lines)
 
 

@@ -109,6 +109,15 @@ ALL_OPTIONS = ["--include-red-links", "--max-mentions", "4", "--max-seq-length",
                "--max-length", "64", "--shards", "2"]
 
 
+def record(out: Path, relative: str) -> None:
+    """Record the current size, sha256 and rows of one output file in the manifest (as if a stage wrote it)."""
+    stages = manifest.load(str(out))
+    for stage in stages.values():
+        stage.outputs = [manifest.describe_file(str(out), str(out / relative)) if item.path == relative else item
+                         for item in stage.outputs]
+    manifest.save(str(out), stages)
+
+
 def stage_command(command: str, output: Path, model: Path, *extra: str) -> list[str]:
     """The stage ``command`` (e.g. ``embed-entities``) as conftest's ``full_run`` runs it, with ``extra``."""
     return [command, "--output", str(output), *stage_options(model)[command], *extra, *DIRECT]

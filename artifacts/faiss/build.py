@@ -65,6 +65,17 @@ def new_index(factory: str, dim: int):
     return faiss.index_factory(dim, "IDMap," + factory, faiss.METRIC_INNER_PRODUCT)
 
 
+def untrained_reason(index, factory: str, dim: int) -> str | None:
+    """Why ``index`` (a trained.faiss read back) is not the empty, trained index of ``factory`` x ``dim`` every
+    shard starts from, as a clause ("is not trained"); None when it is."""
+    expected = type(new_index(factory, dim)).__name__  # every FAISS index class is named Index...
+    if type(index).__name__ != expected or index.d != dim:
+        return f"is an {type(index).__name__} of {index.d} dims where {factory} x {dim} makes an {expected} of {dim}"
+    if not index.is_trained:
+        return "is not trained"
+    return f"holds {index.ntotal} vectors where a trained index holds none" if index.ntotal else None
+
+
 def train_index(factory: str, dim: int, sample: np.ndarray, use_gpu: bool = False):
     """The trained, empty index; k-means of IVF on every GPU when asked for and available."""
     import faiss

@@ -247,7 +247,8 @@ def files_missing_or_changed(output: str, items: Iterable[OutputFile], deep: boo
         if not FileSystems.exists(path):
             problems.append(f"{item.path}: missing")
         elif fs.size(path) != item.bytes:
-            problems.append(f"{item.path}: {fs.size(path)} bytes, manifest says {item.bytes}")
+            problems.append(f"{item.path}: a directory, where the manifest records a file" if fs.is_directory(path)
+                            else f"{item.path}: {fs.size(path)} bytes, manifest says {item.bytes}")
         elif deep and fs.sha256(path) != item.sha256:
             problems.append(f"{item.path}: sha256 differs from the manifest")
     return problems

@@ -7,8 +7,10 @@ import io
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from artifacts import schemas, tables
+from artifacts.errors import first_line
 from artifacts.faiss.vectors import embedding_schema
 from tests.builders import first_row_group_columns
 
@@ -35,3 +37,23 @@ def test_lists_of_integers_and_float16_vectors() -> None:
                         ("scores", pa.list_(pa.float32()))])
     # token ids repeat (a vocabulary): kept; a variable-length list of floats is not a vector column
     assert schemas.writer_options(schema)["use_dictionary"] == ["ids", "scores"]
+
+
+def test_a_missing_column_is_named_with_its_file(tmp_path) -> None:
+    """A reader asking for a column the file lacks: the file and the column, not pyarrow's KeyError (a traceback
+    out of diff)."""
+    path = tmp_path / "part-00000-of-00001.parquet"
+    pq.write_table(pa.table({"title": ["A"]}), path)
+    for read in (lambda: tables.read_file(str(path), ["title", "target"]),
+                 lambda: list(tables.iter_file_batches([str(path)], ["title", "target"]))):
+        with pytest.raises(tables.DamagedParquetError) as refused:
+            read()
+        assert (refused.value.path, refused.value.problem) == (str(path), "column target is missing")
+    assert tables.read_file(str(path), ["title"]).column("title").to_pylist() == ["A"]
+
+
+def test_a_library_message_is_one_printable_line() -> None:
+    """pyarrow quotes the byte it could not read (``don't know what type: \\x0f``): escaped, as a table's cell."""
+    assert first_line(OSError("Couldn't deserialize thrift: type: \x0f\t more\nsecond line")) == (
+        "Couldn't deserialize thrift: type: \\x0f\\t more")
+    assert first_line(OSError("")) == "OSError"

@@ -110,7 +110,8 @@ def expected_diff(old: Path, new: Path) -> dict:
         "redirects": counts(*redirects, "retargeted"),
         "entities": counts(*entities, None),
         "names": counts(name_tops(old), name_tops(new), "top_candidate_changed"),
-        "entity_vectors": {"reused": None, "recomputed": None,
+        # built without --previous: every vector computed (entities_embedded), none reused from OLD
+        "entity_vectors": {"reused": None, "recomputed": len(vectors[1]),
                            "old_dim": len(next(iter(vectors[0].values()))),
                            "new_dim": len(next(iter(vectors[1].values()))),
                            "matched": len(vectors[0].keys() & vectors[1].keys()),
@@ -175,8 +176,8 @@ def test_diff_text_table(runs: Runs, capsys: pytest.CaptureFixture[str]) -> None
         ["articles", *(f"{articles[key]:,}" for key in ("old", "new", "added", "removed", "changed")), "(changed)"]]
     names = expected["names"]
     assert f"{names['top_candidate_changed']:>10,}  (top candidate changed)" in lines[7]
-    assert ("entity vectors: recomputed n/a (not refreshed from the old run), reused n/a (not refreshed from the old "
-            "run)") in lines
+    embedded = expected["entity_vectors"]["recomputed"]
+    assert f"entity vectors: recomputed {embedded:,}, reused n/a (not refreshed from the old run)" in lines
     encoded = expected["passages"]["encoded"]
     assert f"passages: encoded {encoded:,}, reused n/a (not refreshed from the old run)" in lines
     matched = expected["entity_vectors"]["matched"]

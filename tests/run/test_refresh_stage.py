@@ -13,11 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from artifacts.faiss.storage import write_index
 from artifacts.run import manifest
 from artifacts.run.validation import validate_run
 from pipelines import embed_entities as embed_entities_stage
 from pipelines.launcher.cli import main
-from tests.builders import all_command
+from tests.builders import all_command, record
 from tests.builders import artifact_rows as rows
 from tests.conftest import BUNDLED_SAMPLE, DIRECT, copy_stages, write_tiny_bert
 from tests.run_fixtures import DumpRuns, run_all
@@ -440,6 +441,26 @@ def test_a_rerun_of_a_refresh_takes_what_its_previous_run_lacks_from_its_own_ind
     assert stderr_line(capsys, "[index] the index this OUT holds") == (
         "[index] the index this OUT holds lends no vector (index/trained.faiss: 0 bytes, manifest says "
         f"{len(trained):,})")
+
+
+def test_a_trained_quantizer_of_another_shape_is_trained_again(runs, tiny_bert, tmp_path, capsys):
+    """A lender's trained.faiss of another shape than its index.json says (recorded so: validate took it for
+    sound) is passed over in a line, and the quantizer trained again: every shard failed on it (a traceback)."""
+    import faiss
+
+    old, scratch, _ = runs
+    output = upstream_of(scratch, tmp_path / "out")
+    index = ["index", "--output", str(output), "--encoder", str(tiny_bert), "--encoder-type", "mean",
+             "--max-length", "64", "--previous", str(old), "--index-factory", "IVF2,Flat", *DIRECT]
+    assert main([*index, "--shards", "2"]) == 0
+    write_index(faiss.IndexFlatIP(8), str(output / "index" / "trained.faiss"))
+    record(output, "index/trained.faiss")
+    capsys.readouterr()
+    assert main([*index, "--shards", "3"]) == 0
+    assert stderr_line(capsys, "[index] training the quantizer again") == (
+        f"[index] training the quantizer again: {old} has Flat x 32, this one needs IVF2,Flat x 32; {output} has a "
+        "trained.faiss that is an IndexFlatIP of 8 dims where IVF2,Flat x 32 makes an IndexIVFFlat of 32")
+    assert validate_run(str(output)) == []
 
 
 def test_a_copy_published_without_mention_vectors_says_so(runs, tiny_bert, tmp_path, capsys):

@@ -31,7 +31,7 @@ from artifacts.run import kpr_export, lock, manifest, owned, verified
 from artifacts.run import publish as publish_module
 from artifacts.run.validation import validate_run
 from pipelines.launcher.cli import main
-from tests.builders import article, files_below, fill_with_files, mirrored, stage_command, write_parsed
+from tests.builders import article, files_below, fill_with_files, mirrored, record, stage_command, write_parsed
 
 EMBEDDINGS = "entity_embeddings/part-00000-of-00001.parquet"
 ENTITIES = "entities/part-00000-of-00001.parquet"
@@ -47,15 +47,6 @@ STAGES = "dictionary, embed-entities, index, mentions, parse"
 def run(full_run: Path, tmp_path: Path) -> Path:
     """A private copy of the full run, free to corrupt."""
     return Path(shutil.copytree(full_run, tmp_path / "out"))
-
-
-def record(out: Path, relative: str) -> None:
-    """Record the current size, sha256 and rows of one output file in the manifest (as if a stage wrote it)."""
-    stages = manifest.load(str(out))
-    for stage in stages.values():
-        stage.outputs = [manifest.describe_file(str(out), str(out / relative)) if item.path == relative else item
-                         for item in stage.outputs]
-    manifest.save(str(out), stages)
 
 
 def rewrite_parquet(out: Path, relative: str, change: Callable[[pa.Table], pa.Table]) -> None:
@@ -370,20 +361,19 @@ def title_differs(out: Path) -> list[str]:
     return [f"{EMBEDDINGS}: title or qid differs from entities/: 1 ({entity_id})"]
 
 
+# parse's outputs changed after dictionary, embed_entities and mentions (its articles) and index (its passages) read
+# them: all stale now
+STALE_AFTER_PARSE = [f"manifest.json: stage {stage} was built from other parse outputs than the recorded ones: rerun "
+                     f"{stage}" for stage in ("dictionary", "embed-entities", "index", "mentions")]
+
+
 def redirects_break_contract(out: Path) -> list[str]:
     def change(table: pa.Table) -> pa.Table:
         return table.set_column(1, pa.field("target", pa.large_string()), table.column(1).cast(pa.large_string()))
 
     rewrite_parquet(out, REDIRECTS, change)
-    # parse's outputs changed after dictionary, embed_entities and mentions (its articles) and index (its
-    # passages) read them: all stale now
-    return ["manifest.json: stage dictionary was built from other parse outputs than the recorded ones: "
-            "rerun dictionary",
-            "manifest.json: stage embed-entities was built from other parse outputs than the recorded ones: "
-            "rerun embed-entities",
-            "manifest.json: stage index was built from other parse outputs than the recorded ones: rerun index",
-            "manifest.json: stage mentions was built from other parse outputs than the recorded ones: rerun mentions",
-            f"{REDIRECTS}: column target is large_string, the contract says string"]
+    return [*STALE_AFTER_PARSE, f"{REDIRECTS}: column target is large_string, the contract says string"]
+
 
 
 def mention_vectors_break_contract(out: Path) -> list[str]:
@@ -399,6 +389,80 @@ def mention_vectors_break_contract(out: Path) -> list[str]:
             "fixed_size_list<halffloat>[D]"]
 
 
+def index_json_leaves_out_a_shard(out: Path) -> list[str]:
+    """index.json of 2 shards listing one (its count too): every check of the listed shard passed, and a search
+    read half the passages."""
+    def change(info: dict) -> None:
+        info["count"] -= info["shard_files"].pop()["count"]
+
+    edit_index_json(out, change)
+    lost = "in the manifest, in no shard index/index.json lists (a search reads none of it)"
+    return ["index/index.json: 2 shards, shard-00001 is not listed", f"index/embeddings/shard-00001/: {lost}",
+            f"{SHARD}: {lost}", f"{SHARD_IDS}: {lost}"]
+
+
+def trained_index_of_another_shape(out: Path) -> list[str]:
+    """trained.faiss of 8 dims: nothing read it but a refresh, whose every shard failed on it."""
+    import faiss
+
+    trained = "index/trained.faiss"
+    faiss_shards.write_index(faiss.IndexFlatIP(8), str(out / trained))
+    record(out, trained)
+    dim = json.loads((out / "index" / "index.json").read_text())["dim"]
+    return [f"{trained}: it is an IndexFlatIP of 8 dims where Flat x {dim} makes an IndexIDMap of {dim}"]
+
+
+def move_recorded(out: Path, relative: str, to: str | None) -> None:
+    """Move a recorded file to ``to`` (None: delete it) and its record with it."""
+    stages = manifest.load(str(out))
+    for stage in stages.values():
+        stage.outputs = [replace(item, path=to) if item.path == relative else item for item in stage.outputs
+                         if item.path != relative or to is not None]
+    if to is None:
+        (out / relative).unlink()
+    else:
+        (out / relative).rename(out / to)
+    manifest.save(str(out), stages)
+
+
+def an_embeddings_part_gone(out: Path) -> list[str]:
+    """The first of two entity_embeddings/ parts, with its record: readers took the other for all of them (an
+    entity without its vector exported as a zero row)."""
+    move_recorded(out, EMBEDDINGS, "entity_embeddings/part-00001-of-00002.parquet")
+    return ["entity_embeddings/: 1 of its 2 parts are not in the manifest (part-00000-of-00002.parquet)"]
+
+
+def no_embeddings_recorded(out: Path) -> list[str]:
+    move_recorded(out, EMBEDDINGS, None)
+    return ["entity_embeddings/: no file in the manifest (embed-entities writes one per bucket of entities)"]
+
+
+def damaged_pages_the_manifest_vouches_for(out: Path) -> list[str]:
+    """A data page overwritten, the file recorded again: its footer reads, its rows do not (the reader's own error
+    was the command's, exit 2, telling to run validate)."""
+    damage_in_place(out / EMBEDDINGS, pq.read_metadata(out / EMBEDDINGS).row_group(0).column(0).data_page_offset)
+    record(out, EMBEDDINGS)
+    return [f"{EMBEDDINGS}: rows cannot be read"]  # a prefix: pyarrow's own words follow
+
+
+def a_directory_where_a_file_is_recorded(out: Path) -> list[str]:
+    (out / REDIRECTS).unlink()
+    (out / REDIRECTS).mkdir()
+    (out / REDIRECTS / "x").write_text("x")
+    return [f"{REDIRECTS}: a directory, where the manifest records a file",
+            f"{REDIRECTS}/x: not in the manifest (no stage recorded it)"]
+
+
+def manifest_of_no_row_count(out: Path) -> list[str]:
+    """A Parquet file recorded without its rows: one problem (the checks that count entities from the manifest
+    took it for 0 rows)."""
+    stages = manifest.load(str(out))
+    stages["dictionary"].outputs = [replace(item, rows=None) if item.path == ENTITIES else item
+                                    for item in stages["dictionary"].outputs]
+    manifest.save(str(out), stages)
+    return [f"{ENTITIES}: the manifest records no row count"]
+
+
 CORRUPTIONS = [truncate_articles, flip_shard_bytes, non_finite_embedding, wrong_norm_embedding,
                one_vector_for_every_entity, unknown_entity_embedding, repeated_entity_embedding, stray_parquet,
                stray_other_files, unreadable_recorded_parquet,
@@ -406,7 +470,11 @@ CORRUPTIONS = [truncate_articles, flip_shard_bytes, non_finite_embedding, wrong_
                shard_listed_twice, index_json_count_not_a_number, faiss_id_renamed, a_stored_passage_not_indexed,
                a_stored_passage_under_another_ones_id, passages_break_contract,
                a_passage_id_twice_in_passages,
-               manifest_miscounts_rows, an_entity_without_title_or_qid, mentions_outside_entities_and_articles]
+               manifest_miscounts_rows, an_entity_without_title_or_qid, mentions_outside_entities_and_articles,
+               index_json_leaves_out_a_shard, trained_index_of_another_shape, an_embeddings_part_gone,
+               no_embeddings_recorded, damaged_pages_the_manifest_vouches_for, a_directory_where_a_file_is_recorded,
+               manifest_of_no_row_count]
+PREFIXES = (unreadable_recorded_parquet, damaged_pages_the_manifest_vouches_for)  # pyarrow's words follow
 
 
 @pytest.mark.parametrize("corrupt", CORRUPTIONS, ids=lambda corrupt: corrupt.__name__)
@@ -414,7 +482,7 @@ def test_corruption_is_caught_and_refused(corrupt: Callable[[Path], list[str]], 
                                           capsys: pytest.CaptureFixture[str]) -> None:
     expected = corrupt(run)
     problems = validate_run(str(run))
-    if corrupt is unreadable_recorded_parquet:
+    if corrupt in PREFIXES:
         assert len(problems) == 1 and problems[0].startswith(expected[0] + " (")
         expected = problems
     assert problems == expected
@@ -432,6 +500,14 @@ def test_corruption_is_caught_and_refused(corrupt: Callable[[Path], list[str]], 
     assert err == (f"error: {run} does not validate ({expected[0]}{more}): `python run_pipeline.py validate --output "
                    f"{run}` lists every problem\n")
     assert not destination.exists()
+
+
+def test_a_stage_of_no_command_is_a_problem(run: Path) -> None:
+    stages = manifest.load(str(run))
+    stages["foo"] = replace(stages["parse"], stage="foo", outputs=[])
+    manifest.save(str(run), stages)
+    assert validate_run(str(run)) == ["manifest.json: stage 'foo' is none of this pipeline's (parse, dictionary, "
+                                      "mentions, embed_entities, index)"]
 
 
 def test_an_article_page_id_twice_is_a_problem(run: Path) -> None:

@@ -136,13 +136,13 @@ def require_complete(output: str, records: dict[str, manifest.StageRecord]) -> N
             raise IncompleteRunError(output, name, problem)
 
 
-def _reuse(record: manifest.StageRecord, old: str, reused: str, computed: str) -> VectorReuse:
-    """What a refresh reused and computed; reused is None unless the stage was refreshed from ``old`` (without
-    --previous its reuse counter says what a resumed run took from its killed one; from another run, what it took
-    from that one)."""
+def _reuse(record: manifest.StageRecord, old: str, reused: str, *computed: str) -> VectorReuse:
+    """What a refresh reused and computed (the first of the ``computed`` counters the stage recorded); reused is
+    None unless the stage was refreshed from ``old`` (without --previous its reuse counter says what a resumed run
+    took from its killed one; from another run, what it took from that one)."""
     unknown = not_refreshed_from(record, old)
-    return VectorReuse(None if unknown else record.counters.get(reused), record.counters.get(computed),
-                       unknown or NOT_RECORDED)
+    counted = next((record.counters[name] for name in computed if name in record.counters), None)
+    return VectorReuse(None if unknown else record.counters.get(reused), counted, unknown or NOT_RECORDED)
 
 
 def not_refreshed_from(record: manifest.StageRecord, old: str) -> str | None:
@@ -196,8 +196,9 @@ def diff_runs(old: str, new: str, vector_budget: int = VECTOR_BUDGET) -> RunDiff
             parts["names"] = compare(rows.names(old, old_entities), rows.names(new, new_entities))
         if layout.EMBED_ENTITIES_STAGE in both:
             parts["entity_vectors"] = vector_movement(old, old_entities, new, new_entities, vector_budget)
+            # a run built without --previous records no entities_recomputed: it computed every vector it has
             parts["entity_reuse"] = _reuse(new_records[layout.EMBED_ENTITIES_STAGE], old, "entities_reused",
-                                           "entities_recomputed")
+                                           "entities_recomputed", "entities_embedded")
     if layout.INDEX_STAGE in both:
         parts["passages"] = compare(rows.passages(old), rows.passages(new))
         parts["passage_reuse"] = _reuse(new_records[layout.INDEX_STAGE], old, "passages_reused",

@@ -8,7 +8,13 @@ from artifacts import layout
 from artifacts.errors import InvalidRunError
 from artifacts.run import manifest
 from artifacts.run.validation.entities import check_embeddings, check_entities, check_names
-from artifacts.run.validation.files import integrity_problems, parquet_problems, stale_stages, stray_files
+from artifacts.run.validation.files import (
+    integrity_problems,
+    parquet_problems,
+    part_problems,
+    stale_stages,
+    stray_files,
+)
 from artifacts.run.validation.index import check_index, check_passages
 from artifacts.run.validation.mentions import check_articles, check_mentions
 from artifacts.run.validation.recorded import RecordedRun
@@ -42,6 +48,7 @@ def check_run(output: str) -> Validation:
     problems = stale_stages(stages)
     problems += integrity_problems(run)  # marks the files deeper checks must skip, so it goes first
     problems += parquet_problems(run)
+    problems += part_problems(run)
     problems += stray_files(run)
     problems += semantic_problems(run)
     return Validation(output, tuple(sorted(stages)), tuple(problems))

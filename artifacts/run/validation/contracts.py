@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import pyarrow as pa
 
 from artifacts import faiss as faiss_shards
 from artifacts import layout, schemas
-from artifacts.run.validation.recorded import VECTOR_COLUMN
+from artifacts.run.validation.recorded import MAX_EXAMPLES, VECTOR_COLUMN
 
 
 @dataclass(frozen=True)
 class Contract:
     """The columns an artifact's files must have (more are allowed) and, for vectors, the allowed value types
-    of the fixed-size ``embedding`` column (its size D comes from the file)."""
+    of the fixed-size ``embedding`` column (its size D comes from the file); ``in_parts``: its files are named
+    ``part-i-of-N`` and all N are written (Beam's sinks, and embed-entities' file of every bucket)."""
 
     columns: pa.Schema
     vector_types: tuple[pa.DataType, ...] = ()
+    in_parts: bool = True
 
 
 def _without_vector(schema: pa.Schema) -> pa.Schema:
@@ -25,8 +28,9 @@ def _without_vector(schema: pa.Schema) -> pa.Schema:
 
 
 _ENTITY_VECTORS = Contract(_without_vector(schemas.entity_embeddings(1)), (pa.float32(), pa.float16()))
-_MENTION_VECTORS = Contract(_without_vector(schemas.mention_vectors(1)), (pa.float16(),))
-_PASSAGE_VECTORS = Contract(_without_vector(faiss_shards.embedding_schema(1)), (pa.float32(),))
+# a store of buckets with mentions (the others write no file), a shard's files of its buckets (bucket-NNNNN)
+_MENTION_VECTORS = Contract(_without_vector(schemas.mention_vectors(1)), (pa.float16(),), in_parts=False)
+_PASSAGE_VECTORS = Contract(_without_vector(faiss_shards.embedding_schema(1)), (pa.float32(),), in_parts=False)
 # artifact directory ("NAME/") -> the contract of its files
 CONTRACTS: dict[str, Contract] = {
     f"{layout.ARTICLES}/": Contract(schemas.ARTICLES),
@@ -40,6 +44,26 @@ CONTRACTS: dict[str, Contract] = {
     f"{layout.INDEX}/{faiss_shards.EMBEDDINGS_DIR}/": _PASSAGE_VECTORS,
     f"{layout.PASSAGES}/": Contract(schemas.PASSAGES),
 }
+
+
+PART_NAME = re.compile(r"part-(\d+)-of-(\d+)\.parquet")
+
+
+def missing_parts(directory: str, relatives: list[str]) -> list[str]:
+    """How the recorded files ``relatives`` of an artifact written ``in_parts`` are not all N parts of one write."""
+    names = [relative[len(directory):] for relative in relatives]
+    found = [PART_NAME.fullmatch(name) for name in names]
+    totals = sorted({int(match[2]) for match in found if match})
+    if len(totals) > 1:
+        return [f"{directory}: parts of {' and '.join(map(str, totals))}-part writes (a stale write mixed in?)"]
+    if not totals:
+        return []
+    numbers = {int(match[1]) for match in found if match}
+    missing = [f"part-{number:05d}-of-{totals[0]:05d}.parquet" for number in range(totals[0]) if number not in numbers]
+    if not missing:
+        return []
+    shown = ", ".join(missing[:MAX_EXAMPLES]) + (", ..." if len(missing) > MAX_EXAMPLES else "")
+    return [f"{directory}: {len(missing)} of its {totals[0]} parts are not in the manifest ({shown})"]
 
 
 def contract_problems(relative: str, schema: pa.Schema) -> list[str]:

@@ -7,13 +7,14 @@ import pyarrow as pa
 
 from artifacts import fs, layout
 from artifacts.run import manifest
-from artifacts.run.validation.contracts import contract_problems
+from artifacts.run.validation.contracts import CONTRACTS, contract_problems, missing_parts
 from artifacts.run.validation.recorded import RecordedRun, message, parquet_footer
 
 
 def stale_stages(stages: dict[str, manifest.StageRecord]) -> list[str]:
     """Stages whose recorded upstream fingerprints are not those of the recorded upstream outputs."""
-    problems = []
+    problems = [f"{manifest.MANIFEST_NAME}: stage {stage!r} is none of this pipeline's "
+                f"({', '.join(layout.STAGE_ORDER)})" for stage in sorted(stages) if stage not in layout.STAGE_ORDER]
     for stage, record in sorted(stages.items()):
         name = layout.command_of(stage)
         problems += [f"{manifest.MANIFEST_NAME}: stage {name} read stage {layout.command_of(upstream)}, which is not "
@@ -47,13 +48,28 @@ def parquet_problems(run: RecordedRun) -> list[str]:
             run.broken.add(relative)
             problems.append(f"{relative}: not a readable Parquet file ({message(error)})")
             continue
-        if item.rows is not None and rows != item.rows:
+        if item.rows is None or rows != item.rows:
             run.broken.add(relative)  # later checks count rows from the manifest
-            problems.append(f"{relative}: {rows} rows, manifest says {item.rows}")
+            problems.append(f"{relative}: the manifest records no row count" if item.rows is None
+                            else f"{relative}: {rows} rows, manifest says {item.rows}")
         found = contract_problems(relative, schema)
         if found:
             run.broken.add(relative)  # later checks read these columns
             problems += [f"{relative}: {problem}" for problem in found]
+    return problems
+
+
+def part_problems(run: RecordedRun) -> list[str]:
+    """Artifacts written in N parts whose recorded files are not the N; a stage that writes one file per bucket
+    (embed-entities) with none: readers took the rest of the artifact for all of it (an entity without its vector
+    exported as a zero row)."""
+    problems = [problem for directory, contract in CONTRACTS.items() if contract.in_parts
+                for problem in missing_parts(directory, sorted(path for path in run.files
+                                                               if path.startswith(directory)))]
+    if layout.EMBED_ENTITIES_STAGE in run.stages and not any(path.startswith(f"{layout.ENTITY_EMBEDDINGS}/")
+                                                             for path in run.files):
+        problems.append(f"{layout.ENTITY_EMBEDDINGS}/: no file in the manifest (embed-entities writes one per bucket "
+                        "of entities)")
     return problems
 
 

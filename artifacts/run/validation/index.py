@@ -30,13 +30,41 @@ def check_index(run: RecordedRun) -> list[str]:
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
         return [f"{index_json}: shards listed more than once: {', '.join(repeated[:MAX_EXAMPLES])}"]
-    problems = []
+    problems = [f"{index_json}: {info.shards} shards, {name} is not listed" for name in numbers if name not in names]
+    problems += unlisted_files(run, info)
     for shard in info.shard_files:
         problems += check_shard(run, info, shard, numbers.get(shard["name"]))
     listed = sum(shard["count"] for shard in info.shard_files)
     if listed != info.count:
         problems.append(f"{index_json}: count {info.count}, its shards hold {listed}")
-    return problems
+    return problems + trained_problems(run, info)
+
+
+def unlisted_files(run: RecordedRun, info: faiss_shards.IndexInfo) -> list[str]:
+    """Recorded files of the index that belong to no shard index.json lists: a search would never read them."""
+    own = {f"{INDEX}/{name}" for name in (faiss_shards.INDEX_JSON, faiss_shards.TRAINED_NAME)}
+    for shard in info.shard_files:
+        own |= {f"{INDEX}/{shard['index']}", f"{INDEX}/{shard['ids']}"}
+    stored = f"{INDEX}/{faiss_shards.EMBEDDINGS_DIR}/"
+    own |= {f"{stored}{shard['name']}/" for shard in info.shard_files}
+    # a shard's stored passages are one entry: its directory (thousands of bucket files at scale)
+    entries = {"/".join(path.split("/")[:3]) + "/" if path.startswith(stored) else path
+               for path in run.files if path.startswith(f"{INDEX}/")}
+    return [f"{entry}: in the manifest, in no shard {INDEX}/{faiss_shards.INDEX_JSON} lists (a search reads none of "
+            "it)" for entry in sorted(entries - own)]
+
+
+def trained_problems(run: RecordedRun, info: faiss_shards.IndexInfo) -> list[str]:
+    """trained.faiss is the empty trained index of index.json's factory and dim: a refresh starts its shards from
+    it (one of another shape failed every shard)."""
+    trained = f"{INDEX}/{faiss_shards.TRAINED_NAME}"
+    if trained not in run.files or trained in run.broken:
+        return []
+    try:
+        reason = faiss_shards.untrained_reason(faiss_shards.read_index(run.path(trained)), info.factory, info.dim)
+    except (RuntimeError, InputError) as error:
+        return [f"{trained}: does not load with faiss ({message(error)})"]
+    return [] if reason is None else [f"{trained}: it {reason}"]
 
 
 def check_passages(run: RecordedRun) -> list[str]:

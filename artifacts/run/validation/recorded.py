@@ -16,6 +16,7 @@ from apache_beam.io.filesystems import FileSystems
 from artifacts import fs
 from artifacts.errors import InputError
 from artifacts.run import manifest
+from artifacts.tables import DamagedParquetError
 
 MAX_EXAMPLES = 5  # example ids per kind of problem: 7M bad rows make one line, not 7M
 VECTOR_COLUMN = "embedding"
@@ -66,7 +67,6 @@ class Tally:
                 for kind, (count, kept) in self._found.items()]
 
 
-
 def int_column(batch: pa.RecordBatch, name: str, null: int = 0) -> np.ndarray:
     """The column ``name`` of ``batch`` as int64, a null as ``null``."""
     return pc.fill_null(batch.column(name), null).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -82,6 +82,8 @@ def guarded(relative: str, check: Callable[[], list[str] | None]) -> list[str]:
     one problem, not a crash."""
     try:
         return check() or []
+    except DamagedParquetError as error:  # what the readers of artifacts raise, naming the file and the command
+        return [f"{relative}: rows cannot be read ({error.problem})"]
     except (pa.ArrowException, OSError) as error:
         return [f"{relative}: rows cannot be read ({message(error)})"]
 
