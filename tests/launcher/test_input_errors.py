@@ -459,6 +459,11 @@ def test_multistream_is_told_by_its_name_or_by_its_streams(tmp_path: Path, singl
     assert has_several_bz2_streams(str(renamed)) and looks_multistream(str(renamed))
     assert not has_several_bz2_streams(str(single_stream_sample))
     assert not looks_multistream(str(single_stream_sample))
+    xml = bz2.decompress(BUNDLED_SAMPLE.read_bytes())  # cut in streams anywhere (pbzip2): no multistream dump
+    cut_anywhere = tmp_path / "parallel.xml.bz2"
+    cut_anywhere.write_bytes(b"".join(bz2.compress(xml[start:start + 100_000])
+                                      for start in range(0, len(xml), 100_000)))
+    assert not looks_multistream(str(cut_anywhere))
     named = tmp_path / "x-multistream.xml.bz2"
     shutil.copy(single_stream_sample, named)
     assert looks_multistream(str(named)) and not looks_multistream(str(tmp_path / "x.xml"))

@@ -48,6 +48,21 @@ def test_namespace_prefixes_are_this_wikis_own():
     assert ENGLISH.lookup("Star Trek") is None and ENGLISH.lookup("categoria") is None
 
 
+@pytest.mark.usefixtures("shared_data")
+def test_extra_namespaces_are_those_a_wiki_lists():
+    """Portal and Draft are English Wikipedia's own: aawiki's <siteinfo> lists neither, and there [[Draft:Bar]] is a
+    link to an article (it was text without a link, and a redirect to it a non-article one)."""
+    aawiki = read_siteinfo(str(WIKIPEDIA / "edge-cases" / "aawiki-20260101-pages-meta-current.xml.bz2")).namespaces
+    assert (aawiki.lookup("Draft"), aawiki.lookup("Portal"), aawiki.lookup("Module"), aawiki.lookup("Image")) == (
+        None, None, 828, 6)
+    assert convert("see [[Draft:Bar]] and [[Portal:Foo|foo]]", aawiki) == (
+        "see Draft:Bar and foo", [("Draft:Bar", "Draft:Bar"), ("foo", "Portal:Foo")])
+    enwiki = read_siteinfo(str(BUNDLED_SAMPLE)).namespaces
+    assert (enwiki.lookup("Draft"), enwiki.lookup("Portal")) == (118, 100) == (ENGLISH.lookup("Draft"),
+                                                                              ENGLISH.lookup("Portal"))
+    assert convert("see [[Draft:Bar]]", enwiki) == ("see Draft:Bar", [])  # a link out of the articles
+
+
 def test_templates_refs_and_bold_are_dropped_link_text_kept():
     assert convert("'''Anarchism''' is a [[political philosophy]] that advocates [[Self-governance|self-governed]] "
                    "societies.{{cite|x}}<ref>A [[ref link]]</ref>") == (

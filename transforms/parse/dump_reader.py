@@ -84,10 +84,9 @@ def _child_text(element: ElementTree.Element, name: str) -> str | None:
 
 
 def siteinfo_from_element(element: ElementTree.Element | None, schema_version: str | None) -> SiteInfo:
-    """SiteInfo from a parsed <siteinfo> (English defaults when there is none)."""
-    namespaces = Namespaces.english_defaults()
+    """SiteInfo from a parsed <siteinfo> (English Wikipedia's namespaces when there is none)."""
     if element is None:
-        return SiteInfo(None, None, schema_version, namespaces)
+        return SiteInfo(None, None, schema_version, Namespaces.english_defaults())
     local: dict[str, int] = {}
     block = _child(element, "namespaces")
     for namespace in [] if block is None else block:
@@ -99,7 +98,8 @@ def siteinfo_from_element(element: ElementTree.Element | None, schema_version: s
     dbname, base_url = _child_text(element, "dbname"), _child_text(element, "base")
     language = wiki_language(dbname, base_url)
     local.update(unlisted_aliases(language))
-    return SiteInfo(dbname, base_url, schema_version, namespaces.with_names(local).with_language(language))
+    return SiteInfo(dbname, base_url, schema_version,
+                    Namespaces.canonical().with_names(local).with_language(language))
 
 
 def wiki_language(dbname: str | None, base_url: str | None) -> str | None:
@@ -214,7 +214,9 @@ def iter_page_fragment_bytes(stream: IO[bytes], chunk_size: int = _READ_CHUNK) -
     also where a bz2 reader stops without a word at bytes that start no stream, e.g. a damaged stream header).
     """
     pending = b""
-    while chunk := stream.read(chunk_size):
+    # read1: what one read of the archive gives (read(n) reads on to n bytes and, at a cut, drops what it had)
+    read = getattr(stream, "read1", stream.read)
+    while chunk := read(chunk_size):
         pending += chunk
         end = pending.rfind(_PAGE_END)
         if end >= 0:
@@ -247,7 +249,8 @@ def iter_pages(path: str, siteinfo: SiteInfo | None = None) -> Iterator[RawPage 
 
 def where_it_breaks(pages: int, title: str | None) -> str:
     """Where a file stops being readable: after its first ``pages`` pages were read (the last one's title); the
-    reader takes the file in chunks of ``_READ_CHUNK`` bytes, so the break may lie up to a chunk further."""
+    reader takes the file in what one read of the archive decompresses (up to ``_READ_CHUNK`` bytes), so the break
+    may lie a page or so further."""
     if not pages:
         return "before any page was read"
     return f"after {pages:,} {'page was' if pages == 1 else 'pages were'} read (the last {title!r})"

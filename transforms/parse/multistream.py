@@ -80,13 +80,14 @@ def first_stream(path: str, limit: int) -> FirstStream | None:
 
 
 def has_several_bz2_streams(path: str, limit: int = 1 << 20) -> bool:
-    """Whether a bz2 file's first stream ends within its first ``limit`` bytes and another one follows (a
-    multistream dump). Reads at most ``limit`` bytes."""
+    """Whether a bz2 file is made as a multistream dump: its first stream, the export's head without a page, ends
+    within its first ``limit`` bytes and another one follows (pbzip2's streams, cut anywhere, start with pages: an
+    index could not name where pages start). Reads at most ``limit`` bytes."""
     try:
         found = first_stream(path, limit)
     except fs.ARCHIVE_ERRORS:
         return False  # reading it will say what is wrong
-    return found is not None and found.after.startswith(b"BZh")
+    return found is not None and found.after.startswith(b"BZh") and not found.holds_page
 
 
 def looks_multistream(path: str) -> bool:

@@ -11,16 +11,18 @@ FILE = 6
 CATEGORY = 14
 MEDIA = -2
 
-# MediaWiki's canonical names, which every wiki accepts, and what English Wikipedia calls its own (under the local
-# names a dump's <siteinfo> lists).
-_ENGLISH_DEFAULTS = {
+# MediaWiki's canonical names, which every Wikipedia accepts beside the local names its <siteinfo> lists (Module:
+# Scribunto's, on every Wikimedia wiki) ...
+_EVERY_WIKI = {
     "media": MEDIA, "special": -1, "talk": 1, "user": 2, "user talk": 3, "project": 4, "project talk": 5,
     "wikipedia": 4, "wikipedia talk": 5,
     "file": FILE, "image": FILE, "file talk": 7, "image talk": 7, "mediawiki": 8, "mediawiki talk": 9,
     "template": 10, "template talk": 11, "help": 12, "help talk": 13, "category": CATEGORY,
-    "category talk": 15, "portal": 100, "portal talk": 101, "draft": 118, "draft talk": 119,
-    "module": 828, "module talk": 829,
+    "category talk": 15, "module": 828, "module talk": 829,
 }
+# ... and those of English Wikipedia's own (a wiki's extra namespaces: on one that does not list them, "Draft:Bar"
+# is an article's title), for a dump without <siteinfo>.
+_ENGLISH_DEFAULTS = {**_EVERY_WIKI, "portal": 100, "portal talk": 101, "draft": 118, "draft talk": 119}
 
 # Aliases that wikis accept but <siteinfo> does not list (it lists no aliases), by language code: old local names
 # of the File namespace, the Chinese names of File, Category and Media (MessagesZh_hans.php, MessagesZh_hant.php),
@@ -88,6 +90,11 @@ class Namespaces:
     @classmethod
     def english_defaults(cls) -> Namespaces:
         return cls(dict(_ENGLISH_DEFAULTS), self_interwiki_prefixes("en"))
+
+    @classmethod
+    def canonical(cls) -> Namespaces:
+        """The names every wiki accepts, to which its <siteinfo> adds its own."""
+        return cls(dict(_EVERY_WIKI), self_interwiki_prefixes("en"))
 
     def points_here(self, prefix: str) -> bool:
         """True if an interwiki prefix such as ``en`` or `` W `` links to this wiki itself."""

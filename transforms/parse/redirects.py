@@ -30,7 +30,8 @@ DUPLICATE_TITLES = "duplicate_titles"
 
 COUNTERS = declare(
     processed("redirects_resolved", "redirects resolved to their final target"),
-    dropped("redirects_to_missing_articles", "redirects whose target is not an article of the dump"),
+    processed("redirects_to_missing_articles", "redirects kept whose target is not an article of the dump (of "
+                                               "redirects resolved; a link through one is a red link)"),
     error("redirect_cycles", "redirect chains that loop or exceed 64 hops"),
     error("duplicate_redirects", "redirect pages dropped: another redirect page of the same title (the smallest "
                                  "target is kept) or an article of that title"),
