@@ -39,6 +39,9 @@ STAGE_COMMANDS = {PARSE_STAGE: "parse", DICTIONARY_STAGE: "dictionary", MENTIONS
 STAGE_OUTPUTS = {PARSE_STAGE: (ARTICLES, REDIRECTS), DICTIONARY_STAGE: (ENTITIES, DICTIONARY),
                  MENTIONS_STAGE: (MENTIONS,), EMBED_ENTITIES_STAGE: (ENTITY_EMBEDDINGS, ENTITY_ID_MAP, MENTION_VECTORS),
                  INDEX_STAGE: (INDEX, PASSAGES)}
+# The artifacts of an upstream stage a stage reads, where not all of them (a KPR index reads the dictionary's linker
+# too: all of it); their digest is the input it records.
+READS = {MENTIONS_STAGE: {DICTIONARY_STAGE: (ENTITIES,)}, EMBED_ENTITIES_STAGE: {DICTIONARY_STAGE: (ENTITIES,)}}
 
 
 def command_of(stage: str) -> str:

@@ -62,12 +62,14 @@ class StageRecord:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
-    def outputs_digest(self) -> str:
-        """One hash over the stage's output checksums: the fingerprint downstream stages record (kept work that no
-        stage reads, ``KEPT_ARTIFACTS``, left out: a run published without it is the same to its readers)."""
+    def outputs_digest(self, artifacts: tuple[str, ...] = ()) -> str:
+        """One hash over the checksums of the stage's outputs, or of those of its ``artifacts`` (``entities``): the
+        fingerprint downstream stages record (kept work that no stage reads, ``KEPT_ARTIFACTS``, left out: a run
+        published without it is the same to its readers)."""
         digest = hashlib.sha256()
+        prefixes = tuple(f"{artifact}/" for artifact in artifacts)
         for item in sorted(self.outputs, key=lambda output: output.path):
-            if is_kept_work(item.path):
+            if is_kept_work(item.path) or (prefixes and not item.path.startswith(prefixes)):
                 continue
             digest.update(f"{item.path}\t{item.sha256}\n".encode())
         return digest.hexdigest()
@@ -300,6 +302,7 @@ def option_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     names = sorted((set(old) | set(new)) - set(RUNTIME_OPTIONS))
     values = [(name, *(options.get(name, UNRECORDED_DEFAULTS.get(name)) for options in (old, new))) for name in names]
     return [f"{name}: {before!r} -> {after!r}" for name, before, after in values if before != after]
+STAGE_INPUT = "stage:"  # the recorded input key of an upstream stage's outputs (``stage_input``)
 CONTENT = "content:"  # the recorded input key of a content digest (``Stage.content_inputs``), then its role
 
 
@@ -349,14 +352,30 @@ def canonical_options(options: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(options, sort_keys=True))
 
 
-def read_stages(record: StageRecord) -> dict[str, str]:
-    """The stages of the run whose outputs ``record``'s stage read, with the digest of the outputs it read (inputs
-    outside OUT are not part of the run)."""
-    return {key.removeprefix("stage:"): digest for key, digest in sorted(record.inputs.items())
-            if key.startswith("stage:")}
+def stage_input(upstream: str, artifacts: tuple[str, ...] = ()) -> str:
+    """The input under which a stage records the outputs of ``upstream`` it reads: all of them (``stage:parse``) or
+    its ``artifacts`` (``stage:dictionary/entities``: a dictionary of other thresholds, the same entities, is no
+    change to a stage that reads only those)."""
+    return f"{STAGE_INPUT}{upstream}" + (f"/{','.join(artifacts)}" if artifacts else "")
+
+
+def read_outputs(record: StageRecord) -> list[tuple[str, tuple[str, ...], str]]:
+    """(stage, the artifacts of it read or () for all, the digest of what was read) of each stage of the run whose
+    outputs ``record``'s stage read (inputs outside OUT are not part of the run)."""
+    found = []
+    for key, digest in sorted(record.inputs.items()):
+        if key.startswith(STAGE_INPUT):
+            upstream, _, artifacts = key.removeprefix(STAGE_INPUT).partition("/")
+            found.append((upstream, tuple(artifacts.split(",")) if artifacts else (), digest))
+    return found
+
+
+def read_stages(record: StageRecord) -> list[str]:
+    """The stages of the run whose outputs ``record``'s stage read."""
+    return [upstream for upstream, _, _ in read_outputs(record)]
 
 
 def rebuilt_since(record: StageRecord, stages: dict[str, StageRecord]) -> list[str]:
     """The recorded stages whose outputs are not those ``record``'s stage read: they ran again since."""
-    return [upstream for upstream, digest in read_stages(record).items()
-            if upstream in stages and stages[upstream].outputs_digest() != digest]
+    return [upstream for upstream, artifacts, digest in read_outputs(record)
+            if upstream in stages and stages[upstream].outputs_digest(artifacts) != digest]

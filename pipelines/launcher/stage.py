@@ -386,8 +386,20 @@ def input_fingerprints(stage: Stage[ConfigT], config: ConfigT, output: str,
                 f"it) and '{layout.command_of(stage.name)}' would read it: remove it, or rerun `python run_pipeline.py "
                 f"{command} --output {shlex.quote(output)} --force ...`"
             )
-        inputs[f"stage:{upstream}"] = record.outputs_digest()
+        inputs.update([upstream_input(stage.name, upstream, record, completed.get(stage.name))])
     return inputs
+
+
+def upstream_input(name: str, upstream: str, record: manifest.StageRecord,
+                   own: manifest.StageRecord | None) -> tuple[str, str]:
+    """The recorded input of the outputs of ``upstream`` (``record``) that stage ``name`` reads: those of its
+    ``layout.READS``, or all; all where ``own`` (its record) holds their digest so (an earlier version's record, of
+    the same outputs: the stage is not run again for it)."""
+    read = layout.READS.get(name, {}).get(upstream, ())
+    whole = manifest.stage_input(upstream)
+    if read and own is not None and own.inputs.get(whole) == record.outputs_digest():
+        return whole, own.inputs[whole]
+    return manifest.stage_input(upstream, read), record.outputs_digest(read)
 
 
 def changed_after_it_ran(output: str, upstream: str, problem: str) -> InputError:

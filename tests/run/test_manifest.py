@@ -16,6 +16,7 @@ import pytest
 from artifacts import layout
 from artifacts.errors import DamagedManifestError
 from artifacts.run import manifest
+from artifacts.run.validation import validate_run
 from pipelines.launcher.cli import main
 from tests.builders import all_command, stage_command
 from tests.conftest import BUNDLED_SAMPLE, DIRECT, copy_stages
@@ -267,6 +268,45 @@ def test_a_stage_whose_own_recorded_file_is_gone_runs_again(full_run: Path, tiny
         f"[{command}] skipped: outputs complete, inputs and options unchanged"
         for command in ("parse", "dictionary", "mentions", "embed-entities")] + ["[index] running"]
     assert (out / SHARD).read_bytes() == (full_run / SHARD).read_bytes()
+
+
+def stage_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.endswith(("] running", "] skipped: outputs complete, inputs "
+                                                                "and options unchanged"))]
+
+
+def test_a_dictionary_of_other_thresholds_reruns_no_stage_that_reads_only_its_entities(
+        full_run: Path, tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """mentions and embed-entities read the dictionary's entities/ alone: another --min-link-prob changes its names
+    and linker, not its entities, and they are skipped (they ran again: embed-entities' model pass, all of it with
+    --no-mention-vectors), not stale. A record of an earlier version (the digest of all the dictionary's outputs)
+    is kept while those outputs are the same, and runs the stage once when they change."""
+    out = Path(shutil.copytree(full_run, tmp_path / "out"))
+    stages = manifest.load(str(out))
+    dictionary = stages[layout.DICTIONARY_STAGE]
+    whole = manifest.stage_input(layout.DICTIONARY_STAGE)
+    entities_only = manifest.stage_input(layout.DICTIONARY_STAGE, (layout.ENTITIES,))
+    assert stages[layout.MENTIONS_STAGE].inputs[entities_only] == dictionary.outputs_digest((layout.ENTITIES,))
+    del stages[layout.MENTIONS_STAGE].inputs[entities_only]
+    stages[layout.MENTIONS_STAGE].inputs[whole] = dictionary.outputs_digest()  # as an earlier version recorded it
+    manifest.save(str(out), stages)
+    for command in ("mentions", "embed-entities"):
+        assert main(stage_command(command, out, tiny_bert)) == 0
+    assert stage_lines(capsys.readouterr().err) == [
+        f"[{command}] skipped: outputs complete, inputs and options unchanged" for command in ("mentions",
+                                                                                            "embed-entities")]
+    assert main(stage_command("dictionary", out, tiny_bert, "--min-link-prob", "0.5")) == 0
+    assert files_and_bytes(out / "entities") == files_and_bytes(full_run / "entities")
+    assert files_and_bytes(out / "dictionary") != files_and_bytes(full_run / "dictionary")
+    capsys.readouterr()
+    for command in ("mentions", "embed-entities", "mentions"):
+        assert main(stage_command(command, out, tiny_bert)) == 0
+    assert stage_lines(capsys.readouterr().err) == [  # the earlier version's record, once
+        "[mentions] running", *(f"[{command}] skipped: outputs complete, inputs and options unchanged"
+                                for command in ("embed-entities", "mentions"))]
+    assert files_and_bytes(out / "mentions") == files_and_bytes(full_run / "mentions")
+    assert entities_only in manifest.load(str(out))[layout.MENTIONS_STAGE].inputs
+    assert validate_run(str(out)) == []
 
 
 def test_a_previous_run_with_a_file_gone_is_recomputed_saying_why(full_run: Path, tiny_bert: Path, tmp_path: Path,
