@@ -119,10 +119,13 @@ class IndexStage:
     def config(self, args: argparse.Namespace) -> IndexConfig:
         encoder = encoder_options(args)
         refresh = RefreshConfig.from_args(args)
+        # what a run does not read is its default (recorded: another value would run the stage again for nothing)
         words = IndexConfig.words_per_passage if args.corpus else args.words_per_passage  # articles' passages alone
+        duplicates = args.on_duplicate_id if args.corpus else IndexConfig.on_duplicate_id  # a corpus's ids alone
+        memory = IndexConfig.shard_memory_gb if args.shards else args.shard_memory_gb  # sizes the shards not given
         return IndexConfig(encoder=encoder, corpus=args.corpus, words_per_passage=words,
-                           on_duplicate_id=args.on_duplicate_id, shards=args.shards,
-                           shard_memory_gb=args.shard_memory_gb, index_factory=args.index_factory,
+                           on_duplicate_id=duplicates, shards=args.shards,
+                           shard_memory_gb=memory, index_factory=args.index_factory,
                            faiss_gpu=not args.no_faiss_gpu, previous=refresh.previous,
                            require_reuse=refresh.require_reuse, model_workers=args.model_workers)
 

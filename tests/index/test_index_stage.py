@@ -24,7 +24,7 @@ from encoders.retrievers import EncoderOptions
 from pipelines.index import check_encoder
 from pipelines.launcher import stage as launcher_stage
 from pipelines.launcher.cli import main
-from tests.builders import article, dpr_passages, stored_rows, write_parsed
+from tests.builders import article, dpr_passages, stage_command, stored_rows, write_parsed
 from tests.conftest import BUNDLED_PASSAGES, DIRECT, MULTI_PROCESS, PASSAGES, torch_free_workers
 
 SUBSET = PASSAGES / "psgs_w100_subset_from_haystack_nqdev.tsv"
@@ -328,6 +328,14 @@ def test_options_the_encoder_or_the_corpus_does_not_read_change_nothing(tiny_ber
     assert main([*index, "--max-entities", "5", "--words-per-passage", "20"]) == 0
     assert "[index] skipped: outputs complete, inputs and options unchanged" in capsys.readouterr().err
     assert (tmp_path / "out" / "index" / "index.json").read_bytes() == recorded
+
+
+def test_options_of_what_a_run_does_not_do_change_nothing(full_run, tiny_bert, tmp_path, capsys):
+    """--on-duplicate-id (a --corpus's ids) and --shard-memory-gb (the shards when --shards is not given) given to an
+    index of 2 shards of passages cut from the articles: skipped (the shards were built again)."""
+    out = shutil.copytree(full_run, tmp_path / "out")
+    assert main(stage_command("index", out, tiny_bert, "--on-duplicate-id", "last", "--shard-memory-gb", "3")) == 0
+    assert "[index] skipped: outputs complete, inputs and options unchanged" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("before", "after"), [("Flat", "IDMap,Flat"), ("IVF2,Flat", "IVF2,Flat")])
