@@ -202,7 +202,6 @@ class Retriever:
                 for row_scores, row_ids in zip(scores, ids, strict=True)]
 
 
-
 def format_hits(query: str, hits: list[Hit], width: int = 100) -> str:
     """A query's hits as a table with a header: rank, score, passage id, title and the start of the text (every
     cell ``on_one_line``: --json gives them as they are)."""

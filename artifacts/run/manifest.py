@@ -302,6 +302,8 @@ def option_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     names = sorted((set(old) | set(new)) - set(RUNTIME_OPTIONS))
     values = [(name, *(options.get(name, UNRECORDED_DEFAULTS.get(name)) for options in (old, new))) for name in names]
     return [f"{name}: {before!r} -> {after!r}" for name, before, after in values if before != after]
+
+
 STAGE_INPUT = "stage:"  # the recorded input key of an upstream stage's outputs (``stage_input``)
 CONTENT = "content:"  # the recorded input key of a content digest (``Stage.content_inputs``), then its role
 

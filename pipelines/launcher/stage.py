@@ -579,7 +579,6 @@ def _execute_within_limits(stage: Stage[ConfigT], config: ConfigT, ctx: StageCon
         raise
 
 
-
 def interrupted_in_a_step(error: BaseException) -> bool:
     """Whether ``error`` is Ctrl-C that reached a step running in this process (re-raised by Beam as another
     exception, the KeyboardInterrupt as its context)."""

@@ -314,7 +314,6 @@ def test_passages_encoded_by_a_run_that_failed_on_its_factory_are_reused_with_an
     assert (counters["passages_encoded"], counters["passages_reused"], counters["passages_indexed"]) == (0, 3, 3)
 
 
-
 def test_options_the_encoder_or_the_corpus_does_not_read_change_nothing(tiny_bert, tmp_path, capsys):
     """--max-entities (a KPR encoder's) and --words-per-passage (passages cut from articles) given to a mean encoder of
     a --corpus: the run is the same (it was rerun, every passage encoded again, and a refresh under --require-reuse

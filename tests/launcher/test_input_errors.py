@@ -657,7 +657,6 @@ def test_out_of_space_is_told_by_errno_or_by_beams_rewording() -> None:
     assert not out_of_space(OSError(errno.EACCES, "Permission denied"))
 
 
-
 def test_a_gpu_out_of_memory_is_one_line_naming_what_to_lower(
         tmp_path: Path, full_run: Path, tiny_bert: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:

@@ -255,6 +255,11 @@ def test_a_run_being_published_is_said_to_be_so(command: str, full_run: Path, tm
         "ends", f"error: question file {tmp_path / 'none.tsv'} not found"]
 
 
+def stage_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.endswith(("] running", "] skipped: outputs complete, inputs "
+                                                                "and options unchanged"))]
+
+
 def test_a_stage_whose_own_recorded_file_is_gone_runs_again(full_run: Path, tiny_bert: Path, tmp_path: Path,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     """The resume rule: `all` skips the stages whose recorded outputs are there and reruns the one whose are not
@@ -262,17 +267,10 @@ def test_a_stage_whose_own_recorded_file_is_gone_runs_again(full_run: Path, tiny
     out = Path(shutil.copytree(full_run, tmp_path / "out"))
     (out / SHARD).unlink()
     assert main(all_command(out, tiny_bert, "--no-report")) == 0
-    err = capsys.readouterr().err
-    assert [line for line in err.splitlines() if line.endswith(("] running", "] skipped: outputs complete, inputs "
-                                                                "and options unchanged"))] == [
+    assert stage_lines(capsys.readouterr().err) == [
         f"[{command}] skipped: outputs complete, inputs and options unchanged"
         for command in ("parse", "dictionary", "mentions", "embed-entities")] + ["[index] running"]
     assert (out / SHARD).read_bytes() == (full_run / SHARD).read_bytes()
-
-
-def stage_lines(err: str) -> list[str]:
-    return [line for line in err.splitlines() if line.endswith(("] running", "] skipped: outputs complete, inputs "
-                                                                "and options unchanged"))]
 
 
 def test_a_dictionary_of_other_thresholds_reruns_no_stage_that_reads_only_its_entities(

@@ -375,7 +375,6 @@ def redirects_break_contract(out: Path) -> list[str]:
     return [*STALE_AFTER_PARSE, f"{REDIRECTS}: column target is large_string, the contract says string"]
 
 
-
 def mention_vectors_break_contract(out: Path) -> list[str]:
     """A file of embed-entities' window store rewritten with float32 vectors: a change no stage reads (kept work is
     not in the fingerprint downstream stages record), and the contract still flags it."""
@@ -985,8 +984,6 @@ def test_a_killed_exports_staging_directory_is_its_own(full_run: Path, tmp_path:
     assert not (export / ".export-staging").exists()
     assert ".export-staging/" not in owned.load_record(str(export), kpr_export.RECORD_FILE)
     assert (export / "entity_vocab.tsv").read_text().startswith("[PAD]\t0\n")
-
-
 
 
 def test_export_kpr_loads_with_numpy_and_marisa(full_run: Path, tmp_path: Path,
