@@ -364,12 +364,13 @@ def stage_input(upstream: str, artifacts: tuple[str, ...] = ()) -> str:
 def read_outputs(record: StageRecord) -> list[tuple[str, tuple[str, ...], str]]:
     """(stage, the artifacts of it read or () for all, the digest of what was read) of each stage of the run whose
     outputs ``record``'s stage read (inputs outside OUT are not part of the run)."""
-    found = []
-    for key, digest in sorted(record.inputs.items()):
-        if key.startswith(STAGE_INPUT):
-            upstream, _, artifacts = key.removeprefix(STAGE_INPUT).partition("/")
-            found.append((upstream, tuple(artifacts.split(",")) if artifacts else (), digest))
-    return found
+    return [(*stage_read(key), digest) for key, digest in sorted(record.inputs.items()) if key.startswith(STAGE_INPUT)]
+
+
+def stage_read(key: str) -> tuple[str, tuple[str, ...]]:
+    """The stage and the artifacts of it read (() for all) of a ``stage_input`` key."""
+    upstream, _, artifacts = key.removeprefix(STAGE_INPUT).partition("/")
+    return upstream, tuple(artifacts.split(",")) if artifacts else ()
 
 
 def read_stages(record: StageRecord) -> list[str]:

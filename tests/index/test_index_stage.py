@@ -19,6 +19,7 @@ from artifacts import layout, tables
 from artifacts.errors import InputError
 from artifacts.passages import Passage, shard_of
 from artifacts.run import manifest
+from artifacts.run.validation import validate_run
 from encoders.loading import load_retriever
 from encoders.retrievers import EncoderOptions
 from pipelines.index import check_encoder
@@ -327,6 +328,17 @@ def test_options_the_encoder_or_the_corpus_does_not_read_change_nothing(tiny_ber
     assert main([*index, "--max-entities", "5", "--words-per-passage", "20"]) == 0
     assert "[index] skipped: outputs complete, inputs and options unchanged" in capsys.readouterr().err
     assert (tmp_path / "out" / "index" / "index.json").read_bytes() == recorded
+
+
+def test_an_index_of_more_shards_than_its_passages_fill_validates(tiny_bert, tmp_path):
+    """--shards 8 for 2 passages: index.json lists the shards they hash to (an empty one is not written)."""
+    (tmp_path / "c.tsv").write_text("id\ttext\ttitle\n7\tlakes and rivers\tA\n42\tmountains\tB\n")
+    out = tmp_path / "out"
+    assert main(["index", "--output", str(out), "--encoder", str(tiny_bert), "--encoder-type", "mean",
+                 "--corpus", str(tmp_path / "c.tsv"), "--shards", "8", *DIRECT]) == 0
+    info = json.loads((out / "index" / "index.json").read_text())
+    assert (info["shards"], len(info["shard_files"]), info["count"]) == (8, 2, 2)
+    assert validate_run(str(out)) == []
 
 
 def test_options_of_what_a_run_does_not_do_change_nothing(full_run, tiny_bert, tmp_path, capsys):

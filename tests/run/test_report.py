@@ -104,6 +104,12 @@ def test_report_shows_each_stage_with_its_exact_wall_time_outputs_and_counters(r
         what = "the files' content" if key.startswith(manifest.CONTENT) else "fingerprint"
         assert f"input <code>{key.partition(':')[2]}</code> <span class=\"muted\">{what} {value[:12]}…" in \
             by_stage["embed_entities"], key
+    # what each stage read of another: all of it, or the artifacts it records (mentions: the dictionary's entities)
+    entities = sum(item.rows for item in records["dictionary"].outputs if item.path.startswith("entities/"))
+    assert (f'outputs of <a href="#stage-dictionary">dictionary</a>: entities ({entities:,} rows)</li>'
+            in by_stage["mentions"])
+    assert re.search(r'outputs of <a href="#stage-parse">parse</a>: articles \([\d,]+ rows\), redirects',
+                     by_stage["mentions"])
     assert "<script" not in page and "http://" not in page and "https://" not in page
 
 

@@ -112,8 +112,10 @@ def _read(view: StageView, data: ReportData) -> str:
         title = f' title="fingerprint {esc(item.fingerprint)}"'
         if item.kind == "stage":
             upstream = data.view(item.name)
+            read = [artifact for artifact in (upstream.artifacts if upstream else [])
+                    if not item.artifacts or artifact.name in item.artifacts]
             written = ", ".join(f"{esc(artifact.name)} ({number(artifact.rows)} rows)" if artifact.rows is not None
-                                else esc(artifact.name) for artifact in (upstream.artifacts if upstream else []))
+                                else esc(artifact.name) for artifact in read)
             items.append(f'<li{title}>outputs of <a href="#stage-{esc(item.name)}">{esc(layout.command_of(item.name))}'
                          f"</a>{': ' + written if written else ''}</li>")
         else:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from artifacts import faiss as faiss_shards
 from artifacts import layout
-from artifacts.run.manifest import OutputFile, StageRecord
+from artifacts.run.manifest import STAGE_INPUT, OutputFile, StageRecord, stage_read
 
 STAGE_ORDER = layout.STAGE_ORDER
 
@@ -26,7 +26,7 @@ class StageInput:
     kind: str  # "stage" (an upstream stage's outputs) or "file" (an input fingerprinted by the stage)
     name: str
     fingerprint: str
-
+    artifacts: tuple[str, ...] = ()  # of a stage: those read, where not all
 
 @dataclass
 class StageView:
@@ -69,7 +69,8 @@ def stage_view(name: str, record: StageRecord | None) -> StageView:
     inputs = []
     for key, fingerprint in sorted(record.inputs.items()):
         kind, _, input_name = key.partition(":")
-        inputs.append(StageInput(kind, input_name, fingerprint))
+        input_name, artifacts = stage_read(key) if key.startswith(STAGE_INPUT) else (input_name, ())
+        inputs.append(StageInput(kind, input_name, fingerprint, artifacts))
     return StageView(name, record, summarize_outputs(written),
                      [item for item in record.outputs if item.path.startswith(errors_prefix)], inputs)
 
