@@ -28,6 +28,7 @@ class StageInput:
     fingerprint: str
     artifacts: tuple[str, ...] = ()  # of a stage: those read, where not all
 
+
 @dataclass
 class StageView:
     """One stage as the manifest records it (``record`` is None when the stage has not run)."""
