@@ -22,10 +22,9 @@ import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs, layout, schemas, tables
-from artifacts.errors import InputError, SettingError, first_line
+from artifacts.errors import InputError, SettingError
 from artifacts.faiss import buckets, choice, files, info
-from artifacts.faiss.build import untrained_reason
-from artifacts.faiss.storage import read_index
+from artifacts.faiss.build import trained_file_reason
 from artifacts.passages import Passage
 from artifacts.run import manifest, verified
 from encoders.errors import MissingRunArtifactError
@@ -511,10 +510,7 @@ def unfit_quantizer(trained: str, old: info.IndexInfo, factory: str, dim: int) -
         return f"has {old.factory} x {old.dim}, this one needs {factory} x {dim}"
     if not fs.exists(trained):
         return f"has no {files.TRAINED_NAME}"
-    try:
-        reason = untrained_reason(read_index(trained), factory, dim)
-    except (RuntimeError, InputError) as error:
-        reason = f"does not load with faiss ({first_line(error)})"
+    reason = trained_file_reason(trained, factory, dim)
     return None if reason is None else f"has a {files.TRAINED_NAME} that {reason}"
 
 

@@ -27,7 +27,7 @@ from typing import Any
 # module -> the public names it gives the package
 _NAMES = {
     "build": ("add_batches", "add_shard_files", "flat_rows", "gpu_count", "new_index", "read_train_sample",
-              "train_index", "untrained_reason"),
+              "train_index", "trained_file_reason", "untrained_reason"),
     "choice": ("DEFAULT_EF_SEARCH", "DEFAULT_NPROBE", "MAX_TRAIN_SAMPLE", "MemoryEstimate", "check_factory",
                "default_factory", "ivf_lists", "memory_estimate", "needs_training", "training_sample_size"),
     "files": ("EMBEDDINGS_DIR", "INDEX_JSON", "TRAINED_NAME", "shard_embedding_files", "shard_name"),

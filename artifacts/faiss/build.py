@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 
 from artifacts import fs, tables
+from artifacts.errors import InputError, first_line
 from artifacts.faiss.files import EMBEDDINGS_DIR, shard_embedding_files, shard_ids_name, shard_index_name
-from artifacts.faiss.storage import write_index, write_npy
+from artifacts.faiss.storage import read_index, write_index, write_npy
 from artifacts.faiss.vectors import VECTOR_BATCH, table_vectors
 
 # FAISS's k-means warning (written by its C++ code to stderr); the index stage says it in its own words
@@ -74,6 +75,15 @@ def untrained_reason(index, factory: str, dim: int) -> str | None:
     if not index.is_trained:
         return "is not trained"
     return f"holds {index.ntotal} vectors where a trained index holds none" if index.ntotal else None
+
+
+def trained_file_reason(path: str, factory: str, dim: int) -> str | None:
+    """``untrained_reason`` of the trained.faiss at ``path``, or why faiss cannot read it."""
+    try:
+        index = read_index(path)
+    except (RuntimeError, InputError) as error:
+        return f"does not load with faiss ({first_line(error)})"
+    return untrained_reason(index, factory, dim)
 
 
 def train_index(factory: str, dim: int, sample: np.ndarray, use_gpu: bool = False):

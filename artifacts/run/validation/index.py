@@ -59,10 +59,7 @@ def trained_problems(run: RecordedRun, info: faiss_shards.IndexInfo) -> list[str
     trained = f"{INDEX}/{faiss_shards.TRAINED_NAME}"
     if trained not in run.files or trained in run.broken:
         return []
-    try:
-        reason = faiss_shards.untrained_reason(faiss_shards.read_index(run.path(trained)), info.factory, info.dim)
-    except (RuntimeError, InputError) as error:
-        return [f"{trained}: does not load with faiss ({message(error)})"]
+    reason = faiss_shards.trained_file_reason(run.path(trained), info.factory, info.dim)
     return [] if reason is None else [f"{trained}: it {reason}"]
 
 
