@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import regex
 
 from artifacts import fs
-from artifacts.errors import InputError, on_one_line
+from artifacts.errors import InputError, first_line, on_one_line
 from artifacts.names import has_lone_surrogate, shows_nothing
 from pipelines.launcher.flags import DEFAULT_KS
 from pipelines.search import Retriever
@@ -152,20 +152,25 @@ def question_suffix(directory: str) -> str:
 
 
 def is_json(path: str) -> bool:
-    """Whether a question file is an EntityQuestions JSON file (by its extension, in any case: ``P800.dev.JSON``)."""
-    return path.lower().endswith(".json")
+    """Whether a question file is an EntityQuestions JSON file (by its extension, in any case: ``P800.dev.JSON``,
+    before a compression's: ``P800.dev.json.gz``)."""
+    return path.lower().removesuffix(".gz").removesuffix(".bz2").endswith(".json")
 
 
 def read_questions(path: str, match: str = "string") -> QuestionFile:
-    """A DPR qas file (TSV) or an EntityQuestions JSON file (a list, ``is_json``); a question none of
+    """A DPR qas file (TSV) or an EntityQuestions JSON file (a list, ``is_json``), either as it is or compressed
+    (``.gz``, ``.bz2``, as ``fs.open_decompressed`` reads them); a question none of
     whose answers can match by ``match`` is malformed."""
     if not fs.exists(path):
         raise InputError(f"question file {path} not found")
     if fs.is_directory(path):
         raise InputError(f"question file {path} is a directory: name the files in it (e.g. --questions "
                          f"{path}/*{question_suffix(path)})")
-    with fs.open_input(path) as handle:  # a file that cannot be read: one line
-        raw = handle.read()
+    try:
+        with fs.open_decompressed(path) as handle:  # a file that cannot be opened: one line
+            raw = handle.read()
+    except fs.ARCHIVE_ERRORS as error:
+        raise InputError(f"question file {path} cannot be decompressed: {first_line(error)}") from error
     raw = raw.removeprefix(codecs.BOM_UTF8)  # a byte order mark first is no error (Windows editors)
     if not raw.strip():
         raise InputError(f"question file {path} is empty")

@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import ast
+import bz2
+import gzip
 import json
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -122,6 +125,22 @@ def test_qas_lines_are_read_as_dprs_reader_reads_them_and_json_by_its_extension_
     upper = tmp_path / "P800.dev.JSON"
     upper.write_text(json.dumps([{"question": "Who wrote Hamlet?", "answers": ["Shakespeare"]}]))
     assert [question.question for question in read_questions(str(upper)).questions] == ["Who wrote Hamlet?"]
+
+
+@pytest.mark.usefixtures("shared_data")
+def test_question_files_compressed_are_read_as_they_are_and_a_damaged_archive_is_one_line(tmp_path):
+    """A .gz or .bz2 question file was read as its compressed bytes: "no question in its 47 lines (expected
+    question<TAB>[...])", even of a .json.gz file."""
+    entity = QUESTIONS / "entityquestions-dev" / "P17.dev.json"
+    for path, compress in ((tmp_path / "nq.qa.tsv.gz", gzip.compress), (tmp_path / "nq.qa.tsv.bz2", bz2.compress),
+                           (tmp_path / "P17.dev.json.gz", gzip.compress)):
+        plain = entity if ".json" in path.name else NQ_5
+        path.write_bytes(compress(plain.read_bytes()))
+        assert read_questions(str(path)) == replace(read_questions(str(plain)), path=str(path))
+    cut = tmp_path / "cut.qa.tsv.gz"
+    cut.write_bytes(gzip.compress(NQ_5.read_bytes())[:40])
+    with pytest.raises(InputError, match=r"file .*cut.qa.tsv.gz cannot be decompressed: Compressed file ended"):
+        read_questions(str(cut))
 
 
 def as_pattern(answer: str) -> str:

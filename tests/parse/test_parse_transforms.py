@@ -177,6 +177,30 @@ def test_parse_dump_takes_redirects_from_the_sql_tables(tmp_path: Path):
         "redirects_resolved": 2}
 
 
+def test_a_case_sensitive_wiki_keeps_the_case_of_its_titles(tmp_path: Path):
+    """On a wiki whose <siteinfo> says case-sensitive (every Wiktionary, jbo.wikipedia), "roma" and "Roma" are two
+    pages: each keeps its text, and links and redirects (of the dump and of the SQL tables) keep their case, where
+    first-letter casing kept page 1's text under "Roma" and dead-lettered page 2 as its duplicate."""
+    pages = [(1, 0, "roma", "Il nome comune: [[Roma]]."), (2, 0, "Roma", "La città: [[roma]] e [[élite]]."),
+             (3, 0, "élite", "Un gruppo scelto."), (4, 0, "urbe", "#REDIRECT [[Roma]]")]
+    dump = tmp_path / "itwiktionary.xml"
+    dump.write_text(DUMP.replace("enwiki", "itwiktionary").replace(
+        '<namespace key="0" />', '<case>case-sensitive</case><namespace key="0" case="case-sensitive" />').format(
+        pages="\n".join(f"<page><title>{title}</title><ns>{ns}</ns><id>{page_id}</id><revision><id>{page_id}</id>"
+                        f"<text>{text}</text></revision></page>" for page_id, ns, title, text in pages)),
+        encoding="utf-8")
+    sql = tmp_path / "redirect.sql"
+    sql.write_text(write_sql_text("redirect", "(4,0,'Roma','',''),(5,0,'roma','','')"), encoding="utf-8")
+    page = tmp_path / "page.sql"
+    page.write_text(write_sql_text("page", "(5,0,'città_eterna')"), encoding="utf-8")
+    articles, redirects, dead, _ = parse_dump(tmp_path, str(dump), "--redirects-sql", str(sql), "--page-sql", str(page))
+    assert sorted((row["title"], row["text"], [link["target"] for link in row["links"]]) for row in articles) == [
+        ("Roma", "La città: roma e élite.", ["roma", "élite"]), ("roma", "Il nome comune: Roma.", ["Roma"]),
+        ("élite", "Un gruppo scelto.", [])]
+    assert sorted((row["title"], row["target"]) for row in redirects) == [("città eterna", "roma"), ("urbe", "Roma")]
+    assert dead == []
+
+
 def test_an_sql_file_given_for_another_table_is_refused_in_one_line(tmp_path: Path, capsys):
     """Each table flag reads its table: another table's dump was a KeyError traceback (--redirects-sql, --page-sql)
     or no row at all and no word (--page-props-sql); a file of no table, zero rows."""

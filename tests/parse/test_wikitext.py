@@ -161,6 +161,7 @@ def test_redirect_target_from_text():
     assert redirect_target_from_text("#REDIRECT [[Computer accessibility#History]]") == "Computer accessibility"
     assert redirect_target_from_text("#redirect:[[Foo|bar]]") == "Foo"
     assert redirect_target_from_text("#RINVIA [[Pagina]]") == "Pagina"
+    assert redirect_target_from_text("#RINVIO [[Roma]]") == redirect_target_from_text("#rimando [[Roma]]") == "Roma"
     assert redirect_target_from_text("Some text #REDIRECT [[X]]") is None
     assert redirect_target_from_text("#REDIRECT [[Guns N&#39; Roses#History]]") == "Guns N' Roses"
     # the short and the Turkish magic words too (MessagesRu.php, MessagesTr.php), in any case
@@ -297,6 +298,18 @@ def test_the_language_of_the_dump_sets_its_own_interwiki_prefixes():
     assert (italian.self_prefixes, english.self_prefixes) == (frozenset({"it"}), frozenset({"en", "w"}))
 
 
+@pytest.mark.parametrize("siteinfo", ["<dbname>zh_yuewiki</dbname>", "<base>https://zh-yue.wikipedia.org/wiki/</base>"])
+def test_a_wiki_of_a_hyphenated_code_links_to_itself_by_each_of_its_codes(tmp_path, siteinfo):
+    """zh_yuewiki is zh-yue: (its host name's and wikitext's code) and yue: (Wikimedia's interwiki map), where its
+    dbname's zh_yue: was taken as its own prefix, which no link writes."""
+    dump = tmp_path / "zh_yuewiki.xml"
+    dump.write_text(f'<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/" version="0.10"><siteinfo>{siteinfo}'
+                    "<namespaces><namespace key=\"0\" /></namespaces></siteinfo></mediawiki>", encoding="utf-8")
+    namespaces = read_siteinfo(str(dump)).namespaces
+    assert convert("[[:zh-yue:北京|北京]] [[:yue:上海|上海]] [[:zh:廣州|廣州]]", namespaces) == (
+        "北京 上海 廣州", [("北京", "北京"), ("上海", "上海")])
+
+
 def test_link_trail_length_is_recorded():
     parsed = wikitext_to_text("Some [[lichen]]s and [[Moss|mosses]] grow", "Page", ENGLISH)
     assert [(parsed.text[link.start:link.end], link.trail) for link in parsed.links] == [("lichens", 1), ("mosses", 0)]
@@ -373,6 +386,9 @@ def test_behaviour_switches_and_noinclude_show_as_on_the_page():
     # any case, and the local names of __NOTOC__
     assert both_paths("Москва.__БЕЗ_ОГЛАВЛЕНИЯ__ __notoc__ Berlin. __KEIN_INHALTSVERZEICHNIS__ __AUCUNSOMMAIRE__ "
                       "__İÇİNDEKİLERYOK__ __init__") == ("Москва. Berlin. __init__", [])
+    # any other wiki's local names, words of upper-case letters (Italian's __NOTOC__ and __TOC__); not other words
+    assert both_paths("__NOINDICE__\nLa [[Roma]] antica. __INDICE__ __FORZA_INDICE__ __Roma__ __x1__") == (
+        "La Roma antica. __Roma__ __x1__", [("Roma", "Roma")])
     assert both_paths("Intro.<noinclude>\nSee [[Foo]].</noinclude><includeonly>[[Bar]]</includeonly>") == (
         "Intro.\nSee Foo.", [("Foo", "Foo")])
 

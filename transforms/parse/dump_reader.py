@@ -10,7 +10,7 @@ import itertools
 import re
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import IO
 
 from artifacts import fs
@@ -89,8 +89,11 @@ def siteinfo_from_element(element: ElementTree.Element | None, schema_version: s
         return SiteInfo(None, None, schema_version, Namespaces.english_defaults())
     local: dict[str, int] = {}
     block = _child(element, "namespaces")
+    case = _child_text(element, "case")
     for namespace in [] if block is None else block:
         key = namespace.get("key")
+        if key is not None and key.strip() == "0":
+            case = namespace.get("case") or case
         if key is not None and namespace.text:
             if not key.strip().lstrip("-").isdigit():
                 raise ValueError(f"namespace {namespace.text!r} has key {key!r}, not a number")
@@ -98,14 +101,15 @@ def siteinfo_from_element(element: ElementTree.Element | None, schema_version: s
     dbname, base_url = _child_text(element, "dbname"), _child_text(element, "base")
     language = wiki_language(dbname, base_url)
     local.update(unlisted_aliases(language))
-    return SiteInfo(dbname, base_url, schema_version,
-                    Namespaces.canonical().with_names(local).with_language(language))
+    namespaces = Namespaces.canonical().with_names(local).with_language(language)
+    return SiteInfo(dbname, base_url, schema_version, replace(namespaces, first_letter=case != "case-sensitive"))
 
 
 def wiki_language(dbname: str | None, base_url: str | None) -> str | None:
-    """The language code of a Wikipedia: from ``itwiki``, or from ``http://it.wikipedia.org/...``."""
+    """The language code of a Wikipedia: from ``itwiki``, or from ``http://it.wikipedia.org/...``; hyphenated
+    as in its host name and interwiki prefix (``zh_yuewiki``: ``zh-yue``)."""
     if dbname and dbname.endswith("wiki"):
-        return dbname.removesuffix("wiki")
+        return dbname.removesuffix("wiki").replace("_", "-")
     match = _HOST_LANGUAGE.match(base_url or "")
     return match.group(1) if match else None
 

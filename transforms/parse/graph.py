@@ -94,7 +94,7 @@ def classify_page(page: RawPage, siteinfo: SiteInfo, options: WikitextOptions,
     """One dump page -> a staged article row (links not yet resolved) and its title record, a redirect's title
     record, a dead letter, or nothing counted. ``page_titles``: also a title record of every page (SQL redirect
     rows name their source by page id)."""
-    title = normalize_title(page.title)
+    title = siteinfo.namespaces.title(page.title)
     if page_titles:
         yield beam.pvalue.TaggedOutput(RECORD_TAG, title_record(PAGE_RECORD, title, page.page_id))
     if page.namespace != ARTICLE:
@@ -106,7 +106,7 @@ def classify_page(page: RawPage, siteinfo: SiteInfo, options: WikitextOptions,
         count("redirect_pages")
         named = (raw_target or "").split("#", 1)[0]
         target = redirect_article(named, siteinfo.namespaces)
-        if not normalize_title(named.lstrip(":")):
+        if not siteinfo.namespaces.title(named.lstrip(":")):
             yield dead_letter("bad_redirects", "redirect without a target", page_id=page.page_id, title=title)
         elif target is None:
             yield dead_letter("non_article_redirects", f"redirect to {named.strip()!r}, outside the article "
@@ -136,12 +136,18 @@ def classify_page(page: RawPage, siteinfo: SiteInfo, options: WikitextOptions,
     }
 
 
+def stored_title(title: str) -> str:
+    """A title of the page or redirect table: as MediaWiki stored it, ``_`` for spaces; its first letter's case is
+    already the wiki's (upper-casing it would merge two pages of a case-sensitive wiki)."""
+    return normalize_title(title, first_letter=False)
+
+
 def sql_redirect_record(row: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """The title record of an article-namespace, same-wiki row of the redirect table (rd_from page id, target)."""
     if int(row.get("rd_namespace") or 0) != ARTICLE or (row.get("rd_interwiki") or ""):
         count("sql_redirects_skipped")
         return
-    target = normalize_title(str(row["rd_title"]))
+    target = stored_title(str(row["rd_title"]))
     if target:
         yield title_record(SQL_REDIRECT_RECORD, page_id=int(row["rd_from"]), target=target)
 
@@ -149,7 +155,7 @@ def sql_redirect_record(row: dict[str, Any]) -> Iterator[dict[str, Any]]:
 def page_title_record(row: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """The title record (page id, title) of a row of the page table, article namespace only."""
     if int(row.get("page_namespace") or 0) == ARTICLE:
-        yield title_record(PAGE_RECORD, normalize_title(str(row["page_title"])), int(row["page_id"]))
+        yield title_record(PAGE_RECORD, stored_title(str(row["page_title"])), int(row["page_id"]))
 
 
 def qid_record(row: dict[str, Any]) -> Iterator[Any]:

@@ -6,6 +6,8 @@ import re
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+from transforms.parse.titles import normalize_title
+
 ARTICLE = 0
 FILE = 6
 CATEGORY = 14
@@ -36,6 +38,9 @@ _UNLISTED_ALIASES: dict[str, dict[str, int]] = {
            "分類": CATEGORY, "媒体": MEDIA},
 }
 
+# The other interwiki prefixes of the Wikipedias whose code is not their language's (Wikimedia's interwiki map)
+_OTHER_CODES = {"zh-yue": ("yue",), "zh-min-nan": ("nan",), "zh-classical": ("lzh",), "be-x-old": ("be-tarask",),
+                "roa-rup": ("rup",), "bat-smg": ("sgs",), "fiu-vro": ("vro",), "no": ("nb",)}
 
 # The letters after a link's "]]" that join its anchor ("[[lichen]]s"): MediaWiki's $linkTrail of the wiki's
 # language (languages/messages/Messages*.php, as a regex character class), by Wikipedia language code; English's for
@@ -65,11 +70,12 @@ def unlisted_aliases(language: str | None) -> dict[str, int]:
 
 
 def self_interwiki_prefixes(language: str | None) -> frozenset[str]:
-    """Interwiki prefixes of a Wikipedia that link to itself: its language code (``it:``), and for English the
-    Wikimedia interwiki map's ``w:`` (which targets en.wikipedia; ``wikipedia:`` is the Project namespace there)."""
+    """Interwiki prefixes of a Wikipedia that link to itself: its language code (``it:``) and the other codes of
+    that language in Wikimedia's interwiki map (``yue:`` of ``zh-yue:``), and for English the map's ``w:`` (which
+    targets en.wikipedia; ``wikipedia:`` is the Project namespace there)."""
     if not language:
         return frozenset()
-    return frozenset({language, "w"} if language == "en" else {language})
+    return frozenset({language, *_OTHER_CODES.get(language, ()), *(("w",) if language == "en" else ())})
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,8 @@ class Namespaces:
     self_prefixes: frozenset[str] = frozenset()
     trail_letters: str = ENGLISH_TRAIL_LETTERS  # a regex character class: the letters of a link trail
     dotted_i: bool = False  # a link's first "i" is upper-cased to "İ" (``titles.first_upper``)
+    # MediaWiki's "first-letter" case of article titles; False on a "case-sensitive" wiki (Wiktionary, jbo.wikipedia)
+    first_letter: bool = True
 
     @cached_property
     def link_trail(self) -> re.Pattern[str]:
@@ -103,6 +111,10 @@ class Namespaces:
     def lookup(self, prefix: str) -> int | None:
         """The namespace id of a link prefix such as ``Category`` or `` file `` (None if not a namespace)."""
         return self.by_name.get(" ".join(prefix.replace("_", " ").split()).lower())
+
+    def title(self, raw: str) -> str:
+        """A page's or link's title (``titles.normalize_title``) by this wiki's case rule."""
+        return normalize_title(raw, self.dotted_i, self.first_letter)
 
     def with_names(self, names: dict[str, int]) -> Namespaces:
         return replace(self, by_name={**self.by_name, **{key.lower(): value for key, value in names.items()}})

@@ -13,14 +13,15 @@ _BIDI_MARKS = re.compile("[\u200e\u200f\u202a-\u202e]")
 _GEORGIAN = re.compile("[\u10d0-\u10fa\u10fd-\u10ff]")
 
 
-def normalize_title(title: str, dotted_i: bool = False) -> str:
+def normalize_title(title: str, dotted_i: bool = False, first_letter: bool = True) -> str:
     """``' the_Foo  bar '`` -> ``'The Foo bar'``: bidirectional marks removed, ``_`` and whitespace runs -> one
     space, surrounding space stripped, first character upper-cased (MediaWiki's first-letter case rule,
-    ``first_upper``; ``dotted_i``: a Turkic wiki's, where ``i`` is upper-cased to ``İ``)."""
+    ``first_upper``; ``dotted_i``: a Turkic wiki's, where ``i`` is upper-cased to ``İ``; not with ``first_letter``
+    False: a case-sensitive wiki's, where ``roma`` and ``Roma`` are two pages)."""
     if not title.isascii():
         title = _BIDI_MARKS.sub("", title)
     title = _SPACES.sub(" ", title).strip()
-    return first_upper(title[:1], dotted_i) + title[1:]
+    return first_upper(title[:1], dotted_i) + title[1:] if first_letter else title
 
 
 def first_upper(first: str, dotted_i: bool = False) -> str:

@@ -27,7 +27,7 @@ from mwparserfromhell.wikicode import Wikicode
 
 from artifacts.names import shows_nothing
 from transforms.parse.namespaces import CATEGORY, FILE, Namespaces
-from transforms.parse.titles import decode_target, normalize_title, percent_decoded
+from transforms.parse.titles import decode_target, percent_decoded
 from transforms.parse.wikitext_prepass import (
     Unsure,
     span_around,
@@ -66,21 +66,22 @@ _LANGUAGE_EDITIONS = frozenset({"simple"})
 _INDENTED_TABLE = re.compile(r"^:+[ \t]*(?=\{\|)", re.MULTILINE)
 _LANGUAGE_CODE = re.compile(r"^[a-z]{2,3}(-[a-z0-9]{1,8})*$")  # also be-x-old, zh-min-nan, roa-tara
 _REDIRECT = re.compile(
-    r"^\s*#\s*(?:redirect|rinvia|rimando|weiterleitung|redirection|redirección|redireccion|doorverwijzing|"
+    r"^\s*#\s*(?:redirect|rinvia|rinvio|rimando|weiterleitung|redirection|redirección|redireccion|doorverwijzing|"
     r"перенаправление|перенапр|yönlendirme|yönlendir|patrz|przekieruj|重定向|転送|リダイレクト)\s*:?\s*\[\[([^\]|]*)",
     re.IGNORECASE,
 )
 _NO_PAGE_CHARACTER = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")  # XML's non-characters
 _NOT_IN_TITLES = re.compile(r"[<>\[\]{}|\x00-\x1f\x7f]")  # MediaWiki's characters a title may not hold
 TITLE_MAX_BYTES = 255  # MediaWiki's longest title (in the article namespace), in UTF-8 bytes
-# Behaviour switches (``__NOTOC__``, ``__notoc__``): MediaWiki removes them from the page's text; also the local
-# names of __NOTOC__ on the Russian, German, French and Turkish wikis (Messages*.php).
-_BEHAVIOUR_SWITCH = re.compile(
-    r"__(?:NOTOC|FORCETOC|TOC|NOEDITSECTION|NEWSECTIONLINK|NONEWSECTIONLINK|NOGALLERY|HIDDENCAT|"
-    r"EXPECTUNUSEDCATEGORY|NOCONTENTCONVERT|NOCC|NOTITLECONVERT|NOTC|INDEX|NOINDEX|STATICREDIRECT|DISAMBIG|"
-    r"NOGLOBAL|EXPECTUNUSEDTEMPLATE|ARCHIVEDTALK|NOTALK|"
-    r"БЕЗ_ОГЛАВЛЕНИЯ|БЕЗ_ОГЛ|KEIN_INHALTSVERZEICHNIS|KEININHALTSVERZEICHNIS|AUCUNSOMMAIRE|AUCUNETDM|"
-    r"İÇİNDEKİLERYOK)__", re.IGNORECASE)
+# Behaviour switches (``__NOTOC__``, ``__notoc__``): MediaWiki removes them from the page's text. Those of every
+# wiki and the local names of __NOTOC__ on the Russian, German, French and Turkish wikis (Messages*.php) in any case;
+# any other ``__WORD__`` of upper-case letters is another wiki's local name (``__NOINDICE__``), never prose.
+_BEHAVIOUR_SWITCHES = frozenset((
+    "NOTOC", "FORCETOC", "TOC", "NOEDITSECTION", "NEWSECTIONLINK", "NONEWSECTIONLINK", "NOGALLERY", "HIDDENCAT",
+    "EXPECTUNUSEDCATEGORY", "NOCONTENTCONVERT", "NOCC", "NOTITLECONVERT", "NOTC", "INDEX", "NOINDEX", "STATICREDIRECT",
+    "DISAMBIG", "NOGLOBAL", "EXPECTUNUSEDTEMPLATE", "ARCHIVEDTALK", "NOTALK", "БЕЗ_ОГЛАВЛЕНИЯ", "БЕЗ_ОГЛ",
+    "KEIN_INHALTSVERZEICHNIS", "KEININHALTSVERZEICHNIS", "AUCUNSOMMAIRE", "AUCUNETDM", "İÇİNDEKİLERYOK"))
+_SWITCH_LIKE = re.compile(r"__([^\W\d_]+(?:_[^\W\d_]+)*)__")
 _MAX_DEPTH = 60
 # The parser's time grows with the square of the markup left open (~1 s at 4,000 braces of unclosed "{{x|"; 20,000
 # took minutes): a page with more unclosed braces and brackets than this is no article, it is damage.
@@ -203,7 +204,7 @@ def classify_link(title: str, namespaces: Namespaces, options: WikitextOptions) 
     # a link to a section is no entity link (but with --keep-section-links); [[Paris#]] names no section
     if hash_sign and (not page.strip() or (section.strip() and not options.keep_section_links)):
         return _LinkRole(drop=False, target=None)
-    target = normalize_title(page, namespaces.dotted_i)
+    target = namespaces.title(page)
     if _NOT_IN_TITLES.search(target) or len(target.encode("utf-8")) > TITLE_MAX_BYTES:
         return _LinkRole(drop=False, target=None)  # no page has such a title: MediaWiki shows the markup
     return _LinkRole(drop=False, target=target or None)
@@ -469,6 +470,18 @@ def _tag_in_link(wikitext: str) -> bool:
     return False
 
 
+def without_behaviour_switches(wikitext: str) -> str:
+    """``wikitext`` without its behaviour switches (``__NOTOC__``, ``__notoc__``, ``__NOINDICE__``)."""
+    if "__" not in wikitext:
+        return wikitext
+    return _SWITCH_LIKE.sub(lambda match: "" if is_behaviour_switch(match.group(1)) else match.group(0), wikitext)
+
+
+def is_behaviour_switch(word: str) -> bool:
+    """Whether ``__word__`` is a behaviour switch: one of every wiki's in any case, or a word of upper-case letters."""
+    return word.isupper() or word.upper() in _BEHAVIOUR_SWITCHES
+
+
 def wikitext_to_text(wikitext: str, title: str, namespaces: Namespaces,
                      options: WikitextOptions = WikitextOptions()) -> ParsedText:
     """Plain text and links of an article's wikitext.
@@ -477,7 +490,7 @@ def wikitext_to_text(wikitext: str, title: str, namespaces: Namespaces,
     transforms/parse/wikitext_prepass.py); the page falls back to the full parse wherever the scanner is unsure.
     """
     # MediaWiki renders an indented table (":{|") as a table: unindent it so that both paths see (and drop) one
-    wikitext = _BEHAVIOUR_SWITCH.sub("", _INDENTED_TABLE.sub("", strip_comments(wikitext)))
+    wikitext = without_behaviour_switches(_INDENTED_TABLE.sub("", strip_comments(wikitext)))
     if options.use_prepass:
         wikitext = strip_dropped_markup(wikitext, namespaces.trail_letters) or wikitext
     if (unclosed := unclosed_markup(wikitext)) > MAX_UNCLOSED:
