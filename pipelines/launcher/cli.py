@@ -133,10 +133,18 @@ def check_unknown_flags(parser: argparse.ArgumentParser, command: str, unknown: 
     stray = stray_word(unknown)
     if stray is not None:
         raise InputError(f"unexpected argument {stray} for {command}")
-    ours = [flag for action in command_parser(parser, command)._actions for flag in action.option_strings]
-    problem = unknown_option(unknown, ours)
-    if problem:
-        raise InputError(problem)
+    flag = first_unknown_flag(unknown)
+    if flag is None:
+        return
+    others = [name for name in COMMANDS if flag in command_flags(parser, name)]
+    if others:
+        raise InputError(f"{command} takes no {flag} (an option of {', '.join(others)})")
+    raise InputError(unknown_option(flag, command_flags(parser, command)))
+
+
+def command_flags(parser: argparse.ArgumentParser, command: str) -> list[str]:
+    """Every flag of ``command``."""
+    return [flag for action in command_parser(parser, command)._actions for flag in action.option_strings]
 
 
 def stray_word(words: Sequence[str]) -> str | None:
@@ -145,23 +153,25 @@ def stray_word(words: Sequence[str]) -> str | None:
                  if not word.startswith("-") and not _is_flag_value(words, index)), None)
 
 
-def unknown_option(words: Sequence[str], suggested: Sequence[str]) -> str | None:
-    """``unknown option --flag`` for the first flag of ``words`` that Beam does not have, with the closest of
-    ``suggested`` and Beam's flags when one is close (None: every flag is Beam's)."""
+def first_unknown_flag(words: Sequence[str]) -> str | None:
+    """The first flag of ``words`` that Beam does not have (None: every flag is Beam's)."""
     beam = beam_flags() if any(word.startswith("-") for word in words) else set()
-    for word in words:
-        flag = word.split("=", 1)[0]
-        if word.startswith("-") and flag not in beam:
-            close = difflib.get_close_matches(flag, [*suggested, *sorted(beam)], n=1, cutoff=0.6)
-            return f"unknown option {flag}" + (f" (did you mean {close[0]}?)" if close else "")
-    return None
+    return next((flag for flag in (word.split("=", 1)[0] for word in words if word.startswith("-"))
+                 if flag not in beam), None)
+
+
+def unknown_option(flag: str, suggested: Sequence[str]) -> str:
+    """``unknown option --flag``, with the closest of ``suggested`` and Beam's flags when one is close."""
+    close = difflib.get_close_matches(flag, [*suggested, *sorted(beam_flags())], n=1, cutoff=0.6)
+    return f"unknown option {flag}" + (f" (did you mean {close[0]}?)" if close else "")
 
 
 def check_model_pipeline_options(args: argparse.Namespace) -> None:
     """--model-pipeline-options: Beam options only, none that the two pipelines must share (``WHOLE_RUN_FLAGS``)."""
     words = flags.model_pipeline_options(args)
     stray = stray_word(words)
-    problem = f"unexpected argument {stray}" if stray is not None else unknown_option(words, ())
+    flag = first_unknown_flag(words) if stray is None else None
+    problem = f"unexpected argument {stray}" if stray is not None else flag and unknown_option(flag, ())
     if problem:
         raise InputError(f"--model-pipeline-options: {problem}")
     for word in words:

@@ -451,8 +451,9 @@ def committed(stage: Stage) -> list[str]:
     return [*stage.outputs, layout.errors_of(stage.name)]
 
 
-def commit(ctx: StageContext, stage: Stage, record: manifest.StageRecord) -> manifest.StageRecord:
-    """Move staged outputs into OUT, then record them: the manifest entry is the commit point."""
+def commit(ctx: StageContext, stage: Stage, record: manifest.StageRecord, started: float) -> manifest.StageRecord:
+    """Move staged outputs into OUT, then record them: the manifest entry is the commit point. Its wall time runs
+    from ``started`` (``time.time()``) to then: hashing the outputs is part of the stage's time."""
     completed = manifest.load(ctx.output)
     completed.pop(stage.name, None)
     manifest.save(ctx.output, completed)
@@ -466,6 +467,7 @@ def commit(ctx: StageContext, stage: Stage, record: manifest.StageRecord) -> man
     record.outputs = described_outputs(ctx, artifacts)
     if recorded_hashed_here(ctx, record.outputs):
         verified.remember(ctx.output, record.outputs)  # hashed just now: the next stage here only stats them
+    record.wall_time_s = round(time.time() - started, 3)
     completed = manifest.load(ctx.output)
     completed[stage.name] = record
     manifest.save(ctx.output, completed)
@@ -605,6 +607,7 @@ def replaced_in_place(stage: Stage[ConfigT], config: ConfigT, record: manifest.S
 def _execute(stage: Stage[ConfigT], config: ConfigT, ctx: StageContext, options: dict[str, Any],
              force: bool) -> tuple[manifest.StageRecord, bool]:
     output = ctx.output
+    started = time.time()  # the stage's wall time: its inputs fingerprinted to its outputs hashed and recorded
     completed = manifest.load(output)
     inputs = input_fingerprints(stage, config, output, completed)
     replaced_in_place(stage, config, completed.get(stage.name), inputs)
@@ -617,16 +620,14 @@ def _execute(stage: Stage[ConfigT], config: ConfigT, ctx: StageContext, options:
     for target in (STAGING_DIR, *committed_directories(stage)):
         fs.require_directory_target(fs.join(output, target))
     fs.delete_tree(ctx.staging_root)
-    started = time.time()
     print(f"[{layout.command_of(stage.name)}] running", file=sys.stderr)
     counters = stage.run(ctx, config)
     require_previous_unchanged(layout.command_of(stage.name), options)
     record = manifest.StageRecord(
         stage=stage.name, options=options, inputs=inputs, outputs=[], counters=counters,
-        versions=manifest.software_versions(), wall_time_s=round(time.time() - started, 3),
-        finished_at=manifest.now_iso(),
+        versions=manifest.software_versions(), finished_at=manifest.now_iso(),
     )
-    record = commit(ctx, stage, record)
+    record = commit(ctx, stage, record, started)
     print_summary(record)
     return record, True
 

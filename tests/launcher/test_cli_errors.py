@@ -52,6 +52,9 @@ BAD_INPUTS = [
     (["mentions", "--output", "{tmp}/out", "--direct_num_worker=2"],
      "error: unknown option --direct_num_worker (did you mean --direct_num_workers?)"),
     (["parse", "--dump", SAMPLE, "--output", "{tmp}/out", "--qqqqqqqq"], "error: unknown option --qqqqqqqq"),
+    # another command's flag: said so (was "did you mean --profile_postprocess_interval_sec?", a Beam flag)
+    (["report", "--output", "{tmp}/out", "--progress-interval", "0"], "error: report takes no --progress-interval (an "
+     "option of parse, dictionary, mentions, embed-entities, index, all)"),
     (["validate", "--output", "{tmp}/out", "stray"], "error: unexpected argument stray for validate"),
     # --model-pipeline-options: Beam's options for the model's pipeline alone (its GPU workers on a cluster)
     (["index", "--output", "{tmp}/out", "--encoder", "m", "--model-pipeline-options=--machine_typ=g2-standard-8"],

@@ -347,7 +347,7 @@ def test_a_run_whose_later_stages_are_stale_is_said_to_be(runs: Runs, tmp_path: 
                                 for item in records["parse"].outputs]
     manifest.save(str(new), records)
     stale = [f"manifest.json: stage {stage} was built from other parse outputs than the recorded ones: rerun {stage}"
-             for stage in ("dictionary", "embed-entities", "index", "mentions")]
+             for stage in ("dictionary", "mentions", "embed-entities", "index")]  # in the pipeline's order
     assert main(["diff", "--old", str(old), "--new", str(new), "--json"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["stale"] == [f"{new}: {problem}" for problem in stale]

@@ -323,7 +323,7 @@ def an_entity_without_title_or_qid(out: Path) -> list[str]:
                                     pa.array(titles, pa.string())), out / ENTITIES)
     record(out, ENTITIES)
     return [*(f"manifest.json: stage {stage} was built from other dictionary outputs than the recorded ones: rerun "
-              f"{stage}" for stage in ("embed-entities", "mentions")),
+              f"{stage}" for stage in ("mentions", "embed-entities")),
             f"{ENTITIES}: entities whose key (QID, else title) is not id entity_id - 1 in {LINKER}/kb_id.trie: "
             f"1 ({table.column('entity_id')[row].as_py()})"]
 
@@ -362,9 +362,9 @@ def title_differs(out: Path) -> list[str]:
 
 
 # parse's outputs changed after dictionary, embed_entities and mentions (its articles) and index (its passages) read
-# them: all stale now
+# them: all stale now, said in the pipeline's order (it was the names')
 STALE_AFTER_PARSE = [f"manifest.json: stage {stage} was built from other parse outputs than the recorded ones: rerun "
-                     f"{stage}" for stage in ("dictionary", "embed-entities", "index", "mentions")]
+                     f"{stage}" for stage in ("dictionary", "mentions", "embed-entities", "index")]
 
 
 def redirects_break_contract(out: Path) -> list[str]:

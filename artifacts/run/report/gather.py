@@ -92,7 +92,7 @@ class EmbeddingStats:
     dim: int
     value_type: str  # of the stored values (float32, float16)
     metadata: dict[str, str]  # of the first file: model, layer, target_norm, dtype, ...
-    norms: np.ndarray  # float32, one per entity (4 bytes each: 28 MB for 7M entities)
+    norms: np.ndarray  # float64, one per entity (8 bytes each: 56 MB for 7M entities)
     mentions_per_entity: np.ndarray  # [m] = entities embedded from m mentions
 
     @property
@@ -111,12 +111,13 @@ def embedding_stats(output: str) -> EmbeddingStats:
     mentions = np.zeros(1, dtype=np.int64)
     vector_type = tables.file_schema(files[0]).field("embedding").type  # the table's, rows or none
     for batch in tables.iter_file_batches(files, ["embedding", "mention_count"], 16384):
-        norms.append(np.linalg.norm(faiss_shards.table_vectors(batch), axis=1).astype(np.float32))
+        # in float64: the float32 vectors' norms differ from their target below float32's resolution
+        norms.append(np.linalg.norm(faiss_shards.table_vectors(batch).astype(np.float64), axis=1))
         counts = np.bincount(batch.column("mention_count").to_numpy(zero_copy_only=False).astype(np.int64))
         if len(counts) > len(mentions):
             mentions = np.pad(mentions, (0, len(counts) - len(mentions)))
         mentions[:len(counts)] += counts
-    all_norms = np.concatenate(norms) if norms else np.zeros(0, np.float32)
+    all_norms = np.concatenate(norms) if norms else np.zeros(0, np.float64)
     if not np.isfinite(all_norms).all():  # a stage commits no such vector: the files changed since
         raise ValueError(f"{layout.ENTITY_EMBEDDINGS}/ holds vectors that are not finite: run validate")
     return EmbeddingStats(len(all_norms), vector_type.list_size, str(vector_type.value_type), metadata, all_norms,

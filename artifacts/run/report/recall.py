@@ -80,9 +80,9 @@ def _pick_queries(stored: dict[str, list[str]], info: faiss_shards.IndexInfo, li
 
 
 def _search_settings(info: faiss_shards.IndexInfo) -> str:
-    if faiss_shards.ivf_lists(info.factory):
+    if lists := faiss_shards.ivf_lists(info.factory):
         quantizer = f", efSearch {faiss_shards.DEFAULT_EF_SEARCH}" if "HNSW" in info.factory else ""
-        return f"nprobe {faiss_shards.DEFAULT_NPROBE}{quantizer}"
+        return f"nprobe {min(faiss_shards.DEFAULT_NPROBE, lists)} of {lists:,} lists{quantizer}"
     if "HNSW" in info.factory:
         return f"efSearch {faiss_shards.DEFAULT_EF_SEARCH}"
     return "exhaustive"

@@ -15,7 +15,7 @@ def stale_stages(stages: dict[str, manifest.StageRecord]) -> list[str]:
     """Stages whose recorded upstream fingerprints are not those of the recorded upstream outputs."""
     problems = [f"{manifest.MANIFEST_NAME}: stage {stage!r} is none of this pipeline's "
                 f"({', '.join(layout.STAGE_ORDER)})" for stage in sorted(stages) if stage not in layout.STAGE_ORDER]
-    for stage, record in sorted(stages.items()):
+    for stage, record in sorted(stages.items(), key=lambda item: (layout.stage_rank(item[0]), item[0])):
         name = layout.command_of(stage)
         problems += [f"{manifest.MANIFEST_NAME}: stage {name} read stage {layout.command_of(upstream)}, which is not "
                      "recorded" for upstream in manifest.read_stages(record) if upstream not in stages]
