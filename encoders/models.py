@@ -395,11 +395,16 @@ def model_config(spec: ModelSpec):
     """The model's transformers config (config.json only, no weights); a one-line error if it cannot be read."""
     from transformers import AutoConfig
 
-    model_kind(spec.name_or_path)
+    kind = model_kind(spec.name_or_path)
     try:
         return AutoConfig.from_pretrained(os.path.expanduser(str(spec.name_or_path)), trust_remote_code=False)
     except (OSError, ValueError) as error:
+        if kind.model_type == kpr_config.MODEL_TYPE:  # transformers knows it not: "update Transformers"
+            raise ModelError(spec.name_or_path, f"{spec.name_or_path} is a KPR checkpoint (model_type "
+                             f"{kpr_config.MODEL_TYPE}): it encodes as --encoder-type kpr, and queries of an index "
+                             "built so") from error
         raise config_error(spec, error) from error
+
 
 
 def config_error(spec: ModelSpec, error: BaseException) -> ModelError:

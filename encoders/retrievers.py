@@ -229,6 +229,7 @@ def load_dense_model(spec: ModelSpec):
 
 # count(name, value): how the inputs of a batch are counted (e.g. KPR's entity inputs) by the pipeline.
 CountFn = Callable[[str, int], None]
+CUT_COUNTER = "passages_cut"  # the texts whose tokens ran past --max-length (``TextInputs.count``)
 
 
 class TextInputs:
@@ -262,7 +263,7 @@ class TextInputs:
         """Count what ``features`` hold for the pipeline's counters: the texts cut at ``max_length`` (``cut``)."""
         cut = sum(item["cut"] for item in features)
         if cut:
-            count("passages_cut", cut)
+            count(CUT_COUNTER, cut)
 
     def token_count(self, passages: Sequence[Passage]) -> int:
         """Tokens the model reads for these passages (after truncation), for throughput figures."""
@@ -341,8 +342,8 @@ class DenseEncoder:
         in the caller's thread, where Beam's counters count."""
         return self._encode(passages, self.inputs.passages, count)
 
-    def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
-        return self._encode(queries, self.inputs.queries, None)
+    def encode_queries(self, queries: Sequence[str], count: CountFn | None = None) -> np.ndarray:
+        return self._encode(queries, self.inputs.queries, count)
 
     def encode_ready(self, ready: ReadyInputs, rows: Sequence[int] | np.ndarray | None = None,
                      out: np.ndarray | None = None) -> np.ndarray:
@@ -391,13 +392,17 @@ class DenseEncoder:
     def _forward_inputs(self, inputs: dict[str, Any]):
         """The vectors of one batch of device inputs, left on the device (float32 after pooling)."""
         torch = self._torch
+        pooling = "mean" if self.options.kind == "mean" else "cls"
+        # a Hugging Face DPR encoder's [CLS] is its pooler output (projected where it has a projection_dim); its
+        # mean pools the last hidden states of its BERT, which it returns only among all of them
+        dpr = getattr(self.model.config, "model_type", "") == "dpr"
         with torch.inference_mode():
-            output = self.model(**inputs)
-            if getattr(self.model.config, "model_type", "") == "dpr":
+            output = self.model(**inputs, **({"output_hidden_states": True} if dpr and pooling == "mean" else {}))
+            if dpr and pooling == "cls":
                 vectors = output.pooler_output.float()
             else:
-                pooling = "mean" if self.options.kind == "mean" else "cls"
-                vectors = pool(output.last_hidden_state, inputs["attention_mask"], pooling)
+                hidden = output.hidden_states[-1] if dpr else output.last_hidden_state
+                vectors = pool(hidden, inputs["attention_mask"], pooling)
             if self.options.similarity == "cosine":
                 vectors = torch.nn.functional.normalize(vectors, p=2, dim=-1)
         return vectors

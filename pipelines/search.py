@@ -20,7 +20,7 @@ from artifacts.faiss.storage import MissingIndexFileError
 from artifacts.names import has_lone_surrogate, shows_nothing
 from artifacts.run import manifest, verified
 from encoders.loading import load_retriever
-from encoders.retrievers import DenseEncoder, EncoderOptions
+from encoders.retrievers import CUT_COUNTER, DenseEncoder, EncoderOptions
 from pipelines.index import check_encoder, index_inputs
 
 # the recorded files search reads: the index's and the passage texts (a --verify hashes them all)
@@ -156,11 +156,24 @@ class Retriever:
             raise InputError(f"the query encoder {options.spec('query').name_or_path} gives {self.encoder.dim}-dim "
                              f"vectors but the index at {index_dir} has {self.index.info.dim} dims")
         self.passages = PassageLookup(index_dir, self.index.info, recorded)
+        self.queries_cut = 0  # queries encoded so far whose tokens ran past --max-length (their ends not encoded)
 
     def encode(self, queries: list[str], batch_size: int = 256) -> np.ndarray:
-        parts = [self.encoder.encode_queries(queries[start:start + batch_size])
+        def count(name: str, value: int) -> None:
+            if name == CUT_COUNTER:  # the texts cut at --max-length, as the inputs count them: queries here
+                self.queries_cut += value
+
+        parts = [self.encoder.encode_queries(queries[start:start + batch_size], count)
                  for start in range(0, len(queries), batch_size)]
         return np.concatenate(parts) if parts else np.zeros((0, self.encoder.dim), np.float32)
+
+    def warn_queries_cut(self, queries: int) -> None:
+        """A warning line when queries ran past the index's --max-length: only their starts were searched for."""
+        if self.queries_cut:
+            options = self.encoder.options
+            prefix = f" (its query prefix {options.query_prefix!r} included)" if options.query_prefix else ""
+            print(f"warning: {self.queries_cut:,} of {queries:,} queries ran past the index's --max-length of "
+                  f"{options.max_length} tokens{prefix}: their ends were not encoded", file=sys.stderr)
 
     def search_ids(self, queries: list[str], k: int, batch_size: int = 256) -> tuple[np.ndarray, np.ndarray]:
         """(scores, passage ids) of shape (queries, k or the index's passage count, the smaller); missing places
@@ -231,6 +244,7 @@ class SearchCommand:
             else:
                 print(format_hits(query, hits))
         sys.stdout.flush()
+        retriever.warn_queries_cut(len(args.query))
         return 0
 
 

@@ -212,6 +212,22 @@ def test_the_run_s_entity_vectors_are_fed_at_the_norm_the_checkpoint_was_trained
     np.testing.assert_allclose(np.linalg.norm(fed, axis=1), 3.0, rtol=1e-5)
 
 
+@pytest.mark.parametrize(("checkpoint", "asked"), [("dot", "cosine"), ("cosine", "dot")])
+def test_a_similarity_asked_over_the_checkpoints_is_the_one_its_vectors_have(tiny_bert, tmp_path, checkpoint, asked):
+    """--similarity was recorded as the index's metric while the vectors kept the checkpoint's: a "cosine" index
+    whose search scores were 32, or a "dot" one of unit vectors."""
+    write_entity_artifacts(tmp_path)
+    init_kpr_checkpoint(str(tiny_bert), str(tmp_path / "kpr"), KPRSettings(
+        entity_embedding_size=ENTITY_DIM, num_entity_fusion_attention_heads=2, similarity_function=checkpoint))
+    passages = linked_passages(6)
+    own, overridden = (load_retriever(kpr_options(tmp_path / "kpr", tmp_path, max_length=32, **extra)).encode_passages(
+        passages) for extra in ({}, {"similarity": asked}))
+    cosine, dot = (overridden, own) if asked == "cosine" else (own, overridden)
+    np.testing.assert_allclose(np.linalg.norm(cosine, axis=1), 1.0, atol=1e-5)
+    assert not np.allclose(np.linalg.norm(dot, axis=1), 1.0, atol=1e-2)
+    np.testing.assert_allclose(cosine, dot / np.linalg.norm(dot, axis=1, keepdims=True), atol=1e-5)
+
+
 def write_entity_artifacts(output: Path, dim: int = ENTITY_DIM, names: dict = CAPITALS,
                            unembedded: tuple[str, ...] = ("New York (state)",)) -> dict[int, np.ndarray]:
     """OUT/dictionary/linker and OUT/entity_embeddings by hand: ``names`` (by default paris, new york with two

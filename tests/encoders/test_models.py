@@ -18,7 +18,7 @@ from transformers import AutoTokenizer
 from artifacts.errors import ModelError
 from encoders.kpr_checkpoint import init_kpr_checkpoint
 from encoders.kpr_config import KPRSettings
-from encoders.models import load_tokenizer
+from encoders.models import ModelSpec, load_tokenizer, model_config
 from tests.conftest import REPO
 
 # What the published models name: modules of their own, absent here (they would never be run anyway).
@@ -70,6 +70,18 @@ def test_models_naming_their_own_code_load_without_it_and_without_a_prompt(tiny_
     ids = [vocabulary[token] for token in ("[CLS]", "erie", "canal", "[SEP]")]
     assert json.loads(done.stdout.splitlines()[-1]) == {"bert": ids, "model": "BertModel", "kpr": ids,
                                                         "kpr_model": "KPRModel"}
+
+
+def test_a_kpr_checkpoint_read_as_a_dense_encoder_says_it_is_one(tiny_bert, tmp_path):
+    """The default --encoder-type is dpr: a KPR checkpoint given without --encoder-type kpr was transformers'
+    "does not recognize this architecture ... pip install --upgrade transformers" (or its custom code's)."""
+    init_kpr_checkpoint(str(tiny_bert), str(tmp_path / "kpr"), KPRSettings(entity_embedding_size=8))
+    shutil.copytree(tmp_path / "kpr", tmp_path / "published")
+    for kpr in (tmp_path / "kpr", with_auto_maps(tmp_path / "published")):
+        with pytest.raises(ModelError) as refused:
+            model_config(ModelSpec(str(kpr)))
+        assert refused.value.message == (f"{kpr} is a KPR checkpoint (model_type kpr-bert): it encodes as "
+                                         "--encoder-type kpr, and queries of an index built so")
 
 
 def test_a_model_only_its_own_code_could_load_is_one_line(tiny_bert, tmp_path):

@@ -284,6 +284,22 @@ def test_a_run_that_changes_while_it_is_searched_gives_no_results(minilm_index, 
         retriever.search(query, 3)
 
 
+def test_queries_cut_at_the_index_s_max_length_are_said_to_be(minilm_index, tmp_path, capsys):
+    """Passages cut at --max-length are counted (passages_cut); a query cut so was searched for by its start alone,
+    without a word (two queries of one start had the same hits and scores)."""
+    long = "who sang " + "and then " * 200 + "with reba"
+    assert main(["search", "--output", str(minilm_index), "--query", long, "--query", "who sings", "-k", "1"]) == 0
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "warning: 1 of 2 queries ran past the index's --max-length of 256 tokens: their ends were not encoded")
+    questions = tmp_path / "long.qa.tsv"
+    questions.write_text(f"{long}\t['Reba']\n{long} too\t['Reba']\nwho sings\t['Reba']\n")
+    assert main(["evaluate", "--output", str(minilm_index), "--questions", str(questions), "-k", "1"]) == 0
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "warning: 2 of 3 queries ran past the index's --max-length of 256 tokens: their ends were not encoded")
+    assert main(["search", "--output", str(minilm_index), "--query", "who sings", "-k", "1"]) == 0
+    assert "ran past" not in capsys.readouterr().err
+
+
 def test_search_prints_the_best_passages(minilm_index, capsys):
     assert main(["search", "--output", str(minilm_index), "--query", "who sings does he love me with reba",
                  "--query", "who was the creator of victoria 's secret", "-k", "2", "--json"]) == 0
