@@ -181,14 +181,14 @@ def open_input(path: str) -> IO[bytes]:
 
 @contextlib.contextmanager
 def open_decompressed(path: str) -> Iterator[IO[bytes]]:
-    """An input file's content, decompressed by its suffix (.bz2 with any number of streams, .gz), as a context:
-    the file is closed with the decompressor (which leaves a file object it was handed open). Reading a cut or
-    corrupt archive raises one of ``ARCHIVE_ERRORS``."""
+    """An input file's content, decompressed by its suffix in any case (.bz2 with any number of streams, .gz), as a
+    context: the file is closed with the decompressor (which leaves a file object it was handed open). Reading a cut
+    or corrupt archive raises one of ``ARCHIVE_ERRORS``."""
     with open_input(path) as raw:
-        if path.endswith(".bz2"):
+        if path.lower().endswith(".bz2"):
             with bz2.BZ2File(raw) as stream:
                 yield stream
-        elif path.endswith(".gz"):
+        elif path.lower().endswith(".gz"):
             with gzip.GzipFile(fileobj=raw) as stream:
                 yield stream
         else:
@@ -197,7 +197,7 @@ def open_decompressed(path: str) -> Iterator[IO[bytes]]:
 
 def is_compressed(path: str) -> bool:
     """Whether ``open_decompressed`` decompresses the file (Python's own readers: a cut archive raises)."""
-    return path.endswith((".bz2", ".gz"))
+    return path.lower().endswith((".bz2", ".gz"))
 
 
 def read_bytes(path: str) -> bytes:

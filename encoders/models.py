@@ -401,8 +401,8 @@ def model_config(spec: ModelSpec):
     except (OSError, ValueError) as error:
         if kind.model_type == kpr_config.MODEL_TYPE:  # transformers knows it not: "update Transformers"
             raise ModelError(spec.name_or_path, f"{spec.name_or_path} is a KPR checkpoint (model_type "
-                             f"{kpr_config.MODEL_TYPE}): it encodes as --encoder-type kpr, and queries of an index "
-                             "built so") from error
+                             f"{kpr_config.MODEL_TYPE}): only `index --encoder-type kpr` encodes with one (and the "
+                             "queries of an index built so)") from error
         raise config_error(spec, error) from error
 
 

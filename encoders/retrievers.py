@@ -194,8 +194,13 @@ def dense_dim(options: EncoderOptions) -> int:
                 return int(json.load(handle)["hidden_size"])
         except (OSError, ValueError, KeyError) as error:
             raise InputError(f"cannot read the model config of {options.model}: {error}") from error
-    config = model_config(ModelSpec(str(options.model)))
-    projection = getattr(config, "projection_dim", 0) or 0
+    return vector_size(model_config(ModelSpec(str(options.model))), options.kind)
+
+
+def vector_size(config: Any, kind: str) -> int:
+    """The vector size of a dense model of ``config`` encoding as ``kind``: a Hugging Face DPR checkpoint's [CLS]
+    (its pooler output) has its projection_dim where it has one; a mean over its hidden states, their size."""
+    projection = 0 if kind == "mean" else getattr(config, "projection_dim", 0) or 0
     return int(projection or config.hidden_size)
 
 
@@ -334,8 +339,7 @@ class DenseEncoder:
         return load_dense_model(spec)
 
     def _dim(self) -> int:
-        config = self.model.config
-        return int(getattr(config, "projection_dim", 0) or config.hidden_size)
+        return vector_size(self.model.config, self.options.kind)
 
     def encode_passages(self, passages: Sequence[Passage], count: CountFn | None = None) -> np.ndarray:
         """float32 rows of ``passages``, in order; what their inputs hold (KPR's entity inputs) goes to ``count``
@@ -394,15 +398,14 @@ class DenseEncoder:
         torch = self._torch
         pooling = "mean" if self.options.kind == "mean" else "cls"
         # a Hugging Face DPR encoder's [CLS] is its pooler output (projected where it has a projection_dim); its
-        # mean pools the last hidden states of its BERT, which it returns only among all of them
+        # mean pools the last hidden states of its BERT (ctx_encoder.bert_model, question_encoder.bert_model)
         dpr = getattr(self.model.config, "model_type", "") == "dpr"
         with torch.inference_mode():
-            output = self.model(**inputs, **({"output_hidden_states": True} if dpr and pooling == "mean" else {}))
             if dpr and pooling == "cls":
-                vectors = output.pooler_output.float()
+                vectors = self.model(**inputs).pooler_output.float()
             else:
-                hidden = output.hidden_states[-1] if dpr else output.last_hidden_state
-                vectors = pool(hidden, inputs["attention_mask"], pooling)
+                model = getattr(self.model, self.model.base_model_prefix).bert_model if dpr else self.model
+                vectors = pool(model(**inputs).last_hidden_state, inputs["attention_mask"], pooling)
             if self.options.similarity == "cosine":
                 vectors = torch.nn.functional.normalize(vectors, p=2, dim=-1)
         return vectors

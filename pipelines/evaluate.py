@@ -146,15 +146,17 @@ def parse_qas_line(line: bytes, match: str = "string") -> Question | None:
 def question_suffix(directory: str) -> str:
     """The suffix of the question files a directory holds (``.tsv``, ``.csv`` as DPR's ``nq-test.qa.csv``, or
     ``.json``: the one most of its files have)."""
-    names = [os.path.basename(path) for path in fs.list_files(directory, "*")]
-    counts = {suffix: sum(name.lower().endswith(suffix) for name in names) for suffix in (".tsv", ".csv", ".json")}
+    names = [os.path.basename(path).lower() for path in fs.list_files(directory, "*")]
+    counts = {suffix: sum(name.endswith(suffix) for name in names)
+              for suffix in (f"{kind}{compression}" for compression in ("", ".gz", ".bz2")
+                             for kind in (".tsv", ".csv", ".json"))}
     return max(counts, key=counts.__getitem__)  # .tsv on a tie
 
 
 def is_json(path: str) -> bool:
     """Whether a question file is an EntityQuestions JSON file (by its extension, in any case: ``P800.dev.JSON``,
     before a compression's: ``P800.dev.json.gz``)."""
-    return path.lower().removesuffix(".gz").removesuffix(".bz2").endswith(".json")
+    return path.lower().removesuffix(".gz").removesuffix(".bz2").endswith(".json")  # as fs.open_decompressed
 
 
 def read_questions(path: str, match: str = "string") -> QuestionFile:

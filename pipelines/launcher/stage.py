@@ -453,7 +453,7 @@ def committed(stage: Stage) -> list[str]:
 
 def commit(ctx: StageContext, stage: Stage, record: manifest.StageRecord, started: float) -> manifest.StageRecord:
     """Move staged outputs into OUT, then record them: the manifest entry is the commit point. Its wall time runs
-    from ``started`` (``time.time()``) to then: hashing the outputs is part of the stage's time."""
+    from ``started`` (``time.time()``) to then, when it finished: hashing the outputs is part of the stage's time."""
     completed = manifest.load(ctx.output)
     completed.pop(stage.name, None)
     manifest.save(ctx.output, completed)
@@ -467,7 +467,7 @@ def commit(ctx: StageContext, stage: Stage, record: manifest.StageRecord, starte
     record.outputs = described_outputs(ctx, artifacts)
     if recorded_hashed_here(ctx, record.outputs):
         verified.remember(ctx.output, record.outputs)  # hashed just now: the next stage here only stats them
-    record.wall_time_s = round(time.time() - started, 3)
+    record.wall_time_s, record.finished_at = round(time.time() - started, 3), manifest.now_iso()
     completed = manifest.load(ctx.output)
     completed[stage.name] = record
     manifest.save(ctx.output, completed)
@@ -625,7 +625,7 @@ def _execute(stage: Stage[ConfigT], config: ConfigT, ctx: StageContext, options:
     require_previous_unchanged(layout.command_of(stage.name), options)
     record = manifest.StageRecord(
         stage=stage.name, options=options, inputs=inputs, outputs=[], counters=counters,
-        versions=manifest.software_versions(), finished_at=manifest.now_iso(),
+        versions=manifest.software_versions(),
     )
     record = commit(ctx, stage, record, started)
     print_summary(record)

@@ -80,8 +80,8 @@ def test_a_kpr_checkpoint_read_as_a_dense_encoder_says_it_is_one(tiny_bert, tmp_
     for kpr in (tmp_path / "kpr", with_auto_maps(tmp_path / "published")):
         with pytest.raises(ModelError) as refused:
             model_config(ModelSpec(str(kpr)))
-        assert refused.value.message == (f"{kpr} is a KPR checkpoint (model_type kpr-bert): it encodes as "
-                                         "--encoder-type kpr, and queries of an index built so")
+        assert refused.value.message == (f"{kpr} is a KPR checkpoint (model_type kpr-bert): only `index "
+                                         "--encoder-type kpr` encodes with one (and the queries of an index built so)")
 
 
 def test_a_model_only_its_own_code_could_load_is_one_line(tiny_bert, tmp_path):

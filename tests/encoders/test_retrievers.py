@@ -126,7 +126,7 @@ def test_hugging_face_dpr_context_encoders_load_as_context_encoders(tiny_bert, t
     from transformers import BertConfig, BertModel, DPRConfig, DPRContextEncoder
 
     config = DPRConfig(vocab_size=AutoTokenizer.from_pretrained(tiny_bert).vocab_size, hidden_size=32,
-                       num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+                       num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, projection_dim=16)
     torch.manual_seed(1)
     model = DPRContextEncoder(config).eval()
     model.save_pretrained(tmp_path)
@@ -139,13 +139,16 @@ def test_hugging_face_dpr_context_encoders_load_as_context_encoders(tiny_bert, t
     with torch.inference_mode():  # DPR's own code feeds zero segment ids
         expected = model(**encoded).pooler_output[0].numpy()
     np.testing.assert_allclose(encoder.encode_passages([passage])[0], expected, atol=1e-5)
-    # --encoder-type mean pools its BERT's last hidden states (it took the pooler output, [CLS], as for dpr)
+    assert encoder.dim == len(expected) == 16  # projected
+    # --encoder-type mean pools its BERT's last hidden states, of their size (it took the pooler output, [CLS])
     bert = tmp_path / "bert"
     plain = BertModel(BertConfig(**{**config.to_dict(), "model_type": "bert"}), add_pooling_layer=False)
     plain.load_state_dict(model.ctx_encoder.bert_model.state_dict())
     plain.save_pretrained(bert)
     tokenizer.save_pretrained(bert)
-    np.testing.assert_allclose(load_retriever(EncoderOptions("mean", str(tmp_path))).encode_passages([passage]),
+    mean = load_retriever(EncoderOptions("mean", str(tmp_path)))
+    assert mean.dim == dense_dim(EncoderOptions("mean", str(tmp_path))) == 32
+    np.testing.assert_allclose(mean.encode_passages([passage]),
                                load_retriever(EncoderOptions("mean", str(bert))).encode_passages([passage]), atol=1e-5)
 
 

@@ -133,8 +133,9 @@ def test_question_files_compressed_are_read_as_they_are_and_a_damaged_archive_is
     question<TAB>[...])", even of a .json.gz file."""
     entity = QUESTIONS / "entityquestions-dev" / "P17.dev.json"
     for path, compress in ((tmp_path / "nq.qa.tsv.gz", gzip.compress), (tmp_path / "nq.qa.tsv.bz2", bz2.compress),
-                           (tmp_path / "P17.dev.json.gz", gzip.compress)):
-        plain = entity if ".json" in path.name else NQ_5
+                           (tmp_path / "P17.dev.json.gz", gzip.compress),
+                           (tmp_path / "P17.dev.JSON.GZ", gzip.compress)):  # suffixes in any case
+        plain = entity if ".json" in path.name.lower() else NQ_5
         path.write_bytes(compress(plain.read_bytes()))
         assert read_questions(str(path)) == replace(read_questions(str(plain)), path=str(path))
     cut = tmp_path / "cut.qa.tsv.gz"

@@ -358,6 +358,17 @@ def _dpr_questions_directory(tmp: Path, _models: dict[str, Path]) -> tuple[list[
             f"{tmp / 'qas'}/*.csv)")
 
 
+def _compressed_questions_directory(tmp: Path, _models: dict[str, Path]) -> tuple[list[str], str]:
+    """A directory of compressed EntityQuestions files, which evaluate reads: the example names them (it named *.tsv,
+    which matched none)."""
+    (tmp / "eq").mkdir()
+    for name in ("P17.dev.json.bz2", "P19.dev.json.bz2"):
+        (tmp / "eq" / name).write_bytes(bz2.compress(b"[]"))
+    return (["evaluate", "--output", str(tmp / "out"), "--questions", str(tmp / "eq")],
+            f"error: question file {tmp / 'eq'} is a directory: name the files in it (e.g. --questions "
+            f"{tmp / 'eq'}/*.json.bz2)")
+
+
 QUESTION_MESSAGES: dict[str, Callable[[Path], str]] = {
     "empty.tsv": lambda path: f"error: question file {path} is empty",
     "commas.csv": lambda path: f"error: question file {path}: no question in its 2 lines (expected {QAS_FORM})",
@@ -402,7 +413,8 @@ CASES = [Case("xml-that-is-not-a-dump", _not_a_dump), Case("text-that-is-not-xml
          *(Case(f"questions-{name}", _questions(name, content)) for name, content in QUESTION_FILES.items()),
          Case("questions-directory", _questions_directory),
          Case("json-questions-directory", _json_questions_directory),
-         Case("dpr-questions-directory", _dpr_questions_directory)]
+         Case("dpr-questions-directory", _dpr_questions_directory),
+         Case("compressed-questions-directory", _compressed_questions_directory)]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)

@@ -386,9 +386,9 @@ def test_behaviour_switches_and_noinclude_show_as_on_the_page():
     # any case, and the local names of __NOTOC__
     assert both_paths("Москва.__БЕЗ_ОГЛАВЛЕНИЯ__ __notoc__ Berlin. __KEIN_INHALTSVERZEICHNIS__ __AUCUNSOMMAIRE__ "
                       "__İÇİNDEKİLERYOK__ __init__") == ("Москва. Berlin. __init__", [])
-    # any other wiki's local names, words of upper-case letters (Italian's __NOTOC__ and __TOC__); not other words
-    assert both_paths("__NOINDICE__\nLa [[Roma]] antica. __INDICE__ __FORZA_INDICE__ __Roma__ __x1__") == (
-        "La Roma antica. __Roma__ __x1__", [("Roma", "Roma")])
+    # Italian's local names of __NOTOC__, __TOC__ and __FORCETOC__; no other word (C's __FILE__ is text)
+    assert both_paths("__NOINDICE__\nLa [[Roma]] antica. __INDICE__ __forzaindice__ __Roma__ __FILE__ __x1__") == (
+        "La Roma antica. __Roma__ __FILE__ __x1__", [("Roma", "Roma")])
     assert both_paths("Intro.<noinclude>\nSee [[Foo]].</noinclude><includeonly>[[Bar]]</includeonly>") == (
         "Intro.\nSee Foo.", [("Foo", "Foo")])
 

@@ -73,14 +73,15 @@ _REDIRECT = re.compile(
 _NO_PAGE_CHARACTER = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")  # XML's non-characters
 _NOT_IN_TITLES = re.compile(r"[<>\[\]{}|\x00-\x1f\x7f]")  # MediaWiki's characters a title may not hold
 TITLE_MAX_BYTES = 255  # MediaWiki's longest title (in the article namespace), in UTF-8 bytes
-# Behaviour switches (``__NOTOC__``, ``__notoc__``): MediaWiki removes them from the page's text. Those of every
-# wiki and the local names of __NOTOC__ on the Russian, German, French and Turkish wikis (Messages*.php) in any case;
-# any other ``__WORD__`` of upper-case letters is another wiki's local name (``__NOINDICE__``), never prose.
+# Behaviour switches (``__NOTOC__``, ``__notoc__``): MediaWiki removes them from the page's text, in any case. Those
+# of every wiki and local names of the table of contents' on the Russian, German, French, Turkish and Italian wikis
+# (Messages*.php); no other ``__WORD__`` (C's ``__FILE__`` is shown as written).
 _BEHAVIOUR_SWITCHES = frozenset((
     "NOTOC", "FORCETOC", "TOC", "NOEDITSECTION", "NEWSECTIONLINK", "NONEWSECTIONLINK", "NOGALLERY", "HIDDENCAT",
     "EXPECTUNUSEDCATEGORY", "NOCONTENTCONVERT", "NOCC", "NOTITLECONVERT", "NOTC", "INDEX", "NOINDEX", "STATICREDIRECT",
     "DISAMBIG", "NOGLOBAL", "EXPECTUNUSEDTEMPLATE", "ARCHIVEDTALK", "NOTALK", "БЕЗ_ОГЛАВЛЕНИЯ", "БЕЗ_ОГЛ",
-    "KEIN_INHALTSVERZEICHNIS", "KEININHALTSVERZEICHNIS", "AUCUNSOMMAIRE", "AUCUNETDM", "İÇİNDEKİLERYOK"))
+    "KEIN_INHALTSVERZEICHNIS", "KEININHALTSVERZEICHNIS", "AUCUNSOMMAIRE", "AUCUNETDM", "İÇİNDEKİLERYOK", "NOINDICE",
+    "INDICE", "FORZAINDICE"))
 _SWITCH_LIKE = re.compile(r"__([^\W\d_]+(?:_[^\W\d_]+)*)__")
 _MAX_DEPTH = 60
 # The parser's time grows with the square of the markup left open (~1 s at 4,000 braces of unclosed "{{x|"; 20,000
@@ -474,12 +475,8 @@ def without_behaviour_switches(wikitext: str) -> str:
     """``wikitext`` without its behaviour switches (``__NOTOC__``, ``__notoc__``, ``__NOINDICE__``)."""
     if "__" not in wikitext:
         return wikitext
-    return _SWITCH_LIKE.sub(lambda match: "" if is_behaviour_switch(match.group(1)) else match.group(0), wikitext)
-
-
-def is_behaviour_switch(word: str) -> bool:
-    """Whether ``__word__`` is a behaviour switch: one of every wiki's in any case, or a word of upper-case letters."""
-    return word.isupper() or word.upper() in _BEHAVIOUR_SWITCHES
+    return _SWITCH_LIKE.sub(lambda match: "" if match.group(1).upper() in _BEHAVIOUR_SWITCHES else match.group(0),
+                            wikitext)
 
 
 def wikitext_to_text(wikitext: str, title: str, namespaces: Namespaces,
