@@ -406,7 +406,6 @@ def model_config(spec: ModelSpec):
         raise config_error(spec, error) from error
 
 
-
 def config_error(spec: ModelSpec, error: BaseException) -> ModelError:
     return ModelError(spec.name_or_path, f"cannot read the model config of {spec.name_or_path}: {_first_line(error)}")
 

@@ -169,9 +169,9 @@ def unknown_option(flag: str, suggested: Sequence[str]) -> str:
 def check_model_pipeline_options(args: argparse.Namespace) -> None:
     """--model-pipeline-options: Beam options only, none that the two pipelines must share (``WHOLE_RUN_FLAGS``)."""
     words = flags.model_pipeline_options(args)
-    stray = stray_word(words)
-    flag = first_unknown_flag(words) if stray is None else None
-    problem = f"unexpected argument {stray}" if stray is not None else flag and unknown_option(flag, ())
+    stray, flag = stray_word(words), first_unknown_flag(words)
+    problem = (f"unexpected argument {stray}" if stray is not None
+               else unknown_option(flag, ()) if flag is not None else None)
     if problem:
         raise InputError(f"--model-pipeline-options: {problem}")
     for word in words:

@@ -73,16 +73,15 @@ _REDIRECT = re.compile(
 _NO_PAGE_CHARACTER = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")  # XML's non-characters
 _NOT_IN_TITLES = re.compile(r"[<>\[\]{}|\x00-\x1f\x7f]")  # MediaWiki's characters a title may not hold
 TITLE_MAX_BYTES = 255  # MediaWiki's longest title (in the article namespace), in UTF-8 bytes
-# Behaviour switches (``__NOTOC__``, ``__notoc__``): MediaWiki removes them from the page's text, in any case. Those
-# of every wiki and local names of the table of contents' on the Russian, German, French, Turkish and Italian wikis
-# (Messages*.php); no other ``__WORD__`` (C's ``__FILE__`` is shown as written).
-_BEHAVIOUR_SWITCHES = frozenset((
-    "NOTOC", "FORCETOC", "TOC", "NOEDITSECTION", "NEWSECTIONLINK", "NONEWSECTIONLINK", "NOGALLERY", "HIDDENCAT",
-    "EXPECTUNUSEDCATEGORY", "NOCONTENTCONVERT", "NOCC", "NOTITLECONVERT", "NOTC", "INDEX", "NOINDEX", "STATICREDIRECT",
-    "DISAMBIG", "NOGLOBAL", "EXPECTUNUSEDTEMPLATE", "ARCHIVEDTALK", "NOTALK", "БЕЗ_ОГЛАВЛЕНИЯ", "БЕЗ_ОГЛ",
-    "KEIN_INHALTSVERZEICHNIS", "KEININHALTSVERZEICHNIS", "AUCUNSOMMAIRE", "AUCUNETDM", "İÇİNDEKİLERYOK", "NOINDICE",
-    "INDICE", "FORZAINDICE"))
-_SWITCH_LIKE = re.compile(r"__([^\W\d_]+(?:_[^\W\d_]+)*)__")
+# Behaviour switches (``__NOTOC__``, ``__notoc__``): MediaWiki removes them from the page's text; also the local
+# names of __NOTOC__ on the Russian, German, French and Turkish wikis and of __NOTOC__, __TOC__ and __FORCETOC__ on
+# the Italian ones (Messages*.php). No other ``__WORD__`` (C's ``__FILE__`` shows as written).
+_BEHAVIOUR_SWITCH = re.compile(
+    r"__(?:NOTOC|FORCETOC|TOC|NOEDITSECTION|NEWSECTIONLINK|NONEWSECTIONLINK|NOGALLERY|HIDDENCAT|"
+    r"EXPECTUNUSEDCATEGORY|NOCONTENTCONVERT|NOCC|NOTITLECONVERT|NOTC|INDEX|NOINDEX|STATICREDIRECT|DISAMBIG|"
+    r"NOGLOBAL|EXPECTUNUSEDTEMPLATE|ARCHIVEDTALK|NOTALK|"
+    r"БЕЗ_ОГЛАВЛЕНИЯ|БЕЗ_ОГЛ|KEIN_INHALTSVERZEICHNIS|KEININHALTSVERZEICHNIS|AUCUNSOMMAIRE|AUCUNETDM|"
+    r"İÇİNDEKİLERYOK|NOINDICE|INDICE|FORZAINDICE)__", re.IGNORECASE)
 _MAX_DEPTH = 60
 # The parser's time grows with the square of the markup left open (~1 s at 4,000 braces of unclosed "{{x|"; 20,000
 # took minutes): a page with more unclosed braces and brackets than this is no article, it is damage.
@@ -471,14 +470,6 @@ def _tag_in_link(wikitext: str) -> bool:
     return False
 
 
-def without_behaviour_switches(wikitext: str) -> str:
-    """``wikitext`` without its behaviour switches (``__NOTOC__``, ``__notoc__``, ``__NOINDICE__``)."""
-    if "__" not in wikitext:
-        return wikitext
-    return _SWITCH_LIKE.sub(lambda match: "" if match.group(1).upper() in _BEHAVIOUR_SWITCHES else match.group(0),
-                            wikitext)
-
-
 def wikitext_to_text(wikitext: str, title: str, namespaces: Namespaces,
                      options: WikitextOptions = WikitextOptions()) -> ParsedText:
     """Plain text and links of an article's wikitext.
@@ -487,7 +478,7 @@ def wikitext_to_text(wikitext: str, title: str, namespaces: Namespaces,
     transforms/parse/wikitext_prepass.py); the page falls back to the full parse wherever the scanner is unsure.
     """
     # MediaWiki renders an indented table (":{|") as a table: unindent it so that both paths see (and drop) one
-    wikitext = without_behaviour_switches(_INDENTED_TABLE.sub("", strip_comments(wikitext)))
+    wikitext = _BEHAVIOUR_SWITCH.sub("", _INDENTED_TABLE.sub("", strip_comments(wikitext)))
     if options.use_prepass:
         wikitext = strip_dropped_markup(wikitext, namespaces.trail_letters) or wikitext
     if (unclosed := unclosed_markup(wikitext)) > MAX_UNCLOSED:
