@@ -104,11 +104,11 @@ def answerable(answer: str, match: str) -> bool:
 def checked_question(question: object, answers: object, match: str = "string") -> Question | None:
     """A question with its answers; None unless the question is text that shows something and that a tokenizer
     can take (no lone surrogate, as a JSON "\\ud800" escape or a qas file's answer literal can hold) and the
-    answers a list of strings of which one at least can match (``answerable``: a question with none could never be
-    answered)."""
+    answers a list (or a qas file's tuple, which DPR's reader takes too) of strings of which one at least can match
+    (``answerable``: a question with none could never be answered)."""
     if not isinstance(question, str) or shows_nothing(question) or has_lone_surrogate(question):
         return None
-    if not isinstance(answers, list) or not all(isinstance(answer, str) for answer in answers):
+    if not isinstance(answers, (list, tuple)) or not all(isinstance(answer, str) for answer in answers):
         return None
     if not any(answerable(answer, match) for answer in answers):
         return None
@@ -116,8 +116,8 @@ def checked_question(question: object, answers: object, match: str = "string") -
 
 
 def parse_qas_row(fields: list[str], match: str = "string") -> Question | None:
-    """One row of a DPR qas file: question<TAB>['answer', ...] (a Python list literal); further fields (an id
-    column) are ignored, as DPR's reader does."""
+    """One row of a DPR qas file: question<TAB>['answer', ...] (a Python list literal, or a tuple); further fields
+    (an id column) are ignored, as DPR's reader does."""
     if len(fields) < 2:
         return None
     try:

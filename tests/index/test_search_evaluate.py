@@ -73,6 +73,7 @@ def test_regex_answers_are_dprs_regex_match():
 
 def test_question_rows_of_both_formats():
     assert parse_qas_row(["who?", "['a', \"b'c\"]"]).answers == ("a", "b'c")
+    assert parse_qas_row(["who?", "('Reba',)"]).answers == ("Reba",)  # a tuple, which DPR's eval takes as a list
     assert parse_qas_row(["who?", "not a list"]) is None
     assert parse_qas_row(["who?", "[1, 2]"]) is None
     assert parse_qas_row(["who?"]) is None
