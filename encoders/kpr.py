@@ -127,8 +127,8 @@ class KPREncoder(DenseEncoder):
         from encoders.kpr_checkpoint import load_checkpoint  # torch: the model's process only, not the inputs'
 
         model = load_checkpoint(spec.name_or_path, spec)
-        if self.options.similarity:  # --similarity over the checkpoint's: the index's metric, its vectors' norms
-            model.settings = replace(model.settings, similarity_function=self.options.similarity)
+        # the resolved similarity (--similarity over the checkpoint's): the index's metric, its vectors' norms
+        model.settings = replace(model.settings, similarity_function=self.options.similarity)
         self.entities = EntityTable(self.options.entity_embeddings, model.entity_norm)
         if self.entities.dim != model.settings.entity_embedding_size:
             raise InputError(f"entity embeddings have {self.entities.dim} dimensions, the KPR model "
