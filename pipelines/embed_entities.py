@@ -78,7 +78,7 @@ class EmbedEntitiesStage:
         facts = model_facts(config, mentions) if ctx.workers_run_here() else None
         salt = window_salt(config)
         previous = reusable_previous(refresh_of(config), self.name, PREVIOUS_STAGES,
-                                     lambda old: incompatibility(old, ctx.output, config, salt),
+                                     lambda old: incompatibility(old, recorded_mentions(ctx.output), config, salt),
                                      lambda: own_windows(ctx, config, salt))
         scratch = fs.join(ctx.staging_root, "work")
         renumbered = config.previous if previous is None and config.previous and entities_intact(config.previous) \
@@ -222,14 +222,18 @@ def window_option_changes(recorded: dict[str, Any], config: EmbedConfig) -> list
     return manifest.option_changes(of_windows(recorded), of_windows(STAGE.options(config)))
 
 
-def incompatibility(old: dict[str, manifest.StageRecord], output: str, config: EmbedConfig,
+def recorded_mentions(output: str) -> dict[str, Any]:
+    """The options the mentions under ``output`` were sampled with."""
+    return manifest.load(output)[layout.MENTIONS_STAGE].options
+
+
+def incompatibility(old: dict[str, manifest.StageRecord], mentions_options: dict[str, Any], config: EmbedConfig,
                     salt: str) -> str | None:
-    """Why the previous run's vectors differ from what this run would compute, or it kept none (None: they do
-    not)."""
+    """Why the previous run's vectors differ from what this run would compute from mentions sampled with
+    ``mentions_options``, or it kept none (None: they do not)."""
     stage, mentions = layout.EMBED_ENTITIES_STAGE, layout.MENTIONS_STAGE
     changes = window_option_changes(old[stage].options, config)
-    changes += [f"mentions' {change}" for change in
-                manifest.option_changes(old[mentions].options, manifest.load(output)[mentions].options)]
+    changes += [f"mentions' {change}" for change in manifest.option_changes(old[mentions].options, mentions_options)]
     changes += [f"{role}: model files changed" for role in
                 fingerprint_changes(old[stage], STAGE.external_inputs(config))]
     if changes:

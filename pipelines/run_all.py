@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from artifacts import layout
 from artifacts.counters import Counter
@@ -50,22 +51,39 @@ def forced_stages(force: list[str] | None) -> set[str]:
     return {commands[name].name for name in (force or STAGE_COMMANDS)}
 
 
+def previous_refusal(previous: str, configs: dict[str, Any], completed: Collection[str]) -> str | None:
+    """Why a stage that borrows vectors (embed-entities, index) would refuse ``previous`` under --require-reuse
+    after hours of the stages before it, as far as its records and this run's options tell: it lacks a manifest or
+    a stage that lends, it was built with other options or models, or it kept no mention vectors. None when no
+    stage would (a stage OUT holds already is left to its rerun: OLD_OUT may be gone by then; validating OLD_OUT is
+    left to the stages)."""
+    borrowing = {layout.EMBED_ENTITIES_STAGE, layout.INDEX_STAGE} - set(completed)
+    if not borrowing:
+        return None
+    lacking = refresh.previous_lacks(previous, (*embed_entities.PREVIOUS_STAGES, layout.INDEX_STAGE))
+    if lacking is not None:
+        return lacking
+    old = manifest.load(previous)
+    embed, built = configs[layout.EMBED_ENTITIES_STAGE], configs[layout.INDEX_STAGE]
+    sampled = manifest.canonical_options(mentions.STAGE.options(configs[layout.MENTIONS_STAGE]))
+    problems = [embed_entities.incompatibility(old, sampled, embed, embed_entities.window_salt(embed))
+                if layout.EMBED_ENTITIES_STAGE in borrowing else None,
+                index.incompatibility(old, built, built.encoder) if layout.INDEX_STAGE in borrowing else None]
+    return next(filter(None, problems), None)
+
+
 def preflight(args: argparse.Namespace, beam_args: list[str]) -> None:
     """Fail before hour one, not at hour nine: every stage's config is built (the flags are checked already), every
     model, the corpus and the index factory are checked (and the device, when the workers run on this machine), and
-    with --require-reuse the previous run has the stages that lend vectors (unless OUT has both stages that borrow
-    them: a completed refresh, whose previous run may be gone; a stage that reruns still checks)."""
+    with --require-reuse the previous run can lend what the stages that borrow vectors would take from it
+    (``previous_refusal``)."""
     from encoders.mask_encoder import check_mask_model
 
     configs = {stage.name: stage.config(args) for _, stage in PIPELINE}
-    lenders = (*embed_entities.PREVIOUS_STAGES, layout.INDEX_STAGE)
-    borrowers = (layout.EMBED_ENTITIES_STAGE, layout.INDEX_STAGE)
-    completed = manifest.load(args.output)
-    if args.previous and args.require_reuse and not all(stage in completed for stage in borrowers):
-        # what a stage would refuse after hours of the stages before it
-        lacking = refresh.previous_lacks(str(args.previous), lenders)
-        if lacking is not None:
-            raise refresh.ReuseRefusedError(f"cannot reuse the previous run: {lacking}")
+    if args.previous and args.require_reuse:
+        refusal = previous_refusal(str(args.previous), configs, manifest.load(args.output))
+        if refusal is not None:
+            raise refresh.ReuseRefusedError(f"cannot reuse the previous run: {refusal}")
     device_here = stage_runner.workers_run_here(beam_args)
     embed = configs[layout.EMBED_ENTITIES_STAGE]
     check_mask_model(embed.spec, embed.layer, embed.max_seq_length, device_here)

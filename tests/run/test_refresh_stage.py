@@ -380,6 +380,24 @@ def test_an_incomplete_previous_run_is_refused(runs, tiny_bert, tmp_path, capsys
     assert not (fresh / "articles").exists()
 
 
+@pytest.mark.parametrize("case", ["published without mention vectors", "another --max-seq-length"])
+def test_all_refuses_what_a_stage_would_refuse_before_its_first_stage(runs, tiny_bert, tmp_path, capsys, case):
+    """A previous run that kept no mention vectors, or one of other window options: embed-entities refuses it
+    under --require-reuse, and `all` said so only after parse, dictionary and mentions had run."""
+    old, _, _ = runs
+    previous, extra, reason = old, ("--max-seq-length", "32"), (
+        "it was built with other options (max_seq_length: 64 -> 32; mentions' max_seq_length: 64 -> 32)")
+    if case == "published without mention vectors":
+        previous, extra, reason = tmp_path / "published", (), (
+            "it kept no mention vectors (built with --no-mention-vectors, published without --with-mention-vectors, "
+            "or by an older version)")
+        shutil.copytree(old, previous, ignore=shutil.ignore_patterns("mention_vectors"))
+    fresh = tmp_path / "fresh"
+    assert main(all_command(fresh, tiny_bert, "--previous", str(previous), "--require-reuse", *extra)) == 2
+    assert stderr_line(capsys, "error:") == f"error: cannot reuse the previous run: {reason}"
+    assert not (fresh / "articles").exists()
+
+
 def test_an_encoder_option_named_at_its_default_is_the_same_encoder(runs, tiny_bert, tmp_path, capsys):
     """The previous run left --similarity and --title-mode at a mean encoder's defaults; naming them reuses."""
     old, scratch, refreshed = runs
