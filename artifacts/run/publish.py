@@ -252,10 +252,19 @@ def require_not_the_latest(destination: str) -> None:
                              "move LATEST to it); nothing was copied")
 
 
-def is_the_latest_copy(destination: str, published: bytes) -> bool:
+def report_digests(root: str) -> dict[str, str]:
+    """The sha256 of every file of the report under ``root``, by its path relative to ``root``, but its stamp (a
+    copy's names the copy's manifest)."""
+    stamp = f"{REPORT_DIR}/{layout.REPORT_STAMP}"
+    return {relative: fs.sha256(path) for path in fs.list_tree(fs.join(root, REPORT_DIR))
+            if (relative := fs.relative(path, root)) != stamp}
+
+
+def is_the_latest_copy(output: str, destination: str, published: bytes) -> bool:
     """Whether ``destination`` already holds the copy whose manifest is ``published``, every file of it of the size
-    it records, and ROOT/LATEST names it: a rerun of a publish --latest killed after it wrote LATEST (a scheduler's
-    retry) has nothing left to do (a copy that lost files since is the run LATEST names, and not published into)."""
+    it records, the report of ``output`` as it is, and ROOT/LATEST names it: a rerun of a publish --latest killed
+    after it wrote LATEST (a scheduler's retry) has nothing left to do (a copy that lost files since, or whose run's
+    report was written again, is the run LATEST names, and not published into)."""
     try:
         root, name = latest_location(destination)
     except LatestLocationError:
@@ -266,7 +275,8 @@ def is_the_latest_copy(destination: str, published: bytes) -> bool:
             and pointer.get("manifest_sha256") == hashlib.sha256(published).hexdigest()
             and fs.exists(path) and fs.read_bytes(path) == published
             and not manifest.files_missing_or_changed(destination, [item for record in manifest.load(destination)
-                                                                    .values() for item in record.outputs]))
+                                                                    .values() for item in record.outputs])
+            and report_digests(destination) == report_digests(output))
 
 
 def source_manifest_sha256(copy: str) -> str | None:
@@ -307,7 +317,7 @@ def publish_run(output: str, destination: str, latest: bool = False, free_bytes:
     work of its stages (``mention_vectors/``) is copied only when ``kept``."""
     if latest:
         require_replaceable_latest(destination)  # refuse before copying anything
-        if is_the_latest_copy(destination, manifest.encoded(published_stages(manifest.load(output), kept))):
+        if is_the_latest_copy(output, destination, manifest.encoded(published_stages(manifest.load(output), kept))):
             with lock.hold(destination, WRITER):  # takes over the lock of a publish killed once it was done
                 return PublishSummary(destination, (), (), fs.join(latest_location(destination)[0], LATEST_NAME),
                                       unchanged=True)

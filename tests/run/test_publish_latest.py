@@ -161,6 +161,28 @@ def test_the_run_latest_names_is_not_published_into(run: Path, tmp_path: Path,
     assert pointer(root) == {"name": "2026-02", "manifest_sha256": manifest_sha256(root / "2026-02")}
 
 
+def test_a_copy_without_the_runs_report_is_not_this_run(run: Path, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """publish --latest again said "holds this run already ... nothing to copy" of a copy whose report had lost a
+    plot, or whose run's report was written again since (the copy kept serving the old page)."""
+    root = tmp_path / "published"
+    assert main(["report", "--output", str(run), "--recall-queries", "5"]) == 0
+    assert main(["publish", "--output", str(run), "--to", str(root / "2026-01"), "--latest"]) == 0
+    next((root / "2026-01" / "report").glob("*.png")).unlink()
+    capsys.readouterr()
+    assert main(["publish", "--output", str(run), "--to", str(root / "2026-01"), "--latest"]) == 2
+    assert capsys.readouterr().err.startswith(f"error: --to {root / '2026-01'} is the run {root / 'LATEST'} names: ")
+    assert main(["publish", "--output", str(run), "--to", str(root / "2026-02"), "--latest"]) == 0
+    page = (root / "2026-02" / "report" / "index.html").read_bytes()
+    assert main(["report", "--output", str(run), "--recall-queries", "7"]) == 0
+    assert (run / "report" / "index.html").read_bytes() != page
+    capsys.readouterr()
+    assert main(["publish", "--output", str(run), "--to", str(root / "2026-02"), "--latest"]) == 2
+    assert capsys.readouterr().err.startswith(f"error: --to {root / '2026-02'} is the run {root / 'LATEST'} names: ")
+    assert main(["publish", "--output", str(run), "--to", str(root / "2026-03"), "--latest"]) == 0
+    assert (root / "2026-03" / "report" / "index.html").read_bytes() == (run / "report" / "index.html").read_bytes()
+
+
 def test_a_run_is_not_published_as_latest_where_the_pointer_goes(run: Path, tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     """--to ROOT/LATEST --latest copied the whole run into ROOT/LATEST, then failed to write the pointer there (and
