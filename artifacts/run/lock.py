@@ -41,7 +41,14 @@ class LockInfo:
     started: str
 
     def mine(self) -> bool:
-        return self.host == socket.gethostname() and self.pid == os.getpid()
+        """Whether this process holds the lock: its host and pid, and not a lock taken before this process started
+        (one whose run had this pid before a container's restart)."""
+        return self.host == socket.gethostname() and self.pid == os.getpid() and not self.pid_reused()
+
+    def pid_reused(self) -> bool:
+        """Whether the process of the lock's pid started after the lock was taken (the pid names another process)."""
+        started, taken = process_start_time(self.pid), lock_time(self.started)
+        return started is not None and taken is not None and started > taken + CLOCK_SLACK_SECONDS
 
     def stale_reason(self) -> str | None:
         """Why no process holds the lock, when it was taken on this host: its pid runs no more, or names a process
@@ -50,8 +57,7 @@ class LockInfo:
             return None
         if not pid_alive(self.pid):
             return "no longer running"
-        started, taken = process_start_time(self.pid), lock_time(self.started)
-        if started is not None and taken is not None and started > taken + CLOCK_SLACK_SECONDS:
+        if self.pid_reused():
             return "the pid is another process's now, started after the lock was taken"
         return None
 

@@ -471,6 +471,21 @@ def test_a_lock_whose_pid_a_later_process_has_now_is_taken_over(tmp_path, capsys
         f"was taken) on {output}"]
 
 
+def test_a_lock_of_this_processs_pid_taken_before_it_started_is_taken_over(tmp_path, capsys):
+    """A container restarted gives its entrypoint the pid of the run killed before: that lock was taken for this
+    process's own (nested use), never released, and judged stale by every other run, which went ahead beside it."""
+    output = tmp_path / "out"
+    write_lock(output, os.getpid(), "2026-01-02T03:04:05Z")  # long before this process started
+    with lock.hold(str(output), "python run_pipeline.py parse"):
+        holder = lock.read(str(output))
+        assert (holder.pid, holder.command, holder.mine()) == (os.getpid(), "python run_pipeline.py parse", True)
+        assert lock.live_writer(str(output)) is None  # this process: no other writer
+    assert not (output / lock.LOCK_NAME).exists()
+    assert capsys.readouterr().err.splitlines() == [
+        f"taking over the stale lock of pid {os.getpid()} (the pid is another process's now, started after the lock "
+        f"was taken) on {output}"]
+
+
 def test_a_directory_where_the_lock_goes_is_one_line(tmp_path, capsys):
     (tmp_path / "out" / lock.LOCK_NAME).mkdir(parents=True)
     assert main(["parse", "--dump", SAMPLE, "--output", str(tmp_path / "out"), *DIRECT]) == 2
