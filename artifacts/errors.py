@@ -166,7 +166,7 @@ def on_one_line(text: str) -> str:
 def first_line(error: BaseException) -> str:
     """The first line of an error message (its type when it has none), for one-line InputErrors: control characters
     as their escapes (a library's message may quote a byte it could not read)."""
-    text = str(error).strip()
+    text = (error.message if isinstance(error, InputError) else str(error)).strip()
     return on_one_line(text.splitlines()[0]) if text else type(error).__name__
 
 

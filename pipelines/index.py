@@ -458,13 +458,17 @@ NO_INDEX = "it holds no index"
 
 
 def own_index_problem(output: str, compatible: Compatibility) -> str | None:
-    """None when OUT holds a committed index of this encoder whose files are as recorded (it lends the vectors of
-    its passages), else why not (``NO_INDEX`` when it has none yet)."""
+    """None when OUT holds a committed index of this encoder whose files that lend vectors (index.json and the
+    shards' embeddings) are as recorded, else why not (``NO_INDEX`` when it has none yet). A FAISS file lost or
+    damaged since is built again from the embeddings (and a trained quantizer, checked where it is reused)."""
     records = manifest.load(output)
     record = records.get(layout.INDEX_STAGE)
     if record is None:
         return NO_INDEX
-    return compatible(records) or verified.changed_files(output, record.outputs, hash_remote=False)
+    index_dir = f"{layout.INDEX}/"
+    lending = [item for item in record.outputs if item.path == f"{index_dir}{files.INDEX_JSON}"
+               or item.path.startswith(f"{index_dir}{files.EMBEDDINGS_DIR}/")]
+    return compatible(records) or verified.changed_files(output, lending, hash_remote=False)
 
 
 def own_index(output: str, problem: str | None) -> str | None:

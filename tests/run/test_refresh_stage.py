@@ -432,7 +432,8 @@ def test_a_rerun_of_a_refresh_takes_what_its_previous_run_lacks_from_its_own_ind
     """A completed refresh run again with another --shards while OLD_OUT is there: the passages unchanged since
     OLD_OUT take its vectors, the new and changed ones those of the index OUT holds (they were encoded again), as
     does its IVF quantizer (OLD_OUT's is Flat's: it was trained again), and every vector is the one the refresh
-    committed. An index there whose files changed lends nothing, said in a line."""
+    committed. An index there whose embeddings changed lends nothing, said in a line; one that lost its FAISS files
+    (built from the embeddings) still lends every vector: every passage was encoded again."""
     old, scratch, refreshed = runs
     output = upstream_of(scratch, tmp_path / "out")
     index = ["index", "--output", str(output), "--encoder", str(tiny_bert), "--encoder-type", "mean",
@@ -455,10 +456,22 @@ def test_a_rerun_of_a_refresh_takes_what_its_previous_run_lacks_from_its_own_ind
         assert rerun[passage_id][1:3] == (title, text)
         np.testing.assert_array_equal(rerun[passage_id][3], vector)
     (output / "index" / "trained.faiss").write_bytes(b"")
+    (output / "index" / "shard-00000.faiss").unlink()
+    assert main([*index, "--shards", "2"]) == 0
+    assert stderr_line(capsys, "[index] training the quantizer again:") == (
+        f"[index] training the quantizer again: {old} has Flat x 32, this one needs IVF2,Flat x 32; {output} has a "
+        f"trained.faiss that does not load with faiss ({output / 'index' / 'trained.faiss'} is damaged: the file "
+        "ends before the index does (cut short?))")
+    found = counters(output, "index")
+    assert (found["passages_reused"], found["passages_encoded"]) == (len(committed), 0)
+    assert validate_run(str(output)) == []
+    embeddings = sorted((output / "index" / "embeddings").rglob("*.parquet"))[0]
+    size = embeddings.stat().st_size
+    embeddings.write_bytes(embeddings.read_bytes()[:100])
     assert main([*index, "--shards", "2"]) == 0
     assert stderr_line(capsys, "[index] the index this OUT holds") == (
-        "[index] the index this OUT holds lends no vector (index/trained.faiss: 0 bytes, manifest says "
-        f"{len(trained):,})")
+        f"[index] the index this OUT holds lends no vector ({embeddings.relative_to(output)}: 100 bytes, manifest "
+        f"says {size})")
 
 
 def test_a_trained_quantizer_of_another_shape_is_trained_again(runs, tiny_bert, tmp_path, capsys):
