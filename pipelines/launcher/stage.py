@@ -431,9 +431,8 @@ def skip_reason(stage: Stage, record: manifest.StageRecord | None, options: dict
     if record.inputs != {key: value for key, value in inputs.items()
                          if not key.startswith(manifest.CONTENT) or key in record.inputs}:
         return None
-    if manifest.missing_or_changed(output, record):
-        return None
-    if (damaged := verified.changed_local_content(output, record.outputs)) is not None:  # changed in place
+    missing = next(iter(manifest.missing_or_changed(output, record)), None)
+    if (damaged := missing or verified.changed_local_content(output, record.outputs)) is not None:  # or in place
         print(f"[{layout.command_of(stage.name)}] {damaged}: it runs again", file=sys.stderr)
         return None
     return "outputs complete, inputs and options unchanged"

@@ -1277,3 +1277,18 @@ def test_a_stage_whose_output_changed_in_place_runs_again(run: Path, tiny_bert: 
     assert main(stage_command("dictionary", run, tiny_bert)) == 0
     assert "[dictionary] skipped" in capsys.readouterr().err
     assert validate_run(str(run)) == []
+
+
+def test_a_stage_whose_output_was_cut_short_or_deleted_says_why(run: Path, tiny_bert: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """A file of another size or a missing one reran the stage without a word (one changed in place says why)."""
+    cut = next((run / "articles").glob("*.parquet"))
+    size = cut.stat().st_size
+    cut.write_bytes(cut.read_bytes()[:1000])
+    assert main(stage_command("parse", run, tiny_bert)) == 0
+    assert f"[parse] articles/{cut.name}: 1000 bytes, manifest says {size}: it runs again" in capsys.readouterr().err
+    gone = next((run / "redirects").glob("*.parquet"))
+    gone.unlink()
+    assert main(stage_command("parse", run, tiny_bert)) == 0
+    assert f"[parse] redirects/{gone.name}: missing: it runs again" in capsys.readouterr().err
+    assert validate_run(str(run)) == []
