@@ -175,6 +175,14 @@ def _left_empty(data: bytes, descriptor: int) -> bool:
     return not data and time.time() - os.fstat(descriptor).st_mtime > UNWRITTEN_SECONDS
 
 
+def _is_empty(path: str) -> bool:
+    """Whether the local file ``path`` is there and empty."""
+    try:
+        return os.stat(path).st_size == 0
+    except FileNotFoundError:
+        return False
+
+
 def acquire(output: str, command: str) -> bool:
     """Lock ``output`` for this process. Returns False when this process already holds it (nested use)."""
     path = fs.join(output, LOCK_NAME)
@@ -194,6 +202,10 @@ def acquire(output: str, command: str) -> bool:
         if holder is None and fs.is_local(path) and _take_over(path):
             print(f"taking over the empty lock on {output} (its run was killed as it took it)", file=sys.stderr)
             continue
+        if holder is None and fs.is_local(path) and _is_empty(path):
+            raise OutputLocked(f"{output} is in use: {path} is empty: a run is writing it, or was killed as it took "
+                               f"it (an empty lock is taken over once it is {UNWRITTEN_SECONDS:.0f} s old: rerun "
+                               "then)")
         if holder is None:
             raise OutputLocked(f"{output} is in use: {path} exists but cannot be read; remove it if no command "
                                f"writes {output}")

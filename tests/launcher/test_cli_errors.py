@@ -511,7 +511,9 @@ def test_an_empty_lock_is_taken_for_one_being_written_then_for_a_killed_runs(tmp
     lock_file.write_bytes(b"")
     command = ["parse", "--dump", SAMPLE, "--output", str(tmp_path / "out"), "--progress-interval", "0", *DIRECT]
     assert main(command) == 2
-    assert "exists but cannot be read" in capsys.readouterr().err  # just created: maybe being written
+    assert capsys.readouterr().err.splitlines() == [  # just created: maybe being written
+        f"error: {tmp_path / 'out'} is in use: {lock_file} is empty: a run is writing it, or was killed as it took "
+        "it (an empty lock is taken over once it is 10 s old: rerun then)"]
     old = time.time() - lock.UNWRITTEN_SECONDS - 5
     os.utime(lock_file, (old, old))
     assert main(command) == 0
