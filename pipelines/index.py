@@ -494,7 +494,8 @@ def previous_quantizer(lenders: tuple[str, ...], index_dir: str, factory: str, d
     unfit = []
     for run in lenders:
         trained = fs.join(run, layout.INDEX, files.TRAINED_NAME)
-        why = unfit_quantizer(trained, info.load_index_info(fs.join(run, layout.INDEX)), factory, dim)
+        why = (unfit_quantizer(trained, info.load_index_info(fs.join(run, layout.INDEX)), factory, dim)
+               or unrecorded_quantizer(run))
         if why is None:
             path = fs.join(index_dir, files.TRAINED_NAME)
             fs.mkdirs(index_dir)  # a local copy makes no directory
@@ -505,6 +506,17 @@ def previous_quantizer(lenders: tuple[str, ...], index_dir: str, factory: str, d
     if unfit:
         print(f"[index] training the quantizer again: {'; '.join(unfit)}", file=sys.stderr)
     return None
+
+
+def unrecorded_quantizer(run: str) -> str | None:
+    """Why the trained.faiss of ``run`` is not the one its index stage recorded (changed or lost since; one of the
+    same shape would start every shard on other centroids), else None."""
+    path = f"{layout.INDEX}/{files.TRAINED_NAME}"
+    items = [item for item in manifest.load(run)[layout.INDEX_STAGE].outputs if item.path == path]
+    if not items:
+        return f"recorded no {files.TRAINED_NAME}"
+    changed = verified.changed_files(run, items, hash_remote=False)
+    return None if changed is None else f"has a {files.TRAINED_NAME} other than it recorded ({changed})"
 
 
 def unfit_quantizer(trained: str, old: info.IndexInfo, factory: str, dim: int) -> str | None:

@@ -433,7 +433,10 @@ def test_a_rerun_of_a_refresh_takes_what_its_previous_run_lacks_from_its_own_ind
     OLD_OUT take its vectors, the new and changed ones those of the index OUT holds (they were encoded again), as
     does its IVF quantizer (OLD_OUT's is Flat's: it was trained again), and every vector is the one the refresh
     committed. An index there whose embeddings changed lends nothing, said in a line; one that lost its FAISS files
-    (built from the embeddings) still lends every vector: every passage was encoded again."""
+    (built from the embeddings) still lends every vector: every passage was encoded again; a trained quantizer
+    changed since is trained again."""
+    import faiss
+
     old, scratch, refreshed = runs
     output = upstream_of(scratch, tmp_path / "out")
     index = ["index", "--output", str(output), "--encoder", str(tiny_bert), "--encoder-type", "mean",
@@ -465,6 +468,16 @@ def test_a_rerun_of_a_refresh_takes_what_its_previous_run_lacks_from_its_own_ind
     found = counters(output, "index")
     assert (found["passages_reused"], found["passages_encoded"]) == (len(committed), 0)
     assert validate_run(str(output)) == []
+    centroids = faiss.read_index(str(output / "index" / "trained.faiss"))  # others of the same shape and size
+    faiss.downcast_index(centroids).quantizer.reset()
+    faiss.downcast_index(centroids).quantizer.add(np.full((2, 32), 100.0, "float32"))
+    faiss.write_index(centroids, str(output / "index" / "trained.faiss"))
+    assert main([*index, "--shards", "2"]) == 0
+    assert stderr_line(capsys, "[index] training the quantizer again:").endswith(
+        f"{output} has a trained.faiss other than it recorded (index/trained.faiss: its sha256 differs from the "
+        "manifest's)")
+    trained = faiss.read_index(str(output / "index" / "trained.faiss"))
+    assert np.abs(faiss.downcast_index(trained).quantizer.reconstruct_n(0, 2)).max() < 100
     embeddings = sorted((output / "index" / "embeddings").rglob("*.parquet"))[0]
     size = embeddings.stat().st_size
     embeddings.write_bytes(embeddings.read_bytes()[:100])
