@@ -45,7 +45,8 @@ class PublishCommand:
                   "--no-mention-vectors, did not run, or it is a copy published without them): the copy has none, and "
                   "a refresh from it encodes every window", file=sys.stderr)
         if summary.unchanged:
-            print(f"{summary.destination} holds this run already and {summary.latest} names it: nothing to copy")
+            copied = f"its report copied again ({len(summary.report)} files)" if summary.report else "nothing to copy"
+            print(f"{summary.destination} holds this run already and {summary.latest} names it: {copied}")
             return 0
         if summary.removed:
             print(f"replaced earlier files in {summary.destination}: {', '.join(summary.removed)}")

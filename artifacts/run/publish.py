@@ -76,7 +76,8 @@ class PublishSummary:
     files: tuple[PublishedFile, ...]
     removed: tuple[str, ...]  # directories of an earlier publish, replaced
     latest: str | None = None  # the LATEST pointer written after the manifest, if asked for
-    unchanged: bool = False  # DEST held this very copy already, and LATEST named it: nothing was written
+    unchanged: bool = False  # DEST held this very copy already, and LATEST named it: only its report was copied
+    report: tuple[str, ...] = ()  # with ``unchanged``: the report's files copied again (the run's report changed)
 
     @property
     def total_bytes(self) -> int:
@@ -159,16 +160,18 @@ def copy_problem(path: str, item: PublishedFile) -> str | None:
     return None
 
 
-def copy_checked(output: str, destination: str, item: PublishedFile) -> None:
+def copy_checked(output: str, destination: str, item: PublishedFile, left: str | None = None) -> None:
+    """Copy one file of the run, read back; a failure says what ``destination`` is left as (``left``: without a
+    manifest.json)."""
     source, target = fs.join(output, item.path), fs.join(destination, item.path)
+    left = left or f"{destination} has no manifest.json, publish again"
     try:
         copy_file(source, target)
     except OSError as error:  # BeamIOError is an OSError
-        raise InputError(f"copying {source} to {target} failed ({error}): {destination} has no manifest.json, "
-                         "publish again") from error
+        raise InputError(f"copying {source} to {target} failed ({error}): {left}") from error
     problem = copy_problem(target, item)
     if problem is not None:
-        raise InputError(f"{target}: {problem}: {destination} has no manifest.json, publish again")
+        raise InputError(f"{target}: {problem}: {left}")
 
 
 def report_stamp(output: str) -> str:
@@ -180,9 +183,14 @@ def report_stamp(output: str) -> str:
 def restamp_report(destination: str, files: list[PublishedFile], published_manifest: bytes) -> None:
     """The copied report's stamp names the manifest the copy gets (the run's without its kept work, unless that
     was published too): the copy's report is as current as the run's, and the copy can be published again."""
+    if any(item.path == f"{REPORT_DIR}/{layout.REPORT_STAMP}" for item in files):
+        stamp_report(destination, published_manifest)
+
+
+def stamp_report(destination: str, published_manifest: bytes) -> None:
+    """The report's stamp in the copy ``destination`` names its manifest, ``published_manifest``."""
     digest = hashlib.sha256(published_manifest).hexdigest()
-    copied = any(item.path == f"{REPORT_DIR}/{layout.REPORT_STAMP}" for item in files)
-    if copied and report_stamp(destination) != digest:
+    if report_stamp(destination) != digest:
         fs.write_bytes_atomic(fs.join(destination, REPORT_DIR, layout.REPORT_STAMP), f"{digest}\n".encode())
 
 
@@ -260,11 +268,11 @@ def report_digests(root: str) -> dict[str, str]:
             if (relative := fs.relative(path, root)) != stamp}
 
 
-def is_the_latest_copy(output: str, destination: str, published: bytes) -> bool:
+def is_the_latest_copy(destination: str, published: bytes) -> bool:
     """Whether ``destination`` already holds the copy whose manifest is ``published``, every file of it of the size
-    it records, the report of ``output`` as it is, and ROOT/LATEST names it: a rerun of a publish --latest killed
-    after it wrote LATEST (a scheduler's retry) has nothing left to do (a copy that lost files since, or whose run's
-    report was written again, is the run LATEST names, and not published into)."""
+    it records, and ROOT/LATEST names it: a rerun of a publish --latest killed after it wrote LATEST (a scheduler's
+    retry) has nothing left to copy but the report (``copy_report_again``; a copy that lost files since is the run
+    LATEST names, and not published into)."""
     try:
         root, name = latest_location(destination)
     except LatestLocationError:
@@ -275,8 +283,30 @@ def is_the_latest_copy(output: str, destination: str, published: bytes) -> bool:
             and pointer.get("manifest_sha256") == hashlib.sha256(published).hexdigest()
             and fs.exists(path) and fs.read_bytes(path) == published
             and not manifest.files_missing_or_changed(destination, [item for record in manifest.load(destination)
-                                                                    .values() for item in record.outputs])
-            and report_digests(destination) == report_digests(output))
+                                                                    .values() for item in record.outputs]))
+
+
+def copy_report_again(output: str, destination: str, published: bytes) -> tuple[str, ...]:
+    """The files of the run's report that the copy ``destination`` of it lacks or holds otherwise (a report written
+    again since, as `all` does at every run; a plot lost from the copy), copied into it and recorded as publish's,
+    its stamp naming the copy's manifest ``published``; their paths. The copy's manifest is not touched: the run
+    LATEST names stays complete for its readers."""
+    require_current_report(output)
+    theirs = report_digests(destination)
+    stale = tuple(relative for relative, digest in report_digests(output).items() if theirs.get(relative) != digest)
+    if not stale:
+        return ()
+    for relative in stale:
+        path = fs.join(output, relative)
+        copy_checked(output, destination, PublishedFile(relative, fs.size(path), fs.sha256(path)),
+                     f"{destination}'s manifest.json is as it was: publish --latest again")
+    stamp_report(destination, published)
+    record = fs.join(destination, RECORD_FILE)
+    facts = {name: value for name, value in fs.read_json(record).items() if name != "files"} \
+        if fs.exists(record) else {}
+    owned.save_record(destination, RECORD_FILE, [*owned.load_record(destination, RECORD_FILE), *stale,
+                                                 f"{REPORT_DIR}/{layout.REPORT_STAMP}"], facts)
+    return stale
 
 
 def source_manifest_sha256(copy: str) -> str | None:
@@ -317,10 +347,11 @@ def publish_run(output: str, destination: str, latest: bool = False, free_bytes:
     work of its stages (``mention_vectors/``) is copied only when ``kept``."""
     if latest:
         require_replaceable_latest(destination)  # refuse before copying anything
-        if is_the_latest_copy(output, destination, manifest.encoded(published_stages(manifest.load(output), kept))):
+        published = manifest.encoded(published_stages(manifest.load(output), kept))
+        if is_the_latest_copy(destination, published):
             with lock.hold(destination, WRITER):  # takes over the lock of a publish killed once it was done
                 return PublishSummary(destination, (), (), fs.join(latest_location(destination)[0], LATEST_NAME),
-                                      unchanged=True)
+                                      unchanged=True, report=copy_report_again(output, destination, published))
     require_not_the_latest(destination)
     if fs.overlaps(output, destination):
         raise OverlappingDestinationError(output, destination)

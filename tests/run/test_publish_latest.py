@@ -161,26 +161,31 @@ def test_the_run_latest_names_is_not_published_into(run: Path, tmp_path: Path,
     assert pointer(root) == {"name": "2026-02", "manifest_sha256": manifest_sha256(root / "2026-02")}
 
 
-def test_a_copy_without_the_runs_report_is_not_this_run(run: Path, tmp_path: Path,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_same_publish_latest_again_copies_the_runs_report_again(run: Path, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     """publish --latest again said "holds this run already ... nothing to copy" of a copy whose report had lost a
-    plot, or whose run's report was written again since (the copy kept serving the old page)."""
-    root = tmp_path / "published"
+    plot, or whose run's report was written again since (as `all` does at every run): the copy kept the old page.
+    Its report is copied again; the rest of the copy, its manifest first, is left as it is."""
+    root, copy = tmp_path / "published", tmp_path / "published" / "2026-01"
+    command = ["publish", "--output", str(run), "--to", str(copy), "--latest"]
     assert main(["report", "--output", str(run), "--recall-queries", "5"]) == 0
-    assert main(["publish", "--output", str(run), "--to", str(root / "2026-01"), "--latest"]) == 0
-    next((root / "2026-01" / "report").glob("*.png")).unlink()
-    capsys.readouterr()
-    assert main(["publish", "--output", str(run), "--to", str(root / "2026-01"), "--latest"]) == 2
-    assert capsys.readouterr().err.startswith(f"error: --to {root / '2026-01'} is the run {root / 'LATEST'} names: ")
-    assert main(["publish", "--output", str(run), "--to", str(root / "2026-02"), "--latest"]) == 0
-    page = (root / "2026-02" / "report" / "index.html").read_bytes()
+    assert main(command) == 0
+    plot = next((copy / "report").glob("*.png"))
+    plot.unlink()
     assert main(["report", "--output", str(run), "--recall-queries", "7"]) == 0
-    assert (run / "report" / "index.html").read_bytes() != page
+    page = run / "report" / "index.html"
+    assert (copy / "report" / "index.html").read_bytes() != page.read_bytes()
+    manifest_before = (copy / "manifest.json").stat()
     capsys.readouterr()
-    assert main(["publish", "--output", str(run), "--to", str(root / "2026-02"), "--latest"]) == 2
-    assert capsys.readouterr().err.startswith(f"error: --to {root / '2026-02'} is the run {root / 'LATEST'} names: ")
-    assert main(["publish", "--output", str(run), "--to", str(root / "2026-03"), "--latest"]) == 0
-    assert (root / "2026-03" / "report" / "index.html").read_bytes() == (run / "report" / "index.html").read_bytes()
+    assert main(command) == 0
+    assert capsys.readouterr().out == (f"{copy} holds this run already and {root / 'LATEST'} names it: its report "
+                                       "copied again (2 files)\n")  # the page and the lost plot (drawn the same)
+    assert (copy / "report" / "index.html").read_bytes() == page.read_bytes() and plot.exists()
+    assert (copy / "manifest.json").stat() == manifest_before
+    assert validate_run(str(copy)) == []
+    assert main(command) == 0
+    assert capsys.readouterr().out.endswith("names it: nothing to copy\n")
+    assert main(["publish", "--output", str(copy), "--to", str(tmp_path / "again")]) == 0  # the copy's report current
 
 
 def test_a_run_is_not_published_as_latest_where_the_pointer_goes(run: Path, tmp_path: Path,
