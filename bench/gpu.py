@@ -73,7 +73,7 @@ ENTITIES = 7_000_000
 MENTION_CAP = 128
 DPR_PASSAGES = 21_015_324
 WIKIPEDIA_ROWS = {  # English Wikipedia, for the storage projection (DESIGN.md and the issue)
-    "articles": 6_700_000, "entities": 7_000_000, "mentions": 150_000_000, "entity_embeddings": 7_000_000,
+    "articles": 6_700_000, "entities": 7_000_000, "mentions": 112_000_000, "entity_embeddings": 7_000_000,
     "passages": DPR_PASSAGES, "index": DPR_PASSAGES,
 }
 
@@ -282,6 +282,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--beam", action="append", default=[], help="an extra Beam option for the stages, e.g. "
                         "--beam=--direct_running_mode=multi_processing --beam=--direct_num_workers=4")
     args = parser.parse_args()
+    if min(args.lengths) < 1 or (args.batch_tokens is not None and args.batch_tokens < 1):
+        parser.error("--lengths and --batch-tokens take numbers of tokens of 1 or more")
     gpu = args.device.startswith("cuda")
     defaults = {"dtype": "bfloat16" if gpu else "float32", "model": RANDOM_BERT_BASE if gpu else "minilm",
                 "mentions": 0 if gpu else 256, "passages": 100_000 if gpu else 512,

@@ -278,12 +278,16 @@ def benchmark(args: argparse.Namespace, work: Path) -> list[StageRun]:
 def save(args: argparse.Namespace, runs: list[StageRun]) -> None:
     """All figures as JSON (rewritten after each size, so an interrupted run keeps what it measured)."""
     settings = {name: str(value) if isinstance(value, Path) else value for name, value in vars(args).items()}
+    settings["no_op_model"] = args.no_op_model or bool(args.stand_in)  # a stand-in GPU runs the no-op model
     document = {"settings": settings, "runs": [asdict(run) for run in runs], **summary(runs)}
     args.json.write_text(json.dumps(document, indent=1))
 
 
 def saved_runs(paths: Sequence[Path]) -> tuple[list[StageRun], dict]:
     """The runs of several --json files, and the settings of the first."""
+    missing = [path for path in paths if not path.is_file()]
+    if missing:
+        sys.exit(f"error: --report {missing[0]}: no such file (a --json file of an earlier run)")
     documents = [json.loads(path.read_text()) for path in paths]
     return [StageRun(**run) for document in documents for run in document["runs"]], documents[0]["settings"]
 
@@ -294,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.report:
         runs, settings = saved_runs(args.report)
-        print_report(runs, settings["no_op_model"])
+        print_report(runs, settings["no_op_model"] or bool(settings.get("stand_in")), settings.get("stand_in"))
         return
     print(f"{os.cpu_count()} CPUs (stages on {args.cores or 'all'}), load average {os.getloadavg()[0]:.1f} at start; "
           f"no-op model: {'on' if args.no_op_model or args.stand_in else 'off'}"
@@ -306,7 +310,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         with tempfile.TemporaryDirectory(prefix="kpr-scale-") as work:
             runs = benchmark(args, Path(work))
     print(f"load average {os.getloadavg()[0]:.1f} at the end\n")
-    print_report(runs, args.no_op_model)
+    print_report(runs, args.no_op_model or bool(args.stand_in), args.stand_in)
     if args.json:
         save(args, runs)
 

@@ -293,7 +293,7 @@ def print_speedups(runs: Sequence[StageRun]) -> None:
               f"{item['base_largest_mb']:10.0f}")
 
 
-def print_projection(runs: Sequence[StageRun], no_op_model: bool) -> None:
+def print_projection(runs: Sequence[StageRun], no_op_model: bool, stand_in: float | None = None) -> None:
     rows = projection(runs)
     if not rows:
         return
@@ -309,7 +309,11 @@ def print_projection(runs: Sequence[StageRun], no_op_model: bool) -> None:
     print(f"  memory = MB at 0 + bytes per output unit x enwiki's units (the fits from {FIT_FROM_ARTICLES:,} articles "
           "on where two sizes are that large, else from the smallest: 'sizes from' above; fewest workers), at least "
           "the largest measured")
-    if no_op_model:
+    if stand_in:
+        print(f"  embed-entities and index: each run's forward paced as ONE GPU of {stand_in:,.0f} tokens a second "
+              "shared by its workers (--stand-in): their hours assume a share of such a GPU per worker as measured, "
+              f"{MACHINE_WORKERS} shares; README 'GPUs' projects one card")
+    elif no_op_model:
         print("  embed-entities and index: host side only (--no-op-model: no model forward counted)")
     print(f"{'stage':<15} {'items':>14} {'rate per worker':>24} {'hours':>7} {'CPU-bound':>9}  peak memory")
     for row in rows:
@@ -326,10 +330,10 @@ def print_projection(runs: Sequence[StageRun], no_op_model: bool) -> None:
             print(f"{'':<15} memory: {row['memory_basis']}")
 
 
-def print_report(runs: Sequence[StageRun], no_op_model: bool) -> None:
+def print_report(runs: Sequence[StageRun], no_op_model: bool, stand_in: float | None = None) -> None:
     """Every table: the runs, memory and CPU per unit, the speed-ups, the projection."""
     print_runs(runs)
     print_memory(runs)
     print_cpu(runs)
     print_speedups(runs)
-    print_projection(runs, no_op_model)
+    print_projection(runs, no_op_model, stand_in)

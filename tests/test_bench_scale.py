@@ -176,6 +176,20 @@ def test_memory_is_projected_per_output_unit_and_the_index_by_one_dpr_shard() ->
     assert rows["index"]["peak_memory_gb"] == pytest.approx((600.0 + 1.0 * shard_mb) / 1e3)
 
 
+def test_a_saved_stand_in_run_reads_back_as_the_no_op_model_paced_as_one_gpu(tmp_path: Path, capsys) -> None:
+    """`bench.scale --stand-in N` (the no-op model, paced) saved `no_op_model: false` and printed its GPU stages'
+    hours with no word that their workers shared one stand-in GPU."""
+    from bench.scale import main, parse_args, save
+
+    args = parse_args(["--stand-in", "2193960", "--json", str(tmp_path / "runs.json")])
+    save(args, [measured_run("embed-entities", 10_000, 500.0, mentions=1e5)])
+    assert json.loads((tmp_path / "runs.json").read_text())["settings"]["no_op_model"] is True
+    main(["--report", str(tmp_path / "runs.json")])
+    assert ("  embed-entities and index: each run's forward paced as ONE GPU of 2,193,960 tokens a second shared by "
+            "its workers (--stand-in): their hours assume a share of such a GPU per worker as measured, 16 shares; "
+            "README 'GPUs' projects one card") in capsys.readouterr().out.splitlines()
+
+
 def test_cpu_per_article_has_a_marginal_cost_only_between_sizes() -> None:
     """Repeated runs of one size (alternated rounds, read back with --report) give each its own figure and no
     marginal cost between them; the next size's marginal is taken from the last run before it."""
