@@ -76,7 +76,7 @@ class PublishSummary:
     files: tuple[PublishedFile, ...]
     removed: tuple[str, ...]  # directories of an earlier publish, replaced
     latest: str | None = None  # the LATEST pointer written after the manifest, if asked for
-    unchanged: bool = False  # DEST held this very copy already, and LATEST named it: only its report was copied
+    unchanged: bool = False  # DEST held this very copy already, and LATEST named it: nothing but ``report`` copied
     report: tuple[str, ...] = ()  # with ``unchanged``: the report's files copied again (the run's report changed)
 
     @property
@@ -260,14 +260,6 @@ def require_not_the_latest(destination: str) -> None:
                              "move LATEST to it); nothing was copied")
 
 
-def report_digests(root: str) -> dict[str, str]:
-    """The sha256 of every file of the report under ``root``, by its path relative to ``root``, but its stamp (a
-    copy's names the copy's manifest)."""
-    stamp = f"{REPORT_DIR}/{layout.REPORT_STAMP}"
-    return {relative: fs.sha256(path) for path in fs.list_tree(fs.join(root, REPORT_DIR))
-            if (relative := fs.relative(path, root)) != stamp}
-
-
 def is_the_latest_copy(destination: str, published: bytes) -> bool:
     """Whether ``destination`` already holds the copy whose manifest is ``published``, every file of it of the size
     it records, and ROOT/LATEST names it: a rerun of a publish --latest killed after it wrote LATEST (a scheduler's
@@ -284,6 +276,14 @@ def is_the_latest_copy(destination: str, published: bytes) -> bool:
             and fs.exists(path) and fs.read_bytes(path) == published
             and not manifest.files_missing_or_changed(destination, [item for record in manifest.load(destination)
                                                                     .values() for item in record.outputs]))
+
+
+def report_digests(root: str) -> dict[str, str]:
+    """The sha256 of every file of the report under ``root``, by its path relative to ``root``, but its stamp (a
+    copy's names the copy's manifest)."""
+    stamp = f"{REPORT_DIR}/{layout.REPORT_STAMP}"
+    return {relative: fs.sha256(path) for path in fs.list_tree(fs.join(root, REPORT_DIR))
+            if (relative := fs.relative(path, root)) != stamp}
 
 
 def copy_report_again(output: str, destination: str, published: bytes) -> tuple[str, ...]:
