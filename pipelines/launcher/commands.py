@@ -35,6 +35,7 @@ from pipelines.launcher.flags import (
     RUNTIME,
     SEQUENCE,
     FlagGroup,
+    GivenOnce,
     at_least,
     local_path,
     more_than,
@@ -179,8 +180,8 @@ def _encoder(group: argparse._ArgumentGroup) -> None:
 
 
 def _index(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--corpus", type=local_path,
-                       help="DPR passage file(s) (psgs_w100.tsv; a path or glob, .gz allowed); "
+    group.add_argument("--corpus", type=local_path, action=GivenOnce,
+                       help="DPR passage file(s) (psgs_w100.tsv; one path or glob, .gz allowed); "
                        "default: passages cut from OUT/articles")
     group.add_argument("--words-per-passage", type=at_least("words_per_passage", 1), default=100,
                        help="without --corpus: words per passage")

@@ -107,6 +107,19 @@ def more_than(setting: str, floor: float, ceiling: float, why: str) -> Callable[
 DEVICE = checked(str, check_device)
 
 
+class GivenOnce(argparse.Action):
+    """A flag of one value that refuses a second, other value (argparse keeps the last: a repeated ``--corpus``
+    dropped every file but the last one's passages without a word)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        given = getattr(namespace, self.dest, None)
+        if given is not None and given != self.default and given != values:
+            raise InputError(f"{option_string} takes one value, given {given} and {values}: give one path or glob "
+                             "(a glob reads every file it matches)")
+        setattr(namespace, self.dest, values)
+
+
 def option_words(text: str) -> tuple[str, ...]:
     """Command-line options given as one value (``"--machine_type=g2-standard-8 --num_workers 4"``), split as a
     shell splits them."""

@@ -56,6 +56,13 @@ BAD_INPUTS = [
     (["report", "--output", "{tmp}/out", "--progress-interval", "0"], "error: report takes no --progress-interval (an "
      "option of parse, dictionary, mentions, embed-entities, index, all)"),
     (["validate", "--output", "{tmp}/out", "stray"], "error: unexpected argument stray for validate"),
+    # argparse kept the last --corpus: the passages of the others were never indexed, without a word
+    (["index", "--output", "{tmp}/out", "--encoder", "m", "--corpus", "{tmp}/a.tsv", "--corpus", "{tmp}/b.tsv"],
+     "error: --corpus takes one value, given {tmp}/a.tsv and {tmp}/b.tsv: give one path or glob (a glob reads every "
+     "file it matches)"),
+    (["all", "--dump", SAMPLE, "--output", "{tmp}/out", "--model", "m", "--encoder", "m", "--corpus", "{tmp}/a.tsv",
+      "--corpus", "{tmp}/b.tsv"], "error: --corpus takes one value, given {tmp}/a.tsv and {tmp}/b.tsv: give one "
+     "path or glob (a glob reads every file it matches)"),
     # --model-pipeline-options: Beam's options for the model's pipeline alone (its GPU workers on a cluster)
     (["index", "--output", "{tmp}/out", "--encoder", "m", "--model-pipeline-options=--machine_typ=g2-standard-8"],
      "error: --model-pipeline-options: unknown option --machine_typ (did you mean --machine_type?)"),
