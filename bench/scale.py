@@ -249,7 +249,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, help="write every figure here")
     parser.add_argument("--report", type=Path, nargs="+", metavar="JSON",
                         help="run nothing: print the tables of the runs saved in these --json files together")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.no_op_model = args.no_op_model or bool(args.stand_in)  # a stand-in GPU paces the no-op model
+    return args
 
 
 def benchmark(args: argparse.Namespace, work: Path) -> list[StageRun]:
@@ -258,7 +260,7 @@ def benchmark(args: argparse.Namespace, work: Path) -> list[StageRun]:
     # progress lines every 5 s: each worker's steady rate, in the stage's log
     runtime = ("--dtype", args.dtype, "--batch-tokens", str(args.batch_tokens), "--progress-interval", "5")
     settings = Settings(work, args.max_mentions, args.max_seq_length, model, args.device, runtime,
-                        args.no_op_model or bool(args.stand_in), args.stage_timeout, args.stand_in, args.cores,
+                        args.no_op_model, args.stage_timeout, args.stand_in, args.cores,
                         args.model_workers or (1 if args.stand_in else None), args.checkout.resolve())
     stages = [stage for stage in STAGES if stage in args.stages]
     runs: list[StageRun] = []
@@ -278,7 +280,6 @@ def benchmark(args: argparse.Namespace, work: Path) -> list[StageRun]:
 def save(args: argparse.Namespace, runs: list[StageRun]) -> None:
     """All figures as JSON (rewritten after each size, so an interrupted run keeps what it measured)."""
     settings = {name: str(value) if isinstance(value, Path) else value for name, value in vars(args).items()}
-    settings["no_op_model"] = args.no_op_model or bool(args.stand_in)  # a stand-in GPU runs the no-op model
     document = {"settings": settings, "runs": [asdict(run) for run in runs], **summary(runs)}
     args.json.write_text(json.dumps(document, indent=1))
 
@@ -298,10 +299,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.report:
         runs, settings = saved_runs(args.report)
-        print_report(runs, settings["no_op_model"] or bool(settings.get("stand_in")), settings.get("stand_in"))
+        print_report(runs, settings["no_op_model"], settings.get("stand_in"))
         return
     print(f"{os.cpu_count()} CPUs (stages on {args.cores or 'all'}), load average {os.getloadavg()[0]:.1f} at start; "
-          f"no-op model: {'on' if args.no_op_model or args.stand_in else 'off'}"
+          f"no-op model: {'on' if args.no_op_model else 'off'}"
           + (f", paced as one GPU of {args.stand_in:,.0f} tokens a second" if args.stand_in else ""), flush=True)
     if args.work:
         args.work.mkdir(parents=True, exist_ok=True)
@@ -310,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         with tempfile.TemporaryDirectory(prefix="kpr-scale-") as work:
             runs = benchmark(args, Path(work))
     print(f"load average {os.getloadavg()[0]:.1f} at the end\n")
-    print_report(runs, args.no_op_model or bool(args.stand_in), args.stand_in)
+    print_report(runs, args.no_op_model, args.stand_in)
     if args.json:
         save(args, runs)
 

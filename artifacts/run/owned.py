@@ -56,6 +56,13 @@ def save_record(directory: str, record: str, files: Iterable[str], facts: Mappin
     fs.write_json_atomic(fs.join(directory, record), {"files": sorted(set(files)), **(facts or {})})
 
 
+def add_to_record(directory: str, record: str, files: Iterable[str]) -> None:
+    """Add ``files`` to the record of files written into ``directory``, its facts kept."""
+    path = fs.join(directory, record)
+    facts = {name: value for name, value in fs.read_json(path).items() if name != "files"} if fs.exists(path) else {}
+    save_record(directory, record, [*load_record(directory, record), *files], facts)
+
+
 def in_the_way(directory: str, files: Iterable[str], trees: Iterable[str]) -> list[str]:
     """What exists under ``directory`` where ``files`` (relative paths) go or below ``trees`` (relative directories
     the command fills): relative paths of files (a file where a tree goes included), and ``NAME/`` for a directory

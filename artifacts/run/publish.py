@@ -301,11 +301,7 @@ def copy_report_again(output: str, destination: str, published: bytes) -> tuple[
         copy_checked(output, destination, PublishedFile(relative, fs.size(path), fs.sha256(path)),
                      f"{destination}'s manifest.json is as it was: publish --latest again")
     stamp_report(destination, published)
-    record = fs.join(destination, RECORD_FILE)
-    facts = {name: value for name, value in fs.read_json(record).items() if name != "files"} \
-        if fs.exists(record) else {}
-    owned.save_record(destination, RECORD_FILE, [*owned.load_record(destination, RECORD_FILE), *stale,
-                                                 f"{REPORT_DIR}/{layout.REPORT_STAMP}"], facts)
+    owned.add_to_record(destination, RECORD_FILE, [*stale, f"{REPORT_DIR}/{layout.REPORT_STAMP}"])
     return stale
 
 
