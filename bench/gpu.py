@@ -191,35 +191,44 @@ def storage_line(name: str, size: int, rows: int) -> str:
     key = name.split("/")[-1] if name.split("/")[-1] in WIKIPEDIA_ROWS else name.split("/")[0].split(" ")[0]
     scale = WIKIPEDIA_ROWS.get(key)
     projected = f"{scale / 1e6:,.1f}M rows -> {per_row * scale / 1e9:,.1f} GB" if scale else "-"
-    return f"  {name:<28} {rows:>9,} rows {size / 1e6:9.2f} MB {per_row:9.1f} B/row   {projected}"
+    return f"  {name:<32} {rows:>9,} rows {size / 1e6:9.2f} MB {per_row:9.1f} B/row   {projected}"
 
 
-def print_storage(outputs: list[tuple[str, str]], windows: tuple[int, int] | None) -> None:
-    """Bytes per row of the artifacts of each (OUT, artifact prefix: "" for all) and the Wikipedia projection;
-    ``windows``: (bytes, rows) of the mentions had they stored their context windows (as before), if measured."""
+def print_storage(outputs: list[str], measured: dict[str, tuple[int, int]],
+                  windows: tuple[int, int] | None) -> None:
+    """Bytes per row of every artifact of each OUT and the Wikipedia projection; ``measured``: (bytes, rows) of
+    artifacts as each run wrote them, by "artifact (which run)" (an OUT's own copy of such an artifact, which a
+    later run may have replaced, is left out); ``windows``: (bytes, rows) of the mentions had they stored their
+    context windows (as before)."""
     print("storage (zstd Parquet): bytes per row; projection for English Wikipedia")
-    for output, prefix in outputs:
+    for output in outputs:
         for name, (size, rows) in artifact_sizes(output).items():
-            if name.startswith(prefix):
+            if not any(label.startswith(f"{name} (") for label in measured):
                 print(storage_line(name, size, rows))
+    for label, (size, rows) in measured.items():
+        print(storage_line(label, size, rows))
     if windows:
         print(storage_line("mentions (with windows)", *windows) + "   (as stored before windows were cut at embed "
                                                                    "time)")
 
 
-def report_mentions(args, model_path: str, sample: str, work: str, mean_mentions: float) -> list[tuple[str, str]]:
+def report_mentions(args, model_path: str, sample: str, work: str,
+                    mean_mentions: float) -> tuple[list[str], dict[str, tuple[int, int]]]:
+    """Print the mentions' lines; returns (each length's embed-entities OUT, each length's entity_embeddings
+    (bytes, rows) as its run wrote them: with --mentions 0 every length writes the sample's own OUT)."""
     from artifacts import tables
     from encoders.models import ModelSpec, usable_positions
 
     rows = tables.read_table(sample, "mentions").to_pylist()
     rows = mention_windows(sample, rows[:args.path_mentions])
-    outputs = []
+    outputs, stored = [], {}
     lengths = [length for length in args.lengths if length <= usable_positions(ModelSpec(model_path))]
     for length in lengths:
         top = ceiling(model_path, args.device, args.dtype, length, args.batch_tokens, args.ceiling_seconds)
         inputs, path, ops = mask_paths(args, model_path, rows, length)
         stage, busy, target = embed_stage(args, model_path, sample, work, length)
-        outputs.append((target, "entity_embeddings"))
+        outputs.append(target)
+        stored[f"entity_embeddings ({length} tokens)"] = artifact_sizes(target)["entity_embeddings"]
         print(f"mentions at {length} tokens: ceiling {top.per_second:,.1f} seq/s | [MASK] inputs built "
               f"{inputs.per_second:,.1f}/s (one process) | [MASK] forward path {path.per_second:,.1f}/s "
               f"({len(rows):,}) | embed-entities stage {stage.per_second:,.1f}/s "
@@ -231,7 +240,7 @@ def report_mentions(args, model_path: str, sample: str, work: str, mean_mentions
         print(f"  projection at the stage rate: {ENTITIES / 1e6:.0f}M entities x {mean_mentions:.2f} mentions "
               f"(sample mean) = {ENTITIES * mean_mentions / stage.per_second / 3600:,.1f} h; x {MENTION_CAP} (cap) = "
               f"{ENTITIES * MENTION_CAP / stage.per_second / 3600:,.1f} h")
-    return outputs
+    return outputs, stored
 
 
 def report_passages(args, model_path: str, work: str) -> tuple[str, DenseRun]:
@@ -315,14 +324,16 @@ def main() -> None:
         model_path = chosen_model(args.model, directory)
         print(f"sample OUT (parse, dictionary, mentions) in {seconds:.1f} s: {row_count(sample, 'mentions'):,} "
               f"mentions, {mean:.2f} per entity; model {args.model}")
-        outputs = report_mentions(args, model_path, sample, directory, mean) if "mentions" in args.paths else []
+        embedded, stored, listed = [], {}, [sample]
+        if "mentions" in args.paths:
+            embedded, stored = report_mentions(args, model_path, sample, directory, mean)
         if "passages" in args.paths:
             target, dense = report_passages(args, model_path, directory)
-            if outputs:  # the KPR lines take the first embed-entities OUT's linker and entity embeddings
-                report_kpr(args, passage_options(args, model_path), model_path, outputs[0][0], dense)
-            outputs.append((target, ""))
+            if embedded:  # the KPR lines take the first embed-entities OUT's linker and entity embeddings
+                report_kpr(args, passage_options(args, model_path), model_path, embedded[0], dense)
+            listed.append(target)
         windows = None if args.mentions_out else stored_windows_size(sample, directory)
-        print_storage([(sample, ""), *outputs], windows)
+        print_storage(listed, stored, windows)
 
 
 if __name__ == "__main__":
