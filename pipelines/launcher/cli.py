@@ -380,7 +380,7 @@ def main(argv: Sequence[str] | None = None, exit_at_ctrl_c: bool = False) -> int
             if beam_args or args.command in WRITERS:
                 from pipelines.launcher import runners  # Beam: imported once the arguments are checked
 
-                runners.check_runner([*beam_args, *flags.model_pipeline_options(args)])  # the values of both
+                runners.check_runner(beam_args, flags.model_pipeline_options(args))  # the values of both
                 if args.command in WRITERS:  # the commands that run Beam pipelines
                     paths = flags.local_paths(command_parser(parser, args.command), args)
                     model_args = flags.model_pipeline_options(args)

@@ -15,13 +15,15 @@ from pathlib import Path
 
 from apache_beam.options.pipeline_options import (
     DirectOptions,
+    PipelineOptions,
     PortableOptions,
     SetupOptions,
     StandardOptions,
     WorkerOptions,
 )
+from apache_beam.portability import common_urns
 from apache_beam.runners.runner import create_runner
-from apache_beam.transforms import environments
+from apache_beam.transforms import environments, resources
 
 from artifacts.errors import InputError, first_line
 from pipelines.launcher.stage import beam_pipeline_options, runner_path, workers_run_here
@@ -56,15 +58,22 @@ def available_runners() -> list[str]:
     return [path.rsplit(".", 1)[-1] for path in StandardOptions.ALL_KNOWN_RUNNERS if load_problem(path) is None]
 
 
-def check_option_values(beam_args: Sequence[str]) -> None:
-    """An ``InputError`` with Beam's own words for a Beam option value it refuses (``--flink_version=2.3``: not
-    one of its choices): its parser would print its whole usage, hundreds of lines, and exit."""
-    said = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(said):
-            beam_pipeline_options(beam_args).get_all_options()
-    except SystemExit:
-        raise InputError(said.getvalue().strip().splitlines()[-1].split(": error: ", 1)[-1]) from None
+def check_option_values(beam_args: Sequence[str], model_args: Sequence[str] = ()) -> None:
+    """An ``InputError`` with Beam's own words for a Beam option value it refuses, of the run's options and of
+    its model's pipeline (those and ``model_args``): one its parser refuses (``--flink_version=2.3``: not one of
+    its choices; the parser would print its whole usage, hundreds of lines, and exit), or one that Beam reads
+    only as it builds or submits a job (``worker_option_problem``): after a stage's inputs' job, for the model's."""
+    for args in ([beam_args, [*beam_args, *model_args]] if model_args else [beam_args]):
+        said = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(said):
+                options = beam_pipeline_options(args)
+                options.get_all_options()
+        except SystemExit:
+            raise InputError(said.getvalue().strip().splitlines()[-1].split(": error: ", 1)[-1]) from None
+        problem = worker_option_problem(options)
+        if problem:
+            raise InputError(problem)
     direct = beam_pipeline_options(beam_args).view_as(DirectOptions)
     if direct.direct_num_workers is not None and direct.direct_num_workers < 0:
         raise InputError(f"--direct_num_workers={direct.direct_num_workers}: give the worker count, or 0 for one per "
@@ -74,10 +83,30 @@ def check_option_values(beam_args: Sequence[str]) -> None:
               "--direct_running_mode=multi_processing (or multi_threading) is given too", file=sys.stderr)
 
 
-def check_runner(beam_args: Sequence[str]) -> None:
+def worker_option_problem(options: PipelineOptions) -> str | None:
+    """What is wrong with the values that Beam reads only as it builds a pipeline or stages its workers' files: a
+    ``--setup_file`` it cannot build from, an ``--environment_type`` it does not know, a resource hint it refuses
+    (None: nothing)."""
+    setup_file = options.view_as(SetupOptions).setup_file
+    if setup_file and not Path(setup_file).is_file():
+        return f"--setup_file={setup_file}: no such file"
+    if setup_file and Path(setup_file).name not in ("setup.py", "pyproject.toml"):
+        return f"--setup_file={setup_file}: Beam builds the workers' package from a setup.py or a pyproject.toml"
+    kind = options.view_as(PortableOptions).environment_type
+    if kind and kind != "LOOPBACK" and not kind.startswith("beam:env:") and not hasattr(common_urns.environments,
+                                                                                       kind):
+        return f"--environment_type={kind}: Beam knows DOCKER, PROCESS, EXTERNAL, LOOPBACK and beam:env: URNs"
+    try:
+        resources.resource_hints_from_options(options)
+    except ValueError as error:
+        return f"--resource_hints: {error}"
+    return None
+
+
+def check_runner(beam_args: Sequence[str], model_args: Sequence[str] = ()) -> None:
     """An ``InputError`` naming the runners this installation has, for a ``--runner`` that does not load (the Beam
-    option values checked first)."""
-    check_option_values(beam_args)
+    option values of the run and of its model's pipeline, which adds ``model_args``, checked first)."""
+    check_option_values(beam_args, model_args)
     runner = beam_pipeline_options(beam_args).view_as(StandardOptions).runner
     if not isinstance(runner, str):  # a runner object (tests): nothing to resolve
         return

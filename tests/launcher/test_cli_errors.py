@@ -73,6 +73,19 @@ BAD_INPUTS = [
     (["all", "--dump", SAMPLE, "--output", "{tmp}/out", "--model", "m", "--encoder", "m",
       "--model-pipeline-options=--direct_num_workers=2"], "error: --model-pipeline-options cannot set "
      "--direct_num_workers: --model-workers sets the processes that hold the model"),
+    # values Beam reads only as it builds a job (the model's job: after the inputs' job had run), in a traceback
+    (["embed-entities", "--output", "{tmp}/out", "--model", "m", "--model-pipeline-options=--resource_hints="
+      "min_ram=lots"], "error: --resource_hints: Resource hint min_ram has invalid value lots."),
+    (["parse", "--dump", SAMPLE, "--output", "{tmp}/out", "--resource_hints=bogus=1"],
+     "error: --resource_hints: Unknown resource hint: bogus."),
+    (["index", "--output", "{tmp}/out", "--encoder", "m", "--runner=PortableRunner",
+      "--model-pipeline-options=--environment_type=NOPE"],
+     "error: --environment_type=NOPE: Beam knows DOCKER, PROCESS, EXTERNAL, LOOPBACK and beam:env: URNs"),
+    (["parse", "--dump", SAMPLE, "--output", "{tmp}/out", "--runner=PortableRunner", "--environment_type=EXTERNAL",
+      "--environment_config=localhost:1", "--setup_file={tmp}/setup.py"],
+     "error: --setup_file={tmp}/setup.py: no such file"),
+    (["embed-entities", "--output", "{tmp}/out", "--model", "m", "--model-pipeline-options=--setup_file={file}"],
+     "error: --setup_file={file}: Beam builds the workers' package from a setup.py or a pyproject.toml"),
     (["parse", "--dump", SAMPLE, "--output", "{file}/out"], "error: --output {file}/out is not a directory ({file} "
                                                             "is a file)"),
     (["dictionary", "--output", "{file}"], "error: --output {file} is not a directory"),
