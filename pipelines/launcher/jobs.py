@@ -6,6 +6,7 @@ end once it is submitted: waiting for it returns at once."""
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +19,8 @@ from apache_beam.runners.portability import portable_runner
 from artifacts.errors import InputError, input_error_message
 
 MAX_CAUSE_CHARS = 300  # of the job's last error line, in the one line that says it failed
+# A gRPC call's error as its repr says it: "status = StatusCode.UNAVAILABLE", then "details = "..."".
+GRPC_STATUS = re.compile(r'^\s*status = (StatusCode\.\w+)\s*\n\s*details = "(.*)"\s*$', re.MULTILINE)
 MESSAGE_THREAD = "wait_until_finish_read"  # the thread in which Beam's portable runner reads the job's messages
 
 
@@ -64,9 +67,14 @@ def cancel(result: Any) -> None:
 
 
 def last_line(text: str) -> str:
-    """The last line of ``text`` that holds something (a traceback's exception), cut to MAX_CAUSE_CHARS."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    """The last line of ``text`` that holds a word or a number (a traceback's exception), cut to MAX_CAUSE_CHARS;
+    of a gRPC call's error (a worker pool that does not answer), whose repr ends in its debug string and a ``>``,
+    its status and details."""
+    lines = [line.strip() for line in text.splitlines() if any(character.isalnum() for character in line)]
     line = lines[-1] if lines else "no message"
+    calls = GRPC_STATUS.findall(text)
+    if calls and line.startswith("debug_error_string ="):
+        line = "{}: {}".format(*calls[-1])
     return line if len(line) <= MAX_CAUSE_CHARS else f"{line[:MAX_CAUSE_CHARS]}..."
 
 

@@ -60,6 +60,19 @@ def test_a_job_failed_on_its_workers_is_one_line_with_its_last_error():
     assert long == "x" * jobs.MAX_CAUSE_CHARS + "..." and jobs.last_line("\n \n") == "no message"
 
 
+def test_a_worker_pool_that_does_not_answer_is_named_by_its_grpc_status_and_details():
+    unanswered = (WORKER_TRACEBACK.rsplit("\n", 2)[0] + "\ngrpc._channel._InactiveRpcError: <_InactiveRpcError of RPC "
+                  "that terminated with:\n\tstatus = StatusCode.UNAVAILABLE\n\tdetails = \"failed to connect to all "
+                  "addresses; last error: UNKNOWN: ipv4:127.0.0.1:1: Connection refused\"\n\tdebug_error_string = "
+                  "\"UNAVAILABLE:failed to connect to all addresses\"\n>\n")
+    with pytest.raises(jobs.JobFailedError) as failed:
+        jobs.waited(RemoteJob(RuntimeError(unanswered)))
+    assert input_error_message(failed.value) == (
+        "the runner's job failed: StatusCode.UNAVAILABLE: failed to connect to all addresses; last error: UNKNOWN: "
+        "ipv4:127.0.0.1:1: Connection refused (the whole error is in the job's log, its workers', and printed here "
+        "with --verbose)")
+
+
 def test_our_input_error_raised_on_a_worker_is_said_as_it_is():
     worker_error = InputError("device cuda was asked for but no CUDA device is available")
     error = RuntimeError(f"{WORKER_TRACEBACK}{worker_error} [while running 'EncodeMentions']")
