@@ -6,14 +6,15 @@ end once it is submitted: waiting for it returns at once."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import apache_beam as beam
 import grpc
-from apache_beam.options.pipeline_options import PortableOptions
+from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions, SetupOptions
 from apache_beam.runners.portability import portable_runner
 
 from artifacts.errors import InputError, input_error_message
@@ -37,6 +38,21 @@ def submitted(pipeline: beam.Pipeline) -> Any:
         raise InputError(f"no job service answered at --job_endpoint {options.job_endpoint} within "
                          f"{options.job_server_timeout} s (--job_server_timeout): start it, or check the address and "
                          "the network") from error
+
+
+@contextlib.contextmanager
+def setup_file_held(options: PipelineOptions) -> Iterator[None]:
+    """Held while a runner submits a job whose workers get this project from ``--setup_file``: Beam builds its
+    package in the setup file's folder (setuptools writes the egg-info there), and two commands started at once
+    from one checkout built over each other (Beam's fallback build saved them, its errors printed on a run that
+    succeeded). A lock on the setup file itself, which every run of this project takes."""
+    setup_file = options.view_as(SetupOptions).setup_file
+    if not setup_file:
+        yield
+        return
+    with open(setup_file, "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # let go as the file is closed
+        yield
 
 
 def waited(result: Any) -> None:

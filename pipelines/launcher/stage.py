@@ -209,7 +209,10 @@ def started(ctx: StageContext, build: Build) -> Any:
     """The result of the pipeline ``build`` builds, submitted (a local runner runs it to the end here)."""
     pipeline = beam.Pipeline(options=ctx.pipeline_options())
     build(pipeline)
-    return jobs.submitted(pipeline)
+    if ctx.workers_run_here():  # a local runner runs the pipeline to the end here and builds no package
+        return jobs.submitted(pipeline)
+    with jobs.setup_file_held(pipeline.options):
+        return jobs.submitted(pipeline)
 
 
 def finished(result: Any) -> dict[str, int]:

@@ -3,6 +3,7 @@ the first has ended, errors raised in order; the model's pipeline with options o
 
 from __future__ import annotations
 
+import fcntl
 import signal
 import threading
 import time
@@ -136,6 +137,31 @@ def test_ctrl_c_while_a_remote_model_job_runs_on_alone_cancels_it(tmp_path, monk
         timer.cancel()
         signal.signal(signal.SIGINT, previous)
     assert (submitted["inputs"].cancelled, submitted["model"].cancelled) == (0, 1)
+
+
+def held_by_another(path: Path) -> bool:
+    """Whether a lock on ``path`` (``jobs.setup_file_held``'s) is held elsewhere: another command's would wait."""
+    with path.open("rb") as other:
+        try:
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+    return False
+
+
+@pytest.mark.parametrize("remote", [True, False], ids=["remote", "local"])
+def test_a_remote_job_is_submitted_with_its_setup_file_locked(tmp_path, monkeypatch, remote):
+    """Beam builds the package of --setup_file in its folder as it submits the job: two commands started at once
+    from one checkout built over each other. A local runner builds none, and runs its pipeline to the end."""
+    setup = tmp_path / "setup.py"
+    setup.write_text("")
+    flags = (("--runner=PortableRunner", "--job_endpoint=localhost:8099", "--environment_type=EXTERNAL",
+              "--environment_config=localhost:50000") if remote else DIRECT)
+    ctx = StageContext(output=str(tmp_path), stage="index", beam_args=(*flags, f"--setup_file={setup}"))
+    held = []
+    monkeypatch.setattr(launcher_stage.jobs, "submitted", lambda pipeline: held.append(held_by_another(setup)))
+    launcher_stage.started(ctx, lambda pipeline: None)
+    assert held == [remote] and not held_by_another(setup)
 
 def test_the_models_pipeline_takes_its_own_options_after_the_commands():
     """--model-pipeline-options: the model's workers (machine, count) on a cluster; a later option wins."""
