@@ -134,8 +134,9 @@ def test_a_failed_first_pipeline_stops_the_followers_and_their_wait(tmp_path):
     files = followed(tmp_path)
     write_file(files, "f0")
     mark_ended(files, OSError("no space left on device\nmore detail"))
-    with pytest.raises(InputsFailedError, match=r"^no space left on device$"):
+    with pytest.raises(InputsFailedError) as failed:
         list(follow_steps(files, 0, 1))
+    assert failed.value.message == "no space left on device"
     with pytest.raises(InputsFailedError, match="no space left on device"):
         wait_for(str(tmp_path / "facts.json"), files)
 

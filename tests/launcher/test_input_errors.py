@@ -9,6 +9,7 @@ import bz2
 import errno
 import gzip
 import json
+import logging
 import os
 import re
 import shutil
@@ -419,13 +420,17 @@ CASES = [Case("xml-that-is-not-a-dump", _not_a_dump), Case("text-that-is-not-xml
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
 def test_bad_input_is_one_line_and_exit_2_before_any_work(case: Case, tmp_path: Path, bad_encoders, tiny_bert,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+                                                          capsys: pytest.CaptureFixture[str],
+                                                          caplog: pytest.LogCaptureFixture) -> None:
     argv, expected = case.argv(tmp_path, {**bad_encoders, "tiny": tiny_bert})
     (tmp_path / "out").mkdir(exist_ok=True)  # an OUT nothing has run in (one that is not there is refused first)
     assert main([*argv, *DIRECT]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == expected
     assert "Traceback" not in "\n".join(err)
+    # what the command line's log filters let through to stderr (they filter pytest's handlers too): a worker's
+    # traceback of the model's pipeline, stopped by the inputs' failure, came before the corpus's one line
+    assert [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR] == []
     assert not (tmp_path / "out" / "manifest.json").exists()  # refused before any stage ran
 
 

@@ -20,7 +20,7 @@ import pyarrow as pa
 from apache_beam.transforms.window import GlobalWindows
 
 from artifacts import fs, tables
-from artifacts.errors import first_line
+from artifacts.errors import InputError, first_line
 from transforms.common.dead_letters import DEAD_LETTER_TAG
 
 FILES_PER_STAGE = 400  # a stage's input files, at least (when it has the rows): a killed stage loses little in flight
@@ -56,9 +56,10 @@ class FollowedFiles:
         return fs.join(self.directory, f"{self.share(index)}{uuid.uuid4().hex}.parquet")
 
 
-class InputsFailedError(RuntimeError):
+class InputsFailedError(InputError):
     """The pipeline that writes the followed files failed: the one that follows it stops (the first pipeline's
-    error is the one the stage reports)."""
+    error is the one the stage reports). An InputError, whose worker's traceback the command line does not show:
+    it would say nothing that the first's error does not (a damaged corpus: twenty lines before its one)."""
 
 
 def rows_per_file(total: int, most: int) -> int:
