@@ -23,6 +23,7 @@ from transforms.common.progress import (
     ProgressTicker,
     format_duration,
     worker_count,
+    write_stderr,
 )
 
 
@@ -83,6 +84,29 @@ def test_an_early_eta_is_not_shortened_by_the_first_batch():
 ])
 def test_the_workers_sharing_a_stage_are_those_beam_runs(beam_args, workers):
     assert worker_count(beam_args) == workers
+
+
+class WritesSeen:
+    """A stream that keeps each write apart."""
+
+    def __init__(self) -> None:
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_a_line_and_its_newline_are_one_write(monkeypatch):
+    """The inputs' and the model's pipelines of a stage write their lines from two threads of one process: a line
+    whose newline came in a write of its own could have the other thread's line between the two."""
+    seen = WritesSeen()
+    monkeypatch.setattr(sys, "stderr", seen)
+    write_stderr("[index] 392 passages prepared in 0s")
+    assert seen.writes == ["[index] 392 passages prepared in 0s\n"]
 
 
 def test_durations_read_naturally():

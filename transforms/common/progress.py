@@ -129,7 +129,10 @@ class ProgressTicker:
 
 
 def write_stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    """``line`` and its newline in one write: ``print`` writes them apart, and a line of the thread running the
+    model's pipeline came between another thread's line and its newline (two lines glued, then an empty one)."""
+    sys.stderr.write(f"{line}\n")
+    sys.stderr.flush()
 
 
 @dataclass(frozen=True)
