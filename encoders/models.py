@@ -60,16 +60,8 @@ def check_model_spec(spec: ModelSpec, device_here: bool = True) -> None:
         raise SettingError("dtype", spec.dtype, f"{{name}} {spec.dtype} is not one of {', '.join(DTYPES)}")
     check_device(spec.device)
     name = str(spec.name_or_path)
-    # A hub name has at most one "/" ("bert-base-uncased", "org/model"); anything else is a local path.
-    looks_local = name.startswith((".", "/", "~")) or name.count("/") > 1
-    if looks_local and not os.path.isdir(os.path.expanduser(name)):
-        what = ("is a file: name the model's directory (save_pretrained's)" if os.path.exists(os.path.expanduser(name))
-                else "does not exist")
-        raise ModelError(name, f"model path {name} {what}")
-    if not os.path.isdir(os.path.expanduser(name)):
+    if not check_local_model(name):
         check_hub_reachable(name)
-    else:
-        check_model_directory(name)
     if device_here and spec.device.startswith("cuda"):
         import torch
 
@@ -78,11 +70,28 @@ def check_model_spec(spec: ModelSpec, device_here: bool = True) -> None:
                                f"{{name}} {spec.device} was asked for but no CUDA device is available")
 
 
-def check_model_directory(name: str) -> None:
-    """A ``ModelError`` for a local directory that lacks config.json or every tokenizer file (transformers would
-    load a tokenizer of its 5 special tokens from it, and every word would be [UNK])."""
+def check_local_model(name: str, config: bool = True) -> bool:
+    """A ``ModelError`` for a local path that is not a model's directory (missing: e.g. on workers that do not see
+    the launcher's files; a file; see ``check_model_directory``, whose ``config`` it passes); whether ``name`` is a
+    local directory (False: a hub name)."""
+    # A hub name has at most one "/" ("bert-base-uncased", "org/model"); anything else is a local path.
+    looks_local = name.startswith((".", "/", "~")) or name.count("/") > 1
+    if looks_local and not os.path.isdir(os.path.expanduser(name)):
+        what = ("is a file: name the model's directory (save_pretrained's)" if os.path.exists(os.path.expanduser(name))
+                else "does not exist")
+        raise ModelError(name, f"model path {name} {what}")
+    if not os.path.isdir(os.path.expanduser(name)):
+        return False
+    check_model_directory(name, config)
+    return True
+
+
+def check_model_directory(name: str, config: bool = True) -> None:
+    """A ``ModelError`` for a local directory that lacks config.json (unless not ``config``: a tokenizer's alone)
+    or every tokenizer file (transformers would load a tokenizer of its 5 special tokens from it, and every word
+    would be [UNK])."""
     directory = os.path.expanduser(name)
-    if not os.path.isfile(os.path.join(directory, CONFIG_FILE)):
+    if config and not os.path.isfile(os.path.join(directory, CONFIG_FILE)):
         raise ModelError(name, f"{os.path.join(name, CONFIG_FILE)} does not exist: {name} is not a model directory "
                                "(save_pretrained writes config.json, the weights and the tokenizer files)")
     if not any(os.path.isfile(os.path.join(directory, file)) for file in TOKENIZER_FILES):
@@ -220,6 +229,7 @@ def load_tokenizer(name_or_path: str):
     without the model's own code (``model_kind``)."""
     from transformers import AutoTokenizer
 
+    check_local_model(str(name_or_path), config=False)  # transformers' words for a missing one ask for a repo id
     choice = tokenizer_choice(model_kind(name_or_path))
     try:
         tokenizer = AutoTokenizer.from_pretrained(os.path.expanduser(str(name_or_path)), trust_remote_code=False,

@@ -90,3 +90,17 @@ def test_a_model_only_its_own_code_could_load_is_one_line(tiny_bert, tmp_path):
         load_tokenizer(str(unknown))
     assert refused.value.message == (f"{unknown} (model type alien-bert) needs its own code (auto_map), which this "
                                      "pipeline does not run")
+
+
+def test_a_tokenizer_from_a_path_this_process_does_not_see_is_named_as_missing(tiny_bert, tmp_path):
+    """On a cluster's workers, which see none of the launcher's files, the index's inputs load the encoder's
+    tokenizer by its path: transformers' own words for a missing one ask for a hub repo id."""
+    missing, empty = tmp_path / "models" / "encoder", tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ModelError) as error:
+        load_tokenizer(str(missing))
+    assert error.value.message == f"model path {missing} does not exist"
+    with pytest.raises(ModelError) as error:
+        load_tokenizer(str(empty))
+    assert error.value.message.startswith(f"{empty} has no tokenizer files (")
+    assert load_tokenizer(str(tiny_bert))("Erie Canal")["input_ids"][0] == load_tokenizer(str(tiny_bert)).cls_token_id
