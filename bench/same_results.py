@@ -17,7 +17,9 @@ Runs of two checkouts read the model at two paths, which the runs record (``mode
 and which key the stored windows of embed-entities (``kpr_store_salt``, ``window_key``):
 ``--ignore-metadata model kpr_store_salt --ignore-column window_key`` compares them by their vectors. A resumed or
 refreshed run reaches the same results with other work: ``--ignore-counter mentions_encoded mentions_reused
-passages_encoded passages_reused``.
+passages_encoded passages_reused passages_cut`` (the passages cut of those it encoded). A run of another
+``--shards`` differs in ``shards_built`` and in its shards, which hold the same vectors under another split of the
+ids.
 """
 
 from __future__ import annotations
