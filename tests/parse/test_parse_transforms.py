@@ -55,8 +55,7 @@ MERCURY = {"page_id": 1, "title": "Mercury", "text": "Mercury is near venus and 
                      {"start": 26, "end": 34, "target": "Venus", "trail": 0}]}
 VENUS = {"page_id": 2, "title": "Venus", "text": "Venus is a planets.",
          "links": [{"start": 11, "end": 18, "target": "Planet", "trail": 1}]}
-STUB_DEAD_LETTER = {"kind": "empty_articles", "reason": "no text left after markup removal", "page_id": 5,
-                    "title": "Stub"}
+STUB = {"page_id": 5, "title": "Stub", "text": "", "links": []}  # an article all the same (empty_articles)
 SQL_TABLES = {
     "page_props": (["pp_page", "pp_propname", "pp_value", "pp_sortkey"],
                    "(1,'wikibase_item','Q308',NULL),(2,'page_image','Venus.jpg',NULL)"),
@@ -113,16 +112,37 @@ def test_convert_pages_stages_articles_with_their_title_records(tmp_path: Path):
         converted = pipeline | ConvertPages(ParseConfig(dumps=(dump,)), read_siteinfo(dump), {})
         staged = converted["articles"] | beam.Map(lambda row: {**row, "position": row["position"].split("#")[1]})
         assert_that(staged, equal_to([{**unresolved, "qid": None, "position": "0"},
-                                      {**VENUS, "qid": None, "position": "1"}]), label="Articles")
+                                      {**VENUS, "qid": None, "position": "1"},
+                                      {**STUB, "qid": None, "position": "4"}]), label="Articles")
         records = converted["records"]["dump"] | beam.Map(lambda row: (row["kind"], row["title"], row["page_id"],
                                                                         row["target"]))
         assert_that(records, equal_to([("article", "Mercury", 1, None), ("article", "Venus", 2, None),
-                                       ("redirect", "Morning star", None, "Venus")]), label="Records")
-        assert_that(converted["dead_letters"], equal_to([STUB_DEAD_LETTER]), label="DeadLetters")
+                                       ("redirect", "Morning star", None, "Venus"), ("article", "Stub", 5, None)]),
+                    label="Records")
+        assert_that(converted["dead_letters"], equal_to([]), label="DeadLetters")
 
     counters = run_counting(build)
     assert counters == {"files_read": 1, "pages_read": 5, "non_article_pages": 1, "redirect_pages": 1,
                         "empty_articles": 1}
+
+
+def test_an_article_with_no_text_left_is_an_entity_that_links_resolve_to(tmp_path: Path):
+    """A page of an infobox and templates (or a table alone) is an article all the same, as the paper's reference
+    takes every linked title with a QID: it was dropped, the links to it red links, the entity and its QID lost."""
+    pages = [(1, "Linker", "See [[tpl Only|the stub]] and [[File Only]]."), (2, "Tpl Only", "{{Infobox person}}"),
+             (3, "File Only", "[[File:X.jpg|thumb|A caption]]\n[[Category:Stubs]]")]
+    path = tmp_path / "dump.xml"
+    xml = "".join(f"<page><title>{title}</title><ns>0</ns><id>{page_id}</id><revision><text>{text}</text>"
+                  "</revision></page>" for page_id, title, text in pages)
+    path.write_text(DUMP.format(pages=xml), encoding="utf-8")
+    articles, _, dead, counters = parse_dump(tmp_path, str(path))
+    assert sorted((row["page_id"], row["text"]) for row in articles) == [(1, "See the stub and File Only."), (2, ""),
+                                                                         (3, "")]
+    assert dead == [] and counters["empty_articles"] == 2 and "red_links" not in counters
+    assert main(["dictionary", "--output", str(tmp_path / "out"), *DIRECT]) == 0
+    entities = {row["title"]: row for row in artifact_rows(tmp_path / "out", "entities")}
+    assert {title: (row["page_id"], row["link_count"]) for title, row in entities.items()} == {
+        "File Only": (3, 1), "Tpl Only": (2, 1)}
 
 
 def test_links_that_show_no_text_are_counted(tmp_path: Path):
@@ -140,11 +160,12 @@ def test_parse_dump_resolves_links_through_redirects_and_attaches_qids(tmp_path:
     dump = write_dump(tmp_path)
     articles, redirects, dead, counters = parse_dump(tmp_path, dump, "--page-props-sql",
                                                      write_sql(tmp_path, "page_props"))
-    assert sorted(articles, key=lambda row: row["page_id"]) == [{**MERCURY, "qid": "Q308"}, {**VENUS, "qid": None}]
+    assert sorted(articles, key=lambda row: row["page_id"]) == [{**MERCURY, "qid": "Q308"}, {**VENUS, "qid": None},
+                                                                {**STUB, "qid": None}]
     assert redirects == [{"title": "Morning star", "target": "Venus"}]
-    assert dead == [STUB_DEAD_LETTER]
+    assert dead == []
     assert counters == {"files_read": 1, "pages_read": 5, "sql_rows_read": 2, "non_article_pages": 1,
-                        "redirect_pages": 1, "empty_articles": 1, "articles": 2, "links": 3, "articles_with_qid": 1,
+                        "redirect_pages": 1, "empty_articles": 1, "articles": 3, "links": 3, "articles_with_qid": 1,
                         "redirects_resolved": 1, "links_via_redirect": 1, "red_links": 1}
 
 
@@ -156,7 +177,7 @@ def test_wikibase_items_that_are_not_item_ids_are_dead_lettered(tmp_path: Path):
     sql.write_text(write_sql_text("page_props", r"(1,'wikibase_item','Q308\r',NULL),(2,'wikibase_item','[PAD]',NULL),"
                                   r"(2,'wikibase_item','Q03',NULL)"), encoding="utf-8")
     articles, _, dead, counters = parse_dump(tmp_path, dump, "--page-props-sql", str(sql))
-    assert [row["qid"] for row in articles] == [None, None]
+    assert [row["qid"] for row in articles] == [None, None, None]
     assert sorted((letter["kind"], letter["page_id"], letter["value"]) for letter in dead if "value" in letter) == [
         ("invalid_qids", 1, "Q308\r"), ("invalid_qids", 2, "Q03"), ("invalid_qids", 2, "[PAD]")]
     assert counters["invalid_qids"] == 3 and "articles_with_qid" not in counters
@@ -168,10 +189,11 @@ def test_parse_dump_takes_redirects_from_the_sql_tables(tmp_path: Path):
     dump = write_dump(tmp_path)
     articles, redirects, dead, counters = parse_dump(
         tmp_path, dump, "--redirects-sql", write_sql(tmp_path, "redirect"), "--page-sql", write_sql(tmp_path, "page"))
-    assert sorted(articles, key=lambda row: row["page_id"]) == [{**MERCURY, "qid": None}, {**VENUS, "qid": None}]
+    assert sorted(articles, key=lambda row: row["page_id"]) == [{**MERCURY, "qid": None}, {**VENUS, "qid": None},
+                                                                {**STUB, "qid": None}]
     assert sorted(redirects, key=lambda row: row["title"]) == [{"title": "Evening star", "target": "Mercury"},
                                                                {"title": "Morning star", "target": "Venus"}]
-    assert dead == [STUB_DEAD_LETTER]
+    assert dead == []
     assert {name: counters[name] for name in ("sql_rows_read", "sql_redirects", "sql_redirects_skipped",
                                               "sql_redirects_unknown_source", "redirects_resolved")} == {
         "sql_rows_read": 6, "sql_redirects": 2, "sql_redirects_skipped": 1, "sql_redirects_unknown_source": 1,
@@ -290,9 +312,9 @@ def test_redirects_without_a_page_and_repeated_redirects_are_counted_not_article
     dump = tmp_path / "dump.xml"
     dump.write_text(DUMP.format(pages="\n  ".join(pages)), encoding="utf-8")
     articles, redirects, dead, counters = parse_dump(tmp_path, str(dump))
-    assert sorted(row["title"] for row in articles) == ["Mercury", "Venus"]
+    assert sorted(row["title"] for row in articles) == ["Mercury", "Stub", "Venus"]
     assert redirects == [{"title": "Morning star", "target": "Mercury"}]  # of Venus and Mercury, the smallest
-    assert sorted((letter["kind"], letter["title"]) for letter in dead if letter["kind"] != "empty_articles") == [
+    assert sorted((letter["kind"], letter["title"]) for letter in dead) == [
         ("bad_redirects", "Empty element"), ("bad_redirects", "To nothing"), ("bad_redirects", "To section"),
         ("duplicate_redirects", "Morning star"), ("duplicate_redirects", "Venus")]
     assert (counters["redirect_pages"], counters["bad_redirects"], counters["duplicate_redirects"]) == (6, 3, 2)

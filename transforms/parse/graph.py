@@ -49,7 +49,8 @@ _OWN_COUNTERS = declare(
     dropped("non_article_redirects", "redirect pages to a page outside the article namespace or on another wiki "
             "(links to them are red links)", dead_lettered=True),
     error("parser_errors", "pages the wikitext parser could not convert"),
-    dropped("empty_articles", "articles with no text left after markup removal", dead_lettered=True),
+    processed("empty_articles", "articles with no text left after markup removal (kept: entities that links "
+              "resolve to, with no passage or mention of their own)"),
     dropped("blank_links", "entity links that show no text (`[[Apple| ]]`, a label of templates only): no mention"),
     dropped("sql_redirects_skipped", "SQL redirect rows outside the article namespace or to other wikis"),
     error("invalid_qids", "page_props `wikibase_item` values that are not a Wikidata item id (Q and digits): the "
@@ -119,9 +120,8 @@ def classify_page(page: RawPage, siteinfo: SiteInfo, options: WikitextOptions,
     except WikitextError as problem:
         yield dead_letter("parser_errors", str(problem), page_id=page.page_id, title=title, source=page.source)
         return
-    if not parsed.text.strip():
-        yield dead_letter("empty_articles", "no text left after markup removal", page_id=page.page_id, title=title)
-        return
+    if not parsed.text.strip():  # an infobox and a table, a page of templates: still an article, linked to
+        count("empty_articles")
     count_some("blank_links", parsed.blank_links)
     yield beam.pvalue.TaggedOutput(RECORD_TAG, title_record(ARTICLE_RECORD, title, page.page_id,
                                                             position=page.position))
