@@ -317,9 +317,10 @@ class EntityLinker:
         ``ValueError`` for a text with a lone surrogate (a JSON "\\ud800" escape), which no tokenizer takes."""
         try:
             bounds = self._token_spans.bounds(text)
-        except UnicodeEncodeError as error:
-            raise ValueError(f"a text with a lone surrogate ({error.object[error.start]!r} at {error.start}) cannot "
-                             "be linked: it is no Unicode text a tokenizer takes") from None
+        except UnicodeEncodeError:  # its offset counts from the start of the piece spaCy was tokenizing
+            at = next(index for index, character in enumerate(text) if "\ud800" <= character <= "\udfff")
+            raise ValueError(f"a text with a lone surrogate ({text[at]!r} at {at}) cannot be linked: it is no "
+                             "Unicode text a tokenizer takes") from None
         folded = text if self.rules.case_sensitive else fold_case(text)
         found = (Mention(match.start, match.end, text[match.start:match.end], self._folded_candidates(match.name))
                  for match in find_names(folded, bounds, self._prefix_finder, self.rules.max_length,

@@ -267,3 +267,5 @@ def test_a_text_with_a_lone_surrogate_is_a_value_error(linker_dir):
     """spaCy's UnicodeEncodeError from deep inside its string store."""
     with pytest.raises(ValueError, match=r"^a text with a lone surrogate \('\\ud800' at 5\) cannot be linked"):
         EntityLinker.load(str(linker_dir)).detect("Paris\ud800 New York")
+    with pytest.raises(ValueError, match=r"^a text with a lone surrogate \('\\udc80' at 10\) cannot be linked"):
+        EntityLinker.load(str(linker_dir)).detect("Paris New \udc80York")  # spaCy counts from the piece's start
