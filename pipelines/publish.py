@@ -45,7 +45,9 @@ class PublishCommand:
                   "--no-mention-vectors, did not run, or it is a copy published without them): the copy has none, and "
                   "a refresh from it encodes every window", file=sys.stderr)
         if summary.unchanged:
-            copied = f"its report copied again ({len(summary.report)} files)" if summary.report else "nothing to copy"
+            files, copied = len(summary.report), "nothing to copy"
+            if files:
+                copied = f"its report copied again ({files} file{'' if files == 1 else 's'})"
             print(f"{summary.destination} holds this run already and {summary.latest} names it: {copied}")
             return 0
         if summary.removed:

@@ -183,6 +183,10 @@ def test_the_same_publish_latest_again_copies_the_runs_report_again(run: Path, t
     assert (copy / "report" / "index.html").read_bytes() == page.read_bytes() and plot.exists()
     assert (copy / "manifest.json").stat() == manifest_before
     assert validate_run(str(copy)) == []
+    assert main(["report", "--output", str(run), "--recall-queries", "9"]) == 0  # the page alone changes
+    capsys.readouterr()
+    assert main(command) == 0
+    assert capsys.readouterr().out.endswith("its report copied again (1 file)\n")
     assert main(command) == 0
     assert capsys.readouterr().out.endswith("names it: nothing to copy\n")
     assert main(["publish", "--output", str(copy), "--to", str(tmp_path / "again")]) == 0  # the copy's report current
