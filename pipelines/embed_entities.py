@@ -74,6 +74,7 @@ class EmbedEntitiesStage:
         return self.external_inputs(config)
 
     def run(self, ctx: StageContext, config: EmbedConfig) -> dict[str, int]:
+        chars = context_chars(ctx.output, config.max_seq_length)  # refused before anything is written
         mentions = tables.total_rows(ctx.output, layout.MENTIONS)
         facts = model_facts(config, mentions) if ctx.workers_run_here() else None
         salt = window_salt(config)
@@ -92,8 +93,7 @@ class EmbedEntitiesStage:
         # the windows stored before (a previous run's, this OUT's, a killed run's) are not encoded again
         stores = store_directories(ctx, previous)
         write_known_keys(store_files(stores, salt), inputs.files.known)
-        prepare = PrepareMentions(config, inputs, facts, context_chars(ctx.output, config.max_seq_length),
-                                  ctx.progress("mentions prepared", mentions))
+        prepare = PrepareMentions(config, inputs, facts, chars, ctx.progress("mentions prepared", mentions))
 
         def model(forward: StageContext) -> Build:
             encode = EncodeMentions(config, inputs, forward.progress_settings("mentions encoded", mentions))

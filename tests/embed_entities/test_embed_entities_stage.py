@@ -179,6 +179,8 @@ def test_more_tokens_than_the_mentions_were_cut_for_is_refused(tiny_bert, tmp_pa
         f"`python run_pipeline.py mentions --output {tmp_path} --max-seq-length 128` first, or give "
         "--max-seq-length 64 or less")
     assert not (tmp_path / "entity_embeddings").exists()
+    # nothing left in its staging directory (the tokenizer and the stored windows' keys were) that no run removes
+    assert [path for path in (tmp_path / ".staging").rglob("*") if path.is_file()] == []
 
 
 def test_a_model_that_returns_no_finite_vector_is_an_error_not_an_empty_commit(tiny_bert, tmp_path, capsys):
