@@ -92,6 +92,8 @@ def worker_option_problem(options: PipelineOptions) -> str | None:
         return f"--setup_file={setup_file}: no such file"
     if setup_file and Path(setup_file).name not in ("setup.py", "pyproject.toml"):
         return f"--setup_file={setup_file}: Beam builds the workers' package from a setup.py or a pyproject.toml"
+    if setup_file and not os.path.dirname(setup_file):  # Beam changes into the file's folder: "" is none
+        return f"--setup_file={setup_file}: name its folder too (./{setup_file})"
     kind = options.view_as(PortableOptions).environment_type
     if kind and kind != "LOOPBACK" and not kind.startswith("beam:env:") and not hasattr(common_urns.environments,
                                                                                        kind):
@@ -124,6 +126,10 @@ def workers_share_this_process(beam_args: Sequence[str]) -> bool:
     if workers_run_here(beam_args):
         return True
     options = beam_pipeline_options(beam_args)
+    # Only the environment's kind is asked: Beam would build (or fetch) what it ships with it, here, outside the
+    # lock that the job's submission takes (jobs.setup_file_held), and again as the job is submitted.
+    shipped = options.view_as(SetupOptions)
+    shipped.setup_file = shipped.requirements_file = shipped.extra_packages = None
     try:
         environment = create_runner(options.view_as(StandardOptions).runner).default_environment(options)
     except (TypeError, ValueError) as error:  # e.g. EXTERNAL without --environment_config, an unknown type

@@ -84,6 +84,9 @@ BAD_INPUTS = [
     (["parse", "--dump", SAMPLE, "--output", "{tmp}/out", "--runner=PortableRunner", "--environment_type=EXTERNAL",
       "--environment_config=localhost:1", "--setup_file={tmp}/setup.py"],
      "error: --setup_file={tmp}/setup.py: no such file"),
+    (["parse", "--dump", SAMPLE, "--output", "{tmp}/out", "--runner=PortableRunner", "--environment_type=EXTERNAL",
+      "--environment_config=localhost:1", "--setup_file=setup.py"],  # Beam changed into "": a traceback
+     "error: --setup_file=setup.py: name its folder too (./setup.py)"),
     (["embed-entities", "--output", "{tmp}/out", "--model", "m", "--model-pipeline-options=--setup_file={file}"],
      "error: --setup_file={file}: Beam builds the workers' package from a setup.py or a pyproject.toml"),
     (["parse", "--dump", SAMPLE, "--output", "{file}/out"], "error: --output {file}/out is not a directory ({file} "

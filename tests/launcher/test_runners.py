@@ -88,6 +88,24 @@ def test_the_setup_file_is_this_checkouts(tmp_path: Path):
     assert project_setup_file(tmp_path) is None  # a setup.py alone is not a project's
 
 
+def test_asking_where_the_workers_run_builds_nothing(tmp_path: Path, monkeypatch, capsys):
+    """Beam builds the package of --setup_file as it makes an environment: asked where the workers of a run with a
+    user's --setup_file run, and for the local paths' warning, it built the package in the checkout, outside the
+    lock its job's submission takes (commands started at once from one checkout failed in Beam's build)."""
+    from apache_beam.runners.portability.stager import Stager
+
+    def built(*args: object, **kwargs: object) -> str:
+        raise AssertionError("a package was built")
+
+    monkeypatch.setattr(Stager, "_build_setup_package", staticmethod(built))
+    setup = tmp_path / "setup.py"
+    setup.write_text("from setuptools import setup\nsetup()\n")
+    beam_args = [*EXTERNAL, f"--setup_file={setup}", f"--requirements_file={tmp_path / 'requirements.txt'}"]
+    assert not workers_share_this_process(beam_args)
+    assert prepare_workers(beam_args, [("--output", str(tmp_path / "out"))]) == ([], [])
+    assert capsys.readouterr().err.startswith("warning: the workers of --runner PortableRunner may not see")
+
+
 def test_an_environment_beam_cannot_start_is_one_line():
     with pytest.raises(InputError, match=r"--environment_type EXTERNAL: Beam cannot start workers with these "
                                          r"options \(.*\); see --environment_config$"):
