@@ -88,8 +88,8 @@ def last_line(text: str) -> str:
     its status and details."""
     lines = [line.strip() for line in text.splitlines() if any(character.isalnum() for character in line)]
     line = lines[-1] if lines else "no message"
-    calls = GRPC_STATUS.findall(text)
-    if calls and line.startswith("debug_error_string ="):
+    calls = GRPC_STATUS.findall(text) if line.startswith("debug_error_string =") else []
+    if calls:
         line = "{}: {}".format(*calls[-1])
     return line if len(line) <= MAX_CAUSE_CHARS else f"{line[:MAX_CAUSE_CHARS]}..."
 

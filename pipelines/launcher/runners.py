@@ -95,8 +95,7 @@ def worker_option_problem(options: PipelineOptions) -> str | None:
     if setup_file and not os.path.dirname(setup_file):  # Beam changes into the file's folder: "" is none
         return f"--setup_file={setup_file}: name its folder too (./{setup_file})"
     kind = options.view_as(PortableOptions).environment_type
-    if kind and kind != "LOOPBACK" and not kind.startswith("beam:env:") and not hasattr(common_urns.environments,
-                                                                                       kind):
+    if kind and not (kind == "LOOPBACK" or kind.startswith("beam:env:") or hasattr(common_urns.environments, kind)):
         return f"--environment_type={kind}: Beam knows DOCKER, PROCESS, EXTERNAL, LOOPBACK and beam:env: URNs"
     try:
         resources.resource_hints_from_options(options)
