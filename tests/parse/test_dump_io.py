@@ -98,13 +98,14 @@ def test_part_files_and_malformed_pages(tmp_path):
 def test_read_sql_rows_from_a_glob_and_a_list():
     pattern = str(RAW / "redirecttable" / "*.sql.gz")
     page_table = str(RAW / "pagetable" / "enwiki-20210701-page.sql.gz")
-    expected = list(iter_sql_rows(str(RAW / "redirecttable" / "enwiki-20210701-redirect.sql.gz")))
+    expected = [row.values for row in iter_sql_rows(str(RAW / "redirecttable" / "enwiki-20210701-redirect.sql.gz"))]
     pipeline = TestPipeline(argv=DIRECT)
-    redirects = pipeline | "Redirects" >> ReadSqlRows(pattern, "redirect")
+    redirects = pipeline | "Redirects" >> ReadSqlRows(pattern, "redirect") | "RedirectValues" >> beam.Map(
+        lambda row: row.values)
     assert_that(redirects, equal_to(expected), label="RedirectRows")
     pages = pipeline | "Pages" >> ReadSqlRows([page_table], "page")
-    assert_that(pages | beam.Map(lambda row: row["page_id"]), equal_to(
-        [row["page_id"] for row in iter_sql_rows(page_table)]), label="PageIds")
+    assert_that(pages | beam.Map(lambda row: row.values["page_id"]), equal_to(
+        [row.values["page_id"] for row in iter_sql_rows(page_table)]), label="PageIds")
     result = pipeline.run()
     result.wait_until_finish()
     assert kpr_counters(result)["sql_rows_read"] == 138 + 10

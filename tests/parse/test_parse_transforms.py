@@ -3,6 +3,7 @@ recorded options."""
 
 from __future__ import annotations
 
+import gzip
 import inspect
 import json
 import os
@@ -200,6 +201,35 @@ def test_parse_dump_takes_redirects_from_the_sql_tables(tmp_path: Path):
         "redirects_resolved": 2}
 
 
+def test_sql_rows_of_no_use_are_dead_lettered_with_their_file_and_line(tmp_path: Path):
+    """A NULL or text page id was an int() traceback, a NULL title a page or target named "None", a NUL in a title a
+    KeyError of the title map after the whole first pass, bytes that are not UTF-8 a title with U+FFFD. Each such
+    row is dead-lettered with where it is; the rows around it are read."""
+    dump = write_dump(tmp_path)
+    redirect_sql = tmp_path / "redirect.sql"
+    redirect_sql.write_bytes(write_sql_text("redirect", "(6,0,'Mercury','',''),(NULL,0,'Venus','',''),"
+                                            "('x',0,'Venus','',''),(6,0,NULL,'','')").encode())
+    page_sql = tmp_path / "page.sql"
+    page_sql.write_bytes(write_sql_text("page", "(6,0,'Evening_star'),(9,0,NULL),(10,0,'Zero\\0_R'),"
+                                        "(11,0,'Caf\xe9')").encode("latin-1"))
+    articles, redirects, dead, counters = parse_dump(tmp_path, dump, "--redirects-sql", str(redirect_sql),
+                                                     "--page-sql", str(page_sql))
+    assert sorted(redirects, key=lambda row: row["title"]) == [{"title": "Evening star", "target": "Mercury"},
+                                                               {"title": "Morning star", "target": "Venus"}]
+    assert len(articles) == 3
+    page_at, redirect_at = (f"{path}:{write_sql_text(path.stem, '').count(chr(10))}"  # their INSERT's line
+                            for path in (page_sql, redirect_sql))
+    assert sorted((letter["source"], letter["reason"]) for letter in dead) == [
+        (page_at, "page_title is 'Caf\\\\xe9': no page can have it as a title"),
+        (page_at, "page_title is 'Zero\\x00_R': no page can have it as a title"),
+        (page_at, "page_title is None: no page can have it as a title"),
+        (redirect_at, "rd_from is 'x': no page id"),
+        (redirect_at, "rd_from is None: no page id"),
+        (redirect_at, "rd_title is None: no page can have it as a title")]
+    assert {letter["kind"] for letter in dead} == {"bad_sql_rows"}
+    assert counters["bad_sql_rows"] == 6 and counters["sql_rows_read"] == 8
+
+
 def test_a_stages_recorded_wall_time_holds_the_hashing_of_its_outputs(tmp_path: Path, monkeypatch):
     """The manifest's wall time (the report's) stopped before the outputs were hashed and recorded, which `all`'s
     table counts: two times for one stage, minutes apart at English Wikipedia's scale. Hashing here takes 1,000 s
@@ -252,6 +282,8 @@ def test_an_sql_file_given_for_another_table_is_refused_in_one_line(tmp_path: Pa
     short = tmp_path / "short-redirect.sql"
     short.write_text(write_sql_text("redirect", "(3,0,'Venus','','')").replace("  `rd_title` blob NOT NULL,\n", "")
                      .replace("(3,0,'Venus','','')", "(3,0,'','')"))
+    packed = tmp_path / "packed-redirect.sql"
+    packed.write_bytes(gzip.compress(write_sql_text("redirect", "(3,0,'Venus','','')").encode()))
     cases = [("--redirects-sql", write_sql(tmp_path, "page_props"),
               "is a dump of the page_props table: --redirects-sql takes the redirect table"),
              ("--page-sql", write_sql(tmp_path, "redirect"),
@@ -260,7 +292,9 @@ def test_an_sql_file_given_for_another_table_is_refused_in_one_line(tmp_path: Pa
               "is a dump of the redirect table: --page-props-sql takes the page_props table"),
              ("--redirects-sql", str(not_sql), "(--redirects-sql) is no MySQL dump of a table: no CREATE TABLE at its "
               "start"),
-             ("--redirects-sql", str(short), "(--redirects-sql): its redirect table has no column rd_title")]
+             ("--redirects-sql", str(short), "(--redirects-sql): its redirect table has no column rd_title"),
+             ("--redirects-sql", str(packed), "(--redirects-sql) is no MySQL dump of a table: its bytes are "
+              "compressed, its name should end in .gz")]
     for flag, path, problem in cases:
         output = tmp_path / "out"
         assert main(["parse", "--dump", dump, flag, path, "--output", str(output), *DIRECT]) == 2

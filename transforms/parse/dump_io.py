@@ -8,12 +8,12 @@ from typing import Any
 import apache_beam as beam
 
 from artifacts import fs
-from artifacts.counters import ERROR, Counter, declare, error, processed
+from artifacts.counters import declare, error, processed
 from artifacts.errors import InputError
 from transforms.common.dead_letters import DEAD_LETTER_TAG, count, dead_letter
 from transforms.parse.dump_reader import PageProblem, RawPage, SiteInfo, iter_pages
 from transforms.parse.multistream import StreamRange, index_page_count, iter_stream_pages, read_stream_ranges
-from transforms.parse.sql_dump import iter_sql_rows
+from transforms.parse.sql_dump import SqlRow, iter_sql_rows
 
 COUNTERS = declare(
     processed("files_read", "dump files read"),
@@ -23,8 +23,6 @@ COUNTERS = declare(
     error("bad_streams", "corrupt bz2 streams skipped (--skip-bad-streams)"),
     error("pages_in_bad_streams", "pages inside the skipped bz2 streams", detail=True),
     processed("sql_rows_read", "SQL dump rows read"),
-    # Bad input, but only counted: the statement is not written to OUT/errors/.
-    Counter("sql_unparsable_statements", "SQL dump statements that could not be parsed", ERROR),
 )
 
 
@@ -112,9 +110,10 @@ class ReadDumpPages(beam.PTransform):
         return {"pages": pages, "dead_letters": read[DEAD_LETTER_TAG]}
 
 
-def read_table_rows(path: str) -> Iterator[dict[str, Any]]:
-    """The rows of one SQL dump file, counted; an unparsable INSERT statement is counted and skipped."""
-    for row in iter_sql_rows(path, on_bad_statement=lambda _line, _reason: count("sql_unparsable_statements")):
+def read_table_rows(path: str, table: str, columns: tuple[str, ...]) -> Iterator[SqlRow]:
+    """The rows of one SQL dump file of ``table`` with ``columns``, counted (a statement that cannot be read stops
+    the run)."""
+    for row in iter_sql_rows(path, table, columns):
         count("sql_rows_read")
         yield row
 
@@ -128,16 +127,16 @@ def matching_files(pattern: str) -> list[str]:
 
 
 class ReadSqlRows(beam.PTransform):
-    """Rows of MediaWiki SQL table dump files (a path, a glob or a list of them) as dicts.
+    """Rows of MediaWiki SQL table dump files (a path, a glob or a list of them) as ``SqlRow``s.
 
-    One worker reads each file; the rows are not redistributed (a page table is tens of GB of dicts): the steps
-    that follow, fused with the read, keep only the few fields they need.
+    ``columns``: those every INSERT must give. One worker reads each file; the rows are not redistributed (a page
+    table is tens of GB of dicts): the steps that follow, fused with the read, keep only the few fields they need.
     """
 
-    def __init__(self, pattern_or_paths: str | list[str], table_name: str) -> None:
+    def __init__(self, pattern_or_paths: str | list[str], table_name: str, columns: tuple[str, ...] = ()) -> None:
         super().__init__()
         self._patterns = [pattern_or_paths] if isinstance(pattern_or_paths, str) else list(pattern_or_paths)
-        self._table = table_name
+        self._table, self._columns = table_name, columns
 
     def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
         return (
@@ -145,5 +144,5 @@ class ReadSqlRows(beam.PTransform):
             | f"{self._table}Patterns" >> beam.Create(self._patterns)
             | f"Match{self._table}Files" >> beam.FlatMap(matching_files)
             | f"Spread{self._table}Files" >> beam.Reshuffle()
-            | f"Read{self._table}Rows" >> beam.FlatMap(read_table_rows)
+            | f"Read{self._table}Rows" >> beam.FlatMap(read_table_rows, self._table, self._columns)
         )

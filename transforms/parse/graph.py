@@ -27,7 +27,8 @@ from transforms.parse.dump_reader import RawPage, SiteInfo
 from transforms.parse.link_resolution import ResolveArticles
 from transforms.parse.namespaces import ARTICLE
 from transforms.parse.redirects import TitleRecords, build_title_map
-from transforms.parse.titles import normalize_title
+from transforms.parse.sql_dump import SqlRow
+from transforms.parse.titles import is_possible_title, normalize_title
 from transforms.parse.wikitext import (
     WikitextError,
     WikitextOptions,
@@ -55,6 +56,8 @@ _OWN_COUNTERS = declare(
     dropped("sql_redirects_skipped", "SQL redirect rows outside the article namespace or to other wikis"),
     error("invalid_qids", "page_props `wikibase_item` values that are not a Wikidata item id (Q and digits): the "
           "article keeps no QID"),
+    error("bad_sql_rows", "SQL table rows whose page id, namespace or title is none (NULL, text, a character no "
+          "title holds, bytes that are not UTF-8)"),
 )
 # Every counter of the parse stage: its own and those of the readers and resolvers it composes.
 COUNTERS = declare(*_OWN_COUNTERS.values(), *dump_io.COUNTERS.values(), *redirects.COUNTERS.values(),
@@ -142,20 +145,55 @@ def stored_title(title: str) -> str:
     return normalize_title(title, first_letter=False)
 
 
+class BadSqlRow(ValueError):
+    """A row of an SQL table whose value of a column read is of no use (why: the message)."""
+
+
+def sql_integer(row: dict[str, Any], column: str, smallest: int) -> int:
+    """The integer in ``column`` of ``row`` (``smallest`` or more), else BadSqlRow."""
+    value = row.get(column)
+    if type(value) is not int or value < smallest:
+        raise BadSqlRow(f"{column} is {value!r}: no {'page id' if smallest else 'namespace'}")
+    return value
+
+
+def sql_title(row: dict[str, Any], column: str) -> str:
+    """The title in ``column`` of ``row`` as stored, ``_`` for spaces; BadSqlRow unless a page can have it."""
+    value = row.get(column)
+    title = stored_title(value) if isinstance(value, str) and is_possible_title(value) else ""
+    if not title:
+        raise BadSqlRow(f"{column} is {printable(value)!r}: no page can have it as a title")
+    return title
+
+
+def printable(value: Any) -> Any:
+    """``value`` as a dead letter holds it: a byte of text that is not UTF-8 as ``\\xe9``."""
+    return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace") if isinstance(value, str) \
+        else value
+
+
+def sql_records(row: SqlRow, to_record: Callable[[dict[str, Any]], Iterator[Any]]) -> Iterator[Any]:
+    """The records ``to_record`` makes of an SQL table's row; a row with a value of no use dead-lettered with its
+    file and line."""
+    try:
+        yield from to_record(row.values)
+    except BadSqlRow as problem:
+        yield dead_letter("bad_sql_rows", str(problem), source=f"{row.path}:{row.line}",
+                          row={column: printable(value) for column, value in row.values.items()})
+
+
 def sql_redirect_record(row: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """The title record of an article-namespace, same-wiki row of the redirect table (rd_from page id, target)."""
-    if int(row.get("rd_namespace") or 0) != ARTICLE or (row.get("rd_interwiki") or ""):
+    if sql_integer(row, "rd_namespace", 0) != ARTICLE or (row.get("rd_interwiki") or ""):
         count("sql_redirects_skipped")
         return
-    target = stored_title(str(row["rd_title"]))
-    if target:
-        yield title_record(SQL_REDIRECT_RECORD, page_id=int(row["rd_from"]), target=target)
+    yield title_record(SQL_REDIRECT_RECORD, page_id=sql_integer(row, "rd_from", 1), target=sql_title(row, "rd_title"))
 
 
 def page_title_record(row: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """The title record (page id, title) of a row of the page table, article namespace only."""
-    if int(row.get("page_namespace") or 0) == ARTICLE:
-        yield title_record(PAGE_RECORD, stored_title(str(row["page_title"])), int(row["page_id"]))
+    if sql_integer(row, "page_namespace", 0) == ARTICLE:
+        yield title_record(PAGE_RECORD, sql_title(row, "page_title"), sql_integer(row, "page_id", 1))
 
 
 def qid_record(row: dict[str, Any]) -> Iterator[Any]:
@@ -163,7 +201,7 @@ def qid_record(row: dict[str, Any]) -> Iterator[Any]:
     item id is dead-lettered (a QID is an entity's key in every artifact: ``Q43\\r`` or ``[PAD]`` would break the
     export's vocabulary)."""
     if row.get("pp_propname") == "wikibase_item" and row.get("pp_value"):
-        page_id, value = int(row["pp_page"]), str(row["pp_value"])
+        page_id, value = sql_integer(row, "pp_page", 1), printable(str(row["pp_value"]))
         if _QID.fullmatch(value):
             yield title_record(QID_RECORD, page_id=page_id, target=value)
         else:
@@ -207,9 +245,9 @@ class ConvertPages(beam.PTransform):
         for option, table, to_record in SQL_TABLES:
             paths = getattr(config, option)
             if paths:
-                converted = (pipeline | f"Read{table}Table" >> ReadSqlRows(list(paths), table)
-                             | f"{table}Records" >> beam.FlatMap(to_record).with_outputs(DEAD_LETTER_TAG,
-                                                                                        main="records"))
+                converted = (pipeline | f"Read{table}Table" >> ReadSqlRows(list(paths), table, SQL_COLUMNS[table])
+                             | f"{table}Records" >> beam.FlatMap(sql_records, to_record).with_outputs(
+                                 DEAD_LETTER_TAG, main="records"))
                 records[table] = converted.records
                 sql_dead_letters.append(converted[DEAD_LETTER_TAG])
         dead_letters = ((read["dead_letters"], classified[DEAD_LETTER_TAG], *sql_dead_letters)

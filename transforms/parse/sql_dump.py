@@ -4,30 +4,61 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 from artifacts import fs
 from artifacts.errors import InputError
 
-_CREATE = re.compile(r"CREATE TABLE `([^`]+)`")
+_NAME = r"(?:`([^`]+)`|(\w+))"
+_CREATE = re.compile(rf"\s*CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?{_NAME}", re.I)
 _COLUMN = re.compile(r"^\s*`([^`]+)`\s")
-_INSERT = re.compile(r"^INSERT INTO `([^`]+)` VALUES ")
-# One value followed by its separator: a quoted string (backslash escapes), NULL, or a number.
-_VALUE = re.compile(r"\s*(?:'((?:[^'\\]|\\.)*)'|(NULL)|([-+0-9.eE]+))\s*([,)])", re.S)
+# mysqldump's INSERT and REPLACE, with --complete-insert's column list, --insert-ignore's IGNORE, any case.
+_INSERT = re.compile(rf"\s*(?:INSERT|REPLACE)\s+(?:(?:LOW_PRIORITY|DELAYED|HIGH_PRIORITY|IGNORE)\s+)*INTO\s+{_NAME}\s*"
+                     r"(?:\(([^)]*)\)\s*)?VALUES\s*", re.I)
+_STATEMENT_START = re.compile(r"\s*(?:INSERT|REPLACE)\b", re.I)
+# One value followed by its separator: a quoted string (backslash escapes, '' for a quote, an optional charset
+# introducer such as _binary), NULL, a number (checked as converted), or a hex literal (X'..', 0x.. of
+# --hex-blob). A string's characters are taken in runs, never given back (possessive): the fastest form measured.
+_VALUE = re.compile(r"""\s*(?:
+      (?:_\w+\s*)?'((?:[^'\\]+|\\.|'')*+)'
+    | ((?i:NULL))
+    | ([-+0-9.eE]+)
+    | [xX]'([0-9a-fA-F]*)'
+    | 0x([0-9a-fA-F]+)
+    )\s*([,)])""", re.S | re.X)
+_SPACE = re.compile(r"\s*")
 _ESCAPES = {"0": "\0", "n": "\n", "r": "\r", "t": "\t", "Z": "\x1a", "b": "\b"}
-_ESCAPE = re.compile(r"\\(.)", re.S)
+_ESCAPE = re.compile(r"\\(.)|''", re.S)
 
 
 class SqlSyntaxError(ValueError):
-    """An INSERT statement this reader cannot parse."""
+    """A statement of a table dump this reader cannot read, at ``line``."""
+
+    def __init__(self, line: int, reason: str) -> None:
+        super().__init__(reason)
+        self.line = line
+
+
+class SqlRow(NamedTuple):
+    """A row of a table dump ({column: value}) and where it is (file, line of its INSERT's row)."""
+
+    values: dict[str, Any]
+    path: str
+    line: int
 
 
 def unescape(value: str) -> str:
-    """A MySQL string literal's content without its backslash escapes."""
-    if "\\" not in value:
+    """A MySQL string literal's content without its backslash escapes and doubled quotes."""
+    if "\\" not in value and "''" not in value:
         return value
-    return _ESCAPE.sub(lambda match: _ESCAPES.get(match.group(1), match.group(1)), value)
+    return _ESCAPE.sub(lambda match: "'" if match.group(1) is None else _ESCAPES.get(match.group(1), match.group(1)),
+                       value)
+
+
+def _hex(digits: str) -> str:
+    """A hex literal's bytes as text: UTF-8, a byte that is none kept as a lone surrogate (no title holds one)."""
+    return bytes.fromhex(digits if len(digits) % 2 == 0 else "0" + digits).decode("utf-8", "surrogateescape")
 
 
 def _number(text: str) -> int | float:
@@ -37,80 +68,168 @@ def _number(text: str) -> int | float:
         return float(text)
 
 
-def parse_values(statement: str, start: int) -> Iterator[list[Any]]:
-    """The rows of ``VALUES (...),(...);`` starting at ``statement[start]``."""
-    position = start
-    length = len(statement)
-    while position < length:
-        if statement[position] != "(":
-            raise SqlSyntaxError(f"expected '(' at character {position}")
-        position += 1
-        row: list[Any] = []
+class _Statements:
+    """The rows of a file's INSERT statements; a statement may span lines (one row or more on each: phpMyAdmin,
+    ``mysqldump --extended-insert=false`` joined) and a line may hold several statements. A row lies on one line."""
+
+    def __init__(self, lines: Iterator[tuple[int, str]]) -> None:
+        self._lines = lines
+        self.text, self.position, self.line = "", 0, 0
+
+    def next_line(self) -> bool:
+        numbered = next(self._lines, None)
+        if numbered is None:
+            return False
+        (self.line, self.text), self.position = numbered, 0
+        return True
+
+    def skip_space(self, inside: bool) -> bool:
+        """Past white space to the next character, over line ends; False at the end of the file (an error
+        ``inside`` a statement)."""
         while True:
-            match = _VALUE.match(statement, position)
+            self.position = _SPACE.match(self.text, self.position).end()
+            if self.position < len(self.text):
+                return True
+            if not self.next_line():
+                if inside:
+                    raise SqlSyntaxError(self.line, "the file ends inside an INSERT statement (cut short?)")
+                return False
+
+    def row(self) -> list[Any]:
+        """The values of the row at the cursor (past its ``(``). The innermost loop of reading a table (~10 values a
+        row, ~60M rows in English Wikipedia's page table): locals, one match and one ``groups()`` a value."""
+        text, position, match_value, values = self.text, self.position, _VALUE.match, []
+        while True:
+            match = match_value(text, position)
             if match is None:
-                raise SqlSyntaxError(f"unparsable value at character {position}")
-            quoted, null, number, separator = match.groups()
-            row.append(unescape(quoted) if quoted is not None else None if null else _number(number))
+                self.position = position
+                raise self.unparsable()
+            quoted, null, number, hex_literal, hex_number, separator = match.groups()
+            if quoted is not None:
+                values.append(unescape(quoted))
+            elif number is not None:
+                try:
+                    values.append(_number(number))
+                except ValueError:  # 2e, 1-2
+                    self.position = position
+                    raise self.unparsable() from None
+            else:
+                values.append(None if null else _hex(hex_literal if hex_literal is not None else hex_number))
             position = match.end()
             if separator == ")":
-                break
-        yield row
-        if position < length and statement[position] == ",":
-            position += 1
-        elif position < length and statement[position] == ";":
-            # Some dumps put several INSERT statements on one line.
-            following = _INSERT.match(statement[position + 1 :].lstrip())
-            if following is None:
+                self.position = position
+                return values
+
+    def unparsable(self) -> SqlSyntaxError:
+        """What no value at the cursor means: the file's last line ends inside a row, or a value of no syntax known."""
+        if not self.text.endswith("\n"):
+            return SqlSyntaxError(self.line, "the file ends inside a row (cut short?)")
+        return SqlSyntaxError(self.line, f"unparsable value at character {self.position + 1}: "
+                                         f"{self.text[self.position:self.position + 40]!r}")
+
+    def rows(self) -> Iterator[tuple[list[Any], int]]:
+        """The rows of the statement whose VALUES the cursor is past, with their lines; the cursor left past its
+        ``;``."""
+        while True:
+            self.skip_space(inside=True)
+            if self.text[self.position] != "(":
+                raise SqlSyntaxError(self.line, f"expected '(' at character {self.position + 1}")
+            self.position += 1
+            line = self.line
+            yield self.row(), line
+            self.skip_space(inside=True)
+            separator = self.text[self.position]
+            self.position += 1
+            if separator == ";":
                 return
-            rest = statement[position + 1 :].lstrip()
-            statement, position, length = rest, following.end(), len(rest)
-        while position < length and statement[position] in " \n\r":
-            position += 1
+            if separator != ",":
+                raise SqlSyntaxError(self.line, f"expected ',' or ';' after a row at character {self.position}")
 
 
-def iter_sql_rows(path: str, on_bad_statement: Callable[[int, str], None] | None = None) -> Iterator[dict[str, Any]]:
-    """Every row of a table dump (.sql or .sql.gz) as {column: value}, columns named by its CREATE TABLE.
+def _name(match: re.Match[str]) -> str:
+    return match.group(1) or match.group(2)
 
-    An INSERT statement that cannot be parsed raises an InputError naming the file and line, or, given
-    ``on_bad_statement(line_number, reason)``, is reported there and skipped whole (none of its rows is kept).
-    Memory holds one line (one INSERT statement, ~1 MB in Wikimedia dumps) at a time.
+
+def _create_columns(statements: _Statements) -> list[str]:
+    """The columns of the CREATE TABLE whose first line the cursor is on, the cursor left on its last."""
+    columns = []
+    while statements.next_line():
+        column = _COLUMN.match(statements.text)
+        if column:
+            columns.append(column.group(1))
+        elif statements.text.startswith(")"):
+            break
+    return columns
+
+
+def _insert_columns(statements: _Statements, insert: re.Match[str], table: str | None, needed: tuple[str, ...],
+                    created: dict[str, list[str]]) -> list[str]:
+    """The columns of the INSERT ``insert`` matched at the cursor: its own list, else its table's CREATE TABLE."""
+    name = _name(insert)
+    if table is not None and name != table:
+        raise SqlSyntaxError(statements.line, f"rows of the {name} table in a dump read as the {table} table")
+    if insert.group(3) is not None:
+        columns = [column.strip().strip("`") for column in insert.group(3).split(",")]
+    elif name in created:
+        columns = created[name]
+    else:
+        raise SqlSyntaxError(statements.line, f"an INSERT into {name} before its CREATE TABLE")
+    missing = [column for column in needed if column not in columns]
+    if missing:
+        raise SqlSyntaxError(statements.line, f"an INSERT into {name} without the column {', '.join(missing)}")
+    return columns
+
+
+def _insert_at_cursor(statements: _Statements) -> re.Match[str] | None:
+    """The INSERT statement's start at the cursor; None where no statement starts (an INSERT of a form this reader
+    does not know is an error: its rows would be lost without a word)."""
+    insert = _INSERT.match(statements.text, statements.position)
+    if insert is None and _STATEMENT_START.match(statements.text, statements.position):
+        start = statements.text[statements.position:statements.position + 60].strip()
+        raise SqlSyntaxError(statements.line, f"an INSERT of a form this reader does not know: {start!r}")
+    return insert
+
+
+def _table_rows(path: str, statements: _Statements, table: str | None, needed: tuple[str, ...]) -> Iterator[SqlRow]:
+    created: dict[str, list[str]] = {}
+    while statements.next_line():
+        create = _CREATE.match(statements.text)
+        if create:
+            created[_name(create)] = _create_columns(statements)
+            continue
+        insert = _insert_at_cursor(statements)
+        while insert is not None:  # some dumps put several INSERT statements on one line
+            statements.position = insert.end()
+            columns = _insert_columns(statements, insert, table, needed, created)
+            for values, line in statements.rows():
+                if len(values) != len(columns):
+                    raise SqlSyntaxError(line, f"a row of {len(values)} values for {len(columns)} columns")
+                yield SqlRow(dict(zip(columns, values, strict=True)), path, line)
+            insert = _insert_at_cursor(statements)
+
+
+def iter_sql_rows(path: str, table: str | None = None, needed: tuple[str, ...] = ()) -> Iterator[SqlRow]:
+    """Every row of a table dump (.sql or .sql.gz), columns named by its INSERT's list or its CREATE TABLE.
+
+    ``table``: the table the file must hold (rows of another are an error); ``needed``: the columns each INSERT
+    must give. A statement this reader cannot read (a
+    value of no SQL syntax it knows, a row of the wrong length, a file cut inside a statement) is an InputError
+    naming the file and line. Text that is not UTF-8 is read byte for byte as lone surrogates (which no title
+    holds). Memory holds one line (one INSERT statement, ~1 MB in Wikimedia dumps) at a time.
     """
-    columns: list[str] = []
-    in_create = False
     with fs.open_decompressed(path) as raw:
-        lines = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="\n")
+        lines = io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape", newline="\n")
         try:
-            for number, line in enumerate(lines, start=1):
-                if in_create:
-                    column = _COLUMN.match(line)
-                    if column:
-                        columns.append(column.group(1))
-                    elif line.startswith(")"):
-                        in_create = False
-                    continue
-                if _CREATE.match(line):
-                    in_create, columns = True, []
-                    continue
-                insert = _INSERT.match(line)
-                if insert is None:
-                    continue
-                if not columns:
-                    raise InputError(f"{path}: INSERT at line {number} before any CREATE TABLE")
-                try:
-                    rows = statement_rows(line.rstrip("\n"), insert.end(), columns)
-                except SqlSyntaxError as error:
-                    if on_bad_statement is None:
-                        raise InputError(f"{path}: line {number}: {error}") from error
-                    on_bad_statement(number, str(error))
-                    continue
-                yield from rows
+            yield from _table_rows(path, _Statements(enumerate(lines, start=1)), table, needed)
+        except SqlSyntaxError as error:
+            raise InputError(f"{path}: line {error.line}: {error}") from error
         except fs.ARCHIVE_ERRORS as error:
             raise InputError(f"{path}: truncated or corrupt archive: {error}") from error
 
 
 # How far into a table dump its CREATE TABLE is looked for (a mysqldump header is a few kB).
 HEADER_BYTES = 1 << 20
+_COMPRESSED = {b"\x1f\x8b": ".gz", b"BZh": ".bz2"}  # the suffix each kind of compressed file needs
 
 
 def table_definition(path: str) -> tuple[str, tuple[str, ...]] | None:
@@ -124,21 +243,20 @@ def table_definition(path: str) -> tuple[str, tuple[str, ...]] | None:
                 read += len(line)
                 create = _CREATE.match(line)
                 if name is None and create:
-                    name = create.group(1)
+                    name = _name(create)
                 elif name is not None and (column := _COLUMN.match(line)):
                     columns.append(column.group(1))
-                elif (name is not None and line.startswith(")")) or _INSERT.match(line):
+                elif (name is not None and line.startswith(")")) or _STATEMENT_START.match(line):
                     break
         except fs.ARCHIVE_ERRORS as error:
             raise InputError(f"{path}: truncated or corrupt archive: {error}") from error
     return None if name is None else (name, tuple(columns))
 
 
-def statement_rows(statement: str, start: int, columns: list[str]) -> list[dict[str, Any]]:
-    """All rows of one INSERT statement, parsed whole first so that a bad statement yields none of them."""
-    rows = []
-    for row in parse_values(statement, start):
-        if len(row) != len(columns):
-            raise SqlSyntaxError(f"a row of {len(row)} values for {len(columns)} columns")
-        rows.append(dict(zip(columns, row, strict=True)))
-    return rows
+def compressed_suffix(path: str) -> str | None:
+    """``.gz`` or ``.bz2`` when the file's first bytes say it is compressed so (and not read as such), else None."""
+    if fs.is_compressed(path):
+        return None
+    with fs.open_input(path) as raw:
+        start = raw.read(3)
+    return next((kind for magic, kind in _COMPRESSED.items() if start.startswith(magic)), None)

@@ -11,6 +11,14 @@ import urllib.parse
 _SPACES = re.compile(r"[\s_]+")
 _BIDI_MARKS = re.compile("[\u200e\u200f\u202a-\u202e]")
 _GEORGIAN = re.compile("[\u10d0-\u10fa\u10fd-\u10ff]")
+# MediaWiki's characters a title may not hold, and a lone surrogate (a byte of invalid UTF-8, read as such).
+_NOT_IN_TITLES = re.compile(r"[<>\[\]{}|\x00-\x1f\x7f\ud800-\udfff]")
+TITLE_MAX_BYTES = 255  # MediaWiki's longest title (in the article namespace), in UTF-8 bytes
+
+
+def is_possible_title(title: str) -> bool:
+    """Whether a page can have ``title``: no character MediaWiki refuses in titles, at most ``TITLE_MAX_BYTES``."""
+    return not _NOT_IN_TITLES.search(title) and len(title.encode("utf-8", "surrogatepass")) <= TITLE_MAX_BYTES
 
 
 def normalize_title(title: str, dotted_i: bool = False, first_letter: bool = True) -> str:

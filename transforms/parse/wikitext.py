@@ -27,7 +27,7 @@ from mwparserfromhell.wikicode import Wikicode
 
 from artifacts.names import shows_nothing
 from transforms.parse.namespaces import CATEGORY, FILE, Namespaces
-from transforms.parse.titles import decode_target, percent_decoded
+from transforms.parse.titles import decode_target, is_possible_title, percent_decoded
 from transforms.parse.wikitext_prepass import (
     Unsure,
     span_around,
@@ -71,8 +71,6 @@ _REDIRECT = re.compile(
     re.IGNORECASE,
 )
 _NO_PAGE_CHARACTER = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")  # XML's non-characters
-_NOT_IN_TITLES = re.compile(r"[<>\[\]{}|\x00-\x1f\x7f]")  # MediaWiki's characters a title may not hold
-TITLE_MAX_BYTES = 255  # MediaWiki's longest title (in the article namespace), in UTF-8 bytes
 # Behaviour switches (``__NOTOC__``, ``__notoc__``): MediaWiki removes them from the page's text; also the local
 # names of __NOTOC__ on the Russian, German, French and Turkish wikis and of __NOTOC__, __TOC__ and __FORCETOC__ on
 # the Italian ones (Messages*.php). No other ``__WORD__`` (C's ``__FILE__`` shows as written).
@@ -205,7 +203,7 @@ def classify_link(title: str, namespaces: Namespaces, options: WikitextOptions) 
     if hash_sign and (not page.strip() or (section.strip() and not options.keep_section_links)):
         return _LinkRole(drop=False, target=None)
     target = namespaces.title(page)
-    if _NOT_IN_TITLES.search(target) or len(target.encode("utf-8")) > TITLE_MAX_BYTES:
+    if not is_possible_title(target):
         return _LinkRole(drop=False, target=None)  # no page has such a title: MediaWiki shows the markup
     return _LinkRole(drop=False, target=target or None)
 
