@@ -29,10 +29,11 @@ _NAMES = {
     "build": ("add_batches", "add_shard_files", "flat_rows", "gpu_count", "new_index", "read_train_sample",
               "train_index", "trained_file_reason", "untrained_reason"),
     "choice": ("DEFAULT_EF_SEARCH", "DEFAULT_NPROBE", "MAX_TRAIN_SAMPLE", "MemoryEstimate", "check_factory",
-               "default_factory", "ivf_lists", "memory_estimate", "needs_training", "training_sample_size"),
+               "default_factory", "faiss_reason", "ivf_lists", "memory_estimate", "needs_training",
+               "training_sample_size"),
     "files": ("EMBEDDINGS_DIR", "INDEX_JSON", "TRAINED_NAME", "shard_embedding_files", "shard_name"),
     "info": ("IndexInfo", "load_index_info"),
-    "search": ("PassageLookup", "ShardedIndex", "merge_top_k", "searches_a_graph"),
+    "search": ("PassageLookup", "ShardedIndex", "merge_top_k", "searches_a_graph", "set_search_parameters"),
     "storage": ("DamagedIndexError", "read_index", "read_npy", "stored_ids", "write_index", "write_npy"),
     "vectors": ("embedding_schema", "embedding_table", "table_vectors"),
 }

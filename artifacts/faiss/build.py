@@ -14,6 +14,7 @@ import numpy as np
 
 from artifacts import fs, tables
 from artifacts.errors import InputError, first_line
+from artifacts.faiss.choice import FactoryError, faiss_reason
 from artifacts.faiss.files import EMBEDDINGS_DIR, shard_embedding_files, shard_ids_name, shard_index_name
 from artifacts.faiss.storage import read_index, write_index, write_npy
 from artifacts.faiss.vectors import VECTOR_BATCH, table_vectors
@@ -99,9 +100,19 @@ def train_index(factory: str, dim: int, sample: np.ndarray, use_gpu: bool = Fals
             ivf.clustering_index = faiss.index_cpu_to_all_gpus(faiss.IndexFlatL2(dim))
         except RuntimeError:
             pass  # not IVF: trains on the CPU
-    with kmeans_warnings_dropped():
+    with kmeans_warnings_dropped(), refused_by_faiss(factory, "train"):
         index.train(np.ascontiguousarray(sample, dtype=np.float32))
     return index
+
+
+@contextlib.contextmanager
+def refused_by_faiss(factory: str, step: str) -> Iterator[None]:
+    """FAISS's refusal to ``step`` an index of ``factory`` (what the up-front checks could not foresee) as a
+    one-line ``FactoryError``, not a C++ assertion's traceback."""
+    try:
+        yield
+    except RuntimeError as error:
+        raise FactoryError(factory, f"FAISS could not {step} it: {faiss_reason(error)}") from error
 
 
 def add_batches(index, batches: Iterable[tuple[np.ndarray, np.ndarray]], use_gpu: bool = False):
@@ -157,14 +168,15 @@ def flat_rows(index, count: int) -> tuple[np.ndarray, np.ndarray] | None:
             faiss.rev_swig_ptr(index.id_map.data(), count))
 
 
-def add_shard_files(index, index_dir: str, shard: str, use_gpu: bool = False) -> dict[str, Any]:
-    """Add one shard's embeddings (its files in name order) to ``index`` (the trained index, empty) and write its
-    index file and id map. Holds the index and one batch of vectors."""
+def add_shard_files(index, index_dir: str, shard: str, use_gpu: bool = False, factory: str = "") -> dict[str, Any]:
+    """Add one shard's embeddings (its files in name order) to ``index`` (the trained index of ``factory``, empty)
+    and write its index file and id map. Holds the index and one batch of vectors."""
     files = shard_embedding_files(index_dir, shard)
     batches = ((batch.column(0).to_numpy(), table_vectors(batch))
                for batch in tables.iter_file_batches(files, ["passage_id", "embedding"], VECTOR_BATCH))
     reserve(index, sum(tables.parquet_row_count(path) for path in files))
-    index, ids = add_batches(index, batches, use_gpu)
+    with refused_by_faiss(factory or type(index).__name__, f"add the passages of {shard} to"):
+        index, ids = add_batches(index, batches, use_gpu)
     return write_shard(index, ids, index_dir, shard)
 
 

@@ -16,6 +16,7 @@ IVF_FLAT_UP_TO = 3_000_000  # passages: below this IVF without compression
 IVF_SQ8_UP_TO = 50_000_000  # passages: below this 8-bit scalar quantization; above, product quantization
 _IVF = re.compile(r"IVF(\d+)")
 _PQ = re.compile(r"\b(O?)PQ\d+(?:x(\d+))?")  # a product quantizer PQ<m>[x<nbits>] (8 bits unless told), or OPQ<m>
+_QUANTIZER = re.compile(r"IVF\d+\(([^)]*)\)")  # an IVF's coarse quantizer given as a factory string of its own
 _FAISS_LOCATION = re.compile(r"^Error in .*? at \S+:\d+: ")
 _FAISS_ASSERTION = re.compile(r"^Error: '.*?' failed: ")
 # Building a shard holds the worker's own memory and its float32 vectors once, streamed from its bucket files into
@@ -95,9 +96,23 @@ def ivf_lists(factory: str) -> int | None:
 
 
 def pq_centroids(factory: str) -> int | None:
-    """The most centroids per sub-vector a product quantizer of the factory learns: 2**nbits of ``PQ<m>x<nbits>``,
-    256 of an OPQ rotation (trained with an 8-bit quantizer); None without one."""
-    return max((1 << (8 if rotation else int(bits or 8)) for rotation, bits in _PQ.findall(factory)), default=None)
+    """The most centroids per sub-vector a product quantizer of the factory learns from the passages: 2**nbits of
+    ``PQ<m>x<nbits>``, 256 of an OPQ rotation (trained with an 8-bit quantizer); None without one. One inside an
+    IVF's coarse quantizer (``IVF1024(PQ16),Flat``) is not counted: it learns from the IVF's centroids."""
+    quantizers = _PQ.findall(_QUANTIZER.sub("", factory))
+    return max((1 << (8 if rotation else int(bits or 8)) for rotation, bits in quantizers), default=None)
+
+
+def quantizer_problem(factory: str) -> str | None:
+    """Why an IVF's coarse quantizer given as a factory string cannot be trained: a product quantizer in it learns
+    its centroids from the IVF's lists' centroids, and needs at least as many lists as it has centroids."""
+    match = _QUANTIZER.search(factory)
+    centroids = pq_centroids(match.group(1)) if match else None
+    lists = ivf_lists(factory) or 0
+    if centroids and centroids > lists:
+        return (f"its coarse quantizer's product quantizer learns {centroids} centroids per sub-vector from the "
+                f"{lists} IVF lists' centroids: it needs at least {centroids} lists")
+    return None
 
 
 def thin_training(factory: str, count: int, dim: int) -> list[str]:
@@ -139,11 +154,20 @@ def check_factory_string(factory: str, dim: int) -> None:
     import faiss
 
     try:
-        faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+        index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as error:
         reason = faiss_reason(error)
-        problem = "not a FAISS factory string" if "could not parse" in reason else f"does not fit {dim} dimensions"
+        problem = ("not a FAISS factory string" if "could not parse" in reason else
+                   f"does not fit {dim} dimensions" if "dimension" in reason else
+                   "FAISS builds no index of it for inner-product search")  # LSH: METRIC_L2 only
         raise FactoryError(factory, f"{problem} ({reason})") from error
+    built = faiss.downcast_index(index)  # a view: ``index`` owns the C++ object and stays referenced
+    if "NSG" in type(faiss.downcast_index(built.index) if isinstance(built, faiss.IndexIDMap) else built).__name__:
+        raise FactoryError(factory, "an NSG graph is built once, from all its vectors, where a shard is added to in "
+                                    "batches (FAISS: no incremental addition): HNSW<M>,Flat is a graph that takes them")
+    problem = quantizer_problem(factory)
+    if problem:
+        raise FactoryError(factory, problem)
 
 
 def check_factory(factory: str, count: int, dim: int) -> None:

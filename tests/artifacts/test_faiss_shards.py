@@ -204,7 +204,7 @@ def test_a_shard_filled_in_place_is_the_shard_added_to_from_its_files(tmp_path, 
             name = shards.shard_name(shard)
             if way == "in place":
                 spec = (name, tuple((bucket, tuple(paths)) for bucket, paths in grouped))
-                [summary] = BuildShard(str(index_dir), DIM, False).process(spec, f"{index_dir}/trained.faiss")
+                [summary] = BuildShard(str(index_dir), DIM, False, factory).process(spec, f"{index_dir}/trained.faiss")
             else:
                 for bucket, paths in grouped:
                     buckets_module.write_shard_bucket(str(index_dir), name, bucket, paths, DIM)
@@ -245,7 +245,7 @@ def test_passages_staged_twice_are_indexed_once(tmp_path, factory):
         shards.write_index(trained, f"{index_dir}/trained.faiss")
         specs = [(shards.shard_name(shard), tuple((bucket, tuple(paths)) for bucket, paths in grouped))
                  for shard, grouped in buckets_module.shard_buckets(records, 2).items()]
-        build = BuildShard(str(index_dir), DIM, False)
+        build = BuildShard(str(index_dir), DIM, False, factory)
         counted[times] = run_counting(lambda pipeline, specs=specs, build=build, index_dir=index_dir: (
             pipeline | beam.Create(specs) | beam.ParDo(build, f"{index_dir}/trained.faiss")))
         built[times] = built_files(index_dir)
@@ -315,6 +315,39 @@ def test_bad_factories_are_one_line_errors():
     shards.check_factory("IVF2,PQ4x4", 20, DIM)
     with pytest.raises(InputError, match="learns 256 centroids"):
         shards.check_factory("OPQ4,IVF2,PQ4x4", 20, DIM)  # the rotation is trained with an 8-bit quantizer
+
+
+def test_factories_faiss_would_refuse_only_as_it_builds_are_refused_up_front():
+    """An NSG graph takes its vectors in one call (the shard's first batch was a 175-line traceback), a PQ in an
+    IVF's coarse quantizer learns from the lists' centroids (the same), LSH is L2 only (said "does not fit 16
+    dimensions")."""
+    for factory in ("NSG8", "IDMap,NSG8,Flat"):
+        with pytest.raises(InputError, match=f"FAISS factory '{factory}': an NSG graph is built once, from all its"):
+            shards.check_factory(factory, 1000, DIM)
+    with pytest.raises(InputError, match=r"'IVF16\(PQ4\),Flat': its coarse quantizer's product quantizer learns 256 "
+                                         "centroids per sub-vector from the 16 IVF lists' centroids: it needs at "
+                                         "least 256 lists"):
+        shards.check_factory("IVF16(PQ4),Flat", 1000, DIM)
+    assert (choice.pq_centroids("IVF256(PQ4),Flat"), choice.pq_centroids("IVF256(PQ4),PQ4x4")) == (None, 16)
+    with pytest.raises(InputError, match=r"'LSH': FAISS builds no index of it for inner-product search \(.*L2"):
+        shards.check_factory("LSH", 1000, DIM)
+
+
+def test_what_faiss_refuses_as_it_trains_or_adds_stops_in_one_line(tmp_path):
+    """Past the checks: FAISS's refusal to train (an IVF of more lists than vectors) or to add (an NSG graph of
+    fewer than 100 vectors) is a FactoryError naming the factory, not a C++ assertion's traceback."""
+    with pytest.raises(InputError, match=r"^KPR-INPUT-ERROR: FAISS factory 'IVF16,Flat': FAISS could not train it: "
+                                         r"Number of training points \(8\) should be at least"):
+        shards.train_index("IVF16,Flat", DIM, clustered(8))
+    rows = staged_rows(50)
+    records = stage(tmp_path / "staged", rows, writers=1)
+    [(shard, grouped)] = buckets_module.shard_buckets(records, 1).items()
+    name = shards.shard_name(shard)
+    for bucket, paths in grouped:
+        buckets_module.write_shard_bucket(str(tmp_path / "index"), name, bucket, paths, DIM)
+    with pytest.raises(InputError, match=r"^KPR-INPUT-ERROR: FAISS factory 'NSG8': FAISS could not add the passages "
+                                         "of shard-00000 to it: .*graph"):
+        shards.add_shard_files(shards.new_index("NSG8", DIM), str(tmp_path / "index"), name, factory="NSG8")
 
 
 def test_k_means_on_fewer_vectors_than_faiss_asks_for_is_said_once_in_our_words(capfd):

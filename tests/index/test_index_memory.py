@@ -35,18 +35,18 @@ BUILD_ONE_SHARD = """
 import json, os, sys
 from bench.memory import high_water_rss
 from transforms.index.graph import BuildShard
-index_dir, dim, spec, trained = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
+index_dir, dim, spec, trained, factory = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), *sys.argv[4:6]
 name, shard_buckets = spec
 shard = (name, tuple((bucket, tuple(paths)) for bucket, paths in shard_buckets))
-[summary] = BuildShard(index_dir, dim, False).process(shard, trained)
+[summary] = BuildShard(index_dir, dim, False, factory).process(shard, trained)
 # this process's own peak (ru_maxrss would start at the parent's)
 print(json.dumps({"count": summary["count"], "peak": high_water_rss(os.getpid())}))
 """
 
 
-def staged_shard(directory: Path, rows: int, factory: str) -> tuple[list, str]:
+def staged_shard(directory: Path, rows: int, factory: str) -> tuple[list, str, str]:
     """``rows`` random vectors staged in BUCKETS bucket files as the encoding writes them, and the trained index;
-    returns the one shard's (name, buckets) spec and the trained index's path."""
+    returns the one shard's (name, buckets) spec, the trained index's path and its factory."""
     writer = buckets.BucketWriter(str(directory / "staged"), BUCKETS, DIM)
     vectors = np.random.default_rng(rows).standard_normal((rows, DIM), dtype=np.float32)
     for start in range(0, rows, 4096):  # as a model process stages them: a step's rows at a time
@@ -55,18 +55,19 @@ def staged_shard(directory: Path, rows: int, factory: str) -> tuple[list, str]:
     [shard_buckets] = buckets.shard_buckets(writer.close(), 1).values()
     trained = str(directory / "trained.faiss")
     storage.write_index(build.train_index(factory, DIM, vectors[:4096]), trained)
-    return ["shard-00000", shard_buckets], trained
+    return ["shard-00000", shard_buckets], trained, factory
 
 
-def peak_building(directory: Path, rows: int, run: int, staged: tuple[list, str]) -> int:
+def peak_building(directory: Path, rows: int, run: int, staged: tuple[list, str, str]) -> int:
     """The peak RSS (bytes) of a fresh process that builds the staged shard of ``rows`` vectors (``staged_shard``
     in ``directory``) into ``directory``/index-RUN."""
-    spec, trained = staged
+    spec, trained, factory = staged
     index_dir = directory / f"index-{run}"
     index_dir.mkdir()
     allocator = {ARROW_MEMORY_POOL[0]: ARROW_MEMORY_POOL[1],
                  **{variable: str(value) for variable, _, value in MALLOC_SETTINGS}}
-    done = subprocess.run([sys.executable, "-c", BUILD_ONE_SHARD, str(index_dir), str(DIM), json.dumps(spec), trained],
+    done = subprocess.run([sys.executable, "-c", BUILD_ONE_SHARD, str(index_dir), str(DIM), json.dumps(spec), trained,
+                           factory],
                           cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), **allocator}, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -20,6 +20,7 @@ import pytest
 from artifacts import faiss as faiss_shards
 from artifacts import tables
 from artifacts.counters import declare, dropped
+from artifacts.errors import InputError
 from artifacts.run import manifest
 from artifacts.run.report import counters as counter_info
 from artifacts.run.report import gather, plots, stages
@@ -226,6 +227,54 @@ def test_subset_recall_restricts_faiss_to_the_exactly_searched_vectors(tmp_path)
     assert result.subset and result.exact_vectors == 250 and result.total_vectors == 600
     assert result.recall == 1.0
     assert result.search_settings == "nprobe 4 of 4 lists"  # said nprobe 32: of 4 lists, every one is searched
+
+
+def test_subset_recall_of_an_index_whose_search_takes_no_selector(tmp_path):
+    """A product quantizer's search refuses FAISS's ID selector ("invalid search params": `report` was a traceback
+    and no page above --max-exact passages): the other passages are removed from each shard read instead. FAISS
+    then finds among the subset what an exact search over the subset's PQ-decoded vectors finds; the recall is
+    that, scored against the true vectors."""
+    import faiss
+
+    from artifacts.run.report import recall
+
+    vectors = np.random.default_rng(1).normal(size=(600, 16))
+    vectors = (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
+    ids = np.arange(600, dtype=np.int64) * 3 + 1
+    index_dir = write_index_dir(tmp_path / "pq", vectors, ids, 2, factory="PQ4x4")
+    info = faiss_shards.load_index_info(index_dir)
+    queries, seen, ids_by_shard = recall._pick_queries(recall.stored_files(index_dir, info), info, 250, 60)
+    decoded = {}
+    for shard in info.shard_files:
+        index = faiss_shards.read_index(f"{index_dir}/{shard['index']}")
+        codes = faiss.downcast_index(index.index)  # IDMap -> its IndexPQ
+        for row, passage_id in enumerate(np.load(f"{index_dir}/{shard['ids']}")):
+            if passage_id in ids_by_shard.get(shard["name"], ()):
+                decoded[int(passage_id)] = codes.reconstruct(row)
+    subset = np.array(sorted(decoded))
+    found = brute_force(np.stack([decoded[int(i)] for i in subset]), subset, queries, 10)[1]
+    true = {int(i): vectors[np.searchsorted(ids, i)] for i in subset}
+    exact = np.stack([true[int(i)] for i in subset]) @ queries.T  # (subset, queries)
+    kth = -np.sort(-exact, axis=0)[9]
+    hits = sum(float(true[int(i)] @ queries[query]) >= kth[query] - 1e-5 for query, row in enumerate(found)
+               for i in row)
+    result = index_recall(index_dir, queries=60, k=10, max_exact=250)
+    assert result.subset and seen == result.exact_vectors == 250 and len(subset) == 250
+    assert result.recall == pytest.approx(hits / (60 * 10)) and result.recall < 1.0
+
+
+def test_a_refined_index_measured_on_part_of_its_passages_says_why_not(tmp_path):
+    """A refined index's search takes no selector and FAISS removes nothing from it: the recall section says so
+    with the --max-exact that measures it (the rest of the report is written); on all its passages it is
+    measured."""
+    vectors, ids = clustered(300), np.arange(300, dtype=np.int64)
+    index_dir = write_index_dir(tmp_path / "refined", vectors, ids, 2, factory="PQ4x4,RFlat")
+    with pytest.raises(InputError) as raised:
+        index_recall(index_dir, queries=30, k=10, max_exact=100)
+    assert raised.value.message.startswith("FAISS searches no part of a PQ4x4,RFlat index (")
+    assert raised.value.message.endswith("report --max-exact 300 measures its recall on all its passages")
+    measured = index_recall(index_dir, queries=30, k=10)
+    assert not measured.subset and measured.exact_vectors == 300 and measured.recall > 0.9
 
 
 def test_a_run_with_only_parse_says_not_run_for_the_other_stages(run_copy):

@@ -293,8 +293,8 @@ class BuildShard(beam.DoFn):
     from the shard's files; then the shard's index file and its id map. The buckets' row groups are read and
     written with blocks from the heap (``allocator.blocks_from_the_heap``)."""
 
-    def __init__(self, index_dir: str, dim: int, use_gpu: bool) -> None:
-        self._index_dir, self._dim, self._use_gpu = index_dir, dim, use_gpu
+    def __init__(self, index_dir: str, dim: int, use_gpu: bool, factory: str) -> None:
+        self._index_dir, self._dim, self._use_gpu, self._factory = index_dir, dim, use_gpu, factory
 
     def process(self, shard: ShardSpec, trained_path: str) -> Iterator[dict[str, Any]]:
         name, shard_buckets = shard
@@ -310,7 +310,7 @@ class BuildShard(beam.DoFn):
             index = storage.read_index(trained_path, mmap=False)
             room = build.flat_rows(index, sum(len(ids) for ids in sorted_ids))
             if room is None:
-                summary = build.add_shard_files(index, self._index_dir, name, self._use_gpu)
+                summary = build.add_shard_files(index, self._index_dir, name, self._use_gpu, self._factory)
             else:
                 fill_in_place(pool, room, [paths for _, paths in shard_buckets], sorted_ids)
                 summary = build.write_shard(index, room[1], self._index_dir, name)
@@ -360,7 +360,7 @@ class BuildIndex(beam.PTransform):
             trained = pipeline | "ReusedTrained" >> beam.Create([self._trained])
         summaries = (pipeline | "Shards" >> beam.Create(list(plan.shards))
                      | "Spread" >> beam.Reshuffle()
-                     | "BuildShards" >> beam.ParDo(BuildShard(plan.index_dir, plan.dim, plan.use_gpu),
+                     | "BuildShards" >> beam.ParDo(BuildShard(plan.index_dir, plan.dim, plan.use_gpu, plan.factory),
                                                    beam.pvalue.AsSingleton(trained)))
         _ = (summaries | "AllShards" >> beam.combiners.ToList()
              | "WriteIndexJson" >> beam.Map(write_index_json, plan.index_dir, plan.info))

@@ -33,8 +33,9 @@ PLOTS = (TIMINGS_PLOT, ENTITY_LINKS_PLOT, DICTIONARY_PLOT, EMBEDDINGS_PLOT)
 LEFT_BEHIND_S = 600.0
 T = TypeVar("T")
 
-# what a section can hit when an artifact the manifest lists has been moved or damaged since
-_READ_ERRORS = (tables.MissingArtifactError, InputError, OSError, ValueError, KeyError, pa.ArrowException)
+# what a section can hit when an artifact the manifest lists has been moved or damaged since (RuntimeError: FAISS's)
+_READ_ERRORS = (tables.MissingArtifactError, InputError, OSError, ValueError, KeyError, RuntimeError,
+                pa.ArrowException)
 
 
 def _attempt(data: ReportData, section: str, compute: Callable[[], T]) -> T | None:

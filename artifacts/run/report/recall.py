@@ -4,7 +4,8 @@ Queries are stored passage vectors picked by a seed-free hash of their passage i
 from brute force (inner product, the index's metric) over the stored vectors, streamed batch by batch. Above
 ``max_exact`` vectors only the first ``max_exact`` stored vectors (shard by shard, in file order; shards are
 hash partitions, so this is an unbiased subset) are searched exactly, and FAISS is restricted to the same
-passages with an ID selector: the recall of the index's quantization and probing on that subset.
+passages with an ID selector (or, where an index type's search takes none, by removing the others from the shard
+read): the recall of the index's quantization and probing on that subset.
 
 Ties count as hits: a returned passage is right when its exact score reaches the k-th exact score (duplicate
 passages have equal vectors, and any of them is a correct answer).
@@ -20,6 +21,7 @@ import numpy as np
 
 from artifacts import faiss as faiss_shards
 from artifacts import fs
+from artifacts.errors import InputError
 from artifacts.run.report.stats import splitmix64
 
 QUERIES = 200
@@ -110,7 +112,6 @@ def _selector_parameters(index, selector):
 def _search_subset(index_dir: str, info: faiss_shards.IndexInfo, queries: np.ndarray, k: int,
                    ids_by_shard: dict[str, np.ndarray]) -> np.ndarray:
     """FAISS top-k ids restricted to the given passages of each shard (the shards are searched one by one)."""
-    import faiss
 
     best = (np.full((len(queries), k), -np.inf, np.float32), np.full((len(queries), k), -1, np.int64))
     for shard in info.shard_files:
@@ -118,10 +119,30 @@ def _search_subset(index_dir: str, info: faiss_shards.IndexInfo, queries: np.nda
         if allowed is None or not len(allowed):
             continue
         index = faiss_shards.read_index(fs.join(index_dir, shard["index"]))
-        selector = faiss.IDSelectorBatch(np.ascontiguousarray(allowed, dtype=np.int64))
-        scores, ids = index.search(queries, k, params=_selector_parameters(index, selector))
+        scores, ids = _search_part(index, allowed, queries, k, info)
         best = faiss_shards.merge_top_k([best[0], scores], [best[1], ids], k)
     return best[1]
+
+
+def _search_part(index, allowed: np.ndarray, queries: np.ndarray, k: int,
+                 info: faiss_shards.IndexInfo) -> tuple[np.ndarray, np.ndarray]:
+    """``index`` searched among the ``allowed`` passages only: through an ID selector where its search takes one,
+    else with every other passage removed from it (a product quantizer's, whose search takes none); an InputError
+    where FAISS does neither (a refined index)."""
+    import faiss
+
+    selector = faiss.IDSelectorBatch(np.ascontiguousarray(allowed, dtype=np.int64))
+    try:
+        return index.search(queries, k, params=_selector_parameters(index, selector))
+    except RuntimeError:
+        pass  # e.g. "invalid search params": this index type's search takes no selector
+    try:
+        index.remove_ids(faiss.IDSelectorNot(selector))
+    except RuntimeError as error:
+        raise InputError(f"FAISS searches no part of a {info.factory} index ({faiss_shards.faiss_reason(error)}): "
+                         f"report --max-exact {info.count} measures its recall on all its passages") from error
+    faiss_shards.set_search_parameters(index, faiss_shards.DEFAULT_NPROBE, faiss_shards.DEFAULT_EF_SEARCH)
+    return index.search(queries, k)
 
 
 def _exact_scores(stored: dict[str, list[str]], limit: int, queries: np.ndarray, k: int,
