@@ -17,6 +17,9 @@ IVF_SQ8_UP_TO = 50_000_000  # passages: below this 8-bit scalar quantization; ab
 _IVF = re.compile(r"IVF(\d+)")
 _PQ = re.compile(r"\b(O?)PQ\d+(?:x(\d+))?")  # a product quantizer PQ<m>[x<nbits>] (8 bits unless told), or OPQ<m>
 _QUANTIZER = re.compile(r"IVF\d+\(([^)]*)\)")  # an IVF's coarse quantizer given as a factory string of its own
+# A count of zero where FAISS takes one: IVF lists, graph neighbours, sub-vectors, bits, output dimensions. FAISS
+# builds such an index, then aborts the process (HNSW0: an assertion; PQ8x0: a division by zero) or finds nothing.
+_ZERO_COUNT = re.compile(r"(?:IVF|HNSW|NSG|PCAW?R?|OPQ|PQ|PQ\d+x)0+(?!\d)")
 _FAISS_LOCATION = re.compile(r"^Error in .*? at \S+:\d+: ")
 _FAISS_ASSERTION = re.compile(r"^Error: '.*?' failed: ")
 # Building a shard holds the worker's own memory and its float32 vectors once, streamed from its bucket files into
@@ -161,13 +164,29 @@ def check_factory_string(factory: str, dim: int) -> None:
                    f"does not fit {dim} dimensions" if "dimension" in reason else
                    "FAISS builds no index of it for inner-product search")  # LSH: METRIC_L2 only
         raise FactoryError(factory, f"{problem} ({reason})") from error
-    built = faiss.downcast_index(index)  # a view: ``index`` owns the C++ object and stays referenced
-    if "NSG" in type(faiss.downcast_index(built.index) if isinstance(built, faiss.IndexIDMap) else built).__name__:
+    zero = _ZERO_COUNT.search(factory)
+    if zero:
+        raise FactoryError(factory, f"{zero.group(0)}: a count of 0 (lists, neighbours, sub-vectors, bits or "
+                                    "dimensions) makes no index that finds anything")
+    if any("NSG" in type(part).__name__ for part in _parts(index)):
         raise FactoryError(factory, "an NSG graph is built once, from all its vectors, where a shard is added to in "
                                     "batches (FAISS: no incremental addition): HNSW<M>,Flat is a graph that takes them")
     problem = quantizer_problem(factory)
     if problem:
         raise FactoryError(factory, problem)
+
+
+def _parts(index) -> list:
+    """``index`` and the indexes it wraps (an id map's, a transform's, a refinement's base), as their own types;
+    views of objects ``index`` owns (the caller keeps it referenced)."""
+    import faiss
+
+    parts = [faiss.downcast_index(index)]
+    for attribute in ("index", "base_index"):
+        inner = getattr(parts[0], attribute, None)
+        if isinstance(inner, faiss.Index):
+            parts += _parts(inner)
+    return parts
 
 
 def check_factory(factory: str, count: int, dim: int) -> None:

@@ -321,9 +321,13 @@ def test_factories_faiss_would_refuse_only_as_it_builds_are_refused_up_front():
     """An NSG graph takes its vectors in one call (the shard's first batch was a 175-line traceback), a PQ in an
     IVF's coarse quantizer learns from the lists' centroids (the same), LSH is L2 only (said "does not fit 16
     dimensions")."""
-    for factory in ("NSG8", "IDMap,NSG8,Flat"):
+    for factory in ("NSG8", "IDMap,NSG8,Flat", "PCA8,NSG8,Flat", "NSG8,Flat,RFlat"):  # wrapped, transformed, refined
         with pytest.raises(InputError, match=f"FAISS factory '{factory}': an NSG graph is built once, from all its"):
             shards.check_factory(factory, 1000, DIM)
+    for factory, zero in (("HNSW0", "HNSW0"), ("PQ4x0", "PQ4x0"), ("IVF0,Flat", "IVF0"), ("IVF4_HNSW0,Flat", "HNSW0")):
+        with pytest.raises(InputError, match=f"'{factory}': {zero}: a count of 0"):  # HNSW0, PQ4x0 aborted Python
+            shards.check_factory(factory, 1000, DIM)
+    shards.check_factory("IVF10,PQ4x10", 2000, DIM)
     with pytest.raises(InputError, match=r"'IVF16\(PQ4\),Flat': its coarse quantizer's product quantizer learns 256 "
                                          "centroids per sub-vector from the 16 IVF lists' centroids: it needs at "
                                          "least 256 lists"):

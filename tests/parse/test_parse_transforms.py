@@ -204,11 +204,12 @@ def test_parse_dump_takes_redirects_from_the_sql_tables(tmp_path: Path):
 def test_sql_rows_of_no_use_are_dead_lettered_with_their_file_and_line(tmp_path: Path):
     """A NULL or text page id was an int() traceback, a NULL title a page or target named "None", a NUL in a title a
     KeyError of the title map after the whole first pass, bytes that are not UTF-8 a title with U+FFFD. Each such
-    row is dead-lettered with where it is; the rows around it are read."""
+    row is dead-lettered with where it is; the rows around it are read: a quoted integer is one (MySQL takes it),
+    a redirect to Special: (namespace -1) is skipped as one to any other namespace."""
     dump = write_dump(tmp_path)
     redirect_sql = tmp_path / "redirect.sql"
-    redirect_sql.write_bytes(write_sql_text("redirect", "(6,0,'Mercury','',''),(NULL,0,'Venus','',''),"
-                                            "('x',0,'Venus','',''),(6,0,NULL,'','')").encode())
+    redirect_sql.write_bytes(write_sql_text("redirect", "('6','0','Mercury','',''),(NULL,0,'Venus','',''),"
+                                            "('x',0,'Venus','',''),(6,0,NULL,'',''),(12,-1,'Random','','')").encode())
     page_sql = tmp_path / "page.sql"
     page_sql.write_bytes(write_sql_text("page", "(6,0,'Evening_star'),(9,0,NULL),(10,0,'Zero\\0_R'),"
                                         "(11,0,'Caf\xe9')").encode("latin-1"))
@@ -227,7 +228,7 @@ def test_sql_rows_of_no_use_are_dead_lettered_with_their_file_and_line(tmp_path:
         (redirect_at, "rd_from is None: no page id"),
         (redirect_at, "rd_title is None: no page can have it as a title")]
     assert {letter["kind"] for letter in dead} == {"bad_sql_rows"}
-    assert counters["bad_sql_rows"] == 6 and counters["sql_rows_read"] == 8
+    assert counters["bad_sql_rows"] == 6 and counters["sql_rows_read"] == 9 and counters["sql_redirects_skipped"] == 1
 
 
 def test_a_stages_recorded_wall_time_holds_the_hashing_of_its_outputs(tmp_path: Path, monkeypatch):

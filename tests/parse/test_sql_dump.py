@@ -108,11 +108,13 @@ def test_insert_forms_of_every_tool(tmp_path):
             "REPLACE INTO `redirect` VALUES (4,0,'Replace');\n"
             "INSERT INTO `redirect` VALUES\n(5,0,'Own line'),\n(6,0,'Next line')\n;\n"
             "INSERT INTO `redirect` VALUES (7,0,'One');INSERT INTO `redirect` VALUES (8,0,'Two');\r\n"
+            "LOCK TABLES `redirect` WRITE;INSERT INTO `redirect` VALUES (9,0,'After a lock');\n"
+            "SET autocommit=0; insert into redirect values (10,0,'After a set');\n"
             "-- Dump completed\n")
     assert [(line, values["rd_from"], values["rd_title"]) for line, values in
             rows_and_lines(dump_file(tmp_path, body))] == [
         (8, 1, "Listed"), (9, 2, "Lower"), (10, 3, "Ignore"), (11, 4, "Replace"), (13, 5, "Own line"),
-        (14, 6, "Next line"), (16, 7, "One"), (16, 8, "Two")]
+        (14, 6, "Next line"), (16, 7, "One"), (16, 8, "Two"), (17, 9, "After a lock"), (18, 10, "After a set")]
 
 
 @pytest.mark.parametrize(("body", "problem"), [

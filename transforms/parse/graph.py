@@ -42,6 +42,7 @@ RECORD_TAG = "record"
 ARTICLE_RECORD, REDIRECT_RECORD, PAGE_RECORD = "article", "redirect", "page"
 SQL_REDIRECT_RECORD, QID_RECORD = "sql_redirect", "qid"
 _QID = re.compile(r"Q[1-9][0-9]*", re.ASCII)
+_INTEGER = re.compile(r"[-+]?[0-9]+", re.ASCII)
 
 _OWN_COUNTERS = declare(
     dropped("non_article_pages", "pages outside the article namespace"),
@@ -149,12 +150,15 @@ class BadSqlRow(ValueError):
     """A row of an SQL table whose value of a column read is of no use (why: the message)."""
 
 
-def sql_integer(row: dict[str, Any], column: str, smallest: int) -> int:
-    """The integer in ``column`` of ``row`` (``smallest`` or more), else BadSqlRow."""
+def sql_integer(row: dict[str, Any], column: str, what: str, smallest: int | None = None) -> int:
+    """The integer in ``column`` of ``row`` (written as a number or, as MySQL takes it too, a quoted one; at least
+    ``smallest``), else BadSqlRow saying it is no ``what``."""
     value = row.get(column)
-    if type(value) is not int or value < smallest:
-        raise BadSqlRow(f"{column} is {value!r}: no {'page id' if smallest else 'namespace'}")
-    return value
+    number = value if type(value) is int else int(value) if isinstance(value, str) and _INTEGER.fullmatch(value) \
+        else None
+    if number is None or (smallest is not None and number < smallest):
+        raise BadSqlRow(f"{column} is {printable(value)!r}: no {what}")
+    return number
 
 
 def sql_title(row: dict[str, Any], column: str) -> str:
@@ -184,16 +188,17 @@ def sql_records(row: SqlRow, to_record: Callable[[dict[str, Any]], Iterator[Any]
 
 def sql_redirect_record(row: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """The title record of an article-namespace, same-wiki row of the redirect table (rd_from page id, target)."""
-    if sql_integer(row, "rd_namespace", 0) != ARTICLE or (row.get("rd_interwiki") or ""):
+    if sql_integer(row, "rd_namespace", "namespace") != ARTICLE or (row.get("rd_interwiki") or ""):
         count("sql_redirects_skipped")
         return
-    yield title_record(SQL_REDIRECT_RECORD, page_id=sql_integer(row, "rd_from", 1), target=sql_title(row, "rd_title"))
+    yield title_record(SQL_REDIRECT_RECORD, page_id=sql_integer(row, "rd_from", "page id", 1),
+                       target=sql_title(row, "rd_title"))
 
 
 def page_title_record(row: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """The title record (page id, title) of a row of the page table, article namespace only."""
-    if sql_integer(row, "page_namespace", 0) == ARTICLE:
-        yield title_record(PAGE_RECORD, sql_title(row, "page_title"), sql_integer(row, "page_id", 1))
+    if sql_integer(row, "page_namespace", "namespace") == ARTICLE:
+        yield title_record(PAGE_RECORD, sql_title(row, "page_title"), sql_integer(row, "page_id", "page id", 1))
 
 
 def qid_record(row: dict[str, Any]) -> Iterator[Any]:
@@ -201,7 +206,7 @@ def qid_record(row: dict[str, Any]) -> Iterator[Any]:
     item id is dead-lettered (a QID is an entity's key in every artifact: ``Q43\\r`` or ``[PAD]`` would break the
     export's vocabulary)."""
     if row.get("pp_propname") == "wikibase_item" and row.get("pp_value"):
-        page_id, value = sql_integer(row, "pp_page", 1), printable(str(row["pp_value"]))
+        page_id, value = sql_integer(row, "pp_page", "page id", 1), printable(str(row["pp_value"]))
         if _QID.fullmatch(value):
             yield title_record(QID_RECORD, page_id=page_id, target=value)
         else:

@@ -17,6 +17,7 @@ _COLUMN = re.compile(r"^\s*`([^`]+)`\s")
 _INSERT = re.compile(rf"\s*(?:INSERT|REPLACE)\s+(?:(?:LOW_PRIORITY|DELAYED|HIGH_PRIORITY|IGNORE)\s+)*INTO\s+{_NAME}\s*"
                      r"(?:\(([^)]*)\)\s*)?VALUES\s*", re.I)
 _STATEMENT_START = re.compile(r"\s*(?:INSERT|REPLACE)\b", re.I)
+_LATER_INSERT = re.compile(r";\s*(?=(?:INSERT|REPLACE)\b)", re.I)  # LOCK TABLES `page` WRITE;INSERT INTO ...
 # One value followed by its separator: a quoted string (backslash escapes, '' for a quote, an optional charset
 # introducer such as _binary), NULL, a number (checked as converted), or a hex literal (X'..', 0x.. of
 # --hex-blob). A string's characters are taken in runs, never given back (possessive): the fastest form measured.
@@ -198,6 +199,9 @@ def _table_rows(path: str, statements: _Statements, table: str | None, needed: t
             created[_name(create)] = _create_columns(statements)
             continue
         insert = _insert_at_cursor(statements)
+        if insert is None and (later := _LATER_INSERT.search(statements.text)):  # after a statement of another kind
+            statements.position = later.end()
+            insert = _insert_at_cursor(statements)
         while insert is not None:  # some dumps put several INSERT statements on one line
             statements.position = insert.end()
             columns = _insert_columns(statements, insert, table, needed, created)
