@@ -409,6 +409,16 @@ def resolved(path: str) -> str:
     return os.path.realpath(path.removeprefix("file://")) if is_local(path) else path.rstrip("/")
 
 
+def same_file_key(path: str) -> str | tuple[int, int]:
+    """What names one file however it is reached: a local file's device and inode (a hard link is the file it links
+    to), else ``resolved``."""
+    if is_local(path):
+        with contextlib.suppress(OSError):
+            status = os.stat(path.removeprefix("file://"))
+            return status.st_dev, status.st_ino
+    return resolved(path)
+
+
 def overlaps(first: str, second: str) -> bool:
     """Whether one path is the other or lies inside it (``resolved``: however each is written)."""
     first, second = resolved(first), resolved(second)

@@ -75,7 +75,7 @@ class Command:
 
 def one_index_per_dump(args: argparse.Namespace) -> None:
     """Each dump named once (its pages would be each other's duplicates, all dropped), and an index for each."""
-    files = [fs.resolved(dump) for dump in args.dump]  # one file under two names (a link) is named twice too
+    files = [fs.same_file_key(dump) for dump in args.dump]  # one file under two names (a link) is named twice too
     repeated = list(dict.fromkeys(dump for dump, file in zip(args.dump, files, strict=True) if files.count(file) > 1))
     if repeated:
         raise InputError(f"--dump names {repeated[0]} more than once" if args.dump.count(repeated[0]) > 1 else

@@ -815,3 +815,9 @@ def test_one_dump_under_two_names_is_refused(tmp_path, capsys):
     assert capsys.readouterr().err == (f"error: --dump names one file twice: {os.path.abspath(SAMPLE)} and "
                                        f"{link}\n")
     assert not (tmp_path / "out").exists()
+    copy, hard_link = tmp_path / "copy.xml.bz2", tmp_path / "hard.xml.bz2"  # a hard link too (was read twice)
+    shutil.copyfile(SAMPLE, copy)
+    os.link(copy, hard_link)
+    assert main(["parse", "--dump", str(copy), str(hard_link), "--output", str(tmp_path / "out"), *DIRECT]) == 2
+    assert capsys.readouterr().err == f"error: --dump names one file twice: {copy} and {hard_link}\n"
+    assert not (tmp_path / "out").exists()

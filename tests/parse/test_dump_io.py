@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bz2
 from pathlib import Path
 
 import apache_beam as beam
@@ -80,6 +81,38 @@ def test_bad_stream_stops_the_run_with_a_one_line_error(tmp_path):
     with pytest.raises(Exception) as raised:
         run_read([str(dump)], {str(dump): str(BUNDLED_INDEX)})
     assert input_error_message(raised.value) == f"{dump} at byte {offset}: corrupt bz2 stream: Invalid data stream"
+
+
+def test_a_damaged_or_missing_dump_end_costs_no_page_and_an_index_mismatch_is_never_skipped(tmp_path):
+    """The dump's closing stream (``</mediawiki>``) damaged, or cut off: the last page stream's pages were dropped
+    with it under --skip-bad-streams (and, cut off, read as complete without a word); now the end alone is a bad
+    stream, and without the flag a one-line error. An index that does not match its dump is no damaged stream:
+    it stops the run with the flag too (it was counted as a bad stream of the index's page count)."""
+    ranges = read_stream_ranges(str(BUNDLED_SAMPLE), str(BUNDLED_INDEX))
+    data = BUNDLED_SAMPLE.read_bytes()
+    last_page_stream = bz2.BZ2Decompressor()
+    last_page_stream.decompress(data[ranges[-1].start:])
+    last_stream_end = len(data) - len(last_page_stream.unused_data)  # where the closing stream starts
+    expected = [content(page) for page in iter_pages(str(GENSIM_SAMPLE))]
+    for name, damaged, problem in (
+            ("flipped", data[:-20] + bytes(byte ^ 0xFF for byte in data[-20:]), "corrupt closing bz2 stream"),
+            ("cut", data[:last_stream_end], "the dump ends before </mediawiki>")):
+        dump = tmp_path / f"{name}-multistream.xml.bz2"
+        dump.write_bytes(damaged)
+        with pytest.raises(Exception) as raised:
+            run_read([str(dump)], {str(dump): str(BUNDLED_INDEX)})
+        assert problem in input_error_message(raised.value)
+        counters = run_read([str(dump)], {str(dump): str(BUNDLED_INDEX)}, skip_bad_streams=True,
+                            expected_pages=expected, expected_dead=[
+                                {"kind": "bad_streams", "source": str(dump), "offset": ranges[-1].start,
+                                 "page_ids": [], "reason": input_error_message(raised.value)}])
+        assert (counters["pages_read"], counters["bad_streams"]) == (206, 1)
+        assert "pages_in_bad_streams" not in counters
+    short_index = tmp_path / "short-index.txt.bz2"
+    short_index.write_bytes(bz2.compress(b"\n".join(bz2.decompress(BUNDLED_INDEX.read_bytes()).splitlines()[:-1])))
+    with pytest.raises(Exception) as raised:
+        run_read([str(BUNDLED_SAMPLE)], {str(BUNDLED_SAMPLE): str(short_index)}, skip_bad_streams=True)
+    assert "but the index lists" in input_error_message(raised.value)
 
 
 def test_part_files_and_malformed_pages(tmp_path):

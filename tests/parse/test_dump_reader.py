@@ -67,6 +67,19 @@ def test_multistream_ranges_equal_the_single_stream_read():
     assert content(pages_of(BUNDLED_SAMPLE)) == content(from_streams)
 
 
+
+def test_the_index_of_a_wikimedia_part_file_is_found_beside_it(tmp_path):
+    """English Wikipedia's multistream dump also comes in parts, each with its index under a name of its own: a
+    part was read as one stream by one worker ("without its index beside it")."""
+    dump = tmp_path / "enwiki-20210701-pages-articles-multistream1.xml-p1p41242.bz2"
+    index = tmp_path / "enwiki-20210701-pages-articles-multistream-index1.txt-p1p41242.bz2"
+    dump.write_bytes(BUNDLED_SAMPLE.read_bytes())
+    assert find_multistream_index(str(dump)) is None
+    index.write_bytes(BUNDLED_INDEX.read_bytes())
+    assert find_multistream_index(str(dump)) == str(index)
+    assert [len(stream.page_ids) for stream in read_stream_ranges(str(dump), find_multistream_index(str(dump)))] == [
+        len(stream.page_ids) for stream in read_stream_ranges(str(BUNDLED_SAMPLE), str(BUNDLED_INDEX))]
+
 def test_smallest_sample_redirect():
     pages = pages_of(WIKIPEDIA / "enwiki-pages-articles-sample.xml.bz2")
     assert read_siteinfo(str(WIKIPEDIA / "enwiki-pages-articles-sample.xml.bz2")).schema_version == "0.9"
@@ -219,8 +232,8 @@ def test_a_stream_past_the_end_or_bytes_after_the_last_one_are_bad_streams(tmp_p
         list(iter_stream_pages(past, siteinfo))
     with dump.open("ab") as handle:
         handle.write(b"appended by mistake")
-    with pytest.raises(InputError, match=rf"at byte {ranges[-1].start}: 19 bytes after the dump's last bz2 stream "
-                                         r"are no bz2 stream"):
+    with pytest.raises(InputError, match=rf"after its last page stream \(at byte {ranges[-1].start}\): 19 bytes are "
+                                         r"no bz2 stream \(something was appended"):
         list(iter_stream_pages(ranges[-1], siteinfo))
     index = tmp_path / "huge-offset-index.txt.bz2"
     index.write_bytes(bz2.compress(b"99999999999999999999999:10:AccessibleComputing\n"))

@@ -12,7 +12,13 @@ from artifacts.counters import declare, error, processed
 from artifacts.errors import InputError
 from transforms.common.dead_letters import DEAD_LETTER_TAG, count, dead_letter
 from transforms.parse.dump_reader import PageProblem, RawPage, SiteInfo, iter_pages
-from transforms.parse.multistream import StreamRange, index_page_count, iter_stream_pages, read_stream_ranges
+from transforms.parse.multistream import (
+    IndexMismatchError,
+    StreamRange,
+    index_page_count,
+    read_stream_ranges,
+    stream_pages,
+)
 from transforms.parse.sql_dump import SqlRow, iter_sql_rows
 
 COUNTERS = declare(
@@ -43,9 +49,12 @@ def read_whole_file(path: str, siteinfo: SiteInfo) -> Iterator[Any]:
 
 
 def read_stream(stream: StreamRange, siteinfo: SiteInfo, skip_bad_streams: bool) -> Iterator[Any]:
-    """The pages of one bz2 stream; a bad stream stops the run, or with ``skip_bad_streams`` is counted."""
+    """The pages of one bz2 stream; a bad stream (or a damaged end of the dump after the last) stops the run, or
+    with ``skip_bad_streams`` is counted. An index that does not match the dump stops it whatever the flag."""
     try:
-        pages = list(iter_stream_pages(stream, siteinfo))  # one stream is ~100 pages: check it whole first
+        pages, end_problem = stream_pages(stream, siteinfo)  # one stream is ~100 pages: check it whole first
+    except IndexMismatchError:
+        raise
     except InputError as error:
         if not skip_bad_streams:
             raise
@@ -53,6 +62,10 @@ def read_stream(stream: StreamRange, siteinfo: SiteInfo, skip_bad_streams: bool)
                           page_ids=list(stream.page_ids))
         count("pages_in_bad_streams", len(stream.page_ids))
         return
+    if end_problem is not None:
+        if not skip_bad_streams:
+            raise InputError(end_problem)
+        yield dead_letter("bad_streams", end_problem, source=stream.path, offset=stream.start, page_ids=[])
     count("streams_read")
     yield from pages_or_dead_letters(iter(pages))
 

@@ -290,6 +290,11 @@ def text_after_pages(xml: bytes) -> bytes:
     return _DOCUMENT_END.sub(b"", xml[end + len(_PAGE_END):] if end >= 0 else xml).strip()
 
 
+def ends_export(xml: bytes) -> bool:
+    """Whether ``xml`` (an export's last bytes) holds its end tag."""
+    return bool(_DOCUMENT_END.search(xml))
+
+
 def page_from_fragment(fragment: bytes, siteinfo: SiteInfo, source: str, ordinal: int = 0) -> RawPage | PageProblem:
     """One page parsed on its own, so broken XML costs only that page (a PageProblem with what can be read)."""
     try:

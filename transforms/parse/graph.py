@@ -57,8 +57,8 @@ _OWN_COUNTERS = declare(
     dropped("sql_redirects_skipped", "SQL redirect rows outside the article namespace or to other wikis"),
     error("invalid_qids", "page_props `wikibase_item` values that are not a Wikidata item id (Q and digits): the "
           "article keeps no QID"),
-    error("bad_sql_rows", "SQL table rows whose page id, namespace or title is none (NULL, text, a character no "
-          "title holds, bytes that are not UTF-8)"),
+    error("bad_sql_rows", "SQL table rows whose page id, namespace or title is none (NULL, text that is no integer, "
+          "a character no title holds, bytes that are not UTF-8)"),
 )
 # Every counter of the parse stage: its own and those of the readers and resolvers it composes.
 COUNTERS = declare(*_OWN_COUNTERS.values(), *dump_io.COUNTERS.values(), *redirects.COUNTERS.values(),
@@ -154,9 +154,8 @@ def sql_integer(row: dict[str, Any], column: str, what: str, smallest: int | Non
     """The integer in ``column`` of ``row`` (written as a number or, as MySQL takes it too, a quoted one; at least
     ``smallest``), else BadSqlRow saying it is no ``what``."""
     value = row.get(column)
-    number = value if type(value) is int else int(value) if isinstance(value, str) and _INTEGER.fullmatch(value) \
-        else None
-    if number is None or (smallest is not None and number < smallest):
+    number = int(value) if isinstance(value, str) and _INTEGER.fullmatch(value) else value
+    if type(number) is not int or (smallest is not None and number < smallest):
         raise BadSqlRow(f"{column} is {printable(value)!r}: no {what}")
     return number
 

@@ -23,6 +23,7 @@ from transforms.parse.dump_reader import (
     PageProblem,
     RawPage,
     SiteInfo,
+    ends_export,
     holds_page_start,
     page_fragments,
     page_from_fragment,
@@ -49,11 +50,17 @@ class StreamRange:
         return tuple(array("q", self.packed_ids))
 
 
+# A multistream dump's name: its stem, a part's number and page range (``...-multistream1.xml-p1p41242.bz2``).
+_MULTISTREAM_NAME = re.compile(r"(.*)multistream(\d*)\.xml(-p\d+p\d+)?\.bz2", re.S)
+
+
 def find_multistream_index(dump_path: str) -> str | None:
-    """The '...-multistream-index.txt.bz2' beside a '...-multistream.xml.bz2' dump, if it is there."""
-    if not dump_path.endswith("multistream.xml.bz2"):
+    """The '...-multistream-index.txt.bz2' beside a '...-multistream.xml.bz2' dump, if it is there; of one of
+    Wikimedia's part files, '...-multistream-index1.txt-p1p41242.bz2' beside '...-multistream1.xml-p1p41242.bz2'."""
+    named = _MULTISTREAM_NAME.fullmatch(dump_path)
+    if named is None:
         return None
-    candidate = dump_path[: -len("multistream.xml.bz2")] + "multistream-index.txt.bz2"
+    candidate = f"{named.group(1)}multistream-index{named.group(2)}.txt{named.group(3) or ''}.bz2"
     return candidate if FileSystems.exists(candidate) else None
 
 
@@ -145,8 +152,9 @@ def check_index_start(dump_path: str, index_path: str, first: int) -> None:
         with fs.open_input(dump_path) as raw:  # read again only to say which
             if raw.read(3) != b"BZh":
                 raise InputError(f"{dump_path} is no bz2 file, but {index_path} is given as its multistream index: "
-                                 "an index goes with a .bz2 multistream dump only (leave --dump-index out for this "
-                                 "dump)") from error
+                                 "an index goes with a .bz2 multistream dump only (with dumps of both kinds, leave "
+                                 "--dump-index out and put each index beside its dump, named as Wikimedia names it: "
+                                 "NAME-multistream-index.txt.bz2 beside NAME-multistream.xml.bz2)") from error
         raise InputError(f"{dump_path}: corrupt bz2 stream at byte 0: {first_line(error)}") from error
     if head is not None and first != head.end:
         raise InputError(f"{index_path} does not match {dump_path}: its first stream starts at byte {first}, but "
@@ -156,42 +164,70 @@ def check_index_start(dump_path: str, index_path: str, first: int) -> None:
                          "multistream dump's first stream holds its <siteinfo> alone): rebuild the dump or its index")
 
 
-def decompress_range(stream: StreamRange) -> bytes:
-    """The XML of one stream range; InputError naming file and offset if it is no whole bz2 stream."""
+class IndexMismatchError(InputError):
+    """A stream that reads whole but holds other pages than the index lists for it, or an index that does not cover
+    the dump: not a damaged stream (``--skip-bad-streams`` skips none of these)."""
+
+
+def decompress_range(stream: StreamRange) -> tuple[bytes, bytes]:
+    """The XML of one stream range's bz2 stream, and for the last range the bytes after it (the dump's closing
+    stream, not yet read); InputError naming file and offset if it is no whole bz2 stream."""
     where = f"{stream.path} at byte {stream.start}"
     with fs.open_ranges(stream.path, read_ahead=0) as handle:
         handle.seek(stream.start)
         data = handle.read(_LAST_RANGE_LIMIT + 1) if stream.end is None else handle.read(stream.end - stream.start)
     if stream.end is None and len(data) > _LAST_RANGE_LIMIT:
-        raise InputError(f"{where}: more than {_LAST_RANGE_LIMIT >> 20} MB follow the last index offset "
+        raise IndexMismatchError(f"{where}: more than {_LAST_RANGE_LIMIT >> 20} MB follow the last index offset "
                          "(the index does not cover the whole dump)")
     if not data:
         raise InputError(f"{where}: the file ends before that byte (it is cut short, or the index does not match it)")
     if not data.startswith(b"BZh"):
         raise InputError(f"{where}: no bz2 stream starts there (the index does not match the dump)")
-    pieces: list[bytes] = []
-    remaining = data
+    decompressor = bz2.BZ2Decompressor()
+    try:
+        xml = decompressor.decompress(data)
+    except OSError as error:
+        raise InputError(f"{where}: corrupt bz2 stream: {first_line(error)}") from error
+    if not decompressor.eof:
+        raise InputError(f"{where}: the bz2 stream is truncated")
+    if decompressor.unused_data and stream.end is not None:
+        raise InputError(f"{where}: the stream ends before the next index offset {stream.end}")
+    return xml, decompressor.unused_data
+
+
+def dump_end_problem(stream: StreamRange, closing: bytes) -> tuple[bytes, str | None]:
+    """The XML of the bytes after the dump's last page stream (its closing stream), and what is wrong with them:
+    None when the dump ends there with ``</mediawiki>`` (in them or at the end of ``last_xml``)."""
+    where = f"{stream.path}, after its last page stream (at byte {stream.start})"
+    pieces, remaining = [], closing
     try:
         while remaining:
+            if not remaining.startswith(b"BZh"):
+                return b"".join(pieces), (f"{where}: {len(remaining):,} bytes are no bz2 stream (something was "
+                                          "appended to the dump)")
             decompressor = bz2.BZ2Decompressor()
             pieces.append(decompressor.decompress(remaining))
             if not decompressor.eof:
-                raise InputError(f"{where}: the bz2 stream is truncated")
+                return b"".join(pieces), f"{where}: the closing bz2 stream is truncated"
             remaining = decompressor.unused_data
-            if remaining and stream.end is not None:
-                raise InputError(f"{where}: the stream ends before the next index offset {stream.end}")
-            if remaining and not remaining.startswith(b"BZh"):  # what follows the last stream
-                raise InputError(f"{where}: {len(remaining):,} bytes after the dump's last bz2 stream are no bz2 "
-                                 "stream (something was appended to the dump)")
     except OSError as error:
-        raise InputError(f"{where}: corrupt bz2 stream: {first_line(error)}") from error
-    return b"".join(pieces)
+        return b"".join(pieces), f"{where}: corrupt closing bz2 stream: {first_line(error)}"
+    return b"".join(pieces), None
 
 
-def iter_stream_pages(stream: StreamRange, siteinfo: SiteInfo) -> Iterator[RawPage | PageProblem]:
-    """The pages of one multistream stream, checked against the page ids the index lists for it."""
+def stream_pages(stream: StreamRange, siteinfo: SiteInfo) -> tuple[list[RawPage | PageProblem], str | None]:
+    """The pages of one multistream stream, checked against the page ids the index lists for it; for the dump's
+    last stream, what is wrong with the dump's end after it (None: it ends with ``</mediawiki>``). A damaged end
+    costs no page of the stream before it."""
     source = f"{stream.path}@{stream.start}"
-    xml = decompress_range(stream)
+    xml, closing = decompress_range(stream)
+    end_problem = None
+    if stream.end is None:
+        closing_xml, end_problem = dump_end_problem(stream, closing)
+        xml += closing_xml
+        if end_problem is None and not ends_export(xml[-4096:]):
+            end_problem = (f"{stream.path}: the dump ends before </mediawiki>, after its last page stream (at byte "
+                           f"{stream.start}): it is cut short")
     if tail := text_after_pages(xml):
         raise InputError(f"{stream.path} at byte {stream.start}: the stream ends with {len(tail):,} bytes that are no "
                          f"whole page ({tail[:60]!r}): half a page, or a damaged dump")
@@ -201,9 +237,17 @@ def iter_stream_pages(stream: StreamRange, siteinfo: SiteInfo) -> Iterator[RawPa
     # A page whose id cannot be read still counts as one page; every id that can be read must be the index's.
     if len(pages) != len(stream.page_ids) or Counter(found) - Counter(stream.page_ids):
         unlisted, missing = Counter(found) - Counter(stream.page_ids), Counter(stream.page_ids) - Counter(found)
-        raise InputError(f"{stream.path} at byte {stream.start}: the stream holds pages {_ids(found)} "
+        raise IndexMismatchError(f"{stream.path} at byte {stream.start}: the stream holds pages {_ids(found)} "
                          f"but the index lists {_ids(stream.page_ids)}; not in the index: "
                          f"{_ids(tuple(unlisted.elements()))}, not in the stream: {_ids(tuple(missing.elements()))}")
+    return pages, end_problem
+
+
+def iter_stream_pages(stream: StreamRange, siteinfo: SiteInfo) -> Iterator[RawPage | PageProblem]:
+    """``stream_pages``, a damaged end of the dump an InputError."""
+    pages, end_problem = stream_pages(stream, siteinfo)
+    if end_problem is not None:
+        raise InputError(end_problem)
     yield from pages
 
 

@@ -84,17 +84,14 @@ class _Statements:
         (self.line, self.text), self.position = numbered, 0
         return True
 
-    def skip_space(self, inside: bool) -> bool:
-        """Past white space to the next character, over line ends; False at the end of the file (an error
-        ``inside`` a statement)."""
+    def skip_space(self) -> None:
+        """Past white space to the statement's next character, over line ends (the file ending first is an error)."""
         while True:
             self.position = _SPACE.match(self.text, self.position).end()
             if self.position < len(self.text):
-                return True
+                return
             if not self.next_line():
-                if inside:
-                    raise SqlSyntaxError(self.line, "the file ends inside an INSERT statement (cut short?)")
-                return False
+                raise SqlSyntaxError(self.line, "the file ends inside an INSERT statement (cut short?)")
 
     def row(self) -> list[Any]:
         """The values of the row at the cursor (past its ``(``). The innermost loop of reading a table (~10 values a
@@ -132,13 +129,13 @@ class _Statements:
         """The rows of the statement whose VALUES the cursor is past, with their lines; the cursor left past its
         ``;``."""
         while True:
-            self.skip_space(inside=True)
+            self.skip_space()
             if self.text[self.position] != "(":
                 raise SqlSyntaxError(self.line, f"expected '(' at character {self.position + 1}")
             self.position += 1
             line = self.line
             yield self.row(), line
-            self.skip_space(inside=True)
+            self.skip_space()
             separator = self.text[self.position]
             self.position += 1
             if separator == ";":

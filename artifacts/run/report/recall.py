@@ -112,7 +112,6 @@ def _selector_parameters(index, selector):
 def _search_subset(index_dir: str, info: faiss_shards.IndexInfo, queries: np.ndarray, k: int,
                    ids_by_shard: dict[str, np.ndarray]) -> np.ndarray:
     """FAISS top-k ids restricted to the given passages of each shard (the shards are searched one by one)."""
-
     best = (np.full((len(queries), k), -np.inf, np.float32), np.full((len(queries), k), -1, np.int64))
     for shard in info.shard_files:
         allowed = ids_by_shard.get(shard["name"])
