@@ -116,10 +116,10 @@ def appended_to_environment(name: str, entries: str) -> contextlib.AbstractConte
 @contextlib.contextmanager
 def own_lines_only(verbose: bool, beam_args: list[str], sigint: SigintWatch | None = None
                    ) -> Iterator[ForwardedStderr]:
-    """While a command runs, without --verbose: our log lines plain, Beam's estimator warnings and its worker
-    processes' start-up lines left out (WORKER_NOISE), and the progress lines of the sdist built for workers
-    elsewhere. With --verbose everything shows as it comes. Either way,
-    once ``sigint`` has seen Ctrl-C nothing that Beam's threads and worker processes print shows: the command's last
+    """While a command runs, without --verbose: our log lines plain; Beam's estimator warnings, its worker
+    processes' start-up lines (WORKER_NOISE) and the tracebacks they print of an InputError, and the progress lines
+    of the sdist built for workers elsewhere left out. With --verbose everything shows as it comes. Either way, once
+    ``sigint`` has seen Ctrl-C nothing that Beam's threads and worker processes print shows: the command's last
     line goes past that (``ForwardedStderr.write_past``)."""
     with contextlib.ExitStack() as stack:
         if not verbose:
@@ -127,7 +127,7 @@ def own_lines_only(verbose: bool, beam_args: list[str], sigint: SigintWatch | No
             stack.enter_context(without_batch_size_estimator_warnings())
         workers = WORKER_NOISE if starts_worker_processes(beam_args) else ()
         noise = () if verbose else (*SDIST_BUILD_LINES, *workers)
-        yield stack.enter_context(forwarded_stderr(noise, sigint))
+        yield stack.enter_context(forwarded_stderr(noise, sigint, hide_input_errors=not verbose))
 
 
 def output_closed(error: BrokenPipeError) -> int:

@@ -1,5 +1,6 @@
 """Beam's worker processes and threads share our stderr: while a command runs, descriptor 2 goes through a
-forwarder that leaves out their start-up lines (unless --verbose) and, once Ctrl-C has arrived, everything.
+forwarder that leaves out their start-up lines and the tracebacks of an InputError (unless --verbose) and, once
+Ctrl-C has arrived, everything.
 
 Each worker of ``--direct_running_mode=multi_processing`` logs a few lines at start-up, before the log level
 from the pipeline options applies, straight to the file descriptor it inherited. No option reaches that early, so
@@ -29,6 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from artifacts.errors import mentions_input_error
 from pipelines.launcher.interrupt import SigintWatch
 
 # Lines Beam's SDK worker prints while it starts (the second one because the first configured logging).
@@ -36,6 +38,9 @@ WORKER_START_UP_LINES = (
     b"apitools not found, and bigquery client libraries are not available",
     b"INFO:__main__:Logging handler created.",
 )
+_TRACEBACK = b"Traceback (most recent call last):"
+_LOGGED_TRACEBACK = b"Original traceback is"  # the SDK worker's log line before the traceback it logs
+_CHAINED = (b"The above exception was the direct cause", b"During handling of the above exception")
 _JOIN_TIMEOUT_S = 10.0
 _READ_BYTES = 1 << 16
 
@@ -57,17 +62,57 @@ def starts_worker_processes(beam_args: list[str]) -> bool:
     return any(arg.endswith("multi_processing") for arg in beam_args)
 
 
-def forward_lines(source: int, target: int, dropped: tuple[bytes, ...], sigint: SigintWatch | None = None) -> None:
+class InputErrorTracebacks:
+    """Tracebacks of an InputError left out, any other passed whole. Beam's SDK worker prints a failed bundle's
+    traceback to stderr whatever the log level (150 to 220 lines of a worker process for one bad stream); the
+    command says the error in one line. A traceback is held from its first line to the line after its last
+    exception's (chained ones included), other lines meanwhile with it; a log line naming an InputError is left
+    out."""
+
+    def __init__(self) -> None:
+        self._held: list[bytes] = []
+        self._input_error = False
+
+    def lines(self, line: bytes) -> list[bytes]:
+        """What to write now, ``line`` read."""
+        if self._held:
+            ends_before = (line[:1] not in (b"", b" ", b"\t") and not self._held[-1].strip()
+                           and not line.startswith((_TRACEBACK, *_CHAINED)))
+            if ends_before:
+                return [*self.ended(), *self.lines(line)]
+            self._held.append(line)
+            self._input_error |= line[:1] not in (b" ", b"\t") and mentions_input_error(line.decode(errors="replace"))
+            return []
+        if line.startswith(_TRACEBACK) or line.endswith(_LOGGED_TRACEBACK):
+            self._held = [line]
+            return []
+        return [] if mentions_input_error(line.decode(errors="replace")) else [line]
+
+    def ended(self) -> list[bytes]:
+        """The traceback held, unless it is an InputError's; nothing is held after."""
+        held, hidden = self._held, self._input_error
+        self._held, self._input_error = [], False
+        return [] if hidden else held
+
+
+def forward_lines(source: int, target: int, dropped: tuple[bytes, ...], sigint: SigintWatch | None = None,
+                  hide_input_errors: bool = False) -> None:
     """Copy lines from descriptor ``source`` to ``target`` until EOF, leaving out lines containing ``dropped``,
-    and every line read once ``sigint`` has seen SIGINT (asked after each read, before anything is written: what
-    was written after the signal is read after it); closes both descriptors. With ``sigint``, meant to run in a
-    thread of its own, which it makes block SIGINT (the main thread still takes the signal; here it shows as
-    pending until then)."""
+    with ``hide_input_errors`` an InputError's tracebacks (``InputErrorTracebacks``), and every line read once
+    ``sigint`` has seen SIGINT (asked after each read, before anything is written: what was written after the
+    signal is read after it); closes both descriptors. With ``sigint``, meant to run in a thread of its own, which
+    it makes block SIGINT (the main thread still takes the signal; here it shows as pending until then)."""
     if sigint is not None:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 
     def quiet() -> bool:
         return sigint is not None and sigint.sigint_arrived()
+
+    tracebacks = InputErrorTracebacks() if hide_input_errors else None
+
+    def shown(lines: list[bytes]) -> list[bytes]:
+        kept = [line for line in lines if not _contains_any(line, dropped)]
+        return kept if tracebacks is None else [out for line in kept for out in tracebacks.lines(line)]
 
     pending, writable = b"", True
     with os.fdopen(source, "rb", buffering=0) as pipe, os.fdopen(target, "wb", buffering=0) as out:
@@ -75,9 +120,10 @@ def forward_lines(source: int, target: int, dropped: tuple[bytes, ...], sigint: 
             if quiet() or not writable:
                 continue  # read on to EOF: the writers never block on a full pipe or get EPIPE
             *lines, pending = (pending + chunk).split(b"\n")
-            writable = written(out, b"".join(line + b"\n" for line in lines if not _contains_any(line, dropped)))
-        if pending and writable and not quiet() and not _contains_any(pending, dropped):
-            written(out, pending)
+            writable = written(out, b"".join(line + b"\n" for line in shown(lines)))
+        last = [*shown([pending] if pending else []), *(tracebacks.ended() if tracebacks else [])]
+        if last and writable and not quiet():
+            written(out, b"\n".join(last))
 
 
 def written(out: BinaryIO, data: bytes) -> bool:
@@ -114,18 +160,18 @@ class ForwardedStderr:
 
 
 @contextlib.contextmanager
-def forwarded_stderr(dropped: tuple[bytes, ...] = WORKER_START_UP_LINES,
-                     sigint: SigintWatch | None = None) -> Iterator[ForwardedStderr]:
-    """Filter descriptor 2 (ours and every child's) while the block runs: lines containing ``dropped`` left out
-    and, once ``sigint`` has seen SIGINT, every line. Everything else passes unchanged. After Ctrl-C the block ends
-    without waiting for the forwarder."""
+def forwarded_stderr(dropped: tuple[bytes, ...] = WORKER_START_UP_LINES, sigint: SigintWatch | None = None,
+                     hide_input_errors: bool = False) -> Iterator[ForwardedStderr]:
+    """Filter descriptor 2 (ours and every child's) while the block runs: lines containing ``dropped`` left out,
+    with ``hide_input_errors`` an InputError's tracebacks, and, once ``sigint`` has seen SIGINT, every line.
+    Everything else passes unchanged. After Ctrl-C the block ends without waiting for the forwarder."""
     sys.stderr.flush()
     original = os.dup(2)
     stderr = ForwardedStderr(original, sigint)
     read_end, write_end = os.pipe()
     # The forwarder owns its own copy of the original descriptor: it may outlive the block by a lingering worker.
-    forwarder = threading.Thread(target=forward_lines, args=(read_end, os.dup(original), dropped, sigint),
-                                 name="stderr-forwarder", daemon=True)
+    forwarder = threading.Thread(target=forward_lines, name="stderr-forwarder", daemon=True,
+                                 args=(read_end, os.dup(original), dropped, sigint, hide_input_errors))
     forwarder.start()
     os.dup2(write_end, 2)
     os.close(write_end)

@@ -37,6 +37,53 @@ def test_only_the_worker_start_up_lines_are_dropped():
         assert forwarded.read() == lines[0] + lines[3] + lines[5]
 
 
+def forwarded(lines: list[bytes], hide_input_errors: bool) -> bytes:
+    read_end, write_end = os.pipe()
+    out_read, out_write = os.pipe()
+    forwarder = threading.Thread(target=forward_lines, args=(read_end, out_write, (), None, hide_input_errors))
+    forwarder.start()
+    os.write(write_end, b"".join(lines))
+    os.close(write_end)
+    forwarder.join(10)
+    with os.fdopen(out_read, "rb") as out:
+        return out.read()
+
+
+def test_an_input_errors_tracebacks_are_left_out_and_any_other_passes_whole():
+    """Beam's SDK worker prints a failed bundle's traceback (and logs it again) whatever the log level: a worker
+    process's InputError was 150-220 lines before the command's one line (--direct_running_mode=multi_processing)."""
+    input_error = [b"ERROR:apache_beam.runners.worker.sdk_worker:Error processing instruction bundle_9. Original "
+                   b"traceback is\n",
+                   b"Traceback (most recent call last):\n", b'  File "multistream.py", line 188, in decompress\n',
+                   b"OSError: Invalid data stream\n", b"\n",
+                   b"The above exception was the direct cause of the following exception:\n", b"\n",
+                   b"Traceback (most recent call last):\n", b"[parse] 12 pages in 0s\n",
+                   b'    raise InputError(f"{where}: corrupt")\n',
+                   b"artifacts.errors.InputError: KPR-INPUT-ERROR: dump at byte 5: corrupt [while running 'Read']\n",
+                   b"\n"]
+    other_error = [b"Traceback (most recent call last):\n", b'  File "x.py", line 1, in f\n',
+                   b"ZeroDivisionError: division by zero\n", b"\n"]
+    ours = [b"[parse] running\n", b"warning: a line of ours\n"]
+    stream = [ours[0], *input_error, ours[1], *other_error, b"[parse] done in 1.0s"]
+    assert forwarded(stream, hide_input_errors=True) == b"".join([*ours, *other_error, b"[parse] done in 1.0s"])
+    assert forwarded(stream, hide_input_errors=False) == b"".join(stream)  # --verbose
+    cut_short = [ours[0], *input_error[1:4]]  # the stream ends inside a traceback: it is written if no InputError's
+    assert forwarded(cut_short, hide_input_errors=True) == b"".join(cut_short).rstrip(b"\n")
+
+
+def test_an_input_error_in_a_worker_process_is_one_line(tmp_path):
+    cut = tmp_path / "cut.xml.bz2"
+    data = BUNDLED_SAMPLE.read_bytes()
+    cut.write_bytes(data[:len(data) // 2])
+    command = [sys.executable, "run_pipeline.py", "parse", "--dump", str(cut), "--output", str(tmp_path / "out"),
+               "--progress-interval", "0", *MULTI_PROCESS]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("[parse]")]
+    assert len(lines) == 2 and lines[0].startswith("warning: ") and lines[1].startswith(f"error: {cut}: truncated")
+
+
 def test_a_multi_process_run_prints_only_our_lines(tmp_path):
     command = [sys.executable, "run_pipeline.py", "parse", "--dump", str(BUNDLED_SAMPLE),
                "--output", str(tmp_path / "out"), *MULTI_PROCESS]

@@ -196,8 +196,9 @@ def decompress_range(stream: StreamRange) -> tuple[bytes, bytes]:
 
 
 def dump_end_problem(stream: StreamRange, closing: bytes) -> tuple[bytes, str | None]:
-    """The XML of the bytes after the dump's last page stream (its closing stream), and what is wrong with them:
-    None when the dump ends there with ``</mediawiki>`` (in them or at the end of ``last_xml``)."""
+    """The XML of ``closing``, the bytes after the dump's last page stream ``stream`` (its closing stream), as far
+    as it reads, and what is wrong with them (None: whole bz2 streams; ``stream_pages`` then looks for the end
+    tag)."""
     where = f"{stream.path}, after its last page stream (at byte {stream.start})"
     pieces, remaining = [], closing
     try:
