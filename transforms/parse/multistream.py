@@ -195,24 +195,22 @@ def decompress_range(stream: StreamRange) -> tuple[bytes, bytes]:
     return xml, decompressor.unused_data
 
 
-def dump_end_problem(stream: StreamRange, closing: bytes) -> tuple[bytes, str | None]:
-    """The XML of ``closing``, the bytes after the dump's last page stream ``stream`` (its closing stream), as far
-    as it reads, and what is wrong with them (None: whole bz2 streams; ``stream_pages`` then looks for the end
-    tag)."""
+def dump_end(stream: StreamRange, closing: bytes) -> tuple[bytes, str | None]:
+    """The XML of ``closing``, the bytes after the dump's last page stream ``stream`` (its closing stream), and
+    None; or nothing and what is wrong with them (``stream_pages`` then looks for the end tag)."""
     where = f"{stream.path}, after its last page stream (at byte {stream.start})"
     pieces, remaining = [], closing
     try:
         while remaining:
             if not remaining.startswith(b"BZh"):
-                return b"".join(pieces), (f"{where}: {len(remaining):,} bytes are no bz2 stream (something was "
-                                          "appended to the dump)")
+                return b"", f"{where}: {len(remaining):,} bytes are no bz2 stream (something was appended to the dump)"
             decompressor = bz2.BZ2Decompressor()
             pieces.append(decompressor.decompress(remaining))
             if not decompressor.eof:
-                return b"".join(pieces), f"{where}: the closing bz2 stream is truncated"
+                return b"", f"{where}: the closing bz2 stream is truncated"
             remaining = decompressor.unused_data
     except OSError as error:
-        return b"".join(pieces), f"{where}: corrupt closing bz2 stream: {first_line(error)}"
+        return b"", f"{where}: corrupt closing bz2 stream: {first_line(error)}"
     return b"".join(pieces), None
 
 
@@ -224,8 +222,8 @@ def stream_pages(stream: StreamRange, siteinfo: SiteInfo) -> tuple[list[RawPage 
     xml, closing = decompress_range(stream)
     end_problem = None
     if stream.end is None:
-        closing_xml, end_problem = dump_end_problem(stream, closing)
-        xml += closing_xml
+        closing_xml, end_problem = dump_end(stream, closing)
+        xml += closing_xml  # nothing of a damaged end: half of </mediawiki> would read as half a page
         if end_problem is None and not ends_export(xml[-4096:]):
             end_problem = (f"{stream.path}: the dump ends before </mediawiki>, after its last page stream (at byte "
                            f"{stream.start}): it is cut short")
