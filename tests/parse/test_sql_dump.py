@@ -10,7 +10,7 @@ import pytest
 
 from artifacts.errors import InputError
 from tests.conftest import MINI
-from transforms.parse.sql_dump import compressed_suffix, iter_sql_rows, unescape
+from transforms.parse.sql_dump import compressed_suffix, iter_sql_rows, table_definition, unescape
 
 RAW = MINI / "inputs" / "wikipedia-raw-20210701"
 PAGE_TABLE = RAW / "pagetable" / "enwiki-20210701-page.sql.gz"
@@ -146,6 +146,15 @@ def test_a_compressed_file_misnamed_is_told_apart(tmp_path):
     (tmp_path / "packed.sql.gz").write_bytes(gzip.compress(plain.read_bytes()))
     assert [compressed_suffix(str(tmp_path / name)) for name in ("redirect.sql", "packed.sql", "packed.sql.gz")] == [
         None, ".gz", None]
+
+
+def test_a_create_table_if_not_exists_names_its_table(tmp_path):
+    """``CREATE TABLE IF NOT EXISTS`` (mysqldump --add-drop-table off, other tools): was "no CREATE TABLE at its
+    start"."""
+    path = dump_file(tmp_path, "INSERT INTO `redirect` VALUES (1,0,'a');\n",
+                     header=HEADER.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS"))
+    assert table_definition(str(path)) == ("redirect", ("rd_from", "rd_namespace", "rd_title"))
+    assert rows_and_lines(path) == [(7, {"rd_from": 1, "rd_namespace": 0, "rd_title": "a"})]
 
 
 @pytest.mark.usefixtures("shared_data")
