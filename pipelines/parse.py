@@ -166,9 +166,10 @@ def check_one_wiki(dumps: Sequence[str], siteinfos: Sequence[SiteInfo]) -> None:
     links are articles, and one set is used for all the files."""
     for dump, siteinfo in zip(dumps[1:], siteinfos[1:], strict=True):
         if siteinfo.namespaces != siteinfos[0].namespaces:
-            raise InputError(f"{dumps[0]} and {dump} declare different namespaces in their <siteinfo> (wikis "
-                             f"{siteinfos[0].dbname or 'not named'} and {siteinfo.dbname or 'not named'}): give the "
-                             "dump files of one wiki, all with their <siteinfo>")
+            first, other = siteinfos[0].dbname or "not named", siteinfo.dbname or "not named"
+            wikis = f"wikis {first} and {other}" if first != other else f"both of {first}: dumps of two dates?"
+            raise InputError(f"{dumps[0]} and {dump} declare different namespaces in their <siteinfo> ({wikis}): give "
+                             "the dump files of one wiki, all with their <siteinfo>")
 
 
 def no_article_message(config: ParseConfig, counters: Mapping[str, int], dead_letters: str) -> str:

@@ -83,6 +83,21 @@ def test_bad_stream_stops_the_run_with_a_one_line_error(tmp_path):
     assert input_error_message(raised.value) == f"{dump} at byte {offset}: corrupt bz2 stream: Invalid data stream"
 
 
+def test_a_corrupt_file_read_whole_says_the_flag_skips_only_indexed_streams(tmp_path):
+    """Without its index a multistream dump is read whole: --skip-bad-streams has no stream to skip there, and the
+    run stopped with the error alone, as if the flag had been ignored without a word."""
+    dump, _ = corrupt_copy(tmp_path)
+    with pytest.raises(Exception) as plain:
+        run_read([str(dump)], None)
+    assert "--skip-bad-streams" not in input_error_message(plain.value)
+    with pytest.raises(Exception) as flagged:
+        run_read([str(dump)], None, skip_bad_streams=True)
+    assert input_error_message(flagged.value) == (
+        f"{input_error_message(plain.value)} (--skip-bad-streams skips the streams of a multistream dump read by its "
+        "index; this file was read whole)")
+    assert input_error_message(plain.value).startswith(f"{dump}: truncated or corrupt archive after ")
+
+
 def test_a_damaged_or_missing_dump_end_costs_no_page_and_an_index_mismatch_is_never_skipped(tmp_path):
     """The dump's closing stream (``</mediawiki>``) damaged, or cut off: the last page stream's pages were dropped
     with it under --skip-bad-streams (and, cut off, read as complete without a word); now the end alone is a bad

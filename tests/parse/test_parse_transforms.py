@@ -394,6 +394,11 @@ def test_dumps_of_two_wikis_are_refused(tmp_path: Path, capsys):
         f"error: {english} and {german} declare different namespaces in their <siteinfo> (wikis enwiki and dewiki): "
         "give the dump files of one wiki, all with their <siteinfo>")
     assert not (tmp_path / "out" / "articles").exists()
+    newer = tmp_path / "enwiki-newer.xml"  # a namespace added between two dates of one wiki's dumps
+    newer.write_text(DUMP.replace('"1">Talk', '"1">Talk</namespace><namespace key="1728">Event').format(
+        pages=PAGES_XML[0]), encoding="utf-8")
+    assert main(["parse", "--dump", english, str(newer), "--output", str(tmp_path / "out"), *DIRECT]) == 2
+    assert "(both of enwiki: dumps of two dates?)" in capsys.readouterr().err.splitlines()[-1]
 
 
 def article(page_id: int, title: str, text: str, links: list[tuple[str, str]], qid: str | None = None) -> dict:

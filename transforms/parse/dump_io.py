@@ -43,9 +43,17 @@ def pages_or_dead_letters(items: Iterator[RawPage | PageProblem]) -> Iterator[An
             yield item
 
 
-def read_whole_file(path: str, siteinfo: SiteInfo) -> Iterator[Any]:
+def read_whole_file(path: str, siteinfo: SiteInfo, skip_bad_streams: bool) -> Iterator[Any]:
+    """The pages of a file read whole: a corrupt or cut archive stops the run, ``skip_bad_streams`` or not (it has
+    no stream of its own to skip: the message says so where the flag was given)."""
     count("files_read")
-    yield from pages_or_dead_letters(iter_pages(path, siteinfo))
+    try:
+        yield from pages_or_dead_letters(iter_pages(path, siteinfo))
+    except InputError as error:
+        if not skip_bad_streams:
+            raise
+        raise InputError(f"{error.message} (--skip-bad-streams skips the streams of a multistream dump read by its "
+                         "index; this file was read whole)") from error
 
 
 def read_stream(stream: StreamRange, siteinfo: SiteInfo, skip_bad_streams: bool) -> Iterator[Any]:
@@ -83,7 +91,7 @@ def read_unit(unit: StreamRange | str, siteinfo: SiteInfo, skip_bad_streams: boo
     if isinstance(unit, StreamRange):
         yield from read_stream(unit, siteinfo, skip_bad_streams)
     else:
-        yield from read_whole_file(unit, siteinfo)
+        yield from read_whole_file(unit, siteinfo, skip_bad_streams)
 
 
 class ReadDumpPages(beam.PTransform):
