@@ -16,12 +16,28 @@ import pytest
 from artifacts.errors import InputError
 from tests.builders import MirrorFileSystem, mirrored
 from tests.conftest import BUNDLED_INDEX, BUNDLED_SAMPLE, GENSIM_SAMPLE, MINI, WIKIPEDIA
-from transforms.parse.dump_reader import PageProblem, RawPage, iter_page_fragment_bytes, iter_pages, read_siteinfo
-from transforms.parse.multistream import StreamRange, find_multistream_index, iter_stream_pages, read_stream_ranges
+from transforms.parse.dump_reader import (
+    PageProblem,
+    RawPage,
+    SiteInfo,
+    iter_page_fragment_bytes,
+    iter_pages,
+    read_siteinfo,
+)
+from transforms.parse.multistream import StreamRange, find_multistream_index, read_stream_ranges, stream_pages
 
 pytestmark = pytest.mark.usefixtures("shared_data")
 EDGE = WIKIPEDIA / "edge-cases"
 PARTS = MINI / "inputs" / "wikipedia-raw-20210701" / "articlesdump"
+
+
+def iter_stream_pages(stream: StreamRange, siteinfo: SiteInfo) -> list[RawPage | PageProblem]:
+    """The pages of one stream, as ``read_stream`` reads them without --skip-bad-streams: a damaged end of the dump
+    after the stream an InputError."""
+    pages, end_problem = stream_pages(stream, siteinfo)
+    if end_problem is not None:
+        raise InputError(end_problem)
+    return pages
 
 
 def pages_of(path: Path) -> list[RawPage]:

@@ -242,14 +242,6 @@ def stream_pages(stream: StreamRange, siteinfo: SiteInfo) -> tuple[list[RawPage 
     return pages, end_problem
 
 
-def iter_stream_pages(stream: StreamRange, siteinfo: SiteInfo) -> Iterator[RawPage | PageProblem]:
-    """``stream_pages``, a damaged end of the dump an InputError."""
-    pages, end_problem = stream_pages(stream, siteinfo)
-    if end_problem is not None:
-        raise InputError(end_problem)
-    yield from pages
-
-
 def _ids(ids: tuple[int, ...]) -> str:
     shown = ", ".join(map(str, ids[:3]))
     return f"[{shown}{', ...' if len(ids) > 3 else ''}] ({len(ids)})"
