@@ -436,6 +436,22 @@ def test_broken_page_xml_inside_a_stream_is_a_problem(tmp_path):
         (p.page_id, p.namespace, p.title, p.text, p.redirect) for p in expected]
 
 
+def test_a_damaged_stream_header_is_a_corrupt_stream_and_a_wrong_offset_an_index_mismatch(tmp_path):
+    """Four damaged bytes at a stream's start ("BZh9") were blamed on the index; an offset of the index that is no
+    stream start still is."""
+    dump, ranges = copy_sample(tmp_path)
+    data = bytearray(dump.read_bytes())
+    data[ranges[1].start:ranges[1].start + 4] = b"\0\0\0\0"
+    dump.write_bytes(bytes(data))
+    siteinfo = read_siteinfo(str(dump))
+    with pytest.raises(InputError, match=rf"at byte {ranges[1].start}: corrupt bz2 stream: its header is damaged$"):
+        iter_stream_pages(ranges[1], siteinfo)
+    shifted = StreamRange(ranges[2].path, ranges[2].start + 1, ranges[2].end, ranges[2].packed_ids)
+    with pytest.raises(InputError, match=rf"at byte {shifted.start}: no bz2 stream starts there \(the index does "
+                                         r"not match the dump\)$"):
+        iter_stream_pages(shifted, siteinfo)
+
+
 def test_index_that_leaves_out_the_last_stream(tmp_path):
     lines = bz2.decompress(BUNDLED_INDEX.read_bytes()).decode().splitlines()
     index = tmp_path / "partial-index.txt.bz2"

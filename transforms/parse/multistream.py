@@ -32,6 +32,8 @@ from transforms.parse.dump_reader import (
 
 # The last stream (~100 pages, then the closing </mediawiki> stream) is a few MB; more means a partial index.
 _LAST_RANGE_LIMIT = 64 << 20
+# What follows a bz2 stream's "BZh1".."BZh9": the magic of its first block, or of its end if it is empty
+_BZ2_BLOCK_MAGICS = (bytes.fromhex("314159265359"), bytes.fromhex("177245385090"))
 _DIGITS = re.compile("[0-9]+")  # an index's offsets and ids (str.isdigit also takes "²" and "６")
 
 
@@ -182,6 +184,8 @@ def decompress_range(stream: StreamRange) -> tuple[bytes, bytes]:
     if not data:
         raise InputError(f"{where}: the file ends before that byte (it is cut short, or the index does not match it)")
     if not data.startswith(b"BZh"):
+        if data[4:10] in _BZ2_BLOCK_MAGICS:  # the index is right, the stream's first four bytes are damaged
+            raise InputError(f"{where}: corrupt bz2 stream: its header is damaged")
         raise InputError(f"{where}: no bz2 stream starts there (the index does not match the dump)")
     decompressor = bz2.BZ2Decompressor()
     try:
