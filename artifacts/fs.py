@@ -170,6 +170,21 @@ def matching(pattern: str) -> list[Any]:
     return sorted(files, key=lambda item: item.path)
 
 
+def matching_files(pattern: str) -> list[str]:
+    """The paths of the files a path or glob names (on any Beam filesystem), sorted; a one-line InputError when
+    there is none."""
+    found = [metadata.path for metadata in matching(pattern)]
+    if not found:
+        raise InputError(f"no file matches {pattern}")
+    return found
+
+
+def expand_glob(pattern: str) -> list[str]:
+    """A glob as the files it matches, sorted (as a shell lists them: part files in order, their indexes in the same
+    order); any other path as it is (where it is missing, opening it says so)."""
+    return matching_files(pattern) if any(character in pattern for character in "*?[") else [pattern]
+
+
 def open_input(path: str) -> IO[bytes]:
     """An input file's bytes as stored (a dump, a corpus, an SQL table); a one-line InputError if it cannot be
     opened."""

@@ -18,7 +18,6 @@ from pipelines.dictionary import checked_language
 from pipelines.launcher.stage import StageContext, run_beam
 from transforms.common.dead_letters import WriteDeadLetters
 from transforms.common.parquet_rows import write_parquet_rows
-from transforms.parse.dump_io import matching_files
 from transforms.parse.dump_reader import SiteInfo, read_siteinfo, wiki_language
 from transforms.parse.graph import (
     COUNTERS,
@@ -146,7 +145,7 @@ def check_sql_tables(config: ParseConfig) -> None:
     it (the redirect table given as --page-props-sql would be read as no row at all)."""
     for option, table, _ in SQL_TABLES:
         flag = "--" + option.replace("_", "-")
-        for path in (found for pattern in getattr(config, option) for found in matching_files(pattern)):
+        for path in (found for pattern in getattr(config, option) for found in fs.matching_files(pattern)):
             definition = table_definition(path)
             if definition is None:
                 suffix = compressed_suffix(path)

@@ -73,6 +73,14 @@ class Command:
             check(args)
 
 
+def dump_files(args: argparse.Namespace) -> None:
+    """--dump and --dump-index globs as the files they match, in path order: one quoted, or on a Beam filesystem
+    (``gs://bucket/enwiki-*-pages-articles*.xml*.bz2``), which no shell lists."""
+    for dest in ("dump", "dump_index"):
+        if getattr(args, dest, None):
+            setattr(args, dest, [path for pattern in getattr(args, dest) for path in fs.expand_glob(pattern)])
+
+
 def one_index_per_dump(args: argparse.Namespace) -> None:
     """Each dump named once (its pages would be each other's duplicates, all dropped), and an index for each."""
     files = [fs.same_file_key(dump) for dump in args.dump]  # one file under two names (a link) is named twice too
@@ -314,7 +322,7 @@ ENCODER_NEEDED = ("encoder", "index needs --encoder NAME_OR_PATH (a dense retrie
 
 def _stage(name: str, summary: str, example: str, implementation: str,
            required: tuple[tuple[str, str], ...] = ()) -> Command:
-    checks = {"parse": (one_index_per_dump, regular_input_files), "index": (regular_input_files,)}
+    checks = {"parse": (dump_files, one_index_per_dump, regular_input_files), "index": (regular_input_files,)}
     return Command(name, summary, example, implementation, (OUTPUT, PROGRESS, *STAGE_GROUPS[name], STAGE_FORCE),
                    required, checks.get(name, ()))
 
@@ -344,7 +352,7 @@ COMMANDS: dict[str, Command] = {command.name: command for command in (
             (OUTPUT, PROGRESS, *(group for groups in STAGE_GROUPS.values() for group in groups),
              FlagGroup("all", _all)),
             (DUMP, ("model", "all needs --model NAME_OR_PATH for embed-entities (a BERT-family model with [MASK])"),
-             ENCODER_NEEDED), (one_index_per_dump, regular_input_files)),
+             ENCODER_NEEDED), (dump_files, one_index_per_dump, regular_input_files)),
     Command("validate", "check every artifact under OUT against the manifest, its schema and the other artifacts.",
             "run_pipeline.py validate --output out/s", "pipelines.validate:COMMAND",
             (FlagGroup("validate", _validate),)),

@@ -110,13 +110,16 @@ def test_small_sample_redirect(tmp_path):
 
 @pytest.mark.usefixtures("shared_data")
 def test_mini_set_parts_sql_redirects_and_qids(tmp_path):
+    """The part files named by a glob the shell does not expand (quoted, or of a Beam filesystem: --dump took no
+    glob, its pattern was 'No such file'), read as the files it matches, in path order."""
     raw = MINI / "inputs" / "wikipedia-raw-20210701"
-    record = parse(tmp_path, sorted((raw / "articlesdump").glob("*.bz2")),
+    record = parse(tmp_path, [raw / "articlesdump" / "enwiki-20210701-pages-articles*.bz2"],
                    "--redirects-sql", str(next((raw / "redirecttable").glob("*.sql.gz"))),
                    "--page-sql", str(next((raw / "pagetable").glob("*.sql.gz"))),
                    "--page-props-sql", str(next((raw / "pagepropstable").glob("*.sql.gz"))))
     articles = articles_by_title(tmp_path)
     assert len(articles) == 10
+    assert sorted(role for role in record.inputs if role.startswith("file:dump")) == [f"file:dump{n}" for n in range(4)]
     qids = {title: row["qid"] for title, row in articles.items() if row["qid"]}
     assert qids == {"Gandalf": "Q177499", "Boromir": "Q219504", "Samwise Gamgee": "Q219473",
                     "Character (arts)": "Q95074", "Literary element": "Q6647660"}
@@ -183,6 +186,9 @@ def test_missing_dump_is_a_one_line_error(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].startswith("error: ")
     assert "nope.xml.bz2" in result.stderr and "Traceback" not in result.stderr
+    result = run_cli("parse", "--dump", str(tmp_path / "nope*.xml.bz2"), "--output", str(tmp_path / "out"))
+    assert (result.returncode, result.stderr.strip().splitlines()[-1]) == (
+        2, f"error: no file matches {tmp_path / 'nope*.xml.bz2'}")
 
 
 def test_truncated_bz2_is_a_one_line_error(tmp_path, single_stream_sample):

@@ -139,14 +139,6 @@ def read_table_rows(path: str, table: str, columns: tuple[str, ...]) -> Iterator
         yield row
 
 
-def matching_files(pattern: str) -> list[str]:
-    """The files a path or glob names (on any Beam filesystem); a one-line InputError when there is none."""
-    found = [metadata.path for metadata in fs.matching(pattern)]
-    if not found:
-        raise InputError(f"no file matches {pattern}")
-    return found
-
-
 class ReadSqlRows(beam.PTransform):
     """Rows of MediaWiki SQL table dump files (a path, a glob or a list of them) as ``SqlRow``s.
 
@@ -163,7 +155,7 @@ class ReadSqlRows(beam.PTransform):
         return (
             pipeline
             | f"{self._table}Patterns" >> beam.Create(self._patterns)
-            | f"Match{self._table}Files" >> beam.FlatMap(matching_files)
+            | f"Match{self._table}Files" >> beam.FlatMap(fs.matching_files)
             | f"Spread{self._table}Files" >> beam.Reshuffle()
             | f"Read{self._table}Rows" >> beam.FlatMap(read_table_rows, self._table, self._columns)
         )
