@@ -201,6 +201,17 @@ def test_parse_dump_takes_redirects_from_the_sql_tables(tmp_path: Path):
         "redirects_resolved": 2}
 
 
+def test_an_sql_redirect_from_a_dump_page_outside_the_article_namespace_is_none(tmp_path: Path):
+    """Talk:Mercury (namespace 1 of the dump) named by a redirect row became the redirect "Talk:Mercury" -> Venus
+    (a source that --page-sql names outside namespace 0 was already an unknown one)."""
+    dump = write_dump(tmp_path)
+    sql = tmp_path / "redirect.sql"
+    sql.write_text(write_sql_text("redirect", "(4,0,'Venus','','')"), encoding="utf-8")
+    _, redirects, _, counters = parse_dump(tmp_path, dump, "--redirects-sql", str(sql))
+    assert redirects == [{"title": "Morning star", "target": "Venus"}]
+    assert counters["sql_redirects_unknown_source"] == 1 and "sql_redirects" not in counters
+
+
 def test_sql_rows_of_no_use_are_dead_lettered_with_their_file_and_line(tmp_path: Path):
     """A NULL or text page id was an int() traceback, a NULL title a page or target named "None", a NUL in a title a
     KeyError of the title map after the whole first pass, bytes that are not UTF-8 a title with U+FFFD. Each such

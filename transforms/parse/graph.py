@@ -97,14 +97,14 @@ def title_record(kind: str, title: str | None = None, page_id: int | None = None
 def classify_page(page: RawPage, siteinfo: SiteInfo, options: WikitextOptions,
                   page_titles: bool = False) -> Iterator[Any]:
     """One dump page -> a staged article row (links not yet resolved) and its title record, a redirect's title
-    record, a dead letter, or nothing counted. ``page_titles``: also a title record of every page (SQL redirect
-    rows name their source by page id)."""
+    record, a dead letter, or nothing counted. ``page_titles``: also a title record of every article-namespace
+    page (SQL redirect rows name their source by page id; a Category: page named by one is no article redirect)."""
     title = siteinfo.namespaces.title(page.title)
-    if page_titles:
-        yield beam.pvalue.TaggedOutput(RECORD_TAG, title_record(PAGE_RECORD, title, page.page_id))
     if page.namespace != ARTICLE:
         count("non_article_pages")
         return
+    if page_titles:
+        yield beam.pvalue.TaggedOutput(RECORD_TAG, title_record(PAGE_RECORD, title, page.page_id))
     # <redirect/> without a title (schema 0.3) or none at all: the target is read from the text
     raw_target = page.redirect or redirect_target_from_text(page.text)
     if raw_target is not None or page.redirect is not None:
