@@ -38,13 +38,13 @@ def check_encoder_options(options: EncoderOptions, device_here: bool = True,
         if options.max_length > limit:
             raise SettingError("max_length", options.max_length, f"{{name}} {options.max_length}: "
                                                    f"{options.spec(role).name_or_path} takes at most {limit} tokens")
-    paths = dict.fromkeys(options.spec(role).name_or_path for role in roles)
+    specs = {options.spec(role).name_or_path: options.spec(role) for role in roles}
     if options.kind == "kpr":
-        for path in paths:
+        for path in specs:
             check_kpr_options(options, path)
         return
-    for path in paths:
-        check_tokenizer(path, options.kind)
+    for spec in specs.values():
+        check_tokenizer(spec, options.kind)
 
 
 def _check_choices(options: EncoderOptions) -> None:

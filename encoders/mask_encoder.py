@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from artifacts.errors import ModelError, SettingError
+from artifacts.errors import SettingError
 from encoders.batching import (
     QueuedForwards,
     host_tensor,
@@ -30,6 +30,7 @@ from encoders.models import (
     ModelSpec,
     check_model_spec,
     check_reads_plain_text,
+    check_vocabulary,
     load_encoder,
     load_tokenizer,
     model_config,
@@ -96,12 +97,8 @@ def check_mask_model(spec: ModelSpec, layer: int = -1, max_seq_length: int | Non
     tokenizer = load_tokenizer(spec.name_or_path)
     special_ids(tokenizer)
     check_reads_plain_text(tokenizer, spec.name_or_path, "encode the mentions' contexts")
-    config = model_config(spec)
-    vocab_size = getattr(config, "vocab_size", None)
-    if vocab_size is not None and len(tokenizer) > vocab_size:
-        raise ModelError(spec.name_or_path, f"the tokenizer of {spec.name_or_path} has {len(tokenizer):,} tokens and "
-                         f"its model {vocab_size:,} word embeddings: they are not one model's")
-    layers = config.num_hidden_layers  # hidden_states: the embedding output, then one entry per layer
+    check_vocabulary(tokenizer, spec)
+    layers = model_config(spec).num_hidden_layers  # hidden_states: the embedding output, then one entry per layer
     if not -(layers + 1) <= layer <= layers:
         raise SettingError("layer", layer, f"{{name}} {layer}: {spec.name_or_path} has {layers} layers "
                            f"(hidden states {-(layers + 1)}..{layers}; -1 is the last layer)")

@@ -420,9 +420,14 @@ def config_error(spec: ModelSpec, error: BaseException) -> ModelError:
     return ModelError(spec.name_or_path, f"cannot read the model config of {spec.name_or_path}: {_first_line(error)}")
 
 
+# Text encoders whose positions start after the padding index, as RoBERTa's do (transformers'
+# create_position_ids_from_input_ids): the first pad_token_id + 1 position embeddings are never an input's.
+_POSITIONS_AFTER_PADDING = frozenset({"camembert", "data2vec-text", "ibert", "longformer", "luke", "mpnet", "xmod"})
+
+
 def usable_positions(spec: ModelSpec) -> int:
-    """Tokens one input may have: the position embeddings, less the two that RoBERTa-style models skip (their
-    positions start after the padding index). Read from config.json alone, so custom model types (KPR) work."""
+    """Tokens one input may have: the position embeddings (``n_positions`` of GPT-style configs), less those that
+    RoBERTa-style models skip. Read from config.json alone, so custom model types (KPR) work."""
     from transformers import PretrainedConfig
 
     try:
@@ -430,8 +435,18 @@ def usable_positions(spec: ModelSpec) -> int:
     except (OSError, ValueError) as error:
         raise config_error(spec, error) from error
     model_type = str(config.get("model_type", ""))
-    offset = 2 if "roberta" in model_type or model_type == "camembert" else 0
-    return int(config.get("max_position_embeddings", 512)) - offset
+    after_padding = "roberta" in model_type or model_type in _POSITIONS_AFTER_PADDING
+    skipped = int(config.get("pad_token_id") or 1) + 1 if after_padding else 0
+    return int(config.get("max_position_embeddings") or config.get("n_positions") or 512) - skipped
+
+
+def check_vocabulary(tokenizer: Any, spec: ModelSpec) -> None:
+    """A ModelError unless the model of ``spec`` has a word embedding for every token of ``tokenizer`` (a
+    directory put together from two models' files fails only inside the forward, after the inputs are built)."""
+    vocab_size = getattr(model_config(spec), "vocab_size", None)
+    if vocab_size is not None and len(tokenizer) > vocab_size:
+        raise ModelError(spec.name_or_path, f"the tokenizer of {spec.name_or_path} has {len(tokenizer):,} tokens and "
+                         f"its model {vocab_size:,} word embeddings: they are not one model's")
 
 
 def hidden_size(spec: ModelSpec) -> int:

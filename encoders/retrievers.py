@@ -38,6 +38,7 @@ from encoders.kpr_config import read_kpr_settings
 from encoders.models import (
     ModelSpec,
     check_reads_plain_text,
+    check_vocabulary,
     load_encoder,
     load_tokenizer,
     model_config,
@@ -145,12 +146,14 @@ class EncoderOptions:
                        query_model=query_model or self.query_model)
 
 
-def check_tokenizer(name_or_path: str, kind: str) -> None:
+def check_tokenizer(spec: ModelSpec, kind: str) -> None:
     """Fail before any work starts: a tokenizer that reads plain English text as nothing or as [UNK] alone
-    (``check_reads_plain_text``), or, for kinds whose vector is the [CLS] output, one without [CLS] and [SEP] (a
-    GPT-style model)."""
+    (``check_reads_plain_text``) or has tokens its model has no embedding of, or, for kinds whose vector is the
+    [CLS] output, one without [CLS] and [SEP] (a GPT-style model)."""
+    name_or_path = spec.name_or_path
     tokenizer = load_tokenizer(name_or_path)
     check_reads_plain_text(tokenizer, name_or_path, "encode passages")
+    check_vocabulary(tokenizer, spec)
     missing = [name for name, token in (("[CLS]", tokenizer.cls_token_id), ("[SEP]", tokenizer.sep_token_id))
                if token is None]
     if kind in _CLS_KINDS and missing:

@@ -18,7 +18,10 @@ from transformers import AutoTokenizer
 from artifacts.errors import ModelError
 from encoders.kpr_checkpoint import init_kpr_checkpoint
 from encoders.kpr_config import KPRSettings
-from encoders.models import ModelSpec, load_tokenizer, model_config
+from encoders.loading import check_encoder_options
+from encoders.mask_encoder import check_mask_model
+from encoders.models import ModelSpec, load_tokenizer, model_config, usable_positions
+from encoders.retrievers import EncoderOptions
 from tests.conftest import REPO
 
 # What the published models name: modules of their own, absent here (they would never be run anyway).
@@ -104,3 +107,34 @@ def test_a_tokenizer_from_a_path_this_process_does_not_see_is_named_as_missing(t
         load_tokenizer(str(empty))
     assert error.value.message.startswith(f"{empty} has no tokenizer files (")
     assert load_tokenizer(str(tiny_bert))("Erie Canal")["input_ids"][0] == load_tokenizer(str(tiny_bert)).cls_token_id
+
+
+@pytest.mark.parametrize(("config", "usable"), [
+    ({"model_type": "bert", "max_position_embeddings": 512}, 512),
+    ({"model_type": "roberta", "max_position_embeddings": 514, "pad_token_id": 1}, 512),
+    ({"model_type": "mpnet", "max_position_embeddings": 514, "pad_token_id": 1}, 512),  # was 514
+    ({"model_type": "longformer", "max_position_embeddings": 4098, "pad_token_id": 1}, 4096),  # was 4098
+    ({"model_type": "gpt2", "n_positions": 128}, 128),  # was 512, the default
+])
+def test_the_tokens_an_input_may_have_are_those_the_models_positions_take(config, usable, tmp_path):
+    """An MPNet's or a GPT-2's limit was one the model does not take: the length was accepted, every input
+    built, then the forward failed (IndexError: index out of range, a Beam traceback)."""
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert usable_positions(ModelSpec(str(tmp_path))) == usable
+
+
+def test_a_tokenizer_with_tokens_its_model_has_no_embedding_of_is_refused_by_index_and_embed_entities(tiny_bert,
+                                                                                                      tmp_path):
+    """A directory put together from two models' files: embed-entities refused it, index built every input, then
+    failed in the forward (IndexError: index out of range, a Beam traceback)."""
+    mixed = tmp_path / "mixed"
+    shutil.copytree(tiny_bert, mixed)
+    config = json.loads((mixed / "config.json").read_text())
+    (mixed / "config.json").write_text(json.dumps({**config, "vocab_size": 3000}))
+    expected = rf"the tokenizer of {mixed} has {len(load_tokenizer(str(tiny_bert))):,} tokens and its model 3,000 " \
+               "word embeddings: they are not one model's"
+    with pytest.raises(ModelError, match=expected):
+        check_mask_model(ModelSpec(str(mixed)))
+    with pytest.raises(ModelError, match=expected):
+        check_encoder_options(EncoderOptions("mean", str(mixed), max_length=64))
+    check_encoder_options(EncoderOptions("mean", str(tiny_bert), max_length=64))
