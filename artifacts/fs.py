@@ -16,6 +16,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import tempfile
 import time
 import uuid
@@ -34,6 +35,7 @@ REMOTE_READS = 16
 T = TypeVar("T")
 # What a read of scattered ranges from an object store fetches at least (Beam's readers: 16 MB, for sequential reads).
 RANGE_READ_BYTES = 256 << 10
+_GLOB_CHARACTER = re.compile(r"[*?\[]")  # what makes a path a glob for Beam's match (fnmatch's rules)
 # What a truncated or corrupt archive raises while it is being read (bz2: OSError/EOFError; gzip: also zlib.error).
 ARCHIVE_ERRORS = (OSError, EOFError, zlib.error)
 
@@ -157,11 +159,27 @@ def read_each(paths: Sequence[str], read: Callable[[str], T]) -> Iterator[T]:
             yield running.popleft().result()
 
 
+def is_glob(pattern: str) -> bool:
+    """Whether a path flag's value is a glob: it has a ``*``, ``?`` or ``[`` and names no file as it is written (a
+    part file ``x[1].bz2`` is a path)."""
+    return bool(_GLOB_CHARACTER.search(pattern)) and not exists(pattern)
+
+
+def metadata_of(pattern: str) -> list[Any]:
+    """Beam's FileMetadata of what a path or glob names (Beam's match); of a path that names a file as it is written,
+    its own, however it would read as a glob (Beam's match reads ``x[1].bz2`` as ``x1.bz2``)."""
+    if _GLOB_CHARACTER.search(pattern) and exists(pattern):
+        return [_filesystems().get_filesystem(pattern).metadata(pattern)]
+    return _filesystems().match([pattern])[0].metadata_list
+
+
 def matching(pattern: str) -> list[Any]:
     """The files (Beam FileMetadata: path, size) a path or glob names on any Beam filesystem, by path; a
     one-line InputError when it cannot be listed or names a directory (which Beam lists as if it were a file)."""
+    if _GLOB_CHARACTER.search(pattern):
+        exists(pattern)  # a storage client's error (a library missing) as it is, for the command line to word it
     try:
-        found = _filesystems().match([pattern])[0].metadata_list
+        found = metadata_of(pattern)
     except Exception as error:  # Beam wraps every filesystem's own error type in its own
         raise InputError(f"cannot list {pattern}: {first_line(error)}") from error
     files = [item for item in found if not (_is_plain_path(item.path) and os.path.isdir(item.path))]
@@ -181,8 +199,9 @@ def matching_files(pattern: str) -> list[str]:
 
 def expand_glob(pattern: str) -> list[str]:
     """A glob as the files it matches, sorted (as a shell lists them: part files in order, their indexes in the same
-    order); any other path as it is (where it is missing, opening it says so)."""
-    return matching_files(pattern) if any(character in pattern for character in "*?[") else [pattern]
+    order); any other path (one that names a file as it is written too) as it is (where it is missing, opening it
+    says so)."""
+    return matching_files(pattern) if is_glob(pattern) else [pattern]
 
 
 def open_input(path: str) -> IO[bytes]:

@@ -4,8 +4,9 @@ Each run builds the title map alone (``transforms.parse.redirects.build_title_ma
 synthetic title records: ARTICLES articles, 1.5 redirect pages an article, PAGES page records (the dump's
 article-namespace pages and the rows of ``--page-sql``, which name the sources of SQL redirects) of which a share
 is the source of an SQL redirect row (a new title each: more than English Wikipedia's, whose SQL redirects mostly
-repeat the dump's redirect pages), and QIDS ``wikibase_item`` rows (one a page id, the first ARTICLES those of the articles). It prints the peak RSS the records take and
-the peak the build adds over them (Linux: VmHWM, reset before the build), and the CPU seconds of the build.
+repeat the dump's redirect pages), and QIDS ``wikibase_item`` rows (one a page id, the first ARTICLES those of the
+articles). It prints the peak RSS the records take and the peak the build adds over them (Linux: VmHWM, reset
+before the build), and the CPU seconds of the build.
 
     python -m bench.title_map --articles 400000 --pages 0 2000000 6000000 --qids 0 6000000
 """

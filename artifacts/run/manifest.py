@@ -274,7 +274,7 @@ def unrecorded_files(output: str, record: StageRecord) -> list[str]:
 
 def file_fingerprint(pattern: str) -> str:
     """A cheap fingerprint of input files: path, size and modification time of every match."""
-    matches = FileSystems.match([pattern])[0].metadata_list
+    matches = fs.metadata_of(pattern)
     parts = sorted(f"{m.path}:{m.size_in_bytes}:{int(m.last_updated_in_seconds)}" for m in matches)
     return hashlib.sha256("\n".join(parts).encode()).hexdigest() if parts else "missing"
 
@@ -317,7 +317,7 @@ def same_options(recorded: dict[str, Any], options: dict[str, Any]) -> bool:
 def content_digest(pattern: str) -> str:
     """sha256 over the names and bytes of every file ``pattern`` matches (a local model's few files: others of the
     same sizes and times in their place change it, not ``file_fingerprint``)."""
-    matches = sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+    matches = sorted(m.path for m in fs.metadata_of(pattern))
     digest = hashlib.sha256()
     for path in matches:
         digest.update(f"{fs.basename(path)}:{fs.sha256(path)}\n".encode())

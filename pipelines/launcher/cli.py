@@ -273,9 +273,13 @@ STORAGE_CLIENTS = ("google.api_core.", "google.auth.", "botocore.", "boto3.", "h
 
 def path_errors(error: BaseException) -> dict[object, BaseException]:
     """The errors Beam's filesystems collected path by path in ``error`` (a BeamIOError's details, by path or
-    (source, destination)); none for another error."""
+    (source, destination), those of a BeamIOError among them in its place: a match wraps each path's exists());
+    none for another error."""
     details = getattr(error, "exception_details", None)
-    return details if isinstance(details, dict) else {}
+    if not isinstance(details, dict):
+        return {}
+    return {path: detail for key, error_of_path in details.items()
+            for path, detail in (path_errors(error_of_path) or {key: error_of_path}).items()}
 
 
 def storage_client_error(error: BaseException) -> BaseException | None:

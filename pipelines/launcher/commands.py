@@ -74,9 +74,10 @@ class Command:
 
 
 def dump_files(args: argparse.Namespace) -> None:
-    """--dump and --dump-index globs as the files they match, in path order: one quoted, or on a Beam filesystem
-    (``gs://bucket/enwiki-*-pages-articles*.xml*.bz2``), which no shell lists."""
-    for dest in ("dump", "dump_index"):
+    """The globs of --dump, --dump-index and the SQL tables as the files they match, in path order: one quoted, or
+    on a Beam filesystem (``gs://bucket/enwiki-*-pages-articles-multistream[0-9]*.bz2``), which no shell lists.
+    Recorded file by file, a glob and its files named one by one are the same inputs."""
+    for dest in ("dump", "dump_index", "redirects_sql", "page_sql", "page_props_sql"):
         if getattr(args, dest, None):
             setattr(args, dest, [path for pattern in getattr(args, dest) for path in fs.expand_glob(pattern)])
 

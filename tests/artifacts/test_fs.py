@@ -272,3 +272,24 @@ def test_a_directory_nothing_can_be_written_in_is_refused_whoever_runs(tmp_path:
         fs.require_writable_directory("/proc/kpr", "--output")
     fs.require_writable_directory(str(tmp_path / "new" / "run"), "--output")
     assert list(tmp_path.iterdir()) == []  # nothing made, nothing left
+
+
+def test_a_path_with_glob_characters_names_its_file_alone(tmp_path):
+    """Beam's match reads ``x[1]`` as the class ``[1]``: a part file so named was 'no file matches' (or ``x1``'s
+    file beside it was read in its place), and its fingerprint 'missing' whatever it held (a changed dump kept the
+    run's stale articles). A glob is still one, its ``[`` escaped as ``[[]``."""
+    from artifacts.run import manifest
+
+    (tmp_path / "x[1]").mkdir()
+    (tmp_path / "x1").mkdir()
+    named, other = tmp_path / "x[1]" / "d.bz2", tmp_path / "x1" / "d.bz2"
+    named.write_bytes(b"named")
+    other.write_bytes(b"the other file")
+    for path in (named, mirrored(named)):
+        assert fs.expand_glob(str(path)) == fs.matching_files(str(path)) == [str(path)]
+    assert fs.expand_glob(str(tmp_path / "x[1]" / "*.bz2")) == [str(other)]
+    assert fs.expand_glob(str(tmp_path / "x[[]1]" / "*.bz2")) == [str(named)]
+    before = manifest.file_fingerprint(str(named))
+    assert before not in ("missing", manifest.file_fingerprint(str(other)))
+    named.write_bytes(b"named, changed")
+    assert manifest.file_fingerprint(str(named)) != before

@@ -236,6 +236,14 @@ def test_an_s3_output_without_boto3_is_one_line(tmp_path, capsys):
         "error: s3://bucket/run: Beam's filesystem for it lacks its client library (Missing boto3 requirement): pip "
         "install -e \".[aws]\" for s3://, \".[gcp]\" for gs://, pip install hdfs for hdfs://, azure-storage-blob and "
         "azure-identity for azfs://"]
+    # A dump's fingerprint and a glob's listing ask Beam's match, which wraps the exists() error once more: a
+    # traceback (and "cannot list …: Must provide one of client or options" for a glob).
+    for dump in ("s3://bucket/enwiki-1.xml.bz2", "s3://bucket/enwiki-*.xml.bz2"):
+        assert main(["parse", "--dump", dump, "--output", str(tmp_path / "out"), *DIRECT]) == 2
+        assert capsys.readouterr().err.splitlines()[-1] == (
+            f"error: {dump}: Beam's filesystem for it lacks its client library (Missing boto3 requirement): pip "
+            "install -e \".[aws]\" for s3://, \".[gcp]\" for gs://, pip install hdfs for hdfs://, azure-storage-blob "
+            "and azure-identity for azfs://")
 
 
 @pytest.mark.parametrize(("url", "library"), [("hdfs://namenode/run", "hdfs"), ("azfs://account/container/run",

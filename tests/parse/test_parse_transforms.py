@@ -212,6 +212,23 @@ def test_an_sql_redirect_from_a_dump_page_outside_the_article_namespace_is_none(
     assert counters["sql_redirects_unknown_source"] == 1 and "sql_redirects" not in counters
 
 
+def test_sql_tables_named_by_a_glob_are_recorded_file_by_file(tmp_path: Path, capsys):
+    """A glob's files named one by one are the same inputs: the SQL tables' patterns were recorded as given (one
+    fingerprint of a glob, one per file of a list), and the same files named either way ran parse again."""
+    dump = write_dump(tmp_path)
+    for number, row in enumerate(("(6,0,'Mercury','','')", "(7,0,'Venus','','')"), start=1):
+        (tmp_path / f"redirect{number}.sql").write_text(write_sql_text("redirect", row), encoding="utf-8")
+    run = ["parse", "--dump", dump, "--output", str(tmp_path / "out"), "--page-sql", write_sql(tmp_path, "page"),
+           *DIRECT]
+    assert main([*run, "--redirects-sql", str(tmp_path / "redirect?.sql")]) == 0
+    record = manifest.load(str(tmp_path / "out"))["parse"]
+    assert sorted(role for role in record.inputs if "redirects_sql" in role) == [
+        "file:redirects_sql0", "file:redirects_sql1"]
+    capsys.readouterr()
+    assert main([*run, "--redirects-sql", str(tmp_path / "redirect1.sql"), str(tmp_path / "redirect2.sql")]) == 0
+    assert "[parse] skipped: outputs complete, inputs and options unchanged" in capsys.readouterr().err
+
+
 def test_sql_rows_of_no_use_are_dead_lettered_with_their_file_and_line(tmp_path: Path):
     """A NULL or text page id was an int() traceback, a NULL title a page or target named "None", a NUL in a title a
     KeyError of the title map after the whole first pass, bytes that are not UTF-8 a title with U+FFFD. Each such
