@@ -8,6 +8,7 @@ one-line ``ModelError``.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -48,8 +49,8 @@ class ModelSpec:
 def model_files(models: dict[str, str | None]) -> dict[str, str]:
     """File patterns of the models that are local directories, by role, so that a stage whose model files
     were replaced in place (same path, new weights) reruns; hub names are fingerprinted by name alone."""
-    return {role: os.path.join(os.path.expanduser(str(name)), "*") for role, name in models.items()
-            if name and os.path.isdir(os.path.expanduser(str(name)))}
+    return {role: os.path.join(glob.escape(os.path.expanduser(str(name))), "*") for role, name in models.items()
+            if name and os.path.isdir(os.path.expanduser(str(name)))}  # a directory named ``mini[v2]`` as it is
 
 
 def check_model_spec(spec: ModelSpec, device_here: bool = True) -> None:
@@ -436,7 +437,8 @@ def usable_positions(spec: ModelSpec) -> int:
         raise config_error(spec, error) from error
     model_type = str(config.get("model_type", ""))
     after_padding = "roberta" in model_type or model_type in _POSITIONS_AFTER_PADDING
-    skipped = int(config.get("pad_token_id") or 1) + 1 if after_padding else 0
+    pad = config.get("pad_token_id")
+    skipped = (1 if pad is None else int(pad)) + 1 if after_padding else 0
     return int(config.get("max_position_embeddings") or config.get("n_positions") or 512) - skipped
 
 

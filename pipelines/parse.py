@@ -166,7 +166,8 @@ def check_one_wiki(dumps: Sequence[str], siteinfos: Sequence[SiteInfo]) -> None:
     for dump, siteinfo in zip(dumps[1:], siteinfos[1:], strict=True):
         if siteinfo.namespaces != siteinfos[0].namespaces:
             first, other = siteinfos[0].dbname or "not named", siteinfo.dbname or "not named"
-            wikis = f"wikis {first} and {other}" if first != other else f"both of {first}: dumps of two dates?"
+            named = siteinfos[0].dbname is not None and first == other
+            wikis = f"both of {first}: dumps of two dates?" if named else f"wikis {first} and {other}"
             raise InputError(f"{dumps[0]} and {dump} declare different namespaces in their <siteinfo> ({wikis}): give "
                              "the dump files of one wiki, all with their <siteinfo>")
 

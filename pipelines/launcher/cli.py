@@ -222,6 +222,7 @@ def dispatch(args: argparse.Namespace, beam_args: list[str]) -> int:
     command = load_command(args.command)
     # Filesystem flags (e.g. --s3_access_key_id) also reach what the driver itself reads and writes under OUT.
     FileSystems.set_options(stage_runner.beam_pipeline_options(beam_args))
+    COMMANDS[args.command].check_inputs(args)
     if hasattr(command, "run"):
         stage_runner.execute(command, args, beam_args, force=args.force)
         return 0

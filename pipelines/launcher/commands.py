@@ -53,8 +53,9 @@ SAMPLE_DUMP = "samples/enwiki-sample-pages-articles-multistream.xml.bz2"
 class Command:
     """One command: ``summary`` (its --help and the command list), ``example`` (the end of its --help),
     ``groups`` (its flags), ``required`` ((flag destination, the line when it is missing)), ``checks`` (rules
-    between flags, an ``InputError`` when one is broken), ``implementation`` ("module:attribute": a stage, run
-    with resume and commit, or a command with ``main``)."""
+    between flags, an ``InputError`` when one is broken), ``input_checks`` (those that list input files: run once
+    Beam's filesystems have the run's options, its credentials), ``implementation`` ("module:attribute": a stage,
+    run with resume and commit, or a command with ``main``)."""
 
     name: str
     summary: str
@@ -63,6 +64,7 @@ class Command:
     groups: tuple[FlagGroup, ...]
     required: tuple[tuple[str, str], ...] = ()
     checks: tuple[Callable[[argparse.Namespace], None], ...] = ()
+    input_checks: tuple[Callable[[argparse.Namespace], None], ...] = ()
 
     def check(self, args: argparse.Namespace) -> None:
         """The flags it cannot run without, then the rules between flags (before anything heavy is imported)."""
@@ -70,6 +72,11 @@ class Command:
             if not getattr(args, dest):
                 raise InputError(line)
         for check in self.checks:
+            check(args)
+
+    def check_inputs(self, args: argparse.Namespace) -> None:
+        """The rules on the input files the flags name (globs listed), once Beam's filesystems are configured."""
+        for check in self.input_checks:
             check(args)
 
 
@@ -107,6 +114,9 @@ def regular_input_files(args: argparse.Namespace) -> None:
             if "://" not in path and os.path.exists(path) and not (os.path.isfile(path) or os.path.isdir(path)):
                 raise InputError(f"--{dest.replace('_', '-')} {path} is not a regular file (a pipe, a FIFO or a "
                                  "device): it is read more than once; save it to a file and name that")
+
+
+DUMP_CHECKS = (dump_files, one_index_per_dump, regular_input_files)  # parse's and all's
 
 
 def _parse(group: argparse._ArgumentGroup) -> None:
@@ -323,9 +333,9 @@ ENCODER_NEEDED = ("encoder", "index needs --encoder NAME_OR_PATH (a dense retrie
 
 def _stage(name: str, summary: str, example: str, implementation: str,
            required: tuple[tuple[str, str], ...] = ()) -> Command:
-    checks = {"parse": (dump_files, one_index_per_dump, regular_input_files), "index": (regular_input_files,)}
+    input_checks = {"parse": DUMP_CHECKS, "index": (regular_input_files,)}
     return Command(name, summary, example, implementation, (OUTPUT, PROGRESS, *STAGE_GROUPS[name], STAGE_FORCE),
-                   required, checks.get(name, ()))
+                   required, input_checks=input_checks.get(name, ()))
 
 
 COMMANDS: dict[str, Command] = {command.name: command for command in (
@@ -353,7 +363,7 @@ COMMANDS: dict[str, Command] = {command.name: command for command in (
             (OUTPUT, PROGRESS, *(group for groups in STAGE_GROUPS.values() for group in groups),
              FlagGroup("all", _all)),
             (DUMP, ("model", "all needs --model NAME_OR_PATH for embed-entities (a BERT-family model with [MASK])"),
-             ENCODER_NEEDED), (dump_files, one_index_per_dump, regular_input_files)),
+             ENCODER_NEEDED), input_checks=DUMP_CHECKS),
     Command("validate", "check every artifact under OUT against the manifest, its schema and the other artifacts.",
             "run_pipeline.py validate --output out/s", "pipelines.validate:COMMAND",
             (FlagGroup("validate", _validate),)),

@@ -115,6 +115,7 @@ def test_a_tokenizer_from_a_path_this_process_does_not_see_is_named_as_missing(t
     ({"model_type": "mpnet", "max_position_embeddings": 514, "pad_token_id": 1}, 512),  # was 514
     ({"model_type": "longformer", "max_position_embeddings": 4098, "pad_token_id": 1}, 4096),  # was 4098
     ({"model_type": "gpt2", "n_positions": 128}, 128),  # was 512, the default
+    ({"model_type": "roberta", "max_position_embeddings": 20, "pad_token_id": 0}, 19),  # was 18
 ])
 def test_the_tokens_an_input_may_have_are_those_the_models_positions_take(config, usable, tmp_path):
     """An MPNet's or a GPT-2's limit was one the model does not take: the length was accepted, every input
@@ -138,3 +139,19 @@ def test_a_tokenizer_with_tokens_its_model_has_no_embedding_of_is_refused_by_ind
     with pytest.raises(ModelError, match=expected):
         check_encoder_options(EncoderOptions("mean", str(mixed), max_length=64))
     check_encoder_options(EncoderOptions("mean", str(tiny_bert), max_length=64))
+
+
+def test_a_model_directory_whose_name_reads_as_a_glob_is_fingerprinted(tiny_bert, tmp_path):
+    """``mini[v2]/*`` read as ``miniv/*``, ``mini2/*``: no file, fingerprint 'missing' before and after its weights
+    changed, so a stage kept the vectors of the old weights."""
+    from artifacts.run import manifest
+    from encoders.models import model_files
+
+    model = tmp_path / "mini[v2]"
+    shutil.copytree(tiny_bert, model)
+    pattern = model_files({"model": str(model)})["model"]
+    before = (manifest.file_fingerprint(pattern), manifest.content_digest(pattern))
+    assert "missing" not in before
+    weights = next(path for path in model.iterdir() if path.suffix in (".safetensors", ".bin"))
+    weights.write_bytes(weights.read_bytes() + b"\0" * 16)
+    assert manifest.file_fingerprint(pattern) != before[0] and manifest.content_digest(pattern) != before[1]

@@ -128,6 +128,18 @@ def test_a_damaged_or_missing_dump_end_costs_no_page_and_an_index_mismatch_is_ne
     with pytest.raises(Exception) as raised:
         run_read([str(BUNDLED_SAMPLE)], {str(BUNDLED_SAMPLE): str(short_index)}, skip_bad_streams=True)
     assert "but the index lists" in input_error_message(raised.value)
+    # The last offset 7 bytes off: no stream starts there, and the stream before it ends short of it (both were
+    # skipped as bad streams, 106 of 206 pages read, rc 0).
+    lines = bz2.decompress(BUNDLED_INDEX.read_bytes()).decode().splitlines()
+    last = str(ranges[-1].start)
+    shifted = tmp_path / "shifted-index.txt.bz2"
+    shifted.write_bytes(bz2.compress("\n".join(
+        f"{int(line.split(':')[0]) + 7}:{line.split(':', 1)[1]}" if line.startswith(last + ":") else line
+        for line in lines).encode()))
+    with pytest.raises(Exception) as raised:
+        run_read([str(BUNDLED_SAMPLE)], {str(BUNDLED_SAMPLE): str(shifted)}, skip_bad_streams=True)
+    assert "(the index does not match the dump)" in input_error_message(raised.value) or \
+        "the stream ends before the next index offset" in input_error_message(raised.value)
 
 
 def test_part_files_and_malformed_pages(tmp_path):

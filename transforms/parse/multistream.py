@@ -186,7 +186,7 @@ def decompress_range(stream: StreamRange) -> tuple[bytes, bytes]:
     if not data.startswith(b"BZh"):
         if data[4:10] in _BZ2_BLOCK_MAGICS:  # the index is right, the stream's first four bytes are damaged
             raise InputError(f"{where}: corrupt bz2 stream: its header is damaged")
-        raise InputError(f"{where}: no bz2 stream starts there (the index does not match the dump)")
+        raise IndexMismatchError(f"{where}: no bz2 stream starts there (the index does not match the dump)")
     decompressor = bz2.BZ2Decompressor()
     try:
         xml = decompressor.decompress(data)
@@ -195,7 +195,7 @@ def decompress_range(stream: StreamRange) -> tuple[bytes, bytes]:
     if not decompressor.eof:
         raise InputError(f"{where}: the bz2 stream is truncated")
     if decompressor.unused_data and stream.end is not None:
-        raise InputError(f"{where}: the stream ends before the next index offset {stream.end}")
+        raise IndexMismatchError(f"{where}: the stream ends before the next index offset {stream.end}")
     return xml, decompressor.unused_data
 
 
