@@ -176,8 +176,8 @@ def metadata_of(pattern: str) -> list[Any]:
 def matching(pattern: str) -> list[Any]:
     """The files (Beam FileMetadata: path, size) a path or glob names on any Beam filesystem, by path; a
     one-line InputError when it cannot be listed or names a directory (which Beam lists as if it were a file)."""
-    if _GLOB_CHARACTER.search(pattern):
-        exists(pattern)  # a storage client's error (a library missing) as it is, for the command line to word it
+    if _GLOB_CHARACTER.search(pattern):  # exists() outside the try: a storage client's error (a library missing)
+        exists(pattern)  # as it is, for the command line to word it (metadata_of asks again, answered the same)
     try:
         found = metadata_of(pattern)
     except Exception as error:  # Beam wraps every filesystem's own error type in its own
