@@ -159,10 +159,15 @@ def read_each(paths: Sequence[str], read: Callable[[str], T]) -> Iterator[T]:
             yield running.popleft().result()
 
 
+def has_glob_characters(pattern: str) -> bool:
+    """Whether a path flag's value may be a glob (``is_glob`` asks its filesystem)."""
+    return bool(_GLOB_CHARACTER.search(pattern))
+
+
 def is_glob(pattern: str) -> bool:
     """Whether a path flag's value is a glob: it has a ``*``, ``?`` or ``[`` and names no file as it is written (a
     part file ``x[1].bz2`` is a path)."""
-    return bool(_GLOB_CHARACTER.search(pattern)) and not exists(pattern)
+    return has_glob_characters(pattern) and not exists(pattern)
 
 
 def metadata_of(pattern: str) -> list[Any]:

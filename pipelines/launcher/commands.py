@@ -116,7 +116,14 @@ def regular_input_files(args: argparse.Namespace) -> None:
                                  "device): it is read more than once; save it to a file and name that")
 
 
-DUMP_CHECKS = (dump_files, one_index_per_dump, regular_input_files)  # parse's and all's
+DUMP_CHECKS = (dump_files, one_index_per_dump, regular_input_files)  # parse's and all's, once globs can be listed
+
+
+def dump_flags(args: argparse.Namespace) -> None:
+    """``DUMP_CHECKS`` before anything heavy is imported, where no value may be a glob (one is listed later)."""
+    if not any(fs.has_glob_characters(path) for dest in ("dump", "dump_index") for path in getattr(args, dest) or ()):
+        one_index_per_dump(args)
+        regular_input_files(args)
 
 
 def _parse(group: argparse._ArgumentGroup) -> None:
@@ -333,9 +340,9 @@ ENCODER_NEEDED = ("encoder", "index needs --encoder NAME_OR_PATH (a dense retrie
 
 def _stage(name: str, summary: str, example: str, implementation: str,
            required: tuple[tuple[str, str], ...] = ()) -> Command:
-    input_checks = {"parse": DUMP_CHECKS, "index": (regular_input_files,)}
+    checks, input_checks = {"parse": (dump_flags,)}, {"parse": DUMP_CHECKS, "index": (regular_input_files,)}
     return Command(name, summary, example, implementation, (OUTPUT, PROGRESS, *STAGE_GROUPS[name], STAGE_FORCE),
-                   required, input_checks=input_checks.get(name, ()))
+                   required, checks.get(name, ()), input_checks.get(name, ()))
 
 
 COMMANDS: dict[str, Command] = {command.name: command for command in (
@@ -363,7 +370,7 @@ COMMANDS: dict[str, Command] = {command.name: command for command in (
             (OUTPUT, PROGRESS, *(group for groups in STAGE_GROUPS.values() for group in groups),
              FlagGroup("all", _all)),
             (DUMP, ("model", "all needs --model NAME_OR_PATH for embed-entities (a BERT-family model with [MASK])"),
-             ENCODER_NEEDED), input_checks=DUMP_CHECKS),
+             ENCODER_NEEDED), (dump_flags,), DUMP_CHECKS),
     Command("validate", "check every artifact under OUT against the manifest, its schema and the other artifacts.",
             "run_pipeline.py validate --output out/s", "pipelines.validate:COMMAND",
             (FlagGroup("validate", _validate),)),

@@ -62,7 +62,7 @@ def write_gpt2_like(directory: Path) -> Path:
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>",
                             bos_token="<|endoftext|>").save_pretrained(directory)
-    GPT2Model(GPT2Config(vocab_size=len(vocab), n_embd=32, n_layer=1, n_head=2, n_positions=128, bos_token_id=0,
+    GPT2Model(GPT2Config(vocab_size=len(vocab), n_embd=32, n_layer=1, n_head=2, n_positions=512, bos_token_id=0,
                          eos_token_id=0)).save_pretrained(directory)
     return directory
 
