@@ -164,27 +164,35 @@ def has_glob_characters(pattern: str) -> bool:
     return bool(_GLOB_CHARACTER.search(pattern))
 
 
+def names_file_as_written(pattern: str) -> bool:
+    """Whether a value with a ``*``, ``?`` or ``[`` names a file as it is written (a part file ``x[1].bz2``), which
+    Beam's match would read as a glob (``x1.bz2``)."""
+    return has_glob_characters(pattern) and exists(pattern)
+
+
 def is_glob(pattern: str) -> bool:
-    """Whether a path flag's value is a glob: it has a ``*``, ``?`` or ``[`` and names no file as it is written (a
-    part file ``x[1].bz2`` is a path)."""
-    return has_glob_characters(pattern) and not exists(pattern)
+    """Whether a path flag's value is a glob: it has a ``*``, ``?`` or ``[`` and names no file as it is written."""
+    return has_glob_characters(pattern) and not names_file_as_written(pattern)
+
+
+def _metadata(pattern: str, as_written: bool) -> list[Any]:
+    """Beam's FileMetadata of the file ``pattern`` names ``as_written``, else of what Beam's match finds."""
+    if as_written:
+        return [_filesystems().get_filesystem(pattern).metadata(pattern)]
+    return _filesystems().match([pattern])[0].metadata_list
 
 
 def metadata_of(pattern: str) -> list[Any]:
-    """Beam's FileMetadata of what a path or glob names (Beam's match); of a path that names a file as it is written,
-    its own, however it would read as a glob (Beam's match reads ``x[1].bz2`` as ``x1.bz2``)."""
-    if _GLOB_CHARACTER.search(pattern) and exists(pattern):
-        return [_filesystems().get_filesystem(pattern).metadata(pattern)]
-    return _filesystems().match([pattern])[0].metadata_list
+    """Beam's FileMetadata of what a path or glob names; of a path that names a file as it is written, its own."""
+    return _metadata(pattern, names_file_as_written(pattern))
 
 
 def matching(pattern: str) -> list[Any]:
     """The files (Beam FileMetadata: path, size) a path or glob names on any Beam filesystem, by path; a
     one-line InputError when it cannot be listed or names a directory (which Beam lists as if it were a file)."""
-    if _GLOB_CHARACTER.search(pattern):  # exists() outside the try: a storage client's error (a library missing)
-        exists(pattern)  # as it is, for the command line to word it (metadata_of asks again, answered the same)
-    try:
-        found = metadata_of(pattern)
+    as_written = names_file_as_written(pattern)  # outside the try: a storage client's error (a library missing)
+    try:  # as it is, for the command line to word it
+        found = _metadata(pattern, as_written)
     except Exception as error:  # Beam wraps every filesystem's own error type in its own
         raise InputError(f"cannot list {pattern}: {first_line(error)}") from error
     files = [item for item in found if not (_is_plain_path(item.path) and os.path.isdir(item.path))]
