@@ -3,6 +3,7 @@ whose fields let the command line word the hint (a flag name) that library code 
 
 from __future__ import annotations
 
+import errno
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -192,3 +193,14 @@ def input_error_message(error: BaseException) -> str | None:
 def mentions_input_error(text: str) -> bool:
     """Whether a log message carries an InputError (the command line shows it once, as one line)."""
     return _MARKER in text
+
+
+DENIED = (errno.EACCES, errno.EPERM, errno.EROFS)  # a write refused by permissions or a read-only filesystem
+# Such an error as its text reads once Beam re-raised it from a worker process: [Errno 13] Permission denied: 'f'
+_DENIED_TEXT = re.compile(rf"\[Errno ({'|'.join(map(str, DENIED))})\] ([^:\]\[]+): '([^']+)'")
+
+
+def denied_in_text(text: str) -> OSError | None:
+    """The permission error (``DENIED``) a text names, with its file name, as an OSError; None if none."""
+    match = _DENIED_TEXT.search(text)
+    return OSError(int(match.group(1)), match.group(2), match.group(3)) if match else None

@@ -306,6 +306,18 @@ def require_directory_target(path: str) -> None:
         raise FileInTheWayError(path)
 
 
+def unchangeable_directory(path: str, whole_tree: bool = True) -> str | None:
+    """The first directory at local ``path`` (with ``whole_tree``, or below it) whose entries this user may not list,
+    remove or add (its permissions, a read-only filesystem): one ``delete_tree`` or a rename into it would fail on;
+    None when there is none, or ``path`` is remote or absent (root passes every check but a read-only
+    filesystem's)."""
+    if not _is_plain_path(path) or not os.path.isdir(path):
+        return None
+    directories = (directory for directory, _, _ in os.walk(path)) if whole_tree else iter([path])
+    return next((directory for directory in directories if not os.access(directory, os.R_OK | os.W_OK | os.X_OK)),
+                None)
+
+
 def require_file_target(path: str) -> None:
     """Raise a DirectoryTargetError if ``path``, about to be written as a file, is a directory."""
     if is_directory(path):

@@ -130,8 +130,13 @@ def _create(path: str, info: LockInfo) -> bool:
         descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     except FileExistsError:
         return False
-    with os.fdopen(descriptor, "wb") as handle:
-        handle.write(data)
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+    except OSError as error:  # a full disk: no empty lock left for the next run to wait on
+        os.unlink(path)
+        raise InputError(f"{path}: the run's lock could not be written ({error.strerror or error}): free some space "
+                         "(or fix what refused the write) and run the command again") from error
     return True
 
 

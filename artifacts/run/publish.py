@@ -104,11 +104,13 @@ def published_stages(stages: dict[str, manifest.StageRecord], kept: bool) -> dic
 
 
 class StaleReportError(InputError):
-    """OUT/report/ was built from another manifest.json than the run's: a stage ran (or was recorded) after it."""
+    """OUT/report/ was built from another manifest.json than the run's (a stage ran, or was recorded, after it), or
+    its stamp is missing (``unfinished``: the report stopped before its end, or is no report's)."""
 
-    def __init__(self, output: str) -> None:
-        super().__init__(f"{fs.join(output, REPORT_DIR)} was built before the run's last stage ran (from another "
-                         f"{manifest.MANIFEST_NAME}): run `python run_pipeline.py report --output "
+    def __init__(self, output: str, unfinished: bool = False) -> None:
+        why = ("holds no finished report (it has no stamp: a report that stopped part way, a full disk?)" if unfinished
+               else f"was built before the run's last stage ran (from another {manifest.MANIFEST_NAME})")
+        super().__init__(f"{fs.join(output, REPORT_DIR)} {why}: run `python run_pipeline.py report --output "
                          f"{shlex.quote(output)}` again, or remove the report to publish without one; nothing was "
                          "copied")
 
@@ -118,8 +120,9 @@ def require_current_report(output: str) -> None:
     report_files = fs.list_tree(fs.join(output, REPORT_DIR))
     if not report_files:
         return
-    if report_stamp(output) != fs.sha256(manifest.manifest_path(output)):
-        raise StaleReportError(output)
+    stamp = report_stamp(output)
+    if stamp != fs.sha256(manifest.manifest_path(output)):
+        raise StaleReportError(output, unfinished=not stamp)
 
 
 def planned_files(output: str, stages: dict[str, manifest.StageRecord]) -> list[PublishedFile]:

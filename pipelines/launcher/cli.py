@@ -15,11 +15,13 @@ from typing import Any
 
 from artifacts import fs, layout
 from artifacts.errors import (
+    DENIED,
     DamagedManifestError,
     IncompleteRunError,
     InputError,
     InvalidRunError,
     RunStateError,
+    denied_in_text,
     error_chain,
     first_line,
     input_error_message,
@@ -247,6 +249,7 @@ def configure_logging(verbose: bool, beam_args: list[str]) -> None:
         handler.addFilter(lambda record: not mentions_input_error(record.getMessage()))
         handler.addFilter(lambda record: not record.getMessage().startswith(INTERRUPTED_STEP))
         handler.addFilter(lambda record: not disk_space.mentions_out_of_space(record.getMessage()))
+        handler.addFilter(lambda record: denied_in_text(record.getMessage()) is None)
         handler.addFilter(lambda record: not mentions_gpu_out_of_memory(record.getMessage()))
         # Beam's notice before it fetches a job server jar from Maven Central (FlinkRunner, SparkRunner): six lines
         # for each mirror tried; a jar it cannot fetch is our one line (runners.worded)
@@ -294,12 +297,14 @@ def storage_client_error(error: BaseException) -> BaseException | None:
 
 def denied_write(error: BaseException) -> OSError | None:
     """The permission error (EACCES, EPERM, EROFS) in ``error``'s chain or among what Beam's filesystems collected
-    path by path (``path_errors``), with its file name; None otherwise."""
+    path by path (``path_errors``; each wrapped as an ``IOError`` of it), with its file name, or one its text names
+    (a worker process's, re-raised by Beam as text); None otherwise."""
     for current in error_chain(error):
-        for candidate in (current, *path_errors(current).values()):
-            if isinstance(candidate, OSError) and candidate.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-                return candidate
-    return None
+        for collected in (current, *path_errors(current).values()):
+            for candidate in (collected, *collected.args):
+                if isinstance(candidate, OSError) and candidate.errno in DENIED:
+                    return candidate
+    return denied_in_text(str(error))
 
 
 def missing_client_library(error: BaseException) -> tuple[str, str] | None:
@@ -343,10 +348,11 @@ def worded(error: BaseException) -> BaseException:
                           "this machine uses for it and its network")
     if input_error_message(error) is not None:  # ours already (a stage's full disk): as it is
         return flags.worded(error)
-    if disk_space.out_of_space(error):  # a command's output, an export's copy
-        return InputError(f"no space left on the device written to ({first_line(error)}): the output (or the file "
-                          "the standard output was redirected to) is incomplete; free some space and run the command "
-                          "again")
+    if (code := disk_space.out_of_space(error)) is not None:  # a command's output, an export's copy
+        what = "no space left on the device written to" if code == errno.ENOSPC else \
+            f"a write refused ({os.strerror(code)})"
+        return InputError(f"{what} ({first_line(error)}): the output (or the file the standard output was redirected "
+                          "to) is incomplete; free some space (or raise the limit) and run the command again")
     if (denied := denied_write(error)) is not None:
         return InputError(f"{denied.filename or 'a file'}: {denied.strerror}: this user may not change (or read) it "
                           "(its permissions, a read-only filesystem, a file marked immutable with chattr +i): fix that "

@@ -127,7 +127,7 @@ def own_lines_only(verbose: bool, beam_args: list[str], sigint: SigintWatch | No
             stack.enter_context(without_batch_size_estimator_warnings())
         workers = WORKER_NOISE if starts_worker_processes(beam_args) else ()
         noise = () if verbose else (*SDIST_BUILD_LINES, *workers)
-        yield stack.enter_context(forwarded_stderr(noise, sigint, hide_input_errors=not verbose))
+        yield stack.enter_context(forwarded_stderr(noise, sigint, hide_one_line_errors=not verbose))
 
 
 def output_closed(error: BrokenPipeError) -> int:

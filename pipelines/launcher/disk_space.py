@@ -15,8 +15,11 @@ from dataclasses import dataclass
 from artifacts import fs
 from artifacts.errors import InputError, error_chain
 
-# How an out-of-space error reads once Beam has re-raised a worker's OSError as its own exception.
-OUT_OF_SPACE_TEXT = f"[Errno {errno.ENOSPC}]"
+# The write errors that say no more can be written where the output goes, and what a stage that met one did: the
+# filesystem is full, this user's quota on it is used up, or a file grew past the size limit (ulimit -f, or the
+# filesystem's largest file). What to do is the same: make room (or give another --output) and rerun.
+NO_ROOM = {errno.ENOSPC: "ran out of disk space", errno.EDQUOT: "ran out of this user's disk quota",
+           errno.EFBIG: "wrote a file past the size limit (ulimit -f, or the filesystem's largest file)"}
 
 
 @dataclass(frozen=True)
@@ -47,28 +50,42 @@ def space_of(output: str) -> Space:
     return Space(mount, stats.f_bavail * stats.f_frsize)
 
 
+def no_room_in(text: str) -> int | None:
+    """The ``NO_ROOM`` errno a text names (as Beam re-raises a worker's OSError: its text alone), None if none."""
+    return next((code for code in NO_ROOM if f"[Errno {code}]" in text or os.strerror(code) in text), None)
+
+
 def mentions_out_of_space(text: str) -> bool:
-    return OUT_OF_SPACE_TEXT in text or os.strerror(errno.ENOSPC) in text
+    return no_room_in(text) is not None
 
 
-def out_of_space(error: BaseException) -> bool:
-    """Whether ``error`` (or what it was raised from) is a full disk: an ``OSError`` ENOSPC, or its text after
-    Beam re-raised it."""
-    return any((isinstance(current, OSError) and current.errno == errno.ENOSPC) or mentions_out_of_space(str(current))
-               for current in error_chain(error))
+def out_of_space(error: BaseException) -> int | None:
+    """The ``NO_ROOM`` errno of ``error`` (or of what it was raised from): an ``OSError``'s, or one its text names
+    after Beam re-raised it; None if it is no such error."""
+    for current in error_chain(error):
+        code = current.errno if isinstance(current, OSError) and current.errno in NO_ROOM else no_room_in(str(current))
+        if code is not None:
+            return code
+    return None
 
 
 def staged_bytes(staging_root: str) -> int:
     return sum(fs.size(path) for path in fs.list_tree(staging_root))
 
 
-def disk_full_error(command: str, output: str, staging_root: str, at_start: Space) -> InputError:
-    """The one-line error of ``command`` having filled the filesystem of ``output``; removes its staged files."""
+def disk_full_error(command: str, output: str, staging_root: str, at_start: Space,
+                    code: int = errno.ENOSPC) -> InputError:
+    """The one-line error of ``command`` having met the ``NO_ROOM`` error ``code`` writing under ``output``;
+    removes its staged files."""
     written = staged_bytes(staging_root)
     fs.delete_tree(staging_root)
-    need = (f"more than the {fs.human_size(at_start.free)} that were free when it started" if at_start.free is not None
-            else "more space than it had")
-    return InputError(f"{command} ran out of disk space on {at_start.filesystem} (the filesystem of {output}) after "
+    if code != errno.ENOSPC:
+        need = "more room than it was given"
+    elif at_start.free is not None:
+        need = f"more than the {fs.human_size(at_start.free)} that were free when it started"
+    else:
+        need = "more space than it had"
+    return InputError(f"{command} {NO_ROOM[code]} on {at_start.filesystem} (the filesystem of {output}) after "
                       f"writing {fs.human_size(written)}; it needs {need}. Its staged files were removed: free some "
                       "space (or give another --output) and rerun the same command to resume")
 

@@ -448,6 +448,18 @@ def committed_directories(stage: Stage) -> list[str]:
                    for depth in range(1, len(parts) + 1)})
 
 
+def require_replaceable(stage: Stage, output: str) -> None:
+    """An InputError, before the stage runs, where ``commit`` could not replace what OUT holds (once it has dropped
+    the stage's record): a directory of the stage's artifacts or staging, or one above them, whose entries this user
+    may not change."""
+    replaced = {STAGING_DIR, *committed(stage)}
+    for target in (STAGING_DIR, *committed_directories(stage)):
+        if (locked := fs.unchangeable_directory(fs.join(output, target), target in replaced)) is not None:
+            raise InputError(f"{locked}: this user may not change what it holds (its permissions, or a read-only "
+                             f"filesystem), and {layout.command_of(stage.name)} replaces {target}/ as it commits: "
+                             "fix that and run the command again")
+
+
 def committed(stage: Stage) -> list[str]:
     """The artifacts ``commit`` moves into OUT: the stage's outputs and its dead letters."""
     return [*stage.outputs, layout.errors_of(stage.name)]
@@ -575,9 +587,9 @@ def _execute_within_limits(stage: Stage[ConfigT], config: ConfigT, ctx: StageCon
     try:
         return _execute(stage, config, ctx, options, force)
     except Exception as error:
-        if disk_space.out_of_space(error):
+        if (code := disk_space.out_of_space(error)) is not None:
             raise disk_space.disk_full_error(layout.command_of(stage.name), ctx.output, ctx.staging_root,
-                                             at_start) from error
+                                             at_start, code) from error
         if gpu_out_of_memory(error):
             raise GpuMemoryError(layout.command_of(stage.name)) from error
         raise
@@ -621,6 +633,7 @@ def _execute(stage: Stage[ConfigT], config: ConfigT, ctx: StageContext, options:
     check_input_content(ctx, stage, config, completed)
     for target in (STAGING_DIR, *committed_directories(stage)):
         fs.require_directory_target(fs.join(output, target))
+    require_replaceable(stage, output)
     fs.delete_tree(ctx.staging_root)
     print(f"[{layout.command_of(stage.name)}] running", file=sys.stderr)
     counters = stage.run(ctx, config)

@@ -30,7 +30,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from artifacts.errors import mentions_input_error
+from artifacts.errors import denied_in_text, mentions_input_error
+from pipelines.launcher.disk_space import mentions_out_of_space
 from pipelines.launcher.interrupt import SigintWatch
 
 # Lines Beam's SDK worker prints while it starts (the second one because the first configured logging).
@@ -58,20 +59,26 @@ def leave_out_optional_gcp_warning() -> None:
         logging.getLogger().addFilter(optional_gcp_noise)
 
 
+def said_in_one_line(text: str) -> bool:
+    """Whether a log message carries an error the command line says in one line: an InputError, a full disk, a
+    write refused."""
+    return mentions_input_error(text) or mentions_out_of_space(text) or denied_in_text(text) is not None
+
+
 def starts_worker_processes(beam_args: list[str]) -> bool:
     return any(arg.endswith("multi_processing") for arg in beam_args)
 
 
-class InputErrorTracebacks:
-    """Tracebacks of an InputError left out, any other passed whole. Beam's SDK worker prints a failed bundle's
-    traceback to stderr whatever the log level (150 to 220 lines of a worker process for one bad stream); the
-    command says the error in one line. A traceback is held from its first line to the line after its last
-    exception's (chained ones included), other lines meanwhile with it; a log line naming an InputError is left
-    out."""
+class OneLineErrorTracebacks:
+    """Tracebacks of an error the command says in one line (``said_in_one_line``: an InputError, a full disk, a
+    write refused) left out, any other passed whole. Beam's SDK worker prints a failed bundle's traceback to stderr
+    whatever the log level (150 to 220 lines of a worker process for one bad stream). A traceback is held from its
+    first line to the line after its last exception's (chained ones included), other lines meanwhile with it; a log
+    line naming such an error is left out."""
 
     def __init__(self) -> None:
         self._held: list[bytes] = []
-        self._input_error = False
+        self._one_line_error = False
 
     def lines(self, line: bytes) -> list[bytes]:
         """What to write now, ``line`` read."""
@@ -81,34 +88,34 @@ class InputErrorTracebacks:
             if ends_before:
                 return [*self.ended(), *self.lines(line)]
             self._held.append(line)
-            self._input_error |= line[:1] not in (b" ", b"\t") and mentions_input_error(line.decode(errors="replace"))
+            self._one_line_error |= line[:1] not in (b" ", b"\t") and said_in_one_line(line.decode(errors="replace"))
             return []
         if line.startswith(_TRACEBACK) or line.endswith(_LOGGED_TRACEBACK):
             self._held = [line]
             return []
-        return [] if mentions_input_error(line.decode(errors="replace")) else [line]
+        return [] if said_in_one_line(line.decode(errors="replace")) else [line]
 
     def ended(self) -> list[bytes]:
-        """The traceback held, unless it is an InputError's; nothing is held after."""
-        held, hidden = self._held, self._input_error
-        self._held, self._input_error = [], False
+        """The traceback held, unless it is one of an error said in one line; nothing is held after."""
+        held, hidden = self._held, self._one_line_error
+        self._held, self._one_line_error = [], False
         return [] if hidden else held
 
 
 def forward_lines(source: int, target: int, dropped: tuple[bytes, ...], sigint: SigintWatch | None = None,
-                  hide_input_errors: bool = False) -> None:
+                  hide_one_line_errors: bool = False) -> None:
     """Copy lines from descriptor ``source`` to ``target`` until EOF, leaving out lines containing ``dropped``,
-    with ``hide_input_errors`` an InputError's tracebacks (``InputErrorTracebacks``), and every line read once
-    ``sigint`` has seen SIGINT (asked after each read, before anything is written: what was written after the
-    signal is read after it); closes both descriptors. With ``sigint``, meant to run in a thread of its own, which
-    it makes block SIGINT (the main thread still takes the signal; here it shows as pending until then)."""
+    with ``hide_one_line_errors`` the tracebacks of errors said in one line (``OneLineErrorTracebacks``), and every
+    line read once ``sigint`` has seen SIGINT (asked after each read, before anything is written: what was written
+    after the signal is read after it); closes both descriptors. With ``sigint``, meant to run in a thread of its
+    own, which it makes block SIGINT (the main thread still takes the signal; here it shows as pending until then)."""
     if sigint is not None:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 
     def quiet() -> bool:
         return sigint is not None and sigint.sigint_arrived()
 
-    tracebacks = InputErrorTracebacks() if hide_input_errors else None
+    tracebacks = OneLineErrorTracebacks() if hide_one_line_errors else None
 
     def shown(lines: list[bytes]) -> list[bytes]:
         kept = [line for line in lines if not _contains_any(line, dropped)]
@@ -161,17 +168,17 @@ class ForwardedStderr:
 
 @contextlib.contextmanager
 def forwarded_stderr(dropped: tuple[bytes, ...] = WORKER_START_UP_LINES, sigint: SigintWatch | None = None,
-                     hide_input_errors: bool = False) -> Iterator[ForwardedStderr]:
+                     hide_one_line_errors: bool = False) -> Iterator[ForwardedStderr]:
     """Filter descriptor 2 (ours and every child's) while the block runs: lines containing ``dropped`` left out,
-    with ``hide_input_errors`` an InputError's tracebacks, and, once ``sigint`` has seen SIGINT, every line.
-    Everything else passes unchanged. After Ctrl-C the block ends without waiting for the forwarder."""
+    with ``hide_one_line_errors`` the tracebacks of errors said in one line, and, once ``sigint`` has seen SIGINT,
+    every line. Everything else passes unchanged. After Ctrl-C the block ends without waiting for the forwarder."""
     sys.stderr.flush()
     original = os.dup(2)
     stderr = ForwardedStderr(original, sigint)
     read_end, write_end = os.pipe()
     # The forwarder owns its own copy of the original descriptor: it may outlive the block by a lingering worker.
     forwarder = threading.Thread(target=forward_lines, name="stderr-forwarder", daemon=True,
-                                 args=(read_end, os.dup(original), dropped, sigint, hide_input_errors))
+                                 args=(read_end, os.dup(original), dropped, sigint, hide_one_line_errors))
     forwarder.start()
     os.dup2(write_end, 2)
     os.close(write_end)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import http.server
 import importlib
+import io
 import json
 import os
 import re
@@ -535,6 +537,53 @@ def test_a_lock_whose_pid_is_not_one_is_refused_as_unreadable(tmp_path, capsys, 
     assert capsys.readouterr().err.splitlines() == [
         f"error: {output} is in use: {output / lock.LOCK_NAME} exists but cannot be read; remove it if no "
         f"command writes {output}"]
+
+
+class FullDiskFile(io.FileIO):
+    def write(self, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_lock_that_cannot_be_written_is_one_line_naming_it_and_leaves_no_file(tmp_path, capsys, monkeypatch):
+    """A full disk as the lock is taken: was an empty lock left behind, which refused the rerun for 10 s, and an
+    error that named no file and blamed the standard output."""
+    output = tmp_path / "out"
+    fdopen = os.fdopen
+
+    def lock_on_a_full_disk(descriptor: int, *args, **kwargs):
+        if os.readlink(f"/proc/self/fd/{descriptor}").endswith(lock.LOCK_NAME):
+            return FullDiskFile(descriptor, "wb")
+        return fdopen(descriptor, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "fdopen", lock_on_a_full_disk)
+        assert main(["parse", "--dump", SAMPLE, "--output", str(output), *DIRECT]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: {output / lock.LOCK_NAME}: the run's lock could not be written (No space left on device): free some "
+        "space (or fix what refused the write) and run the command again"]
+    assert not (output / lock.LOCK_NAME).exists()
+    assert main(["parse", "--dump", SAMPLE, "--output", str(output), "--progress-interval", "0", *DIRECT]) == 0
+
+
+def test_an_artifact_this_user_may_not_change_is_refused_before_the_stage_runs(tmp_path, capsys, monkeypatch):
+    """A forced parse over a run whose articles/ holds a directory this user may not change (another user's, a
+    read-only mount): was the whole stage run, then a traceback at its commit, exit 1, and the run's parse record
+    gone (every later stage invalid)."""
+    output = tmp_path / "out"
+    command = ["parse", "--dump", SAMPLE, "--output", str(output), "--progress-interval", "0", *DIRECT]
+    assert main(command) == 0
+    capsys.readouterr()
+    locked = output / layout.ARTICLES / "locked"
+    locked.mkdir()
+    access = os.access
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "access", lambda path, mode: access(path, mode) and os.fspath(path) != str(locked))
+        assert main([*command, "--force"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: {locked}: this user may not change what it holds (its permissions, or a read-only filesystem), and "
+        f"parse replaces {layout.ARTICLES}/ as it commits: fix that and run the command again"]
+    assert "parse" in manifest.load(str(output))
+    assert main(["validate", "--output", str(output)]) == 0
 
 
 def test_an_empty_lock_is_taken_for_one_being_written_then_for_a_killed_runs(tmp_path, capsys):

@@ -194,13 +194,31 @@ def test_an_export_that_fills_its_disk_says_so_in_one_line(full_run, tmp_path, m
     assert not (tmp_path / "kpr" / kpr_export.VOCAB_FILE).exists()
 
 
-def test_a_file_this_user_may_not_change_is_named_in_one_line(full_run, monkeypatch, capsys):
-    """A report into a directory marked immutable (chattr +i), as Beam's filesystems report it: the file named."""
+def beam_delete_refused(path: str) -> Exception:
+    """A delete refused as Beam's filesystems report it: the path's PermissionError."""
+    return BeamIOError("Delete operation failed", {path: PermissionError(errno.EPERM, os.strerror(errno.EPERM), path)})
+
+
+def beam_delete_refused_wrapped(path: str) -> Exception:
+    """... as its local filesystem's delete and rename do: each path's error wrapped in an IOError of it (errno
+    None): was a traceback and exit 1 at a stage's commit and at a re-export."""
+    return BeamIOError("Delete operation failed", {
+        path: OSError(PermissionError(errno.EPERM, os.strerror(errno.EPERM), path))})
+
+
+def worker_refused(path: str) -> Exception:
+    """... as Beam re-raises it from a worker process: its text alone."""
+    return RuntimeError(f"PermissionError: [Errno {errno.EPERM}] {os.strerror(errno.EPERM)}: '{path}' [while running "
+                        "'WriteReport']")
+
+
+@pytest.mark.parametrize("refusal", [beam_delete_refused, beam_delete_refused_wrapped, worker_refused])
+def test_a_file_this_user_may_not_change_is_named_in_one_line(full_run, monkeypatch, capsys, refusal):
+    """A report into a directory marked immutable (chattr +i): the file named."""
     report = os.path.join(str(full_run), "report", "index.html")
 
     def denied(*_args, **_kwargs) -> None:
-        raise BeamIOError("Delete operation failed", {report: PermissionError(errno.EPERM, os.strerror(errno.EPERM),
-                                                                              report)})
+        raise refusal(report)
 
     monkeypatch.setattr(report_module, "write_report", denied)
     assert main(["report", "--output", str(full_run)]) == 2

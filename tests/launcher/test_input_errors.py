@@ -631,27 +631,37 @@ def test_verify_catches_a_changed_byte_that_kept_size_and_modification_time(smal
     assert main([*search, "--verify"]) == 0
 
 
+SIZE = r"\d+(\.\d)? [KMGT]?B"
+NO_ROOM = {  # what the stage did, what it needs
+    errno.ENOSPC: ("ran out of disk space", rf"more than the {SIZE} that were free when it started"),
+    errno.EDQUOT: ("ran out of this user's disk quota", "more room than it was given"),
+    errno.EFBIG: (r"wrote a file past the size limit \(ulimit -f, or the filesystem's largest file\)",
+                  "more room than it was given")}
+
+
+@pytest.mark.parametrize("code", NO_ROOM)
 def test_a_full_disk_is_one_line_leaves_no_staged_files_and_a_rerun_resumes(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """The dictionary stage's Parquet writes fail as on a full filesystem (ENOSPC): one line, exit 2, nothing
-    staged left; parse's committed outputs stay and the rerun with space runs only the dictionary."""
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], code: int) -> None:
+    """The dictionary stage's Parquet writes fail as on a full filesystem (ENOSPC), a user's quota used up (EDQUOT)
+    or past ``ulimit -f`` (EFBIG): one line, exit 2, nothing staged left; parse's committed outputs stay and the
+    rerun with space runs only the dictionary. EDQUOT and EFBIG were ~300 lines of tracebacks and exit 1."""
     output = tmp_path / "out"
     parse = ["parse", "--dump", str(BUNDLED_SAMPLE), "--output", str(output), *DIRECT]
     dictionary = ["dictionary", "--output", str(output), "--include-red-links", *DIRECT]
     assert main(parse) == 0
 
     def full(*_args, **_kwargs) -> None:
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        raise OSError(code, os.strerror(code))
 
     with monkeypatch.context() as patch:
         patch.setattr(pq.ParquetWriter, "write_table", full)
         assert main(dictionary) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    size = r"\d+(\.\d)? [KMGT]?B"
+    did, needs = NO_ROOM[code]
     assert re.fullmatch(
-        rf"error: dictionary ran out of disk space on {re.escape(mount_point(str(output)))} \(the filesystem of "
-        rf"{re.escape(str(output))}\) after writing {size}; it needs more than the {size} that were free when it "
-        r"started\. Its staged files were removed: free some space \(or give another --output\) and rerun the same "
+        rf"error: dictionary {did} on {re.escape(mount_point(str(output)))} \(the filesystem of "
+        rf"{re.escape(str(output))}\) after writing {SIZE}; it needs {needs}\. Its staged files were removed: free "
+        r"some space \(or give another --output\) and rerun the same "
         r"command to resume", err[-1]), err[-1]
     assert "Traceback" not in "\n".join(err)
     assert not (output / ".staging" / "dictionary").exists()
@@ -672,6 +682,8 @@ def test_out_of_space_is_told_by_errno_or_by_beams_rewording() -> None:
     except RuntimeError as wrapped:
         assert out_of_space(wrapped)
     assert not out_of_space(OSError(errno.EACCES, "Permission denied"))
+    assert out_of_space(OSError(errno.EDQUOT, "Disk quota exceeded")) == errno.EDQUOT
+    assert out_of_space(RuntimeError("OSError: [Errno 27] File too large [while running 'Write']")) == errno.EFBIG
 
 
 def test_a_gpu_out_of_memory_is_one_line_naming_what_to_lower(

@@ -37,10 +37,10 @@ def test_only_the_worker_start_up_lines_are_dropped():
         assert forwarded.read() == lines[0] + lines[3] + lines[5]
 
 
-def forwarded(lines: list[bytes], hide_input_errors: bool) -> bytes:
+def forwarded(lines: list[bytes], hide_one_line_errors: bool) -> bytes:
     read_end, write_end = os.pipe()
     out_read, out_write = os.pipe()
-    forwarder = threading.Thread(target=forward_lines, args=(read_end, out_write, (), None, hide_input_errors))
+    forwarder = threading.Thread(target=forward_lines, args=(read_end, out_write, (), None, hide_one_line_errors))
     forwarder.start()
     os.write(write_end, b"".join(lines))
     os.close(write_end)
@@ -65,10 +65,22 @@ def test_an_input_errors_tracebacks_are_left_out_and_any_other_passes_whole():
                    b"ZeroDivisionError: division by zero\n", b"\n"]
     ours = [b"[parse] running\n", b"warning: a line of ours\n"]
     stream = [ours[0], *input_error, ours[1], *other_error, b"[parse] done in 1.0s"]
-    assert forwarded(stream, hide_input_errors=True) == b"".join([*ours, *other_error, b"[parse] done in 1.0s"])
-    assert forwarded(stream, hide_input_errors=False) == b"".join(stream)  # --verbose
+    assert forwarded(stream, hide_one_line_errors=True) == b"".join([*ours, *other_error, b"[parse] done in 1.0s"])
+    assert forwarded(stream, hide_one_line_errors=False) == b"".join(stream)  # --verbose
     cut_short = [ours[0], *input_error[1:4]]  # the stream ends inside a traceback: it is written if no InputError's
-    assert forwarded(cut_short, hide_input_errors=True) == b"".join(cut_short).rstrip(b"\n")
+    assert forwarded(cut_short, hide_one_line_errors=True) == b"".join(cut_short).rstrip(b"\n")
+
+
+@pytest.mark.parametrize("error", [b"OSError: [Errno 28] No space left on device [while running 'WriteArticles']",
+                                   b"OSError: [Errno 122] Disk quota exceeded",
+                                   b"PermissionError: [Errno 13] Permission denied: '/out/.staging/parse/a.parquet'"])
+def test_the_tracebacks_of_a_full_disk_or_a_write_refused_are_left_out(error):
+    """The command says them in one line (a worker process's full disk was ~370 lines and 10 tracebacks before it,
+    with two worker processes)."""
+    traceback = [b"ERROR:apache_beam.runners.common:" + error + b"\n", b"Traceback (most recent call last):\n",
+                 b'  File "parquetio.py", line 1, in write\n', error + b"\n", b"\n"]
+    ours = [b"[parse] running\n", b"[parse] 12 pages in 0s\n"]
+    assert forwarded([ours[0], *traceback, ours[1]], hide_one_line_errors=True) == b"".join(ours)
 
 
 def test_an_input_error_in_a_worker_process_is_one_line(tmp_path):

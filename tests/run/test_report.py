@@ -292,6 +292,21 @@ def test_a_run_with_only_parse_says_not_run_for_the_other_stages(run_copy):
                                                                             "timings.png"]
 
 
+def test_a_report_cut_short_keeps_no_stamp(run_copy, monkeypatch):
+    """A report whose page cannot be written (a full disk) over an earlier one: the earlier stamp went with it, so
+    publish does not take the mix of old and new files for a finished report of this run."""
+    write_report(str(run_copy))
+    assert (run_copy / "report" / "manifest.sha256").exists()
+
+    def full(*_args, **_kwargs) -> str:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("artifacts.run.report.page.render", full)
+    with pytest.raises(OSError):
+        write_report(str(run_copy))
+    assert (run_copy / "report" / "index.html").exists() and not (run_copy / "report" / "manifest.sha256").exists()
+
+
 def test_a_new_report_removes_its_stale_plots_and_nothing_else(run_copy):
     users = fill_with_files(run_copy / "report", ("notes.txt", "mine/plot.png", "old.png"))
     write_report(str(run_copy))

@@ -660,7 +660,8 @@ def fake_report(out: Path) -> None:
 def test_publish_refuses_a_report_built_before_the_last_stage(run: Path, tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     """A report older than the manifest (a stage recorded after it) would be published as the run's: refused, and
-    so is a report that names no manifest; the report command's own stamp is accepted."""
+    so is a report that names no manifest (one cut short: its stamp is removed first and written last; it was said
+    to be built before the last stage); the report command's own stamp is accepted."""
     assert main(["report", "--output", str(run), "--recall-queries", "5"]) == 0
     records = manifest.load(str(run))
     records["index"].counters["passages_encoded"] += 1  # as a rerun of the stage records it
@@ -670,9 +671,11 @@ def test_publish_refuses_a_report_built_before_the_last_stage(run: Path, tmp_pat
         if without_stamp:  # no stamp: no telling which run it shows
             (run / "report" / "manifest.sha256").unlink()
         assert main(["publish", "--output", str(run), "--to", str(destination)]) == 2
+        why = ("holds no finished report (it has no stamp: a report that stopped part way, a full disk?)"
+               if without_stamp else "was built before the run's last stage ran (from another manifest.json)")
         assert capsys.readouterr().err == (
-            f"error: {run / 'report'} was built before the run's last stage ran (from another manifest.json): run "
-            f"`python run_pipeline.py report --output {run}` again, or remove the report to publish without one; "
+            f"error: {run / 'report'} {why}: run `python run_pipeline.py report --output {run}` again, or remove the "
+            "report to publish without one; "
             "nothing was copied\n")
         assert not destination.exists()
     assert main(["report", "--output", str(run), "--recall-queries", "5"]) == 0

@@ -142,6 +142,7 @@ def write_report(output: str, declared: Mapping[str, Counter], *, recall_queries
     manifest_sha256 = fs.sha256(manifest.manifest_path(output)) if fs.exists(manifest.manifest_path(output)) else ""
     data = collect(output, declared, recall_queries, max_exact, previous)
     report_dir = fs.join(output, REPORT_DIR)
+    fs.delete_file(fs.join(report_dir, layout.REPORT_STAMP))  # written last: a report cut short has none
     drawn = _draw(data)
     for name in PLOTS:
         if name not in drawn:
