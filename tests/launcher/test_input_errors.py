@@ -37,7 +37,7 @@ from pipelines.launcher.cli import main
 from pipelines.launcher.disk_space import mount_point, out_of_space
 from pipelines.launcher.stage import private_tempdir
 from tests.builders import stage_command
-from tests.conftest import BUNDLED_SAMPLE, DIRECT, copy_stages
+from tests.conftest import BUNDLED_INDEX, BUNDLED_SAMPLE, DIRECT, copy_stages
 from transforms.parse.multistream import has_several_bz2_streams, looks_multistream
 
 CORPUS = "id\ttext\ttitle\n1\tAaron is a prophet and high priest\tAaron\n2\tMoses led the people\tMoses\n"
@@ -140,6 +140,12 @@ def _not_xml(tmp: Path, _models: dict[str, Path]) -> tuple[list[str], str]:
     path.write_text("just some notes, no markup\n")
     return (["parse", "--dump", str(path), "--output", str(tmp / "out")],
             f"error: {path} is not a MediaWiki XML export dump: it does not start with XML")
+
+
+def _index_as_dump(tmp: Path, _models: dict[str, Path]) -> tuple[list[str], str]:
+    return (["parse", "--dump", str(BUNDLED_INDEX), "--output", str(tmp / "out")],
+            f"error: {BUNDLED_INDEX} is not a MediaWiki XML export dump: it is a multistream index "
+            "('offset:page_id:title' lines): give it as --dump-index")
 
 
 def _second_part_not_a_dump(tmp: Path, _models: dict[str, Path]) -> tuple[list[str], str]:
@@ -388,7 +394,8 @@ QUESTION_FILES = {
 
 
 CASES = [Case("xml-that-is-not-a-dump", _not_a_dump), Case("text-that-is-not-xml", _not_xml),
-         Case("second-dump-not-a-dump", _second_part_not_a_dump), Case("gpt2-as-dpr", _gpt2_as_dpr),
+         Case("second-dump-not-a-dump", _second_part_not_a_dump), Case("index-as-dump", _index_as_dump),
+         Case("gpt2-as-dpr", _gpt2_as_dpr),
          Case("gpt2-as-bge", _gpt2_as_bge), Case("tokenizer-without-tokens", _tokenless),
          Case("tokenizer-of-unknown-words", _unknowing("index")),
          Case("all-preflight-tokenizer-of-unknown-words", _unknowing("all")),

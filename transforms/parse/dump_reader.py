@@ -139,6 +139,9 @@ def read_siteinfo(path: str) -> SiteInfo:
         raise InputError(f"{path}: unreadable <siteinfo>: {error}") from error
 
 
+_INDEX_LINE = re.compile(rb"\d+:\d+:[^\n]")  # a multistream index's first line
+
+
 def root_element(head: bytes) -> str | None:
     """The local name of the first element in the start of an XML document; None if it is not XML."""
     parser = ElementTree.XMLPullParser(events=("start",))
@@ -155,9 +158,15 @@ def require_export(path: str, head: bytes) -> None:
     """An InputError unless ``head``, the start of ``path``, is a MediaWiki XML export (root <mediawiki>):
     any other XML would parse to zero pages without a word."""
     root = root_element(head)
-    if root != "mediawiki":
-        found = f"its root element is <{root}>, not <mediawiki>" if root else "it does not start with XML"
-        raise InputError(f"{path} is not a MediaWiki XML export dump: {found}")
+    if root == "mediawiki":
+        return
+    if root:
+        found = f"its root element is <{root}>, not <mediawiki>"
+    elif _INDEX_LINE.match(head):
+        found = "it is a multistream index ('offset:page_id:title' lines): give it as --dump-index"
+    else:
+        found = "it does not start with XML"
+    raise InputError(f"{path} is not a MediaWiki XML export dump: {found}")
 
 
 def _latest_revision(page: ElementTree.Element) -> ElementTree.Element | None:
