@@ -313,9 +313,14 @@ def unchangeable_directory(path: str, whole_tree: bool = True) -> str | None:
     filesystem's)."""
     if not _is_plain_path(path) or not os.path.isdir(path):
         return None
-    directories = (directory for directory, _, _ in os.walk(path)) if whole_tree else iter([path])
-    return next((directory for directory in directories if not os.access(directory, os.R_OK | os.W_OK | os.X_OK)),
-                None)
+    unlistable: list[str] = []  # a directory os.walk cannot open is passed over: its error says which
+    walked = (directory for directory, _, _ in os.walk(path, onerror=lambda error: unlistable.append(error.filename)))
+    for directory in walked if whole_tree else [path]:
+        if unlistable:
+            return unlistable[0]
+        if not os.access(directory, os.R_OK | os.W_OK | os.X_OK):
+            return directory
+    return unlistable[0] if unlistable else None
 
 
 def require_file_target(path: str) -> None:

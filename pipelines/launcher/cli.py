@@ -40,7 +40,7 @@ from pipelines.launcher.interrupt import (
     interrupted_line,
     watching_sigint,
 )
-from pipelines.launcher.worker_output import ForwardedStderr
+from pipelines.launcher.worker_output import OWN_ERROR, ForwardedStderr
 
 # Commands that write OUT: it must be a writable directory before they start.
 WRITERS = (*layout.STAGE_COMMANDS.values(), "all")
@@ -421,5 +421,5 @@ def refused(error: Exception) -> int:
     message = input_error_message(worded(error))
     if message is None:
         raise error
-    print(f"error: {message}", file=sys.stderr)
+    print(f"{OWN_ERROR}{message}", file=sys.stderr)
     return 2

@@ -448,13 +448,13 @@ def committed_directories(stage: Stage) -> list[str]:
                    for depth in range(1, len(parts) + 1)})
 
 
-def require_replaceable(stage: Stage, output: str) -> None:
+def require_replaceable(stage: Stage, ctx: StageContext) -> None:
     """An InputError, before the stage runs, where ``commit`` could not replace what OUT holds (once it has dropped
-    the stage's record): a directory of the stage's artifacts or staging, or one above them, whose entries this user
-    may not change."""
-    replaced = {STAGING_DIR, *committed(stage)}
-    for target in (STAGING_DIR, *committed_directories(stage)):
-        if (locked := fs.unchangeable_directory(fs.join(output, target), target in replaced)) is not None:
+    the stage's record): a directory of the stage's artifacts, staging or kept work (those it replaces, whole), or
+    one above them, whose entries this user may not change."""
+    replaced = {*committed(stage), fs.relative(ctx.staging_root, ctx.output), fs.relative(ctx.kept_root, ctx.output)}
+    for target in sorted({STAGING_DIR, *replaced, *committed_directories(stage)}):
+        if (locked := fs.unchangeable_directory(fs.join(ctx.output, target), target in replaced)) is not None:
             raise InputError(f"{locked}: this user may not change what it holds (its permissions, or a read-only "
                              f"filesystem), and {layout.command_of(stage.name)} replaces {target}/ as it commits: "
                              "fix that and run the command again")
@@ -633,7 +633,7 @@ def _execute(stage: Stage[ConfigT], config: ConfigT, ctx: StageContext, options:
     check_input_content(ctx, stage, config, completed)
     for target in (STAGING_DIR, *committed_directories(stage)):
         fs.require_directory_target(fs.join(output, target))
-    require_replaceable(stage, output)
+    require_replaceable(stage, ctx)
     fs.delete_tree(ctx.staging_root)
     print(f"[{layout.command_of(stage.name)}] running", file=sys.stderr)
     counters = stage.run(ctx, config)

@@ -39,6 +39,7 @@ WORKER_START_UP_LINES = (
     b"apitools not found, and bigquery client libraries are not available",
     b"INFO:__main__:Logging handler created.",
 )
+OWN_ERROR = "error: "  # how the command's own one-line errors start
 _TRACEBACK = b"Traceback (most recent call last):"
 _LOGGED_TRACEBACK = b"Original traceback is"  # the SDK worker's log line before the traceback it logs
 _CHAINED = (b"The above exception was the direct cause", b"During handling of the above exception")
@@ -82,6 +83,8 @@ class OneLineErrorTracebacks:
 
     def lines(self, line: bytes) -> list[bytes]:
         """What to write now, ``line`` read."""
+        if line.startswith(OWN_ERROR.encode()):  # the command's own line, whatever it quotes: never held nor left out
+            return [*self.ended(), line]
         if self._held:
             ends_before = (line[:1] not in (b"", b" ", b"\t") and not self._held[-1].strip()
                            and not line.startswith((_TRACEBACK, *_CHAINED)))

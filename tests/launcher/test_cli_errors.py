@@ -584,6 +584,24 @@ def test_an_artifact_this_user_may_not_change_is_refused_before_the_stage_runs(t
         f"parse replaces {layout.ARTICLES}/ as it commits: fix that and run the command again"]
     assert "parse" in manifest.load(str(output))
     assert main(["validate", "--output", str(output)]) == 0
+    # a directory this user cannot list is no more changeable (os.walk passed over it: the stage ran, and its commit
+    # deleted the articles before it failed), and another stage's leftovers under .staging are not parse's (they
+    # refused it)
+    scandir, others = os.scandir, output / ".staging" / "embed-entities.kept" / "pending"
+    others.mkdir(parents=True)
+
+    def unlistable(path):
+        if isinstance(path, (str, os.PathLike)) and os.fspath(path) == str(locked):  # not a descriptor
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return scandir(path)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "scandir", unlistable)
+        patch.setattr(os, "access", lambda path, mode: access(path, mode) and os.fspath(path) != str(others))
+        assert main([*command, "--force"]) == 2
+        assert capsys.readouterr().err.splitlines()[-1].startswith(f"error: {locked}: this user may not change")
+        shutil.rmtree(locked)
+        assert main([*command, "--force"]) == 0
 
 
 def test_an_empty_lock_is_taken_for_one_being_written_then_for_a_killed_runs(tmp_path, capsys):

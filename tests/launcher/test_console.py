@@ -180,6 +180,18 @@ def test_a_command_whose_stdout_is_a_full_disk_says_so_in_one_line(full_run, mon
                            "output (or the file the standard output was redirected to) is incomplete")
 
 
+def test_a_command_whose_stdout_is_a_full_device_says_so_past_the_forwarder(full_run):
+    """``validate > /dev/full`` as a user runs it (the forwarder of stderr on): its line quotes the OSError's errno,
+    which the forwarder took for a worker's traceback line and left out (exit 2 and nothing said)."""
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([sys.executable, "run_pipeline.py", "validate", "--output", str(full_run)], cwd=REPO,
+                                stdout=full, stderr=subprocess.PIPE, text=True, timeout=300,
+                                env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: no space left on the device written to ([Errno 28] No space left on "
+                                    "device): "), result.stderr
+
+
 def test_an_export_that_fills_its_disk_says_so_in_one_line(full_run, tmp_path, monkeypatch, capsys):
     """The linker's copy fails as on a full filesystem (Beam's BeamIOError carrying the OSError): one line, exit 2,
     nothing left in DIR but its record; it was a traceback and exit 1."""

@@ -81,6 +81,10 @@ def test_the_tracebacks_of_a_full_disk_or_a_write_refused_are_left_out(error):
                  b'  File "parquetio.py", line 1, in write\n', error + b"\n", b"\n"]
     ours = [b"[parse] running\n", b"[parse] 12 pages in 0s\n"]
     assert forwarded([ours[0], *traceback, ours[1]], hide_one_line_errors=True) == b"".join(ours)
+    # the command's own line quoting the error passes, also right after a traceback (it was left out: exit 2 and
+    # nothing said)
+    said = b"error: no space left on the device written to (" + error + b"): free some space\n"
+    assert forwarded([*traceback[:-1], said], hide_one_line_errors=True) == said
 
 
 def test_an_input_error_in_a_worker_process_is_one_line(tmp_path):

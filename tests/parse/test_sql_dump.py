@@ -84,7 +84,8 @@ def test_value_syntax(tmp_path):
     value of MySQL's syntax that mysqldump, --hex-blob and other tools write."""
     path = dump_file(tmp_path, r"""INSERT INTO `redirect` VALUES (1,0,'it\'s \'\''),(2,-0,'a\\b\n\0'),"""
                                r"""(3,+1,'O''Neil'),(4,1e1,_binary 'Bin'),(5,2.5,_utf8mb4'Café'),"""
-                               r"""(6,NULL,X'436166C3A9'),(7,null,0x4E554C),(8, 3 ,  'x,y)' );""" + "\n")
+                               r"""(6,NULL,X'436166C3A9'),(7,null,0x4E554C),(8, 3 ,  'x,y)' ),""" +
+                               f"(9,{'9' * 4400},'More digits than Python converts');\n")
     assert [values for _, values in rows_and_lines(path)] == [
         {"rd_from": 1, "rd_namespace": 0, "rd_title": "it's ''"},
         {"rd_from": 2, "rd_namespace": 0, "rd_title": "a\\b\n\0"},
@@ -93,7 +94,8 @@ def test_value_syntax(tmp_path):
         {"rd_from": 5, "rd_namespace": 2.5, "rd_title": "Café"},
         {"rd_from": 6, "rd_namespace": None, "rd_title": "Café"},
         {"rd_from": 7, "rd_namespace": None, "rd_title": "NUL"},
-        {"rd_from": 8, "rd_namespace": 3, "rd_title": "x,y)"}]
+        {"rd_from": 8, "rd_namespace": 3, "rd_title": "x,y)"},
+        {"rd_from": 9, "rd_namespace": float("inf"), "rd_title": "More digits than Python converts"}]
     assert unescape(r"\%\_") == "%_"  # unknown escapes keep the character
 
 

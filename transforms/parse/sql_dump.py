@@ -64,15 +64,19 @@ def _hex(digits: str) -> str:
 
 
 def _number(text: str) -> int | float:
-    """A number as written (ValueError unless it is one: ``2e``, ``1-2``)."""
-    return float(text) if "." in text or "e" in text or "E" in text else int(text)
+    """A number as written (ValueError unless it is one: ``2e``, ``1-2``; an integer of more digits than Python
+    converts is a float)."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
 
 
 def _values(groups: tuple[str | None, ...]) -> list[Any]:
     """The values of ``_ONE_VALUE``'s groups, five a value (ValueError for a number that is none)."""
     five = iter(groups)
     return [unescape(quoted) if quoted is not None
-            else (int(number) if number.isdigit() else _number(number)) if number is not None
+            else (int(number) if len(number) < 19 and number.isdigit() else _number(number)) if number is not None
             else None if null else _hex(hex_literal if hex_literal is not None else hex_number)
             for quoted, null, number, hex_literal, hex_number in zip(five, five, five, five, five, strict=True)]
 
