@@ -41,6 +41,7 @@ WORKER_START_UP_LINES = (
 )
 OWN_ERROR = "error: "  # how the command's own one-line errors start
 _TRACEBACK = b"Traceback (most recent call last):"
+_LOG_RECORD = (b"ERROR:", b"WARNING:", b"CRITICAL:")  # a worker's log line, as Python's logging writes it
 _LOGGED_TRACEBACK = b"Original traceback is"  # the SDK worker's log line before the traceback it logs
 _CHAINED = (b"The above exception was the direct cause", b"During handling of the above exception")
 _JOIN_TIMEOUT_S = 10.0
@@ -74,8 +75,8 @@ class OneLineErrorTracebacks:
     """Tracebacks of an error the command says in one line (``said_in_one_line``: an InputError, a full disk, a
     write refused) left out, any other passed whole. Beam's SDK worker prints a failed bundle's traceback to stderr
     whatever the log level (150 to 220 lines of a worker process for one bad stream). A traceback is held from its
-    first line to the line after its last exception's (chained ones included), other lines meanwhile with it; a log
-    line naming such an error is left out."""
+    first line to the line after its last exception's (chained ones included), other lines meanwhile with it; a
+    worker's log line naming such an error is left out, and any line naming an InputError."""
 
     def __init__(self) -> None:
         self._held: list[bytes] = []
@@ -96,7 +97,9 @@ class OneLineErrorTracebacks:
         if line.startswith(_TRACEBACK) or line.endswith(_LOGGED_TRACEBACK):
             self._held = [line]
             return []
-        return [] if said_in_one_line(line.decode(errors="replace")) else [line]
+        text = line.decode(errors="replace")
+        logged = line.startswith(_LOG_RECORD) and said_in_one_line(text)  # a worker's log record of such an error
+        return [] if mentions_input_error(text) or logged else [line]
 
     def ended(self) -> list[bytes]:
         """The traceback held, unless it is one of an error said in one line; nothing is held after."""

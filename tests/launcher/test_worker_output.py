@@ -85,6 +85,8 @@ def test_the_tracebacks_of_a_full_disk_or_a_write_refused_are_left_out(error):
     # nothing said)
     said = b"error: no space left on the device written to (" + error + b"): free some space\n"
     assert forwarded([*traceback[:-1], said], hide_one_line_errors=True) == said
+    ours_quoting = b"[index] shard 3: " + error + b": it runs again\n"  # a line of ours is no worker's log record
+    assert forwarded([ours_quoting], hide_one_line_errors=True) == ours_quoting
 
 
 def test_an_input_error_in_a_worker_process_is_one_line(tmp_path):
