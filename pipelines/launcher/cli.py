@@ -25,7 +25,6 @@ from artifacts.errors import (
     error_chain,
     first_line,
     input_error_message,
-    mentions_input_error,
 )
 from artifacts.run import lock
 from encoders.errors import mentions_gpu_out_of_memory
@@ -40,7 +39,7 @@ from pipelines.launcher.interrupt import (
     interrupted_line,
     watching_sigint,
 )
-from pipelines.launcher.worker_output import OWN_ERROR, ForwardedStderr
+from pipelines.launcher.worker_output import OWN_ERROR, ForwardedStderr, said_in_one_line
 
 # Commands that write OUT: it must be a writable directory before they start.
 WRITERS = (*layout.STAGE_COMMANDS.values(), "all")
@@ -242,14 +241,12 @@ def configure_logging(verbose: bool, beam_args: list[str]) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if verbose:
         return
-    # Beam logs a failed worker's traceback before re-raising; an InputError is shown once, as one line, and
-    # Ctrl-C inside a step as the one line of an interrupted stage, a full disk or a GPU out of memory as the one
-    # line of its stage.
+    # Beam logs a failed worker's traceback before re-raising; an InputError, a full disk or a refused write is
+    # shown once, as one line, and Ctrl-C inside a step as the one line of an interrupted stage, a GPU out of memory
+    # as the one line of its stage.
     for handler in logging.getLogger().handlers:
-        handler.addFilter(lambda record: not mentions_input_error(record.getMessage()))
+        handler.addFilter(lambda record: not said_in_one_line(record.getMessage()))
         handler.addFilter(lambda record: not record.getMessage().startswith(INTERRUPTED_STEP))
-        handler.addFilter(lambda record: not disk_space.mentions_out_of_space(record.getMessage()))
-        handler.addFilter(lambda record: denied_in_text(record.getMessage()) is None)
         handler.addFilter(lambda record: not mentions_gpu_out_of_memory(record.getMessage()))
         # Beam's notice before it fetches a job server jar from Maven Central (FlinkRunner, SparkRunner): six lines
         # for each mirror tried; a jar it cannot fetch is our one line (runners.worded)

@@ -93,7 +93,6 @@ class _Statements:
     def __init__(self, lines: Iterator[tuple[int, str]]) -> None:
         self._lines = lines
         self.text, self.position, self.line = "", 0, 0
-        self._row_patterns: dict[int, re.Pattern[str]] = {}  # by number of values
 
     def next_line(self) -> bool:
         numbered = next(self._lines, None)
@@ -142,7 +141,7 @@ class _Statements:
         values in English Wikipedia's page table): a row of ``columns`` values on one line with the separator after
         it is one match of a pattern made for them (~1.8 times as fast as a match a value); any other row is read
         a value at a time (``row``), which says what is wrong with it."""
-        whole_row = self._row_patterns.get(columns) or self._row_patterns.setdefault(columns, _row_pattern(columns))
+        whole_row = _row_pattern(columns)  # compiled once: re keeps it
         while True:
             if match := whole_row.match(self.text, self.position):
                 groups = match.groups()
