@@ -356,6 +356,13 @@ def test_language_links_with_subtags_are_not_entity_links():
     assert both_paths("[[fr:Dieu]][[be-x-old:Бог]][[zh-min-nan:Siōng-tè]][[roa-tara:Ddie]]God") == ("God", [])
 
 
+def test_a_wikipedias_code_in_any_case_is_a_language_link():
+    """MediaWiki reads interwiki prefixes in any case: [[DE:Gott]] and [[zh-classical:上帝]] (a subtag of nine
+    letters) were shown as text and linked as entities; a prefix that is no Wikipedia's code stays a title."""
+    assert both_paths("[[DE:Gott]][[Fr:Dieu]][[zh-classical:上帝]][[ZH-YUE:神]][[Nb:Gud]]God, [[Re:Zero]]") == (
+        "God, Re:Zero", [("Re:Zero", "Re:Zero")])
+
+
 def test_interwiki_prefixes_shaped_like_a_language_code_show_their_label():
     assert both_paths("See [[doi:10.1000/182|the handbook]], [[hdl:10050/00|the archive]] and "
                       "[[rfc:2616]].[[simple:God]][[de:Gott]]") == ("See the handbook, the archive and rfc:2616.", [])

@@ -61,9 +61,20 @@ _INTERWIKI = frozenset({
     "wikipedia", "foundation", "wmf", "phab", "outreach", "incubator", "mediawikiwiki", "wikimedia",
     "doi", "hdl", "rfc", "irc", "rt", "arxiv", "pmid", "jstor", "imdbtitle", "imdbname", "gerrit", "ticket",
 })
-# Language editions whose code has not the shape of one (a link to them is a language link too).
-_LANGUAGE_EDITIONS = frozenset({"simple"})
 _INDENTED_TABLE = re.compile(r"^:+[ \t]*(?=\{\|)", re.MULTILINE)
+# The Wikipedias' codes (Wikimedia's site matrix, 2026, closed wikis included) of two letters, with a subtag, or
+# not shaped like one: such a prefix in any case is a language link, as MediaWiki reads interwiki prefixes
+# ("[[EN:Rome]]", "[[zh-classical:...]]"). Not those of three letters: a newer wiki's code was an older dump's title
+# prefix (enwiki's "MOS:HEAD", Mossi's "mos").
+_EDITION_CODES = """
+aa ab af ak am an ar as av ay az ba bat-smg be be-tarask be-x-old bg bh bi bm bn bo br bs ca cbk-zam ce ch co cr cs cu
+cv cy da de dv dz ee el en eo es et eu fa ff fi fiu-vro fj fo fr fy ga gd gl gn gu gv ha he hi ho hr ht hu hy hz ia id
+ie ig ii ik io is it iu ja jv ka kg ki kj kk kl km kn ko kr ks ku kv kw ky la lb lg li ln lo lt lv map-bms mg mh mi mk
+ml mn mr ms mt my na nb nds-nl ne ng nl nn no nr nv ny oc om or os pa pi pl ps pt qu rm rn ro roa-rup roa-tara ru rw sa
+sc sd se sg sh si simple sk sl sm sn so sq sr ss st su sv sw ta te tg th ti tk tl tn to tr ts tt tw ty ug uk ur uz ve vi
+vo wa wo xh yi yo za zh zh-classical zh-min-nan zh-yue zu
+"""
+_LANGUAGE_EDITIONS = frozenset(_EDITION_CODES.split())
 _LANGUAGE_CODE = re.compile(r"^[a-z]{2,3}(-[a-z0-9]{1,8})*$")  # also be-x-old, zh-min-nan, roa-tara
 _REDIRECT = re.compile(
     r"^\s*#\s*(?:redirect|rinvia|rinvio|rimando|weiterleitung|redirection|redirección|redireccion|doorverwijzing|"
@@ -161,7 +172,8 @@ def redirect_article(target: str, namespaces: Namespaces) -> str | None:
 
 
 def is_language_link(prefix: str) -> bool:
-    """True if ``[[prefix:Title]]`` links to another language's edition (shown beside the article, not in it)."""
+    """True if ``[[prefix:Title]]`` links to another language's edition (shown beside the article, not in it): a
+    code of ``_LANGUAGE_EDITIONS`` in any case, or a lower-case prefix shaped like one."""
     stripped = prefix.strip()
     if stripped.lower() in _INTERWIKI:
         return False
