@@ -361,9 +361,11 @@ def atomic_target(path: str) -> Iterator[str]:
     try:
         yield temporary
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
+        if isinstance(error, OSError) and error.errno and error.filename is None:  # a full disk's write names none
+            error.filename = path
         raise
 
 

@@ -5,6 +5,7 @@ its decompressor."""
 from __future__ import annotations
 
 import bz2
+import errno
 import gzip
 import hashlib
 import os
@@ -117,6 +118,16 @@ def test_a_file_written_through_an_atomic_target_appears_whole_or_not_at_all(tmp
     with fs.atomic_target(mirrored(target)) as local:
         Path(local).write_bytes(b"uploaded")
     assert target.read_bytes() == b"uploaded"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a device that is always full)")
+def test_a_full_disk_met_through_an_atomic_target_names_the_file(tmp_path: Path) -> None:
+    """A write's ENOSPC carries no file name: `report` on a full disk said "no space left" without saying where."""
+    target = tmp_path / "report" / "index.html"
+    with pytest.raises(OSError) as raised, fs.atomic_target(str(target)), open("/dev/full", "wb", buffering=0) as out:
+        out.write(b"page")
+    assert (raised.value.errno, raised.value.filename) == (errno.ENOSPC, str(target))
+    assert str(target) in str(raised.value) and os.listdir(target.parent) == []
 
 
 def test_delete_file_removes_a_file_and_ignores_a_missing_one(tmp_path: Path) -> None:
