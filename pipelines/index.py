@@ -237,7 +237,7 @@ def check_before_encoding(config: IndexConfig, device_here: bool) -> None:
 
 def encoder_files(config: IndexConfig) -> dict[str, str]:
     """The local model files of the encoders, by role (fingerprinted: replaced weights rerun the stage)."""
-    return model_files({PASSAGE_ROLE: config.encoder.model, "query_encoder": config.encoder.query_model})
+    return model_files({PASSAGE_ROLE: config.encoder.model, QUERY_ROLE: config.encoder.query_model})
 
 
 def refresh_of(config: IndexConfig) -> RefreshConfig:
@@ -440,6 +440,7 @@ def incompatibility(old: dict[str, manifest.StageRecord], config: IndexConfig,
 # of an index built with others are reused
 QUERY_ONLY_OPTIONS = ("query_model", "query_prefix")
 PASSAGE_ROLE = "encoder"  # the role of the passage model's files (``encoder_files``)
+QUERY_ROLE = "query_encoder"  # the role of a query model of its own (--query-encoder)
 
 
 def passage_side(encoder: dict[str, Any]) -> dict[str, Any]:

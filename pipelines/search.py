@@ -20,8 +20,9 @@ from artifacts.faiss.storage import MissingIndexFileError
 from artifacts.names import has_lone_surrogate, shows_nothing
 from artifacts.run import manifest, verified
 from encoders.loading import load_retriever
+from encoders.models import model_files
 from encoders.retrievers import CUT_COUNTER, DenseEncoder, EncoderOptions
-from pipelines.index import check_encoder, index_inputs
+from pipelines.index import PASSAGE_ROLE, QUERY_ROLE, check_encoder, index_inputs
 
 # the recorded files search reads: the index's and the passage texts (a --verify hashes them all)
 READ_BY_SEARCH = (f"{layout.INDEX}/", f"{layout.PASSAGES}/")
@@ -112,6 +113,23 @@ def check_run_inputs(output: str, index: info.IndexInfo, options: EncoderOptions
                              f"{shlex.quote(output)}` lists every such file)")
 
 
+def check_query_model(output: str, options: EncoderOptions) -> None:
+    """The index's own query model (a local directory) holds the files the index was built with: a model retrained
+    into the same directory would encode the queries of an index of the old one's vectors. Files of other sizes or
+    times are compared by content (a copy of the same model is not another)."""
+    role = QUERY_ROLE if options.query_model else PASSAGE_ROLE
+    pattern = model_files({role: options.spec("query").name_or_path}).get(role)
+    inputs = manifest.load(output)[layout.INDEX_STAGE].inputs
+    if pattern is None or inputs.get(f"file:{role}") == manifest.file_fingerprint(pattern):
+        return
+    recorded = inputs.get(f"{manifest.CONTENT}{role}")
+    if recorded is not None and recorded != manifest.content_digest(pattern):
+        raise InputError(f"the query encoder {options.spec('query').name_or_path} holds other files than when the "
+                         f"index under {output} was built with it: the index holds the old model's vectors; rerun "
+                         f"`{index_command(output)} --force`, or name the model to encode the queries with by "
+                         "--query-encoder")
+
+
 class Retriever:
     """The index under OUT and its query encoder, loaded once. What it reads is of the version of OUT it checked
     when loaded, or the command stops (``check_unchanged``): a stage that commits into OUT meanwhile, or a publish
@@ -151,6 +169,8 @@ class Retriever:
             raise InputError(f"{error.message}: it is the query encoder {fs.join(index_dir, INDEX_JSON)} records; "
                              "where it is elsewhere (a copy of the run on another machine), name it with "
                              "--query-encoder") from error
+        if not query_model:
+            check_query_model(output, options)
         self.encoder: DenseEncoder = load_retriever(options, "query")
         if self.encoder.dim != self.index.info.dim:
             raise InputError(f"the query encoder {options.spec('query').name_or_path} gives {self.encoder.dim}-dim "

@@ -7,6 +7,7 @@ import ast
 import bz2
 import gzip
 import json
+import os
 import re
 import shutil
 from dataclasses import replace
@@ -31,7 +32,7 @@ from pipelines.evaluate import (
 from pipelines.launcher.cli import main
 from pipelines.search import Retriever
 from tests.builders import files_below, fill_with_files, stored_rows
-from tests.conftest import DIRECT, PASSAGES, QUESTIONS
+from tests.conftest import DIRECT, PASSAGES, QUESTIONS, write_tiny_bert
 
 NQ_5 = PASSAGES / "nq_dev_5q_from_haystack.qa.tsv"
 
@@ -346,6 +347,28 @@ def test_the_tables_keep_each_cell_on_its_line(tiny_bert, tmp_path, capsys):
     questions.write_text('lakes\t["rivers"]\n', encoding="utf-8")
     assert main(["evaluate", "--output", str(tmp_path / "out"), "--questions", str(questions), "-k", "1"]) == 0
     assert capsys.readouterr().out.splitlines()[1].startswith("two\\nlines.tsv  ")
+
+
+def test_a_query_model_retrained_in_place_is_refused_and_a_copy_of_it_is_not(tiny_bert, tmp_path, capsys):
+    """Weights saved over the index's model encoded the queries of an index of the old vectors: wrong passages,
+    without a word. New times on the same files, or the model named with --query-encoder, still search."""
+    model, out = tmp_path / "model", tmp_path / "out"
+    shutil.copytree(tiny_bert, model)
+    (tmp_path / "c.tsv").write_text("id\ttext\ttitle\n1\tlakes and rivers\tA\n2\tthe ocean\tB\n", encoding="utf-8")
+    assert main(["index", "--output", str(out), "--encoder", str(model), "--encoder-type", "mean",
+                 "--corpus", str(tmp_path / "c.tsv"), *DIRECT]) == 0
+    search = ["search", "--output", str(out), "--query", "lakes", "-k", "1", "--json"]
+    assert main(search) == 0
+    found = capsys.readouterr().out
+    for path in model.iterdir():  # a copy: other times, the same bytes
+        os.utime(path, (1e9, 1e9))
+    assert main(search) == 0 and capsys.readouterr().out == found
+    write_tiny_bert(model, seed=1)
+    assert main(search) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"error: the query encoder {model} holds other files than when the index under {out} "
+                            "was built with it") and error.count("\n") == 1
+    assert main([*search, "--query-encoder", str(model)]) == 0
 
 
 def test_entity_questions_and_malformed_lines(minilm_index, tmp_path, capsys):
