@@ -41,8 +41,9 @@ def recorded_index_files(output: str) -> frozenset[str]:
     index stage that is running or was cut off (they are not recorded until it commits)."""
     record = manifest.load(output).get(layout.INDEX_STAGE)
     if record is None:
-        raise RunStateError(output, f"{output} has no index recorded in its manifest (the index stage has not "
-                            f"finished)", f"run `{index_command(output)}` first")
+        what = "index recorded in its manifest (the index stage has not finished)" if fs.exists(
+            manifest.manifest_path(output)) else "manifest.json (no stage has finished there, or it was removed)"
+        raise RunStateError(output, f"{output} has no {what}", f"run `{index_command(output)}` first")
     problems = manifest.missing_or_changed(output, record)
     if problems:
         raise index_changed(output, problems[0])

@@ -222,7 +222,7 @@ def test_a_run_being_written_is_said_to_be_so(full_run: Path, tmp_path: Path,
 
 
 READERS_OF_A_RUN_BEING_PUBLISHED = {  # what each misses in a run without its manifest
-    "search": "{out} has no index recorded in its manifest (the index stage has not finished)",
+    "search": "{out} has no manifest.json (no stage has finished there, or it was removed)",
     "report": "{out} has no manifest.json",
     "export-kpr": "{out} has no completed dictionary or embed-entities stage",
     "diff": "{out} is not a run: it has no manifest.json",
