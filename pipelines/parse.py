@@ -165,9 +165,14 @@ def check_one_wiki(dumps: Sequence[str], siteinfos: Sequence[SiteInfo]) -> None:
     links are articles, and one set is used for all the files."""
     for dump, siteinfo in zip(dumps[1:], siteinfos[1:], strict=True):
         if siteinfo.namespaces != siteinfos[0].namespaces:
-            first, other = siteinfos[0].dbname or "not named", siteinfo.dbname or "not named"
-            named = siteinfos[0].dbname is not None and first == other
-            wikis = f"both of {first}: dumps of two dates?" if named else f"wikis {first} and {other}"
+            first, other = siteinfos[0].dbname, siteinfo.dbname
+            if first is not None and first == other:
+                wikis = f"both of {first}: dumps of two dates?"
+            elif first is not None and other is not None:
+                wikis = f"wikis {first} and {other}"
+            else:  # a <siteinfo> without <dbname> (an export of schema 0.3 has none) names no wiki
+                wikis = (f"{first or 'no <dbname>'} and {other or 'no <dbname>'}: two wikis, or one's dumps of two "
+                         "dates?")
             raise InputError(f"{dumps[0]} and {dump} declare different namespaces in their <siteinfo> ({wikis}): give "
                              "the dump files of one wiki, all with their <siteinfo>")
 

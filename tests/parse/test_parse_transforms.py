@@ -430,7 +430,9 @@ def test_dumps_of_two_wikis_are_refused(tmp_path: Path, capsys):
     for path in (Path(english), newer):  # two dumps that name no wiki may be of two wikis
         path.write_text(path.read_text(encoding="utf-8").replace("<dbname>enwiki</dbname>", ""), encoding="utf-8")
     assert main(["parse", "--dump", english, str(newer), "--output", str(tmp_path / "out"), *DIRECT]) == 2
-    assert "(wikis not named and not named)" in capsys.readouterr().err.splitlines()[-1]
+    assert "(no <dbname> and no <dbname>: two wikis, or one's dumps of two dates?)" in capsys.readouterr().err
+    assert main(["parse", "--dump", english, str(german), "--output", str(tmp_path / "out"), *DIRECT]) == 2
+    assert "(no <dbname> and dewiki: two wikis, or one's dumps of two dates?)" in capsys.readouterr().err
 
 
 def article(page_id: int, title: str, text: str, links: list[tuple[str, str]], qid: str | None = None) -> dict:
