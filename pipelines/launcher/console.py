@@ -30,14 +30,17 @@ from pipelines.launcher.worker_output import (
 )
 
 OWN_LOGGER = "kpr"  # ours and its children (kpr.report)
+# Beam's warnings that say nothing about our data or flags: (message prefix, category, module that raises it).
 # beam.BatchElements (ours, where the model inputs of embed-entities and index are built) fits batch time against
-# batch size over the few sizes it has tried: numpy then warns from this module about a division by zero in the
-# outlier test (Cook's distance), its 0 * inf, or a poorly conditioned fit. They say nothing about our data.
+# batch size over the few sizes it has tried: numpy then warns from its module about a division by zero in the
+# outlier test (Cook's distance), its 0 * inf, or a poorly conditioned fit. A glob that escapes a path's "[" as "[[]"
+# becomes a regex Python warns may read otherwise one day; it matches the path now.
 BATCH_SIZE_ESTIMATOR_MODULE = "apache_beam.transforms.util"
-BATCH_SIZE_ESTIMATOR_WARNINGS: tuple[tuple[str, type[Warning]], ...] = (
-    ("divide by zero encountered", RuntimeWarning),
-    ("invalid value encountered", RuntimeWarning),
-    ("Polyfit may be poorly conditioned", RankWarning),
+IGNORED_WARNINGS: tuple[tuple[str, type[Warning], str], ...] = (
+    ("divide by zero encountered", RuntimeWarning, BATCH_SIZE_ESTIMATOR_MODULE),
+    ("invalid value encountered", RuntimeWarning, BATCH_SIZE_ESTIMATOR_MODULE),
+    ("Polyfit may be poorly conditioned", RankWarning, BATCH_SIZE_ESTIMATOR_MODULE),
+    ("Possible nested set", FutureWarning, "apache_beam.io.filesystem"),
 )
 # Beam's local worker processes get the RuntimeWarning filters through PYTHONWARNINGS, but numpy sets RankWarning to
 # "always" when imported, after those filters apply: that warning is dropped from the workers' stderr instead (its
@@ -86,21 +89,20 @@ def plain_own_lines(logger_name: str = OWN_LOGGER) -> Iterator[None]:
         logger.propagate = propagate
 
 
-def warnings_option(ignored: tuple[tuple[str, type[Warning]], ...], module: str) -> str:
+def warnings_option(ignored: tuple[tuple[str, type[Warning], str], ...]) -> str:
     """The entries of ``ignored`` with a builtin category as ``PYTHONWARNINGS`` entries (for the Python processes a
     run starts: Beam's local workers; a category there is looked up at start-up, before numpy could be imported)."""
-    return ",".join(f"ignore:{message}:{category.__name__}:{module}" for message, category in ignored
+    return ",".join(f"ignore:{message}:{category.__name__}:{module}" for message, category, module in ignored
                     if category.__module__ == "builtins")
 
 
 @contextlib.contextmanager
-def without_batch_size_estimator_warnings(ignored: tuple[tuple[str, type[Warning]], ...] =
-                                          BATCH_SIZE_ESTIMATOR_WARNINGS,
-                                          module: str = BATCH_SIZE_ESTIMATOR_MODULE) -> Iterator[None]:
-    """Ignore exactly the warnings ``ignored`` (message prefix, category) raised from ``module``, in this process
+def without_beams_idle_warnings(ignored: tuple[tuple[str, type[Warning], str], ...] = IGNORED_WARNINGS
+                                ) -> Iterator[None]:
+    """Ignore exactly the warnings ``ignored`` (message prefix, category, module that raises it), in this process
     and in the worker processes the block starts; the filters and ``PYTHONWARNINGS`` are restored on exit."""
-    with warnings.catch_warnings(), appended_to_environment("PYTHONWARNINGS", warnings_option(ignored, module)):
-        for message, category in ignored:
+    with warnings.catch_warnings(), appended_to_environment("PYTHONWARNINGS", warnings_option(ignored)):
+        for message, category, module in ignored:
             warnings.filterwarnings("ignore", message=re.escape(message), category=category,
                                     module=re.escape(module) + "$")
         yield
@@ -116,15 +118,15 @@ def appended_to_environment(name: str, entries: str) -> contextlib.AbstractConte
 @contextlib.contextmanager
 def own_lines_only(verbose: bool, beam_args: list[str], sigint: SigintWatch | None = None
                    ) -> Iterator[ForwardedStderr]:
-    """While a command runs, without --verbose: our log lines plain; Beam's estimator warnings, its worker
-    processes' start-up lines (WORKER_NOISE) and the tracebacks they print of an InputError, and the progress lines
-    of the sdist built for workers elsewhere left out. With --verbose everything shows as it comes. Either way, once
-    ``sigint`` has seen Ctrl-C nothing that Beam's threads and worker processes print shows: the command's last
-    line goes past that (``ForwardedStderr.write_past``)."""
+    """While a command runs, without --verbose: our log lines plain; Beam's idle warnings (``IGNORED_WARNINGS``),
+    its worker processes' start-up lines (WORKER_NOISE) and the tracebacks they print of an InputError, and the
+    progress lines of the sdist built for workers elsewhere left out. With --verbose everything shows as it comes.
+    Either way, once ``sigint`` has seen Ctrl-C nothing that Beam's threads and worker processes print shows: the
+    command's last line goes past that (``ForwardedStderr.write_past``)."""
     with contextlib.ExitStack() as stack:
         if not verbose:
             stack.enter_context(plain_own_lines())
-            stack.enter_context(without_batch_size_estimator_warnings())
+            stack.enter_context(without_beams_idle_warnings())
         workers = WORKER_NOISE if starts_worker_processes(beam_args) else ()
         noise = () if verbose else (*SDIST_BUILD_LINES, *workers)
         yield stack.enter_context(forwarded_stderr(noise, sigint, hide_one_line_errors=not verbose))

@@ -18,6 +18,7 @@ import pytest
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.transforms.util import _BatchSizeEstimator
 
+from artifacts import fs
 from artifacts.run import kpr_export
 from pipelines import report as report_module
 from pipelines.launcher.cli import main
@@ -28,7 +29,7 @@ from pipelines.launcher.console import (
     output_closed,
     plain_own_lines,
     warnings_option,
-    without_batch_size_estimator_warnings,
+    without_beams_idle_warnings,
 )
 from pipelines.launcher.worker_output import forward_lines
 from tests.builders import CAPITALS, write_parsed
@@ -63,7 +64,7 @@ def test_the_estimator_warnings_and_only_they_are_ignored():
     found = estimator_warnings()
     assert any(item.startswith("RuntimeWarning: divide by zero encountered") for item in found), found
     assert any(item.startswith("RankWarning: Polyfit may be poorly conditioned") for item in found), found
-    with without_batch_size_estimator_warnings():
+    with without_beams_idle_warnings():
         assert estimator_warnings() == []
         with warnings.catch_warnings(record=True) as ours:  # the same warning from any other module still shows
             warnings.simplefilter("always", append=True)
@@ -74,16 +75,36 @@ def test_the_estimator_warnings_and_only_they_are_ignored():
 
 def test_worker_processes_print_none_of_them_and_the_environment_is_restored(monkeypatch):
     monkeypatch.setenv("PYTHONWARNINGS", "ignore::ImportWarning")
-    assert warnings_option((("Polyfit may be", np.exceptions.RankWarning), ("divide by", RuntimeWarning)),
-                           BATCH_SIZE_ESTIMATOR_MODULE) == "ignore:divide by:RuntimeWarning:apache_beam.transforms.util"
+    assert warnings_option((("Polyfit may be", np.exceptions.RankWarning, BATCH_SIZE_ESTIMATOR_MODULE),
+                            ("divide by", RuntimeWarning, BATCH_SIZE_ESTIMATOR_MODULE))) == (
+        "ignore:divide by:RuntimeWarning:apache_beam.transforms.util")
     shown = worker_stderr()
     assert "RuntimeWarning: divide by zero encountered" in shown and "RankWarning: Polyfit" in shown, shown
-    with without_batch_size_estimator_warnings():
+    with without_beams_idle_warnings():
         assert os.environ["PYTHONWARNINGS"].startswith("ignore::ImportWarning,ignore:divide by zero encountered:")
         shown = worker_stderr()
     assert "RuntimeWarning" not in shown and "RankWarning: Polyfit" in shown, shown  # numpy re-enables RankWarning
     assert forwarded(shown, WORKER_NOISE) == ""  # so it is dropped from the workers' stderr with the start-up lines
     assert os.environ["PYTHONWARNINGS"] == "ignore::ImportWarning"
+
+
+def test_a_path_with_a_bracket_matched_through_its_escaped_glob_warns_nothing(tmp_path):
+    """Beam makes a regex of a glob: "a[[]1]" (the escaped "a[1]") is one Python warns may read otherwise one day,
+    a FutureWarning the command printed above its first line."""
+    (tmp_path / "a[1]").mkdir()
+    (tmp_path / "a[1]" / "x.xml").write_text("x")
+
+    def matched(name: str) -> tuple[list[str], list[str]]:  # a pattern of its own each time (re caches them)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", append=True)
+            found = [item.path for item in fs.metadata_of(str(tmp_path / "a[[]1]" / name))]
+        return found, [f"{item.category.__name__}: {item.message}" for item in caught]
+
+    found, said = matched("x.xml")
+    assert found == [str(tmp_path / "a[1]" / "x.xml")] and [line[:35] for line in said] == [
+        "FutureWarning: Possible nested set "]
+    with without_beams_idle_warnings():
+        assert matched("*.xml") == ([str(tmp_path / "a[1]" / "x.xml")], [])
 
 
 def forwarded(text: str, dropped: tuple[bytes, ...]) -> str:
