@@ -9,12 +9,13 @@ import contextlib
 import fcntl
 import re
 import threading
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 import apache_beam as beam
 import grpc
 from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions, SetupOptions
+from apache_beam.portability.api import beam_job_api_pb2
 from apache_beam.runners.portability import portable_runner
 
 from artifacts.errors import InputError, input_error_message
@@ -25,19 +26,71 @@ GRPC_STATUS = re.compile(r'^\s*status = (StatusCode\.\w+)\s*\n\s*details = "(.*)
 MESSAGE_THREAD = "wait_until_finish_read"  # the thread in which Beam's portable runner reads the job's messages
 
 
+T = TypeVar("T")
+
+
 class JobFailedError(InputError):
     """The runner ran the job and it failed on its workers (not one of our input errors)."""
 
 
 def submitted(pipeline: beam.Pipeline) -> Any:
-    """``pipeline.run()``; a job service that does not answer within --job_server_timeout as one line."""
+    """``pipeline.run()``; a job service that does not answer within --job_server_timeout as one line. A job
+    submitted to a job service is followed for as long as it runs (``follow_past_deadlines``)."""
+    options = pipeline.options.view_as(PortableOptions)
     try:
-        return pipeline.run()
+        result = pipeline.run()
     except grpc.FutureTimeoutError as error:
-        options = pipeline.options.view_as(PortableOptions)
         raise InputError(f"no job service answered at --job_endpoint {options.job_endpoint} within "
                          f"{options.job_server_timeout} s (--job_server_timeout): start it, or check the address and "
                          "the network") from error
+    if isinstance(result, portable_runner.PipelineResult):
+        follow_past_deadlines(result, options.job_server_timeout)
+    return result
+
+
+def follow_past_deadlines(result: portable_runner.PipelineResult, timeout: float) -> None:
+    """Beam opens the streams that follow a submitted job's state and messages with --job_server_timeout as their
+    deadline (apache/beam#35867): a job that ran longer (5 minutes by default: any real dump) ended the wait as if the
+    job service had gone, the job left running beside a rerun (and a LOOPBACK environment's workers stopped). Each
+    stream is opened again as its deadline passes; a job service that then sends no state within ``timeout`` has
+    stopped answering."""
+    service, job = result._job_service, result._job_id  # Beam's result exposes neither
+    first_states, first_messages = result._state_stream, result._message_stream
+    states_ended = threading.Event()
+
+    def states() -> Iterator[Any]:
+        try:
+            yield from resumed(first_states, lambda: service.GetStateStream(
+                beam_job_api_pb2.GetJobStateRequest(job_id=job), timeout=timeout), answers_first=True)
+        finally:
+            states_ended.set()
+
+    def messages() -> Iterator[Any]:
+        yield from resumed(first_messages, lambda: service.GetMessageStream(
+            beam_job_api_pb2.JobMessagesRequest(job_id=job), timeout=timeout), until=states_ended)
+
+    result._state_stream, result._message_stream = states(), messages()
+
+
+def resumed(first: Iterable[T], reopened: Callable[[], Iterable[T]], answers_first: bool = False,
+            until: threading.Event | None = None) -> Iterator[T]:
+    """What the stream ``first`` gives, then, each time a stream's deadline passes, what ``reopened()`` gives,
+    until one ends (or ``until`` is set). With ``answers_first``, a stream opened again that gives nothing before
+    its deadline is the job service not answering: its error is raised."""
+    stream: Iterable[T] = first
+    while True:
+        answered = False
+        try:
+            for item in stream:
+                answered = True
+                yield item
+            return
+        except grpc.RpcError as error:
+            stream_expired = isinstance(error, grpc.Call) and error.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            if not stream_expired or (answers_first and not answered and stream is not first) or (
+                    until is not None and until.is_set()):
+                raise
+        stream = reopened()
 
 
 @contextlib.contextmanager

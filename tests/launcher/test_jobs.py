@@ -4,9 +4,14 @@ workers is one line naming the job's last error line, our own input errors as th
 from __future__ import annotations
 
 import threading
+import time
 
+import apache_beam as beam
 import grpc
 import pytest
+from apache_beam.metrics import Metrics
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.portability import local_job_service
 
 from artifacts.errors import InputError, input_error_message
 from pipelines.launcher import jobs
@@ -105,3 +110,79 @@ def test_the_traceback_of_the_thread_reading_a_jobs_messages_is_hidden_and_other
         thread = threading.Thread(target=lambda: None, name=name)
         threading.excepthook(threading.ExceptHookArgs((type(error), error, None, thread)))
     assert before == [jobs.MESSAGE_THREAD, "another"]
+
+
+def test_a_job_that_runs_past_the_job_server_timeout_is_followed_to_its_end():
+    """Beam gives the streams that follow a job --job_server_timeout as their deadline: a job running longer (any
+    real dump, at Beam's 300 s) ended the command as a job service gone, the job left running on its workers (and a
+    LOOPBACK environment's stopped). Here a 2 s timeout and a job of about 6 s, on Beam's own job service."""
+    service = local_job_service.LocalJobServicer()
+    port = service.start_grpc_server(0)
+    try:
+        pipeline = beam.Pipeline(options=PipelineOptions([
+            "--runner=PortableRunner", f"--job_endpoint=localhost:{port}", "--environment_type=LOOPBACK",
+            "--job_server_timeout=2"]))
+        _ = (pipeline | beam.Create([1, 2, 3]) | "Slowly" >> beam.Map(lambda item: time.sleep(2) or item)
+             | "Count" >> beam.Map(lambda _: Metrics.counter("kpr", "done").inc()))
+        started = time.monotonic()
+        result = jobs.submitted(pipeline)
+        jobs.waited(result)
+        assert time.monotonic() - started > 4  # past two deadlines
+        assert result.state == "DONE"
+        assert [counter.committed for counter in result.metrics().query()["counters"]] == [3]
+    finally:
+        service.stop()
+
+
+class Expired(grpc.RpcError, grpc.Call):
+    """A gRPC stream's error as its deadline passes (``code`` ``DEADLINE_EXCEEDED``), or another status."""
+
+    def __init__(self, status: grpc.StatusCode = grpc.StatusCode.DEADLINE_EXCEEDED) -> None:
+        self.status = status
+
+    def code(self) -> grpc.StatusCode:
+        return self.status
+
+    def details(self) -> str:
+        return "Stream removed"
+
+    def initial_metadata(self) -> None: ...
+    def trailing_metadata(self) -> None: ...
+    def is_active(self) -> bool: return False
+    def time_remaining(self) -> None: ...
+    def cancel(self) -> bool: return False
+    def add_callback(self, callback) -> bool: return False
+
+
+def stream(*items, then: BaseException | None = None):
+    yield from items
+    if then is not None:
+        raise then
+
+
+def test_a_stream_is_opened_again_as_its_deadline_passes_and_not_for_any_other_error():
+    reopened = iter([stream(3, then=Expired()), stream(4)])
+    assert list(jobs.resumed(stream(1, 2, then=Expired()), lambda: next(reopened))) == [1, 2, 3, 4]
+    with pytest.raises(Expired) as gone:
+        list(jobs.resumed(stream(1, then=Expired(grpc.StatusCode.UNAVAILABLE)), lambda: stream(2)))
+    assert gone.value.code() == grpc.StatusCode.UNAVAILABLE
+    ended = threading.Event()
+    ended.set()  # the job's states have ended: its messages are not followed again
+    assert list(jobs.resumed(stream(1), lambda: stream(2), until=ended)) == [1]
+    with pytest.raises(Expired):
+        list(jobs.resumed(stream(1, then=Expired()), lambda: stream(2), until=ended))
+
+
+def test_a_job_service_that_sends_no_state_before_the_deadline_has_stopped_answering():
+    """The job service sends a job's state as soon as its stream opens: a stream opened again that ends at its
+    deadline with nothing is a service that does not answer, said as one (not followed for ever)."""
+    opened = []
+
+    def silent():
+        opened.append(1)
+        return stream(then=Expired())
+
+    with pytest.raises(Expired):
+        list(jobs.resumed(stream(1, then=Expired()), silent, answers_first=True))
+    assert opened == [1]
+    assert list(jobs.resumed(stream(1, then=Expired()), lambda: stream(2), answers_first=True)) == [1, 2]
