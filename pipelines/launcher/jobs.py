@@ -110,7 +110,7 @@ def setup_file_held(options: PipelineOptions) -> Iterator[None]:
 
 def waited(result: Any) -> None:
     """Wait for the end of the job of ``result``. Ctrl-C cancels it; a failure that is not one of our input errors
-    (those are said as they are) is a JobFailedError naming the job's last error line."""
+    (those are said as they are, on the runner's workers) is a JobFailedError naming the job's last error line."""
     if isinstance(result, portable_runner.PipelineResult):  # its thread reading the job's messages may end with it
         hide_job_stream_errors()
     try:
@@ -122,8 +122,8 @@ def waited(result: Any) -> None:
         raise InputError(f"the job service stopped answering ({rpc_summary(error)}): the job may have stopped with "
                          "it; rerun the same command once it runs again to resume") from error
     except RuntimeError as error:
-        if input_error_message(error) is not None:
-            raise
+        if (message := input_error_message(error)) is not None:  # where: a path this machine has, they may lack
+            raise InputError(f"{message} (on the runner's workers)") from error
         raise JobFailedError(f"the runner's job failed: {last_line(str(error))} (the whole error is in the job's "
                              "log, its workers', and printed here with --verbose)") from error
 

@@ -78,13 +78,16 @@ def test_a_worker_pool_that_does_not_answer_is_named_by_its_grpc_status_and_deta
         "with --verbose)")
 
 
-def test_our_input_error_raised_on_a_worker_is_said_as_it_is():
+def test_our_input_error_raised_on_a_worker_is_said_as_it_is_and_where():
+    """A model directory the launcher has and the workers lack was "X/config.json does not exist", read on the
+    machine where it does."""
     worker_error = InputError("device cuda was asked for but no CUDA device is available")
     error = RuntimeError(f"{WORKER_TRACEBACK}{worker_error} [while running 'EncodeMentions']")
-    with pytest.raises(RuntimeError) as raised:
+    with pytest.raises(InputError) as raised:
         jobs.waited(RemoteJob(error))
-    assert raised.value is error
-    assert input_error_message(raised.value) == "device cuda was asked for but no CUDA device is available"
+    assert raised.value.__cause__ is error
+    assert input_error_message(raised.value) == ("device cuda was asked for but no CUDA device is available (on the "
+                                                 "runner's workers)")
 
 
 def test_a_job_service_gone_while_waiting_is_one_line():
