@@ -119,19 +119,18 @@ def check_query_model(output: str, options: EncoderOptions) -> None:
     into the same directory would encode the queries of an index of the old one's vectors. Files of other sizes or
     times are compared by content (a copy of the same model is not another); as the stage records them, every file
     of the directory counts (a README edited too: the message says so)."""
-    role = QUERY_ROLE if options.query_model else PASSAGE_ROLE
-    pattern = model_files({role: options.spec("query").name_or_path}).get(role)
+    role, model = QUERY_ROLE if options.query_model else PASSAGE_ROLE, options.spec("query").name_or_path
+    pattern = model_files({role: model}).get(role)
     inputs = manifest.load(output)[layout.INDEX_STAGE].inputs
     if pattern is None or inputs.get(f"file:{role}") == manifest.file_fingerprint(pattern):
         return
     recorded = inputs.get(f"{manifest.CONTENT}{role}")
     if recorded is not None and recorded != manifest.content_digest(pattern):
-        model = options.spec("query").name_or_path
         raise InputError(f"the query encoder {model} holds other files than when the index under {output} was built "
                          "with it: other weights, config or tokenizer (or a file no model loads, such as its README) "
                          "would encode the queries of vectors they did not make; rerun "
                          f"`{index_command(output)}` (passage vectors of an unchanged passage model are reused), or "
-                         f"search with --query-encoder {model} where it is the same model")
+                         f"search with --query-encoder {shlex.quote(model)} where it is the same model")
 
 
 class Retriever:

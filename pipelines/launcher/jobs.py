@@ -65,11 +65,9 @@ def follow_past_deadlines(result: portable_runner.PipelineResult, timeout: float
         finally:
             states_ended.set()
 
-    def messages() -> Iterator[Any]:
-        yield from resumed(first_messages, lambda: service.GetMessageStream(
-            beam_job_api_pb2.JobMessagesRequest(job_id=job), timeout=timeout), until=states_ended)
-
-    result._state_stream, result._message_stream = states(), messages()
+    messages = resumed(first_messages, lambda: service.GetMessageStream(
+        beam_job_api_pb2.JobMessagesRequest(job_id=job), timeout=timeout), until=states_ended)
+    result._state_stream, result._message_stream = states(), messages
 
 
 def resumed(first: Iterable[T], reopened: Callable[[], Iterable[T]], answers_first: bool = False,
