@@ -125,7 +125,8 @@ def follow_steps(files: FollowedFiles, index: int, followers: int) -> Iterator[l
     """The paths of the files follower ``index`` of ``followers`` takes, each once, as they appear, in steps: the
     files of its share present when it looks, up to ``files.files_per_step`` a step (never waiting for more: a
     follower ahead of its inputs takes one at a time); ends once the first pipeline has ended and every one of its
-    files was given (raises ``InputsFailedError`` if it failed)."""
+    files was given (raises ``InputsFailedError`` if it failed, at the next step: the files of one look can be a
+    large backlog where the inputs run ahead of the model)."""
     if files.followers != followers:
         raise ValueError(f"follower {index} of {followers}: the files were written for {files.followers}")
     share = files.share(index)
@@ -135,6 +136,8 @@ def follow_steps(files: FollowedFiles, index: int, followers: int) -> Iterator[l
         present = ended if ended is not None else fs.list_files(files.directory, f"{share}*.parquet")
         mine = [path for path in present if fs.basename(path).startswith(share) and fs.basename(path) not in done]
         for begin in range(0, len(mine), files.files_per_step):
+            if begin and ended is None:
+                ended_files(files)  # raises once the first pipeline has failed
             step = mine[begin:begin + files.files_per_step]
             yield step
             done.update(fs.basename(path) for path in step)
