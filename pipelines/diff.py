@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from artifacts.run import lock
 from artifacts.run.diff.keyed import Change
 from artifacts.run.diff.runs import PARTS, RunDiff, VectorReuse, diff_runs
 
@@ -46,12 +47,22 @@ def render_text(diff: RunDiff) -> str:
     return "\n".join(lines)
 
 
+def note_writers(runs: tuple[str, ...], what: str) -> None:
+    """A note for each of ``runs`` that another command is writing now (a stage committing into it): ``what`` the
+    command made shows the stages that run had committed when it was read."""
+    for run in dict.fromkeys(runs):
+        if (writer := lock.live_writer(run)) is not None:
+            print(f"note: {writer.writing(run)}: {what} shows the stages it had committed when it was read",
+                  file=sys.stderr)
+
+
 class DiffCommand:
     """diff: articles, redirects, entities, names and passages added/removed/changed between two runs, entity
     vectors and passages reused vs recomputed, and how far the entity vectors moved (cosine histogram)."""
 
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
         diff = diff_runs(args.old, args.new)
+        note_writers((args.old, args.new), "this comparison")
         for problem in diff.stale:  # its parts are compared as they are, and are not what a rerun would make
             print(f"warning: {problem}", file=sys.stderr)
         for changes in diff.options:  # what differs may come of them, not of the dumps

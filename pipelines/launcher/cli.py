@@ -43,6 +43,8 @@ from pipelines.launcher.worker_output import OWN_ERROR, ForwardedStderr, said_in
 
 # Commands that write OUT: it must be a writable directory before they start.
 WRITERS = (*layout.STAGE_COMMANDS.values(), "all")
+# Commands that keep no work to resume from when they are stopped: they read runs (report writes a page anew).
+READERS = ("diff", "evaluate", "report", "search", "validate")
 # Beam options that the model's pipeline takes from the command, not from --model-pipeline-options.
 WHOLE_RUN_FLAGS = {"--runner": "both pipelines of a stage run on the command's runner",
                    "--direct_num_workers": "--model-workers sets the processes that hold the model",
@@ -361,11 +363,11 @@ def worded(error: BaseException) -> BaseException:
     return flags.worded(error)
 
 
-def interrupted(error: KeyboardInterrupt, stderr: ForwardedStderr) -> int:
-    """One line for Ctrl-C, naming the stage that ran, past the forwarder that drops what Beam's threads and worker
-    processes print as they stop; later log records (Beam's threads) are dropped."""
+def interrupted(error: KeyboardInterrupt, stderr: ForwardedStderr, command: str) -> int:
+    """One line for Ctrl-C of ``command``, naming the stage that ran, past the forwarder that drops what Beam's
+    threads and worker processes print as they stop; later log records (Beam's threads) are dropped."""
     logging.disable(logging.CRITICAL)
-    stderr.write_past(interrupted_line(getattr(error, "command", None)))
+    stderr.write_past(interrupted_line(getattr(error, "command", None), command not in READERS))
     return INTERRUPTED_EXIT
 
 
@@ -402,7 +404,7 @@ def main(argv: Sequence[str] | None = None, exit_at_ctrl_c: bool = False) -> int
             sys.stdout.flush()  # the rest of its output: a reader gone is seen here, not as the interpreter exits
             return code
         except KeyboardInterrupt as error:
-            code = interrupted(error, stderr)
+            code = interrupted(error, stderr, args.command)
             if exit_at_ctrl_c:
                 exit_with_descendants(code)
             return code

@@ -26,10 +26,11 @@ CTRL_C_GRACE_S = 3.0
 _POLL_S = 0.2
 
 
-def interrupted_line(command: str | None) -> str:
-    """The line for Ctrl-C during ``command`` (a stage's command-line name; None: before any stage ran)."""
+def interrupted_line(command: str | None, resumable: bool = True) -> str:
+    """The line for Ctrl-C during ``command`` (a stage's command-line name; None: before any stage ran), of a
+    command that keeps its work (``resumable``) or not (one that reads runs: it has nothing to resume)."""
     during = f" during {command}" if command else ""
-    return f"interrupted{during}; rerun the same command to resume"
+    return f"interrupted{during}; rerun the same command to resume" if resumable else f"interrupted{during}"
 
 
 class SigintWatch:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from artifacts.run.diff.keyed import Change, Keyed, compare, key_hash, row_digest
-from artifacts.run.diff.rows import entity_key, top_candidates
+from artifacts.run.diff.rows import NO_KEY, EntityRows, entity_key, entity_keys, top_candidates
 from artifacts.run.diff.vectors import COSINE_BINS, cosine_bins, cosines
 
 
@@ -32,6 +32,26 @@ def test_row_digest_separates_fields() -> None:
 def test_entity_key_prefers_the_qid() -> None:
     assert entity_key("Q90", "Paris") == entity_key("Q90", "Paris, France") == "qid:Q90"
     assert entity_key(None, "Paris") == entity_key("", "Paris") == "title:Paris"
+
+
+def entity_rows(pairs: list[tuple[str, str | None]]) -> EntityRows:
+    """(title, QID or None) rows with ids 1, 2, ..."""
+    return EntityRows(np.arange(1, len(pairs) + 1, dtype=np.int64),
+                      np.array([key_hash(entity_key(None, title)) for title, _ in pairs], np.int64),
+                      np.array([key_hash(entity_key(qid, "")) if qid else NO_KEY for _, qid in pairs], np.int64))
+
+
+def test_an_entity_that_gained_its_qid_is_the_same_entity() -> None:
+    """A title with no QID in one run takes the QID the other run gives it (page props added, or the article got
+    its Wikidata item since), unless another entity of its run has that QID (then that one is the match)."""
+    old = entity_rows([("A", None), ("B", "Q2"), ("C", None), ("E", "Q3"), ("G", None)])
+    new = entity_rows([("A", "Q1"), ("B renamed", "Q2"), ("C", "Q3"), ("F", None), ("G", None)])
+    old_keys, new_keys = entity_keys(old, new), entity_keys(new, old)
+    assert compare(Keyed.of(old_keys, [b""] * 5), Keyed.of(new_keys, [b""] * 5)) == Change(5, 5, 1, 1, 0)
+    assert old_keys[0] == new_keys[0] == key_hash("qid:Q1")
+    assert old_keys[2] == key_hash("title:C") and old_keys[3] == new_keys[2] == key_hash("qid:Q3")
+    assert old_keys[4] == new_keys[4] == key_hash("title:G")
+    assert (entity_keys(old, entity_rows([])) == np.where(old.qids != NO_KEY, old.qids, old.titles)).all()
 
 
 def tops(pairs: list[tuple[str, float, str]]) -> dict[int, bytes]:

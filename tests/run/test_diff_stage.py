@@ -13,11 +13,12 @@ import re
 import shutil
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
 
-from artifacts.run import manifest
+from artifacts.run import lock, manifest
 from pipelines.launcher.cli import main
 from tests.builders import artifact_rows as rows
 from tests.conftest import BUNDLED_PASSAGES, DIRECT
@@ -151,10 +152,19 @@ def test_diff_json_has_every_number(runs: Runs, capsys: pytest.CaptureFixture[st
         result["entity_vectors"]["cosine_histogram"]["[0.9, 0.99)"] < result["entity_vectors"]["matched"]
 
 
-def test_diff_of_a_run_with_itself(runs: Runs,
-                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_diff_of_a_run_with_its_copy(runs: Runs, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """A copy compares equal in every part; the run itself is refused (paths mixed up, not a comparison)."""
     new = runs[2]
-    assert main(["diff", "--old", str(new), "--new", str(new), "--json"]) == 0
+    assert main(["diff", "--old", str(new), "--new", f"{new}/", "--json"]) == 2
+    assert capsys.readouterr() == ("", f"error: {new} and {new}/ are the same run: nothing to compare (name two "
+                                       "runs)\n")
+    assert main(["report", "--output", str(new), "--previous", f"{new}/."]) == 2
+    assert capsys.readouterr().err == (f"error: --previous {new}/. is this run's own --output: name the run to compare "
+                                       "it with (or leave --previous out: a refresh is compared with the run it read)"
+                                       "\n")
+    copy = Path(shutil.copytree(new, tmp_path / "copy"))
+    assert main(["diff", "--old", str(copy), "--new", str(new), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     for part in ("articles", "redirects", "entities", "names", "passages"):
         assert result[part]["old"] == result[part]["new"] > 0
@@ -190,7 +200,7 @@ def test_vector_passes_add_up(runs: Runs) -> None:
     from artifacts.run.diff.vectors import vector_movement
 
     old, new = runs[1], runs[2]
-    old_entities, new_entities = diff_rows.entities(str(old)), diff_rows.entities(str(new))
+    old_entities, new_entities = diff_rows.matched_entities(str(old), str(new))
     vector_bytes = sum(len(v) * 4 for v in entity_vectors(old).values())
     one_pass = vector_movement(str(old), old_entities, str(new), new_entities)
     three_passes = vector_movement(str(old), old_entities, str(new), new_entities, budget=vector_bytes // 3 + 1)
@@ -224,6 +234,37 @@ def test_bad_runs_are_one_line_errors(runs: Runs, tmp_path: Path,
     manifest.save(str(tmp_path / "empty"), {})
     assert main(["diff", "--old", str(tmp_path / "empty"), "--new", str(new)]) == 2
     assert capsys.readouterr().err == f"error: {tmp_path / 'empty'} is not a run: its manifest.json records no stage\n"
+
+    (tmp_path / "folder" / "manifest.json").mkdir(parents=True)
+    for command in (["diff", "--old", str(new), "--new"], ["report", "--output"]):
+        assert main([*command, str(tmp_path / "folder")]) == 2  # report: a traceback from hashing it
+        assert capsys.readouterr().err.startswith(f"error: {tmp_path / 'folder' / 'manifest.json'} is damaged: it is "
+                                                  "a directory;")
+
+
+def test_runs_being_written_are_said_to_be(runs: Runs, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """diff and report read what a run had committed while a stage writes into it (its lock held by another
+    process): they say so, where they went on as if the run were complete."""
+    old, new = runs[1], Path(shutil.copytree(runs[2], tmp_path / "new"))
+    with lock.hold(str(new), "python run_pipeline.py index"):
+        holder = lock.read(str(new))
+        with mock.patch.object(lock.LockInfo, "mine", lambda info: False):  # another process's
+            assert main(["diff", "--old", str(old), "--new", str(new)]) == 0
+            assert main(["report", "--output", str(new), "--recall-queries", "2"]) == 0
+    writing = (f"note: {new} is being written by pid {holder.pid} on {holder.host} (command python run_pipeline.py "
+               f"index, since {holder.started}): ")
+    assert capsys.readouterr().err.splitlines() == [
+        f"{writing}this comparison shows the stages it had committed when it was read",
+        f"{writing}the report shows the stages it had committed when it was read"]
+    assert main(["diff", "--old", str(old), "--new", str(new)]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_ctrl_c_of_a_reader_says_nothing_of_resuming(runs: Runs, capfd: pytest.CaptureFixture[str]) -> None:
+    """diff keeps no work: Ctrl-C said "rerun the same command to resume" (the line goes past the forwarder)."""
+    with mock.patch("pipelines.diff.diff_runs", side_effect=KeyboardInterrupt):
+        assert main(["diff", "--old", str(runs[1]), "--new", str(runs[2])]) == 130
+    assert capfd.readouterr().err.splitlines() == ["interrupted"]
 
 
 def test_runs_built_with_other_options_are_said_to_be(runs: Runs, tmp_path: Path,

@@ -87,18 +87,54 @@ class Entities:
     key_of_id: np.ndarray
 
 
-def entities(output: str) -> Entities:
-    ids, keys = [], []
+@dataclass(frozen=True)
+class EntityRows:
+    """A run's entity ids with the key hashes of their titles and of their QIDs (``NO_KEY``: none)."""
+
+    ids: np.ndarray
+    titles: np.ndarray
+    qids: np.ndarray
+
+
+def entity_rows(output: str) -> EntityRows:
+    ids, titles, qids = [], [], []
     for batch in manifest.recorded_batches(output, layout.ENTITIES, ["entity_id", "title", "qid"], BATCH):
         ids.append(batch.column("entity_id").to_numpy(zero_copy_only=False).astype(np.int64))
-        pairs = zip(batch.column("qid").to_pylist(), batch.column("title").to_pylist(), strict=True)
-        keys.append(np.fromiter((key_hash(entity_key(qid, title)) for qid, title in pairs), np.int64,
-                                batch.num_rows))
-    all_ids = np.concatenate(ids) if ids else np.empty(0, np.int64)
-    all_keys = np.concatenate(keys) if keys else np.empty(0, np.int64)
-    key_of_id = np.full(int(all_ids.max(initial=0)) + 1, NO_KEY, np.int64)
-    key_of_id[all_ids] = all_keys
-    return Entities(Keyed.of(all_keys, np.zeros(len(all_keys), DIGEST_DTYPE)), key_of_id)
+        titles.append(np.fromiter((key_hash(entity_key(None, title)) for title in batch.column("title").to_pylist()),
+                                  np.int64, batch.num_rows))
+        qids.append(np.fromiter((key_hash(entity_key(qid, "")) if qid else NO_KEY
+                                 for qid in batch.column("qid").to_pylist()), np.int64, batch.num_rows))
+    return EntityRows(*(np.concatenate(parts) if parts else np.empty(0, np.int64) for parts in (ids, titles, qids)))
+
+
+def entity_keys(run: EntityRows, other: EntityRows) -> np.ndarray:
+    """The key hash of each entity of ``run``: its QID, else the QID of the entity of the same title in ``other``
+    (it gained or lost its QID between the dumps, or one run was parsed without page props: the same entity)
+    unless ``run`` has an entity of that QID, else its title."""
+    keys = np.where(run.qids != NO_KEY, run.qids, run.titles)
+    known = other.qids != NO_KEY
+    other_titles, other_qids = other.titles[known], other.qids[known]
+    order = np.argsort(other_titles, kind="stable")
+    other_titles, other_qids = other_titles[order], other_qids[order]
+    lacking = np.flatnonzero(run.qids == NO_KEY)
+    at = np.minimum(np.searchsorted(other_titles, run.titles[lacking]), max(len(other_titles) - 1, 0))
+    found = (other_titles[at] == run.titles[lacking]) if len(other_titles) else np.zeros(len(lacking), bool)
+    adopted = other_qids[at[found]]
+    free = ~np.isin(adopted, run.qids)
+    keys[lacking[found][free]] = adopted[free]
+    return keys
+
+
+def _entities(run: EntityRows, keys: np.ndarray) -> Entities:
+    key_of_id = np.full(int(run.ids.max(initial=0)) + 1, NO_KEY, np.int64)
+    key_of_id[run.ids] = keys
+    return Entities(Keyed.of(keys, np.zeros(len(keys), DIGEST_DTYPE)), key_of_id)
+
+
+def matched_entities(old: str, new: str) -> tuple[Entities, Entities]:
+    """Both runs' entities, keyed so that an entity of both has the same key in each (``entity_keys``)."""
+    old_rows, new_rows = entity_rows(old), entity_rows(new)
+    return _entities(old_rows, entity_keys(old_rows, new_rows)), _entities(new_rows, entity_keys(new_rows, old_rows))
 
 
 def keys_of_ids(entity_ids: np.ndarray, key_of_id: np.ndarray) -> np.ndarray:

@@ -175,6 +175,8 @@ def flat_options(options: dict[str, Any]) -> dict[str, Any]:
 def diff_runs(old: str, new: str, vector_budget: int = VECTOR_BUDGET) -> RunDiff:
     """Compare the parts of ``old`` and ``new`` that both runs have (``vector_budget``: bytes of old vectors
     held at once)."""
+    if fs.resolved(old) == fs.resolved(new):
+        raise InputError(f"{old} and {new} are the same run: nothing to compare (name two runs)")
     old_records, new_records = complete_records(old), complete_records(new)
     stale = tuple(f"{run}: {problem}" for run, records in ((old, old_records), (new, new_records))
                   for problem in stale_stages(records))
@@ -190,7 +192,7 @@ def diff_runs(old: str, new: str, vector_budget: int = VECTOR_BUDGET) -> RunDiff
         parts["articles"] = compare(rows.articles(old), rows.articles(new))
         parts["redirects"] = compare(rows.redirects(old), rows.redirects(new))
     if both & {layout.DICTIONARY_STAGE, layout.EMBED_ENTITIES_STAGE}:
-        old_entities, new_entities = rows.entities(old), rows.entities(new)
+        old_entities, new_entities = rows.matched_entities(old, new)
         if layout.DICTIONARY_STAGE in both:
             parts["entities"] = compare(old_entities.keyed, new_entities.keyed)
             parts["names"] = compare(rows.names(old, old_entities), rows.names(new, new_entities))

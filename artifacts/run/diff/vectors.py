@@ -1,8 +1,8 @@
 """How far the vectors of entities present in two runs moved: a histogram of their cosine similarities.
 
-Entities are matched by key (QID, else title), not by entity id, since ids may differ between runs. The old
-run's vectors are held one hash bucket of keys at a time, at most ``VECTOR_BUDGET`` bytes; each bucket is one
-pass over both tables (7M x 768 float32 vectors = 21.5 GB: 11 passes with the default budget).
+Entities are matched by key (QID, else title: ``rows.entity_keys``), not by entity id, since ids may differ
+between runs. The old run's vectors are held one hash bucket of keys at a time, at most ``VECTOR_BUDGET`` bytes;
+each bucket is one pass over both tables (7M x 768 float32 vectors = 21.5 GB: 11 passes with the default budget).
 """
 
 from __future__ import annotations
