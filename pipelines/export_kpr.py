@@ -37,8 +37,8 @@ class ExportKprCommand:
         except MissingStagesError as error:
             stages = " or ".join(map(layout.command_of, error.missing))
             raise RunStateError(error.output, f"{error.output} has no completed {stages} stage", "export-kpr needs the "
-                                "entity linker and the entity embeddings (run `python run_pipeline.py dictionary` "
-                                "and `embed-entities` first)") from error
+                                "entity linker and the entity embeddings (run the stages that make them first: "
+                                "`python run_pipeline.py dictionary`, `mentions` and `embed-entities`)") from error
         except OverlappingExportError as error:
             raise InputError(f"--to {error.directory} overlaps --output {error.output}: export to a place outside "
                              "the run") from error

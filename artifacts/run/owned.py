@@ -106,8 +106,10 @@ def require_owned(directory: str, record: str, files: Iterable[str], trees: Iter
 
 def remove_stale(directory: str, owned: Iterable[str], keep: Iterable[str]) -> list[str]:
     """Delete the ``owned`` files that are not in ``keep`` (an earlier run's files this one does not write; a
-    recorded directory is the command's own to remove); returns the deleted relative paths."""
-    stale = sorted(relative for relative in set(owned) - set(keep) if not relative.endswith("/"))
+    recorded directory is the command's own to remove, and a directory found where a file was recorded is left
+    alone); returns the deleted relative paths."""
+    stale = sorted(relative for relative in set(owned) - set(keep)
+                   if not relative.endswith("/") and not fs.is_directory(fs.join(directory, relative)))
     for relative in stale:
         fs.delete_file(fs.join(directory, relative))
     if fs.is_local(directory):

@@ -83,6 +83,16 @@ def test_a_record_naming_a_file_outside_its_directory_is_refused_and_nothing_is_
     assert sorted(files_below(directory)) == [RECORD, "vocab.tsv"]
 
 
+def test_a_directory_where_a_stale_file_was_recorded_is_left_alone(tmp_path: Path) -> None:
+    """It was deleted as a file once the export had replaced its vocabulary: the command failed, with the new
+    vocabulary committed and no record of it, and failed the same way at every rerun."""
+    fill_with_files(tmp_path, ("vocab.tsv", "linker/trie", "old.bin"))
+    (tmp_path / RECORD).write_text(json.dumps({"files": ["vocab.tsv", "linker", "linker/trie", "old.bin"]}))
+    earlier = owned.require_owned(str(tmp_path), RECORD, ["vocab.tsv", "linker/trie"], [], "export-kpr")
+    assert owned.remove_stale(str(tmp_path), earlier, ["vocab.tsv", "linker/trie"]) == ["old.bin"]
+    assert sorted(files_below(tmp_path)) == [RECORD, "linker/trie", "vocab.tsv"]
+
+
 def test_removing_stale_files_removes_the_directories_they_emptied_and_no_other(tmp_path: Path) -> None:
     fill_with_files(tmp_path, ("a/b/c/old.bin", "a/b/other/old.bin", "a/keep/mine.txt", "empty-before/x.bin"))
     (tmp_path / "a" / "b" / "users-empty").mkdir()
