@@ -460,6 +460,12 @@ def test_a_recorded_previous_run_replaced_since_is_not_compared(runs: Runs, tmp_
     assert main(["report", "--output", str(new), "--previous", str(previous), "--recall-queries", "5"]) == 0
     assert changes_rows(new)["articles"][2:] == ["0", "0", "0 changed"]
 
+    shutil.rmtree(previous)  # said to be "not a run: it has no manifest.json"
+    assert main(["report", "--output", str(new), "--recall-queries", "5"]) == 0
+    assert (f'<p class="warn">Could not compare: the run this one was refreshed from, {previous}, is gone (no such '
+            "directory now); report --previous OLD_OUT compares with another run") in (
+        new / "report" / "index.html").read_text()
+
 
 def corpus_file(path: Path, rows: list[str]) -> Path:
     path.write_text("\n".join([BUNDLED_PASSAGES.read_text(encoding="utf-8").splitlines()[0], *rows]) + "\n",

@@ -42,6 +42,9 @@ def diff_with_recorded(previous: PreviousRun, output: str) -> RunDiff:
     """``diff_runs`` of the recorded previous run and ``output``; an InputError when the run at its path is no longer
     the one the refresh read (another run written there since: its numbers would not be this run's changes)."""
     path = manifest.manifest_path(previous.path)
+    if not fs.exists(previous.path):
+        raise InputError(f"the run this one was refreshed from, {previous.path}, is gone (no such directory now); "
+                         "report --previous OLD_OUT compares with another run")
     if previous.manifest_sha256 and fs.exists(path) and fs.sha256(path) != previous.manifest_sha256:
         raise InputError(f"the run at {previous.path} has changed since this run was refreshed from it (its "
                          f"{manifest.MANIFEST_NAME} is not the one recorded); report --previous {previous.path} "
