@@ -76,11 +76,12 @@ def has_answer(answers: Sequence[str], text: str) -> bool:
 
 def answer_pattern(answer: str) -> regex.Pattern | None:
     """An answer of ``--match regex`` as DPR compiles it; None when it is no regular expression (DPR's matches
-    nothing)."""
+    nothing) or one that an empty text matches (``''``, ``a*``: DPR's matches every passage)."""
     try:
-        return regex.compile(unicodedata.normalize("NFD", answer), flags=_FLAGS)
+        pattern = regex.compile(unicodedata.normalize("NFD", answer), flags=_FLAGS)
     except (regex.error, RecursionError, MemoryError):
         return None
+    return None if pattern.search("") is not None else pattern
 
 
 def answer_matcher(answers: Sequence[str], match: str) -> Callable[[str], bool]:
@@ -91,7 +92,8 @@ def answer_matcher(answers: Sequence[str], match: str) -> Callable[[str], bool]:
 
     def holds_a_pattern(text: str) -> bool:
         normalized = unicodedata.normalize("NFD", text)  # once a passage, not once a pattern
-        return any(pattern.search(normalized) for pattern in patterns)
+        # a match of no characters (``\\b``, a lookahead) is not the answer found
+        return any(match.group() for pattern in patterns for match in pattern.finditer(normalized))
     return holds_a_pattern
 
 
@@ -192,17 +194,20 @@ def read_questions(path: str, match: str = "string") -> QuestionFile:
         parsed = [parse_qas_line(line, match) for line in raw.splitlines() if line.strip()]
     questions = [question for question in parsed if question is not None]
     if not questions:
-        raise InputError(no_question_message(path, len(parsed)))
+        raise InputError(no_question_message(path, len(parsed), match))
     return QuestionFile(path, questions, len(parsed) - len(questions))
 
 
-def no_question_message(path: str, records: int) -> str:
-    """Why a question file gave no question: none of its ``records`` lines (JSON items) is in the expected form."""
+def no_question_message(path: str, records: int, match: str = "string") -> str:
+    """Why a question file gave no question: none of its ``records`` lines (JSON items) is in the expected form
+    with an answer that can match (``answerable``)."""
     expected, unit = (JSON_FORM, "item") if is_json(path) else (TSV_FORM, "line")
     if not records:
         return f"question file {path} holds no question (expected {expected})"
     plural = "s" if records > 1 else ""
-    return f"question file {path}: no question in its {records} {unit}{plural} (expected {expected})"
+    answer = "an answer that holds a word" if match == "string" else \
+        "an answer that is a regular expression an empty text does not match"
+    return f"question file {path}: no question in its {records} {unit}{plural} (expected {expected}, {answer})"
 
 
 def first_hit_ranks(answer_lists: Sequence[Sequence[str]], retrieved: Sequence[Sequence[str]],

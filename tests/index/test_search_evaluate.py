@@ -72,6 +72,31 @@ def test_regex_answers_are_dprs_regex_match():
     assert parse_qas_row(["who?", "['(unclosed', 'Ren(e|é)']"], "regex").answers == ("(unclosed", "Ren(e|é)")
 
 
+def test_a_regex_answer_that_matches_no_characters_is_no_answer():
+    """DPR's regex match took a pattern that an empty text matches ('', 'a*') as found in every passage, and one
+    that matches no characters (a word boundary) in nearly every one: a question of such answers scored 100%."""
+    text = "Rene Descartes published in 1637"
+    for pattern in ("", "x*", "^", "(?:)"):
+        assert not answer_matcher([pattern], "regex")(text), pattern
+        assert parse_qas_row(["who?", repr([pattern])], "regex") is None, pattern
+    assert not answer_matcher([r"\b", "(?=Rene)"], "regex")(text)
+    assert answer_matcher(["x*", r"16\d\d"], "regex")(text) and answer_matcher([r"\bDesc"], "regex")(text)
+
+
+def test_a_file_of_questions_without_an_answer_that_can_match_says_why(tmp_path):
+    """The line was in the form the message asked for: what it lacked, an answer that can match, went unsaid."""
+    path = tmp_path / "empty-answers.qa.tsv"
+    path.write_text("who?\t['']\nwhat?\t['', '']\n")
+    with pytest.raises(InputError) as string:
+        read_questions(str(path))
+    assert string.value.message == (f"question file {path}: no question in its 2 lines (expected question<TAB>"
+                                    "['answer', ...] per line, an answer that holds a word)")
+    with pytest.raises(InputError) as regex:
+        read_questions(str(path), "regex")
+    assert regex.value.message.endswith("per line, an answer that is a regular expression an empty text does not "
+                                        "match)")
+
+
 def test_question_rows_of_both_formats():
     assert parse_qas_row(["who?", "['a', \"b'c\"]"]).answers == ("a", "b'c")
     assert parse_qas_row(["who?", "('Reba',)"]).answers == ("Reba",)  # a tuple, which DPR's eval takes as a list

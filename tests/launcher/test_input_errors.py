@@ -43,7 +43,7 @@ from transforms.parse.multistream import has_several_bz2_streams, looks_multistr
 CORPUS = "id\ttext\ttitle\n1\tAaron is a prophet and high priest\tAaron\n2\tMoses led the people\tMoses\n"
 SHARD = "index/shard-00000.faiss"
 NO_HEADER_LINE = "1\tAaron is a prophet\tAaron"  # a corpus row where the header should be
-QAS_FORM = "question<TAB>['answer', ...] per line"
+QAS_FORM = "question<TAB>['answer', ...] per line, an answer that holds a word"
 SITEINFO = ('<siteinfo><sitename>Wikipedia</sitename><dbname>enwiki</dbname><namespaces>'
             '<namespace key="0" case="first-letter" /><namespace key="1" case="first-letter">Talk</namespace>'
             '</namespaces></siteinfo>')
@@ -382,7 +382,7 @@ QUESTION_MESSAGES: dict[str, Callable[[Path], str]] = {
     "no-tabs.tsv": lambda path: f"error: question file {path}: no question in its 2 lines (expected {QAS_FORM})",
     "binary.tsv": lambda path: f"error: question file {path}: no question in its 2 lines (expected {QAS_FORM})",
     "wrong-keys.json": lambda path: f"error: question file {path}: no question in its 1 item (expected a JSON list "
-                                    'of {"question": str, "answers": [str, ...]})',
+                                    'of {"question": str, "answers": [str, ...]}, an answer that holds a word)',
 }
 QUESTION_FILES = {
     "empty.tsv": "",
