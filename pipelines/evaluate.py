@@ -92,14 +92,14 @@ def answer_matcher(answers: Sequence[str], match: str) -> Callable[[str], bool]:
 
     def holds_a_pattern(text: str) -> bool:
         normalized = unicodedata.normalize("NFD", text)  # once a passage, not once a pattern
-        # a match of no characters (``\\b``, a lookahead) is not the answer found
+        # a match of no characters (a word boundary, a lookahead) is not the answer found
         return any(match.group() for pattern in patterns for match in pattern.finditer(normalized))
     return holds_a_pattern
 
 
 def answerable(answer: str, match: str) -> bool:
     """Whether ``answer`` can match a passage: it holds a word (``has_answer`` matches no empty answer), or with
-    ``--match regex`` it is a regular expression."""
+    ``--match regex`` it is a regular expression that an empty text does not match (``answer_pattern``)."""
     return bool(answer_tokens(answer)) if match == "string" else answer_pattern(answer) is not None
 
 
