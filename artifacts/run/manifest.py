@@ -81,24 +81,27 @@ def manifest_path(output: str) -> str:
 
 def manifest_sha256(output: str) -> str:
     """The sha256 of the manifest of ``output`` (``GONE`` where there is none): what changes first when a stage
-    commits into it (its record dropped) or a publish replaces it (its manifest removed)."""
+    commits into it (its record dropped) or a publish replaces it (its manifest removed). A
+    ``DamagedManifestError`` when it cannot be read (a directory in its place)."""
     path = manifest_path(output)
-    return fs.sha256(path) if fs.exists(path) else GONE
+    return hashlib.sha256(_read(path)).hexdigest() if fs.exists(path) else GONE
+
+
+def _read(path: str) -> bytes:
+    """The bytes of the manifest at ``path``; a ``DamagedManifestError`` when it cannot be read."""
+    try:
+        return fs.read_bytes(path)
+    except IsADirectoryError as error:
+        raise DamagedManifestError(path, "it is a directory") from error
+    except OSError as error:
+        raise DamagedManifestError(path, f"it cannot be read ({error.strerror or error})") from error
 
 
 def load(output: str) -> dict[str, StageRecord]:
     """The completed stages recorded under ``output`` (empty if there is no manifest yet); a
     ``DamagedManifestError`` when the file is there but is not a manifest."""
     path = manifest_path(output)
-    if not fs.exists(path):
-        return {}
-    try:
-        data = fs.read_bytes(path)
-    except IsADirectoryError as error:
-        raise DamagedManifestError(path, "it is a directory") from error
-    except OSError as error:
-        raise DamagedManifestError(path, f"it cannot be read ({error.strerror or error})") from error
-    return parse(path, data)
+    return parse(path, _read(path)) if fs.exists(path) else {}
 
 
 # The fields of a stage record and of an output file, with the JSON types they must have; the first ones required.

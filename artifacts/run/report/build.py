@@ -139,8 +139,7 @@ def write_report(output: str, declared: Mapping[str, Counter], *, recall_queries
     """
     started = time.time()
     fs.require_directory_target(fs.join(output, REPORT_DIR))
-    manifest.load(output)  # a damaged one refused in its words before it is hashed (a directory in its place)
-    manifest_sha256 = fs.sha256(manifest.manifest_path(output)) if fs.exists(manifest.manifest_path(output)) else ""
+    manifest_sha256 = manifest.manifest_sha256(output)  # none: collect raises NoManifestError
     data = collect(output, declared, recall_queries, max_exact, previous)
     report_dir = fs.join(output, REPORT_DIR)
     fs.delete_file(fs.join(report_dir, layout.REPORT_STAMP))  # written last: a report cut short has none
