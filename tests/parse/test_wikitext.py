@@ -383,9 +383,21 @@ def test_comments_and_templates_are_no_part_of_a_link_title():
 
 
 def test_a_ref_or_template_after_a_link_stops_its_trail_a_comment_does_not():
-    assert both_paths("[[Foo]]<ref name=a/>and [[Bar]]{{snd}}based, [[Baz]]<!-- c -->es, "
+    assert both_paths("[[Foo]]<ref name=a/>and [[Bar]]{{efn|x}}based, [[Baz]]<!-- c -->es, "
                       "[[Qux]]<!--a--><ref>r</ref>s") == (
         "Fooand Barbased, Bazes, Quxs", [("Foo", "Foo"), ("Bar", "Bar"), ("Bazes", "Baz"), ("Qux", "Qux")])
+
+
+def test_a_template_that_stands_for_a_character_shows_it():
+    """{{nbsp}}, {{ndash}}, {{'}} and their kin show their character (a no-break space as a space), on either path:
+    dropped like other templates, they glued the words on either side ("17751783", "15September", "GQs")."""
+    assert both_paths("War (1775{{ndash}}1783) on 15{{nbsp}}September, ''[[GQ]]''{{'}}s critic{{mdashb}}and "
+                      "[[Plato]]{{·}}[[Kant]] x{{=}}1 y{{ Template:Spaces |2}}z{{Snd}}w{{efn|n}}v") == (
+        "War (1775\u20131783) on 15 September, GQ's critic \u2014 and Plato \u00b7 Kant x=1 y z \u2013 wv",
+        [("GQ", "GQ"), ("Plato", "Plato"), ("Kant", "Kant")])
+    # in a label too, and in a link's title as MediaWiki expands it there
+    assert both_paths("[[Foo|a{{nbsp}}b]] [[New{{nbsp}}York]]") == (
+        "a b New York", [("a b", "Foo"), ("New York", "New York")])
 
 
 def test_behaviour_switches_and_noinclude_show_as_on_the_page():

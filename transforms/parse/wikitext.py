@@ -30,6 +30,7 @@ from transforms.parse.namespaces import CATEGORY, FILE, Namespaces
 from transforms.parse.titles import decode_target, is_possible_title, percent_decoded
 from transforms.parse.wikitext_prepass import (
     Unsure,
+    character_template,
     span_around,
     strip_comments,
     strip_dropped_markup,
@@ -285,8 +286,9 @@ class _Converter:
     def wikilink(self, node: Wikilink, trail: str, depth: int) -> bool:
         """Render a wikilink; True if it took the link trail (letters glued to ``]]``) into its anchor."""
         title_nodes, label = _split_at_pipe_word(node)
-        # templates in the title are no part of it (the pre-pass cuts them too; comments went first)
-        title = "".join(str(part) for part in title_nodes if not isinstance(part, Template))
+        # templates in the title are no part of it but for a character's (comments went first)
+        title = "".join(str(part) if not isinstance(part, Template) else character_template(str(part.name)) or ""
+                        for part in title_nodes)
         role = classify_link(decode_target(title), self.namespaces, self.options)
         if role.drop:
             return False
@@ -313,8 +315,8 @@ class _Converter:
         out = self.out
         if isinstance(node, Text):
             out.add(str(node.value))
-        elif _is_pipe_word(node):
-            out.add("|")
+        elif isinstance(node, Template) and (character := character_template(str(node.name))) is not None:
+            out.add(character)
         elif isinstance(node, (Template, Argument, Comment)):
             return
         elif isinstance(node, HTMLEntity):

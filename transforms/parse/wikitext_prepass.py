@@ -29,7 +29,31 @@ _MARKUP_CHARS = frozenset("'[]{}<>|")
 # Tags whose content MediaWiki shows as it is (or not at all): "<!--" and apostrophes inside them mean nothing.
 LITERAL_TAGS = r"nowiki|pre|math|chem|ce|source|syntaxhighlight|score|timeline|hiero|graph"
 _COMMENT_OR_LITERAL = re.compile(rf"<!--|<\s*({LITERAL_TAGS})\b", re.IGNORECASE)
-_PIPE_WORD = "{{!}}"  # MediaWiki's magic word for "|"
+# Templates that stand for a character or a space, and what the text shows for them (a no-break space as a space):
+# dropped, they would glue the words on either side ("1775{{ndash}}1783", "15{{nbsp}}September", "GQ{{'}}s"). Keyed
+# by ``template_key``; their parameters (a count of spaces) change nothing the text keeps. ``{{!}}`` is MediaWiki's
+# magic word for "|".
+CHARACTER_TEMPLATES = {
+    "!": "|", "=": "=", "'": "'", "'s": "'s",
+    **dict.fromkeys(("nbsp", "space", "spaces", "thinsp", "nnbsp"), " "),
+    **dict.fromkeys(("ndash", "en dash", "endash", "\u2013"), "\u2013"),
+    **dict.fromkeys(("mdash", "em dash", "emdash", "\u2014"), "\u2014"),
+    **dict.fromkeys(("snd", "snds", "spnd", "sndash", "spaced ndash", "spaced en dash"), " \u2013 "),
+    **dict.fromkeys(("mdashb", "spaced mdash", "spaced em dash"), " \u2014 "),
+    **dict.fromkeys(("\u00b7", "dot", "middot"), " \u00b7 "),
+    **dict.fromkeys(("\u2022", "bull", "bullet"), " \u2022 "),
+}
+_TEMPLATE_PREFIX = "template:"
+
+
+def character_template(name: str) -> str | None:
+    """What the template called ``name`` shows if it stands for a character or a space (``CHARACTER_TEMPLATES``),
+    found as MediaWiki finds its page: underscores and runs of whitespace one space, a ``Template:`` prefix in any
+    case, the first letter in either case."""
+    name = " ".join(name.replace("_", " ").split())
+    if name[:len(_TEMPLATE_PREFIX)].lower() == _TEMPLATE_PREFIX:
+        name = name[len(_TEMPLATE_PREFIX):].lstrip()
+    return CHARACTER_TEMPLATES.get(name[:1].lower() + name[1:])
 
 
 class Unsure(Exception):
@@ -191,8 +215,8 @@ def strip_dropped_markup(wikitext: str, trail_letters: str = ENGLISH_TRAIL_LETTE
                 continue
             start = match.start() + len(match.group(0)) - len(match.group(0).lstrip(" \t"))
             end = _end_of(wikitext, match)
-            if wikitext.startswith(_PIPE_WORD, start) and end == start + len(_PIPE_WORD):
-                search_from = end  # ``{{!}}`` shows "|" (a link's pipe in ``[[Foo{{!}}bar]]``): the full parse reads it
+            if wikitext.startswith("{{", start) and character_template(wikitext[start + 2:end - 2].split("|")[0]):
+                search_from = end  # ``{{nbsp}}``, ``{{!}}`` (a link's pipe in ``[[Foo{{!}}bar]]``): the full parse
                 continue
             if bisect.bisect_left(starts, start) != bisect.bisect_left(starts, end):
                 raise Unsure("a cut would reach into a verbatim element")
