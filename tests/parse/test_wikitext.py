@@ -400,6 +400,15 @@ def test_a_template_that_stands_for_a_character_shows_it():
         "a b New York", [("a b", "Foo"), ("New York", "New York")])
 
 
+def test_a_block_tag_left_unpaired_shows_nothing():
+    """A ``</div>`` whose ``<div>`` a template wrote (an itwiki page's ``{{Colonne}}`` ... ``</div>``), or a
+    ``<center>`` never closed, shows nothing on the page: it was a line of the text, 5 in 4 of the 608 itwiki sample
+    pages. A paired one is a tag as before; one in ``<nowiki>`` is text."""
+    assert both_paths("Cities:\n* [[Rome]]\n</div>\n<center>End <DIV class=x>of</div> it</Center> and "
+                      "</blockquote> <nowiki></div></nowiki>") == (
+        "Cities:\nRome\nEnd of it and </div>", [("Rome", "Rome")])
+
+
 def test_behaviour_switches_and_noinclude_show_as_on_the_page():
     assert both_paths("Fine __NOTOC__\n[[Foo]] x __NOEDITSECTION__") == ("Fine\nFoo x", [("Foo", "Foo")])
     # any case, and the local names of __NOTOC__

@@ -53,6 +53,9 @@ _LINE_BREAK_TAGS = frozenset({"br", "p", "li", "dd", "dt", "tr"})
 # a link (``_markup_left``), since their content is shown either way.
 _FORMATTING_TAG = re.compile(r"</?(?:small|big|span|font|sub|sup|u|s|del|ins|strike|em|strong|tt|abbr|mark|i|b)"
                              r"\b[^<>]*>", re.IGNORECASE)
+# Block tags that a template opens or closes for the page (``{{col-begin}}`` ... ``</div>``): left unpaired in the
+# page's own text, where mwparserfromhell reads them as text, MediaWiki's HTML parser shows nothing of them.
+_UNPAIRED_BLOCK_TAG = re.compile(r"</?(?:div|center|blockquote)\b[^<>]*>", re.IGNORECASE)
 _BRACKET_OR_TAG = re.compile(r"\[\[|\]\]|" + _FORMATTING_TAG.pattern, re.IGNORECASE)
 # Interwiki prefixes that are not language codes (language codes are matched by pattern), those of the shape of
 # one included (``[[doi:10.1000/1|a paper]]`` and ``[[hdl:...]]`` show their label; ``[[de:Foo]]`` shows nothing).
@@ -314,7 +317,8 @@ class _Converter:
     def node(self, node: object, depth: int) -> None:
         out = self.out
         if isinstance(node, Text):
-            out.add(str(node.value))
+            value = str(node.value)
+            out.add(_UNPAIRED_BLOCK_TAG.sub("", value) if "<" in value else value)
         elif isinstance(node, Template) and (character := character_template(str(node.name))) is not None:
             out.add(character)
         elif isinstance(node, (Template, Argument, Comment)):
