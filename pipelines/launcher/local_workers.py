@@ -165,12 +165,15 @@ def lost_workers_fail_their_bundles(statuses: list[int] | None = None,
     raises into nothing, the only sign of a worker that died before it connected (its requests queued for ever:
     seen killing a parse worker as it started). Here either one, as it ends, fails what was owed and marks the
     connection lost, and a request pushed after that fails at once, with ``WORKER_LOST``'s message: the stage ends
-    with ``WorkerLostError``'s line. Yields ``statuses`` (a new list if None), to which the exit statuses of the
-    workers lost are added as their exits are seen: the one sign of how a worker ended, there before the stage's
-    error (Beam's runner joins the thread that awaited a worker's exit as it closes its workers, before its error
-    leaves the pipeline). ``failed`` is called each time something a lost worker was asked for is failed."""
+    with ``WorkerLostError``'s line. A worker that connects after the runner closed it (the stage failed, another
+    worker lost, as this one still started) is told at once that there is no more (Beam's ``close`` tells only a
+    worker connected by then: this one's control stream waited for ever, and the runner for its exit). Yields
+    ``statuses`` (a new list if None), to which the exit statuses of the workers lost are added as their exits are
+    seen: the one sign of how a worker ended, there before the stage's error (Beam's runner joins the thread that
+    awaited a worker's exit as it closes its workers, before its error leaves the pipeline). ``failed`` is called
+    each time something a lost worker was asked for is failed."""
     connection, handler = worker_handlers.ControlConnection, worker_handlers.SubprocessSdkWorkerHandler
-    read, push, start_worker = connection._read, connection.push, handler.start_worker
+    read, push, close, start_worker = connection._read, connection.push, connection.close, handler.start_worker
     thread_hook = threading.excepthook
     exits: dict[threading.Thread, worker_handlers.SubprocessSdkWorkerHandler] = {}  # by the thread awaiting its exit
     statuses = [] if statuses is None else statuses
@@ -195,6 +198,11 @@ def lost_workers_fail_their_bundles(statuses: list[int] | None = None,
             failed()
         return future
 
+    def close_ending_a_late_stream(self: worker_handlers.ControlConnection) -> None:
+        if self._state == worker_handlers.BeamFnControlServicer.UNSTARTED_STATE:  # its stream's first request
+            self._push_queue.put(worker_handlers.BeamFnControlServicer._DONE_MARKER)
+        close(self)
+
     def start_watched_worker(self: worker_handlers.SubprocessSdkWorkerHandler) -> None:
         start_worker(self)
         exits[self.worker_thread] = self
@@ -211,13 +219,13 @@ def lost_workers_fail_their_bundles(statuses: list[int] | None = None,
             lost.data_conn._closed = True
         thread_hook(args)
 
-    connection._read, connection.push, handler.start_worker = (read_failing_unanswered, push_failing_when_lost,
-                                                                start_watched_worker)
+    connection._read, connection.push, connection.close, handler.start_worker = (
+        read_failing_unanswered, push_failing_when_lost, close_ending_a_late_stream, start_watched_worker)
     threading.excepthook = exit_fails_its_bundles
     try:
         yield statuses
     finally:
-        connection._read, connection.push, handler.start_worker = read, push, start_worker
+        connection._read, connection.push, connection.close, handler.start_worker = read, push, close, start_worker
         threading.excepthook = thread_hook
 
 

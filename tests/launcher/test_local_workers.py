@@ -205,6 +205,23 @@ def test_a_worker_whose_control_stream_breaks_fails_the_answers_it_owed():
     assert not outside.is_done() and outside._exception is None
 
 
+def test_a_worker_that_connects_after_the_runner_closed_it_is_told_at_once_that_there_is_no_more():
+    """A stage that fails (another worker lost) closes its workers; one still starting then connects: its control
+    stream ends at once, so that the process exits and the runner's wait for it ends. Beam's ``close`` told only a
+    worker connected by then: the stage waited for ever (a parse worker killed as both started, 4 runs in 5)."""
+    def connect_late(servicer: worker_handlers.BeamFnControlServicer) -> threading.Thread:
+        servicer.get_conn_by_worker_id("worker_1").close()  # the runner closes its workers
+        context = SimpleNamespace(invocation_metadata=lambda: [("worker_id", "worker_1")])
+        stream = threading.Thread(target=lambda: list(servicer.Control(iter(()), context)), daemon=True)
+        stream.start()  # the worker connects, as Beam's Control serves it
+        stream.join(5)
+        return stream
+
+    with lost_workers_fail_their_bundles():
+        assert not connect_late(worker_handlers.BeamFnControlServicer(None)).is_alive()
+    assert connect_late(worker_handlers.BeamFnControlServicer(None)).is_alive()  # outside: waits for ever
+
+
 def stderr_within(capsys, seconds: float, until: Callable[[str], bool] = lambda _: False) -> str:
     """What was written to stderr within ``seconds`` (sooner once ``until`` holds)."""
     deadline, written = time.monotonic() + seconds, ""
