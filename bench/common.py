@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.paths import PASSAGES, SAMPLE, minilm_path
+from bench.paths import PASSAGES, SAMPLE, minilm_path, shared_file
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -157,7 +157,7 @@ def mention_windows(output: str, refs: list[dict]) -> list[dict]:
 def real_passages() -> list:
     from transforms.index.passages import parse_dpr_row
 
-    return [parse_dpr_row(line) for line in PASSAGES.read_text(encoding="utf-8").splitlines()[1:]]
+    return [parse_dpr_row(line) for line in shared_file(PASSAGES).read_text(encoding="utf-8").splitlines()[1:]]
 
 
 class BusySampler:

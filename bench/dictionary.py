@@ -19,7 +19,7 @@ import time
 
 from artifacts.names import spacy_without_torch
 from bench.common import run_cli
-from bench.paths import GENSIM, PASSAGES
+from bench.paths import GENSIM, PASSAGES, shared_file
 
 
 def rss_mb() -> float:
@@ -35,7 +35,7 @@ def main() -> None:
     from artifacts.linker import EntityLinker
 
     with tempfile.TemporaryDirectory() as output:
-        run_cli("parse", "--dump", str(GENSIM), "--output", output)
+        run_cli("parse", "--dump", str(shared_file(GENSIM)), "--output", output)
         for extra in ([], ["--include-red-links"]):
             seconds = run_cli("dictionary", "--output", output, "--force", *extra)
             print(f"dictionary stage on the gensim sample {' '.join(extra) or '(articles only)':<22} {seconds:6.1f} s "
@@ -56,7 +56,7 @@ def main() -> None:
         linker.detect("warm up the tokenizer")
         print(f"linker load: {time.perf_counter() - started:.3f} s (incl. spaCy tokenizer), "
               f"resident memory +{rss_mb() - before:.0f} MB")
-        with PASSAGES.open() as handle:
+        with shared_file(PASSAGES).open() as handle:
             texts = [row[1] for row in csv.reader(handle, delimiter="\t")][1:]
         rate, found = linker_rate(linker, texts)
         print(f"linker on {len(texts)} DPR passages, cold (new words enter spaCy's vocabulary): {rate:,.0f} "

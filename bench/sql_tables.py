@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from bench.paths import SHARED_DATA
+from bench.paths import SHARED_DATA, shared_file
 from transforms.parse.sql_dump import iter_sql_rows
 
 TABLES = SHARED_DATA / "wikipedia" / "enwiki-20210701-mini" / "inputs" / "wikipedia-raw-20210701"
@@ -78,6 +78,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows of each table")
     args = parser.parse_args()
+    for header in HEADERS.values():  # the mini set's tables: their headers are the files' own
+        shared_file(TABLES / header)
     with tempfile.TemporaryDirectory() as work:
         for table in ROWS:
             path = write_table(table, args.rows, Path(work))
