@@ -5,6 +5,7 @@ linker (every candidate of an ambiguous name); the entities found are fed, with 
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -84,7 +85,9 @@ class KPRInputs(TextInputs):
 
     def segments(self, texts: list[str]) -> list[Segment]:
         """Each text linked, cut at its mentions with an embedded candidate, its pieces tokenized (all the texts'
-        pieces in one call) and joined again."""
+        pieces in one call) and joined again. Texts are read composed (NFC), as MediaWiki stores every page and so
+        the linker's names: a query typed with decomposed accents (``o`` + U+0300) finds the names it shows."""
+        texts = [unicodedata.normalize("NFC", text) for text in texts]
         linked = [linked_mentions(mentions, self.known.has) for mentions in self.linker.detect_batch(texts)]
         bounds = [mention_bounds(mentions) for mentions in linked]
         pieces = [text_pieces(text, cuts) for text, cuts in zip(texts, bounds, strict=True)]

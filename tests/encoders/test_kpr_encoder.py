@@ -9,6 +9,7 @@ import os
 import shutil
 import threading
 import time
+import unicodedata
 from dataclasses import replace
 from pathlib import Path
 
@@ -390,6 +391,19 @@ def test_a_kpr_query_is_cls_query_sep_with_its_entities(tiny_bert, tmp_path):
     # New York (state) has no embedding: only New York City of the two candidates
     assert features["entity_ids"] == (ids["Erie Canal"], ids["New York City"])
     assert features["entity_positions"] == ((4, 5), (7, 8))
+
+
+def test_a_kpr_text_with_decomposed_accents_links_as_the_composed_one(tiny_bert, tmp_path):
+    """A query typed in NFD (``o`` + U+0300, as some keyboards and systems give it) gets the entities and ids of the
+    same text composed, as Wikipedia stores it and so the linker's names: it linked none."""
+    write_entity_artifacts(tmp_path, names={"niccolò copernico": (("Q619", "Niccolò Copernico", 5),),
+                                            "ātman": (("Q207", "Ātman", 3),)}, unembedded=())
+    init_kpr_checkpoint(str(tiny_bert), str(tmp_path / "kpr"),
+                        KPRSettings(entity_embedding_size=ENTITY_DIM, num_entity_fusion_attention_heads=2))
+    inputs = load_inputs(kpr_options(tmp_path / "kpr", tmp_path), "query")
+    composed, decomposed = inputs.queries([unicodedata.normalize(form, "Niccolò Copernico e Ātman") for form in
+                                           ("NFC", "NFD")])
+    assert len(composed["entity_ids"]) == 2 and decomposed == composed
 
 
 def linked_passages(count: int) -> list[Passage]:
