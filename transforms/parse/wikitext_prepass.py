@@ -31,8 +31,8 @@ LITERAL_TAGS = r"nowiki|pre|math|chem|ce|source|syntaxhighlight|score|timeline|h
 _COMMENT_OR_LITERAL = re.compile(rf"<!--|<\s*({LITERAL_TAGS})\b", re.IGNORECASE)
 # Templates that stand for a character or a space, and what the text shows for them (a no-break space as a space):
 # dropped, they would glue the words on either side ("1775{{ndash}}1783", "15{{nbsp}}September", "GQ{{'}}s"). Keyed
-# by ``template_key``; their parameters (a count of spaces) change nothing the text keeps. ``{{!}}`` is MediaWiki's
-# magic word for "|".
+# by name as ``character_template`` finds it (its first letter in lower case); their parameters (a count of spaces)
+# change nothing the text keeps. ``{{!}}`` is MediaWiki's magic word for "|".
 CHARACTER_TEMPLATES = {
     "!": "|", "=": "=", "'": "'", "'s": "'s",
     **dict.fromkeys(("nbsp", "space", "spaces", "thinsp", "nnbsp"), " "),
