@@ -13,9 +13,10 @@ file the manifest lists that cannot be read is a difference, not a traceback. Pr
 stage the new run recorded (``same`` or what differs), one line per stage only the old run recorded (not compared:
 the new run may have run fewer), and exits 1 when anything differs, 2 when a run has no manifest.
 
-Runs of two checkouts read the model at two paths, which the runs record (``model``, nested in ``index.json`` too)
-and which key the stored windows of embed-entities (``kpr_store_salt``, ``window_key``):
-``--ignore-metadata model kpr_store_salt --ignore-column window_key`` compares them by their vectors. A resumed or
+Runs of two checkouts read the model at two paths, which the runs record (``model``, nested in ``index.json`` too):
+``--ignore-metadata model``. The stored windows of embed-entities are keyed by the model's content
+(``kpr_store_salt``, ``window_key``); runs of two versions that key them apart compare by their vectors with
+``--ignore-metadata kpr_store_salt --ignore-column window_key``. A resumed or
 refreshed run reaches the same results with other work: ``--ignore-counter mentions_encoded mentions_reused
 passages_encoded passages_reused passages_cut`` (the passages cut of those it encoded). A run of another
 ``--shards`` differs in ``shards_built`` and in its shards, which hold the same vectors under another split of the

@@ -22,7 +22,14 @@ from pipelines.launcher.stage import (
     summed,
     with_dead_letters,
 )
-from pipelines.refresh import RefreshConfig, fingerprint_changes, previous_options, reusable_previous
+from pipelines.refresh import (
+    RefreshConfig,
+    fingerprint_changes,
+    model_identity,
+    moved_model_option,
+    previous_options,
+    reusable_previous,
+)
 from transforms.common.mention_sampling import CHARS_PER_TOKEN
 from transforms.embed_entities.gather import save_store_index
 from transforms.embed_entities.graph import (
@@ -124,7 +131,7 @@ def own_windows(ctx: StageContext, config: EmbedConfig, salt: str) -> str | None
     holds windows of this model cut with these options (a store of another --max-seq-length lends next to
     nothing)."""
     record = manifest.load(ctx.output).get(layout.EMBED_ENTITIES_STAGE)
-    if record is None or window_option_changes(record.options, config) \
+    if record is None or window_changes(record, config) \
             or not store_files([ctx.final(layout.MENTION_VECTORS)], salt):
         return None
     return "the windows of this OUT's mention_vectors/"
@@ -176,9 +183,9 @@ def require_finite_vectors(config: EmbedConfig, counters: dict[str, int]) -> Non
 
 
 def window_salt(config: EmbedConfig) -> str:
-    """The model's part of every window key: the model, its files (paths, sizes, times), the layer and dtype."""
-    files = {role: manifest.file_fingerprint(pattern) for role, pattern in STAGE.external_inputs(config).items()}
-    return model_salt([config.model, files, config.layer, config.dtype])
+    """The model's part of every window key: the model (a local one by its files' content, wherever it lies), the
+    layer and dtype."""
+    return model_salt([model_identity(config.model), config.layer, config.dtype])
 
 
 def store_directories(ctx: StageContext, previous: str | None) -> list[str]:
@@ -214,12 +221,16 @@ def context_chars(output: str, max_seq_length: int) -> int:
 STORAGE_OPTIONS = ("embedding_dtype",)
 
 
-def window_option_changes(recorded: dict[str, Any], config: EmbedConfig) -> list[str]:
-    """The recorded options that differ from ``config``'s and change the windows' vectors."""
+def window_changes(record: manifest.StageRecord, config: EmbedConfig) -> list[str]:
+    """What differs between the recorded run and ``config`` that changes the windows' vectors: options, and the
+    model's files (by content: the same model at another path is no change)."""
     def of_windows(options: dict[str, Any]) -> dict[str, Any]:
         return {name: value for name, value in options.items() if name not in STORAGE_OPTIONS}
 
-    return manifest.option_changes(of_windows(recorded), of_windows(STAGE.options(config)))
+    changed = fingerprint_changes(record, STAGE.external_inputs(config))
+    current = of_windows(STAGE.options(config))
+    recorded = moved_model_option(record, of_windows(record.options), current, "model", changed)
+    return manifest.option_changes(recorded, current) + [f"{role}: model files changed" for role in changed]
 
 
 def recorded_mentions(output: str) -> dict[str, Any]:
@@ -232,10 +243,8 @@ def incompatibility(old: dict[str, manifest.StageRecord], mentions_options: dict
     """Why the previous run's vectors differ from what this run would compute from mentions sampled with
     ``mentions_options``, or it kept none (None: they do not)."""
     stage, mentions = layout.EMBED_ENTITIES_STAGE, layout.MENTIONS_STAGE
-    changes = window_option_changes(old[stage].options, config)
+    changes = window_changes(old[stage], config)
     changes += [f"mentions' {change}" for change in manifest.option_changes(old[mentions].options, mentions_options)]
-    changes += [f"{role}: model files changed" for role in
-                fingerprint_changes(old[stage], STAGE.external_inputs(config))]
     if changes:
         return f"it was built with other options ({'; '.join(changes)})"
     if not store_files([fs.join(str(config.previous), layout.MENTION_VECTORS)], salt):

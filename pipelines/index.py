@@ -46,6 +46,8 @@ from pipelines.refresh import (
     Compatibility,
     RefreshConfig,
     fingerprint_changes,
+    model_identity,
+    moved_model_option,
     previous_options,
     reusable_previous,
 )
@@ -167,8 +169,7 @@ class IndexStage:
                                 config.words_per_passage)
         bucket_count = choice.bucket_count(config.shards, counts.high, dim, config.shard_memory_bytes)
         encoding = Encoding(dim, columns, bucket_count, counts.high, counts.expected, lenders)
-        kept = kept_passages(ctx, {"encoder": passage_side(config.recorded_options()["encoder"])},
-                             {role: files for role, files in encoder_files(config).items() if role == PASSAGE_ROLE},
+        kept = kept_passages(ctx, passage_side(config.recorded_options()["encoder"]),
                              tuple(name for name in self.upstream(config) if name != layout.PARSE_STAGE))
         killed = kept_files(kept.directory)  # what a killed run kept: its passages are not encoded again
         save_array(kept.known, kept_keys(killed))
@@ -272,16 +273,14 @@ class Encoding:
     lenders: tuple[str, ...]
 
 
-def kept_passages(ctx: StageContext, options: dict[str, Any], external: dict[str, str],
-                  upstream: tuple[str, ...]) -> KeptPassages:
+def kept_passages(ctx: StageContext, encoder: dict[str, Any], upstream: tuple[str, ...]) -> KeptPassages:
     """Where the stage keeps what it encodes for a rerun, with the encoder's part of every passage key: its recorded
-    ``options``, its model files' fingerprints (``external``) and the outputs of the ``upstream`` stages a KPR
-    encoder reads (linker, entity embeddings). Not the index's own settings (factory, shards: a rerun with another
-    factory after one that failed reuses every passage) nor where the passages came from: a key holds the
-    passage's id and content."""
+    options (``encoder``: the passage side's), its model (a local one by its files' content, wherever it lies) and
+    the outputs of the ``upstream`` stages a KPR encoder reads (linker, entity embeddings). Not the index's own
+    settings (factory, shards: a rerun with another factory after one that failed reuses every passage) nor where
+    the passages came from: a key holds the passage's id and content."""
     records = manifest.load(ctx.output)
-    identity = [manifest.canonical_options(options),
-                {role: manifest.file_fingerprint(pattern) for role, pattern in sorted(external.items()) if pattern},
+    identity = [manifest.canonical_options({"encoder": {**encoder, "model": model_identity(encoder["model"])}}),
                 [records[name].outputs_digest() for name in upstream if name in records]]
     salt = hashlib.blake2b(json.dumps(identity, sort_keys=True).encode(), digest_size=16).hexdigest()
     work = work_dir(ctx)
@@ -427,12 +426,14 @@ def incompatibility(old: dict[str, manifest.StageRecord], config: IndexConfig,
     """Why the previous run's passage vectors differ from what this encoder computes (None: they do not)."""
     if encoder.kind == "kpr":
         return "KPR passage vectors depend on this run's linker and entity embeddings"
-    recorded = old[layout.INDEX_STAGE].options.get("encoder", {})
-    changes = manifest.option_changes(passage_side(effective_encoder(recorded)),
-                                      passage_side(effective_encoder(STAGE.options(config)["encoder"])))
-    # the passage model's files only: a changed corpus is what a refresh is for
-    changes += [f"{role}: model files changed" for role in
-                fingerprint_changes(old[layout.INDEX_STAGE], encoder_files(config), roles=(PASSAGE_ROLE,))]
+    record = old[layout.INDEX_STAGE]
+    # the passage model's files only (by content: the same model at another path is no change); a changed corpus is
+    # what a refresh is for
+    changed = fingerprint_changes(record, encoder_files(config), roles=(PASSAGE_ROLE,))
+    current = passage_side(effective_encoder(STAGE.options(config)["encoder"]))
+    recorded = moved_model_option(record, passage_side(effective_encoder(record.options.get("encoder", {}))), current,
+                                  PASSAGE_ROLE, changed)
+    changes = manifest.option_changes(recorded, current) + [f"{role}: model files changed" for role in changed]
     return f"it was built with another encoder ({'; '.join(changes)})" if changes else None
 
 

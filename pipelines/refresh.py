@@ -14,6 +14,7 @@ from artifacts import fs, layout
 from artifacts.errors import InputError
 from artifacts.run import manifest
 from artifacts.run.validation import validate_run
+from encoders.models import model_files
 
 # Why a previous run cannot be reused, from its records and this run's: None when it can.
 Compatibility = Callable[[dict[str, manifest.StageRecord]], str | None]
@@ -98,17 +99,37 @@ def reusable_previous(refresh: RefreshConfig, stage: str, stages: tuple[str, ...
     return None
 
 
+def model_identity(name: str) -> str:
+    """What a model is to the vectors stored for it: a local directory by the content of its files (a copy or a
+    move of it, or its files touched, is the same model; other bytes in them another), a hub name by name."""
+    pattern = model_files({"model": name}).get("model")
+    return name if pattern is None else f"{manifest.CONTENT}{manifest.content_digest(pattern)}"
+
+
 def fingerprint_changes(old: manifest.StageRecord, files: dict[str, str],
                         roles: Collection[str] | None = None) -> list[str]:
-    """Roles of model files whose fingerprint (paths, sizes, times) differs from the previous record, or their
-    content where the record holds its digest (other files of the same sizes and times in their place); only
-    those of ``roles`` where given."""
-    new = {f"file:{role}": manifest.file_fingerprint(pattern) for role, pattern in files.items()
-           if roles is None or role in roles}
-    recorded = {key: value for key, value in old.inputs.items() if key.startswith("file:") and key != "file:corpus"
+    """Roles of local model files (``files``: their patterns) that differ from the previous record's: by content
+    where the record holds its digest (the same files elsewhere or touched are no change, other bytes of the same
+    sizes and times are), else by fingerprint (paths, sizes, times: an older version's record); a model local in
+    one run and not in the other is a change. Only those of ``roles`` where given."""
+    files = {role: pattern for role, pattern in files.items() if roles is None or role in roles}
+    recorded = {key.removeprefix("file:") for key in old.inputs if key.startswith("file:") and key != "file:corpus"
                 and (roles is None or key.removeprefix("file:") in roles)}
-    changed = {key.removeprefix("file:") for key in set(new) | set(recorded) if new.get(key) != recorded.get(key)}
-    changed |= {role for role, pattern in files.items() if (roles is None or role in roles)
-                and f"{manifest.CONTENT}{role}" in old.inputs
-                and old.inputs[f"{manifest.CONTENT}{role}"] != manifest.content_digest(pattern)}
-    return sorted(changed)
+
+    def differs(role: str) -> bool:
+        content = old.inputs.get(f"{manifest.CONTENT}{role}")
+        if content is not None:
+            return content != manifest.content_digest(files[role])
+        return old.inputs[f"file:{role}"] != manifest.file_fingerprint(files[role])
+
+    return sorted((recorded ^ set(files)) | {role for role in recorded & set(files) if differs(role)})
+
+
+def moved_model_option(old: manifest.StageRecord, recorded: dict[str, Any], current: dict[str, Any],
+                       role: str, changed: Collection[str]) -> dict[str, Any]:
+    """``recorded`` options with the option ``"model"`` (the path of the model of ``role``) as in ``current`` where
+    the record holds the digest of that model's files and they are unchanged (``changed``: ``fingerprint_changes``):
+    the same model at another path is no change."""
+    if role in changed or f"{manifest.CONTENT}{role}" not in old.inputs or "model" not in current:
+        return recorded
+    return {**recorded, "model": current["model"]}

@@ -145,7 +145,8 @@ class Stage(Protocol[ConfigT]):
 
     def content_inputs(self, config: ConfigT) -> dict[str, str]:
         """Those of ``external_inputs`` small enough to hash at every run (a local model's files): other files of
-        the same sizes and times in their place are seen (``replaced_in_place``)."""
+        the same sizes and times in their place rerun the stage, and a copy elsewhere is the same model to the
+        vectors a refresh or a rerun reuses (``pipelines.refresh.model_identity``)."""
         ...
 
     def run(self, ctx: StageContext, config: ConfigT) -> dict[str, int]:
@@ -602,29 +603,12 @@ def interrupted_in_a_step(error: BaseException) -> bool:
                for current in error_chain(error))
 
 
-def replaced_in_place(stage: Stage[ConfigT], config: ConfigT, record: manifest.StageRecord | None,
-                      inputs: dict[str, str]) -> None:
-    """An InputError when files of ``content_inputs`` hold other bytes than at the recorded run under the same
-    fingerprint (paths, sizes, times: what keys the vectors a stage stores for them): the vectors stored for the
-    old files would be taken for the new ones, even with --force."""
-    recorded = record.inputs if record is not None else {}
-    for role, pattern in sorted(stage.content_inputs(config).items()):
-        file, content = f"file:{role}", f"{manifest.CONTENT}{role}"
-        if recorded.get(file) == inputs.get(file) and recorded.get(content, inputs[content]) != inputs[content]:
-            command = layout.command_of(stage.name)
-            raise InputError(f"the files {pattern} ({role}) hold other bytes than when '{command}' last ran, with the "
-                             "same sizes and modification times: what it stored for the old files would be taken for "
-                             f"these; give them a new time (`touch {pattern}`) or the model another path, and run "
-                             "again")
-
-
 def _execute(stage: Stage[ConfigT], config: ConfigT, ctx: StageContext, options: dict[str, Any],
              force: bool) -> tuple[manifest.StageRecord, bool]:
     output = ctx.output
     started = time.time()  # the stage's wall time: its inputs fingerprinted to its outputs hashed and recorded
     completed = manifest.load(output)
     inputs = input_fingerprints(stage, config, output, completed)
-    replaced_in_place(stage, config, completed.get(stage.name), inputs)
     reason = None if force else skip_reason(stage, completed.get(stage.name), options, inputs, output)
     if reason is not None:
         print(f"[{layout.command_of(stage.name)}] skipped: {reason}", file=sys.stderr)

@@ -204,9 +204,10 @@ def test_a_model_that_returns_no_finite_vector_is_an_error_not_an_empty_commit(t
     assert not (output / "entity_embeddings").exists() and "embed_entities" not in manifest.load(str(output))
 
 
-def test_model_files_replaced_by_others_of_the_same_sizes_and_times_are_refused(tiny_bert, tmp_path, capsys):
-    """Windows are stored under the model files' paths, sizes and times: other weights copied in place with the old
-    times (cp -p, rsync -a) were reused as the old ones' vectors, even with --force. Their content tells."""
+def test_windows_are_stored_under_the_model_files_content(tiny_bert, tmp_path):
+    """Other weights copied in place with the old sizes and times (cp -p, rsync -a) rerun the stage, which takes
+    none of the old weights' vectors for theirs (they were reused); the same files at another path with new times
+    are the same model: a rerun reuses every window (they were all encoded again)."""
     model, output = tmp_path / "model", tmp_path / "out"
     shutil.copytree(tiny_bert, model)
     build_embeddings(output, model)
@@ -216,19 +217,20 @@ def test_model_files_replaced_by_others_of_the_same_sizes_and_times_are_refused(
     assert other.stat().st_size == times.st_size and other.read_bytes() != weights.read_bytes()
     shutil.copyfile(other, weights)
     os.utime(weights, ns=(times.st_atime_ns, times.st_mtime_ns))
-    capsys.readouterr()
-    for force in ((), ("--force",)):
-        assert main(["embed-entities", "--output", str(output), "--model", str(model), "--max-seq-length", "64",
-                     *force, *DIRECT]) == 2
-        assert capsys.readouterr().err.splitlines()[-1] == (
-            f"error: the files {model}/* (model) hold other bytes than when 'embed-entities' last ran, with the same "
-            "sizes and modification times: what it stored for the old files would be taken for these; give them a "
-            f"new time (`touch {model}/*`) or the model another path, and run again")
-    os.utime(weights)  # touched: another fingerprint, every window encoded again
-    assert main(["embed-entities", "--output", str(output), "--model", str(model), "--max-seq-length", "64",
-                 *DIRECT]) == 0
-    counters = manifest.load(str(output))["embed_entities"].counters
+
+    def embed(path: Path) -> dict[str, int]:
+        assert main(["embed-entities", "--output", str(output), "--model", str(path), "--max-seq-length", "64",
+                     *DIRECT]) == 0
+        return manifest.load(str(output))["embed_entities"].counters
+
+    counters = embed(model)
     assert counters["mentions_encoded"] > 0 and counters["mentions_reused"] == 0
+    vectors = tables.read_table(str(output), "entity_embeddings").to_pylist()
+    moved = tmp_path / "moved"
+    shutil.copytree(model, moved, copy_function=shutil.copyfile)  # new modification times
+    counters = embed(moved)
+    assert counters["mentions_encoded"] == 0 and counters["mentions_reused"] > 0
+    assert tables.read_table(str(output), "entity_embeddings").to_pylist() == vectors
 
 
 def test_entity_embeddings_are_the_same_for_one_and_two_workers(tiny_bert, tmp_path, system_temp):

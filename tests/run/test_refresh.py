@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 from artifacts.run import manifest
 from artifacts.run.manifest import option_changes
-from pipelines.refresh import fingerprint_changes
+from pipelines.refresh import fingerprint_changes, model_identity, moved_model_option
 
 
 def test_option_changes_names_each_difference_and_ignores_the_previous_run():
@@ -37,3 +38,25 @@ def test_model_files_of_the_same_fingerprint_with_other_content_are_a_change(tmp
     assert fingerprint_changes(record, {"model": pattern}) == ["model"]
     older = manifest.StageRecord("embed_entities", {}, {"file:model": inputs["file:model"]}, [])
     assert fingerprint_changes(older, {"model": pattern}) == []
+    assert fingerprint_changes(older, {}) == ["model"]  # local then, a hub name now
+
+
+def test_a_model_copied_elsewhere_is_the_same_model_where_the_record_holds_its_content(tmp_path):
+    """Its files touched or at another path: no change by content; an older version's record, which holds no
+    content digest, goes by the fingerprint (paths, sizes, times)."""
+    model, moved = tmp_path / "model", tmp_path / "moved"
+    model.mkdir()
+    (model / "weights.bin").write_bytes(b"weights")
+    shutil.copytree(model, moved, copy_function=shutil.copyfile)
+    os.utime(moved / "weights.bin", (1, 1))
+    old, new = str(model / "*"), str(moved / "*")
+    record = manifest.StageRecord("embed_entities", {"model": str(model)}, {
+        "file:model": manifest.file_fingerprint(old), "content:model": manifest.content_digest(old)}, [])
+    older = manifest.StageRecord("embed_entities", record.options, {"file:model": record.inputs["file:model"]}, [])
+    assert (fingerprint_changes(record, {"model": new}), fingerprint_changes(older, {"model": new})) == ([], ["model"])
+    assert model_identity(str(moved)) == model_identity(str(model)) == f"content:{record.inputs['content:model']}"
+    assert model_identity("bert-base-uncased") == "bert-base-uncased"
+    current = {"model": str(moved), "layer": -1}
+    assert moved_model_option(record, record.options, current, "model", []) == {"model": str(moved)}
+    for refused in ((record, ["model"]), (older, [])):  # another model's files; no digest to tell
+        assert moved_model_option(refused[0], record.options, current, "model", refused[1]) == record.options

@@ -518,6 +518,24 @@ def test_a_copy_published_without_mention_vectors_says_so(runs, tiny_bert, tmp_p
         "published without --with-mention-vectors, or by an older version)")
 
 
+def test_a_previous_run_of_the_same_model_at_another_path_is_reused(runs, tiny_bert, tmp_path):
+    """A model is the content of its files: copied elsewhere with new times (a new machine, a new download), it
+    lends the previous run's windows and passages as the old path did, where it recomputed everything."""
+    old, scratch, refreshed = runs
+    moved = tmp_path / "moved-bert"
+    shutil.copytree(tiny_bert, moved, copy_function=shutil.copyfile)  # new modification times
+    assert manifest.file_fingerprint(f"{moved}/*") != manifest.file_fingerprint(f"{tiny_bert}/*")
+    output = upstream_of(scratch, tmp_path / "out")
+    assert embed(output, moved, old, "--require-reuse") == 0
+    assert main(["index", "--output", str(output), "--encoder", str(moved), "--encoder-type", "mean",
+                 "--max-length", "64", "--shards", "2", "--previous", str(old), "--require-reuse", *DIRECT]) == 0
+    for stage, names in (("embed_entities", ("mentions_encoded", "mentions_reused", "entities_reused")),
+                         ("index", ("passages_encoded", "passages_reused"))):
+        found, expected = counters(output, stage), counters(refreshed, stage)
+        assert [found[name] for name in names] == [expected[name] for name in names]
+    assert counters(output, "index")["passages_reused"] > 0
+
+
 def test_a_previous_run_of_another_model_is_not_reused(runs, tiny_bert, tmp_path, capsys):
     old, scratch, _ = runs
     other = write_tiny_bert(tmp_path / "other-bert", seed=1)
