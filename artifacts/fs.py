@@ -73,7 +73,17 @@ def located(base: str, name: str) -> str:
 
 
 def exists(path: str) -> bool:
-    return _filesystems().exists(path)
+    """Whether ``path`` exists; a local one that a directory on its way keeps this user from looking at is a
+    ``PermissionError`` (said "missing", a run on a shared disk of another user's was sent to be computed again)."""
+    if not is_local(path):
+        return _filesystems().exists(path)
+    try:
+        os.stat(path.removeprefix("file://"))
+    except PermissionError:
+        raise
+    except (OSError, ValueError):  # not there, a file on the way, a name the OS refuses
+        return False
+    return True
 
 
 def list_files(directory: str, pattern: str = "*") -> list[str]:

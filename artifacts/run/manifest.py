@@ -17,7 +17,6 @@ from importlib import metadata as importlib_metadata
 from typing import Any
 
 import pyarrow as pa
-from apache_beam.io.filesystems import FileSystems
 
 from artifacts import fs, layout, tables
 from artifacts.errors import DamagedManifestError
@@ -93,6 +92,8 @@ def _read(path: str) -> bytes:
         return fs.read_bytes(path)
     except IsADirectoryError as error:
         raise DamagedManifestError(path, "it is a directory") from error
+    except PermissionError:  # not damaged: the command line names it and what to fix
+        raise
     except OSError as error:
         raise DamagedManifestError(path, f"it cannot be read ({error.strerror or error})") from error
 
@@ -249,7 +250,7 @@ def files_missing_or_changed(output: str, items: Iterable[OutputFile], deep: boo
     problems: list[str] = []
     for item in items:
         path = fs.join(output, item.path)
-        if not FileSystems.exists(path):
+        if not fs.exists(path):
             problems.append(f"{item.path}: missing")
         elif fs.size(path) != item.bytes:
             problems.append(f"{item.path}: a directory, where the manifest records a file" if fs.is_directory(path)

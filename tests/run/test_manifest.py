@@ -5,9 +5,11 @@ byte for byte as it was; a recorded file that is gone is named with the stage to
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,7 +21,7 @@ from artifacts.run import manifest
 from artifacts.run.validation import validate_run
 from pipelines.launcher.cli import main
 from tests.builders import all_command, stage_command
-from tests.conftest import BUNDLED_SAMPLE, DIRECT, copy_stages
+from tests.conftest import BUNDLED_SAMPLE, DIRECT, REPO, copy_stages
 
 
 def manifest_bytes(damage: str, data: bytes) -> bytes:
@@ -323,6 +325,36 @@ def test_a_previous_run_with_a_file_gone_is_recomputed_saying_why(full_run: Path
     assert main(argv) == 0
     assert (f"[index] recomputing everything: {previous} does not validate ({SHARD}: missing)"
             in capsys.readouterr().err.splitlines())
+
+
+def as_an_ordinary_user(arguments: list[str]) -> subprocess.CompletedProcess:
+    """`run_pipeline.py arguments` with the file modes applying to it: as root, without the capabilities that
+    bypass them."""
+    command = [sys.executable, str(REPO / "run_pipeline.py"), *arguments]
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("root without setpriv: file modes do not apply")
+        dropped = "-dac_override,-dac_read_search"
+        command = ["setpriv", f"--bounding-set={dropped}", f"--inh-caps={dropped}", *command]
+    return subprocess.run(command, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
+                          text=True, timeout=300, check=False)
+
+
+@pytest.mark.parametrize(("locked", "named"), [("", "manifest.json"), ("manifest.json", "manifest.json"),
+                                               ("articles", ARTICLES)])
+def test_a_run_this_user_may_not_read_is_said_so_not_missing(full_run: Path, tmp_path: Path, locked: str,
+                                                             named: str) -> None:
+    """Another user's run (mode 700 on a shared disk): no manifest, so no stage completed, or its files missing,
+    and the stages to compute again, where the user may only not read it."""
+    out = Path(shutil.copytree(full_run, tmp_path / "out"))
+    (out / locked).chmod(0)
+    try:
+        found = as_an_ordinary_user(["validate", "--output", str(out)])
+    finally:
+        (out / locked).chmod(0o755)
+    assert (found.returncode, found.stderr.splitlines()) == (2, [
+        f"error: {out / named}: Permission denied: this user may not change (or read) it (its permissions, a "
+        "read-only filesystem, a file marked immutable with chattr +i): fix that and run the command again"])
 
 
 def test_a_manifest_that_is_a_directory_is_damaged(tmp_path: Path) -> None:
