@@ -176,6 +176,8 @@ def read_questions(path: str, match: str = "string") -> QuestionFile:
     except fs.ARCHIVE_ERRORS as error:
         raise InputError(f"question file {path} cannot be decompressed: {first_line(error)}") from error
     raw = raw.removeprefix(codecs.BOM_UTF8)  # a byte order mark first is no error (Windows editors)
+    if (kind := foreign_encoding(raw)) is not None:  # else every line malformed: "no question in its N lines"
+        raise InputError(f"question file {path} holds {kind}")
     if not raw.strip():
         raise InputError(f"question file {path} is empty")
     if is_json(path):
@@ -196,6 +198,18 @@ def read_questions(path: str, match: str = "string") -> QuestionFile:
     if not questions:
         raise InputError(no_question_message(path, len(parsed), match))
     return QuestionFile(path, questions, len(parsed) - len(questions))
+
+
+def foreign_encoding(raw: bytes) -> str | None:
+    """What ``raw`` (a question file's bytes, as read) holds if it is compressed or UTF-16 text, and what to do,
+    else None."""
+    if raw.startswith(b"\x1f\x8b"):
+        return "gzip-compressed bytes: name it .gz (it is read as its name says)"
+    if raw[:3] == b"BZh" and raw[4:10] == b"1AY&SY":
+        return "bzip2-compressed bytes: name it .bz2 (it is read as its name says)"
+    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return "UTF-16 text (a byte order mark says so): save it as UTF-8"
+    return None
 
 
 def no_question_message(path: str, records: int, match: str = "string") -> str:

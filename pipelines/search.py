@@ -6,6 +6,7 @@ import argparse
 import json
 import shlex
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -200,7 +201,12 @@ class Retriever:
 
     def search_ids(self, queries: list[str], k: int, batch_size: int = 256) -> tuple[np.ndarray, np.ndarray]:
         """(scores, passage ids) of shape (queries, k or the index's passage count, the smaller); missing places
-        are (-inf, -1)."""
+        are (-inf, -1). The queries checked as the command line checks them (``check_queries``), k and
+        ``batch_size`` 1 or more."""
+        check_queries(queries)
+        for name, value in (("k", k), ("batch_size", batch_size)):
+            if not isinstance(value, int) or value < 1:
+                raise InputError(f"{name} is {value!r}: give a whole number of 1 or more")
         vectors = self.encode(queries, batch_size)
         try:
             return self.index.search(vectors, k)
@@ -249,16 +255,24 @@ def format_hits(query: str, hits: list[Hit], width: int = 100) -> str:
     return "\n".join(lines)
 
 
+def check_queries(queries: Sequence[str], what: str = "a query") -> None:
+    """An InputError for a query that searches for nothing or is not text that can be encoded (``what`` names it);
+    a TypeError for one string (its characters would be searched one by one)."""
+    if isinstance(queries, str) or not all(isinstance(query, str) for query in queries):
+        raise TypeError("queries must be a list of str (one string would be searched character by character): "
+                        "give [query]")
+    if any(shows_nothing(query) for query in queries):
+        raise InputError(f"{what} is empty (nothing but spaces or invisible characters): give the text to search for")
+    if any(has_lone_surrogate(query) for query in queries):
+        raise InputError(f"{what} holds bytes that are not UTF-8 (a terminal or script of another encoding?): give "
+                         "the query as UTF-8 text")
+
+
 class SearchCommand:
     """search: the top-k passages of the index under OUT for each --query."""
 
     def main(self, args: argparse.Namespace, beam_args: list[str]) -> int:
-        if any(shows_nothing(query) for query in args.query):
-            raise InputError("--query is empty (nothing but spaces or invisible characters): give the text to search "
-                             "for")
-        if any(has_lone_surrogate(query) for query in args.query):
-            raise InputError("--query holds bytes that are not UTF-8 (a terminal or script of another encoding?): give "
-                             "the query as UTF-8 text")
+        check_queries(args.query, "--query")  # before the model loads
         retriever = Retriever(args.output, args.device, args.dtype, args.query_encoder, args.nprobe, args.ef_search,
                               args.verify)
         for query, hits in zip(args.query, retriever.search(args.query, args.k, args.batch_size), strict=True):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 from artifacts import fs
@@ -49,9 +49,13 @@ class IndexInfo:
     @classmethod
     def from_json(cls, value: Any) -> IndexInfo:
         """The fields this version knows, each checked for its type (a ``ValueError`` naming the first that is
-        not)."""
+        not, or the required ones missing)."""
         if not isinstance(value, dict):
             raise ValueError(f"a JSON {type(value).__name__}, not an object")
+        missing = [item.name for item in fields(cls) if item.name not in value
+                   and item.default is MISSING and item.default_factory is MISSING]
+        if missing:
+            raise ValueError(f"it has no {', '.join(missing)}")
         known = {key: item for key, item in value.items() if key in cls.__dataclass_fields__}
         for key, item in known.items():
             _check_field(key, item, _FIELD_TYPES[key])

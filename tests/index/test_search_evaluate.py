@@ -171,6 +171,21 @@ def test_question_files_compressed_are_read_as_they_are_and_a_damaged_archive_is
         read_questions(str(cut))
 
 
+@pytest.mark.usefixtures("shared_data")
+def test_a_question_file_compressed_or_in_utf16_under_a_plain_name_says_so(tmp_path):
+    """Read as text, every line was malformed: "no question in its 3 lines (expected question<TAB>[...])"."""
+    text = NQ_5.read_text(encoding="utf-8")
+    for encoded, said in ((gzip.compress(text.encode()), "gzip-compressed bytes: name it .gz"),
+                          (bz2.compress(text.encode()), "bzip2-compressed bytes: name it .bz2"),
+                          (text.encode("utf-16"), r"UTF-16 text \(a byte order mark says so\): save it as UTF-8")):
+        path = tmp_path / "nq.qa.tsv"
+        path.write_bytes(encoded)
+        with pytest.raises(InputError, match=rf"question file {re.escape(str(path))} holds {said}"):
+            read_questions(str(path))
+    path.write_text("BZh9 is a question\t['answer']\n", encoding="utf-8")  # a plain text that starts alike
+    assert [question.question for question in read_questions(str(path)).questions] == ["BZh9 is a question"]
+
+
 def as_pattern(answer: str) -> str:
     """A string answer as a CuratedTREC-style pattern that finds what it finds: its words, any spaces between."""
     return r"\b" + r"\s*".join(map(re.escape, answer.split())) + r"\b"
@@ -292,6 +307,24 @@ def test_evaluate_ranks_match_brute_force_over_the_stored_vectors(minilm_index):
     texts = [[rows[int(passage_id)]["text"] for passage_id in row] for row in top]
     assert first_hit_ranks([question.answers for question in questions], texts) == [1, 1, 2, 1, 3]
     assert retriever.search_ids([question.question for question in questions], 20)[1].tolist() == top.tolist()
+
+
+@pytest.mark.parametrize(("queries", "k", "batch_size", "error", "message"), [
+    ("Greek philosopher", 2, 256, TypeError, r"^queries must be a list of str \(one string would be searched "),
+    ([b"Greek philosopher"], 2, 256, TypeError, "^queries must be a list of str"),
+    (["Greek", " \u200b "], 2, 256, InputError, r"a query is empty \(nothing but spaces or invisible characters\)"),
+    (["abc \ud800"], 2, 256, InputError, "a query holds bytes that are not UTF-8"),
+    (["Greek"], 0, 256, InputError, "k is 0: give a whole number of 1 or more$"),
+    (["Greek"], -3, 256, InputError, "k is -3: give"),
+    (["Greek"], 2, 0, InputError, "batch_size is 0: give")])
+def test_the_python_api_checks_its_queries_as_the_command_line_does(minilm_index, queries, k, batch_size, error,
+                                                                     message):
+    """Retriever searched one string's characters as 17 queries, an empty query for passages of nothing, and gave
+    numpy's or the tokenizer's errors for a negative k or a lone surrogate."""
+    retriever = Retriever(str(minilm_index))
+    with pytest.raises(error, match=message):
+        retriever.search(queries, k, batch_size)
+    assert [len(hits) for hits in retriever.search(["Greek philosopher", "Aristotle"], 2)] == [2, 2]
 
 
 def test_a_run_that_changes_while_it_is_searched_gives_no_results(minilm_index, tmp_path, monkeypatch):

@@ -242,6 +242,15 @@ def index_json_count_not_a_number(out: Path) -> list[str]:
             "whole number)"]
 
 
+def index_json_without_its_counts(out: Path) -> list[str]:
+    """Was "unreadable (IndexInfo.__init__() missing 2 required positional arguments: 'count' and 'shards')"."""
+    def change(info: dict) -> None:
+        del info["count"], info["shards"]
+
+    edit_index_json(out, change)
+    return [f"index/index.json: unreadable ({out}/index/index.json is damaged: it has no count, shards)"]
+
+
 def faiss_id_renamed(out: Path) -> list[str]:
     """A shard whose FAISS ids (what a search returns) are not its id map's: one renamed."""
     import faiss
@@ -466,8 +475,8 @@ CORRUPTIONS = [truncate_articles, flip_shard_bytes, non_finite_embedding, wrong_
                one_vector_for_every_entity, unknown_entity_embedding, repeated_entity_embedding, stray_parquet,
                stray_other_files, unreadable_recorded_parquet,
                repeated_passage_id, title_differs, redirects_break_contract, mention_vectors_break_contract,
-               shard_listed_twice, index_json_count_not_a_number, faiss_id_renamed, a_stored_passage_not_indexed,
-               a_stored_passage_under_another_ones_id, passages_break_contract,
+               shard_listed_twice, index_json_count_not_a_number, index_json_without_its_counts, faiss_id_renamed,
+               a_stored_passage_not_indexed, a_stored_passage_under_another_ones_id, passages_break_contract,
                a_passage_id_twice_in_passages,
                manifest_miscounts_rows, an_entity_without_title_or_qid, mentions_outside_entities_and_articles,
                index_json_leaves_out_a_shard, trained_index_of_another_shape, an_embeddings_part_gone,
