@@ -317,7 +317,7 @@ class EvaluateCommand:
                 for name, questions in zip(shown_names(args.questions), files, strict=True)]
         retriever.check_unchanged()
         print(format_table(rows, ks))
-        retriever.warn_queries_cut(sum(len(questions.questions) for questions in files))
+        retriever.warn_about_queries(sum(len(questions.questions) for questions in files))
         for row in rows:
             if row["bad_lines"]:
                 print(f"{row['file']}: {row['bad_lines']} malformed question(s) skipped", file=sys.stderr)

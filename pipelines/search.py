@@ -181,18 +181,29 @@ class Retriever:
                              f"vectors but the index at {index_dir} has {self.index.info.dim} dims")
         self.passages = PassageLookup(index_dir, self.index.info, recorded)
         self.queries_cut = 0  # queries encoded so far whose tokens ran past --max-length (their ends not encoded)
+        self.queries_unknown = 0  # queries encoded so far that hold no token the query encoder knows
 
     def encode(self, queries: list[str], batch_size: int = 256) -> np.ndarray:
         def count(name: str, value: int) -> None:
             if name == CUT_COUNTER:  # the texts cut at --max-length, as the inputs count them: queries here
                 self.queries_cut += value
 
+        tokenizer = self.encoder.tokenizer
+        if tokenizer.unk_token_id is not None:
+            self.queries_unknown += sum(bool(ids) and set(ids) == {tokenizer.unk_token_id} for ids in
+                                        tokenizer(list(queries), add_special_tokens=False)["input_ids"])
         parts = [self.encoder.encode_queries(queries[start:start + batch_size], count)
                  for start in range(0, len(queries), batch_size)]
         return np.concatenate(parts) if parts else np.zeros((0, self.encoder.dim), np.float32)
 
-    def warn_queries_cut(self, queries: int) -> None:
-        """A warning line when queries ran past the index's --max-length: only their starts were searched for."""
+    def warn_about_queries(self, queries: int) -> None:
+        """A warning line when queries ran past the index's --max-length (only their starts were searched for), and
+        one when queries held nothing but the tokenizer's unknown token (an emoji, a script its vocabulary lacks):
+        two such queries of as many tokens encode alike."""
+        if self.queries_unknown:
+            print(f"warning: {self.queries_unknown:,} of {queries:,} queries hold no token the query encoder knows "
+                  f"(every one is its unknown token {self.encoder.tokenizer.unk_token}): their hits are not about "
+                  "them", file=sys.stderr)
         if self.queries_cut:
             options = self.encoder.options
             prefix = f" (its query prefix {options.query_prefix!r} included)" if options.query_prefix else ""
@@ -281,7 +292,7 @@ class SearchCommand:
             else:
                 print(format_hits(query, hits))
         sys.stdout.flush()
-        retriever.warn_queries_cut(len(args.query))
+        retriever.warn_about_queries(len(args.query))
         return 0
 
 

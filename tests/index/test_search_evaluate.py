@@ -361,6 +361,22 @@ def test_queries_cut_at_the_index_s_max_length_are_said_to_be(minilm_index, tmp_
     assert "ran past" not in capsys.readouterr().err
 
 
+def test_queries_of_unknown_tokens_alone_are_said_to_be(minilm_index, capsys):
+    """An emoji or a script the vocabulary lacks is [UNK] alone to MiniLM: every such query had the same confident
+    hits, without a word."""
+    queries = ["\U0001f989", "\u1230\u120b\u121d", "owl \U0001f989"]  # [UNK], [UNK], owl [UNK]
+    assert main(["search", "--output", str(minilm_index), *[f"--query={query}" for query in queries], "-k", "1",
+                 "--json"]) == 0
+    found = capsys.readouterr()
+    hits = [json.loads(line)["hits"][0] for line in found.out.splitlines()]
+    assert hits[0] == hits[1] != hits[2]
+    assert found.err.splitlines()[-1] == (
+        "warning: 2 of 3 queries hold no token the query encoder knows (every one is its unknown token [UNK]): their "
+        "hits are not about them")
+    assert main(["search", "--output", str(minilm_index), "--query", "owl \U0001f989", "-k", "1"]) == 0
+    assert "unknown token" not in capsys.readouterr().err
+
+
 def test_search_prints_the_best_passages(minilm_index, capsys):
     assert main(["search", "--output", str(minilm_index), "--query", "who sings does he love me with reba",
                  "--query", "who was the creator of victoria 's secret", "-k", "2", "--json"]) == 0
