@@ -516,6 +516,23 @@ def test_pages_split_across_read_chunks_and_a_cut_short_file(tmp_path):
         list(iter_pages(str(cut), read_siteinfo(str(EDGE / "article-pear-0.10.xml"))))
 
 
+@pytest.mark.parametrize(("name", "compress"), [("joined.xml.bz2", bz2.compress), ("joined.xml", lambda xml: xml)])
+def test_two_exports_joined_into_one_file_are_refused(tmp_path, name, compress):
+    """`cat a.xml.bz2 b.xml.bz2`: the second <siteinfo> was passed over without a word and its pages read with the
+    first's namespaces (an itwiki's [[Categoria:...]] links became entity links); joined as plain XML, its head was
+    one malformed page."""
+    other = b"<mediawiki><siteinfo><dbname>itwiki</dbname></siteinfo>\n"
+    one, two = (SITEINFO_HEAD + small_page(1) + b"</mediawiki>\n", other + small_page(2) + b"</mediawiki>\n")
+    path = tmp_path / name
+    path.write_bytes(compress(one) + compress(two))
+    with pytest.raises(InputError, match=rf"^KPR-INPUT-ERROR: {re.escape(str(path))} holds two exports \(a second "
+                                         r"<mediawiki> and <siteinfo>, found (before any page was read|after 1 page "
+                                         r"was read \(the last 'Page 1'\))\): two dumps joined into one file\?"):
+        list(iter_pages(str(path)))
+    path.write_bytes(compress(one))
+    assert [page.page_id for page in iter_pages(str(path))] == [1]
+
+
 def small_page(page_id: int) -> bytes:
     return (f"<page><title>Page {page_id}</title><ns>0</ns><id>{page_id}</id><revision><id>{page_id + 100}</id>"
             f"<text>text {page_id}</text></revision></page>\n").encode()

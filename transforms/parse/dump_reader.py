@@ -220,13 +220,20 @@ def read_page_id(raw: str) -> int | None:
     return int64_of(raw)
 
 
+class SecondExport(ValueError):
+    """A file holds a second export (``<mediawiki>`` and ``<siteinfo>``) after pages of the first: two dumps joined
+    into one, whose pages would be read with the first one's namespaces."""
+
+
 def iter_page_fragment_bytes(stream: IO[bytes], chunk_size: int = _READ_CHUNK) -> Iterator[bytes]:
     """Each ``<page>...</page>`` of an XML stream as bytes; memory holds one chunk plus the page being read.
 
     The end of the stream inside a page, or before ``</mediawiki>``, is a ``ValueError`` (the file was cut short:
-    also where a bz2 reader stops without a word at bytes that start no stream, e.g. a damaged stream header).
+    also where a bz2 reader stops without a word at bytes that start no stream, e.g. a damaged stream header); a
+    second export's start before a page is a ``SecondExport``.
     """
     pending = b""
+    exports, first = 0, True  # the export start tags read so far (they lie between pages, never in one)
     # read1: what one read of the archive gives (read(n) reads on to n bytes and, at a cut, drops what it had)
     read = getattr(stream, "read1", stream.read)
     while chunk := read(chunk_size):
@@ -234,7 +241,11 @@ def iter_page_fragment_bytes(stream: IO[bytes], chunk_size: int = _READ_CHUNK) -
         end = pending.rfind(_PAGE_END)
         if end >= 0:
             complete, pending = pending[:end + len(_PAGE_END)], pending[end + len(_PAGE_END):]
-            yield from page_fragments(complete)
+            exports += complete.count(b"<mediawiki")
+            if exports > 1:
+                raise SecondExport("a second <mediawiki> and <siteinfo>")
+            yield from page_fragments(complete, head=first)
+            first = False
     if b"<page" in pending:
         raise ValueError("the file ends inside a <page>")
     if not _DOCUMENT_END.search(pending):
@@ -256,6 +267,10 @@ def iter_pages(path: str, siteinfo: SiteInfo | None = None) -> Iterator[RawPage 
         except fs.ARCHIVE_ERRORS as error:
             raise InputError(f"{path}: truncated or corrupt archive {where_it_breaks(pages, title)}: "
                              f"{first_line(error)}") from error
+        except SecondExport as error:
+            raise InputError(f"{path} holds two exports ({error}, found {where_it_breaks(pages, title)}): two dumps "
+                             "joined into one file? Give each as a --dump of its own (their namespaces are "
+                             "compared)") from error
         except ValueError as error:
             raise InputError(f"{path}: truncated dump {where_it_breaks(pages, title)}: {error}") from error
 
@@ -269,16 +284,17 @@ def where_it_breaks(pages: int, title: str | None) -> str:
     return f"after {pages:,} {'page was' if pages == 1 else 'pages were'} read (the last {title!r})"
 
 
-def page_fragments(xml: bytes) -> list[bytes]:
+def page_fragments(xml: bytes, head: bool = True) -> list[bytes]:
     """The ``<page>...</page>`` pieces of XML that ends with a ``</page>`` (a multistream stream holds whole pages
     only). A page whose ``</page>`` is missing is a piece of its own, up to the next ``<page>`` (malformed: a
     PageProblem), so that the next page is read as it is; so is what ends with a ``</page>`` but starts no page
-    (``<pgae>``: its start tag damaged), and nothing is passed over but space and the export's head."""
+    (``<pgae>``: its start tag damaged), and nothing is passed over but space and, where ``xml`` starts a file
+    (``head``), the export's head."""
     fragments = []
     for number, piece in enumerate(xml.split(_PAGE_END)[:-1]):
         starts = [found.start() for found in _PAGE_START.finditer(piece)]
         before = piece[:starts[0]] if starts else piece
-        if number == 0:
+        if number == 0 and head:
             before = _DOCUMENT_HEAD.sub(b"", before, count=1)
         if before.strip():
             fragments.append(before.strip() + (b"" if starts else _PAGE_END))
