@@ -436,6 +436,36 @@ def test_broken_page_xml_inside_a_stream_is_a_problem(tmp_path):
         (p.page_id, p.namespace, p.title, p.text, p.redirect) for p in expected]
 
 
+def test_a_stream_whose_last_page_lacks_its_end_tag_costs_that_page_as_a_whole_file_read(tmp_path):
+    """The stream was refused ("ends with 110,508 bytes that are no whole page"; with --skip-bad-streams its other
+    99 pages dropped) where a whole-file read of the same XML makes that page one malformed page."""
+    raw = BUNDLED_SAMPLE.read_bytes()
+    ranges = read_stream_ranges(str(BUNDLED_SAMPLE), str(BUNDLED_INDEX))
+    tail = b"</mediawiki>"
+    streams = [bz2.decompress(raw[r.start:r.end] if r.end else raw[r.start:]).replace(tail, b"") for r in ranges]
+    last = streams[0].rindex(b"</page>")
+    streams[0] = streams[0][:last] + streams[0][last + len(b"</page>"):]
+    dump, index = tmp_path / "x-multistream.xml.bz2", tmp_path / "x-multistream-index.txt.bz2"
+    head = bz2.decompress(raw[:ranges[0].start])
+    write_multistream(dump, index, head, streams, [r.page_ids for r in ranges], tail)
+    whole = tmp_path / "whole.xml"
+    whole.write_bytes(head + b"".join(streams) + tail)
+    siteinfo = read_siteinfo(str(dump))
+    by_streams = [item for stream in read_stream_ranges(str(dump), str(index))
+                  for item in iter_stream_pages(stream, siteinfo)]
+    read_whole = list(iter_pages(str(whole)))
+
+    def fields(items: list[RawPage | PageProblem]) -> list[tuple]:
+        return [(type(item).__name__, item.page_id, item.title,  # the XML error's line and column aside
+                 item.reason.split(": line")[0] if isinstance(item, PageProblem) else item.text) for item in items]
+
+    assert fields(by_streams) == fields(read_whole)
+    problems = [item for item in by_streams if isinstance(item, PageProblem)]
+    assert [(item.page_id, item.reason.startswith("malformed page XML")) for item in problems] == [
+        (ranges[0].page_ids[-1], True)]
+    assert len(by_streams) == sum(len(r.page_ids) for r in ranges)
+
+
 def test_a_damaged_stream_header_is_a_corrupt_stream_and_a_wrong_offset_an_index_mismatch(tmp_path):
     """Four damaged bytes at a stream's start ("BZh9") were blamed on the index; an offset of the index that is no
     stream start still is."""

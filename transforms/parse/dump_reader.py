@@ -304,6 +304,16 @@ def page_fragments(xml: bytes, head: bool = True) -> list[bytes]:
     return fragments
 
 
+def unclosed_pages(tail: bytes) -> list[bytes]:
+    """The pieces of ``tail`` (what a stream holds after its last ``</page>``: ``text_after_pages``) where it starts
+    with a page whose ``</page>`` is missing, one per page start (each malformed, as ``page_fragments`` cuts them
+    in a whole-file read); none when it starts with no page."""
+    starts = [found.start() for found in _PAGE_START.finditer(tail)]
+    if not starts or starts[0] != 0:
+        return []
+    return [tail[start:end] for start, end in itertools.pairwise([*starts, len(tail)])]
+
+
 def holds_page_start(xml: bytes) -> bool:
     return _PAGE_START.search(xml) is not None
 

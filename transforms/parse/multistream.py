@@ -28,6 +28,7 @@ from transforms.parse.dump_reader import (
     page_fragments,
     page_from_fragment,
     text_after_pages,
+    unclosed_pages,
 )
 
 # The last stream (~100 pages, then the closing </mediawiki> stream) is a few MB; more means a partial index.
@@ -231,11 +232,14 @@ def stream_pages(stream: StreamRange, siteinfo: SiteInfo) -> tuple[list[RawPage 
         if end_problem is None and not ends_export(xml[-4096:]):
             end_problem = (f"{stream.path}: the dump ends before </mediawiki>, after its last page stream (at byte "
                            f"{stream.start}): it is cut short")
-    if tail := text_after_pages(xml):
-        raise InputError(f"{stream.path} at byte {stream.start}: the stream ends with {len(tail):,} bytes that are no "
-                         f"whole page ({tail[:60]!r}): half a page, or a damaged dump")
-    pages = [page_from_fragment(fragment, siteinfo, source, ordinal)
-             for ordinal, fragment in enumerate(page_fragments(xml))]
+    fragments = page_fragments(xml)
+    if tail := text_after_pages(xml):  # its last page without its </page>: one malformed page, as read whole
+        unclosed = unclosed_pages(tail)  # pages where the index lists them, else bytes of no page
+        if not unclosed or len(fragments) + len(unclosed) != len(stream.page_ids):
+            raise InputError(f"{stream.path} at byte {stream.start}: the stream ends with {len(tail):,} bytes that "
+                             f"are no whole page ({tail[:60]!r}): half a page, or a damaged dump")
+        fragments += unclosed
+    pages = [page_from_fragment(fragment, siteinfo, source, ordinal) for ordinal, fragment in enumerate(fragments)]
     found = tuple(page.page_id for page in pages if page.page_id is not None)
     # A page whose id cannot be read still counts as one page; every id that can be read must be the index's.
     if len(pages) != len(stream.page_ids) or Counter(found) - Counter(stream.page_ids):
