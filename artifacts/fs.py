@@ -257,6 +257,27 @@ def is_compressed(path: str) -> bool:
     return path.lower().endswith((".bz2", ".gz"))
 
 
+# What a file's first bytes say it is compressed as, and the suffix that reads it so (xz: none does).
+_MAGIC = ((b"\x1f\x8b", "gzip", ".gz"), (b"BZh", "bzip2", ".bz2"), (b"\xfd7zXZ\x00", "xz", ""))
+
+
+def misnamed_compression(path: str) -> str | None:
+    """What is wrong where a file's first bytes and its name disagree on its compression (``open_decompressed``
+    goes by the name: its error then says nothing of why), e.g. ``its bytes are gzip-compressed: its name should end
+    in .gz``; None where they agree."""
+    with open_input(path) as raw:
+        start = raw.read(6)
+    kind, suffix = next(((kind, suffix) for magic, kind, suffix in _MAGIC if start.startswith(magic)), (None, ""))
+    named = next((ending for ending in (".bz2", ".gz") if path.lower().endswith(ending)), "")
+    if suffix == named and kind != "xz":
+        return None
+    if kind is None:
+        return f"its bytes are not compressed: its name should not end in {named}"
+    if not suffix:
+        return f"its bytes are {kind}-compressed, which is not read: decompress it, or compress it as .bz2 or .gz"
+    return f"its bytes are {kind}-compressed: its name should end in {suffix}"
+
+
 def read_bytes(path: str) -> bytes:
     with open_read(path) as handle:
         return handle.read()

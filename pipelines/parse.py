@@ -28,7 +28,7 @@ from transforms.parse.graph import (
     ResolveStagedArticles,
 )
 from transforms.parse.multistream import find_multistream_index, looks_multistream
-from transforms.parse.sql_dump import compressed_suffix, table_definition
+from transforms.parse.sql_dump import table_definition
 from transforms.parse.wikitext import WikitextOptions
 
 # Intermediates under OUT/.staging/parse/ (removed when the stage commits).
@@ -148,10 +148,8 @@ def check_sql_tables(config: ParseConfig) -> None:
         for path in (found for pattern in getattr(config, option) for found in fs.matching_files(pattern)):
             definition = table_definition(path)
             if definition is None:
-                suffix = compressed_suffix(path)
-                raise InputError(f"{path} ({flag}) is no MySQL dump of a table: " + (
-                    f"its bytes are compressed, its name should end in {suffix}" if suffix else
-                    "no CREATE TABLE at its start"))
+                raise InputError(f"{path} ({flag}) is no MySQL dump of a table: "
+                                 f"{fs.misnamed_compression(path) or 'no CREATE TABLE at its start'}")
             name, columns = definition
             if name != table:
                 raise InputError(f"{path} is a dump of the {name} table: {flag} takes the {table} table")

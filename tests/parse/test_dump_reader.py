@@ -302,6 +302,11 @@ def test_truncated_and_corrupt_archives_and_a_missing_file(tmp_path):
                                                 f"read (the last {last!r}): Compressed file ended")
     with pytest.raises(InputError, match=r"cut\.xml\.gz: cannot decompress the start of the dump"):
         read_siteinfo(str(cut))
+    misnamed = tmp_path / "gzip.xml.bz2"  # was "cannot decompress the start of the dump: Invalid data stream"
+    misnamed.write_bytes(gzip.compress(GENSIM_SAMPLE.read_bytes()[:1000]))
+    with pytest.raises(InputError, match=r"gzip\.xml\.bz2: cannot decompress the start of the dump: its bytes are "
+                                         r"gzip-compressed: its name should end in \.gz$"):
+        read_siteinfo(str(misnamed))
     with pytest.raises(InputError, match=r"missing\.xml"):
         list(iter_pages(str(tmp_path / "missing.xml")))
     with pytest.raises(InputError, match=r"missing\.xml\.bz2"):

@@ -323,7 +323,7 @@ def test_an_sql_file_given_for_another_table_is_refused_in_one_line(tmp_path: Pa
               "start"),
              ("--redirects-sql", str(short), "(--redirects-sql): its redirect table has no column rd_title"),
              ("--redirects-sql", str(packed), "(--redirects-sql) is no MySQL dump of a table: its bytes are "
-              "compressed, its name should end in .gz")]
+              "gzip-compressed: its name should end in .gz")]
     for flag, path, problem in cases:
         output = tmp_path / "out"
         assert main(["parse", "--dump", dump, flag, path, "--output", str(output), *DIRECT]) == 2

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import bz2
 import gzip
+import lzma
 import re
 from pathlib import Path
 
 import pytest
 
 from artifacts.errors import InputError
+from artifacts.fs import misnamed_compression
 from tests.conftest import MINI
-from transforms.parse.sql_dump import compressed_suffix, iter_sql_rows, table_definition, unescape
+from transforms.parse.sql_dump import iter_sql_rows, table_definition, unescape
 
 RAW = MINI / "inputs" / "wikipedia-raw-20210701"
 PAGE_TABLE = RAW / "pagetable" / "enwiki-20210701-page.sql.gz"
@@ -143,11 +146,22 @@ def test_a_statement_that_cannot_be_read_stops_the_read_at_its_line(tmp_path, bo
 
 
 def test_a_compressed_file_misnamed_is_told_apart(tmp_path):
+    """A dump, its index or a table compressed otherwise than its name says: the reader's error said nothing of why
+    ("truncated or corrupt archive: Invalid data stream")."""
     plain = dump_file(tmp_path, "INSERT INTO `redirect` VALUES (1,0,'a');\n")
-    (tmp_path / "packed.sql").write_bytes(gzip.compress(plain.read_bytes()))
-    (tmp_path / "packed.sql.gz").write_bytes(gzip.compress(plain.read_bytes()))
-    assert [compressed_suffix(str(tmp_path / name)) for name in ("redirect.sql", "packed.sql", "packed.sql.gz")] == [
-        None, ".gz", None]
+    content = plain.read_bytes()
+    files = {"redirect.sql": content, "packed.sql": gzip.compress(content), "packed.sql.gz": gzip.compress(content),
+             "gzip.sql.bz2": gzip.compress(content), "bzip2.sql.GZ": bz2.compress(content), "plain.sql.bz2": content,
+             "packed.sql.xz": lzma.compress(content), "xz.sql.gz": lzma.compress(content)}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    assert {name: misnamed_compression(str(tmp_path / name)) for name in files} == {
+        "redirect.sql": None, "packed.sql": "its bytes are gzip-compressed: its name should end in .gz",
+        "packed.sql.gz": None, "gzip.sql.bz2": "its bytes are gzip-compressed: its name should end in .gz",
+        "bzip2.sql.GZ": "its bytes are bzip2-compressed: its name should end in .bz2",
+        "plain.sql.bz2": "its bytes are not compressed: its name should not end in .bz2",
+        **dict.fromkeys(("packed.sql.xz", "xz.sql.gz"), "its bytes are xz-compressed, which is not read: decompress "
+                        "it, or compress it as .bz2 or .gz")}
 
 
 def test_a_create_table_if_not_exists_names_its_table(tmp_path):

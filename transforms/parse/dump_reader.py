@@ -125,7 +125,8 @@ def read_siteinfo(path: str) -> SiteInfo:
                     break
                 head += chunk
         except fs.ARCHIVE_ERRORS as error:
-            raise InputError(f"{path}: cannot decompress the start of the dump: {first_line(error)}") from error
+            raise InputError(f"{path}: cannot decompress the start of the dump: "
+                             f"{fs.misnamed_compression(path) or first_line(error)}") from error
     require_export(path, head)
     match = _SCHEMA.search(head[:4096].decode("utf-8", "replace"))
     version = match.group(1) if match else None

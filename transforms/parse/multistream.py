@@ -120,7 +120,8 @@ def iter_index_entries(index_path: str) -> Iterator[tuple[int, int]]:
                     raise InputError(f"{index_path}: line {number} holds a number past 2^63 - 1")
                 yield int(parts[0]), int(parts[1])
         except fs.ARCHIVE_ERRORS as error:
-            raise InputError(f"{index_path}: truncated or corrupt archive: {first_line(error)}") from error
+            problem = fs.misnamed_compression(index_path) or f"truncated or corrupt archive: {first_line(error)}"
+            raise InputError(f"{index_path}: {problem}") from error
 
 
 def index_page_count(index_path: str) -> int:

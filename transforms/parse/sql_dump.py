@@ -256,7 +256,6 @@ def iter_sql_rows(path: str, table: str | None = None, needed: tuple[str, ...] =
 
 # How far into a table dump its CREATE TABLE is looked for (a mysqldump header is a few kB).
 HEADER_BYTES = 1 << 20
-_COMPRESSED = {b"\x1f\x8b": ".gz", b"BZh": ".bz2"}  # the suffix each kind of compressed file needs
 
 
 def table_definition(path: str) -> tuple[str, tuple[str, ...]] | None:
@@ -278,12 +277,3 @@ def table_definition(path: str) -> tuple[str, tuple[str, ...]] | None:
         except fs.ARCHIVE_ERRORS as error:
             raise InputError(f"{path}: truncated or corrupt archive: {error}") from error
     return None if name is None else (name, tuple(columns))
-
-
-def compressed_suffix(path: str) -> str | None:
-    """``.gz`` or ``.bz2`` when the file's first bytes say it is compressed so (and not read as such), else None."""
-    if fs.is_compressed(path):
-        return None
-    with fs.open_input(path) as raw:
-        start = raw.read(3)
-    return next((kind for magic, kind in _COMPRESSED.items() if start.startswith(magic)), None)
