@@ -4,7 +4,7 @@ and the stages' counters.
 For checking that a change of the pipeline's graph leaves every result as it was:
 
     python -m bench.same_results OLD_OUT NEW_OUT [--ignore-counter NAME ...] [--ignore-metadata KEY ...]
-        [--ignore-column NAME ...]
+        [--ignore-column NAME ...] [--ignore-artifact NAME ...]
 
 Parquet artifacts compare their schema (column names and types), their files' metadata (each distinct one) and
 their rows after sorting (row order and the split into files are no difference); FAISS shards
@@ -18,7 +18,9 @@ Runs of two checkouts read the model at two paths, which the runs record (``mode
 (``kpr_store_salt``, ``window_key``); runs of two versions that key them apart compare by their vectors with
 ``--ignore-metadata kpr_store_salt --ignore-column window_key``. A resumed or
 refreshed run reaches the same results with other work: ``--ignore-counter mentions_encoded mentions_reused
-passages_encoded passages_reused passages_cut`` (the passages cut of those it encoded). A run of another
+passages_encoded passages_reused passages_cut`` (the passages cut of those it encoded); a refresh compared with a
+run from scratch also ``entities_reused entities_recomputed`` and ``--ignore-artifact entity_id_map`` (what it
+maps from its previous run). A run of another
 ``--shards`` differs in ``shards_built`` and in its shards, which hold the same vectors under another split of the
 ids.
 """
@@ -50,12 +52,13 @@ NOT_COMPARED = "not in the new run: not compared"
 
 @dataclass(frozen=True)
 class Ignored:
-    """What is not compared: counters by name, metadata keys (Parquet's, and index.json's fields at any depth) and
-    Parquet columns by name."""
+    """What is not compared: counters by name, metadata keys (Parquet's, and index.json's fields at any depth),
+    Parquet columns by name and artifacts by name."""
 
     counters: frozenset[str] = frozenset()
     metadata: frozenset[str] = frozenset()
     columns: frozenset[str] = frozenset()
+    artifacts: frozenset[str] = frozenset()
 
 
 def recorded_stages(run: Path) -> dict[str, dict[str, Any]]:
@@ -242,7 +245,7 @@ def compare_stage(old: Path, new: Path, stage: str, old_record: dict[str, Any] |
         return [(stage, "DIFFERENT: only the new run recorded it")]
     old_artifacts, new_artifacts = artifacts_of(old_record), artifacts_of(new_record)
     results = []
-    for artifact in sorted(set(old_artifacts) | set(new_artifacts)):
+    for artifact in sorted((set(old_artifacts) | set(new_artifacts)) - ignored.artifacts):
         if artifact not in new_artifacts or artifact not in old_artifacts:
             results.append((artifact, f"DIFFERENT: only in {'old' if artifact in old_artifacts else 'new'}"))
         else:
@@ -269,13 +272,15 @@ def main() -> int:
                         help="Parquet metadata keys and index.json fields (at any depth) not compared (e.g. model: "
                              "the model's path differs between two checkouts' environments)")
     parser.add_argument("--ignore-column", nargs="*", default=[], help="Parquet columns not compared")
+    parser.add_argument("--ignore-artifact", nargs="*", default=[],
+                        help="artifacts not compared (e.g. entity_id_map, which a refresh writes)")
     args = parser.parse_args()
     for run in (args.old, args.new):
         if not (run / "manifest.json").is_file():
             print(f"{run} has no manifest.json: not a run")
             return 2
-    results = compare_runs(args.old, args.new, Ignored(frozenset(args.ignore_counter),
-                                                       frozenset(args.ignore_metadata), frozenset(args.ignore_column)))
+    results = compare_runs(args.old, args.new, Ignored(*map(frozenset, (args.ignore_counter, args.ignore_metadata,
+                                                                         args.ignore_column, args.ignore_artifact))))
     for name, outcome in results:
         print(f"{name:<32} {outcome}")
     return 0 if all(outcome in ("same", NOT_COMPARED) for _, outcome in results) else 1

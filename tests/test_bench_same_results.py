@@ -164,6 +164,20 @@ def test_what_two_checkouts_record_differently_can_be_left_out(runs):
     assert set(dict(compare_runs(old, new, ignored)).values()) == {"same"}
 
 
+def test_an_artifact_only_a_refresh_writes_can_be_left_out(runs):
+    """A refresh writes entity_id_map/, which a run from scratch has not: no flag left it out."""
+    old, new = runs
+    manifest = json.loads((new / "manifest.json").read_text())
+    entities = next(item for item in manifest["stages"]["embed_entities"]["outputs"]
+                    if item["path"].startswith("entity_embeddings/"))
+    (new / "entity_id_map").mkdir()
+    shutil.copyfile(new / entities["path"], new / "entity_id_map" / "part-00000.parquet")
+    manifest["stages"]["embed_entities"]["outputs"].append({**entities, "path": "entity_id_map/part-00000.parquet"})
+    (new / "manifest.json").write_text(json.dumps(manifest))
+    assert outcomes(old, new)["entity_id_map"] == "DIFFERENT: only in new"
+    assert set(dict(compare_runs(old, new, Ignored(artifacts=frozenset({"entity_id_map"})))).values()) == {"same"}
+
+
 def test_a_stage_the_new_run_did_not_record_is_said_not_compared(runs):
     old, new = runs
     manifest = json.loads((new / "manifest.json").read_text())

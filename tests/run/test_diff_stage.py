@@ -287,6 +287,20 @@ def test_runs_built_with_other_options_are_said_to_be(runs: Runs, tmp_path: Path
     assert re.findall(r'<p class="warn">Built with other options: (.*?)</p>', section) == expected
 
 
+def test_a_model_is_compared_by_its_files_content_as_the_stages_reuse_it(runs: Runs, tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """The model copied elsewhere (every vector reused) was said to be another option; other weights at the same
+    path (none reused) were not said at all."""
+    new = Path(shutil.copytree(runs[2], tmp_path / "new"))
+    records = manifest.load(str(new))
+    assert {"content:model", "content:encoder"} <= {*records["embed_entities"].inputs, *records["index"].inputs}
+    records["embed_entities"].options["model"] = str(tmp_path / "copy-of-the-model")
+    records["index"].inputs["content:encoder"] = "0" * 64
+    manifest.save(str(new), records)
+    assert main(["diff", "--old", str(runs[2]), "--new", str(new), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["options"] == ["index: encoder: model files changed"]
+
+
 def test_only_parts_both_runs_have(runs: Runs, tmp_path: Path,
                                    capsys: pytest.CaptureFixture[str]) -> None:
     from tests.conftest import copy_stages

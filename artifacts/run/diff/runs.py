@@ -172,6 +172,28 @@ def flat_options(options: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
+# A stage's options that name a model (as ``flat_options`` names them), by the role under which the stage records
+# its files' content digest (``content:ROLE``: embed-entities' model, the index's passage and query encoders).
+MODEL_OPTIONS = {"model": "model", "encoder.model": "encoder", "encoder.query_model": "query_encoder"}
+
+
+def recorded_changes(old: manifest.StageRecord, new: manifest.StageRecord) -> list[str]:
+    """The options that differ between two records of a stage, a local model by its files' content where both
+    record it (as the stages reuse vectors): the same files at another path are no change, other files at the same
+    path are (``ROLE: model files changed``)."""
+    old_options, new_options = flat_options(old.options), flat_options(new.options)
+    changed = []
+    for option, role in MODEL_OPTIONS.items():
+        digests = (old.inputs.get(f"{manifest.CONTENT}{role}"), new.inputs.get(f"{manifest.CONTENT}{role}"))
+        if None in digests or option not in old_options or option not in new_options:
+            continue
+        if digests[0] == digests[1]:
+            old_options[option] = new_options[option]
+        elif old_options[option] == new_options[option]:
+            changed.append(f"{role}: model files changed")
+    return manifest.option_changes(old_options, new_options) + changed
+
+
 def diff_runs(old: str, new: str, vector_budget: int = VECTOR_BUDGET) -> RunDiff:
     """Compare the parts of ``old`` and ``new`` that both runs have (``vector_budget``: bytes of old vectors
     held at once)."""
@@ -186,8 +208,7 @@ def diff_runs(old: str, new: str, vector_budget: int = VECTOR_BUDGET) -> RunDiff
         raise InputError(f"{old} and {new} have no stage in common: nothing to compare")
     parts["options"] = tuple(f"{layout.command_of(stage)}: {'; '.join(changes)}"
                              for stage in sorted(both, key=layout.stage_rank)
-                             if (changes := manifest.option_changes(flat_options(old_records[stage].options),
-                                                                    flat_options(new_records[stage].options))))
+                             if (changes := recorded_changes(old_records[stage], new_records[stage])))
     if layout.PARSE_STAGE in both:
         parts["articles"] = compare(rows.articles(old), rows.articles(new))
         parts["redirects"] = compare(rows.redirects(old), rows.redirects(new))
