@@ -184,8 +184,9 @@ def require_finite_vectors(config: EmbedConfig, counters: dict[str, int]) -> Non
 
 def window_salt(config: EmbedConfig) -> str:
     """The model's part of every window key: the model (a local one by its files' content, wherever it lies), the
-    layer and dtype."""
-    return model_salt([model_identity(config.model), config.layer, config.dtype])
+    layer and dtype. The empty mapping stands where a local model's file fingerprints stood before 2026-12-07: a
+    hub model's stores keep their keys."""
+    return model_salt([model_identity(config.model), {}, config.layer, config.dtype])
 
 
 def store_directories(ctx: StageContext, previous: str | None) -> list[str]:

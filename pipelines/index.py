@@ -281,6 +281,7 @@ def kept_passages(ctx: StageContext, encoder: dict[str, Any], upstream: tuple[st
     the passages came from: a key holds the passage's id and content."""
     records = manifest.load(ctx.output)
     identity = [manifest.canonical_options({"encoder": {**encoder, "model": model_identity(encoder["model"])}}),
+                {},  # where a local model's file fingerprints stood before 2026-12-07: a hub model's keys are kept
                 [records[name].outputs_digest() for name in upstream if name in records]]
     salt = hashlib.blake2b(json.dumps(identity, sort_keys=True).encode(), digest_size=16).hexdigest()
     work = work_dir(ctx)

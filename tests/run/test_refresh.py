@@ -7,7 +7,10 @@ import shutil
 
 from artifacts.run import manifest
 from artifacts.run.manifest import option_changes
+from pipelines.embed_entities import window_salt
 from pipelines.refresh import fingerprint_changes, model_identity, moved_model_option
+from transforms.embed_entities.graph import EmbedConfig
+from transforms.embed_entities.window_store import model_salt
 
 
 def test_option_changes_names_each_difference_and_ignores_the_previous_run():
@@ -60,3 +63,16 @@ def test_a_model_copied_elsewhere_is_the_same_model_where_the_record_holds_its_c
     assert moved_model_option(record, record.options, current, "model", []) == {"model": str(moved)}
     for refused in ((record, ["model"]), (older, [])):  # another model's files; no digest to tell
         assert moved_model_option(refused[0], record.options, current, "model", refused[1]) == record.options
+
+
+def test_a_hub_model_keeps_the_window_keys_of_earlier_versions(tmp_path):
+    """Windows were keyed by the model's name and its local files' fingerprints (none for a hub name): a hub model's
+    stores keep their salt; a local model's is its files' content, wherever they lie."""
+    hub = EmbedConfig(model="bert-base-uncased", layer=-2, dtype="bfloat16")
+    assert window_salt(hub) == model_salt(["bert-base-uncased", {}, -2, "bfloat16"])  # as before 2026-12-07
+    model, moved = tmp_path / "model", tmp_path / "moved"
+    model.mkdir()
+    (model / "weights.bin").write_bytes(b"weights")
+    shutil.copytree(model, moved, copy_function=shutil.copyfile)
+    assert window_salt(EmbedConfig(model=str(model))) == window_salt(EmbedConfig(model=str(moved))) != window_salt(
+        EmbedConfig(model=str(model), layer=-2))
