@@ -248,7 +248,11 @@ def incompatibility(old: dict[str, manifest.StageRecord], mentions_options: dict
     changes += [f"mentions' {change}" for change in manifest.option_changes(old[mentions].options, mentions_options)]
     if changes:
         return f"it was built with other options ({'; '.join(changes)})"
-    if not store_files([fs.join(str(config.previous), layout.MENTION_VECTORS)], salt):
+    stores = [fs.join(str(config.previous), layout.MENTION_VECTORS)]
+    if not store_files(stores, salt):
+        if store_files(stores, None):  # of this model and options: keyed as an earlier version keyed them
+            return ("it stored its mention vectors under the keys an earlier version gave a local model (by its files' "
+                    "paths and times, before 2026-12-07), which this one does not read")
         return ("it kept no mention vectors (built with --no-mention-vectors, published without "
                 "--with-mention-vectors, or by an older version)")
     return None

@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from artifacts.faiss.storage import write_index
@@ -505,6 +506,22 @@ def test_a_trained_quantizer_of_another_shape_is_trained_again(runs, tiny_bert, 
         f"[index] training the quantizer again: {old} has Flat x 32, this one needs IVF2,Flat x 32; {output} has a "
         "trained.faiss that is an IndexFlatIP of 8 dims where IVF2,Flat x 32 makes an IndexIVFFlat of 32")
     assert validate_run(str(output)) == []
+
+
+def test_mention_vectors_stored_under_an_earlier_versions_keys_are_said_to_be(runs, tiny_bert, tmp_path, capsys):
+    """A local model's windows keyed by its files' paths and times (before 2026-12-07): "it kept no mention vectors",
+    where it kept them all."""
+    old, scratch, _ = runs
+    earlier = Path(shutil.copytree(old, tmp_path / "earlier"))
+    for path in sorted((earlier / "mention_vectors").glob("*.parquet")):
+        table = pq.read_table(path)
+        pq.write_table(table.replace_schema_metadata({**table.schema.metadata, b"kpr_store_salt": b"0" * 32}), path)
+        record(earlier, f"mention_vectors/{path.name}")
+    output = upstream_of(scratch, tmp_path / "out")
+    assert embed(output, tiny_bert, earlier, "--require-reuse") == 2
+    assert stderr_line(capsys, "error:") == (
+        "error: cannot reuse the previous run: it stored its mention vectors under the keys an earlier version gave a "
+        "local model (by its files' paths and times, before 2026-12-07), which this one does not read")
 
 
 def test_a_copy_published_without_mention_vectors_says_so(runs, tiny_bert, tmp_path, capsys):

@@ -186,13 +186,14 @@ def store_file(path: str) -> tuple[str, StoreFile] | None:
     return metadata[SALT].decode(), StoreFile(path, int(metadata[BITS]), tuple(json.loads(metadata[BUCKETS])))
 
 
-def store_files(directories: Iterable[str], salt: str) -> list[StoreFile]:
-    """The store files under ``directories`` whose vectors are those of the model of ``salt`` (others ignored)."""
+def store_files(directories: Iterable[str], salt: str | None) -> list[StoreFile]:
+    """The store files under ``directories`` whose vectors are those of the model of ``salt`` (others ignored;
+    None: every model's)."""
     found = []
     for directory in directories:
         for path in fs.list_files(directory):
             described = store_file(path) if path.endswith(STORE_SUFFIXES) else None
-            if described is not None and described[0] == salt:
+            if described is not None and salt in (None, described[0]):
                 found.append(described[1])
     return found
 
