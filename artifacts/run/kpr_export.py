@@ -17,6 +17,7 @@ and refuses (before writing anything) when a file it did not write is in the way
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 from collections.abc import Iterator
@@ -230,10 +231,24 @@ def scratch_rows(path: str, shape: tuple[int, int]) -> Iterator[np.ndarray]:
     """A zeroed float32 array memory-mapped from the local file ``path``, removed when the block ends (7M x 768
     float32 is 21 GB: rows arrive in any order, and neither output can be written before all have)."""
     try:
-        yield np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=shape)
+        yield allocated_memmap(path, np.float32, shape)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.remove(path)
+
+
+def allocated_memmap(path: str, dtype: type, shape: tuple[int, ...]) -> np.memmap:
+    """A new .npy file at the local ``path`` memory-mapped, its blocks allocated first: a disk that cannot hold it (or
+    ``ulimit -f``) is an ``OSError`` here, one line, where writing into a map of a sparse file is a SIGBUS that ends
+    the process without a word."""
+    array = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
+    with open(path, "r+b") as handle:
+        try:
+            os.posix_fallocate(handle.fileno(), 0, os.fstat(handle.fileno()).st_size)
+        except OSError as error:
+            if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # a filesystem that allocates no blocks ahead
+                raise
+    return array
 
 
 def fill_rows(files: list[str], vectors: np.ndarray, keys: pa.StringArray) -> int:
@@ -254,12 +269,15 @@ def save_tensor(vectors: np.ndarray, path: str) -> None:
     The file's bytes differ from export to export (torch writes a random serialization id), its values do not."""
     import torch  # only an export needs torch, and importing it takes seconds
 
-    torch.save(torch.from_numpy(vectors), path)
+    # through a file object of Python's: a write that fails (a full disk, ulimit -f) is its OSError, the context of
+    # torch's RuntimeError ("unexpected pos"), which names no errno of its own
+    with open(path, "wb") as handle:
+        torch.save(torch.from_numpy(vectors), handle)
 
 
 def save_float16(vectors: np.ndarray, path: str) -> None:
     """Write ``vectors`` as a float16 .npy, a chunk of rows at a time (the whole array never is in memory)."""
-    half = np.lib.format.open_memmap(path, mode="w+", dtype=np.float16, shape=vectors.shape)
+    half = allocated_memmap(path, np.float16, vectors.shape)
     for start in range(0, len(vectors), _HALF_CHUNK_ROWS):
         half[start:start + _HALF_CHUNK_ROWS] = vectors[start:start + _HALF_CHUNK_ROWS]
     half.flush()

@@ -9,7 +9,10 @@ import filecmp
 import hashlib
 import json
 import os
+import resource
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -32,6 +35,7 @@ from artifacts.run import publish as publish_module
 from artifacts.run.validation import validate_run
 from pipelines.launcher.cli import main
 from tests.builders import article, files_below, fill_with_files, mirrored, record, stage_command, write_parsed
+from tests.conftest import REPO
 
 EMBEDDINGS = "entity_embeddings/part-00000-of-00001.parquet"
 ENTITIES = "entities/part-00000-of-00001.parquet"
@@ -996,6 +1000,34 @@ def test_a_killed_exports_staging_directory_is_its_own(full_run: Path, tmp_path:
     assert not (export / ".export-staging").exists()
     assert ".export-staging/" not in owned.load_record(str(export), kpr_export.RECORD_FILE)
     assert (export / "entity_vocab.tsv").read_text().startswith("[PAD]\t0\n")
+
+
+def test_an_export_past_the_file_size_limit_is_one_line(full_run: Path, tmp_path: Path) -> None:
+    """embeddings.pt past `ulimit -f` (or a disk filled meanwhile): torch.save's RuntimeError ("unexpected pos 704 vs
+    598"), which names no errno, was a traceback and exit 1."""
+    assert main(["export-kpr", "--output", str(full_run), "--to", str(tmp_path / "whole")]) == 0
+    tensor = (tmp_path / "whole" / "embeddings.pt").stat().st_size
+    scratch = ((tmp_path / "whole" / "entity_embeddings.npy").stat().st_size - 128) * 2 + 128  # its float32 rows
+    limit = (scratch + tensor) // 2  # the scratch rows fit, embeddings.pt does not
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    found = subprocess.run([sys.executable, str(REPO / "run_pipeline.py"), "export-kpr", "--output", str(full_run),
+                            "--to", str(tmp_path / "limited")], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                           preexec_fn=limited, capture_output=True, text=True, timeout=300, check=False)
+    assert (found.returncode, found.stderr.splitlines()[-1:]) == (2, [
+        "error: a write refused (File too large) ([Errno 27] File too large): the output (or the file the standard "
+        "output was redirected to) is incomplete; free some space (or raise the limit) and run the command again"])
+
+
+def test_the_exports_memory_maps_hold_their_blocks_before_rows_are_written(tmp_path: Path) -> None:
+    """A sparse file's map ran out of disk as rows were written: a SIGBUS ("Bus error", exit 135, the export's
+    staging and lock left), where allocating first is an OSError the command line says in one line."""
+    path = tmp_path / "rows.npy"
+    rows = kpr_export.allocated_memmap(str(path), np.float32, (4096, 64))
+    assert path.stat().st_blocks * 512 >= path.stat().st_size >= 4096 * 64 * 4
+    assert rows.shape == (4096, 64) and not rows.any()
 
 
 def test_export_kpr_loads_with_numpy_and_marisa(full_run: Path, tmp_path: Path,
