@@ -242,6 +242,8 @@ def allocated_memmap(path: str, dtype: type, shape: tuple[int, ...]) -> np.memma
     ``ulimit -f``) is an ``OSError`` here, one line, where writing into a map of a sparse file is a SIGBUS that ends
     the process without a word."""
     array = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
+    if not hasattr(os, "posix_fallocate"):  # macOS: as sparse as before
+        return array
     with open(path, "r+b") as handle:
         try:
             os.posix_fallocate(handle.fileno(), 0, os.fstat(handle.fileno()).st_size)
