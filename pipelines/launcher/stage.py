@@ -603,6 +603,16 @@ def interrupted_in_a_step(error: BaseException) -> bool:
                for current in error_chain(error))
 
 
+def kept_previous_digest(options: dict[str, Any], record: manifest.StageRecord | None) -> dict[str, Any]:
+    """``options`` with the previous run's manifest digest the stage's record holds where that run is gone now
+    (``manifest.GONE``) and was the same path: a rerun of a refresh still derives from it (its entity id map, its own
+    store of that run's vectors), and ``diff`` or ``report`` against a copy of it match it by that digest."""
+    previous, digest = manifest.PREVIOUS_OPTION, manifest.PREVIOUS_SHA_OPTION
+    if options.get(digest) != manifest.GONE or record is None or record.options.get(previous) != options[previous]:
+        return options
+    return {**options, digest: record.options.get(digest, manifest.GONE)}
+
+
 def _execute(stage: Stage[ConfigT], config: ConfigT, ctx: StageContext, options: dict[str, Any],
              force: bool) -> tuple[manifest.StageRecord, bool]:
     output = ctx.output
@@ -623,7 +633,8 @@ def _execute(stage: Stage[ConfigT], config: ConfigT, ctx: StageContext, options:
     counters = stage.run(ctx, config)
     require_previous_unchanged(layout.command_of(stage.name), options)
     record = manifest.StageRecord(
-        stage=stage.name, options=options, inputs=inputs, outputs=[], counters=counters,
+        stage=stage.name, options=kept_previous_digest(options, completed.get(stage.name)), inputs=inputs, outputs=[],
+        counters=counters,
         versions=manifest.software_versions(),
     )
     record = commit(ctx, stage, record, started)

@@ -215,6 +215,7 @@ def test_a_rerun_of_a_refresh_whose_previous_run_is_gone_reuses_its_own_work(run
     refreshed = counters(output, "embed_entities")
     id_map = rows(output, "entity_id_map")
     assert id_map and refreshed["entities_reused"] > 0
+    digest = manifest.load(str(output))["embed_entities"].options["previous_manifest_sha256"]
     index = ["index", "--output", str(output), "--encoder", str(tiny_bert), "--encoder-type", "mean",
              "--max-length", "64", "--previous", str(previous), *DIRECT]
     assert main([*index, "--shards", "2"]) == 0
@@ -232,6 +233,8 @@ def test_a_rerun_of_a_refresh_whose_previous_run_is_gone_reuses_its_own_work(run
         refreshed[name] for name in ("entities_reused", "entities_recomputed")]
     assert rows(output, "entity_id_map") == id_map
     assert validate_run(str(output)) == []
+    # the run it derives from is still named by its digest (was "(gone)": diff against a copy of it found none)
+    assert manifest.load(str(output))["embed_entities"].options["previous_manifest_sha256"] == digest != "(gone)"
     # another model: every vector made anew, the map kept (it is made of the entities alone), no entity reused
     assert embed(output, write_tiny_bert(tmp_path / "other-bert", seed=1), previous, "--force") == 0
     other = counters(output, "embed_entities")
