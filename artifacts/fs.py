@@ -257,8 +257,16 @@ def is_compressed(path: str) -> bool:
     return path.lower().endswith((".bz2", ".gz"))
 
 
-# What a file's first bytes say it is compressed as, and the suffix that reads it so (xz: none does).
-_MAGIC = ((b"\x1f\x8b", "gzip", ".gz"), (b"BZh", "bzip2", ".bz2"), (b"\xfd7zXZ\x00", "xz", ""))
+# What a file's first bytes say it is compressed as, and the suffix that reads it so (xz: none does); bzip2's
+# magic is "BZh", a level digit, then its first block's "1AY&SY" (a text may start "BZh9").
+_MAGIC = ((re.compile(rb"\x1f\x8b"), "gzip", ".gz"), (re.compile(rb"BZh[1-9]1AY&SY", re.DOTALL), "bzip2", ".bz2"),
+          (re.compile(rb"\xfd7zXZ\x00"), "xz", ""))
+
+
+def compression_of(start: bytes) -> tuple[str | None, str]:
+    """(kind, suffix that reads it) of a file whose first bytes are ``start`` (10 of them say it): (None, "") when
+    they are no compressed file's."""
+    return next(((kind, suffix) for magic, kind, suffix in _MAGIC if magic.match(start)), (None, ""))
 
 
 def misnamed_compression(path: str) -> str | None:
@@ -266,8 +274,7 @@ def misnamed_compression(path: str) -> str | None:
     goes by the name: its error then says nothing of why), e.g. ``its bytes are gzip-compressed: its name should end
     in .gz``; None where they agree."""
     with open_input(path) as raw:
-        start = raw.read(6)
-    kind, suffix = next(((kind, suffix) for magic, kind, suffix in _MAGIC if start.startswith(magic)), (None, ""))
+        kind, suffix = compression_of(raw.read(10))
     named = next((ending for ending in (".bz2", ".gz") if path.lower().endswith(ending)), "")
     if suffix == named and kind != "xz":
         return None

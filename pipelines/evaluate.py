@@ -203,10 +203,9 @@ def read_questions(path: str, match: str = "string") -> QuestionFile:
 def foreign_encoding(raw: bytes) -> str | None:
     """What ``raw`` (a question file's bytes, as read) holds if it is compressed or UTF-16 text, and what to do,
     else None."""
-    if raw.startswith(b"\x1f\x8b"):
-        return "gzip-compressed bytes: name it .gz (it is read as its name says)"
-    if raw[:3] == b"BZh" and raw[4:10] == b"1AY&SY":
-        return "bzip2-compressed bytes: name it .bz2 (it is read as its name says)"
+    kind, suffix = fs.compression_of(raw[:10])
+    if suffix:  # xz, which nothing here reads, is no question file either way
+        return f"{kind}-compressed bytes: name it {suffix} (it is read as its name says)"
     if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         return "UTF-16 text (a byte order mark says so): save it as UTF-8"
     return None
