@@ -28,6 +28,7 @@ from artifacts.errors import InputError, first_line, on_one_line
 from artifacts.names import has_lone_surrogate, shows_nothing
 from pipelines.launcher.flags import DEFAULT_KS
 from pipelines.search import Retriever
+from transforms.index.passages import csv_fields
 
 _FLAGS = regex.IGNORECASE | regex.UNICODE | regex.MULTILINE  # DPR's, for its tokens and its answer patterns
 _TOKEN = regex.compile(r"[\p{L}\p{N}\p{M}]+|[^\p{Z}\p{C}]", flags=_FLAGS)
@@ -139,7 +140,7 @@ def parse_qas_line(line: bytes, match: str = "string") -> Question | None:
     kept, ``"who sings" with reba``); None when the line is no UTF-8 or no question. A quote that does not close
     ends with its line: it cannot take the lines after it (each is a question of its own)."""
     try:
-        fields = next(csv.reader([line.decode("utf-8")], delimiter="\t"), [])
+        fields = csv_fields(line.decode("utf-8"), delimiter="\t")
     except (UnicodeDecodeError, csv.Error):
         return None
     return parse_qas_row(fields, match)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import bz2
+import csv
 import gzip
 import json
 import os
@@ -152,6 +153,19 @@ def test_qas_lines_are_read_as_dprs_reader_reads_them_and_json_by_its_extension_
     upper = tmp_path / "P800.dev.JSON"
     upper.write_text(json.dumps([{"question": "Who wrote Hamlet?", "answers": ["Shakespeare"]}]))
     assert [question.question for question in read_questions(str(upper)).questions] == ["Who wrote Hamlet?"]
+
+
+def test_a_question_longer_than_csvs_field_limit_is_a_question(tmp_path):
+    """csv refuses a field over its limit (128 KiB unless raised, one setting per process): such a line was counted
+    malformed, or not, by whether an earlier read in the process had raised the limit."""
+    question = "which of these " + "words " * 30_000 + "is the last?"
+    qas = tmp_path / "long.qa.tsv"
+    qas.write_text(f"{question}\t['last']\nwho sings\t['Reba']\n")
+    previous = csv.field_size_limit(131_072)  # csv's default, as in a fresh process
+    try:
+        assert [item.question for item in read_questions(str(qas)).questions] == [question, "who sings"]
+    finally:
+        csv.field_size_limit(previous)
 
 
 @pytest.mark.usefixtures("shared_data")

@@ -63,21 +63,24 @@ def quoting_problem(error: csv.Error) -> str:
     return next((ours for theirs, ours in _QUOTING_PROBLEMS.items() if str(error).startswith(theirs)), str(error))
 
 
+def csv_fields(line: str, **dialect: object) -> list[str]:
+    """The fields of one line by csv's rules (``csv.Error`` when the dialect is strict and the line breaks it). csv
+    refuses a field longer than its limit (128 KiB unless raised; one setting per process): no field is longer than
+    its line, so the limit is raised to the line's length first."""
+    if len(line) > csv.field_size_limit():
+        csv.field_size_limit(len(line))
+    return next(csv.reader([line], **dialect), [])
+
+
 def parse_dpr_row(line: str, columns: tuple[int, int, int] = (0, 1, 2)) -> Passage | BadRow:
     """One line of a DPR passage file: tab-separated; a field with a quote is wrapped in quotes, inner quotes
     doubled (csv's ``excel-tab`` rules). Wrong column counts, broken quoting, bad ids and empty text are BadRows."""
     line = line.rstrip("\r\n")
     shown = line[:MAX_REPORTED_CHARS]
-    # csv refuses a field longer than its limit (128 KiB unless raised; one setting per process): no field is longer
-    # than its line
-    if len(line) > csv.field_size_limit():
-        csv.field_size_limit(len(line))
     try:
-        fields = next(csv.reader([line], delimiter="\t", quotechar='"', doublequote=True, strict=True))
+        fields = csv_fields(line, delimiter="\t", quotechar='"', doublequote=True, strict=True)
     except csv.Error as error:
         return BadRow("bad_quoting", quoting_problem(error), shown)
-    except StopIteration:
-        fields = []
     if len(fields) != 3:
         return BadRow("wrong_column_count", f"{len(fields)} columns, expected 3", shown)
     raw_id, text, title = (fields[column] for column in columns)
