@@ -89,15 +89,25 @@ def dump_files(args: argparse.Namespace) -> None:
             setattr(args, dest, [path for pattern in getattr(args, dest) for path in fs.expand_glob(pattern)])
 
 
+def named_once(flag: str, paths: list[str]) -> None:
+    """Each file a flag names named once: one file under two names (a link) is named twice too."""
+    files = [fs.same_file_key(path) for path in paths]
+    repeated = list(dict.fromkeys(path for path, file in zip(paths, files, strict=True) if files.count(file) > 1))
+    if repeated:
+        raise InputError(f"{flag} names {repeated[0]} more than once" if paths.count(repeated[0]) > 1 else
+                         f"{flag} names one file twice: {' and '.join(repeated)}")
+
+
 def one_index_per_dump(args: argparse.Namespace) -> None:
     """Each dump named once (its pages would be each other's duplicates, all dropped), and an index for each."""
-    files = [fs.same_file_key(dump) for dump in args.dump]  # one file under two names (a link) is named twice too
-    repeated = list(dict.fromkeys(dump for dump, file in zip(args.dump, files, strict=True) if files.count(file) > 1))
-    if repeated:
-        raise InputError(f"--dump names {repeated[0]} more than once" if args.dump.count(repeated[0]) > 1 else
-                         f"--dump names one file twice: {' and '.join(repeated)}")
+    named_once("--dump", args.dump)
     if args.dump_index and len(args.dump_index) != len(args.dump):
         raise InputError(f"--dump-index names {len(args.dump_index)} files for {len(args.dump)} dumps")
+
+
+def each_question_file_once(args: argparse.Namespace) -> None:
+    """evaluate's question files each named once (one named twice was searched and scored twice)."""
+    named_once("--questions", args.questions)
 
 
 # The flags that name input files a stage reads more than once (a dump's head, then its pages; a corpus's lines
@@ -363,7 +373,8 @@ COMMANDS: dict[str, Command] = {command.name: command for command in (
             "pipelines.search:COMMAND", (SEARCH, FlagGroup("search", _query))),
     Command("evaluate", "top-k retrieval accuracy (DPR's has-answer rule) for DPR qas and EntityQuestions files.",
             "run_pipeline.py evaluate --output out/s --questions nq-test.qa.csv", "pipelines.evaluate:COMMAND",
-            (SEARCH, FlagGroup("evaluate", _questions))),
+            (SEARCH, FlagGroup("evaluate", _questions)),
+            input_checks=(each_question_file_once,)),
     Command("all", "Run every stage (parse -> dictionary -> mentions -> embed-entities -> index), then validate "
             "and report.", f"run_pipeline.py all --dump {SAMPLE_DUMP} --output out/s --model bert-base-uncased "
             "--encoder sentence-transformers/all-MiniLM-L6-v2 --encoder-type mean", "pipelines.run_all:COMMAND",

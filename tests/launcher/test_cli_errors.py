@@ -107,6 +107,9 @@ BAD_INPUTS = [
     (["parse", "--output", "{tmp}/out"], "error: parse needs --dump FILE [FILE ...]"),
     # each page would be its copy's duplicate: both dropped, and articles/ committed empty
     (["parse", "--dump", SAMPLE, SAMPLE, "--output", "{tmp}/out"], f"error: --dump names {SAMPLE} more than once"),
+    # a question file was searched and scored twice, its row twice in the table
+    (["evaluate", "--output", "{tmp}", "--questions", "{file}", "{file}"],
+     "error: --questions names {file} more than once"),
     *((argv, "error: no filesystem here reads foo://bucket/run: a URL needs Beam's filesystem for its scheme (gs:// "
              "with pip install -e \".[gcp]\", s3:// with \".[aws]\"); a local path has no scheme")
       for argv in (["validate", "--output", "foo://bucket/run"], ["dictionary", "--output", "foo://bucket/run"],
