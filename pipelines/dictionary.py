@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from typing import Any
 
 import apache_beam as beam
@@ -61,6 +62,7 @@ class DictionaryStage:
             raise InputError(f"{ctx.output}/articles has no rows: run the parse stage on a dump with articles")
 
         article_files = tables.parquet_files(ctx.output, layout.ARTICLES)
+        config = replace(config, bold_self_links=parsed_first_bolds_as_links(ctx.output))
 
         def read_articles(columns: list[str], unit: str) -> beam.PTransform:
             return ReadParquetRows(article_files, columns) | ctx.progress(unit, article_count)
@@ -79,6 +81,11 @@ class DictionaryStage:
             _ = built["dead_letters"] | "WriteDeadLetters" >> WriteDeadLetters(ctx.errors_prefix("names"))
 
         return run_beam(ctx, build)
+
+
+def parsed_first_bolds_as_links(output: str) -> bool:
+    """Whether parse linked each article's first bold to the article (--first-bold-as-link, as recorded)."""
+    return manifest.load(output)[layout.PARSE_STAGE].options.get("first_bold_as_link") is True
 
 
 def checked_language(language: str) -> str:

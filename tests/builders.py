@@ -71,11 +71,11 @@ def article(page_id: int, title: str, text: str, links: list[tuple[str, str]], q
     return {"page_id": page_id, "title": title, "text": text, "links": rows, "qid": qid}
 
 
-def write_parsed(output: Path, articles: list[dict]) -> None:
-    """An OUT as the parse stage leaves it: articles/ and its manifest record."""
+def write_parsed(output: Path, articles: list[dict], options: dict | None = None) -> None:
+    """An OUT as the parse stage leaves it: articles/ and its manifest record (of parse's ``options``)."""
     (output / "articles").mkdir(parents=True)
     pq.write_table(pa.Table.from_pylist(articles, schema=schemas.ARTICLES), output / "articles" / "part-0.parquet")
-    record = manifest.StageRecord(stage="parse", options={}, inputs={},
+    record = manifest.StageRecord(stage="parse", options=options or {}, inputs={},
                                   outputs=manifest.describe_outputs(str(output), ["articles"]))
     manifest.save(str(output), {"parse": record})
 

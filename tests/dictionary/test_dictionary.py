@@ -68,7 +68,7 @@ def test_title_names_and_case_folding():
 def test_anchor_names_count_titles_and_skip_bad_names():
     row = article(7, "Foo (bar)", "Go to Baz now", [("Baz", "Baz")])
     row["links"].append({"start": 0, "end": 0, "target": "Empty"})
-    pairs = list(anchor_names(row, RULES))
+    pairs = list(anchor_names(row, RULES, row["links"]))
     assert [pair for pair in pairs if isinstance(pair, tuple)] == [("baz", "Baz"), ("foo", "Foo (bar)")]
     dead = [pair for pair in pairs if not isinstance(pair, tuple)]
     assert len(dead) == 1 and dead[0].value["kind"] == "empty_names"
@@ -198,6 +198,27 @@ def test_stage_on_hand_made_articles(tmp_path):
         ("Mercury (element)", "Mercury (element)", pytest.approx(0.4))]
     strict = EntityLinker.load(str(tmp_path / "dictionary" / "linker"), min_commonness=0.5)
     assert [c.title for c in strict.detect("Mercury")[0].candidates] == ["Mercury (planet)"]
+
+
+def test_bold_self_links_are_no_anchors_nor_inbound_links(tmp_path):
+    """parse --first-bold-as-link links each article's first bold to the article, for mentions to sample: the
+    dictionary counted those as anchors and inbound links ("mercury" took one more link to each page that opens with
+    it), where the paper's reference counts neither. Without the option a link to the page itself is a link."""
+    bold = [article(1, "Mercury (planet)", "Mercury is a planet.\nMercury orbits the Sun.",
+                    [("Mercury", "Mercury (planet)"), ("Sun", "Sun")], "Q308"),
+            article(2, "Mercury (element)", "Mercury is an element. See Mercury the planet.",
+                    [("Mercury", "Mercury (element)"), ("Mercury", "Mercury (planet)")]),
+            PLANETS[2]]
+    runs = {"plain": (PLANETS, {}), "bold": (bold, {"first_bold_as_link": True}), "self": (bold, {})}
+    tables_of = {}
+    for name, (articles, options) in runs.items():
+        write_parsed(tmp_path / name, articles, options)
+        run_dictionary(tmp_path / name)
+        tables_of[name] = [tables.read_table(str(tmp_path / name), artifact).to_pylist()
+                           for artifact in ("entities", "dictionary/names")]
+    assert tables_of["bold"] == tables_of["plain"]
+    link_counts = {row["title"]: row["link_count"] for row in tables_of["self"][0]}
+    assert link_counts == {"Mercury (planet)": 3, "Mercury (element)": 2, "Sun": 1}
 
 
 def test_an_article_left_out_for_another_ones_qid_is_dead_lettered(tmp_path):

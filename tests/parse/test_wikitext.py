@@ -147,6 +147,17 @@ def test_first_bold_text_as_link_to_the_page_itself():
     assert convert(wikitext) == ("Albedo or x is d. Example", [("d", "A b c")])
 
 
+def test_a_first_bold_far_into_the_lead_is_no_link_to_the_page():
+    """The page's name opens its lead; a bold further in (Venus's "Morning star") was linked to the page as if it
+    were the page's name: fewer than 50 characters, newlines aside, may come before it, as in the paper's reference."""
+    opening = "In astronomy, the planet seen at dawn is named the "
+    assert len(opening) == 51
+    assert both_paths(f"{opening}'''morning star'''.", first_bold_as_link=True) == (f"{opening}morning star.", [])
+    assert both_paths(f"{{{{Infobox}}}}\n\n\n{opening[3:]}'''morning star'''. '''Venus''' [[Sun]].",
+                      first_bold_as_link=True) == (f"{opening[3:]}morning star. Venus Sun.",
+                                                   [("morning star", "Page"), ("Sun", "Sun")])
+
+
 def test_invisible_tags_and_nowiki():
     assert convert("Text<br/>more<math>x^2</math> <nowiki>[[not]]</nowiki> <span>[[in span]]</span>") == (
         "Text\nmore [[not]] in span", [("in span", "In span")])

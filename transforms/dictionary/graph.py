@@ -55,7 +55,9 @@ class DictionaryConfig:
     pages, by ``doc_unit``) they occur in, and of a name's entities those with at least ``min_commonness`` of
     its links and ``min_link_count`` links; names of up to ``max_mention_length`` characters, case-folded
     unless ``case_sensitive``, found on the token boundaries of spaCy's blank tokenizer of ``language``. With
-    ``include_red_links`` every link target is an entity."""
+    ``include_red_links`` every link target is an entity. With ``bold_self_links`` (parse ran with
+    --first-bold-as-link) a page's links to itself are its bold name: no anchor and no inbound link (mentions
+    still sample them), as the paper's reference counts neither."""
 
     min_link_prob: float = 0.05
     min_commonness: float = 0.3
@@ -65,6 +67,7 @@ class DictionaryConfig:
     doc_unit: str = "paragraph"
     include_red_links: bool = False
     language: str = DEFAULT_LANGUAGE
+    bold_self_links: bool = False
 
     def __post_init__(self) -> None:
         if self.doc_unit not in DOC_UNITS:
@@ -146,7 +149,7 @@ class BuildDictionary(beam.PTransform):
         config = self._config
         articles = root | "ReadArticles" >> self._read(LINK_COLUMNS, "articles (links)")
         links = articles | "SumLinksPerBucket" >> SumLinksPerBucket(
-            config.rules, self._buckets, self._work.pair_parts, self._work.target_parts)
+            config.rules, self._buckets, self._work.pair_parts, self._work.target_parts, config.bold_self_links)
         entities = links["targets"] | "Entities" >> Entities(
             config.include_red_links, self._work.entity_candidates, self._work.title_ids)
         candidates = links["pairs"] | "NameCandidates" >> NameCandidates(

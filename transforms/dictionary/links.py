@@ -27,11 +27,19 @@ COUNTERS = declare(
 )
 
 
-def anchor_names(article: dict[str, Any], rules: NameRules) -> Iterator[tuple[str, str] | beam.pvalue.TaggedOutput]:
-    """(name, target) for every link of an article and once for its own title minus ``(...)``; unusable anchor
-    texts are counted (too long) or dead-lettered."""
+def counted_links(article: dict[str, Any], bold_self_links: bool) -> list[dict[str, Any]]:
+    """The links of an article the dictionary counts: all, but its links to itself where those are its bold name
+    (parse's --first-bold-as-link)."""
+    links = article["links"]
+    return [link for link in links if link["target"] != article["title"]] if bold_self_links else links
+
+
+def anchor_names(article: dict[str, Any], rules: NameRules,
+                 links: list[dict[str, Any]]) -> Iterator[tuple[str, str] | beam.pvalue.TaggedOutput]:
+    """(name, target) for every link of ``links`` (an article's counted links) and once for the article's own title
+    minus ``(...)``; unusable anchor texts are counted (too long) or dead-lettered."""
     text = article["text"]
-    sources = [(text[link["start"]:link["end"]], link["target"]) for link in article["links"]]
+    sources = [(text[link["start"]:link["end"]], link["target"]) for link in links]
     sources.append((title_name(article["title"]), article["title"]))
     for raw, target in sources:
         name = normalize_name(raw, rules)
@@ -53,20 +61,21 @@ class TallyLinks(beam.DoFn):
     """Articles -> tagged (bucket, table): anchor pairs by name bucket, link targets and pages by title bucket,
     each batch summed first; plus dead letters."""
 
-    def __init__(self, rules: NameRules, buckets: int, batch_rows: int = BATCH_ROWS) -> None:
+    def __init__(self, rules: NameRules, buckets: int, bold_self_links: bool, batch_rows: int = BATCH_ROWS) -> None:
         self._rules, self._buckets, self._batch_rows = rules, buckets, batch_rows
+        self._bold_self_links = bold_self_links
 
     def start_bundle(self) -> None:
         self._tally = LinkTally()
 
     def process(self, article: dict[str, Any]) -> Iterator[beam.pvalue.TaggedOutput]:
-        for item in anchor_names(article, self._rules):
+        links = counted_links(article, self._bold_self_links)
+        for item in anchor_names(article, self._rules, links):
             if isinstance(item, beam.pvalue.TaggedOutput):
                 yield item
             else:
                 self._tally.add_pair(*item)
-        self._tally.add_page(article["title"], article["page_id"], article["qid"],
-                             [link["target"] for link in article["links"]])
+        self._tally.add_page(article["title"], article["page_id"], article["qid"], [link["target"] for link in links])
         if self._tally.rows >= self._batch_rows:
             yield from self._flush()
 
@@ -88,14 +97,15 @@ class SumLinksPerBucket(beam.PTransform):
     """Articles -> {"pairs": (name bucket, parts of its pair sums), "targets": (title bucket, parts of its target
     sums), "dead_letters"}; the parts are spilled under ``pair_parts`` and ``target_parts``."""
 
-    def __init__(self, rules: NameRules, buckets: int, pair_parts: str, target_parts: str) -> None:
+    def __init__(self, rules: NameRules, buckets: int, pair_parts: str, target_parts: str,
+                 bold_self_links: bool = False) -> None:
         super().__init__()
-        self._rules, self._buckets = rules, buckets
+        self._rules, self._buckets, self._bold_self_links = rules, buckets, bold_self_links
         self._pair_parts, self._target_parts = pair_parts, target_parts
 
     def expand(self, articles: beam.PCollection) -> dict[str, beam.PCollection]:
-        tallied = articles | "TallyLinks" >> beam.ParDo(TallyLinks(self._rules, self._buckets)).with_outputs(
-            PAIRS_TAG, TARGETS_TAG, DEAD_LETTER_TAG)
+        tally = TallyLinks(self._rules, self._buckets, self._bold_self_links)
+        tallied = articles | "TallyLinks" >> beam.ParDo(tally).with_outputs(PAIRS_TAG, TARGETS_TAG, DEAD_LETTER_TAG)
         return {
             "pairs": tallied[PAIRS_TAG] | "SumPairs" >> SpillAndGroup(self._pair_parts,
                                                                       summed_by(PAIR_KEYS, PAIR_VALUES)),

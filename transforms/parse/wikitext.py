@@ -125,6 +125,11 @@ class ParsedText:
     blank_links: int = 0  # entity links that show no text (``[[Apple| ]]``, ``[[Apple|{{lang|fr|Pomme}}]]``)
 
 
+# --first-bold-as-link: the first bold of the lead links to the page when fewer characters than this, newlines aside,
+# come before it (the paper's reference preprocessing, its max_chars_before_bold_text)
+MAX_CHARS_BEFORE_BOLD = 50
+
+
 @dataclass(frozen=True)
 class WikitextOptions:
     keep_section_links: bool = False
@@ -352,7 +357,9 @@ class _Converter:
             return
         if name == "b" and self.options.first_bold_as_link and out.in_lead and not out.bold_linked:
             out.bold_linked = True
-            if not node.contents.filter_wikilinks():  # a bold that holds links keeps them (it is no self-link)
+            # the page's name opens its lead: a bold further in is another term (the paper's reference, ditto)
+            near_start = out.length - sum(piece.count("\n") for piece in out.pieces) < MAX_CHARS_BEFORE_BOLD
+            if near_start and not node.contents.filter_wikilinks():  # a bold holding links keeps them (no self-link)
                 out.add_link(self.render_plain(node.contents, depth), self.title)
                 return
         self.walk(node.contents, depth + 1)
