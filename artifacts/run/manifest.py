@@ -57,6 +57,9 @@ class StageRecord:
     versions: dict[str, str] = field(default_factory=dict)
     wall_time_s: float = 0.0
     finished_at: str = ""
+    # the paths (or URLs, patterns) of the files behind its "file:" inputs, by role: which dump, tables, corpus or
+    # model a run was built from; never compared (the fingerprints are)
+    sources: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,13 +111,14 @@ def load(output: str) -> dict[str, StageRecord]:
 # The fields of a stage record and of an output file, with the JSON types they must have; the first ones required.
 _RECORD_FIELDS: dict[str, type | tuple[type, ...]] = {
     "stage": str, "options": dict, "inputs": dict, "outputs": list, "counters": dict, "versions": dict,
-    "wall_time_s": (int, float), "finished_at": str}
+    "wall_time_s": (int, float), "finished_at": str, "sources": dict}
 _RECORD_REQUIRED = ("stage", "options", "inputs", "outputs")
 _OUTPUT_FIELDS: dict[str, type | tuple[type, ...]] = {"path": str, "bytes": int, "sha256": str,
                                                       "rows": (int, type(None))}
 _OUTPUT_REQUIRED = ("path", "bytes", "sha256")
 # The JSON types of the values of a record's mappings (options hold any JSON value).
-_MAPPING_VALUES: dict[str, type | tuple[type, ...]] = {"counters": int, "versions": str, "inputs": str}
+_MAPPING_VALUES: dict[str, type | tuple[type, ...]] = {"counters": int, "versions": str, "inputs": str,
+                                                       "sources": str}
 
 
 def parse(path: str, data: bytes) -> dict[str, StageRecord]:

@@ -636,6 +636,7 @@ def _execute(stage: Stage[ConfigT], config: ConfigT, ctx: StageContext, options:
         stage=stage.name, options=kept_previous_digest(options, completed.get(stage.name)), inputs=inputs, outputs=[],
         counters=counters,
         versions=manifest.software_versions(),
+        sources={role: pattern for role, pattern in sorted(stage.external_inputs(config).items()) if pattern},
     )
     record = commit(ctx, stage, record, started)
     print_summary(record)

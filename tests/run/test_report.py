@@ -32,6 +32,7 @@ from artifacts.run.report.stats import TopK, ValueCounts, integer_log_edges
 from pipelines.launcher.cli import main
 from pipelines.run_all import declared_counters
 from tests.builders import brute_force, clustered, files_below, fill_with_files, write_index_dir
+from tests.conftest import BUNDLED_SAMPLE
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 DECLARED = declared_counters()  # what the stages declare, as `report` passes it
@@ -101,10 +102,15 @@ def test_report_shows_each_stage_with_its_exact_wall_time_outputs_and_counters(r
     model_inputs = {key: value for key, value in records["embed_entities"].inputs.items()
                     if key.startswith(("file:", manifest.CONTENT))}
     assert len(model_inputs) == 2
+    model_files = records["embed_entities"].sources["model"]  # where they were: the model's directory, its files
+    assert model_files.startswith(records["embed_entities"].options["model"])
     for key, value in model_inputs.items():  # the model files' fingerprint, and their content
         what = "the files' content" if key.startswith(manifest.CONTENT) else "fingerprint"
-        assert f"input <code>{key.partition(':')[2]}</code> <span class=\"muted\">{what} {value[:12]}…" in \
-            by_stage["embed_entities"], key
+        assert (f"input <code>{key.partition(':')[2]}</code> <code>{html.escape(model_files)}</code> "
+                f"<span class=\"muted\">{what} {value[:12]}…") in by_stage["embed_entities"], key
+    # which dump the run was built from (the fingerprint alone did not say)
+    assert records["parse"].sources == {"dump0": str(BUNDLED_SAMPLE)}
+    assert f"input <code>dump0</code> <code>{BUNDLED_SAMPLE}</code> <span" in by_stage["parse"]
     # what each stage read of another: all of it, or the artifacts it records (mentions: the dictionary's entities)
     entities = sum(item.rows for item in records["dictionary"].outputs if item.path.startswith("entities/"))
     assert (f'outputs of <a href="#stage-dictionary">dictionary</a>: entities ({entities:,} rows)</li>'

@@ -122,7 +122,8 @@ def _read(view: StageView, data: ReportData) -> str:
             rows = _rows_of(data.view(layout.PARSE_STAGE), item.name) if item.name == layout.ARTICLES else None
             detail = f" ({number(rows)} rows)" if rows is not None else ""
             what = "the files' content" if f"{item.kind}:" == manifest.CONTENT else "fingerprint"
-            items.append(f"<li{title}>input <code>{esc(item.name)}</code>{detail} "
+            source = f" <code>{esc(item.source)}</code>" if item.source else ""
+            items.append(f"<li{title}>input <code>{esc(item.name)}</code>{source}{detail} "
                          f'<span class="muted">{what} {esc(item.fingerprint[:12])}…</span></li>')
     listing = f'<ul class="read">{"".join(items)}</ul>' if items else '<p class="muted">nothing recorded</p>'
     return f"<h3>Read</h3>{listing}"

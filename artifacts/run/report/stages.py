@@ -27,6 +27,7 @@ class StageInput:
     name: str
     fingerprint: str
     artifacts: tuple[str, ...] = ()  # of a stage: those read, where not all
+    source: str = ""  # of a file: its path as recorded (none in a record from before they were)
 
 
 @dataclass
@@ -71,7 +72,7 @@ def stage_view(name: str, record: StageRecord | None) -> StageView:
     for key, fingerprint in sorted(record.inputs.items()):
         kind, _, input_name = key.partition(":")
         input_name, artifacts = stage_read(key) if key.startswith(STAGE_INPUT) else (input_name, ())
-        inputs.append(StageInput(kind, input_name, fingerprint, artifacts))
+        inputs.append(StageInput(kind, input_name, fingerprint, artifacts, record.sources.get(input_name, "")))
     return StageView(name, record, summarize_outputs(written),
                      [item for item in record.outputs if item.path.startswith(errors_prefix)], inputs)
 
