@@ -273,7 +273,7 @@ def _query(group: argparse._ArgumentGroup) -> None:
 
 
 def _questions(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--questions", nargs="+", action="extend", required=True,
+    group.add_argument("--questions", nargs="+", action="extend", required=True, type=path_or_url,
                        help="DPR qas files (question<TAB>['answer', ...]) or EntityQuestions *.json files")
     group.add_argument("-k", dest="ks", type=at_least("k", 1), nargs="+", action="extend",
                        help="accuracy within the first k passages, for each k (default "

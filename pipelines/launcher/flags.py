@@ -138,11 +138,14 @@ def model_pipeline_options(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def path_or_url(value: str) -> str:
-    """The value of a flag naming a run or a place: as given, but never empty (``--to "$DEST"`` with DEST unset
-    would name the working directory)."""
+    """The value of a flag naming a run or a place: a local path with ``~`` expanded (the shell leaves the one of
+    ``--output=~/run``), ``file:///path`` as the path it names (Beam has no filesystem for file://), another URL as
+    it is; never empty (``--to "$DEST"`` with DEST unset would name the working directory)."""
     if not value.strip():
         raise argparse.ArgumentTypeError("an empty path (an unset shell variable?): name the path")
-    return value
+    if value.startswith("file:///"):
+        value = value.removeprefix("file://")
+    return value if "://" in value else os.path.expanduser(value)
 
 
 def local_path(value: str) -> str:

@@ -41,6 +41,22 @@ def test_a_home_directory_is_this_users(launcher: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("HOME", str(launcher))
     args = parsed(["embed-entities", "--output", "~/out", "--model", "~/models/bert"])
     assert (args.output, args.model) == (str(launcher / "out"), str(launcher / "models" / "bert"))
+    # the commands that read a run too (they said "no such directory"), and evaluate's report (it was written in
+    # a directory named "~" under the working directory)
+    for argv in (["validate", "--output=~/out"], ["report", "--output=~/out", "--previous=~/old"],
+                 ["diff", "--old=~/old", "--new=~/out"], ["publish", "--output=~/out", "--to=~/pub"],
+                 ["evaluate", "--output=~/out", "--questions=~/q.tsv", "--report=~/r.json"]):
+        args = vars(parsed(argv))
+        assert [args[flag] for flag in ("output", "previous", "old", "new", "to", "report") if args.get(flag)] == [
+            str(launcher / value.partition("~/")[2]) for value in argv[1:] if "--questions" not in value], argv
+        assert args.get("questions") in (None, [str(launcher / "q.tsv")])
+
+
+def test_a_file_url_is_the_local_path_it_names(launcher: Path):
+    """Beam has no filesystem for file:// (every command refused it as a URL no filesystem reads)."""
+    args = parsed(["all", "--dump", f"file://{launcher}/a.xml.bz2", "--output", f"file://{launcher}/out"])
+    assert (args.dump, args.output) == ([str(launcher / "a.xml.bz2")], str(launcher / "out"))
+    assert parsed(["validate", "--output", f"file://{launcher}/out"]).output == str(launcher / "out")
 
 
 def test_urls_and_hub_names_stay_as_they_are(launcher: Path):
