@@ -6,6 +6,7 @@ import argparse
 import difflib
 import errno
 import importlib
+import importlib.util
 import logging
 import os
 import shlex
@@ -294,6 +295,16 @@ def storage_client_error(error: BaseException) -> BaseException | None:
     return None
 
 
+def anonymous_gcs(refusal: BaseException) -> str:
+    """What to add to a refusal of Google's storage service when Beam asked it without credentials because its gcp
+    extra (google-auth-httplib2) is not installed: a private bucket refuses such a caller whatever credentials the
+    machine has."""
+    google = type(refusal).__module__.startswith("google.")
+    if not google or importlib.util.find_spec("google_auth_httplib2") is not None:
+        return ""
+    return "; Beam asked it without credentials: its gcp extra is not installed here (pip install -e \".[gcp]\")"
+
+
 def denied_write(error: BaseException) -> OSError | None:
     """The permission error (EACCES, EPERM, EROFS) in ``error``'s chain or among what Beam's filesystems collected
     path by path (``path_errors``; each wrapped as an ``IOError`` of it), with its file name, or one its text names
@@ -344,7 +355,7 @@ def worded(error: BaseException) -> BaseException:
     if (refusal := storage_client_error(error)) is not None:
         summary = str(refusal).splitlines()[0] if str(refusal) else type(refusal).__name__
         return InputError(f"the storage service refused or did not answer ({summary}): check the URL, the credentials "
-                          "this machine uses for it and its network")
+                          f"this machine uses for it and its network{anonymous_gcs(refusal)}")
     if input_error_message(error) is not None:  # ours already (a stage's full disk): as it is
         return flags.worded(error)
     if (code := disk_space.out_of_space(error)) is not None:  # a command's output, an export's copy

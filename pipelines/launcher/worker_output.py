@@ -49,16 +49,18 @@ _READ_BYTES = 1 << 16
 
 
 def optional_gcp_noise(record: logging.LogRecord) -> bool:
-    """False for the warning Beam logs on import when the optional GCP client libraries are absent (an extra
-    here)."""
-    return "apitools not found" not in record.getMessage()
+    """False for the warnings Beam logs when the optional GCP client libraries are absent (an extra here): on
+    import, and when it asks Google's storage without credentials (a refusal's error line says why)."""
+    message = record.getMessage()
+    return "apitools not found" not in message and "Connecting anonymously" not in message
 
 
 def leave_out_optional_gcp_warning() -> None:
     """This process's Beam import says nothing of the optional GCP libraries (a worker's start-up line of it is
     left out by the forwarder)."""
-    if optional_gcp_noise not in logging.getLogger().filters:
-        logging.getLogger().addFilter(optional_gcp_noise)
+    for logger in (logging.getLogger(), logging.getLogger("apache_beam.internal.gcp.auth")):  # a filter of its own
+        if optional_gcp_noise not in logger.filters:  # logger's: a record is filtered where it is logged
+            logger.addFilter(optional_gcp_noise)
 
 
 def said_in_one_line(text: str) -> bool:

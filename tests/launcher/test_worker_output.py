@@ -3,6 +3,7 @@ Ctrl-C nothing they or this process print shows, but the command's last line."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -15,7 +16,12 @@ import pytest
 from artifacts import layout
 from artifacts.run import manifest
 from pipelines.launcher.interrupt import SigintWatch, watching_sigint
-from pipelines.launcher.worker_output import WORKER_START_UP_LINES, forward_lines, forwarded_stderr
+from pipelines.launcher.worker_output import (
+    WORKER_START_UP_LINES,
+    forward_lines,
+    forwarded_stderr,
+    leave_out_optional_gcp_warning,
+)
 from tests.conftest import BUNDLED_SAMPLE, MULTI_PROCESS, REPO, copy_stages, stage_options
 
 
@@ -225,3 +231,15 @@ def test_after_ctrl_c_only_the_line_written_past_shows_and_stderr_is_restored(ca
         signal.signal(signal.SIGINT, previous_handler)
     assert shown == "[parse] running\n"
     assert capfd.readouterr().err == "interrupted during parse; rerun the same command to resume\nafter the block\n"
+
+
+def test_beams_warning_that_it_asks_google_storage_without_credentials_is_left_out(caplog):
+    """Logged by Beam's own auth logger, which the root logger's filter does not see (it printed without
+    --verbose); the error line of a refusal says why instead (``anonymous_gcs``)."""
+    leave_out_optional_gcp_warning()
+    auth = logging.getLogger("apache_beam.internal.gcp.auth")
+    with caplog.at_level(logging.WARNING):
+        auth.warning("Unable to find default credentials because the google-auth library is not available. "
+                     "Connecting anonymously.")
+        auth.warning("another warning")
+    assert [record.getMessage() for record in caplog.records] == ["another warning"]
