@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from artifacts import fs, layout
@@ -115,18 +115,34 @@ def each_question_file_once(args: argparse.Namespace) -> None:
 INPUT_FILE_FLAGS = ("dump", "dump_index", "redirects_sql", "page_sql", "page_props_sql", "corpus")
 
 
-def regular_input_files(args: argparse.Namespace) -> None:
-    """Every local input file a regular file: a pipe (``--dump /dev/stdin`` fed by one) or a FIFO is read once
-    only, so its second reading found nothing (no article) or waited forever."""
+def input_files(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
+    """(flag, path) of every input file the flags name."""
     for dest in INPUT_FILE_FLAGS:
         values = getattr(args, dest, None) or []
         for path in values if isinstance(values, list) else [values]:
-            if "://" not in path and os.path.exists(path) and not (os.path.isfile(path) or os.path.isdir(path)):
-                raise InputError(f"--{dest.replace('_', '-')} {path} is not a regular file (a pipe, a FIFO or a "
-                                 "device): it is read more than once; save it to a file and name that")
+            yield f"--{dest.replace('_', '-')}", path
 
 
-DUMP_CHECKS = (dump_files, one_index_per_dump, regular_input_files)  # parse's and all's, once globs can be listed
+def existing_input_files(args: argparse.Namespace) -> None:
+    """Every input file there (a glob is listed by the stage), before OUT is touched: a mistyped one made an empty
+    OUT and printed "[parse] running" before its error; a URL whose filesystem lacks its client library is said
+    here too, once Beam's filesystems have the run's options."""
+    for flag, path in input_files(args):
+        if not fs.is_glob(path) and not fs.exists(path):
+            raise InputError(f"{flag} {path}: no such file")
+
+
+def regular_input_files(args: argparse.Namespace) -> None:
+    """Every local input file a regular file: a pipe (``--dump /dev/stdin`` fed by one) or a FIFO is read once
+    only, so its second reading found nothing (no article) or waited forever."""
+    for flag, path in input_files(args):
+        if "://" not in path and os.path.exists(path) and not (os.path.isfile(path) or os.path.isdir(path)):
+            raise InputError(f"{flag} {path} is not a regular file (a pipe, a FIFO or a device): it is read more than "
+                             "once; save it to a file and name that")
+
+
+# parse's and all's, once globs can be listed
+DUMP_CHECKS = (dump_files, one_index_per_dump, existing_input_files, regular_input_files)
 
 
 def dump_flags(args: argparse.Namespace) -> None:
@@ -350,7 +366,8 @@ ENCODER_NEEDED = ("encoder", "index needs --encoder NAME_OR_PATH (a dense retrie
 
 def _stage(name: str, summary: str, example: str, implementation: str,
            required: tuple[tuple[str, str], ...] = ()) -> Command:
-    checks, input_checks = {"parse": (dump_flags,)}, {"parse": DUMP_CHECKS, "index": (regular_input_files,)}
+    checks = {"parse": (dump_flags,)}
+    input_checks = {"parse": DUMP_CHECKS, "index": (existing_input_files, regular_input_files)}
     return Command(name, summary, example, implementation, (OUTPUT, PROGRESS, *STAGE_GROUPS[name], STAGE_FORCE),
                    required, checks.get(name, ()), input_checks.get(name, ()))
 

@@ -245,7 +245,7 @@ def test_unreadable_inputs_are_one_line_errors(tiny_bert, tmp_path, capsys):
     out = str(tmp_path / "out")
     base = ["index", "--output", out, "--encoder", str(tiny_bert)]
     assert error_of([*base, "--corpus", str(tmp_path / "none.tsv"), *DIRECT], capsys) == (
-        f"error: corpus {tmp_path / 'none.tsv'} not found")
+        f"error: --corpus {tmp_path / 'none.tsv'}: no such file")
     assert error_of([*base, "--corpus", str(tmp_path), *DIRECT], capsys) == (
         f"error: {tmp_path} is a directory: name its files (a path, or a glob such as {tmp_path / '*'})")
     (tmp_path / "headless.tsv").write_text("1\ttext\ttitle\n")

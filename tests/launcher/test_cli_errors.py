@@ -108,6 +108,13 @@ BAD_INPUTS = [
     (["parse", "--output", "{tmp}/out"], "error: parse needs --dump FILE [FILE ...]"),
     # each page would be its copy's duplicate: both dropped, and articles/ committed empty
     (["parse", "--dump", SAMPLE, SAMPLE, "--output", "{tmp}/out"], f"error: --dump names {SAMPLE} more than once"),
+    # an input file that is not there: said before OUT is made (it was made, empty, and "[parse] running" printed)
+    (["parse", "--dump", "{tmp}/enwiki.xml.bz2", "--output", "{tmp}/out"],
+     "error: --dump {tmp}/enwiki.xml.bz2: no such file"),
+    (["index", "--corpus", "{tmp}/psgs.tsv", "--encoder", "bert-base-uncased", "--output", "{tmp}/out"],
+     "error: --corpus {tmp}/psgs.tsv: no such file"),
+    (["all", "--dump", SAMPLE, "--redirects-sql", "{tmp}/r.sql.gz", "--model", "m", "--encoder", "e", "--output",
+      "{tmp}/out"], "error: --redirects-sql {tmp}/r.sql.gz: no such file"),
     # a question file was searched and scored twice, its row twice in the table
     (["evaluate", "--output", "{tmp}", "--questions", "{file}", "{file}"],
      "error: --questions names {file} more than once"),
