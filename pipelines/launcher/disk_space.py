@@ -73,20 +73,26 @@ def staged_bytes(staging_root: str) -> int:
     return sum(fs.size(path) for path in fs.list_tree(staging_root))
 
 
-def disk_full_error(command: str, output: str, staging_root: str, at_start: Space,
+def disk_full_error(command: str, output: str, staging_root: str, kept_root: str, at_start: Space,
                     code: int = errno.ENOSPC) -> InputError:
-    """The one-line error of ``command`` having met the ``NO_ROOM`` error ``code`` writing under ``output``;
-    removes its staged files."""
-    written = staged_bytes(staging_root)
+    """The one-line error of ``command`` having met the ``NO_ROOM`` error ``code`` writing under ``output``, having
+    written its staged files and the work it keeps for a rerun (``kept_root``, left); removes its staged files."""
+    written = staged_bytes(staging_root) + staged_bytes(kept_root)
+    now = space_of(output)
     fs.delete_tree(staging_root)
+    # what other writers took of the free space meanwhile (a shared disk): then the stage may need far less
+    others = at_start.free - written - now.free if at_start.free is not None and now.free is not None else 0
     if code != errno.ENOSPC:
-        need = "more room than it was given"
-    elif at_start.free is not None:
-        need = f"more than the {fs.human_size(at_start.free)} that were free when it started"
+        why = "it needs more room than it was given"
+    elif at_start.free is None:
+        why = "it needs more space than it had"
+    elif others > max(written, at_start.free // 10):
+        why = (f"other writers took {fs.human_size(others)} of the {fs.human_size(at_start.free)} that were free "
+               "when it started")
     else:
-        need = "more space than it had"
+        why = f"it needs more than the {fs.human_size(at_start.free)} that were free when it started"
     return InputError(f"{command} {NO_ROOM[code]} on {at_start.filesystem} (the filesystem of {output}) after "
-                      f"writing {fs.human_size(written)}; it needs {need}. Its staged files were removed: free some "
+                      f"writing {fs.human_size(written)}; {why}. Its staged files were removed: free some "
                       "space (or give another --output) and rerun the same command to resume")
 
 

@@ -590,7 +590,7 @@ def _execute_within_limits(stage: Stage[ConfigT], config: ConfigT, ctx: StageCon
     except Exception as error:
         if (code := disk_space.out_of_space(error)) is not None:
             raise disk_space.disk_full_error(layout.command_of(stage.name), ctx.output, ctx.staging_root,
-                                             at_start, code) from error
+                                             ctx.kept_root, at_start, code) from error
         if gpu_out_of_memory(error):
             raise GpuMemoryError(layout.command_of(stage.name)) from error
         raise

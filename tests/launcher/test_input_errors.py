@@ -19,7 +19,7 @@ import sys
 import tempfile
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -802,3 +802,24 @@ def test_free_space_is_not_checked_where_it_is_not_known() -> None:
     remote = disk_space.space_of("gs://bucket/out")
     assert remote == disk_space.Space("gs://bucket", None)
     disk_space.require_room("index", "gs://bucket/out", "--output", 1 << 60, "to build the index", remote)
+
+
+def test_a_disk_that_other_writers_filled_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """The disk filled by another job on it while the stage wrote next to nothing: the line said the stage needs
+    more than all that was free when it started (36 MB, for a stage that writes well under one)."""
+    output = tmp_path / "out"
+    assert main(["parse", "--dump", str(BUNDLED_SAMPLE), "--output", str(output), *DIRECT]) == 0
+    free = iter([36_000_000, 0])  # when the stage starts; when it meets the full disk
+    real = disk_space.space_of
+    monkeypatch.setattr(disk_space, "space_of", lambda path: replace(real(path), free=next(free)))
+
+    def full(*_args, **_kwargs) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", full)
+    assert main(["dictionary", "--output", str(output), *DIRECT]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    said = re.search(rf"after writing ({SIZE}); other writers took ({SIZE}) of the 34\.3 MB that were free when "
+                     r"it started\. Its staged files were removed", line)
+    assert said is not None, line
