@@ -201,6 +201,21 @@ def test_parse_dump_takes_redirects_from_the_sql_tables(tmp_path: Path):
         "redirects_resolved": 2}
 
 
+def test_an_sql_redirect_row_from_an_article_is_dropped_and_named(tmp_path: Path):
+    """A redirect table of another date than the dump: its row from Venus (an article of the dump) to Mercury was
+    kept, and Mercury's link through the redirect Morning star went on past Venus, to Mercury itself."""
+    dump = write_dump(tmp_path)
+    sql = tmp_path / "redirect.sql"
+    sql.write_text(write_sql_text("redirect", "(2,0,'Mercury','','')"), encoding="utf-8")
+    articles, redirects, dead, counters = parse_dump(tmp_path, dump, "--redirects-sql", str(sql))
+    mercury = next(row for row in articles if row["title"] == "Mercury")
+    assert [link["target"] for link in mercury["links"]] == ["Venus", "Venus"]
+    assert redirects == [{"title": "Morning star", "target": "Venus"}]
+    assert [(letter["kind"], letter["title"], letter["target"]) for letter in dead] == [
+        ("sql_redirects_from_articles", "Venus", "Mercury")]
+    assert counters["sql_redirects_from_articles"] == 1 and "sql_redirects" not in counters
+
+
 def test_an_sql_redirect_from_a_dump_page_outside_the_article_namespace_is_none(tmp_path: Path):
     """Talk:Mercury (namespace 1 of the dump) named by a redirect row became the redirect "Talk:Mercury" -> Venus
     (a source that --page-sql names outside namespace 0 was already an unknown one)."""

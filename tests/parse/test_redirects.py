@@ -83,14 +83,18 @@ def test_a_chain_longer_than_the_jump_rounds_is_dropped():
 
 
 def test_an_article_wins_over_a_redirect_of_the_same_title(tmp_path: Path):
-    """A stale SQL redirect row whose source is still an article: links to it stay on the article."""
-    build = build_title_map(records([("Mercury", 1), ("Venus", 2)], [],
+    """A stale SQL redirect row whose source is still an article (the table and the dump are of other dates) is
+    dropped and named: links to the article stay on it, and so do links through a redirect to it (they went on
+    along the stale row, to Venus)."""
+    build = build_title_map(records([("Mercury", 1), ("Venus", 2)], [("Quicksilver", "Mercury")],
                                     pages=[(1, "Mercury"), (9, "Hesperus")],
                                     sql_redirects=[(1, "Venus"), (9, "Venus"), (7, "Venus")]))
-    assert rows(build.redirects) == [("Hesperus", "Venus"), ("Mercury", "Venus")]
-    assert (build.counts.sql_redirects, build.counts.sql_redirects_unknown_source) == (2, 1)
+    assert rows(build.redirects) == [("Hesperus", "Venus"), ("Quicksilver", "Mercury")]
+    assert build.sql_redirects_from_articles == [("Mercury", "Venus")]
+    assert (build.counts.sql_redirects, build.counts.sql_redirects_unknown_source) == (1, 1)
     titles = loaded(build, tmp_path)
     assert titles.resolve("Mercury").target == "Mercury"
+    assert titles.resolve("Quicksilver").target == "Mercury"
     assert titles.resolve("Hesperus").target == "Venus"
 
 

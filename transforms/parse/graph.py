@@ -322,6 +322,9 @@ def build_title_map_once(_: Any, records_dir: str, map_dir: str, redirects_file:
                           target=target)
     for title, target, why in build.duplicate_redirects:
         yield dead_letter("duplicate_redirects", f"redirect page dropped: {why}", title=title, target=target)
+    for title, target in build.sql_redirects_from_articles:
+        yield dead_letter("sql_redirects_from_articles", "redirect row of --redirects-sql dropped: an article of the "
+                          "dump has its title", title=title, target=target)
     yield map_dir
 
 

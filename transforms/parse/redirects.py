@@ -37,6 +37,9 @@ COUNTERS = declare(
                                  "target is kept) or an article of that title"),
     processed("sql_redirects", "redirects taken from the SQL dump"),
     dropped("sql_redirects_unknown_source", "SQL redirect rows whose source page is unknown"),
+    dropped("sql_redirects_from_articles", "SQL redirect rows whose source is an article of the dump (the table is of "
+                                           "another date than the dump): an article ends a redirect chain",
+            dead_lettered=True),
 )
 
 _DIGIT_RUNS = re.compile("([0-9]+)")  # split with its group: the runs at the odd places
@@ -75,7 +78,8 @@ class RedirectCounts:
 class TitleMapBuild:
     """A built title map (trie + arrays + the positions of duplicate pages), the resolved redirects as rows
     (title, target), the redirect cycles (title, final target), the dump's redirect pages dropped as duplicates
-    (title, target, why) and the counts of the build."""
+    (title, target, why), the rows of the SQL table dropped because an article has their title (title, target) and
+    the counts of the build."""
 
     trie: marisa_trie.Trie
     arrays: TitleArrays
@@ -83,6 +87,7 @@ class TitleMapBuild:
     redirects: pa.Table
     cycles: list[tuple[str, str]]
     duplicate_redirects: list[tuple[str, str, str]]
+    sql_redirects_from_articles: list[tuple[str, str]]
     counts: RedirectCounts
 
 
@@ -238,8 +243,12 @@ def build_title_map(records: TitleRecords, rounds: int = JUMP_ROUNDS) -> TitleMa
     dump_rows = records.redirects.num_rows  # the first pairs: the dump's redirect pages
     dump_kept, duplicates = duplicate_redirect_pages(all_pairs.slice(0, dump_rows), all_sources[:dump_rows],
                                                      is_article)
-    if not dump_kept.all():  # the SQL table's pairs are kept whatever the dump holds: one_target_each decides
-        keep = np.r_[dump_kept, np.ones(len(all_sources) - dump_rows, dtype=bool)]
+    # a row of the SQL table whose source the dump holds as an article (a table of another date): an article has
+    # no successor, or a link through a redirect to it would go on past it; the others one_target_each decides
+    sql_shadowed = is_article[all_sources[dump_rows:]]
+    from_articles = all_pairs.slice(dump_rows).filter(pa.array(sql_shadowed))
+    keep = np.r_[dump_kept, ~sql_shadowed]
+    if not keep.all():
         all_pairs, all_sources = all_pairs.filter(pa.array(keep)), all_sources[keep]
     one_each = one_target_each(all_pairs, all_sources)
     pairs = all_pairs.filter(pa.array(one_each)) if not one_each.all() else all_pairs
@@ -255,12 +264,13 @@ def build_title_map(records: TitleRecords, rounds: int = JUMP_ROUNDS) -> TitleMa
     resolved_pairs = ~in_cycle[sources]
     resolved_sources = sources[resolved_pairs]
     sql_named = int(pc.sum(named).as_py() or 0)
-    counts = RedirectCounts(len(resolved_sources), int((~is_article[final[resolved_sources]]).sum()), sql_named,
-                            sql_pairs.num_rows - sql_named)
+    counts = RedirectCounts(len(resolved_sources), int((~is_article[final[resolved_sources]]).sum()),
+                            sql_named - from_articles.num_rows, sql_pairs.num_rows - sql_named)
     redirects = pa.table({"title": pairs.column("title").filter(pa.array(resolved_pairs)),
                           "target": restored_strings(trie, final[resolved_sources])},
                          schema=pa.schema([("title", pa.string()), ("target", pa.string())]))
     cycles = [(trie.restore_key(int(key)), trie.restore_key(int(final[key]))) for key in sources[~resolved_pairs]]
     kept = articles if kept_rows.all() else articles.filter(pa.array(kept_rows))
     arrays = TitleArrays(resolved, flags, article_qids(kept, records.qids, trie))
-    return TitleMapBuild(trie, arrays, dropped_positions, redirects, sorted(cycles), duplicates, counts)
+    stale = list(zip(*(from_articles.column(name).to_pylist() for name in ("title", "target")), strict=True))
+    return TitleMapBuild(trie, arrays, dropped_positions, redirects, sorted(cycles), duplicates, stale, counts)
