@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 from typing import Any
 
 import apache_beam as beam
@@ -37,7 +36,8 @@ class DictionaryStage:
         return DictionaryConfig(
             min_link_prob=args.min_link_prob, min_commonness=args.min_commonness, min_link_count=args.min_link_count,
             max_mention_length=args.max_mention_length, case_sensitive=args.case_sensitive, doc_unit=args.doc_unit,
-            include_red_links=args.include_red_links, language=checked_language(args.language))
+            include_red_links=args.include_red_links, language=checked_language(args.language),
+            bold_self_links=links_first_bolds(args))
 
     def upstream(self, config: DictionaryConfig) -> tuple[str, ...]:
         return (layout.PARSE_STAGE,)
@@ -48,7 +48,8 @@ class DictionaryStage:
         return {"min_link_prob": config.min_link_prob, "min_commonness": config.min_commonness,
                 "min_link_count": config.min_link_count, "max_mention_length": config.max_mention_length,
                 "case_sensitive": config.case_sensitive, "doc_unit": config.doc_unit,
-                "include_red_links": config.include_red_links, **manifest.unless_default("language", config.language)}
+                "include_red_links": config.include_red_links, **manifest.unless_default("language", config.language),
+                **({"bold_self_links": True} if config.bold_self_links else {})}  # earlier versions counted them
 
     def external_inputs(self, config: DictionaryConfig) -> dict[str, str]:
         return {}
@@ -62,7 +63,6 @@ class DictionaryStage:
             raise InputError(f"{ctx.output}/articles has no rows: run the parse stage on a dump with articles")
 
         article_files = tables.parquet_files(ctx.output, layout.ARTICLES)
-        config = replace(config, bold_self_links=parsed_first_bolds_as_links(ctx.output))
 
         def read_articles(columns: list[str], unit: str) -> beam.PTransform:
             return ReadParquetRows(article_files, columns) | ctx.progress(unit, article_count)
@@ -83,9 +83,13 @@ class DictionaryStage:
         return run_beam(ctx, build)
 
 
-def parsed_first_bolds_as_links(output: str) -> bool:
-    """Whether parse linked each article's first bold to the article (--first-bold-as-link, as recorded)."""
-    return manifest.load(output)[layout.PARSE_STAGE].options.get("first_bold_as_link") is True
+def links_first_bolds(args: argparse.Namespace) -> bool:
+    """Whether parse links each article's first bold to the article: as `all` is told (--first-bold-as-link), or
+    as the parse stage of OUT recorded it."""
+    if hasattr(args, "first_bold_as_link"):
+        return bool(args.first_bold_as_link)
+    parse = manifest.load(args.output).get(layout.PARSE_STAGE)
+    return parse is not None and parse.options.get("first_bold_as_link") is True
 
 
 def checked_language(language: str) -> str:

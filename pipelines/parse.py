@@ -29,7 +29,7 @@ from transforms.parse.graph import (
 )
 from transforms.parse.multistream import find_multistream_index, looks_multistream
 from transforms.parse.sql_dump import table_definition
-from transforms.parse.wikitext import WikitextOptions
+from transforms.parse.wikitext import MAX_CHARS_BEFORE_BOLD, WikitextOptions
 
 # Intermediates under OUT/.staging/parse/ (removed when the stage commits).
 STAGED_ARTICLES = "staged_articles"
@@ -72,7 +72,9 @@ class ParseStage:
         repairs markup), so that runs with the pre-pass keep their records."""
         return {"keep_section_links": config.wikitext.keep_section_links,
                 "first_bold_as_link": config.wikitext.first_bold_as_link, "skip_bad_streams": config.skip_bad_streams,
-                **manifest.unless_default("prepass", config.wikitext.use_prepass)}
+                **manifest.unless_default("prepass", config.wikitext.use_prepass),
+                # with the option on, its rule (an earlier version linked a bold anywhere in the lead)
+                **({"max_chars_before_bold": MAX_CHARS_BEFORE_BOLD} if config.wikitext.first_bold_as_link else {})}
 
     def external_inputs(self, config: ParseConfig) -> dict[str, str]:
         roles = {"dump": config.dumps, "dump_index": config.dump_indexes, "redirects_sql": config.redirects_sql,

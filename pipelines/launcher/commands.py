@@ -124,12 +124,13 @@ def input_files(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
 
 
 def existing_input_files(args: argparse.Namespace) -> None:
-    """Every input file there (a glob is listed by the stage), before OUT is touched: a mistyped one made an empty
-    OUT and printed "[parse] running" before its error; a URL whose filesystem lacks its client library is said
-    here too, once Beam's filesystems have the run's options."""
+    """Every input file there, a file, and every glob matching one, before OUT is touched: a mistyped one made an
+    empty OUT and printed "[index] running" before its error; a URL whose filesystem lacks its client library is
+    said here too, once Beam's filesystems have the run's options."""
     for flag, path in input_files(args):
         if not fs.is_glob(path) and not fs.exists(path):
             raise InputError(f"{flag} {path}: no such file")
+        fs.matching_files(path)  # a glob that matches nothing, a directory: a line of its own
 
 
 def regular_input_files(args: argparse.Namespace) -> None:

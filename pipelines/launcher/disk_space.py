@@ -74,10 +74,11 @@ def staged_bytes(staging_root: str) -> int:
 
 
 def disk_full_error(command: str, output: str, staging_root: str, kept_root: str, at_start: Space,
-                    code: int = errno.ENOSPC) -> InputError:
+                    kept_at_start: int = 0, code: int = errno.ENOSPC) -> InputError:
     """The one-line error of ``command`` having met the ``NO_ROOM`` error ``code`` writing under ``output``, having
-    written its staged files and the work it keeps for a rerun (``kept_root``, left); removes its staged files."""
-    written = staged_bytes(staging_root) + staged_bytes(kept_root)
+    written its staged files and added to the work it keeps for a rerun (``kept_root``, left: ``kept_at_start``
+    bytes of it there before); removes its staged files."""
+    written = staged_bytes(staging_root) + max(0, staged_bytes(kept_root) - kept_at_start)
     now = space_of(output)
     fs.delete_tree(staging_root)
     # what other writers took of the free space meanwhile (a shared disk): then the stage may need far less

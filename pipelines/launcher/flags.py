@@ -159,7 +159,7 @@ def local_path(value: str) -> str:
 def name_or_path(value: str) -> str:
     """The value of a model flag: a local path that exists made absolute (transformers reads it before looking for
     a hub name), anything else (a hub name) as it is."""
-    path = os.path.expanduser(value)
+    path = os.path.expanduser(value.removeprefix("file://") if value.startswith("file:///") else value)
     return os.path.abspath(path) if os.path.exists(path) else value
 
 

@@ -584,13 +584,13 @@ def _execute_within_limits(stage: Stage[ConfigT], config: ConfigT, ctx: StageCon
     """``_execute``; a full filesystem or a GPU out of memory is one line (a lost worker process too:
     ``local_workers.lost_workers_handled``), and a full filesystem leaves no staged files (removed under the
     lock)."""
-    at_start = disk_space.space_of(ctx.output)
+    at_start, kept_at_start = disk_space.space_of(ctx.output), disk_space.staged_bytes(ctx.kept_root)
     try:
         return _execute(stage, config, ctx, options, force)
     except Exception as error:
         if (code := disk_space.out_of_space(error)) is not None:
             raise disk_space.disk_full_error(layout.command_of(stage.name), ctx.output, ctx.staging_root,
-                                             ctx.kept_root, at_start, code) from error
+                                             ctx.kept_root, at_start, kept_at_start, code) from error
         if gpu_out_of_memory(error):
             raise GpuMemoryError(layout.command_of(stage.name)) from error
         raise

@@ -113,6 +113,10 @@ BAD_INPUTS = [
      "error: --dump {tmp}/enwiki.xml.bz2: no such file"),
     (["index", "--corpus", "{tmp}/psgs.tsv", "--encoder", "bert-base-uncased", "--output", "{tmp}/out"],
      "error: --corpus {tmp}/psgs.tsv: no such file"),
+    (["index", "--corpus", "{tmp}/psgs_*.tsv", "--encoder", "bert-base-uncased", "--output", "{tmp}/out2"],
+     "error: no file matches {tmp}/psgs_*.tsv"),
+    (["parse", "--dump", "{tmp}", "--output", "{tmp}/out3"],
+     "error: {tmp} is a directory: name its files (a path, or a glob such as {tmp}/*)"),
     (["all", "--dump", SAMPLE, "--redirects-sql", "{tmp}/r.sql.gz", "--model", "m", "--encoder", "e", "--output",
       "{tmp}/out"], "error: --redirects-sql {tmp}/r.sql.gz: no such file"),
     # a question file was searched and scored twice, its row twice in the table

@@ -57,6 +57,8 @@ def test_a_file_url_is_the_local_path_it_names(launcher: Path):
     args = parsed(["all", "--dump", f"file://{launcher}/a.xml.bz2", "--output", f"file://{launcher}/out"])
     assert (args.dump, args.output) == ([str(launcher / "a.xml.bz2")], str(launcher / "out"))
     assert parsed(["validate", "--output", f"file://{launcher}/out"]).output == str(launcher / "out")
+    model = parsed(["embed-entities", "--output", "out", "--model", f"file://{launcher}/models/bert"]).model
+    assert model == str(launcher / "models" / "bert")  # a model directory too (it was "does not exist")
 
 
 def test_urls_and_hub_names_stay_as_they_are(launcher: Path):

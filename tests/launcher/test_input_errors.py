@@ -823,3 +823,18 @@ def test_a_disk_that_other_writers_filled_says_so(tmp_path: Path, monkeypatch: p
     said = re.search(rf"after writing ({SIZE}); other writers took ({SIZE}) of the 34\.3 MB that were free when "
                      r"it started\. Its staged files were removed", line)
     assert said is not None, line
+
+
+def test_kept_work_from_before_the_stage_started_is_not_what_it_wrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Kept work an earlier run left (2 MB) counted as written by this one, which hid the 2.9 MB other writers took."""
+    staging, kept = tmp_path / "out" / ".staging" / "index", tmp_path / "out" / ".staging" / "index.kept"
+    staging.mkdir(parents=True)
+    kept.mkdir()
+    (staging / "part").write_bytes(b"x" * 1000)
+    (kept / "earlier").write_bytes(b"x" * 2_000_000)
+    monkeypatch.setattr(disk_space, "space_of", lambda path: disk_space.Space("/", 0))
+    error = disk_space.disk_full_error("index", str(tmp_path / "out"), str(staging), str(kept),
+                                       disk_space.Space("/", 3_001_000), kept_at_start=2_000_000)
+    assert "after writing 1000 B; other writers took 2.9 MB of the 2.9 MB that were free when it started" in \
+        error.message, error.message
+    assert not staging.exists() and (kept / "earlier").exists()

@@ -520,6 +520,11 @@ def test_recorded_options_and_inputs_are_those_of_the_flags():
                                      "skip_bad_streams": False, "prepass": False}  # recorded only when off:
     assert "prepass" not in stage.options(parse_stage.STAGE.config(build_parser().parse_known_args(
         ["parse", "--output", "out", "--dump", "a.xml.bz2"])[0]))  # runs with the pre-pass keep their records
+    # the bold rule recorded with the option (a run of an earlier version, which linked a bold anywhere in the lead,
+    # parses again)
+    bold = stage.options(parse_stage.STAGE.config(build_parser().parse_known_args(
+        ["parse", "--output", "out", "--dump", "a.xml.bz2", "--first-bold-as-link"])[0]))
+    assert (bold["first_bold_as_link"], bold["max_chars_before_bold"]) == (True, 50)
     # Fingerprinted by absolute path: the flags' relative paths are made absolute when parsed.
     assert stage.external_inputs(config) == {role: os.path.abspath(name) for role, name in (
         ("dump0", "a.xml.bz2"), ("dump1", "b.xml.bz2"), ("dump_index0", "a.txt"), ("dump_index1", "b.txt"),
