@@ -409,7 +409,8 @@ def test_a_passage_length_beyond_the_position_embeddings_is_refused_on_the_drive
     check_encoder(EncoderOptions("mean", str(tiny_bert), max_length=512))
     with pytest.raises(InputError, match=r"--max-length 513: .* takes at most 512 tokens"):
         check_encoder(EncoderOptions("mean", str(tiny_bert), max_length=513))
-    argv = ["index", "--output", str(tmp_path), "--encoder", str(tiny_bert), "--max-length", "1024",
+    (tmp_path / "any.tsv").write_text("id\ttext\ttitle\n7\tlakes and rivers\tA\n")
+    argv = ["index", "--output", str(tmp_path / "out"), "--encoder", str(tiny_bert), "--max-length", "1024",
             "--corpus", str(tmp_path / "any.tsv"), "--runner=DirectRunner"]
     assert main(argv) == 2
     assert "--max-length 1024" in capsys.readouterr().err
