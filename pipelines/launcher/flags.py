@@ -139,13 +139,17 @@ def model_pipeline_options(args: argparse.Namespace) -> tuple[str, ...]:
 
 def path_or_url(value: str) -> str:
     """The value of a flag naming a run or a place: a local path with ``~`` expanded (the shell leaves the one of
-    ``--output=~/run``), ``file:///path`` as the path it names (Beam has no filesystem for file://), another URL as
-    it is; never empty (``--to "$DEST"`` with DEST unset would name the working directory)."""
+    ``--output=~/run``), ``file:///path`` as the path it names, another URL as it is; never empty (``--to "$DEST"``
+    with DEST unset would name the working directory)."""
     if not value.strip():
         raise argparse.ArgumentTypeError("an empty path (an unset shell variable?): name the path")
-    if value.startswith("file:///"):
-        value = value.removeprefix("file://")
+    value = without_file_scheme(value)
     return value if "://" in value else os.path.expanduser(value)
+
+
+def without_file_scheme(value: str) -> str:
+    """``file:///path`` as the local path it names (Beam has no filesystem for file://); anything else as it is."""
+    return value.removeprefix("file://") if value.startswith("file:///") else value
 
 
 def local_path(value: str) -> str:
@@ -159,7 +163,7 @@ def local_path(value: str) -> str:
 def name_or_path(value: str) -> str:
     """The value of a model flag: a local path that exists made absolute (transformers reads it before looking for
     a hub name), anything else (a hub name) as it is."""
-    path = os.path.expanduser(value.removeprefix("file://") if value.startswith("file:///") else value)
+    path = os.path.expanduser(without_file_scheme(value))
     return os.path.abspath(path) if os.path.exists(path) else value
 
 
