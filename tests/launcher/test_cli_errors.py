@@ -252,10 +252,10 @@ def test_an_s3_output_without_boto3_is_one_line(tmp_path, capsys):
     except ImportError:
         pass
     assert main(["dictionary", "--output", "s3://bucket/run", *DIRECT]) == 2
-    assert capsys.readouterr().err.splitlines() == [
-        "error: s3://bucket/run: Beam's filesystem for it lacks its client library (Missing boto3 requirement): pip "
-        "install -e \".[aws]\" for s3://, \".[gcp]\" for gs://, pip install hdfs for hdfs://, azure-storage-blob and "
-        "azure-identity for azfs://"]
+    assert capsys.readouterr().err.splitlines() == [  # its first look: parse's record of --first-bold-as-link
+        "error: s3://bucket/run/manifest.json: Beam's filesystem for it lacks its client library (Missing boto3 "
+        "requirement): pip install -e \".[aws]\" for s3://, \".[gcp]\" for gs://, pip install hdfs for hdfs://, "
+        "azure-storage-blob and azure-identity for azfs://"]
     # A dump's fingerprint and a glob's listing ask Beam's match, which wraps the exists() error once more: a
     # traceback; and a glob was listed before the filesystems had the run's options (in a process of its own: a
     # traceback of "Must provide one of client or options").
