@@ -153,11 +153,10 @@ def without_file_scheme(value: str) -> str:
 
 
 def local_path(value: str) -> str:
-    """The value of a path flag: a local path made absolute, ``~`` expanded (a worker elsewhere would resolve a
-    relative one in its own working directory and home), a Beam filesystem URL (``gs://...``) as it is; never
-    empty."""
+    """The value of a path flag: ``path_or_url``'s, a local path made absolute (a worker elsewhere would resolve a
+    relative one in its own working directory)."""
     value = path_or_url(value)
-    return value if "://" in value else os.path.abspath(os.path.expanduser(value))
+    return value if "://" in value else os.path.abspath(value)
 
 
 def name_or_path(value: str) -> str:
